@@ -1,0 +1,1006 @@
+"""Replay recorded conformance transcripts against a live adapter, or record them.
+
+A suite is a directory of cases. A case is ``manifest.json`` (what it proves and
+how to replay it), ``request.jsonl`` (lines to send, with ``${FIXTURE}`` and
+``${WORKDIR}`` tokens), ``response.jsonl`` (frames a real run produced) and
+``fixture/``. The rules this module holds, and why:
+
+- The recorder is the replayer. ``record`` drives the adapter exactly as
+  ``verify`` does and only differs in what it does with the frames, so a
+  transcript is an observation of the process, never a claim written by hand.
+- A run is a fresh process with a fresh empty WORKDIR. Reusing either would let
+  a second replay observe a warm index and pass for the wrong reason.
+- Lockstep: a request waits for its own response before the next request goes
+  out; a notification goes out at once. Cancellation is only recordable because
+  of the second half: the cancel must reach a request that is still running.
+- Every frame counts. After the last awaited response stdin is closed and stdout
+  drained to EOF; a frame written after shutdown makes the count wrong, and the
+  count is what stops a case that silently stops answering from passing short.
+- Volatile fields are masked with the same constant on both sides, by pointers
+  from the frame root; a pointer that matches nothing is not an error because
+  one declaration list serves responses of different shapes.
+- Nothing here may hang: every case runs under an overall deadline, and an
+  adapter still alive after that, or a few seconds after stdin closes, is
+  killed (with its whole process group) and the case fails saying so.
+
+Layers: the functions above the "Trio driver" banner are pure (values in,
+values out, no Trio); the driver only moves bytes and owns the process; the
+CLI at the bottom turns results into lines and an exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+#: What a volatile value becomes on both sides of a comparison, and in a
+#: recorded transcript, so the recording machine's clock is never committed.
+VOLATILE = "<volatile>"
+
+FLOW_LOCKSTEP = "lockstep"
+PLACEHOLDERS = ("FIXTURE", "WORKDIR")
+
+DEFAULT_TIMEOUT = 30.0
+#: How long a process may take to exit once stdin is closed. Generous for a
+#: clean shutdown, short enough that a stuck one does not stall the suite.
+EXIT_GRACE = 5.0
+#: How long to wait, after the process has exited, for stderr to reach EOF. A
+#: grandchild holding the pipe open must not keep the report waiting.
+STDERR_SETTLE = 1.0
+STDERR_TAIL_BYTES = 64 * 1024
+STDERR_TAIL_LINES = 20
+#: Longest rendering of a value in a failure line; a whole search result on one
+#: line would bury the difference it is meant to show.
+RENDER_LIMIT = 200
+
+_MANIFEST_KEYS = frozenset({"case", "description", "flow", "placeholders", "volatile", "responses"})
+# JSON's insignificant whitespace. Deliberately not str.strip()/splitlines():
+# U+2028 and friends are legal inside a frame and must not cut it.
+_JSON_WS = b" \t\r\n"
+_PLACEHOLDER = re.compile(r"\$\{(FIXTURE|WORKDIR)\}")
+_BAD_TILDE = re.compile(r"~(?![01])")
+_ARRAY_INDEX = re.compile(r"0|[1-9][0-9]*")
+
+
+class CaseError(Exception):
+    """The case itself is defective: no adapter could pass it or record it."""
+
+
+# --------------------------------------------------------------------------
+# JSON pointers and masking
+# --------------------------------------------------------------------------
+
+Pointer = tuple[str, ...]
+
+
+def parse_pointer(text: str) -> Pointer:
+    """Split an RFC 6901 pointer into unescaped segments.
+
+    The empty pointer is refused: it would mask a whole frame, which is a case
+    that compares nothing and still reports a pass.
+    """
+    if text == "":
+        raise CaseError('volatile pointer "" would mask the whole frame')
+    if not text.startswith("/"):
+        raise CaseError(f"volatile pointer {_quote(text)} does not start with /")
+    segments = []
+    for raw in text[1:].split("/"):
+        if _BAD_TILDE.search(raw):
+            raise CaseError(f"volatile pointer {_quote(text)} has a ~ that is not ~0 or ~1")
+        # RFC 6901 order: ~1 first, so "~01" is the key "~1", not "/".
+        segments.append(raw.replace("~1", "/").replace("~0", "~"))
+    return tuple(segments)
+
+
+def format_pointer(segments: Sequence[str]) -> str:
+    return "".join("/" + s.replace("~", "~0").replace("/", "~1") for s in segments)
+
+
+def mask(value: Any, pointers: Sequence[Pointer], constant: Any = VOLATILE) -> Any:
+    """Replace every value a pointer reaches with ``constant``.
+
+    Mutates the decoded containers in place and returns the (possibly new)
+    root. ``*`` matches every array element and every object member; a
+    numeric segment indexes an array. Paths that lead nowhere are ignored.
+    """
+    for pointer in pointers:
+        value = _mask_one(value, pointer, constant)
+    return value
+
+
+def _mask_one(node: Any, segments: Pointer, constant: Any) -> Any:
+    if not segments:
+        return constant
+    head, rest = segments[0], segments[1:]
+    if isinstance(node, dict):
+        keys = list(node) if head == "*" else ([head] if head in node else [])
+        for key in keys:
+            node[key] = _mask_one(node[key], rest, constant)
+    elif isinstance(node, list):
+        if head == "*":
+            indexes: Sequence[int] = range(len(node))
+        elif _ARRAY_INDEX.fullmatch(head) and int(head) < len(node):
+            indexes = [int(head)]
+        else:
+            indexes = []
+        for i in indexes:
+            node[i] = _mask_one(node[i], rest, constant)
+    return node
+
+
+# --------------------------------------------------------------------------
+# Structural comparison
+# --------------------------------------------------------------------------
+
+
+class _Absent:
+    """Stands for a key, element or frame that one side does not have."""
+
+    def __repr__(self) -> str:
+        return "nothing"
+
+
+ABSENT: Any = _Absent()
+
+
+@dataclass(frozen=True)
+class Difference:
+    pointer: str  # RFC 6901, "" for the root
+    want: Any  # ABSENT when the recording lacks it
+    got: Any  # ABSENT when the run lacks it
+
+    def describe(self) -> str:
+        where = f" at {self.pointer}" if self.pointer else ""
+        return f"{where}: want {render(self.want)}, got {render(self.got)}"
+
+
+def first_difference(want: Any, got: Any) -> Difference | None:
+    """The first place two decoded JSON values differ, or None if they are equal.
+
+    Equality is JSON's, not Python's: key order is irrelevant, numbers compare
+    by value (1 == 1.0), but ``true`` is not ``1`` and ``null`` is not absent.
+    "First" follows the recorded side's key order, then keys only the run has,
+    so the report points where a reader of response.jsonl would look.
+    """
+    return _diff(want, got, [])
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    return _diff(a, b, []) is None
+
+
+def _diff(want: Any, got: Any, path: list[str]) -> Difference | None:
+    if isinstance(want, dict) and isinstance(got, dict):
+        for key, w in want.items():
+            if key not in got:
+                return Difference(format_pointer([*path, key]), w, ABSENT)
+            found = _diff(w, got[key], [*path, key])
+            if found:
+                return found
+        for key, g in got.items():
+            if key not in want:
+                return Difference(format_pointer([*path, key]), ABSENT, g)
+        return None
+    if isinstance(want, list) and isinstance(got, list):
+        for i, (w, g) in enumerate(zip(want, got, strict=False)):
+            found = _diff(w, g, [*path, str(i)])
+            if found:
+                return found
+        if len(want) != len(got):
+            i = min(len(want), len(got))
+            return Difference(
+                format_pointer([*path, str(i)]),
+                want[i] if i < len(want) else ABSENT,
+                got[i] if i < len(got) else ABSENT,
+            )
+        return None
+    if _scalar_equal(want, got):
+        return None
+    return Difference(format_pointer(path), want, got)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _scalar_equal(a: Any, b: Any) -> bool:
+    if _is_number(a) and _is_number(b):
+        return bool(a == b)
+    # Python says True == 1; JSON does not. Same type or not equal.
+    return type(a) is type(b) and bool(a == b)
+
+
+def render(value: Any) -> str:
+    """Compact JSON for a failure line, clipped so one value cannot flood it."""
+    if value is ABSENT:
+        return "nothing"
+    text = msgspec.json.encode(value).decode()
+    return _clip(text)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= RENDER_LIMIT else text[: RENDER_LIMIT - 1] + "…"
+
+
+def _quote(text: str) -> str:
+    return msgspec.json.encode(text).decode()
+
+
+def decode_frame(data: bytes) -> Any:
+    """Decode one frame; raises ValueError (malformed JSON or invalid UTF-8)."""
+    return msgspec.json.decode(data)
+
+
+# --------------------------------------------------------------------------
+# Placeholders and line classification
+# --------------------------------------------------------------------------
+
+
+def json_string_body(text: str) -> str:
+    """``text`` escaped as the inside of a JSON string (no surrounding quotes).
+
+    Substitution is textual and happens before parsing, so a path containing a
+    quote or a backslash would otherwise break the line or change its meaning.
+    """
+    try:
+        encoded = msgspec.json.encode(text)
+    except UnicodeEncodeError as exc:
+        raise CaseError(f"path {text!r} cannot be written as JSON text") from exc
+    return encoded[1:-1].decode()
+
+
+def substitute(template: str, *, fixture: str, workdir: str) -> str:
+    """Bind ``${FIXTURE}`` and ``${WORKDIR}`` in one pass.
+
+    One pass, so a WORKDIR whose name happens to contain ``${FIXTURE}`` is
+    not substituted a second time.
+    """
+    bound = {"FIXTURE": json_string_body(fixture), "WORKDIR": json_string_body(workdir)}
+    return _PLACEHOLDER.sub(lambda m: bound[m.group(1)], template)
+
+
+class LineKind(Enum):
+    REQUEST = "request"  # method and a non-null id: answered, so awaited
+    NOTIFICATION = "notification"  # method, id absent or null: never answered
+    # Not JSON, or no method. Sent without waiting: whether such a line is
+    # answered (-32700/-32600 with id null) or skipped is the adapter's
+    # contract under test, and the frame count settles it either way.
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class Line:
+    number: int  # physical line in request.jsonl, for messages
+    data: bytes  # after substitution, without the newline
+    kind: LineKind
+    id: Any = None  # the request id, only for REQUEST
+
+
+def classify(data: bytes) -> tuple[LineKind, Any]:
+    try:
+        frame = decode_frame(data)
+    except ValueError:
+        return LineKind.OTHER, None
+    if not isinstance(frame, dict) or not isinstance(frame.get("method"), str):
+        return LineKind.OTHER, None
+    if frame.get("id") is None:
+        return LineKind.NOTIFICATION, None
+    return LineKind.REQUEST, frame["id"]
+
+
+def answers(frame: bytes, request_id: Any) -> bool:
+    """Whether ``frame`` is the response to the request with ``request_id``."""
+    try:
+        decoded = decode_frame(frame)
+    except ValueError:
+        return False
+    return (
+        isinstance(decoded, dict)
+        and "method" not in decoded
+        and "id" in decoded
+        and json_equal(decoded["id"], request_id)
+    )
+
+
+@dataclass(frozen=True)
+class Send:
+    line: Line
+
+
+@dataclass(frozen=True)
+class Await:
+    line: Line  # the request whose response must arrive first
+
+
+def lockstep_steps(lines: Sequence[Line]) -> list[Send | Await]:
+    """The lockstep flow as a plan: sends, and the waits between them.
+
+    A request's wait is placed just before the next request (or at the end),
+    not right after it, so notifications that follow it go out while it is
+    still in flight.
+    """
+    steps: list[Send | Await] = []
+    pending: Line | None = None
+    for line in lines:
+        if line.kind is LineKind.REQUEST and pending is not None:
+            steps.append(Await(pending))
+            pending = None
+        steps.append(Send(line))
+        if line.kind is LineKind.REQUEST:
+            pending = line
+    if pending is not None:
+        steps.append(Await(pending))
+    return steps
+
+
+class LineSplitter:
+    """Cuts a byte stream into frames: non-empty lines trimmed of JSON whitespace.
+
+    Blank lines are not frames. A last line without a newline is still a frame
+    (the adapter wrote it, so it counts); ``close`` returns it.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf already known to hold no newline
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buf = self._buf
+        buf += chunk
+        lines = []
+        start = 0
+        search = self._scanned
+        while (nl := buf.find(b"\n", search)) >= 0:
+            line = bytes(buf[start:nl]).strip(_JSON_WS)
+            if line:
+                lines.append(line)
+            start = search = nl + 1
+        del buf[:start]
+        self._scanned = len(buf)
+        return lines
+
+    def close(self) -> list[bytes]:
+        line = bytes(self._buf).strip(_JSON_WS)
+        self._buf.clear()
+        self._scanned = 0
+        return [line] if line else []
+
+
+def split_file_lines(data: bytes) -> list[tuple[int, bytes]]:
+    """(line number, trimmed content) of every non-blank line of a .jsonl file."""
+    out = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        line = raw.strip(_JSON_WS)
+        if line:
+            out.append((number, line))
+    return out
+
+
+# --------------------------------------------------------------------------
+# Cases
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Manifest:
+    case: str
+    description: str
+    flow: str
+    volatile: tuple[str, ...]  # as written, for messages
+    pointers: tuple[Pointer, ...]  # the same, parsed
+    responses: int  # frames the adapter must write, in total
+
+
+def validate_manifest(data: Any, directory_name: str) -> Manifest:
+    """Check a decoded manifest.json against the directory it sits in.
+
+    Unknown keys are refused: a harness that ignored a field it does not
+    understand (or a misspelt ``volatil``) could not claim a faithful replay.
+    """
+    if not isinstance(data, dict):
+        raise CaseError("manifest.json is not a JSON object")
+    unknown = sorted(set(data) - _MANIFEST_KEYS)
+    if unknown:
+        raise CaseError(f"manifest.json has unknown key {_quote(unknown[0])}")
+    for key in ("case", "description", "flow", "volatile", "responses"):
+        if key not in data:
+            raise CaseError(f"manifest.json has no {_quote(key)}")
+
+    case = data["case"]
+    if not isinstance(case, str) or case != directory_name:
+        # A renamed directory with a stale manifest is a defect, not an alias.
+        raise CaseError(
+            f"manifest names case {render(case)} but the directory is {_quote(directory_name)}"
+        )
+    description = data["description"]
+    if not isinstance(description, str) or not description.strip():
+        raise CaseError(
+            "manifest has no description; a transcript nobody can read is not documentation"
+        )
+    flow = data["flow"]
+    if flow != FLOW_LOCKSTEP:
+        raise CaseError(f"flow {render(flow)} is not defined; lockstep is the only flow")
+    responses = data["responses"]
+    if not isinstance(responses, int) or isinstance(responses, bool) or responses < 0:
+        raise CaseError(f"responses must be a whole number >= 0, not {render(responses)}")
+
+    volatile = data["volatile"]
+    if not isinstance(volatile, list):
+        raise CaseError(f"volatile must be a list of JSON pointers, not {render(volatile)}")
+    pointers = []
+    for i, text in enumerate(volatile):
+        if not isinstance(text, str):
+            raise CaseError(f"volatile[{i}] is {render(text)}, not a JSON pointer string")
+        pointers.append(parse_pointer(text))
+
+    placeholders = data.get("placeholders", {})
+    if not isinstance(placeholders, dict) or not all(
+        isinstance(v, str) for v in placeholders.values()
+    ):
+        raise CaseError("placeholders must be an object of name: description strings")
+    for name in placeholders:
+        if name not in PLACEHOLDERS:
+            # Sending an unbound ${NAME} would fail the case somewhere obscure.
+            raise CaseError(
+                f"placeholder {_quote(name)} cannot be bound; this harness binds "
+                + " and ".join(PLACEHOLDERS)
+            )
+
+    return Manifest(
+        case=case,
+        description=description,
+        flow=flow,
+        volatile=tuple(volatile),
+        pointers=tuple(pointers),
+        responses=responses,
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    directory: Path
+    manifest: Manifest
+    templates: tuple[tuple[int, str], ...]  # request.jsonl lines before substitution
+    recorded: tuple[bytes, ...] | None  # response.jsonl frames; None when recording
+
+    @property
+    def fixture(self) -> str:
+        return str((self.directory / "fixture").absolute())
+
+
+def _read(directory: Path, name: str) -> bytes:
+    try:
+        return (directory / name).read_bytes()
+    except FileNotFoundError:
+        raise CaseError(f"{name} is missing") from None
+    except OSError as exc:
+        raise CaseError(f"cannot read {name}: {exc.strerror or exc}") from exc
+
+
+def load_case(directory: Path, *, with_recording: bool = True) -> Case:
+    """Read and validate a case. ``with_recording`` is False for the recorder,
+    which replaces response.jsonl and so must not depend on it."""
+    directory = Path(directory)
+    try:
+        manifest_data = decode_frame(_read(directory, "manifest.json"))
+    except ValueError as exc:
+        raise CaseError(f"manifest.json is not JSON: {exc}") from exc
+    manifest = validate_manifest(manifest_data, directory.name)
+
+    raw_requests = _read(directory, "request.jsonl")
+    templates = []
+    for number, line in split_file_lines(raw_requests):
+        try:
+            templates.append((number, line.decode("utf-8")))
+        except UnicodeDecodeError:
+            raise CaseError(f"request.jsonl line {number} is not UTF-8") from None
+    if not templates:
+        raise CaseError("request.jsonl holds no lines")
+    case = Case(
+        name=directory.name,
+        directory=directory,
+        manifest=manifest,
+        templates=tuple(templates),
+        recorded=None,
+    )
+
+    if any("${FIXTURE}" in t for _, t in templates) and not (directory / "fixture").is_dir():
+        raise CaseError("request.jsonl uses ${FIXTURE} but the case has no fixture/ directory")
+    # Every request is answered, so fewer declared responses than requests is a
+    # manifest that no adapter can satisfy. The stand-in WORKDIR only affects
+    # the bytes of a path inside a string, never how a line classifies.
+    requests = sum(line.kind is LineKind.REQUEST for line in prepare_requests(case, "/"))
+    if requests > manifest.responses:
+        raise CaseError(
+            f"request.jsonl holds {requests} requests but the manifest declares "
+            f"{manifest.responses} responses; every request is answered"
+        )
+
+    if not with_recording:
+        return case
+    recorded = []
+    for number, line in split_file_lines(_read(directory, "response.jsonl")):
+        try:
+            decode_frame(line)
+        except ValueError as exc:
+            raise CaseError(f"response.jsonl line {number} is not JSON: {exc}") from exc
+        recorded.append(line)
+    if len(recorded) != manifest.responses:
+        raise CaseError(
+            f"response.jsonl holds {len(recorded)} frames but the manifest declares "
+            f"{manifest.responses}; re-record the case"
+        )
+    return Case(
+        name=case.name,
+        directory=directory,
+        manifest=manifest,
+        templates=case.templates,
+        recorded=tuple(recorded),
+    )
+
+
+def prepare_requests(case: Case, workdir: str) -> list[Line]:
+    """Substitute and classify every request line for one run."""
+    lines = []
+    for number, template in case.templates:
+        data = substitute(template, fixture=case.fixture, workdir=workdir).encode()
+        kind, request_id = classify(data)
+        lines.append(Line(number, data, kind, request_id))
+    return lines
+
+
+def compare_transcript(
+    recorded: Sequence[bytes], got: Sequence[bytes], pointers: Sequence[Pointer]
+) -> str | None:
+    """The first difference between a recording and a run, as one sentence.
+
+    Frames are compared in arrival order after masking; then the counts, so an
+    extra frame after shutdown and a missing answer both fail.
+    """
+    for i, raw in enumerate(got):
+        n = i + 1
+        try:
+            frame = decode_frame(raw)
+        except ValueError:
+            return f"response {n} is not JSON: {_clip(raw.decode('utf-8', 'replace'))}"
+        if i >= len(recorded):
+            return (
+                f"response {n}: want nothing, got {render(frame)} "
+                f"(the transcript holds {len(recorded)} responses)"
+            )
+        want = mask(decode_frame(recorded[i]), pointers)
+        found = first_difference(want, mask(frame, pointers))
+        if found:
+            return f"response {n}{found.describe()}"
+    if len(got) < len(recorded):
+        n = len(got) + 1
+        return (
+            f"response {n}: want {render(decode_frame(recorded[n - 1]))}, got nothing "
+            f"(the run produced {len(got)} responses)"
+        )
+    return None
+
+
+def discover_cases(suite: Path) -> list[Path]:
+    """Every case directory of a suite, by name. A directory without a manifest
+    is still a case (an invalid one), so a lost manifest fails loudly."""
+    return sorted(
+        (p for p in Path(suite).iterdir() if p.is_dir() and not p.name.startswith(".")),
+        key=lambda p: p.name,
+    )
+
+
+# --------------------------------------------------------------------------
+# Trio driver
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    frames: list[bytes]  # everything the adapter wrote, in arrival order
+    problem: str | None  # why the run itself failed (hang, crash, no exit, ...)
+    stderr: bytes  # the tail of what it wrote to stderr
+    returncode: int | None
+
+
+class _Tail:
+    """The last ``limit`` bytes of a stream: enough to explain a failure,
+    bounded so a chatty adapter cannot exhaust memory."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > self.limit:
+            del self.data[: len(self.data) - self.limit]
+
+
+async def run_transcript(
+    command: Sequence[str],
+    lines: Sequence[Line],
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    exit_grace: float = EXIT_GRACE,
+) -> Run:
+    """Start ``command``, play ``lines`` in lockstep, and collect every frame."""
+    frames: list[bytes] = []
+    tail = _Tail(STDERR_TAIL_BYTES)
+    try:
+        # A session of its own, so a kill reaches whatever the adapter spawned
+        # and no grandchild keeps our pipes (or the suite) waiting.
+        proc = await trio.lowlevel.open_process(
+            list(command),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return Run([], f"cannot start the adapter {shlex.join(command)}: {exc}", b"", None)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+
+    problem: str | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            frame_tx, frame_rx = trio.open_memory_channel[bytes](math.inf)
+            stderr_done = trio.Event()
+            nursery.start_soon(_pump_frames, proc.stdout, frame_tx)
+            nursery.start_soon(_pump_stderr, proc.stderr, tail, stderr_done)
+
+            doing = ["starting the adapter"]
+            with trio.move_on_after(timeout) as overall:
+                problem = await _converse(proc, frame_rx, lines, frames, doing, exit_grace)
+            if overall.cancelled_caught:
+                problem = f"timed out after {timeout:g} s {doing[0]}"
+            if proc.returncode is None:
+                _kill(proc)
+                problem = f"{problem}; killed it"
+            await proc.wait()
+            with trio.move_on_after(STDERR_SETTLE):
+                await stderr_done.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            if proc.returncode is None:
+                _kill(proc)
+            await proc.wait()
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    await stream.aclose()
+    return Run(frames, problem, bytes(tail.data), proc.returncode)
+
+
+async def _converse(
+    proc: trio.Process,
+    frame_rx: trio.MemoryReceiveChannel[bytes],
+    lines: Sequence[Line],
+    frames: list[bytes],
+    doing: list[str],
+    exit_grace: float,
+) -> str | None:
+    """Run the lockstep plan, then close stdin and drain. ``doing[0]`` always
+    says what we are waiting for, so a timeout can say where it hung."""
+    assert proc.stdin is not None
+    for step in lockstep_steps(lines):
+        line = step.line
+        if isinstance(step, Send):
+            doing[0] = f"sending line {line.number}"
+            try:
+                await proc.stdin.send_all(line.data + b"\n")
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return await _ended_early(
+                    proc,
+                    f"the adapter stopped reading stdin before line {line.number}",
+                    exit_grace,
+                )
+            continue
+        request = f"request id {render(line.id)} (line {line.number})"
+        doing[0] = f"waiting for the response to {request}"
+        while True:
+            try:
+                frame = await frame_rx.receive()
+            except trio.EndOfChannel:
+                return await _ended_early(
+                    proc, f"the adapter closed stdout with {request} unanswered", exit_grace
+                )
+            frames.append(frame)
+            if answers(frame, line.id):
+                break
+
+    doing[0] = "draining stdout after closing stdin"
+    await proc.stdin.aclose()
+    with trio.move_on_after(exit_grace) as grace:
+        async for frame in frame_rx:
+            frames.append(frame)
+        await proc.wait()
+    if grace.cancelled_caught:
+        if proc.returncode is None:
+            return f"the adapter had not exited {exit_grace:g} s after stdin closed"
+        return (
+            f"the adapter exited but its stdout was still open {exit_grace:g} s "
+            "after stdin closed (a child process holds it?)"
+        )
+    if proc.returncode != 0:
+        return f"the adapter {_describe_exit(proc.returncode)} after stdin closed"
+    return None
+
+
+async def _ended_early(proc: trio.Process, what: str, exit_grace: float) -> str:
+    """Name how the process ended, if it does within the grace; the caller
+    kills it otherwise."""
+    with trio.move_on_after(exit_grace):
+        await proc.wait()
+    if proc.returncode is None:
+        return what
+    return f"{what}; it {_describe_exit(proc.returncode)}"
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"was killed by {name}"
+
+
+def _kill(proc: trio.Process) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, AttributeError):
+        proc.kill()
+
+
+async def _pump_frames(
+    stream: trio.abc.ReceiveStream, frame_tx: trio.MemorySendChannel[bytes]
+) -> None:
+    # Unbounded channel: the adapter's output is what we are judging, and
+    # back-pressure here could deadlock it against our stdin writes.
+    splitter = LineSplitter()
+    async with frame_tx:
+        while chunk := await stream.receive_some(65536):
+            for frame in splitter.feed(chunk):
+                frame_tx.send_nowait(frame)
+        for frame in splitter.close():
+            frame_tx.send_nowait(frame)
+
+
+async def _pump_stderr(stream: trio.abc.ReceiveStream, tail: _Tail, done: trio.Event) -> None:
+    # Always drained: an adapter blocked on a full stderr pipe would look hung.
+    while chunk := await stream.receive_some(65536):
+        tail.add(chunk)
+    done.set()
+
+
+# --------------------------------------------------------------------------
+# Verify and record
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    name: str
+    ok: bool
+    detail: str = ""  # why it failed, or what was recorded
+    stderr: bytes | None = None  # None when no adapter ran
+
+
+async def verify_case(
+    directory: Path,
+    command: Sequence[str],
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    exit_grace: float = EXIT_GRACE,
+) -> CaseResult:
+    name = Path(directory).name
+    try:
+        case = load_case(directory, with_recording=True)
+    except CaseError as exc:
+        return CaseResult(name, False, f"invalid case: {exc}")
+    assert case.recorded is not None
+    try:
+        run = await _run_case(case, command, timeout, exit_grace)
+    except CaseError as exc:
+        return CaseResult(name, False, f"invalid case: {exc}")
+    pointers = case.manifest.pointers
+    if run.problem:
+        detail = run.problem
+        # Frames that arrived before a hang or crash may already explain it;
+        # the ones that never arrived are what the problem already says.
+        early = compare_transcript(case.recorded[: len(run.frames)], run.frames, pointers)
+        if early:
+            detail += f"; before that, {early}"
+        return CaseResult(name, False, detail, run.stderr)
+    difference = compare_transcript(case.recorded, run.frames, pointers)
+    if difference:
+        return CaseResult(name, False, difference, run.stderr)
+    return CaseResult(name, True)
+
+
+async def record_case(
+    directory: Path,
+    command: Sequence[str],
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    exit_grace: float = EXIT_GRACE,
+) -> CaseResult:
+    """Run a case and write its response.jsonl, volatile values masked.
+
+    Refuses (and leaves the old file alone) when the manifest is invalid, the
+    run failed, or the frame count differs from ``responses``: the manifest is
+    the human statement of what should happen, so a recording never edits it.
+    """
+    name = Path(directory).name
+    try:
+        case = load_case(directory, with_recording=False)
+        run = await _run_case(case, command, timeout, exit_grace)
+    except CaseError as exc:
+        return CaseResult(name, False, f"invalid case: {exc}")
+    unchanged = "response.jsonl left unchanged"
+    if run.problem:
+        return CaseResult(name, False, f"{run.problem}; {unchanged}", run.stderr)
+    if len(run.frames) != case.manifest.responses:
+        return CaseResult(
+            name,
+            False,
+            f"the manifest declares {case.manifest.responses} responses, the run "
+            f"produced {len(run.frames)}; {unchanged}",
+            run.stderr,
+        )
+    body = bytearray()
+    for n, raw in enumerate(run.frames, start=1):
+        try:
+            frame = decode_frame(raw)
+        except ValueError:
+            return CaseResult(name, False, f"response {n} is not JSON; {unchanged}", run.stderr)
+        body += msgspec.json.encode(mask(frame, case.manifest.pointers)) + b"\n"
+    target = case.directory / "response.jsonl"
+    # Written beside the target and renamed, so an interrupted recording never
+    # leaves a half transcript that would then be replayed as the truth.
+    scratch = target.with_name(f".response.jsonl.{os.getpid()}.tmp")
+    scratch.write_bytes(body)
+    os.replace(scratch, target)
+    return CaseResult(name, True, f"{len(run.frames)} responses")
+
+
+async def _run_case(case: Case, command: Sequence[str], timeout: float, exit_grace: float) -> Run:
+    with tempfile.TemporaryDirectory(prefix=f"streamd-conformance-{case.name}-") as workdir:
+        lines = prepare_requests(case, workdir)
+        return await run_transcript(command, lines, timeout=timeout, exit_grace=exit_grace)
+
+
+# --------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------
+
+USAGE = """\
+usage: streamd conformance verify DIR [--adapter 'CMD'] [--timeout SECONDS] [CASE ...]
+       streamd conformance record DIR [--adapter 'CMD'] [--timeout SECONDS] [CASE ...]"""
+
+
+def format_result(result: CaseResult, *, recording: bool = False) -> str:
+    if result.ok:
+        return f"RECORDED {result.name} ({result.detail})" if recording else f"PASS {result.name}"
+    out = [f"FAIL {result.name}: {result.detail}"]
+    if result.stderr is not None:
+        text = result.stderr.decode("utf-8", "replace").rstrip("\n")
+        if not text:
+            out.append("  adapter stderr: (empty)")
+        else:
+            all_lines = text.split("\n")
+            shown = all_lines[-STDERR_TAIL_LINES:]
+            cut = f" (last {len(shown)} lines)" if len(shown) < len(all_lines) else ""
+            out.append(f"  adapter stderr{cut}:")
+            out.extend(f"  | {line}" for line in shown)
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    """``streamd conformance {verify,record} ...``; argv excludes "conformance".
+
+    Exit status: 0 when every case passed (or was recorded), 1 when any case
+    failed, 2 for a usage error.
+    """
+    if not argv or argv[0] not in ("verify", "record"):
+        print(USAGE, file=sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    action = argv[0]
+    parser = argparse.ArgumentParser(
+        prog=f"streamd conformance {action}",
+        description=(
+            "Replay each case's request.jsonl against a fresh adapter process and "
+            "compare with response.jsonl."
+            if action == "verify"
+            else "Run each case against a fresh adapter process and write its "
+            "response.jsonl (volatile values masked)."
+        ),
+    )
+    parser.add_argument("suite", metavar="DIR", help="suite directory, one case per subdirectory")
+    parser.add_argument("cases", metavar="CASE", nargs="*", help="case names (default: all)")
+    parser.add_argument(
+        "--adapter",
+        metavar="CMD",
+        help="adapter command line, split like a shell would (default: this Python -m streamd)",
+    )
+    parser.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"per-case limit (default {DEFAULT_TIMEOUT:g})",
+    )
+    try:
+        # Intermixed, so CASE names may follow --adapter.
+        args = parser.parse_intermixed_args(argv[1:])
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+
+    def usage_error(message: str) -> int:
+        print(f"streamd conformance {action}: {message}", file=sys.stderr)
+        return 2
+
+    if args.adapter is None:
+        command = [sys.executable, "-m", "streamd"]
+    else:
+        try:
+            command = shlex.split(args.adapter)
+        except ValueError as exc:
+            return usage_error(f"--adapter: {exc}")
+        if not command:
+            return usage_error("--adapter is empty")
+    if not args.timeout > 0:
+        return usage_error("--timeout must be positive")
+
+    suite = Path(args.suite)
+    if not suite.is_dir():
+        return usage_error(f"{suite} is not a directory")
+    available = {p.name: p for p in discover_cases(suite)}
+    if not available:
+        return usage_error(f"{suite} holds no cases")
+    selected = []
+    for name in dict.fromkeys(args.cases) or available:
+        if name not in available:
+            return usage_error(f"no case named {name!r} in {suite} (cases: {', '.join(available)})")
+        selected.append(available[name])
+
+    recording = action == "record"
+    results = trio.run(_run_all, selected, command, args.timeout, recording)
+    failed = sum(not r.ok for r in results)
+    done = len(results) - failed
+    print(f"{done} {'recorded' if recording else 'passed'}, {failed} failed", flush=True)
+    return 1 if failed else 0
+
+
+async def _run_all(
+    cases: Sequence[Path], command: Sequence[str], timeout: float, recording: bool
+) -> list[CaseResult]:
+    results = []
+    for directory in cases:
+        run = record_case if recording else verify_case
+        result = await run(directory, command, timeout=timeout)
+        print(format_result(result, recording=recording), flush=True)
+        results.append(result)
+    return results
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
