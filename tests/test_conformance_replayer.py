@@ -1,0 +1,716 @@
+"""The conformance replayer and recorder.
+
+The pure core is tested on values; the driver is tested against tiny adapter
+scripts written here, each misbehaving in one way the harness must catch. None
+of these run streamd itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+
+from streamd import conformance as c
+
+REFERENCE_SUITE = Path("/work/shared/recall-conformance/stream")
+
+# One script, several behaviours, picked by argument. The harness adds no
+# arguments of its own, so the mode is part of the adapter command line.
+ADAPTER = r"""
+import json, os, signal, sys, time
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "answer"
+
+def write(frame):
+    sys.stdout.write(json.dumps(frame) + "\n")
+    sys.stdout.flush()
+
+def write_pid():
+    with open(sys.argv[2], "w") as f:
+        f.write(str(os.getpid()))
+
+if mode in ("hang", "linger"):
+    write_pid()  # first thing, so the test can check the kill however fast it comes
+if mode == "crash":
+    sys.stderr.write("starting\nboom: cannot open the index\n")
+    sys.stderr.flush()
+    sys.exit(3)
+if mode == "hang":
+    signal.pause()
+
+held = None
+for raw in sys.stdin:
+    msg = json.loads(raw)
+    method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+    if method == "test/hold":
+        held = rid  # answered only once test/release arrives
+        continue
+    if method == "test/release":
+        write({"jsonrpc": "2.0", "id": held, "error": {"code": -32007, "message": "released"}})
+        continue
+    if rid is None:
+        continue
+    if mode == "chatty":
+        write({"jsonrpc": "2.0", "method": "test/log", "params": {"about": rid}})
+    result = {"method": method, "echo": params.get("echo"), "at": time.time()}
+    if "workdir" in params:
+        result["workdir_empty"] = os.listdir(params["workdir"]) == []
+        result["fixture"] = sorted(os.listdir(params["location"]))
+    if mode == "wrong" and rid == 2:
+        result["echo"] = "not what was asked"
+    write({"jsonrpc": "2.0", "id": rid, "result": result})
+
+if mode == "extra":
+    write({"jsonrpc": "2.0", "method": "test/late", "params": {}})
+if mode == "exit1":
+    sys.exit(1)
+if mode == "linger":
+    signal.pause()
+"""
+
+# Answers every request with the frame the reference recorded for its id. The
+# case is found from the bound ${FIXTURE}, so this also proves the binding.
+PLAYBACK = r"""
+import json, os, sys
+
+frames = None
+for raw in sys.stdin.buffer:
+    msg = json.loads(raw)
+    params = msg.get("params") or {}
+    if frames is None:
+        if os.listdir(params["workdir"]):
+            sys.exit("WORKDIR is not empty")
+        case_dir = os.path.dirname(params["location"])
+        with open(os.path.join(case_dir, "response.jsonl"), "rb") as f:
+            frames = {json.loads(line)["id"]: line.strip() for line in f if line.strip()}
+    if msg.get("id") is not None:
+        sys.stdout.buffer.write(frames[msg["id"]] + b"\n")
+        sys.stdout.flush()
+"""
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "test/initialize",
+    "params": {"workdir": "${WORKDIR}", "location": "${FIXTURE}"},
+}
+NOTE = {"jsonrpc": "2.0", "method": "test/note", "params": {}}
+ECHO = {"jsonrpc": "2.0", "id": 2, "method": "test/echo", "params": {"echo": "two"}}
+WANT = [
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {
+            "method": "test/initialize",
+            "echo": None,
+            "at": c.VOLATILE,
+            "workdir_empty": True,
+            "fixture": ["data.jsonl"],
+        },
+    },
+    {"jsonrpc": "2.0", "id": 2, "result": {"method": "test/echo", "echo": "two", "at": c.VOLATILE}},
+]
+
+
+def write_jsonl(path: Path, items) -> None:
+    path.write_text("".join((i if isinstance(i, str) else json.dumps(i)) + "\n" for i in items))
+
+
+def make_case(
+    suite: Path,
+    name: str = "echo",
+    *,
+    requests=(INIT, NOTE, ECHO),
+    recorded=WANT,
+    **manifest,
+) -> Path:
+    directory = suite / name
+    (directory / "fixture").mkdir(parents=True)
+    (directory / "fixture" / "data.jsonl").write_text("{}\n")
+    body = {
+        "case": name,
+        "description": "Why this answer is right.",
+        "flow": "lockstep",
+        "placeholders": {"FIXTURE": "fixture dir", "WORKDIR": "fresh dir"},
+        "volatile": ["/result/at"],
+        "responses": len(recorded) if recorded is not None else 2,
+    }
+    body.update(manifest)
+    (directory / "manifest.json").write_text(json.dumps(body))
+    write_jsonl(directory / "request.jsonl", requests)
+    if recorded is not None:
+        write_jsonl(directory / "response.jsonl", recorded)
+    return directory
+
+
+@pytest.fixture
+def adapter(tmp_path):
+    script = tmp_path / "adapter.py"
+    script.write_text(ADAPTER)
+
+    def command(*args: str) -> list[str]:
+        return [sys.executable, str(script), *args]
+
+    return command
+
+
+# --------------------------------------------------------------------------
+# Pointers and masking
+# --------------------------------------------------------------------------
+
+
+def test_pointer_segments_are_unescaped_per_rfc_6901():
+    assert c.parse_pointer("/a~1b/~0c/~01/") == ("a/b", "~c", "~1", "")
+    assert c.format_pointer(("a/b", "~c", "~1", "")) == "/a~1b/~0c/~01/"
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ("", "whole frame"),
+        ("result/at", "does not start with /"),
+        ("/result/~2", "not ~0 or ~1"),
+        ("/result/a~", "not ~0 or ~1"),
+    ],
+)
+def test_a_malformed_or_whole_frame_pointer_is_refused(text, complaint):
+    with pytest.raises(c.CaseError, match=complaint):
+        c.parse_pointer(text)
+
+
+def test_star_masks_every_array_element_and_every_object_member():
+    frame = {
+        "result": {
+            "candidates": [{"confirmed_at": 1, "id": "a"}, {"confirmed_at": 2, "id": "b"}],
+            "timings": {"scan": 3, "rank": 4},
+        }
+    }
+    pointers = [
+        c.parse_pointer("/result/candidates/*/confirmed_at"),
+        c.parse_pointer("/result/timings/*"),
+    ]
+    assert c.mask(frame, pointers) == {
+        "result": {
+            "candidates": [
+                {"confirmed_at": c.VOLATILE, "id": "a"},
+                {"confirmed_at": c.VOLATILE, "id": "b"},
+            ],
+            "timings": {"scan": c.VOLATILE, "rank": c.VOLATILE},
+        }
+    }
+
+
+def test_a_numeric_segment_masks_one_array_element_only():
+    frame = {"result": [{"t": 1}, {"t": 2}]}
+    assert c.mask(frame, [c.parse_pointer("/result/1/t")]) == {
+        "result": [{"t": 1}, {"t": c.VOLATILE}]
+    }
+
+
+@pytest.mark.parametrize(
+    "pointer",
+    [
+        "/error/data",
+        "/result/x/deeper",
+        "/result/list/5",
+        "/result/list/-",
+        "/result/list/01",
+        "/result/list/a",
+    ],
+)
+def test_a_pointer_that_matches_nothing_leaves_the_frame_alone(pointer):
+    frame = {"result": {"x": 7, "list": [1, 2]}}
+    assert c.mask(frame, [c.parse_pointer(pointer)]) == {"result": {"x": 7, "list": [1, 2]}}
+
+
+def test_masking_both_sides_hides_only_the_declared_volatile_difference():
+    pointers = [c.parse_pointer("/result/candidates/*/confirmed_at")]
+    recorded = [b'{"id":1,"result":{"candidates":[{"confirmed_at":"<volatile>","rank":1}]}}']
+    same = [b'{"id":1,"result":{"candidates":[{"confirmed_at":"2026-01-01T00:00:00Z","rank":1}]}}']
+    other = [b'{"id":1,"result":{"candidates":[{"confirmed_at":"2026-01-01T00:00:00Z","rank":2}]}}']
+    assert c.compare_transcript(recorded, same, pointers) is None
+    assert c.compare_transcript(recorded, other, pointers) == (
+        "response 1 at /result/candidates/0/rank: want 1, got 2"
+    )
+
+
+# --------------------------------------------------------------------------
+# Structural comparison
+# --------------------------------------------------------------------------
+
+
+def test_key_order_and_escaping_do_not_matter_and_numbers_compare_by_value():
+    want = c.decode_frame(b'{"a": 1, "b": "\\u0041\\/", "c": [2.50]}')
+    got = c.decode_frame(b'{"c": [2.5], "b": "A/", "a": 1.0}')
+    assert c.first_difference(want, got) is None
+
+
+@pytest.mark.parametrize(
+    ("want", "got"),
+    [({"v": True}, {"v": 1}), ({"v": 0}, {"v": False}), ({"v": None}, {}), ({"v": "1"}, {"v": 1})],
+)
+def test_json_types_are_not_conflated_the_way_python_equality_would(want, got):
+    assert c.first_difference(want, got) is not None
+
+
+def test_the_first_difference_is_a_pointer_with_both_values():
+    want = {"result": {"candidates": [{"a/b": 1}, {"a/b": 2, "x": "same"}], "z": 0}}
+    got = {"result": {"candidates": [{"a/b": 1}, {"a/b": 3, "x": "same"}], "z": 9}}
+    found = c.first_difference(want, got)
+    assert found == c.Difference("/result/candidates/1/a~1b", 2, 3)
+    assert found.describe() == " at /result/candidates/1/a~1b: want 2, got 3"
+
+
+def test_the_first_difference_follows_the_recorded_key_order():
+    want = c.decode_frame(b'{"b": 1, "a": 1}')
+    got = c.decode_frame(b'{"a": 2, "b": 2}')
+    assert c.first_difference(want, got).pointer == "/b"
+
+
+def test_missing_and_extra_keys_and_elements_are_reported_as_nothing():
+    assert c.first_difference({"a": 1}, {}) == c.Difference("/a", 1, c.ABSENT)
+    assert c.first_difference({}, {"a": 1}).describe() == " at /a: want nothing, got 1"
+    assert c.first_difference([1, 2], [1]) == c.Difference("/1", 2, c.ABSENT)
+    assert c.first_difference([1], [1, {"x": 1}]).describe() == ' at /1: want nothing, got {"x":1}'
+
+
+def test_a_long_value_is_clipped_in_the_report():
+    assert len(c.render("x" * 10_000)) == c.RENDER_LIMIT
+
+
+def test_an_extra_frame_and_a_missing_frame_both_fail_the_comparison():
+    recorded = [b'{"id":1,"result":{}}']
+    extra = c.compare_transcript(recorded, [b'{"id":1,"result":{}}', b'{"method":"late"}'], [])
+    assert (
+        extra
+        == 'response 2: want nothing, got {"method":"late"} (the transcript holds 1 responses)'
+    )
+    missing = c.compare_transcript(recorded, [], [])
+    assert (
+        missing
+        == 'response 1: want {"id":1,"result":{}}, got nothing (the run produced 0 responses)'
+    )
+    assert c.compare_transcript(recorded, [b"not json"], []) == "response 1 is not JSON: not json"
+
+
+# --------------------------------------------------------------------------
+# Placeholders, classification, lockstep plan, line splitting
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        '/tmp/has "quotes"',
+        "C:\\Users\\back\\slash",
+        "/tmp/new\nline\ttab",
+        "/tmp/ünïcode ☃",
+        "/tmp/</script>",
+    ],
+)
+def test_a_substituted_path_parses_back_to_exactly_that_path(path):
+    template = '{"params":{"location":"${FIXTURE}","workdir":"${WORKDIR}/sub"}}'
+    line = c.substitute(template, fixture=path, workdir=path)
+    assert json.loads(line)["params"] == {"location": path, "workdir": path + "/sub"}
+
+
+def test_substitution_is_one_pass_so_a_path_is_never_substituted_again():
+    line = c.substitute('["${WORKDIR}","${FIXTURE}"]', fixture="/f", workdir="/w/${FIXTURE}")
+    assert json.loads(line) == ["/w/${FIXTURE}", "/f"]
+
+
+def test_an_unencodable_path_is_a_case_error_not_a_crash():
+    with pytest.raises(c.CaseError, match="cannot be written as JSON"):
+        c.substitute('"${FIXTURE}"', fixture="/tmp/\udcff", workdir="/w")
+
+
+@pytest.mark.parametrize(
+    ("line", "kind", "request_id"),
+    [
+        (b'{"jsonrpc":"2.0","id":7,"method":"m"}', c.LineKind.REQUEST, 7),
+        (b'{"jsonrpc":"2.0","id":"x","method":"m"}', c.LineKind.REQUEST, "x"),
+        (b'{"jsonrpc":"2.0","method":"m"}', c.LineKind.NOTIFICATION, None),
+        (b'{"jsonrpc":"2.0","id":null,"method":"m"}', c.LineKind.NOTIFICATION, None),
+        (b'{"jsonrpc":"2.0","id":3}', c.LineKind.OTHER, None),
+        (b'{"jsonrpc":"2.0", "id":', c.LineKind.OTHER, None),
+        (b"[1,2]", c.LineKind.OTHER, None),
+    ],
+)
+def test_a_line_is_a_request_a_notification_or_neither(line, kind, request_id):
+    assert c.classify(line) == (kind, request_id)
+
+
+def test_a_request_is_awaited_only_before_the_next_request_so_notifications_go_at_once():
+    def line(n, kind, rid=None):
+        return c.Line(n, b"", kind, rid)
+
+    req1, note, other, req2 = (
+        line(1, c.LineKind.REQUEST, 1),
+        line(2, c.LineKind.NOTIFICATION),
+        line(3, c.LineKind.OTHER),
+        line(4, c.LineKind.REQUEST, 2),
+    )
+    assert c.lockstep_steps([req1, note, other, req2]) == [
+        c.Send(req1),
+        c.Send(note),
+        c.Send(other),
+        c.Await(req1),
+        c.Send(req2),
+        c.Await(req2),
+    ]
+
+
+def test_a_response_is_matched_by_json_id_and_a_request_from_the_adapter_is_not_one():
+    assert c.answers(b'{"id":1.0,"result":{}}', 1)
+    assert not c.answers(b'{"id":true,"result":{}}', 1)
+    assert not c.answers(b'{"id":1,"method":"server/ping"}', 1)
+    assert not c.answers(b'{"id":2,"error":{}}', 1)
+    assert not c.answers(b"garbage", 1)
+
+
+def test_the_line_splitter_keeps_a_partial_last_line_and_never_cuts_at_u2028():
+    splitter = c.LineSplitter()
+    sep = "\u2028".encode()
+    assert splitter.feed(b'{"a":1}\n\n  \r\n{"b":"x' + sep) == [b'{"a":1}']
+    assert splitter.feed(b'y"}\n{"c"') == [b'{"b":"x' + sep + b'y"}']
+    assert splitter.feed(b":3}") == []
+    assert splitter.close() == [b'{"c":3}']
+
+
+# --------------------------------------------------------------------------
+# Manifest and case validation
+# --------------------------------------------------------------------------
+
+GOOD_MANIFEST = {
+    "case": "c1",
+    "description": "why",
+    "flow": "lockstep",
+    "placeholders": {"FIXTURE": "x", "WORKDIR": "y"},
+    "volatile": ["/result/checked_at", "/result/candidates/*/confirmed_at"],
+    "responses": 2,
+}
+
+
+def test_a_valid_manifest_parses_its_pointers():
+    manifest = c.validate_manifest(GOOD_MANIFEST, "c1")
+    assert manifest.pointers == (
+        ("result", "checked_at"),
+        ("result", "candidates", "*", "confirmed_at"),
+    )
+    assert manifest.responses == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        ({"case": "renamed"}, 'manifest names case "renamed" but the directory is "c1"'),
+        ({"description": "   "}, "no description"),
+        ({"description": None}, "no description"),
+        ({"flow": "concurrent"}, 'flow "concurrent" is not defined'),
+        ({"responses": "2"}, "responses must be a whole number"),
+        ({"responses": True}, "responses must be a whole number"),
+        ({"responses": 2.0}, "responses must be a whole number"),
+        ({"responses": -1}, "responses must be a whole number"),
+        ({"volatile": "/result/x"}, "volatile must be a list"),
+        ({"volatile": [3]}, r"volatile\[0\] is 3"),
+        ({"volatile": ["result/x"]}, "does not start with /"),
+        ({"placeholders": {"NOW": "clock"}}, 'placeholder "NOW" cannot be bound'),
+        ({"volatil": []}, 'unknown key "volatil"'),
+    ],
+)
+def test_an_invalid_manifest_is_refused_with_the_reason(change, complaint):
+    with pytest.raises(c.CaseError, match=complaint):
+        c.validate_manifest({**GOOD_MANIFEST, **change}, "c1")
+
+
+@pytest.mark.parametrize("key", ["case", "description", "flow", "volatile", "responses"])
+def test_a_manifest_missing_a_required_key_is_refused(key):
+    data = {k: v for k, v in GOOD_MANIFEST.items() if k != key}
+    with pytest.raises(c.CaseError, match=f'no "{key}"'):
+        c.validate_manifest(data, "c1")
+
+
+def test_a_recording_whose_count_differs_from_the_manifest_is_an_invalid_case(tmp_path):
+    directory = make_case(tmp_path, responses=3)
+    with pytest.raises(
+        c.CaseError, match=r"response\.jsonl holds 2 frames but the manifest declares 3"
+    ):
+        c.load_case(directory)
+
+
+def test_declaring_fewer_responses_than_requests_is_an_invalid_case(tmp_path):
+    directory = make_case(tmp_path, recorded=None, responses=1)
+    with pytest.raises(c.CaseError, match="holds 2 requests but the manifest declares 1"):
+        c.load_case(directory, with_recording=False)
+
+
+def test_a_case_using_fixture_without_a_fixture_directory_is_invalid(tmp_path):
+    directory = make_case(tmp_path)
+    (directory / "fixture" / "data.jsonl").unlink()
+    (directory / "fixture").rmdir()
+    with pytest.raises(c.CaseError, match="no fixture/ directory"):
+        c.load_case(directory)
+
+
+@pytest.mark.skipif(not REFERENCE_SUITE.is_dir(), reason="reference suite not present")
+def test_the_reference_suite_holds_nine_valid_cases():
+    cases = [c.load_case(d) for d in c.discover_cases(REFERENCE_SUITE)]
+    assert len(cases) == 9
+    assert all(len(case.recorded) == case.manifest.responses for case in cases)
+
+
+# --------------------------------------------------------------------------
+# Driver against real processes
+# --------------------------------------------------------------------------
+
+
+def pid_is_gone(pidfile: Path) -> bool:
+    try:
+        os.kill(int(pidfile.read_text()), 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def test_a_faithful_adapter_passes_with_volatile_fields_masked(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite")
+    with trio.fail_after(20):
+        result = await c.verify_case(directory, adapter("answer"), timeout=10)
+    assert result == c.CaseResult("echo", True)
+    assert c.format_result(result) == "PASS echo"
+
+
+async def test_a_wrong_value_fails_at_its_pointer_with_both_values(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite")
+    with trio.fail_after(20):
+        result = await c.verify_case(directory, adapter("wrong"), timeout=10)
+    assert not result.ok
+    assert result.detail == 'response 2 at /result/echo: want "two", got "not what was asked"'
+    assert c.format_result(result).splitlines() == [
+        'FAIL echo: response 2 at /result/echo: want "two", got "not what was asked"',
+        "  adapter stderr: (empty)",
+    ]
+
+
+async def test_a_frame_written_after_stdin_closes_fails_the_case(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite")
+    with trio.fail_after(20):
+        result = await c.verify_case(directory, adapter("extra"), timeout=10)
+    assert not result.ok
+    assert result.detail.startswith(
+        'response 3: want nothing, got {"jsonrpc":"2.0","method":"test/late"'
+    )
+
+
+async def test_a_hung_adapter_times_out_and_is_killed(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite")
+    pidfile = tmp_path / "pid"
+    with trio.fail_after(20):
+        result = await c.verify_case(directory, adapter("hang", str(pidfile)), timeout=2)
+    assert not result.ok
+    assert result.detail == (
+        "timed out after 2 s waiting for the response to request id 1 (line 1); killed it"
+    )
+    assert pid_is_gone(pidfile)
+
+
+async def test_an_adapter_that_outlives_stdin_is_killed_and_reported(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite")
+    pidfile = tmp_path / "pid"
+    with trio.fail_after(20):
+        result = await c.verify_case(
+            directory, adapter("linger", str(pidfile)), timeout=10, exit_grace=1
+        )
+    assert not result.ok
+    assert result.detail == "the adapter had not exited 1 s after stdin closed; killed it"
+    assert pid_is_gone(pidfile)
+
+
+async def test_an_adapter_that_dies_early_is_reported_with_its_stderr(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite")
+    with trio.fail_after(20):
+        result = await c.verify_case(directory, adapter("crash"), timeout=10)
+    assert not result.ok
+    assert "request id 1 (line 1) unanswered; it exited with status 3" in result.detail
+    assert c.format_result(result).splitlines()[1:] == [
+        "  adapter stderr:",
+        "  | starting",
+        "  | boom: cannot open the index",
+    ]
+
+
+async def test_a_clean_transcript_still_fails_if_the_adapter_exits_nonzero(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite")
+    with trio.fail_after(20):
+        result = await c.verify_case(directory, adapter("exit1"), timeout=10)
+    assert result.detail == "the adapter exited with status 1 after stdin closed"
+
+
+async def test_an_adapter_command_that_cannot_start_fails_the_case(tmp_path):
+    directory = make_case(tmp_path / "suite")
+    with trio.fail_after(20):
+        result = await c.verify_case(directory, [str(tmp_path / "no-such-adapter")], timeout=10)
+    assert not result.ok
+    assert result.detail.startswith("cannot start the adapter")
+
+
+async def test_a_notification_reaches_the_adapter_while_the_request_before_it_is_unanswered(
+    tmp_path, adapter
+):
+    # If the harness waited for id 5 before sending the release, neither side
+    # would move and the case would time out instead of passing.
+    hold = {"jsonrpc": "2.0", "id": 5, "method": "test/hold", "params": {}}
+    release = {"jsonrpc": "2.0", "method": "test/release", "params": {}}
+    released = {"jsonrpc": "2.0", "id": 5, "error": {"code": -32007, "message": "released"}}
+    directory = make_case(
+        tmp_path / "suite", requests=[INIT, hold, release], recorded=[WANT[0], released]
+    )
+    with trio.fail_after(20):
+        result = await c.verify_case(directory, adapter("answer"), timeout=10)
+    assert result.ok, result.detail
+
+
+async def test_frames_besides_the_awaited_response_count_toward_responses(tmp_path, adapter):
+    log1 = {"jsonrpc": "2.0", "method": "test/log", "params": {"about": 1}}
+    log2 = {"jsonrpc": "2.0", "method": "test/log", "params": {"about": 2}}
+    counted = make_case(tmp_path / "a", recorded=[log1, WANT[0], log2, WANT[1]])
+    uncounted = make_case(tmp_path / "b")
+    with trio.fail_after(20):
+        assert (await c.verify_case(counted, adapter("chatty"), timeout=10)).ok
+        result = await c.verify_case(uncounted, adapter("chatty"), timeout=10)
+    assert result.detail.startswith("response 1 at /id: want 1, got nothing")
+
+
+async def test_record_writes_masked_compact_frames_that_verify_then_passes(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite", recorded=None, responses=2)
+    with trio.fail_after(20):
+        recorded = await c.record_case(directory, adapter("answer"), timeout=10)
+        assert recorded == c.CaseResult("echo", True, "2 responses")
+        assert c.format_result(recorded, recording=True) == "RECORDED echo (2 responses)"
+        lines = (directory / "response.jsonl").read_bytes().splitlines()
+        assert [msgspec.json.decode(line) for line in lines] == WANT
+        assert all(b": " not in line and b", " not in line for line in lines)
+        assert (await c.verify_case(directory, adapter("answer"), timeout=10)).ok
+
+
+async def test_record_refuses_an_invalid_manifest_and_writes_nothing(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite", recorded=None, case="stale-name")
+    with trio.fail_after(20):
+        result = await c.record_case(directory, adapter("answer"), timeout=10)
+    assert not result.ok
+    assert result.detail.startswith('invalid case: manifest names case "stale-name"')
+    assert result.stderr is None  # no adapter was started
+    assert not (directory / "response.jsonl").exists()
+
+
+async def test_record_refuses_a_run_whose_count_differs_from_the_manifest(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite")
+    before = (directory / "response.jsonl").read_bytes()
+    with trio.fail_after(20):
+        result = await c.record_case(directory, adapter("chatty"), timeout=10)
+    assert result.detail == (
+        "the manifest declares 2 responses, the run produced 4; response.jsonl left unchanged"
+    )
+    assert (directory / "response.jsonl").read_bytes() == before
+
+
+async def test_record_refuses_a_failed_run(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite")
+    before = (directory / "response.jsonl").read_bytes()
+    with trio.fail_after(20):
+        result = await c.record_case(directory, adapter("exit1"), timeout=10)
+    assert result.detail.endswith(
+        "exited with status 1 after stdin closed; response.jsonl left unchanged"
+    )
+    assert (directory / "response.jsonl").read_bytes() == before
+
+
+@pytest.mark.skipif(not REFERENCE_SUITE.is_dir(), reason="reference suite not present")
+async def test_the_reference_suite_replays_against_a_playback_of_its_own_recordings(tmp_path):
+    script = tmp_path / "playback.py"
+    script.write_text(PLAYBACK)
+    results = []
+    with trio.fail_after(60):
+        for directory in c.discover_cases(REFERENCE_SUITE):
+            results.append(
+                await c.verify_case(directory, [sys.executable, str(script)], timeout=20)
+            )
+    assert len(results) == 9
+    assert [c.format_result(r) for r in results if not r.ok] == []
+
+
+# --------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------
+
+
+def test_the_cli_prints_a_line_per_case_then_the_summary_and_fails_on_any_failure(
+    tmp_path, adapter, capsys
+):
+    suite = tmp_path / "suite"
+    make_case(suite, "good")
+    make_case(suite, "bad", description="")
+    status = c.main(
+        ["verify", str(suite), "--adapter", shlex.join(adapter("answer")), "--timeout", "10"]
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert status == 1
+    assert out == [
+        "FAIL bad: invalid case: manifest has no description; a transcript nobody can read "
+        "is not documentation",
+        "PASS good",
+        "1 passed, 1 failed",
+    ]
+
+
+def test_the_cli_exits_zero_when_every_selected_case_passes(tmp_path, adapter, capsys):
+    suite = tmp_path / "suite"
+    make_case(suite, "good")
+    make_case(suite, "bad", description="")
+    # Case names may follow --adapter; only the named case runs.
+    status = c.main(["verify", str(suite), "--adapter", shlex.join(adapter("answer")), "good"])
+    assert status == 0
+    assert capsys.readouterr().out.splitlines() == ["PASS good", "1 passed, 0 failed"]
+
+
+def test_the_cli_records_then_verifies(tmp_path, adapter, capsys):
+    suite = tmp_path / "suite"
+    make_case(suite, "fresh", recorded=None, responses=2)
+    command = shlex.join(adapter("answer"))
+    assert c.main(["record", str(suite), "--adapter", command]) == 0
+    assert c.main(["verify", str(suite), "--adapter", command]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "RECORDED fresh (2 responses)",
+        "1 recorded, 0 failed",
+        "PASS fresh",
+        "1 passed, 0 failed",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        ([], "usage: streamd conformance verify"),
+        (["replay", "x"], "usage: streamd conformance verify"),
+        (["verify", "{suite}", "nope"], "no case named 'nope'"),
+        (["verify", "{suite}/missing"], "is not a directory"),
+        (["verify", "{suite}", "--adapter", "'unbalanced"], "--adapter"),
+        (["verify", "{suite}", "--adapter", ""], "--adapter is empty"),
+        (["verify", "{suite}", "--timeout", "0"], "--timeout must be positive"),
+    ],
+)
+def test_a_usage_error_exits_2_and_runs_nothing(tmp_path, capsys, argv, complaint):
+    suite = tmp_path / "suite"
+    make_case(suite, "good")
+    status = c.main([a.replace("{suite}", str(suite)) for a in argv])
+    captured = capsys.readouterr()
+    assert status == 2
+    assert complaint in captured.err
+    assert captured.out == ""
