@@ -883,7 +883,11 @@ async def record_case(
 
 
 async def _run_case(case: Case, command: Sequence[str], timeout: float, exit_grace: float) -> Run:
-    with tempfile.TemporaryDirectory(prefix=f"streamd-conformance-{case.name}-") as workdir:
+    # ignore_cleanup_errors: an adapter that left a read-only file behind must
+    # not turn its case result into a harness traceback.
+    with tempfile.TemporaryDirectory(
+        prefix=f"streamd-conformance-{case.name}-", ignore_cleanup_errors=True
+    ) as workdir:
         lines = prepare_requests(case, workdir)
         return await run_transcript(command, lines, timeout=timeout, exit_grace=exit_grace)
 
