@@ -1,0 +1,27 @@
+"""streamd: a Recall stream adapter and a durable event log, on Trio.
+
+How the layers stack, bottom up:
+
+* Sans-I/O core, no Trio: ``framing`` (newline frames with a size limit),
+  ``gotime`` / ``tokenize`` / ``variants`` / ``relevance`` / ``records``
+  (the reference's parsing and scoring rules), ``index`` (columns and posting
+  lists), ``search`` (ranking), ``render`` (wire text), ``adapter`` (the
+  Recall adapter's state and rules), ``eventlog.filters`` / ``eventlog.store``.
+* Trio layer, which only moves bytes and owns tasks: ``rpc`` (JSON-RPC
+  connection: reader, writer, a cancel scope per request), ``recall_service``
+  (Recall methods and the refresh scanner), ``eventlog.log`` /
+  ``eventlog.service`` (the event log's async API and methods), ``daemon``
+  (transports: stdio and a Unix socket).
+* ``cli``: the ``streamd`` command.
+"""
+
+from .errors import RpcError, is_closed, is_event_conflict, is_session_locked, is_session_not_found
+
+__all__ = [
+    "RpcError",
+    "is_closed",
+    "is_event_conflict",
+    "is_session_locked",
+    "is_session_not_found",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,729 @@
+"""The Recall stream adapter: handshake, generations, search, expand, health.
+
+State rules (the reference's, kept here so the Trio layer can stay thin):
+
+* A *generation* is one published build: an index view plus the cursors,
+  counts and build time that produced it. Once published it never changes;
+  searches in flight keep the one they started on.
+* Generation ids continue from the workdir's ``cursor.json``, so an id never
+  names two builds of one workdir. A failed build publishes nothing and
+  consumes no id.
+* A build is needed when there is no generation yet, when ``full`` is asked,
+  or when any configured file's size differs from its cursor (or it vanished
+  or appeared). The incremental path appends only the bytes after each
+  cursor; a file shorter than its cursor (or gone after being read) was
+  rewritten, and the build starts over from nothing.
+* The checkpoint is written after publication, atomically. Failing to write
+  it never fails a request; health reports it.
+
+Building is a generator that yields between chunks of work, so the scanner
+task can drive it without blocking the event loop and without threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import catchup, gotime, render
+from .catchup import Cursor
+from .errors import (
+    INVALID_PARAMS,
+    LOCATOR_EXPIRED,
+    LOCATOR_UNKNOWN,
+    SOURCE_UNAVAILABLE,
+    RpcError,
+)
+from .gofmt import quote
+from .index import Index, View
+from .records import MAX_LINE_BYTES, LineError, Record, parse_line, trim_space, weigh
+from .search import Query, rank, relevance_of
+from .search import query_mode as mode_of
+from .wire import ExpandParams, InitializeParams, SearchParams
+
+ADAPTER_ID = "recall-stream/1"
+DISPLAY_NAME = "JSONL Stream"
+INDEX_CONFIG = "jsonl/1 tokenizer=ident-runs scoring=term-coverage"
+DEFAULT_MAX_CANDIDATES = 50
+CHECKPOINT_FILE = "cursor.json"
+EPISODE_WINDOW_NS = 15 * 60 * gotime.NS
+PROTOCOL_VERSION = 1
+# Lines handled between two yields of a build.
+BUILD_SLICE = 2000
+
+SETTINGS_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "properties": {
+        "debug_stall_ms": {
+            "description": "Artificial pre-scan delay, for recording the cancellation "
+            "conformance case. Leave unset in real configuration.",
+            "minimum": 0,
+            "type": "integer",
+        },
+        "files": {
+            "description": "Stream files, absolute or relative to the location. "
+            "Empty means the location is the file.",
+            "items": {"type": "string"},
+            "type": "array",
+        },
+        "max_candidates": {
+            "description": "Cap on candidates returned by one search.",
+            "minimum": 1,
+            "type": "integer",
+        },
+        "upstream": {
+            "additionalProperties": {"type": "string"},
+            "description": "Maps a record's `system` to the source_id owning those records. "
+            "Each mapped record emits derived_from '<source_id>:<ref>'; "
+            "an unmapped system emits no edge.",
+            "type": "object",
+        },
+    },
+    "type": "object",
+}
+
+
+def manifest() -> dict[str, Any]:
+    return {
+        "protocol_version": PROTOCOL_VERSION,
+        "adapter_id": ADAPTER_ID,
+        "display_name": DISPLAY_NAME,
+        "record_types": ["event", "message"],
+        "query_modes": ["exact", "lexical", "temporal"],
+        "freshness_modes": ["indexed"],
+        "as_of_support": "filter",
+        "relevance_basis": "lexical_span",
+        "capabilities": ["search", "expand", "checkpoint"],
+        "freshness_policy": "indexed: the projection is caught up by byte offset before every "
+        "search and on recall/refresh; a shortened file forces a full rebuild",
+        "sensitivity": "internal",
+        "settings_schema": SETTINGS_SCHEMA,
+    }
+
+
+# --- settings ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Settings:
+    files: list[str] = field(default_factory=list)
+    upstream: dict[str, str] = field(default_factory=dict)
+    max_candidates: int = 0
+    debug_stall_ms: int = 0
+
+    @property
+    def limit(self) -> int:
+        return self.max_candidates if self.max_candidates > 0 else DEFAULT_MAX_CANDIDATES
+
+
+_GO_TYPES = {"files": "[]string", "upstream": "map[string]string",
+             "max_candidates": "int", "debug_stall_ms": "int"}
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return f"number {json.dumps(value)}"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _settings_error(message: str) -> RpcError:
+    return RpcError(INVALID_PARAMS, f"stream settings: {message}")
+
+
+def _type_error(value: Any, name: str, go_type: str) -> RpcError:
+    return _settings_error(
+        f"json: cannot unmarshal {_json_kind(value)} into Go struct field "
+        f"Settings.{name} of type {go_type}"
+    )
+
+
+def _go_int(value: Any, name: str) -> int:
+    # Settings arrive as generic JSON, so 2.0 is the number 2 while 2.5 is not an int.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _type_error(value, name, "int")
+    if isinstance(value, float) and (not value.is_integer() or abs(value) >= 1e21):
+        raise _type_error(value, name, "int")
+    return int(value)
+
+
+def parse_settings(raw: dict[str, Any] | None) -> Settings:
+    """Validate the adapter-owned settings block. Keys match case-insensitively,
+    unknown keys are refused, null leaves a setting at its default."""
+    s = Settings()
+    for key, value in (raw or {}).items():
+        name = key.lower()
+        if name not in _GO_TYPES:
+            raise _settings_error(f"json: unknown field {quote(key)}")
+        if value is None:
+            continue
+        if name == "files":
+            if not isinstance(value, list):
+                raise _type_error(value, name, "[]string")
+            for item in value:
+                if item is not None and not isinstance(item, str):
+                    raise _type_error(item, name, "string")
+            s.files = [item or "" for item in value]
+        elif name == "upstream":
+            if not isinstance(value, dict):
+                raise _type_error(value, name, "map[string]string")
+            for item in value.values():
+                if item is not None and not isinstance(item, str):
+                    raise _type_error(item, name, "string")
+            s.upstream = {k: v or "" for k, v in value.items()}
+        elif name == "max_candidates":
+            s.max_candidates = _go_int(value, name)
+        else:
+            s.debug_stall_ms = _go_int(value, name)
+    for system in sorted(s.upstream):
+        source_id = s.upstream[system]
+        if not system or not source_id or ":" in source_id:
+            # A source_id holding the locator separator would name another source.
+            raise _settings_error(f"upstream {quote(system)} maps to an unusable source_id")
+    if s.max_candidates < 0 or s.debug_stall_ms < 0:
+        raise _settings_error("max_candidates and debug_stall_ms cannot be negative")
+    return s
+
+
+def resolve_files(location: str, names: list[str]) -> list[str]:
+    """Configured names -> absolute paths. A relative name may not climb out
+    of the location: settings are the adapter's own, and nothing above this
+    layer would refuse ``../../.ssh/id_rsa``."""
+    location = location.strip()
+    if not location:
+        raise RpcError(
+            INVALID_PARAMS, "stream: this source has no location, so there is no stream to read"
+        )
+    base = os.path.normpath(location)
+    if not names:
+        return [base]
+    if os.path.exists(base) and not os.path.isdir(base):
+        base = os.path.dirname(base)
+    out = []
+    for name in names:
+        if os.path.isabs(name):
+            out.append(os.path.normpath(name))
+            continue
+        full = os.path.normpath(os.path.join(base, name))
+        rel = os.path.relpath(full, base)
+        if rel == ".." or rel.startswith(".." + os.sep):
+            raise RpcError(
+                INVALID_PARAMS,
+                f"stream settings: file {quote(name)} resolves outside the configured location",
+            )
+        out.append(full)
+    return out
+
+
+# --- generations ------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    generation: int = 0
+    updated_at: int | None = None
+    watermark: str = ""
+    files: list[Cursor] = field(default_factory=list)
+
+
+def load_checkpoint(workdir: str) -> Checkpoint:
+    """A missing or unreadable checkpoint means nothing was published here yet."""
+    try:
+        with open(os.path.join(workdir, CHECKPOINT_FILE), "rb") as f:
+            raw = json.load(f)
+        files = [
+            Cursor(str(c["path"]), int(c.get("offset", 0)), int(c.get("records", 0)),
+                   int(c.get("failed", 0)), bool(c.get("missing", False)))
+            for c in raw.get("files") or []
+        ]
+        updated = raw.get("updated_at")
+        return Checkpoint(
+            generation=int(raw.get("generation", 0)),
+            updated_at=gotime.parse(updated) if isinstance(updated, str) else None,
+            watermark=str(raw.get("source_watermark", "")),
+            files=files,
+        )
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return Checkpoint()
+
+
+def save_checkpoint(workdir: str, cp: Checkpoint) -> None:
+    """Written only after the generation it describes is published: a
+    checkpoint ahead of its data would let a later pass skip records nothing
+    indexed."""
+    body = {
+        "generation": cp.generation,
+        "updated_at": gotime.format_nano(cp.updated_at or 0),
+        "source_watermark": cp.watermark,
+        "files": [
+            {"path": c.path, "offset": c.offset, "records": c.records,
+             "failed": c.failed, "missing": c.missing}
+            for c in cp.files
+        ],
+    }
+    final = os.path.join(workdir, CHECKPOINT_FILE)
+    tmp = final + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(json.dumps(body, separators=(",", ":")).encode())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+
+
+@dataclass(slots=True)
+class Generation:
+    gen: int
+    view: View
+    files: list[Cursor]
+    built_at: int
+    latest: int
+    consumed: int
+    failed: int
+    missing: list[str]
+    rewritten: bool
+
+    @property
+    def name(self) -> str:
+        return f"gen-{self.gen}"
+
+    @property
+    def indexed(self) -> int:
+        return self.view.n
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and not self.missing
+
+    @property
+    def coverage(self) -> str:
+        return "complete" if self.complete else "partial"
+
+    @property
+    def watermark(self) -> str:
+        latest = None if self.latest == gotime.ZERO_TIME else self.latest
+        return render.watermark(self.consumed, self.indexed, latest)
+
+
+def _changed(paths: list[str], cursors: list[Cursor]) -> bool:
+    """Whether any file differs from its cursor. Every file is checked: the
+    reference stops at the first missing one, hiding appends behind it."""
+    by_path = {c.path: c for c in cursors}
+    for path in paths:
+        size = catchup.file_size(path)
+        cur = by_path.get(path)
+        if size is None:
+            if cur is None or not cur.missing:
+                return True
+        elif cur is None or size != cur.offset:
+            return True
+    return False
+
+
+def _shrank(paths: list[str], cursors: dict[str, Cursor]) -> bool:
+    for path in paths:
+        cur = cursors.get(path)
+        if cur is None or cur.offset == 0:
+            continue
+        size = catchup.file_size(path)
+        if size is None or size < cur.offset:
+            return True
+    return False
+
+
+# --- the adapter ------------------------------------------------------------
+
+
+def not_initialized() -> RpcError:
+    return RpcError(SOURCE_UNAVAILABLE, "stream adapter has not completed a handshake")
+
+
+class StreamAdapter:
+    def __init__(self, clock: Callable[[], int] = time.time_ns) -> None:
+        self.clock = clock
+        self.ready = False
+        self.closed = False
+        self.source_id = ""
+        self.workdir = ""
+        self.paths: list[str] = []
+        self.settings = Settings()
+        self.gen = 0
+        self.prior = Checkpoint()
+        self.snap: Generation | None = None
+        self.checkpoint_failed = False
+
+    # handshake
+
+    def initialize(self, p: InitializeParams) -> dict[str, Any]:
+        offered = min(PROTOCOL_VERSION, p.protocol_version_max)
+        if not p.protocol_version_min <= offered <= p.protocol_version_max:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"protocol version {offered} is outside the requested range "
+                f"{p.protocol_version_min}..{p.protocol_version_max}",
+            )
+        settings = parse_settings(p.settings)
+        paths = resolve_files(p.location, settings.files)
+        if not p.workdir.strip():
+            raise RpcError(
+                INVALID_PARAMS,
+                "stream: handshake supplied no workdir, "
+                "and this adapter has nowhere else it may write",
+            )
+        prior = load_checkpoint(p.workdir)
+        self.source_id, self.workdir, self.paths, self.settings = (
+            p.source_id, p.workdir, paths, settings,
+        )
+        self.gen, self.prior, self.snap, self.ready = prior.generation, prior, None, True
+        return manifest()
+
+    def check_session(self) -> None:
+        if self.closed or not self.ready:
+            raise not_initialized()
+
+    def close(self) -> None:
+        self.closed, self.ready, self.snap = True, False, None
+
+    # building
+
+    def needs_build(self, full: bool) -> bool:
+        return self.snap is None or full or _changed(self.paths, self.snap.files)
+
+    def build(self, full: bool) -> Generator[None, None, Generation]:
+        """Build and publish the next generation, yielding between slices."""
+        self.check_session()
+        built_at = self.clock()
+        prev = self.snap
+        cursors: dict[str, Cursor] = {}
+        if prev is not None and not full:
+            cursors = {c.path: c for c in prev.files}
+        check = cursors or {c.path: c for c in self.prior.files}
+        rewritten = _shrank(self.paths, check)
+        if rewritten:
+            cursors = {}
+        incremental = bool(cursors)
+        index = prev.view.index if incremental and prev is not None else Index()
+        if incremental and prev is not None:
+            # A failed build may have appended past the published view.
+            index.truncate(prev.view.n)
+        latest = prev.latest if incremental and prev is not None else gotime.ZERO_TIME
+        state = _BuildState(index, built_at, latest)
+        files: list[Cursor] = []
+        for file_no, path in enumerate(self.paths):
+            old = cursors.get(path)
+            cur = Cursor(path, old.offset, old.records, old.failed) if old else Cursor(path)
+            yield from state.read_into(cur, file_no)
+            files.append(cur)
+        missing = [os.path.basename(c.path) for c in files if c.missing]
+        if len(missing) == len(self.paths):
+            # A source that cannot be read must never look like one with no events.
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"no configured stream file is readable ({', '.join(missing)})",
+            )
+        snap = Generation(
+            gen=self.gen + 1,
+            view=View(index, len(index)),
+            files=files,
+            built_at=built_at,
+            latest=state.latest,
+            consumed=sum(c.offset for c in files),
+            failed=sum(c.failed for c in files),
+            missing=missing,
+            rewritten=rewritten,
+        )
+        self.snap, self.gen = snap, snap.gen
+        self._checkpoint(snap)
+        return snap
+
+    def _checkpoint(self, snap: Generation) -> None:
+        try:
+            save_checkpoint(
+                self.workdir,
+                Checkpoint(snap.gen, snap.built_at, snap.watermark, snap.files),
+            )
+            self.checkpoint_failed = False
+        except OSError:
+            self.checkpoint_failed = True
+
+    # reading records back
+
+    def record(self, snap: Generation, rec: int) -> Record:
+        index = snap.view.index
+        path = self.paths[index.file[rec]]
+        line = catchup.read_line(path, index.offset[rec], index.line_len[rec])
+        try:
+            parsed = parse_line(trim_space(line)) if line is not None else None
+        except LineError:
+            parsed = None
+        if parsed is None or parsed.id != index.ids[rec] or parsed.schema != index.schema[rec]:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"{os.path.basename(path)} changed under the index; refresh and retry",
+            )
+        parsed.observed_at = index.observed_at(rec)
+        return parsed
+
+    # search
+
+    def search(self, snap: Generation, p: SearchParams, started: int) -> dict[str, Any]:
+        limit = self.settings.limit
+        if 0 < p.limit < limit:
+            limit = p.limit
+        query = Query(
+            text=p.query,
+            since=p.filters.since_ns,
+            until=p.filters.until_ns,
+            as_of=p.as_of_ns,
+            record_types=tuple(p.filters.record_types or ()),
+        )
+        ranked = rank(snap.view, query, limit)
+        candidates = []
+        for position, hit in enumerate(ranked.hits, start=1):
+            rec = self.record(snap, hit.rec)
+            rel = relevance_of(snap.view, hit.rec, ranked.terms, ranked.variants)
+            candidates.append(self._candidate(snap, hit.rec, rec, position, hit, rel, ranked.terms))
+        diagnostics: dict[str, Any] = {
+            "coverage": snap.coverage,
+            "elapsed_ms": (self.clock() - started) // 1_000_000,
+            "failed_records": snap.failed,
+            "generation": snap.name,
+            "indexed": snap.indexed,
+            "matched": ranked.matched,
+        }
+        if snap.missing:
+            diagnostics["missing_files"] = snap.missing
+        diagnostics["query_mode"] = mode_of(ranked.terms, ranked.any_exact)
+        diagnostics["terms"] = len(ranked.terms)
+        return {
+            "candidates": candidates,
+            "diagnostics": diagnostics,
+            "source_watermark": snap.watermark,
+            "outcome": "success" if snap.complete else "partial",
+        }
+
+    def _candidate(self, snap, rec_no, rec: Record, rank_: int, hit, rel: float, terms) -> dict:
+        if hit.exact:
+            signal = "exact_identifier"
+        elif not terms:
+            signal = "field"
+        else:
+            signal = "lexical"
+        c: dict[str, Any] = {
+            "candidate_id": rec.local,
+            "source_uid": "",
+            "source_id": "",
+            "source_record_id": rec.id,
+            "locator": f"{self.source_id}:{rec.local}",
+        }
+        upstream = self.settings.upstream.get(rec.system) if rec.system and rec.ref else None
+        if upstream is not None:
+            c["derived_from"] = [f"{upstream}:{rec.ref}"]
+        c["record_type"] = rec.kind
+        c["title"] = rec.title
+        excerpt = render.clip(rec.text, render.EXCERPT_BYTES)
+        if excerpt:
+            c["excerpt"] = excerpt
+        c["local_rank"] = rank_
+        c["local_score"] = _number(hit.score)
+        c["relevance"] = _number(rel)
+        c["match_signals"] = [signal]
+        c["observed_at"] = gotime.format_nano(rec.observed_at or snap.built_at)
+        c["confirmed_at"] = gotime.format_nano(snap.built_at)
+        c["event_time"] = gotime.format_nano(rec.event_time)
+        c["source_revision"] = snap.name
+        c["sensitivity"] = "internal"
+        meta: dict[str, Any] = {}
+        if rec.actor:
+            meta["actor"] = rec.actor
+        meta["byte_offset"] = snap.view.index.offset[rec_no]
+        meta["file"] = os.path.basename(self.paths[snap.view.index.file[rec_no]])
+        if rec.ref:
+            meta["ref"] = rec.ref
+        meta["schema"] = rec.schema
+        if rec.system:
+            meta["system"] = rec.system
+        if rec.revision:
+            meta["upstream_revision"] = rec.revision
+        c["metadata"] = meta
+        return c
+
+    # expand
+
+    def parse_locator(self, p: ExpandParams) -> tuple[int, str, str]:
+        local = p.locator.split(":", 1)[1]
+        version, sep, record_id = local.partition("/")
+        if not sep or not version.startswith("v") or not record_id:
+            raise RpcError(
+                LOCATOR_UNKNOWN, f"{quote(local)} is not a stream locator, want v<schema>/<id>"
+            )
+        schema = _go_atoi(version[1:])
+        if schema is None or schema < 1:
+            raise RpcError(LOCATOR_UNKNOWN, f"{quote(local)} names no schema version")
+        return schema, record_id, local
+
+    def expand(self, snap: Generation, p: ExpandParams) -> dict[str, Any]:
+        schema, record_id, local = self.parse_locator(p)
+        rec_no = snap.view.by_local(schema, record_id)
+        if rec_no is None:
+            other = snap.view.first_with_id(record_id)
+            if other is not None:
+                raise RpcError(
+                    LOCATOR_EXPIRED,
+                    f"{record_id} is now schema v{snap.view.index.schema[other]}, "
+                    f"the locator names v{schema}",
+                )
+            raise RpcError(LOCATOR_EXPIRED, f"{snap.name} holds no record {record_id}")
+        rec = self.record(snap, rec_no)
+        episode = self._episode(snap, rec) if p.detail == "context" else []
+        content = render.expansion(rec, p.detail, episode)
+        result: dict[str, Any] = {"content": content, "source_revision": snap.name,
+                                  "truncated": False}
+        if p.budget_bytes > 0 and len(content.encode()) > p.budget_bytes:
+            result["content"] = render.cut_bytes(content, p.budget_bytes)
+            result["truncated"] = True
+            result["truncation_boundary"] = "budget_bytes"
+        index = snap.view.index
+        result["provenance"] = (
+            f"{os.path.basename(self.paths[index.file[rec_no]])}@{index.offset[rec_no]} ({local})"
+        )
+        return result
+
+    def _episode(self, snap: Generation, rec: Record) -> list[Record]:
+        import numpy as np
+
+        sec, nsec = snap.view.columns()
+        lo, hi = rec.event_time - EPISODE_WINDOW_NS, rec.event_time + EPISODE_WINDOW_NS
+        ls, ln = divmod(lo, gotime.NS)
+        hs, hn = divmod(hi, gotime.NS)
+        mask = ((sec > ls) | ((sec == ls) & (nsec >= ln))) & (
+            (sec < hs) | ((sec == hs) & (nsec <= hn))
+        )
+        ids = snap.view.index.ids
+        nearby = [int(r) for r in np.flatnonzero(mask) if ids[r] != rec.id]
+        return [self.record(snap, r) for r in nearby]
+
+    # health
+
+    def health(self, snap: Generation) -> dict[str, Any]:
+        h: dict[str, Any] = {
+            "status": "healthy",
+            "checked_at": gotime.format_nano(self.clock()),
+            "last_success_at": gotime.format_nano(snap.built_at),
+            "source_watermark": snap.watermark,
+            "index_watermark": snap.watermark,
+            "index_generation": snap.name,
+            "index_config": INDEX_CONFIG,
+        }
+        _put_count(h, "record_count", snap.indexed + snap.failed)
+        _put_count(h, "indexed_count", snap.indexed)
+        _put_count(h, "failed_count", snap.failed)
+        h["coverage"] = snap.coverage
+        diagnostics: dict[str, Any] = {}
+        if self.checkpoint_failed:
+            diagnostics["checkpoint_unwritable"] = True
+        diagnostics["files"] = len(snap.files)
+        if snap.missing:
+            diagnostics["missing_files"] = snap.missing
+        if snap.rewritten:
+            diagnostics["stream_rewritten"] = True
+        h["diagnostics"] = diagnostics
+        if self.checkpoint_failed or not snap.complete or snap.rewritten:
+            h["status"] = "degraded"
+        return h
+
+    def unhealthy(self, err: RpcError) -> dict[str, Any]:
+        """A failed probe, still naming the generation that is answering."""
+        h: dict[str, Any] = {
+            "status": "unavailable",
+            "checked_at": gotime.format_nano(self.clock()),
+        }
+        snap, prior = self.snap, self.prior
+        if snap is not None:
+            h["last_success_at"] = gotime.format_nano(snap.built_at)
+            h["index_watermark"] = snap.watermark
+            h["index_generation"] = snap.name
+            _put_count(h, "indexed_count", snap.indexed)
+        elif prior.generation > 0:
+            if prior.updated_at is not None:
+                h["last_success_at"] = gotime.format_nano(prior.updated_at)
+            if prior.watermark:
+                h["index_watermark"] = prior.watermark
+            h["index_generation"] = f"gen-{prior.generation}"
+        h["coverage"] = "unknown"
+        h["diagnostics"] = {"reason": failure_reason(err)}
+        return h
+
+
+def failure_reason(err: RpcError) -> str:
+    from .errors import DEADLINE_EXCEEDED
+
+    if err.code == DEADLINE_EXCEEDED:
+        return "deadline_exceeded"
+    if err.code == SOURCE_UNAVAILABLE:
+        return "unreachable"
+    return "adapter_error"
+
+
+def _put_count(h: dict[str, Any], key: str, value: int) -> None:
+    if value:
+        h[key] = value
+
+
+def _number(x: float) -> float | int:
+    # Go writes an integral float64 without a fraction (1, not 1.0).
+    return int(x) if x.is_integer() else x
+
+
+def _go_atoi(s: str) -> int | None:
+    """Go's strconv.Atoi: optional sign, ASCII digits only."""
+    body = s[1:] if s[:1] in ("+", "-") else s
+    if not body or not body.isascii() or not body.isdigit():
+        return None
+    return int(s)
+
+
+class _BuildState:
+    def __init__(self, index: Index, built_at: int, latest: int) -> None:
+        self.index = index
+        self.built_at = built_at
+        self.latest = latest
+
+    def read_into(self, cur: Cursor, file_no: int) -> Generator[None, None, None]:
+        try:
+            lines = catchup.lines_after(cur.path, cur.offset)
+            for handled, line in enumerate(lines, start=1):
+                cur.offset = line.offset + line.size
+                self._consume(cur, file_no, line)
+                if handled % BUILD_SLICE == 0:
+                    yield
+        except FileNotFoundError:
+            cur.missing = True
+
+    def _consume(self, cur: Cursor, file_no: int, line: catchup.Line) -> None:
+        if line.data is None:
+            cur.failed += 1
+            return
+        trimmed = trim_space(line.data)
+        if not trimmed:
+            return
+        if len(trimmed) > MAX_LINE_BYTES:
+            cur.failed += 1
+            return
+        try:
+            rec = parse_line(trimmed)
+        except LineError:
+            # One bad line degrades coverage; it never fails the scan.
+            cur.failed += 1
+            return
+        observed = rec.observed_at if rec.observed_at is not None else self.built_at
+        self.index.add(rec, weigh(rec), observed, file_no, line.offset, line.size)
+        if rec.event_time > self.latest:
+            self.latest = rec.event_time
+        cur.records += 1

@@ -1,0 +1,118 @@
+"""Reading what a stream file gained since its cursor.
+
+Only complete lines are consumed: a last line without ``\\n`` is a write in
+progress, so the cursor stops before it and the next pass reads it whole.
+The cursor therefore always lands just after a newline (or at 0).
+
+These are plain blocking functions over small reads; the scanner calls them
+between checkpoints of the event loop.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .errors import SOURCE_UNAVAILABLE, RpcError
+
+CHUNK = 1 << 20
+# A line longer than this is consumed without being held: it fails anyway
+# (records are capped at 1 MiB after trimming), and a runaway producer must
+# not cost us its whole line in memory.
+HOLD_LIMIT = 2 << 20
+
+
+@dataclass(slots=True)
+class Cursor:
+    path: str
+    offset: int = 0
+    records: int = 0
+    failed: int = 0
+    missing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    offset: int
+    data: bytes | None  # None: too long to hold; counts as a failed record
+    size: int
+
+
+def lines_after(path: str, offset: int) -> Iterator[Line]:
+    """Complete lines from ``offset`` on. Raises FileNotFoundError if absent,
+    RpcError(-32000) if unreadable."""
+    name = os.path.basename(path)
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed in finally below
+    except FileNotFoundError:
+        raise
+    except OSError:
+        raise RpcError(SOURCE_UNAVAILABLE, f"{name} is not readable") from None
+    try:
+        try:
+            f.seek(offset)
+        except OSError:
+            raise RpcError(SOURCE_UNAVAILABLE, f"{name} cannot be positioned") from None
+        yield from _split(f, offset, name)
+    finally:
+        f.close()
+
+
+def _split(f, offset: int, name: str) -> Iterator[Line]:
+    pending = bytearray()
+    pending_size = 0
+    holding = True
+    start = offset
+    while True:
+        try:
+            chunk = f.read(CHUNK)
+        except OSError:
+            raise RpcError(SOURCE_UNAVAILABLE, f"{name} became unreadable") from None
+        if not chunk:
+            return
+        pos = 0
+        while True:
+            nl = chunk.find(b"\n", pos)
+            if nl < 0:
+                rest = len(chunk) - pos
+                pending_size += rest
+                if holding and pending_size <= HOLD_LIMIT:
+                    pending += chunk[pos:]
+                else:
+                    holding = False
+                    pending.clear()
+                break
+            size = pending_size + nl + 1 - pos
+            if holding and size <= HOLD_LIMIT:
+                data = bytes(pending) + chunk[pos : nl + 1] if pending else chunk[pos : nl + 1]
+                yield Line(start, data, size)
+            else:
+                yield Line(start, None, size)
+            start += size
+            pending.clear()
+            pending_size = 0
+            holding = True
+            pos = nl + 1
+
+
+def file_size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def read_line(path: str, offset: int, size: int) -> bytes | None:
+    """Re-read one indexed line for rendering; None if it is no longer there."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = os.pread(fd, size, offset)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) == size else None

@@ -1,0 +1,222 @@
+"""Command line: the daemon by default, plus tools for people.
+
+``streamd`` with no subcommand serves JSON-RPC on stdin/stdout, which is how
+a Recall core spawns it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+import trio
+
+from . import gotime
+from .daemon import Config, Daemon, serve_socket, serve_stdio
+
+DESCRIPTION = (
+    "streamd: a Recall stream adapter and a durable event log over newline-delimited "
+    "JSON-RPC 2.0. With no subcommand it serves JSON-RPC on stdin/stdout."
+)
+
+
+def _setup_logging(verbose: bool) -> None:
+    level = logging.INFO if verbose else logging.WARNING
+    if os.environ.get("STREAMD_LOG"):
+        level = getattr(logging, os.environ["STREAMD_LOG"].upper(), level)
+    logging.basicConfig(
+        stream=sys.stderr, level=level, format="streamd %(asctime)s %(levelname)s %(message)s"
+    )
+
+
+def _daemon_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", help="event log database (default $STREAMD_DB or "
+                   "$XDG_STATE_HOME/streamd/events.db)")
+    p.add_argument("--watch-interval-ms", type=int, default=200,
+                   help="how often watchers poll for other processes' appends (default 200)")
+    p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL",
+                   help="SQLite synchronous mode for the event log (default FULL: every "
+                   "acknowledged append survives power loss)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log requests to stderr")
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return Config(db=args.db, watch_interval=args.watch_interval_ms / 1000,
+                  synchronous=args.synchronous)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamd", description=DESCRIPTION)
+    _daemon_options(parser)
+    sub = parser.add_subparsers(dest="command")
+
+    serve = sub.add_parser("serve", help="serve JSON-RPC on stdio, or on a Unix socket")
+    _daemon_options(serve)
+    serve.add_argument("--socket", help="serve many clients on this Unix socket path")
+
+    search = sub.add_parser("search", help="search stream files and print ranked hits")
+    search.add_argument("paths", nargs="+", metavar="PATH")
+    search.add_argument("query")
+    search.add_argument("--since")
+    search.add_argument("--until")
+    search.add_argument("--as-of")
+    search.add_argument("--limit", type=int, default=10)
+    search.add_argument("--json", action="store_true", help="print the raw search result")
+
+    expand = sub.add_parser("expand", help="print the evidence behind a locator")
+    expand.add_argument("paths", nargs="+", metavar="PATH")
+    expand.add_argument("locator")
+    expand.add_argument("--detail", choices=["summary", "excerpt", "full", "context"],
+                        default="full")
+    expand.add_argument("--budget", type=int, default=0, help="byte budget (0: unlimited)")
+    expand.add_argument("--json", action="store_true")
+
+    sub.add_parser("demo", help="index a bundled sample stream and show what streamd does")
+    sub.add_parser("conformance", help="verify or record conformance transcripts",
+                   add_help=False)
+    sub.add_parser("log", help="the durable event log", add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["conformance"]:
+        from .conformance import main as conformance_main
+
+        return conformance_main(argv[1:])
+    if argv[:1] == ["log"]:
+        from .eventlog.cli import main as log_main
+
+        return log_main(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(getattr(args, "verbose", False))
+    try:
+        if args.command in (None, "serve"):
+            daemon = Daemon(_config(args))
+            if getattr(args, "socket", None):
+                trio.run(serve_socket, daemon, args.socket)
+            else:
+                trio.run(serve_stdio, daemon)
+            return 0
+        if args.command == "search":
+            return _search(args)
+        if args.command == "expand":
+            return _expand(args)
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return run_demo()
+    except KeyboardInterrupt:
+        return 0
+    parser.print_help()
+    return 2
+
+
+# --- one-shot search and expand ----------------------------------------------
+
+
+def _open(paths: list[str]):
+    from .adapter import StreamAdapter
+    from .wire import InitializeParams
+
+    adapter = StreamAdapter()
+    files = [os.path.abspath(p) for p in paths]
+    adapter.initialize(
+        InitializeParams(
+            protocol_version_min=1, protocol_version_max=1,
+            workdir=os.path.join(os.sep, "nonexistent-streamd-workdir"),
+            source_id="stream", location=os.path.dirname(files[0]), settings={"files": files},
+        )
+    )
+    steps = adapter.build(full=True)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return adapter, done.value
+
+
+def _time_arg(value: str | None, name: str) -> str | None:
+    if value is not None and gotime.parse(value) is None:
+        raise SystemExit(f"streamd: --{name} {value!r} is not an RFC 3339 time")
+    return value
+
+
+def _search(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from .errors import RpcError
+    from .wire import SearchParams
+
+    filters = {k: v for k, v in (("since", _time_arg(args.since, "since")),
+                                 ("until", _time_arg(args.until, "until"))) if v}
+    body = {"query": args.query, "filters": filters, "limit": max(args.limit, 0),
+            "deadline": "2999-01-01T00:00:00Z"}
+    if args.as_of:
+        body["as_of"] = _time_arg(args.as_of, "as-of")
+    try:
+        adapter, snap = _open(args.paths)
+        params = msgspec.convert(body, SearchParams)
+        result = adapter.search(snap, params, time.time_ns())
+    except RpcError as exc:
+        print(f"streamd: {exc.message}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
+        return 0
+    _print_hits(result)
+    return 0
+
+
+def _print_hits(result: dict) -> None:
+    color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+    def paint(code: str, text: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if color else text
+
+    for c in result["candidates"]:
+        excerpt = c.get("excerpt", "").replace("\n", " ")
+        if len(excerpt) > 80:
+            excerpt = excerpt[:79] + "…"
+        print(
+            f"{paint('1', str(c['local_rank']).rjust(3))}  {paint('36', c['locator'])}  "
+            f"{c['event_time']}  {paint('1', c['title'])}"
+            + (f"  {paint('2', excerpt)}" if excerpt else "")
+        )
+    d = result["diagnostics"]
+    print(paint("2", f"{d['matched']} matched of {d['indexed']} records ({d['query_mode']}, "
+                     f"{result['outcome']}), {d['elapsed_ms']} ms"), file=sys.stderr)
+
+
+def _expand(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from .errors import RpcError
+    from .wire import ExpandParams
+
+    locator = args.locator if ":" in args.locator else f"stream:{args.locator}"
+    try:
+        adapter, snap = _open(args.paths)
+        params = msgspec.convert(
+            {"locator": locator, "detail": args.detail, "budget_bytes": max(args.budget, 0),
+             "deadline": "2999-01-01T00:00:00Z"},
+            ExpandParams,
+        )
+        result = adapter.expand(snap, params)
+    except RpcError as exc:
+        print(f"streamd: {exc.message}", file=sys.stderr)
+        return 1
+    except msgspec.ValidationError as exc:
+        print(f"streamd: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
+    else:
+        print(result["content"])
+    return 0

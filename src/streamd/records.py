@@ -1,0 +1,239 @@
+"""One JSONL line -> one stream record, decoded the way the reference decodes it.
+
+The reference reads records with Go's encoding/json, and its quirks are the
+contract (RECALL-ADAPTER-NOTES, "Edge behaviour"): keys match
+case-insensitively, the last duplicate wins, ``null`` leaves a field unset,
+invalid UTF-8 becomes U+FFFD and the line is kept, a number where a string
+belongs (or a non-integer schema) fails the line, raw control characters
+inside strings fail it.
+
+The fast path is one msgspec decode into a dict. Anything it cannot decide
+exactly (invalid UTF-8, a lone surrogate escape, two keys that fold to the
+same field) takes the slow path through the standard library's decoder with
+pairs preserved in order.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from . import gotime
+from .tokenize import GO_SPACE, tokenize
+
+MIN_SCHEMA = 1
+MAX_SCHEMA = 2
+MAX_LINE_BYTES = 1 << 20
+
+# Field weights: a token keeps the strongest field it appears in.
+TITLE_WEIGHT = 1.0
+FIELD_WEIGHT = 0.5
+TEXT_WEIGHT = 0.4
+
+_STRING_FIELDS = (
+    "id", "kind", "system", "ref", "correlation", "title", "body", "text", "actor", "revision",
+)
+_TIME_FIELDS = ("event_time", "observed_at")
+_KNOWN = frozenset((*_STRING_FIELDS, *_TIME_FIELDS, "schema"))
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _per_byte_replace(err: UnicodeDecodeError) -> tuple[str, int]:
+    # Go substitutes one U+FFFD per invalid byte; Python's "replace" would
+    # merge a truncated sequence into one.
+    return "\ufffd" * (err.end - err.start), err.end
+
+
+codecs.register_error("streamd-go-replace", _per_byte_replace)
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_GO_SPACE_BYTES = tuple(ch.encode() for ch in GO_SPACE)
+
+
+class LineError(ValueError):
+    """The line is not a record; it counts as failed and never fails a scan."""
+
+
+@dataclass(slots=True)
+class Record:
+    schema: int
+    id: str
+    kind: str
+    event_time: int
+    observed_at: int | None
+    system: str
+    ref: str
+    correlation: str
+    title: str
+    text: str
+    actor: str
+    revision: str
+
+    @property
+    def local(self) -> str:
+        return f"v{self.schema}/{self.id}"
+
+
+def trim_space(line: bytes) -> bytes:
+    """Go's ``bytes.TrimSpace``: Unicode white space, not just ASCII."""
+    line = line.strip(b" \t\n\v\f\r")
+    while True:
+        for sp in _GO_SPACE_BYTES:
+            if line.startswith(sp):
+                line = line[len(sp):]
+                break
+            if line.endswith(sp):
+                line = line[: -len(sp)]
+                break
+        else:
+            return line
+
+
+def _fold_key(key: str) -> str:
+    if key.isascii():
+        return key.lower()
+    return "".join(ch.lower().upper().lower() if len(ch.lower()) == 1 else ch for ch in key)
+
+
+def _reject_constant(name: str) -> Any:
+    raise LineError(f"{name} is not JSON")
+
+
+def _pairs_slow(line: bytes) -> list[tuple[str, Any]]:
+    text = line.decode("utf-8", "streamd-go-replace")
+    try:
+        value = json.loads(text, object_pairs_hook=list, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise LineError(f"not a JSON object: {exc}") from None
+    if not isinstance(value, list) or (value and not isinstance(value[0], tuple)):
+        if value is None:
+            return []
+        raise LineError("not a JSON object")
+    return [(k, _clean(v)) for k, v in value]
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str) and _SURROGATE.search(value):
+        return _SURROGATE.sub("\ufffd", value)
+    return value
+
+
+def _pairs(line: bytes) -> list[tuple[str, Any]]:
+    try:
+        value = msgspec.json.decode(line)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return _pairs_slow(line)
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        raise LineError("not a JSON object")
+    folded: set[str] = set()
+    for key in value:
+        fk = _fold_key(key)
+        if fk in _KNOWN:
+            if fk in folded:
+                # Two spellings of one field: only the ordered pairs say which came last.
+                return _pairs_slow(line)
+            folded.add(fk)
+    return list(value.items())
+
+
+def _raw_time_ok(line: bytes, value: str) -> bool:
+    # Go parses a time from the raw bytes between the quotes, without
+    # unescaping; an escaped time is not a time to it.
+    return b'"' + value.encode() + b'"' in line
+
+
+def parse_line(line: bytes) -> Record:
+    """Parse one trimmed, non-empty line. Raises LineError for a failed record."""
+    fields: dict[str, Any] = {}
+    for key, value in _pairs(line):
+        fk = _fold_key(key)
+        if fk not in _KNOWN or value is None:
+            # null leaves a field as it was; unknown keys are ignored.
+            continue
+        fields[fk] = value
+    for name in _STRING_FIELDS:
+        if name in fields and not isinstance(fields[name], str):
+            raise LineError(f"{name} is not a string")
+    schema = fields.get("schema", 0)
+    if type(schema) is not int or not _INT64[0] <= schema <= _INT64[1]:
+        raise LineError("schema is not an integer")
+    times: dict[str, int] = {}
+    for name in _TIME_FIELDS:
+        if name not in fields:
+            continue
+        raw = fields[name]
+        parsed = gotime.parse(raw) if isinstance(raw, str) else None
+        if parsed is None or not _raw_time_ok(line, raw):
+            raise LineError(f"{name} is not an RFC 3339 time")
+        times[name] = parsed
+    if not MIN_SCHEMA <= schema <= MAX_SCHEMA:
+        raise LineError(f"unsupported schema version {schema}")
+    event_time = times.get("event_time", gotime.ZERO_TIME)
+    record_id = fields.get("id", "")
+    if not record_id or event_time == gotime.ZERO_TIME:
+        raise LineError("record needs an id and an event_time")
+    if not gotime.printable(event_time):
+        # Deliberate difference: the reference indexes it and then fails
+        # every search that would return it.
+        raise LineError("event_time cannot be written as RFC 3339")
+    observed = times.get("observed_at")
+    if observed is not None and not gotime.printable(observed):
+        raise LineError("observed_at cannot be written as RFC 3339")
+    v2 = schema == 2
+    return Record(
+        schema=schema,
+        id=record_id,
+        kind=fields.get("kind") or "event",
+        event_time=event_time,
+        observed_at=observed,
+        system=fields.get("system", ""),
+        ref=fields.get("ref", ""),
+        correlation=fields.get("correlation", ""),
+        title=fields.get("title", ""),
+        text=fields.get("text", "") if v2 else fields.get("body", ""),
+        actor=fields.get("actor", "") if v2 else "",
+        revision=fields.get("revision", ""),
+    )
+
+
+@dataclass(slots=True)
+class Terms:
+    """What the index needs from a record's text: per token its strongest
+    field weight and its occurrence count, and the record's length."""
+
+    weights: dict[str, float]
+    counts: dict[str, int]
+    length: int
+
+
+def weigh(rec: Record) -> Terms:
+    weights: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    length = 0
+    for text, weight in (
+        (rec.text, TEXT_WEIGHT),
+        (rec.kind, FIELD_WEIGHT),
+        (rec.system, FIELD_WEIGHT),
+        (rec.actor, FIELD_WEIGHT),
+        (rec.ref, FIELD_WEIGHT),
+        (rec.title, TITLE_WEIGHT),
+    ):
+        if not text:
+            continue
+        for token in tokenize(text):
+            if weights.get(token, 0.0) < weight:
+                weights[token] = weight
+            counts[token] = counts.get(token, 0) + 1
+            length += 1
+    return Terms(weights, counts, length)
+
+
+
+__all__ = ["MAX_LINE_BYTES", "LineError", "Record", "Terms", "parse_line", "trim_space", "weigh"]

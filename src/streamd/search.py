@@ -1,0 +1,182 @@
+"""Ranking within one generation: which records match, in what order.
+
+The order is the reference's: exact-identifier hits first (a partition, not
+a bonus), then local score descending, then event time newest first (to the
+nanosecond), then id in byte order, then stream order. local_score is the
+mean over the query's terms, duplicates kept, of each term's weight in the
+record (its strongest field), or half the best number variant's weight when
+the source spells the term nowhere.
+
+A search touches only the postings of its terms and variants. Only the top
+``limit`` matches are fully ordered: the rest are cut by partitioning on the
+sort keys in priority order, which keeps a term held by most records cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import variants as numvar
+from .index import NS, View
+from .relevance import relevance_over_counts
+from .tokenize import tokenize
+
+# Below this many matches a plain Python sort is cheaper than partitioning.
+_SMALL = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    text: str
+    since: int | None = None
+    until: int | None = None
+    as_of: int | None = None
+    record_types: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    rec: int
+    score: float
+    exact: bool
+
+
+@dataclass(slots=True)
+class Ranked:
+    terms: list[str]
+    variants: dict[str, list[str]]
+    hits: list[Hit]
+    matched: int
+    any_exact: bool
+
+
+def _window_mask(view: View, recs: np.ndarray | None, q: Query) -> np.ndarray | None:
+    """Which of ``recs`` (all records when None) pass the time and type filters."""
+    sec, nsec = view.columns()
+    if recs is not None:
+        sec, nsec = sec[recs], nsec[recs]
+    mask: np.ndarray | None = None
+
+    def both(m: np.ndarray) -> None:
+        nonlocal mask
+        mask = m if mask is None else mask & m
+
+    upper = min((t for t in (q.as_of, q.until) if t is not None), default=None)
+    if upper is not None:
+        us, un = divmod(upper, NS)
+        both((sec < us) | ((sec == us) & (nsec <= un)))
+    if q.since is not None:
+        ls, ln = divmod(q.since, NS)
+        both((sec > ls) | ((sec == ls) & (nsec >= ln)))
+    if q.record_types:
+        codes = [i for i, k in enumerate(view.index.kinds) if k in q.record_types]
+        kinds = np.frombuffer(view.index.kind, dtype=np.int32)[: view.n]
+        if recs is not None:
+            kinds = kinds[recs]
+        both(np.isin(kinds, codes))
+    return mask
+
+
+def _term_weights(view: View, term: str, resolved: dict[str, list[str]]):
+    """(recs, weights) of one query term: its own postings, or the best
+    variant at half weight."""
+    own = view.postings(term)
+    if own is not None:
+        return own.recs, own.weights
+    found = [p for v in resolved.get(term, ()) if (p := view.postings(v)) is not None]
+    if not found:
+        return None
+    if len(found) == 1:
+        return found[0].recs, found[0].weights * numvar.NUMBER_VARIANT_WEIGHT
+    recs = np.concatenate([p.recs for p in found])
+    weights = np.concatenate([p.weights * numvar.NUMBER_VARIANT_WEIGHT for p in found])
+    uniq, inverse = np.unique(recs, return_inverse=True)
+    best = np.zeros(len(uniq))
+    np.maximum.at(best, inverse, weights)
+    return uniq, best
+
+
+def rank(view: View, q: Query, limit: int) -> Ranked:
+    terms = tokenize(q.text)
+    resolved = numvar.resolve(terms, view.holds)
+    if not terms:
+        return _browse(view, q, limit, terms, resolved)
+
+    per_term = {t: _term_weights(view, t, resolved) for t in set(terms)}
+    exact: set[int] = set()
+    for t in set(terms):
+        exact |= view.exact_hits(t)
+    parts = [pw[0] for pw in per_term.values() if pw is not None]
+    if exact:
+        parts.append(np.fromiter(exact, dtype=np.int64, count=len(exact)))
+    if not parts:
+        return Ranked(terms, resolved, [], 0, False)
+    recs = np.unique(np.concatenate(parts))
+    sums = np.zeros(len(recs))
+    # Query order, duplicates included: the same additions in the same order
+    # as the reference, so the last bit agrees.
+    for t in terms:
+        pw = per_term[t]
+        if pw is not None:
+            sums[np.searchsorted(recs, pw[0])] += pw[1]
+    scores = sums / len(terms)
+    is_exact = np.isin(recs, np.fromiter(exact, dtype=np.int64, count=len(exact)))
+    mask = _window_mask(view, recs, q)
+    if mask is not None:
+        recs, scores, is_exact = recs[mask], scores[mask], is_exact[mask]
+    return _order(view, terms, resolved, recs, scores, is_exact, limit)
+
+
+def _browse(view: View, q: Query, limit: int, terms, resolved) -> Ranked:
+    mask = _window_mask(view, None, q)
+    recs = np.arange(view.n, dtype=np.int64) if mask is None else np.flatnonzero(mask)
+    zeros = np.zeros(len(recs))
+    return _order(view, terms, resolved, recs, zeros, np.zeros(len(recs), dtype=bool), limit)
+
+
+def _top(keys: list[np.ndarray], k: int, idx: np.ndarray) -> np.ndarray:
+    """Positions holding the k best rows under lexicographic ``keys`` (larger
+    is better), plus any rows tied with the k-th on every key."""
+    if len(idx) <= k or not keys:
+        return idx
+    col = keys[0][idx]
+    kth = np.partition(col, len(col) - k)[len(col) - k]
+    better = idx[col > kth]
+    tied = idx[col == kth]
+    return np.concatenate([better, _top(keys[1:], k - len(better), tied)])
+
+
+def _order(view: View, terms, resolved, recs, scores, is_exact, limit: int) -> Ranked:
+    matched = len(recs)
+    any_exact = bool(is_exact.any()) if matched else False
+    sec, nsec = view.columns()
+    rsec, rnsec = sec[recs], nsec[recs]
+    pick = np.arange(matched)
+    if matched > max(limit, _SMALL):
+        pick = _top([is_exact.astype(np.int8), scores, rsec, rnsec], limit, pick)
+    ids = view.index.ids
+    rows = [
+        (
+            not is_exact[i], -float(scores[i]), -int(rsec[i]), -int(rnsec[i]),
+            ids[recs[i]], int(recs[i]),
+        )
+        for i in pick.tolist()
+    ]
+    rows.sort()
+    hits = [Hit(rec=row[5], score=-row[1], exact=not row[0]) for row in rows[:limit]]
+    return Ranked(terms, resolved, hits, matched, any_exact)
+
+
+def relevance_of(view: View, rec: int, terms: list[str], resolved: dict[str, list[str]]) -> float:
+    counts: dict[str, int] = {}
+    for t in set(terms):
+        counts[t] = view.count(t, rec) + sum(view.count(v, rec) for v in resolved.get(t, ()))
+    return relevance_over_counts(terms, counts, view.index.length[rec])
+
+
+def query_mode(terms: list[str], any_exact: bool) -> str:
+    if any_exact:
+        return "exact"
+    return "lexical" if terms else "temporal"
