@@ -1,0 +1,62 @@
+"""The durable event log: append-only, seq-numbered agent-session events.
+
+The layers stack bottom-up, each importing only the ones below it:
+
+* :mod:`~streamd.eventlog.model` - msgspec Structs for every param and result.
+* :mod:`~streamd.eventlog.filters` - a Filter as SQL conjuncts (sans-I/O).
+* :mod:`~streamd.eventlog.store` - the storage rules on one APSW connection,
+  synchronous, behind the :class:`Backend` protocol; driver errors stop here.
+* :mod:`~streamd.eventlog.log` - :class:`EventLog`, the Trio API: group-commit
+  writer, watchers, lease heartbeats, lazy open, close.
+
+The JSON-RPC methods and the ``streamd log`` CLI sit on top of :class:`EventLog`.
+"""
+
+from streamd.eventlog.log import (
+    DEFAULT_WATCH_INTERVAL,
+    EventLog,
+    EventLogStats,
+    Lease,
+    Watch,
+    new_holder_id,
+    resolve_db_path,
+)
+from streamd.eventlog.model import (
+    AppendParams,
+    AppendResult,
+    Boot,
+    Entry,
+    Event,
+    Filter,
+    LeaseInfo,
+    Session,
+    SessionTree,
+    SessionWithEvents,
+    SinceResult,
+)
+from streamd.eventlog.store import SCHEMA_VERSION, Backend, SqliteOptions, SqliteStore
+
+__all__ = [
+    "DEFAULT_WATCH_INTERVAL",
+    "SCHEMA_VERSION",
+    "AppendParams",
+    "AppendResult",
+    "Backend",
+    "Boot",
+    "Entry",
+    "Event",
+    "EventLog",
+    "EventLogStats",
+    "Filter",
+    "Lease",
+    "LeaseInfo",
+    "Session",
+    "SessionTree",
+    "SessionWithEvents",
+    "SinceResult",
+    "SqliteOptions",
+    "SqliteStore",
+    "Watch",
+    "new_holder_id",
+    "resolve_db_path",
+]

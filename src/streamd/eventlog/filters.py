@@ -1,0 +1,124 @@
+"""Translate a :class:`~streamd.eventlog.model.Filter` into a SQL WHERE fragment.
+
+Values in, values out: no connection, no trio. The output is a list of
+``(sql, args)`` conjuncts over the ``events`` columns ``app_name``, ``user_id``,
+``session_id``, ``branch`` and ``author``; the caller ANDs them with its own
+cursor (``seq > ?``), ordering and limit.
+
+Prefixes are matched with byte-range comparisons, not ``LIKE``
+---------------------------------------------------------------
+The contract says a branch prefix ``p`` matches ``p`` itself and branches that
+start ``p.`` or ``p/``, and that ``%``, ``_`` and any escape character in user
+input match literally. The obvious spelling, ``branch LIKE 'p.%' ESCAPE '!'``, has
+three faults in SQLite: LIKE folds ASCII case (prefix ``Agent`` would match
+``agent.x``), it can use an index only under ``NOCASE`` or the deprecated
+``case_sensitive_like`` pragma, and every metacharacter has to be escaped with an
+escape character that itself has to be escaped.
+
+Under SQLite's BINARY collation (memcmp of UTF-8), a string ``x`` starts with
+``p.`` or ``p/`` exactly when ``p + "." <= x < p + "0"``, because ``.`` (0x2E) and
+``/`` (0x2F) are adjacent and ``0`` (0x30) follows them. So a prefix becomes
+``branch = ? OR (branch >= ? AND branch < ?)``: case-sensitive, an index range
+scan, and with no pattern language at all, ``%``, ``_``, ``!`` and ``\\`` are
+ordinary bytes that match only themselves. The session tree is the same trick
+with ``:sub:`` and ``:sub;`` (``;`` follows ``:``), and an author suffix is
+``substr(author, -n) = ?``.
+
+(A PostgreSQL backend must compare with ``COLLATE "C"`` or use ``starts_with``;
+locale collations do not order by bytes.)
+
+Omitted versus empty
+--------------------
+``None`` is "no restriction" for every field. Among ``branch_prefixes`` an empty
+string is dropped (it would otherwise match every root-branch event); a group that
+ends up empty matches nothing, because the caller asked for a branch restriction
+and dropping blanks must never widen the query to everything. An empty
+``author_suffix`` is no restriction, as the contract says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from streamd.eventlog.model import Filter
+
+__all__ = ["Clause", "branch_prefixes", "prefix_bounds", "where"]
+
+Clause = tuple[str, tuple[Any, ...]]
+
+# Every branch that continues a prefix at a segment boundary lies in
+# [prefix + _SEGMENT_LOW, prefix + _SEGMENT_HIGH): '.' and '/' are adjacent bytes.
+_SEGMENT_LOW = "."
+_SEGMENT_HIGH = "0"
+assert ord(_SEGMENT_HIGH) == ord("/") + 1 == ord(".") + 2
+
+_SUB_MARK = ":sub:"
+_SUB_MARK_END = ":sub;"  # ';' is the byte after ':'
+
+
+def prefix_bounds(prefix: str) -> tuple[str, str]:
+    """Half-open bounds of the branches below ``prefix`` (not ``prefix`` itself)."""
+    return prefix + _SEGMENT_LOW, prefix + _SEGMENT_HIGH
+
+
+def branch_prefixes(prefixes: Sequence[str]) -> list[str]:
+    """The prefixes that take part in the OR group: blanks dropped, order kept,
+    repeats removed (they would only repeat an index probe)."""
+    return list(dict.fromkeys(p for p in prefixes if p))
+
+
+def where(flt: Filter | None) -> list[Clause]:
+    """The conjuncts for ``flt``; an empty list means "every event"."""
+    if flt is None:
+        return []
+    clauses: list[Clause] = []
+    if flt.session_tree is not None:
+        # The tree names its own (app, user); it takes precedence over the
+        # app/user/session equality fields rather than being ANDed with them.
+        tree = flt.session_tree
+        clauses.append(("app_name = ?", (tree.app,)))
+        clauses.append(("user_id = ?", (tree.user,)))
+        clauses.append(
+            (
+                "(session_id = ? OR (session_id >= ? AND session_id < ?))",
+                (tree.parent, tree.parent + _SUB_MARK, tree.parent + _SUB_MARK_END),
+            )
+        )
+    else:
+        if flt.app is not None:
+            clauses.append(("app_name = ?", (flt.app,)))
+        if flt.user is not None:
+            clauses.append(("user_id = ?", (flt.user,)))
+        if flt.session is not None:
+            clauses.append(("session_id = ?", (flt.session,)))
+    if flt.branch_prefixes is not None:
+        prefixes = branch_prefixes(flt.branch_prefixes)
+        if not prefixes:
+            clauses.append(("0", ()))
+        else:
+            terms: list[str] = []
+            args: list[Any] = []
+            for p in prefixes:
+                low, high = prefix_bounds(p)
+                terms.append("branch = ? OR (branch >= ? AND branch < ?)")
+                args.extend((p, low, high))
+            clauses.append(("(" + " OR ".join(terms) + ")", tuple(args)))
+    if flt.author is not None:
+        clauses.append(("author = ?", (flt.author,)))
+    if flt.author_suffix:
+        # substr counts characters, as len() does, so multi-byte suffixes work.
+        clauses.append(("substr(author, ?) = ?", (-len(flt.author_suffix), flt.author_suffix)))
+    return clauses
+
+
+def render(clauses: Sequence[Clause], extra: Sequence[Clause] = ()) -> tuple[str, tuple[Any, ...]]:
+    """Join conjuncts into ``"a AND b"`` plus their args (``"1"`` when none)."""
+    parts = [*extra, *clauses]
+    if not parts:
+        return "1", ()
+    sql = " AND ".join(part for part, _ in parts)
+    args: tuple[Any, ...] = ()
+    for _, a in parts:
+        args += a
+    return sql, args

@@ -1,0 +1,985 @@
+"""The synchronous SQLite store: the storage rules of the event log, on APSW.
+
+One :class:`SqliteStore` wraps one connection. Every public method is one unit of
+work: a write opens exactly one transaction (``with self._db:``, which begins
+``IMMEDIATE`` on these connections), private helpers take the connection so steps
+compose inside it, and reads that need more than one statement take one snapshot.
+No ``apsw`` exception leaves this module: :func:`_translated` turns every driver
+error into an :class:`~streamd.errors.RpcError` (``source_unavailable`` for a
+database fault, ``closed`` once the connection is closed), so callers and the wire
+never see driver types.
+
+Rules kept here, for every caller (the Trio layer, the CLI, tests)
+------------------------------------------------------------------
+* seq is ``INTEGER PRIMARY KEY AUTOINCREMENT``. AUTOINCREMENT is load-bearing:
+  without it SQLite reuses the largest rowid after the newest events are deleted
+  (``sessions.delete``), and a watcher whose cursor is past the reused seq would
+  skip the new event forever. Because SQLite has one writer at a time and the seq
+  is assigned inside the writing transaction, commit order is seq order: a reader
+  can never see seq N+k committed before seq N.
+* An append writes the event row, its seq and its session row in one transaction
+  (the Go original wrote two tables without one).
+* Idempotent retry: each event row stores a digest of the request as the client
+  sent it (session triple, event fields, the timestamp only if the client gave
+  one, content, metadata). The same event id with the same digest returns the
+  original seq with ``duplicate: true``; a different digest is ``event_conflict``
+  and nothing is written. Metadata is part of the digest: silently keeping the old
+  ``caller`` while acknowledging a retry that names another would falsify the
+  audit trail.
+* Writes use ``BEGIN IMMEDIATE``: an append reads (the duplicate check) before it
+  writes, and a deferred transaction that has read cannot wait for the write lock
+  (SQLite answers SQLITE_BUSY at once instead of honouring the busy timeout).
+* Group commit: :meth:`SqliteStore.append_batch` writes many appends in one
+  transaction with a savepoint per event, so one event's conflict or bad content
+  fails that event alone.
+* Leases are rows keyed by session; taking a stale lease is a conditional update on
+  the old holder *and* its heartbeat, so a holder that beat in the meantime keeps
+  its lease. A heartbeat is a conditional update on our holder; zero rows means the
+  lease was stolen.
+
+Schema changes are forward-only migrations counted by ``PRAGMA user_version``; a
+database written by a newer streamd is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar
+
+import apsw
+import msgspec
+
+from streamd.errors import (
+    CLOSED,
+    EVENT_CONFLICT,
+    INVALID_PARAMS,
+    SESSION_LOCKED,
+    SESSION_NOT_FOUND,
+    SOURCE_UNAVAILABLE,
+    RpcError,
+    invalid_params,
+)
+from streamd.eventlog import filters
+from streamd.eventlog.model import (
+    AppendParams,
+    AppendResult,
+    Boot,
+    Entry,
+    Event,
+    Filter,
+    LeaseInfo,
+    Session,
+    SessionWithEvents,
+    SinceResult,
+    from_us,
+    to_us,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Backend",
+    "SqliteOptions",
+    "SqliteStore",
+    "closed_error",
+]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+Synchronous = Literal["FULL", "NORMAL"]
+
+
+def closed_error() -> RpcError:
+    return RpcError(CLOSED, "event log is closed")
+
+
+class Backend(Protocol):
+    """What the Trio layer needs from a storage backend; contract tests run against
+    every implementation. Methods are synchronous and each is one unit of work;
+    :meth:`run` executes one of them off the event loop (a connection's worker
+    thread for SQLite), so a backend decides how its driver meets Trio."""
+
+    async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T: ...
+
+    async def aclose(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def append(self, params: AppendParams, now_us: int) -> AppendResult: ...
+
+    def append_batch(
+        self, batch: Sequence[AppendParams], now_us: int
+    ) -> list[AppendResult | RpcError]: ...
+
+    def since(self, from_seq: int, flt: Filter | None, limit: int) -> SinceResult: ...
+
+    def latest_seq(self, flt: Filter | None) -> int: ...
+
+    def branches(self, flt: Filter | None, limit: int | None) -> list[str]: ...
+
+    def create_session(
+        self, app: str, user: str, session: str | None, state: dict[str, Any] | None, now_us: int
+    ) -> Session: ...
+
+    def get_session(
+        self, app: str, user: str, session: str, after_seq: int, recent: int | None
+    ) -> SessionWithEvents: ...
+
+    def list_sessions(self, app: str, user: str | None) -> list[Session]: ...
+
+    def delete_session(self, app: str, user: str, session: str) -> None: ...
+
+    def acquire_lease(
+        self, app: str, user: str, session: str, holder: str, stale_after_ms: int, now_us: int
+    ) -> None: ...
+
+    def heartbeat_lease(
+        self, app: str, user: str, session: str, holder: str, now_us: int
+    ) -> bool: ...
+
+    def release_lease(self, app: str, user: str, session: str, holder: str) -> bool: ...
+
+    def list_leases(self, app: str | None = None, user: str | None = None) -> list[LeaseInfo]: ...
+
+    def record_boot(self, at_us: int, attempted: Sequence[str]) -> int: ...
+
+    def update_boot(self, boot_id: int, attempted: Sequence[str]) -> None: ...
+
+    def recent_boots(self, since_us: int) -> list[Boot]: ...
+
+    def ping(self) -> None: ...
+
+    def change_counter(self) -> int: ...
+
+
+# --- error translation -----------------------------------------------------
+
+
+def _translate(exc: apsw.Error) -> RpcError:
+    if isinstance(exc, apsw.ConnectionClosedError | apsw.CursorClosedError):
+        return closed_error()
+    kind = type(exc).__name__
+    return RpcError(
+        SOURCE_UNAVAILABLE,
+        f"event log database error: {exc}",
+        {"sqlite_error": kind},
+    )
+
+
+def _translated(fn: Callable[_P, _T]) -> Callable[_P, _T]:
+    """The storage boundary: no apsw exception escapes a decorated method."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return fn(*args, **kwargs)
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+
+    return wrapper
+
+
+# --- connection setup --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SqliteOptions:
+    synchronous: Synchronous = "FULL"
+    """FULL fsyncs the WAL at every commit: an acknowledged append survives power
+    loss, not only a killed process. NORMAL survives kill -9 but may lose the last
+    commits on power loss, for several times the commit rate."""
+    busy_timeout_ms: int = 5000
+    """How long a writer waits for another process's write lock before the
+    operation fails with source_unavailable."""
+
+
+def _set_busy_timeout(db: apsw.Connection, opts: SqliteOptions) -> None:
+    # First, so that switching to WAL below also waits for other processes.
+    db.set_busy_timeout(opts.busy_timeout_ms)
+
+
+def _use_wal(db: apsw.Connection, opts: SqliteOptions) -> None:
+    # WAL lets readers run beside the writer and other processes share the file.
+    mode = db.pragma("journal_mode", "wal")
+    if mode != "wal" and db.db_filename("main"):
+        raise RpcError(SOURCE_UNAVAILABLE, f"event log database refused WAL mode ({mode})")
+
+
+def _set_synchronous(db: apsw.Connection, opts: SqliteOptions) -> None:
+    if opts.synchronous not in ("FULL", "NORMAL"):
+        raise invalid_params(f"synchronous must be FULL or NORMAL, not {opts.synchronous!r}")
+    db.pragma("synchronous", opts.synchronous)
+
+
+def _enable_foreign_keys(db: apsw.Connection, opts: SqliteOptions) -> None:
+    # events -> sessions cascades: deleting a session must not leave orphan events.
+    db.pragma("foreign_keys", True)
+
+
+def _forbid_double_quoted_strings(db: apsw.Connection, opts: SqliteOptions) -> None:
+    # A typo'd column name in double quotes would otherwise become a string literal.
+    db.config(apsw.SQLITE_DBCONFIG_DQS_DML, 0)
+    db.config(apsw.SQLITE_DBCONFIG_DQS_DDL, 0)
+
+
+def _begin_writes_immediate(db: apsw.Connection, opts: SqliteOptions) -> None:
+    # ``with db:`` then begins IMMEDIATE: see the module docstring.
+    db.transaction_mode = "IMMEDIATE"
+
+
+CONNECTION_SETUP: tuple[Callable[[apsw.Connection, SqliteOptions], None], ...] = (
+    _set_busy_timeout,
+    _use_wal,
+    _set_synchronous,
+    _enable_foreign_keys,
+    _forbid_double_quoted_strings,
+    _begin_writes_immediate,
+)
+
+
+# --- schema -------------------------------------------------------------------
+
+_V1 = """
+CREATE TABLE sessions (
+    app_name    TEXT NOT NULL,
+    user_id     TEXT NOT NULL,
+    session_id  TEXT NOT NULL,
+    state       TEXT NOT NULL,            -- JSON object
+    created_at  INTEGER NOT NULL,         -- microseconds since the epoch, UTC
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (app_name, user_id, session_id)
+) WITHOUT ROWID;
+
+CREATE TABLE events (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    app_name      TEXT NOT NULL,
+    user_id       TEXT NOT NULL,
+    session_id    TEXT NOT NULL,
+    event_id      TEXT NOT NULL UNIQUE,
+    invocation_id TEXT NOT NULL,
+    author        TEXT NOT NULL,
+    branch        TEXT NOT NULL,
+    event_time    INTEGER NOT NULL,       -- microseconds since the epoch, UTC
+    content       TEXT NOT NULL,          -- JSON, as the client sent it
+    metadata      TEXT,                   -- JSON object, NULL when none
+    digest        BLOB NOT NULL,          -- identity of the request, for safe retry
+    FOREIGN KEY (app_name, user_id, session_id)
+        REFERENCES sessions (app_name, user_id, session_id) ON DELETE CASCADE
+);
+-- since/watch/latest_seq with a session or session-tree filter: equality on the
+-- triple then a range on seq, already in seq order. Also the FK's child index.
+CREATE INDEX events_by_session ON events (app_name, user_id, session_id, seq);
+-- branch prefixes are byte ranges on branch (see filters.py).
+CREATE INDEX events_by_branch ON events (branch, seq);
+
+CREATE TABLE leases (
+    app_name     TEXT NOT NULL,
+    user_id      TEXT NOT NULL,
+    session_id   TEXT NOT NULL,
+    holder       TEXT NOT NULL,           -- host/pid/8-hex, one per acquisition
+    acquired_at  INTEGER NOT NULL,
+    heartbeat_at INTEGER NOT NULL,
+    PRIMARY KEY (app_name, user_id, session_id)
+) WITHOUT ROWID;
+
+CREATE TABLE boots (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    boot_at   INTEGER NOT NULL,
+    attempted TEXT NOT NULL               -- JSON list of session ids
+);
+CREATE INDEX boots_by_time ON boots (boot_at, id);
+"""
+
+# Forward-only: entry i brings user_version from i to i + 1. Never edit a shipped
+# entry; append a new one.
+MIGRATIONS: tuple[str, ...] = (_V1,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _migrate(db: apsw.Connection) -> None:
+    with db:
+        current = db.pragma("user_version")
+        if current > SCHEMA_VERSION:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"event log database has schema version {current}, newer than this "
+                f"streamd understands ({SCHEMA_VERSION}); refusing to open it",
+            )
+        for version in range(current, SCHEMA_VERSION):
+            db.execute(MIGRATIONS[version])
+        if current != SCHEMA_VERSION:
+            db.pragma("user_version", SCHEMA_VERSION)
+
+
+def _configure(db: apsw.Connection, opts: SqliteOptions, migrate: bool) -> None:
+    for step in CONNECTION_SETUP:
+        step(db, opts)
+    if migrate:
+        _migrate(db)
+
+
+# --- pure helpers ---------------------------------------------------------------
+
+_encode = msgspec.json.Encoder().encode
+_encode_canonical = msgspec.json.Encoder(order="deterministic").encode
+_decode_any = msgspec.json.Decoder().decode
+_decode_metadata = msgspec.json.Decoder(dict[str, str]).decode
+_decode_state = msgspec.json.Decoder(dict[str, Any]).decode
+_decode_attempted = msgspec.json.Decoder(list[str]).decode
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """An append with everything computed that needs no database."""
+
+    params: AppendParams
+    event_time: int
+    content: str
+    metadata: str | None
+    digest: bytes
+
+
+def _prepare(p: AppendParams, now_us: int) -> _Prepared:
+    ev = p.event
+    given_time = to_us(ev.timestamp) if ev.timestamp is not None else None
+    metadata = p.metadata or None  # {} reads back as null, so it is stored as null
+    try:
+        content = _encode(ev.content).decode()
+        identity = _encode_canonical(
+            [
+                p.app,
+                p.user,
+                p.session,
+                ev.id,
+                ev.author,
+                ev.branch,
+                ev.invocation_id,
+                given_time,
+                ev.content,
+                metadata,
+            ]
+        )
+    except (TypeError, ValueError) as exc:
+        raise invalid_params(f"event content is not JSON: {exc}") from None
+    return _Prepared(
+        params=p,
+        event_time=given_time if given_time is not None else now_us,
+        content=content,
+        metadata=_encode(metadata).decode() if metadata is not None else None,
+        digest=hashlib.blake2b(identity, digest_size=16).digest(),
+    )
+
+
+def _metadata_from_column(text: str | None) -> dict[str, str] | None:
+    if text is None:
+        return None
+    try:
+        value = _decode_metadata(text)
+    except msgspec.DecodeError:
+        # The sidecar is best effort: a damaged value must not stop a replay.
+        return None
+    return value or None
+
+
+_ENTRY_COLUMNS = (
+    "seq, app_name, user_id, session_id, event_id, invocation_id, author, branch, "
+    "event_time, content, metadata"
+)
+
+
+def _entry(row: tuple[Any, ...]) -> Entry:
+    seq, app, user, session, event_id, invocation_id, author, branch, t, content, md = row
+    return Entry(
+        seq=seq,
+        app=app,
+        user=user,
+        session=session,
+        event=Event(
+            id=event_id,
+            author=author,
+            content=_decode_any(content),
+            branch=branch,
+            invocation_id=invocation_id,
+            timestamp=from_us(t),
+        ),
+        metadata=_metadata_from_column(md),
+    )
+
+
+def _session(row: tuple[Any, ...]) -> Session:
+    app, user, session, state, created, updated = row
+    return Session(
+        app=app,
+        user=user,
+        session=session,
+        state=_decode_state(state),
+        created_at=from_us(created),
+        updated_at=from_us(updated),
+    )
+
+
+def _attempted_from_column(text: str) -> list[str] | None:
+    try:
+        return _decode_attempted(text)
+    except msgspec.DecodeError:
+        return None
+
+
+# A since whose cursor is this close to the newest seq reads the rows past the
+# cursor by primary key instead of through the filter's index (see _since_query).
+_TAIL_SCAN_ROWS = 2048
+
+
+def _indexed_by(flt: Filter | None) -> str:
+    """The FROM clause that pins a filtered read to the index that answers it."""
+    if flt is None:
+        return "events"
+    if flt.session_tree is not None or (
+        flt.app is not None and flt.user is not None and flt.session is not None
+    ):
+        return "events INDEXED BY events_by_session"
+    if flt.branch_prefixes and filters.branch_prefixes(flt.branch_prefixes):
+        return "events INDEXED BY events_by_branch"
+    return "events"
+
+
+def _check_limit(limit: int, maximum: int | None = None) -> None:
+    if limit < 1 or (maximum is not None and limit > maximum):
+        bound = f" and at most {maximum}" if maximum is not None else ""
+        raise invalid_params(f"limit must be at least 1{bound}, not {limit}")
+
+
+# --- the store -------------------------------------------------------------------
+
+
+class SqliteStore:
+    """The event log on one APSW connection; see the module docstring for the rules.
+
+    Open it synchronously with :meth:`open` (tests, the CLI, tools) or with
+    :meth:`open_async` for the Trio layer, where the connection lives in APSW's
+    async mode and :meth:`run` executes a store method on the connection's own
+    worker thread.
+    """
+
+    def __init__(self, db: apsw.Connection, *, is_async: bool) -> None:
+        self._db = db
+        self._is_async = is_async
+
+    # -- lifecycle --
+
+    @classmethod
+    def open(
+        cls, path: str, options: SqliteOptions | None = None, *, migrate: bool = True
+    ) -> SqliteStore:
+        opts = options or SqliteOptions()
+        try:
+            db = apsw.Connection(path)
+            try:
+                _configure(db, opts, migrate)
+            except BaseException:
+                db.close()
+                raise
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+        return cls(db, is_async=False)
+
+    @classmethod
+    async def open_async(
+        cls, path: str, options: SqliteOptions | None = None, *, migrate: bool = True
+    ) -> SqliteStore:
+        """Open in APSW async mode (``apsw.aio``; the controller is picked from the
+        running event loop, Trio here). The caller must ``await aclose()``: the
+        connection's worker thread keeps the process alive until then."""
+        opts = options or SqliteOptions()
+        try:
+            db = await apsw.Connection.as_async(path)
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+        try:
+            await db.async_run(_configure, db, opts, migrate)
+        except BaseException as exc:
+            await db.aclose()
+            if isinstance(exc, apsw.Error):
+                raise _translate(exc) from exc
+            raise
+        return cls(db, is_async=True)
+
+    async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run ``fn`` (a method of this store) where the connection may be used.
+
+        In async mode that is the connection's worker thread; APSW honours Trio
+        cancellation and deadlines there (a call not yet started is skipped, a
+        running statement is interrupted). A synchronously opened store runs ``fn``
+        inline, which blocks the event loop: that is for tests under a mock clock,
+        where a real thread would let the clock jump while SQLite works.
+        """
+        if not self._is_async:
+            return fn(*args, **kwargs)
+        try:
+            return await self._db.async_run(fn, *args, **kwargs)
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+
+    def close(self) -> None:
+        try:
+            self._db.close()
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+
+    async def aclose(self) -> None:
+        if not self._is_async:
+            self.close()
+            return
+        try:
+            await self._db.aclose()
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+
+    @property
+    def connection(self) -> apsw.Connection:
+        """The raw connection, for tests that inspect query plans or pragmas."""
+        return self._db
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[apsw.Connection]:
+        """A read transaction: several statements see one state of the log.
+
+        Deferred on purpose (``with db:`` would begin IMMEDIATE and take the
+        write lock for a read).
+        """
+        self._db.execute("BEGIN DEFERRED")
+        try:
+            yield self._db
+        except BaseException:
+            if not self._db.get_autocommit():
+                self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # -- appends --
+
+    @_translated
+    def append(self, params: AppendParams, now_us: int) -> AppendResult:
+        result = self.append_batch([params], now_us)[0]
+        if isinstance(result, RpcError):
+            raise result
+        return result
+
+    @_translated
+    def append_batch(
+        self, batch: Sequence[AppendParams], now_us: int
+    ) -> list[AppendResult | RpcError]:
+        """Write every append in one transaction; per-event outcomes in order.
+
+        Each event gets its own savepoint, so an event that conflicts (or fails a
+        constraint) is rolled back alone and the others still commit. A fault of
+        the transaction itself (I/O error, busy) fails the whole batch, because
+        then nothing was written.
+        """
+        prepared: list[_Prepared | RpcError] = []
+        for p in batch:
+            try:
+                prepared.append(_prepare(p, now_us))
+            except RpcError as exc:
+                prepared.append(exc)
+        out: list[AppendResult | RpcError] = []
+        db = self._db
+        with db:
+            for item in prepared:
+                if isinstance(item, RpcError):
+                    out.append(item)
+                    continue
+                try:
+                    with db:
+                        out.append(_append_one(db, item, now_us))
+                except RpcError as exc:
+                    out.append(exc)
+                except apsw.ConstraintError as exc:
+                    out.append(invalid_params(f"event rejected by the database: {exc}"))
+        return out
+
+    # -- reads --
+
+    def _since_query(
+        self, from_seq: int, flt: Filter | None, limit: int
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The SELECT for :meth:`since`, with its access path chosen here.
+
+        Without statistics SQLite guesses that a branch range matches a quarter
+        of the table and, with ``ORDER BY seq LIMIT n``, prefers walking the
+        primary key and filtering; for a subtree that is a few percent of the log
+        that reads the whole table. So the path is stated, not guessed:
+
+        * a caught-up cursor (few rows past it) walks the primary key from the
+          cursor: at most ``tip - from_seq`` rows lie past it (seqs are unique),
+          however large the filter's history is. ``NOT INDEXED`` still allows the
+          INTEGER PRIMARY KEY.
+        * a replay filtered by session or session tree uses ``events_by_session``
+          (equality on the triple, then a seq range, already in seq order);
+        * a replay filtered by branch alone uses ``events_by_branch``.
+        """
+        clauses = filters.where(flt)
+        table = "events"
+        if clauses:
+            row = self._db.execute("SELECT seq FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+            tip = row[0] if row else 0
+            table = "events NOT INDEXED" if tip - from_seq <= _TAIL_SCAN_ROWS else _indexed_by(flt)
+        where, args = filters.render(clauses, [("seq > ?", (from_seq,))])
+        # One row past the limit tells whether more matched, without a count.
+        sql = f"SELECT {_ENTRY_COLUMNS} FROM {table} WHERE {where} ORDER BY seq LIMIT ?"
+        return sql, (*args, limit + 1)
+
+    @_translated
+    def explain_since(self, from_seq: int, flt: Filter | None, limit: int) -> list[str]:
+        """EXPLAIN QUERY PLAN details of the exact statement :meth:`since` would run."""
+        sql, args = self._since_query(from_seq, flt, limit)
+        return [row[3] for row in self._db.execute("EXPLAIN QUERY PLAN " + sql, args)]
+
+    @_translated
+    def since(self, from_seq: int, flt: Filter | None, limit: int) -> SinceResult:
+        _check_limit(limit)
+        sql, args = self._since_query(from_seq, flt, limit)
+        rows = self._db.execute(sql, args).fetchall()
+        caught_up = len(rows) <= limit
+        entries = [_entry(r) for r in rows[:limit]]
+        return SinceResult(
+            entries=entries,
+            next_seq=entries[-1].seq if entries else from_seq,
+            caught_up=caught_up,
+        )
+
+    @_translated
+    def latest_seq(self, flt: Filter | None) -> int:
+        where, args = filters.render(filters.where(flt))
+        row = self._db.execute(
+            f"SELECT seq FROM {_indexed_by(flt)} WHERE {where} ORDER BY seq DESC LIMIT 1", args
+        ).fetchone()
+        return row[0] if row else 0
+
+    @_translated
+    def branches(self, flt: Filter | None, limit: int | None) -> list[str]:
+        if limit is not None:
+            _check_limit(limit)
+        where, args = filters.render(filters.where(flt), [("branch <> ''", ())])
+        sql = f"SELECT DISTINCT branch FROM events WHERE {where} ORDER BY branch"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args = (*args, limit)
+        return [r[0] for r in self._db.execute(sql, args)]
+
+    # -- sessions --
+
+    @_translated
+    def create_session(
+        self,
+        app: str,
+        user: str,
+        session: str | None,
+        state: dict[str, Any] | None,
+        now_us: int,
+    ) -> Session:
+        session_id = session if session is not None else uuid.uuid4().hex
+        try:
+            state_json = _encode(state or {}).decode()
+        except (TypeError, ValueError) as exc:
+            raise invalid_params(f"session state is not JSON: {exc}") from None
+        try:
+            with self._db:
+                self._db.execute(
+                    "INSERT INTO sessions (app_name, user_id, session_id, state, created_at,"
+                    " updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (app, user, session_id, state_json, now_us, now_us),
+                )
+        except apsw.ConstraintError:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"session {session_id!r} already exists",
+                {"app": app, "user": user, "session": session_id},
+            ) from None
+        return Session(
+            app=app,
+            user=user,
+            session=session_id,
+            state=_decode_state(state_json),
+            created_at=from_us(now_us),
+            updated_at=from_us(now_us),
+        )
+
+    @_translated
+    def get_session(
+        self, app: str, user: str, session: str, after_seq: int, recent: int | None
+    ) -> SessionWithEvents:
+        if recent is not None:
+            _check_limit(recent)
+        with self._snapshot() as db:
+            row = db.execute(
+                "SELECT app_name, user_id, session_id, state, created_at, updated_at"
+                " FROM sessions WHERE app_name = ? AND user_id = ? AND session_id = ?",
+                (app, user, session),
+            ).fetchone()
+            if row is None:
+                raise RpcError(
+                    SESSION_NOT_FOUND,
+                    f"session {session!r} not found",
+                    {"app": app, "user": user, "session": session},
+                )
+            key_and_cursor = (app, user, session, after_seq)
+            where = "app_name = ? AND user_id = ? AND session_id = ? AND seq > ?"
+            if recent is None:
+                rows = db.execute(
+                    f"SELECT {_ENTRY_COLUMNS} FROM events WHERE {where} ORDER BY seq",
+                    key_and_cursor,
+                ).fetchall()
+            else:
+                rows = db.execute(
+                    f"SELECT {_ENTRY_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC LIMIT ?",
+                    (*key_and_cursor, recent),
+                ).fetchall()
+                rows.reverse()
+        base = _session(row)
+        return SessionWithEvents(
+            app=base.app,
+            user=base.user,
+            session=base.session,
+            state=base.state,
+            created_at=base.created_at,
+            updated_at=base.updated_at,
+            events=[_entry(r) for r in rows],
+        )
+
+    @_translated
+    def list_sessions(self, app: str, user: str | None) -> list[Session]:
+        sql = (
+            "SELECT app_name, user_id, session_id, state, created_at, updated_at"
+            " FROM sessions WHERE app_name = ?"
+        )
+        args: tuple[Any, ...] = (app,)
+        if user is not None:
+            sql += " AND user_id = ?"
+            args += (user,)
+        sql += " ORDER BY user_id, session_id"
+        return [_session(r) for r in self._db.execute(sql, args)]
+
+    @_translated
+    def delete_session(self, app: str, user: str, session: str) -> None:
+        # Idempotent; the foreign key cascades to the session's events so no
+        # orphan row can later fail a replay.
+        with self._db:
+            self._db.execute(
+                "DELETE FROM sessions WHERE app_name = ? AND user_id = ? AND session_id = ?",
+                (app, user, session),
+            )
+
+    # -- leases --
+
+    @_translated
+    def acquire_lease(
+        self, app: str, user: str, session: str, holder: str, stale_after_ms: int, now_us: int
+    ) -> None:
+        key = (app, user, session)
+        with self._db:
+            row = self._db.execute(
+                "SELECT holder, heartbeat_at FROM leases"
+                " WHERE app_name = ? AND user_id = ? AND session_id = ?",
+                key,
+            ).fetchone()
+            if row is None:
+                self._db.execute(
+                    "INSERT INTO leases (app_name, user_id, session_id, holder, acquired_at,"
+                    " heartbeat_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (*key, holder, now_us, now_us),
+                )
+                return
+            old_holder, old_beat = row
+            age_ms = max(0, (now_us - old_beat) // 1000)
+            if age_ms < stale_after_ms:
+                raise _locked(session, old_holder, age_ms, "is locked")
+            if not _steal(self._db, key, old_holder, old_beat, holder, now_us):
+                raise _locked(session, old_holder, age_ms, "was taken by another stealer")
+
+    @_translated
+    def heartbeat_lease(self, app: str, user: str, session: str, holder: str, now_us: int) -> bool:
+        """True while we hold the lease; False means it was stolen (or released)."""
+        with self._db:
+            self._db.execute(
+                "UPDATE leases SET heartbeat_at = ?"
+                " WHERE app_name = ? AND user_id = ? AND session_id = ? AND holder = ?",
+                (now_us, app, user, session, holder),
+            )
+            return self._db.changes() == 1
+
+    @_translated
+    def release_lease(self, app: str, user: str, session: str, holder: str) -> bool:
+        # Conditional on our holder: never delete a successor's lease.
+        with self._db:
+            self._db.execute(
+                "DELETE FROM leases"
+                " WHERE app_name = ? AND user_id = ? AND session_id = ? AND holder = ?",
+                (app, user, session, holder),
+            )
+            return self._db.changes() == 1
+
+    @_translated
+    def list_leases(self, app: str | None = None, user: str | None = None) -> list[LeaseInfo]:
+        clauses: list[filters.Clause] = []
+        if app is not None:
+            clauses.append(("app_name = ?", (app,)))
+        if user is not None:
+            clauses.append(("user_id = ?", (user,)))
+        where, args = filters.render(clauses)
+        rows = self._db.execute(
+            "SELECT app_name, user_id, session_id, holder, acquired_at, heartbeat_at"
+            f" FROM leases WHERE {where} ORDER BY app_name, user_id, session_id",
+            args,
+        )
+        return [
+            LeaseInfo(
+                app=a,
+                user=u,
+                session=s,
+                holder=h,
+                acquired_at=from_us(acq),
+                heartbeat_at=from_us(beat),
+            )
+            for a, u, s, h, acq, beat in rows
+        ]
+
+    # -- boots --
+
+    @_translated
+    def record_boot(self, at_us: int, attempted: Sequence[str]) -> int:
+        with self._db:
+            row = self._db.execute(
+                "INSERT INTO boots (boot_at, attempted) VALUES (?, ?) RETURNING id",
+                (at_us, _encode(list(attempted)).decode()),
+            ).fetchone()
+        assert row is not None
+        return row[0]
+
+    @_translated
+    def update_boot(self, boot_id: int, attempted: Sequence[str]) -> None:
+        with self._db:
+            self._db.execute(
+                "UPDATE boots SET attempted = ? WHERE id = ?",
+                (_encode(list(attempted)).decode(), boot_id),
+            )
+            if self._db.changes() == 0:
+                raise RpcError(INVALID_PARAMS, f"no boot with id {boot_id}", {"id": boot_id})
+
+    @_translated
+    def recent_boots(self, since_us: int) -> list[Boot]:
+        rows = self._db.execute(
+            "SELECT id, boot_at, attempted FROM boots WHERE boot_at >= ? ORDER BY boot_at, id",
+            (since_us,),
+        )
+        return [
+            Boot(id=i, boot_at=from_us(at), attempted=_attempted_from_column(text))
+            for i, at, text in rows
+        ]
+
+    # -- health --
+
+    @_translated
+    def ping(self) -> None:
+        """A real, bounded read: the schema version and the newest seq (one index
+        probe each). Fails with source_unavailable when the file is unreadable."""
+        with self._snapshot() as db:
+            version = db.pragma("user_version")
+            if version != SCHEMA_VERSION:
+                raise RpcError(
+                    SOURCE_UNAVAILABLE,
+                    f"event log schema version is {version}, expected {SCHEMA_VERSION}",
+                )
+            db.execute("SELECT seq FROM events ORDER BY seq DESC LIMIT 1").fetchall()
+
+    @_translated
+    def change_counter(self) -> int:
+        """``PRAGMA data_version``: changes whenever another connection (another
+        process, or this process's writer seen from the reader) commits. One
+        in-memory read, no table access: cheap enough to poll."""
+        return self._db.pragma("data_version")
+
+    @_translated
+    def synchronous(self) -> int:
+        """The connection's ``PRAGMA synchronous`` (2 = FULL, 1 = NORMAL)."""
+        return self._db.pragma("synchronous")
+
+
+def _append_one(db: apsw.Connection, item: _Prepared, now_us: int) -> AppendResult:
+    p = item.params
+    ev = p.event
+    existing = db.execute("SELECT seq, digest FROM events WHERE event_id = ?", (ev.id,)).fetchone()
+    if existing is not None:
+        seq, digest = existing
+        if digest == item.digest:
+            return AppendResult(seq=seq, duplicate=True)
+        raise RpcError(
+            EVENT_CONFLICT,
+            f"event {ev.id!r} was already appended with different content (seq {seq})",
+            {"event_id": ev.id, "seq": seq},
+        )
+    # The session row exists from the first append on, so sessions.get can tell a
+    # session that was written from one that never was.
+    db.execute(
+        "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at)"
+        " VALUES (?, ?, ?, '{}', ?, ?)"
+        " ON CONFLICT (app_name, user_id, session_id)"
+        " DO UPDATE SET updated_at = max(updated_at, excluded.updated_at)",
+        (p.app, p.user, p.session, now_us, now_us),
+    )
+    row = db.execute(
+        "INSERT INTO events (app_name, user_id, session_id, event_id, invocation_id, author,"
+        " branch, event_time, content, metadata, digest)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        (
+            p.app,
+            p.user,
+            p.session,
+            ev.id,
+            ev.invocation_id,
+            ev.author,
+            ev.branch,
+            item.event_time,
+            item.content,
+            item.metadata,
+            item.digest,
+        ),
+    ).fetchone()
+    assert row is not None
+    return AppendResult(seq=row[0], duplicate=False)
+
+
+def _steal(
+    db: apsw.Connection,
+    key: tuple[str, str, str],
+    old_holder: str,
+    old_beat: int,
+    new_holder: str,
+    now_us: int,
+) -> bool:
+    """Take a stale lease only if it is still exactly the stale lease we saw.
+
+    Within SQLite's IMMEDIATE transaction nobody can interleave, but the rule is
+    stated as a conditional update so that every backend (PostgreSQL under READ
+    COMMITTED included) keeps it: of two stealers only one update matches.
+    """
+    db.execute(
+        "UPDATE leases SET holder = ?, acquired_at = ?, heartbeat_at = ?"
+        " WHERE app_name = ? AND user_id = ? AND session_id = ?"
+        " AND holder = ? AND heartbeat_at = ?",
+        (new_holder, now_us, now_us, *key, old_holder, old_beat),
+    )
+    return db.changes() == 1
+
+
+def _locked(session: str, holder: str, age_ms: int, how: str) -> RpcError:
+    return RpcError(
+        SESSION_LOCKED,
+        f"session {session!r} {how} (holder {holder}, heartbeat {age_ms} ms ago)",
+        {"holder": holder, "heartbeat_age_ms": age_ms},
+    )

@@ -1,0 +1,605 @@
+"""Contract tests for the storage backends of the event log.
+
+Every test here runs against each backend in ``BACKENDS`` through the
+:class:`~streamd.eventlog.store.Backend` protocol; a new backend (PostgreSQL) joins
+by adding a factory. Only the ``raw`` hook, used to damage rows on purpose, is
+backend-specific. Times are passed in explicitly, so nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import apsw
+import pytest
+
+from streamd.errors import (
+    CLOSED,
+    EVENT_CONFLICT,
+    INVALID_PARAMS,
+    SESSION_LOCKED,
+    SESSION_NOT_FOUND,
+    SOURCE_UNAVAILABLE,
+    RpcError,
+    is_event_conflict,
+    is_session_locked,
+    is_session_not_found,
+)
+from streamd.eventlog.model import AppendParams, AppendResult, Event, Filter, SessionTree, to_us
+from streamd.eventlog.store import SCHEMA_VERSION, Backend, SqliteOptions, SqliteStore
+
+T0 = to_us(dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
+SECOND = 1_000_000
+
+
+@dataclass
+class Fixture:
+    store: Backend
+    raw: Callable[[str, tuple[Any, ...]], None]
+    reopen: Callable[[], Backend]
+
+
+def _sqlite(tmp_path: Path) -> Iterator[Fixture]:
+    path = str(tmp_path / "events.db")
+    store = SqliteStore.open(path, SqliteOptions(synchronous="NORMAL"))
+    opened = [store]
+
+    def raw(sql: str, args: tuple[Any, ...] = ()) -> None:
+        db = apsw.Connection(path)
+        try:
+            db.execute(sql, args)
+        finally:
+            db.close()
+
+    def reopen() -> Backend:
+        s = SqliteStore.open(path)
+        opened.append(s)
+        return s
+
+    yield Fixture(store, raw, reopen)
+    for s in opened:
+        s.close()
+
+
+BACKENDS: dict[str, Callable[[Path], Iterator[Fixture]]] = {"sqlite": _sqlite}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def fx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
+    yield from BACKENDS[request.param](tmp_path)
+
+
+def ev(event_id: str, content: Any = None, **kw: Any) -> Event:
+    return Event(id=event_id, author=kw.pop("author", "agent"), content=content, **kw)
+
+
+def ap(
+    event: Event, app: str = "app", user: str = "u", session: str = "s", **kw: Any
+) -> AppendParams:
+    return AppendParams(app=app, user=user, session=session, event=event, **kw)
+
+
+def seqs(store: Backend, flt: Filter | None = None, from_seq: int = 0) -> list[int]:
+    return [e.seq for e in store.since(from_seq, flt, 10_000).entries]
+
+
+def ids(store: Backend, flt: Filter | None = None) -> list[str]:
+    return [e.event.id for e in store.since(0, flt, 10_000).entries]
+
+
+# --- append -------------------------------------------------------------------
+
+
+def test_seqs_increase_strictly_in_append_order(fx: Fixture) -> None:
+    got = [fx.store.append(ap(ev(f"e{i}")), T0).seq for i in range(20)]
+    assert got == sorted(got) and len(set(got)) == 20
+    assert seqs(fx.store) == got
+
+
+def test_reappending_identical_event_returns_original_seq_as_duplicate(fx: Fixture) -> None:
+    first = fx.store.append(ap(ev("e1", {"k": [1, 2]}), metadata={"caller": "me"}), T0)
+    fx.store.append(ap(ev("e2")), T0)
+    again = fx.store.append(ap(ev("e1", {"k": [1, 2]}), metadata={"caller": "me"}), T0 + SECOND)
+    assert first == AppendResult(seq=first.seq, duplicate=False)
+    assert again == AppendResult(seq=first.seq, duplicate=True)
+    assert ids(fx.store) == ["e1", "e2"]
+
+
+def test_key_order_inside_content_does_not_make_a_retry_a_conflict(fx: Fixture) -> None:
+    a = fx.store.append(ap(ev("e1", {"a": 1, "b": {"c": 2, "d": 3}})), T0)
+    b = fx.store.append(ap(ev("e1", {"b": {"d": 3, "c": 2}, "a": 1})), T0)
+    assert b == AppendResult(seq=a.seq, duplicate=True)
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        pytest.param(ap(ev("e1", {"k": 2})), id="content"),
+        pytest.param(ap(ev("e1", {"k": 1}, author="other")), id="author"),
+        pytest.param(ap(ev("e1", {"k": 1}, branch="b")), id="branch"),
+        pytest.param(ap(ev("e1", {"k": 1}), session="s2"), id="session"),
+        pytest.param(ap(ev("e1", {"k": 1}), metadata={"caller": "x"}), id="metadata"),
+        pytest.param(
+            ap(ev("e1", {"k": 1}, timestamp=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))),
+            id="timestamp",
+        ),
+    ],
+)
+def test_same_event_id_with_different_content_is_a_conflict_and_writes_nothing(
+    fx: Fixture, changed: AppendParams
+) -> None:
+    original = fx.store.append(ap(ev("e1", {"k": 1})), T0)
+    before = fx.store.since(0, None, 100)
+    with pytest.raises(RpcError) as info:
+        fx.store.append(changed, T0 + SECOND)
+    assert info.value.code == EVENT_CONFLICT and is_event_conflict(info.value)
+    assert info.value.data == {"event_id": "e1", "seq": original.seq}
+    assert fx.store.since(0, None, 100) == before
+    assert fx.store.latest_seq(None) == original.seq
+    if changed.session == "s2":
+        # Not even the session row of the rejected append was written.
+        with pytest.raises(RpcError) as nf:
+            fx.store.get_session("app", "u", "s2", 0, None)
+        assert is_session_not_found(nf.value)
+
+
+def test_batch_commits_every_good_event_when_one_conflicts(fx: Fixture) -> None:
+    fx.store.append(ap(ev("taken", 1)), T0)
+    results = fx.store.append_batch(
+        [ap(ev("a", 1)), ap(ev("taken", 2)), ap(ev("b", 1)), ap(ev("a", 1))], T0
+    )
+    assert isinstance(results[0], AppendResult) and not results[0].duplicate
+    assert isinstance(results[1], RpcError) and results[1].code == EVENT_CONFLICT
+    assert isinstance(results[2], AppendResult) and not results[2].duplicate
+    # The same id twice in one batch: the second sees the first, inside the txn.
+    assert results[3] == AppendResult(seq=results[0].seq, duplicate=True)
+    assert ids(fx.store) == ["taken", "a", "b"]
+
+
+def test_batch_rejects_unencodable_content_for_that_event_only(fx: Fixture) -> None:
+    results = fx.store.append_batch([ap(ev("bad", {"x": object()})), ap(ev("good", [1]))], T0)
+    assert isinstance(results[0], RpcError) and results[0].code == INVALID_PARAMS
+    assert isinstance(results[1], AppendResult)
+    assert ids(fx.store) == ["good"]
+
+
+def test_event_without_timestamp_gets_the_append_time(fx: Fixture) -> None:
+    fx.store.append(ap(ev("e1")), T0 + 123)
+    given = dt.datetime(2021, 6, 7, 8, 9, 10, 11, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    fx.store.append(ap(ev("e2", timestamp=given)), T0)
+    a, b = fx.store.since(0, None, 10).entries
+    assert a.event.timestamp == dt.datetime(2025, 1, 2, 3, 4, 5, 123, tzinfo=dt.UTC)
+    assert b.event.timestamp == given
+    assert b.event.timestamp.utcoffset() == dt.timedelta(0)  # normalised to UTC
+
+
+def test_entries_round_trip_every_field(fx: Fixture) -> None:
+    content = {"parts": [{"text": "hi"}], "n": 1.5, "ok": True, "none": None}
+    fx.store.append(
+        ap(
+            ev("e1", content, author="model", branch="bg.x", invocation_id="inv"),
+            metadata={"caller": "alice", "proxy_by": "bot"},
+        ),
+        T0,
+    )
+    (entry,) = fx.store.since(0, None, 10).entries
+    assert (entry.app, entry.user, entry.session) == ("app", "u", "s")
+    assert entry.event.content == content
+    assert (entry.event.author, entry.event.branch, entry.event.invocation_id) == (
+        "model",
+        "bg.x",
+        "inv",
+    )
+    assert entry.metadata == {"caller": "alice", "proxy_by": "bot"}
+
+
+@pytest.mark.parametrize("metadata", [None, {}])
+def test_metadata_absent_or_empty_reads_back_as_null(fx: Fixture, metadata: Any) -> None:
+    fx.store.append(ap(ev("e1"), metadata=metadata), T0)
+    assert fx.store.since(0, None, 10).entries[0].metadata is None
+
+
+def test_seq_is_never_reused_after_the_newest_events_are_deleted(fx: Fixture) -> None:
+    fx.store.append(ap(ev("keep"), session="a"), T0)
+    last = fx.store.append(ap(ev("gone"), session="b"), T0).seq
+    fx.store.delete_session("app", "u", "b")
+    # A watcher whose cursor is at `last` must see the next event.
+    nxt = fx.store.append(ap(ev("new"), session="a"), T0).seq
+    assert nxt > last
+    assert seqs(fx.store, from_seq=last) == [nxt]
+
+
+# --- since / latest / branches ------------------------------------------------
+
+
+def _populate(store: Backend) -> None:
+    rows = [
+        ("e1", "s1", "", "user"),
+        ("e2", "s1", "bg.cluster", "core/autonomous"),
+        ("e3", "s2", "bg.cluster.child", "model"),
+        ("e4", "s1:sub:x", "sub.x", "scion/autonomous"),
+        ("e5", "s1", "bg", "model"),
+        ("e6", "s1", "bgx", "model"),
+    ]
+    for event_id, session, branch, author in rows:
+        store.append(ap(ev(event_id, author=author, branch=branch), session=session), T0)
+
+
+def test_since_pages_with_next_seq_and_caught_up(fx: Fixture) -> None:
+    for i in range(5):
+        fx.store.append(ap(ev(f"e{i}")), T0)
+    p1 = fx.store.since(0, None, 2)
+    assert [e.event.id for e in p1.entries] == ["e0", "e1"] and not p1.caught_up
+    p2 = fx.store.since(p1.next_seq, None, 2)
+    assert [e.event.id for e in p2.entries] == ["e2", "e3"] and not p2.caught_up
+    p3 = fx.store.since(p2.next_seq, None, 2)
+    assert [e.event.id for e in p3.entries] == ["e4"] and p3.caught_up
+    p4 = fx.store.since(p3.next_seq, None, 2)
+    assert p4.entries == [] and p4.caught_up and p4.next_seq == p3.next_seq
+
+
+def test_exactly_limit_remaining_entries_is_caught_up(fx: Fixture) -> None:
+    for i in range(3):
+        fx.store.append(ap(ev(f"e{i}")), T0)
+    assert fx.store.since(0, None, 3).caught_up
+    assert not fx.store.since(0, None, 2).caught_up
+
+
+@pytest.mark.parametrize("limit", [0, -1])
+def test_since_rejects_a_limit_below_one(fx: Fixture, limit: int) -> None:
+    with pytest.raises(RpcError) as info:
+        fx.store.since(0, None, limit)
+    assert info.value.code == INVALID_PARAMS
+
+
+@pytest.mark.parametrize(
+    ("flt", "expected"),
+    [
+        (Filter(session="s1"), ["e1", "e2", "e5", "e6"]),
+        (Filter(app="app", user="u", session="s2"), ["e3"]),
+        (Filter(app="other"), []),
+        (
+            Filter(session_tree=SessionTree(app="app", user="u", parent="s1")),
+            ["e1", "e2", "e4", "e5", "e6"],
+        ),
+        (Filter(branch_prefixes=["bg"]), ["e2", "e3", "e5"]),
+        (Filter(branch_prefixes=["bg.cluster"]), ["e3", "e2"][::-1]),
+        (Filter(branch_prefixes=["", "sub"]), ["e4"]),
+        (Filter(branch_prefixes=[""]), []),
+        (Filter(author="model"), ["e3", "e5", "e6"]),
+        (Filter(author_suffix="/autonomous"), ["e2", "e4"]),
+        (Filter(session="s1", branch_prefixes=["bg"], author="model"), ["e5"]),
+    ],
+)
+def test_since_applies_each_filter(fx: Fixture, flt: Filter, expected: list[str]) -> None:
+    _populate(fx.store)
+    assert ids(fx.store, flt) == expected
+
+
+def test_app_user_and_session_match_case_sensitively(fx: Fixture) -> None:
+    fx.store.append(ap(ev("e1"), app="App", user="U", session="S"), T0)
+    assert ids(fx.store, Filter(app="app")) == []
+    assert ids(fx.store, Filter(user="u")) == []
+    assert ids(fx.store, Filter(session="s")) == []
+    assert ids(fx.store, Filter(app="App", user="U", session="S")) == ["e1"]
+
+
+def test_latest_seq_is_zero_for_an_empty_log_and_respects_filters(fx: Fixture) -> None:
+    assert fx.store.latest_seq(None) == 0
+    _populate(fx.store)
+    all_seqs = seqs(fx.store)
+    assert fx.store.latest_seq(None) == all_seqs[-1]
+    assert fx.store.latest_seq(Filter(session="s2")) == seqs(fx.store, Filter(session="s2"))[-1]
+    assert fx.store.latest_seq(Filter(session="nope")) == 0
+
+
+def test_branches_are_distinct_sorted_and_never_empty(fx: Fixture) -> None:
+    _populate(fx.store)
+    fx.store.append(ap(ev("e7", branch="bg.cluster"), session="s1"), T0)
+    assert fx.store.branches(None, None) == ["bg", "bg.cluster", "bg.cluster.child", "bgx", "sub.x"]
+    assert fx.store.branches(Filter(session="s1"), None) == ["bg", "bg.cluster", "bgx"]
+    assert fx.store.branches(None, 2) == ["bg", "bg.cluster"]
+    assert fx.store.branches(Filter(branch_prefixes=["bg"]), None) == [
+        "bg",
+        "bg.cluster",
+        "bg.cluster.child",
+    ]
+
+
+# --- sessions -----------------------------------------------------------------
+
+
+def test_session_never_written_is_not_found_not_a_fault(fx: Fixture) -> None:
+    with pytest.raises(RpcError) as info:
+        fx.store.get_session("app", "u", "ghost", 0, None)
+    assert info.value.code == SESSION_NOT_FOUND
+    assert is_session_not_found(info.value)
+    assert info.value.data == {"app": "app", "user": "u", "session": "ghost"}
+
+
+def test_appending_writes_the_session(fx: Fixture) -> None:
+    fx.store.append(ap(ev("e1"), session="s1"), T0)
+    got = fx.store.get_session("app", "u", "s1", 0, None)
+    assert got.state == {} and [e.event.id for e in got.events] == ["e1"]
+    assert got.created_at == got.updated_at == dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    fx.store.append(ap(ev("e2"), session="s1"), T0 + SECOND)
+    assert fx.store.get_session("app", "u", "s1", 0, None).updated_at.second == 6
+
+
+def test_create_generates_an_id_and_keeps_state(fx: Fixture) -> None:
+    a = fx.store.create_session("app", "u", None, {"x": [1]}, T0)
+    b = fx.store.create_session("app", "u", None, None, T0)
+    assert a.session and b.session and a.session != b.session
+    got = fx.store.get_session("app", "u", a.session, 0, None)
+    assert got.state == {"x": [1]} and got.events == []
+
+
+def test_creating_an_existing_session_is_invalid_params_and_changes_nothing(fx: Fixture) -> None:
+    fx.store.create_session("app", "u", "s", {"v": 1}, T0)
+    with pytest.raises(RpcError) as info:
+        fx.store.create_session("app", "u", "s", {"v": 2}, T0 + SECOND)
+    assert info.value.code == INVALID_PARAMS
+    assert fx.store.get_session("app", "u", "s", 0, None).state == {"v": 1}
+
+
+def test_get_session_after_seq_and_recent(fx: Fixture) -> None:
+    got = [fx.store.append(ap(ev(f"e{i}")), T0).seq for i in range(6)]
+    fx.store.append(ap(ev("other"), session="t"), T0)
+
+    def event_ids(after: int, recent: int | None) -> list[str]:
+        return [e.event.id for e in fx.store.get_session("app", "u", "s", after, recent).events]
+
+    assert event_ids(0, None) == [f"e{i}" for i in range(6)]
+    assert event_ids(got[2], None) == ["e3", "e4", "e5"]
+    assert event_ids(0, 2) == ["e4", "e5"]
+    assert event_ids(got[4], 3) == ["e5"]
+
+
+def test_list_sessions_by_app_and_user_without_events(fx: Fixture) -> None:
+    fx.store.append(ap(ev("e1"), user="bob", session="b1"), T0)
+    fx.store.create_session("app", "alice", "a2", None, T0)
+    fx.store.create_session("app", "alice", "a1", None, T0)
+    fx.store.create_session("other", "alice", "x", None, T0)
+    listed = fx.store.list_sessions("app", None)
+    assert [(s.user, s.session) for s in listed] == [
+        ("alice", "a1"),
+        ("alice", "a2"),
+        ("bob", "b1"),
+    ]
+    assert not hasattr(listed[0], "events")
+    assert [s.session for s in fx.store.list_sessions("app", "alice")] == ["a1", "a2"]
+
+
+def test_delete_removes_the_session_and_its_events_and_is_idempotent(fx: Fixture) -> None:
+    fx.store.append(ap(ev("e1"), session="s1"), T0)
+    fx.store.append(ap(ev("e2"), session="s2"), T0)
+    fx.store.delete_session("app", "u", "s1")
+    fx.store.delete_session("app", "u", "s1")
+    with pytest.raises(RpcError) as info:
+        fx.store.get_session("app", "u", "s1", 0, None)
+    assert is_session_not_found(info.value)
+    assert ids(fx.store) == ["e2"]
+    # The deleted event's id is free again.
+    assert not fx.store.append(ap(ev("e1"), session="s1"), T0).duplicate
+
+
+# --- leases -------------------------------------------------------------------
+
+KEY = ("app", "u", "s")
+
+
+def test_fresh_lease_is_session_locked_with_holder_and_age(fx: Fixture) -> None:
+    fx.store.acquire_lease(*KEY, "h/1/aaaaaaaa", 30_000, T0)
+    with pytest.raises(RpcError) as info:
+        fx.store.acquire_lease(*KEY, "h/2/bbbbbbbb", 30_000, T0 + 29 * SECOND)
+    assert info.value.code == SESSION_LOCKED and is_session_locked(info.value)
+    assert info.value.data == {"holder": "h/1/aaaaaaaa", "heartbeat_age_ms": 29_000}
+
+
+def test_stale_lease_is_stolen_and_old_holder_heartbeat_then_fails(fx: Fixture) -> None:
+    fx.store.acquire_lease(*KEY, "old", 30_000, T0)
+    fx.store.acquire_lease(*KEY, "new", 30_000, T0 + 30 * SECOND)
+    assert not fx.store.heartbeat_lease(*KEY, "old", T0 + 31 * SECOND)
+    assert fx.store.heartbeat_lease(*KEY, "new", T0 + 31 * SECOND)
+    (info,) = fx.store.list_leases()
+    assert info.holder == "new"
+
+
+def test_heartbeat_keeps_a_lease_fresh(fx: Fixture) -> None:
+    fx.store.acquire_lease(*KEY, "old", 30_000, T0)
+    assert fx.store.heartbeat_lease(*KEY, "old", T0 + 25 * SECOND)
+    with pytest.raises(RpcError) as info:
+        fx.store.acquire_lease(*KEY, "new", 30_000, T0 + 50 * SECOND)
+    assert info.value.data["heartbeat_age_ms"] == 25_000
+
+
+def test_losing_the_steal_race_is_session_locked(fx: Fixture) -> None:
+    # Two stealers saw the same stale lease; the first one's conditional update
+    # wins. The second one's update names a holder that is no longer there.
+    if not isinstance(fx.store, SqliteStore):
+        pytest.skip("drives the SQLite steal step directly")
+    from streamd.eventlog.store import _steal
+
+    fx.store.acquire_lease(*KEY, "stale", 30_000, T0)
+    fx.store.acquire_lease(*KEY, "first", 30_000, T0 + 60 * SECOND)
+    db = fx.store.connection
+    with db:
+        assert not _steal(db, KEY, "stale", T0, "second", T0 + 60 * SECOND)
+    assert [i.holder for i in fx.store.list_leases()] == ["first"]
+
+
+def test_release_never_deletes_a_successors_lease(fx: Fixture) -> None:
+    fx.store.acquire_lease(*KEY, "old", 30_000, T0)
+    fx.store.acquire_lease(*KEY, "new", 30_000, T0 + 40 * SECOND)
+    assert not fx.store.release_lease(*KEY, "old")
+    assert [i.holder for i in fx.store.list_leases()] == ["new"]
+    assert fx.store.release_lease(*KEY, "new")
+    assert not fx.store.release_lease(*KEY, "new")
+    fx.store.acquire_lease(*KEY, "third", 30_000, T0 + 41 * SECOND)
+
+
+def test_leases_are_per_session(fx: Fixture) -> None:
+    fx.store.acquire_lease("app", "u", "s1", "a", 30_000, T0)
+    fx.store.acquire_lease("app", "u", "s2", "b", 30_000, T0)
+    assert [(i.session, i.holder) for i in fx.store.list_leases("app")] == [
+        ("s1", "a"),
+        ("s2", "b"),
+    ]
+
+
+# --- boots --------------------------------------------------------------------
+
+
+def test_boots_round_trip_oldest_first_from_since(fx: Fixture) -> None:
+    a = fx.store.record_boot(T0 + 2 * SECOND, ["s1"])
+    b = fx.store.record_boot(T0, [])
+    c = fx.store.record_boot(T0 + SECOND, ["s2", "s3"])
+    got = fx.store.recent_boots(T0 + SECOND)
+    assert [(x.id, x.attempted) for x in got] == [(c, ["s2", "s3"]), (a, ["s1"])]
+    assert got[0].boot_at == dt.datetime(2025, 1, 2, 3, 4, 6, tzinfo=dt.UTC)
+    assert b not in [x.id for x in got]
+
+
+def test_boot_update_rewrites_attempted_and_unknown_id_is_an_error(fx: Fixture) -> None:
+    boot = fx.store.record_boot(T0, ["s1", "s2"])
+    fx.store.update_boot(boot, ["s1"])
+    assert fx.store.recent_boots(0)[0].attempted == ["s1"]
+    with pytest.raises(RpcError) as info:
+        fx.store.update_boot(boot + 100, [])
+    assert info.value.code == INVALID_PARAMS
+
+
+def test_boot_with_unparseable_attempted_is_returned_with_null_not_dropped(fx: Fixture) -> None:
+    good = fx.store.record_boot(T0, ["s1"])
+    bad = fx.store.record_boot(T0 + 1, ["s2"])
+    fx.raw("UPDATE boots SET attempted = '{not json' WHERE id = ?", (bad,))
+    got = fx.store.recent_boots(0)
+    assert [(x.id, x.attempted) for x in got] == [(good, ["s1"]), (bad, None)]
+
+
+# --- health, errors, schema ---------------------------------------------------
+
+
+def test_ping_succeeds_on_a_healthy_log(fx: Fixture) -> None:
+    fx.store.ping()
+    fx.store.append(ap(ev("e1")), T0)
+    fx.store.ping()
+
+
+def test_damaged_metadata_reads_as_null_rather_than_failing_the_replay(fx: Fixture) -> None:
+    fx.store.append(ap(ev("e1"), metadata={"caller": "a"}), T0)
+    fx.raw("UPDATE events SET metadata = '[broken'", ())
+    assert fx.store.since(0, None, 10).entries[0].metadata is None
+
+
+def test_operations_on_a_closed_store_are_closed_errors(fx: Fixture) -> None:
+    fx.store.close()
+    with pytest.raises(RpcError) as info:
+        fx.store.latest_seq(None)
+    assert info.value.code == CLOSED
+
+
+def test_reopening_keeps_everything(fx: Fixture) -> None:
+    fx.store.append(ap(ev("e1")), T0)
+    again = fx.reopen()
+    assert [e.event.id for e in again.since(0, None, 10).entries] == ["e1"]
+    assert again.append(ap(ev("e1")), T0).duplicate
+
+
+# --- SQLite specifics -----------------------------------------------------------
+
+
+def test_sqlite_setup_is_wal_full_fk_and_versioned(tmp_path: Path) -> None:
+    store = SqliteStore.open(str(tmp_path / "x.db"))
+    db = store.connection
+    assert db.pragma("journal_mode") == "wal"
+    assert db.pragma("synchronous") == 2  # FULL by default
+    assert db.pragma("foreign_keys") == 1
+    assert db.pragma("user_version") == SCHEMA_VERSION
+    assert db.transaction_mode == "IMMEDIATE"
+    store.close()
+    normal = SqliteStore.open(str(tmp_path / "x.db"), SqliteOptions(synchronous="NORMAL"))
+    assert normal.connection.pragma("synchronous") == 1
+    normal.close()
+
+
+def test_a_newer_schema_is_refused_not_downgraded(tmp_path: Path) -> None:
+    path = str(tmp_path / "x.db")
+    SqliteStore.open(path).close()
+    db = apsw.Connection(path)
+    db.pragma("user_version", SCHEMA_VERSION + 1)
+    db.close()
+    with pytest.raises(RpcError) as info:
+        SqliteStore.open(path)
+    assert info.value.code == SOURCE_UNAVAILABLE
+    assert "newer" in info.value.message
+
+
+def test_a_file_that_is_not_a_database_is_source_unavailable_not_a_driver_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "x.db"
+    path.write_bytes(b"this is not a database file" * 200)
+    with pytest.raises(RpcError) as info:
+        SqliteStore.open(str(path))
+    assert info.value.code == SOURCE_UNAVAILABLE
+    assert isinstance(info.value.__cause__, apsw.Error)
+
+
+def test_busy_database_is_source_unavailable(tmp_path: Path) -> None:
+    path = str(tmp_path / "x.db")
+    store = SqliteStore.open(path, SqliteOptions(busy_timeout_ms=50))
+    other = apsw.Connection(path)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(RpcError) as info:
+            store.append(ap(ev("e1")), T0)
+        assert info.value.code == SOURCE_UNAVAILABLE
+        assert info.value.data == {"sqlite_error": "BusyError"}
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    # Nothing half-written, and the store still works.
+    assert store.append(ap(ev("e1")), T0).seq == 1
+    store.close()
+
+
+def _many(store: SqliteStore, n: int) -> None:
+    batch = [ap(ev(f"e{i}", branch=f"b{i % 50}.x"), session=f"s{i % 50}") for i in range(n)]
+    store.append_batch(batch, T0)
+
+
+@pytest.mark.parametrize(
+    ("flt", "index"),
+    [
+        (Filter(app="app", user="u", session="s7"), "events_by_session"),
+        (Filter(session_tree=SessionTree(app="app", user="u", parent="s7")), "events_by_session"),
+        (Filter(branch_prefixes=["b7"]), "events_by_branch"),
+    ],
+)
+def test_replaying_history_with_a_filter_is_an_index_range_scan(
+    tmp_path: Path, flt: Filter, index: str
+) -> None:
+    store = SqliteStore.open(str(tmp_path / "x.db"), SqliteOptions(synchronous="NORMAL"))
+    _many(store, 5000)
+    plan = store.explain_since(0, flt, 1000)
+    assert any(f"USING INDEX {index}" in d or f"COVERING INDEX {index}" in d for d in plan), plan
+    assert not any(d.startswith("SCAN events") for d in plan), plan
+    # And the plan answers correctly.
+    assert len(store.since(0, flt, 10_000).entries) == 100
+    store.close()
+
+
+def test_a_caught_up_cursor_reads_only_rows_past_it_by_primary_key(tmp_path: Path) -> None:
+    store = SqliteStore.open(str(tmp_path / "x.db"), SqliteOptions(synchronous="NORMAL"))
+    _many(store, 5000)
+    tip = store.latest_seq(None)
+    plan = store.explain_since(tip - 10, Filter(branch_prefixes=["b7"]), 1000)
+    assert any("INTEGER PRIMARY KEY (rowid>?)" in d for d in plan), plan
+    got = store.since(tip - 60, Filter(branch_prefixes=["b7"]), 1000).entries
+    assert [e.event.branch for e in got] == ["b7.x"]
+    store.close()
