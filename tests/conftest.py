@@ -1,0 +1,140 @@
+"""Shared fixtures.
+
+Recall stream adapter (tests/test_recall_*.py): ``recall_world`` is a scratch
+source on disk (stream files under ``data/``, a workdir under ``work/``) with
+the few verbs those tests repeat: write and append records, initialize a
+StreamAdapter on them, catch up the way the refresh scanner does, search and
+expand. Expectations stay in the tests; nothing here computes one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from streamd.adapter import Generation, StreamAdapter
+from streamd.wire import ExpandParams, InitializeParams, SearchParams
+
+# A far-future deadline for params that require one; the adapter layer never
+# enforces it (the RPC layer does).
+RECALL_FAR_DEADLINE = "2999-01-01T00:00:00Z"
+# Build time stamped by the fixed clock: 2027-01-15T08:00:00Z.
+RECALL_BUILD_NS = 1_800_000_000 * 1_000_000_000
+
+
+class RecallWorld:
+    """A stream source in a directory, and the adapter calls the tests make on it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.work = root / "work"
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.work.mkdir(parents=True, exist_ok=True)
+
+    # stream files
+
+    @staticmethod
+    def rec(id: str, at: str = "2026-05-02T10:00:00Z", *, schema: int = 2, **fields: Any) -> bytes:
+        """One JSONL line (with its newline). Unset fields are left out."""
+        body: dict[str, Any] = {"schema": schema, "id": id, "event_time": at}
+        body.update(fields)
+        return json.dumps(body, ensure_ascii=False).encode() + b"\n"
+
+    def path(self, name: str) -> Path:
+        return self.data / name
+
+    def write(self, name: str, *lines: bytes) -> Path:
+        p = self.path(name)
+        p.write_bytes(b"".join(lines))
+        return p
+
+    def append(self, name: str, *lines: bytes) -> Path:
+        p = self.path(name)
+        with p.open("ab") as f:
+            f.write(b"".join(lines))
+        return p
+
+    # the adapter
+
+    def adapter(
+        self,
+        files: list[str] | None = None,
+        *,
+        workdir: str | None = None,
+        location: str | None = None,
+        source_id: str = "signals",
+        **settings: Any,
+    ) -> StreamAdapter:
+        a = StreamAdapter(clock=lambda: RECALL_BUILD_NS)
+        body = {"files": ["a.jsonl"] if files is None else files, **settings}
+        a.initialize(
+            InitializeParams(
+                protocol_version_min=1,
+                protocol_version_max=1,
+                workdir=str(self.work) if workdir is None else workdir,
+                source_id=source_id,
+                location=str(self.data) if location is None else location,
+                settings=body,
+            )
+        )
+        return a
+
+    @staticmethod
+    def current(adapter: StreamAdapter, full: bool = False) -> Generation:
+        """Catch up as the refresh scanner does: build only when needed."""
+        if adapter.needs_build(full):
+            steps = adapter.build(full)
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    return done.value
+        assert adapter.snap is not None
+        return adapter.snap
+
+    @classmethod
+    def search(
+        cls,
+        adapter: StreamAdapter,
+        query: str = "",
+        *,
+        limit: int = 0,
+        as_of: str | None = None,
+        **filters: Any,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "query": query, "filters": filters, "limit": limit, "deadline": RECALL_FAR_DEADLINE,
+        }
+        if as_of is not None:
+            body["as_of"] = as_of
+        params = msgspec.convert(body, SearchParams)
+        snap = cls.current(adapter)
+        return adapter.search(snap, params, RECALL_BUILD_NS)
+
+    @classmethod
+    def expand(
+        cls, adapter: StreamAdapter, local: str, detail: str = "full", budget: int = 0
+    ) -> dict[str, Any]:
+        params = msgspec.convert(
+            {"locator": f"signals:{local}", "detail": detail, "budget_bytes": budget,
+             "deadline": RECALL_FAR_DEADLINE},
+            ExpandParams,
+        )
+        adapter.parse_locator(params)
+        return adapter.expand(cls.current(adapter), params)
+
+
+@pytest.fixture
+def recall_world(tmp_path: Path) -> RecallWorld:
+    return RecallWorld(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def make_recall_world():
+    """For hypothesis tests, which cannot take function-scoped fixtures."""
+    return RecallWorld
