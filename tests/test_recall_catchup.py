@@ -1,0 +1,421 @@
+"""Catch-up by byte offset: appends, partial lines, rewrites, missing and
+unreadable files, failed lines, checkpoints and path containment.
+
+The adapter is driven the way the refresh scanner drives it (build only when
+a file differs from its cursor), on real files in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError
+from streamd.records import MAX_LINE_BYTES
+
+
+def titles(result) -> list[str]:
+    return [c["title"] for c in result["candidates"]]
+
+
+def at(minute: int) -> str:
+    return f"2026-05-02T10:{minute:02d}:00Z"
+
+
+def sized_line(w, size: int, id: str = "big") -> bytes:
+    """A record line of exactly ``size`` bytes before its newline."""
+    base = w.rec(id, at(0), title="big", text="")[:-1]
+    pad = size - len(base)
+    assert pad >= 0
+    return w.rec(id, at(0), title="big", text="x" * pad)[:-1]
+
+
+# --- appends ----------------------------------------------------------------------
+
+
+def test_an_append_between_searches_is_indexed_in_a_new_generation(recall_world):
+    w = recall_world
+    first, second = w.rec("r1", at(0), title="one"), w.rec("r2", at(1), title="two")
+    w.write("a.jsonl", first, second)
+    adapter = w.adapter()
+    before = w.search(adapter, "")
+    assert before["diagnostics"]["generation"] == "gen-1"
+    assert before["source_watermark"] == (
+        f"bytes={len(first) + len(second)} records=2 latest=2026-05-02T10:01:00Z"
+    )
+
+    third = w.rec("r3", at(2), title="three")
+    w.append("a.jsonl", third)
+    after = w.search(adapter, "")
+    assert after["diagnostics"]["generation"] == "gen-2"
+    assert after["diagnostics"]["indexed"] == 3
+    assert titles(after) == ["three", "two", "one"]
+    offsets = {c["title"]: c["metadata"]["byte_offset"] for c in after["candidates"]}
+    assert offsets == {"one": 0, "two": len(first), "three": len(first) + len(second)}
+    assert after["source_watermark"] == (
+        f"bytes={len(first) + len(second) + len(third)} records=3 latest=2026-05-02T10:02:00Z"
+    )
+
+
+def test_an_unchanged_stream_keeps_its_generation(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("r1", at(0), title="one"))
+    adapter = w.adapter()
+    assert w.search(adapter, "")["diagnostics"]["generation"] == "gen-1"
+    assert w.search(adapter, "one")["diagnostics"]["generation"] == "gen-1"
+    assert w.current(adapter).name == "gen-1"
+    # A full refresh always builds.
+    assert w.current(adapter, full=True).name == "gen-2"
+
+
+def test_a_partial_last_line_is_not_consumed_until_its_newline_arrives(recall_world):
+    w = recall_world
+    first = w.rec("r1", at(0), title="one")
+    second = w.rec("r2", at(1), title="two halves")
+    w.write("a.jsonl", first, second[:20])
+    adapter = w.adapter()
+    result = w.search(adapter, "")
+    assert titles(result) == ["one"]
+    assert result["diagnostics"]["failed_records"] == 0
+    assert result["source_watermark"].startswith(f"bytes={len(first)} records=1 ")
+
+    w.append("a.jsonl", second[20:-1])  # everything but the newline
+    assert titles(w.search(adapter, "")) == ["one"]
+
+    w.append("a.jsonl", b"\n")
+    result = w.search(adapter, "")
+    assert titles(result) == ["two halves", "one"]
+    assert result["candidates"][0]["metadata"]["byte_offset"] == len(first)
+    assert result["diagnostics"]["failed_records"] == 0
+
+
+def test_a_pending_partial_line_makes_every_catch_up_a_new_generation(recall_world):
+    # The file size differs from the cursor, so the reference rebuilds each time;
+    # the generation numbers must match its numbering.
+    w = recall_world
+    w.write("a.jsonl", w.rec("r1", at(0), title="one"), b'{"schema":2')
+    adapter = w.adapter()
+    assert [w.search(adapter, "")["diagnostics"]["generation"] for _ in range(3)] == [
+        "gen-1", "gen-2", "gen-3",
+    ]
+
+
+def test_blank_lines_are_skipped_and_not_failed(recall_world):
+    w = recall_world
+    blanks = b"\n   \n\t\r\n" + "\u00a0\u3000\n".encode()
+    w.write("a.jsonl", blanks, w.rec("r1", at(0), title="one"), b"\n\n")
+    result = w.search(w.adapter(), "")
+    assert titles(result) == ["one"]
+    assert result["candidates"][0]["metadata"]["byte_offset"] == len(blanks)
+    assert result["diagnostics"]["failed_records"] == 0
+    assert result["outcome"] == "success"
+
+
+def test_a_file_configured_twice_is_read_twice(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("r1", at(0), title="one"))
+    result = w.search(w.adapter(["a.jsonl", "a.jsonl"]), "one")
+    assert titles(result) == ["one", "one"]
+    assert result["diagnostics"]["indexed"] == 2
+
+
+# --- failed lines -------------------------------------------------------------------
+
+
+def test_bad_lines_count_as_failed_and_never_fail_the_scan(recall_world):
+    w = recall_world
+    w.write(
+        "a.jsonl",
+        w.rec("r1", at(0), title="one"),
+        b"not json\n",
+        w.rec("r2", at(1), schema=3, title="future"),
+        w.rec("r3", at(2), title="three"),
+    )
+    adapter = w.adapter()
+    result = w.search(adapter, "")
+    assert titles(result) == ["three", "one"]
+    assert result["outcome"] == "partial"
+    d = result["diagnostics"]
+    assert (d["failed_records"], d["coverage"], d["indexed"]) == (2, "partial", 2)
+    health = adapter.health(adapter.snap)
+    assert (health["status"], health["coverage"]) == ("degraded", "partial")
+    assert (health["record_count"], health["indexed_count"], health["failed_count"]) == (4, 2, 2)
+
+
+def test_a_line_of_exactly_one_mebibyte_is_a_record_and_one_byte_more_fails(recall_world):
+    w = recall_world
+    at_limit = sized_line(w, MAX_LINE_BYTES, "at-limit")
+    over = sized_line(w, MAX_LINE_BYTES + 1, "over")
+    # Surrounding white space is trimmed before the size is checked.
+    after = w.rec("after", at(5), title="after")
+    w.write("a.jsonl", b"  " + at_limit + b" \n", over + b"\n", after)
+    result = w.search(w.adapter(), "")
+    assert [c["source_record_id"] for c in result["candidates"]] == ["after", "at-limit"]
+    assert result["diagnostics"]["failed_records"] == 1
+
+
+def test_a_line_far_over_the_limit_fails_and_later_lines_index_at_their_offsets(recall_world):
+    w = recall_world
+    huge = b'{"junk":"' + b"y" * (3 << 20) + b'"}\n'  # spans several read chunks
+    later = w.rec("after", at(5), title="after")
+    w.write("a.jsonl", w.rec("before", at(0), title="before"), huge, later)
+    result = w.search(w.adapter(), "after")
+    (c,) = result["candidates"]
+    before_len = len(w.rec("before", at(0), title="before"))
+    assert c["metadata"]["byte_offset"] == before_len + len(huge)
+    assert result["diagnostics"]["failed_records"] == 1
+    assert result["diagnostics"]["indexed"] == 2
+
+
+# --- rewrites -----------------------------------------------------------------------
+
+
+def test_a_shrunk_file_is_rebuilt_in_full_and_reported_as_rewritten(recall_world):
+    w = recall_world
+    w.write("a.jsonl", *(w.rec(f"r{i}", at(i), title=f"old {i}") for i in range(3)))
+    adapter = w.adapter()
+    assert w.search(adapter, "")["diagnostics"]["indexed"] == 3
+    w.write("a.jsonl", w.rec("n1", at(9), title="new"))
+    result = w.search(adapter, "")
+    assert titles(result) == ["new"]
+    assert result["diagnostics"]["generation"] == "gen-2"
+    health = adapter.health(adapter.snap)
+    assert health["status"] == "degraded"
+    assert health["diagnostics"]["stream_rewritten"] is True
+    # The next ordinary append is an ordinary generation again.
+    w.append("a.jsonl", w.rec("n2", at(10), title="newer"))
+    assert titles(w.search(adapter, "")) == ["newer", "new"]
+    health = adapter.health(adapter.snap)
+    assert health["status"] == "healthy"
+    assert "stream_rewritten" not in health["diagnostics"]
+
+
+def test_a_file_gone_after_being_read_is_a_rewrite_and_a_missing_file(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("a1", at(0), title="from a"))
+    w.write("b.jsonl", w.rec("b1", at(1), title="from b"))
+    adapter = w.adapter(["a.jsonl", "b.jsonl"])
+    assert titles(w.search(adapter, "")) == ["from b", "from a"]
+    w.path("b.jsonl").unlink()
+    result = w.search(adapter, "")
+    assert titles(result) == ["from a"]
+    assert result["outcome"] == "partial"
+    assert result["diagnostics"]["missing_files"] == ["b.jsonl"]
+    health = adapter.health(adapter.snap)
+    assert health["diagnostics"]["stream_rewritten"] is True
+    assert health["diagnostics"]["missing_files"] == ["b.jsonl"]
+    assert (health["status"], health["coverage"]) == ("degraded", "partial")
+
+
+def test_a_file_that_shrank_between_processes_is_reported_on_the_first_build(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("r1", at(0), title="one"), w.rec("r2", at(1), title="two"))
+    w.current(w.adapter())
+    w.write("a.jsonl", w.rec("r1", at(0), title="one"))
+    fresh = w.adapter()
+    snap = w.current(fresh)
+    assert fresh.health(snap)["diagnostics"].get("stream_rewritten") is True
+
+
+# --- missing and unreadable files ----------------------------------------------------
+
+
+def test_a_missing_file_is_named_and_makes_coverage_partial(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("a1", at(0), title="from a"))
+    w.write("c.jsonl", w.rec("c1", at(2), title="from c"))
+    adapter = w.adapter(["a.jsonl", "sub/b.jsonl", "c.jsonl"])
+    result = w.search(adapter, "")
+    assert titles(result) == ["from c", "from a"]
+    assert result["outcome"] == "partial"
+    assert result["diagnostics"]["missing_files"] == ["b.jsonl"]  # base name only
+    assert result["diagnostics"]["coverage"] == "partial"
+    health = adapter.health(adapter.snap)
+    assert (health["status"], health["coverage"]) == ("degraded", "partial")
+    assert health["diagnostics"]["missing_files"] == ["b.jsonl"]
+    assert "stream_rewritten" not in health["diagnostics"]
+
+    (w.data / "sub").mkdir()
+    w.write("sub/b.jsonl", w.rec("b1", at(1), title="from b"))
+    result = w.search(adapter, "")
+    assert titles(result) == ["from c", "from b", "from a"]
+    assert result["outcome"] == "success"
+    assert "missing_files" not in result["diagnostics"]
+
+
+def test_an_append_to_a_file_listed_after_a_missing_one_is_seen(recall_world):
+    # A deliberate difference: the reference stops change detection at the
+    # first missing file.
+    w = recall_world
+    w.write("a.jsonl", w.rec("a1", at(0), title="one"))
+    adapter = w.adapter(["gone.jsonl", "a.jsonl"])
+    assert titles(w.search(adapter, "")) == ["one"]
+    w.append("a.jsonl", w.rec("a2", at(1), title="two"))
+    assert titles(w.search(adapter, "")) == ["two", "one"]
+
+
+def test_when_every_file_is_missing_the_source_is_unavailable_not_empty(recall_world):
+    w = recall_world
+    adapter = w.adapter(["a.jsonl", "b.jsonl"])
+    with pytest.raises(RpcError) as err:
+        w.current(adapter)
+    assert err.value.code == SOURCE_UNAVAILABLE
+    assert err.value.message == "no configured stream file is readable (a.jsonl, b.jsonl)"
+    # The failure consumed no generation number.
+    w.write("b.jsonl", w.rec("b1", at(0), title="one"))
+    assert w.current(adapter).name == "gen-1"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can read a mode-000 file")
+def test_an_unreadable_file_fails_the_catch_up(recall_world):
+    w = recall_world
+    p = w.write("a.jsonl", w.rec("a1", at(0), title="one"))
+    p.chmod(0)
+    try:
+        with pytest.raises(RpcError) as err:
+            w.current(w.adapter())
+    finally:
+        p.chmod(0o644)
+    assert (err.value.code, err.value.message) == (SOURCE_UNAVAILABLE, "a.jsonl is not readable")
+
+
+def test_a_directory_where_a_stream_file_belongs_is_unreadable(recall_world):
+    w = recall_world
+    (w.data / "a.jsonl").mkdir()
+    with pytest.raises(RpcError) as err:
+        w.current(w.adapter())
+    assert (err.value.code, err.value.message) == (SOURCE_UNAVAILABLE, "a.jsonl is not readable")
+
+
+def test_a_failed_build_publishes_nothing_and_a_retry_indexes_appends_once(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("a1", at(0), title="one"))
+    w.write("b.jsonl", w.rec("b1", at(1), title="bee"))
+    adapter = w.adapter(["a.jsonl", "b.jsonl"])
+    assert w.current(adapter).name == "gen-1"
+
+    # a grows, then b becomes unreadable: the build reads a's append, then fails.
+    w.append("a.jsonl", w.rec("a2", at(2), title="two"))
+    w.path("b.jsonl").rename(w.data / "b.saved")
+    (w.data / "b.jsonl").mkdir()
+    with pytest.raises(RpcError):
+        w.current(adapter)
+    assert adapter.snap.name == "gen-1"
+    assert adapter.snap.indexed == 2
+
+    (w.data / "b.jsonl").rmdir()
+    (w.data / "b.saved").rename(w.data / "b.jsonl")
+    result = w.search(adapter, "")
+    assert result["diagnostics"]["generation"] == "gen-2"
+    assert titles(result) == ["two", "bee", "one"]  # "two" exactly once
+    assert result["diagnostics"]["indexed"] == 3
+
+
+# --- duplicate identities ---------------------------------------------------------------
+
+
+def test_a_repeated_identity_is_searched_twice_but_expands_to_the_later_line(recall_world):
+    w = recall_world
+    w.write(
+        "a.jsonl",
+        w.rec("dup", at(0), title="alpha earlier"),
+        w.rec("dup", at(1), title="alpha later"),
+    )
+    adapter = w.adapter()
+    assert titles(w.search(adapter, "alpha")) == ["alpha later", "alpha earlier"]
+    assert w.expand(adapter, "v2/dup", "summary")["content"].startswith("alpha later\n")
+    # Even when the later line is the older event.
+    w.append("a.jsonl", w.rec("dup", "2026-05-01T00:00:00Z", title="alpha latest line"))
+    assert w.expand(adapter, "v2/dup", "summary")["content"].startswith("alpha latest line\n")
+
+
+# --- checkpoints -----------------------------------------------------------------------
+
+
+def test_the_checkpoint_describes_the_published_generation(recall_world):
+    w = recall_world
+    line = w.rec("r1", at(0), title="one")
+    w.write("a.jsonl", line, b"garbage\n")
+    adapter = w.adapter(["a.jsonl", "missing.jsonl"])
+    w.current(adapter)
+    cp = json.loads((w.work / "cursor.json").read_text())
+    size = len(line) + len(b"garbage\n")
+    assert cp == {
+        "generation": 1,
+        "updated_at": "2027-01-15T08:00:00Z",
+        "source_watermark": f"bytes={size} records=1 latest=2026-05-02T10:00:00Z",
+        "files": [
+            {"path": str(w.path("a.jsonl")), "offset": size, "records": 1, "failed": 1,
+             "missing": False},
+            {"path": str(w.path("missing.jsonl")), "offset": 0, "records": 0, "failed": 0,
+             "missing": True},
+        ],
+    }
+    assert sorted(os.listdir(w.work)) == ["cursor.json"]  # no temporary left behind
+
+
+def test_generations_continue_from_the_checkpoint_across_adapter_instances(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("r1", at(0), title="one"))
+    first = w.adapter()
+    w.current(first)
+    w.append("a.jsonl", w.rec("r2", at(1), title="two"))
+    assert w.current(first).name == "gen-2"
+
+    second = w.adapter()
+    result = w.search(second, "")
+    assert result["diagnostics"]["generation"] == "gen-3"
+    # A new process reads the files whole, whatever the checkpoint says.
+    assert titles(result) == ["two", "one"]
+    assert json.loads((w.work / "cursor.json").read_text())["generation"] == 3
+
+
+def test_a_missing_workdir_is_not_created_and_health_says_checkpoint_unwritable(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("r1", at(0), title="one"))
+    nowhere = w.root / "no-such-workdir"
+    adapter = w.adapter(workdir=str(nowhere))
+    assert titles(w.search(adapter, "one")) == ["one"]
+    health = adapter.health(adapter.snap)
+    assert health["diagnostics"]["checkpoint_unwritable"] is True
+    assert health["status"] == "degraded"
+    assert not nowhere.exists()
+
+
+# --- paths ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["../x.jsonl", "sub/../../x.jsonl", "./../data2/x.jsonl", ".."])
+def test_a_relative_file_that_climbs_out_of_the_location_is_refused(recall_world, name):
+    with pytest.raises(RpcError) as err:
+        recall_world.adapter([name])
+    assert err.value.code == INVALID_PARAMS
+    assert err.value.message == (
+        f'stream settings: file "{name}" resolves outside the configured location'
+    )
+
+
+def test_a_relative_file_that_stays_inside_is_allowed(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("r1", at(0), title="one"))
+    assert titles(w.search(w.adapter(["sub/../a.jsonl"]), "one")) == ["one"]
+
+
+def test_an_absolute_file_outside_the_location_is_used_as_given(recall_world, tmp_path_factory):
+    w = recall_world
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / "far.jsonl"
+    elsewhere.write_bytes(w.rec("far", at(0), title="far away"))
+    result = w.search(w.adapter([str(elsewhere)]), "far")
+    assert titles(result) == ["far away"]
+    assert result["candidates"][0]["metadata"]["file"] == "far.jsonl"
+
+
+def test_a_location_that_is_a_file_is_the_stream_when_no_files_are_listed(recall_world):
+    w = recall_world
+    p = w.write("only.jsonl", w.rec("r1", at(0), title="one"))
+    w.write("sibling.jsonl", w.rec("r2", at(1), title="two"))
+    assert titles(w.search(w.adapter([], location=str(p)), "")) == ["one"]
+    # With files listed, they resolve against the file's directory.
+    assert titles(w.search(w.adapter(["sibling.jsonl"], location=str(p)), "")) == ["two"]
