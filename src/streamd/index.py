@@ -37,7 +37,6 @@ from .tokenize import fold
 NS = 1_000_000_000
 REC_SHIFT = 24
 COUNT_MASK = (1 << 22) - 1
-WEIGHT_CODES = {TEXT_WEIGHT: 1, FIELD_WEIGHT: 2, TITLE_WEIGHT: 3}
 # Indexed by weight code; the exact constants the reference multiplies by.
 WEIGHTS = np.array([0.0, TEXT_WEIGHT, FIELD_WEIGHT, TITLE_WEIGHT])
 
@@ -102,10 +101,11 @@ class Index:
         self.line_len.append(line_len)
         self.length.append(terms.length)
         base = n << REC_SHIFT
-        counts = terms.counts
         postings = self.postings
-        for token, weight in terms.weights.items():
-            packed = base | (counts[token] << 2) | WEIGHT_CODES[weight]
+        title, fields = terms.title, terms.fields
+        for token, count in terms.counts.items():
+            code = 3 if token in title else 2 if token in fields else 1
+            packed = base | (count << 2) | code
             plist = postings.get(token)
             if plist is None:
                 postings[token] = array("Q", (packed,))

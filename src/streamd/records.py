@@ -18,6 +18,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,9 @@ class Record:
 def trim_space(line: bytes) -> bytes:
     """Go's ``bytes.TrimSpace``: Unicode white space, not just ASCII."""
     line = line.strip(b" \t\n\v\f\r")
+    if not line or (line[0] < 0x80 and line[-1] < 0x80):
+        # Every non-ASCII space starts with a byte >= 0x80.
+        return line
     while True:
         for sp in _GO_SPACE_BYTES:
             if line.startswith(sp):
@@ -123,7 +127,7 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _pairs(line: bytes) -> list[tuple[str, Any]]:
+def _pairs(line: bytes) -> list[tuple[str, Any]] | dict[str, Any]:
     try:
         value = msgspec.json.decode(line)
     except (msgspec.DecodeError, UnicodeDecodeError):
@@ -132,6 +136,9 @@ def _pairs(line: bytes) -> list[tuple[str, Any]]:
         return []
     if not isinstance(value, dict):
         raise LineError("not a JSON object")
+    if value.keys() <= _KNOWN:
+        # Every key already in canonical spelling: nothing to fold or order.
+        return value
     folded: set[str] = set()
     for key in value:
         fk = _fold_key(key)
@@ -151,13 +158,17 @@ def _raw_time_ok(line: bytes, value: str) -> bool:
 
 def parse_line(line: bytes) -> Record:
     """Parse one trimmed, non-empty line. Raises LineError for a failed record."""
-    fields: dict[str, Any] = {}
-    for key, value in _pairs(line):
-        fk = _fold_key(key)
-        if fk not in _KNOWN or value is None:
-            # null leaves a field as it was; unknown keys are ignored.
-            continue
-        fields[fk] = value
+    pairs = _pairs(line)
+    if isinstance(pairs, dict):
+        fields = {k: v for k, v in pairs.items() if v is not None}
+    else:
+        fields = {}
+        for key, value in pairs:
+            fk = _fold_key(key)
+            if fk not in _KNOWN or value is None:
+                # null leaves a field as it was; unknown keys are ignored.
+                continue
+            fields[fk] = value
     for name in _STRING_FIELDS:
         if name in fields and not isinstance(fields[name], str):
             raise LineError(f"{name} is not a string")
@@ -205,34 +216,35 @@ def parse_line(line: bytes) -> Record:
 
 @dataclass(slots=True)
 class Terms:
-    """What the index needs from a record's text: per token its strongest
-    field weight and its occurrence count, and the record's length."""
+    """What the index needs from a record's text: each token's occurrence
+    count, which tokens appear in the title (weight 1.0) and in the short
+    fields kind/system/actor/ref (0.5; text alone is 0.4), and the length."""
 
-    weights: dict[str, float]
-    counts: dict[str, int]
+    counts: Counter[str]
+    title: set[str]
+    fields: set[str]
     length: int
+
+    def weight(self, token: str) -> float:
+        if token in self.title:
+            return TITLE_WEIGHT
+        return FIELD_WEIGHT if token in self.fields else TEXT_WEIGHT
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {token: self.weight(token) for token in self.counts}
 
 
 def weigh(rec: Record) -> Terms:
-    weights: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    length = 0
-    for text, weight in (
-        (rec.text, TEXT_WEIGHT),
-        (rec.kind, FIELD_WEIGHT),
-        (rec.system, FIELD_WEIGHT),
-        (rec.actor, FIELD_WEIGHT),
-        (rec.ref, FIELD_WEIGHT),
-        (rec.title, TITLE_WEIGHT),
-    ):
-        if not text:
-            continue
-        for token in tokenize(text):
-            if weights.get(token, 0.0) < weight:
-                weights[token] = weight
-            counts[token] = counts.get(token, 0) + 1
-            length += 1
-    return Terms(weights, counts, length)
+    # Counting runs in C (Counter over token lists); only the distinct tokens
+    # are touched from Python afterwards.
+    text = tokenize(rec.text) if rec.text else []
+    title = tokenize(rec.title) if rec.title else []
+    fields = [t for s in (rec.kind, rec.system, rec.actor, rec.ref) if s for t in tokenize(s)]
+    counts = Counter(text)
+    counts.update(fields)
+    counts.update(title)
+    return Terms(counts, set(title), set(fields), len(text) + len(fields) + len(title))
 
 
 

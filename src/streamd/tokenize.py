@@ -57,7 +57,14 @@ def _refine(run: str) -> list[str]:
     return parts
 
 
+# For ASCII text one pass finds the trimmed tokens directly: a token starts
+# and ends with a letter or digit, with identifier punctuation allowed inside.
+_ASCII_TOKEN = re.compile(r"[^\W_](?:[\w\-./:]*[^\W_])?", re.ASCII)
+
+
 def tokenize(s: str) -> list[str]:
+    if s.isascii():
+        return _ASCII_TOKEN.findall(s.lower())
     out: list[str] = []
     for run in _RUN.findall(lower(s)):
         if run.isascii():
