@@ -105,8 +105,8 @@ from streamd.eventlog.model import (
     SinceParams,
     SinceResult,
     WatchParams,
+    checked,
     to_us,
-    validated,
 )
 from streamd.eventlog.store import Backend, SqliteOptions, SqliteStore, closed_error
 
@@ -123,6 +123,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_WATCH_INTERVAL = 0.2
+# How long close lets work already inside SQLite finish before interrupting it.
+_CLOSE_GRACE = 0.5
 Dispatch = Literal["aio", "thread", "inline"]
 Role = Literal["writer", "reader"]
 
@@ -372,7 +374,15 @@ class EventLog:
             assert self._nursery is not None
             self._nursery.cancel_scope.cancel()
             cm, self._nursery_cm = self._nursery_cm, None
-        return await cm.__aexit__(*exc)
+        try:
+            return await cm.__aexit__(*exc)
+        except BaseExceptionGroup as group:
+            # The background tasks never raise, so a group holding only the
+            # body's own exception is noise: let that exception through as is,
+            # so `except RpcError` around the block works.
+            if exc[1] is not None and list(group.exceptions) == [exc[1]]:
+                return False
+            raise
 
     @property
     def closed(self) -> bool:
@@ -395,42 +405,62 @@ class EventLog:
         # or the connections' worker threads would keep the process alive.
         with trio.CancelScope(shield=True):
             try:
-                for scope in list(self._op_scopes):
-                    scope.cancel()
-                for w in list(self._watches):
-                    w._scope.cancel()
-                leases = list(self._leases.values())
-                for lease in leases:
-                    lease._scope.cancel()
-                self._queue_send.close()
-                if self._writer_started:
-                    await self._writer_done.wait()
-                else:
-                    self._fail_queued()
-                if self._writer is not None:
-                    # Release what we hold so another process need not wait for
-                    # staleness. Bounded: a wedged database must not hang close.
-                    with trio.move_on_after(max(1.0, self._options.busy_timeout_ms / 1000)):
-                        for lease in leases:
-                            try:
-                                await self._writer.run(
-                                    self._writer.release_lease,
-                                    lease.app,
-                                    lease.user,
-                                    lease.session,
-                                    lease.holder,
-                                )
-                            except RpcError as exc:
-                                logger.warning("releasing lease %s at close: %s", lease.lock, exc)
-                self._leases.clear()
-                for backend in (self._reader, self._writer):
-                    if backend is not None:
-                        try:
-                            await backend.aclose()
-                        except RpcError as exc:
-                            logger.warning("closing event log connection: %s", exc)
+                await self._close()
             finally:
                 self._close_done.set()
+
+    async def _close(self) -> None:
+        for scope in list(self._op_scopes):
+            scope.cancel()
+        for w in list(self._watches):
+            w._scope.cancel()
+        leases = list(self._leases.values())
+        for lease in leases:
+            lease._scope.cancel()
+        self._queue_send.close()
+        async with self._open_lock:
+            pass  # an open in progress finishes, so its connections get closed too
+        if self._writer_started:
+            # The batch being committed normally lands in milliseconds and its
+            # callers then learn the truth; one stuck behind another process's
+            # lock is interrupted (rolled back, reported as not written).
+            with trio.move_on_after(_CLOSE_GRACE):
+                await self._writer_done.wait()
+            if not self._writer_done.is_set():
+                self._interrupt()
+                await self._writer_done.wait()
+        else:
+            self._fail_queued()
+        if self._writer is not None and leases:
+            # Release what we hold so another process need not wait for
+            # staleness; bounded, a wedged database must not hang close.
+            with trio.move_on_after(_CLOSE_GRACE):
+                for lease in leases:
+                    try:
+                        await self._writer.run(
+                            self._writer.release_lease,
+                            lease.app,
+                            lease.user,
+                            lease.session,
+                            lease.holder,
+                        )
+                    except RpcError as exc:
+                        logger.warning("releasing lease %s at close: %s", lease.lock, exc)
+        self._leases.clear()
+        # Every caller has been answered; whatever a connection is still doing
+        # (a cancelled call waiting on a lock) is abandoned, not waited out.
+        self._interrupt()
+        for backend in (self._reader, self._writer):
+            if backend is not None:
+                try:
+                    await backend.aclose()
+                except RpcError as exc:
+                    logger.warning("closing event log connection: %s", exc)
+
+    def _interrupt(self) -> None:
+        for backend in (self._reader, self._writer):
+            if backend is not None:
+                backend.interrupt()
 
     # -- plumbing --
 
@@ -459,16 +489,21 @@ class EventLog:
             if self._closed:
                 raise closed_error()
             if self._writer is None:
-                writer = await self._open_backend("writer")
-                try:
-                    reader = await self._open_backend("reader")
-                except BaseException:
-                    with trio.CancelScope(shield=True):
+                # Shielded: a half-finished open could leave a connection (and its
+                # worker thread) that nobody closes. It is short, and close waits
+                # for it on the open lock.
+                with trio.CancelScope(shield=True):
+                    writer = await self._open_backend("writer")
+                    try:
+                        reader = await self._open_backend("reader")
+                    except BaseException:
                         await writer.aclose()
-                    raise
+                        raise
                 self._writer, self._reader = writer, reader
                 self._writer_started = True
                 self._nursery.start_soon(self._write_batches)
+            if self._closed:
+                raise closed_error()
         assert self._writer is not None and self._reader is not None
         return self._writer, self._reader
 
@@ -511,8 +546,8 @@ class EventLog:
         committed (durable per the ``synchronous`` setting).
         """
         return await self.append_params(
-            validated(
-                AppendParams(app=app, user=user, session=session, event=event, metadata=metadata)
+            checked(
+                AppendParams, app=app, user=user, session=session, event=event, metadata=metadata
             )
         )
 
@@ -567,7 +602,8 @@ class EventLog:
                             writer.append_batch, [p.params for p in batch], self._now_us()
                         )
                 except RpcError as exc:
-                    results = [exc] * len(batch)
+                    # Interrupted by close means rolled back: say so precisely.
+                    results = [_never_written() if is_closed(exc) else exc] * len(batch)
                 wrote = False
                 for p, outcome in zip(batch, results, strict=True):
                     p.resolve(outcome)
@@ -599,17 +635,17 @@ class EventLog:
         self, from_seq: int = 0, filter: Filter | None = None, limit: int = DEFAULT_SINCE_LIMIT
     ) -> SinceResult:
         """One page of matching entries after ``from_seq``, in seq order."""
-        p = validated(SinceParams(from_seq=from_seq, filter=filter, limit=limit))
+        p = checked(SinceParams, from_seq=from_seq, filter=filter, limit=limit)
         return await self._call("reader", "since", p.from_seq, p.filter, p.limit)
 
     async def latest_seq(self, filter: Filter | None = None) -> int:
         """The newest matching seq, 0 when nothing matches."""
-        p = validated(LatestSeqParams(filter=filter))
+        p = checked(LatestSeqParams, filter=filter)
         return await self._call("reader", "latest_seq", p.filter)
 
     async def branches(self, filter: Filter | None = None, limit: int | None = None) -> list[str]:
         """Distinct non-empty branch labels under the filter, sorted ascending."""
-        p = validated(BranchesParams(filter=filter, limit=limit))
+        p = checked(BranchesParams, filter=filter, limit=limit)
         return await self._call("reader", "branches", p.filter, p.limit)
 
     def watch(self, from_seq: int = 0, filter: Filter | None = None) -> Watch:
@@ -618,7 +654,7 @@ class EventLog:
             raise closed_error()
         if self._nursery is None:
             raise RuntimeError("use the EventLog as `async with EventLog(...) as log:`")
-        p = validated(WatchParams(from_seq=from_seq, filter=filter))
+        p = checked(WatchParams, from_seq=from_seq, filter=filter)
         w = Watch(self, p.from_seq, p.filter, self._watch_buffer)
         self._watches.add(w)
         self._nursery.start_soon(self._produce, w)
@@ -694,7 +730,7 @@ class EventLog:
     ) -> Session:
         """Create a session (an id is generated when none is given); creating one
         that exists is invalid_params."""
-        p = validated(SessionCreateParams(app=app, user=user, session=session, state=state))
+        p = checked(SessionCreateParams, app=app, user=user, session=session, state=state)
         return await self._call(
             "writer", "create_session", p.app, p.user, p.session, p.state, self._now_us()
         )
@@ -708,22 +744,25 @@ class EventLog:
         recent: int | None = None,
     ) -> SessionWithEvents:
         """The session with its events; ``session_not_found`` if never written."""
-        p = validated(
-            SessionGetParams(
-                app=app, user=user, session=session, after_seq=after_seq, recent=recent
-            )
+        p = checked(
+            SessionGetParams,
+            app=app,
+            user=user,
+            session=session,
+            after_seq=after_seq,
+            recent=recent,
         )
         return await self._call(
             "reader", "get_session", p.app, p.user, p.session, p.after_seq, p.recent
         )
 
     async def list_sessions(self, app: str, user: str | None = None) -> list[Session]:
-        p = validated(SessionListParams(app=app, user=user))
+        p = checked(SessionListParams, app=app, user=user)
         return await self._call("reader", "list_sessions", p.app, p.user)
 
     async def delete_session(self, app: str, user: str, session: str) -> None:
         """Delete a session and its events (idempotent)."""
-        p = validated(SessionDeleteParams(app=app, user=user, session=session))
+        p = checked(SessionDeleteParams, app=app, user=user, session=session)
         await self._call("writer", "delete_session", p.app, p.user, p.session)
 
     # -- leases --
@@ -746,14 +785,13 @@ class EventLog:
         stolen. Leases are not re-entrant: a second acquire of a held session is
         ``session_locked`` even from the same process.
         """
-        p = validated(
-            LockAcquireParams(
-                app=app,
-                user=user,
-                session=session,
-                stale_after_ms=stale_after_ms,
-                heartbeat_ms=heartbeat_ms,
-            )
+        p = checked(
+            LockAcquireParams,
+            app=app,
+            user=user,
+            session=session,
+            stale_after_ms=stale_after_ms,
+            heartbeat_ms=heartbeat_ms,
         )
         holder = new_holder_id()
         await self._call(
@@ -833,17 +871,17 @@ class EventLog:
     # -- boots --
 
     async def record_boot(self, at: _dt.datetime, attempted: Sequence[str]) -> int:
-        p = validated(BootRecordParams(at=at, attempted=list(attempted)))
+        p = checked(BootRecordParams, at=at, attempted=list(attempted))
         return await self._call("writer", "record_boot", to_us(p.at), p.attempted)
 
     async def update_boot(self, boot_id: int, attempted: Sequence[str]) -> None:
         """Rewrite a boot's attempted list; an unknown id is invalid_params."""
-        p = validated(BootUpdateParams(id=boot_id, attempted=list(attempted)))
+        p = checked(BootUpdateParams, id=boot_id, attempted=list(attempted))
         await self._call("writer", "update_boot", p.id, p.attempted)
 
     async def recent_boots(self, since: _dt.datetime) -> list[Boot]:
         """Boots at or after ``since``, oldest first."""
-        p = validated(BootRecentParams(since=since))
+        p = checked(BootRecentParams, since=since)
         return await self._call("reader", "recent_boots", to_us(p.since))
 
     # -- health --

@@ -70,6 +70,7 @@ __all__ = [
     "SinceResult",
     "WatchParams",
     "WatchResult",
+    "checked",
     "from_us",
     "to_us",
     "validated",
@@ -369,6 +370,15 @@ class Empty(Result):
 _T = TypeVar("_T", bound=msgspec.Struct)
 
 _encoder = msgspec.json.Encoder()
+
+
+def checked(cls: type[_T], **fields: Any) -> _T:
+    """Build params from Python values and validate them as the wire would."""
+    try:
+        params = cls(**fields)
+    except (TypeError, ValueError) as exc:
+        raise invalid_params(str(exc)) from None
+    return validated(params)
 
 
 def validated(params: _T) -> _T:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -110,6 +111,8 @@ class Backend(Protocol):
 
     def close(self) -> None: ...
 
+    def interrupt(self) -> None: ...
+
     def append(self, params: AppendParams, now_us: int) -> AppendResult: ...
 
     def append_batch(
@@ -172,13 +175,23 @@ def _translate(exc: apsw.Error) -> RpcError:
 
 
 def _translated(fn: Callable[_P, _T]) -> Callable[_P, _T]:
-    """The storage boundary: no apsw exception escapes a decorated method."""
+    """The storage boundary: no apsw exception escapes a decorated method.
+
+    Once the store is interrupted for close, calls fail with ``closed``: an
+    interrupted statement's transaction was rolled back, so "closed, not written"
+    is the truth, where "database error" would send the caller looking for one.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        store = args[0]
+        if store._busy.aborted:  # type: ignore[attr-defined]
+            raise closed_error()
         try:
             return fn(*args, **kwargs)
         except apsw.Error as exc:
+            if store._busy.aborted:  # type: ignore[attr-defined]
+                raise closed_error() from exc
             raise _translate(exc) from exc
 
     return wrapper
@@ -198,9 +211,29 @@ class SqliteOptions:
     operation fails with source_unavailable."""
 
 
-def _set_busy_timeout(db: apsw.Connection, opts: SqliteOptions) -> None:
-    # First, so that switching to WAL below also waits for other processes.
-    db.set_busy_timeout(opts.busy_timeout_ms)
+class _BusyWait:
+    """SQLite's busy handler: wait up to the timeout for another connection's lock.
+
+    It does what ``busy_timeout`` does (sleep a growing 1-20 ms between tries)
+    with one addition: close can abort the wait. A statement blocked on another
+    process's write lock sits inside SQLite, where neither Trio cancellation nor
+    the interrupt reaches it; without this, closing the log would wait out the
+    whole busy timeout.
+    """
+
+    def __init__(self, timeout_ms: int) -> None:
+        self.timeout = timeout_ms / 1000
+        self.aborted = False  # set from the event loop thread; read by the worker
+        self._since = 0.0
+
+    def __call__(self, prior_calls: int) -> bool:
+        now = time.monotonic()
+        if prior_calls == 0:
+            self._since = now
+        if self.aborted or now - self._since >= self.timeout:
+            return False
+        time.sleep(min(0.001 * (1 << min(prior_calls, 5)), 0.02))
+        return True
 
 
 def _use_wal(db: apsw.Connection, opts: SqliteOptions) -> None:
@@ -233,7 +266,6 @@ def _begin_writes_immediate(db: apsw.Connection, opts: SqliteOptions) -> None:
 
 
 CONNECTION_SETUP: tuple[Callable[[apsw.Connection, SqliteOptions], None], ...] = (
-    _set_busy_timeout,
     _use_wal,
     _set_synchronous,
     _enable_foreign_keys,
@@ -316,7 +348,10 @@ def _migrate(db: apsw.Connection) -> None:
             db.pragma("user_version", SCHEMA_VERSION)
 
 
-def _configure(db: apsw.Connection, opts: SqliteOptions, migrate: bool) -> None:
+def _configure(db: apsw.Connection, opts: SqliteOptions, busy: _BusyWait, migrate: bool) -> None:
+    # The busy handler first, so that switching to WAL below also waits for
+    # other processes instead of failing at once.
+    db.set_busy_handler(busy)
     for step in CONNECTION_SETUP:
         step(db, opts)
     if migrate:
@@ -466,8 +501,9 @@ class SqliteStore:
     worker thread.
     """
 
-    def __init__(self, db: apsw.Connection, *, is_async: bool) -> None:
+    def __init__(self, db: apsw.Connection, busy: _BusyWait, *, is_async: bool) -> None:
         self._db = db
+        self._busy = busy
         self._is_async = is_async
 
     # -- lifecycle --
@@ -477,16 +513,17 @@ class SqliteStore:
         cls, path: str, options: SqliteOptions | None = None, *, migrate: bool = True
     ) -> SqliteStore:
         opts = options or SqliteOptions()
+        busy = _BusyWait(opts.busy_timeout_ms)
         try:
             db = apsw.Connection(path)
             try:
-                _configure(db, opts, migrate)
+                _configure(db, opts, busy, migrate)
             except BaseException:
                 db.close()
                 raise
         except apsw.Error as exc:
             raise _translate(exc) from exc
-        return cls(db, is_async=False)
+        return cls(db, busy, is_async=False)
 
     @classmethod
     async def open_async(
@@ -496,18 +533,19 @@ class SqliteStore:
         running event loop, Trio here). The caller must ``await aclose()``: the
         connection's worker thread keeps the process alive until then."""
         opts = options or SqliteOptions()
+        busy = _BusyWait(opts.busy_timeout_ms)
         try:
             db = await apsw.Connection.as_async(path)
         except apsw.Error as exc:
             raise _translate(exc) from exc
         try:
-            await db.async_run(_configure, db, opts, migrate)
+            await db.async_run(_configure, db, opts, busy, migrate)
         except BaseException as exc:
             await db.aclose()
             if isinstance(exc, apsw.Error):
                 raise _translate(exc) from exc
             raise
-        return cls(db, is_async=True)
+        return cls(db, busy, is_async=True)
 
     async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Run ``fn`` (a method of this store) where the connection may be used.
@@ -524,6 +562,13 @@ class SqliteStore:
             return await self._db.async_run(fn, *args, **kwargs)
         except apsw.Error as exc:
             raise _translate(exc) from exc
+
+    def interrupt(self) -> None:
+        """Abort whatever this connection is doing, for close; callable from any
+        thread. A running statement fails (its transaction rolls back), a busy
+        wait gives up, and every later call fails with ``closed``."""
+        self._busy.aborted = True
+        self._db.interrupt()
 
     def close(self) -> None:
         try:
