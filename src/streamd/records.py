@@ -136,57 +136,69 @@ def _pairs(line: bytes) -> list[tuple[str, Any]] | dict[str, Any]:
         return []
     if not isinstance(value, dict):
         raise LineError("not a JSON object")
-    if value.keys() <= _KNOWN:
-        # Every key already in canonical spelling: nothing to fold or order.
-        return value
-    folded: set[str] = set()
-    for key in value:
-        fk = _fold_key(key)
-        if fk in _KNOWN:
-            if fk in folded:
-                # Two spellings of one field: only the ordered pairs say which came last.
-                return _pairs_slow(line)
-            folded.add(fk)
-    return list(value.items())
+    known = [k for k in value if _fold_key(k) in _KNOWN]
+    if len({_fold_key(k) for k in known}) != len(known) or any(
+        line.count(b'"' + k.encode() + b'"') > 1 for k in known
+    ):
+        # A field spelled twice: only the ordered pairs say what Go ends with.
+        # (A value that merely contains the key's text also lands here; the
+        # slow path is exact, just slower.)
+        return _pairs_slow(line)
+    return value
 
 
-def _raw_time_ok(line: bytes, value: str) -> bool:
+def _time_ok(line: bytes, key: str, value: str) -> int | None:
+    parsed = gotime.parse(value)
+    if parsed is None:
+        return None
     # Go parses a time from the raw bytes between the quotes, without
-    # unescaping; an escaped time is not a time to it.
-    return b'"' + value.encode() + b'"' in line
+    # unescaping: an escaped time is not a time to it.
+    raw = (
+        re.escape(b'"' + key.encode() + b'"')
+        + rb"\s*:\s*"
+        + re.escape(b'"' + value.encode() + b'"')
+    )
+    return parsed if re.search(raw, line) else None
+
+
+def _gather(line: bytes) -> dict[str, Any]:
+    """Known fields after Go's decoding rules: pairs in order, null is a
+    no-op except for the observed_at pointer (which it clears), and the first
+    type error fails the line even if a later duplicate is fine."""
+    pairs = _pairs(line)
+    fields: dict[str, Any] = {}
+    error: str | None = None
+    for key, value in pairs.items() if isinstance(pairs, dict) else pairs:
+        name = _fold_key(key)
+        if name not in _KNOWN:
+            continue
+        if value is None:
+            if name == "observed_at":
+                fields.pop(name, None)
+            continue
+        if name == "schema":
+            ok = type(value) is int and _INT64[0] <= value <= _INT64[1]
+        elif name in _TIME_FIELDS:
+            parsed = _time_ok(line, key, value) if isinstance(value, str) else None
+            ok, value = parsed is not None, parsed
+        else:
+            ok = isinstance(value, str)
+        if ok:
+            fields[name] = value
+        elif error is None:
+            error = f"{name} has the wrong type or form"
+    if error is not None:
+        raise LineError(error)
+    return fields
 
 
 def parse_line(line: bytes) -> Record:
     """Parse one trimmed, non-empty line. Raises LineError for a failed record."""
-    pairs = _pairs(line)
-    if isinstance(pairs, dict):
-        fields = {k: v for k, v in pairs.items() if v is not None}
-    else:
-        fields = {}
-        for key, value in pairs:
-            fk = _fold_key(key)
-            if fk not in _KNOWN or value is None:
-                # null leaves a field as it was; unknown keys are ignored.
-                continue
-            fields[fk] = value
-    for name in _STRING_FIELDS:
-        if name in fields and not isinstance(fields[name], str):
-            raise LineError(f"{name} is not a string")
+    fields = _gather(line)
     schema = fields.get("schema", 0)
-    if type(schema) is not int or not _INT64[0] <= schema <= _INT64[1]:
-        raise LineError("schema is not an integer")
-    times: dict[str, int] = {}
-    for name in _TIME_FIELDS:
-        if name not in fields:
-            continue
-        raw = fields[name]
-        parsed = gotime.parse(raw) if isinstance(raw, str) else None
-        if parsed is None or not _raw_time_ok(line, raw):
-            raise LineError(f"{name} is not an RFC 3339 time")
-        times[name] = parsed
     if not MIN_SCHEMA <= schema <= MAX_SCHEMA:
         raise LineError(f"unsupported schema version {schema}")
-    event_time = times.get("event_time", gotime.ZERO_TIME)
+    event_time = fields.get("event_time", gotime.ZERO_TIME)
     record_id = fields.get("id", "")
     if not record_id or event_time == gotime.ZERO_TIME:
         raise LineError("record needs an id and an event_time")
@@ -194,7 +206,7 @@ def parse_line(line: bytes) -> Record:
         # Deliberate difference: the reference indexes it and then fails
         # every search that would return it.
         raise LineError("event_time cannot be written as RFC 3339")
-    observed = times.get("observed_at")
+    observed = fields.get("observed_at")
     if observed is not None and not gotime.printable(observed):
         raise LineError("observed_at cannot be written as RFC 3339")
     v2 = schema == 2
