@@ -92,31 +92,16 @@ def test_a_null_after_a_case_variant_value_leaves_a_string_field_as_it_was():
     assert rec.title == "kept"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: with an exactly repeated key the msgspec fast path keeps only the last "
-    "value (null) and drops the field; Go's null into a string is a no-op, so 'kept' stays",
-)
 def test_a_null_after_an_exact_duplicate_leaves_a_string_field_as_it_was():
     rec = parse_line(line(b'"schema":2', b'"id":"a"', AT, b'"title":"kept"', b'"title":null'))
     assert rec.title == "kept"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: same fast-path null erasure; Go keeps event_time (Time.UnmarshalJSON treats "
-    "null as a no-op), so the line is a record, but streamd fails it for lacking an event_time",
-)
 def test_a_null_after_an_exact_duplicate_event_time_keeps_the_time():
     rec = parse_line(line(b'"schema":2', b'"id":"a"', AT, b'"event_time":null'))
     assert rec.event_time == AT_NS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: observed_at is a *time.Time in the reference, and null sets a pointer to nil; "
-    "the slow path (taken for case-variant duplicates) skips the null and keeps the time",
-)
 def test_a_later_null_observed_at_clears_the_pointer():
     rec = parse_line(
         line(b'"schema":2', b'"id":"a"', AT, b'"observed_at":"2026-05-02T09:13:00Z"',
@@ -153,12 +138,6 @@ def test_a_number_or_structure_where_a_string_belongs_fails_the_line(field):
         (b'"event_time":"yesterday"', AT),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Go's decoder keeps the first type error (or returns a Time.UnmarshalJSON "
-    "error) even when a later duplicate key is valid, so the reference fails these lines; "
-    "streamd checks only the surviving value and indexes them",
-)
 def test_a_bad_value_fails_the_line_even_if_a_later_duplicate_is_good(dup):
     assert fails(line(b'"schema":2', b'"id":"a"', AT, *dup))
 
@@ -172,11 +151,6 @@ def test_an_escaped_time_is_not_a_time():
     assert fails(line(b'"schema":2', b'"id":"a"', b'"event_time":"2026-05-02T09:12:00\\u005a"'))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: records._raw_time_ok looks for the unescaped time anywhere in the line, so "
-    "another field spelling it unescaped makes an escaped event_time pass; Go fails the line",
-)
 def test_an_escaped_time_is_not_a_time_even_when_another_field_spells_it_plainly():
     assert fails(line(b'"schema":2', b'"id":"a"', b'"title":"2026-05-02T09:12:00Z"',
                       b'"event_time":"2026-05-02T09:12:00\\u005a"'))
