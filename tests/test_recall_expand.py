@@ -194,13 +194,6 @@ def test_a_signed_or_zero_padded_schema_number_parses_like_gos_atoi(v1_record, l
 
 
 @pytest.mark.parametrize("local", ["v+1/x", "v01/x"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the reference looks the record up by the locator's local part as written "
-    "(snap.byID[req.Locator.Local], keyed by fmt 'v%d/%s'), so 'v01/x' misses and answers "
-    "-32003 'x is now schema v1, the locator names v1'; streamd finds v1/x and expands it "
-    "(provenance even echoes the non-canonical spelling)",
-)
 def test_a_non_canonical_local_part_misses_the_identity_like_the_reference(v1_record, local):
     w, adapter = v1_record
     assert error_of(w.expand, adapter, local) == (
@@ -215,12 +208,6 @@ def test_a_schema_number_at_the_int64_limit_is_a_schema(v1_record):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Go's strconv.Atoi fails with ErrRange above int64, so the reference answers "
-    "-32002 'names no schema version'; streamd's _go_atoi takes any digit string and "
-    "answers -32003",
-)
 def test_a_schema_number_past_int64_names_no_schema(v1_record):
     w, adapter = v1_record
     assert error_of(w.expand, adapter, "v9223372036854775808/x") == (

@@ -570,7 +570,10 @@ class StreamAdapter:
 
     def expand(self, snap: Generation, p: ExpandParams) -> dict[str, Any]:
         schema, record_id, local = self.parse_locator(p)
-        rec_no = snap.view.by_local(schema, record_id)
+        # Identities are keyed by the canonical "v%d/%s" spelling, as in the
+        # reference: "v01/x" names no held identity even though it parses.
+        canonical = local == f"v{schema}/{record_id}"
+        rec_no = snap.view.by_local(schema, record_id) if canonical else None
         if rec_no is None:
             other = snap.view.first_with_id(record_id)
             if other is not None:
@@ -686,7 +689,8 @@ def _go_atoi(s: str) -> int | None:
     body = s[1:] if s[:1] in ("+", "-") else s
     if not body or not body.isascii() or not body.isdigit():
         return None
-    return int(s)
+    value = int(s)
+    return value if -(1 << 63) <= value < (1 << 63) else None
 
 
 class _BuildState:
