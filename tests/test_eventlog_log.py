@@ -34,7 +34,15 @@ from streamd.errors import (
     is_closed,
     is_session_not_found,
 )
-from streamd.eventlog import Entry, Event, EventLog, Filter, Lease, resolve_db_path
+from streamd.eventlog import (
+    AppendParams,
+    Entry,
+    Event,
+    EventLog,
+    Filter,
+    Lease,
+    resolve_db_path,
+)
 from streamd.eventlog.store import SqliteStore
 
 EPOCH = 1_750_000_000.0
@@ -288,10 +296,7 @@ async def test_other_connections_commits_are_noticed_by_data_version_within_the_
                 await trio.sleep(5)  # idle for 25 poll intervals
                 start = trio.current_time()
                 other.append(
-                    __import__("streamd.eventlog.model", fromlist=["x"]).AppendParams(
-                        app="app", user="u", session="s", event=ev("from-elsewhere")
-                    ),
-                    0,
+                    AppendParams(app="app", user="u", session="s", event=ev("from-elsewhere")), 0
                 )
                 (entry,) = await take(w, 1)
                 assert entry.event.id == "from-elsewhere"
