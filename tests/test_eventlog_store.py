@@ -297,6 +297,17 @@ def test_latest_seq_is_zero_for_an_empty_log_and_respects_filters(fx: Fixture) -
     assert fx.store.latest_seq(Filter(session="nope")) == 0
 
 
+def test_nth_newest_seq_counts_matching_entries_not_global_seqs(fx: Fixture) -> None:
+    quiet = [fx.store.append(ap(ev(f"q{i}"), session="quiet"), T0).seq for i in range(3)]
+    for i in range(10):
+        fx.store.append(ap(ev(f"busy{i}"), session="busy"), T0)
+    flt = Filter(session="quiet")
+    assert fx.store.nth_newest_seq(flt, 0) == quiet[2]
+    assert fx.store.nth_newest_seq(flt, 2) == quiet[0]
+    assert fx.store.nth_newest_seq(flt, 3) == 0
+    assert fx.store.nth_newest_seq(None, 0) == fx.store.latest_seq(None)
+
+
 def test_branches_are_distinct_sorted_and_never_empty(fx: Fixture) -> None:
     _populate(fx.store)
     fx.store.append(ap(ev("e7", branch="bg.cluster"), session="s1"), T0)
@@ -319,6 +330,17 @@ def test_session_never_written_is_not_found_not_a_fault(fx: Fixture) -> None:
     assert info.value.code == SESSION_NOT_FOUND
     assert is_session_not_found(info.value)
     assert info.value.data == {"app": "app", "user": "u", "session": "ghost"}
+
+
+def test_a_database_fault_while_getting_a_session_is_not_session_not_found(
+    fx: Fixture,
+) -> None:
+    fx.store.append(ap(ev("e1")), T0)
+    fx.raw("DROP TABLE events", ())  # the file is damaged under the store
+    with pytest.raises(RpcError) as info:
+        fx.store.get_session("app", "u", "s", 0, None)
+    assert info.value.code == SOURCE_UNAVAILABLE
+    assert not is_session_not_found(info.value)
 
 
 def test_appending_writes_the_session(fx: Fixture) -> None:

@@ -385,6 +385,12 @@ class EventLog:
             raise
 
     @property
+    def watch_stall_timeout(self) -> float:
+        """How long a watch waits on a consumer that does not read before it
+        ends with budget_exceeded."""
+        return self._stall_timeout
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
@@ -642,6 +648,13 @@ class EventLog:
         """The newest matching seq, 0 when nothing matches."""
         p = checked(LatestSeqParams, filter=filter)
         return await self._call("reader", "latest_seq", p.filter)
+
+    async def nth_newest_seq(self, offset: int, filter: Filter | None = None) -> int:
+        """The seq ``offset`` entries behind the newest match (0 = the newest), 0
+        when fewer match. Watching from the entry before it replays the last
+        ``offset + 1`` matches, as ``tail -n`` does."""
+        p = checked(LatestSeqParams, filter=filter)
+        return await self._call("reader", "nth_newest_seq", p.filter, offset)
 
     async def branches(self, filter: Filter | None = None, limit: int | None = None) -> list[str]:
         """Distinct non-empty branch labels under the filter, sorted ascending."""

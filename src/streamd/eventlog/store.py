@@ -123,6 +123,8 @@ class Backend(Protocol):
 
     def latest_seq(self, flt: Filter | None) -> int: ...
 
+    def nth_newest_seq(self, flt: Filter | None, offset: int) -> int: ...
+
     def branches(self, flt: Filter | None, limit: int | None) -> list[str]: ...
 
     def create_session(
@@ -568,7 +570,10 @@ class SqliteStore:
         thread. A running statement fails (its transaction rolls back), a busy
         wait gives up, and every later call fails with ``closed``."""
         self._busy.aborted = True
-        self._db.interrupt()
+        try:
+            self._db.interrupt()
+        except apsw.Error:
+            pass  # already closed: nothing left to interrupt
 
     def close(self) -> None:
         try:
@@ -703,6 +708,21 @@ class SqliteStore:
         where, args = filters.render(filters.where(flt))
         row = self._db.execute(
             f"SELECT seq FROM {_indexed_by(flt)} WHERE {where} ORDER BY seq DESC LIMIT 1", args
+        ).fetchone()
+        return row[0] if row else 0
+
+    @_translated
+    def nth_newest_seq(self, flt: Filter | None, offset: int) -> int:
+        """The seq ``offset`` places behind the newest matching entry (0 = the
+        newest), or 0 when fewer match: where ``tail -n`` starts. It counts the
+        filtered rows themselves, because seqs are global and a busy sibling
+        session would make ``latest - n`` cut a quiet session's history short."""
+        if offset < 0:
+            raise invalid_params(f"offset must not be negative, not {offset}")
+        where, args = filters.render(filters.where(flt))
+        row = self._db.execute(
+            f"SELECT seq FROM {_indexed_by(flt)} WHERE {where} ORDER BY seq DESC LIMIT 1 OFFSET ?",
+            (*args, offset),
         ).fetchone()
         return row[0] if row else 0
 

@@ -1,0 +1,301 @@
+"""The event log's JSON-RPC methods: thin handlers over :class:`EventLog`.
+
+Each handler decodes nothing (the RPC layer has already decoded its Struct with
+unknown fields forbidden) and builds no error frames (it raises ``RpcError``).
+What this module adds is per-connection behaviour:
+
+* ``eventlog/watch`` is a long-running request. Entries go out as
+  ``eventlog/entry`` notifications ``{watch: <request id>, entry}``, in seq order.
+  The request ends only when cancelled (the RPC layer answers -32007) or when the
+  connection closes for shutdown, which answers ``{last_seq}``: the seq of the last
+  entry actually handed to the connection, so a client can resume exactly. A
+  client that stops reading pushes back through the bounded outbox; if a
+  notification cannot be queued for the log's stall timeout the watch ends with
+  ``budget_exceeded`` rather than waiting forever.
+* Leases belong to the connection that took them: their heartbeats run in the
+  connection's nursery, a stolen lease is reported on that connection as
+  ``eventlog/lock_lost {lock, holder}``, and whatever a connection still holds is
+  released when it closes.
+
+The database is opened by the first ``eventlog/*`` call (the EventLog is lazy),
+so a Recall core that never calls one never creates a file.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from streamd.errors import BUDGET_EXCEEDED, RpcError
+from streamd.eventlog.log import EventLog, Lease
+from streamd.eventlog.model import (
+    AppendParams,
+    AppendResult,
+    BootRecentParams,
+    BootRecentResult,
+    BootRecordParams,
+    BootRecordResult,
+    BootUpdateParams,
+    BranchesParams,
+    BranchesResult,
+    Empty,
+    EntryNotification,
+    LatestSeqParams,
+    LatestSeqResult,
+    LockAcquireParams,
+    LockAcquireResult,
+    LockLostNotification,
+    LockReleaseParams,
+    PingParams,
+    Session,
+    SessionCreateParams,
+    SessionDeleteParams,
+    SessionGetParams,
+    SessionListParams,
+    SessionListResult,
+    SessionWithEvents,
+    SinceParams,
+    SinceResult,
+    WatchParams,
+    WatchResult,
+)
+from streamd.rpc import Connection, Method, Request
+
+__all__ = ["ENTRY_NOTIFICATION", "LOCK_LOST_NOTIFICATION", "METHOD_NAMES", "eventlog_methods"]
+
+logger = logging.getLogger(__name__)
+
+ENTRY_NOTIFICATION = "eventlog/entry"
+LOCK_LOST_NOTIFICATION = "eventlog/lock_lost"
+
+LogFactory = Callable[[], EventLog | Awaitable[EventLog]]
+
+
+class _Service:
+    def __init__(self, get_log: LogFactory) -> None:
+        self._get_log = get_log
+        # Leases each connection holds, by lock id: released when it closes.
+        self._held: weakref.WeakKeyDictionary[Connection, dict[str, Lease]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def log(self) -> EventLog:
+        got = self._get_log()
+        return await got if inspect.isawaitable(got) else got
+
+    # -- appends and reads --
+
+    async def append(self, p: AppendParams, request: Request) -> AppendResult:
+        return await (await self.log()).append_params(p)
+
+    async def since(self, p: SinceParams, request: Request) -> SinceResult:
+        return await (await self.log()).since(p.from_seq, p.filter, p.limit)
+
+    async def latest_seq(self, p: LatestSeqParams, request: Request) -> LatestSeqResult:
+        return LatestSeqResult(seq=await (await self.log()).latest_seq(p.filter))
+
+    async def branches(self, p: BranchesParams, request: Request) -> BranchesResult:
+        return BranchesResult(branches=await (await self.log()).branches(p.filter, p.limit))
+
+    async def watch(self, p: WatchParams, request: Request) -> WatchResult:
+        log = await self.log()
+        conn = request.connection
+        last_sent = p.from_seq
+        failure: RpcError | None = None
+        async with log.watch(p.from_seq, p.filter) as watch:
+            with trio.CancelScope() as until_closing:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_cancel_when_set, conn.closing, until_closing)
+                    try:
+                        async for entry in watch:
+                            note = EntryNotification(watch=request.id, entry=entry)
+                            with trio.move_on_after(log.watch_stall_timeout) as stalled:
+                                await request.notify(ENTRY_NOTIFICATION, note)
+                            if stalled.cancelled_caught:
+                                raise _client_stalled(last_sent, log.watch_stall_timeout)
+                            last_sent = entry.seq
+                    except RpcError as exc:
+                        # Raised outside the nursery, so it reaches the RPC layer
+                        # as itself and not inside an exception group.
+                        failure = exc
+                    nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return WatchResult(last_seq=last_sent)
+
+    # -- sessions --
+
+    async def sessions_create(self, p: SessionCreateParams, request: Request) -> Session:
+        return await (await self.log()).create_session(p.app, p.user, p.session, p.state)
+
+    async def sessions_get(self, p: SessionGetParams, request: Request) -> SessionWithEvents:
+        return await (await self.log()).get_session(p.app, p.user, p.session, p.after_seq, p.recent)
+
+    async def sessions_list(self, p: SessionListParams, request: Request) -> SessionListResult:
+        return SessionListResult(sessions=await (await self.log()).list_sessions(p.app, p.user))
+
+    async def sessions_delete(self, p: SessionDeleteParams, request: Request) -> Empty:
+        await (await self.log()).delete_session(p.app, p.user, p.session)
+        return Empty()
+
+    # -- leases --
+
+    async def lock_acquire(self, p: LockAcquireParams, request: Request) -> LockAcquireResult:
+        log = await self.log()
+        conn = request.connection
+
+        async def on_lost(lease: Lease) -> None:
+            self._held.get(conn, {}).pop(lease.lock, None)
+            await conn.notify(
+                LOCK_LOST_NOTIFICATION, LockLostNotification(lock=lease.lock, holder=lease.holder)
+            )
+
+        lease = await log.acquire_lock(
+            p.app,
+            p.user,
+            p.session,
+            nursery=conn.nursery,
+            stale_after_ms=p.stale_after_ms,
+            heartbeat_ms=p.heartbeat_ms,
+            on_lost=on_lost,
+        )
+        held = self._held.get(conn)
+        if held is None:
+            held = self._held[conn] = {}
+            conn.on_close(lambda: self._release_all(conn))
+        held[lease.lock] = lease
+        return LockAcquireResult(lock=lease.lock, holder=lease.holder)
+
+    async def lock_release(self, p: LockReleaseParams, request: Request) -> Empty:
+        log = await self.log()
+        self._held.get(request.connection, {}).pop(p.lock, None)
+        await log.release_lock(p.lock)
+        return Empty()
+
+    async def _release_all(self, conn: Connection) -> None:
+        for lease in list(self._held.pop(conn, {}).values()):
+            try:
+                await lease.release()
+            except RpcError as exc:
+                logger.warning("releasing lease %s of a closed connection: %s", lease.lock, exc)
+
+    # -- boots and health --
+
+    async def boot_record(self, p: BootRecordParams, request: Request) -> BootRecordResult:
+        return BootRecordResult(id=await (await self.log()).record_boot(p.at, p.attempted))
+
+    async def boot_update(self, p: BootUpdateParams, request: Request) -> Empty:
+        await (await self.log()).update_boot(p.id, p.attempted)
+        return Empty()
+
+    async def boot_recent(self, p: BootRecentParams, request: Request) -> BootRecentResult:
+        return BootRecentResult(boots=await (await self.log()).recent_boots(p.since))
+
+    async def ping(self, p: PingParams, request: Request) -> Empty:
+        await (await self.log()).ping()
+        return Empty()
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+def _client_stalled(last_seq: int, timeout: float) -> RpcError:
+    return RpcError(
+        BUDGET_EXCEEDED,
+        f"watch client stopped reading: no notification could be sent for {timeout:g} s;"
+        f" resume with from_seq={last_seq}",
+        {"last_seq": last_seq},
+    )
+
+
+def eventlog_methods(log_factory: Any, conn: Connection | None = None) -> list[Method]:
+    """Every ``eventlog/*`` method of the contract, served by one shared log.
+
+    ``log_factory`` returns the daemon's :class:`EventLog` (directly or as an
+    awaitable). Give the daemon one ``async with EventLog(...)`` for its lifetime:
+    it creates no file until the first ``eventlog/*`` call. For a caller that
+    passes its daemon object instead (anything with a ``config`` carrying ``db``,
+    ``watch_interval`` and ``synchronous``), the log is created on first use and
+    lives in a Trio system task until the run ends. ``conn`` is accepted for
+    that calling convention and not needed: handlers find their connection on
+    the request.
+    """
+    service = _Service(_as_factory(log_factory))
+    s = service
+    return [
+        Method("eventlog/append", AppendParams, s.append),
+        Method("eventlog/since", SinceParams, s.since),
+        Method("eventlog/watch", WatchParams, s.watch),
+        Method("eventlog/latest_seq", LatestSeqParams, s.latest_seq),
+        Method("eventlog/branches", BranchesParams, s.branches),
+        Method("eventlog/sessions.create", SessionCreateParams, s.sessions_create),
+        Method("eventlog/sessions.get", SessionGetParams, s.sessions_get),
+        Method("eventlog/sessions.list", SessionListParams, s.sessions_list),
+        Method("eventlog/sessions.delete", SessionDeleteParams, s.sessions_delete),
+        Method("eventlog/lock.acquire", LockAcquireParams, s.lock_acquire),
+        Method("eventlog/lock.release", LockReleaseParams, s.lock_release),
+        Method("eventlog/boot.record", BootRecordParams, s.boot_record),
+        Method("eventlog/boot.update", BootUpdateParams, s.boot_update),
+        Method("eventlog/boot.recent", BootRecentParams, s.boot_recent),
+        Method("eventlog/ping", PingParams, s.ping),
+    ]
+
+
+# One shared service (and so one lease table) per daemon object, for the
+# daemon-object calling convention, which calls eventlog_methods per connection.
+_hosted: weakref.WeakKeyDictionary[Any, LogFactory] = weakref.WeakKeyDictionary()
+
+
+def _as_factory(source: Any) -> LogFactory:
+    if callable(source):
+        return source
+    log = getattr(source, "eventlog", None)
+    if isinstance(log, EventLog):
+        return lambda: log
+    factory = _hosted.get(source)
+    if factory is None:
+        factory = _hosted[source] = _SystemHostedLog(source.config)
+    return factory
+
+
+class _SystemHostedLog:
+    """An EventLog created on first use and kept in a Trio system task.
+
+    Lets a daemon that does not hold the log in its own nursery still share one
+    log across connections; the system task closes it when the Trio run ends.
+    """
+
+    def __init__(self, config: Any) -> None:
+        self._config = config
+        self._log: EventLog | None = None
+        self._ready: trio.Event | None = None
+
+    async def __call__(self) -> EventLog:
+        if self._ready is None:
+            self._ready = trio.Event()
+            trio.lowlevel.spawn_system_task(self._host, name="streamd eventlog")
+        await self._ready.wait()
+        assert self._log is not None
+        return self._log
+
+    async def _host(self) -> None:
+        cfg = self._config
+        assert self._ready is not None
+        async with EventLog(
+            getattr(cfg, "db", None),
+            watch_interval=getattr(cfg, "watch_interval", 0.2),
+            synchronous=getattr(cfg, "synchronous", "FULL"),
+        ) as log:
+            self._log = log
+            self._ready.set()
+            await trio.sleep_forever()
+
+
+METHOD_NAMES = frozenset(m.name for m in eventlog_methods(lambda: None))  # type: ignore[arg-type]
