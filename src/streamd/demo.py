@@ -56,6 +56,20 @@ class Client:
                 return frame
             self.notifications.append(frame)
 
+    def next_notification(self, method: str) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        for i, note in enumerate(self.notifications):
+            if note.get("method") == method:
+                return self.notifications.pop(i)
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("streamd exited unexpectedly")
+            frame = json.loads(line)
+            if frame.get("method") == method:
+                return frame
+            self.notifications.append(frame)
+
     def call(self, method: str, params: Any) -> dict[str, Any]:
         return self.wait(self.send(method, params))
 
@@ -181,11 +195,9 @@ def _eventlog_part(client: Client) -> None:
         "event": {"id": "e4", "author": "agent", "branch": "main",
                   "content": {"text": "Done."}},
     })
+    entry = client.next_notification("eventlog/entry")["params"]["entry"]
+    print(f"   tail: #{entry['seq']} {entry['event']['author']}: "
+          f"{entry['event']['content']['text']}")
     client.notify("recall/cancel", {"id": watch_id})
     ended = client.wait(watch_id)
-    for note in client.notifications:
-        if note.get("method") == "eventlog/entry":
-            entry = note["params"]["entry"]
-            print(f"   tail: #{entry['seq']} {entry['event']['author']}: "
-                  f"{entry['event']['content']['text']}")
     print(f"   watch ended by cancel: {ended['error']['message']}")
