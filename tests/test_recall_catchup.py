@@ -419,3 +419,61 @@ def test_a_location_that_is_a_file_is_the_stream_when_no_files_are_listed(recall
     assert titles(w.search(w.adapter([], location=str(p)), "")) == ["one"]
     # With files listed, they resolve against the file's directory.
     assert titles(w.search(w.adapter(["sibling.jsonl"], location=str(p)), "")) == ["two"]
+
+
+# --- health and lifecycle -----------------------------------------------------------------
+
+
+def test_health_of_a_complete_generation(recall_world):
+    w = recall_world
+    line = w.rec("r1", "2026-05-02T10:00:00.75Z", title="one")
+    w.write("a.jsonl", line)
+    adapter = w.adapter()
+    watermark = f"bytes={len(line)} records=1 latest=2026-05-02T10:00:00Z"
+    assert adapter.health(w.current(adapter)) == {
+        "status": "healthy",
+        "checked_at": "2027-01-15T08:00:00Z",
+        "last_success_at": "2027-01-15T08:00:00Z",
+        "source_watermark": watermark,
+        "index_watermark": watermark,
+        "index_generation": "gen-1",
+        "index_config": "jsonl/1 tokenizer=ident-runs scoring=term-coverage",
+        "record_count": 1,
+        "indexed_count": 1,
+        "coverage": "complete",
+        "diagnostics": {"files": 1},
+    }
+
+
+def test_a_stream_with_no_records_has_no_latest_time(recall_world):
+    w = recall_world
+    w.write("a.jsonl", b"\n", b"junk\n")
+    result = w.search(w.adapter(), "")
+    assert result["source_watermark"] == "bytes=6 records=0 latest=-"
+    assert (result["candidates"], result["outcome"]) == ([], "partial")
+
+
+def test_a_closed_adapter_refuses_to_build(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("r1", at(0), title="one"))
+    adapter = w.adapter()
+    w.current(adapter)
+    adapter.close()
+    with pytest.raises(RpcError) as err:
+        w.current(adapter, full=True)
+    assert err.value.code == SOURCE_UNAVAILABLE
+
+
+def test_year_zero_events_index_and_print_while_earlier_instants_fail(recall_world):
+    w = recall_world
+    w.write(
+        "a.jsonl",
+        w.rec("y0", "0000-01-01T00:00:00Z", title="alpha"),
+        # 00:30 at +01:00 is 23:30 UTC on the last day of year -1: not printable
+        # as RFC 3339, so (a deliberate difference) the line fails at index time.
+        w.rec("y-1", "0000-01-01T00:30:00+01:00", title="alpha"),
+        w.rec("obs", at(0), title="alpha", observed_at="0000-01-01T00:00:00+00:01"),
+    )
+    result = w.search(w.adapter(), "alpha")
+    assert [c["event_time"] for c in result["candidates"]] == ["0000-01-01T00:00:00Z"]
+    assert result["diagnostics"]["failed_records"] == 2
