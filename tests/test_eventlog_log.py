@@ -343,7 +343,7 @@ async def test_a_consumer_that_stops_reading_ends_the_watch_with_a_clear_error(
             await trio.sleep(2)  # past the stall timeout
             got = [entry async for entry in _until_error(w)]
             assert [e.event.id for e in got] == [f"e{i}" for i in range(5)]
-            err = w._error
+            err = w.error
             assert isinstance(err, RpcError) and err.code == BUDGET_EXCEEDED
             assert err.data["last_seq"] == got[-1].seq
             assert f"from_seq={got[-1].seq}" in err.message
@@ -354,7 +354,7 @@ async def _until_error(w: Any) -> AsyncIterator[Entry]:
         async for entry in w:
             yield entry
     except RpcError as exc:
-        assert exc is w._error
+        assert exc is w.error
 
 
 async def test_a_slow_consumer_that_keeps_reading_gets_everything_past_its_buffer(

@@ -9,7 +9,10 @@ The layers stack bottom-up, each importing only the ones below it:
 * :mod:`~streamd.eventlog.log` - :class:`EventLog`, the Trio API: group-commit
   writer, watchers, lease heartbeats, lazy open, close.
 
-The JSON-RPC methods and the ``streamd log`` CLI sit on top of :class:`EventLog`.
+* :mod:`~streamd.eventlog.service` - the ``eventlog/*`` JSON-RPC methods over a
+  shared :class:`EventLog` (imported by the daemon, not re-exported here, so the
+  package does not pull in the RPC layer).
+* :mod:`~streamd.eventlog.cli` - ``streamd log``, for people, on the same file.
 """
 
 from streamd.eventlog.log import (

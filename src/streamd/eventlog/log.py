@@ -78,7 +78,7 @@ from typing import Any, Literal
 
 import trio
 
-from streamd.errors import BUDGET_EXCEEDED, RpcError, is_closed
+from streamd.errors import BUDGET_EXCEEDED, CLOSED, RpcError, is_closed
 from streamd.eventlog.model import (
     DEFAULT_HEARTBEAT_MS,
     DEFAULT_SINCE_LIMIT,
@@ -174,10 +174,7 @@ class _PendingAppend:
 
 
 def _never_written() -> RpcError:
-    err = closed_error()
-    err.message = "event log closed before the append was written; it was not written"
-    err.args = (err.message,)
-    return err
+    return RpcError(CLOSED, "event log closed before the append was written; it was not written")
 
 
 class _ThreadedStore:
@@ -298,6 +295,11 @@ class Watch:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    @property
+    def error(self) -> RpcError | None:
+        """Why the watch ended, once it has (raised again by the iterator)."""
+        return self._error
 
     @property
     def buffered(self) -> int:

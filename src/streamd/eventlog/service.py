@@ -31,7 +31,7 @@ from typing import Any
 
 import trio
 
-from streamd.errors import BUDGET_EXCEEDED, RpcError
+from streamd.errors import BUDGET_EXCEEDED, SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.log import EventLog, Lease
 from streamd.eventlog.model import (
     AppendParams,
@@ -275,6 +275,7 @@ class _SystemHostedLog:
     def __init__(self, config: Any) -> None:
         self._config = config
         self._log: EventLog | None = None
+        self._error: RpcError | None = None
         self._ready: trio.Event | None = None
 
     async def __call__(self) -> EventLog:
@@ -282,17 +283,26 @@ class _SystemHostedLog:
             self._ready = trio.Event()
             trio.lowlevel.spawn_system_task(self._host, name="streamd eventlog")
         await self._ready.wait()
+        if self._error is not None:
+            raise self._error
         assert self._log is not None
         return self._log
 
     async def _host(self) -> None:
         cfg = self._config
         assert self._ready is not None
-        async with EventLog(
-            getattr(cfg, "db", None),
-            watch_interval=getattr(cfg, "watch_interval", 0.2),
-            synchronous=getattr(cfg, "synchronous", "FULL"),
-        ) as log:
+        try:
+            log = EventLog(
+                getattr(cfg, "db", None),
+                watch_interval=getattr(cfg, "watch_interval", 0.2),
+                synchronous=getattr(cfg, "synchronous", "FULL"),
+            )
+        except ValueError as exc:
+            # A system task must not raise (it would end the whole run).
+            self._error = RpcError(SOURCE_UNAVAILABLE, f"event log configuration: {exc}")
+            self._ready.set()
+            return
+        async with log:
             self._log = log
             self._ready.set()
             await trio.sleep_forever()
