@@ -477,3 +477,28 @@ def test_year_zero_events_index_and_print_while_earlier_instants_fail(recall_wor
     result = w.search(w.adapter(), "alpha")
     assert [c["event_time"] for c in result["candidates"]] == ["0000-01-01T00:00:00Z"]
     assert result["diagnostics"]["failed_records"] == 2
+
+
+def test_observed_at_defaults_to_the_build_that_first_indexed_the_record(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("old", at(0), title="alpha"))
+    adapter = w.adapter()
+    adapter.clock = lambda: 1_800_000_000 * 1_000_000_000  # 2027-01-15T08:00:00Z
+    w.current(adapter)
+    w.append("a.jsonl", w.rec("new", at(1), title="alpha"))
+    adapter.clock = lambda: 1_800_000_060 * 1_000_000_000  # one minute later
+
+    def stamps(result):
+        return {c["source_record_id"]: (c["observed_at"], c["confirmed_at"])
+                for c in result["candidates"]}
+
+    assert stamps(w.search(adapter, "alpha")) == {
+        "old": ("2027-01-15T08:00:00Z", "2027-01-15T08:01:00Z"),
+        "new": ("2027-01-15T08:01:00Z", "2027-01-15T08:01:00Z"),
+    }
+    # A full rebuild indexes everything again, first time over.
+    adapter.clock = lambda: 1_800_000_120 * 1_000_000_000
+    w.current(adapter, full=True)
+    assert set(stamps(w.search(adapter, "alpha")).values()) == {
+        ("2027-01-15T08:02:00Z", "2027-01-15T08:02:00Z"),
+    }

@@ -178,7 +178,7 @@ def adapter_search(world, adapter, q, since, until, types, limit):
     return world.search(adapter, q, limit=limit, **filters)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     records=stream, q=query, since=moment, until=moment,
     types=st.lists(st.sampled_from(["event", "message", "cats"]), max_size=2, unique=True),
@@ -209,7 +209,7 @@ def test_search_equals_the_plain_reference(
     assert d["failed_records"] == sum(r is None for r in records)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=stream, split=st.integers(0, 12), q=query)
 def test_an_incremental_catch_up_answers_like_a_fresh_full_build(
     make_recall_world, records, split, q

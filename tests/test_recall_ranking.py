@@ -459,6 +459,8 @@ def test_derived_from_only_for_a_mapped_system_with_a_ref(
         ("é" * 150, "é" * 120 + "…"),  # 240 bytes is 120 two-byte characters
         ("a" * 239 + "é" * 5, "a" * 239 + "…"),  # the cut would split an é: back off
         ("  padded  ", "  padded  "),  # short text is not trimmed
+        # The cut ends on a no-break space, which Go's TrimSpace removes too.
+        ("a" * 238 + "\u00a0" + "b" * 10, "a" * 238 + "…"),
     ],
 )
 def test_the_excerpt_is_clipped_at_240_bytes_on_a_character_boundary(recall_world, text, excerpt):
