@@ -353,7 +353,9 @@ def test_the_checkpoint_describes_the_published_generation(recall_world):
              "missing": True},
         ],
     }
-    assert sorted(os.listdir(w.work)) == ["cursor.json"]  # no temporary left behind
+    # No temporary left behind: the checkpoint and the durable index only.
+    assert sorted(os.listdir(w.work)) == ["cursor.json", "index"]
+    assert not [n for n in os.listdir(os.path.join(w.work, "index")) if n.endswith(".tmp")]
 
 
 def test_generations_continue_from_the_checkpoint_across_adapter_instances(recall_world):
@@ -502,3 +504,13 @@ def test_observed_at_defaults_to_the_build_that_first_indexed_the_record(recall_
     assert set(stamps(w.search(adapter, "alpha")).values()) == {
         ("2027-01-15T08:02:00Z", "2027-01-15T08:02:00Z"),
     }
+
+
+def test_failed_lines_stay_counted_across_incremental_builds(recall_world):
+    w = recall_world
+    w.write("a.jsonl", b"junk\n", w.rec("r1", at(0), title="one"))
+    adapter = w.adapter()
+    assert w.search(adapter, "")["diagnostics"]["failed_records"] == 1
+    w.append("a.jsonl", w.rec("r2", at(1), title="two"), b"{}\n")
+    result = w.search(adapter, "")
+    assert (result["diagnostics"]["failed_records"], result["diagnostics"]["indexed"]) == (2, 2)

@@ -31,6 +31,7 @@ from typing import Any
 
 from . import catchup, gotime, render
 from .catchup import Cursor
+from .durable import DurableIndex
 from .errors import (
     INVALID_PARAMS,
     LOCATOR_EXPIRED,
@@ -40,9 +41,10 @@ from .errors import (
 )
 from .gofmt import quote
 from .index import Index, View
-from .records import MAX_LINE_BYTES, LineError, Record, parse_line, trim_space, weigh
+from .records import MAX_LINE_BYTES, LineError, Record, field_tokens, parse_line, trim_space
 from .search import Query, rank, relevance_of
 from .search import query_mode as mode_of
+from .tokenize import fold
 from .wire import ExpandParams, InitializeParams, SearchParams
 
 ADAPTER_ID = "recall-stream/1"
@@ -345,8 +347,11 @@ def not_initialized() -> RpcError:
 
 
 class StreamAdapter:
-    def __init__(self, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(self, clock: Callable[[], int] = time.time_ns, persist: bool = True) -> None:
+        """``persist=False`` keeps the index in memory only (one-shot CLI use)."""
         self.clock = clock
+        self.persist = persist
+        self.durable: DurableIndex | None = None
         self.ready = False
         self.closed = False
         self.source_id = ""
@@ -381,6 +386,7 @@ class StreamAdapter:
             p.source_id, p.workdir, paths, settings,
         )
         self.gen, self.prior, self.snap, self.ready = prior.generation, prior, None, True
+        self.durable = DurableIndex(p.workdir, INDEX_CONFIG) if self.persist else None
         return manifest()
 
     def check_session(self) -> None:
@@ -399,20 +405,20 @@ class StreamAdapter:
         """Build and publish the next generation, yielding between slices."""
         self.check_session()
         built_at = self.clock()
-        prev = self.snap
-        cursors: dict[str, Cursor] = {}
-        if prev is not None and not full:
-            cursors = {c.path: c for c in prev.files}
+        prev = self.snap if not full else None
+        cursors: dict[str, Cursor] = {c.path: c for c in prev.files} if prev else {}
         check = cursors or {c.path: c for c in self.prior.files}
         rewritten = _shrank(self.paths, check)
-        if rewritten:
-            cursors = {}
-        incremental = bool(cursors)
-        index = prev.view.index if incremental and prev is not None else Index()
-        if incremental and prev is not None:
-            # A failed build may have appended past the published view.
+        index, latest = None, gotime.ZERO_TIME
+        if prev is not None and not rewritten:
+            index, latest = prev.view.index, prev.latest
+            # A failed pass may have added records past the published view.
             index.truncate(prev.view.n)
-        latest = prev.latest if incremental and prev is not None else gotime.ZERO_TIME
+        elif self.snap is None and not full and not rewritten:
+            index, latest, cursors, rewritten = self._adopt()
+        if index is None:
+            cursors = {}
+            index = Index(self.durable.sink if self.durable else None)
         state = _BuildState(index, built_at, latest)
         files: list[Cursor] = []
         for file_no, path in enumerate(self.paths):
@@ -427,9 +433,11 @@ class StreamAdapter:
                 SOURCE_UNAVAILABLE,
                 f"no configured stream file is readable ({', '.join(missing)})",
             )
+        view = index.view()
+        durable = self._save_index(view, files, state.latest)
         snap = Generation(
             gen=self.gen + 1,
-            view=View(index, len(index)),
+            view=view,
             files=files,
             built_at=built_at,
             latest=state.latest,
@@ -439,16 +447,38 @@ class StreamAdapter:
             rewritten=rewritten,
         )
         self.snap, self.gen = snap, snap.gen
-        self._checkpoint(snap)
+        self._checkpoint(snap, durable)
         return snap
 
-    def _checkpoint(self, snap: Generation) -> None:
+    def _adopt(self) -> tuple[Index | None, int, dict[str, Cursor], bool]:
+        """Resume from the index a previous process saved in the workdir."""
+        if self.durable is None:
+            return None, gotime.ZERO_TIME, {}, False
+        loaded, rewritten = self.durable.load(self.paths)
+        if loaded is None:
+            return None, gotime.ZERO_TIME, {}, rewritten
+        index = Index(self.durable.sink)
+        index.adopt(loaded.segments, loaded.kinds)
+        return index, loaded.latest, {c.path: c for c in loaded.files}, False
+
+    def _save_index(self, view: View, files: list[Cursor], latest: int) -> bool:
+        """Records first: the segments (already written as they were sealed)
+        and the manifest naming them. True if the index is durable."""
+        if self.durable is None or view.index.sink_failed:
+            return False
+        try:
+            self.durable.save(view.segments, files, view.index.kinds, latest, view.n)
+        except OSError:
+            return False
+        return True
+
+    def _checkpoint(self, snap: Generation, durable: bool = True) -> None:
         try:
             save_checkpoint(
                 self.workdir,
                 Checkpoint(snap.gen, snap.built_at, snap.watermark, snap.files),
             )
-            self.checkpoint_failed = False
+            self.checkpoint_failed = not durable
         except OSError:
             self.checkpoint_failed = True
 
@@ -456,13 +486,17 @@ class StreamAdapter:
 
     def record(self, snap: Generation, rec: int) -> Record:
         index = snap.view.index
-        path = self.paths[index.file[rec]]
-        line = catchup.read_line(path, index.offset[rec], index.line_len[rec])
+        path = self.paths[index.column("file", rec)]
+        line = catchup.read_line(path, index.column("offset", rec), index.column("line_len", rec))
         try:
             parsed = parse_line(trim_space(line)) if line is not None else None
         except LineError:
             parsed = None
-        if parsed is None or parsed.id != index.ids[rec] or parsed.schema != index.schema[rec]:
+        if (
+            parsed is None
+            or parsed.id != index.ids[rec]
+            or parsed.schema != index.column("schema", rec)
+        ):
             raise RpcError(
                 SOURCE_UNAVAILABLE,
                 f"{os.path.basename(path)} changed under the index; refresh and retry",
@@ -542,8 +576,8 @@ class StreamAdapter:
         meta: dict[str, Any] = {}
         if rec.actor:
             meta["actor"] = rec.actor
-        meta["byte_offset"] = snap.view.index.offset[rec_no]
-        meta["file"] = os.path.basename(self.paths[snap.view.index.file[rec_no]])
+        meta["byte_offset"] = snap.view.index.column("offset", rec_no)
+        meta["file"] = os.path.basename(self.paths[snap.view.index.column("file", rec_no)])
         if rec.ref:
             meta["ref"] = rec.ref
         meta["schema"] = rec.schema
@@ -579,7 +613,7 @@ class StreamAdapter:
             if other is not None:
                 raise RpcError(
                     LOCATOR_EXPIRED,
-                    f"{record_id} is now schema v{snap.view.index.schema[other]}, "
+                    f"{record_id} is now schema v{snap.view.index.column('schema', other)}, "
                     f"the locator names v{schema}",
                 )
             raise RpcError(LOCATOR_EXPIRED, f"{snap.name} holds no record {record_id}")
@@ -593,9 +627,8 @@ class StreamAdapter:
             result["truncated"] = True
             result["truncation_boundary"] = "budget_bytes"
         index = snap.view.index
-        result["provenance"] = (
-            f"{os.path.basename(self.paths[index.file[rec_no]])}@{index.offset[rec_no]} ({local})"
-        )
+        name = os.path.basename(self.paths[index.column("file", rec_no)])
+        result["provenance"] = f"{name}@{index.column('offset', rec_no)} ({local})"
         return result
 
     def _episode(self, snap: Generation, rec: Record) -> list[Record]:
@@ -727,7 +760,14 @@ class _BuildState:
             cur.failed += 1
             return
         observed = rec.observed_at if rec.observed_at is not None else self.built_at
-        self.index.add(rec, weigh(rec), observed, file_no, line.offset, line.size)
+        index = self.index
+        sec, nsec = divmod(rec.event_time, gotime.NS)
+        osec, onsec = divmod(observed, gotime.NS)
+        row = (sec, nsec, osec, onsec, rec.schema, index.kind_code(rec.kind), file_no,
+               line.offset, line.size)
+        text, fields, title = field_tokens(rec)
+        idents = {fold(rec.id), fold(rec.ref), fold(rec.correlation)}
+        index.add(rec.id, row, text, fields, title, idents)
         if rec.event_time > self.latest:
             self.latest = rec.event_time
         cur.records += 1

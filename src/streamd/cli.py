@@ -125,7 +125,7 @@ def _open(paths: list[str]):
     from .adapter import StreamAdapter
     from .wire import InitializeParams
 
-    adapter = StreamAdapter()
+    adapter = StreamAdapter(persist=False)
     files = [os.path.abspath(p) for p in paths]
     adapter.initialize(
         InitializeParams(

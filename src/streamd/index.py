@@ -1,47 +1,48 @@
-"""The searchable projection of a stream: columns and posting lists, append-only.
+"""The searchable projection of a stream: segments plus per-record columns.
 
 Rules:
 
 * Records are numbered in stream order (0, 1, 2, ...) and never renumbered:
   an incremental pass appends, a rewrite builds a fresh Index. A published
-  generation is therefore just ``(index, n)``: it sees records ``< n`` and
-  stays immutable while later passes append past it.
-* Nothing per record is a Python object except its id. Event times, offsets,
-  kinds and lengths are typed columns (``array``), and each term's postings
-  are one packed ``array('Q')`` of ``rec << 24 | count << 2 | weight code``,
-  in record order, so a generation's view of a posting list is a prefix
-  found by binary search.
-* Display fields (title, text, ...) are not kept: the line is re-read from
-  its file by offset when a candidate is rendered. A search touches at most
-  its limit of lines; holding every text would cost the whole stream again
-  in memory.
-* Exact identifiers (id, ref, correlation) are keyed by their simple case
-  fold, so the exact-hit partition is a dictionary lookup per query term.
+  generation is a :class:`View`: the record count ``n`` and the tuple of
+  sealed segments at publication. It stays immutable while later passes
+  append past it.
+* Postings live in immutable segments (see ``segment``), each covering a
+  contiguous run of records. A pass adds records to an open builder and
+  seals it when the pass publishes or the builder is full; small tail
+  segments from many small passes are merged so a search never walks more
+  than a handful of segments per term.
+* Per record, the index keeps typed columns (times, offsets, kinds, lengths)
+  and the id, nothing else: display fields are re-read from the file by
+  offset for the few candidates a search renders.
 
 Builds run cooperatively on the event loop, never in a thread, and searches
-are synchronous: no numpy view of these arrays outlives the call that made
-it, so an append never meets an exported buffer.
+are synchronous, so there are no locks: a search never observes a half-made
+change, because changes become visible only when a View is published.
 """
 
 from __future__ import annotations
 
 import re
-from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from .records import FIELD_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT, Record, Terms
+from . import segment as seg
+from .records import FIELD_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT
+from .segment import COLUMNS, Segment, SegmentBuilder
 from .tokenize import fold
 
 NS = 1_000_000_000
-REC_SHIFT = 24
-COUNT_MASK = (1 << 22) - 1
+# A builder seals at this many records; merged tails grow up to it too.
+SEGMENT_RECORDS = 65_536
+# More small (unfilled) segments than this at the tail are merged into one.
+MAX_SMALL_SEGMENTS = 8
 # Indexed by weight code; the exact constants the reference multiplies by.
 WEIGHTS = np.array([0.0, TEXT_WEIGHT, FIELD_WEIGHT, TITLE_WEIGHT])
 
-# A query term naming a locator's local part, the way Go prints it (no
-# leading zeros, no sign).
+# A query term naming a locator's local part, the way Go prints it.
 _LOCAL = re.compile(r"v(0|[1-9][0-9]*)/(.+)", re.S)
 
 
@@ -54,24 +55,47 @@ class Postings:
     counts: np.ndarray  # int64
 
 
-class Index:
+class Columns:
+    """Growable structured array of COLUMNS rows; ``view(n)`` is the first n."""
+
     def __init__(self) -> None:
+        self._data = np.zeros(1024, dtype=COLUMNS)
+        self.n = 0
+
+    def extend(self, rows: np.ndarray) -> None:
+        need = self.n + len(rows)
+        if need > len(self._data):
+            grown = np.zeros(max(need, 2 * len(self._data)), dtype=COLUMNS)
+            grown[: self.n] = self._data[: self.n]
+            # Published views keep the old array; their rows are unchanged.
+            self._data = grown
+        self._data[self.n : need] = rows
+        self.n = need
+
+    def truncate(self, n: int) -> None:
+        self.n = min(self.n, n)
+
+    def view(self, n: int) -> np.ndarray:
+        return self._data[:n]
+
+
+Sink = Callable[[Segment], Segment]
+
+
+class Index:
+    """``sink``, when given, persists each sealed segment and returns the
+    copy to keep (mapped from disk). If it fails the index carries on in
+    memory and ``sink_failed`` says so."""
+
+    def __init__(self, sink: Sink | None = None) -> None:
+        self.sink = sink
+        self.sink_failed = False
         self.ids: list[str] = []
-        self.sec = array("q")
-        self.nsec = array("i")
-        self.obs_sec = array("q")
-        self.obs_nsec = array("i")
-        self.schema = array("b")
-        self.kind = array("i")
-        self.file = array("i")
-        self.offset = array("q")
-        self.line_len = array("i")
-        self.length = array("i")
+        self.columns = Columns()
         self.kinds: list[str] = []
         self._kind_codes: dict[str, int] = {}
-        self.postings: dict[str, array] = {}
-        # folded identifier -> record numbers (ascending)
-        self.ident: dict[str, array] = {}
+        self.segments: tuple[Segment, ...] = ()
+        self._builder: SegmentBuilder | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -83,109 +107,148 @@ class Index:
             self.kinds.append(kind)
         return code
 
-    def add(
-        self, rec: Record, terms: Terms, observed_at: int, file: int, offset: int, line_len: int
-    ) -> int:
-        n = len(self.ids)
-        self.ids.append(rec.id)
-        sec, nsec = divmod(rec.event_time, NS)
-        self.sec.append(sec)
-        self.nsec.append(nsec)
-        osec, onsec = divmod(observed_at, NS)
-        self.obs_sec.append(osec)
-        self.obs_nsec.append(onsec)
-        self.schema.append(rec.schema)
-        self.kind.append(self.kind_code(rec.kind))
-        self.file.append(file)
-        self.offset.append(offset)
-        self.line_len.append(line_len)
-        self.length.append(terms.length)
-        base = n << REC_SHIFT
-        postings = self.postings
-        title, fields = terms.title, terms.fields
-        for token, count in terms.counts.items():
-            code = 3 if token in title else 2 if token in fields else 1
-            packed = base | (count << 2) | code
-            plist = postings.get(token)
-            if plist is None:
-                postings[token] = array("Q", (packed,))
-            else:
-                plist.append(packed)
-        for key in {fold(rec.id), fold(rec.ref), fold(rec.correlation)}:
-            if key:
-                recs = self.ident.get(key)
-                if recs is None:
-                    self.ident[key] = array("q", (n,))
-                else:
-                    recs.append(n)
-        return n
+    def add(self, record_id: str, row: tuple, text: list[str], fields: list[str],
+            title: list[str], idents: set[str]) -> None:
+        if self._builder is None:
+            self._builder = SegmentBuilder(len(self.ids))
+        self.ids.append(record_id)
+        self._builder.add(record_id, row, text, fields, title, idents)
+        if self._builder.count >= SEGMENT_RECORDS:
+            self.seal()
+
+    def seal(self) -> None:
+        """Make every added record searchable (by the next published View)."""
+        builder, self._builder = self._builder, None
+        if builder is None or builder.count == 0:
+            return
+        sealed = self._keep(builder.seal())
+        self.columns.extend(sealed.columns)
+        self.segments = (*self.segments, sealed)
+
+    def _merge_tail(self) -> None:
+        small = 0
+        for s in reversed(self.segments):
+            if s.count >= SEGMENT_RECORDS:
+                break
+            small += 1
+        if small <= MAX_SMALL_SEGMENTS:
+            return
+        tail = list(self.segments[-small:])
+        merged = self._keep(seg.merge(tail))
+        self.segments = (*self.segments[:-small], merged)
+
+    def _keep(self, segment: Segment) -> Segment:
+        if self.sink is None:
+            return segment
+        try:
+            return self.sink(segment)
+        except OSError:
+            self.sink, self.sink_failed = None, True
+            return segment
+
+    def adopt(self, segments: list[Segment], kinds: list[str]) -> None:
+        """Start from segments loaded from disk (already durable)."""
+        for s in segments:
+            self.ids.extend(s.id_list())
+            self.columns.extend(s.columns)
+        self.segments = tuple(segments)
+        self.kinds = list(kinds)
+        self._kind_codes = {k: i for i, k in enumerate(kinds)}
 
     def truncate(self, n: int) -> None:
-        """Forget records ``>= n`` (left behind by a build that failed)."""
+        """Forget records ``>= n`` that a failed pass added but never sealed
+        into a published View."""
+        self._builder = None
         if len(self.ids) <= n:
             return
         del self.ids[n:]
-        for col in (self.sec, self.nsec, self.obs_sec, self.obs_nsec, self.schema, self.kind,
-                    self.file, self.offset, self.line_len, self.length):
-            del col[n:]
-        cut = n << REC_SHIFT
-        for table, limit in ((self.postings, cut), (self.ident, n)):
-            for key in [k for k, v in table.items() if v[-1] >= limit]:
-                values = table[key]
-                keep = next((i for i, v in enumerate(values) if v >= limit), len(values))
-                if keep == 0:
-                    del table[key]
-                else:
-                    del values[keep:]
+        self.columns.truncate(n)
+        self.segments = tuple(s for s in self.segments if s.base + s.count <= n)
+
+    def view(self) -> View:
+        """Publish: seal what was added and merge small tail segments. Merging
+        only here means a pass that fails never retired anything."""
+        self.seal()
+        self._merge_tail()
+        return View(self, len(self.ids), self.segments)
 
     def event_time(self, rec: int) -> int:
-        return self.sec[rec] * NS + self.nsec[rec]
+        row = self.columns.view(rec + 1)[rec]
+        return int(row["sec"]) * NS + int(row["nsec"])
 
     def observed_at(self, rec: int) -> int:
-        return self.obs_sec[rec] * NS + self.obs_nsec[rec]
+        row = self.columns.view(rec + 1)[rec]
+        return int(row["obs_sec"]) * NS + int(row["obs_nsec"])
+
+    def column(self, name: str, rec: int) -> int:
+        return int(self.columns.view(rec + 1)[rec][name])
 
 
 @dataclass(frozen=True, slots=True)
 class View:
-    """The index as one generation sees it: records ``< n``."""
+    """The index as one generation sees it: records ``< n`` in ``segments``."""
 
     index: Index
     n: int
+    segments: tuple[Segment, ...]
+
+    def _hits(self, term: str) -> list[tuple[Segment, int]]:
+        h = np.uint64(seg.term_hash(term))
+        out = []
+        for s in self.segments:
+            if s.base >= self.n:
+                break
+            local = s.find(h)
+            if local >= 0:
+                out.append((s, local))
+        return out
 
     def holds(self, term: str) -> bool:
-        """Store-wide membership, O(1): does any visible record use ``term``?"""
-        plist = self.index.postings.get(term)
-        return plist is not None and (plist[0] >> REC_SHIFT) < self.n
+        """Store-wide membership: does any visible record use ``term``?"""
+        for s, local in self._hits(term):
+            recs, _, _ = s.postings(local)
+            if len(recs) and int(recs[0]) < self.n:
+                return True
+        return False
 
     def postings(self, term: str) -> Postings | None:
-        plist = self.index.postings.get(term)
-        if plist is None or (plist[0] >> REC_SHIFT) >= self.n:
+        recs_parts, w_parts, c_parts = [], [], []
+        for s, local in self._hits(term):
+            recs, meta, lo = s.postings(local)
+            if s.base + s.count > self.n:
+                keep = int(np.searchsorted(recs, self.n))
+                recs, meta = recs[:keep], meta[:keep]
+            if not len(recs):
+                continue
+            recs_parts.append(recs.astype(np.int64))
+            w_parts.append(WEIGHTS[meta & 3])
+            c_parts.append(s.exact_count(lo + np.arange(len(recs)), meta))
+        if not recs_parts:
             return None
-        packed = np.frombuffer(plist, dtype=np.uint64)
-        if (plist[-1] >> REC_SHIFT) >= self.n:
-            packed = packed[: np.searchsorted(packed, np.uint64(self.n << REC_SHIFT))]
-        packed = packed.astype(np.int64)
-        return Postings(
-            recs=packed >> REC_SHIFT,
-            weights=WEIGHTS[packed & 3],
-            counts=(packed >> 2) & COUNT_MASK,
-        )
+        if len(recs_parts) == 1:
+            return Postings(recs_parts[0], w_parts[0], c_parts[0])
+        return Postings(np.concatenate(recs_parts), np.concatenate(w_parts),
+                        np.concatenate(c_parts))
 
     def count(self, term: str, rec: int) -> int:
-        plist = self.index.postings.get(term)
-        if plist is None:
-            return 0
-        packed = np.frombuffer(plist, dtype=np.uint64)
-        i = int(np.searchsorted(packed, np.uint64(rec << REC_SHIFT)))
-        if i < len(plist) and (plist[i] >> REC_SHIFT) == rec:
-            return (plist[i] >> 2) & COUNT_MASK
+        for s, local in self._hits(term):
+            if not s.base <= rec < s.base + s.count:
+                continue
+            recs, meta, lo = s.postings(local)
+            i = int(np.searchsorted(recs, rec))
+            if i < len(recs) and int(recs[i]) == rec:
+                return int(s.exact_count(np.array([lo + i]), meta[i : i + 1])[0])
         return 0
 
     def with_identifier(self, key: str) -> list[int]:
-        recs = self.index.ident.get(key)
-        if recs is None:
-            return []
-        return [r for r in recs if r < self.n]
+        h = np.uint64(seg.term_hash(key))
+        out: list[int] = []
+        for s in self.segments:
+            if s.base >= self.n:
+                break
+            out.extend(int(r) for r in s.identified(h) if r < self.n)
+        out.sort()
+        return out
 
     def exact_hits(self, term: str) -> set[int]:
         """Records whose id, ref, correlation or ``v<schema>/<id>`` equals
@@ -195,19 +258,19 @@ class View:
         m = _LOCAL.fullmatch(key)
         if m is not None:
             schema = int(m.group(1))
-            ids, schemas = self.index.ids, self.index.schema
+            ids = self.index.ids
             for rec in self.with_identifier(m.group(2)):
-                if schemas[rec] == schema and fold(ids[rec]) == m.group(2):
+                if self.index.column("schema", rec) == schema and fold(ids[rec]) == m.group(2):
                     hits.add(rec)
         return hits
 
     def by_local(self, schema: int, record_id: str) -> int | None:
         """The last record with this exact identity (a later line replaces an
         earlier one)."""
-        ids, schemas = self.index.ids, self.index.schema
+        ids = self.index.ids
         found = None
         for rec in self.with_identifier(fold(record_id)):
-            if ids[rec] == record_id and schemas[rec] == schema:
+            if ids[rec] == record_id and self.index.column("schema", rec) == schema:
                 found = rec
         return found
 
@@ -218,8 +281,10 @@ class View:
                 return rec
         return None
 
+    def rows(self) -> np.ndarray:
+        """Per-record columns of the records < n."""
+        return self.index.columns.view(self.n)
+
     def columns(self) -> tuple[np.ndarray, np.ndarray]:
-        """Event time as (seconds, nanoseconds) columns for records < n."""
-        sec = np.frombuffer(self.index.sec, dtype=np.int64)[: self.n]
-        nsec = np.frombuffer(self.index.nsec, dtype=np.int32)[: self.n]
-        return sec, nsec
+        rows = self.rows()
+        return rows["sec"], rows["nsec"]

@@ -127,49 +127,61 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _pairs(line: bytes) -> list[tuple[str, Any]] | dict[str, Any]:
+def _pairs(line: bytes) -> tuple[list[tuple[str, Any]] | dict[str, Any], bool]:
+    """The object's members, and whether every key is already canonical."""
     try:
         value = msgspec.json.decode(line)
     except (msgspec.DecodeError, UnicodeDecodeError):
-        return _pairs_slow(line)
+        return _pairs_slow(line), False
     if value is None:
-        return []
+        return [], True
     if not isinstance(value, dict):
         raise LineError("not a JSON object")
-    known = [k for k in value if _fold_key(k) in _KNOWN]
-    if len({_fold_key(k) for k in known}) != len(known) or any(
+    canonical = value.keys() <= _KNOWN
+    known = list(value) if canonical else [k for k in value if _fold_key(k) in _KNOWN]
+    if (not canonical and len({_fold_key(k) for k in known}) != len(known)) or any(
         line.count(b'"' + k.encode() + b'"') > 1 for k in known
     ):
         # A field spelled twice: only the ordered pairs say what Go ends with.
         # (A value that merely contains the key's text also lands here; the
         # slow path is exact, just slower.)
-        return _pairs_slow(line)
-    return value
+        return _pairs_slow(line), False
+    return value, canonical
 
 
-def _time_ok(line: bytes, key: str, value: str) -> int | None:
-    parsed = gotime.parse(value)
-    if parsed is None:
-        return None
-    # Go parses a time from the raw bytes between the quotes, without
-    # unescaping: an escaped time is not a time to it.
-    raw = (
-        re.escape(b'"' + key.encode() + b'"')
-        + rb"\s*:\s*"
-        + re.escape(b'"' + value.encode() + b'"')
-    )
-    return parsed if re.search(raw, line) else None
+_JSON_SPACE = b" \t\r\n"
+
+
+def _raw_time_ok(line: bytes, key: str, value: str) -> bool:
+    """Go parses a time from the raw bytes between the quotes, without
+    unescaping: an escaped time is not a time to it. So the member must be
+    spelled ``"key": "value"`` byte for byte."""
+    needle = b'"' + key.encode() + b'"'
+    want = b'"' + value.encode() + b'"'
+    i = line.find(needle)
+    while i >= 0:
+        j = i + len(needle)
+        while j < len(line) and line[j] in _JSON_SPACE:
+            j += 1
+        if line[j : j + 1] == b":":
+            j += 1
+            while j < len(line) and line[j] in _JSON_SPACE:
+                j += 1
+            if line.startswith(want, j):
+                return True
+        i = line.find(needle, i + 1)
+    return False
 
 
 def _gather(line: bytes) -> dict[str, Any]:
     """Known fields after Go's decoding rules: pairs in order, null is a
     no-op except for the observed_at pointer (which it clears), and the first
     type error fails the line even if a later duplicate is fine."""
-    pairs = _pairs(line)
+    pairs, canonical = _pairs(line)
     fields: dict[str, Any] = {}
     error: str | None = None
     for key, value in pairs.items() if isinstance(pairs, dict) else pairs:
-        name = _fold_key(key)
+        name = key if canonical else _fold_key(key)
         if name not in _KNOWN:
             continue
         if value is None:
@@ -179,8 +191,9 @@ def _gather(line: bytes) -> dict[str, Any]:
         if name == "schema":
             ok = type(value) is int and _INT64[0] <= value <= _INT64[1]
         elif name in _TIME_FIELDS:
-            parsed = _time_ok(line, key, value) if isinstance(value, str) else None
-            ok, value = parsed is not None, parsed
+            parsed = gotime.parse(value) if isinstance(value, str) else None
+            ok = parsed is not None and _raw_time_ok(line, key, value)
+            value = parsed
         else:
             ok = isinstance(value, str)
         if ok:
@@ -245,6 +258,15 @@ class Terms:
     @property
     def weights(self) -> dict[str, float]:
         return {token: self.weight(token) for token in self.counts}
+
+
+def field_tokens(rec: Record) -> tuple[list[str], list[str], list[str]]:
+    """A record's tokens by weight class: text (0.4), the short fields kind,
+    system, actor and ref (0.5), title (1.0)."""
+    text = tokenize(rec.text) if rec.text else []
+    title = tokenize(rec.title) if rec.title else []
+    fields = [t for s in (rec.kind, rec.system, rec.actor, rec.ref) if s for t in tokenize(s)]
+    return text, fields, title
 
 
 def weigh(rec: Record) -> Terms:

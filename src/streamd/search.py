@@ -72,7 +72,7 @@ def _window_mask(view: View, recs: np.ndarray | None, q: Query) -> np.ndarray | 
         both((sec > ls) | ((sec == ls) & (nsec >= ln)))
     if q.record_types:
         codes = [i for i, k in enumerate(view.index.kinds) if k in q.record_types]
-        kinds = np.frombuffer(view.index.kind, dtype=np.int32)[: view.n]
+        kinds = view.rows()["kind"]
         if recs is not None:
             kinds = kinds[recs]
         both(np.isin(kinds, codes))
@@ -173,7 +173,7 @@ def relevance_of(view: View, rec: int, terms: list[str], resolved: dict[str, lis
     counts: dict[str, int] = {}
     for t in set(terms):
         counts[t] = view.count(t, rec) + sum(view.count(v, rec) for v in resolved.get(t, ()))
-    return relevance_over_counts(terms, counts, view.index.length[rec])
+    return relevance_over_counts(terms, counts, view.index.column("length", rec))
 
 
 def query_mode(terms: list[str], any_exact: bool) -> str:

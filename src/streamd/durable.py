@@ -1,0 +1,167 @@
+"""The index on disk, so a restart costs the bytes appended since, not the stream.
+
+Layout inside the workdir (every file here is ours; anything else under
+``index/`` that the manifest does not name is a leftover and is removed):
+
+    index/seg-<base>-<count>-<token>.seg   immutable segments (see ``segment``)
+    index/manifest.json                     which segments, up to which offsets
+    cursor.json                             Recall's checkpoint (``adapter``)
+
+Order of writes, which is what makes a crash at any point safe:
+
+1. segment files, each written to a temporary name, fsynced and renamed;
+2. ``manifest.json`` the same way, naming only fsynced segments;
+3. ``cursor.json`` last.
+
+A crash before (2) leaves orphan segments and the previous manifest, which
+still describes a whole, published generation; a crash before (3) leaves a
+manifest one generation ahead of the checkpoint, which only means the next
+start catches up fewer bytes.
+
+A manifest is adopted only if every file it read still starts with the bytes
+it read (a fingerprint of the first 64 KiB consumed) and is at least as long
+as what was consumed; anything else means the stream was rewritten while we
+were down, and the index is rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import dataclass
+
+from . import segment as seg
+from .catchup import Cursor
+from .segment import Segment
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+HEAD_BYTES = 64 << 10
+
+
+@dataclass(slots=True)
+class Loaded:
+    segments: list[Segment]
+    files: list[Cursor]
+    kinds: list[str]
+    latest: int
+    records: int
+
+
+def head_fingerprint(path: str, consumed: int) -> str:
+    want = min(consumed, HEAD_BYTES)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(want)
+    except OSError:
+        return ""
+    if len(data) != want:
+        return ""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DurableIndex:
+    def __init__(self, workdir: str, config: str) -> None:
+        self.dir = os.path.join(workdir, "index")
+        self.config = config
+
+    def sink(self, segment: Segment) -> Segment:
+        """Write a freshly sealed segment and hand back its mapped copy, so
+        a big build holds its postings in the page cache, not in our heap."""
+        # mkdir, not makedirs: a missing workdir is the host's to create, not ours.
+        try:
+            os.mkdir(self.dir, mode=0o700)
+        except FileExistsError:
+            pass
+        name = f"seg-{segment.base:012d}-{segment.count}-{secrets.token_hex(4)}.seg"
+        path = os.path.join(self.dir, name)
+        seg.write(path, segment)
+        return seg.read(path)
+
+    def save(self, segments: tuple[Segment, ...], files: list[Cursor], kinds: list[str],
+             latest: int, records: int) -> None:
+        names = [os.path.basename(s.path) for s in segments]
+        if any(not n for n in names):
+            raise OSError("a segment was never written")
+        body = {
+            "format": FORMAT,
+            "config": self.config,
+            "records": records,
+            "latest": latest,
+            "kinds": kinds,
+            "segments": names,
+            "files": [
+                {"path": c.path, "offset": c.offset, "records": c.records, "failed": c.failed,
+                 "missing": c.missing, "head": head_fingerprint(c.path, c.offset)}
+                for c in files
+            ],
+        }
+        final = os.path.join(self.dir, MANIFEST)
+        tmp = final + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(body, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(self.dir)
+        self._remove_unlisted(set(names), keep_manifest=True)
+
+    def load(self, paths: list[str]) -> tuple[Loaded | None, bool]:
+        """The last saved index if it is still valid for these files, and
+        whether a file it read was rewritten since (shorter than what was
+        consumed, or a consumed head that no longer matches)."""
+        try:
+            with open(os.path.join(self.dir, MANIFEST)) as f:
+                body = json.load(f)
+            if body.get("format") != FORMAT or body.get("config") != self.config:
+                return None, False
+            files = [Cursor(c["path"], int(c["offset"]), int(c["records"]), int(c["failed"]),
+                            bool(c["missing"])) for c in body["files"]]
+            if [c.path for c in files] != paths:
+                return None, False
+            for c, spec in zip(files, body["files"], strict=True):
+                if not c.offset:
+                    continue
+                size = os.stat(c.path).st_size if os.path.exists(c.path) else -1
+                if size < c.offset or head_fingerprint(c.path, c.offset) != spec["head"]:
+                    return None, True
+            segments = [seg.read(os.path.join(self.dir, n)) for n in body["segments"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None, False
+        expected = 0
+        for s in segments:
+            if s.base != expected:
+                return None, False
+            expected += s.count
+        if expected != int(body["records"]):
+            return None, False
+        return Loaded(segments, files, list(body["kinds"]), int(body["latest"]), expected), False
+
+    def discard(self) -> None:
+        """Forget the saved index (a rewrite was detected)."""
+        self._remove_unlisted(set())
+
+    def _remove_unlisted(self, keep: set[str], keep_manifest: bool = False) -> None:
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return
+        for name in names:
+            if name == MANIFEST and keep_manifest:
+                continue
+            if name not in keep and (name.startswith("seg-") or name.endswith(".tmp")
+                                     or name == MANIFEST):
+                try:
+                    os.unlink(os.path.join(self.dir, name))
+                except OSError:
+                    pass

@@ -1,0 +1,304 @@
+"""Immutable index segments: the postings of a contiguous run of records.
+
+A segment covers records ``[base, base + count)`` in stream order. Its term
+table is keyed by a stable 64-bit hash of the term (BLAKE2b), so a segment
+needs no vocabulary object in memory and opens from disk with one ``mmap``:
+
+* ``term_hash``   uint64, one per distinct term, in local id order
+* ``term_order``  int32, the permutation that sorts ``term_hash``
+* ``starts``      int64, postings of local term ``t`` are ``starts[t]:starts[t+1]``
+* ``recs``        uint32, record numbers, ascending within a term
+* ``meta``        uint8, ``count << 2 | weight code``; a count of 63 or more is
+  saturated here and kept exactly in ``big_pos`` / ``big_count``
+* ``ident_hash`` / ``ident_rec``: hashes of folded ids, refs and correlations,
+  sorted, for the exact-identifier partition
+
+A 64-bit hash collision between two distinct terms is possible in principle
+(about one in 10^7 for a billion-term store) and would add a spurious
+posting; we accept that rather than hold every term string in memory.
+
+The builder works in batches: records go in one at a time as token lists,
+and everything per token after that is numpy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+COUNT_CAP = 63
+_FIELD_CODES = np.array([1, 2, 3], dtype=np.uint8)  # text, short fields, title
+_MAGIC = b"STRMSEG1"
+
+
+def term_hash(term: str) -> int:
+    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little")
+
+
+def hashes(terms: list[str]) -> np.ndarray:
+    return np.fromiter(map(term_hash, terms), dtype=np.uint64, count=len(terms))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Segment:
+    base: int
+    count: int
+    term_hash: np.ndarray
+    term_order: np.ndarray
+    starts: np.ndarray
+    recs: np.ndarray
+    meta: np.ndarray
+    big_pos: np.ndarray
+    big_count: np.ndarray
+    ident_hash: np.ndarray
+    ident_rec: np.ndarray
+    columns: np.ndarray  # structured, one row per record (COLUMNS)
+    ids: np.ndarray  # uint8: the records' ids as a JSON array
+    path: str = ""  # the file it was read from; empty while only in memory
+
+    def find(self, h: np.uint64) -> int:
+        """Local id of the term with hash ``h``, or -1."""
+        sorted_hashes = self.term_hash[self.term_order]
+        i = int(np.searchsorted(sorted_hashes, h))
+        if i < len(sorted_hashes) and sorted_hashes[i] == h:
+            return int(self.term_order[i])
+        return -1
+
+    def postings(self, local: int) -> tuple[np.ndarray, np.ndarray, int]:
+        lo, hi = int(self.starts[local]), int(self.starts[local + 1])
+        return self.recs[lo:hi], self.meta[lo:hi], lo
+
+    def exact_count(self, pos: np.ndarray, meta: np.ndarray) -> np.ndarray:
+        counts = (meta >> 2).astype(np.int64)
+        saturated = np.flatnonzero(counts == COUNT_CAP)
+        if len(saturated):
+            where = np.searchsorted(self.big_pos, pos[saturated])
+            counts[saturated] = self.big_count[where]
+        return counts
+
+    def identified(self, h: np.uint64) -> np.ndarray:
+        lo = np.searchsorted(self.ident_hash, h, side="left")
+        hi = np.searchsorted(self.ident_hash, h, side="right")
+        return self.ident_rec[lo:hi]
+
+    def id_list(self) -> list[str]:
+        return msgspec.json.decode(self.ids.tobytes(), type=list[str])
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in _ARRAYS}
+
+
+_ARRAYS = ("term_hash", "term_order", "starts", "recs", "meta", "big_pos", "big_count",
+           "ident_hash", "ident_rec", "columns", "ids")
+
+# What is kept per record besides its postings: event and observed time as
+# (seconds, nanoseconds), schema, kind code, file number, byte offset and
+# length of its line, and its length in tokens.
+COLUMNS = np.dtype([
+    ("sec", "<i8"), ("nsec", "<i4"), ("obs_sec", "<i8"), ("obs_nsec", "<i4"),
+    ("schema", "<i4"), ("kind", "<i4"), ("file", "<i4"), ("offset", "<i8"),
+    ("line_len", "<i4"), ("length", "<i4"),
+])
+
+
+class SegmentBuilder:
+    """Accumulates records for one segment. Not thread-safe; not Trio-aware."""
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.count = 0
+        self._vocab: dict[str, int] = {}
+        self._tokens: list[str] = []
+        self._lens: list[int] = []
+        self._idents: list[str] = []
+        self._ident_recs: list[int] = []
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._rows: list[tuple] = []
+        self._ids: list[str] = []
+
+    def add(
+        self, record_id: str, row: tuple, text: list[str], fields: list[str], title: list[str],
+        idents: set[str],
+    ) -> None:
+        """Add one record: its id, its column row (COLUMNS order, ``length``
+        last and left out), and its tokens by field."""
+        rec = self.base + self.count
+        self.count += 1
+        self._ids.append(record_id)
+        self._rows.append((*row, len(text) + len(fields) + len(title)))
+        tokens = self._tokens
+        tokens += text
+        tokens += fields
+        tokens += title
+        self._lens += (len(text), len(fields), len(title))
+        for key in idents:
+            if key:
+                self._idents.append(key)
+                self._ident_recs.append(rec)
+        if len(tokens) >= 1 << 18:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Turn the pending token lists into (term, rec, meta) arrays."""
+        if not self._lens:
+            return
+        vocab = self._vocab
+        tokens = self._tokens
+        for t in dict.fromkeys(tokens):
+            if t not in vocab:
+                vocab[t] = len(vocab)
+        ids = np.fromiter(map(vocab.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+        lens = np.array(self._lens, dtype=np.int64)
+        n_recs = len(lens) // 3
+        first = self.base + self.count - n_recs
+        codes = np.repeat(np.tile(_FIELD_CODES, n_recs), lens)
+        recs = np.repeat(np.arange(first, first + n_recs, dtype=np.int64),
+                         lens.reshape(-1, 3).sum(axis=1))
+        key = (recs << 32) | ids
+        order = np.argsort(key, kind="stable")
+        key, codes = key[order], codes[order]
+        edges = np.flatnonzero(np.diff(key)) + 1
+        starts = np.concatenate(([0], edges))
+        counts = np.diff(np.concatenate((starts, [len(key)])))
+        best = np.maximum.reduceat(codes, starts) if len(key) else codes
+        uniq = key[starts]
+        self._parts.append(((uniq & 0xFFFFFFFF), (uniq >> 32), counts * 4 + best))
+        self._tokens, self._lens = [], []
+
+    def seal(self) -> Segment:
+        self._flush()
+        terms = list(self._vocab)
+        if self._parts:
+            tid = np.concatenate([p[0] for p in self._parts])
+            rec = np.concatenate([p[1] for p in self._parts])
+            packed = np.concatenate([p[2] for p in self._parts])
+        else:
+            tid = rec = packed = np.zeros(0, dtype=np.int64)
+        order = np.argsort(tid, kind="stable")
+        tid, rec, packed = tid[order], rec[order], packed[order]
+        starts = np.zeros(len(terms) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(tid, minlength=len(terms)), out=starts[1:])
+        count = packed >> 2
+        big = np.flatnonzero(count >= COUNT_CAP)
+        meta = (np.minimum(count, COUNT_CAP) << 2 | (packed & 3)).astype(np.uint8)
+        th = hashes(terms)
+        ih = hashes(self._idents)
+        iorder = np.argsort(ih, kind="stable")
+        return Segment(
+            base=self.base,
+            count=self.count,
+            term_hash=th,
+            term_order=np.argsort(th).astype(np.int32),
+            starts=starts,
+            recs=rec.astype(np.uint32),
+            meta=meta,
+            big_pos=big.astype(np.int64),
+            big_count=count[big].astype(np.int64),
+            ident_hash=ih[iorder],
+            ident_rec=np.array(self._ident_recs, dtype=np.int64)[iorder],
+            columns=np.array(self._rows, dtype=COLUMNS),
+            ids=np.frombuffer(msgspec.json.encode(self._ids), dtype=np.uint8),
+        )
+
+
+def merge(segments: list[Segment]) -> Segment:
+    """One segment equal to ``segments`` (adjacent, in order) built together."""
+    hash_lists = [s.term_hash for s in segments]
+    all_hashes = np.concatenate(hash_lists)
+    uniq, inverse = np.unique(all_hashes, return_inverse=True)
+    tids, recs, metas, counts = [], [], [], []
+    offset = 0
+    for seg, hl in zip(segments, hash_lists, strict=True):
+        local_to_global = inverse[offset:offset + len(hl)]
+        offset += len(hl)
+        per_term = np.diff(seg.starts)
+        tids.append(np.repeat(local_to_global, per_term))
+        recs.append(seg.recs)
+        metas.append(seg.meta)
+        counts.append(seg.exact_count(np.arange(len(seg.recs)), seg.meta))
+    tid = np.concatenate(tids)
+    order = np.argsort(tid, kind="stable")
+    tid = tid[order]
+    rec = np.concatenate(recs)[order]
+    meta = np.concatenate(metas)[order]
+    count = np.concatenate(counts)[order]
+    starts = np.zeros(len(uniq) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(tid, minlength=len(uniq)), out=starts[1:])
+    big = np.flatnonzero(count >= COUNT_CAP)
+    ids = msgspec.json.encode([i for s in segments for i in s.id_list()])
+    ih = np.concatenate([s.ident_hash for s in segments])
+    ir = np.concatenate([s.ident_rec for s in segments])
+    iorder = np.argsort(ih, kind="stable")
+    return Segment(
+        base=segments[0].base,
+        count=sum(s.count for s in segments),
+        term_hash=uniq.astype(np.uint64),
+        term_order=np.arange(len(uniq), dtype=np.int32),
+        starts=starts,
+        recs=rec.astype(np.uint32),
+        meta=meta.astype(np.uint8),
+        big_pos=big.astype(np.int64),
+        big_count=count[big].astype(np.int64),
+        ident_hash=ih[iorder],
+        ident_rec=ir[iorder],
+        columns=np.concatenate([s.columns for s in segments]),
+        ids=np.frombuffer(ids, dtype=np.uint8),
+    )
+
+
+# --- files ------------------------------------------------------------------
+
+
+def write(path: str, seg: Segment) -> None:
+    """One file per segment: a JSON header, then the arrays, 8-byte aligned.
+    Written to a temporary name, fsynced and renamed, so a segment file that
+    exists is whole."""
+    arrays = seg.arrays()
+    layout = []
+    offset = 0
+    for name, arr in arrays.items():
+        arr = np.ascontiguousarray(arr)
+        layout.append({"name": name, "dtype": arr.dtype.str, "len": len(arr), "offset": offset})
+        offset += (arr.nbytes + 7) // 8 * 8
+    header = json.dumps({"base": seg.base, "count": seg.count, "arrays": layout}).encode()
+    head_len = (len(_MAGIC) + 8 + len(header) + 7) // 8 * 8
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(_MAGIC + len(header).to_bytes(8, "little") + header)
+        f.write(b"\0" * (head_len - f.tell()))
+        for arr in arrays.values():
+            data = np.ascontiguousarray(arr).tobytes()
+            f.write(data)
+            f.write(b"\0" * ((len(data) + 7) // 8 * 8 - len(data)))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read(path: str) -> Segment:
+    """Map a segment file; its pages are loaded as searches touch them."""
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if mapped[: len(_MAGIC)] != _MAGIC:
+        raise ValueError(f"{path} is not a segment file")
+    size = int.from_bytes(mapped[len(_MAGIC): len(_MAGIC) + 8], "little")
+    header = json.loads(mapped[len(_MAGIC) + 8: len(_MAGIC) + 8 + size])
+    head_len = (len(_MAGIC) + 8 + size + 7) // 8 * 8
+    arrays = {}
+    for spec in header["arrays"]:
+        dtype = np.dtype(spec["dtype"])
+        if spec["name"] == "columns":
+            dtype = COLUMNS
+        arrays[spec["name"]] = np.frombuffer(
+            mapped, dtype=dtype, count=spec["len"], offset=head_len + spec["offset"]
+        )
+    return Segment(base=header["base"], count=header["count"], path=path, **arrays)
+
+
+__all__ = ["Segment", "SegmentBuilder", "hashes", "merge", "read", "term_hash", "write"]
