@@ -66,12 +66,6 @@ def test_rejected_forms_do_not_parse(text):
     assert gotime.parse(text) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Go's time.Parse(RFC3339) (the fallback of Time.UnmarshalJSON, whose strict "
-    "checks are disabled, go.dev/issue/54580) reads the hour with getnum(value, false), so a "
-    "one-digit hour is accepted; gotime.parse rejects it and the record line fails",
-)
 def test_a_one_digit_hour_is_accepted_like_go():
     assert gotime.parse("2026-05-02T9:12:00Z") == utc(2026, 5, 2, 9, 12)
 

@@ -18,7 +18,7 @@ NS = 1_000_000_000
 DAY_NS = 86_400 * NS
 
 _RFC3339 = re.compile(
-    rb"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(?:(Z)|([+-])(\d{2}):(\d{2}))\Z"
+    rb"(\d{4})-(\d{2})-(\d{2})T(\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d+))?(?:(Z)|([+-])(\d{2}):(\d{2}))\Z"
 )
 _DAYS_IN_MONTH = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
@@ -74,6 +74,20 @@ def parse(text: str | bytes) -> int | None:
         offset = (off_h * 3600 + off_m * 60) * (1 if m.group(9) == b"+" else -1)
     secs = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + sec - offset
     return secs * NS + nanos
+
+
+# What the protocol schemas' "date-time" format admits (RFC 3339 proper):
+# two-digit hour, a period before the fraction, offsets within 23:59.
+_WIRE = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)\Z"
+)
+
+
+def parse_wire(text: str) -> int | None:
+    """A timestamp in a request: the schema's date-time format, then Go's parser."""
+    if not _WIRE.match(text):
+        return None
+    return parse(text)
 
 
 def year_of(t: int) -> int:

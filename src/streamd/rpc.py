@@ -55,8 +55,9 @@ class Envelope(msgspec.Struct):
     id: RequestId | None = None
     method: str | None = None
     params: msgspec.Raw = msgspec.Raw(b"null")
-    result: msgspec.Raw | None = None
-    error: msgspec.Raw | None = None
+    # An empty Raw means the member was absent (a present null is b"null").
+    result: msgspec.Raw = msgspec.Raw()
+    error: msgspec.Raw = msgspec.Raw()
 
 
 class CancelParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -276,14 +277,14 @@ class _Session:
             await self._reply_error(env.id, err)
             return False
         if env.method is None:
-            if env.id is not None and (env.result is not None or env.error is not None):
+            if env.id is not None and (env.result or env.error):
                 # A response: this server issues no requests, so nothing awaits it.
                 return False
             await self._reply_error(
                 env.id, RpcError(errors.INVALID_REQUEST, "frame has neither a method nor an id")
             )
             return False
-        if env.result is not None or env.error is not None:
+        if env.result or env.error:
             await self._reply_error(
                 env.id, RpcError(errors.INVALID_REQUEST, "a request carries no result or error")
             )

@@ -17,12 +17,14 @@ from . import gotime
 Count = Annotated[int, Meta(ge=0)]
 Version = Annotated[int, Meta(ge=1)]
 NonEmpty = Annotated[str, Meta(min_length=1)]
-Locator = Annotated[str, Meta(pattern=r"^[^:]+:[\s\S]+$")]
+# The schema's ^[^:]+:.+$ under Go's regexp: "." never matches a newline and
+# "$" is the very end (Python's "$" would also match before a final newline).
+Locator = Annotated[str, Meta(pattern=r"^[^:]+:[^\n]+\Z")]
 Detail = Literal["summary", "excerpt", "full", "context"]
 
 
 def instant(value: str, name: str) -> int:
-    parsed = gotime.parse(value)
+    parsed = gotime.parse_wire(value)
     if parsed is None:
         raise ValueError(f"{name} {value!r} is not an RFC 3339 time")
     return parsed
