@@ -11,6 +11,7 @@ filters collide often.
 from __future__ import annotations
 
 import random
+import shutil
 import tempfile
 import unicodedata
 from pathlib import Path
@@ -211,7 +212,7 @@ def test_search_equals_the_plain_reference(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=stream, split=st.integers(0, 12), q=query)
-def test_an_incremental_catch_up_answers_like_a_fresh_full_build(
+def test_incremental_and_restarted_catch_ups_answer_like_a_fresh_full_build(
     make_recall_world, records, split, q
 ):
     with tempfile.TemporaryDirectory() as tmp:
@@ -224,8 +225,12 @@ def test_an_incremental_catch_up_answers_like_a_fresh_full_build(
 
         grown = world.adapter()
         world.current(grown)
+        # The saved index as a process would leave it when stopped here.
+        stopped = world.root / "stopped"
+        shutil.copytree(world.work, stopped)
         world.path("a.jsonl").write_bytes(whole)
         incremental = world.search(grown, q)
+        restarted = world.search(world.adapter(workdir=str(stopped)), q)
         fresh = world.search(world.adapter(workdir=str(world.root / "other")), q)
 
     def comparable(result):
@@ -236,6 +241,7 @@ def test_an_incremental_catch_up_answers_like_a_fresh_full_build(
         return candidates, diagnostics, result["outcome"], result["source_watermark"]
 
     assert comparable(incremental) == comparable(fresh)
+    assert comparable(restarted) == comparable(fresh)
 
 
 # --- the partitioned top-k path ---------------------------------------------------------------
