@@ -2,4 +2,6 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+# Guarded: worker processes started with "spawn" import this module again.
+if __name__ == "__main__":
+    sys.exit(main())

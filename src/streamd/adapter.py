@@ -29,7 +29,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import catchup, gotime, render
+from . import catchup, gotime, parallel, render
+from .builder import Consumer
 from .catchup import Cursor
 from .durable import DurableIndex
 from .errors import (
@@ -41,10 +42,9 @@ from .errors import (
 )
 from .gofmt import quote
 from .index import Index, View
-from .records import MAX_LINE_BYTES, LineError, Record, field_tokens, parse_line, trim_space
+from .records import LineError, Record, parse_line, trim_space
 from .search import Query, rank, relevance_of
 from .search import query_mode as mode_of
-from .tokenize import fold
 from .wire import ExpandParams, InitializeParams, SearchParams
 
 ADAPTER_ID = "recall-stream/1"
@@ -54,8 +54,6 @@ DEFAULT_MAX_CANDIDATES = 50
 CHECKPOINT_FILE = "cursor.json"
 EPISODE_WINDOW_NS = 15 * 60 * gotime.NS
 PROTOCOL_VERSION = 1
-# Lines handled between two yields of a build.
-BUILD_SLICE = 2000
 
 SETTINGS_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
@@ -419,12 +417,12 @@ class StreamAdapter:
         if index is None:
             cursors = {}
             index = Index(self.durable.sink if self.durable else None)
-        state = _BuildState(index, built_at, latest)
+        state = Consumer(index, built_at, latest)
         files: list[Cursor] = []
         for file_no, path in enumerate(self.paths):
             old = cursors.get(path)
             cur = Cursor(path, old.offset, old.records, old.failed) if old else Cursor(path)
-            yield from state.read_into(cur, file_no)
+            yield from parallel.read_into(state, cur, file_no)
             files.append(cur)
         missing = [os.path.basename(c.path) for c in files if c.missing]
         if len(missing) == len(self.paths):
@@ -724,50 +722,3 @@ def _go_atoi(s: str) -> int | None:
         return None
     value = int(s)
     return value if -(1 << 63) <= value < (1 << 63) else None
-
-
-class _BuildState:
-    def __init__(self, index: Index, built_at: int, latest: int) -> None:
-        self.index = index
-        self.built_at = built_at
-        self.latest = latest
-
-    def read_into(self, cur: Cursor, file_no: int) -> Generator[None, None, None]:
-        try:
-            lines = catchup.lines_after(cur.path, cur.offset)
-            for handled, line in enumerate(lines, start=1):
-                cur.offset = line.offset + line.size
-                self._consume(cur, file_no, line)
-                if handled % BUILD_SLICE == 0:
-                    yield
-        except FileNotFoundError:
-            cur.missing = True
-
-    def _consume(self, cur: Cursor, file_no: int, line: catchup.Line) -> None:
-        if line.data is None:
-            cur.failed += 1
-            return
-        trimmed = trim_space(line.data)
-        if not trimmed:
-            return
-        if len(trimmed) > MAX_LINE_BYTES:
-            cur.failed += 1
-            return
-        try:
-            rec = parse_line(trimmed)
-        except LineError:
-            # One bad line degrades coverage; it never fails the scan.
-            cur.failed += 1
-            return
-        observed = rec.observed_at if rec.observed_at is not None else self.built_at
-        index = self.index
-        sec, nsec = divmod(rec.event_time, gotime.NS)
-        osec, onsec = divmod(observed, gotime.NS)
-        row = (sec, nsec, osec, onsec, rec.schema, index.kind_code(rec.kind), file_no,
-               line.offset, line.size)
-        text, fields, title = field_tokens(rec)
-        idents = {fold(rec.id), fold(rec.ref), fold(rec.correlation)}
-        index.add(rec.id, row, text, fields, title, idents)
-        if rec.event_time > self.latest:
-            self.latest = rec.event_time
-        cur.records += 1

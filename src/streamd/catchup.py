@@ -39,9 +39,10 @@ class Line:
     size: int
 
 
-def lines_after(path: str, offset: int) -> Iterator[Line]:
-    """Complete lines from ``offset`` on. Raises FileNotFoundError if absent,
-    RpcError(-32000) if unreadable."""
+def lines_after(path: str, offset: int, end: int | None = None) -> Iterator[Line]:
+    """Complete lines from ``offset`` on (up to ``end``, which must fall just
+    after a newline). Raises FileNotFoundError if absent, RpcError(-32000) if
+    unreadable."""
     name = os.path.basename(path)
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed in finally below
@@ -54,19 +55,22 @@ def lines_after(path: str, offset: int) -> Iterator[Line]:
             f.seek(offset)
         except OSError:
             raise RpcError(SOURCE_UNAVAILABLE, f"{name} cannot be positioned") from None
-        yield from _split(f, offset, name)
+        yield from _split(f, offset, name, end)
     finally:
         f.close()
 
 
-def _split(f, offset: int, name: str) -> Iterator[Line]:
+def _split(f, offset: int, name: str, end: int | None) -> Iterator[Line]:
     pending = bytearray()
     pending_size = 0
     holding = True
     start = offset
     while True:
+        want = CHUNK if end is None else min(CHUNK, end - (start + pending_size))
+        if want <= 0:
+            return
         try:
-            chunk = f.read(CHUNK)
+            chunk = f.read(want)
         except OSError:
             raise RpcError(SOURCE_UNAVAILABLE, f"{name} became unreadable") from None
         if not chunk:
@@ -94,6 +98,21 @@ def _split(f, offset: int, name: str) -> Iterator[Line]:
             pending_size = 0
             holding = True
             pos = nl + 1
+
+
+def last_newline_before(path: str, size: int) -> int:
+    """Offset just past the last newline in the first ``size`` bytes (0 if none)."""
+    with open(path, "rb") as f:
+        pos = size
+        while pos > 0:
+            step = min(pos, 1 << 16)
+            f.seek(pos - step)
+            block = f.read(step)
+            nl = block.rfind(b"\n")
+            if nl >= 0:
+                return pos - step + nl + 1
+            pos -= step
+    return 0
 
 
 def file_size(path: str) -> int | None:

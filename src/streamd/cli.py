@@ -34,15 +34,21 @@ def _setup_logging(verbose: bool) -> None:
     )
 
 
-def _daemon_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", help="event log database (default $STREAMD_DB or "
-                   "$XDG_STATE_HOME/streamd/events.db)")
-    p.add_argument("--watch-interval-ms", type=int, default=200,
+def _daemon_options(p: argparse.ArgumentParser, *, subcommand: bool = False) -> None:
+    # On a subcommand the defaults are SUPPRESS, so `streamd --db X serve` keeps
+    # X: a subparser's own default would overwrite what was parsed before it.
+    def default(value):
+        return argparse.SUPPRESS if subcommand else value
+
+    p.add_argument("--db", default=default(None), help="event log database (default "
+                   "$STREAMD_DB or $XDG_STATE_HOME/streamd/events.db)")
+    p.add_argument("--watch-interval-ms", type=int, default=default(200),
                    help="how often watchers poll for other processes' appends (default 200)")
-    p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL",
+    p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default=default("FULL"),
                    help="SQLite synchronous mode for the event log (default FULL: every "
                    "acknowledged append survives power loss)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log requests to stderr")
+    p.add_argument("-v", "--verbose", action="store_true", default=default(False),
+                   help="log requests to stderr")
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -56,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
 
     serve = sub.add_parser("serve", help="serve JSON-RPC on stdio, or on a Unix socket")
-    _daemon_options(serve)
+    _daemon_options(serve, subcommand=True)
     serve.add_argument("--socket", help="serve many clients on this Unix socket path")
 
     search = sub.add_parser("search", help="search stream files and print ranked hits")
@@ -134,12 +140,20 @@ def _open(paths: list[str]):
             source_id="stream", location=os.path.dirname(files[0]), settings={"files": files},
         )
     )
-    steps = adapter.build(full=True)
+    return adapter, drive(adapter.build(full=True))
+
+
+def drive(steps):
+    """Run a build to completion outside Trio, blocking on worker chunks."""
+    import concurrent.futures
+
     while True:
         try:
-            next(steps)
+            step = next(steps)
         except StopIteration as done:
-            return adapter, done.value
+            return done.value
+        if step is not None:
+            concurrent.futures.wait([step])
 
 
 def _time_arg(value: str | None, name: str) -> str | None:

@@ -137,6 +137,17 @@ class Index:
         merged = self._keep(seg.merge(tail))
         self.segments = (*self.segments[:-small], merged)
 
+    def absorb(self, segments: list[Segment], kinds: list[str]) -> None:
+        """Append segments built elsewhere (numbered from 0, with their own
+        kind table) after the records already here."""
+        self.seal()
+        kind_map = np.array([self.kind_code(k) for k in kinds], dtype=np.int32)
+        for s in segments:
+            moved = self._keep(seg.rebased(s, len(self.ids), kind_map))
+            self.ids.extend(moved.id_list())
+            self.columns.extend(moved.columns)
+            self.segments = (*self.segments, moved)
+
     def _keep(self, segment: Segment) -> Segment:
         if self.sink is None:
             return segment

@@ -9,6 +9,7 @@ cancelled while waiting leaves the build to finish for everyone else.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,11 +82,17 @@ class Scanner:
         self.builds += 1
         while True:
             try:
-                next(steps)
+                step = next(steps)
             except StopIteration as done:
                 return done.value
-            # Let requests and cancellations through between slices of work.
-            await trio.sleep(0)
+            if step is not None:
+                # Worker processes are building a chunk; wait without the loop.
+                await trio.to_thread.run_sync(
+                    concurrent.futures.wait, [step], abandon_on_cancel=True
+                )
+            else:
+                # Let requests and cancellations through between slices of work.
+                await trio.sleep(0)
 
 
 class RecallService:

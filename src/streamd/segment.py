@@ -27,7 +27,7 @@ import hashlib
 import json
 import mmap
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import msgspec
 import numpy as np
@@ -249,6 +249,22 @@ def merge(segments: list[Segment]) -> Segment:
         ident_rec=ir[iorder],
         columns=np.concatenate([s.columns for s in segments]),
         ids=np.frombuffer(ids, dtype=np.uint8),
+    )
+
+
+def rebased(s: Segment, base: int, kind_map: np.ndarray) -> Segment:
+    """``s`` renumbered to start at ``base``, its kind codes mapped through ``kind_map``."""
+    columns = s.columns.copy()
+    if len(kind_map):
+        columns["kind"] = kind_map[columns["kind"]]
+    shift = base - s.base
+    return replace(
+        s,
+        base=base,
+        recs=(s.recs.astype(np.int64) + shift).astype(np.uint32),
+        ident_rec=s.ident_rec + shift,
+        columns=columns,
+        path="",
     )
 
 

@@ -1,0 +1,69 @@
+"""Consuming stream lines into an index: the per-line rules of a build.
+
+Only complete lines are consumed; blank lines are skipped; a line over
+1 MiB (after trimming) or one that does not parse counts as failed and never
+fails the pass. A record without ``observed_at`` is stamped with the build
+time of the generation that first indexes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+from . import catchup, gotime
+from .catchup import Cursor
+from .index import Index
+from .records import MAX_LINE_BYTES, LineError, field_tokens, parse_line, trim_space
+from .tokenize import fold
+
+# Lines handled between two yields of a build.
+BUILD_SLICE = 2000
+
+
+class Consumer:
+    def __init__(self, index: Index, built_at: int, latest: int) -> None:
+        self.index = index
+        self.built_at = built_at
+        self.latest = latest
+
+    def read_into(
+        self, cur: Cursor, file_no: int, end: int | None = None
+    ) -> Generator[None, None, None]:
+        try:
+            lines = catchup.lines_after(cur.path, cur.offset, end)
+            for handled, line in enumerate(lines, start=1):
+                cur.offset = line.offset + line.size
+                self.consume(cur, file_no, line)
+                if handled % BUILD_SLICE == 0:
+                    yield
+        except FileNotFoundError:
+            cur.missing = True
+
+    def consume(self, cur: Cursor, file_no: int, line: catchup.Line) -> None:
+        if line.data is None:
+            cur.failed += 1
+            return
+        trimmed = trim_space(line.data)
+        if not trimmed:
+            return
+        if len(trimmed) > MAX_LINE_BYTES:
+            cur.failed += 1
+            return
+        try:
+            rec = parse_line(trimmed)
+        except LineError:
+            # One bad line degrades coverage; it never fails the scan.
+            cur.failed += 1
+            return
+        observed = rec.observed_at if rec.observed_at is not None else self.built_at
+        index = self.index
+        sec, nsec = divmod(rec.event_time, gotime.NS)
+        osec, onsec = divmod(observed, gotime.NS)
+        row = (sec, nsec, osec, onsec, rec.schema, index.kind_code(rec.kind), file_no,
+               line.offset, line.size)
+        text, fields, title = field_tokens(rec)
+        idents = {fold(rec.id), fold(rec.ref), fold(rec.correlation)}
+        index.add(rec.id, row, text, fields, title, idents)
+        if rec.event_time > self.latest:
+            self.latest = rec.event_time
+        cur.records += 1

@@ -1,0 +1,127 @@
+"""Large catch-ups on every core.
+
+Parsing and tokenizing are pure Python and bound by one core, so a pass with
+many megabytes to read (a first build, a rebuild after a rewrite) splits the
+unread part of a file into chunks at newline boundaries and builds a segment
+per chunk in worker processes. Chunks come back in file order and are
+renumbered into the index, so the result is the one a sequential pass would
+have built: same records, same order, same postings.
+
+Small catch-ups stay in-process: starting workers costs more than reading a
+few thousand lines.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Generator
+from dataclasses import dataclass
+
+from . import catchup, gotime
+from .builder import Consumer
+from .catchup import Cursor
+from .index import Index
+from .segment import Segment
+
+PARALLEL_MIN_BYTES = 32 << 20
+CHUNK_BYTES = 24 << 20
+
+
+@dataclass(slots=True)
+class ChunkResult:
+    segments: list[Segment]
+    kinds: list[str]
+    records: int
+    failed: int
+    latest: int
+    end: int
+
+
+def build_chunk(path: str, start: int, end: int, file_no: int, built_at: int) -> ChunkResult:
+    """Runs in a worker: index the complete lines in ``[start, end)``."""
+    index = Index()
+    consumer = Consumer(index, built_at, gotime.ZERO_TIME)
+    cur = Cursor(path, start)
+    for _ in consumer.read_into(cur, file_no, end):
+        pass
+    index.seal()
+    return ChunkResult(list(index.segments), index.kinds, cur.records, cur.failed,
+                       consumer.latest, cur.offset)
+
+
+def workers() -> int:
+    return min(os.cpu_count() or 1, 8)
+
+
+def ranges(path: str, start: int, end: int) -> list[tuple[int, int]]:
+    """``[start, end)`` cut into pieces of about CHUNK_BYTES, each ending just
+    after a newline."""
+    out = []
+    with open(path, "rb") as f:
+        lo = start
+        while end - lo > CHUNK_BYTES:
+            f.seek(lo + CHUNK_BYTES)
+            pos = lo + CHUNK_BYTES
+            while True:
+                block = f.read(1 << 16)
+                if not block:
+                    pos = end
+                    break
+                nl = block.find(b"\n")
+                if nl >= 0:
+                    pos += nl + 1
+                    break
+                pos += len(block)
+            if pos >= end:
+                break
+            out.append((lo, pos))
+            lo = pos
+        out.append((lo, end))
+    return out
+
+
+Step = cf.Future | None
+
+
+def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, None, None]:
+    """Consume a file's unread complete lines, in parallel when there are many.
+    Yields futures to wait on (or None between slices of in-process work)."""
+    size = catchup.file_size(cur.path)
+    end = catchup.last_newline_before(cur.path, size) if size is not None else 0
+    if workers() < 2 or end - cur.offset < PARALLEL_MIN_BYTES:
+        yield from consumer.read_into(cur, file_no)
+        return
+    pool = cf.ProcessPoolExecutor(workers(), mp_context=multiprocessing.get_context("spawn"))
+    try:
+        todo = deque(ranges(cur.path, cur.offset, end))
+        pending: deque[cf.Future] = deque()
+
+        def submit() -> None:
+            if todo:
+                lo, hi = todo.popleft()
+                pending.append(pool.submit(build_chunk, cur.path, lo, hi, file_no,
+                                           consumer.built_at))
+
+        for _ in range(workers() + 1):
+            submit()
+        while pending:
+            fut = pending[0]
+            while not fut.done():
+                yield fut
+            result = fut.result()
+            pending.popleft()
+            submit()
+            consumer.index.absorb(result.segments, result.kinds)
+            cur.records += result.records
+            cur.failed += result.failed
+            cur.offset = result.end
+            consumer.latest = max(consumer.latest, result.latest)
+            yield None
+    except (cf.process.BrokenProcessPool, OSError):
+        pass  # finish in-process from wherever the workers got to
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    yield from consumer.read_into(cur, file_no)
