@@ -90,8 +90,13 @@ def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, 
     """Consume a file's unread complete lines, in parallel when there are many.
     Yields futures to wait on (or None between slices of in-process work)."""
     size = catchup.file_size(cur.path)
-    end = catchup.last_newline_before(cur.path, size) if size is not None else 0
-    if workers() < 2 or end - cur.offset < PARALLEL_MIN_BYTES:
+    end = 0
+    if size is not None and size - cur.offset >= PARALLEL_MIN_BYTES and workers() >= 2:
+        try:
+            end = catchup.last_newline_before(cur.path, size)
+        except OSError:
+            end = 0  # the sequential path reports what is wrong with the file
+    if end - cur.offset < PARALLEL_MIN_BYTES:
         yield from consumer.read_into(cur, file_no)
         return
     pool = cf.ProcessPoolExecutor(workers(), mp_context=multiprocessing.get_context("spawn"))
