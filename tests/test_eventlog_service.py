@@ -364,29 +364,3 @@ async def test_the_database_is_created_by_the_first_eventlog_call(tmp_path: Path
             assert await c.result("eventlog/ping", {}) == {}
             assert path.exists()
             nursery.cancel_scope.cancel()
-
-
-async def test_a_daemon_object_gets_one_shared_log_from_its_config(tmp_path: Path) -> None:
-    @dataclass
-    class Config:
-        db: str
-        watch_interval: float = 0.2
-        synchronous: str = "NORMAL"
-
-    class FakeDaemon:
-        def __init__(self) -> None:
-            self.config = Config(str(tmp_path / "daemon.db"))
-
-    owner = FakeDaemon()
-    server = Server(lambda conn: {m.name: m for m in eventlog_methods(owner, conn)})
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            ends = [trio.testing.memory_stream_pair() for _ in range(2)]
-            for _, server_end in ends:
-                nursery.start_soon(server.serve, server_end, server_end)
-            one, two = Client(ends[0][0]), Client(ends[1][0])
-            await one.result("eventlog/append", append("e1"))
-            page = await two.result("eventlog/since", {"from_seq": 0})
-            assert [e["event"]["id"] for e in page["entries"]] == ["e1"]
-            nursery.cancel_scope.cancel()
-    assert (tmp_path / "daemon.db").exists()

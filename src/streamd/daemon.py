@@ -2,8 +2,21 @@
 
 One process serves the Recall adapter methods and the event log methods on
 every connection. The adapter is per connection (a Recall core spawns one
-process per source); the event log is shared, opened lazily on the first
-``eventlog/*`` call so a core that never calls one never creates a database.
+process per source). The event log is per process, and its lifetime follows
+these rules:
+
+* The daemon owns at most one :class:`EventLog`, shared by every connection (the
+  stdio peer, every Unix-socket client), so one client's append wakes another
+  client's watch at once and group commit batches appends across clients.
+* It is created by the first ``eventlog/*`` call, not at start: a Recall core
+  that never calls one never creates a database, and a bad event log option
+  fails those calls (as ``source_unavailable``), never the Recall methods.
+* It lives in the daemon's own nursery, opened by :meth:`Daemon.running`, which
+  every serve function wraps around its connections. Leaving that block, by end
+  of input, ``recall/shutdown``, SIGTERM/SIGINT or an error, closes the log after
+  the connections are gone: appends in flight are answered, leases released,
+  the WAL checkpointed, the worker threads joined. After that every eventlog
+  call fails with ``closed``.
 """
 
 from __future__ import annotations
@@ -12,11 +25,17 @@ import logging
 import os
 import signal
 import stat
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 import trio
 
+from .errors import SOURCE_UNAVAILABLE, RpcError
+from .eventlog.log import DEFAULT_WATCH_INTERVAL, EventLog
+from .eventlog.service import eventlog_methods
+from .eventlog.store import closed_error
 from .recall_service import RecallService
 from .rpc import Connection, Method, MethodTable, Server
 from .stdio import StdinStream, StdoutStream, claim_stdout
@@ -26,31 +45,86 @@ log = logging.getLogger("streamd")
 
 @dataclass(slots=True)
 class Config:
-    db: str | None = None
-    watch_interval: float = 0.2
-    synchronous: str = "FULL"
+    db: str | None = None  # None: $STREAMD_DB, else $XDG_STATE_HOME/streamd/events.db
+    watch_interval: float = DEFAULT_WATCH_INTERVAL  # seconds between data_version polls
+    synchronous: Literal["FULL", "NORMAL"] = "FULL"
 
 
 class Daemon:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or Config()
-        self._eventlog_methods: list[Method] | None = None
+        # Built once: one lease table for every connection of this daemon.
+        self._eventlog_methods: list[Method] = eventlog_methods(self.eventlog)
+        self._nursery: trio.Nursery | None = None
+        self._stopped = False
+        self._eventlog: EventLog | None = None
+        self._opening: trio.Lock | None = None
 
     def methods_for(self, conn: Connection) -> MethodTable:
         table = {m.name: m for m in RecallService(conn).methods()}
-        for m in self._shared_methods(conn):
+        for m in self._eventlog_methods:
             table[m.name] = m
         return table
 
-    def _shared_methods(self, conn: Connection) -> list[Method]:
-        try:
-            from .eventlog.service import eventlog_methods
-        except ImportError:
-            return []
-        return eventlog_methods(self, conn)
-
     def server(self) -> Server:
         return Server(self.methods_for)
+
+    @property
+    def eventlog_opened(self) -> bool:
+        """Whether an eventlog/* call has created the log (and so the database)."""
+        return self._eventlog is not None and self._eventlog.opened
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Daemon]:
+        """Host the shared event log for the duration of the block; close it on exit."""
+        if self._nursery is not None or self._stopped:
+            raise RuntimeError("a Daemon runs once")
+        self._opening = trio.Lock()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                yield self
+            finally:
+                self._nursery = None
+                self._stopped = True
+                if self._eventlog is not None:
+                    await self._eventlog.aclose()  # shielded inside
+                nursery.cancel_scope.cancel()
+
+    async def eventlog(self) -> EventLog:
+        """The shared log, created on first use (the database opens on first call)."""
+        if self._stopped:
+            raise closed_error()
+        if self._eventlog is not None:
+            return self._eventlog
+        if self._nursery is None or self._opening is None:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                "the event log is served only while the daemon runs (Daemon.running)",
+            )
+        async with self._opening:
+            if self._eventlog is None:
+                if self._nursery is None:
+                    raise closed_error()
+                cfg = self.config
+                try:
+                    eventlog = EventLog(
+                        cfg.db, watch_interval=cfg.watch_interval, synchronous=cfg.synchronous
+                    )
+                except ValueError as exc:
+                    raise RpcError(SOURCE_UNAVAILABLE, f"event log configuration: {exc}") from exc
+                await self._nursery.start(_host, eventlog)
+                self._eventlog = eventlog
+                log.info("event log at %s", eventlog.path)
+        return self._eventlog
+
+
+async def _host(eventlog: EventLog, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    # The log's writer, watchers and pollers are tasks of its own nursery,
+    # which lives here, in the daemon's nursery, not in any connection's.
+    async with eventlog:
+        task_status.started()
+        await trio.sleep_forever()
 
 
 async def _until_signal(cancel: Callable[[], None]) -> None:
@@ -63,7 +137,8 @@ async def _until_signal(cancel: Callable[[], None]) -> None:
 
 async def serve_stdio(daemon: Daemon) -> None:
     frames = claim_stdout()
-    async with trio.open_nursery() as nursery:
+    # running() outermost: the log closes after the connection has ended.
+    async with daemon.running(), trio.open_nursery() as nursery:
         nursery.start_soon(_until_signal, nursery.cancel_scope.cancel)
         await daemon.server().serve(StdinStream(0), StdoutStream(frames))
         nursery.cancel_scope.cancel()
@@ -111,7 +186,8 @@ async def serve_socket(daemon: Daemon, path: str, *, task_status=trio.TASK_STATU
             pass
 
     try:
-        async with trio.open_nursery() as nursery:
+        # running() outermost: the log closes after every client has gone.
+        async with daemon.running(), trio.open_nursery() as nursery:
             nursery.start_soon(_until_signal, nursery.cancel_scope.cancel)
             task_status.started(path)
             await trio.serve_listeners(handle, [listener])

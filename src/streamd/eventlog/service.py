@@ -17,8 +17,9 @@ What this module adds is per-connection behaviour:
   ``eventlog/lock_lost {lock, holder}``, and whatever a connection still holds is
   released when it closes.
 
-The database is opened by the first ``eventlog/*`` call (the EventLog is lazy),
-so a Recall core that never calls one never creates a file.
+The database is opened by the first ``eventlog/*`` call (the EventLog is lazy,
+and the daemon creates it on first use), so a Recall core that never calls one
+never creates a file.
 """
 
 from __future__ import annotations
@@ -27,11 +28,10 @@ import inspect
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
 
-from streamd.errors import BUDGET_EXCEEDED, SOURCE_UNAVAILABLE, RpcError
+from streamd.errors import BUDGET_EXCEEDED, RpcError
 from streamd.eventlog.log import EventLog, Lease
 from streamd.eventlog.model import (
     AppendParams,
@@ -215,19 +215,16 @@ def _client_stalled(last_seq: int, timeout: float) -> RpcError:
     )
 
 
-def eventlog_methods(log_factory: Any, conn: Connection | None = None) -> list[Method]:
+def eventlog_methods(get_log: LogFactory) -> list[Method]:
     """Every ``eventlog/*`` method of the contract, served by one shared log.
 
-    ``log_factory`` returns the daemon's :class:`EventLog` (directly or as an
-    awaitable). Give the daemon one ``async with EventLog(...)`` for its lifetime:
-    it creates no file until the first ``eventlog/*`` call. For a caller that
-    passes its daemon object instead (anything with a ``config`` carrying ``db``,
-    ``watch_interval`` and ``synchronous``), the log is created on first use and
-    lives in a Trio system task until the run ends. ``conn`` is accepted for
-    that calling convention and not needed: handlers find their connection on
-    the request.
+    ``get_log`` returns the :class:`EventLog` (directly or as an awaitable); it
+    is called by each request, so a daemon can create the log on first use
+    (see :meth:`streamd.daemon.Daemon.eventlog`). Build the methods once and
+    give the same list to every connection: the service keeps the table of
+    which connection holds which lease.
     """
-    service = _Service(_as_factory(log_factory))
+    service = _Service(get_log)
     s = service
     return [
         Method("eventlog/append", AppendParams, s.append),
@@ -246,66 +243,6 @@ def eventlog_methods(log_factory: Any, conn: Connection | None = None) -> list[M
         Method("eventlog/boot.recent", BootRecentParams, s.boot_recent),
         Method("eventlog/ping", PingParams, s.ping),
     ]
-
-
-# One shared service (and so one lease table) per daemon object, for the
-# daemon-object calling convention, which calls eventlog_methods per connection.
-_hosted: weakref.WeakKeyDictionary[Any, LogFactory] = weakref.WeakKeyDictionary()
-
-
-def _as_factory(source: Any) -> LogFactory:
-    if callable(source):
-        return source
-    log = getattr(source, "eventlog", None)
-    if isinstance(log, EventLog):
-        return lambda: log
-    factory = _hosted.get(source)
-    if factory is None:
-        factory = _hosted[source] = _SystemHostedLog(source.config)
-    return factory
-
-
-class _SystemHostedLog:
-    """An EventLog created on first use and kept in a Trio system task.
-
-    Lets a daemon that does not hold the log in its own nursery still share one
-    log across connections; the system task closes it when the Trio run ends.
-    """
-
-    def __init__(self, config: Any) -> None:
-        self._config = config
-        self._log: EventLog | None = None
-        self._error: RpcError | None = None
-        self._ready: trio.Event | None = None
-
-    async def __call__(self) -> EventLog:
-        if self._ready is None:
-            self._ready = trio.Event()
-            trio.lowlevel.spawn_system_task(self._host, name="streamd eventlog")
-        await self._ready.wait()
-        if self._error is not None:
-            raise self._error
-        assert self._log is not None
-        return self._log
-
-    async def _host(self) -> None:
-        cfg = self._config
-        assert self._ready is not None
-        try:
-            log = EventLog(
-                getattr(cfg, "db", None),
-                watch_interval=getattr(cfg, "watch_interval", 0.2),
-                synchronous=getattr(cfg, "synchronous", "FULL"),
-            )
-        except ValueError as exc:
-            # A system task must not raise (it would end the whole run).
-            self._error = RpcError(SOURCE_UNAVAILABLE, f"event log configuration: {exc}")
-            self._ready.set()
-            return
-        async with log:
-            self._log = log
-            self._ready.set()
-            await trio.sleep_forever()
 
 
 METHOD_NAMES = frozenset(m.name for m in eventlog_methods(lambda: None))  # type: ignore[arg-type]

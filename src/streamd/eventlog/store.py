@@ -577,6 +577,7 @@ class SqliteStore:
 
     def close(self) -> None:
         try:
+            self._clear_interrupt()
             self._db.close()
         except apsw.Error as exc:
             raise _translate(exc) from exc
@@ -586,9 +587,24 @@ class SqliteStore:
             self.close()
             return
         try:
+            await self._db.async_run(self._clear_interrupt)
             await self._db.aclose()
         except apsw.Error as exc:
             raise _translate(exc) from exc
+
+    def _clear_interrupt(self) -> None:
+        """Closing the last connection checkpoints the WAL into the database and
+        deletes the ``-wal`` file, but that checkpoint gives up with
+        SQLITE_INTERRUPT while an interrupt is pending, and SQLite clears a
+        pending interrupt only when a statement starts with none running. Close
+        interrupts every connection (to abandon abandoned work), so without one
+        statement here every close would leave the WAL for the next opener to
+        recover. On the connection's own thread, after anything still queued."""
+        try:
+            if self._db.is_interrupted:
+                self._db.execute("SELECT 1").fetchall()
+        except apsw.Error:
+            pass  # already closed, or still interrupted: the WAL stays, as after a crash
 
     @property
     def connection(self) -> apsw.Connection:
