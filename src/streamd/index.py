@@ -35,10 +35,14 @@ from .segment import COLUMNS, Segment, SegmentBuilder
 from .tokenize import fold
 
 NS = 1_000_000_000
-# A builder seals at this many records; merged tails grow up to it too.
+# A builder seals at this many records.
 SEGMENT_RECORDS = 65_536
-# More small (unfilled) segments than this at the tail are merged into one.
-MAX_SMALL_SEGMENTS = 8
+# Segments fall in size tiers (powers of MERGE_FANOUT records); more than
+# MERGE_FANOUT adjacent segments of one tier at the tail are merged into one of
+# the next tier. Segments of MERGE_CEILING records or more are never merged,
+# so a merge costs at most about MERGE_FANOUT * MERGE_CEILING records.
+MERGE_FANOUT = 8
+MERGE_CEILING = 32_768
 # Indexed by weight code; the exact constants the reference multiplies by.
 WEIGHTS = np.array([0.0, TEXT_WEIGHT, FIELD_WEIGHT, TITLE_WEIGHT])
 
@@ -126,16 +130,17 @@ class Index:
         self.segments = (*self.segments, sealed)
 
     def _merge_tail(self) -> None:
-        small = 0
-        for s in reversed(self.segments):
-            if s.count >= SEGMENT_RECORDS:
-                break
-            small += 1
-        if small <= MAX_SMALL_SEGMENTS:
-            return
-        tail = list(self.segments[-small:])
-        merged = self._keep(seg.merge(tail))
-        self.segments = (*self.segments[:-small], merged)
+        while self.segments and self.segments[-1].count < MERGE_CEILING:
+            tier = _tier(self.segments[-1].count)
+            run = 0
+            for s in reversed(self.segments):
+                if s.count >= MERGE_CEILING or _tier(s.count) != tier:
+                    break
+                run += 1
+            if run <= MERGE_FANOUT:
+                return
+            merged = self._keep(seg.merge(list(self.segments[-run:])))
+            self.segments = (*self.segments[:-run], merged)
 
     def absorb(self, segments: list[Segment], kinds: list[str]) -> None:
         """Append segments built elsewhere (numbered from 0, with their own
@@ -193,6 +198,14 @@ class Index:
 
     def column(self, name: str, rec: int) -> int:
         return int(self.columns.view(rec + 1)[rec][name])
+
+
+def _tier(count: int) -> int:
+    tier = 0
+    while count >= MERGE_FANOUT:
+        count //= MERGE_FANOUT
+        tier += 1
+    return tier
 
 
 @dataclass(frozen=True, slots=True)

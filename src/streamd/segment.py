@@ -37,8 +37,20 @@ _FIELD_CODES = np.array([1, 2, 3], dtype=np.uint8)  # text, short fields, title
 _MAGIC = b"STRMSEG1"
 
 
+# Terms repeat across passes (Zipf), so their hashes are cached; the cache is
+# dropped whole when it grows past its bound rather than tracked per entry.
+_HASH_CACHE: dict[str, int] = {}
+_HASH_CACHE_MAX = 1 << 19
+
+
 def term_hash(term: str) -> int:
-    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little")
+    h = _HASH_CACHE.get(term)
+    if h is None:
+        if len(_HASH_CACHE) >= _HASH_CACHE_MAX:
+            _HASH_CACHE.clear()
+        digest = hashlib.blake2b(term.encode(), digest_size=8).digest()
+        h = _HASH_CACHE[term] = int.from_bytes(digest, "little")
+    return h
 
 
 def hashes(terms: list[str]) -> np.ndarray:
