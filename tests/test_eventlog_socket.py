@@ -1,0 +1,249 @@
+"""``streamd serve --socket``: many clients, one event log.
+
+Most tests run :func:`streamd.daemon.serve_socket` in this process on a
+temporary path and talk to it over real Unix-socket connections; the stale
+socket is left by a real ``streamd serve --socket`` killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from streamd.daemon import Config, Daemon, serve_socket
+
+REPO = Path(__file__).resolve().parents[1]
+# Long enough that anything a watcher sees inside the test's bound came from
+# the in-process wake-up, never from the data_version poll.
+NO_POLL = 10.0
+
+
+class Client:
+    """One socket connection with raw JSON frames; notifications are kept aside."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+        self.ids = iter(range(1, 1_000_000))
+        self.notifications: list[dict[str, Any]] = []
+        self.responses: dict[Any, dict[str, Any]] = {}
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        await self.stream.send_all(json.dumps(frame).encode() + b"\n")
+
+    async def frame(self) -> dict[str, Any]:
+        while b"\n" not in self.buffer:
+            chunk = await self.stream.receive_some(65536)
+            if not chunk:
+                raise EOFError
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    async def _pump(self) -> None:
+        frame = await self.frame()
+        if "method" in frame:
+            self.notifications.append(frame)
+        else:
+            self.responses[frame["id"]] = frame
+
+    async def start(self, method: str, params: Any) -> int:
+        request_id = next(self.ids)
+        await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        return request_id
+
+    async def response(self, request_id: int) -> dict[str, Any]:
+        while request_id not in self.responses:
+            await self._pump()
+        return self.responses.pop(request_id)
+
+    async def notification(self) -> dict[str, Any]:
+        while not self.notifications:
+            await self._pump()
+        return self.notifications.pop(0)
+
+    async def call(self, method: str, params: Any) -> dict[str, Any]:
+        return await self.response(await self.start(method, params))
+
+    async def result(self, method: str, params: Any) -> Any:
+        reply = await self.call(method, params)
+        assert "result" in reply, reply
+        return reply["result"]
+
+
+def append(event_id: str, session: str = "s") -> dict[str, Any]:
+    return {
+        "app": "app",
+        "user": "u",
+        "session": session,
+        "event": {"id": event_id, "author": "agent", "content": event_id},
+    }
+
+
+@asynccontextmanager
+async def socket_server(tmp_path: Path, **config: Any) -> AsyncIterator[str]:
+    """``serve_socket`` running in this process; yields its path."""
+    path = str(tmp_path / "streamd.sock")
+    daemon = Daemon(Config(db=str(tmp_path / "events.db"), **config))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_socket, daemon, path)
+        yield path
+        nursery.cancel_scope.cancel()
+
+
+async def connect(path: str) -> Client:
+    return Client(await trio.open_unix_socket(path))
+
+
+async def test_two_clients_at_once_append_into_one_log(tmp_path: Path) -> None:
+    with trio.fail_after(20):
+        async with socket_server(tmp_path, synchronous="NORMAL") as path:
+            a, b = await connect(path), await connect(path)
+
+            async def appends(client: Client, tag: str) -> None:
+                # Pipelined: every request is sent before the first answer is read.
+                ids = [
+                    await client.start("eventlog/append", append(f"{tag}{i}")) for i in range(50)
+                ]
+                for request_id in ids:
+                    assert (await client.response(request_id))["result"]["duplicate"] is False
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(appends, a, "a")
+                nursery.start_soon(appends, b, "b")
+            for client in (a, b):
+                page = await client.result("eventlog/since", {"from_seq": 0})
+                seqs = [e["seq"] for e in page["entries"]]
+                assert len(seqs) == 100 and seqs == sorted(set(seqs))
+                assert {e["event"]["id"][0] for e in page["entries"]} == {"a", "b"}
+
+
+async def test_one_clients_append_wakes_another_clients_watch_at_once(tmp_path: Path) -> None:
+    with trio.fail_after(20):
+        async with socket_server(tmp_path, watch_interval=NO_POLL) as path:
+            writer, watcher = await connect(path), await connect(path)
+            await writer.result("eventlog/append", append("before"))
+            watch_id = await watcher.start("eventlog/watch", {"from_seq": 0})
+            # History first: once it has arrived the watch is caught up and
+            # asleep, so each append below must wake it; a poll would take 10 s.
+            assert (await watcher.notification())["params"]["entry"]["event"]["id"] == "before"
+            for i in range(3):
+                with trio.fail_after(NO_POLL / 4):
+                    started = trio.current_time()
+                    seq = (await writer.result("eventlog/append", append(f"live{i}")))["seq"]
+                    note = await watcher.notification()
+                    waited = trio.current_time() - started
+                assert note["params"]["watch"] == watch_id
+                assert note["params"]["entry"]["seq"] == seq
+                assert note["params"]["entry"]["event"]["id"] == f"live{i}"
+                assert waited < 1.0, waited
+
+
+async def test_the_socket_file_is_private_to_its_user(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with socket_server(tmp_path) as path:
+            st = os.stat(path)
+            assert stat.S_ISSOCK(st.st_mode)
+            assert stat.S_IMODE(st.st_mode) == 0o600
+        assert not os.path.exists(path)  # removed when the server ends
+
+
+async def test_a_socket_left_by_a_killed_server_is_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "streamd.sock"
+    with trio.fail_after(30):
+        proc = await trio.lowlevel.open_process(
+            [
+                sys.executable,
+                "-m",
+                "streamd",
+                "serve",
+                "--socket",
+                str(path),
+                "--db",
+                str(tmp_path / "events.db"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        )
+        while True:  # until it listens
+            try:
+                client = await connect(str(path))
+                break
+            except OSError:
+                await trio.sleep(0.02)
+        assert await client.result("eventlog/append", append("from-the-dead")) == {
+            "seq": 1,
+            "duplicate": False,
+        }
+        proc.kill()
+        await proc.wait()
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)  # left behind, nobody listening
+        async with socket_server(tmp_path) as served:
+            again = await connect(served)
+            page = await again.result("eventlog/since", {"from_seq": 0})
+            assert [e["event"]["id"] for e in page["entries"]] == ["from-the-dead"]
+
+
+async def test_a_live_servers_socket_is_refused_and_keeps_serving(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with socket_server(tmp_path) as path:
+            second = Daemon(Config(db=str(tmp_path / "other.db")))
+            with pytest.raises(SystemExit, match="another server is listening"):
+                await serve_socket(second, path)
+            client = await connect(path)
+            assert await client.result("eventlog/ping", {}) == {}
+        assert not (tmp_path / "other.db").exists()
+
+
+async def test_a_path_that_is_not_a_socket_is_never_removed(tmp_path: Path) -> None:
+    path = tmp_path / "precious"
+    path.write_text("keep me")
+    with pytest.raises(SystemExit, match="exists and is not a socket"):
+        await serve_socket(Daemon(Config(db=str(tmp_path / "events.db"))), str(path))
+    assert path.read_text() == "keep me"
+
+
+async def test_a_clients_leases_are_released_when_its_connection_closes(tmp_path: Path) -> None:
+    key = {"app": "app", "user": "u", "session": "s"}
+    with trio.fail_after(20):
+        async with socket_server(tmp_path) as path:
+            holder, other = await connect(path), await connect(path)
+            held = await holder.result("eventlog/lock.acquire", key)
+            refused = await other.call("eventlog/lock.acquire", key)
+            assert refused["error"]["code"] == -32011
+            assert refused["error"]["data"]["holder"] == held["holder"]
+            await holder.stream.aclose()  # gone without lock.release
+            # The release runs when the server notices the hang-up: wait for it,
+            # but far less than the 30 s a stale lease would take.
+            with trio.fail_after(5):
+                while True:
+                    reply = await other.call("eventlog/lock.acquire", key)
+                    if "result" in reply:
+                        break
+                    assert reply["error"]["code"] == -32011
+                    await trio.sleep(0.02)
+            assert reply["result"]["holder"] != held["holder"]
+
+
+async def test_ending_the_socket_server_closes_the_shared_log(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+    with trio.fail_after(10):
+        async with socket_server(tmp_path) as path:
+            client = await connect(path)
+            await client.result("eventlog/append", append("e1"))
+            watch_id = await client.start("eventlog/watch", {"from_seq": 0})
+            assert (await client.notification())["params"]["watch"] == watch_id
+            assert Path(f"{db}-wal").exists()
+        assert not Path(f"{db}-wal").exists()  # checkpointed and closed, not abandoned
+        assert not os.path.exists(path)
