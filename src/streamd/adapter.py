@@ -350,6 +350,7 @@ class StreamAdapter:
         self.clock = clock
         self.persist = persist
         self.durable: DurableIndex | None = None
+        self.building: Consumer | None = None  # the pass in progress, for progress reports
         self.ready = False
         self.closed = False
         self.source_id = ""
@@ -417,7 +418,7 @@ class StreamAdapter:
         if index is None:
             cursors = {}
             index = Index(self.durable.sink if self.durable else None)
-        state = Consumer(index, built_at, latest)
+        state = self.building = Consumer(index, built_at, latest)
         files: list[Cursor] = []
         for file_no, path in enumerate(self.paths):
             old = cursors.get(path)

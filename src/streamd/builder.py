@@ -25,6 +25,9 @@ class Consumer:
         self.index = index
         self.built_at = built_at
         self.latest = latest
+        # Progress, for people watching a long build.
+        self.bytes_done = 0
+        self.records_done = 0
 
     def read_into(
         self, cur: Cursor, file_no: int, end: int | None = None
@@ -33,6 +36,7 @@ class Consumer:
             lines = catchup.lines_after(cur.path, cur.offset, end)
             for handled, line in enumerate(lines, start=1):
                 cur.offset = line.offset + line.size
+                self.bytes_done += line.size
                 self.consume(cur, file_no, line)
                 if handled % BUILD_SLICE == 0:
                     yield
@@ -67,3 +71,4 @@ class Consumer:
         if rec.event_time > self.latest:
             self.latest = rec.event_time
         cur.records += 1
+        self.records_done += 1

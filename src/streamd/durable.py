@@ -18,10 +18,13 @@ still describes a whole, published generation; a crash before (3) leaves a
 manifest one generation ahead of the checkpoint, which only means the next
 start catches up fewer bytes.
 
-A manifest is adopted only if every file it read still starts with the bytes
-it read (a fingerprint of the first 64 KiB consumed) and is at least as long
-as what was consumed; anything else means the stream was rewritten while we
-were down, and the index is rebuilt.
+A manifest is adopted only if every file it read is at least as long as what
+was consumed and still holds the same bytes at both ends of it (a fingerprint
+of the first and last 64 KiB consumed); anything else means the stream was
+rewritten while we were down, and the index is rebuilt (and health says
+``stream_rewritten``). A same-length rewrite strictly inside a file, made
+while no process ran, is not noticed: an append-only stream must not do it,
+and checking for it would mean reading the whole stream on every start.
 """
 
 from __future__ import annotations
@@ -50,14 +53,20 @@ class Loaded:
     records: int
 
 
-def head_fingerprint(path: str, consumed: int) -> str:
-    want = min(consumed, HEAD_BYTES)
+def fingerprint(path: str, consumed: int) -> str:
+    """A hash of the first and the last 64 KiB of what was consumed. Reading
+    it all back would make a restart cost the whole stream again; the ends
+    are where a truncate-and-rewrite shows."""
+    head = min(consumed, HEAD_BYTES)
+    tail_start = max(head, consumed - HEAD_BYTES)
     try:
         with open(path, "rb") as f:
-            data = f.read(want)
+            data = f.read(head)
+            f.seek(tail_start)
+            data += f.read(consumed - tail_start)
     except OSError:
         return ""
-    if len(data) != want:
+    if len(data) != head + consumed - tail_start:
         return ""
     return hashlib.sha256(data).hexdigest()
 
@@ -102,7 +111,7 @@ class DurableIndex:
             "segments": names,
             "files": [
                 {"path": c.path, "offset": c.offset, "records": c.records, "failed": c.failed,
-                 "missing": c.missing, "head": head_fingerprint(c.path, c.offset)}
+                 "missing": c.missing, "head": fingerprint(c.path, c.offset)}
                 for c in files
             ],
         }
@@ -133,7 +142,7 @@ class DurableIndex:
                 if not c.offset:
                     continue
                 size = os.stat(c.path).st_size if os.path.exists(c.path) else -1
-                if size < c.offset or head_fingerprint(c.path, c.offset) != spec["head"]:
+                if size < c.offset or fingerprint(c.path, c.offset) != spec["head"]:
                     return None, True
             segments = [seg.read(os.path.join(self.dir, n)) for n in body["segments"]]
         except (OSError, ValueError, KeyError, TypeError):

@@ -122,6 +122,8 @@ def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, 
             consumer.index.absorb(result.segments, result.kinds)
             cur.records += result.records
             cur.failed += result.failed
+            consumer.bytes_done += result.end - cur.offset
+            consumer.records_done += result.records
             cur.offset = result.end
             consumer.latest = max(consumer.latest, result.latest)
             yield None
