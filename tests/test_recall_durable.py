@@ -1,0 +1,144 @@
+"""The saved index: what a restart costs, and what a crash mid-build leaves.
+
+A restarted adapter must read only the bytes appended since the saved
+manifest, and a build killed at any point must leave the last published
+generation whole: the next process adopts it, removes the dead build's
+leftovers, and answers exactly like a process that built everything fresh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from streamd import catchup, parallel
+from streamd.cli import drive
+
+WORDS = ["amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor"]
+
+
+def body(i: int) -> bytes:
+    words = " ".join(WORDS[(i * k) % len(WORDS)] for k in range(1, 6))
+    return json.dumps({
+        "schema": 2, "id": f"r{i:07d}", "event_time": f"2026-05-02T10:{(i // 60) % 60:02d}:"
+        f"{i % 60:02d}Z", "title": f"event {i % 97}", "text": words, "ref": f"t-{i % 5000}",
+    }).encode() + b"\n"
+
+
+def answers(world, adapter, queries=("amber cedar", "t-42", "event 7", "")):
+    snap = drive(adapter.build(False))
+    out = []
+    for q in queries:
+        result = world.search(adapter, q, limit=20)
+        out.append([(c["candidate_id"], c["local_score"], c["relevance"])
+                    for c in result["candidates"]])
+        out.append(result["diagnostics"]["matched"])
+    return snap, out
+
+
+def test_a_restart_reads_only_the_bytes_appended_since_the_saved_index(recall_world, monkeypatch):
+    w = recall_world
+    w.write("a.jsonl", *(body(i) for i in range(3000)))
+    first = w.adapter()
+    drive(first.build(False))
+    saved = os.path.getsize(w.path("a.jsonl"))
+    w.append("a.jsonl", *(body(i) for i in range(3000, 3100)))
+
+    reads: list[int] = []
+    real = catchup.lines_after
+
+    def spy(path, offset, end=None):
+        reads.append(offset)
+        return real(path, offset, end)
+
+    monkeypatch.setattr(catchup, "lines_after", spy)
+    restarted = w.adapter()
+    snap, got = answers(w, restarted)
+    assert reads == [saved]
+    assert snap.indexed == 3100
+    assert got == answers(w, fresh(w))[1]
+
+
+def fresh(w):
+    """An adapter that built everything itself, in a workdir of its own."""
+    other = w.root / "fresh-work"
+    other.mkdir(exist_ok=True)
+    return w.adapter(workdir=str(other))
+
+
+def test_generations_continue_and_observed_times_survive_a_restart(recall_world):
+    w = recall_world
+    w.write("a.jsonl", *(body(i) for i in range(50)))
+    first = w.adapter()
+    snap = drive(first.build(False))
+    before = w.search(first, "", limit=5)["candidates"]
+    restarted = w.adapter()
+    restarted.clock = lambda: snap.built_at + 3_600 * 10**9  # an hour later
+    again = drive(restarted.build(False))
+    assert again.gen == snap.gen + 1
+    assert w.search(restarted, "", limit=5)["candidates"][0]["observed_at"] == \
+        before[0]["observed_at"]
+
+
+def test_a_parallel_build_equals_a_sequential_one(recall_world, monkeypatch):
+    w = recall_world
+    w.write("a.jsonl", *(body(i) for i in range(6000)))
+    size = os.path.getsize(w.path("a.jsonl"))
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", size // 4)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", size // 5)
+    monkeypatch.setattr(parallel, "workers", lambda: 2)
+    sequential_dir = w.root / "seq"
+    sequential_dir.mkdir()
+    par = w.adapter()
+    par_snap, par_answers = answers(w, par)
+    assert len(par_snap.view.segments) >= 4  # it really was cut into chunks
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1 << 62)
+    seq = w.adapter(workdir=str(sequential_dir))
+    seq_snap, seq_answers = answers(w, seq)
+    assert par_answers == seq_answers
+    assert par_snap.indexed == seq_snap.indexed == 6000
+
+
+KILLED_BUILD = """
+import sys
+from streamd.cli import main
+sys.exit(main(["index", "--workdir", sys.argv[1], sys.argv[2]]))
+"""
+
+
+def test_kill_9_in_the_middle_of_a_build_leaves_the_last_generation_usable(recall_world):
+    w = recall_world
+    stream = w.write("a.jsonl", *(body(i) for i in range(2000)))
+    subprocess.run([sys.executable, "-c", KILLED_BUILD, str(w.work), str(stream)], check=True,
+                   capture_output=True, timeout=60)
+    index_dir = w.work / "index"
+    manifest = (index_dir / "manifest.json").read_bytes()
+    before = set(os.listdir(index_dir))
+
+    # Enough appended lines that the builder seals (and writes) a segment
+    # well before the pass can publish.
+    w.append("a.jsonl", *(body(i) for i in range(2000, 2000 + 150_000)))
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_BUILD, str(w.work), str(stream)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (set(os.listdir(index_dir)) - before - {"manifest.json"}):
+            assert proc.poll() is None, "the build finished before it could be interrupted"
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert (index_dir / "manifest.json").read_bytes() == manifest  # never published
+
+    restarted = w.adapter()
+    snap, got = answers(w, restarted)
+    assert snap.indexed == 152_000
+    assert got == answers(w, fresh(w))[1]
+    leftovers = set(os.listdir(index_dir)) - {"manifest.json"}
+    named = set(json.loads((index_dir / "manifest.json").read_text())["segments"])
+    assert leftovers == named  # the dead build's files are gone
