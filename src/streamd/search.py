@@ -113,16 +113,23 @@ def rank(view: View, q: Query, limit: int) -> Ranked:
         parts.append(np.fromiter(exact, dtype=np.int64, count=len(exact)))
     if not parts:
         return Ranked(terms, resolved, [], 0, False)
-    recs = np.unique(np.concatenate(parts))
+    # Postings are sorted and unique per term: one part needs no union.
+    recs = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
     sums = np.zeros(len(recs))
     # Query order, duplicates included: the same additions in the same order
     # as the reference, so the last bit agrees.
     for t in terms:
         pw = per_term[t]
         if pw is not None:
-            sums[np.searchsorted(recs, pw[0])] += pw[1]
+            if len(pw[0]) == len(recs):
+                sums += pw[1]  # the term covers every candidate: no lookup needed
+            else:
+                sums[np.searchsorted(recs, pw[0])] += pw[1]
     scores = sums / len(terms)
-    is_exact = np.isin(recs, np.fromiter(exact, dtype=np.int64, count=len(exact)))
+    if exact:
+        is_exact = np.isin(recs, np.fromiter(exact, dtype=np.int64, count=len(exact)))
+    else:
+        is_exact = np.zeros(len(recs), dtype=bool)
     mask = _window_mask(view, recs, q)
     if mask is not None:
         recs, scores, is_exact = recs[mask], scores[mask], is_exact[mask]
