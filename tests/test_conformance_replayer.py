@@ -714,3 +714,127 @@ def test_a_usage_error_exits_2_and_runs_nothing(tmp_path, capsys, argv, complain
     assert status == 2
     assert complaint in captured.err
     assert captured.out == ""
+
+
+# --------------------------------------------------------------------------
+# adapter_args and await_frames (streamd's extensions of the format)
+# --------------------------------------------------------------------------
+
+# Answers each request with its own argv; test/stream starts a thread writing
+# three notifications 100 ms apart, and test/release answers how many of them
+# had been written when it arrived.
+STREAMER = r"""
+import json, sys, threading, time
+
+lock = threading.Lock()
+written = 0
+
+def write(frame, note=False):
+    global written
+    with lock:
+        written += note  # counted before it can be read, so a reply never lags
+        sys.stdout.write(json.dumps(frame) + "\n")
+        sys.stdout.flush()
+
+def stream():
+    for i in range(3):
+        time.sleep(0.1)
+        write({"jsonrpc": "2.0", "method": "test/note", "params": {"n": i}}, note=True)
+
+held = None
+for raw in sys.stdin:
+    msg = json.loads(raw)
+    if msg.get("method") == "test/stream":
+        held = msg["id"]
+        threading.Thread(target=stream).start()
+    elif msg.get("method") == "test/release":
+        with lock:
+            seen = written
+        write({"jsonrpc": "2.0", "id": held, "result": {"seen": seen}})
+    elif msg.get("id") is not None:
+        write({"jsonrpc": "2.0", "id": msg["id"], "result": {"argv": sys.argv[1:]}})
+"""
+
+
+@pytest.fixture
+def streamer(tmp_path):
+    script = tmp_path / "streamer.py"
+    script.write_text(STREAMER)
+    return [sys.executable, str(script)]
+
+
+async def test_adapter_args_are_appended_with_placeholders_bound_raw(tmp_path, streamer):
+    # A quote in the fixture path: JSON escaping would show up as a backslash.
+    directory = make_case(
+        tmp_path / 'su"ite',
+        requests=[INIT],
+        recorded=None,
+        responses=1,
+        volatile=[],
+        adapter_args=["--db", "${WORKDIR}/events.db", "--from=${FIXTURE}"],
+    )
+    with trio.fail_after(20):
+        result = await c.record_case(directory, streamer, timeout=10)
+    assert result.ok, result.detail
+    argv = json.loads((directory / "response.jsonl").read_text())["result"]["argv"]
+    assert argv[0] == "--db"
+    assert argv[1].endswith("/events.db") and "streamd-conformance-echo-" in argv[1]
+    assert argv[2] == f"--from={directory / 'fixture'}"
+
+
+async def test_a_line_named_in_await_frames_waits_for_that_many_frames(tmp_path, streamer):
+    stream = {"jsonrpc": "2.0", "id": 2, "method": "test/stream", "params": {}}
+    release = {"jsonrpc": "2.0", "method": "test/release", "params": {}}
+    notes = [{"jsonrpc": "2.0", "method": "test/note", "params": {"n": i}} for i in range(3)]
+    argv = {"jsonrpc": "2.0", "id": 1, "result": {"argv": []}}
+    released = {"jsonrpc": "2.0", "id": 2, "result": {"seen": 3}}
+    directory = make_case(
+        tmp_path / "suite",
+        requests=[INIT, stream, release],
+        recorded=[argv, *notes, released],
+        volatile=[],
+        await_frames={"3": 4},  # line 3 (the release) after the reply and 3 notes
+    )
+    with trio.fail_after(20):
+        result = await c.verify_case(directory, streamer, timeout=10)
+    assert result.ok, result.detail
+
+
+def test_await_frames_comes_after_the_lockstep_wait_and_before_the_send():
+    req1 = c.Line(1, b"", c.LineKind.REQUEST, 1)
+    req2 = c.Line(2, b"", c.LineKind.REQUEST, 2)
+    note = c.Line(3, b"", c.LineKind.NOTIFICATION)
+    assert c.lockstep_steps([req1, req2, note], {2: 1, 3: 4}) == [
+        c.Send(req1),
+        c.Await(req1),
+        c.AwaitFrames(req2, 1),
+        c.Send(req2),
+        c.AwaitFrames(note, 4),
+        c.Send(note),
+        c.Await(req2),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        ({"adapter_args": "--db x"}, "adapter_args must be a list of strings"),
+        ({"adapter_args": ["--db", 3]}, "adapter_args must be a list of strings"),
+        ({"adapter_args": ["${HOME}/x.db"]}, r"adapter_args uses \$\{HOME\}"),
+        ({"await_frames": [2]}, "await_frames must be an object"),
+        ({"await_frames": {"x": 1}}, 'await_frames key "x" is not a line number'),
+        ({"await_frames": {"0": 1}}, 'await_frames key "0" is not a line number'),
+        ({"await_frames": {"2": 3}}, "from 1 to responses"),
+        ({"await_frames": {"2": 0}}, "from 1 to responses"),
+        ({"await_frames": {"2": True}}, "from 1 to responses"),
+    ],
+)
+def test_invalid_adapter_args_or_await_frames_are_refused(change, complaint):
+    with pytest.raises(c.CaseError, match=complaint):
+        c.validate_manifest({**GOOD_MANIFEST, **change}, "c1")
+
+
+def test_await_frames_naming_a_line_the_case_lacks_is_an_invalid_case(tmp_path):
+    directory = make_case(tmp_path, await_frames={"9": 1})
+    with pytest.raises(c.CaseError, match=r"names line 9, which request\.jsonl does not hold"):
+        c.load_case(directory)

@@ -23,6 +23,21 @@ how to replay it), ``request.jsonl`` (lines to send, with ``${FIXTURE}`` and
   adapter still alive after that, or a few seconds after stdin closes, is
   killed (with its whole process group) and the case fails saying so.
 
+Two optional manifest keys extend the Recall format for streamd's own suites
+(a harness that does not know them refuses the case, as it should):
+
+- ``adapter_args``: strings appended to the adapter command line, with
+  ``${WORKDIR}`` and ``${FIXTURE}`` bound as in request lines (raw, not JSON
+  escaped). The event log suite passes ``["--db", "${WORKDIR}/events.db"]``:
+  each run gets a fresh database in its fresh WORKDIR, and nothing depends on
+  the environment the replayer runs in (it sets none).
+- ``await_frames``: ``{"<request.jsonl line number>": N}``; that line is sent
+  only once N frames have arrived in all. Lockstep alone cannot record a
+  stream that a later notification ends: a watch's entry notifications and a
+  cancel sent at once race, and which entries precede the -32007 depends on
+  scheduling. Waiting for the frames first is what a real client does (it
+  cancels after it has seen what it wanted), and makes the transcript exact.
+
 Layers: the functions above the "Trio driver" banner are pure (values in,
 values out, no Trio); the driver only moves bytes and owns the process; the
 CLI at the bottom turns results into lines and an exit status.
@@ -39,7 +54,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -68,11 +83,23 @@ STDERR_TAIL_LINES = 20
 #: line would bury the difference it is meant to show.
 RENDER_LIMIT = 200
 
-_MANIFEST_KEYS = frozenset({"case", "description", "flow", "placeholders", "volatile", "responses"})
+_MANIFEST_KEYS = frozenset(
+    {
+        "case",
+        "description",
+        "flow",
+        "placeholders",
+        "volatile",
+        "responses",
+        "adapter_args",
+        "await_frames",
+    }
+)
 # JSON's insignificant whitespace. Deliberately not str.strip()/splitlines():
 # U+2028 and friends are legal inside a frame and must not cut it.
 _JSON_WS = b" \t\r\n"
 _PLACEHOLDER = re.compile(r"\$\{(FIXTURE|WORKDIR)\}")
+_ANY_PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
 _BAD_TILDE = re.compile(r"~(?![01])")
 _ARRAY_INDEX = re.compile(r"0|[1-9][0-9]*")
 
@@ -264,6 +291,12 @@ def json_string_body(text: str) -> str:
     return encoded[1:-1].decode()
 
 
+def substitute_arg(template: str, *, fixture: str, workdir: str) -> str:
+    """Bind the placeholders in one adapter argument: raw text, one pass."""
+    bound = {"FIXTURE": fixture, "WORKDIR": workdir}
+    return _PLACEHOLDER.sub(lambda m: bound[m.group(1)], template)
+
+
 def substitute(template: str, *, fixture: str, workdir: str) -> str:
     """Bind ``${FIXTURE}`` and ``${WORKDIR}`` in one pass.
 
@@ -327,19 +360,34 @@ class Await:
     line: Line  # the request whose response must arrive first
 
 
-def lockstep_steps(lines: Sequence[Line]) -> list[Send | Await]:
+@dataclass(frozen=True)
+class AwaitFrames:
+    line: Line  # the line that waits
+    frames: int  # how many frames must have arrived, in all, before it is sent
+
+
+Step = Send | Await | AwaitFrames
+
+
+def lockstep_steps(
+    lines: Sequence[Line], await_frames: Mapping[int, int] | None = None
+) -> list[Step]:
     """The lockstep flow as a plan: sends, and the waits between them.
 
     A request's wait is placed just before the next request (or at the end),
     not right after it, so notifications that follow it go out while it is
-    still in flight.
+    still in flight. A line named in ``await_frames`` (by line number) also
+    waits, after that, for the frame count it names.
     """
-    steps: list[Send | Await] = []
+    counts = await_frames or {}
+    steps: list[Step] = []
     pending: Line | None = None
     for line in lines:
         if line.kind is LineKind.REQUEST and pending is not None:
             steps.append(Await(pending))
             pending = None
+        if line.number in counts:
+            steps.append(AwaitFrames(line, counts[line.number]))
         steps.append(Send(line))
         if line.kind is LineKind.REQUEST:
             pending = line
@@ -404,6 +452,8 @@ class Manifest:
     volatile: tuple[str, ...]  # as written, for messages
     pointers: tuple[Pointer, ...]  # the same, parsed
     responses: int  # frames the adapter must write, in total
+    adapter_args: tuple[str, ...] = ()  # appended to the command, placeholders unbound
+    await_frames: tuple[tuple[int, int], ...] = ()  # (line number, frames) pairs
 
 
 def validate_manifest(data: Any, directory_name: str) -> Manifest:
@@ -461,6 +511,32 @@ def validate_manifest(data: Any, directory_name: str) -> Manifest:
                 + " and ".join(PLACEHOLDERS)
             )
 
+    adapter_args = data.get("adapter_args", [])
+    if not isinstance(adapter_args, list) or not all(isinstance(a, str) for a in adapter_args):
+        raise CaseError("adapter_args must be a list of strings")
+    for arg in adapter_args:
+        for name in _ANY_PLACEHOLDER.findall(arg):
+            if name not in PLACEHOLDERS:
+                raise CaseError(
+                    f"adapter_args uses ${{{name}}}; this harness binds "
+                    + " and ".join(PLACEHOLDERS)
+                )
+
+    waits = data.get("await_frames", {})
+    if not isinstance(waits, dict):
+        raise CaseError("await_frames must be an object of line number: frame count")
+    await_frames = []
+    for key, count in waits.items():
+        if not _ARRAY_INDEX.fullmatch(key) or key == "0":
+            raise CaseError(f"await_frames key {_quote(key)} is not a line number")
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= responses:
+            # More than the declared total could never arrive: the run would hang.
+            raise CaseError(
+                f"await_frames[{_quote(key)}] must be a whole number from 1 to "
+                f"responses ({responses}), not {render(count)}"
+            )
+        await_frames.append((int(key), count))
+
     return Manifest(
         case=case,
         description=description,
@@ -468,6 +544,8 @@ def validate_manifest(data: Any, directory_name: str) -> Manifest:
         volatile=tuple(volatile),
         pointers=tuple(pointers),
         responses=responses,
+        adapter_args=tuple(adapter_args),
+        await_frames=tuple(sorted(await_frames)),
     )
 
 
@@ -522,6 +600,15 @@ def load_case(directory: Path, *, with_recording: bool = True) -> Case:
 
     if any("${FIXTURE}" in t for _, t in templates) and not (directory / "fixture").is_dir():
         raise CaseError("request.jsonl uses ${FIXTURE} but the case has no fixture/ directory")
+    if (
+        any("${FIXTURE}" in a for a in manifest.adapter_args)
+        and not (directory / "fixture").is_dir()
+    ):
+        raise CaseError("adapter_args uses ${FIXTURE} but the case has no fixture/ directory")
+    numbers = {number for number, _ in templates}
+    for number, _ in manifest.await_frames:
+        if number not in numbers:
+            raise CaseError(f"await_frames names line {number}, which request.jsonl does not hold")
     # Every request is answered, so fewer declared responses than requests is a
     # manifest that no adapter can satisfy. The stand-in WORKDIR only affects
     # the bytes of a path inside a string, never how a line classifies.
@@ -553,6 +640,17 @@ def load_case(directory: Path, *, with_recording: bool = True) -> Case:
         templates=case.templates,
         recorded=tuple(recorded),
     )
+
+
+def adapter_command(case: Case, command: Sequence[str], workdir: str) -> list[str]:
+    """The command for one run: the adapter's, then the case's bound adapter_args."""
+    return [
+        *command,
+        *(
+            substitute_arg(a, fixture=case.fixture, workdir=workdir)
+            for a in case.manifest.adapter_args
+        ),
+    ]
 
 
 def prepare_requests(case: Case, workdir: str) -> list[Line]:
@@ -639,6 +737,7 @@ async def run_transcript(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     exit_grace: float = EXIT_GRACE,
+    await_frames: Mapping[int, int] | None = None,
 ) -> Run:
     """Start ``command``, play ``lines`` in lockstep, and collect every frame."""
     frames: list[bytes] = []
@@ -667,7 +766,8 @@ async def run_transcript(
 
             doing = ["starting the adapter"]
             with trio.move_on_after(timeout) as overall:
-                problem = await _converse(proc, frame_rx, lines, frames, doing, exit_grace)
+                plan = lockstep_steps(lines, await_frames)
+                problem = await _converse(proc, frame_rx, plan, frames, doing, exit_grace)
             if overall.cancelled_caught:
                 problem = f"timed out after {timeout:g} s {doing[0]}"
             if proc.returncode is None:
@@ -691,7 +791,7 @@ async def run_transcript(
 async def _converse(
     proc: trio.Process,
     frame_rx: trio.MemoryReceiveChannel[bytes],
-    lines: Sequence[Line],
+    plan: Sequence[Step],
     frames: list[bytes],
     doing: list[str],
     exit_grace: float,
@@ -699,8 +799,21 @@ async def _converse(
     """Run the lockstep plan, then close stdin and drain. ``doing[0]`` always
     says what we are waiting for, so a timeout can say where it hung."""
     assert proc.stdin is not None
-    for step in lockstep_steps(lines):
+    for step in plan:
         line = step.line
+        if isinstance(step, AwaitFrames):
+            doing[0] = f"waiting for {step.frames} frames before line {line.number}"
+            while len(frames) < step.frames:
+                try:
+                    frames.append(await frame_rx.receive())
+                except trio.EndOfChannel:
+                    return await _ended_early(
+                        proc,
+                        f"the adapter closed stdout after {len(frames)} frames; line "
+                        f"{line.number} waits for {step.frames}",
+                        exit_grace,
+                    )
+            continue
         if isinstance(step, Send):
             doing[0] = f"sending line {line.number}"
             try:
@@ -889,7 +1002,13 @@ async def _run_case(case: Case, command: Sequence[str], timeout: float, exit_gra
         prefix=f"streamd-conformance-{case.name}-", ignore_cleanup_errors=True
     ) as workdir:
         lines = prepare_requests(case, workdir)
-        return await run_transcript(command, lines, timeout=timeout, exit_grace=exit_grace)
+        return await run_transcript(
+            adapter_command(case, command, workdir),
+            lines,
+            timeout=timeout,
+            exit_grace=exit_grace,
+            await_frames=dict(case.manifest.await_frames),
+        )
 
 
 # --------------------------------------------------------------------------
