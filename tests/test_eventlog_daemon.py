@@ -24,12 +24,15 @@ import pytest
 import trio
 import trio.testing
 
+from streamd import conformance
 from streamd.cli import _config, build_parser
 from streamd.daemon import Config, Daemon
 from streamd.errors import RpcError, is_closed
 from streamd.eventlog.store import SqliteStore
 
 REPO = Path(__file__).resolve().parents[1]
+EVENTLOG_SUITE = REPO / "conformance" / "eventlog"
+EVENTLOG_CASES = 20
 
 
 def rpc(request_id: int, method: str, params: Any) -> bytes:
@@ -264,3 +267,14 @@ async def test_a_recall_only_session_creates_no_database(tmp_path: Path) -> None
         assert reply["result"] == {}
         assert await proc.wait() == 0
     assert not state.exists()
+
+
+# --- conformance ----------------------------------------------------------------------------
+
+
+def test_the_eventlog_conformance_suite_passes_with_all_its_cases(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert len(conformance.discover_cases(EVENTLOG_SUITE)) == EVENTLOG_CASES
+    assert conformance.main(["verify", str(EVENTLOG_SUITE)]) == 0, capsys.readouterr().out
+    assert f"{EVENTLOG_CASES} passed, 0 failed" in capsys.readouterr().out
