@@ -39,7 +39,7 @@ from . import segment as seg
 from .catchup import Cursor
 from .segment import Segment
 
-FORMAT = 1
+FORMAT = 2
 MANIFEST = "manifest.json"
 HEAD_BYTES = 64 << 10
 

@@ -4,8 +4,8 @@ A segment covers records ``[base, base + count)`` in stream order. Its term
 table is keyed by a stable 64-bit hash of the term (BLAKE2b), so a segment
 needs no vocabulary object in memory and opens from disk with one ``mmap``:
 
-* ``term_hash``   uint64, one per distinct term, in local id order
-* ``term_order``  int32, the permutation that sorts ``term_hash``
+* ``term_hash``   uint64, one per distinct term, sorted (binary-searched)
+* ``term_local``  int32, the local id of the term at each position of ``term_hash``
 * ``starts``      int64, postings of local term ``t`` are ``starts[t]:starts[t+1]``
 * ``recs``        uint32, record numbers, ascending within a term
 * ``meta``        uint8, ``count << 2 | weight code``; a count of 63 or more is
@@ -62,7 +62,7 @@ class Segment:
     base: int
     count: int
     term_hash: np.ndarray
-    term_order: np.ndarray
+    term_local: np.ndarray
     starts: np.ndarray
     recs: np.ndarray
     meta: np.ndarray
@@ -76,11 +76,15 @@ class Segment:
 
     def find(self, h: np.uint64) -> int:
         """Local id of the term with hash ``h``, or -1."""
-        sorted_hashes = self.term_hash[self.term_order]
-        i = int(np.searchsorted(sorted_hashes, h))
-        if i < len(sorted_hashes) and sorted_hashes[i] == h:
-            return int(self.term_order[i])
+        i = int(np.searchsorted(self.term_hash, h))
+        if i < len(self.term_hash) and self.term_hash[i] == h:
+            return int(self.term_local[i])
         return -1
+
+    def hashes_by_local(self) -> np.ndarray:
+        out = np.empty(len(self.term_hash), dtype=np.uint64)
+        out[self.term_local] = self.term_hash
+        return out
 
     def postings(self, local: int) -> tuple[np.ndarray, np.ndarray, int]:
         lo, hi = int(self.starts[local]), int(self.starts[local + 1])
@@ -106,7 +110,7 @@ class Segment:
         return {name: getattr(self, name) for name in _ARRAYS}
 
 
-_ARRAYS = ("term_hash", "term_order", "starts", "recs", "meta", "big_pos", "big_count",
+_ARRAYS = ("term_hash", "term_local", "starts", "recs", "meta", "big_pos", "big_count",
            "ident_hash", "ident_rec", "columns", "ids")
 
 # What is kept per record besides its postings: event and observed time as
@@ -200,13 +204,14 @@ class SegmentBuilder:
         big = np.flatnonzero(count >= COUNT_CAP)
         meta = (np.minimum(count, COUNT_CAP) << 2 | (packed & 3)).astype(np.uint8)
         th = hashes(terms)
+        horder = np.argsort(th)
         ih = hashes(self._idents)
         iorder = np.argsort(ih, kind="stable")
         return Segment(
             base=self.base,
             count=self.count,
-            term_hash=th,
-            term_order=np.argsort(th).astype(np.int32),
+            term_hash=th[horder],
+            term_local=horder.astype(np.int32),
             starts=starts,
             recs=rec.astype(np.uint32),
             meta=meta,
@@ -221,7 +226,7 @@ class SegmentBuilder:
 
 def merge(segments: list[Segment]) -> Segment:
     """One segment equal to ``segments`` (adjacent, in order) built together."""
-    hash_lists = [s.term_hash for s in segments]
+    hash_lists = [s.hashes_by_local() for s in segments]
     all_hashes = np.concatenate(hash_lists)
     uniq, inverse = np.unique(all_hashes, return_inverse=True)
     tids, recs, metas, counts = [], [], [], []
@@ -251,7 +256,7 @@ def merge(segments: list[Segment]) -> Segment:
         base=segments[0].base,
         count=sum(s.count for s in segments),
         term_hash=uniq.astype(np.uint64),
-        term_order=np.arange(len(uniq), dtype=np.int32),
+        term_local=np.arange(len(uniq), dtype=np.int32),
         starts=starts,
         recs=rec.astype(np.uint32),
         meta=meta.astype(np.uint8),
