@@ -25,6 +25,9 @@ from .tokenize import tokenize
 
 # Below this many matches a plain Python sort is cheaper than partitioning.
 _SMALL = 2048
+# With at least one candidate per this many records, scoring walks a dense
+# array of all records instead of merging sorted postings.
+_DENSE_RATIO = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,27 +112,36 @@ def rank(view: View, q: Query, limit: int) -> Ranked:
     for t in set(terms):
         exact |= view.exact_hits(t)
     parts = [pw[0] for pw in per_term.values() if pw is not None]
+    exact_recs = np.fromiter(sorted(exact), dtype=np.int64, count=len(exact))
     if exact:
-        parts.append(np.fromiter(exact, dtype=np.int64, count=len(exact)))
+        parts.append(exact_recs)
     if not parts:
         return Ranked(terms, resolved, [], 0, False)
-    # Postings are sorted and unique per term: one part needs no union.
-    recs = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
-    sums = np.zeros(len(recs))
+    total = sum(len(p) for p in parts)
     # Query order, duplicates included: the same additions in the same order
     # as the reference, so the last bit agrees.
-    for t in terms:
-        pw = per_term[t]
-        if pw is not None:
-            if len(pw[0]) == len(recs):
-                sums += pw[1]  # the term covers every candidate: no lookup needed
-            else:
-                sums[np.searchsorted(recs, pw[0])] += pw[1]
-    scores = sums / len(terms)
-    if exact:
-        is_exact = np.isin(recs, np.fromiter(exact, dtype=np.int64, count=len(exact)))
+    weighted = [per_term[t] for t in terms if per_term[t] is not None]
+    if total * _DENSE_RATIO >= view.n:
+        # Many candidates: accumulate over a dense array of every record.
+        seen = np.zeros(view.n, dtype=bool)
+        for p in parts:
+            seen[p] = True
+        recs = np.flatnonzero(seen)
+        dense = np.zeros(view.n)
+        for term_recs, weights in weighted:
+            dense[term_recs] += weights
+        sums = dense[recs]
+        is_exact = np.zeros(view.n, dtype=bool)
+        is_exact[exact_recs] = True
+        is_exact = is_exact[recs]
     else:
-        is_exact = np.zeros(len(recs), dtype=bool)
+        # Postings are sorted and unique per term: one part needs no union.
+        recs = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
+        sums = np.zeros(len(recs))
+        for term_recs, weights in weighted:
+            sums[np.searchsorted(recs, term_recs)] += weights
+        is_exact = np.isin(recs, exact_recs) if exact else np.zeros(len(recs), dtype=bool)
+    scores = sums / len(terms)
     mask = _window_mask(view, recs, q)
     if mask is not None:
         recs, scores, is_exact = recs[mask], scores[mask], is_exact[mask]
