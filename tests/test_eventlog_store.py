@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import msgspec
 import pytest
 
 from streamd.errors import (
@@ -92,6 +93,21 @@ def ids(store: Backend, flt: Filter | None = None) -> list[str]:
 
 
 # --- append -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content", [{"b": [1, 2.5, None, True], "a": "é\u2028"}, "text", 0, None, [], {}]
+)
+def test_raw_content_is_the_stored_json_of_the_decoded_content(fx: Fixture, content: Any) -> None:
+    fx.store.append(ap(ev("e1", content)), T0)
+    decoded = fx.store.since(0, None, 10).entries[0]
+    raw = fx.store.since(0, None, 10, raw_content=True).entries[0]
+    assert isinstance(raw.event.content, msgspec.Raw)
+    assert msgspec.json.decode(raw.event.content) == decoded.event.content == content
+    # On the wire the two are the same bytes.
+    assert msgspec.json.encode(raw) == msgspec.json.encode(decoded)
+    got = fx.store.get_session("app", "u", "s", 0, None, raw_content=True).events[0]
+    assert msgspec.json.encode(got) == msgspec.json.encode(decoded)
 
 
 def test_seqs_increase_strictly_in_append_order(fx: Fixture) -> None:

