@@ -203,6 +203,10 @@ class Conn:
         return elapsed
 
 
+# Every daemon started, so a failed run kills what it left behind.
+_STARTED: list[trio.Process] = []
+
+
 class Daemon:
     """``python -m streamd`` on stdio, or ``serve --socket``."""
 
@@ -239,6 +243,7 @@ class Daemon:
             self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env
         )
         stderr.close()
+        _STARTED.append(self.proc)
         if self.socket is None:
             assert self.proc.stdin is not None and self.proc.stdout is not None
             self.conn = Conn(self.proc.stdin, self.proc.stdout)
@@ -670,6 +675,9 @@ def main() -> int:
     try:
         results = trio.run(main_async, args, work)
     finally:
+        for proc in _STARTED:
+            if proc.returncode is None and proc.poll() is None:
+                proc.kill()
         shutil.rmtree(work, ignore_errors=True)
     report = {
         "machine": machine(),
