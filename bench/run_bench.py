@@ -224,7 +224,7 @@ class Daemon:
         self.fd = self.proc.stdout.fileno()
         self.buf = bytearray()
         self.next_id = 1
-        self.stderr_tail: deque[str] = deque(maxlen=60)
+        self.stderr_tail: deque[str] = deque(maxlen=200)
         # Peaks of the daemon process alone and of its whole process tree
         # (worker processes included): RSS sums double-count pages a forked
         # worker shares with its parent, PSS sums do not.
@@ -373,6 +373,10 @@ class Daemon:
             self._stderr_reader.join(timeout=5)
             if self.stderr_tail:
                 out["stderr_tail"] = list(self.stderr_tail)[-20:]
+            left = self.group_members()
+            if left:
+                # Workers that outlive the daemon can still be writing its workdir.
+                out["left_running"] = len(left)
         except subprocess.TimeoutExpired:
             out["error"] = f"did not exit within {timeout:.0f} s after shutdown"
         except BenchError as exc:
@@ -381,9 +385,24 @@ class Daemon:
             self.kill()
         return out
 
+    def group_members(self) -> list[int]:
+        """Processes still in the daemon's process group (it leads a new session)."""
+        out = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == self.pid and fields[0] != b"Z":
+                out.append(int(name))
+        return out
+
     def kill(self) -> None:
         self._stop.set()
-        if self.proc.poll() is None:
+        if self.proc.poll() is None or self.group_members():
             try:
                 os.killpg(self.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -690,8 +709,10 @@ def ensure_base(data_dir: Path, n: int, cfg) -> tuple[Path, dict]:
     return path, {"cached": False, "seconds": time.perf_counter() - t}
 
 
-def child_env(run: Path) -> dict:
+def child_env(run: Path, log_level: str | None = None) -> dict:
     env = dict(os.environ)
+    if log_level:
+        env["STREAMD_LOG"] = log_level
     # Keep any event log the daemon might open inside the run directory.
     env["XDG_STATE_HOME"] = str(run / "state")
     env.pop("STREAMD_DB", None)
@@ -739,7 +760,7 @@ def scenario(n: int, cfg) -> dict:
     res["lines"] = meta["records"] + meta["bad_lines"]
     res["bad_lines"] = meta["bad_lines"]
     plan = QueryPlan(meta, cfg.queries, cfg.seed)
-    env = child_env(run)
+    env = child_env(run, cfg.daemon_log)
     d: Daemon | None = None
     try:
         log(f"n={n:,}: {meta['bytes'] / 1e6:.1f} MB in {run}")
@@ -875,8 +896,12 @@ def scenario(n: int, cfg) -> dict:
         res["shutdown"] = sd
         if sd.get("error") or sd.get("exit_code") not in (0, None):
             res["notes"].append(f"shutdown: {sd}")
-        elif sd.get("stderr_tail"):
+        elif sd.get("stderr_tail") and not cfg.daemon_log:
             res["notes"].append(f"daemon stderr: {sd['stderr_tail'][-1][:200]}")
+        if sd.get("left_running"):
+            res["notes"].append(
+                f"{sd['left_running']} processes of the daemon's group still ran after it exited"
+            )
         workdir_files = sorted(p.name for p in work.iterdir())
         res["workdir_files"] = workdir_files
         res["workdir_mb"] = sum(p.stat().st_size for p in work.rglob("*") if p.is_file()) / 1e6
@@ -908,21 +933,28 @@ def scenario(n: int, cfg) -> dict:
             info["generation"] = (r.get("diagnostics") or {}).get("generation")
             sd = d.shutdown(cfg.init_timeout)
             d = None
+            info["shutdown"] = sd
             if sd.get("error") or sd.get("exit_code") not in (0, None):
                 res["notes"].append(f"restart shutdown: {sd}")
+            if sd.get("left_running"):
+                res["notes"].append(
+                    f"restart {k + 1}: {sd['left_running']} processes of the daemon's group "
+                    "still ran after it exited"
+                )
             restarts.append(info)
             log(
                 f"n={n:,}: restart {k + 1}: first answer after "
                 f"{info['spawn_to_first_answer_ms']:.0f} ms"
             )
-        res["restart"] = {
-            "runs": restarts,
-            "spawn_to_first_answer_ms_median": statistics.median(
-                r["spawn_to_first_answer_ms"] for r in restarts
-            ),
-            "peak_rss_mb_max": max(r["peak_rss_mb"] for r in restarts),
-            "peak_tree_pss_mb_max": max(r["peak_tree_pss_mb"] for r in restarts),
-        }
+        if restarts:
+            res["restart"] = {
+                "runs": restarts,
+                "spawn_to_first_answer_ms_median": statistics.median(
+                    r["spawn_to_first_answer_ms"] for r in restarts
+                ),
+                "peak_rss_mb_max": max(r["peak_rss_mb"] for r in restarts),
+                "peak_tree_pss_mb_max": max(r["peak_tree_pss_mb"] for r in restarts),
+            }
         res["ok"] = True
     except BenchError as exc:
         res["errors"].append(str(exc))
@@ -1090,7 +1122,7 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds one query class may take before it stops early (default 60; --quick: 5)",
     )
     ap.add_argument("--catchup-rounds", type=int, help="append rounds (default 3)")
-    ap.add_argument("--restarts", type=int, help="warm restarts (default 3)")
+    ap.add_argument("--restarts", type=int, help="warm restarts (default 3; 0: none)")
     ap.add_argument(
         "--index-timeout",
         type=float,
@@ -1103,6 +1135,11 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds any other single request may take",
     )
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
+    ap.add_argument(
+        "--daemon-log",
+        metavar="LEVEL",
+        help="run the daemon with STREAMD_LOG=LEVEL; the JSON keeps each process's stderr tail",
+    )
     cfg = ap.parse_args(argv)
 
     q = cfg.quick
@@ -1114,11 +1151,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg.queries = cfg.queries or (20 if q else 100)
     cfg.expands = cfg.expands or (10 if q else 100)
     cfg.class_budget = cfg.class_budget or (5.0 if q else 60.0)
-    cfg.catchup_rounds = cfg.catchup_rounds or (2 if q else 3)
-    cfg.restarts = cfg.restarts or (1 if q else 3)
+    cfg.catchup_rounds = max(1, cfg.catchup_rounds or (2 if q else 3))
+    if cfg.restarts is None:  # 0 is allowed: no restart
+        cfg.restarts = 1 if q else 3
     cfg.health_calls = 10 if q else 50
     cfg.init_timeout = 60.0
-    cfg.data_dir = Path(cfg.data_dir)
+    cfg.data_dir = Path(cfg.data_dir).resolve()  # the daemon runs in another cwd
     cfg.data_dir.mkdir(parents=True, exist_ok=True)
 
     results = {
