@@ -16,7 +16,10 @@ from sansio_jsonrpc import JsonRpcPeer
 from streamd.rpc import Envelope, encode_result
 from streamd.wire import HealthParams
 
-FRAME = b'{"jsonrpc":"2.0","id":7,"method":"recall/health","params":{"deadline":"2099-01-01T00:00:00Z"}}'
+FRAME = (
+    b'{"jsonrpc":"2.0","id":7,"method":"recall/health",'
+    b'"params":{"deadline":"2099-01-01T00:00:00Z"}}'
+)
 N = 50_000
 
 
