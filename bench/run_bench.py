@@ -182,6 +182,14 @@ def _pss_of(pid: int) -> int:
     return _rss_of(pid) or 0
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:200]
+    except OSError:
+        return "?"
+
+
 def _descendants(pid: int) -> list[int]:
     out: list[int] = []
     todo = [pid]
@@ -373,10 +381,16 @@ class Daemon:
             self._stderr_reader.join(timeout=5)
             if self.stderr_tail:
                 out["stderr_tail"] = list(self.stderr_tail)[-20:]
+            # Workers that outlive the daemon could still be writing its workdir.
+            # Give helpers that exit on their own (a resource tracker) a moment.
+            grace = time.perf_counter() + 3
             left = self.group_members()
+            while left and time.perf_counter() < grace:
+                time.sleep(0.05)
+                left = self.group_members()
             if left:
-                # Workers that outlive the daemon can still be writing its workdir.
                 out["left_running"] = len(left)
+                out["left_running_cmdlines"] = [_cmdline(p) for p in left]
         except subprocess.TimeoutExpired:
             out["error"] = f"did not exit within {timeout:.0f} s after shutdown"
         except BenchError as exc:
@@ -900,7 +914,8 @@ def scenario(n: int, cfg) -> dict:
             res["notes"].append(f"daemon stderr: {sd['stderr_tail'][-1][:200]}")
         if sd.get("left_running"):
             res["notes"].append(
-                f"{sd['left_running']} processes of the daemon's group still ran after it exited"
+                f"{sd['left_running']} processes of the daemon's group still ran 3 s after it "
+                f"exited (killed): {sd['left_running_cmdlines']}"
             )
         workdir_files = sorted(p.name for p in work.iterdir())
         res["workdir_files"] = workdir_files
@@ -939,7 +954,7 @@ def scenario(n: int, cfg) -> dict:
             if sd.get("left_running"):
                 res["notes"].append(
                     f"restart {k + 1}: {sd['left_running']} processes of the daemon's group "
-                    "still ran after it exited"
+                    f"still ran 3 s after it exited (killed): {sd['left_running_cmdlines']}"
                 )
             restarts.append(info)
             log(
