@@ -13,6 +13,7 @@ nine fraction digits truncated, offset hours up to 24, seconds below 60.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 NS = 1_000_000_000
 DAY_NS = 86_400 * NS
@@ -52,10 +53,32 @@ def civil_from_days(days: int) -> tuple[int, int, int]:
     return yoe + era * 400 + (month <= 2), month, day
 
 
+@lru_cache(maxsize=4096)
+def _day_seconds(date: bytes) -> int | None:
+    """Seconds at the start of a YYYY-MM-DD day, or None for no such day.
+    Cached: a stream's records fall on few distinct days."""
+    year, month, day = int(date[0:4]), int(date[5:7]), int(date[8:10])
+    if not 1 <= month <= 12:
+        return None
+    limit = 29 if month == 2 and _is_leap(year) else _DAYS_IN_MONTH[month - 1]
+    if not 1 <= day <= limit:
+        return None
+    return days_from_civil(year, month, day) * 86_400
+
+
 def parse(text: str | bytes) -> int | None:
     """An RFC 3339 instant as Unix nanoseconds, or None when Go would refuse it."""
     raw = text.encode() if isinstance(text, str) else text
     m = _RFC3339.match(raw)
+    if m is not None and m.group(8) is not None and len(m.group(4)) == 2:
+        # The usual shape, UTC with a two-digit hour: the day comes from the cache.
+        day = _day_seconds(raw[:10])
+        hour, minute, sec = int(raw[11:13]), int(raw[14:16]), int(raw[17:19])
+        if day is None or hour > 23 or minute > 59 or sec > 59:
+            return None
+        frac = m.group(7)
+        nanos = int(frac[:9].ljust(9, b"0")) if frac else 0
+        return (day + hour * 3600 + minute * 60 + sec) * NS + nanos
     if m is None:
         return None
     year, month, day, hour, minute, sec = (int(g) for g in m.group(1, 2, 3, 4, 5, 6))
