@@ -290,7 +290,7 @@ class Daemon:
         try:
             for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
                 key, _, rest = line.partition(":")
-                if key in ("VmHWM", "VmRSS"):
+                if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
                     out[key] = int(rest.split()[0]) * 1024
             fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
             tick = os.sysconf("SC_CLK_TCK")
@@ -905,6 +905,10 @@ def scenario(n: int, cfg) -> dict:
         res["workers_cpu_s"] = st.get("children_cpu_s")
         res.update(d.memory(st))
         res["vm_hwm_mb"] = st.get("VmHWM", 0) / 2**20
+        # Mapped index segments count toward RSS as file pages (reclaimable
+        # page cache); the anonymous part is the daemon's own heap.
+        res["rss_anon_mb"] = st.get("RssAnon", 0) / 2**20
+        res["rss_file_mb"] = st.get("RssFile", 0) / 2**20
         sd = d.shutdown(cfg.init_timeout)
         d = None
         res["shutdown"] = sd
@@ -1072,6 +1076,10 @@ def table(results: dict) -> str:
         lambda s: f"{s['restart']['peak_tree_pss_mb_max']:,.0f}",
     )
     row("peak RSS, daemon process MB", lambda s: f"{s['peak_rss_mb']:,.0f}", TARGETS["peak_rss_mb"])
+    row(
+        "  RSS at the end: anonymous / mapped files MB",
+        lambda s: f"{s.get('rss_anon_mb', 0):,.0f} / {s.get('rss_file_mb', 0):,.0f}",
+    )
     row("peak PSS, daemon + workers MB", lambda s: f"{s['peak_tree_pss_mb']:,.0f}")
     row("peak RSS sum, daemon + workers MB", lambda s: f"{s['peak_tree_rss_mb']:,.0f}")
     row("worker processes seen (max)", lambda s: str(s["max_worker_processes"]))

@@ -117,9 +117,14 @@ def year_of(t: int) -> int:
     return civil_from_days(t // DAY_NS)[0]
 
 
+# 0000-01-01T00:00:00Z and 10000-01-01T00:00:00Z.
+_FIRST_PRINTABLE = days_from_civil(0, 1, 1) * DAY_NS
+_PAST_PRINTABLE = days_from_civil(10000, 1, 1) * DAY_NS
+
+
 def printable(t: int) -> bool:
     """Go refuses to write a year outside 0000-9999 as RFC 3339."""
-    return 0 <= year_of(t) <= 9999
+    return _FIRST_PRINTABLE <= t < _PAST_PRINTABLE
 
 
 def format_nano(t: int) -> str:
