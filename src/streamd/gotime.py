@@ -113,10 +113,6 @@ def parse_wire(text: str) -> int | None:
     return parse(text)
 
 
-def year_of(t: int) -> int:
-    return civil_from_days(t // DAY_NS)[0]
-
-
 # 0000-01-01T00:00:00Z and 10000-01-01T00:00:00Z.
 _FIRST_PRINTABLE = days_from_civil(0, 1, 1) * DAY_NS
 _PAST_PRINTABLE = days_from_civil(10000, 1, 1) * DAY_NS
