@@ -56,15 +56,19 @@ def workers() -> int:
     return min(os.cpu_count() or 1, 8)
 
 
-def ranges(path: str, start: int, end: int) -> list[tuple[int, int]]:
-    """``[start, end)`` cut into pieces of about CHUNK_BYTES, each ending just
-    after a newline."""
+def ranges(path: str, start: int, end: int, parts: int = 1) -> list[tuple[int, int]]:
+    """``[start, end)`` cut into pieces of at most about CHUNK_BYTES, each
+    ending just after a newline, and as many as a multiple of ``parts`` so
+    that no worker is left with the last piece alone."""
+    count = max(parts, -(-(end - start) // CHUNK_BYTES))
+    count = -(-count // parts) * parts
+    step = -(-(end - start) // count)
     out = []
     with open(path, "rb") as f:
         lo = start
-        while end - lo > CHUNK_BYTES:
-            f.seek(lo + CHUNK_BYTES)
-            pos = lo + CHUNK_BYTES
+        while end - lo > step:
+            f.seek(lo + step)
+            pos = lo + step
             while True:
                 block = f.read(1 << 16)
                 if not block:
@@ -101,7 +105,7 @@ def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, 
         return
     pool = cf.ProcessPoolExecutor(workers(), mp_context=multiprocessing.get_context("spawn"))
     try:
-        todo = deque(ranges(cur.path, cur.offset, end))
+        todo = deque(ranges(cur.path, cur.offset, end, workers()))
         pending: deque[cf.Future] = deque()
 
         def submit() -> None:
