@@ -192,14 +192,33 @@ class _Canonical(msgspec.Struct):
     revision: str | None = None
 
 
-def _fast_fields(line: bytes, members: dict[str, Any]) -> dict[str, Any]:
-    """The common case, each key once and spelled canonically: types are
-    checked by msgspec in C instead of member by member."""
+class _Strict(_Canonical, forbid_unknown_fields=True):
+    """The same fields, refusing any other key: a line that decodes into it
+    has only canonically spelled known keys, so it needs no folding."""
+
+
+_STRICT = msgspec.json.Decoder(_Strict)
+_QUOTED_KEYS = tuple((k, b'"' + k.encode() + b'"') for k in sorted(_KNOWN))
+
+
+def _strict_fields(line: bytes) -> dict[str, Any] | None:
+    """Fields of the commonest line in one typed decode, or None when the
+    line needs the general path (other keys, a repeated key, bad types...)."""
     try:
-        f = msgspec.convert(members, _Canonical)
-    except msgspec.ValidationError as exc:
-        raise LineError(f"wrong type: {exc}") from None
-    fields = {k: v for k in members if (v := getattr(f, k)) is not None}
+        f = _STRICT.decode(line)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    fields: dict[str, Any] = {}
+    for key, quoted in _QUOTED_KEYS:
+        if line.count(quoted) > 1:
+            return None  # possibly a repeated key: only the ordered pairs can tell
+        value = getattr(f, key)
+        if value is not None:
+            fields[key] = value
+    return _checked(line, fields)
+
+
+def _checked(line: bytes, fields: dict[str, Any]) -> dict[str, Any]:
     schema = fields.get("schema")
     if schema is not None and not _INT64[0] <= schema <= _INT64[1]:
         raise LineError("schema is not an int64")
@@ -211,6 +230,17 @@ def _fast_fields(line: bytes, members: dict[str, Any]) -> dict[str, Any]:
                 raise LineError(f"{name} is not an RFC 3339 time")
             fields[name] = parsed
     return fields
+
+
+def _fast_fields(line: bytes, members: dict[str, Any]) -> dict[str, Any]:
+    """The common case, each key once and spelled canonically: types are
+    checked by msgspec in C instead of member by member."""
+    try:
+        f = msgspec.convert(members, _Canonical)
+    except msgspec.ValidationError as exc:
+        raise LineError(f"wrong type: {exc}") from None
+    fields = {k: v for k in members if (v := getattr(f, k)) is not None}
+    return _checked(line, fields)
 
 
 def _gather(line: bytes) -> dict[str, Any]:
@@ -249,7 +279,9 @@ def _gather(line: bytes) -> dict[str, Any]:
 
 def parse_line(line: bytes) -> Record:
     """Parse one trimmed, non-empty line. Raises LineError for a failed record."""
-    fields = _gather(line)
+    fields = _strict_fields(line)
+    if fields is None:
+        fields = _gather(line)
     schema = fields.get("schema", 0)
     if not MIN_SCHEMA <= schema <= MAX_SCHEMA:
         raise LineError(f"unsupported schema version {schema}")
