@@ -59,7 +59,7 @@ def _refine(run: str) -> list[str]:
 
 # For ASCII text one pass finds the trimmed tokens directly: a token starts
 # and ends with a letter or digit, with identifier punctuation allowed inside.
-_ASCII_TOKEN = re.compile(r"[^\W_](?:[\w\-./:]*[^\W_])?", re.ASCII)
+_ASCII_TOKEN = re.compile(r"[a-z0-9](?:[a-z0-9_\-./:]*[a-z0-9])?")
 
 
 def tokenize(s: str) -> list[str]:
