@@ -13,25 +13,28 @@ State rules (the reference's, kept here so the Trio layer can stay thin):
   or appeared). The incremental path appends only the bytes after each
   cursor; a file shorter than its cursor (or gone after being read) was
   rewritten, and the build starts over from nothing.
-* The checkpoint is written after publication, atomically. Failing to write
-  it never fails a request; health reports it.
+* Records first, then the checkpoint: a build's segments and manifest are
+  saved in the workdir (``durable``), then ``cursor.json``. Failing to write
+  either never fails a request; health reports ``checkpoint_unwritable``. A
+  restart adopts the saved index and reads only what was appended since.
 
-Building is a generator that yields between chunks of work, so the scanner
-task can drive it without blocking the event loop and without threads.
+Building is a generator that yields between slices of work (None) or a
+future of a worker process to wait for, so the scanner task drives it
+without blocking the event loop.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import catchup, gotime, parallel, render
 from .builder import Consumer
 from .catchup import Cursor
+from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .durable import DurableIndex
 from .errors import (
     INVALID_PARAMS,
@@ -45,47 +48,14 @@ from .index import Index, View
 from .records import LineError, Record, parse_line, trim_space
 from .search import Query, rank, relevance_of
 from .search import query_mode as mode_of
+from .settings import SETTINGS_SCHEMA, Settings, parse_settings, resolve_files
 from .wire import ExpandParams, InitializeParams, SearchParams
 
 ADAPTER_ID = "recall-stream/1"
 DISPLAY_NAME = "JSONL Stream"
 INDEX_CONFIG = "jsonl/1 tokenizer=ident-runs scoring=term-coverage"
-DEFAULT_MAX_CANDIDATES = 50
-CHECKPOINT_FILE = "cursor.json"
 EPISODE_WINDOW_NS = 15 * 60 * gotime.NS
 PROTOCOL_VERSION = 1
-
-SETTINGS_SCHEMA: dict[str, Any] = {
-    "additionalProperties": False,
-    "properties": {
-        "debug_stall_ms": {
-            "description": "Artificial pre-scan delay, for recording the cancellation "
-            "conformance case. Leave unset in real configuration.",
-            "minimum": 0,
-            "type": "integer",
-        },
-        "files": {
-            "description": "Stream files, absolute or relative to the location. "
-            "Empty means the location is the file.",
-            "items": {"type": "string"},
-            "type": "array",
-        },
-        "max_candidates": {
-            "description": "Cap on candidates returned by one search.",
-            "minimum": 1,
-            "type": "integer",
-        },
-        "upstream": {
-            "additionalProperties": {"type": "string"},
-            "description": "Maps a record's `system` to the source_id owning those records. "
-            "Each mapped record emits derived_from '<source_id>:<ref>'; "
-            "an unmapped system emits no edge.",
-            "type": "object",
-        },
-    },
-    "type": "object",
-}
-
 
 def manifest() -> dict[str, Any]:
     return {
@@ -105,176 +75,7 @@ def manifest() -> dict[str, Any]:
     }
 
 
-# --- settings ---------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Settings:
-    files: list[str] = field(default_factory=list)
-    upstream: dict[str, str] = field(default_factory=dict)
-    max_candidates: int = 0
-    debug_stall_ms: int = 0
-
-    @property
-    def limit(self) -> int:
-        return self.max_candidates if self.max_candidates > 0 else DEFAULT_MAX_CANDIDATES
-
-
-_GO_TYPES = {"files": "[]string", "upstream": "map[string]string",
-             "max_candidates": "int", "debug_stall_ms": "int"}
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return f"number {json.dumps(value)}"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
-def _settings_error(message: str) -> RpcError:
-    return RpcError(INVALID_PARAMS, f"stream settings: {message}")
-
-
-def _type_error(value: Any, name: str, go_type: str) -> RpcError:
-    return _settings_error(
-        f"json: cannot unmarshal {_json_kind(value)} into Go struct field "
-        f"Settings.{name} of type {go_type}"
-    )
-
-
-def _go_int(value: Any, name: str) -> int:
-    # Settings arrive as generic JSON, so 2.0 is the number 2 while 2.5 is not an int.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _type_error(value, name, "int")
-    if isinstance(value, float) and (not value.is_integer() or abs(value) >= 1e21):
-        raise _type_error(value, name, "int")
-    return int(value)
-
-
-def parse_settings(raw: dict[str, Any] | None) -> Settings:
-    """Validate the adapter-owned settings block. Keys match case-insensitively,
-    unknown keys are refused, null leaves a setting at its default."""
-    s = Settings()
-    for key, value in (raw or {}).items():
-        name = key.lower()
-        if name not in _GO_TYPES:
-            raise _settings_error(f"json: unknown field {quote(key)}")
-        if value is None:
-            continue
-        if name == "files":
-            if not isinstance(value, list):
-                raise _type_error(value, name, "[]string")
-            for item in value:
-                if item is not None and not isinstance(item, str):
-                    raise _type_error(item, name, "string")
-            s.files = [item or "" for item in value]
-        elif name == "upstream":
-            if not isinstance(value, dict):
-                raise _type_error(value, name, "map[string]string")
-            for item in value.values():
-                if item is not None and not isinstance(item, str):
-                    raise _type_error(item, name, "string")
-            s.upstream = {k: v or "" for k, v in value.items()}
-        elif name == "max_candidates":
-            s.max_candidates = _go_int(value, name)
-        else:
-            s.debug_stall_ms = _go_int(value, name)
-    for system in sorted(s.upstream):
-        source_id = s.upstream[system]
-        if not system or not source_id or ":" in source_id:
-            # A source_id holding the locator separator would name another source.
-            raise _settings_error(f"upstream {quote(system)} maps to an unusable source_id")
-    if s.max_candidates < 0 or s.debug_stall_ms < 0:
-        raise _settings_error("max_candidates and debug_stall_ms cannot be negative")
-    return s
-
-
-def resolve_files(location: str, names: list[str]) -> list[str]:
-    """Configured names -> absolute paths. A relative name may not climb out
-    of the location: settings are the adapter's own, and nothing above this
-    layer would refuse ``../../.ssh/id_rsa``."""
-    location = location.strip()
-    if not location:
-        raise RpcError(
-            INVALID_PARAMS, "stream: this source has no location, so there is no stream to read"
-        )
-    base = os.path.normpath(location)
-    if not names:
-        return [base]
-    if os.path.exists(base) and not os.path.isdir(base):
-        base = os.path.dirname(base)
-    out = []
-    for name in names:
-        if os.path.isabs(name):
-            out.append(os.path.normpath(name))
-            continue
-        full = os.path.normpath(os.path.join(base, name))
-        rel = os.path.relpath(full, base)
-        if rel == ".." or rel.startswith(".." + os.sep):
-            raise RpcError(
-                INVALID_PARAMS,
-                f"stream settings: file {quote(name)} resolves outside the configured location",
-            )
-        out.append(full)
-    return out
-
-
 # --- generations ------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Checkpoint:
-    generation: int = 0
-    updated_at: int | None = None
-    watermark: str = ""
-    files: list[Cursor] = field(default_factory=list)
-
-
-def load_checkpoint(workdir: str) -> Checkpoint:
-    """A missing or unreadable checkpoint means nothing was published here yet."""
-    try:
-        with open(os.path.join(workdir, CHECKPOINT_FILE), "rb") as f:
-            raw = json.load(f)
-        files = [
-            Cursor(str(c["path"]), int(c.get("offset", 0)), int(c.get("records", 0)),
-                   int(c.get("failed", 0)), bool(c.get("missing", False)))
-            for c in raw.get("files") or []
-        ]
-        updated = raw.get("updated_at")
-        return Checkpoint(
-            generation=int(raw.get("generation", 0)),
-            updated_at=gotime.parse(updated) if isinstance(updated, str) else None,
-            watermark=str(raw.get("source_watermark", "")),
-            files=files,
-        )
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return Checkpoint()
-
-
-def save_checkpoint(workdir: str, cp: Checkpoint) -> None:
-    """Written only after the generation it describes is published: a
-    checkpoint ahead of its data would let a later pass skip records nothing
-    indexed."""
-    body = {
-        "generation": cp.generation,
-        "updated_at": gotime.format_nano(cp.updated_at or 0),
-        "source_watermark": cp.watermark,
-        "files": [
-            {"path": c.path, "offset": c.offset, "records": c.records,
-             "failed": c.failed, "missing": c.missing}
-            for c in cp.files
-        ],
-    }
-    final = os.path.join(workdir, CHECKPOINT_FILE)
-    tmp = final + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(json.dumps(body, separators=(",", ":")).encode())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,71 @@
+"""``cursor.json``: the Recall checkpoint of the last published generation.
+
+It is what makes generation ids continue across restarts and what a fresh
+process compares against to notice a stream rewritten while it was down. It
+is written atomically and only after the generation it describes is
+published (and after the durable index, see ``durable``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from . import gotime
+from .catchup import Cursor
+
+CHECKPOINT_FILE = "cursor.json"
+
+@dataclass(slots=True)
+class Checkpoint:
+    generation: int = 0
+    updated_at: int | None = None
+    watermark: str = ""
+    files: list[Cursor] = field(default_factory=list)
+
+
+def load_checkpoint(workdir: str) -> Checkpoint:
+    """A missing or unreadable checkpoint means nothing was published here yet."""
+    try:
+        with open(os.path.join(workdir, CHECKPOINT_FILE), "rb") as f:
+            raw = json.load(f)
+        files = [
+            Cursor(str(c["path"]), int(c.get("offset", 0)), int(c.get("records", 0)),
+                   int(c.get("failed", 0)), bool(c.get("missing", False)))
+            for c in raw.get("files") or []
+        ]
+        updated = raw.get("updated_at")
+        return Checkpoint(
+            generation=int(raw.get("generation", 0)),
+            updated_at=gotime.parse(updated) if isinstance(updated, str) else None,
+            watermark=str(raw.get("source_watermark", "")),
+            files=files,
+        )
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return Checkpoint()
+
+
+def save_checkpoint(workdir: str, cp: Checkpoint) -> None:
+    """Written only after the generation it describes is published: a
+    checkpoint ahead of its data would let a later pass skip records nothing
+    indexed."""
+    body = {
+        "generation": cp.generation,
+        "updated_at": gotime.format_nano(cp.updated_at or 0),
+        "source_watermark": cp.watermark,
+        "files": [
+            {"path": c.path, "offset": c.offset, "records": c.records,
+             "failed": c.failed, "missing": c.missing}
+            for c in cp.files
+        ],
+    }
+    final = os.path.join(workdir, CHECKPOINT_FILE)
+    tmp = final + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(json.dumps(body, separators=(",", ":")).encode())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+
+
