@@ -7,7 +7,8 @@ How the layers stack, bottom up:
   (the reference's parsing and scoring rules), ``segment`` / ``index``
   (immutable posting segments and the generation views over them),
   ``builder`` (the per-line rules of a pass), ``search`` (ranking),
-  ``render`` (wire text), ``adapter`` (the Recall adapter's state and rules),
+  ``render`` (wire text), ``settings`` / ``checkpoint`` (the settings block,
+  ``cursor.json``), ``adapter`` (the Recall adapter's state and rules),
   ``eventlog.filters`` / ``eventlog.store``.
 * Blocking helpers the core calls: ``catchup`` (reading appended lines),
   ``durable`` (the index in the workdir), ``parallel`` (worker processes for
