@@ -19,6 +19,9 @@ import pytest
 from streamd.adapter import Generation, StreamAdapter
 from streamd.wire import ExpandParams, InitializeParams, SearchParams
 
+# The shared JSON-RPC test client asserts too; keep pytest's detailed messages there.
+pytest.register_assert_rewrite("rpc_client")
+
 # A far-future deadline for params that require one; the adapter layer never
 # enforces it (the RPC layer does).
 RECALL_FAR_DEADLINE = "2999-01-01T00:00:00Z"

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from rpc_client import Client, rpc
 
 from streamd import conformance
 from streamd.cli import _config, build_parser
@@ -35,11 +36,6 @@ EVENTLOG_SUITE = REPO / "conformance" / "eventlog"
 EVENTLOG_CASES = 20
 
 
-def rpc(request_id: int, method: str, params: Any) -> bytes:
-    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-    return json.dumps(body).encode() + b"\n"
-
-
 def append(event_id: str, session: str = "s") -> dict[str, Any]:
     return {
         "app": "app",
@@ -49,41 +45,15 @@ def append(event_id: str, session: str = "s") -> dict[str, Any]:
     }
 
 
-class Peer:
-    """One client connection: send frames, read the response to an id."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.buffer = b""
-        self.next_id = 0
-
-    async def frame(self) -> dict[str, Any]:
-        while b"\n" not in self.buffer:
-            chunk = await self.stream.receive_some(65536)
-            if not chunk:
-                raise EOFError
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return json.loads(line)
-
-    async def call(self, method: str, params: Any) -> dict[str, Any]:
-        self.next_id += 1
-        await self.stream.send_all(rpc(self.next_id, method, params))
-        while True:
-            frame = await self.frame()
-            if frame.get("id") == self.next_id and "method" not in frame:
-                return frame
-
-
 @asynccontextmanager
 async def serving(daemon: Daemon) -> AsyncIterator[tuple[trio.Nursery, Any]]:
     """The daemon running, and a way to open connections to it."""
     async with daemon.running(), trio.open_nursery() as nursery:
 
-        async def connect() -> Peer:
+        async def connect() -> Client:
             client, server = trio.testing.memory_stream_pair()
             nursery.start_soon(daemon.server().serve, server, server)
-            return Peer(client)
+            return Client(client)
 
         yield nursery, connect
         nursery.cancel_scope.cancel()
@@ -144,7 +114,7 @@ async def test_a_daemon_never_run_serves_recall_and_refuses_eventlog_calls(
         client, server = trio.testing.memory_stream_pair()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(daemon.server().serve, server, server)
-            reply = await Peer(client).call("eventlog/ping", {})
+            reply = await Client(client).call("eventlog/ping", {})
             assert reply["error"]["code"] == -32000
             assert "only while the daemon runs" in reply["error"]["message"]
             nursery.cancel_scope.cancel()

@@ -7,7 +7,6 @@ frames, so these tests see exactly the bytes a client would.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from rpc_client import Client
 
 from streamd.eventlog import EventLog
 from streamd.eventlog.service import METHOD_NAMES, eventlog_methods
@@ -38,63 +38,6 @@ SPEC_METHODS = {
     "eventlog/boot.recent",
     "eventlog/ping",
 }
-
-
-class Client:
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.buffer = b""
-        self.ids = iter(range(1, 1_000_000))
-        self.notifications: list[dict[str, Any]] = []
-        self.responses: dict[Any, dict[str, Any]] = {}
-
-    async def send(self, frame: dict[str, Any]) -> None:
-        await self.stream.send_all(json.dumps(frame).encode() + b"\n")
-
-    async def frame(self) -> dict[str, Any]:
-        while b"\n" not in self.buffer:
-            chunk = await self.stream.receive_some(65536)
-            if not chunk:
-                raise EOFError
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return json.loads(line)
-
-    async def start(self, method: str, params: Any) -> int:
-        request_id = next(self.ids)
-        await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        return request_id
-
-    async def response(self, request_id: int) -> dict[str, Any]:
-        while request_id not in self.responses:
-            frame = await self.frame()
-            if "method" in frame:
-                self.notifications.append(frame)
-            else:
-                self.responses[frame["id"]] = frame
-        return self.responses.pop(request_id)
-
-    async def notification(self) -> dict[str, Any]:
-        while not self.notifications:
-            frame = await self.frame()
-            if "method" in frame:
-                self.notifications.append(frame)
-            else:
-                self.responses[frame["id"]] = frame
-        return self.notifications.pop(0)
-
-    async def call(self, method: str, params: Any) -> dict[str, Any]:
-        return await self.response(await self.start(method, params))
-
-    async def result(self, method: str, params: Any) -> Any:
-        reply = await self.call(method, params)
-        assert "result" in reply, reply
-        return reply["result"]
-
-    async def error(self, method: str, params: Any) -> dict[str, Any]:
-        reply = await self.call(method, params)
-        assert "error" in reply, reply
-        return reply["error"]
 
 
 @dataclass

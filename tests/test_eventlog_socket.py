@@ -7,7 +7,6 @@ socket is left by a real ``streamd serve --socket`` killed with SIGKILL.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 import trio
+from rpc_client import Client
 
 from streamd.daemon import Config, Daemon, serve_socket
 
@@ -26,59 +26,6 @@ REPO = Path(__file__).resolve().parents[1]
 # Long enough that anything a watcher sees inside the test's bound came from
 # the in-process wake-up, never from the data_version poll.
 NO_POLL = 10.0
-
-
-class Client:
-    """One socket connection with raw JSON frames; notifications are kept aside."""
-
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
-        self.buffer = b""
-        self.ids = iter(range(1, 1_000_000))
-        self.notifications: list[dict[str, Any]] = []
-        self.responses: dict[Any, dict[str, Any]] = {}
-
-    async def send(self, frame: dict[str, Any]) -> None:
-        await self.stream.send_all(json.dumps(frame).encode() + b"\n")
-
-    async def frame(self) -> dict[str, Any]:
-        while b"\n" not in self.buffer:
-            chunk = await self.stream.receive_some(65536)
-            if not chunk:
-                raise EOFError
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return json.loads(line)
-
-    async def _pump(self) -> None:
-        frame = await self.frame()
-        if "method" in frame:
-            self.notifications.append(frame)
-        else:
-            self.responses[frame["id"]] = frame
-
-    async def start(self, method: str, params: Any) -> int:
-        request_id = next(self.ids)
-        await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        return request_id
-
-    async def response(self, request_id: int) -> dict[str, Any]:
-        while request_id not in self.responses:
-            await self._pump()
-        return self.responses.pop(request_id)
-
-    async def notification(self) -> dict[str, Any]:
-        while not self.notifications:
-            await self._pump()
-        return self.notifications.pop(0)
-
-    async def call(self, method: str, params: Any) -> dict[str, Any]:
-        return await self.response(await self.start(method, params))
-
-    async def result(self, method: str, params: Any) -> Any:
-        reply = await self.call(method, params)
-        assert "result" in reply, reply
-        return reply["result"]
 
 
 def append(event_id: str, session: str = "s") -> dict[str, Any]:
