@@ -226,7 +226,9 @@ def _checked(line: bytes, fields: dict[str, Any]) -> dict[str, Any]:
         raw = fields.get(name)
         if raw is not None:
             parsed = gotime.parse(raw)
-            if parsed is None or not _raw_time_ok(line, name, raw):
+            # Without a backslash in the line nothing was escaped, so the
+            # decoded time is the raw one.
+            if parsed is None or (b"\\" in line and not _raw_time_ok(line, name, raw)):
                 raise LineError(f"{name} is not an RFC 3339 time")
             fields[name] = parsed
     return fields
