@@ -11,7 +11,8 @@ import calendar
 
 import pytest
 
-from streamd.records import LineError, parse_line, trim_space, weigh
+from streamd.index import Index
+from streamd.records import LineError, field_tokens, parse_line, trim_space
 
 NS = 1_000_000_000
 AT = b'"event_time":"2026-05-02T09:12:00Z"'
@@ -287,10 +288,17 @@ def test_a_token_weighs_its_strongest_field_and_every_occurrence_counts():
              b'"text":"alpha beta alpha"', b'"kind":"message"', b'"system":"ci"',
              b'"actor":"beta"', b'"ref":"R-1"', b'"correlation":"corr"')
     )
-    terms = weigh(rec)
-    assert terms.weights == {
-        "deploy": 1.0, "alpha": 1.0, "beta": 0.5, "message": 0.5, "ci": 0.5, "r-1": 0.5,
+    index = Index()
+    index.add(rec.id, (0, 0, 0, 0, rec.schema, 0, 0, 0, 1), *field_tokens(rec), set())
+    view = index.view()
+    got = {}
+    for term in ("deploy", "alpha", "beta", "message", "ci", "r-1", "corr", "a"):
+        p = view.postings(term)
+        if p is not None:
+            got[term] = (float(p.weights[0]), int(p.counts[0]))
+    assert got == {
+        "deploy": (1.0, 1), "alpha": (1.0, 3), "beta": (0.5, 2), "message": (0.5, 1),
+        "ci": (0.5, 1), "r-1": (0.5, 1),
     }
-    assert terms.counts == {"deploy": 1, "alpha": 3, "beta": 2, "message": 1, "ci": 1, "r-1": 1}
     # text 3 + kind 1 + system 1 + actor 1 + ref 1 + title 2; id and correlation are not scored.
-    assert terms.length == 9
+    assert index.column("length", 0) == 9

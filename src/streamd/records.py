@@ -18,7 +18,6 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -315,27 +314,6 @@ def parse_line(line: bytes) -> Record:
     )
 
 
-@dataclass(slots=True)
-class Terms:
-    """What the index needs from a record's text: each token's occurrence
-    count, which tokens appear in the title (weight 1.0) and in the short
-    fields kind/system/actor/ref (0.5; text alone is 0.4), and the length."""
-
-    counts: Counter[str]
-    title: set[str]
-    fields: set[str]
-    length: int
-
-    def weight(self, token: str) -> float:
-        if token in self.title:
-            return TITLE_WEIGHT
-        return FIELD_WEIGHT if token in self.fields else TEXT_WEIGHT
-
-    @property
-    def weights(self) -> dict[str, float]:
-        return {token: self.weight(token) for token in self.counts}
-
-
 def field_tokens(rec: Record) -> tuple[list[str], list[str], list[str]]:
     """A record's tokens by weight class: text (0.4), the short fields kind,
     system, actor and ref (0.5), title (1.0)."""
@@ -346,17 +324,4 @@ def field_tokens(rec: Record) -> tuple[list[str], list[str], list[str]]:
     return text, fields, title
 
 
-def weigh(rec: Record) -> Terms:
-    # Counting runs in C (Counter over token lists); only the distinct tokens
-    # are touched from Python afterwards.
-    text = tokenize(rec.text) if rec.text else []
-    title = tokenize(rec.title) if rec.title else []
-    fields = [t for s in (rec.kind, rec.system, rec.actor, rec.ref) if s for t in tokenize(s)]
-    counts = Counter(text)
-    counts.update(fields)
-    counts.update(title)
-    return Terms(counts, set(title), set(fields), len(text) + len(fields) + len(title))
-
-
-
-__all__ = ["MAX_LINE_BYTES", "LineError", "Record", "Terms", "parse_line", "trim_space", "weigh"]
+__all__ = ["MAX_LINE_BYTES", "LineError", "Record", "field_tokens", "parse_line", "trim_space"]
