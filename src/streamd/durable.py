@@ -156,10 +156,6 @@ class DurableIndex:
             return None, False
         return Loaded(segments, files, list(body["kinds"]), int(body["latest"]), expected), False
 
-    def discard(self) -> None:
-        """Forget the saved index (a rewrite was detected)."""
-        self._remove_unlisted(set())
-
     def _remove_unlisted(self, keep: set[str], keep_manifest: bool = False) -> None:
         try:
             names = os.listdir(self.dir)

@@ -188,10 +188,6 @@ class Index:
         self._merge_tail()
         return View(self, len(self.ids), self.segments)
 
-    def event_time(self, rec: int) -> int:
-        row = self.columns.view(rec + 1)[rec]
-        return int(row["sec"]) * NS + int(row["nsec"])
-
     def observed_at(self, rec: int) -> int:
         row = self.columns.view(rec + 1)[rec]
         return int(row["obs_sec"]) * NS + int(row["obs_nsec"])
