@@ -136,7 +136,7 @@ def _recall_part(client: Client, workdir: str, stream: str) -> None:
     for query, note in (
         ("td-f62256", "an exact identifier: its records form a partition above all others"),
         ("stream adapter transcripts", "a three-term lexical query"),
-        ("benchmark", "matched through the plural 'benchmarks' at half weight too"),
+        ("transcript", "no record spells it, so its plural 'transcripts' matches at half weight"),
     ):
         _title(f"recall/search {query!r}: {note}")
         _hits(client.call("recall/search", {"query": query, "filters": {}, "limit": 5,
