@@ -691,3 +691,28 @@ async def test_a_locator_with_a_newline_in_its_local_part_is_invalid_params(worl
             await peer.send(req(2, "recall/expand", locator="signals:v2/sig\n-1",
                                 detail="full", budget_bytes=0, deadline=FAR))
             assert error(await peer.recv())[:2] == (2, -32602)
+
+
+async def test_a_build_that_crashes_is_an_internal_error_and_the_connection_lives_on(
+    world, monkeypatch
+):
+    from streamd import adapter as adapter_module
+
+    calls = {"n": 0}
+    real = adapter_module.StreamAdapter.build
+
+    def flaky(self, full):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ZeroDivisionError("boom")
+        return real(self, full)
+
+    monkeypatch.setattr(adapter_module.StreamAdapter, "build", flaky)
+    with trio.fail_after(10):
+        async with session() as (peer, _):
+            await initialized(peer, world)
+            await peer.send(req(2, "recall/refresh", deadline=FAR))
+            code, message = error(await peer.recv())[1:3]
+            assert code == -32603 and "boom" in message
+            await peer.send(req(3, "recall/health", deadline=FAR))
+            assert (await peer.recv())["result"]["status"] == "healthy"

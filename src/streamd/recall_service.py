@@ -17,7 +17,7 @@ from typing import Any
 import trio
 
 from .adapter import Generation, StreamAdapter
-from .errors import RpcError
+from .errors import INTERNAL_ERROR, RpcError
 from .rpc import Connection, Method, Request
 from .wire import (
     ExpandParams,
@@ -68,6 +68,11 @@ class Scanner:
                 result, error = await self._catch_up(full), None
             except RpcError as exc:
                 result, error = None, exc
+            except Exception as exc:
+                # A bug in a build must not take the scanner (and with it the
+                # connection) down: the published generation still answers.
+                log.exception("index build failed")
+                result, error = None, RpcError(INTERNAL_ERROR, f"index build failed: {exc}")
             for ask in batch:
                 ask.result, ask.error = result, error
                 ask.done.set()
