@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--as-of")
     search.add_argument("--limit", type=int, default=10)
     search.add_argument("--json", action="store_true", help="print the raw search result")
+    search.add_argument("--workdir", help="reuse (and keep up to date) the index saved here")
 
     expand = sub.add_parser("expand", help="print the evidence behind a locator")
     expand.add_argument("paths", nargs="+", metavar="PATH")
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                         default="full")
     expand.add_argument("--budget", type=int, default=0, help="byte budget (0: unlimited)")
     expand.add_argument("--json", action="store_true")
+    expand.add_argument("--workdir", help="reuse (and keep up to date) the index saved here")
 
     index = sub.add_parser("index", help="build a workdir's index ahead of time, with progress")
     index.add_argument("paths", nargs="+", metavar="PATH")
@@ -169,20 +171,22 @@ def catchup_size(path: str) -> int:
     return file_size(path) or 0
 
 
-def _open(paths: list[str]):
+def _open(paths: list[str], workdir: str | None):
+    """An adapter over ``paths``: in memory, or resuming the durable index in
+    ``workdir`` (the one ``streamd index`` builds) so repeated runs are instant."""
     from .adapter import StreamAdapter
     from .wire import InitializeParams
 
-    adapter = StreamAdapter(persist=False)
+    adapter = StreamAdapter(persist=workdir is not None)
     files = [os.path.abspath(p) for p in paths]
     adapter.initialize(
         InitializeParams(
             protocol_version_min=1, protocol_version_max=1,
-            workdir=os.path.join(os.sep, "nonexistent-streamd-workdir"),
+            workdir=workdir or os.path.join(os.sep, "nonexistent-streamd-workdir"),
             source_id="stream", location=os.path.dirname(files[0]), settings={"files": files},
         )
     )
-    return adapter, drive(adapter.build(full=True))
+    return adapter, drive(adapter.build(full=False))
 
 
 def drive(steps, tick=None):
@@ -219,7 +223,7 @@ def _search(args: argparse.Namespace) -> int:
     if args.as_of:
         body["as_of"] = _time_arg(args.as_of, "as-of")
     try:
-        adapter, snap = _open(args.paths)
+        adapter, snap = _open(args.paths, args.workdir)
         params = msgspec.convert(body, SearchParams)
         result = adapter.search(snap, params, time.time_ns())
     except RpcError as exc:
@@ -260,7 +264,7 @@ def _expand(args: argparse.Namespace) -> int:
 
     locator = args.locator if ":" in args.locator else f"stream:{args.locator}"
     try:
-        adapter, snap = _open(args.paths)
+        adapter, snap = _open(args.paths, args.workdir)
         params = msgspec.convert(
             {"locator": locator, "detail": args.detail, "budget_bytes": max(args.budget, 0),
              "deadline": "2999-01-01T00:00:00Z"},
