@@ -1,0 +1,101 @@
+"""The command line for people: search, expand and index over stream files."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+
+from streamd import catchup
+from streamd.cli import main
+from streamd.progress import Progress
+
+
+@pytest.fixture
+def stream(recall_world):
+    w = recall_world
+    return w.write(
+        "a.jsonl",
+        w.rec("r1", "2026-05-02T10:00:00Z", title="Deploy alpha", text="alpha went out",
+              system="tasks", ref="TD-1"),
+        w.rec("r2", "2026-05-02T10:05:00Z", title="Rollback", text="alpha rolled back"),
+        w.rec("r3", "2026-05-02T10:09:00Z", title="Unrelated", text="nothing here"),
+    )
+
+
+def test_search_prints_ranked_hits_one_per_line(stream, capsys):
+    assert main(["search", str(stream), "alpha", "--limit", "5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].split()[:2] == ["1", "stream:v2/r1"]  # title hit outranks a text hit
+    assert "2026-05-02T10:05:00Z" in lines[1] and "Rollback" in lines[1]
+
+
+def test_search_json_is_the_wire_result(stream, capsys):
+    assert main(["search", str(stream), "td-1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["diagnostics"]["query_mode"] == "exact"
+    assert [c["source_record_id"] for c in result["candidates"]] == ["r1"]
+
+
+def test_search_with_a_workdir_reads_only_new_bytes_the_second_time(
+    stream, recall_world, capsys, monkeypatch
+):
+    work = recall_world.root / "cli-work"
+    work.mkdir()
+    assert main(["search", str(stream), "alpha", "--workdir", str(work)]) == 0
+    reads = []
+    real = catchup.lines_after
+    monkeypatch.setattr(catchup, "lines_after",
+                        lambda p, o, e=None: reads.append(o) or real(p, o, e))
+    capsys.readouterr()
+    assert main(["search", str(stream), "alpha", "--workdir", str(work), "--json"]) == 0
+    assert reads == [os.path.getsize(stream)]
+    assert json.loads(capsys.readouterr().out)["diagnostics"]["matched"] == 2
+
+
+def test_expand_prints_the_evidence(stream, capsys):
+    assert main(["expand", str(stream), "v2/r1", "--detail", "full"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Deploy alpha\nevent at 2026-05-02T10:00:00Z\nupstream: tasks TD-1\n")
+    assert "alpha went out" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["search", "{missing}", "x"], "no configured stream file is readable (missing.jsonl)"),
+        (["expand", "{stream}", "bogus"], '"bogus" is not a stream locator'),
+        (["expand", "{stream}", "v2/nope"], "holds no record nope"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_a_failing_status(stream, capsys, argv, message):
+    argv = [a.format(stream=stream, missing=stream.parent / "missing.jsonl") for a in argv]
+    assert main(argv) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_a_bad_time_flag_is_refused_before_reading_anything(stream):
+    with pytest.raises(SystemExit, match="--since 'yesterday' is not an RFC 3339 time"):
+        main(["search", str(stream), "x", "--since", "yesterday"])
+
+
+def test_index_builds_a_workdir_a_daemon_can_resume(stream, recall_world, capsys):
+    work = recall_world.root / "prebuilt"
+    assert main(["index", str(stream), "--workdir", str(work)]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("gen-1: 3 records indexed, 0 failed")
+    assert "indexed 0.0 MB" in out.err
+    assert (work / "index" / "manifest.json").exists() and (work / "cursor.json").exists()
+
+
+def test_the_progress_line_reports_rates_and_an_eta():
+    p = Progress(total_bytes=100_000_000, out=io.StringIO())
+    p.started = 0.0
+    line = p.line(done=25_000_000, records=50_000, now=10.0)
+    assert "25.0%" in line
+    assert "5,000 rec/s" in line
+    assert "2.5 MB/s" in line
+    assert "ETA   30s" in line
