@@ -172,9 +172,10 @@ def _raw_time_ok(line: bytes, key: str, value: str) -> bool:
     return False
 
 
-class _Canonical(msgspec.Struct):
-    """Every known field, canonically spelled; null is the same as absent
-    (for observed_at, a null pointer), so every field is optional."""
+class _Strict(msgspec.Struct, forbid_unknown_fields=True):
+    """Every known field, canonically spelled, and no other key: a line that
+    decodes into it needs no folding. null is the same as absent (for
+    observed_at, a null pointer), so every field is optional."""
 
     schema: int | None = None
     id: str | None = None
@@ -189,11 +190,6 @@ class _Canonical(msgspec.Struct):
     text: str | None = None
     actor: str | None = None
     revision: str | None = None
-
-
-class _Strict(_Canonical, forbid_unknown_fields=True):
-    """The same fields, refusing any other key: a line that decodes into it
-    has only canonically spelled known keys, so it needs no folding."""
 
 
 _STRICT = msgspec.json.Decoder(_Strict)
@@ -233,24 +229,11 @@ def _checked(line: bytes, fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def _fast_fields(line: bytes, members: dict[str, Any]) -> dict[str, Any]:
-    """The common case, each key once and spelled canonically: types are
-    checked by msgspec in C instead of member by member."""
-    try:
-        f = msgspec.convert(members, _Canonical)
-    except msgspec.ValidationError as exc:
-        raise LineError(f"wrong type: {exc}") from None
-    fields = {k: v for k in members if (v := getattr(f, k)) is not None}
-    return _checked(line, fields)
-
-
 def _gather(line: bytes) -> dict[str, Any]:
     """Known fields after Go's decoding rules: pairs in order, null is a
     no-op except for the observed_at pointer (which it clears), and the first
     type error fails the line even if a later duplicate is fine."""
     pairs, canonical = _pairs(line)
-    if canonical and isinstance(pairs, dict):
-        return _fast_fields(line, pairs)
     fields: dict[str, Any] = {}
     error: str | None = None
     for key, value in pairs.items() if isinstance(pairs, dict) else pairs:
