@@ -17,6 +17,7 @@ import msgspec
 import pytest
 
 from streamd.adapter import Generation, StreamAdapter
+from streamd.parallel import drive
 from streamd.wire import ExpandParams, InitializeParams, SearchParams
 
 # The shared JSON-RPC test client asserts too; keep pytest's detailed messages there.
@@ -91,12 +92,7 @@ class RecallWorld:
     def current(adapter: StreamAdapter, full: bool = False) -> Generation:
         """Catch up as the refresh scanner does: build only when needed."""
         if adapter.needs_build(full):
-            steps = adapter.build(full)
-            while True:
-                try:
-                    next(steps)
-                except StopIteration as done:
-                    return done.value
+            return drive(adapter.build(full))
         assert adapter.snap is not None
         return adapter.snap
 

@@ -16,7 +16,7 @@ import sys
 import time
 
 from streamd import catchup, parallel
-from streamd.cli import drive
+from streamd.parallel import drive
 
 WORDS = ["amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor"]
 

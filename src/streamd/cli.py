@@ -18,6 +18,7 @@ import trio
 
 from . import gotime
 from .daemon import Config, Daemon, serve_socket, serve_stdio
+from .parallel import drive
 
 DESCRIPTION = (
     "streamd: a Recall stream adapter and a durable event log over newline-delimited "
@@ -187,21 +188,6 @@ def _open(paths: list[str], workdir: str | None):
         )
     )
     return adapter, drive(adapter.build(full=False))
-
-
-def drive(steps, tick=None):
-    """Run a build to completion outside Trio, blocking on worker chunks."""
-    import concurrent.futures
-
-    while True:
-        try:
-            step = next(steps)
-        except StopIteration as done:
-            return done.value
-        if step is not None:
-            concurrent.futures.wait([step], timeout=0.5)
-        if tick is not None:
-            tick()
 
 
 def _time_arg(value: str | None, name: str) -> str | None:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from importlib import resources
 from itertools import count
 from typing import Any
@@ -46,27 +47,24 @@ class Client:
         self.proc.stdin.flush()
 
     def wait(self, rid: int) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("streamd exited unexpectedly")
-            frame = json.loads(line)
-            if frame.get("id") == rid:
-                return frame
-            self.notifications.append(frame)
+        return self._first(lambda frame: frame.get("id") == rid)
 
     def next_notification(self, method: str) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        for i, note in enumerate(self.notifications):
-            if note.get("method") == method:
+        return self._first(lambda frame: frame.get("method") == method)
+
+    def _first(self, wanted: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The first frame ``wanted`` accepts, held back or read now; frames
+        read on the way are held back for later."""
+        for i, frame in enumerate(self.notifications):
+            if wanted(frame):
                 return self.notifications.pop(i)
+        assert self.proc.stdout is not None
         while True:
             line = self.proc.stdout.readline()
             if not line:
                 raise RuntimeError("streamd exited unexpectedly")
             frame = json.loads(line)
-            if frame.get("method") == method:
+            if wanted(frame):
                 return frame
             self.notifications.append(frame)
 

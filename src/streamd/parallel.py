@@ -17,8 +17,9 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from . import catchup, gotime
 from .builder import Consumer
@@ -27,6 +28,7 @@ from .index import Index
 from .segment import Segment
 
 PARALLEL_MIN_BYTES = 32 << 20
+T = TypeVar("T")
 CHUNK_BYTES = 24 << 20
 
 
@@ -136,3 +138,17 @@ def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, 
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     yield from consumer.read_into(cur, file_no)
+
+
+def drive(steps: Generator[Step, None, T], tick: Callable[[], None] | None = None) -> T:
+    """Run a build to completion outside Trio (CLI, tests), blocking on worker
+    chunks; ``tick`` runs between steps (a progress line, say)."""
+    while True:
+        try:
+            step = next(steps)
+        except StopIteration as done:
+            return done.value
+        if step is not None:
+            cf.wait([step], timeout=0.5)
+        if tick is not None:
+            tick()
