@@ -19,7 +19,8 @@ import trio
 
 from streamd import conformance as c
 
-REFERENCE_SUITE = Path("/work/shared/recall-conformance/stream")
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE_SUITE = REPO.parent / "shared" / "recall-conformance" / "stream"
 
 # One script, several behaviours, picked by argument. The harness adds no
 # arguments of its own, so the mode is part of the adapter command line.
@@ -837,4 +838,83 @@ def test_invalid_adapter_args_or_await_frames_are_refused(change, complaint):
 def test_await_frames_naming_a_line_the_case_lacks_is_an_invalid_case(tmp_path):
     directory = make_case(tmp_path, await_frames={"9": 1})
     with pytest.raises(c.CaseError, match=r"names line 9, which request\.jsonl does not hold"):
+        c.load_case(directory)
+
+
+# place_files (a file that appears while the adapter runs)
+# --------------------------------------------------------------------------
+
+# Answers each request with what the file named in its params holds right now.
+LOOKER = r"""
+import json, sys
+
+for raw in sys.stdin:
+    msg = json.loads(raw)
+    try:
+        with open(msg["params"]["path"]) as f:
+            seen = f.read()
+    except FileNotFoundError:
+        seen = None
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": seen}) + "\n")
+    sys.stdout.flush()
+"""
+
+
+def test_placed_files_go_after_the_lockstep_wait_and_before_the_send():
+    req1 = c.Line(1, b"", c.LineKind.REQUEST, 1)
+    req2 = c.Line(2, b"", c.LineKind.REQUEST, 2)
+    files = (("/case/staged/b.jsonl", "/wd/b.jsonl"),)
+    assert c.lockstep_steps([req1, req2], {2: 1}, {2: files}) == [
+        c.Send(req1),
+        c.Await(req1),
+        c.Place(req2, files),
+        c.AwaitFrames(req2, 1),
+        c.Send(req2),
+        c.Await(req2),
+    ]
+
+
+async def test_a_staged_file_appears_in_workdir_only_before_the_line_that_names_it(tmp_path):
+    script = tmp_path / "looker.py"
+    script.write_text(LOOKER)
+    look = [
+        {"jsonrpc": "2.0", "id": i, "method": "look", "params": {"path": "${WORKDIR}/b.jsonl"}}
+        for i in (1, 2)
+    ]
+    directory = make_case(
+        tmp_path / "suite",
+        requests=look,
+        recorded=[
+            {"jsonrpc": "2.0", "id": 1, "result": None},
+            {"jsonrpc": "2.0", "id": 2, "result": "late\n"},
+        ],
+        volatile=[],
+        place_files={"2": ["b.jsonl"]},
+    )
+    (directory / "staged").mkdir()
+    (directory / "staged" / "b.jsonl").write_text("late\n")
+    with trio.fail_after(20):
+        result = await c.verify_case(directory, [sys.executable, str(script)], timeout=10)
+    assert result.ok, result.detail
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        ({"place_files": ["b"]}, "place_files must be an object"),
+        ({"place_files": {"x": ["b"]}}, 'place_files key "x" is not a line number'),
+        ({"place_files": {"2": []}}, "must be a non-empty list of file names"),
+        ({"place_files": {"2": ["../b"]}}, "not a plain file name"),
+        ({"place_files": {"2": [".."]}}, "not a plain file name"),
+        ({"place_files": {"2": [7]}}, "not a plain file name"),
+    ],
+)
+def test_invalid_place_files_are_refused(change, complaint):
+    with pytest.raises(c.CaseError, match=complaint):
+        c.validate_manifest({**GOOD_MANIFEST, **change}, "c1")
+
+
+def test_place_files_naming_a_file_the_case_does_not_stage_is_an_invalid_case(tmp_path):
+    directory = make_case(tmp_path, place_files={"2": ["b.jsonl"]})
+    with pytest.raises(c.CaseError, match=r"names staged/b\.jsonl, which the case does not hold"):
         c.load_case(directory)

@@ -5,7 +5,7 @@ The parts stack bottom-up, each importing only the ones below it:
 * :mod:`~streamd.conformance.transcript` - the sans-I/O core, no Trio: case
   loading and manifest validation, placeholder substitution, volatile masking,
   structural comparison with the first difference, line classification and the
-  lockstep plan (``adapter_args``, ``await_frames``). The case format and the
+  lockstep plan (``adapter_args``, ``await_frames``, ``place_files``). The case format and the
   manifest keys are described there.
 * :mod:`~streamd.conformance.driver` - the Trio driver: spawns the adapter in a
   fresh WORKDIR, follows the plan, drains stdout, kills on timeout, keeps the
@@ -42,6 +42,7 @@ from streamd.conformance.transcript import (
     LineKind,
     LineSplitter,
     Manifest,
+    Place,
     Pointer,
     Send,
     Step,
@@ -59,6 +60,7 @@ from streamd.conformance.transcript import (
     lockstep_steps,
     mask,
     parse_pointer,
+    placements,
     prepare_requests,
     render,
     split_file_lines,
@@ -89,6 +91,7 @@ __all__ = [
     "LineKind",
     "LineSplitter",
     "Manifest",
+    "Place",
     "Pointer",
     "Run",
     "Send",
@@ -109,6 +112,7 @@ __all__ = [
     "main",
     "mask",
     "parse_pointer",
+    "placements",
     "prepare_requests",
     "record_case",
     "render",

@@ -38,6 +38,7 @@ from streamd.conformance.transcript import (
     CaseError,
     Line,
     LineSplitter,
+    Place,
     Send,
     Step,
     adapter_command,
@@ -47,6 +48,7 @@ from streamd.conformance.transcript import (
     load_case,
     lockstep_steps,
     mask,
+    placements,
     prepare_requests,
     render,
 )
@@ -95,6 +97,7 @@ async def run_transcript(
     timeout: float = DEFAULT_TIMEOUT,
     exit_grace: float = EXIT_GRACE,
     await_frames: Mapping[int, int] | None = None,
+    place_files: Mapping[int, Sequence[tuple[str, str]]] | None = None,
 ) -> Run:
     """Start ``command``, play ``lines`` in lockstep, and collect every frame."""
     frames: list[bytes] = []
@@ -123,7 +126,7 @@ async def run_transcript(
 
             doing = ["starting the adapter"]
             with trio.move_on_after(timeout) as overall:
-                plan = lockstep_steps(lines, await_frames)
+                plan = lockstep_steps(lines, await_frames, place_files)
                 problem = await _converse(proc, frame_rx, plan, frames, doing, exit_grace)
             if overall.cancelled_caught:
                 problem = f"timed out after {timeout:g} s {doing[0]}"
@@ -170,6 +173,11 @@ async def _converse(
                         f"{line.number} waits for {step.frames}",
                         exit_grace,
                     )
+            continue
+        if isinstance(step, Place):
+            doing[0] = f"placing files before line {line.number}"
+            for source, target in step.files:
+                await trio.to_thread.run_sync(_place, source, target)
             continue
         if isinstance(step, Send):
             doing[0] = f"sending line {line.number}"
@@ -231,6 +239,15 @@ def _describe_exit(returncode: int) -> str:
     except ValueError:
         name = f"signal {-returncode}"
     return f"was killed by {name}"
+
+
+def _place(source: str, target: str) -> None:
+    # Copied beside the target and renamed: the adapter may be scanning, and a
+    # half-copied stream file would be a different (truncated-write) case.
+    scratch = f"{target}.{os.getpid()}.placing"
+    with open(source, "rb") as src, open(scratch, "wb") as dst:
+        dst.write(src.read())
+    os.replace(scratch, target)
 
 
 def _kill(proc: trio.Process) -> None:
@@ -365,4 +382,5 @@ async def _run_case(case: Case, command: Sequence[str], timeout: float, exit_gra
             timeout=timeout,
             exit_grace=exit_grace,
             await_frames=dict(case.manifest.await_frames),
+            place_files=placements(case, workdir),
         )

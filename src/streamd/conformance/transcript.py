@@ -27,6 +27,11 @@ Two optional manifest keys extend the Recall format for streamd's own suites
   cancel sent at once race, and which entries precede the -32007 depends on
   scheduling. Waiting for the frames first is what a real client does (it
   cancels after it has seen what it wanted), and makes the transcript exact.
+- ``place_files``: ``{"<request.jsonl line number>": ["name", ...]}``; just
+  before that line is sent (after the lockstep wait for the request before
+  it), each ``staged/<name>`` of the case is copied to ``${WORKDIR}/<name>``.
+  A stream file that appears while the adapter runs can only be shown this
+  way: the fixture is read-only, and a request cannot create a file.
 
 Reading a case here touches the file system (it is values in from disk), but
 nothing here starts a process, waits, or imports Trio: that is
@@ -65,6 +70,7 @@ _MANIFEST_KEYS = frozenset(
         "responses",
         "adapter_args",
         "await_frames",
+        "place_files",
     }
 )
 # JSON's insignificant whitespace. Deliberately not str.strip()/splitlines():
@@ -338,26 +344,39 @@ class AwaitFrames:
     frames: int  # how many frames must have arrived, in all, before it is sent
 
 
-Step = Send | Await | AwaitFrames
+@dataclass(frozen=True)
+class Place:
+    line: Line  # the line that is sent right after
+    files: tuple[tuple[str, str], ...]  # (source, target) absolute paths
+
+
+Step = Send | Await | AwaitFrames | Place
 
 
 def lockstep_steps(
-    lines: Sequence[Line], await_frames: Mapping[int, int] | None = None
+    lines: Sequence[Line],
+    await_frames: Mapping[int, int] | None = None,
+    place_files: Mapping[int, Sequence[tuple[str, str]]] | None = None,
 ) -> list[Step]:
     """The lockstep flow as a plan: sends, and the waits between them.
 
     A request's wait is placed just before the next request (or at the end),
     not right after it, so notifications that follow it go out while it is
     still in flight. A line named in ``await_frames`` (by line number) also
-    waits, after that, for the frame count it names.
+    waits, after that, for the frame count it names; a line named in
+    ``place_files`` has its files placed after every wait, just before it is
+    sent, so the adapter has answered everything before the file appears.
     """
     counts = await_frames or {}
+    placed = place_files or {}
     steps: list[Step] = []
     pending: Line | None = None
     for line in lines:
         if line.kind is LineKind.REQUEST and pending is not None:
             steps.append(Await(pending))
             pending = None
+        if line.number in placed:
+            steps.append(Place(line, tuple(placed[line.number])))
         if line.number in counts:
             steps.append(AwaitFrames(line, counts[line.number]))
         steps.append(Send(line))
@@ -426,6 +445,7 @@ class Manifest:
     responses: int  # frames the adapter must write, in total
     adapter_args: tuple[str, ...] = ()  # appended to the command, placeholders unbound
     await_frames: tuple[tuple[int, int], ...] = ()  # (line number, frames) pairs
+    place_files: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (line number, names)
 
 
 def validate_manifest(data: Any, directory_name: str) -> Manifest:
@@ -509,6 +529,23 @@ def validate_manifest(data: Any, directory_name: str) -> Manifest:
             )
         await_frames.append((int(key), count))
 
+    places = data.get("place_files", {})
+    if not isinstance(places, dict):
+        raise CaseError("place_files must be an object of line number: file names")
+    place_files = []
+    for key, names in places.items():
+        if not _ARRAY_INDEX.fullmatch(key) or key == "0":
+            raise CaseError(f"place_files key {_quote(key)} is not a line number")
+        if not isinstance(names, list) or not names:
+            raise CaseError(f"place_files[{_quote(key)}] must be a non-empty list of file names")
+        for name in names:
+            # A plain name only: the target is always directly inside WORKDIR.
+            if not isinstance(name, str) or name in ("", ".", "..") or "/" in name:
+                raise CaseError(
+                    f"place_files[{_quote(key)}] holds {render(name)}, not a plain file name"
+                )
+        place_files.append((int(key), tuple(names)))
+
     return Manifest(
         case=case,
         description=description,
@@ -518,6 +555,7 @@ def validate_manifest(data: Any, directory_name: str) -> Manifest:
         responses=responses,
         adapter_args=tuple(adapter_args),
         await_frames=tuple(sorted(await_frames)),
+        place_files=tuple(sorted(place_files)),
     )
 
 
@@ -581,6 +619,12 @@ def load_case(directory: Path, *, with_recording: bool = True) -> Case:
     for number, _ in manifest.await_frames:
         if number not in numbers:
             raise CaseError(f"await_frames names line {number}, which request.jsonl does not hold")
+    for number, names in manifest.place_files:
+        if number not in numbers:
+            raise CaseError(f"place_files names line {number}, which request.jsonl does not hold")
+        for name in names:
+            if not (directory / "staged" / name).is_file():
+                raise CaseError(f"place_files names staged/{name}, which the case does not hold")
     # Every request is answered, so fewer declared responses than requests is a
     # manifest that no adapter can satisfy. The stand-in WORKDIR only affects
     # the bytes of a path inside a string, never how a line classifies.
@@ -623,6 +667,15 @@ def adapter_command(case: Case, command: Sequence[str], workdir: str) -> list[st
             for a in case.manifest.adapter_args
         ),
     ]
+
+
+def placements(case: Case, workdir: str) -> dict[int, list[tuple[str, str]]]:
+    """``place_files`` bound for one run: line number to (source, target) paths."""
+    staged = (case.directory / "staged").absolute()
+    return {
+        number: [(str(staged / name), str(Path(workdir) / name)) for name in names]
+        for number, names in case.manifest.place_files
+    }
 
 
 def prepare_requests(case: Case, workdir: str) -> list[Line]:
