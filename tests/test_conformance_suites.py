@@ -16,6 +16,8 @@ import json
 import os
 import re
 import shlex
+import sys
+import tomllib
 from pathlib import Path
 
 import msgspec
@@ -87,3 +89,21 @@ def test_every_streamd_only_case_differs_from_the_reference(case, capsys):
     assert REFERENCE is not None
     argv = ["verify", str(STREAMD_SUITE), case.name, "--adapter", shlex.join([REFERENCE])]
     assert conformance.main(argv) == 1, capsys.readouterr().out
+
+
+def test_the_readmes_recall_config_names_paths_that_exist_in_a_clone():
+    readme = (REPO / "README.md").read_text()
+    pattern = r"<!-- recall-config -->\n```toml\n(.*?)```\n<!-- /recall-config -->"
+    block = re.search(pattern, readme, re.S)
+    assert block, "the README's Recall config block is gone"
+    config = tomllib.loads(block.group(1).replace("/home/me/streamd", str(REPO)))
+    adapter = config["adapters"]["streamd"]
+    assert adapter["freshness_modes"] == ["indexed"]
+    assert Path(adapter["conformance"]) == RECALL_SUITE
+    # The quick start installs the script in .venv/bin of the clone; whatever
+    # environment runs this test has the same script beside its interpreter.
+    assert Path(adapter["command"]) == REPO / ".venv" / "bin" / "streamd"
+    assert (Path(sys.executable).parent / "streamd").is_file()
+    (source,) = config["sources"]
+    assert source["adapter"] == "streamd"
+    assert re.fullmatch(r"[A-Za-z0-9_-]{4,64}", source["source_uid"])
