@@ -163,10 +163,11 @@ async def test_append_returns_seq_then_duplicate_on_identical_retry(log: EventLo
         pytest.param(lambda log: log.since(0, Filter(session="")), id="empty-session-filter"),
         pytest.param(
             lambda log: log.acquire_lock(
-                "a", "u", "s", nursery=None, stale_after_ms=100, heartbeat_ms=100
+                "a", "u", "s", nursery=None, stale_after_ms=1000, heartbeat_ms=1000
             ),
             id="heartbeat-not-below-stale",
         ),
+        pytest.param(lambda log: log.since(2**63), id="from-seq-over-int64"),
     ],
 )
 async def test_python_api_rejects_what_the_wire_rejects(log: EventLog, call: Any) -> None:
@@ -462,9 +463,26 @@ async def test_a_fresh_lease_is_session_locked_with_holder_and_heartbeat_age(
             await lease.release()
 
 
-async def test_a_stale_lease_is_stolen_and_its_old_holder_learns_it_was_lost(
+def _pause_heartbeats(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
+    """Make ``log``'s heartbeats fail (as a wedged disk would) while the returned
+    flag's ``paused`` is true: its leases then age although their holder lives."""
+    writer = log._writer
+    real = writer.heartbeat_lease
+    state = {"paused": True}
+
+    def heartbeat(*args: Any) -> bool:
+        if state["paused"]:
+            raise RpcError(SOURCE_UNAVAILABLE, "disk I/O error")
+        return real(*args)
+
+    monkeypatch.setattr(writer, "heartbeat_lease", heartbeat)
+    return state
+
+
+async def test_a_lease_whose_holder_stops_beating_is_stolen_after_its_own_window_and_the_holder_learns_it(  # noqa: E501
     open_mocked: Callable[..., EventLog],
     autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     lost_calls: list[tuple[str, float]] = []
 
@@ -474,24 +492,94 @@ async def test_a_stale_lease_is_stolen_and_its_old_holder_learns_it_was_lost(
     with trio.fail_after(600):
         async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
             t0 = trio.current_time()
-            # A beats every 20 s; B considers 10 s without a beat stale (as a
-            # process would after a long pause of A).
+            # A promises a beat within 30 s (it beats every 5 s), then stalls.
             old = await a.acquire_lock(
-                "app", "u", "s", nursery=nursery, heartbeat_ms=20_000, on_lost=on_lost
+                "app", "u", "s", nursery=nursery, stale_after_ms=30_000, on_lost=on_lost
             )
-            await trio.sleep(15)
-            new = await b.acquire_lock("app", "u", "s", nursery=nursery, stale_after_ms=10_000)
+            assert old.heartbeat_ms == 5000
+            beats = _pause_heartbeats(a, monkeypatch)
+            await trio.sleep(29)
+            with pytest.raises(RpcError) as info:
+                # Within A's window: B's own short window does not shorten A's.
+                await b.acquire_lock("app", "u", "s", nursery=nursery, stale_after_ms=150)
+            assert info.value.code == SESSION_LOCKED
+            assert info.value.data["heartbeat_age_ms"] == 29_000
+            await trio.sleep(2)  # 31 s without a beat: past A's own 30 s
+            new = await b.acquire_lock("app", "u", "s", nursery=nursery)
+            beats["paused"] = False
             await old.lost.wait()
-            assert trio.current_time() - t0 == pytest.approx(20)  # A's next beat
+            assert trio.current_time() - t0 == pytest.approx(35)  # A's next beat
             assert lost_calls == [(old.lock, trio.current_time())]
             # A's release must not delete B's lease.
             await old.release()
-            (info,) = await b.list_locks()
-            assert info.holder == new.holder
-            await trio.sleep(62)  # B beats at 20, 25, ... 80 (B acquired at 15)
+            (info_row,) = await b.list_locks()
+            assert info_row.holder == new.holder and info_row.stale_after_ms == 30_000
+            await trio.sleep(62)  # B beats at 36, 41, ... 96 (B acquired at 31)
             assert not new.lost.is_set() and new.beats == 13
             await new.release()
             assert await b.list_locks() == []
+
+
+async def test_a_healthy_lease_is_never_taken_by_a_requester_with_a_tiny_window(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    with trio.fail_after(600):
+        async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
+            held = await a.acquire_lock(
+                "app", "u", "s", nursery=nursery, stale_after_ms=30_000, heartbeat_ms=5000
+            )
+            await trio.sleep(4)  # the holder's last beat (at acquire) is 4 s old
+            with pytest.raises(RpcError) as info:
+                await b.acquire_lock(
+                    "app", "u", "s", nursery=nursery, stale_after_ms=150, heartbeat_ms=50
+                )
+            assert info.value.code == SESSION_LOCKED
+            assert info.value.data == {"holder": held.holder, "heartbeat_age_ms": 4000}
+            await trio.sleep(60)
+            assert not held.lost.is_set() and held.beats == 12
+            await held.release()
+
+
+async def test_a_short_window_without_a_heartbeat_derives_one_instead_of_refusing(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    with trio.fail_after(600):
+        async with open_mocked() as log, trio.open_nursery() as nursery:
+            lease = await log.acquire_lock("app", "u", "s", nursery=nursery, stale_after_ms=800)
+            assert lease.heartbeat_ms == 266  # a third of the window
+            await trio.sleep(2.7)
+            assert lease.beats == 10 and not lease.lost.is_set()
+            await lease.release()
+            lease = await log.acquire_lock("app", "u", "s", nursery=nursery, stale_after_ms=150)
+            assert lease.heartbeat_ms == 50  # the floor, a third of the smallest window
+            await lease.release()
+            lease = await log.acquire_lock("app", "u", "s", nursery=nursery)
+            assert lease.heartbeat_ms == 5000  # a third of 30 s, capped at 5 s
+            await lease.release()
+
+
+@pytest.mark.parametrize(
+    ("window", "heartbeat", "message"),
+    [
+        (30_000, 49, "heartbeat_ms must be at least 50, not 49"),
+        (149, None, "stale_after_ms must be at least 150, not 149"),
+        (149, 50, "stale_after_ms must be at least 150, not 149"),
+        (2, 1, "stale_after_ms must be at least 150, not 2"),
+        (300, 151, "stale_after_ms (300) must be at least twice heartbeat_ms (151)"),
+    ],
+)
+async def test_explicit_lease_values_below_the_floors_are_invalid_params_naming_the_floor(
+    log: EventLog, window: int, heartbeat: int | None, message: str
+) -> None:
+    with trio.fail_after(10), pytest.raises(RpcError) as info:
+        await log.acquire_lock(
+            "app", "u", "s", nursery=None, stale_after_ms=window, heartbeat_ms=heartbeat
+        )
+    assert info.value.code == INVALID_PARAMS
+    assert info.value.message == message
+    assert not log.opened
 
 
 async def test_a_heartbeat_that_hits_a_database_error_is_retried_not_reported_lost(
@@ -555,10 +643,13 @@ async def test_leases_are_released_when_the_log_closes(
             await other.release()
 
 
-async def test_real_clock_steal_is_noticed_within_one_heartbeat(tmp_path: Path) -> None:
-    # One test on real time and real threads with short intervals. B treats 60 ms
-    # without a beat as stale; A beats every 150 ms, so B can steal between beats
-    # and A's next beat must find the lease gone.
+async def test_real_clock_steal_is_noticed_within_one_heartbeat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One test on real time and real threads with the shortest intervals the
+    # floors allow. A beats every 50 ms and promises 150 ms; its beats then fail
+    # (a wedged disk), so its lease ages past its own window and B takes it;
+    # A's next beat after the disk recovers must find the lease gone.
     path = tmp_path / "e.db"
     with trio.fail_after(10):
         async with (
@@ -567,20 +658,22 @@ async def test_real_clock_steal_is_noticed_within_one_heartbeat(tmp_path: Path) 
             trio.open_nursery() as nursery,
         ):
             old = await a.acquire_lock(
-                "app", "u", "s", nursery=nursery, heartbeat_ms=150, stale_after_ms=1000
+                "app", "u", "s", nursery=nursery, heartbeat_ms=50, stale_after_ms=150
             )
+            beats = _pause_heartbeats(a, monkeypatch)
             while True:
                 try:
                     new = await b.acquire_lock(
-                        "app", "u", "s", nursery=nursery, heartbeat_ms=20, stale_after_ms=60
+                        "app", "u", "s", nursery=nursery, heartbeat_ms=50, stale_after_ms=150
                     )
                     break
                 except RpcError as exc:
                     assert exc.code == SESSION_LOCKED
                     await trio.sleep(0.01)
             stolen_at = trio.current_time()
+            beats["paused"] = False
             await old.lost.wait()
-            assert trio.current_time() - stolen_at < 0.15 + 0.5
+            assert trio.current_time() - stolen_at < 0.05 + 0.5
             assert not new.lost.is_set()
             await new.release()
 

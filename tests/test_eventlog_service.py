@@ -17,6 +17,7 @@ import trio
 import trio.testing
 from rpc_client import Client
 
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import EventLog
 from streamd.eventlog.service import METHOD_NAMES, eventlog_methods
 from streamd.rpc import Server
@@ -255,29 +256,212 @@ async def test_a_lease_is_released_when_its_connection_closes(daemon: Daemonish)
 
 
 async def test_a_stolen_lease_is_reported_as_lock_lost_on_its_connection(
-    daemon: Daemonish,
+    daemon: Daemonish, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = {"app": "app", "user": "u", "session": "s"}
     with trio.fail_after(10):
         a, b = await daemon.connect(), await daemon.connect()
         held = await a.result(
-            "eventlog/lock.acquire", {**key, "heartbeat_ms": 150, "stale_after_ms": 1000}
+            "eventlog/lock.acquire", {**key, "heartbeat_ms": 50, "stale_after_ms": 150}
         )
-        # B considers 60 ms without a beat stale; A beats every 150 ms.
+        # A's heartbeats fail (a wedged disk) until B has taken the lease, which
+        # B can do only once A's beat is older than A's own 150 ms window.
+        writer = daemon.log._writer
+        real = writer.heartbeat_lease
+        paused = {"holder": held["holder"]}
+
+        def heartbeat(app: str, user: str, session: str, holder: str, now_us: int) -> bool:
+            if holder == paused.get("holder"):
+                raise RpcError(SOURCE_UNAVAILABLE, "disk I/O error")
+            return real(app, user, session, holder, now_us)
+
+        monkeypatch.setattr(writer, "heartbeat_lease", heartbeat)
         while True:
-            reply = await b.call(
-                "eventlog/lock.acquire", {**key, "heartbeat_ms": 20, "stale_after_ms": 60}
-            )
+            reply = await b.call("eventlog/lock.acquire", key)
             if "result" in reply:
                 break
             assert reply["error"]["code"] == -32011
             await trio.sleep(0.01)
+        paused.clear()
         note = await a.notification()
         assert note == {
             "jsonrpc": "2.0",
             "method": "eventlog/lock_lost",
             "params": {"lock": held["lock"], "holder": held["holder"]},
         }
+
+
+async def test_a_short_stale_window_alone_is_accepted_with_a_derived_heartbeat(
+    daemon: Daemonish,
+) -> None:
+    with trio.fail_after(10):
+        c = await daemon.connect()
+        key = {"app": "app", "user": "u", "session": "s"}
+        held = await c.result("eventlog/lock.acquire", {**key, "stale_after_ms": 800})
+        assert set(held) == {"lock", "holder"}
+        (lease,) = await daemon.log.list_locks()
+        assert lease.stale_after_ms == 800
+        assert daemon.log.lease(held["lock"]).heartbeat_ms == 266
+
+
+async def test_a_healthy_lease_is_not_taken_by_a_client_asking_with_a_tiny_window(
+    daemon: Daemonish,
+) -> None:
+    key = {"app": "app", "user": "u", "session": "s"}
+    with trio.fail_after(10):
+        a, b = await daemon.connect(), await daemon.connect()
+        held = await a.result(
+            "eventlog/lock.acquire", {**key, "stale_after_ms": 30_000, "heartbeat_ms": 5000}
+        )
+        err = await b.error(
+            "eventlog/lock.acquire", {**key, "stale_after_ms": 2, "heartbeat_ms": 1}
+        )
+        assert err == {
+            "code": -32602,
+            "message": "eventlog/lock.acquire params: stale_after_ms must be at least 150, not 2",
+        }
+        err = await b.error(
+            "eventlog/lock.acquire", {**key, "stale_after_ms": 150, "heartbeat_ms": 50}
+        )
+        assert err["code"] == -32011 and err["data"]["holder"] == held["holder"]
+        assert [lease.holder for lease in await daemon.log.list_locks()] == [held["holder"]]
+
+
+KEY_PARAMS = {"app": "a", "user": "u", "session": "s"}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"heartbeat_ms": 49}, "heartbeat_ms must be at least 50, not 49"),
+        ({"stale_after_ms": 149}, "stale_after_ms must be at least 150, not 149"),
+        (
+            {"stale_after_ms": 300, "heartbeat_ms": 151},
+            "stale_after_ms (300) must be at least twice heartbeat_ms (151)",
+        ),
+        ({"heartbeat_ms": 0}, "Expected `int` >= 1 - at `$.heartbeat_ms`"),
+    ],
+)
+async def test_lease_values_below_the_floors_are_invalid_params_naming_field_and_floor(
+    daemon: Daemonish, params: dict[str, int], message: str
+) -> None:
+    with trio.fail_after(10):
+        c = await daemon.connect()
+        err = await c.error("eventlog/lock.acquire", {**KEY_PARAMS, **params})
+        assert err == {"code": -32602, "message": f"eventlog/lock.acquire params: {message}"}
+        assert not daemon.log.opened
+
+
+BIG = 2**63
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "path"),
+    [
+        ("eventlog/since", {"from_seq": BIG}, "$.from_seq"),
+        ("eventlog/since", {"from_seq": 0, "limit": BIG}, "$.limit"),
+        ("eventlog/watch", {"from_seq": BIG}, "$.from_seq"),
+        ("eventlog/branches", {"limit": BIG}, "$.limit"),
+        ("eventlog/sessions.get", {**KEY_PARAMS, "after_seq": BIG}, "$.after_seq"),
+        ("eventlog/sessions.get", {**KEY_PARAMS, "recent": BIG}, "$.recent"),
+        ("eventlog/lock.acquire", {**KEY_PARAMS, "stale_after_ms": BIG}, "$.stale_after_ms"),
+        ("eventlog/lock.acquire", {**KEY_PARAMS, "heartbeat_ms": BIG}, "$.heartbeat_ms"),
+        ("eventlog/boot.update", {"id": BIG, "attempted": []}, "$.id"),
+        ("eventlog/boot.update", {"id": -BIG - 1, "attempted": []}, "$.id"),
+    ],
+)
+async def test_integers_past_int64_are_invalid_params_not_internal_errors(
+    daemon: Daemonish, method: str, params: dict[str, Any], path: str
+) -> None:
+    with trio.fail_after(10):
+        c = await daemon.connect()
+        err = await c.error(method, params)
+        assert err["code"] == -32602, err
+        assert err["message"].endswith(f" - at `{path}`")
+        # The largest int64 itself is a valid value where one is allowed.
+        if method == "eventlog/since" and path == "$.from_seq":
+            page = await c.result(method, {"from_seq": BIG - 1})
+            assert page == {"entries": [], "next_seq": BIG - 1, "caught_up": True}
+
+
+# 9999-12-31T23:59:59-14:00 is 10000-01-01T13:59:59Z and 0001-01-01T00:00:00+14:00
+# is 0000-12-31T10:00:00Z: in microseconds since the epoch, as a store would hold
+# them had they been accepted (or as an older streamd did).
+YEAR_10000_US = 253_402_351_199_000_000
+YEAR_0_US = -62_135_647_200_000_000
+
+
+@pytest.mark.parametrize("when", ["9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"])
+async def test_a_timestamp_outside_years_1_to_9999_in_utc_is_refused_at_append(
+    daemon: Daemonish, when: str
+) -> None:
+    with trio.fail_after(10):
+        c = await daemon.connect()
+        err = await c.error("eventlog/append", append("e1", timestamp=when))
+        assert err == {
+            "code": -32602,
+            "message": "eventlog/append params: event.timestamp must lie within"
+            " 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999Z once converted to UTC,"
+            f" not {when}",
+        }
+        err = await c.error("eventlog/boot.record", {"at": when, "attempted": []})
+        assert err["code"] == -32602 and "at must lie within" in err["message"]
+        # The edges themselves are fine.
+        edge = append("e2", timestamp="9999-12-31T23:59:59.999999Z")
+        assert await c.result("eventlog/append", edge) == {"seq": 1, "duplicate": False}
+        page = await c.result("eventlog/since", {"from_seq": 0})
+        assert page["entries"][0]["event"]["timestamp"] == "9999-12-31T23:59:59.999999Z"
+
+
+async def test_a_stored_time_that_cannot_be_rendered_never_fails_a_read_or_a_watch(
+    daemon: Daemonish,
+) -> None:
+    import apsw
+
+    with trio.fail_after(10):
+        c = await daemon.connect()
+        await c.result("eventlog/append", append("ok1"))
+        # Rows as an older streamd would have written them, straight into SQLite.
+        db = apsw.Connection(str(daemon.log.path))
+        with db:
+            for event_id, when in (("late", YEAR_10000_US), ("early", YEAR_0_US)):
+                db.execute(
+                    "INSERT INTO events (app_name, user_id, session_id, event_id,"
+                    " invocation_id, author, branch, event_time, content, metadata, digest)"
+                    " VALUES ('app', 'u', 's', ?, '', 'agent', '', ?, '\"x\"', NULL, x'00')",
+                    (event_id, when),
+                )
+        db.close()
+        await c.result("eventlog/append", append("ok2"))
+
+        page = await c.result("eventlog/since", {"from_seq": 0})
+        assert [e["event"]["id"] for e in page["entries"]] == ["ok1", "late", "early", "ok2"]
+        ok1, late, early, ok2 = page["entries"]
+        for damaged in (late, early):
+            assert damaged["event"]["timestamp"] is None
+            assert damaged["event"]["content"] == "x"
+            assert damaged["damaged"] == ["event.timestamp"]
+        for intact in (ok1, ok2):
+            assert "damaged" not in intact and intact["event"]["timestamp"].endswith("Z")
+
+        got = await c.result("eventlog/sessions.get", {"app": "app", "user": "u", "session": "s"})
+        assert [e["event"]["timestamp"] is None for e in got["events"]] == [
+            False,
+            True,
+            True,
+            False,
+        ]
+
+        watcher = await daemon.connect()
+        watch_id = await watcher.start("eventlog/watch", {"from_seq": 0})
+        seen = [(await watcher.notification())["params"]["entry"] for _ in range(4)]
+        assert [e["event"]["id"] for e in seen] == ["ok1", "late", "early", "ok2"]
+        assert seen[1]["damaged"] == ["event.timestamp"]
+        # The watch (and the daemon) live on past the damaged rows.
+        await c.result("eventlog/append", append("ok3"))
+        note = await watcher.notification()
+        assert note["params"]["entry"]["event"]["id"] == "ok3"
+        assert note["params"]["watch"] == watch_id
 
 
 async def test_boots_over_the_wire(daemon: Daemonish) -> None:
@@ -293,6 +477,30 @@ async def test_boots_over_the_wire(daemon: Daemonish) -> None:
         assert recent == {
             "boots": [{"id": boot["id"], "boot_at": "2025-01-01T00:00:00Z", "attempted": []}]
         }
+
+
+async def test_an_eventlog_call_on_another_programs_database_is_refused_naming_the_path(
+    tmp_path: Path,
+) -> None:
+    import hashlib
+
+    import apsw
+
+    path = tmp_path / "theirs.db"
+    db = apsw.Connection(str(path))
+    db.execute("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('keep')")
+    db.close()
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    with trio.fail_after(10):
+        async with EventLog(path) as log, trio.open_nursery() as nursery:
+            c = await Daemonish(log, nursery, _server(lambda: log)).connect()
+            err = await c.error("eventlog/append", append("e1"))
+            assert err["code"] == -32000
+            assert err["message"].startswith(f"{path} is not a streamd event log")
+            assert (await c.error("eventlog/ping", {}))["code"] == -32000
+            nursery.cancel_scope.cancel()
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["theirs.db"]
 
 
 async def test_the_database_is_created_by_the_first_eventlog_call(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ backend-specific. Times are passed in explicitly, so nothing here sleeps.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,15 @@ from streamd.errors import (
     is_session_locked,
     is_session_not_found,
 )
-from streamd.eventlog.model import AppendParams, AppendResult, Event, Filter, SessionTree, to_us
+from streamd.eventlog.model import (
+    AppendParams,
+    AppendResult,
+    Event,
+    Filter,
+    SessionTree,
+    from_us,
+    to_us,
+)
 from streamd.eventlog.store import SCHEMA_VERSION, Backend, SqliteOptions, SqliteStore
 
 T0 = to_us(dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
@@ -466,7 +475,7 @@ def test_losing_the_steal_race_is_session_locked(fx: Fixture) -> None:
     fx.store.acquire_lease(*KEY, "first", 30_000, T0 + 60 * SECOND)
     db = fx.store.connection
     with db:
-        assert not _steal(db, KEY, "stale", T0, "second", T0 + 60 * SECOND)
+        assert not _steal(db, KEY, "stale", T0, "second", 30_000, T0 + 60 * SECOND)
     assert [i.holder for i in fx.store.list_leases()] == ["first"]
 
 
@@ -478,6 +487,22 @@ def test_release_never_deletes_a_successors_lease(fx: Fixture) -> None:
     assert fx.store.release_lease(*KEY, "new")
     assert not fx.store.release_lease(*KEY, "new")
     fx.store.acquire_lease(*KEY, "third", 30_000, T0 + 41 * SECOND)
+
+
+def test_a_lease_is_judged_by_the_window_its_holder_declared(fx: Fixture) -> None:
+    fx.store.acquire_lease(*KEY, "patient", 30_000, T0)
+    with pytest.raises(RpcError) as info:
+        # The requester's own 150 ms window does not make a 5 s old beat stale.
+        fx.store.acquire_lease(*KEY, "hasty", 150, T0 + 5 * SECOND)
+    assert is_session_locked(info.value)
+    assert info.value.data == {"holder": "patient", "heartbeat_age_ms": 5000}
+    assert fx.store.release_lease(*KEY, "patient")
+    # And the other way round: a holder that promised 150 ms is stale after it,
+    # even to a requester that would itself wait 30 s.
+    fx.store.acquire_lease(*KEY, "brief", 150, T0)
+    fx.store.acquire_lease(*KEY, "patient", 30_000, T0 + 200_000)
+    (info_row,) = fx.store.list_leases()
+    assert (info_row.holder, info_row.stale_after_ms) == ("patient", 30_000)
 
 
 def test_leases_are_per_session(fx: Fixture) -> None:
@@ -531,7 +556,55 @@ def test_ping_succeeds_on_a_healthy_log(fx: Fixture) -> None:
 def test_damaged_metadata_reads_as_null_rather_than_failing_the_replay(fx: Fixture) -> None:
     fx.store.append(ap(ev("e1"), metadata={"caller": "a"}), T0)
     fx.raw("UPDATE events SET metadata = '[broken'", ())
-    assert fx.store.since(0, None, 10).entries[0].metadata is None
+    (entry,) = fx.store.since(0, None, 10).entries
+    assert entry.metadata is None and entry.damaged == ["metadata"]
+
+
+# 10000-01-01T13:59:59Z: what 9999-12-31T23:59:59-14:00 became when it was accepted.
+YEAR_10000_US = 253_402_351_199_000_000
+
+
+@pytest.mark.parametrize("raw_content", [False, True])
+def test_rows_that_cannot_be_rendered_read_as_null_and_flagged_never_fail_or_vanish(
+    fx: Fixture, raw_content: bool
+) -> None:
+    for i in range(4):
+        fx.store.append(ap(ev(f"e{i}", {"i": i})), T0)
+    fx.raw("UPDATE events SET event_time = ? WHERE event_id = 'e1'", (YEAR_10000_US,))
+    fx.raw("UPDATE events SET content = '{nope' WHERE event_id = 'e2'", ())
+    entries = fx.store.since(0, None, 10, raw_content=raw_content).entries
+    assert [e.event.id for e in entries] == ["e0", "e1", "e2", "e3"]
+    assert [e.damaged for e in entries] == [None, ["event.timestamp"], ["event.content"], None]
+    assert entries[1].event.timestamp is None
+    assert entries[1].event.content == (msgspec.Raw(b'{"i":1}') if raw_content else {"i": 1})
+    assert entries[2].event.content is None
+    got = fx.store.get_session("app", "u", "s", 0, None, raw_content=raw_content).events
+    assert [e.damaged for e in got] == [e.damaged for e in entries]
+    recent = fx.store.get_session("app", "u", "s", 0, 3, raw_content=raw_content).events
+    assert [e.damaged for e in recent] == [e.damaged for e in entries[1:]]
+    # On the wire a damaged row is still JSON, and only it carries the flag.
+    wire = [msgspec.json.decode(msgspec.json.encode(e)) for e in got]
+    assert ["damaged" in w for w in wire] == [False, True, True, False]
+    assert wire[2]["event"]["content"] is None
+
+
+def test_a_session_boot_or_lease_with_unrenderable_values_reads_with_nulls(fx: Fixture) -> None:
+    fx.store.append(ap(ev("e1")), T0)
+    fx.store.create_session("app", "u", "s2", {"k": 1}, T0)
+    fx.raw(
+        "UPDATE sessions SET state = 'oops', created_at = ? WHERE session_id = 's2'",
+        (YEAR_10000_US,),
+    )
+    got = fx.store.get_session("app", "u", "s2", 0, None)
+    assert (got.state, got.created_at, got.updated_at) == (None, None, from_us(T0))
+    assert [s.state for s in fx.store.list_sessions("app", None)] == [{}, None]
+    boot = fx.store.record_boot(T0, ["s"])
+    fx.raw("UPDATE boots SET boot_at = ? WHERE id = ?", (YEAR_10000_US, boot))
+    assert [(b.id, b.boot_at) for b in fx.store.recent_boots(0)] == [(boot, None)]
+    fx.store.acquire_lease(*KEY, "h", 30_000, T0)
+    fx.raw("UPDATE leases SET acquired_at = ?", (YEAR_10000_US,))
+    (lease,) = fx.store.list_leases()
+    assert (lease.acquired_at, lease.heartbeat_at) == (None, from_us(T0))
 
 
 def test_operations_on_a_closed_store_are_closed_errors(fx: Fixture) -> None:
@@ -563,6 +636,88 @@ def test_sqlite_setup_is_wal_full_fk_and_versioned(tmp_path: Path) -> None:
     normal = SqliteStore.open(str(tmp_path / "x.db"), SqliteOptions(synchronous="NORMAL"))
     assert normal.connection.pragma("synchronous") == 1
     normal.close()
+
+
+def test_a_version_1_database_migrates_and_its_leases_keep_the_default_window(
+    tmp_path: Path,
+) -> None:
+    from streamd.eventlog.store import MIGRATIONS
+
+    path = str(tmp_path / "v1.db")
+    db = apsw.Connection(path)
+    with db:
+        db.execute(MIGRATIONS[0])
+        db.pragma("user_version", 1)
+        db.execute(
+            "INSERT INTO leases (app_name, user_id, session_id, holder, acquired_at,"
+            " heartbeat_at) VALUES ('app', 'u', 's', 'old/1/aaaaaaaa', ?, ?)",
+            (T0, T0),
+        )
+    db.close()
+    store = SqliteStore.open(path)
+    assert store.connection.pragma("user_version") == SCHEMA_VERSION == 2
+    (info,) = store.list_leases()
+    assert (info.holder, info.stale_after_ms) == ("old/1/aaaaaaaa", 30_000)
+    with pytest.raises(RpcError) as raised:
+        store.acquire_lease(*KEY, "new", 150, T0 + 29 * SECOND)
+    assert is_session_locked(raised.value)
+    store.acquire_lease(*KEY, "new", 150, T0 + 30 * SECOND)
+    store.close()
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_another_programs_database_is_refused_before_anything_in_it_changes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "theirs.db"
+    db = apsw.Connection(str(path))
+    db.execute(
+        "CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL);"
+        " INSERT INTO invoices (total) VALUES (9.5);"
+    )
+    db.close()
+    before = _sha256(path)
+    for migrate in (True, False):  # the writer's open and a reader's
+        with pytest.raises(RpcError) as info:
+            SqliteStore.open(str(path), migrate=migrate)
+        assert info.value.code == SOURCE_UNAVAILABLE
+        assert info.value.message.startswith(f"{path} is not a streamd event log")
+        assert "invoices" in info.value.message
+        assert info.value.data == {"path": str(path)}
+    assert _sha256(path) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["theirs.db"]  # no -wal, no -shm
+    db = apsw.Connection(str(path))
+    assert db.pragma("journal_mode") == "delete"
+    assert db.pragma("user_version") == 0
+    assert [r[0] for r in db.execute("SELECT name FROM sqlite_schema")] == ["invoices"]
+    db.close()
+
+
+def test_a_tableless_database_with_someone_elses_user_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "theirs.db"
+    db = apsw.Connection(str(path))
+    db.pragma("user_version", 7)
+    db.close()
+    before = _sha256(path)
+    with pytest.raises(RpcError) as info:
+        SqliteStore.open(str(path))
+    assert "application_id 0, user_version 7" in info.value.message
+    assert _sha256(path) == before
+
+
+def test_an_empty_file_becomes_ours_and_is_stamped_with_our_application_id(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "new.db"
+    path.touch()
+    SqliteStore.open(str(path)).close()
+    db = apsw.Connection(str(path))
+    assert db.pragma("application_id") == 0x53544D44
+    db.close()
+    SqliteStore.open(str(path)).close()  # and is accepted again
 
 
 def test_a_newer_schema_is_refused_not_downgraded(tmp_path: Path) -> None:

@@ -447,6 +447,45 @@ def test_health_of_a_complete_generation(recall_world):
     }
 
 
+def test_an_empty_stream_file_is_healthy_and_its_generation_is_saved(recall_world):
+    w = recall_world
+    p = w.write("s.jsonl")
+    adapter = w.adapter([], location=str(p))
+    assert adapter.health(w.current(adapter)) == {
+        "status": "healthy",
+        "checked_at": "2027-01-15T08:00:00Z",
+        "last_success_at": "2027-01-15T08:00:00Z",
+        "source_watermark": "bytes=0 records=0 latest=-",
+        "index_watermark": "bytes=0 records=0 latest=-",
+        "index_generation": "gen-1",
+        "index_config": "jsonl/1 tokenizer=ident-runs scoring=term-coverage",
+        "coverage": "complete",
+        "diagnostics": {"files": 1},
+    }
+    assert json.loads((w.work / "index" / "manifest.json").read_text())["segments"] == []
+    assert json.loads((w.work / "cursor.json").read_text())["generation"] == 1
+
+
+def test_a_stream_whose_only_line_fails_is_partial_but_its_checkpoint_is_written(recall_world):
+    w = recall_world
+    p = w.write("s.jsonl", b"junk\n")
+    adapter = w.adapter([], location=str(p))
+    assert adapter.health(w.current(adapter)) == {
+        "status": "degraded",
+        "checked_at": "2027-01-15T08:00:00Z",
+        "last_success_at": "2027-01-15T08:00:00Z",
+        "source_watermark": "bytes=5 records=0 latest=-",
+        "index_watermark": "bytes=5 records=0 latest=-",
+        "index_generation": "gen-1",
+        "index_config": "jsonl/1 tokenizer=ident-runs scoring=term-coverage",
+        "record_count": 1,
+        "failed_count": 1,
+        "coverage": "partial",
+        "diagnostics": {"files": 1},
+    }
+    assert json.loads((w.work / "index" / "manifest.json").read_text())["files"][0]["failed"] == 1
+
+
 def test_a_stream_with_no_records_has_no_latest_time(recall_world):
     w = recall_world
     w.write("a.jsonl", b"\n", b"junk\n")

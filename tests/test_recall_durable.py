@@ -13,9 +13,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
-from streamd import catchup, parallel
+import pytest
+
+from streamd import catchup, durable, parallel
 from streamd.parallel import drive
 
 WORDS = ["amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor"]
@@ -142,3 +145,48 @@ def test_kill_9_in_the_middle_of_a_build_leaves_the_last_generation_usable(recal
     leftovers = set(os.listdir(index_dir)) - {"manifest.json"}
     named = set(json.loads((index_dir / "manifest.json").read_text())["segments"])
     assert leftovers == named  # the dead build's files are gone
+
+
+def without_a_writer(fifo, fn):
+    """``fn()``'s outcome, failing the test if it waits for a writer to open
+    ``fifo`` (10 s is an eternity for a call that must not wait at all; a
+    writer is then opened to release it, so a regression fails, never hangs)."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(fn())
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(10)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join()
+        pytest.fail(f"{fn} blocked opening a FIFO")
+    return outcome[0]
+
+
+def test_a_fifo_in_place_of_a_stream_file_is_refused_without_waiting_for_a_writer(recall_world):
+    fifo = str(recall_world.root / "pipe")
+    os.mkfifo(fifo)
+    assert without_a_writer(fifo, lambda: durable.fingerprint(fifo, 10)) == ""
+    assert without_a_writer(fifo, lambda: catchup.read_line(fifo, 0, 10)) is None
+    refused = without_a_writer(fifo, lambda: catchup.last_newline_before(fifo, 10))
+    assert isinstance(refused, OSError) and "not a regular file" in str(refused)
+
+
+def test_a_write_that_fails_midway_leaves_the_previous_file_and_no_temporary(tmp_path):
+    target = tmp_path / "manifest.json"
+    durable.write_atomic(str(target), [b"first ", b"version"])
+
+    def chunks():
+        yield b"second"
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        durable.write_atomic(str(target), chunks())
+    assert target.read_bytes() == b"first version"
+    assert sorted(os.listdir(tmp_path)) == ["manifest.json"]

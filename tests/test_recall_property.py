@@ -287,7 +287,12 @@ def test_the_partitioned_path_for_thousands_of_matches_equals_the_reference(
 
 def reference_tokenize(s: str) -> list[str]:
     """Lowercase per character (simple mapping), then keep runs of letters
-    (category L*), decimal digits (Nd) and ``-_./:``, trimmed."""
+    (category L*), decimal digits (Nd) and ``-_./:``, trimmed.
+
+    By the interpreter's unicodedata, so it stands for the reference (Go's
+    Unicode 17.0.0) only on characters that edition assigns: on those,
+    14.0 to 15.1 agree with go1.27 on both rules (checked code point by code
+    point). Newer characters are test_recall_tokenize's."""
 
     def lower(ch: str) -> str:
         low = ch.lower()
@@ -313,6 +318,10 @@ interesting = st.sampled_from(list(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(interesting, st.characters()), max_size=40).map("".join))
+@given(
+    st.lists(
+        st.one_of(interesting, st.characters(exclude_categories=("Cn", "Cs"))), max_size=40
+    ).map("".join)
+)
 def test_tokenize_equals_a_per_character_reference(text):
     assert tokenize(text) == reference_tokenize(text)

@@ -166,6 +166,52 @@ def test_a_substring_of_an_identifier_is_not_exact(recall_world):
     assert w.search(w.adapter(), "td-f6225")["candidates"] == []
 
 
+# --- Go's Unicode tables (17.0.0), not the interpreter's (3.11: 14.0.0) -----------
+# Values checked against go1.27's unicode and strings packages.
+
+
+def test_a_letter_newer_than_unicode_14_keeps_its_word_whole(recall_world):
+    w = recall_world
+    # U+1E4D0 (Nag Mundari, Unicode 15.0) is a letter: tokens event, alpha, w\U0001e4d0x.
+    w.write("a.jsonl", w.rec("a", at(0), kind="event", title="alpha w\U0001e4d0x"))
+    adapter = w.adapter()
+    assert w.search(adapter, "alpha")["candidates"][0]["relevance"] == 0.9433962264150942
+    assert w.search(adapter, "x")["candidates"] == []
+    assert order(w.search(adapter, "W\U0001e4d0X")) == ["a"]
+
+
+def test_a_cjk_extension_h_ideograph_joins_the_next_one(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("a", at(0), kind="event", title="\U00031350字"))
+    adapter = w.adapter()
+    assert w.search(adapter, "字")["candidates"] == []
+    assert w.search(adapter, "\U00031350字")["candidates"][0]["relevance"] == 0.9615384615384615
+
+
+def test_exact_identifiers_fold_case_pairs_newer_than_unicode_14(recall_world):
+    w = recall_world
+    # U+16EA0 and U+16EBB: a Beria Erfe capital and its small letter (Unicode 17.0).
+    w.write("a.jsonl", w.rec("\U00016ea0-1", at(0), title="other"))
+    hit = w.search(w.adapter(), "\U00016ebb-1")
+    assert [c["match_signals"] for c in hit["candidates"]] == [["exact_identifier"]]
+
+
+def test_a_record_key_matches_a_field_only_under_simple_case_folding(recall_world):
+    w = recall_world
+    # Full case mapping takes dotless i to I and back to i; Go's EqualFold does not,
+    # so "tıtle" is an unknown key and the record has no title.
+    w.write("a.jsonl", w.rec("a", at(0), **{"tıtle": "zeta"}), w.rec("b", at(1), title="zeta"))
+    assert order(w.search(w.adapter(), "zeta")) == ["b"]
+
+
+def test_a_settings_key_matches_under_simple_case_folding(recall_world):
+    w = recall_world
+    w.write("a.jsonl", *(w.rec(f"r{i}", at(i), title="alpha") for i in range(3)))
+    # The long s folds with s, as Go's encoding/json matches struct fields.
+    adapter = w.adapter(**{"max_candidateſ": 1})
+    assert order(w.search(adapter, "alpha")) == ["r2"]
+
+
 # --- ties -----------------------------------------------------------------
 
 

@@ -15,8 +15,13 @@ State rules (the reference's, kept here so the Trio layer can stay thin):
   rewritten, and the build starts over from nothing.
 * Records first, then the checkpoint: a build's segments and manifest are
   saved in the workdir (``durable``), then ``cursor.json``. Failing to write
-  either never fails a request; health reports ``checkpoint_unwritable``. A
-  restart adopts the saved index and reads only what was appended since.
+  either never fails a request; health reports ``checkpoint_unwritable``
+  until a save succeeds. Every build saves again, and so does a refresh, or
+  any catch-up at most every ``SAVE_RETRY_NS``, with nothing new to build
+  (``save_again``): a disk that was full and has room again makes the
+  published generation durable without waiting for an append. A failed
+  save never touches what the last good one wrote. A restart adopts the
+  saved index and reads only what was appended since.
 
 Building is a generator that yields between slices of work (None) or a
 future of a worker process to wait for, so the scanner task drives it
@@ -49,13 +54,21 @@ from .records import LineError, Record, parse_line, trim_space
 from .search import Query, rank, relevance_of
 from .search import query_mode as mode_of
 from .settings import SETTINGS_SCHEMA, Settings, parse_settings, resolve_files
+from .tokenize import UNICODE_VERSION
 from .wire import ExpandParams, InitializeParams, SearchParams
 
 ADAPTER_ID = "recall-stream/1"
 DISPLAY_NAME = "JSONL Stream"
 INDEX_CONFIG = "jsonl/1 tokenizer=ident-runs scoring=term-coverage"
+# A saved index's tokens depend on the Unicode tables too: one built under
+# other tables is rebuilt on start, not reused.
+DURABLE_CONFIG = f"{INDEX_CONFIG} unicode={UNICODE_VERSION}"
 EPISODE_WINDOW_NS = 15 * 60 * gotime.NS
 PROTOCOL_VERSION = 1
+# How often a catch-up with nothing to build retries a save that failed (a
+# refresh always does): the retry may rewrite every segment held in memory,
+# which a burst of searches on a still-full disk should not pay each time.
+SAVE_RETRY_NS = 5 * gotime.NS
 
 def manifest() -> dict[str, Any]:
     return {
@@ -162,6 +175,7 @@ class StreamAdapter:
         self.prior = Checkpoint()
         self.snap: Generation | None = None
         self.checkpoint_failed = False
+        self.saved_at = 0  # clock at the last save attempt
 
     # handshake
 
@@ -186,7 +200,7 @@ class StreamAdapter:
             p.source_id, p.workdir, paths, settings,
         )
         self.gen, self.prior, self.snap, self.ready = prior.generation, prior, None, True
-        self.durable = DurableIndex(p.workdir, INDEX_CONFIG) if self.persist else None
+        self.durable = DurableIndex(p.workdir, DURABLE_CONFIG) if self.persist else None
         return manifest()
 
     def check_session(self) -> None:
@@ -261,10 +275,34 @@ class StreamAdapter:
         index.adopt(loaded.segments, loaded.kinds)
         return index, loaded.latest, {c.path: c for c in loaded.files}, False
 
+    def save_due(self, asked: bool) -> bool:
+        """Whether to retry a failed save of the published generation now."""
+        if self.snap is None or not self.checkpoint_failed:
+            return False
+        return asked or self.clock() - self.saved_at >= SAVE_RETRY_NS
+
+    def save_again(self) -> None:
+        """Save the published generation again: its segments still held in
+        memory, the manifest, ``cursor.json``. Its View is swapped for one
+        over the segments now mapped from disk: the same records and
+        postings, so the generation is unchanged for every reader."""
+        snap = self.snap
+        if snap is None:
+            return
+        index = snap.view.index
+        # Only the scanner builds and it is not building: anything past the
+        # view is a failed pass's leftovers, which the next pass drops too.
+        index.truncate(snap.view.n)
+        index.flush()
+        snap.view = View(index, snap.view.n, index.segments)
+        self._checkpoint(snap, self._save_index(snap.view, snap.files, snap.latest))
+
     def _save_index(self, view: View, files: list[Cursor], latest: int) -> bool:
-        """Records first: the segments (already written as they were sealed)
-        and the manifest naming them. True if the index is durable."""
-        if self.durable is None or view.index.sink_failed:
+        """Records first: the segments (written as they were sealed, or by
+        the flush at publication) and the manifest naming them. True if the
+        index is durable."""
+        self.saved_at = self.clock()
+        if self.durable is None or not view.on_disk:
             return False
         try:
             self.durable.save(view.segments, files, view.index.kinds, latest, view.n)

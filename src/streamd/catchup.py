@@ -5,14 +5,17 @@ progress, so the cursor stops before it and the next pass reads it whole.
 The cursor therefore always lands just after a newline (or at 0).
 
 These are plain blocking functions over small reads; the scanner calls them
-between checkpoints of the event loop.
+between checkpoints of the event loop. So no open or read here may wait on
+another process: only regular files are read (see ``open_regular``).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from .errors import SOURCE_UNAVAILABLE, RpcError
 
@@ -39,13 +42,50 @@ class Line:
     size: int
 
 
+class NotRegularFile(OSError):
+    """The path names a FIFO, a device, a socket or a directory."""
+
+
+def open_regular(path: str) -> BinaryIO:
+    """Open a stream file for reading, refusing anything but a regular file.
+
+    A FIFO without a writer blocks ``open`` until one appears, and a device
+    such as ``/dev/zero`` never ends: either would freeze the event loop
+    that calls us, deadlines, cancellation and signals included. So the
+    file is opened with ``O_NONBLOCK`` (an open that cannot wait), checked
+    with ``fstat`` on that descriptor (no window in which the path could be
+    swapped between the check and the read), and only then read normally.
+    Symlinks are followed: what counts is what they point to.
+
+    Raises FileNotFoundError if absent, NotRegularFile for anything that is
+    not a regular file, another OSError if it cannot be opened.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(f"{os.path.basename(path)} is not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def lines_after(path: str, offset: int, end: int | None = None) -> Iterator[Line]:
     """Complete lines from ``offset`` on (up to ``end``, which must fall just
     after a newline). Raises FileNotFoundError if absent, RpcError(-32000) if
-    unreadable."""
+    unreadable.
+
+    Anything that is not a regular file (a directory, a FIFO, a device, a
+    socket, or a symlink to one) is unreadable, with the same wording as a
+    file we may not open, ``<name> is not readable``: it exists, so calling
+    it missing would hide a misconfiguration behind partial coverage, and
+    like an unreadable file it fails the pass (health: ``unavailable``,
+    reason ``unreachable``). Only the base name is ever reported.
+    """
     name = os.path.basename(path)
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed in finally below
+        f = open_regular(path)
     except FileNotFoundError:
         raise
     except OSError:
@@ -102,7 +142,7 @@ def _split(f, offset: int, name: str, end: int | None) -> Iterator[Line]:
 
 def last_newline_before(path: str, size: int) -> int:
     """Offset just past the last newline in the first ``size`` bytes (0 if none)."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         pos = size
         while pos > 0:
             step = min(pos, 1 << 16)
@@ -123,15 +163,11 @@ def file_size(path: str) -> int | None:
 
 
 def read_line(path: str, offset: int, size: int) -> bytes | None:
-    """Re-read one indexed line for rendering; None if it is no longer there."""
+    """Re-read one indexed line for rendering; None if it is no longer there
+    (or the path no longer names a regular file)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        with open_regular(path) as f:
+            data = os.pread(f.fileno(), size, offset)
     except OSError:
         return None
-    try:
-        data = os.pread(fd, size, offset)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     return data if len(data) == size else None

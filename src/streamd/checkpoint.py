@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from . import gotime
 from .catchup import Cursor
+from .durable import write_atomic
 
 CHECKPOINT_FILE = "cursor.json"
 
@@ -60,12 +61,5 @@ def save_checkpoint(workdir: str, cp: Checkpoint) -> None:
             for c in cp.files
         ],
     }
-    final = os.path.join(workdir, CHECKPOINT_FILE)
-    tmp = final + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(json.dumps(body, separators=(",", ":")).encode())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-
-
+    write_atomic(os.path.join(workdir, CHECKPOINT_FILE),
+                 [json.dumps(body, separators=(",", ":")).encode()])

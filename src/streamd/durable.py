@@ -33,8 +33,10 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from . import catchup
 from . import segment as seg
 from .catchup import Cursor
 from .segment import Segment
@@ -60,7 +62,7 @@ def fingerprint(path: str, consumed: int) -> str:
     head = min(consumed, HEAD_BYTES)
     tail_start = max(head, consumed - HEAD_BYTES)
     try:
-        with open(path, "rb") as f:
+        with catchup.open_regular(path) as f:
             data = f.read(head)
             f.seek(tail_start)
             data += f.read(consumed - tail_start)
@@ -69,6 +71,31 @@ def fingerprint(path: str, consumed: int) -> str:
     if len(data) != head + consumed - tail_start:
         return ""
     return hashlib.sha256(data).hexdigest()
+
+
+def write_atomic(path: str, chunks: Iterable[bytes]) -> None:
+    """The one way a file of the workdir is written: to ``<path>.tmp``,
+    fsynced, then renamed over ``path``, so a file that exists is whole.
+
+    If anything fails (a full disk, a file-size limit, a crash of the
+    encoder) the temporary is removed before the error propagates: a disk
+    that filled up must not stay full of our half-written files, and the
+    file at ``path`` (the last good version) is never touched.
+    """
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _fsync_dir(path: str) -> None:
@@ -84,17 +111,20 @@ class DurableIndex:
         self.dir = os.path.join(workdir, "index")
         self.config = config
 
-    def sink(self, segment: Segment) -> Segment:
-        """Write a freshly sealed segment and hand back its mapped copy, so
-        a big build holds its postings in the page cache, not in our heap."""
+    def _make_dir(self) -> None:
         # mkdir, not makedirs: a missing workdir is the host's to create, not ours.
         try:
             os.mkdir(self.dir, mode=0o700)
         except FileExistsError:
             pass
+
+    def sink(self, segment: Segment) -> Segment:
+        """Write a freshly sealed segment and hand back its mapped copy, so
+        a big build holds its postings in the page cache, not in our heap."""
+        self._make_dir()
         name = f"seg-{segment.base:012d}-{segment.count}-{secrets.token_hex(4)}.seg"
         path = os.path.join(self.dir, name)
-        seg.write(path, segment)
+        write_atomic(path, seg.encode(segment))
         return seg.read(path)
 
     def save(self, segments: tuple[Segment, ...], files: list[Cursor], kinds: list[str],
@@ -102,6 +132,9 @@ class DurableIndex:
         names = [os.path.basename(s.path) for s in segments]
         if any(not n for n in names):
             raise OSError("a segment was never written")
+        # A generation with no record has sealed no segment, so nothing has
+        # made the directory yet; its manifest is still worth saving.
+        self._make_dir()
         body = {
             "format": FORMAT,
             "config": self.config,
@@ -115,13 +148,7 @@ class DurableIndex:
                 for c in files
             ],
         }
-        final = os.path.join(self.dir, MANIFEST)
-        tmp = final + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(body, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
+        write_atomic(os.path.join(self.dir, MANIFEST), [json.dumps(body).encode()])
         _fsync_dir(self.dir)
         self._remove_unlisted(set(names), keep_manifest=True)
 

@@ -88,12 +88,19 @@ Sink = Callable[[Segment], Segment]
 
 class Index:
     """``sink``, when given, persists each sealed segment and returns the
-    copy to keep (mapped from disk). If it fails the index carries on in
-    memory and ``sink_failed`` says so."""
+    copy to keep (mapped from disk).
+
+    A sink that fails (a full disk) never fails a pass: the segment is kept
+    in memory, and the sink is not tried again until the pass publishes,
+    so a pass pays for at most one failed write while sealing. Publishing
+    (``view``) and ``flush`` write every segment still only in memory, in
+    order, so once the disk has room again the whole index becomes durable
+    and no segment is ever given up on."""
 
     def __init__(self, sink: Sink | None = None) -> None:
         self.sink = sink
-        self.sink_failed = False
+        # Set by a failed write; cleared when a flush tries again.
+        self._sink_paused = False
         self.ids: list[str] = []
         self.columns = Columns()
         self.kinds: list[str] = []
@@ -154,13 +161,29 @@ class Index:
             self.segments = (*self.segments, moved)
 
     def _keep(self, segment: Segment) -> Segment:
-        if self.sink is None:
+        if self.sink is None or self._sink_paused:
             return segment
         try:
             return self.sink(segment)
         except OSError:
-            self.sink, self.sink_failed = None, True
+            self._sink_paused = True
             return segment
+
+    def flush(self) -> bool:
+        """Write every segment still held only in memory, swapping each for
+        its copy on disk as it goes; stop at the first failure (the ones
+        written stay written). True when every segment is on disk."""
+        if self.sink is None:
+            return False
+        self._sink_paused = False
+        for i, s in enumerate(self.segments):
+            if s.path:
+                continue
+            kept = self._keep(s)
+            if self._sink_paused:
+                return False
+            self.segments = (*self.segments[:i], kept, *self.segments[i + 1 :])
+        return True
 
     def adopt(self, segments: list[Segment], kinds: list[str]) -> None:
         """Start from segments loaded from disk (already durable)."""
@@ -182,10 +205,12 @@ class Index:
         self.segments = tuple(s for s in self.segments if s.base + s.count <= n)
 
     def view(self) -> View:
-        """Publish: seal what was added and merge small tail segments. Merging
-        only here means a pass that fails never retired anything."""
+        """Publish: seal what was added, merge small tail segments and retry
+        writing any segment a failed write left in memory. Merging only here
+        means a pass that fails never retired anything."""
         self.seal()
         self._merge_tail()
+        self.flush()
         return View(self, len(self.ids), self.segments)
 
     def observed_at(self, rec: int) -> int:
@@ -211,6 +236,11 @@ class View:
     index: Index
     n: int
     segments: tuple[Segment, ...]
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether every segment was written (and is mapped back from disk)."""
+        return all(s.path for s in self.segments)
 
     def _hits(self, term: str) -> list[tuple[Segment, int]]:
         h = np.uint64(seg.term_hash(term))

@@ -9,13 +9,35 @@ have built: same records, same order, same postings.
 
 Small catch-ups stay in-process: starting workers costs more than reading a
 few thousand lines.
+
+Workers never outlive the process that started them, however it ends:
+
+* killed (kill -9 included): each worker asks the kernel for SIGKILL when
+  its parent dies (``PR_SET_PDEATHSIG``, Linux), then checks that its
+  parent is still the one that started it, which closes the window between
+  its start and that request; elsewhere a thread in the worker polls for
+  the same thing. (Linux sends the signal when the *thread* that started
+  the worker ends, so the pool is made by the thread that drives the build,
+  which outlives it: the scanner's event loop, or ``drive``'s caller.)
+* a pass abandoned midway (cancelled, failed, or its process shutting
+  down): the pool's workers are killed at once, not left to finish chunks
+  nobody will read, so an exit is never delayed by a chunk.
+
+Spawned workers need multiprocessing's resource tracker (it is started for
+the pool's semaphores, and removes them if we die). It needs no care of its
+own: it exits once every process holding its pipe, the workers and us, is gone.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -54,6 +76,32 @@ def build_chunk(path: str, start: int, end: int, file_no: int, built_at: int) ->
                        consumer.latest, cur.offset)
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker when ``parent`` ends."""
+    armed = False
+    if sys.platform == "linux":
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if not armed:
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    # The parent may have died before the request above: then this worker
+    # was already handed to another process and no signal will come.
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(1)
+
+
 def workers() -> int:
     return min(os.cpu_count() or 1, 8)
 
@@ -66,7 +114,7 @@ def ranges(path: str, start: int, end: int, parts: int = 1) -> list[tuple[int, i
     count = -(-count // parts) * parts
     step = -(-(end - start) // count)
     out = []
-    with open(path, "rb") as f:
+    with catchup.open_regular(path) as f:
         lo = start
         while end - lo > step:
             f.seek(lo + step)
@@ -105,7 +153,10 @@ def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, 
     if end - cur.offset < PARALLEL_MIN_BYTES:
         yield from consumer.read_into(cur, file_no)
         return
-    pool = cf.ProcessPoolExecutor(workers(), mp_context=multiprocessing.get_context("spawn"))
+    before = set(multiprocessing.active_children())
+    pool = cf.ProcessPoolExecutor(workers(), mp_context=multiprocessing.get_context("spawn"),
+                                  initializer=die_with_parent, initargs=(os.getpid(),))
+    finished = False
     try:
         todo = deque(ranges(cur.path, cur.offset, end, workers()))
         pending: deque[cf.Future] = deque()
@@ -133,9 +184,14 @@ def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, 
             cur.offset = result.end
             consumer.latest = max(consumer.latest, result.latest)
             yield None
+        finished = True
     except (cf.process.BrokenProcessPool, OSError):
         pass  # finish in-process from wherever the workers got to
     finally:
+        if not finished:
+            # The pool's workers are the children started since it was made.
+            for proc in set(multiprocessing.active_children()) - before:
+                proc.kill()
         pool.shutdown(wait=False, cancel_futures=True)
     yield from consumer.read_into(cur, file_no)
 

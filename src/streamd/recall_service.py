@@ -34,6 +34,7 @@ log = logging.getLogger("streamd.recall")
 @dataclass(slots=True)
 class _Ask:
     full: bool
+    save: bool  # a refresh: also retry a failed save at once
     done: trio.Event = field(default_factory=trio.Event)
     result: Generation | None = None
     error: RpcError | None = None
@@ -46,10 +47,10 @@ class Scanner:
         self._wake = trio.Event()
         self.builds = 0
 
-    async def current(self, full: bool = False) -> Generation:
+    async def current(self, full: bool = False, save: bool = False) -> Generation:
         """A generation that has consumed every complete line the files hold."""
         self.adapter.check_session()
-        ask = _Ask(full)
+        ask = _Ask(full, save)
         self._pending.append(ask)
         self._wake.set()
         await ask.done.wait()
@@ -64,8 +65,9 @@ class Scanner:
             self._wake = trio.Event()
             batch, self._pending = self._pending, []
             full = any(a.full for a in batch)
+            save = any(a.save for a in batch)
             try:
-                result, error = await self._catch_up(full), None
+                result, error = await self._catch_up(full, save), None
             except RpcError as exc:
                 result, error = None, exc
             except Exception as exc:
@@ -77,11 +79,13 @@ class Scanner:
                 ask.result, ask.error = result, error
                 ask.done.set()
 
-    async def _catch_up(self, full: bool) -> Generation:
+    async def _catch_up(self, full: bool, save: bool) -> Generation:
         adapter = self.adapter
         adapter.check_session()
         if not adapter.needs_build(full):
             assert adapter.snap is not None
+            if adapter.save_due(save):
+                adapter.save_again()
             return adapter.snap
         steps = adapter.build(full)
         self.builds += 1
@@ -167,5 +171,5 @@ class RecallService:
     async def refresh(self, p: RefreshParams, req: Request) -> dict[str, Any]:
         self.adapter.check_session()
         await self._stall()
-        snap = await self.scanner.current(p.full)
+        snap = await self.scanner.current(p.full, save=True)
         return self.adapter.health(snap)

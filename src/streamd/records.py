@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from . import gotime
-from .tokenize import GO_SPACE, tokenize
+from .tokenize import GO_SPACE, fold, tokenize
 
 MIN_SCHEMA = 1
 MAX_SCHEMA = 2
@@ -97,12 +97,6 @@ def trim_space(line: bytes) -> bytes:
             return line
 
 
-def _fold_key(key: str) -> str:
-    if key.isascii():
-        return key.lower()
-    return "".join(ch.lower().upper().lower() if len(ch.lower()) == 1 else ch for ch in key)
-
-
 def _reject_constant(name: str) -> Any:
     raise LineError(f"{name} is not JSON")
 
@@ -137,8 +131,8 @@ def _pairs(line: bytes) -> tuple[list[tuple[str, Any]] | dict[str, Any], bool]:
     if not isinstance(value, dict):
         raise LineError("not a JSON object")
     canonical = value.keys() <= _KNOWN
-    known = list(value) if canonical else [k for k in value if _fold_key(k) in _KNOWN]
-    if (not canonical and len({_fold_key(k) for k in known}) != len(known)) or any(
+    known = list(value) if canonical else [k for k in value if fold(k) in _KNOWN]
+    if (not canonical and len({fold(k) for k in known}) != len(known)) or any(
         line.count(b'"' + k.encode() + b'"') > 1 for k in known
     ):
         # A field spelled twice: only the ordered pairs say what Go ends with.
@@ -237,7 +231,7 @@ def _gather(line: bytes) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     error: str | None = None
     for key, value in pairs.items() if isinstance(pairs, dict) else pairs:
-        name = key if canonical else _fold_key(key)
+        name = key if canonical else fold(key)
         if name not in _KNOWN:
             continue
         if value is None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
-import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import msgspec
@@ -288,30 +288,23 @@ def rebased(s: Segment, base: int, kind_map: np.ndarray) -> Segment:
 # --- files ------------------------------------------------------------------
 
 
-def write(path: str, seg: Segment) -> None:
+def encode(seg: Segment) -> Iterator[bytes]:
     """One file per segment: a JSON header, then the arrays, 8-byte aligned.
-    Written to a temporary name, fsynced and renamed, so a segment file that
-    exists is whole."""
-    arrays = seg.arrays()
+    The bytes come in pieces (one array at a time) so a big segment is
+    never copied whole; ``durable`` writes them atomically."""
+    arrays = {name: np.ascontiguousarray(arr) for name, arr in seg.arrays().items()}
     layout = []
     offset = 0
     for name, arr in arrays.items():
-        arr = np.ascontiguousarray(arr)
         layout.append({"name": name, "dtype": arr.dtype.str, "len": len(arr), "offset": offset})
         offset += (arr.nbytes + 7) // 8 * 8
     header = json.dumps({"base": seg.base, "count": seg.count, "arrays": layout}).encode()
-    head_len = (len(_MAGIC) + 8 + len(header) + 7) // 8 * 8
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(_MAGIC + len(header).to_bytes(8, "little") + header)
-        f.write(b"\0" * (head_len - f.tell()))
-        for arr in arrays.values():
-            data = np.ascontiguousarray(arr).tobytes()
-            f.write(data)
-            f.write(b"\0" * ((len(data) + 7) // 8 * 8 - len(data)))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    head = _MAGIC + len(header).to_bytes(8, "little") + header
+    yield head + b"\0" * ((len(head) + 7) // 8 * 8 - len(head))
+    for arr in arrays.values():
+        data = arr.tobytes()
+        yield data
+        yield b"\0" * ((len(data) + 7) // 8 * 8 - len(data))
 
 
 def read(path: str) -> Segment:
@@ -334,4 +327,4 @@ def read(path: str) -> Segment:
     return Segment(base=header["base"], count=header["count"], path=path, **arrays)
 
 
-__all__ = ["Segment", "SegmentBuilder", "hashes", "merge", "read", "term_hash", "write"]
+__all__ = ["Segment", "SegmentBuilder", "encode", "hashes", "merge", "read", "term_hash"]

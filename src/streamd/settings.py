@@ -16,6 +16,7 @@ from typing import Any
 
 from .errors import INVALID_PARAMS, RpcError
 from .gofmt import quote
+from .tokenize import fold
 
 DEFAULT_MAX_CANDIDATES = 50
 
@@ -102,7 +103,7 @@ def parse_settings(raw: dict[str, Any] | None) -> Settings:
     unknown keys are refused, null leaves a setting at its default."""
     s = Settings()
     for key, value in (raw or {}).items():
-        name = key.lower()
+        name = fold(key)
         if name not in _GO_TYPES:
             raise _settings_error(f"json: unknown field {quote(key)}")
         if value is None:

@@ -420,7 +420,9 @@ def _filter_from(args: argparse.Namespace) -> Filter | None:
     return None if flt == Filter() else flt
 
 
-def _when(t: dt.datetime) -> str:
+def _when(t: dt.datetime | None) -> str:
+    if t is None:
+        return "(unreadable time)"  # a damaged row: see streamd.eventlog.model
     t = t.astimezone(dt.UTC)
     return t.strftime("%Y-%m-%d %H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
@@ -443,7 +445,7 @@ def _print_entry(entry: Entry, args: argparse.Namespace) -> None:
     if entry.metadata:
         meta = "  {" + ", ".join(f"{k}={v}" for k, v in sorted(entry.metadata.items())) + "}"
     _out(
-        f"{entry.seq:>7}  {_when(ev.timestamp) if ev.timestamp else '-'}  "
+        f"{entry.seq:>7}  {_when(ev.timestamp)}  "
         f"{entry.app}/{entry.user}/{entry.session}{branch}  "
         f"{ev.author}: {_content(ev.content, getattr(args, 'full', False))}{meta}"
     )
@@ -457,10 +459,11 @@ def _session_line(s: Session) -> str:
 
 
 def _lease_line(lease: LeaseInfo, now: dt.datetime) -> str:
-    age = (now - lease.heartbeat_at).total_seconds()
+    beat = lease.heartbeat_at
+    age = f"{(now - beat).total_seconds():.1f}s ago" if beat is not None else _when(beat)
     return (
         f"{lease.app}/{lease.user}/{lease.session}  held by {lease.holder}  "
-        f"since {_when(lease.acquired_at)}  heartbeat {age:.1f}s ago"
+        f"since {_when(lease.acquired_at)}  heartbeat {age}"
     )
 
 

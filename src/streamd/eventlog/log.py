@@ -78,9 +78,8 @@ from typing import Any, Literal
 
 import trio
 
-from streamd.errors import BUDGET_EXCEEDED, CLOSED, RpcError, is_closed
+from streamd.errors import BUDGET_EXCEEDED, CLOSED, INTERNAL_ERROR, RpcError, is_closed
 from streamd.eventlog.model import (
-    DEFAULT_HEARTBEAT_MS,
     DEFAULT_SINCE_LIMIT,
     DEFAULT_STALE_AFTER_MS,
     AppendParams,
@@ -727,6 +726,13 @@ class EventLog:
             w._error = exc
         except trio.BrokenResourceError:
             pass  # the consumer closed its end
+        except Exception as exc:
+            # This task lives in the log's nursery: letting a bug escape would
+            # take down every client of the daemon, not just this watch.
+            logger.exception("watch from seq %s failed", cursor)
+            w._error = RpcError(
+                INTERNAL_ERROR, f"watch failed: {exc!r}; resume with from_seq={cursor}"
+            )
         finally:
             if registered:
                 self._watchers -= 1
@@ -816,15 +822,20 @@ class EventLog:
         *,
         nursery: trio.Nursery,
         stale_after_ms: int = DEFAULT_STALE_AFTER_MS,
-        heartbeat_ms: int = DEFAULT_HEARTBEAT_MS,
+        heartbeat_ms: int | None = None,
         on_lost: Callable[[Lease], Awaitable[None]] | None = None,
     ) -> Lease:
         """Take the session's lease and start its heartbeat in ``nursery``.
 
-        Raises ``session_locked`` (data: holder, heartbeat_age_ms) while another
-        holder's heartbeat is fresher than ``stale_after_ms``; a staler lease is
-        stolen. Leases are not re-entrant: a second acquire of a held session is
-        ``session_locked`` even from the same process.
+        ``stale_after_ms`` is our promise to others (how old our heartbeat may
+        get before the lease may be taken from us), stored with the lease;
+        ``heartbeat_ms`` defaults to a third of it, at most 5 s (see
+        :class:`~streamd.eventlog.model.LockAcquireParams` for the floors).
+        Raises ``session_locked`` (data: holder, heartbeat_age_ms) while the
+        current holder's heartbeat is fresher than the window *that holder*
+        declared; a staler lease is stolen. Leases are not re-entrant: a second
+        acquire of a held session is ``session_locked`` even from the same
+        process.
         """
         p = checked(
             LockAcquireParams,
@@ -852,7 +863,7 @@ class EventLog:
             app=p.app,
             user=p.user,
             session=p.session,
-            heartbeat_ms=p.heartbeat_ms,
+            heartbeat_ms=p.interval_ms,
             on_lost=on_lost,
         )
         self._leases[lease.lock] = lease

@@ -12,8 +12,23 @@ every storage backend, so the rules that hold for all of them live on the fields
   conversions.
 * Identity strings (app, user, session, event id) are non-empty: an empty one
   could never be matched by a filter, which treats "omitted" and "empty" apart.
-* Results always carry every key (no ``omit_defaults``): a reader can rely on
-  ``entry["metadata"]`` existing and being ``null`` rather than absent.
+* Results always carry every key: a reader can rely on ``entry["metadata"]``
+  existing and being ``null`` rather than absent. The one exception is
+  :attr:`Entry.damaged`, present only on a damaged row (below), so an intact
+  entry has exactly the contract's keys.
+* Every time a client sends that the log stores (an event timestamp, a boot's
+  ``at``) must be renderable as RFC 3339 in UTC: years 0001-9999 after
+  conversion (``9999-12-31T23:59:59-14:00`` is year 10000 in UTC). Anything else
+  is refused at append with invalid_params naming the field, because a stored
+  time that cannot be rendered would fail every later read that covers it.
+* No stored row can make a read fail. A value that cannot be rendered (a time
+  outside that range, JSON that does not parse, written by an older streamd or
+  by hand) reads as ``null`` and its row is still returned, never skipped: an
+  audit log must not hide rows, and a replay must be able to pass them. An entry
+  names such fields in ``damaged`` (``["event.timestamp"]``); a session's
+  ``state`` and times, a boot's ``boot_at`` and ``attempted`` and a lease's
+  times read as ``null``, a value they never have otherwise. The store logs a
+  warning for each such row it reads.
 
 No I/O here, and no trio.
 """
@@ -28,13 +43,17 @@ import msgspec
 from streamd.errors import invalid_params
 
 __all__ = [
-    "DEFAULT_HEARTBEAT_MS",
     "DEFAULT_SINCE_LIMIT",
     "DEFAULT_STALE_AFTER_MS",
+    "MAX_DERIVED_HEARTBEAT_MS",
+    "MAX_INT",
     "MAX_SINCE_LIMIT",
     "METADATA_CALLER",
     "METADATA_FINISH_REASON",
     "METADATA_PROXY_BY",
+    "MIN_HEARTBEAT_MS",
+    "MIN_STALE_AFTER_MS",
+    "TIME_RANGE",
     "AppendParams",
     "AppendResult",
     "Boot",
@@ -70,8 +89,10 @@ __all__ = [
     "SinceResult",
     "WatchParams",
     "WatchResult",
+    "check_renderable",
     "checked",
     "from_us",
+    "from_us_or_none",
     "to_us",
     "validated",
 ]
@@ -79,7 +100,15 @@ __all__ = [
 DEFAULT_SINCE_LIMIT = 1000
 MAX_SINCE_LIMIT = 10_000
 DEFAULT_STALE_AFTER_MS = 30_000
-DEFAULT_HEARTBEAT_MS = 5_000
+MAX_DERIVED_HEARTBEAT_MS = 5_000
+"""An omitted heartbeat is a third of the stale window, but at most this."""
+MIN_HEARTBEAT_MS = 50
+MIN_STALE_AFTER_MS = 150
+"""Lease floors: below them a heartbeat is a busy loop on the database, and a
+window of a few scheduler hiccups lets a healthy holder look dead."""
+MAX_INT = 2**63 - 1
+"""SQLite's largest integer. Every integer param is bounded by it, so an
+oversized one is invalid_params, never an overflow deep in the driver."""
 
 # Well-known metadata keys (the log itself is agnostic to keys; these are the
 # conventions agent runtimes use, named once so readers need not guess).
@@ -88,11 +117,16 @@ METADATA_PROXY_BY = "proxy_by"
 METADATA_FINISH_REASON = "finish_reason"
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
-Seq = Annotated[int, msgspec.Meta(ge=0)]
+Seq = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
+Count = Annotated[int, msgspec.Meta(ge=1, le=MAX_INT)]
+Millis = Annotated[int, msgspec.Meta(ge=1, le=MAX_INT)]
 UtcTime = Annotated[_dt.datetime, msgspec.Meta(tz=True)]
 """An aware datetime; offsets other than UTC are accepted and normalised on write."""
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+_MIN_TIME = _dt.datetime.min.replace(tzinfo=_dt.UTC)
+_MAX_TIME = _dt.datetime.max.replace(tzinfo=_dt.UTC)
+TIME_RANGE = "0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999Z"
 
 
 def to_us(when: _dt.datetime) -> int:
@@ -104,10 +138,31 @@ def to_us(when: _dt.datetime) -> int:
 
 
 def from_us(us: int) -> _dt.datetime:
+    """The UTC time of a stored value; OverflowError outside years 0001-9999
+    (see :func:`from_us_or_none` for reads of rows that may be damaged)."""
     # Seconds and microseconds given apart: timedelta(microseconds=...) normalises
     # through a slower path, and this runs once per entry read (30 % of it).
     seconds, micros = divmod(us, 1_000_000)
     return _EPOCH + _dt.timedelta(0, seconds, micros)
+
+
+def from_us_or_none(us: Any) -> _dt.datetime | None:
+    """:func:`from_us`, or None for a stored value that is no renderable time."""
+    try:
+        return from_us(us)
+    except (OverflowError, TypeError, ValueError):
+        return None
+
+
+def check_renderable(field: str, when: _dt.datetime | None) -> None:
+    """Refuse a time that could not be written back as RFC 3339 in UTC."""
+    if when is None or when.tzinfo is None:
+        return  # absent, or naive (refused elsewhere with its own message)
+    if not _MIN_TIME <= when <= _MAX_TIME:
+        raise ValueError(
+            f"{field} must lie within {TIME_RANGE} once converted to UTC,"
+            f" not {when.isoformat()}"
+        )
 
 
 class Params(msgspec.Struct, forbid_unknown_fields=True):
@@ -137,9 +192,10 @@ class Event(Params, kw_only=True):
     timestamp: UtcTime | None = None
 
 
-class Entry(Result):
-    """A committed event and the seq the log gave it. Every key is always present;
-    ``metadata`` is None for an event appended without metadata (or with ``{}``)."""
+class Entry(Result, omit_defaults=True):
+    """A committed event and the seq the log gave it. Every key of the contract is
+    always present (none has a default); ``metadata`` is None for an event
+    appended without metadata (or with ``{}``)."""
 
     seq: int
     app: str
@@ -147,6 +203,10 @@ class Entry(Result):
     session: str
     event: Event
     metadata: dict[str, str] | None
+    damaged: list[str] | None = None
+    """Only on a row that could not be fully rendered: the fields given as null
+    instead (``event.timestamp``, ``event.content``, ``metadata``). Omitted on
+    the wire otherwise."""
 
 
 class SessionTree(Params):
@@ -183,6 +243,10 @@ class AppendParams(Params, kw_only=True):
     session: NonEmpty
     event: Event
     metadata: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        # Here and not on Event: Event is also built for every entry read.
+        check_renderable("event.timestamp", self.event.timestamp)
 
 
 class AppendResult(Result):
@@ -232,7 +296,7 @@ class LatestSeqResult(Result):
 
 class BranchesParams(Params, kw_only=True):
     filter: Filter | None = None
-    limit: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    limit: Count | None = None
 
 
 class BranchesResult(Result):
@@ -250,12 +314,15 @@ class SessionCreateParams(Params, kw_only=True):
 
 
 class Session(Result, kw_only=True):
+    """``state``, ``created_at`` and ``updated_at`` are null only for a damaged
+    row (see the module docstring); they always have a value otherwise."""
+
     app: str
     user: str
     session: str
-    state: dict[str, Any]
-    created_at: _dt.datetime
-    updated_at: _dt.datetime
+    state: dict[str, Any] | None
+    created_at: _dt.datetime | None
+    updated_at: _dt.datetime | None
 
 
 class SessionWithEvents(Session, kw_only=True):
@@ -267,7 +334,7 @@ class SessionGetParams(Params, kw_only=True):
     user: NonEmpty
     session: NonEmpty
     after_seq: Seq = 0
-    recent: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    recent: Count | None = None
     """Only the newest N events (after ``after_seq``), still in seq order."""
 
 
@@ -290,17 +357,51 @@ class SessionDeleteParams(Params, kw_only=True):
 
 
 class LockAcquireParams(Params, kw_only=True):
+    """``stale_after_ms`` is the requester's promise: "if my heartbeat is older
+    than this, consider me dead". It is stored with the lease and judges only
+    this lease; it never shortens the window of a lease someone else holds.
+
+    ``heartbeat_ms`` omitted is derived from the window (a third of it, at most
+    :data:`MAX_DERIVED_HEARTBEAT_MS`), so a default can never make a valid
+    window invalid; after decoding it always holds the interval in use. Only
+    explicit values that break the floors are invalid: ``heartbeat_ms`` >=
+    :data:`MIN_HEARTBEAT_MS`, ``stale_after_ms`` >= :data:`MIN_STALE_AFTER_MS`
+    and at least twice the heartbeat (one missed beat must not make a healthy
+    holder stale).
+    """
+
     app: NonEmpty
     user: NonEmpty
     session: NonEmpty
-    stale_after_ms: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_STALE_AFTER_MS
-    heartbeat_ms: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_HEARTBEAT_MS
+    stale_after_ms: Millis = DEFAULT_STALE_AFTER_MS
+    heartbeat_ms: Millis | None = None
 
     def __post_init__(self) -> None:
-        # A lease that beats less often than it goes stale is stealable while its
-        # holder is healthy; refuse it rather than hand out a lease that lies.
-        if self.heartbeat_ms >= self.stale_after_ms:
-            raise ValueError("heartbeat_ms must be less than stale_after_ms")
+        if self.stale_after_ms < MIN_STALE_AFTER_MS:
+            raise ValueError(
+                f"stale_after_ms must be at least {MIN_STALE_AFTER_MS}, not {self.stale_after_ms}"
+            )
+        if self.heartbeat_ms is None:
+            # >= MIN_HEARTBEAT_MS because the window is >= 3 * MIN_HEARTBEAT_MS.
+            self.heartbeat_ms = min(self.stale_after_ms // 3, MAX_DERIVED_HEARTBEAT_MS)
+            return
+        if self.heartbeat_ms < MIN_HEARTBEAT_MS:
+            raise ValueError(
+                f"heartbeat_ms must be at least {MIN_HEARTBEAT_MS}, not {self.heartbeat_ms}"
+            )
+        if self.stale_after_ms < 2 * self.heartbeat_ms:
+            # A lease that can go stale between two beats is stealable while its
+            # holder is healthy; refuse it rather than hand out a lease that lies.
+            raise ValueError(
+                f"stale_after_ms ({self.stale_after_ms}) must be at least twice"
+                f" heartbeat_ms ({self.heartbeat_ms})"
+            )
+
+    @property
+    def interval_ms(self) -> int:
+        """The heartbeat interval in use (explicit or derived)."""
+        assert self.heartbeat_ms is not None
+        return self.heartbeat_ms
 
 
 class LockAcquireResult(Result):
@@ -324,8 +425,12 @@ class LeaseInfo(Result, kw_only=True):
     user: str
     session: str
     holder: str
-    acquired_at: _dt.datetime
-    heartbeat_at: _dt.datetime
+    acquired_at: _dt.datetime | None
+    heartbeat_at: _dt.datetime | None
+    """Null only for a damaged row (as ``acquired_at``)."""
+    stale_after_ms: int
+    """The window the holder declared: the lease is stale once its heartbeat is
+    older than this."""
 
 
 # --- boots -----------------------------------------------------------------
@@ -335,13 +440,16 @@ class BootRecordParams(Params):
     at: UtcTime
     attempted: list[str]
 
+    def __post_init__(self) -> None:
+        check_renderable("at", self.at)
+
 
 class BootRecordResult(Result):
     id: int
 
 
 class BootUpdateParams(Params):
-    id: int
+    id: Annotated[int, msgspec.Meta(ge=-MAX_INT - 1, le=MAX_INT)]
     attempted: list[str]
 
 
@@ -350,11 +458,12 @@ class BootRecentParams(Params):
 
 
 class Boot(Result):
-    """``attempted`` is None when the stored list cannot be parsed: a crash-loop
-    breaker counts boots, so a damaged row must still be counted, never dropped."""
+    """``attempted`` is None when the stored list cannot be parsed, ``boot_at``
+    when the stored time cannot be rendered: a crash-loop breaker counts boots,
+    so a damaged row must still be counted, never dropped."""
 
     id: int
-    boot_at: _dt.datetime
+    boot_at: _dt.datetime | None
     attempted: list[str] | None
 
 

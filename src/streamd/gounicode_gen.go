@@ -1,0 +1,268 @@
+//go:build ignore
+
+// gounicode_gen.go writes src/streamd/gounicode.py: the slice of Go's unicode
+// tables that the reference adapter's tokenizer and identifier comparison
+// depend on, so that streamd classifies, lowercases and folds text as the
+// reference binary does whatever Python (and unicodedata version) runs it.
+//
+// Rerun it, from the repository root, with a Go whose unicode.Version is the
+// one the project pins (the build tag keeps it out of any package build):
+//
+//	go run src/streamd/gounicode_gen.go src/streamd/gounicode.py
+//
+// It refuses to run under another Unicode version, and it checks the
+// properties the Python side relies on; the file is written only if all hold.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"unicode"
+)
+
+// The Unicode version the project pins (the reference is built with go1.27).
+const pinned = "17.0.0"
+
+// Characters that join letters and digits inside a token.
+const joiners = "-_./:"
+
+func isTokenChar(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
+
+// orbit is r's simple case folding orbit (the runes strings.EqualFold
+// equates with r), in SimpleFold order starting at r.
+func orbit(r rune) []rune {
+	out := []rune{r}
+	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+		out = append(out, f)
+	}
+	return out
+}
+
+// foldRep picks the one rune that stands for a whole orbit. It must be a
+// member of the orbit (so folding is idempotent) and, for the orbits that
+// hold an ASCII letter, that letter in lowercase: Python folds ASCII text with
+// str.lower() and the two paths must agree. Otherwise ToLower(ToUpper(r)) when
+// the orbit agrees on it (it usually does, and it keeps folded text readable),
+// else the smallest rune.
+func foldRep(o []rune) rune {
+	for _, r := range o {
+		if r < 0x80 && unicode.IsLetter(r) {
+			return unicode.ToLower(r)
+		}
+	}
+	cand := unicode.ToLower(unicode.ToUpper(o[0]))
+	inOrbit, smallest := false, o[0]
+	for _, r := range o {
+		if unicode.ToLower(unicode.ToUpper(r)) != cand {
+			cand = -1
+		}
+		if r == cand {
+			inOrbit = true
+		}
+		if r < smallest {
+			smallest = r
+		}
+	}
+	if cand >= 0 && inOrbit {
+		return cand
+	}
+	return smallest
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "gounicode_gen: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func check() {
+	if unicode.Version != pinned {
+		fail("unicode.Version is %s, the project pins %s", unicode.Version, pinned)
+	}
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		// The tokenizer lowercases first and classifies after.
+		if isTokenChar(r) != isTokenChar(unicode.ToLower(r)) {
+			fail("U+%04X and its lowercase differ in class", r)
+		}
+		if r < 0x80 {
+			low := r
+			if 'A' <= r && r <= 'Z' {
+				low = r + 'a' - 'A'
+			}
+			if unicode.ToLower(r) != low {
+				fail("ToLower(U+%04X) is not the ASCII lowercase", r)
+			}
+		}
+		if unicode.SimpleFold(r) != r {
+			o := orbit(r)
+			rep := foldRep(o)
+			found := false
+			for _, m := range o {
+				found = found || m == rep
+			}
+			if !found {
+				fail("the representative of U+%04X's orbit is not in it", r)
+			}
+		}
+	}
+	for _, r := range joiners {
+		if isTokenChar(r) || unicode.ToLower(r) != r || unicode.SimpleFold(r) != r {
+			fail("joiner %q is a letter, a digit or cased", r)
+		}
+	}
+}
+
+// ranges returns the inclusive ranges of runes for which in holds.
+func ranges(in func(rune) bool) [][2]rune {
+	var out [][2]rune
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if !in(r) {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1][1] == r-1 {
+			out[n-1][1] = r
+		} else {
+			out = append(out, [2]rune{r, r})
+		}
+	}
+	return out
+}
+
+// runs compresses a mapping (runes in increasing order, with their images)
+// into (lo, hi, stride, delta) groups: every rune lo, lo+stride, ..., hi maps
+// to itself plus delta. Case pairs that alternate upper/lower make stride 2.
+func runs(from []rune, to map[rune]rune) [][4]rune {
+	var out [][4]rune
+	for _, r := range from {
+		d := to[r] - r
+		if n := len(out); n > 0 {
+			g := &out[n-1]
+			if g[3] == d {
+				if g[0] == g[1] && (r-g[1] == 1 || r-g[1] == 2) {
+					g[1], g[2] = r, r-g[1]
+					continue
+				}
+				if r-g[1] == g[2] {
+					g[1] = r
+					continue
+				}
+			}
+		}
+		out = append(out, [4]rune{r, r, 1, d})
+	}
+	return out
+}
+
+func main() {
+	if len(os.Args) != 2 {
+		fail("usage: go run gounicode_gen.go OUTPUT.py")
+	}
+	check()
+
+	var lowerFrom []rune
+	lowerTo := map[rune]rune{}
+	var foldFrom []rune
+	foldTo := map[rune]rune{}
+	for r := rune(0x80); r <= unicode.MaxRune; r++ {
+		if l := unicode.ToLower(r); l != r {
+			lowerFrom = append(lowerFrom, r)
+			lowerTo[r] = l
+		}
+		if unicode.SimpleFold(r) != r {
+			if rep := foldRep(orbit(r)); rep != r {
+				foldFrom = append(foldFrom, r)
+				foldTo[r] = rep
+			}
+		}
+	}
+
+	var out bytes.Buffer
+	w := bufio.NewWriter(&out)
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+
+	p(`"""Go's Unicode tables, as far as the reference adapter's text rules use them.
+
+GENERATED by gounicode_gen.go from %s's unicode package; do not edit.
+Regenerate from the repository root with a Go whose unicode.Version matches
+UNICODE_VERSION:
+
+    go run src/streamd/gounicode_gen.go src/streamd/gounicode.py
+
+The reference is a Go binary, so its tokens and identifier comparisons follow
+the Unicode tables of the Go that built it, not those of the Python that runs
+streamd (3.11's unicodedata is 14.0.0). These tables pin the version.
+TO_LOWER and FOLD leave ASCII out: callers lowercase ASCII with str.lower(),
+which the generator checks agrees with Go.
+"""
+
+UNICODE_VERSION = %q
+
+`, runtime.Version(), unicode.Version)
+
+	p("# Every rune for which unicode.IsLetter or unicode.IsDigit holds, ASCII included,\n")
+	p("# as inclusive (lo, hi) ranges.\n")
+	writeRanges(w, "LETTER_OR_DIGIT", ranges(isTokenChar))
+
+	p("\n# unicode.IsSpace, as a string of its runes (ASCII included).\n")
+	var space strings.Builder
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if unicode.IsSpace(r) {
+			fmt.Fprintf(&space, "\\u%04x", r)
+		}
+	}
+	p("SPACE = (\n")
+	for rest := space.String(); rest != ""; {
+		n := min(len(rest), 84) // 14 escapes a line
+		p("    \"%s\"\n", rest[:n])
+		rest = rest[n:]
+	}
+	p(")\n")
+
+	p("\n# unicode.ToLower for every non-ASCII rune it changes, as groups of\n")
+	p("# (lo, hi, stride, delta): ToLower(r) = r + delta for r in range(lo, hi + 1, stride).\n")
+	writeRuns(w, "TO_LOWER", runs(lowerFrom, lowerTo))
+
+	p("\n# Simple case folding (strings.EqualFold): every non-ASCII rune whose\n")
+	p("# unicode.SimpleFold orbit has more than one member and which is not the\n")
+	p("# member chosen to stand for the orbit, grouped as in TO_LOWER; the rune\n")
+	p("# plus delta is that member. An orbit holding an ASCII letter stands as\n")
+	p("# that letter in lowercase (so ASCII folds with str.lower()).\n")
+	writeRuns(w, "FOLD", runs(foldFrom, foldTo))
+
+	if err := w.Flush(); err != nil {
+		fail("%v", err)
+	}
+	if err := os.WriteFile(os.Args[1], out.Bytes(), 0o644); err != nil {
+		fail("%v", err)
+	}
+}
+
+// writeRanges writes inclusive (lo, hi) pairs, several to a line.
+func writeRanges(w *bufio.Writer, name string, rs [][2]rune) {
+	fmt.Fprintf(w, "%s = (\n", name)
+	line := "   "
+	for _, r := range rs {
+		s := fmt.Sprintf(" (0x%x, 0x%x),", r[0], r[1])
+		if len(line)+len(s) > 96 {
+			fmt.Fprintln(w, line)
+			line = "   "
+		}
+		line += s
+	}
+	if line != "   " {
+		fmt.Fprintln(w, line)
+	}
+	fmt.Fprintln(w, ")")
+}
+
+// writeRuns writes (lo, hi, stride, delta) groups, one to a line.
+func writeRuns(w *bufio.Writer, name string, gs [][4]rune) {
+	fmt.Fprintf(w, "%s = (\n", name)
+	for _, g := range gs {
+		fmt.Fprintf(w, "    (0x%x, 0x%x, %d, %d),\n", g[0], g[1], g[2], g[3])
+	}
+	fmt.Fprintln(w, ")")
+}
