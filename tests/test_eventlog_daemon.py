@@ -133,13 +133,23 @@ async def test_a_bad_eventlog_option_fails_eventlog_calls_not_the_daemon(tmp_pat
             assert reply["error"]["code"] == -32601  # the connection still serves
 
 
-async def test_the_daemon_applies_its_synchronous_and_watch_interval(tmp_path: Path) -> None:
-    daemon = Daemon(Config(db=str(tmp_path / "e.db"), watch_interval=0.05, synchronous="NORMAL"))
+async def test_the_daemon_applies_its_synchronous_watch_interval_and_watch_buffer(
+    tmp_path: Path,
+) -> None:
+    daemon = Daemon(
+        Config(
+            db=str(tmp_path / "e.db"),
+            watch_interval=0.05,
+            synchronous="NORMAL",
+            watch_buffer_bytes=65536,
+        )
+    )
     with trio.fail_after(10):
         async with serving(daemon):
             eventlog = await daemon.eventlog()
             assert await eventlog.synchronous_level() == 1
             assert eventlog.watch_interval == 0.05
+            assert eventlog.watch_buffer_bytes == 65536
             assert eventlog.path == tmp_path / "e.db"
 
 
@@ -152,6 +162,9 @@ async def test_the_daemon_applies_its_synchronous_and_watch_interval(tmp_path: P
         (["--db", "/a.db", "serve", "--db", "/b.db"], {}, Config("/b.db", 0.2, "FULL")),
         (["--watch-interval-ms", "50", "serve"], {}, Config(None, 0.05, "FULL")),
         ([], {"STREAMD_DB": "/env.db"}, Config(None, 0.2, "FULL")),
+        ([], {}, Config(None, 0.2, "FULL", 4 * 1024 * 1024)),
+        (["--watch-buffer-bytes", "65536", "serve"], {}, Config(None, 0.2, "FULL", 65536)),
+        (["serve", "--watch-buffer-bytes", "65536"], {}, Config(None, 0.2, "FULL", 65536)),
     ],
 )
 def test_daemon_options_reach_the_config_before_or_after_serve(

@@ -12,6 +12,7 @@ import os
 
 import pytest
 
+from streamd.adapter import SAVE_RETRY_NS
 from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError
 from streamd.records import MAX_LINE_BYTES
 
@@ -384,6 +385,33 @@ def test_a_missing_workdir_is_not_created_and_health_says_checkpoint_unwritable(
     assert health["diagnostics"]["checkpoint_unwritable"] is True
     assert health["status"] == "degraded"
     assert not nowhere.exists()
+
+
+def test_a_failed_save_is_retried_by_a_refresh_at_once_and_otherwise_after_a_pause(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("r1", at(0), title="one"))
+    later = w.root / "created-later"
+    now = [1_800_000_000 * 10**9]
+    adapter = w.adapter(workdir=str(later))
+    adapter.clock = lambda: now[0]
+    snap = w.current(adapter)
+    assert adapter.health(snap)["diagnostics"]["checkpoint_unwritable"] is True
+    assert (adapter.save_due(asked=True), adapter.save_due(asked=False)) == (True, False)
+    now[0] += SAVE_RETRY_NS
+    assert adapter.save_due(asked=False) is True
+
+    later.mkdir()  # the host makes room
+    adapter.save_again()
+    health = adapter.health(adapter.snap)
+    assert (health["status"], health["index_generation"], health["diagnostics"]) == (
+        "healthy", "gen-1", {"files": 1})
+    assert adapter.save_due(asked=True) is False
+    manifest = json.loads((later / "index" / "manifest.json").read_text())
+    assert manifest["records"] == 1 and len(manifest["segments"]) == 1
+    assert json.loads((later / "cursor.json").read_text())["generation"] == 1
+    # The generation now answers from the segment mapped back from disk.
+    assert titles(w.search(adapter, "one")) == ["one"]
+    assert adapter.snap.view.on_disk
 
 
 # --- paths ------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ import pytest
 import trio
 from recall_proc import Proc, req, spawn
 
+from streamd import parallel
+
 FAR = "2999-01-01T00:00:00Z"
 # Generous for a process start plus a few answers on a loaded 2-core machine;
 # a frozen daemon never answers at all.
@@ -303,3 +305,26 @@ def test_kill_9_during_a_parallel_build_leaves_no_worker_process_alive(recall_wo
     for p in left:
         p.kill()
     assert named == []
+
+
+def test_a_pass_abandoned_midway_kills_its_workers_instead_of_letting_them_finish(
+    recall_world, monkeypatch
+):
+    w = recall_world
+    # Two chunks of about 15 MB: each takes a worker several seconds.
+    stream = w.write("a.jsonl", *(record(i) for i in range(150_000)))
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1 << 20)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", stream.stat().st_size // 2 + 1)
+    monkeypatch.setattr(parallel, "workers", lambda: 2)
+    steps = w.adapter().build(False)
+    while next(steps) is None:
+        pass  # until the pass waits on a worker's chunk
+    me = psutil.Process()
+    workers = [p for p in me.children() if "--multiprocessing-fork" in p.cmdline()]
+    assert len(alive(workers)) == 2
+    steps.close()  # as a cancelled scanner or a shutdown abandons it
+    # Gone at once, not when their chunks are done.
+    deadline = time.monotonic() + 2
+    while alive(workers) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert alive(workers) == []

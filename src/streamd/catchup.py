@@ -60,15 +60,19 @@ def open_regular(path: str) -> BinaryIO:
     Raises FileNotFoundError if absent, NotRegularFile for anything that is
     not a regular file, another OSError if it cannot be opened.
     """
+    return os.fdopen(_regular_fd(path), "rb")
+
+
+def _regular_fd(path: str) -> int:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotRegularFile(f"{os.path.basename(path)} is not a regular file")
         os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+    return fd
 
 
 def lines_after(path: str, offset: int, end: int | None = None) -> Iterator[Line]:
@@ -166,8 +170,13 @@ def read_line(path: str, offset: int, size: int) -> bytes | None:
     """Re-read one indexed line for rendering; None if it is no longer there
     (or the path no longer names a regular file)."""
     try:
-        with open_regular(path) as f:
-            data = os.pread(f.fileno(), size, offset)
+        fd = _regular_fd(path)
     except OSError:
         return None
+    try:
+        data = os.pread(fd, size, offset)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return data if len(data) == size else None

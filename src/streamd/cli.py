@@ -45,6 +45,10 @@ def _daemon_options(p: argparse.ArgumentParser, *, subcommand: bool = False) -> 
                    "$STREAMD_DB or $XDG_STATE_HOME/streamd/events.db)")
     p.add_argument("--watch-interval-ms", type=int, default=default(200),
                    help="how often watchers poll for other processes' appends (default 200)")
+    p.add_argument("--watch-buffer-bytes", type=int, default=default(4 << 20),
+                   help="what one watch may hold for a client that stops reading, in bytes "
+                   "(default 4 MiB); past it for the stall timeout the watch ends with an "
+                   "error naming the seq to resume from")
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default=default("FULL"),
                    help="SQLite synchronous mode for the event log (default FULL: every "
                    "acknowledged append survives power loss)")
@@ -54,7 +58,7 @@ def _daemon_options(p: argparse.ArgumentParser, *, subcommand: bool = False) -> 
 
 def _config(args: argparse.Namespace) -> Config:
     return Config(db=args.db, watch_interval=args.watch_interval_ms / 1000,
-                  synchronous=args.synchronous)
+                  synchronous=args.synchronous, watch_buffer_bytes=args.watch_buffer_bytes)
 
 
 def build_parser() -> argparse.ArgumentParser:

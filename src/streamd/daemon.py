@@ -34,6 +34,7 @@ import trio
 
 from .errors import SOURCE_UNAVAILABLE, RpcError
 from .eventlog.log import DEFAULT_WATCH_INTERVAL, EventLog
+from .eventlog.model import DEFAULT_WATCH_BUFFER_BYTES
 from .eventlog.service import eventlog_methods
 from .eventlog.store import closed_error
 from .recall_service import RecallService
@@ -48,6 +49,7 @@ class Config:
     db: str | None = None  # None: $STREAMD_DB, else $XDG_STATE_HOME/streamd/events.db
     watch_interval: float = DEFAULT_WATCH_INTERVAL  # seconds between data_version polls
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    watch_buffer_bytes: int = DEFAULT_WATCH_BUFFER_BYTES  # what one stalled watch may hold
 
 
 class Daemon:
@@ -109,7 +111,10 @@ class Daemon:
                 cfg = self.config
                 try:
                     eventlog = EventLog(
-                        cfg.db, watch_interval=cfg.watch_interval, synchronous=cfg.synchronous
+                        cfg.db,
+                        watch_interval=cfg.watch_interval,
+                        synchronous=cfg.synchronous,
+                        watch_buffer_bytes=cfg.watch_buffer_bytes,
                     )
                 except ValueError as exc:
                     raise RpcError(SOURCE_UNAVAILABLE, f"event log configuration: {exc}") from exc

@@ -18,6 +18,11 @@ still describes a whole, published generation; a crash before (3) leaves a
 manifest one generation ahead of the checkpoint, which only means the next
 start catches up fewer bytes.
 
+A write that fails (a full disk) removes its temporary and leaves every
+file of the last good save as it was (``write_atomic``); the segments it
+could not write stay in memory and are written by the next save, so the
+index is whole on disk again as soon as there is room (see ``index.Index``).
+
 A manifest is adopted only if every file it read is at least as long as what
 was consumed and still holds the same bytes at both ends of it (a fingerprint
 of the first and last 64 KiB consumed); anything else means the stream was

@@ -21,11 +21,17 @@ Tasks and their rules
   when ``PRAGMA data_version`` moves (another process committed). The poller runs
   only while someone watches, costs one pragma per ``watch_interval``, and never
   re-queries blindly.
-* **A watcher's buffer is bounded.** The watcher reads ahead at most a page and
-  holds at most ``watch_buffer`` undelivered entries; when the consumer leaves the
-  buffer full for ``watch_stall_timeout`` the watch ends with a ``budget_exceeded``
-  error that names the seq to resume from, after the consumer has drained what was
-  buffered. Memory is bounded whatever the consumer does.
+* **A watcher's buffer is bounded, in bytes.** The watcher reads ahead at most
+  ``watch_buffer_bytes`` of entries (their size on the wire, default 4 MiB; at
+  most ``watch_buffer`` entries, and always at least one) that its consumer has
+  not taken, and reads the next page only for the room left, so what it holds
+  never exceeds the budget by more than one entry whatever the entries weigh.
+  When the consumer leaves no room for ``watch_stall_timeout`` the watch ends
+  with a ``budget_exceeded`` error that names the seq to resume from, after the
+  consumer has drained what was buffered; nothing follows that error. Entries
+  are read with their content as raw JSON and decoded when handed out, so the
+  buffer holds about the bytes it counts (``raw_content=True`` hands them out
+  raw, for a consumer that only re-encodes them: the JSON-RPC watch).
 * **Lease heartbeats** run in a nursery the caller supplies (the daemon's, or a
   client connection's), one task per lease. A heartbeat that updates no row means
   the lease was stolen: ``Lease.lost`` is set, ``on_lost`` runs, the task ends. A
@@ -76,12 +82,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
 import trio
 
 from streamd.errors import BUDGET_EXCEEDED, CLOSED, INTERNAL_ERROR, RpcError, is_closed
 from streamd.eventlog.model import (
     DEFAULT_SINCE_LIMIT,
     DEFAULT_STALE_AFTER_MS,
+    DEFAULT_WATCH_BUFFER_BYTES,
     AppendParams,
     AppendResult,
     Boot,
@@ -106,6 +114,7 @@ from streamd.eventlog.model import (
     WatchParams,
     checked,
     to_us,
+    wire_size,
 )
 from streamd.eventlog.store import Backend, SqliteOptions, SqliteStore, closed_error
 
@@ -120,6 +129,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_decode_content = msgspec.json.Decoder().decode
 
 DEFAULT_WATCH_INTERVAL = 0.2
 # How long close lets work already inside SQLite finish before interrupting it.
@@ -258,13 +269,27 @@ class Watch:
     last entry handed out (``from_seq`` before the first): resume from it.
     """
 
-    def __init__(self, log: EventLog, from_seq: int, flt: Filter | None, capacity: int) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        from_seq: int,
+        flt: Filter | None,
+        capacity: int,
+        budget_bytes: int,
+        raw_content: bool,
+    ) -> None:
         self.from_seq = from_seq
         self.filter = flt
         self.last_seq = from_seq
         self._log = log
-        self._send, self._recv = trio.open_memory_channel[Entry](capacity)
+        self._raw = raw_content
+        # Each entry travels with its size on the wire, so the consumer can give
+        # back exactly what the producer counted.
+        self._send, self._recv = trio.open_memory_channel[tuple[Entry, int]](capacity)
         self._page = min(256, capacity)
+        self._budget = budget_bytes
+        self._held = 0  # bytes of entries sent into the channel and not yet taken
+        self._taken = trio.Event()  # set (and replaced) whenever the consumer takes one
         self._scope = trio.CancelScope()
         self._error: RpcError | None = None
 
@@ -275,13 +300,20 @@ class Watch:
         if self._log.closed:
             raise closed_error()
         try:
-            entry = await self._recv.receive()
+            entry, size = await self._recv.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             if self._log.closed:
                 raise closed_error() from None
             if self._error is not None:
                 raise self._error from None
             raise StopAsyncIteration from None
+        self._held -= size
+        self._taken.set()
+        self._taken = trio.Event()
+        content = entry.event.content
+        if not self._raw and isinstance(content, msgspec.Raw):
+            # Valid JSON: raw reads turn content that is not into a damaged null.
+            entry.event.content = _decode_content(content)
         self.last_seq = entry.seq
         return entry
 
@@ -305,6 +337,15 @@ class Watch:
         """Entries read from the log but not yet taken by the consumer."""
         return self._recv.statistics().current_buffer_used
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Their size on the wire: at most the budget, or one entry beyond it."""
+        return self._held
+
+    @property
+    def budget_bytes(self) -> int:
+        return self._budget
+
 
 class EventLog:
     """The durable event log, opened lazily on first use.
@@ -323,19 +364,23 @@ class EventLog:
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         busy_timeout_ms: int = 5000,
         watch_buffer: int = 1000,
+        watch_buffer_bytes: int = DEFAULT_WATCH_BUFFER_BYTES,
         watch_stall_timeout: float = 30.0,
         max_batch: int = 512,
         wall_clock: Callable[[], float] = time.time,
         dispatch: Dispatch = "aio",
         open_backend: Callable[[Role], Awaitable[Backend]] | None = None,
     ) -> None:
-        if watch_interval <= 0 or watch_buffer < 1 or max_batch < 1:
-            raise ValueError("watch_interval, watch_buffer and max_batch must be positive")
+        if watch_interval <= 0 or watch_buffer < 1 or watch_buffer_bytes < 1 or max_batch < 1:
+            raise ValueError(
+                "watch_interval, watch_buffer, watch_buffer_bytes and max_batch must be positive"
+            )
         self.path = resolve_db_path(path)
         self.watch_interval = watch_interval
         self.stats = EventLogStats()
         self._options = SqliteOptions(synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
         self._watch_buffer = watch_buffer
+        self._watch_buffer_bytes = watch_buffer_bytes
         self._stall_timeout = watch_stall_timeout
         self._max_batch = max_batch
         self._wall_clock = wall_clock
@@ -384,6 +429,11 @@ class EventLog:
             if exc[1] is not None and list(group.exceptions) == [exc[1]]:
                 return False
             raise
+
+    @property
+    def watch_buffer_bytes(self) -> int:
+        """Bytes one watch may hold for a consumer that is not reading."""
+        return self._watch_buffer_bytes
 
     @property
     def watch_stall_timeout(self) -> float:
@@ -659,14 +709,19 @@ class EventLog:
         limit: int = DEFAULT_SINCE_LIMIT,
         *,
         raw_content: bool = False,
+        max_bytes: int | None = None,
     ) -> SinceResult:
         """One page of matching entries after ``from_seq``, in seq order.
 
         ``raw_content`` leaves each event's content as its JSON text
         (``msgspec.Raw``), for callers that only re-encode it (the JSON-RPC
-        methods); everyone else gets decoded values."""
+        methods); everyone else gets decoded values. ``max_bytes`` also ends the
+        page before its entries pass that many bytes on the wire (at least one
+        entry; ``caught_up`` is then false)."""
         p = checked(SinceParams, from_seq=from_seq, filter=filter, limit=limit)
-        return await self._call("reader", "since", p.from_seq, p.filter, p.limit, raw_content)
+        return await self._call(
+            "reader", "since", p.from_seq, p.filter, p.limit, raw_content, max_bytes
+        )
 
     async def latest_seq(self, filter: Filter | None = None) -> int:
         """The newest matching seq, 0 when nothing matches."""
@@ -685,14 +740,26 @@ class EventLog:
         p = checked(BranchesParams, filter=filter, limit=limit)
         return await self._call("reader", "branches", p.filter, p.limit)
 
-    def watch(self, from_seq: int = 0, filter: Filter | None = None) -> Watch:
-        """Follow the log from ``from_seq``: see :class:`Watch`."""
+    def watch(
+        self,
+        from_seq: int = 0,
+        filter: Filter | None = None,
+        *,
+        raw_content: bool = False,
+        buffer_bytes: int | None = None,
+    ) -> Watch:
+        """Follow the log from ``from_seq``: see :class:`Watch`. ``buffer_bytes``
+        overrides the log's ``watch_buffer_bytes`` for this watch (the JSON-RPC
+        watch reads ahead less, because the connection holds the rest)."""
         if self._closed:
             raise closed_error()
         if self._nursery is None:
             raise RuntimeError("use the EventLog as `async with EventLog(...) as log:`")
+        if buffer_bytes is not None and buffer_bytes < 1:
+            raise ValueError("buffer_bytes must be positive")
         p = checked(WatchParams, from_seq=from_seq, filter=filter)
-        w = Watch(self, p.from_seq, p.filter, self._watch_buffer)
+        budget = self._watch_buffer_bytes if buffer_bytes is None else buffer_bytes
+        w = Watch(self, p.from_seq, p.filter, self._watch_buffer, budget, raw_content)
         self._watches.add(w)
         self._nursery.start_soon(self._produce, w)
         return w
@@ -713,12 +780,26 @@ class EventLog:
                     # Taken before the query: a commit that lands during the query
                     # sets this very event, so the wait below cannot miss it.
                     wake = self._wake
-                    page = await reader.run(reader.since, cursor, w.filter, w._page)
+                    # Read only what there is room for (always at least one
+                    # entry), so the page waiting here and the channel together
+                    # stay within the budget.
+                    room = max(w._budget - w._held, 1)
+                    page = await reader.run(
+                        reader.since, cursor, w.filter, w._page, True, room
+                    )
                     for entry in page.entries:
+                        size = wire_size(entry)
                         with trio.move_on_after(self._stall_timeout) as stall:
-                            await w._send.send(entry)
+                            while w._held and w._held + size > w._budget:
+                                await w._taken.wait()
+                            w._held += size
+                            try:
+                                await w._send.send((entry, size))
+                            except BaseException:
+                                w._held -= size  # not sent
+                                raise
                         if stall.cancelled_caught:
-                            raise _stalled(cursor, self._watch_buffer, self._stall_timeout)
+                            raise _stalled(cursor, w, self._stall_timeout)
                         cursor = entry.seq
                     if page.caught_up:
                         await wake.wait()
@@ -788,9 +869,11 @@ class EventLog:
         recent: int | None = None,
         *,
         raw_content: bool = False,
+        max_bytes: int | None = None,
     ) -> SessionWithEvents:
         """The session with its events; ``session_not_found`` if never written.
-        ``raw_content`` as for :meth:`since`."""
+        ``raw_content`` and ``max_bytes`` as for :meth:`since`; an answer cut by
+        ``max_bytes`` is ``truncated`` and continues after its ``next_seq``."""
         p = checked(
             SessionGetParams,
             app=app,
@@ -800,7 +883,15 @@ class EventLog:
             recent=recent,
         )
         return await self._call(
-            "reader", "get_session", p.app, p.user, p.session, p.after_seq, p.recent, raw_content
+            "reader",
+            "get_session",
+            p.app,
+            p.user,
+            p.session,
+            p.after_seq,
+            p.recent,
+            raw_content,
+            max_bytes,
         )
 
     async def list_sessions(self, app: str, user: str | None = None) -> list[Session]:
@@ -947,12 +1038,12 @@ class EventLog:
         return await self._call("writer", "synchronous")
 
 
-def _stalled(cursor: int, capacity: int, timeout: float) -> RpcError:
+def _stalled(cursor: int, w: Watch, timeout: float) -> RpcError:
     return RpcError(
         BUDGET_EXCEEDED,
-        f"watch consumer stopped reading: {capacity} entries unread for {timeout:g} s;"
-        f" resume with from_seq={cursor}",
-        {"last_seq": cursor, "buffered": capacity},
+        f"watch consumer stopped reading: {w.buffered} entries ({w.buffered_bytes} bytes,"
+        f" budget {w.budget_bytes}) unread for {timeout:g} s; resume with from_seq={cursor}",
+        {"last_seq": cursor, "buffered": w.buffered, "buffered_bytes": w.buffered_bytes},
     )
 
 

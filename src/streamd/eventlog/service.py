@@ -8,10 +8,20 @@ What this module adds is per-connection behaviour:
   ``eventlog/entry`` notifications ``{watch: <request id>, entry}``, in seq order.
   The request ends only when cancelled (the RPC layer answers -32007) or when the
   connection closes for shutdown, which answers ``{last_seq}``: the seq of the last
-  entry actually handed to the connection, so a client can resume exactly. A
-  client that stops reading pushes back through the bounded outbox; if a
-  notification cannot be queued for the log's stall timeout the watch ends with
-  ``budget_exceeded`` rather than waiting forever.
+  entry actually handed to the connection, so a client can resume exactly.
+* A watch is bounded in bytes, whatever its client does: it reads ahead an
+  eighth of the log's ``watch_buffer_bytes`` (default 4 MiB,
+  ``--watch-buffer-bytes``) and queues a notification only while the
+  connection holds less than the rest unwritten (one notification larger than
+  that still goes out alone). A client that stops reading therefore costs at
+  most the budget, and when it leaves no room for the log's stall timeout the
+  watch ends with ``budget_exceeded``, whose message and data name the seq to
+  resume from: the last notification queued, which the client receives before
+  the error; nothing follows the error. Other requests and other clients are
+  served meanwhile.
+* ``since`` pages and ``sessions.get`` answers stop at the reply budget
+  (:data:`~streamd.eventlog.model.REPLY_BUDGET_BYTES`, half the frame limit),
+  so every reply is a frame the client can read, and say how to continue.
 * Leases belong to the connection that took them: their heartbeats run in the
   connection's nursery, a stolen lease is reported on that connection as
   ``eventlog/lock_lost {lock, holder}``, and whatever a connection still holds is
@@ -34,6 +44,7 @@ import trio
 from streamd.errors import BUDGET_EXCEEDED, RpcError
 from streamd.eventlog.log import EventLog, Lease
 from streamd.eventlog.model import (
+    REPLY_BUDGET_BYTES,
     AppendParams,
     AppendResult,
     BootRecentParams,
@@ -64,7 +75,7 @@ from streamd.eventlog.model import (
     WatchParams,
     WatchResult,
 )
-from streamd.rpc import Connection, Method, Request
+from streamd.rpc import Connection, Method, Request, encode_notification
 
 __all__ = ["ENTRY_NOTIFICATION", "LOCK_LOST_NOTIFICATION", "METHOD_NAMES", "eventlog_methods"]
 
@@ -94,7 +105,9 @@ class _Service:
         return await (await self.log()).append_params(p)
 
     async def since(self, p: SinceParams, request: Request) -> SinceResult:
-        return await (await self.log()).since(p.from_seq, p.filter, p.limit, raw_content=True)
+        return await (await self.log()).since(
+            p.from_seq, p.filter, p.limit, raw_content=True, max_bytes=REPLY_BUDGET_BYTES
+        )
 
     async def latest_seq(self, p: LatestSeqParams, request: Request) -> LatestSeqResult:
         return LatestSeqResult(seq=await (await self.log()).latest_seq(p.filter))
@@ -105,19 +118,37 @@ class _Service:
     async def watch(self, p: WatchParams, request: Request) -> WatchResult:
         log = await self.log()
         conn = request.connection
+        budget = log.watch_buffer_bytes
+        read_ahead = max(budget // 8, 1)
+        queued_budget = max(budget - read_ahead, 1)
+        timeout = log.watch_stall_timeout
         last_sent = p.from_seq
         failure: RpcError | None = None
-        async with log.watch(p.from_seq, p.filter) as watch:
+        async with log.watch(
+            p.from_seq, p.filter, raw_content=True, buffer_bytes=read_ahead
+        ) as watch:
             with trio.CancelScope() as until_closing:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_cancel_when_set, conn.closing, until_closing)
                     try:
                         async for entry in watch:
-                            note = EntryNotification(watch=request.id, entry=entry)
-                            with trio.move_on_after(log.watch_stall_timeout) as stalled:
-                                await request.notify(ENTRY_NOTIFICATION, note)
+                            frame = encode_notification(
+                                ENTRY_NOTIFICATION, EntryNotification(watch=request.id, entry=entry)
+                            )
+                            with trio.move_on_after(timeout) as stalled:
+                                # Connection-wide: other traffic on this
+                                # connection also counts, so the watch never
+                                # adds to a backlog past its budget.
+                                while (
+                                    conn.unwritten_bytes
+                                    and conn.unwritten_bytes + len(frame) > queued_budget
+                                ):
+                                    await conn.progress()
+                                await conn.send(frame)
                             if stalled.cancelled_caught:
-                                raise _client_stalled(last_sent, log.watch_stall_timeout)
+                                raise _client_stalled(
+                                    last_sent, conn.unwritten_bytes, budget, timeout
+                                )
                             last_sent = entry.seq
                     except RpcError as exc:
                         # Raised outside the nursery, so it reaches the RPC layer
@@ -135,7 +166,13 @@ class _Service:
 
     async def sessions_get(self, p: SessionGetParams, request: Request) -> SessionWithEvents:
         return await (await self.log()).get_session(
-            p.app, p.user, p.session, p.after_seq, p.recent, raw_content=True
+            p.app,
+            p.user,
+            p.session,
+            p.after_seq,
+            p.recent,
+            raw_content=True,
+            max_bytes=REPLY_BUDGET_BYTES,
         )
 
     async def sessions_list(self, p: SessionListParams, request: Request) -> SessionListResult:
@@ -208,12 +245,13 @@ async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-def _client_stalled(last_seq: int, timeout: float) -> RpcError:
+def _client_stalled(last_seq: int, unwritten: int, budget: int, timeout: float) -> RpcError:
     return RpcError(
         BUDGET_EXCEEDED,
-        f"watch client stopped reading: no notification could be sent for {timeout:g} s;"
+        f"watch client stopped reading: {unwritten} bytes unread on the connection, no room"
+        f" in the watch's {budget} byte budget for {timeout:g} s; the watch has ended,"
         f" resume with from_seq={last_seq}",
-        {"last_seq": last_seq},
+        {"last_seq": last_seq, "unwritten_bytes": unwritten, "budget_bytes": budget},
     )
 
 

@@ -52,7 +52,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar
@@ -86,6 +86,7 @@ from streamd.eventlog.model import (
     from_us,
     from_us_or_none,
     to_us,
+    wire_size,
 )
 
 __all__ = [
@@ -129,7 +130,12 @@ class Backend(Protocol):
     ) -> list[AppendResult | RpcError]: ...
 
     def since(
-        self, from_seq: int, flt: Filter | None, limit: int, raw_content: bool = False
+        self,
+        from_seq: int,
+        flt: Filter | None,
+        limit: int,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
     ) -> SinceResult: ...
 
     def latest_seq(self, flt: Filter | None) -> int: ...
@@ -150,6 +156,7 @@ class Backend(Protocol):
         after_seq: int,
         recent: int | None,
         raw_content: bool = False,
+        max_bytes: int | None = None,
     ) -> SessionWithEvents: ...
 
     def list_sessions(self, app: str, user: str | None) -> list[Session]: ...
@@ -540,6 +547,27 @@ def _entry(row: tuple[Any, ...], raw_content: bool = False) -> Entry:
     )
 
 
+def _take(
+    rows: Iterable[tuple[Any, ...]], limit: int | None, raw_content: bool, max_bytes: int | None
+) -> tuple[list[Entry], bool]:
+    """Entries from ``rows`` in order, at most ``limit`` and at most ``max_bytes``
+    on the wire (but always the first, so a reader gets past any entry), and
+    whether a row was left over. Rows are read only as far as they are used, so
+    a reply cut by bytes never loads what it leaves out."""
+    entries: list[Entry] = []
+    used = 0
+    for row in rows:
+        if limit is not None and len(entries) == limit:
+            return entries, True
+        entry = _entry(row, raw_content)
+        if max_bytes is not None:
+            used += wire_size(entry) + 1  # and its comma
+            if used > max_bytes and entries:
+                return entries, True
+        entries.append(entry)
+    return entries, False
+
+
 def _damaged_entry(row: tuple[Any, ...], raw_content: bool) -> Entry:
     seq, app, user, session, event_id, invocation_id, author, branch, t, content, md = row
     damaged: list[str] = []
@@ -854,17 +882,27 @@ class SqliteStore:
 
     @_translated
     def since(
-        self, from_seq: int, flt: Filter | None, limit: int, raw_content: bool = False
+        self,
+        from_seq: int,
+        flt: Filter | None,
+        limit: int,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
     ) -> SinceResult:
+        """Up to ``limit`` matching entries after ``from_seq``, and (given
+        ``max_bytes``) no more than fit in that many bytes on the wire; a page
+        cut short by either has ``caught_up`` false."""
         _check_limit(limit)
         sql, args = self._since_query(from_seq, flt, limit, raw_content)
-        rows = self._db.execute(sql, args).fetchall()
-        caught_up = len(rows) <= limit
-        entries = [_entry(r, raw_content) for r in rows[:limit]]
+        cursor = self._db.execute(sql, args)
+        try:
+            entries, more = _take(cursor, limit, raw_content, max_bytes)
+        finally:
+            cursor.close()
         return SinceResult(
             entries=entries,
             next_seq=entries[-1].seq if entries else from_seq,
-            caught_up=caught_up,
+            caught_up=not more,
         )
 
     @_translated
@@ -948,7 +986,11 @@ class SqliteStore:
         after_seq: int,
         recent: int | None,
         raw_content: bool = False,
+        max_bytes: int | None = None,
     ) -> SessionWithEvents:
+        """The session and its events after ``after_seq`` (the newest ``recent``
+        of them), oldest first; given ``max_bytes``, only as many as fit in that
+        many bytes on the wire with the session itself, then ``truncated``."""
         if recent is not None:
             _check_limit(recent)
         with self._snapshot() as db:
@@ -963,21 +1005,27 @@ class SqliteStore:
                     f"session {session!r} not found",
                     {"app": app, "user": user, "session": session},
                 )
-            key_and_cursor = (app, user, session, after_seq)
+            base = _session(row)
             where = "app_name = ? AND user_id = ? AND session_id = ? AND seq > ?"
-            if recent is None:
-                rows = db.execute(
-                    f"SELECT {_columns(raw_content)} FROM events WHERE {where} ORDER BY seq",
-                    key_and_cursor,
-                ).fetchall()
-            else:
-                rows = db.execute(
-                    f"SELECT {_columns(raw_content)} FROM events WHERE {where}"
-                    " ORDER BY seq DESC LIMIT ?",
-                    (*key_and_cursor, recent),
-                ).fetchall()
-                rows.reverse()
-        base = _session(row)
+            if recent is not None:
+                # The window is the newest `recent` events; read it oldest first
+                # from its first seq, so a cut keeps seq order and the rest is
+                # what follows the last event returned.
+                first = db.execute(
+                    f"SELECT seq FROM events WHERE {where} ORDER BY seq DESC LIMIT 1 OFFSET ?",
+                    (app, user, session, after_seq, recent - 1),
+                ).fetchone()
+                if first is not None:
+                    after_seq = first[0] - 1
+            budget = None if max_bytes is None else max_bytes - wire_size(base)
+            cursor = db.execute(
+                f"SELECT {_columns(raw_content)} FROM events WHERE {where} ORDER BY seq",
+                (app, user, session, after_seq),
+            )
+            try:
+                events, more = _take(cursor, recent, raw_content, budget)
+            finally:
+                cursor.close()
         return SessionWithEvents(
             app=base.app,
             user=base.user,
@@ -985,7 +1033,9 @@ class SqliteStore:
             state=base.state,
             created_at=base.created_at,
             updated_at=base.updated_at,
-            events=[_entry(r, raw_content) for r in rows],
+            events=events,
+            truncated=more,
+            next_seq=events[-1].seq if more else None,
         )
 
     @_translated
