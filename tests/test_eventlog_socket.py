@@ -8,6 +8,7 @@ socket is left by a real ``streamd serve --socket`` killed with SIGKILL.
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -21,6 +22,9 @@ import trio
 from rpc_client import Client
 
 from streamd.daemon import Config, Daemon, serve_socket
+from streamd.eventlog import EventLog
+from streamd.eventlog.service import eventlog_methods
+from streamd.rpc import Method, MethodTable, Server
 
 REPO = Path(__file__).resolve().parents[1]
 # Long enough that anything a watcher sees inside the test's bound came from
@@ -194,3 +198,103 @@ async def test_ending_the_socket_server_closes_the_shared_log(tmp_path: Path) ->
             assert Path(f"{db}-wal").exists()
         assert not Path(f"{db}-wal").exists()  # checkpointed and closed, not abandoned
         assert not os.path.exists(path)
+
+
+@asynccontextmanager
+async def log_socket_server(tmp_path: Path, methods: MethodTable) -> AsyncIterator[str]:
+    """A Unix-socket server of ``methods`` (for a test that needs its own
+    EventLog settings or to observe a handler); yields its path."""
+    path = str(tmp_path / "log.sock")
+    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    await sock.bind(path)
+    sock.listen(16)
+    server = Server(lambda conn: methods)
+
+    async def handle(stream: trio.SocketStream) -> None:
+        try:
+            await server.serve(stream, stream)
+        except trio.BrokenResourceError:
+            pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, handle, [trio.SocketListener(sock)])
+        yield path
+        nursery.cancel_scope.cancel()
+
+
+def big(event_id: str, size: int) -> dict[str, Any]:
+    params = append(event_id)
+    params["event"]["content"] = "x" * size
+    return params
+
+
+async def test_a_watch_whose_client_stops_reading_is_bounded_in_bytes_and_says_where_to_resume(
+    tmp_path: Path,
+) -> None:
+    budget, size, count = 64 * 1024, 16 * 1024, 200
+    ended = trio.Event()
+    with trio.fail_after(30):
+        async with EventLog(
+            tmp_path / "events.db",
+            synchronous="NORMAL",
+            watch_interval=NO_POLL,
+            watch_buffer_bytes=budget,
+            watch_stall_timeout=0.5,
+        ) as log:
+            methods = {m.name: m for m in eventlog_methods(lambda: log)}
+            watch = methods["eventlog/watch"]
+
+            async def observed(params: Any, request: Any) -> Any:
+                try:
+                    return await watch.handler(params, request)
+                finally:
+                    ended.set()
+
+            methods[watch.name] = Method(watch.name, watch.params, observed, watch.deadline)
+            async with log_socket_server(tmp_path, methods) as path:
+                watcher, writer = await connect(path), await connect(path)
+                watch_id = await watcher.start("eventlog/watch", {"from_seq": 0})
+                # From here the watcher reads nothing while another client appends
+                # 200 entries of 16 KB (3.2 MB), pipelined; none of it waits on
+                # the stalled client.
+                ids = [
+                    await writer.start("eventlog/append", big(f"e{i}", size)) for i in range(count)
+                ]
+                for request_id in ids:
+                    assert "result" in await writer.response(request_id)
+                await ended.wait()  # the stall timeout passed with no room
+                assert await writer.result("eventlog/latest_seq", {}) == {"seq": count}
+                late = await writer.result("eventlog/append", big("late", size))
+                assert late["seq"] == count + 1
+
+                # The client reads again: what was queued, then the error, then nothing.
+                delivered = []
+                while "method" in (frame := await watcher.frame()):
+                    delivered.append(frame["params"]["entry"]["seq"])
+                last = delivered[-1]
+                assert delivered == list(range(1, last + 1))
+                assert frame["id"] == watch_id
+                assert frame["error"]["code"] == -32006
+                assert frame["error"]["data"]["last_seq"] == last
+                assert f"resume with from_seq={last}" in frame["error"]["message"]
+                assert await watcher.result("eventlog/ping", {}) == {}
+                assert watcher.notifications == []
+                # Held for it: the budget plus what the kernel buffers on a Unix
+                # socket, and one entry over (a notification is never split):
+                # far from all 200 (3.2 MB).
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    kernel = probe.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+                print(f"delivered {len(delivered)} of {count}; kernel sndbuf {kernel}")
+                assert len(delivered) * size <= budget + kernel + 2 * size, len(delivered)
+
+                # Resuming from the seq it named delivers the rest exactly once.
+                again = await watcher.start("eventlog/watch", {"from_seq": last})
+                rest = [
+                    (await watcher.notification())["params"]["entry"]["seq"]
+                    for _ in range(count + 1 - last)
+                ]
+                assert rest == list(range(last + 1, count + 2))
+                await watcher.send(
+                    {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": again}}
+                )
+                assert (await watcher.response(again))["error"]["code"] == -32007
