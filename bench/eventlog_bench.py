@@ -28,6 +28,7 @@ before it is decoded.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -172,18 +173,27 @@ class Conn:
         return request_id
 
     async def pipeline(
-        self, method: str, params: Iterator[Any], count: int, inflight: int
+        self,
+        method: str,
+        params: Iterator[Any],
+        count: int,
+        inflight: int,
+        on_answer: Callable[[Any, Frame], None] | None = None,
     ) -> float:
-        """Send ``count`` requests keeping ``inflight`` unanswered; seconds taken."""
+        """Send ``count`` requests keeping ``inflight`` unanswered; seconds taken.
+        ``on_answer(params, frame)`` sees every answer as it arrives (the crash
+        matrix records acknowledgements with it)."""
         window = trio.Semaphore(inflight)
         finished = trio.Event()
         errors: list[Any] = []
         remaining = count
 
-        def answered(frame: Frame, at: float) -> None:
+        def answered(sent: Any, frame: Frame, at: float) -> None:
             nonlocal remaining
             if frame.error is not None:
                 errors.append(frame.error)
+            if on_answer is not None:
+                on_answer(sent, frame)
             window.release()
             remaining -= 1
             if remaining == 0:
@@ -192,8 +202,9 @@ class Conn:
         started = time.perf_counter()
         for _ in range(count):
             await window.acquire()
-            request_id, data = self._frame(method, next(params))
-            self._waiting[request_id] = answered
+            sent = next(params)
+            request_id, data = self._frame(method, sent)
+            self._waiting[request_id] = functools.partial(answered, sent)
             await self._send.send_all(data)
         with trio.fail_after(300):
             await finished.wait()
@@ -205,6 +216,13 @@ class Conn:
 
 # Every daemon started, so a failed run kills what it left behind.
 _STARTED: list[trio.Process] = []
+
+
+def kill_leftovers() -> None:
+    """Kill every daemon started here that is still running (after a failure)."""
+    for proc in _STARTED:
+        if proc.returncode is None and proc.poll() is None:
+            proc.kill()
 
 
 class Daemon:
@@ -675,9 +693,7 @@ def main() -> int:
     try:
         results = trio.run(main_async, args, work)
     finally:
-        for proc in _STARTED:
-            if proc.returncode is None and proc.poll() is None:
-                proc.kill()
+        kill_leftovers()
         shutil.rmtree(work, ignore_errors=True)
     report = {
         "machine": machine(),

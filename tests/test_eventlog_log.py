@@ -350,6 +350,25 @@ async def test_a_consumer_that_stops_reading_ends_the_watch_with_a_clear_error(
             assert f"from_seq={got[-1].seq}" in err.message
 
 
+async def test_a_watch_reads_ahead_at_most_its_byte_budget_whatever_the_entries_weigh(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    with trio.fail_after(600):
+        async with open_mocked(watch_buffer_bytes=64 * 1024, watch_stall_timeout=30) as log:
+            for i in range(50):
+                await log.append("app", "u", "s", ev(f"e{i}", "x" * 16_000))
+            w = log.watch(0)
+            await trio.sleep(29)
+            # Four entries of about 16.2 KB on the wire fit 64 KiB; a fifth would not.
+            assert w.buffered == 4 and w.buffered_bytes <= 64 * 1024
+            await trio.sleep(2)  # past the stall timeout
+            got = [entry async for entry in _until_error(w)]
+            assert [e.event.id for e in got] == ["e0", "e1", "e2", "e3"]
+            assert got[0].event.content == "x" * 16_000  # decoded when handed out
+            assert w.error is not None and w.error.data["last_seq"] == got[-1].seq
+
+
 async def _until_error(w: Any) -> AsyncIterator[Entry]:
     try:
         async for entry in w:

@@ -464,6 +464,65 @@ async def test_a_stored_time_that_cannot_be_rendered_never_fails_a_read_or_a_wat
         assert note["params"]["watch"] == watch_id
 
 
+# 1.4 MB of content: two entries fit the 4 MiB reply budget, three do not.
+HEAVY = "x" * 1_400_000
+
+
+async def test_a_since_page_stops_before_4_mib_and_says_how_to_continue(
+    daemon: Daemonish,
+) -> None:
+    with trio.fail_after(30):
+        c = await daemon.connect()
+        for i in range(6):
+            await c.result("eventlog/append", append(f"e{i}", content=HEAVY))
+        seqs, cursor, frames = [], 0, []
+        while True:
+            request_id = await c.start("eventlog/since", {"from_seq": cursor})
+            while b"\n" not in c.buffer:
+                c.buffer += await c.stream.receive_some(1 << 20)
+            frames.append(c.buffer.index(b"\n"))
+            page = (await c.response(request_id))["result"]
+            seqs.append([e["seq"] for e in page["entries"]])
+            cursor = page["next_seq"]
+            if page["caught_up"]:
+                break
+        assert seqs == [[1, 2], [3, 4], [5, 6]]
+        assert max(frames) < 4 * 1024 * 1024 < 8 * 1024 * 1024
+        assert all(e["event"]["content"] == HEAVY for e in page["entries"])
+
+
+async def test_sessions_get_stops_before_4_mib_with_truncated_and_continues_from_next_seq(
+    daemon: Daemonish,
+) -> None:
+    key = {"app": "app", "user": "u", "session": "s"}
+    with trio.fail_after(30):
+        c = await daemon.connect()
+        for i in range(6):
+            await c.result("eventlog/append", append(f"e{i}", content=HEAVY))
+        await c.result("eventlog/append", append("small"))  # seq 7
+        answers = []
+        params: dict[str, Any] = dict(key)
+        while True:
+            got = await c.result("eventlog/sessions.get", params)
+            answers.append(([e["seq"] for e in got["events"]], got.get("truncated")))
+            if "next_seq" not in got:
+                break
+            assert got["next_seq"] == got["events"][-1]["seq"]
+            params = {**key, "after_seq": got["next_seq"]}
+        assert answers == [([1, 2], True), ([3, 4], True), ([5, 6, 7], None)]
+        # The last answer has the shape an uncut answer always had.
+        assert set(got) == {"app", "user", "session", "state", "created_at", "updated_at", "events"}
+        # `recent` keeps its window: the newest 5 are 3..7, read oldest first.
+        answers, params = [], {**key, "recent": 5}
+        while True:
+            got = await c.result("eventlog/sessions.get", params)
+            answers.append([e["seq"] for e in got["events"]])
+            if not got.get("truncated"):
+                break
+            params = {**key, "recent": 5, "after_seq": got["next_seq"]}
+        assert answers == [[3, 4], [5, 6, 7]]
+
+
 async def test_boots_over_the_wire(daemon: Daemonish) -> None:
     with trio.fail_after(10):
         c = await daemon.connect()

@@ -284,7 +284,6 @@ async def test_a_watch_whose_client_stops_reading_is_bounded_in_bytes_and_says_w
                 # far from all 200 (3.2 MB).
                 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
                     kernel = probe.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-                print(f"delivered {len(delivered)} of {count}; kernel sndbuf {kernel}")
                 assert len(delivered) * size <= budget + kernel + 2 * size, len(delivered)
 
                 # Resuming from the seq it named delivers the rest exactly once.

@@ -564,28 +564,63 @@ def test_damaged_metadata_reads_as_null_rather_than_failing_the_replay(fx: Fixtu
 YEAR_10000_US = 253_402_351_199_000_000
 
 
-@pytest.mark.parametrize("raw_content", [False, True])
+@pytest.mark.parametrize("shape", ["decoded", "raw", "encoded"])
 def test_rows_that_cannot_be_rendered_read_as_null_and_flagged_never_fail_or_vanish(
-    fx: Fixture, raw_content: bool
+    fx: Fixture, shape: str
 ) -> None:
     for i in range(4):
-        fx.store.append(ap(ev(f"e{i}", {"i": i})), T0)
+        fx.store.append(ap(ev(f"e{i}", {"i": i}), metadata={"caller": "c"}), T0)
     fx.raw("UPDATE events SET event_time = ? WHERE event_id = 'e1'", (YEAR_10000_US,))
-    fx.raw("UPDATE events SET content = '{nope' WHERE event_id = 'e2'", ())
-    entries = fx.store.since(0, None, 10, raw_content=raw_content).entries
-    assert [e.event.id for e in entries] == ["e0", "e1", "e2", "e3"]
-    assert [e.damaged for e in entries] == [None, ["event.timestamp"], ["event.content"], None]
-    assert entries[1].event.timestamp is None
-    assert entries[1].event.content == (msgspec.Raw(b'{"i":1}') if raw_content else {"i": 1})
-    assert entries[2].event.content is None
-    got = fx.store.get_session("app", "u", "s", 0, None, raw_content=raw_content).events
-    assert [e.damaged for e in got] == [e.damaged for e in entries]
-    recent = fx.store.get_session("app", "u", "s", 0, 3, raw_content=raw_content).events
-    assert [e.damaged for e in recent] == [e.damaged for e in entries[1:]]
-    # On the wire a damaged row is still JSON, and only it carries the flag.
-    wire = [msgspec.json.decode(msgspec.json.encode(e)) for e in got]
-    assert ["damaged" in w for w in wire] == [False, True, True, False]
-    assert wire[2]["event"]["content"] is None
+    fx.raw("UPDATE events SET metadata = '[broken' WHERE event_id = 'e2'", ())
+    kw = {"raw_content": shape == "raw", "encoded": shape == "encoded"}
+
+    def on_the_wire(entries: list[Any]) -> list[Any]:
+        return [msgspec.json.decode(msgspec.json.encode(e)) for e in entries]
+
+    wire = on_the_wire(fx.store.since(0, None, 10, **kw).entries)
+    assert [w["event"]["id"] for w in wire] == ["e0", "e1", "e2", "e3"]
+    # Only a damaged row carries the flag; nothing else about it is lost.
+    assert [w.get("damaged") for w in wire] == [None, ["event.timestamp"], ["metadata"], None]
+    assert wire[1]["event"]["timestamp"] is None and wire[1]["event"]["content"] == {"i": 1}
+    assert wire[2]["metadata"] is None and wire[2]["event"]["timestamp"].endswith("Z")
+    got = fx.store.get_session("app", "u", "s", 0, None, **kw).events
+    assert on_the_wire(got) == wire
+    recent = fx.store.get_session("app", "u", "s", 0, 3, **kw).events
+    assert on_the_wire(recent) == wire[1:]
+
+
+def test_content_that_is_not_json_cannot_be_stored_even_by_hand(fx: Fixture) -> None:
+    fx.store.append(ap(ev("e1", {"i": 1})), T0)
+    with pytest.raises(apsw.ConstraintError, match="event content is not JSON"):
+        fx.raw("UPDATE events SET content = '{nope'", ())
+    with pytest.raises(apsw.ConstraintError, match="event content is not JSON"):
+        fx.raw(
+            "INSERT INTO events (app_name, user_id, session_id, event_id, invocation_id,"
+            " author, branch, event_time, content, digest)"
+            " VALUES ('app', 'u', 's', 'e2', '', 'a', '', 0, 'nope', x'00')",
+            (),
+        )
+    assert ids(fx.store) == ["e1"]
+    # A file that arrives without the guard (changed by other means) still reads:
+    # a decoded read reports the content instead of failing.
+    fx.raw("DROP TRIGGER events_content_stays_json", ())
+    fx.raw("UPDATE events SET content = '{nope'", ())
+    (entry,) = fx.store.since(0, None, 10).entries
+    assert entry.event.content is None and entry.damaged == ["event.content"]
+
+
+def test_encoded_entries_are_the_bytes_the_entries_encode_to(fx: Fixture) -> None:
+    for i in range(3):
+        fx.store.append(ap(ev(f"e{i}", {"i": [i, "é"]}, branch="b.x")), T0 + i)
+    decoded = fx.store.since(0, None, 10)
+    encoded = fx.store.since(0, None, 10, encoded=True)
+    assert all(isinstance(e, msgspec.Raw) for e in encoded.entries)
+    assert msgspec.json.encode(encoded) == msgspec.json.encode(decoded)
+    assert (encoded.next_seq, encoded.caught_up) == (3, True)
+    got = fx.store.get_session("app", "u", "s", 0, None, encoded=True)
+    assert msgspec.json.encode(got) == msgspec.json.encode(
+        fx.store.get_session("app", "u", "s", 0, None)
+    )
 
 
 def test_a_session_boot_or_lease_with_unrenderable_values_reads_with_nulls(fx: Fixture) -> None:

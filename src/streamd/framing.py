@@ -4,13 +4,27 @@ Bytes go in, complete lines come out. The size limit is enforced while
 reading: once a line outgrows ``max_frame`` its bytes are dropped as they
 arrive and only its size is remembered, so a hostile peer sending a
 gigabyte without a newline costs us ``max_frame`` of memory, not a gigabyte.
+
+Nesting is the other limit a frame must pass before it is decoded. msgspec
+recurses once per array or object level (skipping a ``Raw`` member too) and
+raises RecursionError near Python's recursion limit, about 1,000 levels
+minus however deep the decoding task already is; a handler walking the
+decoded value recurses as well. :func:`nests_deeper_than` refuses such a
+frame with a linear scan that never recurses. The scan runs only for a frame
+holding more opening brackets than the limit, so ordinary frames pay two
+``bytes.count`` calls.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 MAX_FRAME_BYTES = 8 << 20
+# Arrays and objects, the request object itself included. Far beyond any
+# request the methods take, far below where decoding or handling recurses out.
+MAX_DEPTH = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +78,47 @@ class LineSplitter:
         line = bytes(self._buf)
         self._buf.clear()
         return line
+
+
+# What each byte is to the depth scan: 0 text, 1 a quote, 2 an opening and
+# 3 a closing bracket; and what each of those does to the depth.
+_KIND = np.zeros(256, dtype=np.uint8)
+_KIND[ord('"')] = 1
+_KIND[[ord("["), ord("{")]] = 2
+_KIND[[ord("]"), ord("}")]] = 3
+_STEP = np.array([0, 0, 1, -1], dtype=np.int32)
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
+# Work in slices so an adversarial frame costs a few small temporaries, not
+# several times its size in 64-bit positions.
+_SCAN_SLICE = 1 << 20
+
+
+def nests_deeper_than(frame: bytes, limit: int = MAX_DEPTH) -> bool:
+    """True when arrays and objects in ``frame`` nest more than ``limit`` deep.
+
+    Brackets inside strings are text, not structure. On malformed JSON the
+    answer may be either, but it is never lower than the depth a decoder
+    reaches before it finds the fault: up to the first fault this reads the
+    frame exactly as JSON does.
+    """
+    if frame.count(b"[") + frame.count(b"{") <= limit:
+        return False
+    # Hide escapes so every remaining quote delimits a string: pairs of
+    # backslashes first (left to right, as a decoder pairs them), then an
+    # escaped quote. Then keep only quotes and brackets: prose, numbers and
+    # keys vanish at C speed, and what is left is usually tiny.
+    text = frame.replace(b"\\\\", b"__").replace(b'\\"', b"__")
+    kinds = _KIND.take(np.frombuffer(text.translate(None, _NOT_STRUCTURE), dtype=np.uint8))
+    depth = 0
+    in_string = 0
+    for start in range(0, len(kinds), _SCAN_SLICE):
+        part = kinds[start : start + _SCAN_SLICE]
+        # 1 from an opening quote up to (not including) its closing quote
+        # (a running sum of quotes, whose parity is all that matters).
+        inside = (np.cumsum(part == 1, dtype=np.uint8) + in_string) & 1
+        in_string = int(inside[-1])
+        levels = np.cumsum(np.where(inside == 0, _STEP.take(part), 0), dtype=np.int32)
+        if depth + int(levels.max()) > limit:
+            return True
+        depth += int(levels[-1])
+    return False

@@ -11,18 +11,34 @@ The rules this module owns:
   so concurrent replies never interleave and a slow peer pushes back on
   whoever is producing (a watch stream, for instance) instead of growing a
   buffer without limit.
+* Work in flight is bounded per connection, in requests (``max_inflight``)
+  and in bytes of their frames (``max_inflight_bytes``). A request counts
+  from its dispatch until its answer is queued for the writer; while the
+  connection is at a bound the reader stops reading (backpressure, not an
+  error), so a peer that pipelines faster than it is served, or does not read
+  its answers, costs a bounded amount of memory. The price: a cancel sent
+  behind a full window waits for a slot like everything else.
 * A bad frame is answered and skipped; only a broken stream ends the
-  connection. Handlers raise :class:`~streamd.errors.RpcError` and never
-  build error frames themselves.
+  connection. Nothing a peer sends may end the connection or the process:
+  a frame that fails in an unexpected way is answered -32603 (and logged),
+  like a handler that does. Handlers raise :class:`~streamd.errors.RpcError`
+  and never build error frames themselves.
+* What counts as a request: a JSON object with a ``method``; with an ``id``
+  (of any JSON-RPC type, null included: that request is answered with id null
+  and cannot be cancelled) it is answered, without one it is a notification.
+  A batch (a JSON array) is refused with one -32600, id null.
 * ``recall/shutdown`` stops reading, lets in-flight work finish (long-running
   requests see ``Connection.closing`` and wrap up), then answers ``{}`` as the
-  last frame. End of input cancels in-flight work, which is still answered.
+  last frame. End of input cancels in-flight work, which is still answered;
+  :meth:`Server.stop` (a signal) does the same to every connection.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -30,10 +46,11 @@ from typing import Any
 
 import msgspec
 import trio
+from msgspec import UNSET, UnsetType
 
 from . import errors
 from .errors import RpcError
-from .framing import MAX_FRAME_BYTES, LineSplitter, Oversized
+from .framing import MAX_DEPTH, MAX_FRAME_BYTES, LineSplitter, Oversized, nests_deeper_than
 from .gofmt import quote
 
 log = logging.getLogger("streamd.rpc")
@@ -46,13 +63,23 @@ CANCEL_METHODS = frozenset({"recall/cancel", "$/cancelRequest"})
 # How many encoded frames may wait for the writer before producers block.
 OUTBOX_FRAMES = 1024
 READ_CHUNK = 1 << 16
+# Per connection: requests dispatched and not yet answered, and the bytes of
+# their frames. 64 MiB is eight frames of the largest size.
+MAX_INFLIGHT = 256
+MAX_INFLIGHT_BYTES = 64 << 20
+# Integer ids must fit the 64-bit integers peers decode them into (Go's int,
+# most JSON-RPC clients), or the answer could not be matched to its request.
+_INT64 = range(-(1 << 63), 1 << 63)
+# A method name is echoed in the error; a megabyte of it need not be.
+_QUOTED_METHOD_CHARS = 256
 
 
 class Envelope(msgspec.Struct):
     """Any frame, decoded just far enough to route it."""
 
     jsonrpc: str | None = None
-    id: RequestId | None = None
+    # UNSET: the member was absent (a notification); None: a present null.
+    id: RequestId | UnsetType | None = UNSET
     method: str | None = None
     params: msgspec.Raw = msgspec.Raw(b"null")
     # An empty Raw means the member was absent (a present null is b"null").
@@ -87,6 +114,15 @@ class Method:
 
 _encoder = msgspec.json.Encoder()
 _envelope_decoder = msgspec.json.Decoder(Envelope)
+_batch_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+_well_formed = msgspec.json.Decoder(msgspec.Raw)
+
+# A \uD800-\uDBFF escape (preceded by an even run of backslashes, so it is an
+# escape) not followed by a \uDC00-\uDFFF one. msgspec calls some of these
+# "Input data was truncated", which sends the peer looking for a short write.
+_LONE_HIGH_SURROGATE = re.compile(
+    rb"(?<!\\)(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+)
 
 
 def encode_result(request_id: RequestId | None, result: Any) -> bytes:
@@ -113,6 +149,60 @@ def encode_notification(method: str, params: Any) -> bytes:
     )
 
 
+def _error_frame(request_id: RequestId | None, err: RpcError) -> bytes:
+    try:
+        return encode_error(request_id, err)
+    except Exception:
+        # A handler's error data (or a message holding a lone surrogate) that
+        # JSON cannot carry must still produce an answer.
+        log.exception("cannot encode %r", err)
+        message = f"{err.name}: the error could not be encoded"
+        return encode_error(request_id, RpcError(errors.INTERNAL_ERROR, message))
+
+
+def _parse_error(frame: bytes, exc: Exception) -> RpcError:
+    if isinstance(exc, UnicodeDecodeError):
+        message = "a string is not valid UTF-8"
+    else:
+        message = str(exc)
+        if message == "Input data was truncated" and _LONE_HIGH_SURROGATE.search(frame):
+            message = (
+                "a \\u escape of a high surrogate (D800-DBFF) is not followed by "
+                "a \\u escape of a low surrogate (DC00-DFFF)"
+            )
+    return RpcError(errors.PARSE_ERROR, f"parse error: {message}")
+
+
+def _invalid_frame(frame: bytes, exc: msgspec.ValidationError) -> RpcError:
+    """The envelope did not fit; say whether it was JSON at all, or a batch."""
+    # msgspec stops at the first member of the wrong type; JSON-RPC wants a
+    # parse error for any frame that is not JSON, wherever the fault is.
+    try:
+        _well_formed.decode(frame)
+        frame.decode("utf-8")
+    except (msgspec.DecodeError, UnicodeDecodeError) as fault:
+        return _parse_error(frame, fault)
+    if frame.lstrip()[:1] == b"[":
+        if not _batch_decoder.decode(frame):
+            return RpcError(errors.INVALID_REQUEST, "invalid request: an empty batch")
+        return RpcError(
+            errors.INVALID_REQUEST,
+            "batch requests are not supported: send each request as its own line",
+        )
+    return RpcError(errors.INVALID_REQUEST, f"invalid frame: {exc}")
+
+
+def _decode_params(method: str, raw: msgspec.Raw, params_type: Any) -> Any:
+    try:
+        return msgspec.json.decode(raw, type=params_type)
+    except msgspec.DecodeError as exc:
+        raise RpcError(errors.INVALID_PARAMS, f"{method} params: {exc}") from None
+    except UnicodeDecodeError:
+        raise RpcError(
+            errors.INVALID_PARAMS, f"{method} params: a string is not valid UTF-8"
+        ) from None
+
+
 def _id_key(request_id: RequestId) -> tuple[str, RequestId]:
     # 1 and "1" are different ids; 1 and 1.0 are the same number.
     return ("s", request_id) if isinstance(request_id, str) else ("n", request_id)
@@ -124,11 +214,6 @@ class Connection:
     def __init__(self, nursery: trio.Nursery, outbox: trio.MemorySendChannel[bytes]) -> None:
         self.nursery = nursery
         self.closing = trio.Event()
-        self.unwritten_bytes = 0
-        """Bytes given to :meth:`send` and not yet written (or dropped for a peer
-        that is gone): what this connection holds for a slow reader. A producer
-        that must stay within a byte budget (a watch) waits on :meth:`progress`."""
-        self._progress = trio.Event()
         self._outbox = outbox
         self._cleanups: list[Callable[[], Awaitable[None]]] = []
 
@@ -136,24 +221,11 @@ class Connection:
         await self.send(encode_notification(method, params))
 
     async def send(self, frame: bytes) -> None:
-        self.unwritten_bytes += len(frame)
         try:
             await self._outbox.send(frame)
-        except BaseException as exc:
-            self.done_with(len(frame))  # not queued (cancelled, or no writer)
-            if isinstance(exc, trio.ClosedResourceError | trio.BrokenResourceError):
-                return  # the writer is gone (the peer hung up); nobody to tell
-            raise
-
-    def done_with(self, size: int) -> None:
-        """The writer wrote (or dropped) ``size`` bytes of queued frames."""
-        self.unwritten_bytes -= size
-        self._progress.set()
-        self._progress = trio.Event()
-
-    async def progress(self) -> None:
-        """Wait until the writer next writes or drops something."""
-        await self._progress.wait()
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            # The writer is gone (the peer hung up); there is nobody to tell.
+            pass
 
     def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Run ``callback`` when the connection ends, however it ends."""
@@ -171,7 +243,8 @@ class Connection:
 
 @dataclass(slots=True)
 class Request:
-    id: RequestId
+    # None for a request sent with "id": null (answered with id null).
+    id: RequestId | None
     method: str
     connection: Connection
     scope: trio.CancelScope
@@ -187,23 +260,54 @@ MethodTable = Mapping[str, Method]
 
 
 class Server:
-    """Serves one connection. ``wall_ns`` is injectable so deadline tests can
-    run on Trio's mock clock."""
+    """Serves connections, each with its own method table. ``wall_ns`` is
+    injectable so deadline tests can run on Trio's mock clock."""
 
     def __init__(
         self,
         methods: Callable[[Connection], MethodTable],
         *,
         max_frame: int = MAX_FRAME_BYTES,
+        max_depth: int = MAX_DEPTH,
+        max_inflight: int = MAX_INFLIGHT,
+        max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
         wall_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self._make_methods = methods
         self._max_frame = max_frame
+        self._max_depth = max_depth
+        self._max_inflight = max_inflight
+        self._max_inflight_bytes = max_inflight_bytes
         self._wall_ns = wall_ns
+        self._sessions: set[_Session] = set()
+        self._stopping = False
+        self._stopped = trio.Event()
 
     async def serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
         session = _Session(self, receive, send)
-        await session.run()
+        self._sessions.add(session)
+        if self._stopping:
+            session.stop()
+        try:
+            await session.run()
+        finally:
+            self._sessions.discard(session)
+            if self._stopping and not self._sessions:
+                self._stopped.set()
+
+    def stop(self) -> None:
+        """End every connection as end of input would: stop reading, cancel the
+        requests in flight (each still answered -32007), flush, close. New
+        connections end the same way at once."""
+        self._stopping = True
+        for session in list(self._sessions):
+            session.stop()
+        if not self._sessions:
+            self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        """Return once :meth:`stop` was called and every connection has ended."""
+        await self._stopped.wait()
 
 
 class _Session:
@@ -213,9 +317,21 @@ class _Session:
         self.server = server
         self.receive = receive
         self.send = send
-        self.inflight: dict[tuple[str, RequestId], Request] = {}
+        # Requests that can be cancelled, by id (a null id gets a key of its own).
+        self.inflight: dict[tuple[str, Any], Request] = {}
+        self._null_ids = itertools.count()
+        # Requests dispatched and not yet answered, and their frames' bytes:
+        # the bounds the reader waits on.
+        self.pending = 0
+        self.pending_bytes = 0
         self.idle = trio.Event()
         self.idle.set()
+        self._room = trio.Event()
+        # Cancelled by stop(): the reader ends as at end of input.
+        self._reading = trio.CancelScope()
+
+    def stop(self) -> None:
+        self._reading.cancel()
 
     async def run(self) -> None:
         outbox_send, outbox_receive = trio.open_memory_channel[bytes](OUTBOX_FRAMES)
@@ -239,7 +355,6 @@ class _Session:
         broken = False
         async for frame in outbox:
             if broken:
-                self.conn.done_with(len(frame))
                 continue
             batch = [frame]
             # Coalesce whatever is already queued into one write.
@@ -248,29 +363,46 @@ class _Session:
                     batch.append(outbox.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
-            data = b"".join(batch)
             try:
-                await self.send.send_all(data)
+                await self.send.send_all(b"".join(batch))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                log.warning("output stream broke: %s", exc)
+                log.info("output stream broke: %s", exc)
                 broken = True
-            self.conn.done_with(len(data))
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
+        with self._reading:
+            if await self._read_frames(nursery):
+                return  # shutdown: in-flight work already finished
+        self._cancel_all()
+
+    async def _read_frames(self, nursery: trio.Nursery) -> bool:
+        """Read and handle frames until end of input (False) or shutdown (True)."""
         splitter = LineSplitter(self.server._max_frame)
         while True:
             try:
                 data = await self.receive.receive_some(READ_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                log.warning("input stream broke: %s", exc)
+                log.info("input stream broke: %s", exc)
                 data = b""
             frames = splitter.feed(data) if data else splitter.close()
-            for frame in frames:
-                if await self._on_frame(frame, nursery):
-                    return
+            # Popped one by one, so no finished frame stays referenced here
+            # while the reader waits for room or for input.
+            frames.reverse()
+            while frames:
+                if await self._on_frame_guarded(frames.pop(), nursery):
+                    return True
             if not data:
-                self._cancel_all()
-                return
+                return False
+
+    async def _on_frame_guarded(self, frame: bytes | Oversized, nursery: trio.Nursery) -> bool:
+        try:
+            return await self._on_frame(frame, nursery)
+        except Exception:
+            log.exception("unexpected failure handling a frame")
+            await self._reply_error(
+                None, RpcError(errors.INTERNAL_ERROR, "internal error while handling a frame")
+            )
+            return False
 
     async def _on_frame(self, frame: bytes | Oversized, nursery: trio.Nursery) -> bool:
         """Handle one frame; True means stop reading (shutdown)."""
@@ -285,84 +417,123 @@ class _Session:
             return False
         if not frame.strip():
             return False
-        try:
-            env = _envelope_decoder.decode(frame)
-        except msgspec.ValidationError as exc:
-            await self._reply_error(None, RpcError(errors.INVALID_REQUEST, f"invalid frame: {exc}"))
+        size = len(frame)
+        env = self._decode_envelope(frame)
+        if isinstance(env, RpcError):
+            await self._reply_error(None, env)
             return False
-        except msgspec.DecodeError as exc:
-            await self._reply_error(None, RpcError(errors.PARSE_ERROR, f"parse error: {exc}"))
-            return False
+        reply_id = None if env.id is UNSET else env.id
         if env.jsonrpc != "2.0":
             err = RpcError(errors.INVALID_REQUEST, 'jsonrpc must be "2.0"')
-            await self._reply_error(env.id, err)
+            await self._reply_error(reply_id, err)
             return False
         if env.method is None:
-            if env.id is not None and (env.result or env.error):
-                # A response: this server issues no requests, so nothing awaits it.
+            if env.result or env.error:
+                # A response: this server issues no requests, so nothing awaits
+                # it; and answering it could start an endless exchange of errors.
                 return False
             await self._reply_error(
-                env.id, RpcError(errors.INVALID_REQUEST, "frame has neither a method nor an id")
+                reply_id, RpcError(errors.INVALID_REQUEST, "frame has neither a method nor an id")
             )
             return False
         if env.result or env.error:
             await self._reply_error(
-                env.id, RpcError(errors.INVALID_REQUEST, "a request carries no result or error")
+                reply_id, RpcError(errors.INVALID_REQUEST, "a request carries no result or error")
             )
             return False
-        if env.id is None:
+        if env.id is UNSET:
             self._on_notification(env)
             return False
         if env.method == SHUTDOWN_METHOD:
-            return await self._shutdown(env)
-        await self._dispatch(env, nursery)
+            return await self._shutdown(env, reply_id)
+        await self._dispatch(env, reply_id, size, nursery)
         return False
+
+    def _decode_envelope(self, frame: bytes) -> Envelope | RpcError:
+        if nests_deeper_than(frame, self.server._max_depth):
+            return RpcError(
+                errors.INVALID_REQUEST,
+                f"frame nests arrays and objects more than {self.server._max_depth} levels deep",
+            )
+        try:
+            env = _envelope_decoder.decode(frame)
+        except msgspec.ValidationError as exc:
+            return _invalid_frame(frame, exc)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            return _parse_error(frame, exc)
+        if isinstance(env.id, int) and env.id not in _INT64:
+            return RpcError(
+                errors.INVALID_REQUEST, "invalid frame: an integer id must fit in 64 bits"
+            )
+        return env
 
     def _on_notification(self, env: Envelope) -> None:
         if env.method not in CANCEL_METHODS:
-            log.info("ignoring notification %s", env.method)
+            log.debug("ignoring notification %s", env.method)
             return
         try:
-            params = msgspec.json.decode(env.params, type=CancelParams)
-        except msgspec.DecodeError as exc:
-            log.warning("ignoring malformed %s: %s", env.method, exc)
+            params = _decode_params(env.method, env.params, CancelParams)
+        except RpcError as exc:
+            log.debug("ignoring malformed %s: %s", env.method, exc.message)
             return
         request = self.inflight.get(_id_key(params.id))
         if request is not None:
             request.canceled = True
             request.scope.cancel()
 
-    async def _dispatch(self, env: Envelope, nursery: trio.Nursery) -> None:
-        assert env.id is not None and env.method is not None
+    async def _dispatch(
+        self, env: Envelope, request_id: RequestId | None, size: int, nursery: trio.Nursery
+    ) -> None:
+        assert env.method is not None
         method = self.methods.get(env.method)
         if method is None:
+            name = env.method
+            if len(name) > _QUOTED_METHOD_CHARS:
+                name = name[:_QUOTED_METHOD_CHARS] + "..."
             await self._reply_error(
-                env.id, RpcError(errors.METHOD_NOT_FOUND, f"unknown method {quote(env.method)}")
+                request_id, RpcError(errors.METHOD_NOT_FOUND, f"unknown method {quote(name)}")
             )
             return
         try:
-            params = msgspec.json.decode(env.params, type=method.params)
-        except msgspec.DecodeError as exc:
-            await self._reply_error(
-                env.id, RpcError(errors.INVALID_PARAMS, f"{env.method} params: {exc}")
-            )
-            return
-        except RpcError as exc:
             # Struct __post_init__ validation raises RpcError with its own words.
-            await self._reply_error(env.id, exc)
+            params = _decode_params(env.method, env.params, method.params)
+        except RpcError as exc:
+            await self._reply_error(request_id, exc)
             return
-        key = _id_key(env.id)
+        await self._admit(size)
+        key = ("null", next(self._null_ids)) if request_id is None else _id_key(request_id)
         if key in self.inflight:
+            self._release(size)
             await self._reply_error(
-                env.id,
-                RpcError(errors.INVALID_REQUEST, f"request id {env.id!r} is already in flight"),
+                request_id,
+                RpcError(errors.INVALID_REQUEST, f"request id {request_id!r} is already in flight"),
             )
             return
         scope = trio.CancelScope(deadline=self._deadline(method, params))
-        request = Request(env.id, env.method, self.conn, scope)
+        request = Request(request_id, method.name, self.conn, scope)
         self.inflight[key] = request
-        self.idle = trio.Event()
-        nursery.start_soon(self._run_request, request, method, params)
+        nursery.start_soon(self._run_request, request, key, method, params, size)
+
+    async def _admit(self, size: int) -> None:
+        """Wait (not reading meanwhile) until a request of ``size`` bytes fits."""
+        server = self.server
+        while self.pending and (
+            self.pending >= server._max_inflight
+            or self.pending_bytes + size > server._max_inflight_bytes
+        ):
+            self._room = trio.Event()
+            await self._room.wait()
+        self.pending += 1
+        self.pending_bytes += size
+        if self.idle.is_set():
+            self.idle = trio.Event()
+
+    def _release(self, size: int) -> None:
+        self.pending -= 1
+        self.pending_bytes -= size
+        self._room.set()
+        if not self.pending:
+            self.idle.set()
 
     def _deadline(self, method: Method, params: Any) -> float:
         if method.deadline is None:
@@ -372,25 +543,32 @@ class _Session:
             return math.inf
         return trio.current_time() + (wall - self.server._wall_ns()) / 1e9
 
-    async def _run_request(self, request: Request, method: Method, params: Any) -> None:
-        frame: bytes | None = None
+    async def _run_request(
+        self, request: Request, key: tuple[str, Any], method: Method, params: Any, size: int
+    ) -> None:
         try:
-            with request.scope:
-                result = await method.handler(params, request)
-                frame = encode_result(request.id, result)
-            if frame is None:
-                reason = "context canceled" if request.canceled else "context deadline exceeded"
-                frame = encode_error(request.id, RpcError(errors.DEADLINE_EXCEEDED, reason))
-        except RpcError as exc:
-            frame = encode_error(request.id, exc)
-        except Exception as exc:
-            log.exception("%s failed", request.method)
-            frame = encode_error(request.id, RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
+            frame: bytes | None = None
+            try:
+                with request.scope:
+                    frame = encode_result(request.id, await method.handler(params, request))
+                if frame is None:
+                    reason = "context canceled" if request.canceled else "context deadline exceeded"
+                    frame = encode_error(request.id, RpcError(errors.DEADLINE_EXCEEDED, reason))
+            except RpcError as exc:
+                frame = _error_frame(request.id, exc)
+            except Exception as exc:
+                log.exception("%s failed", request.method)
+                frame = _error_frame(
+                    request.id, RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc))
+                )
+            finally:
+                del self.inflight[key]
+            # The answer may wait for the writer; the request's params (and the
+            # frame bytes a Raw member holds) need not wait with it.
+            del params
+            await self.conn.send(frame)
         finally:
-            del self.inflight[_id_key(request.id)]
-            if not self.inflight:
-                self.idle.set()
-        await self.conn.send(frame)
+            self._release(size)
 
     def _cancel_all(self) -> None:
         for request in self.inflight.values():
@@ -400,21 +578,21 @@ class _Session:
     async def _drain_inflight(self) -> None:
         await self.idle.wait()
 
-    async def _shutdown(self, env: Envelope) -> bool:
+    async def _shutdown(self, env: Envelope, request_id: RequestId | None) -> bool:
         try:
-            msgspec.json.decode(env.params, type=EmptyParams | None)
-        except msgspec.DecodeError as exc:
-            await self._reply_error(
-                env.id, RpcError(errors.INVALID_PARAMS, f"{SHUTDOWN_METHOD} params: {exc}")
-            )
+            _decode_params(SHUTDOWN_METHOD, env.params, EmptyParams | None)
+        except RpcError as exc:
+            await self._reply_error(request_id, exc)
             return False
         self.conn.closing.set()
         await self._drain_inflight()
         await self.conn.run_cleanups()
         # The acknowledgement is the last frame this connection writes.
-        await self.conn.send(encode_result(env.id, {}))
+        await self.conn.send(encode_result(request_id, {}))
         return True
 
     async def _reply_error(self, request_id: RequestId | None, err: RpcError) -> None:
-        log.warning("answering %s: %s", err.name, err.message)
-        await self.conn.send(encode_error(request_id, err))
+        # A peer's mistake is routine for a server, not a warning: at the
+        # default level a misbehaving client must not fill the log.
+        log.debug("answering %s: %s", err.name, err.message)
+        await self.conn.send(_error_frame(request_id, err))

@@ -710,17 +710,19 @@ class EventLog:
         *,
         raw_content: bool = False,
         max_bytes: int | None = None,
+        encoded: bool = False,
     ) -> SinceResult:
         """One page of matching entries after ``from_seq``, in seq order.
 
         ``raw_content`` leaves each event's content as its JSON text
-        (``msgspec.Raw``), for callers that only re-encode it (the JSON-RPC
-        methods); everyone else gets decoded values. ``max_bytes`` also ends the
-        page before its entries pass that many bytes on the wire (at least one
-        entry; ``caught_up`` is then false)."""
+        (``msgspec.Raw``), and ``encoded`` each whole entry, for callers that
+        only write them out (the JSON-RPC methods); everyone else gets decoded
+        values. ``max_bytes`` also ends the page before its entries pass that
+        many bytes on the wire (at least one entry; ``caught_up`` is then
+        false)."""
         p = checked(SinceParams, from_seq=from_seq, filter=filter, limit=limit)
         return await self._call(
-            "reader", "since", p.from_seq, p.filter, p.limit, raw_content, max_bytes
+            "reader", "since", p.from_seq, p.filter, p.limit, raw_content, max_bytes, encoded
         )
 
     async def latest_seq(self, filter: Filter | None = None) -> int:
@@ -870,10 +872,12 @@ class EventLog:
         *,
         raw_content: bool = False,
         max_bytes: int | None = None,
+        encoded: bool = False,
     ) -> SessionWithEvents:
         """The session with its events; ``session_not_found`` if never written.
-        ``raw_content`` and ``max_bytes`` as for :meth:`since`; an answer cut by
-        ``max_bytes`` is ``truncated`` and continues after its ``next_seq``."""
+        ``raw_content``, ``max_bytes`` and ``encoded`` as for :meth:`since`; an
+        answer cut by ``max_bytes`` is ``truncated`` and continues after its
+        ``next_seq``."""
         p = checked(
             SessionGetParams,
             app=app,
@@ -892,6 +896,7 @@ class EventLog:
             p.recent,
             raw_content,
             max_bytes,
+            encoded,
         )
 
     async def list_sessions(self, app: str, user: str | None = None) -> list[Session]:

@@ -277,7 +277,10 @@ class SinceParams(Params, kw_only=True):
 class SinceResult(Result):
     """``next_seq`` is the from_seq for the next page (the last entry's seq, or the
     request's from_seq when nothing matched). ``caught_up`` is true when no further
-    matching entry existed when the page was read."""
+    matching entry existed when the page was read.
+
+    For the JSON-RPC method the store hands each entry over already encoded
+    (``msgspec.Raw``, read with ``encoded=True``), which writes the same bytes."""
 
     entries: list[Entry]
     next_seq: int
@@ -344,7 +347,8 @@ class SessionWithEvents(Session, kw_only=True, omit_defaults=True):
     reply budget (:data:`REPLY_BUDGET_BYTES`) the answer holds the oldest that
     fit, ``truncated: true`` and ``next_seq`` (the last seq returned): ask again
     with ``after_seq: next_seq`` (and the same ``recent``) for the rest. Both
-    keys are absent from an answer that holds everything."""
+    keys are absent from an answer that holds everything. Events are
+    pre-encoded for the JSON-RPC method as in :class:`SinceResult`."""
 
     events: list[Entry]
     truncated: bool = False

@@ -106,7 +106,7 @@ class _Service:
 
     async def since(self, p: SinceParams, request: Request) -> SinceResult:
         return await (await self.log()).since(
-            p.from_seq, p.filter, p.limit, raw_content=True, max_bytes=REPLY_BUDGET_BYTES
+            p.from_seq, p.filter, p.limit, max_bytes=REPLY_BUDGET_BYTES, encoded=True
         )
 
     async def latest_seq(self, p: LatestSeqParams, request: Request) -> LatestSeqResult:
@@ -171,8 +171,8 @@ class _Service:
             p.session,
             p.after_seq,
             p.recent,
-            raw_content=True,
             max_bytes=REPLY_BUDGET_BYTES,
+            encoded=True,
         )
 
     async def sessions_list(self, p: SessionListParams, request: Request) -> SessionListResult:
