@@ -17,6 +17,12 @@ these rules:
   the connections are gone: appends in flight are answered, leases released,
   the WAL checkpointed, the worker threads joined. After that every eventlog
   call fails with ``closed``.
+
+A signal (SIGTERM, SIGINT) ends every connection as end of input would
+(requests in flight are cancelled and still answered) and gives them
+``SIGNAL_GRACE`` to flush; then whatever is left is cancelled, a write blocked
+on a peer that never reads included, so the process exits in bounded time
+whatever its peers do. One connection's failure ends that connection only.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import logging
 import os
 import signal
 import stat
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
@@ -42,6 +48,11 @@ from .rpc import Connection, Method, MethodTable, Server
 from .stdio import StdinStream, StdoutStream, claim_stdout
 
 log = logging.getLogger("streamd")
+
+# How long connections get after a signal to answer and flush before
+# everything is cancelled. Closing the event log follows (it does not depend
+# on any peer), all well inside the two seconds a supervisor may wait.
+SIGNAL_GRACE = 1.0
 
 
 @dataclass(slots=True)
@@ -132,20 +143,33 @@ async def _host(eventlog: EventLog, *, task_status=trio.TASK_STATUS_IGNORED) -> 
         await trio.sleep_forever()
 
 
-async def _until_signal(cancel: Callable[[], None]) -> None:
+async def _until_signal(server: Server, serving: trio.CancelScope) -> None:
+    # The receiver stays open through the grace period, so a second signal
+    # cannot kill the process before the event log is closed.
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             log.info("received %s, exiting", signal.Signals(signum).name)
-            cancel()
-            return
+            break
+        server.stop()
+        with trio.move_on_after(SIGNAL_GRACE):
+            await server.wait_stopped()
+    serving.cancel()
+
+
+def _only_broken(exc: BaseException) -> bool:
+    """A peer that hung up mid-write, possibly reported through nurseries."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_broken(inner) for inner in exc.exceptions)
+    return isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError | OSError)
 
 
 async def serve_stdio(daemon: Daemon) -> None:
     frames = claim_stdout()
+    server = daemon.server()
     # running() outermost: the log closes after the connection has ended.
     async with daemon.running(), trio.open_nursery() as nursery:
-        nursery.start_soon(_until_signal, nursery.cancel_scope.cancel)
-        await daemon.server().serve(StdinStream(0), StdoutStream(frames))
+        nursery.start_soon(_until_signal, server, nursery.cancel_scope)
+        await server.serve(StdinStream(0), StdoutStream(frames))
         nursery.cancel_scope.cancel()
 
 
@@ -187,13 +211,16 @@ async def serve_socket(daemon: Daemon, path: str, *, task_status=trio.TASK_STATU
     async def handle(stream: trio.SocketStream) -> None:
         try:
             await server.serve(stream, stream)
-        except trio.BrokenResourceError:
-            pass
+        except Exception as exc:
+            # Every other client is still being served: this one's failure,
+            # whatever it is, ends this connection and nothing else.
+            if not _only_broken(exc):
+                log.exception("connection failed")
 
     try:
         # running() outermost: the log closes after every client has gone.
         async with daemon.running(), trio.open_nursery() as nursery:
-            nursery.start_soon(_until_signal, nursery.cancel_scope.cancel)
+            nursery.start_soon(_until_signal, server, nursery.cancel_scope)
             task_status.started(path)
             await trio.serve_listeners(handle, [listener])
     finally:
