@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import trio
 
-from . import gotime
+from . import gotime, logsink
 from .daemon import Config, Daemon, serve_socket, serve_stdio
 from .parallel import drive
 
@@ -30,9 +30,9 @@ def _setup_logging(verbose: bool) -> None:
     level = logging.INFO if verbose else logging.WARNING
     if os.environ.get("STREAMD_LOG"):
         level = getattr(logging, os.environ["STREAMD_LOG"].upper(), level)
-    logging.basicConfig(
-        stream=sys.stderr, level=level, format="streamd %(asctime)s %(levelname)s %(message)s"
-    )
+    # Through a bounded queue and a writer thread: a stderr nobody reads costs
+    # log lines (counted), never a blocked event loop.
+    logsink.install(level, sys.stderr, "streamd %(asctime)s %(levelname)s %(message)s")
 
 
 def _daemon_options(p: argparse.ArgumentParser, *, subcommand: bool = False) -> None:

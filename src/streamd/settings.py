@@ -89,11 +89,17 @@ def _type_error(value: Any, name: str, go_type: str) -> RpcError:
     )
 
 
+# Go's int: a number outside it is an unmarshal error, as for a fraction.
+_GO_INT = range(-(1 << 63), 1 << 63)
+
+
 def _go_int(value: Any, name: str) -> int:
     # Settings arrive as generic JSON, so 2.0 is the number 2 while 2.5 is not an int.
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _type_error(value, name, "int")
     if isinstance(value, float) and (not value.is_integer() or abs(value) >= 1e21):
+        raise _type_error(value, name, "int")
+    if int(value) not in _GO_INT:
         raise _type_error(value, name, "int")
     return int(value)
 

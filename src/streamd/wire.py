@@ -14,8 +14,12 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from . import gotime
 
-Count = Annotated[int, Meta(ge=0)]
-Version = Annotated[int, Meta(ge=1)]
+# The reference decodes these into Go's int: 2**63 and beyond are its
+# "cannot unmarshal number" errors, so they are -32602 here too, before any
+# arithmetic could meet them.
+INT64_MAX = (1 << 63) - 1
+Count = Annotated[int, Meta(ge=0, le=INT64_MAX)]
+Version = Annotated[int, Meta(ge=1, le=INT64_MAX)]
 NonEmpty = Annotated[str, Meta(min_length=1)]
 # The schema's ^[^:]+:.+$ under Go's regexp: "." never matches a newline and
 # "$" is the very end (Python's "$" would also match before a final newline).

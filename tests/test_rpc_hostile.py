@@ -1,0 +1,624 @@
+"""Hostile input: one bad frame costs its sender one error answer, never the process.
+
+One ``streamd serve --socket`` serves every client on a machine, so each test
+here sends what a broken or malicious client might and then checks two
+things: the bad frame got its answer, and the connection (or another client)
+is still served. Three settings: ``streamd.rpc.Server`` over in-memory
+streams (the mechanism, with test method tables where a handler must block or
+misbehave), the real process on pipes, and ``serve_socket`` with two clients.
+Waiting is on frames, events and Trio's scheduler, never on sleeps; every
+test is bounded by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+import tracemalloc
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from rpc_client import Client
+
+from streamd.daemon import Config, Daemon, serve_socket
+from streamd.errors import RpcError
+from streamd.rpc import Method, Server
+
+FAR = "2999-01-01T00:00:00Z"
+HEALTH = b'{"jsonrpc":"2.0","id":"ping","method":"recall/health","params":{"deadline":"' + (
+    FAR.encode() + b'"}}\n'
+)
+
+# Frames that ended the process before (exit 1, every client dropped), with the
+# answer each gets now: (id, code).
+INVALID_UTF8 = {
+    "method": (b'{"jsonrpc":"2.0","id":1,"method":"\xff"}', (None, -32700)),
+    "id": (b'{"jsonrpc":"2.0","id":"\xff","method":"recall/health"}', (None, -32700)),
+    "params key": (
+        b'{"jsonrpc":"2.0","id":3,"method":"recall/health","params":{"\xff":1}}', (3, -32602),
+    ),
+    "params value": (
+        b'{"jsonrpc":"2.0","id":4,"method":"recall/health","params":{"deadline":"\xed\xa0\x80"}}',
+        (4, -32602),
+    ),
+    "event content": (
+        b'{"jsonrpc":"2.0","id":5,"method":"eventlog/append","params":{"app":"a","user":"u",'
+        b'"session":"s","event":{"id":"e","author":"x","content":"\xc3"}}}',
+        (5, -32602),
+    ),
+    "cancel params": (b'{"jsonrpc":"2.0","method":"recall/cancel","params":{"id":"\xff"}}', None),
+    "shutdown params": (
+        b'{"jsonrpc":"2.0","id":7,"method":"recall/shutdown","params":{"\xff":1}}', (7, -32602),
+    ),
+}
+DEEP = {
+    "985 arrays in params": (
+        b'{"jsonrpc":"2.0","id":1,"method":"recall/health","params":'
+        + b"[" * 985 + b"]" * 985 + b"}"
+    ),
+    "100k objects at the top": b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+    "100k arrays, never closed": b"[" * 100_000,
+}
+
+
+def frames_of(*frames: bytes) -> bytes:
+    return b"".join(f + b"\n" for f in frames)
+
+
+class Peer:
+    """The client's side of a connection: raw bytes out, frames in."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.buf = b""
+
+    async def raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def send(self, *frames: dict[str, Any]) -> None:
+        await self.raw(frames_of(*(json.dumps(f).encode() for f in frames)))
+
+    async def recv(self) -> dict[str, Any]:
+        while b"\n" not in self.buf:
+            chunk = await self.stream.receive_some(1 << 16)
+            if not chunk:
+                raise EOFError(self.buf)
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    async def pinged(self) -> None:
+        """The connection is alive: a health request is answered."""
+        await self.raw(HEALTH)
+        frame = await self.recv()
+        assert frame["id"] == "ping" and "result" in frame, frame
+
+
+@asynccontextmanager
+async def session(methods: Any = None, **options: Any) -> AsyncIterator[Peer]:
+    """A Server on one end of an in-memory stream pair; the real method table
+    unless ``methods`` (a per-connection table factory) is given."""
+    client, server_end = trio.testing.memory_stream_pair()
+    server = Server(methods or Daemon().methods_for, **options)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.serve, server_end, server_end)
+        try:
+            yield Peer(client)
+        finally:
+            await client.send_stream.aclose()
+
+
+def answer(frame: dict[str, Any]) -> tuple[Any, int]:
+    assert "error" in frame, frame
+    return frame["id"], frame["error"]["code"]
+
+
+def request(id: Any, method: str, **params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id, "method": method, "params": params}
+
+
+# --- 1. invalid UTF-8, and any failure while handling a frame --------------------------------
+
+
+@pytest.mark.parametrize("where", INVALID_UTF8)
+async def test_invalid_utf8_in_any_string_is_answered_and_the_connection_lives(where):
+    frame, expected = INVALID_UTF8[where]
+    with trio.fail_after(10):
+        async with session() as peer:
+            await peer.raw(frame + b"\n")
+            if expected is not None:
+                assert answer(await peer.recv()) == expected
+            await peer.pinged()
+
+
+async def test_a_lone_surrogate_escape_is_named_as_such_not_called_truncated():
+    with trio.fail_after(10):
+        async with session() as peer:
+            await peer.raw(b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":"\\ud800"}}\n')
+            frame = await peer.recv()
+            assert answer(frame) == (None, -32700)
+            assert "truncated" not in frame["error"]["message"]
+            assert "surrogate" in frame["error"]["message"]
+            # A frame that really is cut short still says so.
+            await peer.raw(b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":"\\ud800\\udc00"\n')
+            assert (await peer.recv())["error"]["message"] == "parse error: Input data was truncated"
+
+
+class Exploding(Mapping[str, Method]):
+    """A method table whose lookup fails: a failure the frame handler did not foresee."""
+
+    def __init__(self, inner: Mapping[str, Method]) -> None:
+        self.inner = inner
+
+    def __getitem__(self, name: str) -> Method:
+        if name == "boom":
+            raise ZeroDivisionError("lookup exploded")
+        return self.inner[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name == "boom" or name in self.inner else default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.inner)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+async def test_an_unexpected_failure_handling_a_frame_is_internal_error_and_the_session_goes_on():
+    daemon = Daemon()
+    with trio.fail_after(10):
+        async with session(lambda conn: Exploding(daemon.methods_for(conn))) as peer:
+            await peer.send(request(1, "boom"))
+            assert answer(await peer.recv()) == (None, -32603)
+            await peer.pinged()
+
+
+async def test_an_error_whose_data_json_cannot_carry_is_still_answered():
+    async def bad_data(params: Any, req: Any) -> Any:
+        raise RpcError(-32000, "unavailable", data={"when": object()})
+
+    async def bad_result(params: Any, req: Any) -> Any:
+        return {"value": object()}
+
+    table = {
+        "bad/data": Method("bad/data", dict, bad_data),
+        "bad/result": Method("bad/result", dict, bad_result),
+    }
+    with trio.fail_after(10):
+        async with session(lambda conn: table) as peer:
+            await peer.send(request(1, "bad/data"), request(2, "bad/result"))
+            got = {answer(await peer.recv()) for _ in range(2)}
+            assert got == {(1, -32603), (2, -32603)}
+            await peer.send(request(3, "bad/data"))
+            assert answer(await peer.recv()) == (3, -32603)
+
+
+# --- 2. nesting ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", DEEP)
+async def test_a_frame_nested_too_deep_is_refused_before_decoding_and_the_session_goes_on(name):
+    with trio.fail_after(20):
+        async with session() as peer:
+            await peer.raw(DEEP[name] + b"\n")
+            frame = await peer.recv()
+            assert answer(frame) == (None, -32600)
+            assert "128 levels" in frame["error"]["message"]
+            await peer.pinged()
+
+
+async def test_nesting_up_to_the_limit_is_decoded_as_usual():
+    # 128 levels with the request object and params: only the params are wrong.
+    params = b"[" * 126 + b"]" * 126
+    frame = b'{"jsonrpc":"2.0","id":1,"method":"recall/health","params":{"deadline":' + params + b"}}"
+    with trio.fail_after(10):
+        async with session() as peer:
+            await peer.raw(frame + b"\n")
+            assert answer(await peer.recv()) == (1, -32602)
+
+
+async def test_brackets_inside_strings_are_not_nesting():
+    deep_text = "[{" * 5000
+    with trio.fail_after(10):
+        async with session() as peer:
+            await peer.send(request(1, "no/such", text=deep_text))
+            assert answer(await peer.recv()) == (1, -32601)
+
+
+# --- 6. batches, null ids, big integers ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("frame", "code", "words"),
+    [
+        (b'[{"jsonrpc":"2.0","id":1,"method":"recall/health","params":{}}]', -32600,
+         "batch requests are not supported"),
+        (b"[1,2,3]", -32600, "batch requests are not supported"),
+        (b"[]", -32600, "empty batch"),
+        (b"[ ]", -32600, "empty batch"),
+        (b'[{"jsonrpc":"2.0"', -32700, "truncated"),
+    ],
+)
+async def test_a_batch_is_refused_with_one_error_that_says_so(frame, code, words):
+    with trio.fail_after(10):
+        async with session() as peer:
+            await peer.raw(frame + b"\n")
+            got = await peer.recv()
+            assert answer(got) == (None, code)
+            assert words in got["error"]["message"]
+            await peer.pinged()
+
+
+async def test_a_request_with_a_null_id_is_answered_with_a_null_id():
+    with trio.fail_after(10):
+        async with session() as peer:
+            await peer.send(request(None, "recall/health", deadline=FAR))
+            frame = await peer.recv()
+            assert frame["id"] is None and frame["result"]["status"] == "unavailable"
+            # Two at once are not "already in flight": neither can be cancelled by id.
+            await peer.send(request(None, "no/such"), request(None, "no/such/either"))
+            assert [answer(await peer.recv()) for _ in range(2)] == [(None, -32601)] * 2
+
+
+async def test_an_integer_id_beyond_64_bits_is_an_invalid_request():
+    with trio.fail_after(10):
+        async with session() as peer:
+            await peer.send(request(2**63, "recall/health", deadline=FAR))
+            assert answer(await peer.recv()) == (None, -32600)
+            await peer.send(request(-(2**63) - 1, "recall/health", deadline=FAR))
+            assert answer(await peer.recv()) == (None, -32600)
+            await peer.send(request(2**63 - 1, "recall/health", deadline=FAR))
+            assert (await peer.recv())["id"] == 2**63 - 1
+
+
+def _initialize(world, **settings: Any) -> dict[str, Any]:
+    return request(
+        1, "recall/initialize", protocol_version_min=1, protocol_version_max=1,
+        workdir=str(world.work), source_id="signals", location=str(world.data),
+        settings={"files": ["a.jsonl"], **settings},
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "field"),
+    [
+        ("recall/search", {"query": "", "filters": {}, "limit": 2**63, "deadline": FAR}, "limit"),
+        ("recall/search", {"query": "", "filters": {}, "limit": 10**400, "deadline": FAR},
+         "limit"),
+        ("recall/expand", {"locator": "signals:v2/a", "detail": "full", "budget_bytes": 2**63,
+                           "deadline": FAR}, "budget_bytes"),
+    ],
+)
+async def test_recall_integers_beyond_gos_int_are_invalid_params(recall_world, method, params,
+                                                                 field):
+    recall_world.write("a.jsonl", recall_world.rec("a", title="one"))
+    with trio.fail_after(10):
+        async with session() as peer:
+            await peer.send(_initialize(recall_world))
+            assert "result" in await peer.recv()
+            await peer.send({"jsonrpc": "2.0", "id": 2, "method": method, "params": params})
+            frame = await peer.recv()
+            assert answer(frame) == (2, -32602)
+            assert field in frame["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("max_candidates", 2**63), ("debug_stall_ms", 2**63), ("debug_stall_ms", 10**400),
+     ("debug_stall_ms", 1e19)],
+)
+async def test_settings_integers_beyond_gos_int_are_invalid_params(recall_world, setting, value):
+    recall_world.write("a.jsonl", recall_world.rec("a", title="one"))
+    with trio.fail_after(10):
+        async with session() as peer:
+            await peer.send(_initialize(recall_world, **{setting: value}))
+            frame = await peer.recv()
+            assert answer(frame) == (1, -32602)
+            assert f"Settings.{setting} of type int" in frame["error"]["message"]
+
+
+# --- 5. in-flight bounds --------------------------------------------------------------------
+
+
+class Gate:
+    """A method table whose handler blocks until released, counting starts."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.release = trio.Semaphore(0)
+
+    async def wait(self, params: Any, req: Any) -> Any:
+        self.started += 1
+        await self.release.acquire()
+        return {}
+
+    def table(self, conn: Any) -> dict[str, Method]:
+        return {"wait": Method("wait", dict, self.wait)}
+
+
+async def test_the_reader_stops_at_the_in_flight_count_and_resumes_as_requests_finish():
+    gate = Gate()
+    with trio.fail_after(10):
+        async with session(gate.table, max_inflight=3) as peer:
+            await peer.send(*(request(i, "wait") for i in range(10)))
+            await trio.testing.wait_all_tasks_blocked()
+            assert gate.started == 3
+            gate.release.release()
+            assert (await peer.recv())["id"] == 0
+            await trio.testing.wait_all_tasks_blocked()
+            assert gate.started == 4
+            for _ in range(6):
+                gate.release.release()
+            await trio.testing.wait_all_tasks_blocked()
+            assert gate.started == 10
+            for _ in range(3):
+                gate.release.release()
+            assert sorted((await peer.recv())["id"] for _ in range(9)) == list(range(1, 10))
+
+
+async def test_the_reader_stops_at_the_in_flight_bytes_but_always_admits_one_request():
+    gate = Gate()
+    padding = "x" * 600  # each frame is about 660 bytes
+    with trio.fail_after(10):
+        async with session(gate.table, max_inflight_bytes=1000) as peer:
+            await peer.send(*(request(i, "wait", pad=padding) for i in range(3)))
+            await trio.testing.wait_all_tasks_blocked()
+            assert gate.started == 1
+            gate.release.release()
+            assert (await peer.recv())["id"] == 0
+            await trio.testing.wait_all_tasks_blocked()
+            assert gate.started == 2
+            # A frame over the whole bound is still served, alone.
+            await peer.send(request(9, "wait", pad="y" * 5000))
+            for _ in range(3):
+                gate.release.release()
+            assert sorted((await peer.recv())["id"] for _ in range(3)) == [1, 2, 9]
+
+
+async def test_a_slot_is_held_until_the_answer_is_queued_so_a_peer_that_never_reads_is_bounded():
+    gate = Gate()
+    client, server_end = trio.testing.lockstep_stream_pair()
+    server = Server(gate.table, max_inflight=4)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve, server_end, server_end)
+            sent = 0
+
+            async def flood() -> None:
+                nonlocal sent
+                for i in range(100_000):
+                    await client.send_all(json.dumps(request(i, "wait")).encode() + b"\n")
+                    sent += 1
+
+            nursery.start_soon(flood)
+            for _ in range(100_000):
+                gate.release.release()
+            await trio.testing.wait_all_tasks_blocked()
+            # Nobody reads the answers: the writer blocks, then the outbox, then
+            # the handlers holding their slots, then the reader; and the client.
+            stalled_at = sent
+            assert gate.started < 2_000 and stalled_at < 2_000
+            await trio.testing.wait_all_tasks_blocked()
+            assert sent == stalled_at
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_finished_request_leaves_no_copy_of_its_frame_behind():
+    async def ok(params: Any, req: Any) -> Any:
+        return {}
+
+    table = {"ok": Method("ok", dict, ok)}
+    frame = json.dumps(request(1, "ok", blob="x" * (4 << 20))).encode() + b"\n"
+    tracemalloc.start()
+    try:
+        with trio.fail_after(20):
+            async with session(lambda conn: table) as peer:
+                await peer.send(request(0, "ok"))
+                await peer.recv()
+                await trio.testing.wait_all_tasks_blocked()
+                before = tracemalloc.get_traced_memory()[0]
+                await peer.raw(frame)
+                assert (await peer.recv())["id"] == 1
+                await trio.testing.wait_all_tasks_blocked()
+                held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 1 << 20, held
+
+
+# --- the real process on pipes ------------------------------------------------------------
+
+
+@asynccontextmanager
+async def spawn(tmp_path: Path, *, stderr: Any = None, env: dict[str, str] | None = None,
+                argv: list[str] | None = None) -> AsyncIterator[trio.Process]:
+    log = (tmp_path / "stderr.log").open("wb") if stderr is None else None
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "streamd", "--db", str(tmp_path / "events.db"), *(argv or [])],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=log if stderr is None else stderr, cwd=tmp_path, env={**os.environ, **(env or {})},
+    )
+    if log is not None:
+        log.close()
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def pipe_filled(fd: int, amount: int | None = None) -> None:
+    """Until ``amount`` bytes (default: a pipe's whole capacity, less a page)
+    wait unread in ``fd``: the writer at the other end is blocked."""
+    if amount is None:
+        amount = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) - 4096
+    while struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0] < amount:
+        await trio.sleep(0.01)
+
+
+async def test_the_process_answers_every_hostile_frame_and_exits_zero_at_eof(tmp_path):
+    hostile = [frame for frame, _ in INVALID_UTF8.values()]
+    hostile += list(DEEP.values())
+    hostile += [b'{"jsonrpc":"2.0","id":9223372036854775808,"method":"x"}', b"[]", b"[1]"]
+    with trio.fail_after(60):
+        async with spawn(tmp_path) as process:
+            peer = Peer(trio.StapledStream(process.stdin, process.stdout))
+            await peer.raw(frames_of(*hostile))
+            # Every frame but the cancel notification is answered, then the ping.
+            answers = [await peer.recv() for _ in range(len(hostile) - 1)]
+            assert all("error" in a for a in answers), answers
+            await peer.pinged()
+            await process.stdin.aclose()
+            assert await process.wait() == 0, (tmp_path / "stderr.log").read_text()
+
+
+async def test_sigterm_ends_the_process_soon_though_its_peer_never_reads_stdout(tmp_path):
+    with trio.fail_after(60):
+        async with spawn(tmp_path) as process:
+            many = frames_of(*[HEALTH.strip()] * 5000)  # ~1.3 MB of answers, far over a pipe
+
+            async def feed() -> None:
+                try:
+                    await process.stdin.send_all(many)
+                except trio.BrokenResourceError:
+                    pass  # it exited first
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(feed)
+                # The first answers prove it is serving; from then on nobody reads.
+                first = await process.stdout.receive_some(100)
+                assert first.startswith(b'{"jsonrpc":"2.0","id":"ping"')
+                await pipe_filled(process.stdout.fileno())
+                started = time.monotonic()
+                process.send_signal(signal.SIGTERM)
+                with trio.fail_after(10):
+                    code = await process.wait()
+                took = time.monotonic() - started
+                nursery.cancel_scope.cancel()
+    assert code == 0, (tmp_path / "stderr.log").read_text()
+    assert took < 10
+
+
+async def test_an_undrained_stderr_never_stops_the_daemon_answering(tmp_path):
+    # Every bad frame is a debug line here: far more than a pipe holds.
+    with trio.fail_after(60):
+        async with spawn(tmp_path, stderr=subprocess.PIPE, env={"STREAMD_LOG": "debug"}) as process:
+            peer = Peer(trio.StapledStream(process.stdin, process.stdout))
+            await peer.raw(b"{not json\n" * 5000)
+            for _ in range(5000):
+                assert answer(await peer.recv()) == (None, -32700)
+            await peer.pinged()
+            await process.stdin.aclose()
+            log = b""
+            while chunk := await process.stderr.receive_some(1 << 16):
+                log += chunk
+            assert await process.wait() == 0
+    assert b"log lines were dropped while stderr was not being read" in log
+
+
+async def test_client_errors_are_not_warnings(tmp_path):
+    with trio.fail_after(30):
+        async with spawn(tmp_path) as process:
+            peer = Peer(trio.StapledStream(process.stdin, process.stdout))
+            await peer.raw(frames_of(b"{not json", b"[]", b'{"jsonrpc":"2.0","id":1,"method":"x"}'))
+            for _ in range(3):
+                await peer.recv()
+            await process.stdin.aclose()
+            assert await process.wait() == 0
+    assert (tmp_path / "stderr.log").read_text() == ""
+
+
+# --- the socket: another client is still served -------------------------------------------------
+
+
+@asynccontextmanager
+async def socket_server(tmp_path: Path) -> AsyncIterator[str]:
+    path = str(tmp_path / "streamd.sock")
+    daemon = Daemon(Config(db=str(tmp_path / "events.db")))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_socket, daemon, path)
+        yield path
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [frame for frame, _ in INVALID_UTF8.values()] + list(DEEP.values()),
+    ids=[*(f"utf8-{name}" for name in INVALID_UTF8), *(f"deep-{name}" for name in DEEP)],
+)
+async def test_a_hostile_frame_on_the_socket_costs_only_its_answer(tmp_path, frame):
+    with trio.fail_after(30):
+        async with socket_server(tmp_path) as path:
+            bystander = Client(await trio.open_unix_socket(path))
+            await bystander.result("eventlog/ping", {})
+            hostile = Peer(await trio.open_unix_socket(path))
+            await hostile.raw(frame + b"\n")
+            if b"recall/cancel" not in frame:
+                assert "error" in await hostile.recv()
+            await hostile.pinged()
+            assert await bystander.result("eventlog/ping", {}) == {}
+
+
+async def test_a_client_that_pipelines_and_never_reads_does_not_stall_another(tmp_path):
+    with trio.fail_after(30):
+        async with socket_server(tmp_path) as path:
+            flooder = await trio.open_unix_socket(path)
+            frame = json.dumps(request(1, "eventlog/ping")).encode() + b"\n"
+
+            async def flood() -> None:
+                while True:
+                    await flooder.send_all(frame * 1000)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(flood)
+                bystander = Client(await trio.open_unix_socket(path))
+                for _ in range(20):
+                    assert await bystander.result("eventlog/ping", {}) == {}
+                nursery.cancel_scope.cancel()
+
+
+async def test_sigterm_ends_the_socket_server_soon_though_a_client_never_reads(tmp_path):
+    path = tmp_path / "s.sock"
+    with trio.fail_after(60):
+        async with spawn(tmp_path, argv=["serve", "--socket", str(path)]) as process:
+            while True:  # until it listens
+                try:
+                    stuck = await trio.open_unix_socket(str(path))
+                    break
+                except OSError:
+                    await trio.sleep(0.02)
+            async with trio.open_nursery() as nursery:
+
+                async def flood() -> None:
+                    frame = HEALTH * 1000
+                    try:
+                        while True:
+                            await stuck.send_all(frame)
+                    except (trio.BrokenResourceError, OSError):
+                        pass
+
+                nursery.start_soon(flood)
+                await pipe_filled(stuck.socket.fileno(), 1 << 16)
+                started = time.monotonic()
+                process.send_signal(signal.SIGTERM)
+                with trio.fail_after(10):
+                    code = await process.wait()
+                took = time.monotonic() - started
+                nursery.cancel_scope.cancel()
+    assert code == 0
+    assert took < 10
+
