@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import platform
 import signal
 import struct
 import subprocess
@@ -153,7 +154,8 @@ async def test_a_lone_surrogate_escape_is_named_as_such_not_called_truncated():
             assert "surrogate" in frame["error"]["message"]
             # A frame that really is cut short still says so.
             await peer.raw(b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":"\\ud800\\udc00"\n')
-            assert (await peer.recv())["error"]["message"] == "parse error: Input data was truncated"
+            message = (await peer.recv())["error"]["message"]
+            assert message == "parse error: Input data was truncated"
 
 
 class Exploding(Mapping[str, Method]):
@@ -223,7 +225,7 @@ async def test_a_frame_nested_too_deep_is_refused_before_decoding_and_the_sessio
 async def test_nesting_up_to_the_limit_is_decoded_as_usual():
     # 128 levels with the request object and params: only the params are wrong.
     params = b"[" * 126 + b"]" * 126
-    frame = b'{"jsonrpc":"2.0","id":1,"method":"recall/health","params":{"deadline":' + params + b"}}"
+    frame = b'{"jsonrpc":"2.0","id":1,"method":"recall/health","params":{"deadline":%s}}' % params
     with trio.fail_after(10):
         async with session() as peer:
             await peer.raw(frame + b"\n")
@@ -366,7 +368,7 @@ async def test_the_reader_stops_at_the_in_flight_count_and_resumes_as_requests_f
             assert gate.started == 10
             for _ in range(3):
                 gate.release.release()
-            assert sorted((await peer.recv())["id"] for _ in range(9)) == list(range(1, 10))
+            assert sorted([(await peer.recv())["id"] for _ in range(9)]) == list(range(1, 10))
 
 
 async def test_the_reader_stops_at_the_in_flight_bytes_but_always_admits_one_request():
@@ -385,7 +387,7 @@ async def test_the_reader_stops_at_the_in_flight_bytes_but_always_admits_one_req
             await peer.send(request(9, "wait", pad="y" * 5000))
             for _ in range(3):
                 gate.release.release()
-            assert sorted((await peer.recv())["id"] for _ in range(3)) == [1, 2, 9]
+            assert sorted([(await peer.recv())["id"] for _ in range(3)]) == [1, 2, 9]
 
 
 async def test_a_slot_is_held_until_the_answer_is_queued_so_a_peer_that_never_reads_is_bounded():
@@ -461,12 +463,33 @@ async def spawn(tmp_path: Path, *, stderr: Any = None, env: dict[str, str] | Non
             await process.wait()
 
 
-async def pipe_filled(fd: int, amount: int | None = None) -> None:
-    """Until ``amount`` bytes (default: a pipe's whole capacity, less a page)
-    wait unread in ``fd``: the writer at the other end is blocked."""
-    if amount is None:
-        amount = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) - 4096
-    while struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0] < amount:
+# write(2)'s number, for reading /proc/PID/task/TID/syscall.
+WRITE_SYSCALL = {"x86_64": 1, "aarch64": 64}.get(platform.machine())
+
+
+async def blocked_writing_to(pid: int, reader: int) -> None:
+    """Until a thread of ``pid`` sits in write(2) on the pipe whose read end
+    this process holds as ``reader``: its peer (this test) is not reading."""
+    if WRITE_SYSCALL is None:
+        pytest.skip(f"write(2)'s syscall number on {platform.machine()} is not known here")
+    pipe = os.fstat(reader).st_ino
+    while True:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                fields = Path(f"/proc/{pid}/task/{task}/syscall").read_text().split()
+                if (
+                    fields[0] == str(WRITE_SYSCALL)
+                    and os.stat(f"/proc/{pid}/fd/{int(fields[1], 16)}").st_ino == pipe
+                ):
+                    return
+            except (OSError, IndexError, ValueError):
+                continue  # a thread that ended, or one not in a system call
+        await trio.sleep(0.01)
+
+
+async def unread_at_least(sock: int, amount: int) -> None:
+    """Until ``amount`` bytes wait unread on this end of a socket."""
+    while struct.unpack("i", fcntl.ioctl(sock, termios.FIONREAD, b"\0" * 4))[0] < amount:
         await trio.sleep(0.01)
 
 
@@ -489,7 +512,9 @@ async def test_the_process_answers_every_hostile_frame_and_exits_zero_at_eof(tmp
 async def test_sigterm_ends_the_process_soon_though_its_peer_never_reads_stdout(tmp_path):
     with trio.fail_after(60):
         async with spawn(tmp_path) as process:
-            many = frames_of(*[HEALTH.strip()] * 5000)  # ~1.3 MB of answers, far over a pipe
+            many = frames_of(*(  # ~1 MB of answers, far more than a pipe holds
+                json.dumps(request(i, "recall/health", deadline=FAR)).encode() for i in range(5000)
+            ))
 
             async def feed() -> None:
                 try:
@@ -501,8 +526,8 @@ async def test_sigterm_ends_the_process_soon_though_its_peer_never_reads_stdout(
                 nursery.start_soon(feed)
                 # The first answers prove it is serving; from then on nobody reads.
                 first = await process.stdout.receive_some(100)
-                assert first.startswith(b'{"jsonrpc":"2.0","id":"ping"')
-                await pipe_filled(process.stdout.fileno())
+                assert first.startswith(b'{"jsonrpc":"2.0","id":0,')
+                await blocked_writing_to(process.pid, process.stdout.fileno())
                 started = time.monotonic()
                 process.send_signal(signal.SIGTERM)
                 with trio.fail_after(10):
@@ -612,7 +637,7 @@ async def test_sigterm_ends_the_socket_server_soon_though_a_client_never_reads(t
                         pass
 
                 nursery.start_soon(flood)
-                await pipe_filled(stuck.socket.fileno(), 1 << 16)
+                await unread_at_least(stuck.socket.fileno(), 1 << 16)
                 started = time.monotonic()
                 process.send_signal(signal.SIGTERM)
                 with trio.fail_after(10):
