@@ -214,6 +214,11 @@ class Connection:
     def __init__(self, nursery: trio.Nursery, outbox: trio.MemorySendChannel[bytes]) -> None:
         self.nursery = nursery
         self.closing = trio.Event()
+        self.unwritten_bytes = 0
+        """Bytes given to :meth:`send` and not yet written (or dropped for a peer
+        that is gone): what this connection holds for a slow reader. A producer
+        that must stay within a byte budget (a watch) waits on :meth:`progress`."""
+        self._progress = trio.Event()
         self._outbox = outbox
         self._cleanups: list[Callable[[], Awaitable[None]]] = []
 
@@ -221,11 +226,24 @@ class Connection:
         await self.send(encode_notification(method, params))
 
     async def send(self, frame: bytes) -> None:
+        self.unwritten_bytes += len(frame)
         try:
             await self._outbox.send(frame)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            # The writer is gone (the peer hung up); there is nobody to tell.
-            pass
+        except BaseException as exc:
+            self.done_with(len(frame))  # not queued (cancelled, or no writer)
+            if isinstance(exc, trio.ClosedResourceError | trio.BrokenResourceError):
+                return  # the writer is gone (the peer hung up); nobody to tell
+            raise
+
+    def done_with(self, size: int) -> None:
+        """The writer wrote (or dropped) ``size`` bytes of queued frames."""
+        self.unwritten_bytes -= size
+        self._progress.set()
+        self._progress = trio.Event()
+
+    async def progress(self) -> None:
+        """Wait until the writer next writes or drops something."""
+        await self._progress.wait()
 
     def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Run ``callback`` when the connection ends, however it ends."""
@@ -355,6 +373,7 @@ class _Session:
         broken = False
         async for frame in outbox:
             if broken:
+                self.conn.done_with(len(frame))
                 continue
             batch = [frame]
             # Coalesce whatever is already queued into one write.
@@ -363,11 +382,15 @@ class _Session:
                     batch.append(outbox.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
+            data = b"".join(batch)
+            del batch, frame
             try:
-                await self.send.send_all(b"".join(batch))
+                await self.send.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 log.info("output stream broke: %s", exc)
                 broken = True
+            self.conn.done_with(len(data))
+            del data
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
         with self._reading:
