@@ -13,8 +13,8 @@ import time
 import msgspec
 from sansio_jsonrpc import JsonRpcPeer
 
-from streamd.rpc import Envelope, encode_result
-from streamd.wire import HealthParams
+from streamd.recall.wire import HealthParams
+from streamd.rpc.protocol import Envelope, encode_result
 
 FRAME = (
     b'{"jsonrpc":"2.0","id":7,"method":"recall/health",'

@@ -16,9 +16,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from streamd.adapter import Generation, StreamAdapter
-from streamd.parallel import drive
-from streamd.wire import ExpandParams, InitializeParams, SearchParams
+from streamd.recall.adapter import Generation, StreamAdapter
+from streamd.recall.index.parallel import drive
+from streamd.recall.wire import ExpandParams, InitializeParams, SearchParams
 
 # The shared JSON-RPC test client asserts too; keep pytest's detailed messages there.
 pytest.register_assert_rewrite("rpc_client")

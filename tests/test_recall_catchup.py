@@ -12,9 +12,9 @@ import os
 
 import pytest
 
-from streamd.adapter import SAVE_RETRY_NS
 from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError
-from streamd.records import MAX_LINE_BYTES
+from streamd.recall.adapter import SAVE_RETRY_NS
+from streamd.recall.records import MAX_LINE_BYTES
 
 
 def titles(result) -> list[str]:

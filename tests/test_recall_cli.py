@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from streamd import catchup
 from streamd.cli import main
 from streamd.progress import Progress
+from streamd.recall.index import streamfile as catchup
 
 
 @pytest.fixture

@@ -18,8 +18,10 @@ import time
 
 import pytest
 
-from streamd import catchup, durable, parallel
-from streamd.parallel import drive
+from streamd.recall.index import parallel
+from streamd.recall.index import streamfile as catchup
+from streamd.recall.index.parallel import drive
+from streamd.recall.persist import manifest as durable
 
 WORDS = ["amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor"]
 

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from streamd.errors import LOCATOR_EXPIRED, LOCATOR_UNKNOWN, RpcError
-from streamd.wire import ExpandParams
+from streamd.recall.wire import ExpandParams
 
 
 def expand_locator(w, adapter, locator: str, detail: str = "full", budget: int = 0):

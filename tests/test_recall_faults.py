@@ -22,7 +22,7 @@ import pytest
 import trio
 from recall_proc import Proc, req, spawn
 
-from streamd import parallel
+from streamd.recall.index import parallel
 
 FAR = "2999-01-01T00:00:00Z"
 # Generous for a process start plus a few answers on a loaded 2-core machine;
@@ -238,7 +238,7 @@ async def test_a_full_disk_loses_nothing_and_the_index_is_durable_again_once_the
 
 PARALLEL_BUILD = """
 import sys
-from streamd import parallel
+from streamd.recall.index import parallel
 from streamd.cli import main
 # Small enough that a stream of a few MB takes the parallel path, in chunks.
 parallel.PARALLEL_MIN_BYTES = 1 << 20

@@ -10,7 +10,7 @@ import calendar
 
 import pytest
 
-from streamd import gotime
+from streamd.golang import gotime
 
 NS = 1_000_000_000
 

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from streamd import search
+from streamd.recall.query import rank as search
 
 VOCAB = [f"w{i}" for i in range(40)] + ["cats", "cat", "boxes", "city", "cities"]
 

@@ -118,7 +118,7 @@ async def test_a_malformed_frame_does_not_take_the_process_down(world, tmp_path)
 
 STRAY = r"""
 import os, sys
-from streamd import recall_service
+from streamd.recall import service as recall_service
 
 answer = recall_service.RecallService.health
 

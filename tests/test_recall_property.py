@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamd.tokenize import tokenize
+from streamd.recall.tokenize import tokenize
 
 WORDS = ["cat", "cats", "box", "boxes", "city", "cities", "bus", "buses", "lens", "len",
          "news", "new", "alpha", "beta", "td-1", "v1/a1", "church", "churches"]

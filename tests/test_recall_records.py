@@ -11,8 +11,8 @@ import calendar
 
 import pytest
 
-from streamd.index import Index
-from streamd.records import LineError, field_tokens, parse_line, trim_space
+from streamd.recall.index.index import Index
+from streamd.recall.records import LineError, field_tokens, parse_line, trim_space
 
 NS = 1_000_000_000
 AT = b'"event_time":"2026-05-02T09:12:00Z"'

@@ -17,8 +17,8 @@ import pytest
 import trio
 import trio.testing
 
-from streamd import gotime
 from streamd.daemon import Daemon
+from streamd.golang import gotime
 from streamd.rpc import Server
 
 FAR = "2999-01-01T00:00:00Z"
@@ -696,7 +696,7 @@ async def test_a_locator_with_a_newline_in_its_local_part_is_invalid_params(worl
 async def test_a_build_that_crashes_is_an_internal_error_and_the_connection_lives_on(
     world, monkeypatch
 ):
-    from streamd import adapter as adapter_module
+    from streamd.recall import adapter as adapter_module
 
     calls = {"n": 0}
     real = adapter_module.StreamAdapter.build

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamd import gounicode
-from streamd.tokenize import UNICODE_VERSION, fold, lower, tokenize
+from streamd.golang import gounicode
+from streamd.recall.tokenize import UNICODE_VERSION, fold, lower, tokenize
 
 
 @pytest.mark.parametrize(

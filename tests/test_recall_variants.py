@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamd.relevance import relevance, relevance_over_counts
-from streamd.variants import NUMBER_VARIANT_WEIGHT, number_variants, resolve
+from streamd.recall.query.relevance import relevance, relevance_over_counts
+from streamd.recall.query.variants import NUMBER_VARIANT_WEIGHT, number_variants, resolve
 
 
 @pytest.mark.parametrize(

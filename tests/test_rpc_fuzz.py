@@ -35,8 +35,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamd.daemon import Daemon
-from streamd.framing import nests_deeper_than
-from streamd.rpc import SHUTDOWN_METHOD, Connection, Server
+from streamd.rpc import Connection, Server
+from streamd.rpc.framing import nests_deeper_than
+from streamd.rpc.protocol import SHUTDOWN_METHOD
 
 EXAMPLES = int(os.environ.get("STREAMD_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(

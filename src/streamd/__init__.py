@@ -21,7 +21,13 @@ How the layers stack, bottom up:
 * ``cli``: the ``streamd`` command.
 """
 
-from .errors import RpcError, is_closed, is_event_conflict, is_session_locked, is_session_not_found
+from streamd.errors import (
+    RpcError,
+    is_closed,
+    is_event_conflict,
+    is_session_locked,
+    is_session_not_found,
+)
 
 __all__ = [
     "RpcError",

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 
 import trio
 
-from . import gotime, logsink
-from .daemon import Config, Daemon, serve_socket, serve_stdio
-from .parallel import drive
+from streamd import logsink
+from streamd.daemon import Config, Daemon, serve_socket, serve_stdio
+from streamd.golang import gotime
+from streamd.recall.index.parallel import drive
 
 DESCRIPTION = (
     "streamd: a Recall stream adapter and a durable event log over newline-delimited "
@@ -105,11 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["conformance"]:
-        from .conformance import main as conformance_main
+        from streamd.conformance import main as conformance_main
 
         return conformance_main(argv[1:])
     if argv[:1] == ["log"]:
-        from .eventlog.cli import main as log_main
+        from streamd.eventlog.cli import main as log_main
 
         return log_main(argv[1:])
     parser = build_parser()
@@ -130,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "index":
             return _index(args)
         if args.command == "demo":
-            from .demo import run_demo
+            from streamd.demo import run_demo
 
             return run_demo()
     except KeyboardInterrupt:
@@ -143,10 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _index(args: argparse.Namespace) -> int:
-    from .adapter import StreamAdapter
-    from .errors import RpcError
-    from .progress import Progress
-    from .wire import InitializeParams
+    from streamd.errors import RpcError
+    from streamd.progress import Progress
+    from streamd.recall.adapter import StreamAdapter
+    from streamd.recall.wire import InitializeParams
 
     files = [os.path.abspath(p) for p in args.paths]
     os.makedirs(args.workdir, exist_ok=True)
@@ -171,7 +172,7 @@ def _index(args: argparse.Namespace) -> int:
 
 
 def catchup_size(path: str) -> int:
-    from .catchup import file_size
+    from streamd.recall.index.streamfile import file_size
 
     return file_size(path) or 0
 
@@ -179,8 +180,8 @@ def catchup_size(path: str) -> int:
 def _open(paths: list[str], workdir: str | None):
     """An adapter over ``paths``: in memory, or resuming the durable index in
     ``workdir`` (the one ``streamd index`` builds) so repeated runs are instant."""
-    from .adapter import StreamAdapter
-    from .wire import InitializeParams
+    from streamd.recall.adapter import StreamAdapter
+    from streamd.recall.wire import InitializeParams
 
     adapter = StreamAdapter(persist=workdir is not None)
     files = [os.path.abspath(p) for p in paths]
@@ -203,8 +204,8 @@ def _time_arg(value: str | None, name: str) -> str | None:
 def _search(args: argparse.Namespace) -> int:
     import msgspec
 
-    from .errors import RpcError
-    from .wire import SearchParams
+    from streamd.errors import RpcError
+    from streamd.recall.wire import SearchParams
 
     filters = {k: v for k, v in (("since", _time_arg(args.since, "since")),
                                  ("until", _time_arg(args.until, "until"))) if v}
@@ -249,8 +250,8 @@ def _print_hits(result: dict) -> None:
 def _expand(args: argparse.Namespace) -> int:
     import msgspec
 
-    from .errors import RpcError
-    from .wire import ExpandParams
+    from streamd.errors import RpcError
+    from streamd.recall.wire import ExpandParams
 
     locator = args.locator if ":" in args.locator else f"stream:{args.locator}"
     try:

@@ -38,14 +38,14 @@ from typing import Literal
 
 import trio
 
-from .errors import SOURCE_UNAVAILABLE, RpcError
-from .eventlog.log import DEFAULT_WATCH_INTERVAL, EventLog
-from .eventlog.model import DEFAULT_WATCH_BUFFER_BYTES
-from .eventlog.service import eventlog_methods
-from .eventlog.store import closed_error
-from .recall_service import RecallService
-from .rpc import Connection, Method, MethodTable, Server
-from .stdio import StdinStream, StdoutStream, claim_stdout
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.log import DEFAULT_WATCH_INTERVAL, EventLog
+from streamd.eventlog.model import DEFAULT_WATCH_BUFFER_BYTES
+from streamd.eventlog.service import eventlog_methods
+from streamd.eventlog.store import closed_error
+from streamd.recall.service import RecallService
+from streamd.rpc import Connection, Method, MethodTable, Server
+from streamd.rpc.stdio import StdinStream, StdoutStream, claim_stdout
 
 log = logging.getLogger("streamd")
 

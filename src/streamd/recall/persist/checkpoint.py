@@ -12,9 +12,9 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from . import gotime
-from .catchup import Cursor
-from .durable import write_atomic
+from streamd.golang import gotime
+from streamd.recall.index.streamfile import Cursor
+from streamd.recall.persist.manifest import write_atomic
 
 CHECKPOINT_FILE = "cursor.json"
 

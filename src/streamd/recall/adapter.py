@@ -36,26 +36,29 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from . import catchup, gotime, parallel, render
-from .builder import Consumer
-from .catchup import Cursor
-from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from .durable import DurableIndex
-from .errors import (
+from streamd.errors import (
     INVALID_PARAMS,
     LOCATOR_EXPIRED,
     LOCATOR_UNKNOWN,
     SOURCE_UNAVAILABLE,
     RpcError,
 )
-from .gofmt import quote
-from .index import Index, View
-from .records import LineError, Record, parse_line, trim_space
-from .search import Query, rank, relevance_of
-from .search import query_mode as mode_of
-from .settings import SETTINGS_SCHEMA, Settings, parse_settings, resolve_files
-from .tokenize import UNICODE_VERSION
-from .wire import ExpandParams, InitializeParams, SearchParams
+from streamd.golang import gotime
+from streamd.golang.quote import quote
+from streamd.recall.index import parallel
+from streamd.recall.index import streamfile as catchup
+from streamd.recall.index.build import Consumer
+from streamd.recall.index.index import Index, View
+from streamd.recall.index.streamfile import Cursor
+from streamd.recall.persist.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from streamd.recall.persist.manifest import DurableIndex
+from streamd.recall.query import render
+from streamd.recall.query.rank import Query, rank, relevance_of
+from streamd.recall.query.rank import query_mode as mode_of
+from streamd.recall.records import LineError, Record, parse_line, trim_space
+from streamd.recall.settings import SETTINGS_SCHEMA, Settings, parse_settings, resolve_files
+from streamd.recall.tokenize import UNICODE_VERSION
+from streamd.recall.wire import ExpandParams, InitializeParams, SearchParams
 
 ADAPTER_ID = "recall-stream/1"
 DISPLAY_NAME = "JSONL Stream"
@@ -536,7 +539,7 @@ class StreamAdapter:
 
 
 def failure_reason(err: RpcError) -> str:
-    from .errors import DEADLINE_EXCEEDED
+    from streamd.errors import DEADLINE_EXCEEDED
 
     if err.code == DEADLINE_EXCEEDED:
         return "deadline_exceeded"

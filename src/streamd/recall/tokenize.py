@@ -31,7 +31,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
-from . import gounicode
+from streamd.golang import gounicode
 
 UNICODE_VERSION = gounicode.UNICODE_VERSION
 

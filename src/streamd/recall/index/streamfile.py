@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from .errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 
 CHUNK = 1 << 20
 # A line longer than this is consumed without being held: it fails anyway

@@ -23,8 +23,8 @@ from typing import Any
 
 import msgspec
 
-from . import gotime
-from .tokenize import GO_SPACE, fold, tokenize
+from streamd.golang import gotime
+from streamd.recall.tokenize import GO_SPACE, fold, tokenize
 
 MIN_SCHEMA = 1
 MAX_SCHEMA = 2

@@ -43,11 +43,12 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from . import catchup, gotime
-from .builder import Consumer
-from .catchup import Cursor
-from .index import Index
-from .segment import Segment
+from streamd.golang import gotime
+from streamd.recall.index import streamfile as catchup
+from streamd.recall.index.build import Consumer
+from streamd.recall.index.index import Index
+from streamd.recall.index.segment import Segment
+from streamd.recall.index.streamfile import Cursor
 
 PARALLEL_MIN_BYTES = 32 << 20
 T = TypeVar("T")

@@ -41,10 +41,10 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from . import catchup
-from . import segment as seg
-from .catchup import Cursor
-from .segment import Segment
+from streamd.recall.index import segment as seg
+from streamd.recall.index import streamfile as catchup
+from streamd.recall.index.segment import Segment
+from streamd.recall.index.streamfile import Cursor
 
 FORMAT = 2
 MANIFEST = "manifest.json"

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
-from . import catchup, gotime
-from .catchup import Cursor
-from .index import Index
-from .records import MAX_LINE_BYTES, LineError, field_tokens, parse_line, trim_space
-from .tokenize import fold
+from streamd.golang import gotime
+from streamd.recall.index import streamfile as catchup
+from streamd.recall.index.index import Index
+from streamd.recall.index.streamfile import Cursor
+from streamd.recall.records import MAX_LINE_BYTES, LineError, field_tokens, parse_line, trim_space
+from streamd.recall.tokenize import fold
 
 # Lines handled between two yields of a build.
 BUILD_SLICE = 2000

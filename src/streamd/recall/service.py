@@ -16,10 +16,9 @@ from typing import Any
 
 import trio
 
-from .adapter import Generation, StreamAdapter
-from .errors import INTERNAL_ERROR, RpcError
-from .rpc import Connection, Method, Request
-from .wire import (
+from streamd.errors import INTERNAL_ERROR, RpcError
+from streamd.recall.adapter import Generation, StreamAdapter
+from streamd.recall.wire import (
     ExpandParams,
     HealthParams,
     InitializeParams,
@@ -27,6 +26,7 @@ from .wire import (
     SearchParams,
     deadline_of,
 )
+from streamd.rpc import Connection, Method, Request
 
 log = logging.getLogger("streamd.recall")
 
@@ -110,7 +110,7 @@ class RecallService:
     def __init__(self, conn: Connection, adapter: StreamAdapter | None = None) -> None:
         self.adapter = adapter or StreamAdapter()
         self.scanner = Scanner(self.adapter)
-        conn.nursery.start_soon(self.scanner.run)
+        conn.start_soon(self.scanner.run)
         conn.on_close(self._close)
 
     async def _close(self) -> None:

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import variants as numvar
-from .index import NS, View
-from .relevance import relevance_over_counts
-from .tokenize import tokenize
+from streamd.recall.index.index import NS, View
+from streamd.recall.query import variants as numvar
+from streamd.recall.query.relevance import relevance_over_counts
+from streamd.recall.tokenize import tokenize
 
 # Below this many matches a plain Python sort is cheaper than partitioning.
 _SMALL = 2048

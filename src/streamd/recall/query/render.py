@@ -5,9 +5,9 @@ Sizes are UTF-8 bytes and cuts land on character boundaries, as in Go.
 
 from __future__ import annotations
 
-from . import gotime
-from .records import Record
-from .tokenize import GO_SPACE
+from streamd.golang import gotime
+from streamd.recall.records import Record
+from streamd.recall.tokenize import GO_SPACE
 
 EXCERPT_BYTES = 240
 CONTEXT_TITLE_BYTES = 120

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from . import gotime
+from streamd.golang import gotime
 
 # The reference decodes these into Go's int: 2**63 and beyond are its
 # "cannot unmarshal number" errors, so they are -32602 here too, before any

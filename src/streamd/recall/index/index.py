@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import segment as seg
-from .records import FIELD_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT
-from .segment import COLUMNS, Segment, SegmentBuilder
-from .tokenize import fold
+from streamd.recall.index import segment as seg
+from streamd.recall.index.segment import COLUMNS, Segment, SegmentBuilder
+from streamd.recall.records import FIELD_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT
+from streamd.recall.tokenize import fold
 
 NS = 1_000_000_000
 # A builder seals at this many records.

@@ -14,9 +14,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import INVALID_PARAMS, RpcError
-from .gofmt import quote
-from .tokenize import fold
+from streamd.errors import INVALID_PARAMS, RpcError
+from streamd.golang.quote import quote
+from streamd.recall.tokenize import fold
 
 DEFAULT_MAX_CANDIDATES = 50
 

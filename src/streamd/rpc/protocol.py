@@ -1,0 +1,341 @@
+"""JSON-RPC 2.0 frames as events, and the frames we write: sans-I/O.
+
+:class:`FrameReader` takes bytes as they arrive and hands back one event per
+frame, without awaiting anything, so every rule below is tested without an
+event loop; the Trio server (:mod:`~streamd.rpc.server`) only acts on the
+events. The rules:
+
+* What counts as a request: a JSON object with a ``method``. With an ``id``
+  (of any JSON-RPC type, null included: that request is answered with id null
+  and cannot be cancelled) it is a :class:`Call`; without one it is a
+  notification, of which only ``recall/cancel`` and ``$/cancelRequest`` mean
+  anything (:class:`Cancel`); others are :class:`Ignored`.
+* A frame that is not a request is a :class:`Fault`: the error to answer and
+  the id to answer it with (null when none could be read). Not JSON, invalid
+  UTF-8 anywhere but the params, or a lone surrogate escape: -32700. A batch
+  (a JSON array), nesting deeper than ``max_depth``, an integer id outside 64
+  bits, a wrong ``jsonrpc``, a frame over ``max_frame`` bytes: -32600. A
+  response frame is :class:`Ignored`: this server sends no requests, and
+  answering one could start an endless exchange of errors.
+* Params are decoded later, by :func:`bind`, against the method's strict
+  Struct, so an unknown method is -32601 before its params are looked at and a
+  bad params value is -32602 with msgspec's path message.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from streamd import errors
+from streamd.errors import RpcError
+from streamd.golang.quote import quote
+from streamd.rpc.framing import (
+    MAX_DEPTH,
+    MAX_FRAME_BYTES,
+    LineSplitter,
+    Oversized,
+    nests_deeper_than,
+)
+
+if TYPE_CHECKING:
+    from streamd.rpc.server import Request
+
+log = logging.getLogger("streamd.rpc")
+
+RequestId = int | float | str
+
+SHUTDOWN_METHOD = "recall/shutdown"
+CANCEL_METHODS = frozenset({"recall/cancel", "$/cancelRequest"})
+
+# Integer ids must fit the 64-bit integers peers decode them into (Go's int,
+# most JSON-RPC clients), or the answer could not be matched to its request.
+_INT64 = range(-(1 << 63), 1 << 63)
+# A method name is echoed in the error; a megabyte of it need not be.
+_QUOTED_METHOD_CHARS = 256
+
+
+class Envelope(msgspec.Struct):
+    """Any frame, decoded just far enough to route it."""
+
+    jsonrpc: str | None = None
+    # UNSET: the member was absent (a notification); None: a present null.
+    id: RequestId | UnsetType | None = UNSET
+    method: str | None = None
+    params: msgspec.Raw = msgspec.Raw(b"null")
+    # An empty Raw means the member was absent (a present null is b"null").
+    result: msgspec.Raw = msgspec.Raw()
+    error: msgspec.Raw = msgspec.Raw()
+
+
+class CancelParams(msgspec.Struct, forbid_unknown_fields=True):
+    id: RequestId
+
+
+class EmptyParams(msgspec.Struct, forbid_unknown_fields=True):
+    """``recall/shutdown`` takes ``{}`` (or null)."""
+
+
+Handler = Callable[[Any, "Request"], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    """A wire method: its strict params type, its handler, and its deadline.
+
+    ``deadline`` extracts the request's wall-clock deadline (Unix ns) from the
+    decoded params, or None for methods that carry none.
+    """
+
+    name: str
+    params: type
+    handler: Handler
+    deadline: Callable[[Any], int | None] | None = None
+
+
+MethodTable = Mapping[str, Method]
+
+
+# --- events -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A request to answer. ``id`` is None for a request sent with a null id."""
+
+    id: RequestId | None
+    method: str
+    params: msgspec.Raw
+    size: int  # bytes of the frame, counted against the in-flight bound
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """A well-formed cancel notification for the request with this id."""
+
+    id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    id: RequestId | None
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A frame that is answered with ``error`` and otherwise skipped."""
+
+    id: RequestId | None
+    error: RpcError
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """Nothing to do: a blank line, a response, an unknown notification."""
+
+    why: str
+
+
+Event = Call | Cancel | Shutdown | Fault | Ignored
+
+
+class FrameReader:
+    """Bytes in, one :data:`Event` per frame out."""
+
+    def __init__(self, max_frame: int = MAX_FRAME_BYTES, max_depth: int = MAX_DEPTH) -> None:
+        self.max_frame = max_frame
+        self.max_depth = max_depth
+        self._splitter = LineSplitter(max_frame)
+
+    def feed(self, data: bytes) -> list[bytes | Oversized]:
+        """The complete frames ``data`` finishes; classify each with :meth:`event`.
+
+        Frames, not events, so that a caller working through a long list holds
+        each event (and the params it references) only while handling it."""
+        return self._splitter.feed(data)
+
+    def close(self) -> list[bytes | Oversized]:
+        """End of input: a last line without a newline is still a frame."""
+        return self._splitter.close()
+
+    def event(self, frame: bytes | Oversized) -> Event:
+        if isinstance(frame, Oversized):
+            return Fault(None, RpcError(
+                errors.INVALID_REQUEST,
+                f"frame of {frame.size} bytes exceeds the {self.max_frame} byte limit",
+            ))
+        if not frame.strip():
+            return Ignored("blank line")
+        env = self._envelope(frame)
+        if isinstance(env, RpcError):
+            return Fault(None, env)
+        reply_id = None if env.id is UNSET else env.id
+        if env.jsonrpc != "2.0":
+            return Fault(reply_id, RpcError(errors.INVALID_REQUEST, 'jsonrpc must be "2.0"'))
+        if env.method is None:
+            if env.result or env.error:
+                return Ignored("a response")
+            return Fault(
+                reply_id, RpcError(errors.INVALID_REQUEST, "frame has neither a method nor an id")
+            )
+        if env.result or env.error:
+            return Fault(
+                reply_id, RpcError(errors.INVALID_REQUEST, "a request carries no result or error")
+            )
+        if env.id is UNSET:
+            return _notification(env.method, env.params)
+        if env.method == SHUTDOWN_METHOD:
+            try:
+                decode_params(SHUTDOWN_METHOD, env.params, EmptyParams | None)
+            except RpcError as exc:
+                return Fault(reply_id, exc)
+            return Shutdown(reply_id)
+        return Call(reply_id, env.method, env.params, len(frame))
+
+    def _envelope(self, frame: bytes) -> Envelope | RpcError:
+        if nests_deeper_than(frame, self.max_depth):
+            return RpcError(
+                errors.INVALID_REQUEST,
+                f"frame nests arrays and objects more than {self.max_depth} levels deep",
+            )
+        try:
+            env = _envelope_decoder.decode(frame)
+        except msgspec.ValidationError as exc:
+            return _invalid_frame(frame, exc)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            return _parse_error(frame, exc)
+        if isinstance(env.id, int) and env.id not in _INT64:
+            return RpcError(
+                errors.INVALID_REQUEST, "invalid frame: an integer id must fit in 64 bits"
+            )
+        return env
+
+
+def _notification(method: str, params: msgspec.Raw) -> Cancel | Ignored:
+    if method not in CANCEL_METHODS:
+        return Ignored(f"notification {method}")
+    try:
+        return Cancel(decode_params(method, params, CancelParams).id)
+    except RpcError as exc:
+        return Ignored(f"malformed {method}: {exc.message}")
+
+
+def bind(call: Call, methods: MethodTable) -> tuple[Method, Any]:
+    """The method a call names and its decoded params; RpcError -32601/-32602."""
+    method = methods.get(call.method)
+    if method is None:
+        name = call.method
+        if len(name) > _QUOTED_METHOD_CHARS:
+            name = name[:_QUOTED_METHOD_CHARS] + "..."
+        raise RpcError(errors.METHOD_NOT_FOUND, f"unknown method {quote(name)}")
+    # Struct __post_init__ validation raises RpcError with its own words.
+    return method, decode_params(call.method, call.params, method.params)
+
+
+def decode_params(method: str, raw: msgspec.Raw, params_type: Any) -> Any:
+    try:
+        return msgspec.json.decode(raw, type=params_type)
+    except msgspec.DecodeError as exc:
+        raise RpcError(errors.INVALID_PARAMS, f"{method} params: {exc}") from None
+    except UnicodeDecodeError:
+        raise RpcError(
+            errors.INVALID_PARAMS, f"{method} params: a string is not valid UTF-8"
+        ) from None
+
+
+def id_key(request_id: RequestId) -> tuple[str, RequestId]:
+    """The in-flight table's key: 1 and "1" are different ids; 1 and 1.0 the same."""
+    return ("s", request_id) if isinstance(request_id, str) else ("n", request_id)
+
+
+# --- faults -------------------------------------------------------------------
+
+_envelope_decoder = msgspec.json.Decoder(Envelope)
+_batch_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+_well_formed = msgspec.json.Decoder(msgspec.Raw)
+
+# A \uD800-\uDBFF escape (preceded by an even run of backslashes, so it is an
+# escape) not followed by a \uDC00-\uDFFF one. msgspec calls some of these
+# "Input data was truncated", which sends the peer looking for a short write.
+_LONE_HIGH_SURROGATE = re.compile(
+    rb"(?<!\\)(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+)
+
+
+def _parse_error(frame: bytes, exc: Exception) -> RpcError:
+    if isinstance(exc, UnicodeDecodeError):
+        message = "a string is not valid UTF-8"
+    else:
+        message = str(exc)
+        if message == "Input data was truncated" and _LONE_HIGH_SURROGATE.search(frame):
+            message = (
+                "a \\u escape of a high surrogate (D800-DBFF) is not followed by "
+                "a \\u escape of a low surrogate (DC00-DFFF)"
+            )
+    return RpcError(errors.PARSE_ERROR, f"parse error: {message}")
+
+
+def _invalid_frame(frame: bytes, exc: msgspec.ValidationError) -> RpcError:
+    """The envelope did not fit; say whether it was JSON at all, or a batch."""
+    # msgspec stops at the first member of the wrong type; JSON-RPC wants a
+    # parse error for any frame that is not JSON, wherever the fault is.
+    try:
+        _well_formed.decode(frame)
+        frame.decode("utf-8")
+    except (msgspec.DecodeError, UnicodeDecodeError) as fault:
+        return _parse_error(frame, fault)
+    if frame.lstrip()[:1] == b"[":
+        if not _batch_decoder.decode(frame):
+            return RpcError(errors.INVALID_REQUEST, "invalid request: an empty batch")
+        return RpcError(
+            errors.INVALID_REQUEST,
+            "batch requests are not supported: send each request as its own line",
+        )
+    return RpcError(errors.INVALID_REQUEST, f"invalid frame: {exc}")
+
+
+# --- encoders -----------------------------------------------------------------
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode_result(request_id: RequestId | None, result: Any) -> bytes:
+    return b"".join(
+        (b'{"jsonrpc":"2.0","id":', _encoder.encode(request_id), b',"result":',
+         _encoder.encode(result), b"}\n")
+    )
+
+
+def encode_error(request_id: RequestId | None, err: RpcError) -> bytes:
+    body: dict[str, Any] = {"code": err.code, "message": err.message}
+    if err.data is not None:
+        body["data"] = err.data
+    return b"".join(
+        (b'{"jsonrpc":"2.0","id":', _encoder.encode(request_id), b',"error":',
+         _encoder.encode(body), b"}\n")
+    )
+
+
+def error_frame(request_id: RequestId | None, err: RpcError) -> bytes:
+    """:func:`encode_error`, falling back to an internal error that always encodes:
+    a handler's error data (or a message holding a lone surrogate) that JSON
+    cannot carry must still produce an answer."""
+    try:
+        return encode_error(request_id, err)
+    except Exception:
+        log.exception("cannot encode %r", err)
+        message = f"{err.name}: the error could not be encoded"
+        return encode_error(request_id, RpcError(errors.INTERNAL_ERROR, message))
+
+
+def encode_notification(method: str, params: Any) -> bytes:
+    return b"".join(
+        (b'{"jsonrpc":"2.0","method":', _encoder.encode(method), b',"params":',
+         _encoder.encode(params), b"}\n")
+    )
