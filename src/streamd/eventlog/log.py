@@ -32,8 +32,8 @@ Tasks and their rules
   are read with their content as raw JSON and decoded when handed out, so the
   buffer holds about the bytes it counts (``raw_content=True`` hands them out
   raw, for a consumer that only re-encodes them: the JSON-RPC watch).
-* **Lease heartbeats** run in a nursery the caller supplies (the daemon's, or a
-  client connection's), one task per lease. A heartbeat that updates no row means
+* **Lease heartbeats** run in the log's own nursery, or in one the caller
+  supplies, one task per lease. A heartbeat that updates no row means
   the lease was stolen: ``Lease.lost`` is set, ``on_lost`` runs, the task ends. A
   heartbeat that fails with a database error is retried at the next tick; it is
   not a loss.
@@ -916,12 +916,14 @@ class EventLog:
         user: str,
         session: str,
         *,
-        nursery: trio.Nursery,
+        nursery: trio.Nursery | None = None,
         stale_after_ms: int = DEFAULT_STALE_AFTER_MS,
         heartbeat_ms: int | None = None,
         on_lost: Callable[[Lease], Awaitable[None]] | None = None,
     ) -> Lease:
-        """Take the session's lease and start its heartbeat in ``nursery``.
+        """Take the session's lease and start its heartbeat in ``nursery``, or in
+        the log's own nursery when none is given (then it beats until the lease is
+        released or lost, or the log closes).
 
         ``stale_after_ms`` is our promise to others (how old our heartbeat may
         get before the lease may be taken from us), stored with the lease;
@@ -964,7 +966,11 @@ class EventLog:
         )
         self._leases[lease.lock] = lease
         try:
-            nursery.start_soon(self._heartbeat, lease)
+            if nursery is not None:
+                nursery.start_soon(self._heartbeat, lease)
+            else:
+                assert self._nursery is not None  # the store call above opened the log
+                self._nursery.start_soon(self._heartbeat, lease)
         except BaseException:
             await lease.release()
             raise

@@ -23,9 +23,9 @@ What this module adds is per-connection behaviour:
   (:data:`~streamd.eventlog.model.REPLY_BUDGET_BYTES`, half the frame limit),
   so every reply is a frame the client can read, and say how to continue.
 * Leases belong to the connection that took them: their heartbeats run in the
-  connection's nursery, a stolen lease is reported on that connection as
+  log's nursery until released, a stolen lease is reported on that connection as
   ``eventlog/lock_lost {lock, holder}``, and whatever a connection still holds is
-  released when it closes.
+  released (its heartbeat stopped) when it closes.
 
 The database is opened by the first ``eventlog/*`` call (the EventLog is lazy,
 and the daemon creates it on first use), so a Recall core that never calls one
@@ -198,7 +198,6 @@ class _Service:
             p.app,
             p.user,
             p.session,
-            nursery=conn.nursery,
             stale_after_ms=p.stale_after_ms,
             heartbeat_ms=p.heartbeat_ms,
             on_lost=on_lost,
