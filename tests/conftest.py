@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from streamd.recall import oneshot
 from streamd.recall.adapter import Generation, StreamAdapter
-from streamd.recall.index.parallel import drive
 from streamd.recall.wire import ExpandParams, InitializeParams, SearchParams
 
 # The shared JSON-RPC test client asserts too; keep pytest's detailed messages there.
@@ -91,10 +91,7 @@ class RecallWorld:
     @staticmethod
     def current(adapter: StreamAdapter, full: bool = False) -> Generation:
         """Catch up as the refresh scanner does: build only when needed."""
-        if adapter.needs_build(full):
-            return drive(adapter.build(full))
-        assert adapter.snap is not None
-        return adapter.snap
+        return oneshot.current(adapter, full)
 
     @classmethod
     def search(
@@ -113,7 +110,7 @@ class RecallWorld:
             body["as_of"] = as_of
         params = msgspec.convert(body, SearchParams)
         snap = cls.current(adapter)
-        return adapter.search(snap, params, RECALL_BUILD_NS)
+        return msgspec.to_builtins(oneshot.search(adapter, snap, params, RECALL_BUILD_NS))
 
     @classmethod
     def expand(
@@ -125,7 +122,14 @@ class RecallWorld:
             ExpandParams,
         )
         adapter.parse_locator(params)
-        return adapter.expand(cls.current(adapter), params)
+        return msgspec.to_builtins(oneshot.expand(adapter, cls.current(adapter), params))
+
+    @staticmethod
+    def health(adapter: StreamAdapter, snap: Generation | None = None) -> dict[str, Any]:
+        """Health of ``snap`` (the published generation by default), as on the wire."""
+        snap = adapter.snap if snap is None else snap
+        assert snap is not None
+        return msgspec.to_builtins(adapter.health(snap))
 
 
 @pytest.fixture

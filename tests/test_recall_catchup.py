@@ -140,7 +140,7 @@ def test_bad_lines_count_as_failed_and_never_fail_the_scan(recall_world):
     assert result["outcome"] == "partial"
     d = result["diagnostics"]
     assert (d["failed_records"], d["coverage"], d["indexed"]) == (2, "partial", 2)
-    health = adapter.health(adapter.snap)
+    health = w.health(adapter)
     assert (health["status"], health["coverage"]) == ("degraded", "partial")
     assert (health["record_count"], health["indexed_count"], health["failed_count"]) == (4, 2, 2)
 
@@ -182,13 +182,13 @@ def test_a_shrunk_file_is_rebuilt_in_full_and_reported_as_rewritten(recall_world
     result = w.search(adapter, "")
     assert titles(result) == ["new"]
     assert result["diagnostics"]["generation"] == "gen-2"
-    health = adapter.health(adapter.snap)
+    health = w.health(adapter)
     assert health["status"] == "degraded"
     assert health["diagnostics"]["stream_rewritten"] is True
     # The next ordinary append is an ordinary generation again.
     w.append("a.jsonl", w.rec("n2", at(10), title="newer"))
     assert titles(w.search(adapter, "")) == ["newer", "new"]
-    health = adapter.health(adapter.snap)
+    health = w.health(adapter)
     assert health["status"] == "healthy"
     assert "stream_rewritten" not in health["diagnostics"]
 
@@ -204,7 +204,7 @@ def test_a_file_gone_after_being_read_is_a_rewrite_and_a_missing_file(recall_wor
     assert titles(result) == ["from a"]
     assert result["outcome"] == "partial"
     assert result["diagnostics"]["missing_files"] == ["b.jsonl"]
-    health = adapter.health(adapter.snap)
+    health = w.health(adapter)
     assert health["diagnostics"]["stream_rewritten"] is True
     assert health["diagnostics"]["missing_files"] == ["b.jsonl"]
     assert (health["status"], health["coverage"]) == ("degraded", "partial")
@@ -217,7 +217,7 @@ def test_a_file_that_shrank_between_processes_is_reported_on_the_first_build(rec
     w.write("a.jsonl", w.rec("r1", at(0), title="one"))
     fresh = w.adapter()
     snap = w.current(fresh)
-    assert fresh.health(snap)["diagnostics"].get("stream_rewritten") is True
+    assert w.health(fresh, snap)["diagnostics"].get("stream_rewritten") is True
 
 
 # --- missing and unreadable files ----------------------------------------------------
@@ -233,7 +233,7 @@ def test_a_missing_file_is_named_and_makes_coverage_partial(recall_world):
     assert result["outcome"] == "partial"
     assert result["diagnostics"]["missing_files"] == ["b.jsonl"]  # base name only
     assert result["diagnostics"]["coverage"] == "partial"
-    health = adapter.health(adapter.snap)
+    health = w.health(adapter)
     assert (health["status"], health["coverage"]) == ("degraded", "partial")
     assert health["diagnostics"]["missing_files"] == ["b.jsonl"]
     assert "stream_rewritten" not in health["diagnostics"]
@@ -381,7 +381,7 @@ def test_a_missing_workdir_is_not_created_and_health_says_checkpoint_unwritable(
     nowhere = w.root / "no-such-workdir"
     adapter = w.adapter(workdir=str(nowhere))
     assert titles(w.search(adapter, "one")) == ["one"]
-    health = adapter.health(adapter.snap)
+    health = w.health(adapter)
     assert health["diagnostics"]["checkpoint_unwritable"] is True
     assert health["status"] == "degraded"
     assert not nowhere.exists()
@@ -395,14 +395,14 @@ def test_a_failed_save_is_retried_by_a_refresh_at_once_and_otherwise_after_a_pau
     adapter = w.adapter(workdir=str(later))
     adapter.clock = lambda: now[0]
     snap = w.current(adapter)
-    assert adapter.health(snap)["diagnostics"]["checkpoint_unwritable"] is True
+    assert w.health(adapter, snap)["diagnostics"]["checkpoint_unwritable"] is True
     assert (adapter.save_due(asked=True), adapter.save_due(asked=False)) == (True, False)
     now[0] += SAVE_RETRY_NS
     assert adapter.save_due(asked=False) is True
 
     later.mkdir()  # the host makes room
     adapter.save_again()
-    health = adapter.health(adapter.snap)
+    health = w.health(adapter)
     assert (health["status"], health["index_generation"], health["diagnostics"]) == (
         "healthy", "gen-1", {"files": 1})
     assert adapter.save_due(asked=True) is False
@@ -460,7 +460,7 @@ def test_health_of_a_complete_generation(recall_world):
     w.write("a.jsonl", line)
     adapter = w.adapter()
     watermark = f"bytes={len(line)} records=1 latest=2026-05-02T10:00:00Z"
-    assert adapter.health(w.current(adapter)) == {
+    assert w.health(adapter, w.current(adapter)) == {
         "status": "healthy",
         "checked_at": "2027-01-15T08:00:00Z",
         "last_success_at": "2027-01-15T08:00:00Z",
@@ -479,7 +479,7 @@ def test_an_empty_stream_file_is_healthy_and_its_generation_is_saved(recall_worl
     w = recall_world
     p = w.write("s.jsonl")
     adapter = w.adapter([], location=str(p))
-    assert adapter.health(w.current(adapter)) == {
+    assert w.health(adapter, w.current(adapter)) == {
         "status": "healthy",
         "checked_at": "2027-01-15T08:00:00Z",
         "last_success_at": "2027-01-15T08:00:00Z",
@@ -498,7 +498,7 @@ def test_a_stream_whose_only_line_fails_is_partial_but_its_checkpoint_is_written
     w = recall_world
     p = w.write("s.jsonl", b"junk\n")
     adapter = w.adapter([], location=str(p))
-    assert adapter.health(w.current(adapter)) == {
+    assert w.health(adapter, w.current(adapter)) == {
         "status": "degraded",
         "checked_at": "2027-01-15T08:00:00Z",
         "last_success_at": "2027-01-15T08:00:00Z",

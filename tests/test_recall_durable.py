@@ -175,7 +175,7 @@ def test_a_fifo_in_place_of_a_stream_file_is_refused_without_waiting_for_a_write
     fifo = str(recall_world.root / "pipe")
     os.mkfifo(fifo)
     assert without_a_writer(fifo, lambda: durable.fingerprint(fifo, 10)) == ""
-    assert without_a_writer(fifo, lambda: catchup.read_line(fifo, 0, 10)) is None
+    assert without_a_writer(fifo, lambda: catchup.read_spans([catchup.Span(fifo, 0, 10)])) == [None]
     refused = without_a_writer(fifo, lambda: catchup.last_newline_before(fifo, 10))
     assert isinstance(refused, OSError) and "not a regular file" in str(refused)
 

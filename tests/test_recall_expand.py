@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from streamd.errors import LOCATOR_EXPIRED, LOCATOR_UNKNOWN, RpcError
+from streamd.recall import oneshot
 from streamd.recall.wire import ExpandParams
 
 
@@ -23,7 +24,7 @@ def expand_locator(w, adapter, locator: str, detail: str = "full", budget: int =
         ExpandParams,
     )
     adapter.parse_locator(params)
-    return adapter.expand(w.current(adapter), params)
+    return msgspec.to_builtins(oneshot.expand(adapter, w.current(adapter), params))
 
 
 def error_of(fn, *args, **kwargs) -> tuple[int, str]:

@@ -84,7 +84,7 @@ def test_a_restart_after_a_shrink_rebuilds_and_answers_like_a_fresh_process(reca
     w.write("a.jsonl", *lines(w, 0, 10, word="omega"))
     restarted = w.adapter()
     assert answers(w, restarted) == answers(w, fresh(w))
-    assert restarted.health(restarted.snap)["diagnostics"].get("stream_rewritten") is True
+    assert w.health(restarted)["diagnostics"].get("stream_rewritten") is True
 
 
 def test_a_restart_after_a_same_length_rewrite_of_the_head_answers_from_the_new_bytes(
@@ -121,7 +121,7 @@ def test_a_rewrite_that_did_not_shrink_is_reported_as_rewritten_after_a_restart(
     w.current(w.adapter())
     w.write("a.jsonl", *lines(w, 0, 20, word="omega"))
     restarted = w.adapter()
-    health = restarted.health(w.current(restarted))
+    health = w.health(restarted, w.current(restarted))
     assert health["diagnostics"]["stream_rewritten"] is True
     assert health["status"] == "degraded"
     assert w.search(restarted, "omega")["diagnostics"]["matched"] == 20

@@ -359,7 +359,10 @@ async def test_the_reader_stops_at_the_in_flight_count_and_resumes_as_requests_f
             await trio.testing.wait_all_tasks_blocked()
             assert gate.started == 3
             gate.release.release()
-            assert (await peer.recv())["id"] == 0
+            # Which of the three admitted requests the release wakes is the
+            # scheduler's choice; that the fourth waited for it is the claim.
+            first = (await peer.recv())["id"]
+            assert first in {0, 1, 2}
             await trio.testing.wait_all_tasks_blocked()
             assert gate.started == 4
             for _ in range(6):
@@ -368,7 +371,8 @@ async def test_the_reader_stops_at_the_in_flight_count_and_resumes_as_requests_f
             assert gate.started == 10
             for _ in range(3):
                 gate.release.release()
-            assert sorted([(await peer.recv())["id"] for _ in range(9)]) == list(range(1, 10))
+            rest = sorted([(await peer.recv())["id"] for _ in range(9)])
+            assert rest == sorted(set(range(10)) - {first})
 
 
 async def test_the_reader_stops_at_the_in_flight_bytes_but_always_admits_one_request():

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Sequence
 
 import trio
@@ -177,24 +176,6 @@ def catchup_size(path: str) -> int:
     return file_size(path) or 0
 
 
-def _open(paths: list[str], workdir: str | None):
-    """An adapter over ``paths``: in memory, or resuming the durable index in
-    ``workdir`` (the one ``streamd index`` builds) so repeated runs are instant."""
-    from streamd.recall.adapter import StreamAdapter
-    from streamd.recall.wire import InitializeParams
-
-    adapter = StreamAdapter(persist=workdir is not None)
-    files = [os.path.abspath(p) for p in paths]
-    adapter.initialize(
-        InitializeParams(
-            protocol_version_min=1, protocol_version_max=1,
-            workdir=workdir or os.path.join(os.sep, "nonexistent-streamd-workdir"),
-            source_id="stream", location=os.path.dirname(files[0]), settings={"files": files},
-        )
-    )
-    return adapter, drive(adapter.build(full=False))
-
-
 def _time_arg(value: str | None, name: str) -> str | None:
     if value is not None and gotime.parse(value) is None:
         raise SystemExit(f"streamd: --{name} {value!r} is not an RFC 3339 time")
@@ -205,6 +186,7 @@ def _search(args: argparse.Namespace) -> int:
     import msgspec
 
     from streamd.errors import RpcError
+    from streamd.recall import oneshot
     from streamd.recall.wire import SearchParams
 
     filters = {k: v for k, v in (("since", _time_arg(args.since, "since")),
@@ -214,9 +196,9 @@ def _search(args: argparse.Namespace) -> int:
     if args.as_of:
         body["as_of"] = _time_arg(args.as_of, "as-of")
     try:
-        adapter, snap = _open(args.paths, args.workdir)
+        adapter, snap = oneshot.open_adapter(args.paths, args.workdir)
         params = msgspec.convert(body, SearchParams)
-        result = adapter.search(snap, params, time.time_ns())
+        result = msgspec.to_builtins(oneshot.search(adapter, snap, params))
     except RpcError as exc:
         print(f"streamd: {exc.message}", file=sys.stderr)
         return 1
@@ -251,17 +233,18 @@ def _expand(args: argparse.Namespace) -> int:
     import msgspec
 
     from streamd.errors import RpcError
+    from streamd.recall import oneshot
     from streamd.recall.wire import ExpandParams
 
     locator = args.locator if ":" in args.locator else f"stream:{args.locator}"
     try:
-        adapter, snap = _open(args.paths, args.workdir)
+        adapter, snap = oneshot.open_adapter(args.paths, args.workdir)
         params = msgspec.convert(
             {"locator": locator, "detail": args.detail, "budget_bytes": max(args.budget, 0),
              "deadline": "2999-01-01T00:00:00Z"},
             ExpandParams,
         )
-        result = adapter.expand(snap, params)
+        result = msgspec.to_builtins(oneshot.expand(adapter, snap, params))
     except RpcError as exc:
         print(f"streamd: {exc.message}", file=sys.stderr)
         return 1

@@ -39,11 +39,14 @@ from typing import Literal
 import trio
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
-from streamd.eventlog.log import DEFAULT_WATCH_INTERVAL, EventLog
-from streamd.eventlog.model import DEFAULT_WATCH_BUFFER_BYTES
+from streamd.eventlog import (
+    DEFAULT_WATCH_BUFFER_BYTES,
+    DEFAULT_WATCH_INTERVAL,
+    EventLog,
+    closed_error,
+)
 from streamd.eventlog.service import eventlog_methods
-from streamd.eventlog.store import closed_error
-from streamd.recall.service import RecallService
+from streamd.recall.service import Offload, RecallService, to_thread
 from streamd.rpc import Connection, Method, MethodTable, Server
 from streamd.rpc.stdio import StdinStream, StdoutStream, claim_stdout
 
@@ -64,8 +67,9 @@ class Config:
 
 
 class Daemon:
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Config | None = None, *, offload: Offload = to_thread) -> None:
         self.config = config or Config()
+        self.offload = offload
         # Built once: one lease table for every connection of this daemon.
         self._eventlog_methods: list[Method] = eventlog_methods(self.eventlog)
         self._nursery: trio.Nursery | None = None
@@ -74,7 +78,7 @@ class Daemon:
         self._opening: trio.Lock | None = None
 
     def methods_for(self, conn: Connection) -> MethodTable:
-        table = {m.name: m for m in RecallService(conn).methods()}
+        table = {m.name: m for m in RecallService(conn, offload=self.offload).methods()}
         for m in self._eventlog_methods:
             table[m.name] = m
         return table

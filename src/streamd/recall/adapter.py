@@ -34,9 +34,11 @@ import os
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+
+from msgspec import UNSET, UnsetType
 
 from streamd.errors import (
+    DEADLINE_EXCEEDED,
     INVALID_PARAMS,
     LOCATOR_EXPIRED,
     LOCATOR_UNKNOWN,
@@ -45,20 +47,32 @@ from streamd.errors import (
 )
 from streamd.golang import gotime
 from streamd.golang.quote import quote
-from streamd.recall.index import parallel
-from streamd.recall.index import streamfile as catchup
+from streamd.recall.index import parallel, streamfile
 from streamd.recall.index.build import Consumer
 from streamd.recall.index.index import Index, View
-from streamd.recall.index.streamfile import Cursor
+from streamd.recall.index.streamfile import Cursor, Span
 from streamd.recall.persist.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from streamd.recall.persist.manifest import DurableIndex
 from streamd.recall.query import render
-from streamd.recall.query.rank import Query, rank, relevance_of
+from streamd.recall.query.rank import Hit, Query, Ranked, rank, relevance_of
 from streamd.recall.query.rank import query_mode as mode_of
 from streamd.recall.records import LineError, Record, parse_line, trim_space
 from streamd.recall.settings import SETTINGS_SCHEMA, Settings, parse_settings, resolve_files
 from streamd.recall.tokenize import UNICODE_VERSION
-from streamd.recall.wire import ExpandParams, InitializeParams, SearchParams
+from streamd.recall.wire import (
+    AdapterManifest,
+    Candidate,
+    CandidateMetadata,
+    ExpandParams,
+    Expansion,
+    FailureDiagnostics,
+    Health,
+    HealthDiagnostics,
+    InitializeParams,
+    SearchDiagnostics,
+    SearchParams,
+    SearchResult,
+)
 
 ADAPTER_ID = "recall-stream/1"
 DISPLAY_NAME = "JSONL Stream"
@@ -73,22 +87,31 @@ PROTOCOL_VERSION = 1
 # which a burst of searches on a still-full disk should not pay each time.
 SAVE_RETRY_NS = 5 * gotime.NS
 
-def manifest() -> dict[str, Any]:
-    return {
-        "protocol_version": PROTOCOL_VERSION,
-        "adapter_id": ADAPTER_ID,
-        "display_name": DISPLAY_NAME,
-        "record_types": ["event", "message"],
-        "query_modes": ["exact", "lexical", "temporal"],
-        "freshness_modes": ["indexed"],
-        "as_of_support": "filter",
-        "relevance_basis": "lexical_span",
-        "capabilities": ["search", "expand", "checkpoint"],
-        "freshness_policy": "indexed: the projection is caught up by byte offset before every "
+def manifest() -> AdapterManifest:
+    return AdapterManifest(
+        protocol_version=PROTOCOL_VERSION,
+        adapter_id=ADAPTER_ID,
+        display_name=DISPLAY_NAME,
+        record_types=["event", "message"],
+        query_modes=["exact", "lexical", "temporal"],
+        freshness_modes=["indexed"],
+        as_of_support="filter",
+        relevance_basis="lexical_span",
+        capabilities=["search", "expand", "checkpoint"],
+        freshness_policy="indexed: the projection is caught up by byte offset before every "
         "search and on recall/refresh; a shortened file forces a full rebuild",
-        "sensitivity": "internal",
-        "settings_schema": SETTINGS_SCHEMA,
-    }
+        sensitivity="internal",
+        settings_schema=SETTINGS_SCHEMA,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ExpandPlan:
+    """What an expansion reads: the record, then its episode (for ``context``)."""
+
+    rec: int
+    local: str
+    episode: list[int]
 
 
 # --- generations ------------------------------------------------------------
@@ -133,7 +156,7 @@ def _changed(paths: list[str], cursors: list[Cursor]) -> bool:
     reference stops at the first missing one, hiding appends behind it."""
     by_path = {c.path: c for c in cursors}
     for path in paths:
-        size = catchup.file_size(path)
+        size = streamfile.file_size(path)
         cur = by_path.get(path)
         if size is None:
             if cur is None or not cur.missing:
@@ -148,7 +171,7 @@ def _shrank(paths: list[str], cursors: dict[str, Cursor]) -> bool:
         cur = cursors.get(path)
         if cur is None or cur.offset == 0:
             continue
-        size = catchup.file_size(path)
+        size = streamfile.file_size(path)
         if size is None or size < cur.offset:
             return True
     return False
@@ -182,7 +205,7 @@ class StreamAdapter:
 
     # handshake
 
-    def initialize(self, p: InitializeParams) -> dict[str, Any]:
+    def initialize(self, p: InitializeParams) -> AdapterManifest:
         offered = min(PROTOCOL_VERSION, p.protocol_version_max)
         if not p.protocol_version_min <= offered <= p.protocol_version_max:
             raise RpcError(
@@ -323,12 +346,21 @@ class StreamAdapter:
         except OSError:
             self.checkpoint_failed = True
 
-    # reading records back
+    # reading records back: the index holds no display fields, so the few
+    # records an answer shows are re-read by offset. The caller reads the
+    # spans (one batch, off the event loop) and hands back the lines.
 
-    def record(self, snap: Generation, rec: int) -> Record:
+    def spans(self, snap: Generation, recs: list[int]) -> list[Span]:
         index = snap.view.index
-        path = self.paths[index.column("file", rec)]
-        line = catchup.read_line(path, index.column("offset", rec), index.column("line_len", rec))
+        return [
+            Span(self.paths[index.column("file", r)], index.column("offset", r),
+                 index.column("line_len", r))
+            for r in recs
+        ]
+
+    def reread(self, snap: Generation, rec: int, line: bytes | None) -> Record:
+        """The record ``rec`` from its re-read line, which must still be it."""
+        index = snap.view.index
         try:
             parsed = parse_line(trim_space(line)) if line is not None else None
         except LineError:
@@ -338,16 +370,16 @@ class StreamAdapter:
             or parsed.id != index.ids[rec]
             or parsed.schema != index.column("schema", rec)
         ):
+            name = os.path.basename(self.paths[index.column("file", rec)])
             raise RpcError(
-                SOURCE_UNAVAILABLE,
-                f"{os.path.basename(path)} changed under the index; refresh and retry",
+                SOURCE_UNAVAILABLE, f"{name} changed under the index; refresh and retry"
             )
         parsed.observed_at = index.observed_at(rec)
         return parsed
 
     # search
 
-    def search(self, snap: Generation, p: SearchParams, started: int) -> dict[str, Any]:
+    def rank(self, snap: Generation, p: SearchParams) -> Ranked:
         limit = self.settings.limit
         if 0 < p.limit < limit:
             limit = p.limit
@@ -358,76 +390,74 @@ class StreamAdapter:
             as_of=p.as_of_ns,
             record_types=tuple(p.filters.record_types or ()),
         )
-        ranked = rank(snap.view, query, limit)
-        candidates = []
-        for position, hit in enumerate(ranked.hits, start=1):
-            rec = self.record(snap, hit.rec)
-            rel = relevance_of(snap.view, hit.rec, ranked.terms, ranked.variants)
-            candidates.append(self._candidate(snap, hit.rec, rec, position, hit, rel, ranked.terms))
-        diagnostics: dict[str, Any] = {
-            "coverage": snap.coverage,
-            "elapsed_ms": (self.clock() - started) // 1_000_000,
-            "failed_records": snap.failed,
-            "generation": snap.name,
-            "indexed": snap.indexed,
-            "matched": ranked.matched,
-        }
-        if snap.missing:
-            diagnostics["missing_files"] = snap.missing
-        diagnostics["query_mode"] = mode_of(ranked.terms, ranked.any_exact)
-        diagnostics["terms"] = len(ranked.terms)
-        return {
-            "candidates": candidates,
-            "diagnostics": diagnostics,
-            "source_watermark": snap.watermark,
-            "outcome": "success" if snap.complete else "partial",
-        }
+        return rank(snap.view, query, limit)
 
-    def _candidate(self, snap, rec_no, rec: Record, rank_: int, hit, rel: float, terms) -> dict:
+    def search_result(
+        self, snap: Generation, ranked: Ranked, lines: list[bytes | None], started: int
+    ) -> SearchResult:
+        """``lines``: the lines of ``self.spans(snap, [hit.rec ...])``, in order."""
+        candidates = []
+        for position, (hit, line) in enumerate(zip(ranked.hits, lines, strict=True), start=1):
+            rec = self.reread(snap, hit.rec, line)
+            rel = relevance_of(snap.view, hit.rec, ranked.terms, ranked.variants)
+            candidates.append(self._candidate(snap, hit, rec, position, rel, ranked.terms))
+        diagnostics = SearchDiagnostics(
+            coverage=snap.coverage,
+            elapsed_ms=(self.clock() - started) // 1_000_000,
+            failed_records=snap.failed,
+            generation=snap.name,
+            indexed=snap.indexed,
+            matched=ranked.matched,
+            missing_files=snap.missing or UNSET,
+            query_mode=mode_of(ranked.terms, ranked.any_exact),
+            terms=len(ranked.terms),
+        )
+        return SearchResult(
+            candidates=candidates,
+            diagnostics=diagnostics,
+            source_watermark=snap.watermark,
+            outcome="success" if snap.complete else "partial",
+        )
+
+    def _candidate(
+        self, snap: Generation, hit: Hit, rec: Record, position: int, rel: float,
+        terms: list[str],
+    ) -> Candidate:
         if hit.exact:
             signal = "exact_identifier"
         elif not terms:
             signal = "field"
         else:
             signal = "lexical"
-        c: dict[str, Any] = {
-            "candidate_id": rec.local,
-            "source_uid": "",
-            "source_id": "",
-            "source_record_id": rec.id,
-            "locator": f"{self.source_id}:{rec.local}",
-        }
         upstream = self.settings.upstream.get(rec.system) if rec.system and rec.ref else None
-        if upstream is not None:
-            c["derived_from"] = [f"{upstream}:{rec.ref}"]
-        c["record_type"] = rec.kind
-        c["title"] = rec.title
-        excerpt = render.clip(rec.text, render.EXCERPT_BYTES)
-        if excerpt:
-            c["excerpt"] = excerpt
-        c["local_rank"] = rank_
-        c["local_score"] = _number(hit.score)
-        c["relevance"] = _number(rel)
-        c["match_signals"] = [signal]
-        c["observed_at"] = gotime.format_nano(rec.observed_at or snap.built_at)
-        c["confirmed_at"] = gotime.format_nano(snap.built_at)
-        c["event_time"] = gotime.format_nano(rec.event_time)
-        c["source_revision"] = snap.name
-        c["sensitivity"] = "internal"
-        meta: dict[str, Any] = {}
-        if rec.actor:
-            meta["actor"] = rec.actor
-        meta["byte_offset"] = snap.view.index.column("offset", rec_no)
-        meta["file"] = os.path.basename(self.paths[snap.view.index.column("file", rec_no)])
-        if rec.ref:
-            meta["ref"] = rec.ref
-        meta["schema"] = rec.schema
-        if rec.system:
-            meta["system"] = rec.system
-        if rec.revision:
-            meta["upstream_revision"] = rec.revision
-        c["metadata"] = meta
-        return c
+        index = snap.view.index
+        return Candidate(
+            candidate_id=rec.local,
+            source_record_id=rec.id,
+            locator=f"{self.source_id}:{rec.local}",
+            derived_from=[f"{upstream}:{rec.ref}"] if upstream is not None else UNSET,
+            record_type=rec.kind,
+            title=rec.title,
+            excerpt=render.clip(rec.text, render.EXCERPT_BYTES) or UNSET,
+            local_rank=position,
+            local_score=_number(hit.score),
+            relevance=_number(rel),
+            match_signals=[signal],
+            observed_at=gotime.format_nano(rec.observed_at or snap.built_at),
+            confirmed_at=gotime.format_nano(snap.built_at),
+            event_time=gotime.format_nano(rec.event_time),
+            source_revision=snap.name,
+            sensitivity="internal",
+            metadata=CandidateMetadata(
+                actor=rec.actor or UNSET,
+                byte_offset=index.column("offset", hit.rec),
+                file=os.path.basename(self.paths[index.column("file", hit.rec)]),
+                ref=rec.ref or UNSET,
+                schema=rec.schema,
+                system=rec.system or UNSET,
+                upstream_revision=rec.revision or UNSET,
+            ),
+        )
 
     # expand
 
@@ -443,7 +473,7 @@ class StreamAdapter:
             raise RpcError(LOCATOR_UNKNOWN, f"{quote(local)} names no schema version")
         return schema, record_id, local
 
-    def expand(self, snap: Generation, p: ExpandParams) -> dict[str, Any]:
+    def expand_plan(self, snap: Generation, p: ExpandParams) -> ExpandPlan:
         schema, record_id, local = self.parse_locator(p)
         # Identities are keyed by the canonical "v%d/%s" spelling, as in the
         # reference: "v01/x" names no held identity even though it parses.
@@ -458,89 +488,91 @@ class StreamAdapter:
                     f"the locator names v{schema}",
                 )
             raise RpcError(LOCATOR_EXPIRED, f"{snap.name} holds no record {record_id}")
-        rec = self.record(snap, rec_no)
-        episode = self._episode(snap, rec) if p.detail == "context" else []
-        content = render.expansion(rec, p.detail, episode)
-        result: dict[str, Any] = {"content": content, "source_revision": snap.name,
-                                  "truncated": False}
-        if p.budget_bytes > 0 and len(content.encode()) > p.budget_bytes:
-            result["content"] = render.cut_bytes(content, p.budget_bytes)
-            result["truncated"] = True
-            result["truncation_boundary"] = "budget_bytes"
-        index = snap.view.index
-        name = os.path.basename(self.paths[index.column("file", rec_no)])
-        result["provenance"] = f"{name}@{index.column('offset', rec_no)} ({local})"
-        return result
+        episode = self._episode(snap, rec_no) if p.detail == "context" else []
+        return ExpandPlan(rec_no, local, episode)
 
-    def _episode(self, snap: Generation, rec: Record) -> list[Record]:
+    def expansion(
+        self, snap: Generation, p: ExpandParams, plan: ExpandPlan, lines: list[bytes | None]
+    ) -> Expansion:
+        """``lines``: those of ``self.spans(snap, [plan.rec, *plan.episode])``."""
+        rec = self.reread(snap, plan.rec, lines[0])
+        episode = [self.reread(snap, r, line)
+                   for r, line in zip(plan.episode, lines[1:], strict=True)]
+        content = render.expansion(rec, p.detail, episode)
+        truncated = p.budget_bytes > 0 and len(content.encode()) > p.budget_bytes
+        index = snap.view.index
+        name = os.path.basename(self.paths[index.column("file", plan.rec)])
+        return Expansion(
+            content=render.cut_bytes(content, p.budget_bytes) if truncated else content,
+            source_revision=snap.name,
+            truncated=truncated,
+            truncation_boundary="budget_bytes" if truncated else UNSET,
+            provenance=f"{name}@{index.column('offset', plan.rec)} ({plan.local})",
+        )
+
+    def _episode(self, snap: Generation, rec: int) -> list[int]:
+        """Records within the episode window of ``rec``'s event time, other ids only."""
         import numpy as np
 
         sec, nsec = snap.view.columns()
-        lo, hi = rec.event_time - EPISODE_WINDOW_NS, rec.event_time + EPISODE_WINDOW_NS
+        at = int(sec[rec]) * gotime.NS + int(nsec[rec])
+        lo, hi = at - EPISODE_WINDOW_NS, at + EPISODE_WINDOW_NS
         ls, ln = divmod(lo, gotime.NS)
         hs, hn = divmod(hi, gotime.NS)
         mask = ((sec > ls) | ((sec == ls) & (nsec >= ln))) & (
             (sec < hs) | ((sec == hs) & (nsec <= hn))
         )
         ids = snap.view.index.ids
-        nearby = [int(r) for r in np.flatnonzero(mask) if ids[r] != rec.id]
-        return [self.record(snap, r) for r in nearby]
+        own = ids[rec]
+        return [int(r) for r in np.flatnonzero(mask) if ids[r] != own]
 
     # health
 
-    def health(self, snap: Generation) -> dict[str, Any]:
-        h: dict[str, Any] = {
-            "status": "healthy",
-            "checked_at": gotime.format_nano(self.clock()),
-            "last_success_at": gotime.format_nano(snap.built_at),
-            "source_watermark": snap.watermark,
-            "index_watermark": snap.watermark,
-            "index_generation": snap.name,
-            "index_config": INDEX_CONFIG,
-        }
-        _put_count(h, "record_count", snap.indexed + snap.failed)
-        _put_count(h, "indexed_count", snap.indexed)
-        _put_count(h, "failed_count", snap.failed)
-        h["coverage"] = snap.coverage
-        diagnostics: dict[str, Any] = {}
-        if self.checkpoint_failed:
-            diagnostics["checkpoint_unwritable"] = True
-        diagnostics["files"] = len(snap.files)
-        if snap.missing:
-            diagnostics["missing_files"] = snap.missing
-        if snap.rewritten:
-            diagnostics["stream_rewritten"] = True
-        h["diagnostics"] = diagnostics
-        if self.checkpoint_failed or not snap.complete or snap.rewritten:
-            h["status"] = "degraded"
-        return h
+    def health(self, snap: Generation) -> Health:
+        degraded = self.checkpoint_failed or not snap.complete or snap.rewritten
+        return Health(
+            status="degraded" if degraded else "healthy",
+            checked_at=gotime.format_nano(self.clock()),
+            last_success_at=gotime.format_nano(snap.built_at),
+            source_watermark=snap.watermark,
+            index_watermark=snap.watermark,
+            index_generation=snap.name,
+            index_config=INDEX_CONFIG,
+            record_count=_count(snap.indexed + snap.failed),
+            indexed_count=_count(snap.indexed),
+            failed_count=_count(snap.failed),
+            coverage=snap.coverage,
+            diagnostics=HealthDiagnostics(
+                checkpoint_unwritable=True if self.checkpoint_failed else UNSET,
+                files=len(snap.files),
+                missing_files=snap.missing or UNSET,
+                stream_rewritten=True if snap.rewritten else UNSET,
+            ),
+        )
 
-    def unhealthy(self, err: RpcError) -> dict[str, Any]:
+    def unhealthy(self, err: RpcError) -> Health:
         """A failed probe, still naming the generation that is answering."""
-        h: dict[str, Any] = {
-            "status": "unavailable",
-            "checked_at": gotime.format_nano(self.clock()),
-        }
+        h = Health(
+            status="unavailable",
+            checked_at=gotime.format_nano(self.clock()),
+            coverage="unknown",
+            diagnostics=FailureDiagnostics(reason=failure_reason(err)),
+        )
         snap, prior = self.snap, self.prior
         if snap is not None:
-            h["last_success_at"] = gotime.format_nano(snap.built_at)
-            h["index_watermark"] = snap.watermark
-            h["index_generation"] = snap.name
-            _put_count(h, "indexed_count", snap.indexed)
+            h.last_success_at = gotime.format_nano(snap.built_at)
+            h.index_watermark = snap.watermark
+            h.index_generation = snap.name
+            h.indexed_count = _count(snap.indexed)
         elif prior.generation > 0:
             if prior.updated_at is not None:
-                h["last_success_at"] = gotime.format_nano(prior.updated_at)
-            if prior.watermark:
-                h["index_watermark"] = prior.watermark
-            h["index_generation"] = f"gen-{prior.generation}"
-        h["coverage"] = "unknown"
-        h["diagnostics"] = {"reason": failure_reason(err)}
+                h.last_success_at = gotime.format_nano(prior.updated_at)
+            h.index_watermark = prior.watermark or UNSET
+            h.index_generation = f"gen-{prior.generation}"
         return h
 
 
 def failure_reason(err: RpcError) -> str:
-    from streamd.errors import DEADLINE_EXCEEDED
-
     if err.code == DEADLINE_EXCEEDED:
         return "deadline_exceeded"
     if err.code == SOURCE_UNAVAILABLE:
@@ -548,9 +580,9 @@ def failure_reason(err: RpcError) -> str:
     return "adapter_error"
 
 
-def _put_count(h: dict[str, Any], key: str, value: int) -> None:
-    if value:
-        h[key] = value
+def _count(value: int) -> int | UnsetType:
+    # The reference leaves zero counts out.
+    return value or UNSET
 
 
 def _number(x: float) -> float | int:

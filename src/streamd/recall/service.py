@@ -9,8 +9,9 @@ cancelled while waiting leaves the build to finish for everyone else.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
+import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,12 +19,19 @@ import trio
 
 from streamd.errors import INTERNAL_ERROR, RpcError
 from streamd.recall.adapter import Generation, StreamAdapter
+from streamd.recall.index.parallel import drive
+from streamd.recall.index.streamfile import Span, read_spans
 from streamd.recall.wire import (
+    AdapterManifest,
     ExpandParams,
+    Expansion,
+    Health,
     HealthParams,
     InitializeParams,
     RefreshParams,
     SearchParams,
+    SearchResult,
+    SkipDiagnostics,
     deadline_of,
 )
 from streamd.rpc import Connection, Method, Request
@@ -40,9 +48,22 @@ class _Ask:
     error: RpcError | None = None
 
 
+Offload = Callable[..., Awaitable[Any]]
+"""How blocking work (a build, the reads an answer renders) leaves the event
+loop: ``offload(fn, *args)`` returns ``fn(*args)``. :func:`to_thread` by
+default; tests on Trio's mock clock, which cannot see a thread and would
+jump past it, run the work inline."""
+
+
+async def to_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    # Abandoned on cancel: a build notices its stop flag by itself.
+    return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+
+
 class Scanner:
-    def __init__(self, adapter: StreamAdapter) -> None:
+    def __init__(self, adapter: StreamAdapter, offload: Offload = to_thread) -> None:
         self.adapter = adapter
+        self.offload = offload
         self._pending: list[_Ask] = []
         self._wake = trio.Event()
         self.builds = 0
@@ -85,31 +106,29 @@ class Scanner:
         if not adapter.needs_build(full):
             assert adapter.snap is not None
             if adapter.save_due(save):
-                adapter.save_again()
+                await self.offload(adapter.save_again)
             return adapter.snap
-        steps = adapter.build(full)
         self.builds += 1
-        while True:
-            try:
-                step = next(steps)
-            except StopIteration as done:
-                return done.value
-            if step is not None:
-                # Worker processes are building a chunk; wait without the loop.
-                await trio.to_thread.run_sync(
-                    concurrent.futures.wait, [step], abandon_on_cancel=True
-                )
-            else:
-                # Let requests and cancellations through between slices of work.
-                await trio.sleep(0)
+        # The build reads stream files and waits on worker processes, so it
+        # runs in a thread, driven by the same loop as the CLI's builds. If
+        # this task is cancelled (the connection ends) the thread is told to
+        # stop and does so at its next step, killing any workers.
+        stop = threading.Event()
+        try:
+            return await self.offload(drive, adapter.build(full), None, stop)
+        finally:
+            stop.set()
 
 
 class RecallService:
     """One adapter per connection, as one recall-stream process per source."""
 
-    def __init__(self, conn: Connection, adapter: StreamAdapter | None = None) -> None:
+    def __init__(
+        self, conn: Connection, adapter: StreamAdapter | None = None, offload: Offload = to_thread
+    ) -> None:
         self.adapter = adapter or StreamAdapter()
-        self.scanner = Scanner(self.adapter)
+        self.offload = offload
+        self.scanner = Scanner(self.adapter, offload)
         conn.start_soon(self.scanner.run)
         conn.on_close(self._close)
 
@@ -125,7 +144,7 @@ class RecallService:
             Method("recall/refresh", RefreshParams, self.refresh, deadline_of),
         ]
 
-    async def initialize(self, p: InitializeParams, req: Request) -> dict[str, Any]:
+    async def initialize(self, p: InitializeParams, req: Request) -> AdapterManifest:
         return self.adapter.initialize(p)
 
     async def _stall(self) -> None:
@@ -135,7 +154,7 @@ class RecallService:
         ms = self.adapter.settings.debug_stall_ms
         await trio.sleep(ms / 1000) if ms > 0 else await trio.lowlevel.checkpoint()
 
-    async def search(self, p: SearchParams, req: Request) -> dict[str, Any]:
+    async def search(self, p: SearchParams, req: Request) -> SearchResult:
         self.adapter.check_session()
         unsupported = [
             name for name, present in (
@@ -144,32 +163,40 @@ class RecallService:
         ]
         if unsupported:
             # A broader result is not evidence for the narrower question.
-            return {
-                "candidates": [],
-                "diagnostics": {"unsupported_filters": unsupported},
-                "outcome": "skipped",
-                "reason": "filter_unsupported",
-            }
+            return SearchResult(
+                candidates=[],
+                diagnostics=SkipDiagnostics(unsupported_filters=unsupported),
+                outcome="skipped",
+                reason="filter_unsupported",
+            )
         await self._stall()
         started = self.adapter.clock()
         snap = await self.scanner.current()
-        return self.adapter.search(snap, p, started)
+        ranked = self.adapter.rank(snap, p)
+        lines = await self._read(self.adapter.spans(snap, [hit.rec for hit in ranked.hits]))
+        return self.adapter.search_result(snap, ranked, lines, started)
 
-    async def expand(self, p: ExpandParams, req: Request) -> dict[str, Any]:
+    async def expand(self, p: ExpandParams, req: Request) -> Expansion:
         self.adapter.check_session()
         self.adapter.parse_locator(p)
         snap = await self.scanner.current()
-        return self.adapter.expand(snap, p)
+        plan = self.adapter.expand_plan(snap, p)
+        lines = await self._read(self.adapter.spans(snap, [plan.rec, *plan.episode]))
+        return self.adapter.expansion(snap, p, plan, lines)
 
-    async def health(self, p: HealthParams, req: Request) -> dict[str, Any]:
+    async def health(self, p: HealthParams, req: Request) -> Health:
         try:
             snap = await self.scanner.current()
         except RpcError as exc:
             return self.adapter.unhealthy(exc)
         return self.adapter.health(snap)
 
-    async def refresh(self, p: RefreshParams, req: Request) -> dict[str, Any]:
+    async def refresh(self, p: RefreshParams, req: Request) -> Health:
         self.adapter.check_session()
         await self._stall()
         snap = await self.scanner.current(p.full, save=True)
         return self.adapter.health(snap)
+
+    async def _read(self, spans: list[Span]) -> list[bytes | None]:
+        """The lines an answer renders, read in one batch off the event loop."""
+        return await self.offload(read_spans, spans) if spans else []

@@ -1,9 +1,14 @@
-"""Typed params of the Recall methods, mirroring ../shared/recall-schemas.
+"""The Recall methods' wire types, mirroring ../shared/recall-schemas.
 
-Every Struct forbids unknown fields (the schemas say additionalProperties
-false), so a misspelled key is -32602, never silently ignored. Timestamps are
-checked with the reference's RFC 3339 rules when decoded, and exposed as Unix
-nanoseconds.
+Params: every Struct forbids unknown fields (the schemas say
+additionalProperties false), so a misspelled key is -32602, never silently
+ignored. Timestamps are checked with the reference's RFC 3339 rules when
+decoded, and exposed as Unix nanoseconds.
+
+Results: fields are declared in the order the reference writes them, so the
+encoded bytes are its bytes (the conformance suites compare them). A member
+the reference leaves out when empty (Go's ``omitempty``) is ``UNSET`` until
+set; every other member is always written.
 """
 
 from __future__ import annotations
@@ -93,7 +98,118 @@ class RefreshParams(Deadlined):
     full: bool = False
 
 
-def deadline_of(params: Any) -> int | None:
-    return getattr(params, "deadline_ns", None)
+def deadline_of(params: Deadlined) -> int | None:
+    return params.deadline_ns
 
 
+# --- results ----------------------------------------------------------------
+
+
+# kw_only: members are declared in wire order, optional ones among the rest.
+
+
+class AdapterManifest(Struct, kw_only=True):
+    """``recall/initialize``: who we are and what we offer."""
+
+    protocol_version: int
+    adapter_id: str
+    display_name: str
+    record_types: list[str]
+    query_modes: list[str]
+    freshness_modes: list[str]
+    as_of_support: str
+    relevance_basis: str
+    capabilities: list[str]
+    freshness_policy: str
+    sensitivity: str
+    settings_schema: dict[str, Any]
+
+
+class CandidateMetadata(Struct, kw_only=True):
+    actor: str | UnsetType = UNSET
+    byte_offset: int
+    file: str
+    ref: str | UnsetType = UNSET
+    schema: int
+    system: str | UnsetType = UNSET
+    upstream_revision: str | UnsetType = UNSET
+
+
+class Candidate(Struct, kw_only=True):
+    candidate_id: str
+    source_uid: str = ""
+    source_id: str = ""
+    source_record_id: str
+    locator: str
+    derived_from: list[str] | UnsetType = UNSET
+    record_type: str
+    title: str
+    excerpt: str | UnsetType = UNSET
+    local_rank: int
+    local_score: float | int
+    relevance: float | int
+    match_signals: list[str]
+    observed_at: str
+    confirmed_at: str
+    event_time: str
+    source_revision: str
+    sensitivity: str
+    metadata: CandidateMetadata
+
+
+class SearchDiagnostics(Struct, kw_only=True):
+    coverage: str
+    elapsed_ms: int
+    failed_records: int
+    generation: str
+    indexed: int
+    matched: int
+    missing_files: list[str] | UnsetType = UNSET
+    query_mode: str
+    terms: int
+
+
+class SkipDiagnostics(Struct, kw_only=True):
+    unsupported_filters: list[str]
+
+
+class SearchResult(Struct, kw_only=True):
+    candidates: list[Candidate]
+    diagnostics: SearchDiagnostics | SkipDiagnostics
+    source_watermark: str | UnsetType = UNSET
+    outcome: str
+    reason: str | UnsetType = UNSET
+
+
+class HealthDiagnostics(Struct, kw_only=True):
+    checkpoint_unwritable: bool | UnsetType = UNSET
+    files: int
+    missing_files: list[str] | UnsetType = UNSET
+    stream_rewritten: bool | UnsetType = UNSET
+
+
+class FailureDiagnostics(Struct, kw_only=True):
+    reason: str
+
+
+class Health(Struct, kw_only=True):
+    status: str
+    checked_at: str
+    last_success_at: str | UnsetType = UNSET
+    source_watermark: str | UnsetType = UNSET
+    index_watermark: str | UnsetType = UNSET
+    index_generation: str | UnsetType = UNSET
+    index_config: str | UnsetType = UNSET
+    record_count: int | UnsetType = UNSET
+    indexed_count: int | UnsetType = UNSET
+    failed_count: int | UnsetType = UNSET
+    coverage: str
+    diagnostics: HealthDiagnostics | FailureDiagnostics
+
+
+class Expansion(Struct, kw_only=True):
+    content: str
+    source_revision: str
+    truncated: bool
+    truncation_boundary: str | UnsetType = UNSET
+    provenance: str

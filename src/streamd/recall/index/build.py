@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Generator
 
 from streamd.golang import gotime
-from streamd.recall.index import streamfile as catchup
+from streamd.recall.index import streamfile
 from streamd.recall.index.index import Index
 from streamd.recall.index.streamfile import Cursor
 from streamd.recall.records import MAX_LINE_BYTES, LineError, field_tokens, parse_line, trim_space
@@ -34,7 +34,7 @@ class Consumer:
         self, cur: Cursor, file_no: int, end: int | None = None
     ) -> Generator[None, None, None]:
         try:
-            lines = catchup.lines_after(cur.path, cur.offset, end)
+            lines = streamfile.lines_after(cur.path, cur.offset, end)
             for handled, line in enumerate(lines, start=1):
                 cur.offset = line.offset + line.size
                 self.bytes_done += line.size
@@ -44,7 +44,7 @@ class Consumer:
         except FileNotFoundError:
             cur.missing = True
 
-    def consume(self, cur: Cursor, file_no: int, line: catchup.Line) -> None:
+    def consume(self, cur: Cursor, file_no: int, line: streamfile.Line) -> None:
         if line.data is None:
             cur.failed += 1
             return

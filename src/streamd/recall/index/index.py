@@ -16,9 +16,12 @@ Rules:
   and the id, nothing else: display fields are re-read from the file by
   offset for the few candidates a search renders.
 
-Builds run cooperatively on the event loop, never in a thread, and searches
-are synchronous, so there are no locks: a search never observes a half-made
-change, because changes become visible only when a View is published.
+One build runs at a time (the refresh scanner's, in a worker thread) while
+searches run on the event loop, and there are no locks, because a reader
+only ever touches what a published View covers: a build appends records past
+it, truncates only what lies past it, and replaces (never edits) the arrays,
+lists' tails and segment tuples it grows, so a View's records, columns and
+segments stay exactly as they were when it was published.
 """
 
 from __future__ import annotations
@@ -29,12 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamd.golang import gotime
 from streamd.recall.index import segment as seg
 from streamd.recall.index.segment import COLUMNS, Segment, SegmentBuilder
 from streamd.recall.records import FIELD_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT
 from streamd.recall.tokenize import fold
 
-NS = 1_000_000_000
 # A builder seals at this many records.
 SEGMENT_RECORDS = 65_536
 # Segments fall in size tiers (powers of MERGE_FANOUT records); more than
@@ -215,7 +218,7 @@ class Index:
 
     def observed_at(self, rec: int) -> int:
         row = self.columns.view(rec + 1)[rec]
-        return int(row["obs_sec"]) * NS + int(row["obs_nsec"])
+        return int(row["obs_sec"]) * gotime.NS + int(row["obs_nsec"])
 
     def column(self, name: str, rec: int) -> int:
         return int(self.columns.view(rec + 1)[rec][name])

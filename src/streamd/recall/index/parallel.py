@@ -18,7 +18,7 @@ Workers never outlive the process that started them, however it ends:
   its start and that request; elsewhere a thread in the worker polls for
   the same thing. (Linux sends the signal when the *thread* that started
   the worker ends, so the pool is made by the thread that drives the build,
-  which outlives it: the scanner's event loop, or ``drive``'s caller.)
+  which outlives it: the thread running ``drive``.)
 * a pass abandoned midway (cancelled, failed, or its process shutting
   down): the pool's workers are killed at once, not left to finish chunks
   nobody will read, so an exit is never delayed by a chunk.
@@ -31,6 +31,7 @@ own: it exits once every process holding its pipe, the workers and us, is gone.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from streamd.golang import gotime
-from streamd.recall.index import streamfile as catchup
+from streamd.recall.index import streamfile
 from streamd.recall.index.build import Consumer
 from streamd.recall.index.index import Index
 from streamd.recall.index.segment import Segment
@@ -115,7 +116,7 @@ def ranges(path: str, start: int, end: int, parts: int = 1) -> list[tuple[int, i
     count = -(-count // parts) * parts
     step = -(-(end - start) // count)
     out = []
-    with catchup.open_regular(path) as f:
+    with streamfile.open_regular(path) as f:
         lo = start
         while end - lo > step:
             f.seek(lo + step)
@@ -144,11 +145,11 @@ Step = cf.Future | None
 def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, None, None]:
     """Consume a file's unread complete lines, in parallel when there are many.
     Yields futures to wait on (or None between slices of in-process work)."""
-    size = catchup.file_size(cur.path)
+    size = streamfile.file_size(cur.path)
     end = 0
     if size is not None and size - cur.offset >= PARALLEL_MIN_BYTES and workers() >= 2:
         try:
-            end = catchup.last_newline_before(cur.path, size)
+            end = streamfile.last_newline_before(cur.path, size)
         except OSError:
             end = 0  # the sequential path reports what is wrong with the file
     if end - cur.offset < PARALLEL_MIN_BYTES:
@@ -197,15 +198,30 @@ def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, 
     yield from consumer.read_into(cur, file_no)
 
 
-def drive(steps: Generator[Step, None, T], tick: Callable[[], None] | None = None) -> T:
-    """Run a build to completion outside Trio (CLI, tests), blocking on worker
-    chunks; ``tick`` runs between steps (a progress line, say)."""
-    while True:
-        try:
-            step = next(steps)
-        except StopIteration as done:
-            return done.value
-        if step is not None:
-            cf.wait([step], timeout=0.5)
-        if tick is not None:
-            tick()
+class Abandoned(Exception):
+    """A build was told to stop before it finished; it published nothing."""
+
+
+def drive(
+    steps: Generator[Step, None, T],
+    tick: Callable[[], None] | None = None,
+    stop: threading.Event | None = None,
+) -> T:
+    """Run a build to completion, blocking: the one loop that steps a build.
+
+    The CLI calls it directly and the refresh scanner in a thread. ``tick``
+    runs between steps (a progress line, say). Once ``stop`` is set the build
+    is closed at its next step (within half a second while waiting on a
+    worker), which kills its workers, and :class:`Abandoned` is raised."""
+    with contextlib.closing(steps):
+        while True:
+            if stop is not None and stop.is_set():
+                raise Abandoned
+            try:
+                step = next(steps)
+            except StopIteration as done:
+                return done.value
+            if step is not None:
+                cf.wait([step], timeout=0.5)
+            if tick is not None:
+                tick()

@@ -1,4 +1,4 @@
-"""Reading what a stream file gained since its cursor.
+"""Stream files: what one gained since its cursor, and lines read back by offset.
 
 Only complete lines are consumed: a last line without ``\\n`` is a write in
 progress, so the cursor stops before it and the next pass reads it whole.
@@ -166,17 +166,38 @@ def file_size(path: str) -> int | None:
         return None
 
 
-def read_line(path: str, offset: int, size: int) -> bytes | None:
-    """Re-read one indexed line for rendering; None if it is no longer there
-    (or the path no longer names a regular file)."""
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Where one indexed line lies: a file and a byte range of it."""
+
+    path: str
+    offset: int
+    size: int
+
+
+def read_spans(spans: list[Span]) -> list[bytes | None]:
+    """Re-read indexed lines for rendering, in one batch: each file is opened
+    once. A line is None if it is no longer there (or the path no longer
+    names a regular file)."""
+    fds: dict[str, int | None] = {}
     try:
-        fd = _regular_fd(path)
-    except OSError:
-        return None
-    try:
-        data = os.pread(fd, size, offset)
-    except OSError:
-        return None
+        out: list[bytes | None] = []
+        for span in spans:
+            if span.path not in fds:
+                try:
+                    fds[span.path] = _regular_fd(span.path)
+                except OSError:
+                    fds[span.path] = None
+            fd = fds[span.path]
+            data = None
+            if fd is not None:
+                try:
+                    data = os.pread(fd, span.size, span.offset)
+                except OSError:
+                    data = None
+            out.append(data if data is not None and len(data) == span.size else None)
+        return out
     finally:
-        os.close(fd)
-    return data if len(data) == size else None
+        for fd in fds.values():
+            if fd is not None:
+                os.close(fd)

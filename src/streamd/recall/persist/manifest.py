@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from streamd.recall.index import segment as seg
-from streamd.recall.index import streamfile as catchup
+from streamd.recall.index import streamfile
 from streamd.recall.index.segment import Segment
 from streamd.recall.index.streamfile import Cursor
 
@@ -67,7 +67,7 @@ def fingerprint(path: str, consumed: int) -> str:
     head = min(consumed, HEAD_BYTES)
     tail_start = max(head, consumed - HEAD_BYTES)
     try:
-        with catchup.open_regular(path) as f:
+        with streamfile.open_regular(path) as f:
             data = f.read(head)
             f.seek(tail_start)
             data += f.read(consumed - tail_start)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamd.recall.index.index import NS, View
+from streamd.golang.gotime import NS
+from streamd.recall.index.index import View
 from streamd.recall.query import variants as numvar
 from streamd.recall.query.relevance import relevance_over_counts
 from streamd.recall.tokenize import tokenize
