@@ -21,6 +21,7 @@ import pytest
 from streamd.recall.index import parallel
 from streamd.recall.index import streamfile as catchup
 from streamd.recall.index.parallel import drive
+from streamd.recall.persist import atomic
 from streamd.recall.persist import manifest as durable
 
 WORDS = ["amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor"]
@@ -182,13 +183,13 @@ def test_a_fifo_in_place_of_a_stream_file_is_refused_without_waiting_for_a_write
 
 def test_a_write_that_fails_midway_leaves_the_previous_file_and_no_temporary(tmp_path):
     target = tmp_path / "manifest.json"
-    durable.write_atomic(str(target), [b"first ", b"version"])
+    atomic.write_atomic(str(target), [b"first ", b"version"])
 
     def chunks():
         yield b"second"
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError):
-        durable.write_atomic(str(target), chunks())
+        atomic.write_atomic(str(target), chunks())
     assert target.read_bytes() == b"first version"
     assert sorted(os.listdir(tmp_path)) == ["manifest.json"]

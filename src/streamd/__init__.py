@@ -1,24 +1,19 @@
 """streamd: a Recall stream adapter and a durable event log, on Trio.
 
-How the layers stack, bottom up:
+How the packages stack, bottom up (none imports one above it):
 
-* Sans-I/O core, no Trio: ``framing`` (newline frames with a size limit),
-  ``gotime`` / ``tokenize`` / ``variants`` / ``relevance`` / ``records``
-  (the reference's parsing and scoring rules), ``segment`` / ``index``
-  (immutable posting segments and the generation views over them),
-  ``builder`` (the per-line rules of a pass), ``search`` (ranking),
-  ``render`` (wire text), ``settings`` / ``checkpoint`` (the settings block,
-  ``cursor.json``), ``adapter`` (the Recall adapter's state and rules),
-  ``eventlog.filters`` / ``eventlog.store``.
-* Blocking helpers the core calls: ``catchup`` (reading appended lines),
-  ``durable`` (the index in the workdir), ``parallel`` (worker processes for
-  large passes).
-* Trio layer, which only moves bytes and owns tasks: ``rpc`` (JSON-RPC
-  connection: reader, writer, a cancel scope per request), ``recall_service``
-  (Recall methods and the refresh scanner), ``eventlog.log`` /
-  ``eventlog.service`` (the event log's async API and methods), ``daemon``
-  (transports: stdio and a Unix socket).
-* ``cli``: the ``streamd`` command.
+* :mod:`streamd.errors` - the one exception that crosses the wire.
+* :mod:`streamd.golang` - Go's quoting, time and Unicode rules, byte for byte.
+* :mod:`streamd.rpc` - JSON-RPC: a sans-I/O protocol core (frames in, events
+  out) under a Trio server (reader, writer, a cancel scope per request).
+* :mod:`streamd.recall` - the Recall adapter: a sans-I/O core (records,
+  index, query, adapter rules) and a Trio service that owns the scanner.
+* :mod:`streamd.eventlog` - the durable event log: model, storage backends,
+  the Trio API, its wire methods.
+* :mod:`streamd.daemon` - transports (stdio, a Unix socket) and the method
+  table a connection serves; :mod:`streamd.cli` - the ``streamd`` command.
+
+The names below are what a Python caller needs to tell failures apart.
 """
 
 from streamd.errors import (

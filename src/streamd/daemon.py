@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
@@ -49,6 +48,7 @@ from streamd.eventlog.service import eventlog_methods
 from streamd.recall.service import Offload, RecallService, to_thread
 from streamd.rpc import Connection, Method, MethodTable, Server
 from streamd.rpc.stdio import StdinStream, StdoutStream, claim_stdout
+from streamd.signals import cancel_on_signal
 
 log = logging.getLogger("streamd")
 
@@ -147,17 +147,16 @@ async def _host(eventlog: EventLog, *, task_status=trio.TASK_STATUS_IGNORED) -> 
         await trio.sleep_forever()
 
 
-async def _until_signal(server: Server, serving: trio.CancelScope) -> None:
-    # The receiver stays open through the grace period, so a second signal
-    # cannot kill the process before the event log is closed.
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            log.info("received %s, exiting", signal.Signals(signum).name)
-            break
+def _graceful(server: Server) -> Callable[[], Awaitable[None]]:
+    """What a signal does before it cancels everything: stop reading, answer
+    what is in flight (-32007), and flush, within the grace period."""
+
+    async def wind_down() -> None:
         server.stop()
         with trio.move_on_after(SIGNAL_GRACE):
             await server.wait_stopped()
-    serving.cancel()
+
+    return wind_down
 
 
 def _only_broken(exc: BaseException) -> bool:
@@ -172,7 +171,7 @@ async def serve_stdio(daemon: Daemon) -> None:
     server = daemon.server()
     # running() outermost: the log closes after the connection has ended.
     async with daemon.running(), trio.open_nursery() as nursery:
-        nursery.start_soon(_until_signal, server, nursery.cancel_scope)
+        nursery.start_soon(cancel_on_signal, nursery.cancel_scope, _graceful(server))
         await server.serve(StdinStream(0), StdoutStream(frames))
         nursery.cancel_scope.cancel()
 
@@ -224,7 +223,7 @@ async def serve_socket(daemon: Daemon, path: str, *, task_status=trio.TASK_STATU
     try:
         # running() outermost: the log closes after every client has gone.
         async with daemon.running(), trio.open_nursery() as nursery:
-            nursery.start_soon(_until_signal, server, nursery.cancel_scope)
+            nursery.start_soon(cancel_on_signal, nursery.cancel_scope, _graceful(server))
             task_status.started(path)
             await trio.serve_listeners(handle, [listener])
     finally:

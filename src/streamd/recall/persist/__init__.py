@@ -1,0 +1,8 @@
+"""What the adapter keeps in Recall's workdir, and the order it writes it in.
+
+* :mod:`~streamd.recall.persist.atomic` - the one write: tmp, fsync, rename.
+* :mod:`~streamd.recall.persist.cursors` - a cursor as JSON.
+* :mod:`~streamd.recall.persist.manifest` - the durable index: segments and
+  the manifest naming them, adopted by the next process.
+* :mod:`~streamd.recall.persist.checkpoint` - ``cursor.json``, written last.
+"""

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from streamd.golang import gotime
 from streamd.recall.index.streamfile import Cursor
-from streamd.recall.persist.manifest import write_atomic
+from streamd.recall.persist import cursors
+from streamd.recall.persist.atomic import write_atomic
 
 CHECKPOINT_FILE = "cursor.json"
 
@@ -31,11 +32,7 @@ def load_checkpoint(workdir: str) -> Checkpoint:
     try:
         with open(os.path.join(workdir, CHECKPOINT_FILE), "rb") as f:
             raw = json.load(f)
-        files = [
-            Cursor(str(c["path"]), int(c.get("offset", 0)), int(c.get("records", 0)),
-                   int(c.get("failed", 0)), bool(c.get("missing", False)))
-            for c in raw.get("files") or []
-        ]
+        files = [cursors.decode(c) for c in raw.get("files") or []]
         updated = raw.get("updated_at")
         return Checkpoint(
             generation=int(raw.get("generation", 0)),
@@ -55,11 +52,7 @@ def save_checkpoint(workdir: str, cp: Checkpoint) -> None:
         "generation": cp.generation,
         "updated_at": gotime.format_nano(cp.updated_at or 0),
         "source_watermark": cp.watermark,
-        "files": [
-            {"path": c.path, "offset": c.offset, "records": c.records,
-             "failed": c.failed, "missing": c.missing}
-            for c in cp.files
-        ],
+        "files": [cursors.encode(c) for c in cp.files],
     }
     write_atomic(os.path.join(workdir, CHECKPOINT_FILE),
                  [json.dumps(body, separators=(",", ":")).encode()])

@@ -38,13 +38,14 @@ import hashlib
 import json
 import os
 import secrets
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from streamd.recall.index import segment as seg
 from streamd.recall.index import streamfile
 from streamd.recall.index.segment import Segment
 from streamd.recall.index.streamfile import Cursor
+from streamd.recall.persist import cursors
+from streamd.recall.persist.atomic import write_atomic
 
 FORMAT = 2
 MANIFEST = "manifest.json"
@@ -76,39 +77,6 @@ def fingerprint(path: str, consumed: int) -> str:
     if len(data) != head + consumed - tail_start:
         return ""
     return hashlib.sha256(data).hexdigest()
-
-
-def write_atomic(path: str, chunks: Iterable[bytes]) -> None:
-    """The one way a file of the workdir is written: to ``<path>.tmp``,
-    fsynced, then renamed over ``path``, so a file that exists is whole.
-
-    If anything fails (a full disk, a file-size limit, a crash of the
-    encoder) the temporary is removed before the error propagates: a disk
-    that filled up must not stay full of our half-written files, and the
-    file at ``path`` (the last good version) is never touched.
-    """
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class DurableIndex:
@@ -147,14 +115,11 @@ class DurableIndex:
             "latest": latest,
             "kinds": kinds,
             "segments": names,
-            "files": [
-                {"path": c.path, "offset": c.offset, "records": c.records, "failed": c.failed,
-                 "missing": c.missing, "head": fingerprint(c.path, c.offset)}
-                for c in files
-            ],
+            "files": [cursors.encode(c, head=fingerprint(c.path, c.offset)) for c in files],
         }
-        write_atomic(os.path.join(self.dir, MANIFEST), [json.dumps(body).encode()])
-        _fsync_dir(self.dir)
+        # The directory fsync covers the segments' renames too.
+        write_atomic(os.path.join(self.dir, MANIFEST), [json.dumps(body).encode()],
+                     sync_dir=True)
         self._remove_unlisted(set(names), keep_manifest=True)
 
     def load(self, paths: list[str]) -> tuple[Loaded | None, bool]:
@@ -166,8 +131,7 @@ class DurableIndex:
                 body = json.load(f)
             if body.get("format") != FORMAT or body.get("config") != self.config:
                 return None, False
-            files = [Cursor(c["path"], int(c["offset"]), int(c["records"]), int(c["failed"]),
-                            bool(c["missing"])) for c in body["files"]]
+            files = [cursors.decode(c) for c in body["files"]]
             if [c.path for c in files] != paths:
                 return None, False
             for c, spec in zip(files, body["files"], strict=True):
