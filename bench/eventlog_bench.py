@@ -2,10 +2,11 @@
 
 Every number comes from a real ``python -m streamd`` subprocess: on stdio for one
 client, on a Unix socket (``streamd serve --socket``) for four. Like the Recall
-bench, this never imports streamd and asserts nothing; it prints a table (with the
-issue's targets beside the numbers) and writes JSON.
+bench, this asserts nothing; it prints a table (with the issue's targets beside
+the numbers) and writes JSON. It imports streamd only for ``--dispatch``.
 
     .venv/bin/python bench/eventlog_bench.py [--out bench/results/eventlog.json] [--quick]
+    .venv/bin/python bench/eventlog_bench.py --dispatch [--rounds 5]
 
 Rows:
 
@@ -23,6 +24,14 @@ Rows:
 
 Clock: ``time.perf_counter`` in this process, taken when a frame's line arrives,
 before it is decoded.
+
+``--dispatch`` measures instead how each ``EventLog`` dispatch moves store calls
+off the event loop, in this process (the daemon offers only ``aio``), and prints
+JSON: per dispatch, the median over ``--rounds`` rounds (rounds interleave the
+dispatches so drift in disk or CPU load hits all of them alike) of a trivial read
+(``ping``), one ``since`` page of 100 entries, one append waited for alone (one
+transaction and one fsync each), and the append rate of 64 concurrent appenders
+(group commit). The table in ``streamd.eventlog.log`` comes from it.
 """
 
 from __future__ import annotations
@@ -677,10 +686,75 @@ async def main_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return results
 
 
+# --- --dispatch: the EventLog's ways of calling the store, in process -----------
+
+DISPATCHES = ("inline", "thread", "aio")
+
+
+async def _dispatch_once(path: str, dispatch: str) -> dict[str, float]:
+    from streamd.eventlog import Event, EventLog
+
+    def event(tag: str, i: int) -> Event:
+        return Event(id=f"{tag}-{i}", author="bench", content={"i": i, "text": "x" * 100})
+
+    async def client(log: EventLog, tag: str, each: int) -> None:
+        for i in range(each):
+            await log.append("bench", "u", "s", event(tag, i))
+
+    for suffix in ("", "-wal", "-shm"):
+        Path(path + suffix).unlink(missing_ok=True)
+    row: dict[str, float] = {}
+    async with EventLog(path, dispatch=dispatch) as log:  # type: ignore[arg-type]
+        await log.ping()
+        n = 2000
+        t = time.perf_counter()
+        for _ in range(n):
+            await log.ping()
+        row["ping_us"] = (time.perf_counter() - t) / n * 1e6
+
+        n = 500
+        t = time.perf_counter()
+        for i in range(n):
+            await log.append("bench", "u", "s", event("one", i))
+        row["append_alone_us"] = (time.perf_counter() - t) / n * 1e6
+
+        n = 500
+        t = time.perf_counter()
+        for _ in range(n):
+            await log.since(0, None, 100)
+        row["since_100_us"] = (time.perf_counter() - t) / n * 1e6
+
+        clients, each = 64, 100
+        t = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for k in range(clients):
+                nursery.start_soon(client, log, f"c{k}", each)
+        row["group_commit_appends_per_s"] = clients * each / (time.perf_counter() - t)
+    return row
+
+
+async def measure_dispatch(work: Path, rounds: int) -> dict[str, dict[str, float]]:
+    samples: dict[str, list[dict[str, float]]] = {d: [] for d in DISPATCHES}
+    for r in range(rounds):
+        order = DISPATCHES[r % 3 :] + DISPATCHES[: r % 3]
+        for dispatch in order:
+            samples[dispatch].append(await _dispatch_once(str(work / "dispatch.db"), dispatch))
+    return {
+        d: {k: round(statistics.median(s[k] for s in rows), 1) for k in rows[0]}
+        for d, rows in samples.items()
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--quick", action="store_true", help="smaller counts (CI smoke)")
+    parser.add_argument(
+        "--dispatch",
+        action="store_true",
+        help="measure the EventLog's store dispatches in process instead (prints JSON)",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="--dispatch rounds (default 5)")
     parser.add_argument(
         "--interval-ms",
         type=int,
@@ -690,6 +764,12 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, help="where the databases go (default: a temp dir)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="streamd-eventlog-bench-", dir=args.workdir))
+    if args.dispatch:
+        try:
+            print(json.dumps(trio.run(measure_dispatch, work, args.rounds), indent=2))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     try:
         results = trio.run(main_async, args, work)
     finally:

@@ -16,6 +16,7 @@ import pytest
 import trio
 import trio.testing
 from rpc_client import Client
+from test_eventlog_support import mocked
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import EventLog
@@ -256,39 +257,41 @@ async def test_a_lease_is_released_when_its_connection_closes(daemon: Daemonish)
 
 
 async def test_a_stolen_lease_is_reported_as_lock_lost_on_its_connection(
-    daemon: Daemonish, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = {"app": "app", "user": "u", "session": "s"}
-    with trio.fail_after(10):
-        a, b = await daemon.connect(), await daemon.connect()
-        held = await a.result(
-            "eventlog/lock.acquire", {**key, "heartbeat_ms": 50, "stale_after_ms": 150}
-        )
-        # A's heartbeats fail (a wedged disk) until B has taken the lease, which
-        # B can do only once A's beat is older than A's own 150 ms window.
-        writer = daemon.log._writer
-        real = writer.heartbeat_lease
-        paused = {"holder": held["holder"]}
+    with trio.fail_after(60):
+        async with mocked(tmp_path / "events.db") as log, trio.open_nursery() as nursery:
+            daemon = Daemonish(log, nursery, _server(lambda: log))
+            a, b = await daemon.connect(), await daemon.connect()
+            held = await a.result(
+                "eventlog/lock.acquire", {**key, "heartbeat_ms": 50, "stale_after_ms": 150}
+            )
+            # A's heartbeats fail (a wedged disk) until B has taken the lease, which
+            # B can do only once A's beat is older than A's own 150 ms window.
+            writer = log._writer
+            real = writer.heartbeat_lease
+            paused = {"holder": held["holder"]}
 
-        def heartbeat(app: str, user: str, session: str, holder: str, now_us: int) -> bool:
-            if holder == paused.get("holder"):
-                raise RpcError(SOURCE_UNAVAILABLE, "disk I/O error")
-            return real(app, user, session, holder, now_us)
+            def heartbeat(app: str, user: str, session: str, holder: str, now_us: int) -> bool:
+                if holder == paused.get("holder"):
+                    raise RpcError(SOURCE_UNAVAILABLE, "disk I/O error")
+                return real(app, user, session, holder, now_us)
 
-        monkeypatch.setattr(writer, "heartbeat_lease", heartbeat)
-        while True:
-            reply = await b.call("eventlog/lock.acquire", key)
-            if "result" in reply:
-                break
-            assert reply["error"]["code"] == -32011
-            await trio.sleep(0.01)
-        paused.clear()
-        note = await a.notification()
-        assert note == {
-            "jsonrpc": "2.0",
-            "method": "eventlog/lock_lost",
-            "params": {"lock": held["lock"], "holder": held["holder"]},
-        }
+            monkeypatch.setattr(writer, "heartbeat_lease", heartbeat)
+            err = await b.error("eventlog/lock.acquire", key)
+            assert err["code"] == -32011  # A's beat is fresh yet
+            await trio.sleep(0.2)  # mock time: 200 ms without a beat
+            taken = await b.result("eventlog/lock.acquire", key)
+            paused.clear()
+            note = await a.notification()
+            assert note == {
+                "jsonrpc": "2.0",
+                "method": "eventlog/lock_lost",
+                "params": {"lock": held["lock"], "holder": held["holder"]},
+            }
+            assert log.lease(held["lock"]) is None and log.lease(taken["lock"]) is not None
+            nursery.cancel_scope.cancel()
 
 
 async def test_a_short_stale_window_alone_is_accepted_with_a_derived_heartbeat(

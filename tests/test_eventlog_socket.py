@@ -122,17 +122,19 @@ async def test_a_socket_left_by_a_killed_server_is_replaced(tmp_path: Path) -> N
                 str(path),
                 "--db",
                 str(tmp_path / "events.db"),
+                "-v",
             ],
             stdin=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(REPO / "src")},
         )
-        while True:  # until it listens
-            try:
-                client = await connect(str(path))
-                break
-            except OSError:
-                await trio.sleep(0.02)
+        assert proc.stderr is not None
+        logged = b""
+        while b"listening on" not in logged:  # its log says when it listens
+            chunk = await proc.stderr.receive_some(65536)
+            assert chunk, f"the server exited before listening: {logged!r}"
+            logged += chunk
+        client = await connect(str(path))
         assert await client.result("eventlog/append", append("from-the-dead")) == {
             "seq": 1,
             "duplicate": False,
@@ -175,15 +177,15 @@ async def test_a_clients_leases_are_released_when_its_connection_closes(tmp_path
             assert refused["error"]["code"] == -32011
             assert refused["error"]["data"]["holder"] == held["holder"]
             await holder.stream.aclose()  # gone without lock.release
-            # The release runs when the server notices the hang-up: wait for it,
-            # but far less than the 30 s a stale lease would take.
+            # The release runs when the server notices the hang-up: ask until it
+            # has (each ask is a round trip), far sooner than the 30 s a stale
+            # lease would take.
             with trio.fail_after(5):
                 while True:
                     reply = await other.call("eventlog/lock.acquire", key)
                     if "result" in reply:
                         break
                     assert reply["error"]["code"] == -32011
-                    await trio.sleep(0.02)
             assert reply["result"]["holder"] != held["holder"]
 
 

@@ -49,6 +49,8 @@ SECOND = 1_000_000
 @dataclass
 class Fixture:
     store: Backend
+    close: Callable[[], None]
+    """Close ``store`` (closing is the backend's own business, not an operation)."""
     raw: Callable[[str, tuple[Any, ...]], None]
     reopen: Callable[[], Backend]
 
@@ -70,7 +72,7 @@ def _sqlite(tmp_path: Path) -> Iterator[Fixture]:
         opened.append(s)
         return s
 
-    yield Fixture(store, raw, reopen)
+    yield Fixture(store, store.close, raw, reopen)
     for s in opened:
         s.close()
 
@@ -469,7 +471,7 @@ def test_losing_the_steal_race_is_session_locked(fx: Fixture) -> None:
     # wins. The second one's update names a holder that is no longer there.
     if not isinstance(fx.store, SqliteStore):
         pytest.skip("drives the SQLite steal step directly")
-    from streamd.eventlog.store import _steal
+    from streamd.eventlog.store.sqlite import _steal
 
     fx.store.acquire_lease(*KEY, "stale", 30_000, T0)
     fx.store.acquire_lease(*KEY, "first", 30_000, T0 + 60 * SECOND)
@@ -643,7 +645,7 @@ def test_a_session_boot_or_lease_with_unrenderable_values_reads_with_nulls(fx: F
 
 
 def test_operations_on_a_closed_store_are_closed_errors(fx: Fixture) -> None:
-    fx.store.close()
+    fx.close()
     with pytest.raises(RpcError) as info:
         fx.store.latest_seq(None)
     assert info.value.code == CLOSED
@@ -676,7 +678,7 @@ def test_sqlite_setup_is_wal_full_fk_and_versioned(tmp_path: Path) -> None:
 def test_a_version_1_database_migrates_and_its_leases_keep_the_default_window(
     tmp_path: Path,
 ) -> None:
-    from streamd.eventlog.store import MIGRATIONS
+    from streamd.eventlog.store.schema import MIGRATIONS
 
     path = str(tmp_path / "v1.db")
     db = apsw.Connection(path)

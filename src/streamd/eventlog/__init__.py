@@ -2,12 +2,15 @@
 
 The layers stack bottom-up, each importing only the ones below it:
 
-* :mod:`~streamd.eventlog.model` - msgspec Structs for every param and result.
+* :mod:`~streamd.eventlog.model` - msgspec Structs for every param and result,
+  and the time conversions (sans-I/O).
 * :mod:`~streamd.eventlog.filters` - a Filter as SQL conjuncts (sans-I/O).
 * :mod:`~streamd.eventlog.store` - the storage rules on one APSW connection,
   synchronous, behind the :class:`Backend` protocol; driver errors stop here.
+* :mod:`~streamd.eventlog.lease` and :mod:`~streamd.eventlog.watch` - a lease
+  and its heartbeat; a watch and its reader.
 * :mod:`~streamd.eventlog.log` - :class:`EventLog`, the Trio API: group-commit
-  writer, watchers, lease heartbeats, lazy open, close.
+  writer, the tasks of watches and leases, lazy open, close.
 
 * :mod:`~streamd.eventlog.service` - the ``eventlog/*`` JSON-RPC methods over a
   shared :class:`EventLog` (imported by the daemon, not re-exported here, so the
@@ -15,16 +18,15 @@ The layers stack bottom-up, each importing only the ones below it:
 * :mod:`~streamd.eventlog.cli` - ``streamd log``, for people, on the same file.
 """
 
+from streamd.eventlog.lease import Lease, new_holder_id
 from streamd.eventlog.log import (
     DEFAULT_WATCH_INTERVAL,
     EventLog,
     EventLogStats,
-    Lease,
-    Watch,
-    new_holder_id,
     resolve_db_path,
 )
 from streamd.eventlog.model import (
+    DEFAULT_WATCH_BUFFER_BYTES,
     AppendParams,
     AppendResult,
     Boot,
@@ -37,9 +39,17 @@ from streamd.eventlog.model import (
     SessionWithEvents,
     SinceResult,
 )
-from streamd.eventlog.store import SCHEMA_VERSION, Backend, SqliteOptions, SqliteStore
+from streamd.eventlog.store import (
+    SCHEMA_VERSION,
+    Backend,
+    SqliteOptions,
+    SqliteStore,
+    closed_error,
+)
+from streamd.eventlog.watch import Watch
 
 __all__ = [
+    "DEFAULT_WATCH_BUFFER_BYTES",
     "DEFAULT_WATCH_INTERVAL",
     "SCHEMA_VERSION",
     "AppendParams",
@@ -60,6 +70,7 @@ __all__ = [
     "SqliteOptions",
     "SqliteStore",
     "Watch",
+    "closed_error",
     "new_holder_id",
     "resolve_db_path",
 ]

@@ -1,6 +1,10 @@
 """The Trio layer: :class:`EventLog`, a typed async API over a storage backend.
 
-This module owns tasks and nothing else; every storage rule lives in the store.
+This module owns tasks and nothing else; every storage rule lives in the store,
+the rules of a watch in :mod:`~streamd.eventlog.watch` and those of a lease in
+:mod:`~streamd.eventlog.lease`. Every store call is a typed call of one
+:class:`~streamd.eventlog.store.Backend` operation, run on the writer's or the
+reader's connection.
 
 Tasks and their rules
 ---------------------
@@ -11,35 +15,21 @@ Tasks and their rules
   load many appends share one fsync without any added delay when idle. A caller
   cancelled while waiting may still have its event committed; a retry with the
   same event id is answered ``duplicate: true``.
-* **Watchers** are cursor readers. Each keeps the seq it last delivered and asks
-  the store for matching entries after it, so replaying history and following the
-  live log are the same loop, and no entry can be skipped or sent twice at the
-  switch. (SQLite assigns seqs inside the single writer's transaction, so commit
-  order is seq order and a cursor never passes an uncommitted seq.) A watcher that
-  is caught up sleeps on a wake-up event: the writer sets it after every commit
-  that added a row (in-process appends wake watchers at once), and a poller sets it
-  when ``PRAGMA data_version`` moves (another process committed). The poller runs
-  only while someone watches, costs one pragma per ``watch_interval``, and never
-  re-queries blindly.
-* **A watcher's buffer is bounded, in bytes.** The watcher reads ahead at most
-  ``watch_buffer_bytes`` of entries (their size on the wire, default 4 MiB; at
-  most ``watch_buffer`` entries, and always at least one) that its consumer has
-  not taken, and reads the next page only for the room left, so what it holds
-  never exceeds the budget by more than one entry whatever the entries weigh.
-  When the consumer leaves no room for ``watch_stall_timeout`` the watch ends
-  with a ``budget_exceeded`` error that names the seq to resume from, after the
-  consumer has drained what was buffered; nothing follows that error. Entries
-  are read with their content as raw JSON and decoded when handed out, so the
-  buffer holds about the bytes it counts (``raw_content=True`` hands them out
-  raw, for a consumer that only re-encodes them: the JSON-RPC watch).
+* **Watch producers** run in the log's nursery, one per watch, reading through
+  the reader's connection. A caught-up watch sleeps until the writer commits a
+  row, or until a **poller** sees ``PRAGMA data_version`` move (another process
+  committed). The poller runs only while someone watches and costs one pragma per
+  ``watch_interval``.
 * **Lease heartbeats** run in the log's own nursery, or in one the caller
-  supplies, one task per lease. A heartbeat that updates no row means
-  the lease was stolen: ``Lease.lost`` is set, ``on_lost`` runs, the task ends. A
-  heartbeat that fails with a database error is retried at the next tick; it is
-  not a loss.
+  supplies, one task per lease.
 * **Close** cancels every in-flight operation, which then raises ``closed``; the
   writer finishes the batch it is committing (so its callers learn the truth) and
   fails the rest as never written; leases are released; connections close.
+
+Two ways in: the keyword methods (``since(from_seq, filter, limit)``) validate
+their values exactly as the wire would (:func:`~streamd.eventlog.model.checked`);
+the ``*_params`` methods take params already validated, decoded from the wire by
+the JSON-RPC layer, so a request is validated once.
 
 Why ``apsw.aio`` and not ``trio.to_thread``
 -------------------------------------------
@@ -48,7 +38,7 @@ its own worker thread and honours Trio cancellation and deadlines (a queued call
 skipped, a running statement is interrupted); ``to_thread.run_sync`` cannot
 interrupt a running call. Measured on this machine (2 vCPU, ext4, APSW 3.54.1,
 Trio 0.35, synchronous=FULL; medians of 5 interleaved rounds, each store call
-dispatched from Trio; ``python -m streamd.eventlog.measure``)::
+dispatched from Trio; ``python bench/eventlog_bench.py --dispatch``)::
 
     per call                          inline*    to_thread    apsw.aio
     ping (one bounded read)           29 us       192 us       136 us
@@ -75,17 +65,17 @@ import datetime as _dt
 import logging
 import os
 import secrets
-import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-import msgspec
 import trio
 
-from streamd.errors import BUDGET_EXCEEDED, CLOSED, INTERNAL_ERROR, RpcError, is_closed
+from streamd.errors import CLOSED, RpcError, is_closed
+from streamd.eventlog.lease import Lease, LeaseHost, new_holder_id
 from streamd.eventlog.model import (
     DEFAULT_SINCE_LIMIT,
     DEFAULT_STALE_AFTER_MS,
@@ -97,7 +87,6 @@ from streamd.eventlog.model import (
     BootRecordParams,
     BootUpdateParams,
     BranchesParams,
-    Entry,
     Event,
     Filter,
     LatestSeqParams,
@@ -114,23 +103,28 @@ from streamd.eventlog.model import (
     WatchParams,
     checked,
     to_us,
-    wire_size,
 )
-from streamd.eventlog.store import Backend, SqliteOptions, SqliteStore, closed_error
+from streamd.eventlog.store import (
+    Backend,
+    Runner,
+    SqliteOptions,
+    SqliteStore,
+    Synchronous,
+    closed_error,
+)
+from streamd.eventlog.store.connection import prepare_file
+from streamd.eventlog.watch import Commits, Watch
 
 __all__ = [
     "DEFAULT_WATCH_INTERVAL",
     "EventLog",
     "EventLogStats",
-    "Lease",
-    "Watch",
-    "new_holder_id",
     "resolve_db_path",
 ]
 
 logger = logging.getLogger(__name__)
 
-_decode_content = msgspec.json.Decoder().decode
+_T = TypeVar("_T")
 
 DEFAULT_WATCH_INTERVAL = 0.2
 # How long close lets work already inside SQLite finish before interrupting it.
@@ -153,13 +147,6 @@ def resolve_db_path(
     state = environ.get("XDG_STATE_HOME", "")
     base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
     return base / "streamd" / "events.db"
-
-
-def new_holder_id() -> str:
-    """``host/pid/8-hex``: which machine and process holds a lease, plus enough
-    randomness that two acquisitions by one process are told apart."""
-    host = socket.gethostname() or "unknown"
-    return f"{host}/{os.getpid()}/{secrets.token_hex(4)}"
 
 
 @dataclass
@@ -187,164 +174,22 @@ def _never_written() -> RpcError:
     return RpcError(CLOSED, "event log closed before the append was written; it was not written")
 
 
-class _ThreadedStore:
-    """Run a synchronous backend through ``trio.to_thread`` (one call at a time)."""
+class _ThreadRunner:
+    """A synchronously opened store driven through ``trio.to_thread``, one call
+    at a time (``dispatch="thread"``)."""
 
-    def __init__(self, inner: SqliteStore) -> None:
-        self._inner = inner
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
         self._limiter = trio.CapacityLimiter(1)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    async def run(self, op: Callable[[Backend], _T]) -> _T:
+        return await trio.to_thread.run_sync(op, self._store, limiter=self._limiter)
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
-
-    async def aclose(self) -> None:
-        await trio.to_thread.run_sync(self._inner.close, limiter=self._limiter)
-
-
-class Lease:
-    """An exclusive lease on one session, kept fresh by a heartbeat task.
-
-    ``lost`` is set if another process stole the lease (our heartbeat found the row
-    no longer ours); whoever works under the lease should stop then, or two
-    processes drive one session. ``lost`` is never set by a clean release.
-    """
-
-    def __init__(
-        self,
-        log: EventLog,
-        *,
-        lock: str,
-        holder: str,
-        app: str,
-        user: str,
-        session: str,
-        heartbeat_ms: int,
-        on_lost: Callable[[Lease], Awaitable[None]] | None,
-    ) -> None:
-        self.lock = lock
-        self.holder = holder
-        self.app = app
-        self.user = user
-        self.session = session
-        self.heartbeat_ms = heartbeat_ms
-        self.lost = trio.Event()
-        self.beats = 0
-        """Successful heartbeats so far (diagnostics; tests watch it advance)."""
-        self._log = log
-        self._on_lost = on_lost
-        self._scope = trio.CancelScope()
-        self._released = False
-
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    async def release(self) -> None:
-        """Stop the heartbeat and delete the lease row if it is still ours.
-
-        Idempotent. After the log is closed this does nothing: close already
-        released every lease.
-        """
-        if self._released:
-            return
-        self._released = True
-        self._scope.cancel()
-        self._log._leases.pop(self.lock, None)
-        if self.lost.is_set() or self._log.closed:
-            return
-        await self._log._call(
-            "writer", "release_lease", self.app, self.user, self.session, self.holder
-        )
-
-
-class Watch:
-    """An async iterator over the entries after ``from_seq`` that match a filter,
-    replayed and then followed live, each exactly once and in seq order.
-
-    Use as ``async with log.watch(...) as w: async for entry in w: ...`` so the
-    reader task stops when you leave the block. ``last_seq`` is the seq of the
-    last entry handed out (``from_seq`` before the first): resume from it.
-    """
-
-    def __init__(
-        self,
-        log: EventLog,
-        from_seq: int,
-        flt: Filter | None,
-        capacity: int,
-        budget_bytes: int,
-        raw_content: bool,
-    ) -> None:
-        self.from_seq = from_seq
-        self.filter = flt
-        self.last_seq = from_seq
-        self._log = log
-        self._raw = raw_content
-        # Each entry travels with its size on the wire, so the consumer can give
-        # back exactly what the producer counted.
-        self._send, self._recv = trio.open_memory_channel[tuple[Entry, int]](capacity)
-        self._page = min(256, capacity)
-        self._budget = budget_bytes
-        self._held = 0  # bytes of entries sent into the channel and not yet taken
-        self._taken = trio.Event()  # set (and replaced) whenever the consumer takes one
-        self._scope = trio.CancelScope()
-        self._error: RpcError | None = None
-
-    def __aiter__(self) -> Watch:
-        return self
-
-    async def __anext__(self) -> Entry:
-        if self._log.closed:
-            raise closed_error()
-        try:
-            entry, size = await self._recv.receive()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            if self._log.closed:
-                raise closed_error() from None
-            if self._error is not None:
-                raise self._error from None
-            raise StopAsyncIteration from None
-        self._held -= size
-        self._taken.set()
-        self._taken = trio.Event()
-        content = entry.event.content
-        if not self._raw and isinstance(content, msgspec.Raw):
-            # Valid JSON: raw reads turn content that is not into a damaged null.
-            entry.event.content = _decode_content(content)
-        self.last_seq = entry.seq
-        return entry
+    def interrupt(self) -> None:
+        self._store.interrupt()
 
     async def aclose(self) -> None:
-        self._scope.cancel()
-        self._recv.close()
-
-    async def __aenter__(self) -> Watch:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    @property
-    def error(self) -> RpcError | None:
-        """Why the watch ended, once it has (raised again by the iterator)."""
-        return self._error
-
-    @property
-    def buffered(self) -> int:
-        """Entries read from the log but not yet taken by the consumer."""
-        return self._recv.statistics().current_buffer_used
-
-    @property
-    def buffered_bytes(self) -> int:
-        """Their size on the wire: at most the budget, or one entry beyond it."""
-        return self._held
-
-    @property
-    def budget_bytes(self) -> int:
-        return self._budget
+        await trio.to_thread.run_sync(self._store.close, limiter=self._limiter)
 
 
 class EventLog:
@@ -361,7 +206,7 @@ class EventLog:
         path: str | os.PathLike[str] | None = None,
         *,
         watch_interval: float = DEFAULT_WATCH_INTERVAL,
-        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 5000,
         watch_buffer: int = 1000,
         watch_buffer_bytes: int = DEFAULT_WATCH_BUFFER_BYTES,
@@ -369,7 +214,7 @@ class EventLog:
         max_batch: int = 512,
         wall_clock: Callable[[], float] = time.time,
         dispatch: Dispatch = "aio",
-        open_backend: Callable[[Role], Awaitable[Backend]] | None = None,
+        open_backend: Callable[[Role], Awaitable[Runner]] | None = None,
     ) -> None:
         if watch_interval <= 0 or watch_buffer < 1 or watch_buffer_bytes < 1 or max_batch < 1:
             raise ValueError(
@@ -390,21 +235,28 @@ class EventLog:
         self._nursery: trio.Nursery | None = None
         self._nursery_cm: Any = None
         self._open_lock = trio.Lock()
-        self._writer: Backend | None = None
-        self._reader: Backend | None = None
+        self._writer: Runner | None = None
+        self._reader: Runner | None = None
         self._closed = False
         self._close_done = trio.Event()
+        self._op_scopes: set[trio.CancelScope] = set()
 
         self._queue_send, self._queue_recv = trio.open_memory_channel[_PendingAppend](4 * max_batch)
         self._writer_done = trio.Event()
         self._writer_started = False
 
-        self._wake = trio.Event()
-        self._watchers = 0
+        self._commits = Commits()
+        self._watchers = 0  # watches reading now; the poller runs while there are any
         self._poller_running = False
         self._watches: set[Watch] = set()
-        self._op_scopes: set[trio.CancelScope] = set()
+
         self._leases: dict[str, Lease] = {}
+        self._lease_host = LeaseHost(
+            write=self._write,
+            now_us=self._now_us,
+            closed=lambda: self._closed,
+            forget=self._forget_lease,
+        )
 
     # -- lifecycle --
 
@@ -470,10 +322,10 @@ class EventLog:
         for scope in list(self._op_scopes):
             scope.cancel()
         for w in list(self._watches):
-            w._scope.cancel()
+            w.stop_reading()
         leases = list(self._leases.values())
         for lease in leases:
-            lease._scope.cancel()
+            lease.stop_heartbeat()
         self._queue_send.close()
         async with self._open_lock:
             pass  # an open in progress finishes, so its connections get closed too
@@ -494,13 +346,7 @@ class EventLog:
             with trio.move_on_after(_CLOSE_GRACE):
                 for lease in leases:
                     try:
-                        await self._writer.run(
-                            self._writer.release_lease,
-                            lease.app,
-                            lease.user,
-                            lease.session,
-                            lease.holder,
-                        )
+                        await self._writer.run(lease.release_op())
                     except RpcError as exc:
                         logger.warning("releasing lease %s at close: %s", lease.lock, exc)
         self._leases.clear()
@@ -521,10 +367,10 @@ class EventLog:
 
     # -- plumbing --
 
-    async def _open_sqlite(self, role: Role) -> Backend:
+    async def _open_sqlite(self, role: Role) -> Runner:
         path = str(self.path)
         if role == "writer":
-            _prepare_file(self.path)
+            prepare_file(self.path)
         migrate = role == "writer"
         if self._dispatch == "aio":
             return await SqliteStore.open_async(path, self._options, migrate=migrate)
@@ -532,10 +378,10 @@ class EventLog:
             store = await trio.to_thread.run_sync(
                 lambda: SqliteStore.open(path, self._options, migrate=migrate)
             )
-            return _ThreadedStore(store)  # type: ignore[return-value]
+            return _ThreadRunner(store)
         return SqliteStore.open(path, self._options, migrate=migrate)
 
-    async def _ensure_open(self) -> tuple[Backend, Backend]:
+    async def _ensure_open(self) -> tuple[Runner, Runner]:
         if self._closed:
             raise closed_error()
         if self._writer is not None and self._reader is not None:
@@ -564,8 +410,8 @@ class EventLog:
         assert self._writer is not None and self._reader is not None
         return self._writer, self._reader
 
-    async def _call(self, role: Role, name: str, *args: Any) -> Any:
-        """Run one store method; if close interrupts it, raise ``closed``."""
+    async def _call(self, role: Role, op: Callable[[Backend], _T]) -> _T:
+        """Run one store operation; if close interrupts it, raise ``closed``."""
         if self._closed:
             raise closed_error()
         scope = trio.CancelScope()
@@ -573,19 +419,19 @@ class EventLog:
         try:
             with scope:
                 writer, reader = await self._ensure_open()
-                backend = writer if role == "writer" else reader
-                return await backend.run(getattr(backend, name), *args)
+                return await (writer if role == "writer" else reader).run(op)
         finally:
             self._op_scopes.discard(scope)
         raise closed_error()
 
+    async def _read(self, op: Callable[[Backend], _T]) -> _T:
+        return await self._call("reader", op)
+
+    async def _write(self, op: Callable[[Backend], _T]) -> _T:
+        return await self._call("writer", op)
+
     def _now_us(self) -> int:
         return int(self._wall_clock() * 1_000_000)
-
-    def _bump(self) -> None:
-        """Wake every caught-up watcher: something may have been committed."""
-        wake, self._wake = self._wake, trio.Event()
-        wake.set()
 
     # -- appends --
 
@@ -665,18 +511,8 @@ class EventLog:
                     for p in batch:
                         p.resolve(_never_written())
                     continue
-                try:
-                    # Not cancelled by close: the batch in flight finishes, so its
-                    # callers hear whether it committed.
-                    with trio.CancelScope(shield=True):
-                        results: Sequence[AppendResult | RpcError] = await writer.run(
-                            writer.append_batch, [p.params for p in batch], self._now_us()
-                        )
-                except RpcError as exc:
-                    # Interrupted by close means rolled back: say so precisely.
-                    results = [_never_written() if is_closed(exc) else exc] * len(batch)
                 wrote = False
-                for p, outcome in zip(batch, results, strict=True):
+                for p, outcome in zip(batch, await self._commit(writer, batch), strict=True):
                     p.resolve(outcome)
                     if isinstance(outcome, AppendResult) and not outcome.duplicate:
                         wrote = True
@@ -685,12 +521,25 @@ class EventLog:
                 self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
                 batch = []
                 if wrote:
-                    self._bump()
+                    self._commits.notify()
         finally:
             for p in batch:
                 p.resolve(_never_written())
             self._fail_queued()
             self._writer_done.set()
+
+    async def _commit(
+        self, writer: Runner, batch: list[_PendingAppend]
+    ) -> Sequence[AppendResult | RpcError]:
+        params, now_us = [p.params for p in batch], self._now_us()
+        try:
+            # Not cancelled by close: the batch in flight finishes, so its
+            # callers hear whether it committed.
+            with trio.CancelScope(shield=True):
+                return await writer.run(lambda store: store.append_batch(params, now_us))
+        except RpcError as exc:
+            # Interrupted by close means rolled back: say so precisely.
+            return [_never_written() if is_closed(exc) else exc] * len(batch)
 
     def _fail_queued(self) -> None:
         while True:
@@ -721,26 +570,44 @@ class EventLog:
         many bytes on the wire (at least one entry; ``caught_up`` is then
         false)."""
         p = checked(SinceParams, from_seq=from_seq, filter=filter, limit=limit)
-        return await self._call(
-            "reader", "since", p.from_seq, p.filter, p.limit, raw_content, max_bytes, encoded
+        return await self.since_params(
+            p, raw_content=raw_content, max_bytes=max_bytes, encoded=encoded
+        )
+
+    async def since_params(
+        self,
+        p: SinceParams,
+        *,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
+        encoded: bool = False,
+    ) -> SinceResult:
+        return await self._read(
+            lambda store: store.since(
+                p.from_seq, p.filter, p.limit, raw_content, max_bytes, encoded
+            )
         )
 
     async def latest_seq(self, filter: Filter | None = None) -> int:
         """The newest matching seq, 0 when nothing matches."""
-        p = checked(LatestSeqParams, filter=filter)
-        return await self._call("reader", "latest_seq", p.filter)
+        return await self.latest_seq_params(checked(LatestSeqParams, filter=filter))
+
+    async def latest_seq_params(self, p: LatestSeqParams) -> int:
+        return await self._read(lambda store: store.latest_seq(p.filter))
 
     async def nth_newest_seq(self, offset: int, filter: Filter | None = None) -> int:
         """The seq ``offset`` entries behind the newest match (0 = the newest), 0
         when fewer match. Watching from the entry before it replays the last
         ``offset + 1`` matches, as ``tail -n`` does."""
         p = checked(LatestSeqParams, filter=filter)
-        return await self._call("reader", "nth_newest_seq", p.filter, offset)
+        return await self._read(lambda store: store.nth_newest_seq(p.filter, offset))
 
     async def branches(self, filter: Filter | None = None, limit: int | None = None) -> list[str]:
         """Distinct non-empty branch labels under the filter, sorted ascending."""
-        p = checked(BranchesParams, filter=filter, limit=limit)
-        return await self._call("reader", "branches", p.filter, p.limit)
+        return await self.branches_params(checked(BranchesParams, filter=filter, limit=limit))
+
+    async def branches_params(self, p: BranchesParams) -> list[str]:
+        return await self._read(lambda store: store.branches(p.filter, p.limit))
 
     def watch(
         self,
@@ -750,87 +617,68 @@ class EventLog:
         raw_content: bool = False,
         buffer_bytes: int | None = None,
     ) -> Watch:
-        """Follow the log from ``from_seq``: see :class:`Watch`. ``buffer_bytes``
-        overrides the log's ``watch_buffer_bytes`` for this watch (the JSON-RPC
-        watch reads ahead less, because the connection holds the rest)."""
+        """Follow the log from ``from_seq``: see :class:`~streamd.eventlog.watch.Watch`.
+        ``buffer_bytes`` overrides the log's ``watch_buffer_bytes`` for this
+        watch (the JSON-RPC watch reads ahead less, because the connection holds
+        the rest)."""
+        self._check_watchable(buffer_bytes)
+        p = checked(WatchParams, from_seq=from_seq, filter=filter)
+        return self.watch_params(p, raw_content=raw_content, buffer_bytes=buffer_bytes)
+
+    def watch_params(
+        self, p: WatchParams, *, raw_content: bool = False, buffer_bytes: int | None = None
+    ) -> Watch:
+        self._check_watchable(buffer_bytes)
+        assert self._nursery is not None
+        w = Watch(
+            p.from_seq,
+            p.filter,
+            capacity=self._watch_buffer,
+            budget_bytes=self._watch_buffer_bytes if buffer_bytes is None else buffer_bytes,
+            stall_timeout=self._stall_timeout,
+            raw_content=raw_content,
+            log_closed=lambda: self._closed,
+        )
+        self._watches.add(w)
+        self._nursery.start_soon(self._run_watch, w)
+        return w
+
+    def _check_watchable(self, buffer_bytes: int | None) -> None:
         if self._closed:
             raise closed_error()
         if self._nursery is None:
             raise RuntimeError("use the EventLog as `async with EventLog(...) as log:`")
         if buffer_bytes is not None and buffer_bytes < 1:
             raise ValueError("buffer_bytes must be positive")
-        p = checked(WatchParams, from_seq=from_seq, filter=filter)
-        budget = self._watch_buffer_bytes if buffer_bytes is None else buffer_bytes
-        w = Watch(self, p.from_seq, p.filter, self._watch_buffer, budget, raw_content)
-        self._watches.add(w)
-        self._nursery.start_soon(self._produce, w)
-        return w
 
-    async def _produce(self, w: Watch) -> None:
-        cursor = w.from_seq
-        registered = False
+    async def _run_watch(self, w: Watch) -> None:
         try:
-            with w._scope:
-                _, reader = await self._ensure_open()
-                self._watchers += 1
-                registered = True
-                if not self._poller_running:
-                    self._poller_running = True
-                    assert self._nursery is not None
-                    self._nursery.start_soon(self._poll_changes)
-                while True:
-                    # Taken before the query: a commit that lands during the query
-                    # sets this very event, so the wait below cannot miss it.
-                    wake = self._wake
-                    # Read only what there is room for (always at least one
-                    # entry), so the page waiting here and the channel together
-                    # stay within the budget.
-                    room = max(w._budget - w._held, 1)
-                    page = await reader.run(
-                        reader.since, cursor, w.filter, w._page, True, room
-                    )
-                    for entry in page.entries:
-                        size = wire_size(entry)
-                        with trio.move_on_after(self._stall_timeout) as stall:
-                            while w._held and w._held + size > w._budget:
-                                await w._taken.wait()
-                            w._held += size
-                            try:
-                                await w._send.send((entry, size))
-                            except BaseException:
-                                w._held -= size  # not sent
-                                raise
-                        if stall.cancelled_caught:
-                            raise _stalled(cursor, w, self._stall_timeout)
-                        cursor = entry.seq
-                    if page.caught_up:
-                        await wake.wait()
-        except RpcError as exc:
-            w._error = exc
-        except trio.BrokenResourceError:
-            pass  # the consumer closed its end
-        except Exception as exc:
-            # This task lives in the log's nursery: letting a bug escape would
-            # take down every client of the daemon, not just this watch.
-            logger.exception("watch from seq %s failed", cursor)
-            w._error = RpcError(
-                INTERNAL_ERROR, f"watch failed: {exc!r}; resume with from_seq={cursor}"
-            )
+            await w.run(self._watch_feed)
         finally:
-            if registered:
-                self._watchers -= 1
             self._watches.discard(w)
-            w._send.close()
 
-    async def _poll_changes(self) -> None:
+    @asynccontextmanager
+    async def _watch_feed(self) -> AsyncIterator[tuple[Runner, Commits]]:
+        """The reader and the commit signal, for one watch while it reads; the
+        poller starts with the first watch and ends after the last."""
+        _, reader = await self._ensure_open()
+        self._watchers += 1
+        if not self._poller_running:
+            self._poller_running = True
+            assert self._nursery is not None
+            self._nursery.start_soon(self._poll_changes, reader)
+        try:
+            yield reader, self._commits
+        finally:
+            self._watchers -= 1
+
+    async def _poll_changes(self, reader: Runner) -> None:
         """Notice other processes' commits while anyone is watching."""
         try:
-            assert self._reader is not None
-            reader = self._reader
             last: int | None = None
             while self._watchers > 0:
                 try:
-                    version = await reader.run(reader.change_counter)
+                    version = await reader.run(lambda store: store.change_counter())
                 except RpcError as exc:
                     if is_closed(exc):
                         return
@@ -841,7 +689,7 @@ class EventLog:
                     # the baseline itself wakes everyone once.
                     if version != last:
                         last = version
-                        self._bump()
+                        self._commits.notify()
                 await trio.sleep(self.watch_interval)
         finally:
             self._poller_running = False
@@ -857,9 +705,14 @@ class EventLog:
     ) -> Session:
         """Create a session (an id is generated when none is given); creating one
         that exists is invalid_params."""
-        p = checked(SessionCreateParams, app=app, user=user, session=session, state=state)
-        return await self._call(
-            "writer", "create_session", p.app, p.user, p.session, p.state, self._now_us()
+        return await self.create_session_params(
+            checked(SessionCreateParams, app=app, user=user, session=session, state=state)
+        )
+
+    async def create_session_params(self, p: SessionCreateParams) -> Session:
+        now_us = self._now_us()
+        return await self._write(
+            lambda store: store.create_session(p.app, p.user, p.session, p.state, now_us)
         )
 
     async def get_session(
@@ -886,27 +739,38 @@ class EventLog:
             after_seq=after_seq,
             recent=recent,
         )
-        return await self._call(
-            "reader",
-            "get_session",
-            p.app,
-            p.user,
-            p.session,
-            p.after_seq,
-            p.recent,
-            raw_content,
-            max_bytes,
-            encoded,
+        return await self.get_session_params(
+            p, raw_content=raw_content, max_bytes=max_bytes, encoded=encoded
+        )
+
+    async def get_session_params(
+        self,
+        p: SessionGetParams,
+        *,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
+        encoded: bool = False,
+    ) -> SessionWithEvents:
+        return await self._read(
+            lambda store: store.get_session(
+                p.app, p.user, p.session, p.after_seq, p.recent, raw_content, max_bytes, encoded
+            )
         )
 
     async def list_sessions(self, app: str, user: str | None = None) -> list[Session]:
-        p = checked(SessionListParams, app=app, user=user)
-        return await self._call("reader", "list_sessions", p.app, p.user)
+        return await self.list_sessions_params(checked(SessionListParams, app=app, user=user))
+
+    async def list_sessions_params(self, p: SessionListParams) -> list[Session]:
+        return await self._read(lambda store: store.list_sessions(p.app, p.user))
 
     async def delete_session(self, app: str, user: str, session: str) -> None:
         """Delete a session and its events (idempotent)."""
-        p = checked(SessionDeleteParams, app=app, user=user, session=session)
-        await self._call("writer", "delete_session", p.app, p.user, p.session)
+        await self.delete_session_params(
+            checked(SessionDeleteParams, app=app, user=user, session=session)
+        )
+
+    async def delete_session_params(self, p: SessionDeleteParams) -> None:
+        await self._write(lambda store: store.delete_session(p.app, p.user, p.session))
 
     # -- leases --
 
@@ -943,19 +807,23 @@ class EventLog:
             stale_after_ms=stale_after_ms,
             heartbeat_ms=heartbeat_ms,
         )
-        holder = new_holder_id()
-        await self._call(
-            "writer",
-            "acquire_lease",
-            p.app,
-            p.user,
-            p.session,
-            holder,
-            p.stale_after_ms,
-            self._now_us(),
+        return await self.acquire_lock_params(p, nursery=nursery, on_lost=on_lost)
+
+    async def acquire_lock_params(
+        self,
+        p: LockAcquireParams,
+        *,
+        nursery: trio.Nursery | None = None,
+        on_lost: Callable[[Lease], Awaitable[None]] | None = None,
+    ) -> Lease:
+        holder, now_us = new_holder_id(), self._now_us()
+        await self._write(
+            lambda store: store.acquire_lease(
+                p.app, p.user, p.session, holder, p.stale_after_ms, now_us
+            )
         )
         lease = Lease(
-            self,
+            self._lease_host,
             lock=secrets.token_hex(8),
             holder=holder,
             app=p.app,
@@ -967,14 +835,25 @@ class EventLog:
         self._leases[lease.lock] = lease
         try:
             if nursery is not None:
-                nursery.start_soon(self._heartbeat, lease)
+                nursery.start_soon(lease.keep_alive)
             else:
-                assert self._nursery is not None  # the store call above opened the log
-                self._nursery.start_soon(self._heartbeat, lease)
+                assert self._nursery is not None  # the store call above needed it
+                self._nursery.start_soon(self._keep_alive, lease)
         except BaseException:
             await lease.release()
             raise
         return lease
+
+    async def _keep_alive(self, lease: Lease) -> None:
+        try:
+            await lease.keep_alive()
+        except Exception:
+            # This task lives in the log's nursery: a failing on_lost must not
+            # take down every client of the log.
+            logger.exception("lease %s: on_lost failed", lease.lock)
+
+    def _forget_lease(self, lease: Lease) -> None:
+        self._leases.pop(lease.lock, None)
 
     async def release_lock(self, lock: str) -> None:
         """Release by lock id; unknown or already released ids are fine."""
@@ -987,87 +866,43 @@ class EventLog:
     def lease(self, lock: str) -> Lease | None:
         return self._leases.get(lock)
 
-    async def _heartbeat(self, lease: Lease) -> None:
-        interval = lease.heartbeat_ms / 1000
-        with lease._scope:
-            while True:
-                await trio.sleep(interval)
-                try:
-                    # Bounded so a wedged database delays the next beat, not all.
-                    with trio.fail_after(interval):
-                        held = await self._call(
-                            "writer",
-                            "heartbeat_lease",
-                            lease.app,
-                            lease.user,
-                            lease.session,
-                            lease.holder,
-                            self._now_us(),
-                        )
-                except (RpcError, trio.TooSlowError) as exc:
-                    if isinstance(exc, RpcError) and is_closed(exc):
-                        return
-                    # The lease may well still be ours: retry at the next tick.
-                    logger.warning("lease %s heartbeat failed (will retry): %r", lease.lock, exc)
-                    continue
-                if held:
-                    lease.beats += 1
-                    continue
-                self._leases.pop(lease.lock, None)
-                lease.lost.set()
-                if lease._on_lost is not None:
-                    await lease._on_lost(lease)
-                return
-
     async def list_locks(self, app: str | None = None, user: str | None = None) -> list[LeaseInfo]:
-        return await self._call("reader", "list_leases", app, user)
+        return await self._read(lambda store: store.list_leases(app, user))
 
     # -- boots --
 
     async def record_boot(self, at: _dt.datetime, attempted: Sequence[str]) -> int:
-        p = checked(BootRecordParams, at=at, attempted=list(attempted))
-        return await self._call("writer", "record_boot", to_us(p.at), p.attempted)
+        return await self.record_boot_params(
+            checked(BootRecordParams, at=at, attempted=list(attempted))
+        )
+
+    async def record_boot_params(self, p: BootRecordParams) -> int:
+        at_us = to_us(p.at)
+        return await self._write(lambda store: store.record_boot(at_us, p.attempted))
 
     async def update_boot(self, boot_id: int, attempted: Sequence[str]) -> None:
         """Rewrite a boot's attempted list; an unknown id is invalid_params."""
-        p = checked(BootUpdateParams, id=boot_id, attempted=list(attempted))
-        await self._call("writer", "update_boot", p.id, p.attempted)
+        await self.update_boot_params(
+            checked(BootUpdateParams, id=boot_id, attempted=list(attempted))
+        )
+
+    async def update_boot_params(self, p: BootUpdateParams) -> None:
+        await self._write(lambda store: store.update_boot(p.id, p.attempted))
 
     async def recent_boots(self, since: _dt.datetime) -> list[Boot]:
         """Boots at or after ``since``, oldest first."""
-        p = checked(BootRecentParams, since=since)
-        return await self._call("reader", "recent_boots", to_us(p.since))
+        return await self.recent_boots_params(checked(BootRecentParams, since=since))
+
+    async def recent_boots_params(self, p: BootRecentParams) -> list[Boot]:
+        since_us = to_us(p.since)
+        return await self._read(lambda store: store.recent_boots(since_us))
 
     # -- health --
 
     async def ping(self) -> None:
         """Succeeds only after a real, bounded read of the log."""
-        await self._call("reader", "ping")
+        await self._read(lambda store: store.ping())
 
     async def synchronous_level(self) -> int:
         """The writer's ``PRAGMA synchronous`` (2 = FULL, 1 = NORMAL)."""
-        return await self._call("writer", "synchronous")
-
-
-def _stalled(cursor: int, w: Watch, timeout: float) -> RpcError:
-    return RpcError(
-        BUDGET_EXCEEDED,
-        f"watch consumer stopped reading: {w.buffered} entries ({w.buffered_bytes} bytes,"
-        f" budget {w.budget_bytes}) unread for {timeout:g} s; resume with from_seq={cursor}",
-        {"last_seq": cursor, "buffered": w.buffered, "buffered_bytes": w.buffered_bytes},
-    )
-
-
-def _prepare_file(path: Path) -> None:
-    """Create the directory (0700) and an empty database file (0600) so an audit
-    log of agent sessions is private to its user from the first byte."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        return
-    except OSError as exc:
-        from streamd.errors import SOURCE_UNAVAILABLE
-
-        raise RpcError(SOURCE_UNAVAILABLE, f"cannot create event log {path}: {exc}") from exc
-    os.close(fd)
+        return await self._write(lambda store: store.synchronous())

@@ -49,9 +49,6 @@ __all__ = [
     "MAX_DERIVED_HEARTBEAT_MS",
     "MAX_INT",
     "MAX_SINCE_LIMIT",
-    "METADATA_CALLER",
-    "METADATA_FINISH_REASON",
-    "METADATA_PROXY_BY",
     "MIN_HEARTBEAT_MS",
     "MIN_STALE_AFTER_MS",
     "REPLY_BUDGET_BYTES",
@@ -104,7 +101,7 @@ DEFAULT_SINCE_LIMIT = 1000
 MAX_SINCE_LIMIT = 10_000
 REPLY_BUDGET_BYTES = 4 << 20
 """How many bytes of entries one ``since`` page or ``sessions.get`` answer may
-carry on the wire: half the 8 MiB frame limit (``streamd.framing``), so a reply
+carry on the wire: half the 8 MiB frame limit (``streamd.rpc.framing``), so a reply
 is always a frame a client can read. A reply that stops at the budget says how
 to continue (``since``: ``caught_up`` false and ``next_seq``; ``sessions.get``:
 ``truncated`` and ``next_seq``). At least one entry is always returned, so a
@@ -123,12 +120,6 @@ window of a few scheduler hiccups lets a healthy holder look dead."""
 MAX_INT = 2**63 - 1
 """SQLite's largest integer. Every integer param is bounded by it, so an
 oversized one is invalid_params, never an overflow deep in the driver."""
-
-# Well-known metadata keys (the log itself is agnostic to keys; these are the
-# conventions agent runtimes use, named once so readers need not guess).
-METADATA_CALLER = "caller"
-METADATA_PROXY_BY = "proxy_by"
-METADATA_FINISH_REASON = "finish_reason"
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 Seq = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]

@@ -1,7 +1,8 @@
 """The event log's JSON-RPC methods: thin handlers over :class:`EventLog`.
 
-Each handler decodes nothing (the RPC layer has already decoded its Struct with
-unknown fields forbidden) and builds no error frames (it raises ``RpcError``).
+Each handler decodes and validates nothing (the RPC layer has already decoded
+its Struct with unknown fields forbidden, and hands it to the log's ``*_params``
+methods as it is) and builds no error frames (it raises ``RpcError``).
 What this module adds is per-connection behaviour:
 
 * ``eventlog/watch`` is a long-running request. Entries go out as
@@ -42,7 +43,8 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from streamd.errors import BUDGET_EXCEEDED, RpcError
-from streamd.eventlog.log import EventLog, Lease
+from streamd.eventlog.lease import Lease
+from streamd.eventlog.log import EventLog
 from streamd.eventlog.model import (
     REPLY_BUDGET_BYTES,
     AppendParams,
@@ -105,15 +107,15 @@ class _Service:
         return await (await self.log()).append_params(p)
 
     async def since(self, p: SinceParams, request: Request) -> SinceResult:
-        return await (await self.log()).since(
-            p.from_seq, p.filter, p.limit, max_bytes=REPLY_BUDGET_BYTES, encoded=True
+        return await (await self.log()).since_params(
+            p, max_bytes=REPLY_BUDGET_BYTES, encoded=True
         )
 
     async def latest_seq(self, p: LatestSeqParams, request: Request) -> LatestSeqResult:
-        return LatestSeqResult(seq=await (await self.log()).latest_seq(p.filter))
+        return LatestSeqResult(seq=await (await self.log()).latest_seq_params(p))
 
     async def branches(self, p: BranchesParams, request: Request) -> BranchesResult:
-        return BranchesResult(branches=await (await self.log()).branches(p.filter, p.limit))
+        return BranchesResult(branches=await (await self.log()).branches_params(p))
 
     async def watch(self, p: WatchParams, request: Request) -> WatchResult:
         log = await self.log()
@@ -124,9 +126,7 @@ class _Service:
         timeout = log.watch_stall_timeout
         last_sent = p.from_seq
         failure: RpcError | None = None
-        async with log.watch(
-            p.from_seq, p.filter, raw_content=True, buffer_bytes=read_ahead
-        ) as watch:
+        async with log.watch_params(p, raw_content=True, buffer_bytes=read_ahead) as watch:
             with trio.CancelScope() as until_closing:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_cancel_when_set, conn.closing, until_closing)
@@ -162,24 +162,18 @@ class _Service:
     # -- sessions --
 
     async def sessions_create(self, p: SessionCreateParams, request: Request) -> Session:
-        return await (await self.log()).create_session(p.app, p.user, p.session, p.state)
+        return await (await self.log()).create_session_params(p)
 
     async def sessions_get(self, p: SessionGetParams, request: Request) -> SessionWithEvents:
-        return await (await self.log()).get_session(
-            p.app,
-            p.user,
-            p.session,
-            p.after_seq,
-            p.recent,
-            max_bytes=REPLY_BUDGET_BYTES,
-            encoded=True,
+        return await (await self.log()).get_session_params(
+            p, max_bytes=REPLY_BUDGET_BYTES, encoded=True
         )
 
     async def sessions_list(self, p: SessionListParams, request: Request) -> SessionListResult:
-        return SessionListResult(sessions=await (await self.log()).list_sessions(p.app, p.user))
+        return SessionListResult(sessions=await (await self.log()).list_sessions_params(p))
 
     async def sessions_delete(self, p: SessionDeleteParams, request: Request) -> Empty:
-        await (await self.log()).delete_session(p.app, p.user, p.session)
+        await (await self.log()).delete_session_params(p)
         return Empty()
 
     # -- leases --
@@ -194,14 +188,7 @@ class _Service:
                 LOCK_LOST_NOTIFICATION, LockLostNotification(lock=lease.lock, holder=lease.holder)
             )
 
-        lease = await log.acquire_lock(
-            p.app,
-            p.user,
-            p.session,
-            stale_after_ms=p.stale_after_ms,
-            heartbeat_ms=p.heartbeat_ms,
-            on_lost=on_lost,
-        )
+        lease = await log.acquire_lock_params(p, on_lost=on_lost)
         held = self._held.get(conn)
         if held is None:
             held = self._held[conn] = {}
@@ -225,14 +212,14 @@ class _Service:
     # -- boots and health --
 
     async def boot_record(self, p: BootRecordParams, request: Request) -> BootRecordResult:
-        return BootRecordResult(id=await (await self.log()).record_boot(p.at, p.attempted))
+        return BootRecordResult(id=await (await self.log()).record_boot_params(p))
 
     async def boot_update(self, p: BootUpdateParams, request: Request) -> Empty:
-        await (await self.log()).update_boot(p.id, p.attempted)
+        await (await self.log()).update_boot_params(p)
         return Empty()
 
     async def boot_recent(self, p: BootRecentParams, request: Request) -> BootRecentResult:
-        return BootRecentResult(boots=await (await self.log()).recent_boots(p.since))
+        return BootRecentResult(boots=await (await self.log()).recent_boots_params(p))
 
     async def ping(self, p: PingParams, request: Request) -> Empty:
         await (await self.log()).ping()

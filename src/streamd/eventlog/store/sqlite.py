@@ -4,7 +4,7 @@ One :class:`SqliteStore` wraps one connection. Every public method is one unit o
 work: a write opens exactly one transaction (``with self._db:``, which begins
 ``IMMEDIATE`` on these connections), private helpers take the connection so steps
 compose inside it, and reads that need more than one statement take one snapshot.
-No ``apsw`` exception leaves this module: :func:`_translated` turns every driver
+No ``apsw`` exception leaves the store: :func:`_translated` turns every driver
 error into an :class:`~streamd.errors.RpcError` (``source_unavailable`` for a
 database fault, ``closed`` once the connection is closed), so callers and the wire
 never see driver types.
@@ -44,29 +44,24 @@ Rules kept here, for every caller (the Trio layer, the CLI, tests)
   in the meantime keeps its lease. A heartbeat is a conditional update on our
   holder; zero rows means the lease was stolen.
 
-Schema changes are forward-only migrations counted by ``PRAGMA user_version``; a
-database written by a newer streamd is refused rather than guessed at, and a
-database that is neither empty nor ours (another program's file given as
-``--db``) is refused before anything in it changes.
+The schema and its forward-only migrations (and the refusal of a database that
+is newer, or not ours) are in :mod:`~streamd.eventlog.store.schema`, connection
+setup in :mod:`~streamd.eventlog.store.connection`, and the mapping between rows
+and Structs in :mod:`~streamd.eventlog.store.rows`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Literal, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import apsw
-import msgspec
 
 from streamd.errors import (
-    CLOSED,
     EVENT_CONFLICT,
     INVALID_PARAMS,
     SESSION_LOCKED,
@@ -80,117 +75,24 @@ from streamd.eventlog.model import (
     AppendParams,
     AppendResult,
     Boot,
-    Entry,
-    Event,
     Filter,
     LeaseInfo,
     Session,
     SessionWithEvents,
     SinceResult,
-    check_renderable,
-    from_us,
-    from_us_or_none,
-    to_us,
     wire_size,
 )
+from streamd.eventlog.store import rows
+from streamd.eventlog.store.backend import Backend, closed_error
+from streamd.eventlog.store.connection import BusyWait, SqliteOptions, configure
+from streamd.eventlog.store.schema import SCHEMA_VERSION
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "Backend",
-    "SqliteOptions",
-    "SqliteStore",
-    "closed_error",
-]
+__all__ = ["SqliteStore"]
 
 logger = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
-
-Synchronous = Literal["FULL", "NORMAL"]
-
-
-def closed_error() -> RpcError:
-    return RpcError(CLOSED, "event log is closed")
-
-
-class Backend(Protocol):
-    """What the Trio layer needs from a storage backend; contract tests run against
-    every implementation. Methods are synchronous and each is one unit of work;
-    :meth:`run` executes one of them off the event loop (a connection's worker
-    thread for SQLite), so a backend decides how its driver meets Trio."""
-
-    async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T: ...
-
-    async def aclose(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    def interrupt(self) -> None: ...
-
-    def append(self, params: AppendParams, now_us: int) -> AppendResult: ...
-
-    def append_batch(
-        self, batch: Sequence[AppendParams], now_us: int
-    ) -> list[AppendResult | RpcError]: ...
-
-    def since(
-        self,
-        from_seq: int,
-        flt: Filter | None,
-        limit: int,
-        raw_content: bool = False,
-        max_bytes: int | None = None,
-        encoded: bool = False,
-    ) -> SinceResult: ...
-
-    def latest_seq(self, flt: Filter | None) -> int: ...
-
-    def nth_newest_seq(self, flt: Filter | None, offset: int) -> int: ...
-
-    def branches(self, flt: Filter | None, limit: int | None) -> list[str]: ...
-
-    def create_session(
-        self, app: str, user: str, session: str | None, state: dict[str, Any] | None, now_us: int
-    ) -> Session: ...
-
-    def get_session(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        after_seq: int,
-        recent: int | None,
-        raw_content: bool = False,
-        max_bytes: int | None = None,
-        encoded: bool = False,
-    ) -> SessionWithEvents: ...
-
-    def list_sessions(self, app: str, user: str | None) -> list[Session]: ...
-
-    def delete_session(self, app: str, user: str, session: str) -> None: ...
-
-    def acquire_lease(
-        self, app: str, user: str, session: str, holder: str, stale_after_ms: int, now_us: int
-    ) -> None: ...
-
-    def heartbeat_lease(
-        self, app: str, user: str, session: str, holder: str, now_us: int
-    ) -> bool: ...
-
-    def release_lease(self, app: str, user: str, session: str, holder: str) -> bool: ...
-
-    def list_leases(self, app: str | None = None, user: str | None = None) -> list[LeaseInfo]: ...
-
-    def record_boot(self, at_us: int, attempted: Sequence[str]) -> int: ...
-
-    def update_boot(self, boot_id: int, attempted: Sequence[str]) -> None: ...
-
-    def recent_boots(self, since_us: int) -> list[Boot]: ...
-
-    def ping(self) -> None: ...
-
-    def change_counter(self) -> int: ...
 
 
 # --- error translation -----------------------------------------------------
@@ -207,7 +109,9 @@ def _translate(exc: apsw.Error) -> RpcError:
     )
 
 
-def _translated(fn: Callable[_P, _T]) -> Callable[_P, _T]:
+def _translated(
+    fn: Callable[Concatenate[SqliteStore, _P], _T],
+) -> Callable[Concatenate[SqliteStore, _P], _T]:
     """The storage boundary: no apsw exception escapes a decorated method.
 
     Once the store is interrupted for close, calls fail with ``closed``: an
@@ -216,452 +120,17 @@ def _translated(fn: Callable[_P, _T]) -> Callable[_P, _T]:
     """
 
     @functools.wraps(fn)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
-        store = args[0]
-        if store._busy.aborted:  # type: ignore[attr-defined]
+    def wrapper(store: SqliteStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if store._busy.aborted:
             raise closed_error()
         try:
-            return fn(*args, **kwargs)
+            return fn(store, *args, **kwargs)
         except apsw.Error as exc:
-            if store._busy.aborted:  # type: ignore[attr-defined]
+            if store._busy.aborted:
                 raise closed_error() from exc
             raise _translate(exc) from exc
 
     return wrapper
-
-
-# --- connection setup --------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SqliteOptions:
-    synchronous: Synchronous = "FULL"
-    """FULL fsyncs the WAL at every commit: an acknowledged append survives power
-    loss, not only a killed process. NORMAL survives kill -9 but may lose the last
-    commits on power loss, for several times the commit rate."""
-    busy_timeout_ms: int = 5000
-    """How long a writer waits for another process's write lock before the
-    operation fails with source_unavailable."""
-
-
-class _BusyWait:
-    """SQLite's busy handler: wait up to the timeout for another connection's lock.
-
-    It does what ``busy_timeout`` does (sleep a growing 1-20 ms between tries)
-    with one addition: close can abort the wait. A statement blocked on another
-    process's write lock sits inside SQLite, where neither Trio cancellation nor
-    the interrupt reaches it; without this, closing the log would wait out the
-    whole busy timeout.
-    """
-
-    def __init__(self, timeout_ms: int) -> None:
-        self.timeout = timeout_ms / 1000
-        self.aborted = False  # set from the event loop thread; read by the worker
-        self._since = 0.0
-
-    def __call__(self, prior_calls: int) -> bool:
-        now = time.monotonic()
-        if prior_calls == 0:
-            self._since = now
-        if self.aborted or now - self._since >= self.timeout:
-            return False
-        time.sleep(min(0.001 * (1 << min(prior_calls, 5)), 0.02))
-        return True
-
-
-def _use_wal(db: apsw.Connection, opts: SqliteOptions) -> None:
-    # WAL lets readers run beside the writer and other processes share the file.
-    mode = db.pragma("journal_mode", "wal")
-    if mode != "wal" and db.db_filename("main"):
-        raise RpcError(SOURCE_UNAVAILABLE, f"event log database refused WAL mode ({mode})")
-
-
-def _set_synchronous(db: apsw.Connection, opts: SqliteOptions) -> None:
-    if opts.synchronous not in ("FULL", "NORMAL"):
-        raise invalid_params(f"synchronous must be FULL or NORMAL, not {opts.synchronous!r}")
-    db.pragma("synchronous", opts.synchronous)
-
-
-def _enable_foreign_keys(db: apsw.Connection, opts: SqliteOptions) -> None:
-    # events -> sessions cascades: deleting a session must not leave orphan events.
-    db.pragma("foreign_keys", True)
-
-
-def _forbid_double_quoted_strings(db: apsw.Connection, opts: SqliteOptions) -> None:
-    # A typo'd column name in double quotes would otherwise become a string literal.
-    db.config(apsw.SQLITE_DBCONFIG_DQS_DML, 0)
-    db.config(apsw.SQLITE_DBCONFIG_DQS_DDL, 0)
-
-
-def _begin_writes_immediate(db: apsw.Connection, opts: SqliteOptions) -> None:
-    # ``with db:`` then begins IMMEDIATE: see the module docstring.
-    db.transaction_mode = "IMMEDIATE"
-
-
-CONNECTION_SETUP: tuple[Callable[[apsw.Connection, SqliteOptions], None], ...] = (
-    _use_wal,
-    _set_synchronous,
-    _enable_foreign_keys,
-    _forbid_double_quoted_strings,
-    _begin_writes_immediate,
-)
-
-
-# --- schema -------------------------------------------------------------------
-
-APPLICATION_ID = 0x53544D44  # "STMD" in PRAGMA application_id
-_OUR_TABLES = frozenset({"sessions", "events", "leases", "boots"})
-
-_V1 = """
-CREATE TABLE sessions (
-    app_name    TEXT NOT NULL,
-    user_id     TEXT NOT NULL,
-    session_id  TEXT NOT NULL,
-    state       TEXT NOT NULL,            -- JSON object
-    created_at  INTEGER NOT NULL,         -- microseconds since the epoch, UTC
-    updated_at  INTEGER NOT NULL,
-    PRIMARY KEY (app_name, user_id, session_id)
-) WITHOUT ROWID;
-
-CREATE TABLE events (
-    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
-    app_name      TEXT NOT NULL,
-    user_id       TEXT NOT NULL,
-    session_id    TEXT NOT NULL,
-    event_id      TEXT NOT NULL UNIQUE,
-    invocation_id TEXT NOT NULL,
-    author        TEXT NOT NULL,
-    branch        TEXT NOT NULL,
-    event_time    INTEGER NOT NULL,       -- microseconds since the epoch, UTC
-    content       TEXT NOT NULL,          -- JSON, as the client sent it
-    metadata      TEXT,                   -- JSON object, NULL when none
-    digest        BLOB NOT NULL,          -- identity of the request, for safe retry
-    FOREIGN KEY (app_name, user_id, session_id)
-        REFERENCES sessions (app_name, user_id, session_id) ON DELETE CASCADE
-);
--- since/watch/latest_seq with a session or session-tree filter: equality on the
--- triple then a range on seq, already in seq order. Also the FK's child index.
-CREATE INDEX events_by_session ON events (app_name, user_id, session_id, seq);
--- branch prefixes are byte ranges on branch (see filters.py).
-CREATE INDEX events_by_branch ON events (branch, seq);
-
-CREATE TABLE leases (
-    app_name     TEXT NOT NULL,
-    user_id      TEXT NOT NULL,
-    session_id   TEXT NOT NULL,
-    holder       TEXT NOT NULL,           -- host/pid/8-hex, one per acquisition
-    acquired_at  INTEGER NOT NULL,
-    heartbeat_at INTEGER NOT NULL,
-    PRIMARY KEY (app_name, user_id, session_id)
-) WITHOUT ROWID;
-
-CREATE TABLE boots (
-    id        INTEGER PRIMARY KEY AUTOINCREMENT,
-    boot_at   INTEGER NOT NULL,
-    attempted TEXT NOT NULL               -- JSON list of session ids
-);
-CREATE INDEX boots_by_time ON boots (boot_at, id);
-"""
-
-# Version 2: a lease remembers the stale window its holder declared, because
-# staleness is the holder's promise ("consider me dead after this long without a
-# beat"); judging it by the requester's window let anyone take a healthy lease
-# by asking with a tiny one. Leases written by version 1 were acquired with the
-# default window far more often than not, so they keep that.
-#
-# It also stamps the file with streamd's application id (the SQLite header field
-# meant for this), so a later open can tell our database from another program's
-# without guessing from table names.
-#
-# And it makes content that is not JSON impossible to store, through this store
-# or by hand with SQL: reads copy content to the wire unparsed, so such a row
-# would corrupt every reply that carries it. Checked once per write (about a
-# microsecond) instead of on every read (a tenth of a since page). Every row
-# written before was encoded by msgspec, so it needs no check.
-_V2 = f"""
-ALTER TABLE leases ADD COLUMN stale_after_ms INTEGER NOT NULL DEFAULT 30000;
-CREATE TRIGGER events_content_is_json BEFORE INSERT ON events
-    WHEN NOT json_valid(NEW.content)
-    BEGIN SELECT RAISE(ABORT, 'event content is not JSON'); END;
-CREATE TRIGGER events_content_stays_json BEFORE UPDATE OF content ON events
-    WHEN NOT json_valid(NEW.content)
-    BEGIN SELECT RAISE(ABORT, 'event content is not JSON'); END;
-PRAGMA application_id = {APPLICATION_ID};
-"""
-
-# Forward-only: entry i brings user_version from i to i + 1. Never edit a shipped
-# entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
-SCHEMA_VERSION = len(MIGRATIONS)
-
-
-def _migrate(db: apsw.Connection) -> None:
-    with db:
-        current = db.pragma("user_version")
-        if current > SCHEMA_VERSION:
-            raise RpcError(
-                SOURCE_UNAVAILABLE,
-                f"event log database has schema version {current}, newer than this "
-                f"streamd understands ({SCHEMA_VERSION}); refusing to open it",
-            )
-        for version in range(current, SCHEMA_VERSION):
-            db.execute(MIGRATIONS[version])
-        if current != SCHEMA_VERSION:
-            db.pragma("user_version", SCHEMA_VERSION)
-
-
-def _refuse_foreign(db: apsw.Connection) -> None:
-    """Refuse a database that is neither empty nor ours, before anything changes.
-
-    ``--db`` pointed at another program's SQLite file must not gain our tables,
-    a new ``user_version`` or WAL mode (which changes how that program must open
-    it). Only reads happen here. Ours is the file stamped with our application
-    id, or one written by schema version 1 (before the stamp) holding our
-    tables.
-    """
-    app_id = db.pragma("application_id")
-    version = db.pragma("user_version")
-    objects = db.execute("SELECT type, name FROM sqlite_schema").fetchall()
-    names = {name for kind, name in objects if kind == "table" and not name.startswith("sqlite_")}
-    empty = app_id == 0 and version == 0 and not objects
-    ours = app_id == APPLICATION_ID or (app_id == 0 and version >= 1 and names >= _OUR_TABLES)
-    if empty or ours:
-        return
-    path = db.db_filename("main") or ":memory:"
-    held = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
-    what = (
-        f"it holds tables {held}"
-        if names
-        else f"application_id {app_id}, user_version {version}"
-    )
-    raise RpcError(
-        SOURCE_UNAVAILABLE,
-        f"{path} is not a streamd event log ({what}); refusing to open it, and it was not"
-        " changed. Give --db (or STREAMD_DB) a new or empty file.",
-        {"path": path},
-    )
-
-
-def _configure(db: apsw.Connection, opts: SqliteOptions, busy: _BusyWait, migrate: bool) -> None:
-    # The busy handler first, so that switching to WAL below also waits for
-    # other processes instead of failing at once.
-    db.set_busy_handler(busy)
-    _refuse_foreign(db)
-    for step in CONNECTION_SETUP:
-        step(db, opts)
-    if migrate:
-        _migrate(db)
-
-
-# --- pure helpers ---------------------------------------------------------------
-
-_encode = msgspec.json.Encoder().encode
-_encode_canonical = msgspec.json.Encoder(order="deterministic").encode
-_decode_any = msgspec.json.Decoder().decode
-_decode_metadata = msgspec.json.Decoder(dict[str, str]).decode
-_decode_state = msgspec.json.Decoder(dict[str, Any]).decode
-_decode_attempted = msgspec.json.Decoder(list[str]).decode
-
-
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    """An append with everything computed that needs no database."""
-
-    params: AppendParams
-    event_time: int
-    content: str
-    metadata: str | None
-    digest: bytes
-
-
-def _prepare(p: AppendParams, now_us: int) -> _Prepared:
-    ev = p.event
-    try:
-        # Decoded params were checked already; this guards params changed
-        # after construction: a stored time that cannot be rendered would read
-        # back as null forever.
-        check_renderable("event.timestamp", ev.timestamp)
-    except ValueError as exc:
-        raise invalid_params(str(exc)) from None
-    given_time = to_us(ev.timestamp) if ev.timestamp is not None else None
-    metadata = p.metadata or None  # {} reads back as null, so it is stored as null
-    try:
-        content = _encode(ev.content).decode()
-        identity = _encode_canonical(
-            [
-                p.app,
-                p.user,
-                p.session,
-                ev.id,
-                ev.author,
-                ev.branch,
-                ev.invocation_id,
-                given_time,
-                ev.content,
-                metadata,
-            ]
-        )
-    except (TypeError, ValueError) as exc:
-        raise invalid_params(f"event content is not JSON: {exc}") from None
-    return _Prepared(
-        params=p,
-        event_time=given_time if given_time is not None else now_us,
-        content=content,
-        metadata=_encode(metadata).decode() if metadata is not None else None,
-        digest=hashlib.blake2b(identity, digest_size=16).digest(),
-    )
-
-
-_ENTRY_COLUMNS = (
-    "seq, app_name, user_id, session_id, event_id, invocation_id, author, branch, "
-    "event_time, content, metadata"
-)
-
-# What a value that cannot be rendered raises on the way out (DecodeError is a
-# ValueError; TypeError is a column of the wrong type, written by hand).
-_UNRENDERABLE = (OverflowError, TypeError, ValueError)
-
-
-def _entry(row: tuple[Any, ...], raw_content: bool = False) -> Entry:
-    """An entry from its row. ``raw_content`` leaves the content as the stored JSON
-    text (``msgspec.Raw``), which the JSON-RPC layer writes out verbatim: decoding
-    it only to encode it again was a quarter of the cost of a ``since`` page.
-
-    Total: a row with a value that cannot be rendered is built by
-    :func:`_damaged_entry` instead (the ``try`` costs nothing when nothing
-    raises, so intact rows pay nothing for it)."""
-    seq, app, user, session, event_id, invocation_id, author, branch, t, content, md = row
-    try:
-        timestamp = from_us(t)
-        body = msgspec.Raw(content) if raw_content else _decode_any(content)
-        metadata = (_decode_metadata(md) or None) if md is not None else None
-    except _UNRENDERABLE:
-        return _damaged_entry(row, raw_content)
-    return Entry(
-        seq=seq,
-        app=app,
-        user=user,
-        session=session,
-        event=Event(
-            id=event_id,
-            author=author,
-            content=body,
-            branch=branch,
-            invocation_id=invocation_id,
-            timestamp=timestamp,
-        ),
-        metadata=metadata,
-    )
-
-
-Shape = Literal["decoded", "raw", "encoded"]
-"""How read entries come back: content decoded; content as its stored JSON text
-(``msgspec.Raw``); or each whole entry as its JSON (``msgspec.Raw``), encoded
-here where it is measured against the reply budget anyway, so the JSON-RPC
-layer only copies it."""
-
-
-def _take(
-    rows: Iterable[tuple[Any, ...]], limit: int | None, shape: Shape, max_bytes: int | None
-) -> tuple[list[Any], int | None, bool]:
-    """Entries from ``rows`` in order, at most ``limit`` and at most ``max_bytes``
-    on the wire (but always the first, so a reader gets past any entry); the
-    last seq taken; and whether a row was left over. Rows are read only as far
-    as they are used, so a reply cut by bytes never loads what it leaves out."""
-    entries: list[Any] = []
-    used = 0
-    last = None
-    for row in rows:
-        if limit is not None and len(entries) == limit:
-            return entries, last, True
-        entry: Any = _entry(row, shape != "decoded")
-        if shape == "encoded":
-            entry = msgspec.Raw(_encode(entry))
-            size = len(entry)
-        elif max_bytes is not None:
-            size = wire_size(entry)
-        if max_bytes is not None:
-            used += size + 1  # and its comma
-            if used > max_bytes and entries:
-                return entries, last, True
-        entries.append(entry)
-        last = row[0]
-    return entries, last, False
-
-
-def _shape(raw_content: bool, encoded: bool) -> Shape:
-    return "encoded" if encoded else "raw" if raw_content else "decoded"
-
-
-def _damaged_entry(row: tuple[Any, ...], raw_content: bool) -> Entry:
-    seq, app, user, session, event_id, invocation_id, author, branch, t, content, md = row
-    damaged: list[str] = []
-    timestamp = from_us_or_none(t)
-    if timestamp is None:
-        damaged.append("event.timestamp")
-    body: Any = None
-    try:
-        body = msgspec.Raw(content) if raw_content else _decode_any(content)
-    except _UNRENDERABLE:
-        damaged.append("event.content")
-    metadata = None
-    if md is not None:
-        try:
-            metadata = _decode_metadata(md) or None
-        except _UNRENDERABLE:
-            damaged.append("metadata")
-    logger.warning(
-        "event log row seq %s cannot be fully rendered (%s); read as null",
-        seq,
-        ", ".join(damaged),
-    )
-    return Entry(
-        seq=seq,
-        app=app,
-        user=user,
-        session=session,
-        event=Event(
-            id=event_id,
-            author=author,
-            content=body,
-            branch=branch,
-            invocation_id=invocation_id,
-            timestamp=timestamp,
-        ),
-        metadata=metadata,
-        damaged=damaged,
-    )
-
-
-def _session(row: tuple[Any, ...]) -> Session:
-    app, user, session, state_text, created, updated = row
-    try:
-        state: dict[str, Any] | None = _decode_state(state_text)
-    except _UNRENDERABLE:
-        state = None
-    created_at, updated_at = from_us_or_none(created), from_us_or_none(updated)
-    if state is None or created_at is None or updated_at is None:
-        logger.warning(
-            "event log session %s/%s/%s cannot be fully rendered; read with nulls",
-            app,
-            user,
-            session,
-        )
-    return Session(
-        app=app,
-        user=user,
-        session=session,
-        state=state,
-        created_at=created_at,
-        updated_at=updated_at,
-    )
-
-
-def _attempted_from_column(text: str) -> list[str] | None:
-    try:
-        return _decode_attempted(text)
-    except _UNRENDERABLE:
-        return None
 
 
 # A since whose cursor is this close to the newest seq reads the rows past the
@@ -682,10 +151,9 @@ def _indexed_by(flt: Filter | None) -> str:
     return "events"
 
 
-def _check_limit(limit: int, maximum: int | None = None) -> None:
-    if limit < 1 or (maximum is not None and limit > maximum):
-        bound = f" and at most {maximum}" if maximum is not None else ""
-        raise invalid_params(f"limit must be at least 1{bound}, not {limit}")
+def _check_limit(limit: int) -> None:
+    if limit < 1:
+        raise invalid_params(f"limit must be at least 1, not {limit}")
 
 
 # --- the store -------------------------------------------------------------------
@@ -696,11 +164,12 @@ class SqliteStore:
 
     Open it synchronously with :meth:`open` (tests, the CLI, tools) or with
     :meth:`open_async` for the Trio layer, where the connection lives in APSW's
-    async mode and :meth:`run` executes a store method on the connection's own
-    worker thread.
+    async mode and :meth:`run` executes an operation on the connection's own
+    worker thread. It is both a :class:`~streamd.eventlog.store.backend.Backend`
+    and a :class:`~streamd.eventlog.store.backend.Runner`.
     """
 
-    def __init__(self, db: apsw.Connection, busy: _BusyWait, *, is_async: bool) -> None:
+    def __init__(self, db: apsw.Connection, busy: BusyWait, *, is_async: bool) -> None:
         self._db = db
         self._busy = busy
         self._is_async = is_async
@@ -712,11 +181,11 @@ class SqliteStore:
         cls, path: str, options: SqliteOptions | None = None, *, migrate: bool = True
     ) -> SqliteStore:
         opts = options or SqliteOptions()
-        busy = _BusyWait(opts.busy_timeout_ms)
+        busy = BusyWait(opts.busy_timeout_ms)
         try:
             db = apsw.Connection(path)
             try:
-                _configure(db, opts, busy, migrate)
+                configure(db, opts, busy, migrate)
             except BaseException:
                 db.close()
                 raise
@@ -732,13 +201,13 @@ class SqliteStore:
         running event loop, Trio here). The caller must ``await aclose()``: the
         connection's worker thread keeps the process alive until then."""
         opts = options or SqliteOptions()
-        busy = _BusyWait(opts.busy_timeout_ms)
+        busy = BusyWait(opts.busy_timeout_ms)
         try:
             db = await apsw.Connection.as_async(path)
         except apsw.Error as exc:
             raise _translate(exc) from exc
         try:
-            await db.async_run(_configure, db, opts, busy, migrate)
+            await db.async_run(configure, db, opts, busy, migrate)
         except BaseException as exc:
             await db.aclose()
             if isinstance(exc, apsw.Error):
@@ -746,19 +215,19 @@ class SqliteStore:
             raise
         return cls(db, busy, is_async=True)
 
-    async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """Run ``fn`` (a method of this store) where the connection may be used.
+    async def run(self, op: Callable[[Backend], _T]) -> _T:
+        """``op(self)`` where the connection may be used.
 
         In async mode that is the connection's worker thread; APSW honours Trio
         cancellation and deadlines there (a call not yet started is skipped, a
-        running statement is interrupted). A synchronously opened store runs ``fn``
-        inline, which blocks the event loop: that is for tests under a mock clock,
-        where a real thread would let the clock jump while SQLite works.
+        running statement is interrupted). A synchronously opened store runs
+        ``op`` inline, which blocks the event loop: that is for tests under a mock
+        clock, where a real thread would let the clock jump while SQLite works.
         """
         if not self._is_async:
-            return fn(*args, **kwargs)
+            return op(self)
         try:
-            return await self._db.async_run(fn, *args, **kwargs)
+            return await self._db.async_run(op, self)
         except apsw.Error as exc:
             raise _translate(exc) from exc
 
@@ -844,10 +313,10 @@ class SqliteStore:
         the transaction itself (I/O error, busy) fails the whole batch, because
         then nothing was written.
         """
-        prepared: list[_Prepared | RpcError] = []
+        prepared: list[rows.Prepared | RpcError] = []
         for p in batch:
             try:
-                prepared.append(_prepare(p, now_us))
+                prepared.append(rows.prepare(p, now_us))
             except RpcError as exc:
                 prepared.append(exc)
         out: list[AppendResult | RpcError] = []
@@ -895,7 +364,7 @@ class SqliteStore:
         where, args = filters.render(clauses, [("seq > ?", (from_seq,))])
         # One row past the limit tells whether more matched, without a count.
         sql = (
-            f"SELECT {_ENTRY_COLUMNS} FROM {table} WHERE {where} ORDER BY seq LIMIT ?"
+            f"SELECT {rows.ENTRY_COLUMNS} FROM {table} WHERE {where} ORDER BY seq LIMIT ?"
         )
         return sql, (*args, limit + 1)
 
@@ -921,11 +390,9 @@ class SqliteStore:
         ``encoded``: see :data:`Shape`."""
         _check_limit(limit)
         sql, args = self._since_query(from_seq, flt, limit)
-        cursor = self._db.execute(sql, args)
-        try:
-            entries, last, more = _take(cursor, limit, _shape(raw_content, encoded), max_bytes)
-        finally:
-            cursor.close()
+        entries, last, more = _read_entries(
+            self._db, sql, args, limit, rows.shape(raw_content, encoded), max_bytes
+        )
         return SinceResult(
             entries=entries,
             next_seq=from_seq if last is None else last,
@@ -979,7 +446,7 @@ class SqliteStore:
     ) -> Session:
         session_id = session if session is not None else uuid.uuid4().hex
         try:
-            state_json = _encode(state or {}).decode()
+            state_json = rows.json_text(state or {})
         except (TypeError, ValueError) as exc:
             raise invalid_params(f"session state is not JSON: {exc}") from None
         try:
@@ -995,14 +462,8 @@ class SqliteStore:
                 f"session {session_id!r} already exists",
                 {"app": app, "user": user, "session": session_id},
             ) from None
-        return Session(
-            app=app,
-            user=user,
-            session=session_id,
-            state=_decode_state(state_json),
-            created_at=from_us(now_us),
-            updated_at=from_us(now_us),
-        )
+        # The session as it now reads back.
+        return rows.to_session((app, user, session_id, state_json, now_us, now_us))
 
     @_translated
     def get_session(
@@ -1023,8 +484,8 @@ class SqliteStore:
             _check_limit(recent)
         with self._snapshot() as db:
             row = db.execute(
-                "SELECT app_name, user_id, session_id, state, created_at, updated_at"
-                " FROM sessions WHERE app_name = ? AND user_id = ? AND session_id = ?",
+                f"SELECT {rows.SESSION_COLUMNS} FROM sessions"
+                " WHERE app_name = ? AND user_id = ? AND session_id = ?",
                 (app, user, session),
             ).fetchone()
             if row is None:
@@ -1033,7 +494,7 @@ class SqliteStore:
                     f"session {session!r} not found",
                     {"app": app, "user": user, "session": session},
                 )
-            base = _session(row)
+            base = rows.to_session(row)
             where = "app_name = ? AND user_id = ? AND session_id = ? AND seq > ?"
             if recent is not None:
                 # The window is the newest `recent` events; read it oldest first
@@ -1046,16 +507,14 @@ class SqliteStore:
                 if first is not None:
                     after_seq = first[0] - 1
             budget = None if max_bytes is None else max_bytes - wire_size(base)
-            cursor = db.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM events WHERE {where} ORDER BY seq",
+            events, last, more = _read_entries(
+                db,
+                f"SELECT {rows.ENTRY_COLUMNS} FROM events WHERE {where} ORDER BY seq",
                 (app, user, session, after_seq),
+                recent,
+                rows.shape(raw_content, encoded),
+                budget,
             )
-            try:
-                events, last, more = _take(
-                    cursor, recent, _shape(raw_content, encoded), budget
-                )
-            finally:
-                cursor.close()
         return SessionWithEvents(
             app=base.app,
             user=base.user,
@@ -1070,16 +529,13 @@ class SqliteStore:
 
     @_translated
     def list_sessions(self, app: str, user: str | None) -> list[Session]:
-        sql = (
-            "SELECT app_name, user_id, session_id, state, created_at, updated_at"
-            " FROM sessions WHERE app_name = ?"
-        )
+        sql = f"SELECT {rows.SESSION_COLUMNS} FROM sessions WHERE app_name = ?"
         args: tuple[Any, ...] = (app,)
         if user is not None:
             sql += " AND user_id = ?"
             args += (user,)
         sql += " ORDER BY user_id, session_id"
-        return [_session(r) for r in self._db.execute(sql, args)]
+        return [rows.to_session(r) for r in self._db.execute(sql, args)]
 
     @_translated
     def delete_session(self, app: str, user: str, session: str) -> None:
@@ -1151,23 +607,12 @@ class SqliteStore:
         if user is not None:
             clauses.append(("user_id = ?", (user,)))
         where, args = filters.render(clauses)
-        rows = self._db.execute(
-            "SELECT app_name, user_id, session_id, holder, acquired_at, heartbeat_at,"
-            f" stale_after_ms FROM leases WHERE {where} ORDER BY app_name, user_id, session_id",
+        found = self._db.execute(
+            f"SELECT {rows.LEASE_COLUMNS} FROM leases WHERE {where}"
+            " ORDER BY app_name, user_id, session_id",
             args,
         )
-        return [
-            LeaseInfo(
-                app=a,
-                user=u,
-                session=s,
-                holder=h,
-                acquired_at=from_us_or_none(acq),
-                heartbeat_at=from_us_or_none(beat),
-                stale_after_ms=window,
-            )
-            for a, u, s, h, acq, beat, window in rows
-        ]
+        return [rows.to_lease(row) for row in found]
 
     # -- boots --
 
@@ -1176,7 +621,7 @@ class SqliteStore:
         with self._db:
             row = self._db.execute(
                 "INSERT INTO boots (boot_at, attempted) VALUES (?, ?) RETURNING id",
-                (at_us, _encode(list(attempted)).decode()),
+                (at_us, rows.json_text(list(attempted))),
             ).fetchone()
         assert row is not None
         return row[0]
@@ -1186,21 +631,18 @@ class SqliteStore:
         with self._db:
             self._db.execute(
                 "UPDATE boots SET attempted = ? WHERE id = ?",
-                (_encode(list(attempted)).decode(), boot_id),
+                (rows.json_text(list(attempted)), boot_id),
             )
             if self._db.changes() == 0:
                 raise RpcError(INVALID_PARAMS, f"no boot with id {boot_id}", {"id": boot_id})
 
     @_translated
     def recent_boots(self, since_us: int) -> list[Boot]:
-        rows = self._db.execute(
+        found = self._db.execute(
             "SELECT id, boot_at, attempted FROM boots WHERE boot_at >= ? ORDER BY boot_at, id",
             (since_us,),
         )
-        return [
-            Boot(id=i, boot_at=from_us_or_none(at), attempted=_attempted_from_column(text))
-            for i, at, text in rows
-        ]
+        return [rows.to_boot(row) for row in found]
 
     # -- health --
 
@@ -1230,7 +672,24 @@ class SqliteStore:
         return self._db.pragma("synchronous")
 
 
-def _append_one(db: apsw.Connection, item: _Prepared, now_us: int) -> AppendResult:
+def _read_entries(
+    db: apsw.Connection,
+    sql: str,
+    args: tuple[Any, ...],
+    limit: int | None,
+    shape: rows.Shape,
+    max_bytes: int | None,
+) -> tuple[list[Any], int | None, bool]:
+    """:func:`~streamd.eventlog.store.rows.take` over a query's rows; the cursor
+    is closed at once, so rows past the cut are never read."""
+    cursor = db.execute(sql, args)
+    try:
+        return rows.take(cursor, limit, shape, max_bytes)
+    finally:
+        cursor.close()
+
+
+def _append_one(db: apsw.Connection, item: rows.Prepared, now_us: int) -> AppendResult:
     p = item.params
     ev = p.event
     existing = db.execute("SELECT seq, digest FROM events WHERE event_id = ?", (ev.id,)).fetchone()

@@ -1,0 +1,128 @@
+"""What the event log needs from storage, as two protocols.
+
+* :class:`Backend` is the storage operations and nothing else. Each method is
+  synchronous and one unit of work (a write is one transaction), takes typed
+  values and raises only :class:`~streamd.errors.RpcError`: a driver's own errors
+  are translated inside the backend. Contract tests run every implementation
+  through it (``tests/test_eventlog_store.py``).
+* :class:`Runner` is a backend as the Trio layer holds it: where its operations
+  run (a connection's worker thread, a thread pool, or inline) and how close
+  reaches them. ``await runner.run(lambda store: store.since(...))`` is a typed
+  call of one operation; a runner decides how its driver meets Trio.
+
+Once a backend is closed, or interrupted for close, every operation raises
+:func:`closed_error`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from streamd.errors import CLOSED, RpcError
+from streamd.eventlog.model import (
+    AppendParams,
+    AppendResult,
+    Boot,
+    Filter,
+    LeaseInfo,
+    Session,
+    SessionWithEvents,
+    SinceResult,
+)
+
+__all__ = ["Backend", "Runner", "closed_error"]
+
+_T = TypeVar("_T")
+
+
+def closed_error() -> RpcError:
+    return RpcError(CLOSED, "event log is closed")
+
+
+class Backend(Protocol):
+    """The storage operations of the event log. Times are integer microseconds
+    since the epoch (``now_us``, ``at_us``): the caller's clock, so a test can
+    say "30 seconds later" exactly."""
+
+    def append(self, params: AppendParams, now_us: int) -> AppendResult: ...
+
+    def append_batch(
+        self, batch: Sequence[AppendParams], now_us: int
+    ) -> list[AppendResult | RpcError]: ...
+
+    def since(
+        self,
+        from_seq: int,
+        flt: Filter | None,
+        limit: int,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
+        encoded: bool = False,
+    ) -> SinceResult: ...
+
+    def latest_seq(self, flt: Filter | None) -> int: ...
+
+    def nth_newest_seq(self, flt: Filter | None, offset: int) -> int: ...
+
+    def branches(self, flt: Filter | None, limit: int | None) -> list[str]: ...
+
+    def create_session(
+        self, app: str, user: str, session: str | None, state: dict[str, Any] | None, now_us: int
+    ) -> Session: ...
+
+    def get_session(
+        self,
+        app: str,
+        user: str,
+        session: str,
+        after_seq: int,
+        recent: int | None,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
+        encoded: bool = False,
+    ) -> SessionWithEvents: ...
+
+    def list_sessions(self, app: str, user: str | None) -> list[Session]: ...
+
+    def delete_session(self, app: str, user: str, session: str) -> None: ...
+
+    def acquire_lease(
+        self, app: str, user: str, session: str, holder: str, stale_after_ms: int, now_us: int
+    ) -> None: ...
+
+    def heartbeat_lease(
+        self, app: str, user: str, session: str, holder: str, now_us: int
+    ) -> bool: ...
+
+    def release_lease(self, app: str, user: str, session: str, holder: str) -> bool: ...
+
+    def list_leases(self, app: str | None = None, user: str | None = None) -> list[LeaseInfo]: ...
+
+    def record_boot(self, at_us: int, attempted: Sequence[str]) -> int: ...
+
+    def update_boot(self, boot_id: int, attempted: Sequence[str]) -> None: ...
+
+    def recent_boots(self, since_us: int) -> list[Boot]: ...
+
+    def ping(self) -> None: ...
+
+    def change_counter(self) -> int: ...
+
+    def synchronous(self) -> int: ...
+
+
+class Runner(Protocol):
+    """A backend opened for the Trio layer."""
+
+    async def run(self, op: Callable[[Backend], _T]) -> _T:
+        """``op(backend)`` where the backend may be used, honouring Trio
+        cancellation as far as the driver allows."""
+        ...
+
+    def interrupt(self) -> None:
+        """Abort what the backend is doing, for close; callable from any thread.
+        Every later operation raises :func:`closed_error`."""
+        ...
+
+    async def aclose(self) -> None: ...

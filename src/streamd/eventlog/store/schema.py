@@ -1,0 +1,148 @@
+"""The event log's SQLite schema: forward-only migrations and who may be opened.
+
+``PRAGMA user_version`` counts the migrations applied: entry ``i`` of
+:data:`MIGRATIONS` brings a database from version ``i`` to ``i + 1``, inside one
+transaction. A database written by a newer streamd is refused rather than
+guessed at, and a database that is neither empty nor ours (another program's
+file given as ``--db``) is refused before anything in it changes.
+"""
+
+from __future__ import annotations
+
+import apsw
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+
+__all__ = ["APPLICATION_ID", "MIGRATIONS", "SCHEMA_VERSION", "migrate", "refuse_foreign"]
+
+APPLICATION_ID = 0x53544D44  # "STMD" in PRAGMA application_id
+_OUR_TABLES = frozenset({"sessions", "events", "leases", "boots"})
+
+_V1 = """
+CREATE TABLE sessions (
+    app_name    TEXT NOT NULL,
+    user_id     TEXT NOT NULL,
+    session_id  TEXT NOT NULL,
+    state       TEXT NOT NULL,            -- JSON object
+    created_at  INTEGER NOT NULL,         -- microseconds since the epoch, UTC
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (app_name, user_id, session_id)
+) WITHOUT ROWID;
+
+CREATE TABLE events (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    app_name      TEXT NOT NULL,
+    user_id       TEXT NOT NULL,
+    session_id    TEXT NOT NULL,
+    event_id      TEXT NOT NULL UNIQUE,
+    invocation_id TEXT NOT NULL,
+    author        TEXT NOT NULL,
+    branch        TEXT NOT NULL,
+    event_time    INTEGER NOT NULL,       -- microseconds since the epoch, UTC
+    content       TEXT NOT NULL,          -- JSON, as the client sent it
+    metadata      TEXT,                   -- JSON object, NULL when none
+    digest        BLOB NOT NULL,          -- identity of the request, for safe retry
+    FOREIGN KEY (app_name, user_id, session_id)
+        REFERENCES sessions (app_name, user_id, session_id) ON DELETE CASCADE
+);
+-- since/watch/latest_seq with a session or session-tree filter: equality on the
+-- triple then a range on seq, already in seq order. Also the FK's child index.
+CREATE INDEX events_by_session ON events (app_name, user_id, session_id, seq);
+-- branch prefixes are byte ranges on branch (see filters.py).
+CREATE INDEX events_by_branch ON events (branch, seq);
+
+CREATE TABLE leases (
+    app_name     TEXT NOT NULL,
+    user_id      TEXT NOT NULL,
+    session_id   TEXT NOT NULL,
+    holder       TEXT NOT NULL,           -- host/pid/8-hex, one per acquisition
+    acquired_at  INTEGER NOT NULL,
+    heartbeat_at INTEGER NOT NULL,
+    PRIMARY KEY (app_name, user_id, session_id)
+) WITHOUT ROWID;
+
+CREATE TABLE boots (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    boot_at   INTEGER NOT NULL,
+    attempted TEXT NOT NULL               -- JSON list of session ids
+);
+CREATE INDEX boots_by_time ON boots (boot_at, id);
+"""
+
+# Version 2: a lease remembers the stale window its holder declared, because
+# staleness is the holder's promise ("consider me dead after this long without a
+# beat"); judging it by the requester's window let anyone take a healthy lease
+# by asking with a tiny one. Leases written by version 1 were acquired with the
+# default window far more often than not, so they keep that.
+#
+# It also stamps the file with streamd's application id (the SQLite header field
+# meant for this), so a later open can tell our database from another program's
+# without guessing from table names.
+#
+# And it makes content that is not JSON impossible to store, through this store
+# or by hand with SQL: reads copy content to the wire unparsed, so such a row
+# would corrupt every reply that carries it. Checked once per write (about a
+# microsecond) instead of on every read (a tenth of a since page). Every row
+# written before was encoded by msgspec, so it needs no check.
+_V2 = f"""
+ALTER TABLE leases ADD COLUMN stale_after_ms INTEGER NOT NULL DEFAULT 30000;
+CREATE TRIGGER events_content_is_json BEFORE INSERT ON events
+    WHEN NOT json_valid(NEW.content)
+    BEGIN SELECT RAISE(ABORT, 'event content is not JSON'); END;
+CREATE TRIGGER events_content_stays_json BEFORE UPDATE OF content ON events
+    WHEN NOT json_valid(NEW.content)
+    BEGIN SELECT RAISE(ABORT, 'event content is not JSON'); END;
+PRAGMA application_id = {APPLICATION_ID};
+"""
+
+# Never edit a shipped entry; append a new one.
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(db: apsw.Connection) -> None:
+    with db:
+        current = db.pragma("user_version")
+        if current > SCHEMA_VERSION:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"event log database has schema version {current}, newer than this "
+                f"streamd understands ({SCHEMA_VERSION}); refusing to open it",
+            )
+        for version in range(current, SCHEMA_VERSION):
+            db.execute(MIGRATIONS[version])
+        if current != SCHEMA_VERSION:
+            db.pragma("user_version", SCHEMA_VERSION)
+
+
+def refuse_foreign(db: apsw.Connection) -> None:
+    """Refuse a database that is neither empty nor ours, before anything changes.
+
+    ``--db`` pointed at another program's SQLite file must not gain our tables,
+    a new ``user_version`` or WAL mode (which changes how that program must open
+    it). Only reads happen here. Ours is the file stamped with our application
+    id, or one written by schema version 1 (before the stamp) holding our
+    tables.
+    """
+    app_id = db.pragma("application_id")
+    version = db.pragma("user_version")
+    objects = db.execute("SELECT type, name FROM sqlite_schema").fetchall()
+    names = {name for kind, name in objects if kind == "table" and not name.startswith("sqlite_")}
+    empty = app_id == 0 and version == 0 and not objects
+    ours = app_id == APPLICATION_ID or (app_id == 0 and version >= 1 and names >= _OUR_TABLES)
+    if empty or ours:
+        return
+    path = db.db_filename("main") or ":memory:"
+    held = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+    what = (
+        f"it holds tables {held}"
+        if names
+        else f"application_id {app_id}, user_version {version}"
+    )
+    raise RpcError(
+        SOURCE_UNAVAILABLE,
+        f"{path} is not a streamd event log ({what}); refusing to open it, and it was not"
+        " changed. Give --db (or STREAMD_DB) a new or empty file.",
+        {"path": path},
+    )
+
