@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 import trio
 
-from streamd.errors import RpcError
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.log import EventLog, resolve_db_path
 from streamd.eventlog.model import (
     Boot,
@@ -39,7 +39,7 @@ from streamd.eventlog.model import (
     SessionTree,
 )
 
-__all__ = ["add_log_commands", "build_parser", "main"]
+__all__ = ["build_parser", "main"]
 
 _encode = msgspec.json.Encoder().encode
 _CONTENT_WIDTH = 160
@@ -77,7 +77,8 @@ def _filters(p: argparse.ArgumentParser) -> None:
     g.add_argument("--author-suffix", default="")
 
 
-def _populate(parser: argparse.ArgumentParser) -> None:
+def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="The durable event log.")
     parser.add_argument("--db", default=None, help="event log database file")
     parser.add_argument("--json", action="store_true", default=False)
     common = _common()
@@ -144,19 +145,6 @@ def _populate(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--since", help="RFC 3339 time (default: 24 hours ago)")
 
     sub.add_parser("ping", parents=[common], help="check that the log can be read")
-
-
-def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="The durable event log.")
-    _populate(parser)
-    return parser
-
-
-def add_log_commands(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``log`` and its commands to a parent CLI; dispatch with ``args.func(args)``."""
-    parser = subparsers.add_parser("log", help="the durable event log", description=__doc__)
-    _populate(parser)
-    parser.set_defaults(func=run)
     return parser
 
 
@@ -202,7 +190,9 @@ async def _dispatch(args: argparse.Namespace) -> int:
         args.log_command == "sessions" and args.sessions_command != "create"
     )
     if reading and not path.exists():
-        raise RpcError(-32000, f"no event log at {path} (use --db PATH or set STREAMD_DB)")
+        raise RpcError(
+            SOURCE_UNAVAILABLE, f"no event log at {path} (use --db PATH or set STREAMD_DB)"
+        )
     interval = getattr(args, "watch_interval_ms", 200) / 1000
     async with EventLog(path, watch_interval=interval) as log:
         handler = _COMMANDS[args.log_command]
