@@ -17,8 +17,8 @@ import trio
 
 from streamd import logsink
 from streamd.daemon import Config, Daemon, serve_socket, serve_stdio
-from streamd.golang import gotime
 from streamd.recall.index.parallel import drive
+from streamd.timeinput import TimeInputError, parse_instant
 
 DESCRIPTION = (
     "streamd: a Recall stream adapter and a durable event log over newline-delimited "
@@ -177,8 +177,11 @@ def catchup_size(path: str) -> int:
 
 
 def _time_arg(value: str | None, name: str) -> str | None:
-    if value is not None and gotime.parse(value) is None:
-        raise SystemExit(f"streamd: --{name} {value!r} is not an RFC 3339 time")
+    if value is not None:
+        try:
+            parse_instant(value, f"--{name}")
+        except TimeInputError as exc:
+            raise SystemExit(f"streamd: {exc}") from None
     return value
 
 
