@@ -43,7 +43,7 @@ from typing import Any
 
 from streamd.eventlog.model import Filter
 
-__all__ = ["Clause", "branch_prefixes", "prefix_bounds", "where"]
+__all__ = ["Clause", "branch_prefixes", "prefix_bounds", "render", "where"]
 
 Clause = tuple[str, tuple[Any, ...]]
 

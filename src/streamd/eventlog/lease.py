@@ -101,10 +101,6 @@ class Lease:
         self._scope = trio.CancelScope()  # the heartbeat's; cancelled by release
         self._released = False
 
-    @property
-    def released(self) -> bool:
-        return self._released
-
     async def keep_alive(self) -> None:
         """The heartbeat: run it as a task; it returns when the lease is lost,
         released or stopped, or the log closes."""

@@ -29,7 +29,8 @@ Tasks and their rules
 Two ways in: the keyword methods (``since(from_seq, filter, limit)``) validate
 their values exactly as the wire would (:func:`~streamd.eventlog.model.checked`);
 the ``*_params`` methods take params already validated, decoded from the wire by
-the JSON-RPC layer, so a request is validated once.
+the JSON-RPC layer, so a request is validated once (params built in Python must
+come from ``checked`` to be valid: a Struct's constructor skips its constraints).
 
 Why ``apsw.aio`` and not ``trio.to_thread``
 -------------------------------------------
