@@ -1,6 +1,6 @@
 """Session leases: one holder drives a session, and learns when it no longer does.
 
-A :class:`Lease` is a row in the store (:meth:`Backend.acquire_lease` judges and
+A :class:`Lease` is a row in the store (``Backend.acquire_lease`` judges and
 takes it) plus a heartbeat task that keeps the row fresh. Its rules:
 
 * The heartbeat beats every ``heartbeat_ms``, each beat bounded by that
