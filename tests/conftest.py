@@ -21,7 +21,7 @@ from streamd.recall.adapter import Generation, StreamAdapter
 from streamd.recall.wire import ExpandParams, InitializeParams, SearchParams
 
 # The shared JSON-RPC test client asserts too; keep pytest's detailed messages there.
-pytest.register_assert_rewrite("rpc_client")
+pytest.register_assert_rewrite("rpc_client", "eventlog_support")
 
 # A far-future deadline for params that require one; the adapter layer never
 # enforces it (the RPC layer does).

@@ -179,7 +179,7 @@ def test_bad_json_or_time_arguments_are_usage_errors(
     code, _, err = run(
         capsys, "append", "a", "u", "s", "--author", "x", "--timestamp", "2025-01-01"
     )
-    assert code == 2 and "needs a timezone" in err
+    assert code == 2 and "--timestamp '2025-01-01' is not an RFC 3339 time" in err
 
 
 async def test_tail_shows_the_last_lines_follows_new_appends_and_exits_0_on_ctrl_c(

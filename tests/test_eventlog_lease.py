@@ -1,7 +1,7 @@
 """Leases: exclusive per session, judged by the holder's own window, kept by a
 heartbeat that notices a steal and survives a failing disk.
 
-Timing runs under the mock clock (``test_eventlog_support.mocked``), except one
+Timing runs under the mock clock (``eventlog_support.mocked``), except one
 test on real time and real threads, which says why. Every test is bounded by
 ``trio.fail_after``.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from test_eventlog_support import mocked
+from eventlog_support import mocked
 
 from streamd.errors import INVALID_PARAMS, SESSION_LOCKED, SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import EventLog, Lease

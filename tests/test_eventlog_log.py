@@ -16,7 +16,7 @@ import apsw
 import pytest
 import trio
 import trio.testing
-from test_eventlog_support import ev
+from eventlog_support import ev
 
 from streamd.errors import (
     CLOSED,

@@ -16,7 +16,7 @@ import pytest
 import trio
 import trio.testing
 from rpc_client import Client
-from test_eventlog_support import mocked
+from eventlog_support import mocked
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import EventLog

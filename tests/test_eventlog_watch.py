@@ -16,7 +16,7 @@ import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_eventlog_support import ev, mocked, take
+from eventlog_support import ev, mocked, take
 
 from streamd.errors import BUDGET_EXCEEDED, RpcError
 from streamd.eventlog import AppendParams, Entry, EventLog, Filter, SqliteStore

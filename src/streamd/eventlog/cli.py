@@ -38,6 +38,7 @@ from streamd.eventlog.model import (
     Session,
     SessionTree,
 )
+from streamd.timeinput import TimeInputError, parse_datetime
 
 __all__ = ["build_parser", "main"]
 
@@ -377,12 +378,9 @@ def _parse_json(text: str, flag: str) -> Any:
 
 def _parse_time(text: str, flag: str) -> dt.datetime:
     try:
-        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise _Usage(f"{flag} {text!r} is not an RFC 3339 time") from None
-    if value.tzinfo is None:
-        raise _Usage(f"{flag} {text!r} needs a timezone (Z or an offset)")
-    return value
+        return parse_datetime(text, flag)
+    except TimeInputError as exc:
+        raise _Usage(str(exc)) from None
 
 
 def _key_value(text: str) -> tuple[str, str]:
