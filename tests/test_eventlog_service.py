@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from rpc_client import Client
 from eventlog_support import mocked
+from rpc_client import Client
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import EventLog

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from eventlog_support import ev, mocked, take
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from eventlog_support import ev, mocked, take
 
 from streamd.errors import BUDGET_EXCEEDED, RpcError
 from streamd.eventlog import AppendParams, Entry, EventLog, Filter, SqliteStore
