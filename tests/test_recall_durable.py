@@ -193,3 +193,23 @@ def test_a_write_that_fails_midway_leaves_the_previous_file_and_no_temporary(tmp
         atomic.write_atomic(str(target), chunks())
     assert target.read_bytes() == b"first version"
     assert sorted(os.listdir(tmp_path)) == ["manifest.json"]
+
+
+def test_drive_closes_a_build_told_to_stop_at_its_next_step_and_publishes_nothing():
+    stop = threading.Event()
+    closed = []
+
+    def build():
+        try:
+            for step in range(1_000):
+                if step == 3:
+                    stop.set()  # as the scanner does when its connection ends
+                yield None
+            return "published"
+        finally:
+            closed.append(step)
+
+    with pytest.raises(parallel.Abandoned):
+        drive(build(), None, stop)
+    # Closed at the step after the flag, not run to its end.
+    assert closed == [3]
