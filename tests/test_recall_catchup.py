@@ -354,8 +354,9 @@ def test_the_checkpoint_describes_the_published_generation(recall_world):
              "missing": True},
         ],
     }
-    # No temporary left behind: the checkpoint and the durable index only.
-    assert sorted(os.listdir(w.work)) == ["cursor.json", "index"]
+    # No temporary left behind: the checkpoint, the durable index and the
+    # workdir's writer lock only.
+    assert sorted(os.listdir(w.work)) == ["cursor.json", "index", "streamd.lock"]
     assert not [n for n in os.listdir(os.path.join(w.work, "index")) if n.endswith(".tmp")]
 
 

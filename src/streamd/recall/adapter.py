@@ -30,7 +30,10 @@ without blocking the event loop.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -50,8 +53,10 @@ from streamd.golang.quote import quote
 from streamd.recall.index import parallel, streamfile
 from streamd.recall.index.build import Consumer
 from streamd.recall.index.index import Index, View
+from streamd.recall.index.parallel import Step
 from streamd.recall.index.streamfile import Cursor, Span
 from streamd.recall.persist.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from streamd.recall.persist.lock import WorkdirLock
 from streamd.recall.persist.manifest import DurableIndex
 from streamd.recall.query import render
 from streamd.recall.query.rank import Hit, Query, Ranked, rank, relevance_of
@@ -68,6 +73,7 @@ from streamd.recall.wire import (
     FailureDiagnostics,
     Health,
     HealthDiagnostics,
+    Indexing,
     InitializeParams,
     SearchDiagnostics,
     SearchParams,
@@ -86,6 +92,11 @@ PROTOCOL_VERSION = 1
 # refresh always does): the retry may rewrite every segment held in memory,
 # which a burst of searches on a still-full disk should not pay each time.
 SAVE_RETRY_NS = 5 * gotime.NS
+# How often a long build saves its progress (segments and manifest) for the
+# next process to adopt should this one be stopped.
+PROGRESS_SAVE_NS = 2 * gotime.NS
+# How often a build waiting for another process's workdir lock tries again.
+LOCK_POLL_S = 0.05
 
 def manifest() -> AdapterManifest:
     return AdapterManifest(
@@ -128,6 +139,8 @@ class Generation:
     failed: int
     missing: list[str]
     rewritten: bool
+    # Set on a prefix published while its build goes on: how far it has come.
+    indexing: Progress | None = None
 
     @property
     def name(self) -> str:
@@ -139,7 +152,7 @@ class Generation:
 
     @property
     def complete(self) -> bool:
-        return not self.failed and not self.missing
+        return not self.failed and not self.missing and self.indexing is None
 
     @property
     def coverage(self) -> str:
@@ -177,6 +190,55 @@ def _shrank(paths: list[str], cursors: dict[str, Cursor]) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a build has come: bytes read of those it set out to read."""
+
+    consumed_bytes: int
+    total_bytes: int
+
+
+class _Interim:
+    """What a build does between its steps (see :meth:`StreamAdapter.build`)."""
+
+    def __init__(self, adapter: StreamAdapter, index: Index, state: Consumer, built_at: int,
+                 rewritten: bool, cursors: dict[str, Cursor]) -> None:
+        self.adapter = adapter
+        self.index = index
+        self.state = state
+        self.built_at = built_at
+        self.rewritten = rewritten
+        self.cursors = cursors
+        self.saved_at = adapter.clock()
+
+    def cursors_now(self, files: list[Cursor], cur: Cursor) -> list[Cursor]:
+        """Copies of every file's cursor as of now: the prefix consumed so far."""
+        out = [dataclasses.replace(c) for c in (*files, cur)]
+        for path in self.adapter.paths[len(out):]:
+            old = self.cursors.get(path)
+            out.append(dataclasses.replace(old) if old else Cursor(path))
+        return out
+
+    def between_steps(self, files: list[Cursor], cur: Cursor) -> None:
+        adapter = self.adapter
+        if adapter.publish_requested.is_set():
+            adapter.publish_requested.clear()
+            progress = Progress(self.state.bytes_done, self.state.bytes_total)
+            adapter.publish(self.index, self.cursors_now(files, cur), self.built_at,
+                            self.state.latest, self.rewritten, indexing=progress)
+            self.saved_at = adapter.clock()
+            adapter.on_publish()
+        elif adapter.durable is not None and adapter.clock() - self.saved_at >= PROGRESS_SAVE_NS:
+            self.save(files, cur)
+
+    def save(self, files: list[Cursor], cur: Cursor) -> None:
+        """Segments and manifest for the prefix so far; no generation."""
+        if self.adapter.durable is None:
+            return
+        self.saved_at = self.adapter.clock()
+        self.adapter.save_index(self.index.view(), self.cursors_now(files, cur), self.state.latest)
+
+
 # --- the adapter ------------------------------------------------------------
 
 
@@ -202,6 +264,11 @@ class StreamAdapter:
         self.snap: Generation | None = None
         self.checkpoint_failed = False
         self.saved_at = 0  # clock at the last save attempt
+        # Set (from any thread) to have the running build publish the prefix it
+        # has read at its next step; on_publish runs (in the build's thread)
+        # once it has.
+        self.publish_requested = threading.Event()
+        self.on_publish: Callable[[], None] = lambda: None
 
     # handshake
 
@@ -241,11 +308,44 @@ class StreamAdapter:
     def needs_build(self, full: bool) -> bool:
         return self.snap is None or full or _changed(self.paths, self.snap.files)
 
-    def build(self, full: bool) -> Generator[None, None, Generation]:
-        """Build and publish the next generation, yielding between slices."""
+    def build(self, full: bool) -> Generator[Step, None, Generation]:
+        """Build and publish the next generation, yielding between steps.
+
+        It first takes the workdir's lock (yielding while another process
+        holds it), and holds it to its last save. Between steps it publishes
+        a prefix of the stream at once when :attr:`publish_requested` is set,
+        and saves its progress (segments and manifest, no generation) every
+        ``PROGRESS_SAVE_NS``, and once more if it is closed before it ends:
+        so a process that is stopped mid-build leaves what it sealed for the
+        next one to adopt and continue from."""
         self.check_session()
+        lock = WorkdirLock(self.workdir) if self.durable is not None else None
+        if lock is not None:
+            while not self._try_lock(lock):
+                time.sleep(LOCK_POLL_S)
+                yield None
+        try:
+            return (yield from self._build(full))
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _try_lock(self, lock: WorkdirLock) -> bool:
+        try:
+            return lock.try_acquire()
+        except OSError:
+            return True  # nowhere to write: nothing of ours can be clobbered either
+
+    def _build(self, full: bool) -> Generator[Step, None, Generation]:
         built_at = self.clock()
-        prev = self.snap if not full else None
+        # Another process may have built here meanwhile: continue its generation
+        # numbers, and adopt its index rather than overwrite it with ours.
+        self.gen = max(self.gen, load_checkpoint(self.workdir).generation)
+        if self.durable is not None and self.durable.written_by_another():
+            full_from_disk = True
+        else:
+            full_from_disk = False
+        prev = self.snap if not full and not full_from_disk else None
         cursors: dict[str, Cursor] = {c.path: c for c in prev.files} if prev else {}
         check = cursors or {c.path: c for c in self.prior.files}
         rewritten = _shrank(self.paths, check)
@@ -254,17 +354,28 @@ class StreamAdapter:
             index, latest = prev.view.index, prev.latest
             # A failed pass may have added records past the published view.
             index.truncate(prev.view.n)
-        elif self.snap is None and not full and not rewritten:
+        elif prev is None and not full and not rewritten:
             index, latest, cursors, rewritten = self._adopt()
         if index is None:
             cursors = {}
             index = Index(self.durable.sink if self.durable else None)
         state = self.building = Consumer(index, built_at, latest)
+        total = sum(max(streamfile.file_size(p) or 0, 0) for p in self.paths)
+        started = [c.offset for c in cursors.values()]
+        state.bytes_total = max(total - sum(started), 0)
+        interim = _Interim(self, index, state, built_at, rewritten, cursors)
         files: list[Cursor] = []
         for file_no, path in enumerate(self.paths):
             old = cursors.get(path)
             cur = Cursor(path, old.offset, old.records, old.failed) if old else Cursor(path)
-            yield from parallel.read_into(state, cur, file_no)
+            with contextlib.closing(parallel.read_into(state, cur, file_no)) as steps:
+                try:
+                    for step in steps:
+                        interim.between_steps(files, cur)
+                        yield step
+                except GeneratorExit:
+                    interim.save(files, cur)  # stopped mid-build: keep what was sealed
+                    raise
             files.append(cur)
         missing = [os.path.basename(c.path) for c in files if c.missing]
         if len(missing) == len(self.paths):
@@ -273,18 +384,27 @@ class StreamAdapter:
                 SOURCE_UNAVAILABLE,
                 f"no configured stream file is readable ({', '.join(missing)})",
             )
+        return self.publish(index, files, built_at, state.latest, rewritten)
+
+    def publish(
+        self, index: Index, files: list[Cursor], built_at: int, latest: int, rewritten: bool,
+        indexing: Progress | None = None,
+    ) -> Generation:
+        """Publish the next generation: records first, then the checkpoint.
+        ``indexing`` marks a prefix published while its build goes on."""
         view = index.view()
-        durable = self._save_index(view, files, state.latest)
+        durable = self.save_index(view, files, latest)
         snap = Generation(
             gen=self.gen + 1,
             view=view,
             files=files,
             built_at=built_at,
-            latest=state.latest,
+            latest=latest,
             consumed=sum(c.offset for c in files),
             failed=sum(c.failed for c in files),
-            missing=missing,
+            missing=[os.path.basename(c.path) for c in files if c.missing],
             rewritten=rewritten,
+            indexing=indexing,
         )
         self.snap, self.gen = snap, snap.gen
         self._checkpoint(snap, durable)
@@ -321,9 +441,9 @@ class StreamAdapter:
         index.truncate(snap.view.n)
         index.flush()
         snap.view = View(index, snap.view.n, index.segments)
-        self._checkpoint(snap, self._save_index(snap.view, snap.files, snap.latest))
+        self._checkpoint(snap, self.save_index(snap.view, snap.files, snap.latest))
 
-    def _save_index(self, view: View, files: list[Cursor], latest: int) -> bool:
+    def save_index(self, view: View, files: list[Cursor], latest: int) -> bool:
         """Records first: the segments (written as they were sealed, or by
         the flush at publication) and the manifest naming them. True if the
         index is durable."""
@@ -407,6 +527,7 @@ class StreamAdapter:
             failed_records=snap.failed,
             generation=snap.name,
             indexed=snap.indexed,
+            indexing=_indexing(snap),
             matched=ranked.matched,
             missing_files=snap.missing or UNSET,
             query_mode=mode_of(ranked.terms, ranked.any_exact),
@@ -545,6 +666,7 @@ class StreamAdapter:
             diagnostics=HealthDiagnostics(
                 checkpoint_unwritable=True if self.checkpoint_failed else UNSET,
                 files=len(snap.files),
+                indexing=_indexing(snap),
                 missing_files=snap.missing or UNSET,
                 stream_rewritten=True if snap.rewritten else UNSET,
             ),
@@ -578,6 +700,13 @@ def failure_reason(err: RpcError) -> str:
     if err.code == SOURCE_UNAVAILABLE:
         return "unreachable"
     return "adapter_error"
+
+
+def _indexing(snap: Generation) -> Indexing | UnsetType:
+    if snap.indexing is None:
+        return UNSET
+    return Indexing(consumed_bytes=snap.indexing.consumed_bytes,
+                    total_bytes=snap.indexing.total_bytes)
 
 
 def _count(value: int) -> int | UnsetType:

@@ -157,12 +157,21 @@ class Candidate(Struct, kw_only=True):
     metadata: CandidateMetadata
 
 
+class Indexing(Struct, kw_only=True):
+    """A build still running behind a partial answer: how far it has come.
+    streamd's own member (the reference fails such requests instead)."""
+
+    consumed_bytes: int
+    total_bytes: int
+
+
 class SearchDiagnostics(Struct, kw_only=True):
     coverage: str
     elapsed_ms: int
     failed_records: int
     generation: str
     indexed: int
+    indexing: Indexing | UnsetType = UNSET
     matched: int
     missing_files: list[str] | UnsetType = UNSET
     query_mode: str
@@ -184,6 +193,7 @@ class SearchResult(Struct, kw_only=True):
 class HealthDiagnostics(Struct, kw_only=True):
     checkpoint_unwritable: bool | UnsetType = UNSET
     files: int
+    indexing: Indexing | UnsetType = UNSET
     missing_files: list[str] | UnsetType = UNSET
     stream_rewritten: bool | UnsetType = UNSET
 

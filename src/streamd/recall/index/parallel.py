@@ -211,7 +211,7 @@ def drive(
 
     The CLI calls it directly and the refresh scanner in a thread. ``tick``
     runs between steps (a progress line, say). Once ``stop`` is set the build
-    is closed at its next step (within half a second while waiting on a
+    is closed at its next step (within a tenth of a second while waiting on a
     worker), which kills its workers, and :class:`Abandoned` is raised."""
     with contextlib.closing(steps):
         while True:
@@ -222,6 +222,6 @@ def drive(
             except StopIteration as done:
                 return done.value
             if step is not None:
-                cf.wait([step], timeout=0.5)
+                cf.wait([step], timeout=0.1)
             if tick is not None:
                 tick()

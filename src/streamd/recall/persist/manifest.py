@@ -83,6 +83,20 @@ class DurableIndex:
     def __init__(self, workdir: str, config: str) -> None:
         self.dir = os.path.join(workdir, "index")
         self.config = config
+        # The manifest as this process last wrote or read it: another writer
+        # of the workdir (see ``lock``) shows as a manifest that differs.
+        self._seen: tuple[int, int, int] | None = None
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(os.path.join(self.dir, MANIFEST))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def written_by_another(self) -> bool:
+        """Whether the manifest changed since this process last saved or loaded it."""
+        return self._stamp() != self._seen
 
     def _make_dir(self) -> None:
         # mkdir, not makedirs: a missing workdir is the host's to create, not ours.
@@ -120,12 +134,14 @@ class DurableIndex:
         # The directory fsync covers the segments' renames too.
         write_atomic(os.path.join(self.dir, MANIFEST), [json.dumps(body).encode()],
                      sync_dir=True)
+        self._seen = self._stamp()
         self._remove_unlisted(set(names), keep_manifest=True)
 
     def load(self, paths: list[str]) -> tuple[Loaded | None, bool]:
         """The last saved index if it is still valid for these files, and
         whether a file it read was rewritten since (shorter than what was
         consumed, or a consumed head that no longer matches)."""
+        self._seen = self._stamp()
         try:
             with open(os.path.join(self.dir, MANIFEST)) as f:
                 body = json.load(f)
