@@ -45,7 +45,9 @@ from streamd.eventlog import (
     closed_error,
 )
 from streamd.eventlog.service import eventlog_methods
-from streamd.recall.service import Offload, RecallService, to_thread
+from streamd.recall.scanner import Offload, to_thread
+from streamd.recall.service import RecallService
+from streamd.recall.sources import SourceRegistry
 from streamd.rpc import Connection, Method, MethodTable, Server
 from streamd.rpc.stdio import StdinStream, StdoutStream, claim_stdout
 from streamd.signals import cancel_on_signal
@@ -67,9 +69,19 @@ class Config:
 
 
 class Daemon:
-    def __init__(self, config: Config | None = None, *, offload: Offload = to_thread) -> None:
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        offload: Offload = to_thread,
+        sources: SourceRegistry | None = None,
+    ) -> None:
+        """``sources``: share Recall sources across connections (the resident
+        daemon); without it each connection has its own, as a process per
+        source has."""
         self.config = config or Config()
         self.offload = offload
+        self.sources = sources
         # Built once: one lease table for every connection of this daemon.
         self._eventlog_methods: list[Method] = eventlog_methods(self.eventlog)
         self._nursery: trio.Nursery | None = None
@@ -78,7 +90,8 @@ class Daemon:
         self._opening: trio.Lock | None = None
 
     def methods_for(self, conn: Connection) -> MethodTable:
-        table = {m.name: m for m in RecallService(conn, offload=self.offload).methods()}
+        recall = RecallService(conn, offload=self.offload, sources=self.sources)
+        table = {m.name: m for m in recall.methods()}
         for m in self._eventlog_methods:
             table[m.name] = m
         return table

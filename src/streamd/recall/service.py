@@ -1,28 +1,22 @@
-"""The Recall methods on the wire, and the refresh scanner that owns builds.
+"""The Recall methods on the wire, over a source's adapter and scanner.
 
-The scanner is the only task that ever builds a generation. A request that
-needs a caught-up generation asks it and awaits what it publishes; requests
-that arrive while a build runs are answered together by the next round, so
-two concurrent searches never both walk the files, and a search that is
-cancelled while waiting leaves the build to finish for everyone else.
+A connection's source is its own (plain ``streamd``: one process per source,
+as Recall runs the reference) or, in the resident daemon, one shared through
+a :class:`~streamd.recall.sources.SourceRegistry` by every connection that
+names it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
-import threading
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 
-from streamd.errors import INTERNAL_ERROR, RpcError
-from streamd.recall.adapter import Generation, StreamAdapter
-from streamd.recall.index.parallel import drive
+from streamd.errors import RpcError
+from streamd.recall.adapter import StreamAdapter
 from streamd.recall.index.streamfile import Span, read_spans
+from streamd.recall.scanner import Offload, Scanner, to_thread
+from streamd.recall.sources import Source, SourceRegistry
 from streamd.recall.wire import (
     AdapterManifest,
     ExpandParams,
@@ -41,167 +35,32 @@ from streamd.rpc import Connection, Method, Request
 log = logging.getLogger("streamd.recall")
 
 
-@dataclass(slots=True)
-class _Ask:
-    full: bool
-    save: bool  # a refresh: also retry a failed save at once
-    done: trio.Event = field(default_factory=trio.Event)
-    result: Generation | None = None
-    error: RpcError | None = None
-
-
-Offload = Callable[..., Awaitable[Any]]
-"""How blocking work (a build, the reads an answer renders) leaves the event
-loop: ``offload(fn, *args)`` returns ``fn(*args)``. :func:`to_thread` by
-default; tests on Trio's mock clock, which cannot see a thread and would
-jump past it, run the work inline."""
-
-
-async def to_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    # Abandoned on cancel: a build notices its stop flag by itself.
-    return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
-
-
-# What a request keeps of its deadline for itself when the build it waits for
-# runs long: it then asks the build for the prefix read so far (published at
-# the build's next step, within half a second) and answers from that.
-ANSWER_MARGIN = 1.0
-# How long a stopped build gets to close (save its progress, kill its
-# workers) before the process may go on without it.
-STOP_GRACE = 0.4
-
-
-class Scanner:
-    """The only task that builds a source's generations.
-
-    Builds belong to the scanner, never to a request: a request waits for
-    the build only as long as its own deadline allows (less
-    ``ANSWER_MARGIN``), and a request that gives up, or is cancelled, leaves
-    the build running for the next one. A request that runs out of patience
-    during a long build is answered from a prefix the build publishes on
-    demand (coverage partial, with how far indexing has come), so a fresh big
-    stream answers honestly within Recall's 5 s health probe instead of
-    failing it. When every build finishes in time, generations are exactly
-    the reference's.
-    """
-
-    def __init__(self, adapter: StreamAdapter, offload: Offload = to_thread) -> None:
-        self.adapter = adapter
-        self.offload = offload
-        self._pending: list[_Ask] = []
-        self._wake = trio.Event()
-        # Set (and replaced) whenever something is published: a prefix, or
-        # the end of a round.
-        self._published = trio.Event()
-        self.builds = 0
-
-    async def current(
-        self, full: bool = False, save: bool = False, deadline: float = math.inf
-    ) -> Generation:
-        """A generation that has consumed every complete line the files hold,
-        or, once ``deadline`` (Trio time) is near, the newest published one."""
-        self.adapter.check_session()
-        ask = _Ask(full, save)
-        self._pending.append(ask)
-        self._wake.set()
-        with trio.move_on_at(deadline - ANSWER_MARGIN):
-            await ask.done.wait()
-        while not ask.done.is_set():
-            # Still building: have the build publish what it has read, then
-            # answer from that (the request's own scope bounds this wait).
-            published = self._published
-            self.adapter.publish_requested.set()
-            await published.wait()
-            snap = self.adapter.snap
-            if not ask.done.is_set() and snap is not None:
-                return snap
-        if ask.error is not None:
-            raise ask.error
-        assert ask.result is not None
-        return ask.result
-
-    def _notify_published(self) -> None:
-        self._published.set()
-        self._published = trio.Event()
-
-    async def run(self) -> None:
-        token = trio.lowlevel.current_trio_token()
-
-        def on_publish() -> None:  # called in the build's thread
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(self._notify_published)
-
-        self.adapter.on_publish = on_publish
-        while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            batch, self._pending = self._pending, []
-            full = any(a.full for a in batch)
-            save = any(a.save for a in batch)
-            try:
-                result, error = await self._catch_up(full, save), None
-            except RpcError as exc:
-                result, error = None, exc
-            except Exception as exc:
-                # A bug in a build must not take the scanner (and with it the
-                # connection) down: the published generation still answers.
-                log.exception("index build failed")
-                result, error = None, RpcError(INTERNAL_ERROR, f"index build failed: {exc}")
-            # A request asking for a prefix just as the round ended must not
-            # leave it to the next build.
-            self.adapter.publish_requested.clear()
-            for ask in batch:
-                ask.result, ask.error = result, error
-                ask.done.set()
-            self._notify_published()
-
-    async def _catch_up(self, full: bool, save: bool) -> Generation:
-        adapter = self.adapter
-        adapter.check_session()
-        if not adapter.needs_build(full):
-            assert adapter.snap is not None
-            if adapter.save_due(save):
-                await self.offload(adapter.save_again)
-            return adapter.snap
-        self.builds += 1
-        # The build reads stream files and waits on worker processes, so it
-        # runs in a thread, driven by the same loop as the CLI's builds. If
-        # this task is cancelled (its source closes, its process stops) the
-        # build is told to stop and gets STOP_GRACE to do so at its next step:
-        # it saves what it sealed and kills its workers.
-        stop = threading.Event()
-        finished = trio.Event()
-        token = trio.lowlevel.current_trio_token()
-
-        def build() -> Generation:
-            try:
-                return drive(adapter.build(full), None, stop)
-            finally:
-                with contextlib.suppress(trio.RunFinishedError):
-                    token.run_sync_soon(finished.set)
-
-        try:
-            return await self.offload(build)
-        finally:
-            stop.set()
-            with trio.CancelScope(shield=True), trio.move_on_after(STOP_GRACE):
-                await finished.wait()
-
-
 class RecallService:
-    """One adapter per connection, as one recall-stream process per source."""
+    """The Recall methods of one connection."""
 
     def __init__(
-        self, conn: Connection, adapter: StreamAdapter | None = None, offload: Offload = to_thread
+        self,
+        conn: Connection,
+        adapter: StreamAdapter | None = None,
+        offload: Offload = to_thread,
+        sources: SourceRegistry | None = None,
     ) -> None:
-        self.adapter = adapter or StreamAdapter()
         self.offload = offload
+        self.sources = sources
+        self.adapter = adapter or StreamAdapter()
         self.scanner = Scanner(self.adapter, offload)
-        conn.start_soon(self.scanner.run)
+        # The shared source this connection holds, in a resident daemon.
+        self.source: Source | None = None
+        if sources is None:
+            conn.start_soon(self.scanner.run)
         conn.on_close(self._close)
 
     async def _close(self) -> None:
-        self.adapter.close()
+        if self.source is not None:
+            self.sources.release(self.source)
+            self.source = None
+        else:
+            self.adapter.close()
 
     def methods(self) -> list[Method]:
         return [
@@ -213,7 +72,13 @@ class RecallService:
         ]
 
     async def initialize(self, p: InitializeParams, req: Request) -> AdapterManifest:
-        return self.adapter.initialize(p)
+        if self.sources is None:
+            return self.adapter.initialize(p)
+        source, manifest = self.sources.open(p)
+        if self.source is not None:
+            self.sources.release(self.source)  # a second handshake names a new source
+        self.source, self.adapter, self.scanner = source, source.adapter, source.scanner
+        return manifest
 
     async def _stall(self) -> None:
         # debug_stall_ms exists so cancellation can be recorded against a real
