@@ -1,0 +1,145 @@
+"""Builds belong to the scanner, never to a request.
+
+A request waits for a build only as long as its deadline allows; then it is
+answered from a prefix the build publishes on demand, honestly partial, and
+the build goes on. A build that is stopped keeps what it sealed for the next
+process, and builds of one workdir never overlap, whichever processes run
+them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import trio
+from test_recall_rpc import init, req, session
+
+from streamd.golang import gotime
+from streamd.recall import oneshot
+from streamd.recall.index import build, parallel
+from streamd.recall.persist.lock import WorkdirLock
+
+RECORDS = 3_000
+
+
+@pytest.fixture
+def slow_world(recall_world, monkeypatch):
+    """A stream whose build takes about 3 s: each line costs a millisecond."""
+    w = recall_world
+    w.write("a.jsonl", *(w.rec(f"r-{i}", title=f"record {i}") for i in range(RECORDS)))
+    real = build.Consumer.consume
+
+    def slow(self, cur, file_no, line):
+        time.sleep(0.001)
+        real(self, cur, file_no, line)
+
+    monkeypatch.setattr(build.Consumer, "consume", slow)
+    monkeypatch.setattr(build, "BUILD_SLICE", 50)
+    return w
+
+
+def in_seconds(s: float) -> str:
+    return gotime.format_nano(time.time_ns() + int(s * gotime.NS))
+
+
+async def test_a_request_whose_deadline_comes_mid_build_is_answered_from_a_partial_prefix(
+    slow_world,
+):
+    w = slow_world
+    with trio.fail_after(30):
+        async with session() as (peer, _):
+            await peer.send(init(w))
+            assert "result" in await peer.recv()
+            await peer.send(req(2, "recall/health", deadline=in_seconds(2)))
+            frame = await peer.recv()
+            health = frame["result"]
+            assert health["status"] == "degraded" and health["coverage"] == "partial"
+            indexing = health["diagnostics"]["indexing"]
+            assert 0 < indexing["consumed_bytes"] < indexing["total_bytes"]
+            assert health["index_generation"] == "gen-1"
+            assert 0 < health["indexed_count"] < RECORDS
+            # The build went on without the request: a patient one gets all of it.
+            await peer.send(req(3, "recall/health", deadline=in_seconds(60)))
+            done = (await peer.recv())["result"]
+            assert done["status"] == "healthy" and done["coverage"] == "complete"
+            assert done["indexed_count"] == RECORDS
+            assert done["index_generation"] == "gen-2"
+            assert "indexing" not in done["diagnostics"]
+
+
+async def test_a_search_mid_build_says_partial_and_how_far_indexing_has_come(slow_world):
+    w = slow_world
+    with trio.fail_after(30):
+        async with session() as (peer, _):
+            await peer.send(init(w))
+            await peer.recv()
+            await peer.send(req(2, "recall/search", query="record", filters={}, limit=5,
+                                deadline=in_seconds(1.5)))
+            result = (await peer.recv())["result"]
+            assert result["outcome"] == "partial"
+            assert result["diagnostics"]["coverage"] == "partial"
+            assert result["diagnostics"]["indexing"]["consumed_bytes"] > 0
+            assert 0 < len(result["candidates"]) <= 5
+
+
+def test_a_build_stopped_midway_keeps_what_it_read_for_the_next_process(recall_world):
+    w = recall_world
+    w.write("a.jsonl", *(w.rec(f"r-{i}", title=f"record {i}") for i in range(5_000)))
+    first = w.adapter()
+    stop = threading.Event()
+    steps = first.build(False)
+    for _ in range(2):  # two slices of 2,000 lines: 4,000 read when stopped
+        assert next(steps) is None
+    stop.set()
+    with pytest.raises(parallel.Abandoned):
+        parallel.drive(steps, None, stop)
+    # A fresh process adopts the prefix and reads only the rest.
+    second = w.adapter()
+    snap = oneshot.current(second)
+    assert snap.indexed == 5_000
+    assert second.building.records_done == 1_000
+
+
+def test_a_build_waits_for_the_workdir_lock_another_writer_holds(recall_world):
+    w = recall_world
+    w.write("a.jsonl", w.rec("a", title="one"))
+    other = WorkdirLock(str(w.work))
+    assert other.try_acquire()  # another process is building here
+    adapter = w.adapter()
+    steps = adapter.build(False)
+    for _ in range(3):
+        assert next(steps) is None  # waiting: nothing read, nothing written
+    assert adapter.snap is None and not (w.work / "index").exists()
+    other.release()
+    snap = parallel.drive(steps)
+    assert snap.indexed == 1 and snap.name == "gen-1"
+    # The lock is released once the build is done.
+    assert other.try_acquire()
+    other.release()
+
+
+def test_a_writer_that_finds_another_processes_index_adopts_it_and_continues_its_numbers(
+    recall_world,
+):
+    w = recall_world
+    w.write("a.jsonl", w.rec("a", title="one"))
+    a = w.adapter()
+    assert oneshot.current(a).name == "gen-1"
+    b = w.adapter()  # a second process on the same workdir
+    w.append("a.jsonl", w.rec("b", title="two"))
+    assert oneshot.current(b).name == "gen-2"
+    w.append("a.jsonl", w.rec("c", title="three"))
+    snap = oneshot.current(a)
+    # a saw b's manifest: it adopted b's index instead of overwriting it, and
+    # numbered after b's generation.
+    assert snap.name == "gen-3" and snap.indexed == 3
+    assert a.building.records_done == 1
+    # Every segment the manifest names exists: nobody deleted another's work.
+    fresh = w.adapter()
+    assert oneshot.current(fresh).indexed == 3
+    assert fresh.building.records_done == 0
+    assert sorted(c["source_record_id"] for c in w.search(fresh, "")["candidates"]) == [
+        "a", "b", "c",
+    ]
