@@ -192,7 +192,8 @@ def _shrank(paths: list[str], cursors: dict[str, Cursor]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """How far a build has come: bytes read of those it set out to read."""
+    """How far a build has come: bytes of the stream files indexed, of all
+    they held when it started."""
 
     consumed_bytes: int
     total_bytes: int
@@ -223,9 +224,10 @@ class _Interim:
         adapter = self.adapter
         if adapter.publish_requested.is_set():
             adapter.publish_requested.clear()
-            progress = Progress(self.state.bytes_done, self.state.bytes_total)
-            adapter.publish(self.index, self.cursors_now(files, cur), self.built_at,
-                            self.state.latest, self.rewritten, indexing=progress)
+            cursors = self.cursors_now(files, cur)
+            progress = Progress(sum(c.offset for c in cursors), self.state.bytes_total)
+            adapter.publish(self.index, cursors, self.built_at, self.state.latest,
+                            self.rewritten, indexing=progress)
             self.saved_at = adapter.clock()
             adapter.on_publish()
         elif adapter.durable is not None and adapter.clock() - self.saved_at >= PROGRESS_SAVE_NS:
@@ -360,9 +362,7 @@ class StreamAdapter:
             cursors = {}
             index = Index(self.durable.sink if self.durable else None)
         state = self.building = Consumer(index, built_at, latest)
-        total = sum(max(streamfile.file_size(p) or 0, 0) for p in self.paths)
-        started = [c.offset for c in cursors.values()]
-        state.bytes_total = max(total - sum(started), 0)
+        state.bytes_total = sum(streamfile.file_size(p) or 0 for p in self.paths)
         interim = _Interim(self, index, state, built_at, rewritten, cursors)
         files: list[Cursor] = []
         for file_no, path in enumerate(self.paths):

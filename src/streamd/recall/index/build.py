@@ -28,7 +28,7 @@ class Consumer:
         self.latest = latest
         # Progress, for people watching a long build.
         self.bytes_done = 0
-        self.bytes_total = 0  # what the pass set out to read, when known
+        self.bytes_total = 0  # the stream files' size when the pass started, when known
         self.records_done = 0
 
     def read_into(
