@@ -10,6 +10,7 @@ expand. Expectations stay in the tests; nothing here computes one.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from streamd.recall import oneshot
 from streamd.recall.adapter import Generation, StreamAdapter
+from streamd.recall.index import build
 from streamd.recall.wire import ExpandParams, InitializeParams, SearchParams
 
 # The shared JSON-RPC test client asserts too; keep pytest's detailed messages there.
@@ -141,3 +143,23 @@ def recall_world(tmp_path: Path) -> RecallWorld:
 def make_recall_world():
     """For hypothesis tests, which cannot take function-scoped fixtures."""
     return RecallWorld
+
+
+# A stream whose build outlasts short deadlines.
+SLOW_RECORDS = 3_000
+
+
+@pytest.fixture
+def slow_world(recall_world, monkeypatch):
+    """A stream whose build takes about 3 s: each line costs a millisecond."""
+    w = recall_world
+    w.write("a.jsonl", *(w.rec(f"r-{i}", title=f"record {i}") for i in range(SLOW_RECORDS)))
+    real = build.Consumer.consume
+
+    def slow(self, cur, file_no, line):
+        time.sleep(0.001)
+        real(self, cur, file_no, line)
+
+    monkeypatch.setattr(build.Consumer, "consume", slow)
+    monkeypatch.setattr(build, "BUILD_SLICE", 50)
+    return w

@@ -18,29 +18,12 @@ from test_recall_rpc import init, req, session
 
 from streamd.golang import gotime
 from streamd.recall import oneshot
-from streamd.recall.index import build, parallel
+from streamd.recall.index import parallel
 from streamd.recall.persist.lock import WorkdirLock
-
-RECORDS = 3_000
-
-
-@pytest.fixture
-def slow_world(recall_world, monkeypatch):
-    """A stream whose build takes about 3 s: each line costs a millisecond."""
-    w = recall_world
-    w.write("a.jsonl", *(w.rec(f"r-{i}", title=f"record {i}") for i in range(RECORDS)))
-    real = build.Consumer.consume
-
-    def slow(self, cur, file_no, line):
-        time.sleep(0.001)
-        real(self, cur, file_no, line)
-
-    monkeypatch.setattr(build.Consumer, "consume", slow)
-    monkeypatch.setattr(build, "BUILD_SLICE", 50)
-    return w
 
 
 def in_seconds(s: float) -> str:
+    """An RFC 3339 deadline ``s`` seconds from now, on the wall clock."""
     return gotime.format_nano(time.time_ns() + int(s * gotime.NS))
 
 
@@ -48,6 +31,7 @@ async def test_a_request_whose_deadline_comes_mid_build_is_answered_from_a_parti
     slow_world,
 ):
     w = slow_world
+    records = len(w.path("a.jsonl").read_bytes().splitlines())
     with trio.fail_after(30):
         async with session() as (peer, _):
             await peer.send(init(w))
@@ -59,12 +43,12 @@ async def test_a_request_whose_deadline_comes_mid_build_is_answered_from_a_parti
             indexing = health["diagnostics"]["indexing"]
             assert 0 < indexing["consumed_bytes"] < indexing["total_bytes"]
             assert health["index_generation"] == "gen-1"
-            assert 0 < health["indexed_count"] < RECORDS
+            assert 0 < health["indexed_count"] < records
             # The build went on without the request: a patient one gets all of it.
             await peer.send(req(3, "recall/health", deadline=in_seconds(60)))
             done = (await peer.recv())["result"]
             assert done["status"] == "healthy" and done["coverage"] == "complete"
-            assert done["indexed_count"] == RECORDS
+            assert done["indexed_count"] == records
             assert done["index_generation"] == "gen-2"
             assert "indexing" not in done["diagnostics"]
 

@@ -69,6 +69,11 @@ class SourceRegistry:
     def open_count(self) -> int:
         return len(self._open)
 
+    @property
+    def sources(self) -> list[Source]:
+        """The open sources, least recently used first."""
+        return list(self._open.values())
+
     async def __aenter__(self) -> SourceRegistry:
         self._nursery_cm = trio.open_nursery()
         self._nursery = await self._nursery_cm.__aenter__()
