@@ -1,24 +1,27 @@
 """Command line: the daemon by default, plus tools for people.
 
 ``streamd`` with no subcommand serves JSON-RPC on stdin/stdout, which is how
-a Recall core spawns it.
+a Recall core spawns it; ``streamd attach`` relays the same protocol to the
+resident daemon (``streamd daemon``) instead.
+
+Imports at the top are the standard library's lightest only: ``attach``,
+``status`` and ``stop`` are dispatched before the parser is even built, and
+every command imports what it needs (Trio, msgspec, the daemon) inside the
+function that runs it, so ``streamd attach`` and ``streamd --help`` never load
+them (``tests/test_resident_imports.py``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import trio
+if TYPE_CHECKING:
+    import argparse
 
-from streamd import logsink
-from streamd.daemon import Config, Daemon, serve_socket, serve_stdio
-from streamd.recall.index.parallel import drive
-from streamd.timeinput import TimeInputError, parse_instant
+    from streamd.daemon import Config
 
 DESCRIPTION = (
     "streamd: a Recall stream adapter and a durable event log over newline-delimited "
@@ -26,18 +29,34 @@ DESCRIPTION = (
 )
 
 
-def _setup_logging(verbose: bool) -> None:
+LOG_FORMAT = "streamd %(asctime)s %(levelname)s %(message)s"
+# The resident daemon's lines carry its pid: an old daemon finishing its
+# clients and its successor write the same file for a while.
+DAEMON_LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+
+
+def _log_level(verbose: bool) -> int:
+    import logging
+
     level = logging.INFO if verbose else logging.WARNING
     if os.environ.get("STREAMD_LOG"):
         level = getattr(logging, os.environ["STREAMD_LOG"].upper(), level)
+    return level
+
+
+def _setup_logging(verbose: bool) -> None:
+    from streamd import logsink
+
     # Through a bounded queue and a writer thread: a stderr nobody reads costs
     # log lines (counted), never a blocked event loop.
-    logsink.install(level, sys.stderr, "streamd %(asctime)s %(levelname)s %(message)s")
+    logsink.install(_log_level(verbose), sys.stderr, LOG_FORMAT)
 
 
 def _daemon_options(p: argparse.ArgumentParser, *, subcommand: bool = False) -> None:
     # On a subcommand the defaults are SUPPRESS, so `streamd --db X serve` keeps
     # X: a subparser's own default would overwrite what was parsed before it.
+    import argparse
+
     def default(value):
         return argparse.SUPPRESS if subcommand else value
 
@@ -57,11 +76,39 @@ def _daemon_options(p: argparse.ArgumentParser, *, subcommand: bool = False) -> 
 
 
 def _config(args: argparse.Namespace) -> Config:
+    from streamd.daemon import Config
+
     return Config(db=args.db, watch_interval=args.watch_interval_ms / 1000,
                   synchronous=args.synchronous, watch_buffer_bytes=args.watch_buffer_bytes)
 
 
+def _seconds(value: str) -> float:
+    import argparse
+
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds: {value!r}")
+    return seconds
+
+
+def _positive(value: str) -> int:
+    import argparse
+
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value!r}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="streamd", description=DESCRIPTION)
     _daemon_options(parser)
     sub = parser.add_subparsers(dest="command")
@@ -69,6 +116,32 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve JSON-RPC on stdio, or on a Unix socket")
     _daemon_options(serve, subcommand=True)
     serve.add_argument("--socket", help="serve many clients on this Unix socket path")
+
+    daemon = sub.add_parser(
+        "daemon", help="run the resident per-user daemon in the foreground (what "
+        "`streamd attach` starts; for service managers)")
+    _daemon_options(daemon, subcommand=True)
+    daemon.add_argument("--runtime-dir", metavar="DIR",
+                        help="the socket directory (default $STREAMD_RUNTIME_DIR, else "
+                        "$XDG_RUNTIME_DIR/streamd, else $XDG_STATE_HOME/streamd/run)")
+    daemon.add_argument("--idle-exit", type=_seconds, default=900.0, metavar="SECONDS",
+                        help="exit after this long without a client (default 900; 0: never)")
+    daemon.add_argument("--source-idle", type=_seconds, default=600.0, metavar="SECONDS",
+                        help="close a Recall source no client has used for this long "
+                        "(default 600)")
+    daemon.add_argument("--max-sources", type=_positive, default=8, metavar="N",
+                        help="Recall sources kept open at most (default 8)")
+    daemon.add_argument("--log-file", metavar="PATH",
+                        help="log here, rotated at 5 MiB with 3 old files kept (default "
+                        "$XDG_STATE_HOME/streamd/daemon.log; '-' for stderr)")
+    # For tests of the upgrade path: announce another version than this one's.
+    daemon.add_argument("--announce-version", help=argparse.SUPPRESS)
+
+    sub.add_parser("attach", help="relay stdio to the resident daemon, starting it if "
+                   "needed (what Recall should run)", add_help=False)
+    sub.add_parser("status", help="whether the resident daemon runs (exit 0) or not (3)",
+                   add_help=False)
+    sub.add_parser("stop", help="stop the resident daemon", add_help=False)
 
     search = sub.add_parser("search", help="search stream files and print ranked hits")
     search.add_argument("paths", nargs="+", metavar="PATH")
@@ -104,6 +177,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # The resident daemon's clients come first and import only the stdlib.
+    if argv[:1] == ["attach"]:
+        from streamd.resident.attach import main as attach_main
+
+        return attach_main(argv[1:])
+    if argv[:1] == ["status"]:
+        from streamd.resident.control import status_main
+
+        return status_main(argv[1:])
+    if argv[:1] == ["stop"]:
+        from streamd.resident.control import stop_main
+
+        return stop_main(argv[1:])
     if argv[:1] == ["conformance"]:
         from streamd.conformance import main as conformance_main
 
@@ -114,9 +200,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return log_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "daemon":
+        return _resident(args)
     _setup_logging(getattr(args, "verbose", False))
     try:
         if args.command in (None, "serve"):
+            import trio
+
+            from streamd.daemon import Daemon, serve_socket, serve_stdio
+
             daemon = Daemon(_config(args))
             if getattr(args, "socket", None):
                 trio.run(serve_socket, daemon, args.socket)
@@ -139,6 +231,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
+# --- the resident daemon -----------------------------------------------------
+
+
+def _resident(args: argparse.Namespace) -> int:
+    """``streamd daemon``: claim the socket directory, then serve until stopped.
+
+    A second daemon, or an unsafe directory, is one line on stderr and exit 1,
+    before any logging is set up: that is all a losing racer ever prints (its
+    stderr is /dev/null when attach started it)."""
+    import logging
+
+    import trio
+
+    from streamd import logsink
+    from streamd.daemon import Daemon
+    from streamd.recall.sources import SourceRegistry
+    from streamd.resident import paths
+    from streamd.resident.lock import AlreadyRunning
+    from streamd.resident.server import ResidentDaemon, ResidentOptions
+
+    directory = os.path.abspath(args.runtime_dir) if args.runtime_dir else paths.runtime_dir()
+    log_file = args.log_file or paths.log_path()
+
+    sources = SourceRegistry(idle_close=args.source_idle, max_open=args.max_sources)
+    options = ResidentOptions(runtime_dir=directory, idle_exit=args.idle_exit,
+                              log_file="(stderr)" if log_file == "-" else log_file)
+    if args.announce_version:
+        options.version = args.announce_version
+    resident = ResidentDaemon(Daemon(_config(args), sources=sources), options, sources)
+    try:
+        resident.claim()
+    except (AlreadyRunning, paths.UnsafeDirectory, OSError) as exc:
+        print(f"streamd daemon: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if log_file == "-":
+            logsink.install(_log_level(args.verbose), sys.stderr, DAEMON_LOG_FORMAT)
+        else:
+            logsink.install_file(_log_level(args.verbose), log_file, DAEMON_LOG_FORMAT)
+    except OSError as exc:
+        resident.lock.release()
+        print(f"streamd daemon: cannot open the log file {log_file}: {exc}", file=sys.stderr)
+        return 1
+    # Its own comings and goings are worth a line at the default level.
+    logging.getLogger("streamd.resident").setLevel(logging.INFO)
+    try:
+        trio.run(resident.serve)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 # --- one-shot search and expand ----------------------------------------------
 
 
@@ -146,6 +290,7 @@ def _index(args: argparse.Namespace) -> int:
     from streamd.errors import RpcError
     from streamd.progress import Progress
     from streamd.recall.adapter import StreamAdapter
+    from streamd.recall.index.parallel import drive
     from streamd.recall.wire import InitializeParams
 
     files = [os.path.abspath(p) for p in args.paths]
@@ -177,6 +322,8 @@ def catchup_size(path: str) -> int:
 
 
 def _time_arg(value: str | None, name: str) -> str | None:
+    from streamd.timeinput import TimeInputError, parse_instant
+
     if value is not None:
         try:
             parse_instant(value, f"--{name}")
@@ -186,6 +333,8 @@ def _time_arg(value: str | None, name: str) -> str | None:
 
 
 def _search(args: argparse.Namespace) -> int:
+    import json
+
     import msgspec
 
     from streamd.errors import RpcError
@@ -233,6 +382,8 @@ def _print_hits(result: dict) -> None:
 
 
 def _expand(args: argparse.Namespace) -> int:
+    import json
+
     import msgspec
 
     from streamd.errors import RpcError

@@ -8,6 +8,10 @@ formatted and put on a bounded queue; one thread writes stderr. While that
 thread is blocked the queue fills, and from then on records are dropped and
 counted, never waited for; the count is written as soon as a line gets
 through again (or when the sink closes), so a reader learns what it missed.
+
+The resident daemon logs to a rotated file instead (:func:`install_file`),
+through the same queue and thread: a disk that stalls, and the renames of a
+rotation, then cost the writer thread, never the event loop.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import atexit
 import logging
 import logging.handlers
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -26,6 +31,9 @@ QUEUE_RECORDS = 1024
 # How long exit waits for queued lines to reach stderr before abandoning
 # them (and a writer thread blocked on a pipe nobody reads).
 CLOSE_TIMEOUT = 0.5
+# The resident daemon's log file: rotated at this size, this many old files kept.
+FILE_MAX_BYTES = 5 << 20
+FILE_BACKUPS = 3
 
 _STOP = object()
 
@@ -34,12 +42,22 @@ class LogSink:
     """A bounded queue of records and the one thread that writes them."""
 
     def __init__(
-        self, stream: TextIO, formatter: logging.Formatter, *, capacity: int = QUEUE_RECORDS
+        self,
+        output: TextIO | logging.Handler,
+        formatter: logging.Formatter,
+        *,
+        capacity: int = QUEUE_RECORDS,
+        name: str = "stderr was not being read",
     ) -> None:
+        """``output``: a stream, or a handler only the writer thread will call;
+        ``name`` completes "N log lines were dropped while ..."."""
         self._queue: queue.Queue[object] = queue.Queue(capacity)
         self._lock = threading.Lock()
         self._dropped = 0
-        self._output = logging.StreamHandler(stream)
+        self._name = name
+        if not isinstance(output, logging.Handler):
+            output = logging.StreamHandler(output)
+        self._output = output
         self._output.setFormatter(formatter)
         self.handler: logging.Handler = _QueueHandler(self._queue, self.offer)
         self._thread = threading.Thread(target=self._write, name="streamd-log", daemon=True)
@@ -84,7 +102,7 @@ class LogSink:
                     "name": "streamd.log",
                     "levelno": logging.WARNING,
                     "levelname": "WARNING",
-                    "msg": f"{count} log lines were dropped while stderr was not being read",
+                    "msg": f"{count} log lines were dropped while {self._name}",
                 })
             )
 
@@ -109,10 +127,27 @@ def install(level: int, stream: TextIO, fmt: str) -> LogSink | None:
     Like ``logging.basicConfig``, does nothing when the root logger already
     has handlers (a second call, or a host such as pytest that captures logs).
     """
+    return _install(level, stream, fmt, "stderr was not being read")
+
+
+def install_file(level: int, path: str, fmt: str) -> LogSink | None:
+    """Send the root logger's records through a LogSink to a file rotated at
+    ``FILE_MAX_BYTES`` with ``FILE_BACKUPS`` old files, its directory made 0700
+    if missing. Raises OSError if the file cannot be opened."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+    handler = logging.handlers.RotatingFileHandler(
+        path, maxBytes=FILE_MAX_BYTES, backupCount=FILE_BACKUPS, encoding="utf-8"
+    )
+    return _install(level, handler, fmt, f"{path} could not be written")
+
+
+def _install(level: int, output: TextIO | logging.Handler, fmt: str, name: str) -> LogSink | None:
     root = logging.getLogger()
     if root.handlers:
+        if isinstance(output, logging.Handler):
+            output.close()
         return None
-    sink = LogSink(stream, logging.Formatter(fmt))
+    sink = LogSink(output, logging.Formatter(fmt), name=name)
     root.addHandler(sink.handler)
     root.setLevel(level)
     # Registered after logging's own exit hook, so it runs first.

@@ -1,0 +1,300 @@
+"""A blocking client for the daemon's control methods, and ``streamd status`` /
+``streamd stop`` for people.
+
+Standard library only: ``streamd attach`` says hello through it on every spawn,
+and ``status`` and ``stop`` must answer in milliseconds, without Trio.
+
+The control methods exist on the daemon socket only (a stdio peer is a single
+Recall session and has no daemon to control):
+
+* ``streamd/hello {client_version}`` -> ``{version, pid, started_at}``
+* ``streamd/status {}`` -> ``{version, pid, uptime_s, connections, sources,
+  socket, db, log}``
+* ``streamd/stop {}`` -> ``{}``, then the daemon winds down as on SIGTERM
+* ``streamd/retire {}`` -> ``{}`` once it has stopped listening and released its
+  socket and lock; it serves its current connections to their end, then exits
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from streamd import __version__
+from streamd.resident import paths
+
+HELLO_ID = "streamd-attach-hello"
+# How long a control call waits for its answer. A healthy daemon answers in
+# about a millisecond; a daemon that cannot answer in this long is reported,
+# not waited for.
+CALL_TIMEOUT = 5.0
+# How long `streamd stop` waits for the daemon to exit after it has agreed to.
+STOP_WAIT = 10.0
+READ_CHUNK = 1 << 16
+
+
+class ControlError(Exception):
+    """The daemon answered with an error, answered nonsense, or went away."""
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``"0.10.2"`` -> ``(0, 10, 2)``; the leading digits of each dotted part, so
+    a local suffix (``0.2.0.dev1``, ``1.0rc1``) compares by its numbers."""
+    key = []
+    for part in version.split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        key.append(int(digits) if digits else 0)
+    while key and key[-1] == 0:
+        key.pop()
+    return tuple(key)
+
+
+class DaemonConnection:
+    """One blocking connection to the daemon socket."""
+
+    def __init__(self, sock: socket.socket, path: str) -> None:
+        self.sock = sock
+        self.path = path
+        # Bytes read past the last answer taken (kept for the relay).
+        self.buffer = b""
+
+    @classmethod
+    def open(cls, path: str, timeout: float = CALL_TIMEOUT) -> DaemonConnection | None:
+        """Connect, or None when nobody listens there (no file, a stale file)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError):
+            sock.close()
+            return None
+        except OSError:
+            sock.close()
+            raise
+        conn = cls(sock, path)
+        uid = conn.peer_uid()
+        if uid != os.geteuid():
+            sock.close()
+            raise ControlError(f"the server on {path} runs as uid {uid}, not as this user")
+        return conn
+
+    def peer_uid(self) -> int:
+        creds = self.sock.getsockopt(
+            socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
+        )
+        return struct.unpack("3i", creds)[1]
+
+    def call(self, method: str, params: dict[str, Any], request_id: Any = 1) -> Any:
+        frame = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        try:
+            self.sock.sendall(json.dumps(frame).encode() + b"\n")
+            while True:
+                line = self._line()
+                try:
+                    reply = json.loads(line)
+                except ValueError:
+                    raise ControlError(f"{method}: the daemon answered a line that is not "
+                                       "JSON") from None
+                if isinstance(reply, dict) and reply.get("id") == request_id:
+                    break
+        except TimeoutError:
+            raise ControlError(f"{method}: no answer from {self.path} within "
+                               f"{self.sock.gettimeout():g} s") from None
+        except OSError as exc:
+            raise ControlError(f"{method}: the connection to {self.path} failed: "
+                               f"{exc.strerror or exc}") from None
+        if "error" in reply:
+            err = reply["error"]
+            raise ControlError(f"{method}: {err.get('message')} ({err.get('code')})")
+        return reply.get("result")
+
+    def _line(self) -> bytes:
+        while b"\n" not in self.buffer:
+            chunk = self.sock.recv(READ_CHUNK)
+            if not chunk:
+                raise ControlError(f"the daemon on {self.path} closed the connection")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+    def wait_closed(self, timeout: float) -> bool:
+        """Read (and drop) until the daemon closes the connection."""
+        deadline = time.monotonic() + timeout
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                self.sock.settimeout(left)
+                if not self.sock.recv(READ_CHUNK):
+                    return True
+        except TimeoutError:
+            return False
+        except OSError:
+            return True  # reset: gone as well
+        return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def hello(conn: DaemonConnection) -> dict[str, Any]:
+    result = conn.call("streamd/hello", {"client_version": __version__}, HELLO_ID)
+    if not isinstance(result, dict) or not isinstance(result.get("version"), str):
+        raise ControlError(f"streamd/hello: unexpected answer {result!r}")
+    return result
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+# --- streamd status / streamd stop -------------------------------------------
+
+STATUS_USAGE = """usage: streamd status [--json] [--runtime-dir DIR]
+
+Whether the resident daemon runs, and what it holds. Exit 0 if it runs, 3 if it
+does not, 1 if something holds its socket but does not answer."""
+
+STOP_USAGE = """usage: streamd stop [--runtime-dir DIR]
+
+Stop the resident daemon (as SIGTERM would) and wait for it to exit. Exit 0
+whether or not one was running; 1 if it did not exit in time."""
+
+
+def _parse(argv: Sequence[str], usage: str, flags: Sequence[str]) -> dict[str, Any] | int:
+    opts: dict[str, Any] = {"json": False, "runtime_dir": None}
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg in ("-h", "--help"):
+            print(usage)
+            return 0
+        if arg == "--json" and "--json" in flags:
+            opts["json"] = True
+        elif arg == "--runtime-dir" and args:
+            opts["runtime_dir"] = os.path.abspath(args.pop(0))
+        elif arg.startswith("--runtime-dir="):
+            opts["runtime_dir"] = os.path.abspath(arg.split("=", 1)[1])
+        else:
+            print(f"{usage}\nstreamd: unrecognized argument {arg!r}", file=sys.stderr)
+            return 2
+    return opts
+
+
+def _directory(opts: dict[str, Any]) -> str:
+    return opts["runtime_dir"] or paths.runtime_dir()
+
+
+def _uptime(seconds: float) -> str:
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    parts = [f"{days}d"] if days else []
+    if days or hours:
+        parts.append(f"{hours}h")
+    if days or hours or minutes:
+        parts.append(f"{minutes}m")
+    parts.append(f"{s}s")
+    return " ".join(parts)
+
+
+def _lock_holder(directory: str) -> int | None:
+    """The pid the lock file names, if that process is alive. Read only: taking
+    the lock, even briefly, could make a daemon starting right then give up."""
+    try:
+        with open(paths.lock_path(directory), "rb") as f:
+            pid = int(f.read(32).split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def status_main(argv: Sequence[str]) -> int:
+    opts = _parse(argv, STATUS_USAGE, ["--json"])
+    if isinstance(opts, int):
+        return opts
+    directory = _directory(opts)
+    sock = paths.socket_path(directory)
+    try:
+        paths.check_private_dir(directory)
+        conn = DaemonConnection.open(sock)
+        if conn is None:
+            result = None
+        else:
+            try:
+                result = conn.call("streamd/status", {})
+            finally:
+                conn.close()
+    except (ControlError, paths.UnsafeDirectory, OSError) as exc:
+        if opts["json"]:
+            print(json.dumps({"running": False, "socket": sock, "error": str(exc)}))
+        else:
+            print(f"streamd daemon: not answering on {sock}: {exc}", file=sys.stderr)
+        return 1
+    if result is None:
+        holder = _lock_holder(directory)
+        if opts["json"]:
+            print(json.dumps({"running": False, "socket": sock, "lock_holder": holder}))
+        elif holder is not None:
+            print(f"streamd daemon: not answering on {sock}, though pid {holder} holds its lock")
+        else:
+            print(f"streamd daemon: not running (socket {sock})")
+        return 1 if holder is not None else 3
+    if opts["json"]:
+        print(json.dumps({"running": True, **result}))
+        return 0
+    print(f"streamd daemon {result['version']}: running, pid {result['pid']}, "
+          f"up {_uptime(result['uptime_s'])}")
+    print(f"  socket       {result['socket']}")
+    print(f"  clients      {result['connections']} connected, "
+          f"{result['sources']} Recall sources open")
+    print(f"  event log    {result['db']}")
+    print(f"  daemon log   {result['log']}")
+    return 0
+
+
+def stop_main(argv: Sequence[str]) -> int:
+    opts = _parse(argv, STOP_USAGE, [])
+    if isinstance(opts, int):
+        return opts
+    directory = _directory(opts)
+    sock = paths.socket_path(directory)
+    try:
+        paths.check_private_dir(directory)
+        conn = DaemonConnection.open(sock)
+        if conn is None:
+            print(f"streamd daemon: not running (socket {sock}); nothing to stop")
+            return 0
+        try:
+            pid = hello(conn)["pid"]
+            conn.call("streamd/stop", {}, 2)
+            conn.wait_closed(STOP_WAIT)
+        finally:
+            conn.close()
+    except (ControlError, paths.UnsafeDirectory, OSError) as exc:
+        print(f"streamd stop: {exc}", file=sys.stderr)
+        return 1
+    deadline = time.monotonic() + STOP_WAIT
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            print(f"streamd stop: pid {pid} agreed to stop but still runs after "
+                  f"{STOP_WAIT:g} s", file=sys.stderr)
+            return 1
+        time.sleep(0.01)
+    print(f"streamd daemon: stopped (pid {pid})")
+    return 0

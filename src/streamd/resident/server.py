@@ -1,0 +1,353 @@
+"""``streamd daemon``: the resident per-user daemon behind ``streamd attach``.
+
+It serves what ``streamd serve --socket`` serves (the event log and the Recall
+methods, every connection its own session) plus the control methods of
+:mod:`.control`, on the per-user socket of :mod:`.paths`. The rules:
+
+* **One per user (per socket directory).** The directory is created 0700 and
+  refused if it is anyone else's or open to others. The daemon takes the
+  exclusive flock of :mod:`.lock` before it touches the socket, so a second
+  daemon fails at once, and the lock holder may replace any socket file it
+  finds (a daemon killed with -9 leaves one). It removes the socket only while
+  the file is still the one it bound.
+* **Peers of this uid only.** Every accepted connection's SO_PEERCRED is read
+  before a byte is: another uid is closed unanswered (and logged). The
+  socket's 0600 mode already keeps others out; this holds even when someone
+  loosened the modes.
+* **A connection is a session.** ``recall/shutdown`` ends that connection (the
+  RPC server answers it as the connection's last frame and closes); nothing a
+  client sends on the Recall or event log methods stops the daemon. Only
+  ``streamd/stop``, SIGTERM, SIGINT and the idle timer do, all by the same
+  path: stop reading every connection, answer what is in flight, flush within
+  ``SIGNAL_GRACE``, then close the sources and the event log.
+* **Retire** hands the name over: the listener closes, the socket file and the
+  lock are released before the answer goes out (so the client that asked can
+  start a successor at once), and the daemon exits when its last connection
+  ends.
+* **Idle exit.** With no connection for ``idle_exit`` seconds the daemon stops
+  (0: never). The Recall sources it shares (``SourceRegistry``) close on their
+  own idle timer, which is shorter by default.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import socket as pysocket
+import stat
+import struct
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from streamd import __version__
+from streamd.daemon import SIGNAL_GRACE, Daemon
+from streamd.eventlog import resolve_db_path
+from streamd.resident import paths
+from streamd.resident.lock import InstanceLock
+from streamd.rpc import Connection, Method, MethodTable, Request, Server
+
+if TYPE_CHECKING:
+    from streamd.recall.sources import SourceRegistry
+
+log = logging.getLogger("streamd.resident")
+
+DEFAULT_IDLE_EXIT = 900.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# accept(2) errors that mean "the system is short of something; try again".
+_ACCEPT_CAPACITY = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+
+
+@dataclass(slots=True)
+class ResidentOptions:
+    runtime_dir: str
+    log_file: str = ""  # shown by streamd/status; the CLI configures the logging itself
+    idle_exit: float = DEFAULT_IDLE_EXIT  # seconds without a connection; 0: never
+    version: str = __version__  # what hello and status announce
+
+
+class HelloParams(msgspec.Struct):
+    # Not forbid_unknown_fields: a newer client must always get an answer from
+    # an older daemon, or it could not tell it to retire.
+    client_version: str = ""
+
+
+class NoParams(msgspec.Struct):
+    pass
+
+
+class Hello(msgspec.Struct):
+    version: str
+    pid: int
+    started_at: str
+
+
+class Status(msgspec.Struct):
+    version: str
+    pid: int
+    uptime_s: float
+    connections: int  # clients connected besides the one asking
+    sources: int  # Recall sources open (shared across connections)
+    socket: str
+    db: str
+    log: str
+
+
+class ResidentDaemon:
+    """Owns the socket directory, the lock, the listener and the daemon's life."""
+
+    def __init__(
+        self, daemon: Daemon, options: ResidentOptions, sources: SourceRegistry | None = None
+    ) -> None:
+        self.daemon = daemon
+        self.options = options
+        self.sources = sources
+        self.socket_path = paths.socket_path(options.runtime_dir)
+        self.lock = InstanceLock(paths.lock_path(options.runtime_dir))
+        self.server = Server(self._methods_for)
+        self.connections = 0
+        self.retired = False
+        self.started_at = time.time()
+        self._started = 0.0  # trio time
+        self._changed = trio.Event()  # pulsed whenever connections or retired change
+        self._stop = trio.Event()
+        self._listening = trio.CancelScope()
+        self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of our socket file
+
+    # --- claiming the name ---------------------------------------------------
+
+    def claim(self) -> None:
+        """Make (or check) the private directory and take the lock. Raises
+        :class:`~streamd.resident.paths.UnsafeDirectory` or
+        :class:`~streamd.resident.lock.AlreadyRunning`."""
+        paths.check_socket_path(self.socket_path)
+        paths.ensure_private_dir(self.options.runtime_dir)
+        self.lock.acquire()
+
+    async def _bind(self) -> trio.socket.SocketType:
+        try:
+            st = os.lstat(self.socket_path)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISSOCK(st.st_mode):
+                raise paths.UnsafeDirectory(f"{self.socket_path} exists and is not a socket")
+            # We hold the lock, so whoever bound it is gone.
+            os.unlink(self.socket_path)
+        sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            await sock.bind(self.socket_path)
+        except BaseException:
+            sock.close()
+            raise
+        finally:
+            os.umask(old_umask)
+        st = os.lstat(self.socket_path)
+        self._bound = (st.st_dev, st.st_ino)
+        sock.listen(128)
+        return sock
+
+    def _release_name(self) -> None:
+        """Remove our socket file (only if it still is ours) and drop the lock."""
+        bound, self._bound = self._bound, None
+        if bound is not None:
+            try:
+                st = os.lstat(self.socket_path)
+                if (st.st_dev, st.st_ino) == bound:
+                    os.unlink(self.socket_path)
+            except OSError:
+                pass
+        self.lock.release()
+
+    # --- serving -------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until stopped, idle or retired and drained. :meth:`claim` first."""
+        if not self.lock.held:
+            raise RuntimeError("claim() the socket directory before serve()")
+        try:
+            listener = trio.SocketListener(await self._bind())
+            self._started = trio.current_time()
+            log.info("streamd daemon %s started: pid %d, socket %s, idle exit %s",
+                     self.options.version, os.getpid(), self.socket_path,
+                     f"{self.options.idle_exit:g} s" if self.options.idle_exit else "never")
+            async with _maybe(self.sources), self.daemon.running(), trio.open_nursery() as n:
+                n.start_soon(self._stop_when_asked, n.cancel_scope)
+                n.start_soon(self._watch_clients)
+                n.start_soon(self._accept, listener, n)
+                task_status.started(self.socket_path)
+        finally:
+            self._release_name()
+            log.info("streamd daemon exited")
+
+    async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        with self._listening:
+            async with listener:
+                while True:
+                    try:
+                        stream = await listener.accept()
+                    except OSError as exc:
+                        if exc.errno not in _ACCEPT_CAPACITY:
+                            raise
+                        log.error("accept failed: %s; retrying in 0.1 s", exc)
+                        await trio.sleep(0.1)
+                        continue
+                    nursery.start_soon(self._handle, stream)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        try:
+            pid, uid = _peer(stream)
+            if uid != os.geteuid():
+                log.warning("refused a connection from uid %d (pid %d): not this user", uid, pid)
+                return
+            self.connections += 1
+            self._pulse()
+            try:
+                await self.server.serve(stream, stream)
+            except Exception as exc:
+                # This connection ends; every other one is still served.
+                if not _only_broken(exc):
+                    log.exception("connection failed")
+            finally:
+                self.connections -= 1
+                self._pulse()
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    def _methods_for(self, conn: Connection) -> MethodTable:
+        table = dict(self.daemon.methods_for(conn))
+        for m in (
+            Method("streamd/hello", HelloParams, self._hello),
+            Method("streamd/status", NoParams, self._status),
+            Method("streamd/stop", NoParams, self._stop_method),
+            Method("streamd/retire", NoParams, self._retire),
+        ):
+            table[m.name] = m
+        return table
+
+    # --- control methods -----------------------------------------------------
+
+    async def _hello(self, p: HelloParams, req: Request) -> Hello:
+        log.debug("hello from a client of version %s", p.client_version or "?")
+        return Hello(self.options.version, os.getpid(), _rfc3339(self.started_at))
+
+    async def _status(self, p: NoParams, req: Request) -> Status:
+        return Status(
+            version=self.options.version,
+            pid=os.getpid(),
+            uptime_s=round(trio.current_time() - self._started, 3),
+            connections=max(self.connections - 1, 0),
+            sources=self.sources.open_count if self.sources is not None else 0,
+            socket=self.socket_path,
+            db=str(resolve_db_path(self.daemon.config.db)),
+            log=self.options.log_file,
+        )
+
+    async def _stop_method(self, p: NoParams, req: Request) -> dict[str, Any]:
+        # The answer is queued before the wind-down stops this connection's
+        # reader, and the writer flushes it before the connection closes.
+        log.info("stopping: asked by streamd/stop")
+        self._stop.set()
+        return {}
+
+    async def _retire(self, p: NoParams, req: Request) -> dict[str, Any]:
+        if not self.retired:
+            log.info("retiring: no new connections; exiting after the %d open ones end",
+                     self.connections)
+            self.retired = True
+            self._listening.cancel()
+            self._release_name()
+            self._pulse()
+        return {}
+
+    # --- ending --------------------------------------------------------------
+
+    def _pulse(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _watch_clients(self) -> None:
+        """Stop when retired and drained, or idle for ``idle_exit`` seconds."""
+        idle = self.options.idle_exit
+        while True:
+            changed = self._changed
+            if not self.connections:
+                if self.retired:
+                    log.info("retired and no connection left: exiting")
+                    self._stop.set()
+                    return
+                if idle > 0:
+                    with trio.move_on_after(idle):
+                        await changed.wait()
+                    if not changed.is_set():
+                        log.info("no client for %g s: exiting", idle)
+                        self._stop.set()
+                        return
+                    continue
+            await changed.wait()
+
+    async def _stop_when_asked(self, scope: trio.CancelScope) -> None:
+        # The receiver stays open through the wind-down, so a second signal
+        # cannot kill the process by its default action half way.
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            async with trio.open_nursery() as waiting:
+
+                async def on_signal() -> None:
+                    async for signum in signals:
+                        log.info("received %s: stopping", signal.Signals(signum).name)
+                        self._stop.set()
+                        return
+
+                waiting.start_soon(on_signal)
+                await self._stop.wait()
+                waiting.cancel_scope.cancel()
+            self._listening.cancel()
+            self.server.stop()
+            with trio.move_on_after(SIGNAL_GRACE):
+                await self.server.wait_stopped()
+        scope.cancel()
+
+
+def _peer(stream: trio.SocketStream) -> tuple[int, int]:
+    creds = stream.socket.getsockopt(
+        pysocket.SOL_SOCKET, pysocket.SO_PEERCRED, struct.calcsize("3i")
+    )
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return pid, uid
+
+
+def _only_broken(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_broken(inner) for inner in exc.exceptions)
+    return isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError | OSError)
+
+
+def _rfc3339(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+
+
+class _maybe:
+    """``async with`` a context manager, or nothing when it is None."""
+
+    def __init__(self, cm: Any) -> None:
+        self.cm = cm
+
+    async def __aenter__(self) -> Any:
+        return await self.cm.__aenter__() if self.cm is not None else None
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        return await self.cm.__aexit__(*exc_info) if self.cm is not None else None
+
+
+def run(daemon: Daemon, options: ResidentOptions, sources: SourceRegistry | None = None) -> None:
+    """Claim the directory, then serve until stopped (blocking; for the CLI)."""
+    resident = ResidentDaemon(daemon, options, sources)
+    resident.claim()
+    trio.run(resident.serve)
+
