@@ -27,7 +27,7 @@ def in_seconds(s: float) -> str:
     return gotime.format_nano(time.time_ns() + int(s * gotime.NS))
 
 
-async def test_a_request_whose_deadline_comes_mid_build_is_answered_from_a_partial_prefix(
+async def test_a_probe_during_a_long_build_reports_its_progress_without_waiting_or_publishing(
     slow_world,
 ):
     w = slow_world
@@ -36,16 +36,22 @@ async def test_a_request_whose_deadline_comes_mid_build_is_answered_from_a_parti
         async with session() as (peer, _):
             await peer.send(init(w))
             assert "result" in await peer.recv()
-            await peer.send(req(2, "recall/health", deadline=in_seconds(2)))
-            frame = await peer.recv()
-            health = frame["result"]
+            await peer.send(req(2, "recall/health", deadline=in_seconds(5)))
+            health = (await peer.recv())["result"]
             assert health["status"] == "degraded" and health["coverage"] == "partial"
             indexing = health["diagnostics"]["indexing"]
             assert 0 < indexing["consumed_bytes"] < indexing["total_bytes"]
-            assert health["index_generation"] == "gen-1"
-            assert 0 < health["indexed_count"] < records
-            # The build went on without the request: a patient one gets all of it.
-            await peer.send(req(3, "recall/health", deadline=in_seconds(60)))
+            # Nothing was published for the probe: no generation to name yet.
+            assert "index_generation" not in health and "indexed_count" not in health
+            # A search whose deadline comes mid-build is answered from a prefix.
+            await peer.send(req(3, "recall/search", query="record", filters={}, limit=5,
+                                deadline=in_seconds(1.5)))
+            result = (await peer.recv())["result"]
+            assert result["outcome"] == "partial"
+            assert result["diagnostics"]["generation"] == "gen-1"
+            assert 0 < result["diagnostics"]["indexed"] < records
+            # The build went on without either request: a patient one gets all of it.
+            await peer.send(req(4, "recall/refresh", deadline=in_seconds(60)))
             done = (await peer.recv())["result"]
             assert done["status"] == "healthy" and done["coverage"] == "complete"
             assert done["indexed_count"] == records

@@ -108,12 +108,12 @@ async def test_a_build_goes_on_after_the_connection_that_started_it_is_gone(slow
         async with daemon() as connect:
             first = await connect()
             await handshake(first, w)
-            await first.send(req(2, "recall/health", deadline=in_seconds(1.2)))
+            await first.send(req(2, "recall/health", deadline=in_seconds(5)))
             assert (await first.recv())["result"]["coverage"] == "partial"
             await shutdown(first)
             second = await connect()
             await handshake(second, w)
-            await second.send(req(2, "recall/health", deadline=in_seconds(60)))
+            await second.send(req(2, "recall/refresh", deadline=in_seconds(60)))
             done = (await second.recv())["result"]
             assert done["coverage"] == "complete" and done["indexed_count"] == 3_000  # slow_world
             # One build, which the first connection started: nothing started over.

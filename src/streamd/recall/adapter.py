@@ -363,6 +363,7 @@ class StreamAdapter:
             index = Index(self.durable.sink if self.durable else None)
         state = self.building = Consumer(index, built_at, latest)
         state.bytes_total = sum(streamfile.file_size(p) or 0 for p in self.paths)
+        state.bytes_start = sum(c.offset for c in cursors.values())
         interim = _Interim(self, index, state, built_at, rewritten, cursors)
         files: list[Cursor] = []
         for file_no, path in enumerate(self.paths):
@@ -671,6 +672,29 @@ class StreamAdapter:
                 stream_rewritten=True if snap.rewritten else UNSET,
             ),
         )
+
+    def health_while_building(self) -> Health:
+        """A probe answered while a build runs longer than a probe should
+        wait: the published generation (if any) and how far the build has
+        come, degraded and partial, without publishing anything."""
+        state = self.building
+        progress = Indexing(
+            consumed_bytes=(state.bytes_start + state.bytes_done) if state else 0,
+            total_bytes=state.bytes_total if state else 0,
+        )
+        snap = self.snap
+        if snap is None:
+            return Health(
+                status="degraded",
+                checked_at=gotime.format_nano(self.clock()),
+                coverage="partial",
+                diagnostics=HealthDiagnostics(files=len(self.paths), indexing=progress),
+            )
+        h = self.health(snap)
+        h.status, h.coverage = "degraded", "partial"
+        assert isinstance(h.diagnostics, HealthDiagnostics)
+        h.diagnostics.indexing = progress
+        return h
 
     def unhealthy(self, err: RpcError) -> Health:
         """A failed probe, still naming the generation that is answering."""

@@ -51,6 +51,8 @@ async def to_thread(fn: Callable[..., Any], *args: Any) -> Any:
 # runs long: it then asks the build for the prefix read so far (published at
 # the build's next step, within half a second) and answers from that.
 ANSWER_MARGIN = 1.0
+# How long a health probe waits for a running build before it reports on it.
+HEALTH_PATIENCE = 1.0
 # How long a stopped build gets to close (save its progress, kill its
 # workers) before the process may go on without it.
 STOP_GRACE = 0.4
@@ -84,13 +86,8 @@ class Scanner:
         self, full: bool = False, save: bool = False, deadline: float = math.inf
     ) -> Generation:
         """A generation that has consumed every complete line the files hold,
-        or, once ``deadline`` (Trio time) is near, the newest published one."""
-        self.adapter.check_session()
-        ask = _Ask(full, save)
-        self._pending.append(ask)
-        self._wake.set()
-        with trio.move_on_at(deadline - ANSWER_MARGIN):
-            await ask.done.wait()
+        or, once ``deadline`` (Trio time) is near, a prefix of the running build."""
+        ask = await self._ask(full, save, deadline - ANSWER_MARGIN)
         while not ask.done.is_set():
             # Still building: have the build publish what it has read, then
             # answer from that (the request's own scope bounds this wait).
@@ -104,6 +101,30 @@ class Scanner:
             raise ask.error
         assert ask.result is not None
         return ask.result
+
+    async def settled(self, deadline: float = math.inf) -> Generation | None:
+        """For a probe: the caught-up generation if the build finishes within
+        ``HEALTH_PATIENCE`` (and the deadline's margin), else None at once: a
+        probe reports on the build, it does not wait for it, because Recall
+        computes a search's deadline before its probe and a probe that waits
+        spends the search's budget."""
+        ask = await self._ask(False, False, min(deadline - ANSWER_MARGIN,
+                                                trio.current_time() + HEALTH_PATIENCE))
+        if not ask.done.is_set():
+            return None
+        if ask.error is not None:
+            raise ask.error
+        return ask.result
+
+    async def _ask(self, full: bool, save: bool, patience_until: float) -> _Ask:
+        """Queue a request for the next round; wait for it until ``patience_until``."""
+        self.adapter.check_session()
+        ask = _Ask(full, save)
+        self._pending.append(ask)
+        self._wake.set()
+        with trio.move_on_at(patience_until):
+            await ask.done.wait()
+        return ask
 
     def _notify_published(self) -> None:
         self._published.set()

@@ -119,9 +119,11 @@ class RecallService:
 
     async def health(self, p: HealthParams, req: Request) -> Health:
         try:
-            snap = await self.scanner.current(deadline=req.scope.deadline)
+            snap = await self.scanner.settled(deadline=req.scope.deadline)
         except RpcError as exc:
             return self.adapter.unhealthy(exc)
+        if snap is None:
+            return self.adapter.health_while_building()
         return self.adapter.health(snap)
 
     async def refresh(self, p: RefreshParams, req: Request) -> Health:

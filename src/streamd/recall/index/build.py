@@ -28,6 +28,7 @@ class Consumer:
         self.latest = latest
         # Progress, for people watching a long build.
         self.bytes_done = 0
+        self.bytes_start = 0  # already indexed when the pass started (adopted, caught up)
         self.bytes_total = 0  # the stream files' size when the pass started, when known
         self.records_done = 0
 
