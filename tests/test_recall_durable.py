@@ -213,3 +213,21 @@ def test_drive_closes_a_build_told_to_stop_at_its_next_step_and_publishes_nothin
         drive(build(), None, stop)
     # Closed at the step after the flag, not run to its end.
     assert closed == [3]
+
+
+def test_a_parallel_pass_starts_with_small_pieces_and_every_piece_ends_a_line(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(parallel, "FIRST_CHUNK_BYTES", 1_000)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 8_000)
+    stream = tmp_path / "s.jsonl"
+    stream.write_bytes(b"".join(b"x" * (i % 97) + b"\n" for i in range(2_000)))
+    data = stream.read_bytes()
+    pieces = parallel.ranges(str(stream), 0, len(data), 2)
+    assert pieces[0][0] == 0 and pieces[-1][1] == len(data)
+    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:], strict=False))
+    assert all(data[end - 1 : end] == b"\n" for _, end in pieces)
+    sizes = [end - start for start, end in pieces]
+    # Two of about 1,000 bytes (one per worker), then two of 2,000, 4,000...
+    assert all(size < 1_100 for size in sizes[:2]) and all(size < 2_100 for size in sizes[2:4])
+    assert max(sizes) < 8_100

@@ -54,6 +54,7 @@ from streamd.recall.index.streamfile import Cursor
 PARALLEL_MIN_BYTES = 32 << 20
 T = TypeVar("T")
 CHUNK_BYTES = 24 << 20
+FIRST_CHUNK_BYTES = 2 << 20
 
 
 @dataclass(slots=True)
@@ -109,34 +110,51 @@ def workers() -> int:
 
 
 def ranges(path: str, start: int, end: int, parts: int = 1) -> list[tuple[int, int]]:
-    """``[start, end)`` cut into pieces of at most about CHUNK_BYTES, each
-    ending just after a newline, and as many as a multiple of ``parts`` so
-    that no worker is left with the last piece alone."""
-    count = max(parts, -(-(end - start) // CHUNK_BYTES))
+    """``[start, end)`` cut into pieces, each ending just after a newline.
+
+    The first pieces are small (``FIRST_CHUNK_BYTES``, doubling each round of
+    ``parts``) so that the first records are indexed, saved and searchable
+    within a second, which is all a process spawned for one Recall command may
+    live; the rest is cut into pieces of at most about ``CHUNK_BYTES``, as
+    many as a multiple of ``parts`` so that no worker is left with the last
+    piece alone."""
+    targets = []
+    pos, size = start, FIRST_CHUNK_BYTES
+    while size < CHUNK_BYTES and end - pos > 2 * size * parts:
+        for _ in range(parts):
+            pos += size
+            targets.append(pos)
+        size *= 2
+    count = max(parts, -(-(end - pos) // CHUNK_BYTES))
     count = -(-count // parts) * parts
-    step = -(-(end - start) // count)
+    step = -(-(end - pos) // count)
+    targets.extend(range(pos + step, end, step))
     out = []
     with streamfile.open_regular(path) as f:
         lo = start
-        while end - lo > step:
-            f.seek(lo + step)
-            pos = lo + step
-            while True:
-                block = f.read(1 << 16)
-                if not block:
-                    pos = end
-                    break
-                nl = block.find(b"\n")
-                if nl >= 0:
-                    pos += nl + 1
-                    break
-                pos += len(block)
-            if pos >= end:
+        for target in targets:
+            if target <= lo:
+                continue
+            cut = _line_start_after(f, target, end)
+            if cut >= end:
                 break
-            out.append((lo, pos))
-            lo = pos
+            out.append((lo, cut))
+            lo = cut
         out.append((lo, end))
     return out
+
+
+def _line_start_after(f, pos: int, end: int) -> int:
+    """The offset just after the first newline at or after ``pos`` (``end`` if none)."""
+    f.seek(pos)
+    while True:
+        block = f.read(1 << 16)
+        if not block:
+            return end
+        nl = block.find(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+        pos += len(block)
 
 
 Step = cf.Future | None
