@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -79,6 +80,8 @@ from streamd.recall.wire import (
     SearchParams,
     SearchResult,
 )
+
+log = logging.getLogger("streamd.recall")
 
 ADAPTER_ID = "recall-stream/1"
 DISPLAY_NAME = "JSONL Stream"
@@ -224,12 +227,15 @@ class _Interim:
         adapter = self.adapter
         if adapter.publish_requested.is_set():
             adapter.publish_requested.clear()
+            started = time.monotonic()
             cursors = self.cursors_now(files, cur)
             progress = Progress(sum(c.offset for c in cursors), self.state.bytes_total)
-            adapter.publish(self.index, cursors, self.built_at, self.state.latest,
-                            self.rewritten, indexing=progress)
+            snap = adapter.publish(self.index, cursors, self.built_at, self.state.latest,
+                                   self.rewritten, indexing=progress)
             self.saved_at = adapter.clock()
             adapter.on_publish()
+            log.debug("published %s, a prefix of %d records, in %.0f ms", snap.name,
+                      snap.indexed, 1000 * (time.monotonic() - started))
         elif adapter.durable is not None and adapter.clock() - self.saved_at >= PROGRESS_SAVE_NS:
             self.save(files, cur)
 
@@ -238,7 +244,8 @@ class _Interim:
         if self.adapter.durable is None:
             return
         self.saved_at = self.adapter.clock()
-        self.adapter.save_index(self.index.view(), self.cursors_now(files, cur), self.state.latest)
+        view = self.index.view(merge=False)
+        self.adapter.save_index(view, self.cursors_now(files, cur), self.state.latest)
 
 
 # --- the adapter ------------------------------------------------------------
@@ -393,7 +400,7 @@ class StreamAdapter:
     ) -> Generation:
         """Publish the next generation: records first, then the checkpoint.
         ``indexing`` marks a prefix published while its build goes on."""
-        view = index.view()
+        view = index.view(merge=indexing is None)
         durable = self.save_index(view, files, latest)
         snap = Generation(
             gen=self.gen + 1,

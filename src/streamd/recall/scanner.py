@@ -93,6 +93,7 @@ class Scanner:
             # answer from that (the request's own scope bounds this wait).
             published = self._published
             self.adapter.publish_requested.set()
+            log.debug("asked the running build for a prefix")
             await published.wait()
             snap = self.adapter.snap
             if not ask.done.is_set() and snap is not None:

@@ -207,12 +207,15 @@ class Index:
         self.columns.truncate(n)
         self.segments = tuple(s for s in self.segments if s.base + s.count <= n)
 
-    def view(self) -> View:
+    def view(self, *, merge: bool = True) -> View:
         """Publish: seal what was added, merge small tail segments and retry
         writing any segment a failed write left in memory. Merging only here
-        means a pass that fails never retired anything."""
+        means a pass that fails never retired anything. ``merge=False`` is for
+        a prefix published while its build goes on, which must be quick (a
+        merge of the tail can take a second); the build's last view merges."""
         self.seal()
-        self._merge_tail()
+        if merge:
+            self._merge_tail()
         self.flush()
         return View(self, len(self.ids), self.segments)
 
