@@ -218,3 +218,20 @@ def test_daemon_options_are_checked_before_anything_starts(world: World) -> None
     assert bad.returncode == 2 and "--idle-exit" in bad.stderr
     assert not world.runtime.exists()
     assert sys.executable  # the same interpreter ran them
+
+
+def test_recall_sources_stay_open_after_their_connection_until_source_idle(
+    world: World,
+) -> None:
+    world.start_daemon("--source-idle", "1", "--max-sources", "2")
+    with world.connect() as conn:
+        conn.send(world.initialize(1))
+        assert "result" in conn.frame()
+        conn.send(req(2, "recall/shutdown"))
+        assert conn.frame()["result"] == {}
+    with world.connect() as conn:
+        # The source outlives the connection that opened it...
+        assert conn.result("streamd/status")["sources"] == 1
+        # ...until no connection has held it for --source-idle.
+        wait_for(lambda: conn.result("streamd/status")["sources"] == 0, 20,
+                 "the idle source to close")

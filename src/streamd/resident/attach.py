@@ -250,23 +250,24 @@ class Relay:
 
     def _pump_stdin(self) -> None:
         tail = b""
-        try:
-            while True:
-                try:
-                    data = os.read(0, READ_CHUNK)
-                except OSError:
-                    data = b""
-                if not data:
-                    break
-                if not self.shutdown_sent:
-                    seen = tail + data
-                    self.shutdown_sent = _SHUTDOWN in seen
-                    tail = seen[-len(_SHUTDOWN):]
+        while True:
+            try:
+                data = os.read(0, READ_CHUNK)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            if not self.shutdown_sent:
+                seen = tail + data
+                self.shutdown_sent = _SHUTDOWN in seen
+                tail = seen[-len(_SHUTDOWN):]
+            try:
                 self.sock.sendall(data)
-        except OSError:
-            return  # the daemon is gone; the socket side reports it
-        finally:
-            self.stdin_closed.set()
+            except OSError:
+                return  # the daemon is gone; the socket side reports it
+        # Only a real end of input: a daemon that vanished under a write must
+        # not pass for a session the peer ended.
+        self.stdin_closed.set()
         try:
             self.sock.shutdown(socket.SHUT_WR)
         except OSError:

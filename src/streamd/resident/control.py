@@ -24,10 +24,15 @@ import struct
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from streamd import __version__
 from streamd.resident import paths
+
+# Not `from typing import TYPE_CHECKING`: importing typing costs milliseconds
+# on every spawn.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 HELLO_ID = "streamd-attach-hello"
 # How long a control call waits for its answer. A healthy daemon answers in
