@@ -143,7 +143,8 @@ class World:
                    settings={})
 
     def session(self) -> bytes:
-        """initialize, health (5 s deadline, as the core probes), search, shutdown."""
+        """initialize, health (5 s deadline, as the core probes), search, shutdown;
+        one frame a line."""
         return b"".join((
             self.initialize(1),
             req(2, "recall/health", deadline=_deadline_in(5)),
@@ -151,6 +152,26 @@ class World:
                 deadline=_deadline_in(5)),
             req(4, "recall/shutdown"),
         ))
+
+    def lockstep(self, proc: subprocess.Popen, timeout: float = 60) -> tuple[bytes, str]:
+        """Drive :meth:`session` through a running attach as the core does: each
+        request after the previous answer (requests run concurrently, so a
+        health pipelined behind initialize could be answered before the
+        handshake), then wait for stdout's EOF and the exit. Returns the
+        answers as stdout lines and attach's stderr."""
+        attached = Attached(proc)
+        lines = []
+        try:
+            for request in self.session().splitlines(keepends=True):
+                lines.append(json.dumps(attached.ask(request, timeout)).encode())
+            assert attached.at_eof(timeout), "attach did not end after the shutdown answer"
+            proc.wait(timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout)
+            proc.stdin.close()
+        return b"\n".join(lines) + b"\n", attached.stderr()
 
     # processes of this world
 

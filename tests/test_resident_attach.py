@@ -48,27 +48,22 @@ def test_attach_starts_the_daemon_and_relays_a_whole_recall_session_in_lockstep(
 ) -> None:
     assert world.daemons() == []
     proc = world.attach()
-    session = Attached(proc)
-    lines = []
-    for frame in world.session().splitlines(keepends=True):
-        reply = session.ask(frame)
-        lines.append(json.dumps(reply).encode())
-    # stdin is still open: the daemon's close after the shutdown answer is
-    # what ends attach, and its stdout's EOF is how the core learns it.
-    assert session.at_eof()
-    assert proc.wait(timeout=10) == 0, session.stderr()
-    check_session(b"\n".join(lines))
+    # stdin stays open to the end: the daemon's close after the shutdown
+    # answer is what ends attach, and its stdout's EOF is how the core learns it.
+    out, err = world.lockstep(proc)
+    assert proc.returncode == 0, err
+    check_session(out)
     (pid,) = world.daemons()
     assert world.daemon_pid() == pid  # the daemon outlives the session
 
 
 def test_a_second_session_is_served_by_the_same_warm_daemon(world: World) -> None:
     first = world.attach()
-    out, err = first.communicate(world.session(), timeout=60)
+    out, err = world.lockstep(first)
     assert first.returncode == 0, err
     pid = world.daemon_pid()
     second = world.attach()
-    out, err = second.communicate(world.session(), timeout=60)
+    out, err = world.lockstep(second)
     assert second.returncode == 0, err
     check_session(out)
     assert world.daemons() == [pid]
@@ -92,6 +87,17 @@ def test_at_end_of_input_attach_half_closes_and_relays_every_answer_still_due(
         assert "result" in frame or frame["error"]["code"] == -32007
 
 
+def open_descriptors(pid: int) -> dict[int, str]:
+    """What each descriptor of ``pid`` refers to (one closed meanwhile is skipped)."""
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            pass
+    return out
+
+
 def test_the_daemon_attach_starts_has_its_own_session_and_none_of_our_descriptors(
     world: World,
 ) -> None:
@@ -105,7 +111,7 @@ def test_the_daemon_attach_starts_has_its_own_session_and_none_of_our_descriptor
         pid = world.daemon_pid()
         ours = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in (
             extra_write, proc.stdin.fileno(), proc.stdout.fileno(), proc.stderr.fileno())}
-        fds = {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        fds = open_descriptors(pid)
         assert fds[0] == fds[1] == fds[2] == "/dev/null", fds
         assert not ours & set(fds.values()), fds
         assert os.getsid(pid) not in (os.getsid(0), os.getsid(proc.pid))
@@ -123,14 +129,14 @@ def test_the_daemon_attach_starts_has_its_own_session_and_none_of_our_descriptor
 
 def test_a_daemon_killed_with_9_is_replaced_by_the_next_attach(world: World) -> None:
     first = world.attach()
-    first.communicate(world.session(), timeout=60)
+    world.lockstep(first)
     assert first.returncode == 0
     pid = world.daemon_pid()
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not pid_alive(pid), 10, "the killed daemon to be gone")
     assert world.socket.exists()  # left behind, with nobody listening
     second = world.attach()
-    out, err = second.communicate(world.session(), timeout=60)
+    out, err = world.lockstep(second)
     assert second.returncode == 0, err
     check_session(out)
     assert world.daemon_pid() != pid
@@ -143,7 +149,7 @@ def test_two_attaches_racing_to_start_a_daemon_end_with_one_and_both_answered(
     results: list[tuple[bytes, bytes] | None] = [None, None]
 
     def drive(i: int) -> None:
-        results[i] = procs[i].communicate(world.session(), timeout=60)
+        results[i] = world.lockstep(procs[i])
 
     threads = [threading.Thread(target=drive, args=(i,)) for i in range(2)]
     for t in threads:
@@ -191,7 +197,7 @@ def test_an_older_daemon_is_retired_and_a_new_one_serves(world: World) -> None:
         held.send(world.initialize(1))
         assert "result" in held.frame()
         proc = world.attach()
-        out, err = proc.communicate(world.session(), timeout=60)
+        out, err = world.lockstep(proc)
         assert proc.returncode == 0, err
         check_session(out)
         info = world.hello()
@@ -207,7 +213,7 @@ def test_an_older_daemon_is_retired_and_a_new_one_serves(world: World) -> None:
 def test_a_newer_daemon_is_used_as_it_is(world: World) -> None:
     newer = world.start_daemon("--announce-version", "99.0")
     proc = world.attach()
-    out, err = proc.communicate(world.session(), timeout=60)
+    out, err = world.lockstep(proc)
     assert proc.returncode == 0, err
     check_session(out)
     assert world.daemons() == [newer.pid]
@@ -228,7 +234,7 @@ def test_arguments_after_the_separator_configure_the_daemon_attach_starts(
     world: World,
 ) -> None:
     proc = world.attach("--", "--idle-exit", "0.5")
-    out, err = proc.communicate(world.session(), timeout=60)
+    out, err = world.lockstep(proc)
     assert proc.returncode == 0, err
     check_session(out)
     (pid,) = world.daemons()
