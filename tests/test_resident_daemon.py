@@ -235,3 +235,15 @@ def test_recall_sources_stay_open_after_their_connection_until_source_idle(
         # ...until no connection has held it for --source-idle.
         wait_for(lambda: conn.result("streamd/status")["sources"] == 0, 20,
                  "the idle source to close")
+
+
+def test_a_file_in_the_sockets_place_is_refused_and_left_alone(world: World) -> None:
+    world.runtime.mkdir(mode=0o700)
+    world.socket.write_text("not a socket")
+    daemon = world.run("daemon")
+    assert daemon.returncode == 1
+    assert daemon.stderr.strip() == f"streamd daemon: {world.socket} exists and is not a socket"
+    assert world.socket.read_text() == "not a socket"
+    # The refusal let go of the lock: a daemon can start once the file is gone.
+    world.socket.unlink()
+    world.start_daemon()

@@ -273,7 +273,7 @@ def _resident(args: argparse.Namespace) -> int:
         else:
             logsink.install_file(_log_level(args.verbose), log_file, DAEMON_LOG_FORMAT)
     except OSError as exc:
-        resident.lock.release()
+        resident.release()
         print(f"streamd daemon: cannot open the log file {log_file}: {exc}", file=sys.stderr)
         return 1
     # Its own comings and goings are worth a line at the default level.

@@ -31,6 +31,7 @@ methods, every connection its own session) plus the control methods of
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -117,19 +118,27 @@ class ResidentDaemon:
         self._changed = trio.Event()  # pulsed whenever connections or retired change
         self._stop = trio.Event()
         self._listening = trio.CancelScope()
+        self._sock: pysocket.socket | None = None  # bound and listening, from claim()
         self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of our socket file
 
     # --- claiming the name ---------------------------------------------------
 
     def claim(self) -> None:
-        """Make (or check) the private directory and take the lock. Raises
-        :class:`~streamd.resident.paths.UnsafeDirectory` or
-        :class:`~streamd.resident.lock.AlreadyRunning`."""
+        """Make (or check) the private directory, take the lock and bind the
+        socket: everything that can refuse to start happens here, before any
+        logging or event loop. Raises
+        :class:`~streamd.resident.paths.UnsafeDirectory`,
+        :class:`~streamd.resident.lock.AlreadyRunning` or OSError."""
         paths.check_socket_path(self.socket_path)
         paths.ensure_private_dir(self.options.runtime_dir)
         self.lock.acquire()
+        try:
+            self._sock = self._bind()
+        except BaseException:
+            self.lock.release()
+            raise
 
-    async def _bind(self) -> trio.socket.SocketType:
+    def _bind(self) -> pysocket.socket:
         try:
             st = os.lstat(self.socket_path)
         except FileNotFoundError:
@@ -139,19 +148,26 @@ class ResidentDaemon:
                 raise paths.UnsafeDirectory(f"{self.socket_path} exists and is not a socket")
             # We hold the lock, so whoever bound it is gone.
             os.unlink(self.socket_path)
-        sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+        sock = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
         old_umask = os.umask(0o177)
         try:
-            await sock.bind(self.socket_path)
+            sock.bind(self.socket_path)
+            st = os.lstat(self.socket_path)
+            sock.listen(128)
         except BaseException:
             sock.close()
             raise
         finally:
             os.umask(old_umask)
-        st = os.lstat(self.socket_path)
         self._bound = (st.st_dev, st.st_ino)
-        sock.listen(128)
         return sock
+
+    def release(self) -> None:
+        """Give up a claim without serving (the CLI, when it cannot go on)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self._release_name()
 
     def _release_name(self) -> None:
         """Remove our socket file (only if it still is ours) and drop the lock."""
@@ -169,15 +185,17 @@ class ResidentDaemon:
 
     async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until stopped, idle or retired and drained. :meth:`claim` first."""
-        if not self.lock.held:
+        if self._sock is None:
             raise RuntimeError("claim() the socket directory before serve()")
         try:
-            listener = trio.SocketListener(await self._bind())
+            listener = trio.SocketListener(trio.socket.from_stdlib_socket(self._sock))
+            self._sock = None
             self._started = trio.current_time()
             log.info("streamd daemon %s started: pid %d, socket %s, idle exit %s",
                      self.options.version, os.getpid(), self.socket_path,
                      f"{self.options.idle_exit:g} s" if self.options.idle_exit else "never")
-            async with _maybe(self.sources), self.daemon.running(), trio.open_nursery() as n:
+            sources = self.sources if self.sources is not None else contextlib.nullcontext()
+            async with sources, self.daemon.running(), trio.open_nursery() as n:
                 n.start_soon(self._stop_when_asked, n.cancel_scope)
                 n.start_soon(self._watch_clients)
                 n.start_soon(self._accept, listener, n)
@@ -330,24 +348,3 @@ def _only_broken(exc: BaseException) -> bool:
 
 def _rfc3339(wall: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
-
-
-class _maybe:
-    """``async with`` a context manager, or nothing when it is None."""
-
-    def __init__(self, cm: Any) -> None:
-        self.cm = cm
-
-    async def __aenter__(self) -> Any:
-        return await self.cm.__aenter__() if self.cm is not None else None
-
-    async def __aexit__(self, *exc_info: Any) -> Any:
-        return await self.cm.__aexit__(*exc_info) if self.cm is not None else None
-
-
-def run(daemon: Daemon, options: ResidentOptions, sources: SourceRegistry | None = None) -> None:
-    """Claim the directory, then serve until stopped (blocking; for the CLI)."""
-    resident = ResidentDaemon(daemon, options, sources)
-    resident.claim()
-    trio.run(resident.serve)
-
