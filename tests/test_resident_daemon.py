@@ -247,3 +247,14 @@ def test_a_file_in_the_sockets_place_is_refused_and_left_alone(world: World) -> 
     # The refusal let go of the lock: a daemon can start once the file is gone.
     world.socket.unlink()
     world.start_daemon()
+
+
+def test_the_event_log_is_served_and_shared_by_every_connection(world: World) -> None:
+    world.start_daemon()
+    event = {"app": "app", "user": "u", "session": "s",
+             "event": {"id": "e1", "author": "agent", "content": "hello"}}
+    with world.connect() as a, world.connect() as b:
+        assert a.result("eventlog/append", **event)["duplicate"] is False
+        page = b.result("eventlog/since", from_seq=0)
+        assert [e["event"]["id"] for e in page["entries"]] == ["e1"]
+    assert (world.state / "streamd" / "events.db").exists()
