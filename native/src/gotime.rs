@@ -1,0 +1,204 @@
+//! Instants as Go's RFC 3339 parser reads them from a JSON record.
+//!
+//! An instant is whole seconds since the Unix epoch plus nanoseconds, with
+//! no range limit worth the name (Go keeps year 0000, which 64-bit
+//! nanoseconds cannot reach). The accepted shape is the plain path's
+//! (`golang/gotime.py`, measured against the reference):
+//! `YYYY-MM-DDTH[H]:MM:SS[.,]fraction?(Z|±HH:MM)` with an uppercase `T` and
+//! `Z`, a comma or a period before the fraction, more than nine fraction
+//! digits truncated, offset hours up to 24 and minutes up to 60, seconds
+//! below 60, and a real calendar day.
+
+pub const NS: i64 = 1_000_000_000;
+
+/// An instant in UTC: `sec` since the epoch and `nsec` in `0..NS`. The
+/// derived order is the order in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Instant {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Instant {
+    pub fn from_nanos(ns: i128) -> Instant {
+        let ns_per = NS as i128;
+        Instant {
+            sec: ns.div_euclid(ns_per) as i64,
+            nsec: ns.rem_euclid(ns_per) as u32,
+        }
+    }
+
+    pub fn nanos(self) -> i128 {
+        self.sec as i128 * NS as i128 + self.nsec as i128
+    }
+}
+
+/// Go's zero time, 0001-01-01T00:00:00Z: a record carrying it has no event time.
+pub const ZERO_TIME: Instant = Instant { sec: -62_135_596_800, nsec: 0 };
+
+/// Days since 1970-01-01 in the proleptic Gregorian calendar.
+pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year - era * 400;
+    let doy = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn is_leap(year: i64) -> bool {
+    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+}
+
+const DAYS_IN_MONTH: [i64; 12] = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
+/// Go refuses to write a year outside 0000-9999 as RFC 3339.
+pub fn printable(t: Instant) -> bool {
+    let first = days_from_civil(0, 1, 1) * 86_400;
+    let past = days_from_civil(10_000, 1, 1) * 86_400;
+    first <= t.sec && t.sec < past
+}
+
+/// A cursor over the ASCII shape; every step fails on anything unexpected.
+struct Shape<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Shape<'_> {
+    fn digits(&mut self, n: usize) -> Option<i64> {
+        let part = self.s.get(self.i..self.i + n)?;
+        let mut v = 0i64;
+        for &b in part {
+            if !b.is_ascii_digit() {
+                return None;
+            }
+            v = v * 10 + (b - b'0') as i64;
+        }
+        self.i += n;
+        Some(v)
+    }
+
+    fn byte(&mut self, want: u8) -> Option<()> {
+        (self.s.get(self.i) == Some(&want)).then(|| self.i += 1)
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    fn peek_digit(&self, at: usize) -> bool {
+        self.s.get(self.i + at).is_some_and(|b| b.is_ascii_digit())
+    }
+}
+
+/// An RFC 3339 instant, or None where Go's parser refuses it.
+pub fn parse(raw: &[u8]) -> Option<Instant> {
+    let mut p = Shape { s: raw, i: 0 };
+    let year = p.digits(4)?;
+    p.byte(b'-')?;
+    let month = p.digits(2)?;
+    p.byte(b'-')?;
+    let day = p.digits(2)?;
+    p.byte(b'T')?;
+    let hour = if p.peek_digit(1) { p.digits(2)? } else { p.digits(1)? };
+    p.byte(b':')?;
+    let minute = p.digits(2)?;
+    p.byte(b':')?;
+    let sec = p.digits(2)?;
+    let mut nanos = 0i64;
+    if matches!(p.peek(), Some(b'.' | b',')) && p.peek_digit(1) {
+        p.i += 1;
+        let mut n = 0;
+        while p.peek_digit(0) {
+            if n < 9 {
+                nanos = nanos * 10 + (raw[p.i] - b'0') as i64;
+            }
+            n += 1;
+            p.i += 1;
+        }
+        for _ in n..9 {
+            nanos *= 10;
+        }
+    }
+    let offset = match p.peek()? {
+        b'Z' => {
+            p.i += 1;
+            0
+        }
+        sign @ (b'+' | b'-') => {
+            p.i += 1;
+            let off_h = p.digits(2)?;
+            p.byte(b':')?;
+            let off_m = p.digits(2)?;
+            if off_h > 24 || off_m > 60 {
+                return None;
+            }
+            let off = off_h * 3600 + off_m * 60;
+            if sign == b'+' {
+                off
+            } else {
+                -off
+            }
+        }
+        _ => return None,
+    };
+    if p.i != raw.len() {
+        return None;
+    }
+    if !(1..=12).contains(&month) || hour > 23 || minute > 59 || sec > 59 {
+        return None;
+    }
+    let limit = if month == 2 && is_leap(year) { 29 } else { DAYS_IN_MONTH[month as usize - 1] };
+    if !(1..=limit).contains(&day) {
+        return None;
+    }
+    let secs = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + sec - offset;
+    Some(Instant { sec: secs, nsec: nanos as u32 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ns(s: &str) -> Option<i128> {
+        parse(s.as_bytes()).map(Instant::nanos)
+    }
+
+    #[test]
+    fn the_usual_shape() {
+        assert_eq!(ns("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(ns("2026-05-02T10:00:00.5Z"), Some(1_777_716_000_500_000_000));
+        assert_eq!(ns("1970-01-01T00:00:01,123456789999Z"), Some(1_123_456_789));
+    }
+
+    #[test]
+    fn gos_lenient_corners_are_accepted() {
+        assert_eq!(ns("1970-01-01T01:00:00+24:00"), Some(-23 * 3600 * NS as i128));
+        assert_eq!(ns("1970-01-01T1:00:00Z"), Some(3600 * NS as i128));
+        assert_eq!(ns("0000-01-01T00:00:00Z"), Some(days_from_civil(0, 1, 1) as i128 * 86_400 * NS as i128));
+        assert!(ns("2024-02-29T00:00:00-00:60").is_some());
+    }
+
+    #[test]
+    fn what_go_refuses() {
+        for bad in [
+            "2026-05-02t10:00:00Z", "2026-05-02T10:00:00z", "2026-05-02 10:00:00Z",
+            "2026-05-02T10:00:60Z", "2026-05-02T10:00:00+0200", "2026-05-02T10:00:00+02",
+            "2026-02-30T10:00:00Z", "2025-02-29T00:00:00Z", "2026-05-02T24:00:00Z",
+            "2026-05-02T10:00:00+25:00", "2026-05-02T10:00:00.Z", "2026-05-02T123:00:00Z",
+            "2026-05-02T10:00:00Z ", "", "2026-13-01T00:00:00Z",
+        ] {
+            assert_eq!(ns(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn printable_years() {
+        assert!(printable(parse(b"0000-01-01T00:00:00Z").unwrap()));
+        assert!(!printable(parse(b"0000-01-01T00:00:00+00:01").unwrap()));
+        assert!(printable(parse(b"9999-12-31T23:59:59Z").unwrap()));
+        assert!(!printable(parse(b"9999-12-31T23:59:59-00:01").unwrap()));
+        assert_eq!(parse(b"0001-01-01T01:00:00+01:00"), Some(ZERO_TIME));
+    }
+}

@@ -1,0 +1,730 @@
+//! One trimmed JSONL line -> one record, decoded the way Go's encoding/json
+//! decodes it into the reference's record struct.
+//!
+//! The rules (RECALL-ADAPTER-NOTES, "Edge behaviour"; `recall/records.py`
+//! is the oracle the property tests hold this to):
+//!
+//! * The whole line must be one valid JSON value (Go checks the syntax of
+//!   everything before it assigns anything), nesting at most 10,000 arrays
+//!   and objects deep (Go's scanner limit). Raw control characters inside a
+//!   string are a syntax error; invalid UTF-8 inside a string is not: it
+//!   decodes to one U+FFFD per invalid byte, as does a lone surrogate escape.
+//! * A top-level `null` is an empty record; any other non-object fails.
+//! * Keys match the known fields exactly or under simple case folding
+//!   (`ID`, `Event_Time`, `ſchema`); members are applied in order, so the
+//!   last of duplicate keys wins; other keys are skipped.
+//! * `null` leaves a field as it was, except `observed_at` (a pointer in Go),
+//!   which it clears. A value of the wrong JSON type fails the line, even
+//!   when a later duplicate would be fine: `schema` must be an integer
+//!   literal within int64 (`1.0`, `1e0`, `"1"` fail), every other field a
+//!   string.
+//! * Times are parsed from the raw bytes between the quotes, unescaped
+//!   (Go's `time.Time.UnmarshalJSON`): an escape in a time fails it.
+//!
+//! Nothing here recurses: nested values are only validated and skipped,
+//! with an explicit stack, so a hostile line cannot exhaust the stack.
+
+use std::borrow::Cow;
+
+use crate::gotime::{self, Instant};
+use crate::tokenize::fold;
+
+/// Go's `maxNestingDepth`.
+pub const MAX_DEPTH: usize = 10_000;
+
+/// Why a line is not a record. Only the kind is kept: a failed line is
+/// counted, never reported one by one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineError {
+    Syntax,
+    TooDeep,
+    NotAnObject,
+    WrongType(Field),
+    BadTime(Field),
+    UnsupportedSchema,
+    NoIdOrEventTime,
+    Unprintable(Field),
+}
+
+/// The record fields the reference knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    Schema,
+    Id,
+    Kind,
+    EventTime,
+    ObservedAt,
+    System,
+    Ref,
+    Correlation,
+    Title,
+    Body,
+    Text,
+    Actor,
+    Revision,
+}
+
+const FIELDS: [(&str, Field); 13] = [
+    ("schema", Field::Schema),
+    ("id", Field::Id),
+    ("kind", Field::Kind),
+    ("event_time", Field::EventTime),
+    ("observed_at", Field::ObservedAt),
+    ("system", Field::System),
+    ("ref", Field::Ref),
+    ("correlation", Field::Correlation),
+    ("title", Field::Title),
+    ("body", Field::Body),
+    ("text", Field::Text),
+    ("actor", Field::Actor),
+    ("revision", Field::Revision),
+];
+
+/// A decoded record; strings borrow from the line when nothing needed decoding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub schema: i64,
+    pub id: Cow<'a, str>,
+    pub kind: Cow<'a, str>,
+    pub event_time: Instant,
+    pub observed_at: Option<Instant>,
+    pub system: Cow<'a, str>,
+    pub reference: Cow<'a, str>,
+    pub correlation: Cow<'a, str>,
+    pub title: Cow<'a, str>,
+    pub text: Cow<'a, str>,
+    pub actor: Cow<'a, str>,
+    pub revision: Cow<'a, str>,
+}
+
+/// The fields as assigned so far (Go's struct during Unmarshal).
+#[derive(Default)]
+struct Fields<'a> {
+    schema: i64,
+    id: Cow<'a, str>,
+    kind: Cow<'a, str>,
+    event_time: Option<Instant>,
+    observed_at: Option<Instant>,
+    system: Cow<'a, str>,
+    reference: Cow<'a, str>,
+    correlation: Cow<'a, str>,
+    title: Cow<'a, str>,
+    body: Cow<'a, str>,
+    text: Cow<'a, str>,
+    actor: Cow<'a, str>,
+    revision: Cow<'a, str>,
+}
+
+/// A string token: the bytes between its quotes, and what decoding it needs.
+#[derive(Clone, Copy)]
+struct Str {
+    start: usize,
+    end: usize,
+    escaped: bool,
+    non_ascii: bool,
+}
+
+/// A member's value, as far as assigning it needs to know.
+enum Value {
+    Null,
+    Str(Str),
+    Number(usize, usize),
+    Other, // true, false, an array or an object
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+type Result<T> = std::result::Result<T, LineError>;
+
+impl<'a> Parser<'a> {
+    #[inline]
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.s.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    fn expect(&mut self, b: u8) -> Result<()> {
+        if self.peek() == Some(b) {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(LineError::Syntax)
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<()> {
+        if self.s[self.i..].starts_with(word) {
+            self.i += word.len();
+            Ok(())
+        } else {
+            Err(LineError::Syntax)
+        }
+    }
+
+    /// A string token, the opening quote at `self.i`.
+    fn string(&mut self) -> Result<Str> {
+        self.i += 1;
+        let start = self.i;
+        let (mut escaped, mut non_ascii) = (false, false);
+        loop {
+            // Find the next byte that needs a decision.
+            let rest = &self.s[self.i..];
+            let skip = rest
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20 || b >= 0x80)
+                .ok_or(LineError::Syntax)?;
+            self.i += skip;
+            match self.s[self.i] {
+                b'"' => {
+                    let end = self.i;
+                    self.i += 1;
+                    return Ok(Str { start, end, escaped, non_ascii });
+                }
+                b'\\' => {
+                    escaped = true;
+                    match self.s.get(self.i + 1) {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 2,
+                        Some(b'u') => {
+                            let hex = self.s.get(self.i + 2..self.i + 6).ok_or(LineError::Syntax)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return Err(LineError::Syntax);
+                            }
+                            self.i += 6;
+                        }
+                        _ => return Err(LineError::Syntax),
+                    }
+                }
+                b if b < 0x20 => return Err(LineError::Syntax),
+                _ => {
+                    non_ascii = true;
+                    self.i += 1;
+                }
+            }
+        }
+    }
+
+    /// A number token; returns its span.
+    fn number(&mut self) -> Result<(usize, usize)> {
+        let start = self.i;
+        if self.peek() == Some(b'-') {
+            self.i += 1;
+        }
+        match self.peek() {
+            Some(b'0') => self.i += 1,
+            Some(b'1'..=b'9') => {
+                while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+                    self.i += 1;
+                }
+            }
+            _ => return Err(LineError::Syntax),
+        }
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            self.digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.i += 1;
+            }
+            self.digits()?;
+        }
+        Ok((start, self.i))
+    }
+
+    fn digits(&mut self) -> Result<()> {
+        let from = self.i;
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.i += 1;
+        }
+        if self.i == from {
+            Err(LineError::Syntax)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Validate and skip one array or object, its opening byte at `self.i`,
+    /// found at nesting `depth` (the top-level object is depth 1).
+    fn skip_nested(&mut self, depth: usize) -> Result<()> {
+        // What each open container expects next; true for an object.
+        let mut stack: Vec<bool> = Vec::new();
+        let open = |stack: &mut Vec<bool>, object: bool| {
+            stack.push(object);
+            if depth + stack.len() - 1 > MAX_DEPTH {
+                Err(LineError::TooDeep)
+            } else {
+                Ok(())
+            }
+        };
+        let first = self.s[self.i];
+        self.i += 1;
+        open(&mut stack, first == b'{')?;
+        // At the start of a container: it may close at once.
+        let mut fresh = true;
+        loop {
+            self.ws();
+            let object = *stack.last().expect("a container is open");
+            if fresh {
+                fresh = false;
+                if self.peek() == Some(if object { b'}' } else { b']' }) {
+                    self.i += 1;
+                    stack.pop();
+                    if !self.after_value(&mut stack)? {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            }
+            if object {
+                if self.peek() != Some(b'"') {
+                    return Err(LineError::Syntax);
+                }
+                self.string()?;
+                self.ws();
+                self.expect(b':')?;
+                self.ws();
+            }
+            match self.peek() {
+                Some(b @ (b'{' | b'[')) => {
+                    self.i += 1;
+                    open(&mut stack, b == b'{')?;
+                    fresh = true;
+                    continue;
+                }
+                Some(_) => self.scalar()?,
+                None => return Err(LineError::Syntax),
+            }
+            if !self.after_value(&mut stack)? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// After a value inside a container: a comma (more to come, true), or
+    /// closing brackets, popped until one is followed by a comma. False once
+    /// the outermost container has closed.
+    fn after_value(&mut self, stack: &mut Vec<bool>) -> Result<bool> {
+        loop {
+            let Some(&object) = stack.last() else { return Ok(false) };
+            self.ws();
+            match self.peek() {
+                Some(b',') => {
+                    self.i += 1;
+                    return Ok(true);
+                }
+                Some(b'}') if object => {}
+                Some(b']') if !object => {}
+                _ => return Err(LineError::Syntax),
+            }
+            self.i += 1;
+            stack.pop();
+        }
+    }
+
+    /// A string, number or literal.
+    fn scalar(&mut self) -> Result<()> {
+        match self.peek() {
+            Some(b'"') => self.string().map(drop),
+            Some(b't') => self.literal(b"true"),
+            Some(b'f') => self.literal(b"false"),
+            Some(b'n') => self.literal(b"null"),
+            Some(b'-' | b'0'..=b'9') => self.number().map(drop),
+            _ => Err(LineError::Syntax),
+        }
+    }
+
+    /// A member's value at nesting depth 2.
+    fn value(&mut self) -> Result<Value> {
+        match self.peek() {
+            Some(b'"') => Ok(Value::Str(self.string()?)),
+            Some(b'n') => self.literal(b"null").map(|_| Value::Null),
+            Some(b't') => self.literal(b"true").map(|_| Value::Other),
+            Some(b'f') => self.literal(b"false").map(|_| Value::Other),
+            Some(b'-' | b'0'..=b'9') => {
+                let (a, b) = self.number()?;
+                Ok(Value::Number(a, b))
+            }
+            Some(b'{' | b'[') => self.skip_nested(2).map(|_| Value::Other),
+            _ => Err(LineError::Syntax),
+        }
+    }
+
+    fn decoded(&self, t: Str) -> Cow<'a, str> {
+        let raw = &self.s[t.start..t.end];
+        if !t.escaped && !t.non_ascii {
+            // Plain ASCII: valid UTF-8 as it stands.
+            return Cow::Borrowed(std::str::from_utf8(raw).expect("ASCII"));
+        }
+        if !t.escaped {
+            if let Ok(s) = std::str::from_utf8(raw) {
+                return Cow::Borrowed(s);
+            }
+        }
+        Cow::Owned(unquote(raw))
+    }
+}
+
+/// Append `raw` (no escapes) with one U+FFFD per byte that does not start a
+/// valid UTF-8 sequence, as Go's decoder does.
+fn push_lossy(out: &mut String, mut raw: &[u8]) {
+    loop {
+        match std::str::from_utf8(raw) {
+            Ok(s) => {
+                out.push_str(s);
+                return;
+            }
+            Err(e) => {
+                let (ok, bad) = raw.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(ok).expect("valid prefix"));
+                // The invalid sequence (or, at the end, the incomplete one):
+                // every byte of it is one replacement.
+                let n = e.error_len().unwrap_or(bad.len());
+                out.extend(std::iter::repeat_n('\u{fffd}', n));
+                raw = &bad[n..];
+            }
+        }
+    }
+}
+
+fn hex4(h: &[u8]) -> u32 {
+    h.iter().fold(0, |v, &b| v * 16 + (b as char).to_digit(16).expect("checked hex") )
+}
+
+/// Go's `unquote` of a validated string token's contents.
+fn unquote(raw: &[u8]) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let next = raw[i..].iter().position(|&b| b == b'\\').map_or(raw.len(), |p| i + p);
+        push_lossy(&mut out, &raw[i..next]);
+        i = next;
+        if i >= raw.len() {
+            break;
+        }
+        // The token was validated: an escape is complete.
+        let c = raw[i + 1];
+        i += 2;
+        let ch = match c {
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let r = hex4(&raw[i..i + 4]);
+                i += 4;
+                if (0xD800..0xDC00).contains(&r) {
+                    // A high surrogate pairs only with an escaped low one.
+                    let low = (raw.get(i..i + 2) == Some(b"\\u"))
+                        .then(|| raw.get(i + 2..i + 6))
+                        .flatten()
+                        .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
+                        .map(hex4)
+                        .filter(|lo| (0xDC00..0xE000).contains(lo));
+                    match low {
+                        Some(lo) => {
+                            i += 6;
+                            char::from_u32(0x10000 + ((r - 0xD800) << 10) + (lo - 0xDC00))
+                                .unwrap_or('\u{fffd}')
+                        }
+                        None => '\u{fffd}',
+                    }
+                } else {
+                    char::from_u32(r).unwrap_or('\u{fffd}')
+                }
+            }
+            other => other as char, // " \ /
+        };
+        out.push(ch);
+    }
+    out
+}
+
+/// The known field a key names, matched exactly or under simple case folding.
+fn field_of(p: &Parser<'_>, key: Str) -> Option<Field> {
+    let raw = &p.s[key.start..key.end];
+    if !key.escaped && !key.non_ascii {
+        if let Some(&(_, f)) = FIELDS.iter().find(|(n, _)| n.as_bytes() == raw) {
+            return Some(f);
+        }
+        if raw.len() > 11 {
+            return None; // longer than any known name
+        }
+        return FIELDS.iter().find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(raw)).map(|&(_, f)| f);
+    }
+    let decoded = p.decoded(key);
+    let folded = fold(&decoded);
+    FIELDS.iter().find(|(n, _)| *n == folded).map(|&(_, f)| f)
+}
+
+/// Go's `strconv.ParseInt(token, 10, 64)` of a number token.
+fn parse_int(token: &[u8]) -> Option<i64> {
+    let (neg, digits) = match token.split_first() {
+        Some((b'-', d)) => (true, d),
+        _ => (false, token),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None; // a fraction or an exponent
+    }
+    let mut v: i128 = 0;
+    for &d in digits {
+        v = v * 10 + (d - b'0') as i128;
+        if v > i64::MAX as i128 + 1 {
+            return None;
+        }
+    }
+    let v = if neg { -v } else { v };
+    i64::try_from(v).ok()
+}
+
+fn assign<'a>(p: &Parser<'a>, f: &mut Fields<'a>, field: Field, value: Value) -> Result<()> {
+    match (field, value) {
+        (Field::ObservedAt, Value::Null) => f.observed_at = None,
+        (_, Value::Null) => {}
+        (Field::Schema, Value::Number(a, b)) => {
+            f.schema = parse_int(&p.s[a..b]).ok_or(LineError::WrongType(field))?;
+        }
+        (Field::EventTime | Field::ObservedAt, Value::Str(t)) => {
+            // The raw bytes, unescaped: an escape can never be a time.
+            let t = (!t.escaped).then(|| gotime::parse(&p.s[t.start..t.end])).flatten();
+            let t = t.ok_or(LineError::BadTime(field))?;
+            if field == Field::EventTime {
+                f.event_time = Some(t);
+            } else {
+                f.observed_at = Some(t);
+            }
+        }
+        (Field::Schema | Field::EventTime | Field::ObservedAt, _) => {
+            return Err(LineError::WrongType(field))
+        }
+        (_, Value::Str(t)) => {
+            let s = p.decoded(t);
+            let slot = match field {
+                Field::Id => &mut f.id,
+                Field::Kind => &mut f.kind,
+                Field::System => &mut f.system,
+                Field::Ref => &mut f.reference,
+                Field::Correlation => &mut f.correlation,
+                Field::Title => &mut f.title,
+                Field::Body => &mut f.body,
+                Field::Text => &mut f.text,
+                Field::Actor => &mut f.actor,
+                Field::Revision => &mut f.revision,
+                Field::Schema | Field::EventTime | Field::ObservedAt => unreachable!(),
+            };
+            *slot = s;
+        }
+        (_, _) => return Err(LineError::WrongType(field)),
+    }
+    Ok(())
+}
+
+/// The members of the top-level object, applied in order.
+fn gather(line: &[u8]) -> Result<Fields<'_>> {
+    let mut p = Parser { s: line, i: 0 };
+    let mut f = Fields::default();
+    p.ws();
+    match p.peek() {
+        Some(b'{') => p.i += 1,
+        Some(b'n') => {
+            // Unmarshalling null into a struct leaves it as it was.
+            p.literal(b"null")?;
+            p.ws();
+            return if p.i == line.len() { Ok(f) } else { Err(LineError::Syntax) };
+        }
+        Some(b'[') => {
+            p.skip_nested(1)?;
+            return Err(LineError::NotAnObject);
+        }
+        _ => {
+            p.scalar()?;
+            return Err(LineError::NotAnObject);
+        }
+    }
+    p.ws();
+    if p.peek() == Some(b'}') {
+        p.i += 1;
+    } else {
+        // A type error fails the line; so does a syntax error anywhere, so
+        // stopping at the first of either decides the same.
+        loop {
+            p.ws();
+            if p.peek() != Some(b'"') {
+                return Err(LineError::Syntax);
+            }
+            let key = p.string()?;
+            p.ws();
+            p.expect(b':')?;
+            p.ws();
+            let value = p.value()?;
+            if let Some(field) = field_of(&p, key) {
+                assign(&p, &mut f, field, value)?;
+            }
+            p.ws();
+            match p.peek() {
+                Some(b',') => p.i += 1,
+                Some(b'}') => {
+                    p.i += 1;
+                    break;
+                }
+                _ => return Err(LineError::Syntax),
+            }
+        }
+    }
+    p.ws();
+    if p.i != line.len() {
+        return Err(LineError::Syntax);
+    }
+    Ok(f)
+}
+
+/// Parse one trimmed, non-empty line.
+pub fn parse_record(line: &[u8]) -> Result<Record<'_>> {
+    let f = gather(line)?;
+    if !(1..=2).contains(&f.schema) {
+        return Err(LineError::UnsupportedSchema);
+    }
+    let event_time = f.event_time.unwrap_or(gotime::ZERO_TIME);
+    if f.id.is_empty() || event_time == gotime::ZERO_TIME {
+        return Err(LineError::NoIdOrEventTime);
+    }
+    if !gotime::printable(event_time) {
+        // Deliberate difference: the reference indexes it and then fails
+        // every search that would return it.
+        return Err(LineError::Unprintable(Field::EventTime));
+    }
+    if f.observed_at.is_some_and(|t| !gotime::printable(t)) {
+        return Err(LineError::Unprintable(Field::ObservedAt));
+    }
+    let v2 = f.schema == 2;
+    Ok(Record {
+        schema: f.schema,
+        id: f.id,
+        kind: if f.kind.is_empty() { Cow::Borrowed("event") } else { f.kind },
+        event_time,
+        observed_at: f.observed_at,
+        system: f.system,
+        reference: f.reference,
+        correlation: f.correlation,
+        title: f.title,
+        text: if v2 { f.text } else { f.body },
+        actor: if v2 { f.actor } else { Cow::Borrowed("") },
+        revision: f.revision,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(line: &str) -> Record<'static> {
+        // Leaked so a test can keep the record of a line it formatted.
+        let line: &'static str = Box::leak(line.to_owned().into_boxed_str());
+        parse_record(line.as_bytes()).unwrap_or_else(|e| panic!("{line}: {e:?}"))
+    }
+
+    fn fails(line: &[u8]) {
+        assert!(parse_record(line).is_err(), "{}", String::from_utf8_lossy(line));
+    }
+
+    const T: &str = r#""event_time":"2026-05-02T10:00:00Z""#;
+
+    #[test]
+    fn a_plain_record() {
+        let r = ok(&format!(r#"{{"schema":2,"id":"a",{T},"text":"hi","actor":"me"}}"#));
+        assert_eq!((r.schema, &*r.id, &*r.kind, &*r.text, &*r.actor), (2, "a", "event", "hi", "me"));
+        let r = ok(&format!(r#"{{"schema":1,"id":"a",{T},"body":"b","text":"t","actor":"x"}}"#));
+        assert_eq!((&*r.text, &*r.actor), ("b", ""));
+    }
+
+    #[test]
+    fn keys_fold_and_the_last_duplicate_wins() {
+        let r = ok(&format!(r#"{{"SCHEMA":1,"ID":"a","Id":"b",{T},"ſystem":"s","\u004bind":"k"}}"#));
+        assert_eq!((&*r.id, &*r.system, &*r.kind), ("b", "s", "k"));
+    }
+
+    #[test]
+    fn null_keeps_a_field_but_clears_observed_at() {
+        let r = ok(&format!(r#"{{"schema":1,"id":"a","id":null,{T},"event_time":null}}"#));
+        assert_eq!(&*r.id, "a");
+        let r = ok(&format!(
+            r#"{{"schema":1,"id":"a",{T},"observed_at":"2026-05-02T10:00:00Z","observed_at":null}}"#
+        ));
+        assert_eq!(r.observed_at, None);
+    }
+
+    #[test]
+    fn wrong_types_fail_the_line_even_before_a_good_duplicate() {
+        for bad in [r#""schema":1.0"#, r#""schema":1e0"#, r#""schema":"1""#, r#""revision":7"#,
+                    r#""schema":true"#, r#""id":["a"]"#, r#""schema":9223372036854775808"#] {
+            fails(format!(r#"{{"schema":1,"id":"a",{T},{bad}}}"#).as_bytes());
+        }
+        fails(format!(r#"{{"schema":1.0,"schema":1,"id":"a",{T}}}"#).as_bytes());
+        assert_eq!(ok(&format!(r#"{{"schema":1,"schema":-0,"schema":2,"id":"a",{T}}}"#)).schema, 2);
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_per_byte_and_kept() {
+        let line = [&b"{\"schema\":1,\"id\":\"a\xe2\x80\","[..], T.as_bytes(), b"}"].concat();
+        let r = parse_record(&line).unwrap();
+        assert_eq!(r.id, "a\u{fffd}\u{fffd}");
+        fails(b"{\"schema\":1,\xff\"id\":\"a\"}");
+    }
+
+    #[test]
+    fn surrogate_escapes() {
+        let r = ok(&format!(r#"{{"schema":1,"id":"\ud83d\ude00\ud800\u0041\udc00",{T}}}"#));
+        assert_eq!(r.id, "😀\u{fffd}A\u{fffd}");
+    }
+
+    #[test]
+    fn syntax_and_control_characters() {
+        fails(b"{\"schema\":1,\"id\":\"a\tb\"}");
+        fails(format!(r#"{{"schema":1,"id":"a",{T},}}"#).as_bytes());
+        fails(format!(r#"{{"schema":1,"id":"a",{T}}} x"#).as_bytes());
+        fails(format!(r#"{{"schema":01,"id":"a",{T}}}"#).as_bytes());
+        fails(format!(r#"{{"schema":1,"id":"a",{T},"x":NaN}}"#).as_bytes());
+        fails(format!(r#"{{"schema":1,"id":"a",{T},"x":[1,]}}"#).as_bytes());
+        fails(b"null");
+        fails(b"[]");
+        fails(b"\"x\"");
+        ok(&format!("{{\"schema\":1,\"id\":\"a\u{2028}\",{T}}}"));
+    }
+
+    #[test]
+    fn an_escaped_time_is_not_a_time() {
+        fails(format!(r#"{{"schema":1,"id":"a","event_time":"2026-05-02T10:00:00\u005a"}}"#).as_bytes());
+        ok(r#"{"schema":1,"id":"a","event\u005ftime":"2026-05-02T10:00:00Z"}"#);
+    }
+
+    #[test]
+    fn nesting_is_bounded_as_in_go() {
+        let deep = |d: usize| format!(r#"{{"schema":1,"id":"a",{T},"x":{}{}}}"#, "[".repeat(d), "]".repeat(d));
+        ok(&deep(MAX_DEPTH - 1)); // with the record itself, MAX_DEPTH levels
+        fails(deep(MAX_DEPTH).as_bytes());
+        let objects = format!(r#"{{"schema":1,"id":"a",{T},"x":{}1{}}}"#, r#"{"a":"#.repeat(50), "}".repeat(50));
+        ok(&objects);
+        fails(format!(r#"{{"schema":1,"id":"a",{T},"x":[{{"a":1}},{{}}]]}}"#).as_bytes());
+        ok(&format!(r#"{{"schema":1,"id":"a",{T},"x":[{{"a":[]}},{{}},[[],{{}}]]}}"#));
+    }
+
+    #[test]
+    fn records_need_an_id_an_event_time_and_a_printable_year() {
+        fails(br#"{"schema":1,"id":"a"}"#);
+        fails(br#"{"schema":1,"id":"","event_time":"2026-05-02T10:00:00Z"}"#);
+        fails(br#"{"schema":3,"id":"a","event_time":"2026-05-02T10:00:00Z"}"#);
+        fails(br#"{"schema":1,"id":"a","event_time":"0001-01-01T00:00:00Z"}"#);
+        fails(br#"{"schema":1,"id":"a","event_time":"0000-01-01T00:00:00+00:01"}"#);
+        ok(r#"{"schema":1,"id":"a","event_time":"0000-01-01T00:00:00Z"}"#);
+    }
+}

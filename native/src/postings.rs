@@ -1,0 +1,415 @@
+//! Records -> the arrays of one index segment, exactly as the plain
+//! `SegmentBuilder` (`recall/index/segment.py`) lays them out, so a segment
+//! built here is byte-for-byte the one the plain path builds:
+//!
+//! * terms get local ids in order of first appearance (a record's text,
+//!   then kind, system, actor and ref, then title); `term_hash` is their
+//!   64-bit BLAKE2b hashes sorted, `term_local` the local id at each place;
+//! * postings are CSR by local id (`starts`), records ascending within a
+//!   term; `meta` is `min(count, 63) << 2 | weight code` (1 text, 2 the
+//!   short fields, 3 title: the strongest field the term appears in), with
+//!   the exact count of every posting that reaches 63 in `big_pos` /
+//!   `big_count`;
+//! * `ident_hash` / `ident_rec`: the hashes of each record's folded id, ref
+//!   and correlation (each distinct non-empty one once), sorted;
+//! * one 52-byte `COLUMNS` row per record, and the ids as a JSON array
+//!   written the way msgspec writes it.
+//!
+//! Kind codes here are local to the builder (its `kinds`, in order of first
+//! appearance); the index maps them onto its own table when it takes the
+//! segment.
+
+use ahash::AHashMap;
+
+use crate::gotime::Instant;
+use crate::json::{parse_record, Record};
+use crate::lines::{next_line, trim_space, HOLD_LIMIT, MAX_LINE_BYTES};
+use crate::tokenize::{fold, Tokenizer};
+
+pub const COUNT_CAP: u32 = 63;
+const TEXT: u8 = 1;
+const FIELDS: u8 = 2;
+const TITLE: u8 = 3;
+/// Bytes per `COLUMNS` row (packed little-endian, in the dtype's order).
+pub const ROW_BYTES: usize = 52;
+
+/// The stable 64-bit term hash: BLAKE2b with an 8-byte digest, little-endian.
+pub fn term_hash(term: &str) -> u64 {
+    let digest = blake2b_simd::Params::new().hash_length(8).hash(term.as_bytes());
+    u64::from_le_bytes(digest.as_bytes().try_into().expect("an 8-byte digest"))
+}
+
+/// The vocabulary of one segment and the scratch that counts one record's terms.
+#[derive(Default)]
+struct Terms {
+    ids: AHashMap<Box<str>, u32>,
+    hashes: Vec<u64>,
+    /// Per term: 1 + the local number of the last record that used it.
+    seen_in: Vec<u32>,
+    /// Per term: where it sits in `current` while `seen_in` says so.
+    slot: Vec<u32>,
+    /// The record being added: (term, occurrences, strongest field code).
+    current: Vec<(u32, u32, u8)>,
+}
+
+impl Terms {
+    fn touch(&mut self, token: &str, record: u32, code: u8) {
+        let tid = match self.ids.get(token) {
+            Some(&t) => t,
+            None => {
+                let t = self.hashes.len() as u32;
+                self.ids.insert(token.into(), t);
+                self.hashes.push(term_hash(token));
+                self.seen_in.push(0);
+                self.slot.push(0);
+                t
+            }
+        } as usize;
+        if self.seen_in[tid] == record + 1 {
+            let c = &mut self.current[self.slot[tid] as usize];
+            c.1 += 1;
+            c.2 = c.2.max(code);
+        } else {
+            self.seen_in[tid] = record + 1;
+            self.slot[tid] = self.current.len() as u32;
+            self.current.push((tid as u32, 1, code));
+        }
+    }
+}
+
+/// What one `feed` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fed {
+    /// Where in the buffer the next unconsumed line starts.
+    pub pos: usize,
+    pub records: u64,
+    pub failed: u64,
+    pub latest: Option<Instant>,
+}
+
+/// The arrays of a sealed segment (see the module docs).
+pub struct Sealed {
+    pub count: u32,
+    pub term_hash: Vec<u64>,
+    pub term_local: Vec<i32>,
+    pub starts: Vec<i64>,
+    pub recs: Vec<u32>,
+    pub meta: Vec<u8>,
+    pub big_pos: Vec<i64>,
+    pub big_count: Vec<i64>,
+    pub ident_hash: Vec<u64>,
+    pub ident_rec: Vec<i64>,
+    pub columns: Vec<u8>,
+    pub ids: Vec<u8>,
+    pub kinds: Vec<String>,
+}
+
+/// Accumulates the records of one segment, numbered from `base`.
+pub struct Builder {
+    base: u64,
+    file_no: i32,
+    built_at: Instant,
+    count: u32,
+    terms: Terms,
+    tokenizer: Tokenizer,
+    // Postings in record order: term, record number, occurrences, field code.
+    p_term: Vec<u32>,
+    p_rec: Vec<u32>,
+    p_count: Vec<u32>,
+    p_code: Vec<u8>,
+    idents: Vec<(u64, i64)>,
+    columns: Vec<u8>,
+    ids: Vec<u8>,
+    kinds: Vec<String>,
+    kind_codes: AHashMap<String, i32>,
+}
+
+impl Builder {
+    pub fn new(base: u64, file_no: i32, built_at: Instant) -> Builder {
+        Builder {
+            base,
+            file_no,
+            built_at,
+            count: 0,
+            terms: Terms::default(),
+            tokenizer: Tokenizer::default(),
+            p_term: Vec::new(),
+            p_rec: Vec::new(),
+            p_count: Vec::new(),
+            p_code: Vec::new(),
+            idents: Vec::new(),
+            columns: Vec::new(),
+            ids: vec![b'['],
+            kinds: Vec::new(),
+            kind_codes: AHashMap::new(),
+        }
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Consume the complete lines of `buf` from `start` on (the byte at
+    /// `buf[0]` is at file offset `base_offset`), adding at most `limit`
+    /// records; a tail without a newline is left for the caller.
+    pub fn feed(&mut self, buf: &[u8], start: usize, base_offset: u64, limit: u64) -> Fed {
+        let mut fed = Fed { pos: start, ..Fed::default() };
+        while fed.records < limit {
+            let Some(line) = next_line(buf, fed.pos) else { break };
+            fed.pos += line.size;
+            if line.size > HOLD_LIMIT {
+                fed.failed += 1;
+                continue;
+            }
+            let trimmed = trim_space(&buf[line.start..line.start + line.size]);
+            if trimmed.is_empty() {
+                continue;
+            }
+            if trimmed.len() > MAX_LINE_BYTES {
+                fed.failed += 1;
+                continue;
+            }
+            match parse_record(trimmed) {
+                Ok(rec) => {
+                    fed.latest = Some(fed.latest.map_or(rec.event_time, |l| l.max(rec.event_time)));
+                    self.add(&rec, base_offset + line.start as u64, line.size as u32);
+                    fed.records += 1;
+                }
+                Err(_) => fed.failed += 1,
+            }
+        }
+        fed
+    }
+
+    fn kind_code(&mut self, kind: &str) -> i32 {
+        if let Some(&c) = self.kind_codes.get(kind) {
+            return c;
+        }
+        let c = self.kinds.len() as i32;
+        self.kinds.push(kind.to_owned());
+        self.kind_codes.insert(kind.to_owned(), c);
+        c
+    }
+
+    /// Add one parsed record whose line starts at `offset` and is `size` bytes long.
+    pub fn add(&mut self, rec: &Record<'_>, offset: u64, size: u32) {
+        let local = self.count;
+        let number = self.base + local as u64;
+        self.terms.current.clear();
+        let mut length: u32 = 0;
+        let fields: [(&str, u8); 6] = [
+            (&rec.text, TEXT),
+            (&rec.kind, FIELDS),
+            (&rec.system, FIELDS),
+            (&rec.actor, FIELDS),
+            (&rec.reference, FIELDS),
+            (&rec.title, TITLE),
+        ];
+        for (text, code) in fields {
+            let terms = &mut self.terms;
+            self.tokenizer.tokens(text, |t| {
+                length += 1;
+                terms.touch(t, local, code);
+            });
+        }
+        // Record numbers are stored as uint32, as the plain path's astype does.
+        let rec_u32 = number as u32;
+        for &(tid, n, code) in &self.terms.current {
+            self.p_term.push(tid);
+            self.p_rec.push(rec_u32);
+            self.p_count.push(n);
+            self.p_code.push(code);
+        }
+
+        let keys = [fold(&rec.id), fold(&rec.reference), fold(&rec.correlation)];
+        for (i, key) in keys.iter().enumerate() {
+            if !key.is_empty() && !keys[..i].contains(key) {
+                self.idents.push((term_hash(key), number as i64));
+            }
+        }
+
+        let kind = self.kind_code(&rec.kind);
+        let observed = rec.observed_at.unwrap_or(self.built_at);
+        let row = &mut self.columns;
+        row.extend_from_slice(&rec.event_time.sec.to_le_bytes());
+        row.extend_from_slice(&(rec.event_time.nsec as i32).to_le_bytes());
+        row.extend_from_slice(&observed.sec.to_le_bytes());
+        row.extend_from_slice(&(observed.nsec as i32).to_le_bytes());
+        row.extend_from_slice(&(rec.schema as i32).to_le_bytes());
+        row.extend_from_slice(&kind.to_le_bytes());
+        row.extend_from_slice(&self.file_no.to_le_bytes());
+        row.extend_from_slice(&(offset as i64).to_le_bytes());
+        row.extend_from_slice(&(size as i32).to_le_bytes());
+        row.extend_from_slice(&(length as i32).to_le_bytes());
+
+        if local > 0 {
+            self.ids.push(b',');
+        }
+        json_string(&mut self.ids, &rec.id);
+        self.count += 1;
+    }
+
+    /// The segment's arrays. The builder is spent afterwards.
+    pub fn seal(mut self) -> Sealed {
+        let n_terms = self.terms.hashes.len();
+        let mut starts = vec![0i64; n_terms + 1];
+        for &t in &self.p_term {
+            starts[t as usize + 1] += 1;
+        }
+        for t in 0..n_terms {
+            starts[t + 1] += starts[t];
+        }
+        let total = self.p_term.len();
+        let mut next: Vec<i64> = starts[..n_terms].to_vec();
+        let mut recs = vec![0u32; total];
+        let mut meta = vec![0u8; total];
+        let mut counts = vec![0u32; total];
+        // Records were added in order, so each term's postings come out ascending.
+        for k in 0..total {
+            let t = self.p_term[k] as usize;
+            let at = next[t] as usize;
+            next[t] += 1;
+            recs[at] = self.p_rec[k];
+            counts[at] = self.p_count[k];
+            meta[at] = ((self.p_count[k].min(COUNT_CAP) << 2) as u8) | self.p_code[k];
+        }
+        let (mut big_pos, mut big_count) = (Vec::new(), Vec::new());
+        for (at, &c) in counts.iter().enumerate() {
+            if c >= COUNT_CAP {
+                big_pos.push(at as i64);
+                big_count.push(c as i64);
+            }
+        }
+        let hashes = &self.terms.hashes;
+        let mut order: Vec<u32> = (0..n_terms as u32).collect();
+        order.sort_unstable_by_key(|&t| hashes[t as usize]);
+        self.idents.sort_unstable();
+        self.ids.push(b']');
+        Sealed {
+            count: self.count,
+            term_hash: order.iter().map(|&t| hashes[t as usize]).collect(),
+            term_local: order.iter().map(|&t| t as i32).collect(),
+            starts,
+            recs,
+            meta,
+            big_pos,
+            big_count,
+            ident_hash: self.idents.iter().map(|p| p.0).collect(),
+            ident_rec: self.idents.iter().map(|p| p.1).collect(),
+            columns: self.columns,
+            ids: self.ids,
+            kinds: self.kinds,
+        }
+    }
+}
+
+/// A JSON string as msgspec writes one: `"` and `\` escaped, the control
+/// characters with a short escape where JSON has one, else `\u00xx`;
+/// everything else (DEL and non-ASCII included) as it is.
+pub fn json_string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let b = s.as_bytes();
+    let mut from = 0;
+    for (i, &c) in b.iter().enumerate() {
+        let short = match c {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            0x08 => b'b',
+            0x0c => b'f',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x00..=0x1f => 0,
+            _ => continue,
+        };
+        out.extend_from_slice(&b[from..i]);
+        out.push(b'\\');
+        if short != 0 {
+            out.push(short);
+        } else {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(b"u00");
+            out.push(HEX[(c >> 4) as usize]);
+            out.push(HEX[(c & 15) as usize]);
+        }
+        from = i + 1;
+    }
+    out.extend_from_slice(&b[from..]);
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Instant = Instant { sec: 1_700_000_000, nsec: 0 };
+
+    fn build(lines: &str) -> (Fed, Sealed) {
+        let mut b = Builder::new(0, 0, T0);
+        let fed = b.feed(lines.as_bytes(), 0, 0, u64::MAX);
+        (fed, b.seal())
+    }
+
+    #[test]
+    fn the_term_hash_is_blake2b_64() {
+        // hashlib.blake2b(b"hello", digest_size=8).digest() read little-endian.
+        assert_eq!(term_hash("hello"), u64::from_le_bytes([167, 182, 237, 168, 1, 229, 52, 125]));
+    }
+
+    #[test]
+    fn lines_blank_failed_and_a_partial_tail() {
+        let tail = r#"{"schema":2,"id":"c""#;
+        let buf = [
+            r#"{"schema":1,"id":"a","event_time":"2026-05-02T10:00:00Z","body":"x y x"}"#, "\n",
+            "   \n",
+            "not json\n",
+            r#"{"schema":2,"id":"b","event_time":"2026-05-02T11:00:00Z","title":"X"}"#, "\n",
+            tail,
+        ]
+        .concat();
+        let (fed, s) = build(&buf);
+        assert_eq!((fed.records, fed.failed), (2, 1));
+        assert_eq!(fed.pos, buf.len() - tail.len());
+        assert_eq!(s.count, 2);
+        assert_eq!(s.ids, br#"["a","b"]"#);
+        assert_eq!(s.kinds, ["event"]);
+        assert_eq!(s.columns.len(), 2 * ROW_BYTES);
+        // Terms: x (rec 0 twice as text, rec 1 as title), y, event.
+        assert_eq!(s.starts, [0, 2, 3, 5]);
+        let x = s.term_local.iter().position(|&t| t == 0).unwrap();
+        assert_eq!(s.term_hash[x], term_hash("x"));
+        assert_eq!(&s.recs[0..2], &[0, 1]);
+        assert_eq!(&s.meta[0..2], &[2 << 2 | 1, 1 << 2 | 3]);
+    }
+
+    #[test]
+    fn a_limit_stops_after_that_many_records() {
+        let line = r#"{"schema":1,"id":"a","event_time":"2026-05-02T10:00:00Z"}"#;
+        let buf = format!("{line}\n{line}\n{line}\n");
+        let mut b = Builder::new(10, 3, T0);
+        let fed = b.feed(buf.as_bytes(), 0, 100, 2);
+        assert_eq!((fed.records, fed.pos), (2, 2 * (line.len() + 1)));
+        let fed = b.feed(buf.as_bytes(), fed.pos, 100, 5);
+        assert_eq!((fed.records, fed.pos), (1, buf.len()));
+        let s = b.seal();
+        assert_eq!(s.ident_rec, [10, 11, 12]);
+    }
+
+    #[test]
+    fn saturated_counts_are_kept_exactly() {
+        let words = "w ".repeat(70);
+        let (_, s) = build(&format!(
+            "{{\"schema\":1,\"id\":\"a\",\"event_time\":\"2026-05-02T10:00:00Z\",\"body\":\"{words}\"}}\n"
+        ));
+        assert_eq!(s.big_pos, [0]);
+        assert_eq!(s.big_count, [70]);
+        assert_eq!(s.meta[0], (63 << 2 | 1) as u8);
+    }
+
+    #[test]
+    fn ids_are_written_as_msgspec_writes_them() {
+        let mut out = Vec::new();
+        json_string(&mut out, "a\"b\\c\u{0}\u{1f}\u{7f}\u{8}\t\n\u{c}\r\u{b}é\u{2028}");
+        assert_eq!(out, "\"a\\\"b\\\\c\\u0000\\u001f\u{7f}\\b\\t\\n\\f\\r\\u000bé\u{2028}\"".as_bytes());
+    }
+}

@@ -1,0 +1,190 @@
+//! `streamd._native`: the Python face of the compiled core.
+//!
+//! Every entry point that does real work runs it with the GIL released
+//! (`py.allow_threads`), so several builds can run in threads of one
+//! process, and inside `catch_unwind`, so that a bug here surfaces as a
+//! `streamd._native.NativeError` (a RuntimeError) rather than unwinding
+//! into the interpreter. A builder whose work panicked is spent: it could
+//! be half-way through a record, so every later call on it raises too.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use crate::gotime::Instant;
+use crate::postings::{Builder, Sealed};
+use crate::{json, lines, postings, tokenize, unicode};
+
+create_exception!(_native, NativeError, PyRuntimeError, "The compiled indexing core failed (a bug: please report it).");
+
+fn guarded<T>(what: &str, work: impl FnOnce() -> T) -> PyResult<T> {
+    catch_unwind(AssertUnwindSafe(work)).map_err(|panic| {
+        let detail = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no detail".to_owned());
+        NativeError::new_err(format!("{what}: internal error: {detail}"))
+    })
+}
+
+/// Records of one segment in the making: `feed` it chunks of lines, then `seal`.
+#[pyclass(module = "streamd._native")]
+struct ChunkBuilder {
+    inner: Option<Builder>,
+}
+
+impl ChunkBuilder {
+    fn builder(&mut self) -> PyResult<&mut Builder> {
+        self.inner
+            .as_mut()
+            .ok_or_else(|| PyValueError::new_err("this ChunkBuilder was sealed or has failed"))
+    }
+}
+
+#[pymethods]
+impl ChunkBuilder {
+    /// A builder whose records are numbered from `base`, read from file
+    /// number `file_no`; a record without observed_at gets `built_at` (ns).
+    #[new]
+    fn new(base: u64, file_no: i32, built_at: i128) -> Self {
+        ChunkBuilder { inner: Some(Builder::new(base, file_no, Instant::from_nanos(built_at))) }
+    }
+
+    /// Records added so far.
+    #[getter]
+    fn count(&self) -> u32 {
+        self.inner.as_ref().map_or(0, Builder::count)
+    }
+
+    /// Consume the complete lines of `data[start:]` (`data[0]` lies at file
+    /// offset `offset`), adding at most `limit` records. Returns
+    /// `(next_start, records, failed, latest_event_time_ns_or_None)`; the
+    /// lines before `next_start` are consumed, a tail without a newline is not.
+    fn feed(
+        &mut self,
+        py: Python<'_>,
+        data: &Bound<'_, PyBytes>,
+        start: usize,
+        offset: u64,
+        limit: u64,
+    ) -> PyResult<(usize, u64, u64, Option<i128>)> {
+        let buf = data.as_bytes();
+        if start > buf.len() {
+            return Err(PyValueError::new_err("start lies past the end of data"));
+        }
+        let builder = self.builder()?;
+        let result = py.allow_threads(|| guarded("feed", || builder.feed(buf, start, offset, limit)));
+        match result {
+            Ok(fed) => Ok((fed.pos, fed.records, fed.failed, fed.latest.map(Instant::nanos))),
+            Err(e) => {
+                self.inner = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// The segment's arrays as bytes (little-endian, the plain Segment's
+    /// dtypes), its local kind table and record count. The builder is spent.
+    fn seal<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let builder = self.inner.take().ok_or_else(|| {
+            PyValueError::new_err("this ChunkBuilder was sealed or has failed")
+        })?;
+        let sealed = py.allow_threads(|| guarded("seal", || builder.seal()))?;
+        sealed_dict(py, sealed)
+    }
+}
+
+fn le_bytes<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len() * N);
+    for &x in v {
+        out.extend_from_slice(&f(x));
+    }
+    out
+}
+
+fn sealed_dict(py: Python<'_>, s: Sealed) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    let put = |name: &str, bytes: &[u8]| d.set_item(name, PyBytes::new(py, bytes));
+    d.set_item("count", s.count)?;
+    put("term_hash", &le_bytes(&s.term_hash, u64::to_le_bytes))?;
+    put("term_local", &le_bytes(&s.term_local, i32::to_le_bytes))?;
+    put("starts", &le_bytes(&s.starts, i64::to_le_bytes))?;
+    put("recs", &le_bytes(&s.recs, u32::to_le_bytes))?;
+    put("meta", &s.meta)?;
+    put("big_pos", &le_bytes(&s.big_pos, i64::to_le_bytes))?;
+    put("big_count", &le_bytes(&s.big_count, i64::to_le_bytes))?;
+    put("ident_hash", &le_bytes(&s.ident_hash, u64::to_le_bytes))?;
+    put("ident_rec", &le_bytes(&s.ident_rec, i64::to_le_bytes))?;
+    put("columns", &s.columns)?;
+    put("ids", &s.ids)?;
+    d.set_item("kinds", s.kinds)?;
+    Ok(d)
+}
+
+/// One trimmed line decoded as a record (a dict of its fields, times in ns),
+/// or None where the line counts as failed. For tests against the plain path.
+#[pyfunction]
+#[pyo3(name = "parse_record")]
+fn py_parse_record<'py>(py: Python<'py>, line: &[u8]) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Ok(r) = json::parse_record(line) else { return Ok(None) };
+    let d = PyDict::new(py);
+    d.set_item("schema", r.schema)?;
+    d.set_item("id", &*r.id)?;
+    d.set_item("kind", &*r.kind)?;
+    d.set_item("event_time", r.event_time.nanos())?;
+    d.set_item("observed_at", r.observed_at.map(Instant::nanos))?;
+    d.set_item("system", &*r.system)?;
+    d.set_item("ref", &*r.reference)?;
+    d.set_item("correlation", &*r.correlation)?;
+    d.set_item("title", &*r.title)?;
+    d.set_item("text", &*r.text)?;
+    d.set_item("actor", &*r.actor)?;
+    d.set_item("revision", &*r.revision)?;
+    Ok(Some(d))
+}
+
+/// Go's bytes.TrimSpace.
+#[pyfunction]
+#[pyo3(name = "trim_space")]
+fn py_trim_space<'py>(py: Python<'py>, line: &[u8]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, lines::trim_space(line))
+}
+
+/// The tokens of `s`, as the index and the query see them.
+#[pyfunction]
+#[pyo3(name = "tokenize")]
+fn py_tokenize(s: &str) -> Vec<String> {
+    tokenize::tokenize(s)
+}
+
+/// Simple case folding of `s`.
+#[pyfunction]
+#[pyo3(name = "fold")]
+fn py_fold(s: &str) -> String {
+    tokenize::fold(s).into_owned()
+}
+
+/// The 64-bit term hash.
+#[pyfunction]
+#[pyo3(name = "term_hash")]
+fn py_term_hash(term: &str) -> u64 {
+    postings::term_hash(term)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    unicode::warm();
+    m.add("UNICODE_VERSION", unicode::UNICODE_VERSION)?;
+    m.add("NativeError", m.py().get_type::<NativeError>())?;
+    m.add_class::<ChunkBuilder>()?;
+    m.add_function(wrap_pyfunction!(py_parse_record, m)?)?;
+    m.add_function(wrap_pyfunction!(py_trim_space, m)?)?;
+    m.add_function(wrap_pyfunction!(py_tokenize, m)?)?;
+    m.add_function(wrap_pyfunction!(py_fold, m)?)?;
+    m.add_function(wrap_pyfunction!(py_term_hash, m)?)?;
+    Ok(())
+}
