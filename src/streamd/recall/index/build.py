@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Generator
 
 from streamd.golang import gotime
-from streamd.recall.index import streamfile
+from streamd.recall.index import native, streamfile
 from streamd.recall.index.index import Index
 from streamd.recall.index.streamfile import Cursor
 from streamd.recall.records import MAX_LINE_BYTES, LineError, field_tokens, parse_line, trim_space
@@ -35,6 +35,12 @@ class Consumer:
     def read_into(
         self, cur: Cursor, file_no: int, end: int | None = None
     ) -> Generator[None, None, None]:
+        """Consume ``cur``'s file from its offset (up to ``end``), yielding
+        now and then; on the compiled path when it is installed (``native``,
+        which builds the same segments), else line by line here."""
+        if native.enabled():
+            yield from native.read_into(self, cur, file_no, end)
+            return
         try:
             lines = streamfile.lines_after(cur.path, cur.offset, end)
             for handled, line in enumerate(lines, start=1):

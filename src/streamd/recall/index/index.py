@@ -34,6 +34,7 @@ import numpy as np
 
 from streamd.golang import gotime
 from streamd.recall.index import segment as seg
+from streamd.recall.index.native import NativeBuilder
 from streamd.recall.index.segment import COLUMNS, Segment, SegmentBuilder
 from streamd.recall.records import FIELD_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT
 from streamd.recall.tokenize import fold
@@ -109,10 +110,14 @@ class Index:
         self.kinds: list[str] = []
         self._kind_codes: dict[str, int] = {}
         self.segments: tuple[Segment, ...] = ()
-        self._builder: SegmentBuilder | None = None
+        # The open segment: plain records go in one by one (``add``); the
+        # compiled path feeds whole blocks of lines (``native_builder``). A
+        # NativeBuilder's ids reach ``ids`` when it is sealed.
+        self._builder: SegmentBuilder | NativeBuilder | None = None
 
     def __len__(self) -> int:
-        return len(self.ids)
+        b = self._builder
+        return len(self.ids) + (b.count if isinstance(b, NativeBuilder) else 0)
 
     def kind_code(self, kind: str) -> int:
         code = self._kind_codes.get(kind)
@@ -123,19 +128,33 @@ class Index:
 
     def add(self, record_id: str, row: tuple, text: list[str], fields: list[str],
             title: list[str], idents: set[str]) -> None:
-        if self._builder is None:
+        if not isinstance(self._builder, SegmentBuilder):
+            self.seal()  # a compiled builder's records come first
             self._builder = SegmentBuilder(len(self.ids))
         self.ids.append(record_id)
         self._builder.add(record_id, row, text, fields, title, idents)
         if self._builder.count >= SEGMENT_RECORDS:
             self.seal()
 
+    def native_builder(self) -> NativeBuilder:
+        """The open builder for the compiled path (see ``native``); the caller
+        seals the index once it holds ``SEGMENT_RECORDS``."""
+        if not isinstance(self._builder, NativeBuilder):
+            self.seal()
+            self._builder = NativeBuilder(len(self.ids))
+        return self._builder
+
     def seal(self) -> None:
         """Make every added record searchable (by the next published View)."""
         builder, self._builder = self._builder, None
         if builder is None or builder.count == 0:
             return
-        sealed = self._keep(builder.seal())
+        if isinstance(builder, NativeBuilder):
+            built = builder.seal(self.kind_code)
+            self.ids.extend(built.id_list())
+        else:
+            built = builder.seal()
+        sealed = self._keep(built)
         self.columns.extend(sealed.columns)
         self.segments = (*self.segments, sealed)
 

@@ -1,0 +1,201 @@
+"""The compiled path of a build: stream bytes to segments in ``streamd._native``.
+
+The plain path (``build.Consumer`` over ``records``, ``tokenize`` and
+``segment.SegmentBuilder``) costs 75-85 us of CPython per record. The
+compiled core (the Rust crate in ``native/``) does the same per-record work
+for a whole block of lines in one call, with the GIL released: decoding and
+checking each line the way Go's encoding/json does, tokenizing with the
+pinned Unicode tables, and laying out the segment arrays. Python keeps
+everything around it: reading the file, cursors and counters, sealing at
+``SEGMENT_RECORDS``, kind tables, persistence.
+
+Rules:
+
+* The plain path is the oracle. Both paths must build byte-identical
+  segments from the same bytes (``tests/test_native_*`` hold them to it), so
+  which one built an index never shows: not on disk, not in an answer.
+* Reading keeps the plain reader's rules (``streamfile``): regular files
+  only, complete lines only (a tail without a newline waits for the next
+  pass), and a line longer than ``HOLD_LIMIT`` is consumed without being
+  held (it fails anyway).
+* Without the compiled module (an install without a Rust toolchain) builds
+  take the plain path, and the process says so once, at its first build.
+  ``STREAMD_NATIVE=0`` takes the plain path deliberately (tests, benches).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.recall.index import streamfile
+from streamd.recall.index.segment import COLUMNS, Segment
+from streamd.recall.index.streamfile import HOLD_LIMIT, Cursor
+
+if TYPE_CHECKING:
+    from streamd.recall.index.build import Consumer
+
+try:
+    from streamd import _native
+except ImportError:  # built without a Rust toolchain: the plain path it is
+    _native = None
+
+log = logging.getLogger(__name__)
+
+# Bytes read per call into the compiled core: about 10k records, 20-40 ms of
+# work, so a build still reaches its next step (a publish, a stop) quickly.
+BLOCK_BYTES = 4 << 20
+
+_warned = threading.Event()
+
+
+def enabled() -> bool:
+    """Whether builds take the compiled path. The first build that cannot
+    (no compiled module) logs one warning for the life of the process."""
+    if os.environ.get("STREAMD_NATIVE", "").strip() == "0":
+        return False
+    if _native is None:
+        if not _warned.is_set():
+            _warned.set()
+            log.warning(
+                "the compiled indexing core (streamd._native) is not installed, so "
+                "indexing runs on the plain Python path, about ten times slower; "
+                "reinstall streamd where a Rust toolchain (cargo) is available to build it"
+            )
+        return False
+    return True
+
+
+class NativeBuilder:
+    """One segment in the making, built by the compiled core. It stands in
+    for ``SegmentBuilder`` as an Index's open builder; unlike it, the ids it
+    holds reach the Index only when it is sealed."""
+
+    def __init__(self, base: int) -> None:
+        assert _native is not None
+        self.base = base
+        self._b = _native.ChunkBuilder(base)
+
+    @property
+    def count(self) -> int:
+        return self._b.count
+
+    def feed(self, data: bytes, start: int, offset: int, limit: int, file_no: int,
+             built_at: int) -> tuple[int, int, int, int | None]:
+        """See ``ChunkBuilder.feed``: (next start, records, failed, latest event time)."""
+        return self._b.feed(data, start, offset, limit, file_no, built_at)
+
+    def seal(self, kind_code: Callable[[str], int]) -> Segment:
+        """The segment, its kind codes mapped onto the index's table by
+        ``kind_code`` (which registers kinds it has not seen, in the order
+        the records first used them, as the plain path does)."""
+        d = self._b.seal()
+        columns = np.frombuffer(d["columns"], dtype=COLUMNS)
+        kinds = d["kinds"]
+        kind_map = np.array([kind_code(k) for k in kinds], dtype=np.int32)
+        if len(kind_map) and not np.array_equal(kind_map, np.arange(len(kind_map))):
+            columns = columns.copy()
+            columns["kind"] = kind_map[columns["kind"]]
+        return Segment(
+            base=self.base,
+            count=d["count"],
+            term_hash=np.frombuffer(d["term_hash"], dtype=np.uint64),
+            term_local=np.frombuffer(d["term_local"], dtype=np.int32),
+            starts=np.frombuffer(d["starts"], dtype=np.int64),
+            recs=np.frombuffer(d["recs"], dtype=np.uint32),
+            meta=np.frombuffer(d["meta"], dtype=np.uint8),
+            big_pos=np.frombuffer(d["big_pos"], dtype=np.int64),
+            big_count=np.frombuffer(d["big_count"], dtype=np.int64),
+            ident_hash=np.frombuffer(d["ident_hash"], dtype=np.uint64),
+            ident_rec=np.frombuffer(d["ident_rec"], dtype=np.int64),
+            columns=columns,
+            ids=np.frombuffer(d["ids"], dtype=np.uint8),
+        )
+
+
+def read_into(
+    consumer: Consumer, cur: Cursor, file_no: int, end: int | None = None,
+    stop: threading.Event | None = None,
+) -> Generator[None, None, None]:
+    """``Consumer.read_into`` on the compiled path: the complete lines of
+    ``cur``'s file from its offset (up to ``end``, just after a newline),
+    into ``consumer.index``, yielding after each block. Raises RpcError
+    (-32000) for a file that is not readable, with the plain reader's words;
+    a missing file sets ``cur.missing``. Returns early once ``stop`` is set."""
+    from streamd.recall.index.index import SEGMENT_RECORDS
+
+    name = os.path.basename(cur.path)
+    try:
+        f = streamfile.open_regular(cur.path)
+    except FileNotFoundError:
+        cur.missing = True
+        return
+    except OSError:
+        raise RpcError(SOURCE_UNAVAILABLE, f"{name} is not readable") from None
+    index = consumer.index
+    with f:
+        try:
+            f.seek(cur.offset)
+        except OSError:
+            raise RpcError(SOURCE_UNAVAILABLE, f"{name} cannot be positioned") from None
+        read_pos = cur.offset  # file offset of the next read
+        base = cur.offset  # file offset of data[0]: the first unconsumed line
+        data = b""
+        skipped = -1  # >= 0 while inside a line too long to hold: its bytes so far
+        while stop is None or not stop.is_set():
+            want = BLOCK_BYTES if end is None else min(BLOCK_BYTES, end - read_pos)
+            if want <= 0:
+                return
+            try:
+                block = f.read(want)
+            except OSError:
+                raise RpcError(SOURCE_UNAVAILABLE, f"{name} became unreadable") from None
+            if not block:
+                return
+            read_pos += len(block)
+            if skipped >= 0:
+                nl = block.find(b"\n")
+                if nl < 0:
+                    skipped += len(block)
+                    yield
+                    continue
+                # The long line ends here; it fails, as it would on the plain path.
+                size = skipped + nl + 1
+                cur.failed += 1
+                consumer.bytes_done += size
+                base = cur.offset = base + size
+                skipped = -1
+                block = block[nl + 1 :]
+            data = data + block if data else block
+            start = 0
+            while True:
+                builder = index.native_builder()
+                room = SEGMENT_RECORDS - builder.count
+                nxt, records, failed, latest = builder.feed(
+                    data, start, base, room, file_no, consumer.built_at)
+                cur.offset = base + nxt
+                cur.records += records
+                cur.failed += failed
+                consumer.bytes_done += nxt - start
+                consumer.records_done += records
+                if latest is not None and latest > consumer.latest:
+                    consumer.latest = latest
+                start = nxt
+                if builder.count >= SEGMENT_RECORDS:
+                    index.seal()
+                if records < room:
+                    break  # no complete line left in data
+            base += start
+            data = data[start:]
+            if len(data) > HOLD_LIMIT:
+                skipped, data = len(data), b""
+            yield
+
+
+__all__ = ["BLOCK_BYTES", "NativeBuilder", "enabled", "read_into"]
