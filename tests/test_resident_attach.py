@@ -248,3 +248,20 @@ def test_attach_refuses_a_stray_argument(world: World) -> None:
     assert world.daemons() == []
     assert subprocess.run(world.argv("attach", "--help"), env=world.env, capture_output=True,
                           timeout=30).returncode == 0
+
+
+def test_a_frame_of_many_chunks_is_relayed_whole_and_unchanged(world: World) -> None:
+    world.start_daemon()
+    content = "x" * (3 << 20)  # an answer of ~3 MiB arrives in many reads
+    event = {"app": "app", "user": "u", "session": "s",
+             "event": {"id": "big", "author": "agent", "content": content}}
+    proc = world.attach()
+    session = Attached(proc)
+    assert session.ask(req(1, "eventlog/append", **event), 60)["result"]["duplicate"] is False
+    session.send(req(2, "eventlog/since", from_seq=0))
+    line = session.line(60)
+    assert line is not None and line.endswith(b"\n")
+    (entry,) = json.loads(line)["result"]["entries"]
+    assert entry["event"]["content"] == content
+    proc.stdin.close()
+    assert session.at_eof() and proc.wait(timeout=10) == 0

@@ -237,7 +237,8 @@ def _reap(pid: int) -> None:
 class Relay:
     def __init__(self, conn: DaemonConnection) -> None:
         self.sock = conn.sock
-        self.pending = conn.buffer  # read with the hello answer; not yet relayed
+        self.first = conn.buffer  # read with the hello answer, not relayed yet
+        self.pending = bytearray()  # the start of a frame whose newline is still to come
         self.stdin_closed = threading.Event()
         self.shutdown_sent = False
 
@@ -275,12 +276,18 @@ class Relay:
 
     def _pump_socket(self) -> int:
         died = None
+        data = self.first
         while True:
-            if self.pending:
-                cut = self.pending.rfind(b"\n") + 1
-                if cut and not _write_stdout(self.pending[:cut]):
+            # Whole lines go out, the rest waits for its newline. Only the new
+            # chunk is searched, and a frame of many chunks grows in place.
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                self.pending += data[:cut]
+                if not _write_stdout(self.pending):
                     return 0  # nobody reads our stdout any more
-                self.pending = self.pending[cut:]
+                self.pending = bytearray(data[cut:])
+            else:
+                self.pending += data
             try:
                 data = self.sock.recv(READ_CHUNK)
             except OSError as exc:
@@ -288,7 +295,6 @@ class Relay:
                 break
             if not data:
                 break
-            self.pending += data
         if died is None and not self.pending and (
             self.stdin_closed.is_set() or self.shutdown_sent
         ):
@@ -303,7 +309,7 @@ class Relay:
         return 1
 
 
-def _write_stdout(data: bytes) -> bool:
+def _write_stdout(data: bytes | bytearray) -> bool:
     view = memoryview(data)
     try:
         while view:
