@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from streamd.recall.index import parallel
+from streamd.recall.index import native, parallel
 from streamd.recall.index import streamfile as catchup
 from streamd.recall.index.parallel import drive
 from streamd.recall.persist import atomic
@@ -46,6 +46,18 @@ def answers(world, adapter, queries=("amber cedar", "t-42", "event 7", "")):
     return snap, out
 
 
+def spy_reads(monkeypatch, reads: list[int]) -> None:
+    """Record where the compiled path starts reading a file (``lines_after``
+    is the plain path's reader)."""
+    real = native.read_into
+
+    def spy(consumer, cur, file_no, end=None, stop=None):
+        reads.append(cur.offset)
+        return real(consumer, cur, file_no, end, stop)
+
+    monkeypatch.setattr(native, "read_into", spy)
+
+
 def test_a_restart_reads_only_the_bytes_appended_since_the_saved_index(recall_world, monkeypatch):
     w = recall_world
     w.write("a.jsonl", *(body(i) for i in range(3000)))
@@ -62,6 +74,7 @@ def test_a_restart_reads_only_the_bytes_appended_since_the_saved_index(recall_wo
         return real(path, offset, end)
 
     monkeypatch.setattr(catchup, "lines_after", spy)
+    spy_reads(monkeypatch, reads)  # the compiled path reads blocks, not lines
     restarted = w.adapter()
     snap, got = answers(w, restarted)
     assert reads == [saved]

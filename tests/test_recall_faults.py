@@ -244,6 +244,7 @@ from streamd.cli import main
 parallel.PARALLEL_MIN_BYTES = 1 << 20
 parallel.CHUNK_BYTES = 1 << 20
 parallel.workers = lambda: 2
+parallel.POOL = "processes"  # the compiled path's threads end with the process anyway
 sys.exit(main(["index", "--workdir", sys.argv[1], sys.argv[2]]))
 """
 
@@ -316,6 +317,7 @@ def test_a_pass_abandoned_midway_kills_its_workers_instead_of_letting_them_finis
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1 << 20)
     monkeypatch.setattr(parallel, "CHUNK_BYTES", stream.stat().st_size // 2 + 1)
     monkeypatch.setattr(parallel, "workers", lambda: 2)
+    monkeypatch.setattr(parallel, "POOL", "processes")  # threads: tests/test_native_parallel.py
     steps = w.adapter().build(False)
     while next(steps) is None:
         pass  # until the pass waits on a worker's chunk

@@ -77,11 +77,23 @@ impl Terms {
     }
 }
 
+/// Where a fed buffer comes from.
+#[derive(Clone, Copy, Debug)]
+pub struct Origin {
+    /// The file offset of the buffer's first byte.
+    pub base_offset: u64,
+    pub file_no: i32,
+    /// The build time, for records without observed_at.
+    pub built_at: Instant,
+}
+
 /// What one `feed` did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Fed {
     /// Where in the buffer the next unconsumed line starts.
     pub pos: usize,
+    /// Lines consumed: records, failed and blank ones.
+    pub lines: u64,
     pub records: u64,
     pub failed: u64,
     pub latest: Option<Instant>,
@@ -104,11 +116,10 @@ pub struct Sealed {
     pub kinds: Vec<String>,
 }
 
-/// Accumulates the records of one segment, numbered from `base`.
+/// Accumulates the records of one segment, numbered from `base`. A segment
+/// may span files (each feed says which file its lines come from).
 pub struct Builder {
     base: u64,
-    file_no: i32,
-    built_at: Instant,
     count: u32,
     terms: Terms,
     tokenizer: Tokenizer,
@@ -125,11 +136,9 @@ pub struct Builder {
 }
 
 impl Builder {
-    pub fn new(base: u64, file_no: i32, built_at: Instant) -> Builder {
+    pub fn new(base: u64) -> Builder {
         Builder {
             base,
-            file_no,
-            built_at,
             count: 0,
             terms: Terms::default(),
             tokenizer: Tokenizer::default(),
@@ -150,13 +159,17 @@ impl Builder {
     }
 
     /// Consume the complete lines of `buf` from `start` on (the byte at
-    /// `buf[0]` is at file offset `base_offset`), adding at most `limit`
-    /// records; a tail without a newline is left for the caller.
-    pub fn feed(&mut self, buf: &[u8], start: usize, base_offset: u64, limit: u64) -> Fed {
+    /// `buf[0]` is at `at.base_offset` of file number `at.file_no`), adding
+    /// at most `max_records` records and consuming at most `max_lines` lines;
+    /// a tail without a newline is left for the caller. A record without
+    /// observed_at gets `at.built_at`.
+    pub fn feed(&mut self, buf: &[u8], start: usize, at: Origin, max_records: u64,
+                max_lines: u64) -> Fed {
         let mut fed = Fed { pos: start, ..Fed::default() };
-        while fed.records < limit {
+        while fed.records < max_records && fed.lines < max_lines {
             let Some(line) = next_line(buf, fed.pos) else { break };
             fed.pos += line.size;
+            fed.lines += 1;
             if line.size > HOLD_LIMIT {
                 fed.failed += 1;
                 continue;
@@ -172,7 +185,8 @@ impl Builder {
             match parse_record(trimmed) {
                 Ok(rec) => {
                     fed.latest = Some(fed.latest.map_or(rec.event_time, |l| l.max(rec.event_time)));
-                    self.add(&rec, base_offset + line.start as u64, line.size as u32);
+                    let offset = at.base_offset + line.start as u64;
+                    self.add(&rec, at, offset, line.size as u32);
                     fed.records += 1;
                 }
                 Err(_) => fed.failed += 1,
@@ -192,7 +206,7 @@ impl Builder {
     }
 
     /// Add one parsed record whose line starts at `offset` and is `size` bytes long.
-    pub fn add(&mut self, rec: &Record<'_>, offset: u64, size: u32) {
+    pub fn add(&mut self, rec: &Record<'_>, at: Origin, offset: u64, size: u32) {
         let local = self.count;
         let number = self.base + local as u64;
         self.terms.current.clear();
@@ -229,7 +243,7 @@ impl Builder {
         }
 
         let kind = self.kind_code(&rec.kind);
-        let observed = rec.observed_at.unwrap_or(self.built_at);
+        let observed = rec.observed_at.unwrap_or(at.built_at);
         let row = &mut self.columns;
         row.extend_from_slice(&rec.event_time.sec.to_le_bytes());
         row.extend_from_slice(&(rec.event_time.nsec as i32).to_le_bytes());
@@ -237,7 +251,7 @@ impl Builder {
         row.extend_from_slice(&(observed.nsec as i32).to_le_bytes());
         row.extend_from_slice(&(rec.schema as i32).to_le_bytes());
         row.extend_from_slice(&kind.to_le_bytes());
-        row.extend_from_slice(&self.file_no.to_le_bytes());
+        row.extend_from_slice(&at.file_no.to_le_bytes());
         row.extend_from_slice(&(offset as i64).to_le_bytes());
         row.extend_from_slice(&(size as i32).to_le_bytes());
         row.extend_from_slice(&(length as i32).to_le_bytes());
@@ -344,9 +358,13 @@ mod tests {
 
     const T0: Instant = Instant { sec: 1_700_000_000, nsec: 0 };
 
+    fn at(base_offset: u64) -> Origin {
+        Origin { base_offset, file_no: 3, built_at: T0 }
+    }
+
     fn build(lines: &str) -> (Fed, Sealed) {
-        let mut b = Builder::new(0, 0, T0);
-        let fed = b.feed(lines.as_bytes(), 0, 0, u64::MAX);
+        let mut b = Builder::new(0);
+        let fed = b.feed(lines.as_bytes(), 0, at(0), u64::MAX, u64::MAX);
         (fed, b.seal())
     }
 
@@ -386,13 +404,15 @@ mod tests {
     fn a_limit_stops_after_that_many_records() {
         let line = r#"{"schema":1,"id":"a","event_time":"2026-05-02T10:00:00Z"}"#;
         let buf = format!("{line}\n{line}\n{line}\n");
-        let mut b = Builder::new(10, 3, T0);
-        let fed = b.feed(buf.as_bytes(), 0, 100, 2);
-        assert_eq!((fed.records, fed.pos), (2, 2 * (line.len() + 1)));
-        let fed = b.feed(buf.as_bytes(), fed.pos, 100, 5);
+        let mut b = Builder::new(10);
+        let fed = b.feed(buf.as_bytes(), 0, at(100), 2, 10);
+        assert_eq!((fed.records, fed.lines, fed.pos), (2, 2, 2 * (line.len() + 1)));
+        let fed = b.feed(buf.as_bytes(), fed.pos, at(100), 5, 10);
         assert_eq!((fed.records, fed.pos), (1, buf.len()));
+        let fed = b.feed(buf.as_bytes(), 0, at(100), 5, 1);
+        assert_eq!((fed.records, fed.lines, fed.pos), (1, 1, line.len() + 1));
         let s = b.seal();
-        assert_eq!(s.ident_rec, [10, 11, 12]);
+        assert_eq!(s.ident_rec, [10, 11, 12, 13]);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::gotime::Instant;
-use crate::postings::{Builder, Sealed};
+use crate::postings::{Builder, Origin, Sealed};
 use crate::{json, lines, postings, tokenize, unicode};
 
 create_exception!(_native, NativeError, PyRuntimeError, "The compiled indexing core failed (a bug: please report it).");
@@ -47,11 +47,10 @@ impl ChunkBuilder {
 
 #[pymethods]
 impl ChunkBuilder {
-    /// A builder whose records are numbered from `base`, read from file
-    /// number `file_no`; a record without observed_at gets `built_at` (ns).
+    /// A builder whose records are numbered from `base`.
     #[new]
-    fn new(base: u64, file_no: i32, built_at: i128) -> Self {
-        ChunkBuilder { inner: Some(Builder::new(base, file_no, Instant::from_nanos(built_at))) }
+    fn new(base: u64) -> Self {
+        ChunkBuilder { inner: Some(Builder::new(base)) }
     }
 
     /// Records added so far.
@@ -60,26 +59,35 @@ impl ChunkBuilder {
         self.inner.as_ref().map_or(0, Builder::count)
     }
 
-    /// Consume the complete lines of `data[start:]` (`data[0]` lies at file
-    /// offset `offset`), adding at most `limit` records. Returns
-    /// `(next_start, records, failed, latest_event_time_ns_or_None)`; the
-    /// lines before `next_start` are consumed, a tail without a newline is not.
+    /// Consume the complete lines of `data[start:]` (`data[0]` lies at
+    /// `offset` of file number `file_no`), adding at most `max_records`
+    /// records and consuming at most `max_lines` lines; a record without
+    /// observed_at gets `built_at` (ns). Returns `(next_start, lines,
+    /// records, failed, latest_event_time_ns_or_None)`; the lines before
+    /// `next_start` are consumed, a tail without a newline is not.
+    #[allow(clippy::too_many_arguments)]
     fn feed(
         &mut self,
         py: Python<'_>,
         data: &Bound<'_, PyBytes>,
         start: usize,
         offset: u64,
-        limit: u64,
-    ) -> PyResult<(usize, u64, u64, Option<i128>)> {
+        max_records: u64,
+        max_lines: u64,
+        file_no: i32,
+        built_at: i128,
+    ) -> PyResult<(usize, u64, u64, u64, Option<i128>)> {
         let buf = data.as_bytes();
         if start > buf.len() {
             return Err(PyValueError::new_err("start lies past the end of data"));
         }
+        let at = Origin { base_offset: offset, file_no, built_at: Instant::from_nanos(built_at) };
         let builder = self.builder()?;
-        let result = py.allow_threads(|| guarded("feed", || builder.feed(buf, start, offset, limit)));
+        let result = py.allow_threads(|| guarded("feed", || builder.feed(buf, start, at, max_records, max_lines)));
         match result {
-            Ok(fed) => Ok((fed.pos, fed.records, fed.failed, fed.latest.map(Instant::nanos))),
+            Ok(fed) => {
+                Ok((fed.pos, fed.lines, fed.records, fed.failed, fed.latest.map(Instant::nanos)))
+            }
             Err(e) => {
                 self.inner = None;
                 Err(e)

@@ -48,8 +48,7 @@ except ImportError:  # built without a Rust toolchain: the plain path it is
 
 log = logging.getLogger(__name__)
 
-# Bytes read per call into the compiled core: about 10k records, 20-40 ms of
-# work, so a build still reaches its next step (a publish, a stop) quickly.
+# Bytes read from the file at a time (about 10k records).
 BLOCK_BYTES = 4 << 20
 
 _warned = threading.Event()
@@ -86,10 +85,11 @@ class NativeBuilder:
     def count(self) -> int:
         return self._b.count
 
-    def feed(self, data: bytes, start: int, offset: int, limit: int, file_no: int,
-             built_at: int) -> tuple[int, int, int, int | None]:
-        """See ``ChunkBuilder.feed``: (next start, records, failed, latest event time)."""
-        return self._b.feed(data, start, offset, limit, file_no, built_at)
+    def feed(self, data: bytes, start: int, offset: int, max_records: int, max_lines: int,
+             file_no: int, built_at: int) -> tuple[int, int, int, int, int | None]:
+        """See ``ChunkBuilder.feed``: (next start, lines, records, failed,
+        latest event time or None)."""
+        return self._b.feed(data, start, offset, max_records, max_lines, file_no, built_at)
 
     def seal(self, kind_code: Callable[[str], int]) -> Segment:
         """The segment, its kind codes mapped onto the index's table by
@@ -125,9 +125,12 @@ def read_into(
 ) -> Generator[None, None, None]:
     """``Consumer.read_into`` on the compiled path: the complete lines of
     ``cur``'s file from its offset (up to ``end``, just after a newline),
-    into ``consumer.index``, yielding after each block. Raises RpcError
-    (-32000) for a file that is not readable, with the plain reader's words;
-    a missing file sets ``cur.missing``. Returns early once ``stop`` is set."""
+    into ``consumer.index``, yielding after every ``BUILD_SLICE`` lines as
+    the plain path does (so a build's steps fall at the same lines either
+    way). Raises RpcError (-32000) for a file that is not readable, with the
+    plain reader's words; a missing file sets ``cur.missing``. Returns early
+    once ``stop`` is set."""
+    from streamd.recall.index.build import BUILD_SLICE
     from streamd.recall.index.index import SEGMENT_RECORDS
 
     name = os.path.basename(cur.path)
@@ -148,6 +151,7 @@ def read_into(
         base = cur.offset  # file offset of data[0]: the first unconsumed line
         data = b""
         skipped = -1  # >= 0 while inside a line too long to hold: its bytes so far
+        handled = 0  # lines since the last yield
         while stop is None or not stop.is_set():
             want = BLOCK_BYTES if end is None else min(BLOCK_BYTES, end - read_pos)
             if want <= 0:
@@ -163,7 +167,6 @@ def read_into(
                 nl = block.find(b"\n")
                 if nl < 0:
                     skipped += len(block)
-                    yield
                     continue
                 # The long line ends here; it fails, as it would on the plain path.
                 size = skipped + nl + 1
@@ -172,13 +175,17 @@ def read_into(
                 base = cur.offset = base + size
                 skipped = -1
                 block = block[nl + 1 :]
+                handled += 1
+                if handled == BUILD_SLICE:
+                    handled = 0
+                    yield
             data = data + block if data else block
             start = 0
             while True:
                 builder = index.native_builder()
                 room = SEGMENT_RECORDS - builder.count
-                nxt, records, failed, latest = builder.feed(
-                    data, start, base, room, file_no, consumer.built_at)
+                nxt, lines, records, failed, latest = builder.feed(
+                    data, start, base, room, BUILD_SLICE - handled, file_no, consumer.built_at)
                 cur.offset = base + nxt
                 cur.records += records
                 cur.failed += failed
@@ -187,15 +194,20 @@ def read_into(
                 if latest is not None and latest > consumer.latest:
                     consumer.latest = latest
                 start = nxt
+                handled += lines
                 if builder.count >= SEGMENT_RECORDS:
                     index.seal()
-                if records < room:
+                if handled == BUILD_SLICE:
+                    handled = 0
+                    yield
+                    if stop is not None and stop.is_set():
+                        return
+                elif records < room:
                     break  # no complete line left in data
             base += start
             data = data[start:]
             if len(data) > HOLD_LIMIT:
                 skipped, data = len(data), b""
-            yield
 
 
 __all__ = ["BLOCK_BYTES", "NativeBuilder", "enabled", "read_into"]
