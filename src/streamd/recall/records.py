@@ -101,17 +101,107 @@ def _reject_constant(name: str) -> Any:
     raise LineError(f"{name} is not JSON")
 
 
-def _pairs_slow(line: bytes) -> list[tuple[str, Any]]:
-    text = line.decode("utf-8", "streamd-go-replace")
+# Go's scanner refuses to nest arrays and objects deeper than this.
+MAX_DEPTH = 10_000
+_WS = re.compile(r"[ \t\n\r]*")
+_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+"')
+_SCALAR = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null")
+_DECODER = json.JSONDecoder(object_pairs_hook=list, parse_constant=_reject_constant)
+_NESTED = object()  # a value too deeply nested to build; only known to be valid
+
+
+def _member_key(text: str, i: int) -> int:
+    """Past ``"key" :`` at ``i`` (and the white space after it)."""
+    m = _STRING.match(text, i)
+    if m is None:
+        raise LineError("not JSON: an object key was expected")
+    i = _WS.match(text, m.end()).end()
+    if not text.startswith(":", i):
+        raise LineError("not JSON: a colon was expected")
+    return _WS.match(text, i + 1).end()
+
+
+def _skip_nested(text: str, i: int, outer: int) -> int:
+    """The end of the array or object at ``i``, checked the way Go's scanner
+    checks it (at most MAX_DEPTH levels, counting ``outer`` enclosing ones),
+    without recursion: it only runs when the standard decoder ran out of stack."""
+    closers: list[str] = []
+    while True:
+        if text.startswith(("[", "{"), i):
+            closers.append("]" if text[i] == "[" else "}")
+            if outer + len(closers) > MAX_DEPTH:
+                raise LineError("not JSON: nested too deep")
+            i = _WS.match(text, i + 1).end()
+            if not text.startswith(closers[-1], i):
+                if closers[-1] == "}":
+                    i = _member_key(text, i)
+                continue  # at the container's first value
+            i += 1
+            closers.pop()
+        else:
+            m = _STRING.match(text, i) or _SCALAR.match(text, i)
+            if m is None:
+                raise LineError("not JSON: a value was expected")
+            i = m.end()
+        while True:  # after a value: close containers until a comma
+            if not closers:
+                return i
+            i = _WS.match(text, i).end()
+            if text.startswith(",", i):
+                i = _WS.match(text, i + 1).end()
+                if closers[-1] == "}":
+                    i = _member_key(text, i)
+                break
+            if not text.startswith(closers[-1], i):
+                raise LineError("not JSON: a comma or a closing bracket was expected")
+            i += 1
+            closers.pop()
+
+
+def _value(text: str, i: int) -> tuple[Any, int]:
     try:
-        value = json.loads(text, object_pairs_hook=list, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        raise LineError(f"not a JSON object: {exc}") from None
-    if not isinstance(value, list) or (value and not isinstance(value[0], tuple)):
-        if value is None:
-            return []
+        return _DECODER.raw_decode(text, i)
+    except RecursionError:
+        # Deeper than Python's stack allows, not necessarily deeper than Go's limit.
+        return _NESTED, _skip_nested(text, i, 1)
+    except ValueError as exc:
+        raise LineError(f"not JSON: {exc}") from None
+
+
+def _pairs_slow(line: bytes) -> list[tuple[str, Any, bool]]:
+    """The top-level members as Go's decoder sees them, in order: (key,
+    value, whether the raw value holds an escape). Exact for every line,
+    just slower than msgspec."""
+    text = line.decode("utf-8", "streamd-go-replace")
+    i = _WS.match(text).end()
+    if text.startswith("null", i) and _WS.match(text, i + 4).end() == len(text):
+        return []  # Go leaves the record as it was: empty
+    if not text.startswith("{", i):
         raise LineError("not a JSON object")
-    return [(k, _clean(v)) for k, v in value]
+    out: list[tuple[str, Any, bool]] = []
+    i = _WS.match(text, i + 1).end()
+    if text.startswith("}", i):
+        i += 1
+    else:
+        while True:
+            m = _STRING.match(text, i)
+            if m is None:
+                raise LineError("not JSON: an object key was expected")
+            key = json.loads(m.group())
+            i = _member_key(text, i)
+            value, end = _value(text, i)
+            out.append((key, _clean(value), text[i] == '"' and "\\" in text[i:end]))
+            i = _WS.match(text, end).end()
+            if text.startswith(",", i):
+                i = _WS.match(text, i + 1).end()
+            elif text.startswith("}", i):
+                i += 1
+                break
+            else:
+                raise LineError("not JSON: a comma or a closing brace was expected")
+    if _WS.match(text, i).end() != len(text):
+        raise LineError("not JSON: data after the object")
+    return out
 
 
 def _clean(value: Any) -> Any:
@@ -120,11 +210,23 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _pairs(line: bytes) -> tuple[list[tuple[str, Any]] | dict[str, Any], bool]:
+# An escape that could spell a known key's letter (a-z, A-Z, _, and the two
+# runes that fold into ASCII letters, U+017F and U+212A): two spellings of
+# one key then decode alike and msgspec keeps only the last.
+_KEYISH_ESCAPE = re.compile(rb"\\u(?:00[4-7][0-9a-fA-F]|017[fF]|212[aA])")
+
+
+def _may_escape_a_key(line: bytes) -> bool:
+    return b"\\" in line and _KEYISH_ESCAPE.search(line) is not None
+
+
+def _pairs(line: bytes) -> tuple[list[tuple[str, Any, bool]] | dict[str, Any], bool]:
     """The object's members, and whether every key is already canonical."""
+    if _may_escape_a_key(line):
+        return _pairs_slow(line), False
     try:
         value = msgspec.json.decode(line)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return _pairs_slow(line), False
     if value is None:
         return [], True
@@ -193,9 +295,11 @@ _QUOTED_KEYS = tuple((k, b'"' + k.encode() + b'"') for k in sorted(_KNOWN))
 def _strict_fields(line: bytes) -> dict[str, Any] | None:
     """Fields of the commonest line in one typed decode, or None when the
     line needs the general path (other keys, a repeated key, bad types...)."""
+    if _may_escape_a_key(line):
+        return None
     try:
         f = _STRICT.decode(line)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
     fields: dict[str, Any] = {}
     for key, quoted in _QUOTED_KEYS:
@@ -230,7 +334,8 @@ def _gather(line: bytes) -> dict[str, Any]:
     pairs, canonical = _pairs(line)
     fields: dict[str, Any] = {}
     error: str | None = None
-    for key, value in pairs.items() if isinstance(pairs, dict) else pairs:
+    members = ((k, v, None) for k, v in pairs.items()) if isinstance(pairs, dict) else pairs
+    for key, value, escaped in members:
         name = key if canonical else fold(key)
         if name not in _KNOWN:
             continue
@@ -242,7 +347,9 @@ def _gather(line: bytes) -> dict[str, Any]:
             ok = type(value) is int and _INT64[0] <= value <= _INT64[1]
         elif name in _TIME_FIELDS:
             parsed = gotime.parse(value) if isinstance(value, str) else None
-            ok = parsed is not None and _raw_time_ok(line, key, value)
+            if escaped is None:  # from msgspec: find the raw value in the line
+                escaped = not _raw_time_ok(line, key, value) if parsed is not None else False
+            ok = parsed is not None and not escaped
             value = parsed
         else:
             ok = isinstance(value, str)
