@@ -8,6 +8,7 @@ leftovers, and answers exactly like a process that built everything fresh.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -238,7 +239,7 @@ def test_a_parallel_pass_starts_with_small_pieces_and_every_piece_ends_a_line(
     data = stream.read_bytes()
     pieces = parallel.ranges(str(stream), 0, len(data), 2)
     assert pieces[0][0] == 0 and pieces[-1][1] == len(data)
-    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(pieces))
     assert all(data[end - 1 : end] == b"\n" for _, end in pieces)
     sizes = [end - start for start, end in pieces]
     # Two of about 1,000 bytes (one per worker), then two of 2,000, 4,000...

@@ -183,10 +183,20 @@ fn py_term_hash(term: &str) -> u64 {
     postings::term_hash(term)
 }
 
+/// Panic inside the guard, to show that a panic comes out as NativeError.
+#[pyfunction]
+fn _panic_for_tests() -> PyResult<()> {
+    guarded("_panic_for_tests", || panic!("as asked"))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     unicode::warm();
     m.add("UNICODE_VERSION", unicode::UNICODE_VERSION)?;
+    m.add("MAX_LINE_BYTES", lines::MAX_LINE_BYTES)?;
+    m.add("HOLD_LIMIT", lines::HOLD_LIMIT)?;
+    m.add("MAX_DEPTH", json::MAX_DEPTH)?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("NativeError", m.py().get_type::<NativeError>())?;
     m.add_class::<ChunkBuilder>()?;
     m.add_function(wrap_pyfunction!(py_parse_record, m)?)?;

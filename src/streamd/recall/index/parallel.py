@@ -48,6 +48,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator
+from concurrent.futures.process import BrokenProcessPool  # cf.process is imported lazily
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -230,7 +231,7 @@ def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, 
             consumer.latest = max(consumer.latest, result.latest)
             yield None
         finished = True
-    except (cf.process.BrokenProcessPool, OSError):
+    except (BrokenProcessPool, OSError):
         pass  # finish in-process from wherever the workers got to
     finally:
         if not finished:
