@@ -30,21 +30,15 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
-from streamd.eventlog import (
-    DEFAULT_WATCH_BUFFER_BYTES,
-    DEFAULT_WATCH_INTERVAL,
-    EventLog,
-    closed_error,
-)
-from streamd.eventlog.service import eventlog_methods
+from streamd.eventlog.model import DEFAULT_WATCH_BUFFER_BYTES, DEFAULT_WATCH_INTERVAL
 from streamd.recall.scanner import Offload, to_thread
 from streamd.recall.service import RecallService
 from streamd.recall.sources import SourceRegistry
@@ -52,7 +46,11 @@ from streamd.rpc import Connection, Method, MethodTable, Server
 from streamd.rpc.stdio import StdinStream, StdoutStream, claim_stdout
 from streamd.signals import cancel_on_signal
 
+if TYPE_CHECKING:
+    from streamd.eventlog import EventLog
+
 log = logging.getLogger("streamd")
+EVENTLOG_PREFIX = "eventlog/"
 
 # How long connections get after a signal to answer and flush before
 # everything is cancelled. Closing the event log follows (it does not depend
@@ -82,8 +80,10 @@ class Daemon:
         self.config = config or Config()
         self.offload = offload
         self.sources = sources
-        # Built once: one lease table for every connection of this daemon.
-        self._eventlog_methods: list[Method] = eventlog_methods(self.eventlog)
+        # Built on the first eventlog/* call (importing the event log costs a
+        # cold Recall spawn ~30 ms it never needs), then once for good: one
+        # lease table for every connection of this daemon.
+        self._eventlog_methods: dict[str, Method] | None = None
         self._nursery: trio.Nursery | None = None
         self._stopped = False
         self._eventlog: EventLog | None = None
@@ -91,10 +91,14 @@ class Daemon:
 
     def methods_for(self, conn: Connection) -> MethodTable:
         recall = RecallService(conn, offload=self.offload, sources=self.sources)
-        table = {m.name: m for m in recall.methods()}
-        for m in self._eventlog_methods:
-            table[m.name] = m
-        return table
+        return _Methods({m.name: m for m in recall.methods()}, self._eventlog_table)
+
+    def _eventlog_table(self) -> dict[str, Method]:
+        if self._eventlog_methods is None:
+            from streamd.eventlog.service import eventlog_methods
+
+            self._eventlog_methods = {m.name: m for m in eventlog_methods(self.eventlog)}
+        return self._eventlog_methods
 
     def server(self) -> Server:
         return Server(self.methods_for)
@@ -123,6 +127,8 @@ class Daemon:
 
     async def eventlog(self) -> EventLog:
         """The shared log, created on first use (the database opens on first call)."""
+        from streamd.eventlog import EventLog, closed_error
+
         if self._stopped:
             raise closed_error()
         if self._eventlog is not None:
@@ -150,6 +156,27 @@ class Daemon:
                 self._eventlog = eventlog
                 log.info("event log at %s", eventlog.path)
         return self._eventlog
+
+
+class _Methods(Mapping[str, Method]):
+    """A connection's method table: its Recall methods, and the event log's,
+    looked up (and so imported) only when a name under ``eventlog/`` is."""
+
+    def __init__(self, recall: dict[str, Method], eventlog: Callable[[], dict[str, Method]]):
+        self._recall = recall
+        self._eventlog = eventlog
+
+    def __getitem__(self, name: str) -> Method:
+        if name.startswith(EVENTLOG_PREFIX):
+            return self._eventlog()[name]
+        return self._recall[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._recall
+        yield from self._eventlog()
+
+    def __len__(self) -> int:
+        return len(self._recall) + len(self._eventlog())
 
 
 async def _host(eventlog: EventLog, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

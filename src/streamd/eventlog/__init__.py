@@ -18,35 +18,46 @@ The layers stack bottom-up, each importing only the ones below it:
 * :mod:`~streamd.eventlog.cli` - ``streamd log``, for people, on the same file.
 """
 
-from streamd.eventlog.lease import Lease, new_holder_id
-from streamd.eventlog.log import (
-    DEFAULT_WATCH_INTERVAL,
-    EventLog,
-    EventLogStats,
-    resolve_db_path,
-)
-from streamd.eventlog.model import (
-    DEFAULT_WATCH_BUFFER_BYTES,
-    AppendParams,
-    AppendResult,
-    Boot,
-    Entry,
-    Event,
-    Filter,
-    LeaseInfo,
-    Session,
-    SessionTree,
-    SessionWithEvents,
-    SinceResult,
-)
-from streamd.eventlog.store import (
-    SCHEMA_VERSION,
-    Backend,
-    SqliteOptions,
-    SqliteStore,
-    closed_error,
-)
-from streamd.eventlog.watch import Watch
+# Imported on first use (PEP 562): the daemon imports the package for its
+# defaults, and a Recall-only process must not pay for SQLite.
+_EXPORTS = {
+    "AppendParams": "streamd.eventlog.model",
+    "AppendResult": "streamd.eventlog.model",
+    "Backend": "streamd.eventlog.store",
+    "Boot": "streamd.eventlog.model",
+    "DEFAULT_WATCH_BUFFER_BYTES": "streamd.eventlog.model",
+    "DEFAULT_WATCH_INTERVAL": "streamd.eventlog.model",
+    "Entry": "streamd.eventlog.model",
+    "Event": "streamd.eventlog.model",
+    "EventLog": "streamd.eventlog.log",
+    "EventLogStats": "streamd.eventlog.log",
+    "Filter": "streamd.eventlog.model",
+    "Lease": "streamd.eventlog.lease",
+    "LeaseInfo": "streamd.eventlog.model",
+    "SCHEMA_VERSION": "streamd.eventlog.store",
+    "Session": "streamd.eventlog.model",
+    "SessionTree": "streamd.eventlog.model",
+    "SessionWithEvents": "streamd.eventlog.model",
+    "SinceResult": "streamd.eventlog.model",
+    "SqliteOptions": "streamd.eventlog.store",
+    "SqliteStore": "streamd.eventlog.store",
+    "Watch": "streamd.eventlog.watch",
+    "closed_error": "streamd.eventlog.store",
+    "new_holder_id": "streamd.eventlog.lease",
+    "resolve_db_path": "streamd.eventlog.log",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_WATCH_BUFFER_BYTES",

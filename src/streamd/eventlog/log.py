@@ -81,6 +81,7 @@ from streamd.eventlog.model import (
     DEFAULT_SINCE_LIMIT,
     DEFAULT_STALE_AFTER_MS,
     DEFAULT_WATCH_BUFFER_BYTES,
+    DEFAULT_WATCH_INTERVAL,
     AppendParams,
     AppendResult,
     Boot,
@@ -127,7 +128,6 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-DEFAULT_WATCH_INTERVAL = 0.2
 # How long close lets work already inside SQLite finish before interrupting it.
 _CLOSE_GRACE = 0.5
 Dispatch = Literal["aio", "thread", "inline"]
