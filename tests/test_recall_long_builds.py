@@ -9,6 +9,11 @@ them.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -133,3 +138,45 @@ def test_a_writer_that_finds_another_processes_index_adopts_it_and_continues_its
     assert sorted(c["source_record_id"] for c in w.search(fresh, "")["candidates"]) == [
         "a", "b", "c",
     ]
+
+
+def test_a_process_killed_mid_build_leaves_progress_the_next_process_continues_from(
+    recall_world,
+):
+    from test_recall_faults import poll, record
+
+    w = recall_world
+    w.write("a.jsonl", *(record(i) for i in range(150_000)))
+    manifest = w.work / "index" / "manifest.json"
+    env = {**os.environ, "STREAMD_NATIVE": "0"}  # the plain path: slow enough to interrupt
+    first = subprocess.Popen([sys.executable, "-m", "streamd"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    try:
+        first.stdin.write(json.dumps(init(w)).encode() + b"\n")
+        first.stdin.write(json.dumps(req(2, "recall/refresh", deadline=in_seconds(600)))
+                          .encode() + b"\n")
+        first.stdin.flush()
+        assert b'"id":1' in first.stdout.readline()  # initialized; the build runs
+
+        def saved_some() -> int:
+            assert first.poll() is None, "the build finished before it could be interrupted"
+            try:
+                body = json.loads(manifest.read_text())
+            except (OSError, ValueError):
+                return 0
+            return body["records"]
+
+        saved = poll(saved_some, 120, "a progress save")
+        os.kill(first.pid, signal.SIGKILL)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        first.wait(30)
+    kept = json.loads(manifest.read_text())["records"]  # the last save before the kill
+    assert 0 < saved <= kept < 150_000
+    second = w.adapter()
+    snap = oneshot.current(second)
+    assert snap.indexed == 150_000
+    # It read only what the killed process had not saved.
+    assert second.building.bytes_start > 0
+    assert second.building.records_done == 150_000 - kept
