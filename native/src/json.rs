@@ -134,6 +134,9 @@ enum Value {
 
 struct Parser<'a> {
     s: &'a [u8],
+    /// The line as text when it is valid UTF-8 (nearly always): unescaped
+    /// strings are then slices of it, with no check of their own.
+    text: Option<&'a str>,
     i: usize,
 }
 
@@ -176,38 +179,37 @@ impl<'a> Parser<'a> {
         let start = self.i;
         let (mut escaped, mut non_ascii) = (false, false);
         loop {
-            // Find the next byte that needs a decision.
+            // Only a quote or a backslash ends a plain run; inside one, a
+            // control character is a syntax error and a byte >= 0x80 means
+            // the token needs UTF-8 checking. Both tests run over the whole
+            // run at once (vectorized), not byte by byte.
             let rest = &self.s[self.i..];
-            let skip = rest
+            let stop = memchr::memchr2(b'"', b'\\', rest).ok_or(LineError::Syntax)?;
+            let run = &rest[..stop];
+            let (control, high) = run
                 .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20 || b >= 0x80)
-                .ok_or(LineError::Syntax)?;
-            self.i += skip;
-            match self.s[self.i] {
-                b'"' => {
-                    let end = self.i;
-                    self.i += 1;
-                    return Ok(Str { start, end, escaped, non_ascii });
-                }
-                b'\\' => {
-                    escaped = true;
-                    match self.s.get(self.i + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 2,
-                        Some(b'u') => {
-                            let hex = self.s.get(self.i + 2..self.i + 6).ok_or(LineError::Syntax)?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                return Err(LineError::Syntax);
-                            }
-                            self.i += 6;
-                        }
-                        _ => return Err(LineError::Syntax),
+                .fold((false, false), |(c, h), &b| (c | (b < 0x20), h | (b >= 0x80)));
+            if control {
+                return Err(LineError::Syntax);
+            }
+            non_ascii |= high;
+            self.i += stop;
+            if self.s[self.i] == b'"' {
+                let end = self.i;
+                self.i += 1;
+                return Ok(Str { start, end, escaped, non_ascii });
+            }
+            escaped = true;
+            match self.s.get(self.i + 1) {
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 2,
+                Some(b'u') => {
+                    let hex = self.s.get(self.i + 2..self.i + 6).ok_or(LineError::Syntax)?;
+                    if !hex.iter().all(u8::is_ascii_hexdigit) {
+                        return Err(LineError::Syntax);
                     }
+                    self.i += 6;
                 }
-                b if b < 0x20 => return Err(LineError::Syntax),
-                _ => {
-                    non_ascii = true;
-                    self.i += 1;
-                }
+                _ => return Err(LineError::Syntax),
             }
         }
     }
@@ -360,11 +362,13 @@ impl<'a> Parser<'a> {
     }
 
     fn decoded(&self, t: Str) -> Cow<'a, str> {
-        let raw = &self.s[t.start..t.end];
-        if !t.escaped && !t.non_ascii {
-            // Plain ASCII: valid UTF-8 as it stands.
-            return Cow::Borrowed(std::str::from_utf8(raw).expect("ASCII"));
+        if !t.escaped {
+            // Quotes are ASCII, so the token's ends are character boundaries.
+            if let Some(s) = self.text.and_then(|text| text.get(t.start..t.end)) {
+                return Cow::Borrowed(s);
+            }
         }
+        let raw = &self.s[t.start..t.end];
         if !t.escaped {
             if let Ok(s) = std::str::from_utf8(raw) {
                 return Cow::Borrowed(s);
@@ -450,11 +454,31 @@ fn unquote(raw: &[u8]) -> String {
     out
 }
 
+/// The known field a key spells exactly.
+fn exact_field(raw: &[u8]) -> Option<Field> {
+    Some(match raw {
+        b"schema" => Field::Schema,
+        b"id" => Field::Id,
+        b"kind" => Field::Kind,
+        b"event_time" => Field::EventTime,
+        b"observed_at" => Field::ObservedAt,
+        b"system" => Field::System,
+        b"ref" => Field::Ref,
+        b"correlation" => Field::Correlation,
+        b"title" => Field::Title,
+        b"body" => Field::Body,
+        b"text" => Field::Text,
+        b"actor" => Field::Actor,
+        b"revision" => Field::Revision,
+        _ => return None,
+    })
+}
+
 /// The known field a key names, matched exactly or under simple case folding.
 fn field_of(p: &Parser<'_>, key: Str) -> Option<Field> {
     let raw = &p.s[key.start..key.end];
     if !key.escaped && !key.non_ascii {
-        if let Some(&(_, f)) = FIELDS.iter().find(|(n, _)| n.as_bytes() == raw) {
+        if let Some(f) = exact_field(raw) {
             return Some(f);
         }
         if raw.len() > 11 {
@@ -531,7 +555,7 @@ fn assign<'a>(p: &Parser<'a>, f: &mut Fields<'a>, field: Field, value: Value) ->
 
 /// The members of the top-level object, applied in order.
 fn gather(line: &[u8]) -> Result<Fields<'_>> {
-    let mut p = Parser { s: line, i: 0 };
+    let mut p = Parser { s: line, text: std::str::from_utf8(line).ok(), i: 0 };
     let mut f = Fields::default();
     p.ws();
     match p.peek() {
@@ -679,6 +703,18 @@ mod tests {
         let r = parse_record(&line).unwrap();
         assert_eq!(r.id, "a\u{fffd}\u{fffd}");
         fails(b"{\"schema\":1,\xff\"id\":\"a\"}");
+        // Invalid bytes elsewhere in the line leave the other strings whole.
+        let line = [&b"{\"schema\":1,\"x\":\"\xff\",\"id\":\"\xc3\xa9t\xc3\xa9\","[..], T.as_bytes(), b"}"]
+            .concat();
+        assert_eq!(parse_record(&line).unwrap().id, "\u{e9}t\u{e9}");
+    }
+
+    #[test]
+    fn every_known_name_is_matched_exactly() {
+        for (name, field) in FIELDS {
+            assert_eq!(exact_field(name.as_bytes()), Some(field));
+        }
+        assert_eq!(exact_field(b"ID"), None);
     }
 
     #[test]

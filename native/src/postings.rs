@@ -39,10 +39,91 @@ pub fn term_hash(term: &str) -> u64 {
     u64::from_le_bytes(digest.as_bytes().try_into().expect("an 8-byte digest"))
 }
 
+/// Terms recur from segment to segment (Zipf), and a small catch-up meets
+/// thousands of them at once: their hashes are remembered per thread. The
+/// cache is dropped whole when it reaches its bound (as the plain path's).
+const HASH_CACHE_MAX: usize = 1 << 19;
+
+thread_local! {
+    static HASH_CACHE: std::cell::RefCell<AHashMap<Box<str>, u64>> =
+        std::cell::RefCell::new(AHashMap::new());
+}
+
+fn cached_term_hash(term: &str) -> u64 {
+    HASH_CACHE.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some(&h) = cache.get(term) {
+            return h;
+        }
+        if cache.len() >= HASH_CACHE_MAX {
+            cache.clear();
+        }
+        let h = term_hash(term);
+        cache.insert(term.into(), h);
+        h
+    })
+}
+
+/// A segment's terms by local id, in one arena; the table holds only ids,
+/// so a lookup touches the table and one slice of the arena, not a heap
+/// object per term (the lookup is most of a record's cost, and memory-bound).
+#[derive(Default)]
+struct Vocab {
+    table: hashbrown::HashTable<u32>,
+    hasher: ahash::RandomState,
+    /// Term t is `bytes[starts[t]..starts[t + 1]]`.
+    starts: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+fn term_of<'v>(bytes: &'v [u8], starts: &[usize], t: u32) -> &'v [u8] {
+    &bytes[starts[t as usize]..starts[t as usize + 1]]
+}
+
+/// Slice equality without a call to memcmp, which costs more than the
+/// comparison itself for terms a few bytes long (most of them).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        if x != y {
+            return false;
+        }
+    }
+    ca.remainder().iter().zip(cb.remainder()).all(|(x, y)| x == y)
+}
+
+impl Vocab {
+    /// The id of `token`, and whether it is new. Ids count up from 0.
+    #[inline]
+    fn intern(&mut self, token: &str) -> (u32, bool) {
+        if self.starts.is_empty() {
+            self.starts.push(0);
+        }
+        // Hashed as bytes, the same way the table rehashes what it holds.
+        let token = token.as_bytes();
+        let h = self.hasher.hash_one(token);
+        let (bytes, starts) = (&self.bytes, &self.starts);
+        if let Some(&t) = self.table.find(h, |&t| same_bytes(term_of(bytes, starts, t), token)) {
+            return (t, false);
+        }
+        let t = (self.starts.len() - 1) as u32;
+        self.bytes.extend_from_slice(token);
+        self.starts.push(self.bytes.len());
+        let (hasher, bytes, starts) = (&self.hasher, &self.bytes, &self.starts);
+        self.table.insert_unique(h, t, |&t| hasher.hash_one(term_of(bytes, starts, t)));
+        (t, true)
+    }
+}
+
 /// The vocabulary of one segment and the scratch that counts one record's terms.
 #[derive(Default)]
 struct Terms {
-    ids: AHashMap<Box<str>, u32>,
+    vocab: Vocab,
     hashes: Vec<u64>,
     /// Per term: 1 + the local number of the last record that used it.
     seen_in: Vec<u32>,
@@ -54,17 +135,13 @@ struct Terms {
 
 impl Terms {
     fn touch(&mut self, token: &str, record: u32, code: u8) {
-        let tid = match self.ids.get(token) {
-            Some(&t) => t,
-            None => {
-                let t = self.hashes.len() as u32;
-                self.ids.insert(token.into(), t);
-                self.hashes.push(term_hash(token));
-                self.seen_in.push(0);
-                self.slot.push(0);
-                t
-            }
-        } as usize;
+        let (t, new) = self.vocab.intern(token);
+        if new {
+            self.hashes.push(cached_term_hash(token));
+            self.seen_in.push(0);
+            self.slot.push(0);
+        }
+        let tid = t as usize;
         if self.seen_in[tid] == record + 1 {
             let c = &mut self.current[self.slot[tid] as usize];
             c.1 += 1;
@@ -366,6 +443,18 @@ mod tests {
         let mut b = Builder::new(0);
         let fed = b.feed(lines.as_bytes(), 0, at(0), u64::MAX, u64::MAX);
         (fed, b.seal())
+    }
+
+    #[test]
+    fn the_vocabulary_gives_each_term_one_id_however_it_grows() {
+        let mut v = Vocab::default();
+        let terms: Vec<String> = (0..50_000).map(|i| format!("t{i}")).collect();
+        for (i, t) in terms.iter().enumerate() {
+            assert_eq!(v.intern(t), (i as u32, true));
+        }
+        for (i, t) in terms.iter().enumerate().rev() {
+            assert_eq!(v.intern(t), (i as u32, false));
+        }
     }
 
     #[test]

@@ -44,13 +44,14 @@ impl Tokenizer {
     /// Call `emit` with each token of `s`, in order.
     pub fn tokens(&mut self, s: &str, mut emit: impl FnMut(&str)) {
         if s.is_ascii() {
-            self.ascii(s.as_bytes(), &mut emit);
+            self.ascii(s, &mut emit);
         } else {
             self.unicode(s, &mut emit);
         }
     }
 
-    fn ascii(&mut self, b: &[u8], emit: &mut impl FnMut(&str)) {
+    fn ascii(&mut self, s: &str, emit: &mut impl FnMut(&str)) {
+        let b = s.as_bytes();
         let mut i = 0;
         while i < b.len() {
             if ASCII_CLASS[b[i] as usize] == 0 {
@@ -74,9 +75,8 @@ impl Tokenizer {
             while hi > lo && is_joiner(b[hi - 1]) {
                 hi -= 1;
             }
-            if lo < hi {
-                // ASCII bytes are always a valid str.
-                let run = std::str::from_utf8(&b[lo..hi]).expect("ASCII");
+            // Every byte of ASCII text is a character boundary.
+            if let Some(run) = s.get(lo..hi).filter(|r| !r.is_empty()) {
                 if capital {
                     self.buf.clear();
                     self.buf.push_str(run);
