@@ -56,6 +56,7 @@ def test_without_the_compiled_core_a_build_warns_once_and_takes_the_plain_path(
     recall_world, monkeypatch, caplog
 ):
     monkeypatch.setattr(native, "_native", None)
+    monkeypatch.setattr(native, "_missing", "is not installed")
     monkeypatch.setattr(native, "_warned", type(native._warned)())
     monkeypatch.delenv("STREAMD_NATIVE", raising=False)
     w = recall_world

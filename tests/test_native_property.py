@@ -297,3 +297,33 @@ def test_a_stream_builds_the_same_records_counters_and_segments_on_both_paths(da
             assert_same_index(path)
         finally:
             native.BLOCK_BYTES = saved
+
+
+@settings(max_examples=max(10, EXAMPLES // 3), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example,
+                                 HealthCheck.data_too_large])
+@given(data=stream(), picks=st.lists(st.integers(0, 1 << 30), min_size=4, max_size=8))
+def test_a_stream_gives_the_same_search_answers_on_both_paths(make_recall_world, data, picks):
+    held = [plain_record(records.trim_space(raw)) for raw in data.split(b"\n")[:-1]]
+    held = [r for r in held if r is not None]
+    pool = [t for r in held for f in ("text", "title", "kind", "system", "actor", "ref")
+            for t in tokenize(r[f])] + [r[k] for r in held for k in ("id", "ref", "correlation")]
+    pool = [p for p in pool if p] or ["alpha"]
+    queries = ["", *(pool[i % len(pool)] for i in picks)]
+    queries += [q + "s" for q in queries[1:3]] + [f"{queries[1]} {queries[2]}", "task queries"]
+    with tempfile.TemporaryDirectory() as tmp:
+        w = make_recall_world(Path(tmp))
+        w.write("a.jsonl", data)
+        answers = []
+        for compiled in (False, True):
+            work = Path(tmp) / f"work-{compiled}"
+            work.mkdir()
+            with path_taken(compiled):
+                adapter = w.adapter(workdir=str(work))
+                got = []
+                for q in queries:
+                    res = w.search(adapter, q, limit=10)
+                    res["diagnostics"].pop("elapsed_ms", None)
+                    got.append(res)
+            answers.append(got)
+        assert answers[0] == answers[1]

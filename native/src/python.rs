@@ -192,6 +192,10 @@ fn _panic_for_tests() -> PyResult<()> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     unicode::warm();
+    // Bumped whenever a call's arguments or results change: `index/native.py`
+    // refuses a module built from older sources (an editable install whose
+    // extension was not rebuilt) instead of failing mid-build.
+    m.add("INTERFACE", 1)?;
     m.add("UNICODE_VERSION", unicode::UNICODE_VERSION)?;
     m.add("MAX_LINE_BYTES", lines::MAX_LINE_BYTES)?;
     m.add("HOLD_LIMIT", lines::HOLD_LIMIT)?;

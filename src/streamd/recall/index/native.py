@@ -41,12 +41,22 @@ from streamd.recall.index.streamfile import HOLD_LIMIT, Cursor
 if TYPE_CHECKING:
     from streamd.recall.index.build import Consumer
 
+# The calls this module makes of streamd._native (its INTERFACE).
+INTERFACE = 1
+
+log = logging.getLogger(__name__)
+
+_missing = ""  # why the compiled module cannot be used, when it cannot
 try:
     from streamd import _native
 except ImportError:  # built without a Rust toolchain: the plain path it is
     _native = None
-
-log = logging.getLogger(__name__)
+    _missing = "is not installed"
+else:
+    if getattr(_native, "INTERFACE", None) != INTERFACE:
+        # An editable install whose extension predates its Python sources.
+        _native = None
+        _missing = "was built from other sources than this streamd"
 
 # Bytes read from the file at a time (about 10k records).
 BLOCK_BYTES = 4 << 20
@@ -63,12 +73,18 @@ def enabled() -> bool:
         if not _warned.is_set():
             _warned.set()
             log.warning(
-                "the compiled indexing core (streamd._native) is not installed, so "
-                "indexing runs on the plain Python path, about ten times slower; "
-                "reinstall streamd where a Rust toolchain (cargo) is available to build it"
+                "the compiled indexing core (streamd._native) %s, so indexing runs on "
+                "the plain Python path, about ten times slower; reinstall streamd "
+                "(pip install -e .) where a Rust toolchain (cargo) is available to build it",
+                _missing,
             )
         return False
     return True
+
+
+def quiet() -> None:
+    """Never warn in this process (a worker whose parent warns for it)."""
+    _warned.set()
 
 
 class NativeBuilder:
@@ -210,4 +226,4 @@ def read_into(
                 skipped, data = len(data), b""
 
 
-__all__ = ["BLOCK_BYTES", "NativeBuilder", "enabled", "read_into"]
+__all__ = ["BLOCK_BYTES", "INTERFACE", "NativeBuilder", "enabled", "quiet", "read_into"]

@@ -113,6 +113,13 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def init_worker(parent: int) -> None:
+    """Worker process initializer: die with ``parent``, and leave saying that
+    the compiled core is missing to the parent, which already has."""
+    die_with_parent(parent)
+    native.quiet()
+
+
 def _watch_parent(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(1)
@@ -200,7 +207,7 @@ def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, 
         pool = cf.ThreadPoolExecutor(workers(), thread_name_prefix="streamd-chunk")
     else:
         pool = cf.ProcessPoolExecutor(workers(), mp_context=multiprocessing.get_context("spawn"),
-                                      initializer=die_with_parent, initargs=(os.getpid(),))
+                                      initializer=init_worker, initargs=(os.getpid(),))
     finished = False
     try:
         todo = deque(ranges(cur.path, cur.offset, end, workers()))
