@@ -9,6 +9,13 @@ Imports at the top are the standard library's lightest only: ``attach``,
 every command imports what it needs (Trio, msgspec, the daemon) inside the
 function that runs it, so ``streamd attach`` and ``streamd --help`` never load
 them (``tests/test_resident_imports.py``).
+
+Options and errors follow :mod:`streamd.cliargs`: a mistake is one line
+``streamd: ...`` naming the flag or path; exit 2 for a command line that cannot
+be read, 1 for what a command finds when it runs. The global options
+(``--db``, ``-v``, and the daemon's tuning options) may come before the
+command or after it; given before a command they do not apply to, they are
+refused rather than ignored.
 """
 
 from __future__ import annotations
@@ -29,12 +36,36 @@ DESCRIPTION = (
     "streamd: a Recall stream adapter and a durable event log over newline-delimited "
     "JSON-RPC 2.0. With no subcommand it serves JSON-RPC on stdin/stdout."
 )
+EPILOG = (
+    "Exit status: 0 success, 1 a runtime error (or, for search, no hit), 2 a usage error. "
+    "Global options may come before or after the command."
+)
 
 
 LOG_FORMAT = "streamd %(asctime)s %(levelname)s %(message)s"
 # The resident daemon's lines carry its pid: an old daemon finishing its
 # clients and its successor write the same file for a while.
 DAEMON_LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+
+# The options that may come before the command, and which commands they mean
+# something to. `streamd --db X log ping` is `streamd log --db X ping`.
+_VALUE_GLOBALS = ("--db", "--watch-interval-ms", "--watch-buffer-bytes", "--synchronous")
+_FLAG_GLOBALS = ("-v", "--verbose")
+_DAEMON_GLOBALS = frozenset(_VALUE_GLOBALS + _FLAG_GLOBALS)
+_APPLIES = {
+    None: _DAEMON_GLOBALS,
+    "serve": _DAEMON_GLOBALS,
+    "daemon": _DAEMON_GLOBALS,
+    "log": frozenset({"--db", "--watch-interval-ms", *_FLAG_GLOBALS}),
+    "search": frozenset(_FLAG_GLOBALS),
+    "expand": frozenset(_FLAG_GLOBALS),
+    "index": frozenset(_FLAG_GLOBALS),
+    "demo": frozenset(_FLAG_GLOBALS),
+}
+# Dispatched before any parser is built (stdlib-only clients, or parsers of their own).
+_OWN_PARSERS = ("attach", "status", "stop", "conformance", "log")
+# A far deadline: one-shot commands wait for their build, however long it takes.
+NO_DEADLINE = "2999-01-01T00:00:00Z"
 
 
 def _log_level(verbose: bool) -> int:
@@ -54,89 +85,95 @@ def _setup_logging(verbose: bool) -> None:
     logsink.install(_log_level(verbose), sys.stderr, LOG_FORMAT)
 
 
-def _daemon_options(p: argparse.ArgumentParser, *, subcommand: bool = False) -> None:
-    # On a subcommand the defaults are SUPPRESS, so `streamd --db X serve` keeps
-    # X: a subparser's own default would overwrite what was parsed before it.
+def _verbose(p: argparse.ArgumentParser) -> None:
     import argparse
 
-    def default(value):
-        return argparse.SUPPRESS if subcommand else value
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="log what happens to stderr (STREAMD_LOG=debug for more)")
 
-    p.add_argument("--db", default=default(None), help="event log database (default "
-                   "$STREAMD_DB or $XDG_STATE_HOME/streamd/events.db)")
-    p.add_argument("--watch-interval-ms", type=int, default=default(200),
+
+def _daemon_options(p: argparse.ArgumentParser) -> None:
+    # Every default is SUPPRESS, so `streamd --db X serve` keeps X (a
+    # subparser's own default would overwrite what was parsed before it), and
+    # an option given before a command it does not apply to can be told from
+    # one left out. `_config` supplies the defaults.
+    import argparse
+
+    from streamd import cliargs
+
+    p.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH",
+                   help="event log database (default $STREAMD_DB, else "
+                   "$XDG_STATE_HOME/streamd/events.db)")
+    p.add_argument("--watch-interval-ms", type=cliargs.positive, default=argparse.SUPPRESS,
+                   metavar="MS",
                    help="how often watchers poll for other processes' appends (default 200)")
-    p.add_argument("--watch-buffer-bytes", type=int, default=default(4 << 20),
-                   help="what one watch may hold for a client that stops reading, in bytes "
-                   "(default 4 MiB); past it for the stall timeout the watch ends with an "
-                   "error naming the seq to resume from")
-    p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default=default("FULL"),
+    p.add_argument("--watch-buffer-bytes", type=cliargs.positive, default=argparse.SUPPRESS,
+                   metavar="BYTES",
+                   help="what one watch may hold for a client that stops reading (default "
+                   "4 MiB); past it for the stall timeout the watch ends with an error "
+                   "naming the seq to resume from")
+    p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default=argparse.SUPPRESS,
                    help="SQLite synchronous mode for the event log (default FULL: every "
                    "acknowledged append survives power loss)")
-    p.add_argument("-v", "--verbose", action="store_true", default=default(False),
-                   help="log requests to stderr")
+    _verbose(p)
 
 
 def _config(args: argparse.Namespace) -> Config:
     from streamd.daemon import Config
 
-    return Config(db=args.db, watch_interval=args.watch_interval_ms / 1000,
-                  synchronous=args.synchronous, watch_buffer_bytes=args.watch_buffer_bytes)
+    return Config(db=getattr(args, "db", None),
+                  watch_interval=getattr(args, "watch_interval_ms", 200) / 1000,
+                  synchronous=getattr(args, "synchronous", "FULL"),
+                  watch_buffer_bytes=getattr(args, "watch_buffer_bytes", 4 << 20))
 
 
-def _seconds(value: str) -> float:
-    import argparse
-
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
-    if not seconds >= 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds: {value!r}")
-    return seconds
-
-
-def _positive(value: str) -> int:
-    import argparse
-
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value!r}")
-    return n
+def _recall_options(p: argparse.ArgumentParser, *, what: str) -> None:
+    p.add_argument("--workdir", metavar="DIR",
+                   help="keep the durable index here and reuse it: later runs read only "
+                   "what was appended (created if missing)")
+    p.add_argument("--full", action="store_true",
+                   help=f"rebuild the index from scratch before {what} (needed to replace "
+                   "a --workdir index of other files)")
+    p.add_argument("--json", action="store_true",
+                   help="print the wire result as JSON instead of lines for people")
+    _verbose(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import argparse
+    from streamd import __version__, cliargs
+    from streamd.cliargs import command
 
-    parser = argparse.ArgumentParser(prog="streamd", description=DESCRIPTION)
+    parser = cliargs.Parser(prog="streamd", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"streamd {__version__}",
+                        help="print the version and exit")
     _daemon_options(parser)
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="serve JSON-RPC on stdio, or on a Unix socket")
-    _daemon_options(serve, subcommand=True)
-    serve.add_argument("--socket", help="serve many clients on this Unix socket path")
+    serve = command(sub, "serve", "serve JSON-RPC on stdio, or on a Unix socket")
+    _daemon_options(serve)
+    serve.add_argument("--socket", metavar="PATH",
+                       help="serve many clients on this Unix socket path (mode 0600)")
 
-    daemon = sub.add_parser(
-        "daemon", help="run the resident per-user daemon in the foreground (what "
-        "`streamd attach` starts; for service managers)")
-    _daemon_options(daemon, subcommand=True)
+    daemon = command(sub, "daemon", "run the resident per-user daemon in the foreground "
+                     "(what `streamd attach` starts; for service managers)")
+    _daemon_options(daemon)
     daemon.add_argument("--runtime-dir", metavar="DIR",
                         help="the socket directory (default $STREAMD_RUNTIME_DIR, else "
                         "$XDG_RUNTIME_DIR/streamd, else $XDG_STATE_HOME/streamd/run)")
-    daemon.add_argument("--idle-exit", type=_seconds, default=900.0, metavar="SECONDS",
+    daemon.add_argument("--idle-exit", type=cliargs.seconds, default=900.0, metavar="SECONDS",
                         help="exit after this long without a client (default 900; 0: never)")
-    daemon.add_argument("--source-idle", type=_seconds, default=600.0, metavar="SECONDS",
+    daemon.add_argument("--source-idle", type=cliargs.seconds, default=600.0,
+                        metavar="SECONDS",
                         help="close a Recall source no client has used for this long "
                         "(default 600)")
-    daemon.add_argument("--max-sources", type=_positive, default=8, metavar="N",
+    daemon.add_argument("--max-sources", type=cliargs.positive, default=8, metavar="N",
                         help="Recall sources kept open at most (default 8)")
     daemon.add_argument("--log-file", metavar="PATH",
                         help="log here, rotated at 5 MiB with 3 old files kept (default "
                         "$XDG_STATE_HOME/streamd/daemon.log; '-' for stderr)")
     # For tests of the upgrade path: announce another version than this one's.
+    import argparse
+
     daemon.add_argument("--announce-version", help=argparse.SUPPRESS)
 
     sub.add_parser("attach", help="relay stdio to the resident daemon, starting it if "
@@ -145,36 +182,101 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("stop", help="stop the resident daemon", add_help=False)
 
-    search = sub.add_parser("search", help="search stream files and print ranked hits")
-    search.add_argument("paths", nargs="+", metavar="PATH")
-    search.add_argument("query")
-    search.add_argument("--since")
-    search.add_argument("--until")
-    search.add_argument("--as-of")
-    search.add_argument("--limit", type=int, default=10)
-    search.add_argument("--json", action="store_true", help="print the raw search result")
-    search.add_argument("--workdir", help="reuse (and keep up to date) the index saved here")
+    search = command(
+        sub, "search", "search stream files and print ranked hits",
+        usage="streamd search [options] QUERY PATH...\n"
+              "       streamd search [options] -e QUERY PATH...",
+        epilog="The query comes first, as with grep and rg. A QUERY that names a file (or "
+               "ends in .jsonl) is refused, because it is almost always a path typed "
+               "first: give it with -e to search for it. Times take RFC 3339, a date "
+               "(UTC midnight), a duration before now (2h, 3d) or today/yesterday. "
+               "Exit 0 with hits, 1 with none (or an error), 2 for a usage error.")
+    search.add_argument("words", nargs="*", metavar="QUERY PATH",
+                        help="the query, then one or more JSONL stream files (with -e, "
+                        "every word is a file)")
+    search.add_argument("-e", "--query", metavar="QUERY",
+                        help="the query, given as an option (one that starts with '-', or "
+                        "names a file)")
+    search.add_argument("--since", type=cliargs.instant, metavar="TIME",
+                        help="only records at or after TIME (2026-05-02, 2h, yesterday, "
+                        "RFC 3339)")
+    search.add_argument("--until", type=cliargs.instant, metavar="TIME",
+                        help="only records at or before TIME")
+    search.add_argument("--as-of", type=cliargs.instant, metavar="TIME",
+                        help="search the stream as it was known at TIME")
+    search.add_argument("--limit", type=cliargs.positive, default=10, metavar="N",
+                        help="print at most N hits (default 10)")
+    _recall_options(search, what="searching")
 
-    expand = sub.add_parser("expand", help="print the evidence behind a locator")
-    expand.add_argument("paths", nargs="+", metavar="PATH")
-    expand.add_argument("locator")
+    expand = command(
+        sub, "expand", "print the evidence behind a locator",
+        usage="streamd expand [options] LOCATOR PATH...",
+        epilog="The locator comes first, as the query does in search: the locator printed "
+               "by search (stream:v2/r1, or v2/r1).")
+    expand.add_argument("words", nargs="*", metavar="LOCATOR PATH",
+                        help="a locator from search, then the stream files it came from")
     expand.add_argument("--detail", choices=["summary", "excerpt", "full", "context"],
-                        default="full")
-    expand.add_argument("--budget", type=int, default=0, help="byte budget (0: unlimited)")
-    expand.add_argument("--json", action="store_true")
-    expand.add_argument("--workdir", help="reuse (and keep up to date) the index saved here")
+                        default="full",
+                        help="how much to print: summary, excerpt, full (default) or "
+                        "context (the record and its episode)")
+    expand.add_argument("--budget", type=cliargs.count, default=0, metavar="BYTES",
+                        help="print at most BYTES bytes, marking a cut (default 0: all)")
+    _recall_options(expand, what="expanding")
 
-    index = sub.add_parser("index", help="build a workdir's index ahead of time, with progress")
-    index.add_argument("paths", nargs="+", metavar="PATH")
-    index.add_argument("--workdir", required=True,
-                       help="the workdir the adapter will be initialized with")
-    index.add_argument("--full", action="store_true", help="rebuild from scratch")
+    index = command(sub, "index", "build a workdir's index ahead of time, with progress",
+                    usage="streamd index [options] PATH... --workdir DIR")
+    index.add_argument("paths", nargs="*", metavar="PATH", help="the JSONL stream files")
+    index.add_argument("--workdir", metavar="DIR",
+                       help="the workdir the adapter will be initialized with (required; "
+                       "created if missing)")
+    index.add_argument("--full", action="store_true",
+                       help="rebuild from scratch (needed to replace an index of other files)")
+    _verbose(index)
 
-    sub.add_parser("demo", help="index a bundled sample stream and show what streamd does")
+    demo = command(sub, "demo", "index a bundled sample stream and show what streamd does")
+    _verbose(demo)
     sub.add_parser("conformance", help="verify or record conformance transcripts",
                    add_help=False)
-    sub.add_parser("log", help="the durable event log", add_help=False)
+    sub.add_parser("log", help="the durable event log (see 'streamd log --help')",
+                   add_help=False)
     return parser
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parsers of ``parser``'s subcommands, by name."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _split_globals(argv: list[str]) -> tuple[list[str], str | None, list[str]] | None:
+    """(the global options before the command, the command, what follows it);
+    None when the whole parser should read ``argv`` (help, version, a flag
+    that wants a value and has none, an option nobody knows)."""
+    i, leading = 0, []
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if name in _VALUE_GLOBALS:
+            if "=" in arg:
+                leading.append(arg)
+                i += 1
+                continue
+            if i + 1 >= len(argv):
+                return None
+            leading += argv[i:i + 2]
+            i += 2
+        elif arg in _FLAG_GLOBALS:
+            leading.append(arg)
+            i += 1
+        elif arg.startswith("-") and arg != "-":
+            return None
+        else:
+            return leading, arg, argv[i + 1:]
+    return leading, None, []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -192,31 +294,65 @@ def main(argv: Sequence[str] | None = None) -> int:
         from streamd.resident.control import stop_main
 
         return stop_main(argv[1:])
-    if argv[:1] == ["conformance"]:
+    split = _split_globals(argv)
+    if split is not None:
+        leading, command, rest = split
+        if command in _APPLIES or command in _OWN_PARSERS:
+            allowed = _APPLIES.get(command, frozenset())
+            for opt in leading:
+                name = opt.split("=", 1)[0]
+                if name.startswith("-") and name not in allowed:
+                    return _not_here(name, command)
+        if command in _OWN_PARSERS:
+            return _own_parser(command, leading + rest)
+    return _run_parsed(argv, split)
+
+
+def _not_here(option: str, command: str | None) -> int:
+    from streamd.cliargs import fail
+
+    if command == "attach":
+        return fail(f"{option} does not apply to attach: the daemon's options go after "
+                    "'streamd attach --'", 2)
+    return fail(f"{option} does not apply to {command} (see 'streamd {command} --help')", 2)
+
+
+def _own_parser(command: str, argv: list[str]) -> int:
+    if command == "conformance":
         from streamd.conformance import main as conformance_main
 
-        return conformance_main(argv[1:])
-    if argv[:1] == ["log"]:
+        return conformance_main(argv)
+    if command == "log":
         from streamd.eventlog.cli import main as log_main
 
-        return log_main(argv[1:])
+        return log_main(argv)
+    return main([command, *argv])  # attach, status, stop: checked above to have no options
+
+
+def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] | None) -> int:
+    from streamd.cliargs import UsageError, fail
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        if split is None or split[1] is None:
+            args = parser.parse_args(argv)
+        else:
+            leading, command, rest = split
+            sub = subcommands(parser).get(command)
+            if sub is None:
+                return fail(f"unknown command {command!r} (see 'streamd --help')", 2)
+            args = parser.parse_args(leading)
+            # Intermixed: options may sit among the paths, as with grep and rg.
+            args = sub.parse_intermixed_args(rest, namespace=args)
+            args.command = command
+    except SystemExit as exc:  # --help, --version, or the one line of a usage error
+        return exc.code if isinstance(exc.code, int) else 2
     if args.command == "daemon":
         return _resident(args)
     _setup_logging(getattr(args, "verbose", False))
     try:
         if args.command in (None, "serve"):
-            import trio
-
-            from streamd.daemon import Daemon, serve_socket, serve_stdio
-
-            daemon = Daemon(_config(args))
-            if getattr(args, "socket", None):
-                trio.run(serve_socket, daemon, args.socket)
-            else:
-                trio.run(serve_stdio, daemon)
-            return 0
+            return _serve(args)
         if args.command == "search":
             return _search(args)
         if args.command == "expand":
@@ -227,10 +363,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             from streamd.demo import run_demo
 
             return run_demo()
+    except UsageError as exc:
+        return fail(str(exc), 2)
     except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`| head`): not an error. Point stdout at
+        # /dev/null so the interpreter's final flush does not complain.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     parser.print_help()
     return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import trio
+
+    from streamd.cliargs import fail
+    from streamd.daemon import Daemon, serve_socket, serve_stdio
+
+    daemon = Daemon(_config(args))
+    path = getattr(args, "socket", None)
+    try:
+        if path:
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent):
+                return fail(f"--socket {path}: there is no directory {parent}")
+            try:
+                trio.run(serve_socket, daemon, path)
+            except OSError as exc:
+                return fail(f"--socket {path}: cannot listen there: {exc.strerror or exc}")
+        else:
+            trio.run(serve_stdio, daemon)
+    except KeyboardInterrupt:
+        pass  # a signal is how a server is meant to end
+    return 0
 
 
 # --- the resident daemon -----------------------------------------------------
@@ -255,6 +422,7 @@ def _resident(args: argparse.Namespace) -> int:
 
     directory = os.path.abspath(args.runtime_dir) if args.runtime_dir else paths.runtime_dir()
     log_file = args.log_file or paths.log_path()
+    verbose = getattr(args, "verbose", False)
 
     sources = SourceRegistry(idle_close=args.source_idle, max_open=args.max_sources)
     options = ResidentOptions(runtime_dir=directory, idle_exit=args.idle_exit,
@@ -269,12 +437,13 @@ def _resident(args: argparse.Namespace) -> int:
         return 1
     try:
         if log_file == "-":
-            logsink.install(_log_level(args.verbose), sys.stderr, DAEMON_LOG_FORMAT)
+            logsink.install(_log_level(verbose), sys.stderr, DAEMON_LOG_FORMAT)
         else:
-            logsink.install_file(_log_level(args.verbose), log_file, DAEMON_LOG_FORMAT)
+            logsink.install_file(_log_level(verbose), log_file, DAEMON_LOG_FORMAT)
     except OSError as exc:
         resident.release()
-        print(f"streamd daemon: cannot open the log file {log_file}: {exc}", file=sys.stderr)
+        print(f"streamd daemon: cannot open the log file {log_file}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
         return 1
     # Its own comings and goings are worth a line at the default level.
     logging.getLogger("streamd.resident").setLevel(logging.INFO)
@@ -285,53 +454,73 @@ def _resident(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- one-shot search and expand ----------------------------------------------
+# --- one-shot search, expand and index -----------------------------------------
 
 
-def _index(args: argparse.Namespace) -> int:
-    from streamd.errors import RpcError
-    from streamd.progress import Progress
-    from streamd.recall.adapter import StreamAdapter
-    from streamd.recall.index.parallel import drive
-    from streamd.recall.wire import InitializeParams
+def _first_and_paths(args: argparse.Namespace, what: str, given: str | None) -> tuple[str, list]:
+    """The QUERY (or LOCATOR) and the paths, by the rule that the query comes
+    first: a first word that is a file is a path typed in the query's place."""
+    from streamd.cliargs import UsageError
 
-    files = [os.path.abspath(p) for p in args.paths]
-    os.makedirs(args.workdir, exist_ok=True)
-    adapter = StreamAdapter()
+    words = list(args.words)
+    if given is not None:
+        first = given
+    elif not words:
+        raise UsageError(f"{args.command} needs a {what} and at least one PATH "
+                         f"(see 'streamd {args.command} --help')")
+    else:
+        first = words.pop(0)
+        if os.path.isfile(first) or first.endswith((".jsonl", ".ndjson")):
+            hint = f"; -e {first!r} searches for it" if args.command == "search" else ""
+            raise UsageError(f"the {what.lower()} comes first: {first!r} is a file "
+                             f"(streamd {args.command} {what} PATH...{hint})")
+    if not words:
+        raise UsageError(f"{args.command} needs at least one PATH after the {what.lower()}")
+    return first, words
+
+
+def _prepare_workdir(workdir: str | None, paths: list[str], full: bool) -> None:
+    """Create the workdir, and refuse one holding the index of other files
+    unless ``--full`` says to replace it (it would be, silently, otherwise)."""
+    if workdir is None:
+        return
     try:
-        adapter.initialize(InitializeParams(
-            protocol_version_min=1, protocol_version_max=1, workdir=args.workdir,
-            source_id="stream", location=os.path.dirname(files[0]), settings={"files": files},
-        ))
-        total = sum(max(catchup_size(p), 0) for p in files)
-        progress = Progress(total, sys.stderr)
-        steps = adapter.build(full=args.full)
-        snap = drive(steps, lambda: progress.update(adapter.building))
-    except RpcError as exc:
-        print(f"streamd: {exc.message}", file=sys.stderr)
-        return 1
-    progress.done(adapter.building)
-    durable = "" if not adapter.checkpoint_failed else " (workdir not writable: not saved)"
-    print(f"{snap.name}: {snap.indexed} records indexed, {snap.failed} failed, "
-          f"{len(snap.missing)} missing files; {snap.watermark}{durable}")
-    return 0 if not adapter.checkpoint_failed else 1
+        os.makedirs(workdir, exist_ok=True)
+    except FileExistsError:
+        raise _Runtime(f"--workdir {workdir}: exists and is not a directory") from None
+    except OSError as exc:
+        raise _Runtime(f"--workdir {workdir}: cannot create it: {exc.strerror or exc}") from None
+    held = _indexed_files(workdir)
+    wanted = [os.path.abspath(p) for p in paths]
+    if held and held != wanted and not full:
+        names = ", ".join(os.path.basename(p) for p in held)
+        raise _Runtime(f"--workdir {workdir} holds the index of other files ({names}); "
+                       "give --full to replace it")
 
 
-def catchup_size(path: str) -> int:
-    from streamd.recall.index.streamfile import file_size
+def _indexed_files(workdir: str) -> list[str]:
+    """The files a workdir's saved index (or checkpoint) covers, in order."""
+    import json
 
-    return file_size(path) or 0
-
-
-def _time_arg(value: str | None, name: str) -> str | None:
-    from streamd.timeinput import TimeInputError, parse_instant
-
-    if value is not None:
+    for name in (os.path.join("index", "manifest.json"), "cursor.json"):
         try:
-            parse_instant(value, f"--{name}")
-        except TimeInputError as exc:
-            raise SystemExit(f"streamd: {exc}") from None
-    return value
+            with open(os.path.join(workdir, name), "rb") as f:
+                files = json.load(f).get("files") or []
+            return [str(c["path"]) for c in files]
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):
+            continue
+    return []
+
+
+class _Runtime(Exception):
+    """Something found while running (exit 1), said in one line."""
+
+
+def _open(paths: list[str], args: argparse.Namespace):
+    from streamd.recall import oneshot
+
+    _prepare_workdir(args.workdir, paths, args.full)
+    return oneshot.open_adapter(paths, args.workdir, full=args.full)
 
 
 def _search(args: argparse.Namespace) -> int:
@@ -339,35 +528,41 @@ def _search(args: argparse.Namespace) -> int:
 
     import msgspec
 
+    from streamd.cliargs import fail
     from streamd.errors import RpcError
+    from streamd.golang import gotime
     from streamd.recall import oneshot
     from streamd.recall.wire import SearchParams
 
-    filters = {k: v for k, v in (("since", _time_arg(args.since, "since")),
-                                 ("until", _time_arg(args.until, "until"))) if v}
-    body = {"query": args.query, "filters": filters, "limit": max(args.limit, 0),
-            "deadline": "2999-01-01T00:00:00Z"}
-    if args.as_of:
-        body["as_of"] = _time_arg(args.as_of, "as-of")
+    query, paths = _first_and_paths(args, "QUERY", args.query)
+    filters = {name: gotime.format_nano(t) for name, t in (("since", args.since),
+                                                           ("until", args.until))
+               if t is not None}
+    body = {"query": query, "filters": filters, "limit": args.limit, "deadline": NO_DEADLINE}
+    if args.as_of is not None:
+        body["as_of"] = gotime.format_nano(args.as_of)
     try:
-        adapter, snap = oneshot.open_adapter(args.paths, args.workdir)
+        adapter, snap = _open(paths, args)
         params = msgspec.convert(body, SearchParams)
         result = msgspec.to_builtins(oneshot.search(adapter, snap, params))
+    except _Runtime as exc:
+        return fail(str(exc))
     except RpcError as exc:
-        print(f"streamd: {exc.message}", file=sys.stderr)
-        return 1
+        return fail(exc.message)
+    hits = len(result["candidates"])
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=2))
-        return 0
-    _print_hits(result)
-    return 0
+    else:
+        _print_hits(result, unsaved=args.workdir is not None and adapter.checkpoint_failed)
+    return 0 if hits else 1
 
 
-def _print_hits(result: dict) -> None:
+def _print_hits(result: dict, unsaved: bool = False) -> None:
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    err_color = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
 
-    def paint(code: str, text: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if color else text
+    def paint(code: str, text: str, on: bool = color) -> str:
+        return f"\033[{code}m{text}\033[0m" if on else text
 
     for c in result["candidates"]:
         excerpt = c.get("excerpt", "").replace("\n", " ")
@@ -378,9 +573,31 @@ def _print_hits(result: dict) -> None:
             f"{c['event_time']}  {paint('1', c['title'])}"
             + (f"  {paint('2', excerpt)}" if excerpt else "")
         )
+    sys.stdout.flush()
+    print(_summary(result, unsaved, lambda code, text: paint(code, text, err_color)),
+          file=sys.stderr)
+
+
+def _summary(result: dict, unsaved: bool, paint) -> str:
+    """The one stderr line after the hits: counts, then anything a person
+    must not miss (missing files, lines that are not records, an index that
+    could not be saved), which ``--json`` carries in its diagnostics."""
     d = result["diagnostics"]
-    print(paint("2", f"{d['matched']} matched of {d['indexed']} records ({d['query_mode']}, "
-                     f"{result['outcome']}), {d['elapsed_ms']} ms"), file=sys.stderr)
+    if "matched" not in d:  # skipped: a filter this adapter does not support
+        return paint("33", f"skipped: unsupported filters {', '.join(d['unsupported_filters'])}")
+    how = d["query_mode"] if result["outcome"] == "success" else \
+        f"{d['query_mode']}, {result['outcome']}"
+    line = paint("2", f"{d['matched']} matched of {d['indexed']} records ({how}), "
+                      f"{d['elapsed_ms']} ms")
+    notes = []
+    if d.get("missing_files"):
+        notes.append(f"missing: {', '.join(d['missing_files'])}")
+    failed = d.get("failed_records", 0)
+    if failed:
+        notes.append(f"{failed} line{'s' if failed != 1 else ''} could not be read as records")
+    if unsaved:
+        notes.append("the workdir is not writable: the index was not saved")
+    return "; ".join([line, *(paint("33", n) for n in notes)])
 
 
 def _expand(args: argparse.Namespace) -> int:
@@ -388,27 +605,81 @@ def _expand(args: argparse.Namespace) -> int:
 
     import msgspec
 
+    from streamd.cliargs import UsageError, fail
     from streamd.errors import RpcError
     from streamd.recall import oneshot
     from streamd.recall.wire import ExpandParams
 
-    locator = args.locator if ":" in args.locator else f"stream:{args.locator}"
+    given, paths = _first_and_paths(args, "LOCATOR", None)
+    locator = given if ":" in given else f"stream:{given}"
     try:
-        adapter, snap = oneshot.open_adapter(args.paths, args.workdir)
         params = msgspec.convert(
-            {"locator": locator, "detail": args.detail, "budget_bytes": max(args.budget, 0),
-             "deadline": "2999-01-01T00:00:00Z"},
+            {"locator": locator, "detail": args.detail, "budget_bytes": args.budget,
+             "deadline": NO_DEADLINE},
             ExpandParams,
         )
+    except msgspec.ValidationError:
+        raise UsageError(f"{given!r} is not a locator (like stream:v2/r1, as search "
+                         "prints them)") from None
+    try:
+        adapter, snap = _open(paths, args)
         result = msgspec.to_builtins(oneshot.expand(adapter, snap, params))
+    except _Runtime as exc:
+        return fail(str(exc))
     except RpcError as exc:
-        print(f"streamd: {exc.message}", file=sys.stderr)
-        return 1
-    except msgspec.ValidationError as exc:
-        print(f"streamd: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc.message)
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=2))
+        return 0
+    content = result["content"]
+    if result["truncated"]:
+        # The marker is on a line of its own, so a cut line still reads as cut.
+        print(f"{content}…")
+        print(f"[truncated at --budget {args.budget} bytes; --budget 0 prints it all]")
     else:
-        print(result["content"])
+        print(content)
     return 0
+
+
+def _index(args: argparse.Namespace) -> int:
+    from streamd.cliargs import UsageError, fail
+    from streamd.errors import RpcError
+    from streamd.progress import Progress
+    from streamd.recall.adapter import StreamAdapter
+    from streamd.recall.index.parallel import drive
+    from streamd.recall.wire import InitializeParams
+
+    if not args.paths:
+        raise UsageError("index needs at least one PATH (see 'streamd index --help')")
+    if not args.workdir:
+        raise UsageError("index needs --workdir DIR: the workdir the adapter will be "
+                         "initialized with")
+    files = [os.path.abspath(p) for p in args.paths]
+    adapter = StreamAdapter()
+    try:
+        _prepare_workdir(args.workdir, files, args.full)
+        adapter.initialize(InitializeParams(
+            protocol_version_min=1, protocol_version_max=1, workdir=args.workdir,
+            source_id="stream", location=os.path.dirname(files[0]), settings={"files": files},
+        ))
+        progress = Progress(sum(max(catchup_size(p), 0) for p in files), sys.stderr)
+        steps = adapter.build(full=args.full)
+        snap = drive(steps, lambda: progress.update(adapter.building))
+    except _Runtime as exc:
+        return fail(str(exc))
+    except RpcError as exc:
+        return fail(exc.message)
+    progress.done(adapter.building)
+    missing = (f"{len(snap.missing)} missing file{'s' if len(snap.missing) != 1 else ''}"
+               + (f" ({', '.join(snap.missing)})" if snap.missing else ""))
+    print(f"{snap.name}: {snap.indexed} records indexed, {snap.failed} failed, "
+          f"{missing}; {snap.watermark}")
+    if adapter.checkpoint_failed:
+        return fail(f"--workdir {args.workdir} is not writable: the index was not saved")
+    return 0
+
+
+def catchup_size(path: str) -> int:
+    from streamd.recall.index.streamfile import file_size
+
+    return file_size(path) or 0

@@ -6,11 +6,25 @@ daemon sees what they write. Readable output is one line per entry or item;
 ``--json`` prints the same objects the JSON-RPC methods return, and one entry
 object per line for ``since`` and ``tail`` so output can be streamed.
 
+One shape: a session is always addressed by ``--app``, ``--user`` and
+``--session``, the same flags the read commands filter by, whether a command
+needs all three (``append``, ``sessions get``, ``sessions delete``), some
+(``sessions create`` makes up a session id, ``sessions list`` wants an app) or
+none (``since``, ``tail``, ``branches``, ``locks``: they narrow what is shown).
+No command takes a positional argument, so flags go in any order, and one
+flag means the same thing in every command.
+
 Commands that only read refuse to create a log that does not exist: asking an
 empty path for history is far more often a wrong ``--db`` than a wish for an
 empty file. ``tail`` follows like ``tail -f`` (it prints the last ``-n`` entries,
 then new ones as they are committed, by this or any process) until Ctrl-C, which
 ends it with status 0.
+
+Errors follow :mod:`streamd.cliargs`: one line ``streamd: ...``, exit 2 for a
+command line that cannot be read (values are checked as they are parsed, so the
+message names the flag, not the request field it becomes), 1 for what the log
+answers (a conflict, a session that does not exist, a file that cannot be
+created).
 """
 
 from __future__ import annotations
@@ -27,7 +41,9 @@ from typing import Any
 import msgspec
 import trio
 
-from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd import cliargs
+from streamd.cliargs import command, count, instant_utc, nonempty, positive
+from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError, is_session_not_found
 from streamd.eventlog.log import EventLog, resolve_db_path
 from streamd.eventlog.model import (
     Boot,
@@ -38,12 +54,12 @@ from streamd.eventlog.model import (
     Session,
     SessionTree,
 )
-from streamd.timeinput import TimeInputError, parse_datetime
 
 __all__ = ["build_parser", "main"]
 
 _encode = msgspec.json.Encoder().encode
 _CONTENT_WIDTH = 160
+_SHAPE = "a session is given as --app A --user U --session S"
 
 
 # --- argument parsing -----------------------------------------------------------
@@ -53,20 +69,34 @@ def _common() -> argparse.ArgumentParser:
     # SUPPRESS: given after the subcommand, these override the same options given
     # before it; absent, they leave the earlier value alone.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=argparse.SUPPRESS, help="event log database file")
-    common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
-    )
+    common.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH",
+                        help="event log database file (default $STREAMD_DB, else "
+                        "$XDG_STATE_HOME/streamd/events.db)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print JSON objects (one per line) instead of lines for people")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log what happens to stderr")
     return common
+
+
+def _address(p: argparse.ArgumentParser, *, app: bool, user: bool, session: bool,
+             session_help: str = "the session id") -> None:
+    """The session's address: the same three flags everywhere, required where
+    the command needs them."""
+    g = p.add_argument_group("the session")
+    g.add_argument("--app", type=nonempty, required=app, help="the application name")
+    g.add_argument("--user", type=nonempty, required=user, help="the user id")
+    g.add_argument("--session", type=nonempty, required=session, help=session_help)
 
 
 def _filters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("filters (all AND together)")
-    g.add_argument("--app")
-    g.add_argument("--user")
-    g.add_argument("--session")
+    g.add_argument("--app", type=nonempty, help="only this application's entries")
+    g.add_argument("--user", type=nonempty, help="only this user's entries")
+    g.add_argument("--session", type=nonempty, help="only this session's entries")
     g.add_argument(
-        "--tree", metavar="PARENT", help="PARENT and its PARENT:sub:* sessions (needs --app/--user)"
+        "--tree", type=nonempty, metavar="PARENT",
+        help="PARENT and its PARENT:sub:* sessions (needs --app and --user)",
     )
     g.add_argument(
         "--branch",
@@ -74,112 +104,205 @@ def _filters(p: argparse.ArgumentParser) -> None:
         metavar="PREFIX",
         help="branch PREFIX, PREFIX.* or PREFIX/* (repeat for any of several)",
     )
-    g.add_argument("--author")
-    g.add_argument("--author-suffix", default="")
+    g.add_argument("--author", help="only entries by exactly this author")
+    g.add_argument("--author-suffix", default="", metavar="SUFFIX",
+                   help="only entries whose author ends with SUFFIX")
 
 
 def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="The durable event log.")
-    parser.add_argument("--db", default=None, help="event log database file")
-    parser.add_argument("--json", action="store_true", default=False)
+    parser = cliargs.Parser(
+        prog=prog, description="The durable event log, read and written in place.",
+        epilog=f"One shape: {_SHAPE}, in every command that names one; the read "
+        "commands take the same flags as filters. Exit 0 success, 1 an error the log "
+        "reports, 2 a usage error.",
+    )
+    parser.add_argument("--db", default=None, metavar="PATH",
+                        help="event log database file (default $STREAMD_DB, else "
+                        "$XDG_STATE_HOME/streamd/events.db)")
+    parser.add_argument("--json", action="store_true", default=False,
+                        help="print JSON objects (one per line) instead of lines for people")
+    parser.add_argument("-v", "--verbose", action="store_true", default=False,
+                        help="log what happens to stderr")
+    # Accepted here for `streamd --watch-interval-ms 50 log tail`; tail's own wins.
+    parser.add_argument("--watch-interval-ms", type=positive, default=argparse.SUPPRESS,
+                        metavar="MS", help="how often tail polls for other processes' "
+                        "appends (tail only; default 200)")
     common = _common()
     sub = parser.add_subparsers(dest="log_command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("append", parents=[common], help="append one event")
-    p.add_argument("app")
-    p.add_argument("user")
-    p.add_argument("session")
-    p.add_argument("--id", help="event id (default: a new random id)")
-    p.add_argument("--author", required=True)
-    p.add_argument("--branch", default="")
-    p.add_argument("--invocation-id", default="")
-    p.add_argument("--timestamp", help="RFC 3339 time (default: now)")
-    content = p.add_mutually_exclusive_group()
-    content.add_argument("--content", help="content as JSON")
+    p = command(sub, "append", "append one event", parents=[common], hint=_SHAPE)
+    _address(p, app=True, user=True, session=True)
+    g = p.add_argument_group("the event")
+    g.add_argument("--author", required=True, help="who wrote it (user, agent, a tool...)")
+    content = g.add_mutually_exclusive_group()
     content.add_argument("--text", help="content as a plain string")
-    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE")
+    content.add_argument("--content", metavar="JSON", help="content as JSON")
+    g.add_argument("--id", type=nonempty, help="event id, which makes a retry safe "
+                   "(default: a new random id)")
+    g.add_argument("--branch", default="", help="branch label (default: none)")
+    g.add_argument("--invocation-id", default="", metavar="ID",
+                   help="the invocation that produced it (default: none)")
+    g.add_argument("--timestamp", type=instant_utc, metavar="TIME",
+                   help="when it happened: RFC 3339, a date, 2h, yesterday (default: now)")
+    g.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
+                   help="a metadata pair (repeat for several)")
 
-    p = sub.add_parser("since", parents=[common], help="print entries after a seq")
-    p.add_argument("--from", dest="from_seq", type=int, default=0, metavar="SEQ")
-    p.add_argument("--limit", type=int, help="stop after this many entries")
+    p = command(sub, "since", "print entries after a seq", parents=[common])
+    p.add_argument("--from", dest="from_seq", type=count, default=0, metavar="SEQ",
+                   help="print entries after SEQ (default 0: from the start)")
+    p.add_argument("--limit", type=positive, metavar="N", help="stop after N entries")
     p.add_argument("--full", action="store_true", help="do not shorten long content")
     _filters(p)
 
-    p = sub.add_parser("tail", parents=[common], help="print the newest entries, then follow")
-    p.add_argument("-n", "--lines", type=int, default=10, help="entries to show first (10)")
-    p.add_argument("--from", dest="from_seq", type=int, metavar="SEQ", help="start after SEQ")
-    p.add_argument("--watch-interval-ms", type=int, default=200)
-    p.add_argument("--full", action="store_true")
+    p = command(sub, "tail", "print the newest entries, then follow (Ctrl-C ends it)",
+                parents=[common])
+    p.add_argument("-n", "--lines", type=count, default=10, metavar="N",
+                   help="entries to show first (default 10)")
+    p.add_argument("--from", dest="from_seq", type=count, metavar="SEQ",
+                   help="start after SEQ instead (then -n is ignored)")
+    p.add_argument("--watch-interval-ms", type=positive, default=argparse.SUPPRESS,
+                   metavar="MS", help="how often to poll for other processes' appends "
+                   "(default 200)")
+    p.add_argument("--full", action="store_true", help="do not shorten long content")
     _filters(p)
 
-    p = sub.add_parser("branches", parents=[common], help="list distinct branch labels")
-    p.add_argument("--limit", type=int)
+    p = command(sub, "branches", "list distinct branch labels", parents=[common])
+    p.add_argument("--limit", type=positive, metavar="N", help="list at most N")
     _filters(p)
 
-    p = sub.add_parser("sessions", parents=[common], help="list, show, create or delete")
+    p = command(sub, "sessions", "list, get, create or delete sessions", parents=[common])
     ss = p.add_subparsers(dest="sessions_command", metavar="ACTION", required=True)
-    q = ss.add_parser("list", parents=[common])
-    q.add_argument("app")
-    q.add_argument("--user")
-    q = ss.add_parser("get", parents=[common])
-    q.add_argument("app")
-    q.add_argument("user")
-    q.add_argument("session")
-    q.add_argument("--after-seq", type=int, default=0)
-    q.add_argument("--recent", type=int)
-    q.add_argument("--full", action="store_true")
-    q = ss.add_parser("create", parents=[common])
-    q.add_argument("app")
-    q.add_argument("user")
-    q.add_argument("--session")
-    q.add_argument("--state", help="initial state as a JSON object")
-    q = ss.add_parser("delete", parents=[common])
-    q.add_argument("app")
-    q.add_argument("user")
-    q.add_argument("session")
+    q = command(ss, "list", "list an application's sessions", parents=[common], hint=_SHAPE)
+    _address_list(q)
+    q = command(ss, "get", "print a session, its state and its events", parents=[common],
+                hint=_SHAPE)
+    _address(q, app=True, user=True, session=True)
+    q.add_argument("--after-seq", type=count, default=0, metavar="SEQ",
+                   help="only events after SEQ (default 0)")
+    q.add_argument("--recent", type=positive, metavar="N", help="only the newest N events")
+    q.add_argument("--full", action="store_true", help="do not shorten long content")
+    q = command(ss, "create", "create a session (an id is made up unless --session)",
+                parents=[common], hint=_SHAPE)
+    _address(q, app=True, user=True, session=False,
+             session_help="the session id (default: a new random id)")
+    q.add_argument("--state", metavar="JSON", help="initial state, a JSON object")
+    q = command(ss, "delete", "delete a session and its events", parents=[common],
+                hint=_SHAPE)
+    _address(q, app=True, user=True, session=True)
 
-    p = sub.add_parser("locks", parents=[common], help="list session leases")
-    p.add_argument("--app")
-    p.add_argument("--user")
+    p = command(sub, "locks", "list session leases", parents=[common])
+    p.add_argument("--app", type=nonempty, help="only this application's leases")
+    p.add_argument("--user", type=nonempty, help="only this user's leases")
 
-    p = sub.add_parser("boots", parents=[common], help="list recorded boots")
-    p.add_argument("--since", help="RFC 3339 time (default: 24 hours ago)")
+    p = command(sub, "boots", "list recorded boots", parents=[common])
+    p.add_argument("--since", type=instant_utc, metavar="TIME",
+                   help="boots at or after TIME: RFC 3339, a date, 2h, yesterday "
+                   "(default: 24 hours ago)")
 
-    sub.add_parser("ping", parents=[common], help="check that the log can be read")
+    command(sub, "ping", "check that the log can be read", parents=[common])
     return parser
 
 
+def _address_list(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("the sessions")
+    g.add_argument("--app", type=nonempty, required=True, help="the application name")
+    g.add_argument("--user", type=nonempty, help="only this user's sessions")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # --help, or the one line of a usage error
+        return exc.code if isinstance(exc.code, int) else 2
+    if "watch_interval_ms" in vars(args) and args.log_command != "tail":
+        return cliargs.fail("--watch-interval-ms applies to log tail only", 2)
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="streamd %(asctime)s %(levelname)s %(message)s")
     return run(args)
 
 
 # --- running ------------------------------------------------------------------------
 
 
-class _Usage(Exception):
-    """A bad argument found after parsing (a JSON value, a time)."""
-
-
 def run(args: argparse.Namespace) -> int:
-    command = args.log_command
-    follow = command == "tail"
+    follow = args.log_command == "tail"
     try:
         return trio.run(_dispatch, args)
-    except _Usage as exc:
-        print(f"streamd log: {exc}", file=sys.stderr)
-        return 2
-    except RpcError as exc:
-        print(f"streamd log: {exc.name}: {exc.message}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
+    except BaseException as exc:  # every way out is one line, or a status
+        return _ended(_unwrap(exc), args, follow)
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The one error inside Trio's nursery groups (tail runs in a nursery)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _ended(exc: BaseException, args: argparse.Namespace, follow: bool) -> int:
+    if isinstance(exc, cliargs.UsageError):
+        return cliargs.fail(str(exc), 2)
+    if isinstance(exc, RpcError):
+        message, code = _human(exc)
+        return cliargs.fail(message, code)
+    if isinstance(exc, KeyboardInterrupt):
         # tail is meant to be stopped this way; a one-shot command was interrupted.
         return 0 if follow else 130
-    except BrokenPipeError:
+    if isinstance(exc, BrokenPipeError):
         # The reader went away (`| head`): not an error. Point stdout at /dev/null
         # so the interpreter's final flush does not complain.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    if isinstance(exc, OSError):
+        # Creating the file (or its directory) failed before the log could say so.
+        path = str(resolve_db_path(args.db))
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != path else ""
+        return cliargs.fail(f"cannot create the event log {path}: {exc.strerror or exc}"
+                            f"{where}; give --db a path you can write")
+    raise exc
+
+
+# The request fields a flag becomes, for the rare value only the log checks.
+_FLAG_OF = {
+    "app": "--app", "user": "--user", "session": "--session", "id": "--id",
+    "author": "--author", "timestamp": "--timestamp", "from_seq": "--from",
+    "limit": "--limit", "after_seq": "--after-seq", "recent": "--recent",
+    "parent": "--tree", "branch": "--branch", "state": "--state",
+}
+_EXPECTED = (
+    ("Expected `str` of length >= 1", "must not be empty"),
+    ("Expected `int` >= 0", "must be 0 or more"),
+    ("Expected `int` >= 1", "must be at least 1"),
+    ("Expected `object`", "must be a JSON object"),
+)
+
+
+def _human(exc: RpcError) -> tuple[str, int]:
+    """An error of the log said the way a person would, and its exit status.
+
+    The wire's vocabulary stays out: no code names, no ``$.path``; a value
+    the log refused is named by its flag (and is a usage error)."""
+    if is_session_not_found(exc) and isinstance(exc.data, dict):
+        d = exc.data
+        return f"session {d.get('app')}/{d.get('user')}/{d.get('session')} not found", 1
+    if exc.code == INVALID_PARAMS and isinstance(exc.data, dict) and "session" in exc.data:
+        d = exc.data  # sessions create of one that exists
+        return f"session {d.get('app')}/{d.get('user')}/{d.get('session')} already exists", 1
+    if exc.code == INVALID_PARAMS and " - at `$." in exc.message:
+        what, _, where = exc.message.rpartition(" - at `$.")
+        field = where.rstrip("`").split(".")[-1]
+        flag = _FLAG_OF.get(field, f"--{field.replace('_', '-')}")
+        for wire, said in _EXPECTED:
+            if what.startswith(wire):
+                what = said
+                break
+        else:
+            what = what.replace("`", "")
+        return f"{flag} {what}", 2
+    return exc.message, 1
 
 
 _READS = {"since", "tail", "branches", "locks", "boots", "ping"}
@@ -224,7 +347,7 @@ async def _append(log: EventLog, args: argparse.Namespace) -> int:
         content=content,
         branch=args.branch,
         invocation_id=args.invocation_id,
-        timestamp=_parse_time(args.timestamp, "--timestamp") if args.timestamp else None,
+        timestamp=args.timestamp,
     )
     result = await log.append(args.app, args.user, args.session, event, metadata)
     if args.json:
@@ -304,13 +427,16 @@ async def _sessions(log: EventLog, args: argparse.Namespace) -> int:
     elif action == "create":
         state = _parse_json(args.state, "--state") if args.state is not None else None
         if state is not None and not isinstance(state, dict):
-            raise _Usage("--state must be a JSON object")
+            raise cliargs.UsageError("--state must be a JSON object")
         created = await log.create_session(args.app, args.user, args.session, state)
         if args.json:
             _json(created)
         else:
             _out(_session_line(created))
     else:
+        # The log's delete is idempotent (a retry must not fail); a person who
+        # names a session that never existed has made a typo, and is told so.
+        await log.get_session(args.app, args.user, args.session, recent=1)
         await log.delete_session(args.app, args.user, args.session)
         if args.json:
             _json({})
@@ -331,11 +457,7 @@ async def _locks(log: EventLog, args: argparse.Namespace) -> int:
 
 
 async def _boots(log: EventLog, args: argparse.Namespace) -> int:
-    since = (
-        _parse_time(args.since, "--since")
-        if args.since
-        else dt.datetime.now(dt.UTC) - dt.timedelta(hours=24)
-    )
+    since = args.since or dt.datetime.now(dt.UTC) - dt.timedelta(hours=24)
     boots = await log.recent_boots(since)
     if args.json:
         _json({"boots": boots})
@@ -373,20 +495,13 @@ def _parse_json(text: str, flag: str) -> Any:
     try:
         return msgspec.json.decode(text)
     except msgspec.DecodeError as exc:
-        raise _Usage(f"{flag} is not JSON: {exc}") from None
-
-
-def _parse_time(text: str, flag: str) -> dt.datetime:
-    try:
-        return parse_datetime(text, flag)
-    except TimeInputError as exc:
-        raise _Usage(str(exc)) from None
+        raise cliargs.UsageError(f"{flag} is not JSON: {exc}") from None
 
 
 def _key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise _Usage(f"--meta {text!r} is not KEY=VALUE")
+        raise cliargs.UsageError(f"--meta {text!r} is not KEY=VALUE")
     return key, value
 
 
@@ -394,7 +509,7 @@ def _filter_from(args: argparse.Namespace) -> Filter | None:
     tree = None
     if args.tree is not None:
         if args.app is None or args.user is None:
-            raise _Usage("--tree needs --app and --user")
+            raise cliargs.UsageError("--tree needs --app and --user")
         tree = SessionTree(app=args.app, user=args.user, parent=args.tree)
     flt = Filter(
         app=None if tree else args.app,

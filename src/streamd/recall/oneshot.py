@@ -24,11 +24,12 @@ from streamd.recall.wire import (
 
 
 def open_adapter(
-    paths: list[str], workdir: str | None, tick: Callable[[], None] | None = None
+    paths: list[str], workdir: str | None, tick: Callable[[], None] | None = None,
+    full: bool = False,
 ) -> tuple[StreamAdapter, Generation]:
     """An adapter over ``paths``, caught up: in memory, or resuming the durable
     index in ``workdir`` (the one ``streamd index`` builds), so repeated runs
-    read only what was appended."""
+    read only what was appended; ``full`` rebuilds it from scratch."""
     adapter = StreamAdapter(persist=workdir is not None)
     files = [os.path.abspath(p) for p in paths]
     adapter.initialize(
@@ -38,7 +39,7 @@ def open_adapter(
             source_id="stream", location=os.path.dirname(files[0]), settings={"files": files},
         )
     )
-    return adapter, current(adapter, tick=tick)
+    return adapter, current(adapter, full=full, tick=tick)
 
 
 def current(

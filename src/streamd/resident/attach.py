@@ -67,11 +67,18 @@ READ_CHUNK = 1 << 16
 # is known to be the end of the session rather than a failure.
 _SHUTDOWN = b'"recall/shutdown"'
 
-USAGE = """usage: streamd attach [--runtime-dir DIR] [--start-timeout S] [-- DAEMON-ARGS...]
+USAGE = f"""usage: streamd attach [--runtime-dir DIR] [--start-timeout S] [-- DAEMON-ARGS...]
 
 Speak the adapter protocol on stdin/stdout and relay it to the resident
 streamd daemon, starting one (`streamd daemon DAEMON-ARGS...`) when none
-answers. Recall config: command = ".../streamd", args = ["attach"]."""
+answers. Recall config: command = ".../streamd", args = ["attach"].
+
+options:
+  --runtime-dir DIR    the daemon's socket directory (default $STREAMD_RUNTIME_DIR,
+                       else $XDG_RUNTIME_DIR/streamd, else $XDG_STATE_HOME/streamd/run)
+  --start-timeout S    how long a daemon it starts gets to answer (default {START_TIMEOUT:g})
+  -- DAEMON-ARGS...    options for a daemon it starts (see 'streamd daemon --help')
+  -h, --help           show this help and exit"""
 
 
 class AttachError(Exception):
@@ -83,7 +90,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         opts = _parse(argv)
     except AttachError as exc:
-        print(f"{USAGE}\nstreamd attach: {exc}", file=sys.stderr)
+        print(f"streamd: {exc} (see 'streamd attach --help')", file=sys.stderr)
         return 2
     if opts is None:
         print(USAGE)
@@ -111,7 +118,7 @@ def _parse(argv: Sequence[str]) -> tuple[str, float, list[str]] | None:
             return None
         name, eq, value = arg.partition("=")
         if name not in ("--runtime-dir", "--start-timeout"):
-            raise AttachError(f"unrecognized argument {arg!r}")
+            raise AttachError(f"unexpected {arg}")
         if not eq:
             if not args:
                 raise AttachError(f"{name} needs a value")
@@ -122,7 +129,9 @@ def _parse(argv: Sequence[str]) -> tuple[str, float, list[str]] | None:
             try:
                 timeout = float(value)
             except ValueError:
-                raise AttachError(f"--start-timeout: not a number: {value!r}") from None
+                timeout = -1.0
+            if not 0 <= timeout < float("inf"):
+                raise AttachError(f"--start-timeout must be a number of seconds, not {value!r}")
     if directory is not None:
         daemon_args = ["--runtime-dir", directory, *daemon_args]
     return directory or paths.runtime_dir(), timeout, daemon_args

@@ -169,18 +169,34 @@ def pid_alive(pid: int) -> bool:
 
 # --- streamd status / streamd stop -------------------------------------------
 
-STATUS_USAGE = """usage: streamd status [--json] [--runtime-dir DIR]
+_RUNTIME_DIR_HELP = (
+    "  --runtime-dir DIR  the daemon's socket directory (default $STREAMD_RUNTIME_DIR,\n"
+    "                     else $XDG_RUNTIME_DIR/streamd, else $XDG_STATE_HOME/streamd/run)\n"
+    "  -h, --help         show this help and exit"
+)
+
+STATUS_USAGE = f"""usage: streamd status [--json] [--runtime-dir DIR]
 
 Whether the resident daemon runs, and what it holds. Exit 0 if it runs, 3 if it
-does not, 1 if something holds its socket but does not answer."""
+does not, 1 if something holds its socket but does not answer.
 
-STOP_USAGE = """usage: streamd stop [--runtime-dir DIR]
+options:
+  --json             print one JSON object instead of lines for people
+{_RUNTIME_DIR_HELP}"""
+
+STOP_USAGE = f"""usage: streamd stop [--runtime-dir DIR]
 
 Stop the resident daemon (as SIGTERM would) and wait for it to exit. Exit 0
-whether or not one was running; 1 if it did not exit in time."""
+whether or not one was running; 1 if it did not exit in time.
+
+options:
+{_RUNTIME_DIR_HELP}"""
 
 
 def _parse(argv: Sequence[str], usage: str, flags: Sequence[str]) -> dict[str, Any] | int:
+    """Options, or an exit status: 0 after --help, 2 after the one line a
+    mistake gets (as every streamd command says it: ``streamd: ...``)."""
+    command = usage.split()[2]
     opts: dict[str, Any] = {"json": False, "runtime_dir": None}
     args = list(argv)
     while args:
@@ -190,14 +206,20 @@ def _parse(argv: Sequence[str], usage: str, flags: Sequence[str]) -> dict[str, A
             return 0
         if arg == "--json" and "--json" in flags:
             opts["json"] = True
-        elif arg == "--runtime-dir" and args:
+        elif arg == "--runtime-dir":
+            if not args:
+                return _usage_error("--runtime-dir needs a value", command)
             opts["runtime_dir"] = os.path.abspath(args.pop(0))
         elif arg.startswith("--runtime-dir="):
             opts["runtime_dir"] = os.path.abspath(arg.split("=", 1)[1])
         else:
-            print(f"{usage}\nstreamd: unrecognized argument {arg!r}", file=sys.stderr)
-            return 2
+            return _usage_error(f"unexpected {arg}", command)
     return opts
+
+
+def _usage_error(message: str, command: str) -> int:
+    print(f"streamd: {message} (see 'streamd {command} --help')", file=sys.stderr)
+    return 2
 
 
 def _directory(opts: dict[str, Any]) -> str:

@@ -1,0 +1,150 @@
+"""What every ``streamd`` command shares with people: one-line errors, exit
+codes, and the types its flags take.
+
+The rules, kept by every command (``streamd``, ``streamd log``, and the
+resident clients' own small parsers):
+
+* A mistake is one line on stderr, ``streamd: ...``, naming the flag or the
+  path, never a traceback and never a usage block (``--help`` has those).
+* Exit 2 for a command line that cannot be read as given (an unknown flag, a
+  missing or malformed value, a time that is not a time); exit 1 for anything
+  the command finds once it runs (a missing file, a session that does not
+  exist, a workdir it may not write); 0 for success. ``search`` adds grep's
+  convention: 1 when nothing matched.
+* A value is checked where it is parsed, so the message names the flag the
+  way a person typed it (``--limit must be at least 1, not '0'``), never the
+  request field it becomes (``$.limit``).
+
+Standard library only (argparse is imported by the commands that build a
+parser, never by ``streamd attach``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from typing import NoReturn
+
+# The largest integer the wire takes (Go's int): a flag refuses what its
+# request would refuse.
+MAX_INT = (1 << 63) - 1
+
+
+class UsageError(Exception):
+    """A command line that cannot be read as given, found after parsing; exit 2."""
+
+
+def fail(message: str, code: int = 1) -> int:
+    """Say ``message`` as the one line a mistake gets; returns ``code``."""
+    sys.stderr.write(f"streamd: {message}\n")
+    sys.stderr.flush()
+    return code
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with streamd's one-line errors.
+
+    ``hint`` is said after the error when a stray word was given (how the
+    command wants its arguments)."""
+
+    def __init__(self, *args, hint: str = "", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.hint = hint
+
+    def error(self, message: str) -> NoReturn:
+        text = _plain(message)
+        if self.hint and message.startswith(("unrecognized arguments",
+                                             "the following arguments are required")):
+            text += f"; {self.hint}"
+        sys.stderr.write(f"streamd: {text} (see '{self.prog} --help')\n")
+        sys.exit(2)
+
+
+def _plain(message: str) -> str:
+    """argparse's phrasing said the way the rest of streamd says things."""
+    if message.startswith("argument "):
+        flag, _, rest = message[len("argument "):].partition(": ")
+        flag = flag.split("/")[-1]  # "-n/--lines" -> "--lines"
+        if rest == "expected one argument":
+            return f"{flag} needs a value"
+        if rest.startswith("invalid choice: ") and not flag.startswith("-"):
+            # A subcommand: "COMMAND: invalid choice: 'x'" -> "unknown command 'x'".
+            return f"unknown {flag.lower()} {rest.removeprefix('invalid choice: ')}"
+        return f"{flag} {rest}" if rest.startswith(("must", "is ", "'")) else f"{flag}: {rest}"
+    if message.startswith("the following arguments are required: "):
+        return "missing " + message.removeprefix("the following arguments are required: ")
+    if message.startswith("unrecognized arguments: "):
+        return "unexpected " + message.removeprefix("unrecognized arguments: ")
+    return message
+
+
+def command(sub: argparse._SubParsersAction, name: str, help: str, **kwargs) -> Parser:
+    """A subcommand whose description is its help line (so ``--help`` says
+    what it does, not only what it takes)."""
+    kwargs.setdefault("description", help[:1].upper() + help[1:] + ".")
+    return sub.add_parser(name, help=help, **kwargs)
+
+
+# --- value types ----------------------------------------------------------------
+# Each raises ArgumentTypeError with the rest of a sentence that starts with
+# the flag: "--limit" + " must be at least 1, not '0'".
+
+
+def _int(value: str, low: int) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, not {value!r}") from None
+    if n < low:
+        what = "0 or more" if low == 0 else f"at least {low}"
+        raise argparse.ArgumentTypeError(f"must be {what}, not {value!r}")
+    if n > MAX_INT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_INT}, not {value!r}")
+    return n
+
+
+def positive(value: str) -> int:
+    """An integer of 1 or more."""
+    return _int(value, 1)
+
+
+def count(value: str) -> int:
+    """An integer of 0 or more (a seq, a byte count, a number of lines)."""
+    return _int(value, 0)
+
+
+def nonempty(value: str) -> str:
+    if not value:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def seconds(value: str) -> float:
+    try:
+        s = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {value!r}") from None
+    if not s >= 0 or s == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {value!r}")
+    return s
+
+
+def instant(value: str) -> int:
+    """A time as people type it (see :mod:`streamd.timeinput`), as Unix ns."""
+    from streamd.timeinput import TimeInputError, parse_instant
+
+    try:
+        return parse_instant(value, "")
+    except TimeInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc).lstrip()) from None
+
+
+def instant_utc(value: str) -> dt.datetime:
+    """A time as people type it, as an aware UTC datetime (years 1 to 9999)."""
+    from streamd.timeinput import TimeInputError, parse_datetime
+
+    try:
+        return parse_datetime(value, "")
+    except TimeInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc).lstrip()) from None
