@@ -33,6 +33,7 @@ SPEC_METHODS = {
     "eventlog/sessions.get",
     "eventlog/sessions.list",
     "eventlog/sessions.delete",
+    "eventlog/state.get",
     "eventlog/lock.acquire",
     "eventlog/lock.release",
     "eventlog/boot.record",
@@ -177,14 +178,18 @@ async def test_sessions_over_the_wire_with_not_found_distinct(daemon: Daemonish)
         err = await c.error("eventlog/sessions.get", {"app": "app", "user": "u", "session": "x"})
         assert err["code"] == -32012
         created = await c.result("eventlog/sessions.create", {"app": "app", "user": "u"})
-        assert set(created) == {"app", "user", "session", "state", "created_at", "updated_at"}
+        assert set(created) == {
+            "app", "user", "session", "state", "created_at", "updated_at", "last_seq"
+        }
+        assert created["last_seq"] == 0
         sid = created["session"]
         await c.result("eventlog/append", append("e1", session=sid))
-        await c.result("eventlog/append", append("e2", session=sid))
+        e2 = await c.result("eventlog/append", append("e2", session=sid))
         got = await c.result(
             "eventlog/sessions.get", {"app": "app", "user": "u", "session": sid, "recent": 1}
         )
         assert [e["event"]["id"] for e in got["events"]] == ["e2"]
+        assert got["last_seq"] == e2["seq"]
         listed = await c.result("eventlog/sessions.list", {"app": "app"})
         assert [s["session"] for s in listed["sessions"]] == [sid]
         assert "events" not in listed["sessions"][0]
@@ -514,7 +519,9 @@ async def test_sessions_get_stops_before_4_mib_with_truncated_and_continues_from
             params = {**key, "after_seq": got["next_seq"]}
         assert answers == [([1, 2], True), ([3, 4], True), ([5, 6, 7], None)]
         # The last answer has the shape an uncut answer always had.
-        assert set(got) == {"app", "user", "session", "state", "created_at", "updated_at", "events"}
+        assert set(got) == {
+            "app", "user", "session", "state", "created_at", "updated_at", "last_seq", "events"
+        }
         # `recent` keeps its window: the newest 5 are 3..7, read oldest first.
         answers, params = [], {**key, "recent": 5}
         while True:

@@ -102,6 +102,9 @@ from streamd.eventlog.model import (
     SessionWithEvents,
     SinceParams,
     SinceResult,
+    StateDelta,
+    StateGetParams,
+    StateSnapshot,
     WatchParams,
     checked,
     to_us,
@@ -443,15 +446,25 @@ class EventLog:
         session: str,
         event: Event,
         metadata: dict[str, str] | None = None,
+        *,
+        state_delta: StateDelta | None = None,
     ) -> AppendResult:
         """Append one event; returns its seq (and ``duplicate`` for a safe retry).
 
-        The result is returned only after the transaction holding the event has
-        committed (durable per the ``synchronous`` setting).
+        ``state_delta`` is applied to the app's, user's and session's state in
+        the same transaction as the event. The result is returned only after
+        the transaction holding the event has committed (durable per the
+        ``synchronous`` setting).
         """
         return await self.append_params(
             checked(
-                AppendParams, app=app, user=user, session=session, event=event, metadata=metadata
+                AppendParams,
+                app=app,
+                user=user,
+                session=session,
+                event=event,
+                metadata=metadata,
+                state_delta=state_delta,
             )
         )
 
@@ -703,17 +716,32 @@ class EventLog:
         user: str,
         session: str | None = None,
         state: dict[str, Any] | None = None,
+        *,
+        app_state: dict[str, Any] | None = None,
+        user_state: dict[str, Any] | None = None,
     ) -> Session:
-        """Create a session (an id is generated when none is given); creating one
-        that exists is invalid_params."""
+        """Create a session (an id is generated when none is given) with its own
+        ``state``, merging ``app_state`` and ``user_state`` into the state its
+        app and user share; creating one that exists is invalid_params (data
+        ``reason: "session_exists"``)."""
         return await self.create_session_params(
-            checked(SessionCreateParams, app=app, user=user, session=session, state=state)
+            checked(
+                SessionCreateParams,
+                app=app,
+                user=user,
+                session=session,
+                state=state,
+                app_state=app_state,
+                user_state=user_state,
+            )
         )
 
     async def create_session_params(self, p: SessionCreateParams) -> Session:
         now_us = self._now_us()
         return await self._write(
-            lambda store: store.create_session(p.app, p.user, p.session, p.state, now_us)
+            lambda store: store.create_session(
+                p.app, p.user, p.session, p.state, now_us, p.app_state, p.user_state
+            )
         )
 
     async def get_session(
@@ -727,11 +755,12 @@ class EventLog:
         raw_content: bool = False,
         max_bytes: int | None = None,
         encoded: bool = False,
+        scoped_state: bool = False,
     ) -> SessionWithEvents:
         """The session with its events; ``session_not_found`` if never written.
         ``raw_content``, ``max_bytes`` and ``encoded`` as for :meth:`since`; an
         answer cut by ``max_bytes`` is ``truncated`` and continues after its
-        ``next_seq``."""
+        ``next_seq``. ``scoped_state`` adds the app's and the user's state."""
         p = checked(
             SessionGetParams,
             app=app,
@@ -739,6 +768,7 @@ class EventLog:
             session=session,
             after_seq=after_seq,
             recent=recent,
+            scoped_state=scoped_state,
         )
         return await self.get_session_params(
             p, raw_content=raw_content, max_bytes=max_bytes, encoded=encoded
@@ -754,7 +784,15 @@ class EventLog:
     ) -> SessionWithEvents:
         return await self._read(
             lambda store: store.get_session(
-                p.app, p.user, p.session, p.after_seq, p.recent, raw_content, max_bytes, encoded
+                p.app,
+                p.user,
+                p.session,
+                p.after_seq,
+                p.recent,
+                raw_content,
+                max_bytes,
+                encoded,
+                p.scoped_state,
             )
         )
 
@@ -772,6 +810,28 @@ class EventLog:
 
     async def delete_session_params(self, p: SessionDeleteParams) -> None:
         await self._write(lambda store: store.delete_session(p.app, p.user, p.session))
+
+    # -- state --
+
+    async def get_state(
+        self,
+        app: str,
+        user: str | None = None,
+        session: str | None = None,
+        *,
+        as_of_seq: int | None = None,
+    ) -> StateSnapshot:
+        """The app's state, and the user's and the session's when named:
+        current, or as of ``as_of_seq`` (the state when that seq was the
+        newest). One snapshot, so the scopes agree with each other."""
+        return await self.get_state_params(
+            checked(StateGetParams, app=app, user=user, session=session, as_of_seq=as_of_seq)
+        )
+
+    async def get_state_params(self, p: StateGetParams) -> StateSnapshot:
+        return await self._read(
+            lambda store: store.get_state(p.app, p.user, p.session, p.as_of_seq)
+        )
 
     # -- leases --
 

@@ -30,6 +30,18 @@ every storage backend, so the rules that hold for all of them live on the fields
   times read as ``null``, a value they never have otherwise. The store logs a
   warning for each such row it reads.
 
+State
+-----
+A session's events may carry a :class:`StateDelta`: top-level keys set in the
+app's state (shared by every user of the app), the user's (shared by every
+session of that user in the app) and the session's own. A delta replaces each
+key it names, whole (a nested object is not merged into, and ``null`` is a
+value, not a deletion): what a framework such as ADK does with its
+``state_delta``. The log applies a delta in the transaction that appends its
+event, so the state and the history never disagree; ``state.get`` reads the
+current state, or the state as of any seq (the state when that seq was the
+newest).
+
 No I/O here, and no trio.
 """
 
@@ -86,6 +98,9 @@ __all__ = [
     "SessionWithEvents",
     "SinceParams",
     "SinceResult",
+    "StateDelta",
+    "StateGetParams",
+    "StateSnapshot",
     "WatchParams",
     "WatchResult",
     "check_renderable",
@@ -199,6 +214,24 @@ class Event(Params, kw_only=True):
     timestamp: UtcTime | None = None
 
 
+class StateDelta(Params, omit_defaults=True):
+    """What one append (or a session's creation) sets in each scope of state.
+
+    Each present scope replaces the top-level keys it names; absent or empty
+    scopes change nothing (and an all-empty delta is stored as none)."""
+
+    app: dict[str, Any] | None = None
+    user: dict[str, Any] | None = None
+    session: dict[str, Any] | None = None
+
+    def normalized(self) -> StateDelta | None:
+        """This delta without its empty scopes; None when nothing is left."""
+        app, user, session = self.app or None, self.user or None, self.session or None
+        if app is None and user is None and session is None:
+            return None
+        return StateDelta(app=app, user=user, session=session)
+
+
 class Entry(Result, omit_defaults=True):
     """A committed event and the seq the log gave it. Every key of the contract is
     always present (none has a default); ``metadata`` is None for an event
@@ -212,8 +245,11 @@ class Entry(Result, omit_defaults=True):
     metadata: dict[str, str] | None
     damaged: list[str] | None = None
     """Only on a row that could not be fully rendered: the fields given as null
-    instead (``event.timestamp``, ``event.content``, ``metadata``). Omitted on
-    the wire otherwise."""
+    instead (``event.timestamp``, ``event.content``, ``metadata``,
+    ``state_delta``). Omitted on the wire otherwise."""
+    state_delta: StateDelta | None = None
+    """The state this event set, as it was appended (empty scopes dropped);
+    omitted on the wire for an event that set none."""
 
 
 class SessionTree(Params):
@@ -250,6 +286,10 @@ class AppendParams(Params, kw_only=True):
     session: NonEmpty
     event: Event
     metadata: dict[str, str] | None = None
+    state_delta: StateDelta | None = None
+    """Applied to the app's, the user's and the session's state in the
+    transaction that appends the event; part of the event's identity (a retry
+    with another delta is ``event_conflict``)."""
 
     def __post_init__(self) -> None:
         # Here and not on Event: Event is also built for every entry read.
@@ -321,11 +361,20 @@ class SessionCreateParams(Params, kw_only=True):
     user: NonEmpty
     session: NonEmpty | None = None
     state: dict[str, Any] | None = None
+    """The new session's own state."""
+    app_state: dict[str, Any] | None = None
+    user_state: dict[str, Any] | None = None
+    """Merged (key by key) into the app's and the user's shared state, in the
+    transaction that creates the session."""
 
 
 class Session(Result, kw_only=True):
     """``state``, ``created_at`` and ``updated_at`` are null only for a damaged
-    row (see the module docstring); they always have a value otherwise."""
+    row (see the module docstring); they always have a value otherwise.
+
+    ``last_seq`` is the seq of the newest event ever appended to the session (0
+    before the first): what a writer passes as ``expected_seq``. It is history,
+    not what is retained, so it never goes back when events are compacted."""
 
     app: str
     user: str
@@ -333,6 +382,7 @@ class Session(Result, kw_only=True):
     state: dict[str, Any] | None
     created_at: _dt.datetime | None
     updated_at: _dt.datetime | None
+    last_seq: int
 
 
 class SessionWithEvents(Session, kw_only=True, omit_defaults=True):
@@ -346,6 +396,10 @@ class SessionWithEvents(Session, kw_only=True, omit_defaults=True):
     events: list[Entry]
     truncated: bool = False
     next_seq: int | None = None
+    app_state: dict[str, Any] | None = None
+    user_state: dict[str, Any] | None = None
+    """Only when asked for (``scoped_state``): the app's and the user's shared
+    state, read in the same snapshot as the session."""
 
 
 class SessionGetParams(Params, kw_only=True):
@@ -356,6 +410,9 @@ class SessionGetParams(Params, kw_only=True):
     """Only events after this seq; also how a truncated answer is continued."""
     recent: Count | None = None
     """Only the newest N events (after ``after_seq``), still in seq order."""
+    scoped_state: bool = False
+    """Also return the app's and the user's state (``app_state``,
+    ``user_state``), read in the same snapshot as the session."""
 
 
 class SessionListParams(Params, kw_only=True):
@@ -371,6 +428,35 @@ class SessionDeleteParams(Params, kw_only=True):
     app: NonEmpty
     user: NonEmpty
     session: NonEmpty
+
+
+# --- state -----------------------------------------------------------------
+
+
+class StateGetParams(Params, kw_only=True):
+    """``user`` adds the user's state, ``session`` (which needs ``user``) the
+    session's; ``as_of_seq`` reads the state as it was when that seq was the
+    newest in the log (every write up to it, none after)."""
+
+    app: NonEmpty
+    user: NonEmpty | None = None
+    session: NonEmpty | None = None
+    as_of_seq: Seq | None = None
+
+    def __post_init__(self) -> None:
+        if self.session is not None and self.user is None:
+            raise ValueError("state.get of a session needs its user")
+
+
+class StateSnapshot(Result, kw_only=True):
+    """The state of each scope asked for (null for a scope not asked for), and
+    ``seq``: the newest seq the state reflects (the request's ``as_of_seq``, or
+    the newest seq in the log when read)."""
+
+    seq: int
+    app: dict[str, Any]
+    user: dict[str, Any] | None
+    session: dict[str, Any] | None
 
 
 # --- leases ----------------------------------------------------------------

@@ -74,6 +74,8 @@ from streamd.eventlog.model import (
     SessionWithEvents,
     SinceParams,
     SinceResult,
+    StateGetParams,
+    StateSnapshot,
     WatchParams,
     WatchResult,
 )
@@ -176,6 +178,11 @@ class _Service:
         await (await self.log()).delete_session_params(p)
         return Empty()
 
+    # -- state --
+
+    async def state_get(self, p: StateGetParams, request: Request) -> StateSnapshot:
+        return await (await self.log()).get_state_params(p)
+
     # -- leases --
 
     async def lock_acquire(self, p: LockAcquireParams, request: Request) -> LockAcquireResult:
@@ -262,6 +269,7 @@ def eventlog_methods(get_log: LogFactory) -> list[Method]:
         Method("eventlog/sessions.get", SessionGetParams, s.sessions_get),
         Method("eventlog/sessions.list", SessionListParams, s.sessions_list),
         Method("eventlog/sessions.delete", SessionDeleteParams, s.sessions_delete),
+        Method("eventlog/state.get", StateGetParams, s.state_get),
         Method("eventlog/lock.acquire", LockAcquireParams, s.lock_acquire),
         Method("eventlog/lock.release", LockReleaseParams, s.lock_release),
         Method("eventlog/boot.record", BootRecordParams, s.boot_record),

@@ -29,6 +29,7 @@ from streamd.eventlog.model import (
     Session,
     SessionWithEvents,
     SinceResult,
+    StateSnapshot,
 )
 
 __all__ = ["Backend", "Runner", "closed_error"]
@@ -68,7 +69,14 @@ class Backend(Protocol):
     def branches(self, flt: Filter | None, limit: int | None) -> list[str]: ...
 
     def create_session(
-        self, app: str, user: str, session: str | None, state: dict[str, Any] | None, now_us: int
+        self,
+        app: str,
+        user: str,
+        session: str | None,
+        state: dict[str, Any] | None,
+        now_us: int,
+        app_state: dict[str, Any] | None = None,
+        user_state: dict[str, Any] | None = None,
     ) -> Session: ...
 
     def get_session(
@@ -81,11 +89,16 @@ class Backend(Protocol):
         raw_content: bool = False,
         max_bytes: int | None = None,
         encoded: bool = False,
+        scoped_state: bool = False,
     ) -> SessionWithEvents: ...
 
     def list_sessions(self, app: str, user: str | None) -> list[Session]: ...
 
     def delete_session(self, app: str, user: str, session: str) -> None: ...
+
+    def get_state(
+        self, app: str, user: str | None, session: str | None, as_of_seq: int | None
+    ) -> StateSnapshot: ...
 
     def acquire_lease(
         self, app: str, user: str, session: str, holder: str, stale_after_ms: int, now_us: int

@@ -27,6 +27,7 @@ from streamd.eventlog.model import (
     Event,
     LeaseInfo,
     Session,
+    StateDelta,
     check_renderable,
     from_us,
     from_us_or_none,
@@ -40,9 +41,11 @@ __all__ = [
     "SESSION_COLUMNS",
     "Prepared",
     "Shape",
+    "decode_state",
     "json_text",
     "prepare",
     "shape",
+    "state_or_empty",
     "take",
     "to_boot",
     "to_entry",
@@ -58,12 +61,13 @@ _decode_any = msgspec.json.Decoder().decode
 _decode_metadata = msgspec.json.Decoder(dict[str, str]).decode
 _decode_state = msgspec.json.Decoder(dict[str, Any]).decode
 _decode_attempted = msgspec.json.Decoder(list[str]).decode
+_decode_delta = msgspec.json.Decoder(StateDelta).decode
 
 ENTRY_COLUMNS = (
     "seq, app_name, user_id, session_id, event_id, invocation_id, author, branch, "
-    "event_time, content, metadata"
+    "event_time, content, metadata, state_delta"
 )
-SESSION_COLUMNS = "app_name, user_id, session_id, state, created_at, updated_at"
+SESSION_COLUMNS = "app_name, user_id, session_id, state, created_at, updated_at, last_seq"
 LEASE_COLUMNS = (
     "app_name, user_id, session_id, holder, acquired_at, heartbeat_at, stale_after_ms"
 )
@@ -90,6 +94,9 @@ class Prepared:
     content: str
     metadata: str | None
     digest: bytes
+    state_delta: StateDelta | None
+    """Normalized: no empty scope, None when nothing is set."""
+    state_delta_text: str | None
 
 
 def prepare(p: AppendParams, now_us: int) -> Prepared:
@@ -103,30 +110,40 @@ def prepare(p: AppendParams, now_us: int) -> Prepared:
         raise invalid_params(str(exc)) from None
     given_time = to_us(ev.timestamp) if ev.timestamp is not None else None
     metadata = p.metadata or None  # {} reads back as null, so it is stored as null
+    delta = p.state_delta.normalized() if p.state_delta is not None else None
+    fields: list[Any] = [
+        p.app,
+        p.user,
+        p.session,
+        ev.id,
+        ev.author,
+        ev.branch,
+        ev.invocation_id,
+        given_time,
+        ev.content,
+        metadata,
+    ]
+    if delta is not None:
+        # Only when there is one: an event without state keeps the identity it
+        # had before state existed, so retrying it stays a duplicate.
+        fields.append(delta)
     try:
         content = json_text(ev.content)
-        identity = _encode_canonical(
-            [
-                p.app,
-                p.user,
-                p.session,
-                ev.id,
-                ev.author,
-                ev.branch,
-                ev.invocation_id,
-                given_time,
-                ev.content,
-                metadata,
-            ]
-        )
+        identity = _encode_canonical(fields)
     except (TypeError, ValueError) as exc:
         raise invalid_params(f"event content is not JSON: {exc}") from None
+    try:
+        delta_text = json_text(delta) if delta is not None else None
+    except (TypeError, ValueError) as exc:
+        raise invalid_params(f"state_delta is not JSON: {exc}") from None
     return Prepared(
         params=p,
         event_time=given_time if given_time is not None else now_us,
         content=content,
         metadata=json_text(metadata) if metadata is not None else None,
         digest=hashlib.blake2b(identity, digest_size=16).digest(),
+        state_delta=delta,
+        state_delta_text=delta_text,
     )
 
 
@@ -142,18 +159,19 @@ def to_entry(row: tuple[Any, ...], raw_content: bool = False) -> Entry:
     Total: a row with a value that cannot be rendered is built by
     :func:`_damaged_entry` instead (the ``try`` costs nothing when nothing
     raises, so intact rows pay nothing for it)."""
-    t, content, md = row[8], row[9], row[10]
+    t, content, md, sd = row[8], row[9], row[10], row[11]
     try:
         timestamp = from_us(t)
         body = msgspec.Raw(content) if raw_content else _decode_any(content)
         metadata = (_decode_metadata(md) or None) if md is not None else None
+        delta = _decode_delta(sd) if sd is not None else None
     except _UNRENDERABLE:
         return _damaged_entry(row, raw_content)
-    return _built(row, timestamp, body, metadata)
+    return _built(row, timestamp, body, metadata, delta)
 
 
 def _damaged_entry(row: tuple[Any, ...], raw_content: bool) -> Entry:
-    t, content, md = row[8], row[9], row[10]
+    t, content, md, sd = row[8], row[9], row[10], row[11]
     damaged: list[str] = []
     timestamp = from_us_or_none(t)
     if timestamp is None:
@@ -169,12 +187,18 @@ def _damaged_entry(row: tuple[Any, ...], raw_content: bool) -> Entry:
             metadata = _decode_metadata(md) or None
         except _UNRENDERABLE:
             damaged.append("metadata")
+    delta = None
+    if sd is not None:
+        try:
+            delta = _decode_delta(sd)
+        except _UNRENDERABLE:
+            damaged.append("state_delta")
     logger.warning(
         "event log row seq %s cannot be fully rendered (%s); read as null",
         row[0],
         ", ".join(damaged),
     )
-    return _built(row, timestamp, body, metadata, damaged)
+    return _built(row, timestamp, body, metadata, delta, damaged)
 
 
 def _built(
@@ -182,9 +206,10 @@ def _built(
     timestamp: Any,
     body: Any,
     metadata: dict[str, str] | None,
+    delta: StateDelta | None,
     damaged: list[str] | None = None,
 ) -> Entry:
-    seq, app, user, session, event_id, invocation_id, author, branch, _, _, _ = row
+    seq, app, user, session, event_id, invocation_id, author, branch = row[:8]
     return Entry(
         seq=seq,
         app=app,
@@ -200,6 +225,7 @@ def _built(
         ),
         metadata=metadata,
         damaged=damaged,
+        state_delta=delta,
     )
 
 
@@ -244,7 +270,7 @@ def take(
 
 def to_session(row: tuple[Any, ...]) -> Session:
     """A session from its row (:data:`SESSION_COLUMNS`)."""
-    app, user, session, state_text, created, updated = row
+    app, user, session, state_text, created, updated, last_seq = row
     try:
         state: dict[str, Any] | None = _decode_state(state_text)
     except _UNRENDERABLE:
@@ -264,7 +290,30 @@ def to_session(row: tuple[Any, ...]) -> Session:
         state=state,
         created_at=created_at,
         updated_at=updated_at,
+        last_seq=last_seq,
     )
+
+
+def state_or_empty(text: str | None, what: str) -> dict[str, Any]:
+    """A stored state object; ``{}`` when there is none yet. A stored state
+    that does not parse (written by hand) reads as ``{}`` with a warning, as
+    every damaged value reads as null rather than failing the read."""
+    if text is None:
+        return {}
+    try:
+        return _decode_state(text)
+    except _UNRENDERABLE:
+        logger.warning("event log %s state cannot be parsed; read as {}", what)
+        return {}
+
+
+def decode_state(text: str) -> dict[str, Any]:
+    """A stored state object, for a write that merges into it: raises
+    ValueError when it does not parse."""
+    try:
+        return _decode_state(text)
+    except _UNRENDERABLE as exc:
+        raise ValueError(str(exc)) from None
 
 
 def to_lease(row: tuple[Any, ...]) -> LeaseInfo:

@@ -17,6 +17,7 @@ __all__ = ["APPLICATION_ID", "MIGRATIONS", "SCHEMA_VERSION", "migrate", "refuse_
 
 APPLICATION_ID = 0x53544D44  # "STMD" in PRAGMA application_id
 _OUR_TABLES = frozenset({"sessions", "events", "leases", "boots"})
+"""The tables of version 1: a file holding them (and no application id) is ours."""
 
 _V1 = """
 CREATE TABLE sessions (
@@ -95,8 +96,76 @@ CREATE TRIGGER events_content_stays_json BEFORE UPDATE OF content ON events
 PRAGMA application_id = {APPLICATION_ID};
 """
 
+# Version 3: state, and reads bounded by time.
+#
+# * State lives in three places, each for one kind of read. ``state_deltas`` is
+#   the history: one row per scope an append (or a session's creation) set, at
+#   the position it took effect (the event's seq; for a creation, the newest seq
+#   when it committed), which is what a read "as of seq N" folds. The current
+#   state is kept folded, for reads that must not grow with history:
+#   ``sessions.state`` (already there), ``app_states`` and ``user_states``.
+#   Both are written in the transaction of the event that carries the delta.
+#   App and user rows have no foreign key: deleting a session leaves the state
+#   its user and app share, as a framework expects (ADK's services do).
+# * ``events.state_delta`` keeps the delta as the event carried it, so a replay
+#   of the log shows what each event changed.
+# * ``sessions.last_seq`` is the session's newest seq, kept by a trigger on every
+#   insert: it is what ``expected_seq`` is checked against (one primary-key read)
+#   and it is history, so compacting events never moves it back.
+# * ``events_by_session_time`` serves ``sessions.get`` with ``after_time``.
+#
+# A session written before version 3 keeps the state it had: the migration
+# records it at seq 0, so reads as of any seq see it.
+_V3 = """
+ALTER TABLE events ADD COLUMN state_delta TEXT;  -- JSON {app?, user?, session?}
+ALTER TABLE sessions ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0;
+UPDATE sessions SET last_seq = coalesce((
+    SELECT max(seq) FROM events e
+    WHERE e.app_name = sessions.app_name AND e.user_id = sessions.user_id
+      AND e.session_id = sessions.session_id), 0);
+CREATE TRIGGER events_advance_session AFTER INSERT ON events
+    BEGIN
+        UPDATE sessions SET last_seq = NEW.seq
+        WHERE app_name = NEW.app_name AND user_id = NEW.user_id
+          AND session_id = NEW.session_id AND last_seq < NEW.seq;
+    END;
+CREATE INDEX events_by_session_time ON events (app_name, user_id, session_id, event_time);
+
+CREATE TABLE app_states (
+    app_name   TEXT PRIMARY KEY,
+    state      TEXT NOT NULL,             -- JSON object
+    updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE user_states (
+    app_name   TEXT NOT NULL,
+    user_id    TEXT NOT NULL,
+    state      TEXT NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (app_name, user_id)
+) WITHOUT ROWID;
+CREATE TABLE state_deltas (
+    rev        INTEGER PRIMARY KEY AUTOINCREMENT,  -- commit order within one seq
+    scope      TEXT NOT NULL CHECK (scope IN ('app', 'user', 'session')),
+    app_name   TEXT NOT NULL,
+    user_id    TEXT NOT NULL,                     -- '' for the app scope
+    session_id TEXT NOT NULL,                     -- '' for the app and user scopes
+    seq        INTEGER NOT NULL,                  -- where it took effect
+    delta      TEXT NOT NULL                      -- JSON object: keys set
+);
+CREATE INDEX state_deltas_by_key ON state_deltas (scope, app_name, user_id, session_id, seq);
+CREATE TRIGGER sessions_forget_state AFTER DELETE ON sessions
+    BEGIN
+        DELETE FROM state_deltas
+        WHERE scope = 'session' AND app_name = OLD.app_name AND user_id = OLD.user_id
+          AND session_id = OLD.session_id;
+    END;
+INSERT INTO state_deltas (scope, app_name, user_id, session_id, seq, delta)
+    SELECT 'session', app_name, user_id, session_id, 0, state FROM sessions
+    WHERE json_valid(state) AND state <> '{}';
+"""
+
 # Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

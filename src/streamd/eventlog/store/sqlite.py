@@ -80,6 +80,8 @@ from streamd.eventlog.model import (
     Session,
     SessionWithEvents,
     SinceResult,
+    StateDelta,
+    StateSnapshot,
     wire_size,
 )
 from streamd.eventlog.store import rows
@@ -443,27 +445,40 @@ class SqliteStore:
         session: str | None,
         state: dict[str, Any] | None,
         now_us: int,
+        app_state: dict[str, Any] | None = None,
+        user_state: dict[str, Any] | None = None,
     ) -> Session:
+        """Create a session with its own state, merging ``app_state`` and
+        ``user_state`` into the state its app and user share, in one
+        transaction. The deltas are recorded at the newest seq, so a read as of
+        that seq sees them."""
         session_id = session if session is not None else uuid.uuid4().hex
         try:
             state_json = rows.json_text(state or {})
+            delta = StateDelta(app=app_state, user=user_state, session=state).normalized()
+            if delta is not None:
+                rows.json_text(delta)
         except (TypeError, ValueError) as exc:
             raise invalid_params(f"session state is not JSON: {exc}") from None
         try:
             with self._db:
                 self._db.execute(
                     "INSERT INTO sessions (app_name, user_id, session_id, state, created_at,"
-                    " updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-                    (app, user, session_id, state_json, now_us, now_us),
+                    " updated_at) VALUES (?, ?, ?, '{}', ?, ?)",
+                    (app, user, session_id, now_us, now_us),
                 )
+                if delta is not None:
+                    _apply_delta(
+                        self._db, app, user, session_id, delta, _newest_seq(self._db), now_us
+                    )
         except apsw.ConstraintError:
             raise RpcError(
                 INVALID_PARAMS,
                 f"session {session_id!r} already exists",
-                {"app": app, "user": user, "session": session_id},
+                {"app": app, "user": user, "session": session_id, "reason": "session_exists"},
             ) from None
         # The session as it now reads back.
-        return rows.to_session((app, user, session_id, state_json, now_us, now_us))
+        return rows.to_session((app, user, session_id, state_json, now_us, now_us, 0))
 
     @_translated
     def get_session(
@@ -476,10 +491,13 @@ class SqliteStore:
         raw_content: bool = False,
         max_bytes: int | None = None,
         encoded: bool = False,
+        scoped_state: bool = False,
     ) -> SessionWithEvents:
         """The session and its events after ``after_seq`` (the newest ``recent``
         of them), oldest first; given ``max_bytes``, only as many as fit in that
-        many bytes on the wire with the session itself, then ``truncated``."""
+        many bytes on the wire with the session itself, then ``truncated``.
+        ``scoped_state`` adds the app's and the user's state, from the same
+        snapshot."""
         if recent is not None:
             _check_limit(recent)
         with self._snapshot() as db:
@@ -489,12 +507,11 @@ class SqliteStore:
                 (app, user, session),
             ).fetchone()
             if row is None:
-                raise RpcError(
-                    SESSION_NOT_FOUND,
-                    f"session {session!r} not found",
-                    {"app": app, "user": user, "session": session},
-                )
+                raise _not_found(app, user, session)
             base = rows.to_session(row)
+            app_state = user_state = None
+            if scoped_state:
+                app_state, user_state = _shared_state(db, app, user)
             where = "app_name = ? AND user_id = ? AND session_id = ? AND seq > ?"
             if recent is not None:
                 # The window is the newest `recent` events; read it oldest first
@@ -506,7 +523,11 @@ class SqliteStore:
                 ).fetchone()
                 if first is not None:
                     after_seq = first[0] - 1
-            budget = None if max_bytes is None else max_bytes - wire_size(base)
+            budget = None
+            if max_bytes is not None:
+                budget = max_bytes - wire_size(base)
+                if scoped_state:
+                    budget -= wire_size([app_state, user_state])
             events, last, more = _read_entries(
                 db,
                 f"SELECT {rows.ENTRY_COLUMNS} FROM events WHERE {where} ORDER BY seq",
@@ -522,9 +543,12 @@ class SqliteStore:
             state=base.state,
             created_at=base.created_at,
             updated_at=base.updated_at,
+            last_seq=base.last_seq,
             events=events,
             truncated=more,
             next_seq=last if more else None,
+            app_state=app_state,
+            user_state=user_state,
         )
 
     @_translated
@@ -545,6 +569,49 @@ class SqliteStore:
             self._db.execute(
                 "DELETE FROM sessions WHERE app_name = ? AND user_id = ? AND session_id = ?",
                 (app, user, session),
+            )
+
+    # -- state --
+
+    @_translated
+    def get_state(
+        self, app: str, user: str | None, session: str | None, as_of_seq: int | None
+    ) -> StateSnapshot:
+        """The state of the app (and of the user, and the session, when named),
+        current or as of a seq, in one snapshot. A session never written is
+        ``session_not_found``; a session as of a seq before its creation has
+        ``{}``."""
+        if session is not None and user is None:
+            raise invalid_params("state.get of a session needs its user")
+        with self._snapshot() as db:
+            if session is not None and not _session_exists(db, app, user or "", session):
+                raise _not_found(app, user or "", session)
+            newest = _newest_seq(db)
+            if as_of_seq is None or as_of_seq >= newest:
+                app_state, user_state = _shared_state(db, app, user)
+                session_state = None
+                if session is not None:
+                    found = db.execute(
+                        "SELECT state FROM sessions"
+                        " WHERE app_name = ? AND user_id = ? AND session_id = ?",
+                        (app, user, session),
+                    ).fetchone()
+                    session_state = rows.state_or_empty(found[0], f"session {session!r}")
+                return StateSnapshot(
+                    seq=newest if as_of_seq is None else as_of_seq,
+                    app=app_state,
+                    user=user_state,
+                    session=session_state,
+                )
+            return StateSnapshot(
+                seq=as_of_seq,
+                app=_fold(db, "app", app, "", "", as_of_seq),
+                user=None if user is None else _fold(db, "user", app, user, "", as_of_seq),
+                session=(
+                    None
+                    if session is None
+                    else _fold(db, "session", app, user or "", session, as_of_seq)
+                ),
             )
 
     # -- leases --
@@ -713,8 +780,8 @@ def _append_one(db: apsw.Connection, item: rows.Prepared, now_us: int) -> Append
     )
     row = db.execute(
         "INSERT INTO events (app_name, user_id, session_id, event_id, invocation_id, author,"
-        " branch, event_time, content, metadata, digest)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        " branch, event_time, content, metadata, digest, state_delta)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
         (
             p.app,
             p.user,
@@ -727,10 +794,169 @@ def _append_one(db: apsw.Connection, item: rows.Prepared, now_us: int) -> Append
             item.content,
             item.metadata,
             item.digest,
+            item.state_delta_text,
         ),
     ).fetchone()
     assert row is not None
-    return AppendResult(seq=row[0], duplicate=False)
+    seq = row[0]
+    if item.state_delta is not None:
+        _apply_delta(db, p.app, p.user, p.session, item.state_delta, seq, now_us)
+    return AppendResult(seq=seq, duplicate=False)
+
+
+# --- state ------------------------------------------------------------------
+
+
+def _newest_seq(db: apsw.Connection) -> int:
+    """The newest seq ever given, even if its event was deleted since: where a
+    write that is not an event (a session's creation) takes its place in the
+    state's history, after every delta already written."""
+    row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    return row[0] if row else 0
+
+
+def _session_exists(db: apsw.Connection, app: str, user: str, session: str) -> bool:
+    return (
+        db.execute(
+            "SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND session_id = ?",
+            (app, user, session),
+        ).fetchone()
+        is not None
+    )
+
+
+def _not_found(app: str, user: str, session: str) -> RpcError:
+    return RpcError(
+        SESSION_NOT_FOUND,
+        f"session {session!r} not found",
+        {"app": app, "user": user, "session": session},
+    )
+
+
+def _shared_state(
+    db: apsw.Connection, app: str, user: str | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The app's current state, and the user's when ``user`` is given."""
+    found = db.execute("SELECT state FROM app_states WHERE app_name = ?", (app,)).fetchone()
+    app_state = rows.state_or_empty(found[0] if found else None, f"app {app!r}")
+    if user is None:
+        return app_state, None
+    found = db.execute(
+        "SELECT state FROM user_states WHERE app_name = ? AND user_id = ?", (app, user)
+    ).fetchone()
+    return app_state, rows.state_or_empty(found[0] if found else None, f"user {user!r}")
+
+
+def _fold(
+    db: apsw.Connection, scope: str, app: str, user: str, session: str, as_of_seq: int
+) -> dict[str, Any]:
+    """One scope's state as of a seq: its deltas up to that seq, in the order
+    they were written (``state_deltas_by_key`` holds them in that order)."""
+    state: dict[str, Any] = {}
+    found = db.execute(
+        "SELECT delta FROM state_deltas"
+        " WHERE scope = ? AND app_name = ? AND user_id = ? AND session_id = ? AND seq <= ?"
+        " ORDER BY seq, rev",
+        (scope, app, user, session, as_of_seq),
+    )
+    for (text,) in found:
+        state.update(rows.state_or_empty(text, f"{scope} delta"))
+    return state
+
+
+def _apply_delta(
+    db: apsw.Connection,
+    app: str,
+    user: str,
+    session: str,
+    delta: StateDelta,
+    at_seq: int,
+    now_us: int,
+) -> None:
+    """Record each scope's delta at ``at_seq`` and fold it into that scope's
+    current state; the caller's transaction holds both, and the event."""
+    if delta.app:
+        _merge(db, "app_states", "app_name = ?", (app,), f"app {app!r}", delta.app, now_us)
+        _record(db, "app", app, "", "", at_seq, delta.app)
+    if delta.user:
+        _merge(
+            db,
+            "user_states",
+            "app_name = ? AND user_id = ?",
+            (app, user),
+            f"user {user!r}",
+            delta.user,
+            now_us,
+        )
+        _record(db, "user", app, user, "", at_seq, delta.user)
+    if delta.session:
+        found = db.execute(
+            "SELECT state FROM sessions WHERE app_name = ? AND user_id = ? AND session_id = ?",
+            (app, user, session),
+        ).fetchone()
+        assert found is not None  # the caller wrote the session row
+        state = _parsed_for_merge(found[0], f"session {session!r}")
+        state.update(delta.session)
+        db.execute(
+            "UPDATE sessions SET state = ? WHERE app_name = ? AND user_id = ? AND session_id = ?",
+            (rows.json_text(state), app, user, session),
+        )
+        _record(db, "session", app, user, session, at_seq, delta.session)
+
+
+def _merge(
+    db: apsw.Connection,
+    table: str,
+    where: str,
+    key: tuple[str, ...],
+    what: str,
+    delta: dict[str, Any],
+    now_us: int,
+) -> None:
+    found = db.execute(f"SELECT state FROM {table} WHERE {where}", key).fetchone()
+    state = _parsed_for_merge(found[0], what) if found else {}
+    state.update(delta)
+    text = rows.json_text(state)
+    if found:
+        db.execute(
+            f"UPDATE {table} SET state = ?, updated_at = ? WHERE {where}", (text, now_us, *key)
+        )
+    else:
+        columns = "app_name" if len(key) == 1 else "app_name, user_id"
+        marks = ", ".join("?" * (len(key) + 2))
+        db.execute(
+            f"INSERT INTO {table} ({columns}, state, updated_at) VALUES ({marks})",
+            (*key, text, now_us),
+        )
+
+
+def _parsed_for_merge(text: str, what: str) -> dict[str, Any]:
+    """Stored state to merge a delta into. State that does not parse (damaged by
+    hand) is refused rather than replaced: merging into ``{}`` would silently
+    drop every other key."""
+    try:
+        return rows.decode_state(text)
+    except ValueError:
+        raise RpcError(
+            SOURCE_UNAVAILABLE,
+            f"the stored state of {what} cannot be parsed; nothing was written",
+        ) from None
+
+
+def _record(
+    db: apsw.Connection,
+    scope: str,
+    app: str,
+    user: str,
+    session: str,
+    at_seq: int,
+    delta: dict[str, Any],
+) -> None:
+    db.execute(
+        "INSERT INTO state_deltas (scope, app_name, user_id, session_id, seq, delta)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (scope, app, user, session, at_seq, rows.json_text(delta)),
+    )
 
 
 def _steal(
