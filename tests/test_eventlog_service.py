@@ -31,6 +31,7 @@ SPEC_METHODS = {
     "eventlog/branches",
     "eventlog/sessions.create",
     "eventlog/sessions.get",
+    "eventlog/sessions.get_many",
     "eventlog/sessions.list",
     "eventlog/sessions.delete",
     "eventlog/state.get",

@@ -98,7 +98,11 @@ from streamd.eventlog.model import (
     SessionCreateParams,
     SessionDeleteParams,
     SessionGetParams,
+    SessionKey,
     SessionListParams,
+    SessionListResult,
+    SessionsGetParams,
+    SessionsResult,
     SessionWithEvents,
     SinceParams,
     SinceResult,
@@ -752,15 +756,19 @@ class EventLog:
         after_seq: int = 0,
         recent: int | None = None,
         *,
+        after_time: _dt.datetime | None = None,
+        scoped_state: bool = False,
         raw_content: bool = False,
         max_bytes: int | None = None,
         encoded: bool = False,
-        scoped_state: bool = False,
     ) -> SessionWithEvents:
         """The session with its events; ``session_not_found`` if never written.
-        ``raw_content``, ``max_bytes`` and ``encoded`` as for :meth:`since`; an
-        answer cut by ``max_bytes`` is ``truncated`` and continues after its
-        ``next_seq``. ``scoped_state`` adds the app's and the user's state."""
+
+        ``after_seq``, ``after_time`` and ``recent`` bound the events (see
+        :class:`~streamd.eventlog.model.SessionGetParams`); ``scoped_state``
+        adds the app's and the user's state. ``raw_content``, ``max_bytes``
+        and ``encoded`` as for :meth:`since`; an answer cut by ``max_bytes`` is
+        ``truncated`` and continues after its ``next_seq``."""
         p = checked(
             SessionGetParams,
             app=app,
@@ -768,6 +776,7 @@ class EventLog:
             session=session,
             after_seq=after_seq,
             recent=recent,
+            after_time=after_time,
             scoped_state=scoped_state,
         )
         return await self.get_session_params(
@@ -782,6 +791,7 @@ class EventLog:
         max_bytes: int | None = None,
         encoded: bool = False,
     ) -> SessionWithEvents:
+        after_time_us = None if p.after_time is None else to_us(p.after_time)
         return await self._read(
             lambda store: store.get_session(
                 p.app,
@@ -793,14 +803,95 @@ class EventLog:
                 max_bytes,
                 encoded,
                 p.scoped_state,
+                after_time_us,
+            )
+        )
+
+    async def get_sessions(
+        self,
+        app: str,
+        sessions: Sequence[SessionKey | tuple[str, str]],
+        *,
+        recent: int | None = None,
+        after_time: _dt.datetime | None = None,
+        scoped_state: bool = False,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
+        encoded: bool = False,
+    ) -> SessionsResult:
+        """Many sessions of one app with their events, in one snapshot; keys
+        are :class:`SessionKey` or ``(user, session)`` pairs."""
+        keys = [
+            k if isinstance(k, SessionKey) else SessionKey(user=k[0], session=k[1])
+            for k in sessions
+        ]
+        p = checked(
+            SessionsGetParams,
+            app=app,
+            sessions=keys,
+            recent=recent,
+            after_time=after_time,
+            scoped_state=scoped_state,
+        )
+        return await self.get_sessions_params(
+            p, raw_content=raw_content, max_bytes=max_bytes, encoded=encoded
+        )
+
+    async def get_sessions_params(
+        self,
+        p: SessionsGetParams,
+        *,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
+        encoded: bool = False,
+    ) -> SessionsResult:
+        after_time_us = None if p.after_time is None else to_us(p.after_time)
+        return await self._read(
+            lambda store: store.get_sessions(
+                p.app,
+                p.sessions,
+                p.recent,
+                after_time_us,
+                raw_content,
+                max_bytes,
+                encoded,
+                p.scoped_state,
             )
         )
 
     async def list_sessions(self, app: str, user: str | None = None) -> list[Session]:
-        return await self.list_sessions_params(checked(SessionListParams, app=app, user=user))
-
-    async def list_sessions_params(self, p: SessionListParams) -> list[Session]:
+        """Every session of the app (of one user), without events, in
+        ``(user, session)`` order; for a bounded read, :meth:`list_sessions_page`."""
+        p = checked(SessionListParams, app=app, user=user)
         return await self._read(lambda store: store.list_sessions(p.app, p.user))
+
+    async def list_sessions_page(
+        self,
+        app: str,
+        user: str | None = None,
+        *,
+        limit: int = DEFAULT_SINCE_LIMIT,
+        after: SessionKey | None = None,
+        scoped_state: bool = False,
+    ) -> SessionListResult:
+        """One page of sessions after ``after`` (the previous page's ``next``)."""
+        return await self.list_sessions_params(
+            checked(
+                SessionListParams,
+                app=app,
+                user=user,
+                limit=limit,
+                after=after,
+                scoped_state=scoped_state,
+            )
+        )
+
+    async def list_sessions_params(self, p: SessionListParams) -> SessionListResult:
+        return await self._read(
+            lambda store: store.list_sessions_page(
+                p.app, p.user, p.limit, p.after, p.scoped_state
+            )
+        )
 
     async def delete_session(self, app: str, user: str, session: str) -> None:
         """Delete a session and its events (idempotent)."""

@@ -58,6 +58,7 @@ __all__ = [
     "DEFAULT_SINCE_LIMIT",
     "DEFAULT_STALE_AFTER_MS",
     "DEFAULT_WATCH_BUFFER_BYTES",
+    "MAX_BULK_SESSIONS",
     "MAX_DERIVED_HEARTBEAT_MS",
     "MAX_INT",
     "MAX_SINCE_LIMIT",
@@ -92,10 +93,13 @@ __all__ = [
     "SessionCreateParams",
     "SessionDeleteParams",
     "SessionGetParams",
+    "SessionKey",
     "SessionListParams",
     "SessionListResult",
     "SessionTree",
     "SessionWithEvents",
+    "SessionsGetParams",
+    "SessionsResult",
     "SinceParams",
     "SinceResult",
     "StateDelta",
@@ -403,25 +407,83 @@ class SessionWithEvents(Session, kw_only=True, omit_defaults=True):
 
 
 class SessionGetParams(Params, kw_only=True):
+    """Which events come back, all ANDed, each bound served by an index
+    (``events_by_session``; ``events_by_session_time`` with ``after_time``)
+    so a bounded read costs what it returns, not what the session holds."""
+
     app: NonEmpty
     user: NonEmpty
     session: NonEmpty
     after_seq: Seq = 0
     """Only events after this seq; also how a truncated answer is continued."""
-    recent: Count | None = None
-    """Only the newest N events (after ``after_seq``), still in seq order."""
+    recent: Seq | None = None
+    """Only the newest N events (of those the other bounds admit), still in
+    seq order; 0 returns the session without events."""
+    after_time: UtcTime | None = None
+    """Only events whose timestamp is at or after this time."""
     scoped_state: bool = False
     """Also return the app's and the user's state (``app_state``,
     ``user_state``), read in the same snapshot as the session."""
 
 
+class SessionKey(Params, kw_only=True, omit_defaults=True):
+    """A session of an app, for paging and for bulk reads."""
+
+    user: NonEmpty
+    session: NonEmpty
+    after_seq: Seq = 0
+    """In a bulk read: only this session's events after this seq (how a
+    truncated session is continued); ignored as a paging cursor."""
+
+
 class SessionListParams(Params, kw_only=True):
+    """A page of an app's sessions (one user's, given ``user``) in
+    ``(user, session)`` order, starting after the ``after`` cursor: the
+    previous page's ``next``."""
+
     app: NonEmpty
     user: NonEmpty | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_SINCE_LIMIT)] = DEFAULT_SINCE_LIMIT
+    after: SessionKey | None = None
+    scoped_state: bool = False
+    """Also return the app's state and the state of each user on the page."""
 
 
-class SessionListResult(Result):
+class SessionListResult(Result, omit_defaults=True):
+    """``next`` is the cursor of the following page, null on the last page.
+    ``app_state`` and ``user_states`` (by user) only with ``scoped_state``."""
+
     sessions: list[Session]
+    next: SessionKey | None
+    app_state: dict[str, Any] | None = None
+    user_states: dict[str, dict[str, Any]] | None = None
+
+
+MAX_BULK_SESSIONS = 1000
+
+
+class SessionsGetParams(Params, kw_only=True):
+    """Many sessions of one app, each with its events, in one read: ``recent``,
+    ``after_time`` and ``scoped_state`` apply to each session as in
+    ``sessions.get``, ``after_seq`` per session in ``sessions``."""
+
+    app: NonEmpty
+    sessions: Annotated[list[SessionKey], msgspec.Meta(min_length=1, max_length=MAX_BULK_SESSIONS)]
+    recent: Seq | None = None
+    after_time: UtcTime | None = None
+    scoped_state: bool = False
+
+
+class SessionsResult(Result):
+    """The sessions found, in the order asked, and the keys of those never
+    written (``missing``). One snapshot: every session is read as of the same
+    state of the log. All of it fits the reply budget: a session whose events
+    do not fit is ``truncated`` with ``next_seq`` (possibly with no events at
+    all, once the budget is spent); ask again for those sessions with
+    ``after_seq: next_seq``."""
+
+    sessions: list[SessionWithEvents]
+    missing: list[SessionKey]
 
 
 class SessionDeleteParams(Params, kw_only=True):

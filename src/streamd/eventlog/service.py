@@ -71,6 +71,8 @@ from streamd.eventlog.model import (
     SessionGetParams,
     SessionListParams,
     SessionListResult,
+    SessionsGetParams,
+    SessionsResult,
     SessionWithEvents,
     SinceParams,
     SinceResult,
@@ -171,8 +173,13 @@ class _Service:
             p, max_bytes=REPLY_BUDGET_BYTES, encoded=True
         )
 
+    async def sessions_get_many(self, p: SessionsGetParams, request: Request) -> SessionsResult:
+        return await (await self.log()).get_sessions_params(
+            p, max_bytes=REPLY_BUDGET_BYTES, encoded=True
+        )
+
     async def sessions_list(self, p: SessionListParams, request: Request) -> SessionListResult:
-        return SessionListResult(sessions=await (await self.log()).list_sessions_params(p))
+        return await (await self.log()).list_sessions_params(p)
 
     async def sessions_delete(self, p: SessionDeleteParams, request: Request) -> Empty:
         await (await self.log()).delete_session_params(p)
@@ -267,6 +274,7 @@ def eventlog_methods(get_log: LogFactory) -> list[Method]:
         Method("eventlog/branches", BranchesParams, s.branches),
         Method("eventlog/sessions.create", SessionCreateParams, s.sessions_create),
         Method("eventlog/sessions.get", SessionGetParams, s.sessions_get),
+        Method("eventlog/sessions.get_many", SessionsGetParams, s.sessions_get_many),
         Method("eventlog/sessions.list", SessionListParams, s.sessions_list),
         Method("eventlog/sessions.delete", SessionDeleteParams, s.sessions_delete),
         Method("eventlog/state.get", StateGetParams, s.state_get),

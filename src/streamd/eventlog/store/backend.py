@@ -27,6 +27,9 @@ from streamd.eventlog.model import (
     Filter,
     LeaseInfo,
     Session,
+    SessionKey,
+    SessionListResult,
+    SessionsResult,
     SessionWithEvents,
     SinceResult,
     StateSnapshot,
@@ -90,9 +93,31 @@ class Backend(Protocol):
         max_bytes: int | None = None,
         encoded: bool = False,
         scoped_state: bool = False,
+        after_time_us: int | None = None,
     ) -> SessionWithEvents: ...
 
+    def get_sessions(
+        self,
+        app: str,
+        keys: Sequence[SessionKey],
+        recent: int | None,
+        after_time_us: int | None,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
+        encoded: bool = False,
+        scoped_state: bool = False,
+    ) -> SessionsResult: ...
+
     def list_sessions(self, app: str, user: str | None) -> list[Session]: ...
+
+    def list_sessions_page(
+        self,
+        app: str,
+        user: str | None,
+        limit: int,
+        after: SessionKey | None,
+        scoped_state: bool = False,
+    ) -> SessionListResult: ...
 
     def delete_session(self, app: str, user: str, session: str) -> None: ...
 

@@ -241,12 +241,17 @@ def shape(raw_content: bool, encoded: bool) -> Shape:
 
 
 def take(
-    rows: Iterable[tuple[Any, ...]], limit: int | None, shape: Shape, max_bytes: int | None
+    rows: Iterable[tuple[Any, ...]],
+    limit: int | None,
+    shape: Shape,
+    max_bytes: int | None,
+    min_one: bool = True,
 ) -> tuple[list[Any], int | None, bool]:
     """Entries from ``rows`` in order, at most ``limit`` and at most ``max_bytes``
-    on the wire (but always the first, so a reader gets past any entry); the
-    last seq taken; and whether a row was left over. Rows are read only as far
-    as they are used, so a reply cut by bytes never loads what it leaves out."""
+    on the wire (but always the first unless ``min_one`` is false, so a reader
+    gets past any entry); the last seq taken; and whether a row was left over.
+    Rows are read only as far as they are used, so a reply cut by bytes never
+    loads what it leaves out."""
     entries: list[Any] = []
     used = 0
     last = None
@@ -261,7 +266,7 @@ def take(
             size = wire_size(entry)
         if max_bytes is not None:
             used += size + 1  # and its comma
-            if used > max_bytes and entries:
+            if used > max_bytes and (entries or not min_one):
                 return entries, last, True
         entries.append(entry)
         last = row[0]

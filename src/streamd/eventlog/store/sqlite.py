@@ -57,6 +57,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import apsw
@@ -78,6 +79,9 @@ from streamd.eventlog.model import (
     Filter,
     LeaseInfo,
     Session,
+    SessionKey,
+    SessionListResult,
+    SessionsResult,
     SessionWithEvents,
     SinceResult,
     StateDelta,
@@ -156,6 +160,11 @@ def _indexed_by(flt: Filter | None) -> str:
 def _check_limit(limit: int) -> None:
     if limit < 1:
         raise invalid_params(f"limit must be at least 1, not {limit}")
+
+
+def _check_recent(recent: int | None) -> None:
+    if recent is not None and recent < 0:
+        raise invalid_params(f"recent must not be negative, not {recent}")
 
 
 # --- the store -------------------------------------------------------------------
@@ -492,67 +501,83 @@ class SqliteStore:
         max_bytes: int | None = None,
         encoded: bool = False,
         scoped_state: bool = False,
+        after_time_us: int | None = None,
     ) -> SessionWithEvents:
-        """The session and its events after ``after_seq`` (the newest ``recent``
-        of them), oldest first; given ``max_bytes``, only as many as fit in that
-        many bytes on the wire with the session itself, then ``truncated``.
-        ``scoped_state`` adds the app's and the user's state, from the same
-        snapshot."""
-        if recent is not None:
-            _check_limit(recent)
+        """The session and its events after ``after_seq`` (and at or after
+        ``after_time_us``; the newest ``recent`` of them), oldest first; given
+        ``max_bytes``, only as many as fit in that many bytes on the wire with
+        the session itself, then ``truncated``. ``scoped_state`` adds the
+        app's and the user's state, from the same snapshot."""
+        _check_recent(recent)
+        bounds = _EventBounds(after_seq, recent, after_time_us)
         with self._snapshot() as db:
-            row = db.execute(
-                f"SELECT {rows.SESSION_COLUMNS} FROM sessions"
-                " WHERE app_name = ? AND user_id = ? AND session_id = ?",
-                (app, user, session),
-            ).fetchone()
-            if row is None:
-                raise _not_found(app, user, session)
-            base = rows.to_session(row)
-            app_state = user_state = None
-            if scoped_state:
-                app_state, user_state = _shared_state(db, app, user)
-            where = "app_name = ? AND user_id = ? AND session_id = ? AND seq > ?"
-            if recent is not None:
-                # The window is the newest `recent` events; read it oldest first
-                # from its first seq, so a cut keeps seq order and the rest is
-                # what follows the last event returned.
-                first = db.execute(
-                    f"SELECT seq FROM events WHERE {where} ORDER BY seq DESC LIMIT 1 OFFSET ?",
-                    (app, user, session, after_seq, recent - 1),
-                ).fetchone()
-                if first is not None:
-                    after_seq = first[0] - 1
-            budget = None
-            if max_bytes is not None:
-                budget = max_bytes - wire_size(base)
-                if scoped_state:
-                    budget -= wire_size([app_state, user_state])
-            events, last, more = _read_entries(
-                db,
-                f"SELECT {rows.ENTRY_COLUMNS} FROM events WHERE {where} ORDER BY seq",
-                (app, user, session, after_seq),
-                recent,
-                rows.shape(raw_content, encoded),
-                budget,
+            got = _session_with_events(
+                db, app, user, session, bounds, rows.shape(raw_content, encoded),
+                max_bytes, True, scoped_state,
             )
-        return SessionWithEvents(
-            app=base.app,
-            user=base.user,
-            session=base.session,
-            state=base.state,
-            created_at=base.created_at,
-            updated_at=base.updated_at,
-            last_seq=base.last_seq,
-            events=events,
-            truncated=more,
-            next_seq=last if more else None,
-            app_state=app_state,
-            user_state=user_state,
-        )
+        if got is None:
+            raise _not_found(app, user, session)
+        return got
+
+    @_translated
+    def get_sessions(
+        self,
+        app: str,
+        keys: Sequence[SessionKey],
+        recent: int | None,
+        after_time_us: int | None,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
+        encoded: bool = False,
+        scoped_state: bool = False,
+    ) -> SessionsResult:
+        """Many sessions with their events, in one snapshot, in the order asked.
+
+        ``max_bytes`` is shared: each session gets what the ones before it
+        left. The first entry of the whole answer is always taken (a reader
+        gets past any entry); after that a session whose next entry does not
+        fit is ``truncated`` where it stands, with no events if need be, and
+        ``next_seq`` says where to continue it."""
+        _check_recent(recent)
+        shape = rows.shape(raw_content, encoded)
+        found: list[SessionWithEvents] = []
+        missing: list[SessionKey] = []
+        left = max_bytes
+        taken_any = False
+        with self._snapshot() as db:
+            for key in keys:
+                bounds = _EventBounds(key.after_seq, recent, after_time_us)
+                got = _session_with_events(
+                    db, app, key.user, key.session, bounds, shape,
+                    left, not taken_any, scoped_state,
+                )
+                if got is None:
+                    missing.append(key)
+                    continue
+                found.append(got)
+                taken_any = taken_any or bool(got.events)
+                if left is not None:
+                    left -= wire_size(got) + 1
+        return SessionsResult(sessions=found, missing=missing)
+
+    @_translated
+    def explain_session_events(
+        self, app: str, user: str, session: str, after_seq: int, recent: int | None,
+        after_time_us: int | None,
+    ) -> list[str]:
+        """EXPLAIN QUERY PLAN details of the statements :meth:`get_session`
+        runs for these bounds (the window's first seq, then the read)."""
+        bounds = _EventBounds(after_seq, recent, after_time_us)
+        plans: list[str] = []
+        for sql, args in bounds.queries((app, user, session), after_seq):
+            plans += [row[3] for row in self._db.execute("EXPLAIN QUERY PLAN " + sql, args)]
+        return plans
 
     @_translated
     def list_sessions(self, app: str, user: str | None) -> list[Session]:
+        """Every session of the app (of one user), in ``(user, session)``
+        order, without events; unbounded, for people and tools. Clients page
+        with :meth:`list_sessions_page`."""
         sql = f"SELECT {rows.SESSION_COLUMNS} FROM sessions WHERE app_name = ?"
         args: tuple[Any, ...] = (app,)
         if user is not None:
@@ -560,6 +585,66 @@ class SqliteStore:
             args += (user,)
         sql += " ORDER BY user_id, session_id"
         return [rows.to_session(r) for r in self._db.execute(sql, args)]
+
+    def _page_query(
+        self, app: str, user: str | None, limit: int, after: SessionKey | None
+    ) -> tuple[str, tuple[Any, ...]]:
+        clauses: list[filters.Clause] = [("app_name = ?", (app,))]
+        if user is not None:
+            clauses.append(("user_id = ?", (user,)))
+            # Within one user the cursor is a range of session ids (SQLite does
+            # not narrow an index range by a row value after an equality).
+            if after is not None and after.user == user:
+                clauses.append(("session_id > ?", (after.session,)))
+            elif after is not None and after.user > user:
+                clauses.append(("0", ()))
+        elif after is not None:
+            # A row value: the primary key's order, so the page is a range of it.
+            clauses.append(("(user_id, session_id) > (?, ?)", (after.user, after.session)))
+        where, args = filters.render(clauses)
+        return (
+            f"SELECT {rows.SESSION_COLUMNS} FROM sessions WHERE {where}"
+            " ORDER BY user_id, session_id LIMIT ?",
+            (*args, limit + 1),
+        )
+
+    @_translated
+    def explain_list_sessions(
+        self, app: str, user: str | None, limit: int, after: SessionKey | None
+    ) -> list[str]:
+        sql, args = self._page_query(app, user, limit, after)
+        return [row[3] for row in self._db.execute("EXPLAIN QUERY PLAN " + sql, args)]
+
+    @_translated
+    def list_sessions_page(
+        self,
+        app: str,
+        user: str | None,
+        limit: int,
+        after: SessionKey | None,
+        scoped_state: bool = False,
+    ) -> SessionListResult:
+        """One page of sessions after the cursor, read as one range of the
+        sessions' primary key; ``next`` is null on the last page."""
+        _check_limit(limit)
+        sql, args = self._page_query(app, user, limit, after)
+        with self._snapshot() as db:
+            page = [rows.to_session(r) for r in db.execute(sql, args)]
+            more = len(page) > limit
+            page = page[:limit]
+            app_state = user_states = None
+            if scoped_state:
+                app_state, _ = _shared_state(db, app, None)
+                user_states = {}
+                for u in dict.fromkeys(s.user for s in page):
+                    user_states[u] = _shared_state(db, app, u)[1] or {}
+        last = page[-1] if more else None
+        return SessionListResult(
+            sessions=page,
+            next=SessionKey(user=last.user, session=last.session) if last else None,
+            app_state=app_state,
+            user_states=user_states,
+        )
 
     @_translated
     def delete_session(self, app: str, user: str, session: str) -> None:
@@ -739,6 +824,116 @@ class SqliteStore:
         return self._db.pragma("synchronous")
 
 
+@dataclass(frozen=True, slots=True)
+class _EventBounds:
+    """Which of a session's events a read returns: after a seq, at or after a
+    time, the newest ``recent`` of those. Each read is pinned to the index that
+    answers it, so its cost follows what it returns: ``events_by_session``
+    (equality on the session, a range of seq) normally, and
+    ``events_by_session_time`` (a range of time) with a time bound. ``recent``
+    finds the window's first seq by walking that index backwards ``recent``
+    entries, then reads forward from it."""
+
+    after_seq: int
+    recent: int | None
+    after_time_us: int | None
+
+    def _where(self, key: tuple[str, str, str], after_seq: int) -> tuple[str, str, tuple[Any, ...]]:
+        where = "app_name = ? AND user_id = ? AND session_id = ? AND seq > ?"
+        args: tuple[Any, ...] = (*key, after_seq)
+        if self.after_time_us is None:
+            return "events INDEXED BY events_by_session", where, args
+        return (
+            "events INDEXED BY events_by_session_time",
+            where + " AND event_time >= ?",
+            (*args, self.after_time_us),
+        )
+
+    def window(self, key: tuple[str, str, str]) -> tuple[str, tuple[Any, ...]] | None:
+        """The query for the first seq of the ``recent`` window, if any."""
+        if self.recent is None:
+            return None
+        table, where, args = self._where(key, self.after_seq)
+        return (
+            f"SELECT seq FROM {table} WHERE {where} ORDER BY seq DESC LIMIT 1 OFFSET ?",
+            (*args, self.recent - 1),
+        )
+
+    def read(self, key: tuple[str, str, str], after_seq: int) -> tuple[str, tuple[Any, ...]]:
+        table, where, args = self._where(key, after_seq)
+        return f"SELECT {rows.ENTRY_COLUMNS} FROM {table} WHERE {where} ORDER BY seq", args
+
+    def queries(
+        self, key: tuple[str, str, str], after_seq: int
+    ) -> list[tuple[str, tuple[Any, ...]]]:
+        window = self.window(key)
+        return ([window] if window else []) + [self.read(key, after_seq)]
+
+
+def _session_with_events(
+    db: apsw.Connection,
+    app: str,
+    user: str,
+    session: str,
+    bounds: _EventBounds,
+    shape: rows.Shape,
+    max_bytes: int | None,
+    min_one: bool,
+    scoped_state: bool,
+) -> SessionWithEvents | None:
+    """One session and its events within ``bounds`` (None if never written),
+    inside the caller's snapshot; at most ``max_bytes`` on the wire in all."""
+    row = db.execute(
+        f"SELECT {rows.SESSION_COLUMNS} FROM sessions"
+        " WHERE app_name = ? AND user_id = ? AND session_id = ?",
+        (app, user, session),
+    ).fetchone()
+    if row is None:
+        return None
+    base = rows.to_session(row)
+    app_state = user_state = None
+    if scoped_state:
+        app_state, user_state = _shared_state(db, app, user)
+    budget = None
+    if max_bytes is not None:
+        budget = max_bytes - wire_size(base)
+        if scoped_state:
+            budget -= wire_size([app_state, user_state])
+    key = (app, user, session)
+    start = bounds.after_seq
+    events: list[Any] = []
+    last, more = None, False
+    if bounds.recent != 0:
+        window = bounds.window(key)
+        if window is not None:
+            # The window is the newest `recent` events; read it oldest first
+            # from its first seq, so a cut keeps seq order and the rest is
+            # what follows the last event returned.
+            first = db.execute(*window).fetchone()
+            if first is not None:
+                start = first[0] - 1
+        if budget is not None and budget <= 0 and not min_one:
+            more = db.execute(*bounds.read(key, start)).fetchone() is not None
+        else:
+            events, last, more = _read_entries(
+                db, *bounds.read(key, start), bounds.recent, shape, budget, min_one
+            )
+    return SessionWithEvents(
+        app=base.app,
+        user=base.user,
+        session=base.session,
+        state=base.state,
+        created_at=base.created_at,
+        updated_at=base.updated_at,
+        last_seq=base.last_seq,
+        events=events,
+        truncated=more,
+        next_seq=(start if last is None else last) if more else None,
+        app_state=app_state,
+        user_state=user_state,
+    )
+
+
 def _read_entries(
     db: apsw.Connection,
     sql: str,
@@ -746,12 +941,13 @@ def _read_entries(
     limit: int | None,
     shape: rows.Shape,
     max_bytes: int | None,
+    min_one: bool = True,
 ) -> tuple[list[Any], int | None, bool]:
     """:func:`~streamd.eventlog.store.rows.take` over a query's rows; the cursor
     is closed at once, so rows past the cut are never read."""
     cursor = db.execute(sql, args)
     try:
-        return rows.take(cursor, limit, shape, max_bytes)
+        return rows.take(cursor, limit, shape, max_bytes, min_one)
     finally:
         cursor.close()
 
