@@ -24,6 +24,14 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
+def at(app: str, user: str, session: str) -> list[str]:
+    """A session's address, the one shape every log command takes."""
+    return ["--app", app, "--user", user, "--session", session]
+
+
+AT = at("app", "u", "s")
+
+
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -33,15 +41,16 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str],
 def test_append_prints_the_seq_then_flags_a_duplicate_and_rejects_a_conflict(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "append", "app", "u", "s", "--author", "me", "--id", "e1") == (
+    assert run(capsys, "append", *AT, "--author", "me", "--id", "e1") == (
         0,
         ["seq 1"],
         "",
     )
-    code, out, _ = run(capsys, "append", "app", "u", "s", "--author", "me", "--id", "e1")
+    code, out, _ = run(capsys, "append", *AT, "--author", "me", "--id", "e1")
     assert code == 0 and out == ["seq 1 (duplicate: already appended)"]
-    code, out, err = run(capsys, "append", "app", "u", "s", "--author", "x", "--id", "e1")
-    assert code == 1 and out == [] and "event_conflict" in err
+    code, out, err = run(capsys, "append", *AT, "--author", "x", "--id", "e1")
+    assert code == 1 and out == []
+    assert err == "streamd: event 'e1' was already appended with different content (seq 1)\n"
 
 
 def test_since_prints_one_readable_line_per_entry(
@@ -50,9 +59,7 @@ def test_since_prints_one_readable_line_per_entry(
     main(
         [
             "append",
-            "app",
-            "u",
-            "s",
+            *AT,
             "--author",
             "me",
             "--text",
@@ -64,9 +71,7 @@ def test_since_prints_one_readable_line_per_entry(
     main(
         [
             "append",
-            "app",
-            "u",
-            "t",
+            *at("app", "u", "t"),
             "--author",
             "bot",
             "--content",
@@ -88,7 +93,7 @@ def test_since_json_prints_entry_objects_with_every_key(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for i in range(3):
-        main(["append", "app", "u", "s", "--author", "me", "--id", f"e{i}", "--content", str(i)])
+        main(["append", *AT, "--author", "me", "--id", f"e{i}", "--content", str(i)])
     capsys.readouterr()
     code, out, _ = run(capsys, "since", "--json", "--from", "1")
     entries = [json.loads(line) for line in out]
@@ -106,7 +111,7 @@ def test_filters_map_to_the_log_filter(db: Path, capsys: pytest.CaptureFixture[s
         ("q", "bg.a", "model"),
         ("p", "bg", "model"),
     ]:
-        main(["append", "app", "u", session, "--author", author, "--branch", branch])
+        main(["append", *at("app", "u", session), "--author", author, "--branch", branch])
     capsys.readouterr()
 
     def seqs(*flags: str) -> list[int]:
@@ -120,7 +125,7 @@ def test_filters_map_to_the_log_filter(db: Path, capsys: pytest.CaptureFixture[s
     assert seqs("--author", "model", "--session", "p") == [4]
     assert seqs("--author-suffix", "/autonomous") == [2]
     code, _, err = run(capsys, "since", "--tree", "p")
-    assert code == 2 and "--tree needs --app and --user" in err
+    assert code == 2 and err == "streamd: --tree needs --app and --user\n"
     code, out, _ = run(capsys, "branches")
     assert out == ["bg", "bg.a", "sub.x"]
 
@@ -128,7 +133,7 @@ def test_filters_map_to_the_log_filter(db: Path, capsys: pytest.CaptureFixture[s
 def test_reading_commands_never_create_a_missing_log(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for argv in (["since"], ["tail"], ["branches"], ["ping"], ["sessions", "list", "app"]):
+    for argv in (["since"], ["tail"], ["branches"], ["ping"], ["sessions", "list", "--app", "app"]):
         code, out, err = run(capsys, *argv)
         assert code == 1 and out == [] and f"no event log at {db}" in err
     assert not db.exists()
@@ -138,24 +143,25 @@ def test_db_option_before_or_after_the_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     a, b = str(tmp_path / "a.db"), str(tmp_path / "b.db")
-    main(["--db", a, "append", "app", "u", "s", "--author", "x"])
-    main(["append", "--db", b, "app", "u", "s", "--author", "y", "--id", "only-in-b"])
+    main(["--db", a, "append", *AT, "--author", "x"])
+    main(["append", "--db", b, *AT, "--author", "y", "--id", "only-in-b"])
     capsys.readouterr()
     assert run(capsys, "--db", b, "since", "--json")[1][0].count("only-in-b") == 1
     assert "only-in-b" not in "".join(run(capsys, "since", "--db", a, "--json")[1])
 
 
 def test_sessions_locks_boots_and_ping(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "sessions", "create", "app", "u", "--session", "s1", "--json")
+    code, out, _ = run(capsys, "sessions", "create", "--app", "app", "--user", "u", "--session", "s1",
+                        "--json")
     assert code == 0 and json.loads(out[0])["session"] == "s1"
-    main(["append", "app", "u", "s1", "--author", "me", "--id", "e1"])
+    main(["append", *at("app", "u", "s1"), "--author", "me", "--id", "e1"])
     capsys.readouterr()
-    code, out, _ = run(capsys, "sessions", "get", "app", "u", "s1")
+    code, out, _ = run(capsys, "sessions", "get", *at("app", "u", "s1"))
     assert out[0].startswith("app/u/s1  created") and out[1].split()[0] == "1"
-    assert run(capsys, "sessions", "list", "app")[1][0].startswith("app/u/s1")
-    code, _, err = run(capsys, "sessions", "get", "app", "u", "nope")
-    assert code == 1 and "session_not_found" in err
-    assert run(capsys, "sessions", "delete", "app", "u", "s1")[1] == ["deleted app/u/s1"]
+    assert run(capsys, "sessions", "list", "--app", "app")[1][0].startswith("app/u/s1")
+    code, _, err = run(capsys, "sessions", "get", *at("app", "u", "nope"))
+    assert code == 1 and err == "streamd: session app/u/nope not found\n"
+    assert run(capsys, "sessions", "delete", *at("app", "u", "s1"))[1] == ["deleted app/u/s1"]
 
     store = SqliteStore.open(str(db))
     store.acquire_lease("app", "u", "s2", "host/1/abcdef01", 30_000, 0)
@@ -174,12 +180,11 @@ def test_sessions_locks_boots_and_ping(db: Path, capsys: pytest.CaptureFixture[s
 def test_bad_json_or_time_arguments_are_usage_errors(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = run(capsys, "append", "a", "u", "s", "--author", "x", "--content", "{nope")
-    assert code == 2 and "--content is not JSON" in err
-    code, _, err = run(
-        capsys, "append", "a", "u", "s", "--author", "x", "--timestamp", "2025-01-01"
-    )
-    assert code == 2 and "--timestamp '2025-01-01' is not an RFC 3339 time" in err
+    code, _, err = run(capsys, "append", *AT, "--author", "x", "--content", "{nope")
+    assert code == 2 and err.startswith("streamd: --content is not JSON")
+    code, _, err = run(capsys, "append", *AT, "--author", "x", "--timestamp", "2025-13-01")
+    assert code == 2 and err.startswith("streamd: --timestamp '2025-13-01' is not a time")
+    assert not db.exists()
 
 
 async def test_tail_shows_the_last_lines_follows_new_appends_and_exits_0_on_ctrl_c(

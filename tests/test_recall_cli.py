@@ -27,7 +27,7 @@ def stream(recall_world):
 
 
 def test_search_prints_ranked_hits_one_per_line(stream, capsys):
-    assert main(["search", str(stream), "alpha", "--limit", "5"]) == 0
+    assert main(["search", "alpha", str(stream), "--limit", "5"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     assert lines[0].split()[:2] == ["1", "stream:v2/r1"]  # title hit outranks a text hit
@@ -35,7 +35,7 @@ def test_search_prints_ranked_hits_one_per_line(stream, capsys):
 
 
 def test_search_json_is_the_wire_result(stream, capsys):
-    assert main(["search", str(stream), "td-1", "--json"]) == 0
+    assert main(["search", "td-1", str(stream), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["diagnostics"]["query_mode"] == "exact"
     assert [c["source_record_id"] for c in result["candidates"]] == ["r1"]
@@ -46,7 +46,7 @@ def test_search_with_a_workdir_reads_only_new_bytes_the_second_time(
 ):
     work = recall_world.root / "cli-work"
     work.mkdir()
-    assert main(["search", str(stream), "alpha", "--workdir", str(work)]) == 0
+    assert main(["search", "alpha", str(stream), "--workdir", str(work)]) == 0
     reads = []
     real = catchup.lines_after
     monkeypatch.setattr(catchup, "lines_after",
@@ -56,13 +56,13 @@ def test_search_with_a_workdir_reads_only_new_bytes_the_second_time(
     monkeypatch.setattr(native, "read_into", lambda c, cur, *a: reads.append(cur.offset)
                         or real_native(c, cur, *a))
     capsys.readouterr()
-    assert main(["search", str(stream), "alpha", "--workdir", str(work), "--json"]) == 0
+    assert main(["search", "alpha", str(stream), "--workdir", str(work), "--json"]) == 0
     assert reads == [os.path.getsize(stream)]
     assert json.loads(capsys.readouterr().out)["diagnostics"]["matched"] == 2
 
 
 def test_expand_prints_the_evidence(stream, capsys):
-    assert main(["expand", str(stream), "v2/r1", "--detail", "full"]) == 0
+    assert main(["expand", "v2/r1", str(stream), "--detail", "full"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Deploy alpha\nevent at 2026-05-02T10:00:00Z\nupstream: tasks TD-1\n")
     assert "alpha went out" in out
@@ -71,20 +71,25 @@ def test_expand_prints_the_evidence(stream, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["search", "{missing}", "x"], "no configured stream file is readable (missing.jsonl)"),
-        (["expand", "{stream}", "bogus"], '"bogus" is not a stream locator'),
-        (["expand", "{stream}", "v2/nope"], "holds no record nope"),
+        (["search", "x", "{missing}"], "no configured stream file is readable (missing.jsonl)"),
+        (["expand", "bogus", "{stream}"], '"bogus" is not a stream locator'),
+        (["expand", "v2/nope", "{stream}"], "holds no record nope"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_a_failing_status(stream, capsys, argv, message):
     argv = [a.format(stream=stream, missing=stream.parent / "missing.jsonl") for a in argv]
     assert main(argv) == 1
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("streamd: ") and message in err[0]
 
 
-def test_a_bad_time_flag_is_refused_before_reading_anything(stream):
-    with pytest.raises(SystemExit, match="--since 'yesterday' is not an RFC 3339 time"):
-        main(["search", str(stream), "x", "--since", "yesterday"])
+def test_a_bad_time_flag_is_refused_before_reading_anything(stream, capsys, monkeypatch):
+    from streamd.recall import oneshot
+
+    monkeypatch.setattr(oneshot, "open_adapter", lambda *a, **k: pytest.fail("read"))
+    assert main(["search", "x", str(stream), "--since", "sometime"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("streamd: --since 'sometime' is not a time: give RFC 3339")
 
 
 def test_index_builds_a_workdir_a_daemon_can_resume(stream, recall_world, capsys):

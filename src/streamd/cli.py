@@ -342,8 +342,18 @@ def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] 
             if sub is None:
                 return fail(f"unknown command {command!r} (see 'streamd --help')", 2)
             args = parser.parse_args(leading)
+            # Everything after "--" is a word (a query or path that starts with
+            # "-"), and so is the value of -e, as with grep and rg.
+            cut = rest.index("--") if "--" in rest else len(rest)
+            options, after = rest[:cut], rest[cut + 1:]
+            if command == "search":
+                options = _query_values(options)
             # Intermixed: options may sit among the paths, as with grep and rg.
-            args = sub.parse_intermixed_args(rest, namespace=args)
+            args = sub.parse_intermixed_args(options, namespace=args)
+            if after:
+                if not hasattr(args, "words"):
+                    return fail(f"{command} takes no argument after '--'", 2)
+                args.words = [*args.words, *after]
             args.command = command
     except SystemExit as exc:  # --help, --version, or the one line of a usage error
         return exc.code if isinstance(exc.code, int) else 2
@@ -374,6 +384,19 @@ def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] 
         return 0
     parser.print_help()
     return 2
+
+
+def _query_values(argv: list[str]) -> list[str]:
+    """``-e -x`` as ``--query=-x``: argparse would take ``-x`` for an option."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in ("-e", "--query") and i + 1 < len(argv):
+            out.append(f"--query={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
 
 
 def _serve(args: argparse.Namespace) -> int:

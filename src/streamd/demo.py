@@ -62,7 +62,7 @@ class Client:
         while True:
             line = self.proc.stdout.readline()
             if not line:
-                raise RuntimeError("streamd exited unexpectedly")
+                raise RuntimeError("the streamd daemon it started exited unexpectedly")
             frame = json.loads(line)
             if wanted(frame):
                 return frame
@@ -97,6 +97,16 @@ def _hits(frame: dict[str, Any]) -> None:
 
 
 def run_demo() -> int:
+    try:
+        return _run_demo()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        # The daemon it drives failed (its stderr is not shown: run `streamd -v`
+        # to see it); said in one line, as every streamd error is.
+        print(f"streamd: demo: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run_demo() -> int:
     workdir = tempfile.mkdtemp(prefix="streamd-demo-")
     try:
         stream = os.path.join(workdir, "sample.jsonl")

@@ -21,17 +21,19 @@ import time
 from typing import Any, TextIO
 
 WIDTH = 30
+# Seconds between two redraws.
+INTERVAL = 0.2
 
 
 class Progress:
-    def __init__(self, total_bytes: int, out: TextIO, *, interval: float = 0.2) -> None:
+    def __init__(self, total_bytes: int, out: TextIO, *, interval: float | None = None) -> None:
         # The files' size as the command saw them; the build's own count
         # (bytes_total) wins once it has one.
         self.total = max(total_bytes, 0)
         self.out = out
         self.tty = out.isatty()
         self.started = time.monotonic()
-        self.interval = interval
+        self.interval = INTERVAL if interval is None else interval
         self._last = 0.0
         self._drawn = 0
 

@@ -1,0 +1,144 @@
+"""Global options work before or after the command, ``--version`` exists, every
+subcommand answers ``--help``, and every flag says what it does."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+import streamd
+from streamd import cli
+from streamd.eventlog import cli as log_cli
+from streamd.resident import attach, control
+
+THIN_USAGES = {"attach": attach.USAGE, "status": control.STATUS_USAGE, "stop": control.STOP_USAGE}
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def walk(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
+    """(words, parser) of ``parser`` and every subcommand under it."""
+    yield words, parser
+    for name, sub in subparsers(parser).items():
+        yield from walk(sub, (*words, name))
+
+
+def every_command_line() -> list[tuple[str, ...]]:
+    """Each command a person can ask --help of, as the words before --help."""
+    lines = [words for words, _ in walk(cli.build_parser())]
+    lines += [("log", *words) for words, _ in walk(log_cli.build_parser())][1:]
+    lines += [("conformance", "verify"), ("conformance", "record")]
+    return sorted(set(lines))
+
+
+def test_the_walk_sees_every_command():
+    lines = every_command_line()
+    for expected in [(), ("search",), ("attach",), ("log",), ("log", "sessions", "delete"),
+                     ("conformance", "verify"), ("daemon",), ("demo",)]:
+        assert expected in lines
+    assert len(lines) >= 25
+
+
+@pytest.mark.parametrize("words", every_command_line(), ids=" ".join)
+def test_every_subcommand_answers_help(words, capsys):
+    assert cli.main([*words, "--help"]) == 0
+    out, err = capsys.readouterr()
+    text = out or err  # conformance prints its usage on stderr
+    assert text.strip() and "usage:" in text
+    assert "Traceback" not in out + err
+
+
+def test_every_flag_has_help_text():
+    parsers = [(("streamd",), cli.build_parser()), (("streamd", "log"), log_cli.build_parser())]
+    missing = []
+    for prefix, top in parsers:
+        for words, p in walk(top):
+            for action in p._actions:  # positionals say what they are too
+                if action.help == argparse.SUPPRESS or isinstance(
+                        action, argparse._SubParsersAction):
+                    continue
+                if not (action.help or "").strip():
+                    name = action.option_strings[-1] if action.option_strings else action.dest
+                    missing.append(" ".join((*prefix, *words, name)))
+    assert missing == []
+
+
+@pytest.mark.parametrize(("command", "flags"), [
+    ("attach", ["--runtime-dir", "--start-timeout", "--help"]),
+    ("status", ["--json", "--runtime-dir", "--help"]),
+    ("stop", ["--runtime-dir", "--help"]),
+])
+def test_the_thin_clients_say_what_each_flag_does(command, flags):
+    lines = THIN_USAGES[command].split("options:")[1].splitlines()
+    for flag in flags:
+        (line,) = [ln for ln in lines if flag in ln.split()]
+        assert len(line.split(flag, 1)[1].split()) >= 3  # a description follows
+
+
+def test_version(capsys):
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"streamd {streamd.__version__}\n"
+
+
+def test_db_before_log_is_the_same_as_after_it(tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.delenv("STREAMD_DB", raising=False)
+    db = tmp_path / "x.db"
+    at = ["--app", "a", "--user", "u", "--session", "s"]
+    assert cli.main(["--db", str(db), "log", "append", *at, "--author", "me"]) == 0
+    assert cli.main(["--db", str(db), "log", "ping"]) == 0
+    assert cli.main([f"--db={db}", "log", "ping"]) == 0
+    assert cli.main(["log", "ping", "--db", str(db)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["seq 1"] + [f"ok: {db} (latest seq 1)"] * 3
+
+
+def test_an_option_after_the_command_wins_over_one_before_it(tmp_path: Path, capsys):
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    at = ["--app", "a", "--user", "u", "--session", "s"]
+    cli.main(["--db", str(a), "log", "append", *at, "--author", "me"])
+    assert cli.main(["--db", str(b), "log", "append", "--db", str(a), *at,
+                     "--author", "me", "--id", "x"]) == 0
+    assert a.exists() and not b.exists()
+    capsys.readouterr()
+
+
+def test_verbose_works_before_or_after_a_command(tmp_path: Path, capsys):
+    stream = tmp_path / "s.jsonl"
+    stream.write_text('{"schema": 2, "id": "r1", "event_time": "2026-05-02T10:00:00Z", '
+                      '"title": "alpha"}\n')
+    assert cli.main(["-v", "search", "alpha", str(stream)]) == 0
+    assert cli.main(["search", "alpha", str(stream), "-v"]) == 0
+    capsys.readouterr()
+
+
+def test_global_daemon_options_reach_the_daemon_before_or_after_serve():
+    p = cli.build_parser()
+    before = cli._config(p.parse_args(["--db", "/a.db", "--watch-interval-ms", "50", "serve"]))
+    after = cli._config(p.parse_args(["serve", "--db", "/a.db", "--watch-interval-ms", "50"]))
+    assert before == after and before.db == "/a.db" and before.watch_interval == 0.05
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--db", "x.db", "search", "q", "s.jsonl"],
+     "streamd: --db does not apply to search (see 'streamd search --help')"),
+    (["--synchronous", "NORMAL", "log", "ping"],
+     "streamd: --synchronous does not apply to log (see 'streamd log --help')"),
+    (["--watch-interval-ms", "50", "log", "ping"],
+     "streamd: --watch-interval-ms applies to log tail only"),
+    (["-v", "status"], "streamd: -v does not apply to status (see 'streamd status --help')"),
+    (["--db", "x.db", "attach"], "streamd: --db does not apply to attach: the daemon's "
+     "options go after 'streamd attach --'"),
+    (["--db", "x.db", "conformance", "verify", "conformance/stream"],
+     "streamd: --db does not apply to conformance (see 'streamd conformance --help')"),
+])
+def test_a_global_option_before_a_command_it_means_nothing_to_is_refused(argv, line, capsys):
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [line]
