@@ -34,6 +34,7 @@ EVENT_CONFLICT = -32010
 SESSION_LOCKED = -32011
 SESSION_NOT_FOUND = -32012
 CLOSED = -32013
+STALE_SESSION = -32014
 
 CODE_NAMES: dict[int, str] = {
     PARSE_ERROR: "parse_error",
@@ -53,6 +54,7 @@ CODE_NAMES: dict[int, str] = {
     SESSION_LOCKED: "session_locked",
     SESSION_NOT_FOUND: "session_not_found",
     CLOSED: "closed",
+    STALE_SESSION: "stale_session",
 }
 
 
@@ -88,6 +90,11 @@ def is_session_locked(exc: BaseException) -> bool:
 
 def is_event_conflict(exc: BaseException) -> bool:
     return isinstance(exc, RpcError) and exc.code == EVENT_CONFLICT
+
+
+def is_stale_session(exc: BaseException) -> bool:
+    """An append whose ``expected_seq`` is no longer the session's last seq."""
+    return isinstance(exc, RpcError) and exc.code == STALE_SESSION
 
 
 def is_closed(exc: BaseException) -> bool:

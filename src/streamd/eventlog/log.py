@@ -452,12 +452,15 @@ class EventLog:
         metadata: dict[str, str] | None = None,
         *,
         state_delta: StateDelta | None = None,
+        expected_seq: int | None = None,
     ) -> AppendResult:
         """Append one event; returns its seq (and ``duplicate`` for a safe retry).
 
         ``state_delta`` is applied to the app's, user's and session's state in
-        the same transaction as the event. The result is returned only after
-        the transaction holding the event has committed (durable per the
+        the same transaction as the event. ``expected_seq`` (the session's
+        ``last_seq`` as the caller saw it) refuses the append with
+        ``stale_session`` if the session moved on. The result is returned only
+        after the transaction holding the event has committed (durable per the
         ``synchronous`` setting).
         """
         return await self.append_params(
@@ -469,6 +472,7 @@ class EventLog:
                 event=event,
                 metadata=metadata,
                 state_delta=state_delta,
+                expected_seq=expected_seq,
             )
         )
 

@@ -294,6 +294,13 @@ class AppendParams(Params, kw_only=True):
     """Applied to the app's, the user's and the session's state in the
     transaction that appends the event; part of the event's identity (a retry
     with another delta is ``event_conflict``)."""
+    expected_seq: Seq | None = None
+    """The session's ``last_seq`` as the writer last saw it: the append is
+    refused (``stale_session``, nothing written) when the session has moved on
+    since, and ``session_not_found`` when it does not exist (0 means "exists,
+    with no events yet"). Omitted, the append creates the session if need be.
+    Checked after the retry check, so a retry of an event that was appended is
+    still ``duplicate``; not part of the event's identity."""
 
     def __post_init__(self) -> None:
         # Here and not on Event: Event is also built for every entry read.

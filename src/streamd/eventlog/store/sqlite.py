@@ -68,6 +68,7 @@ from streamd.errors import (
     SESSION_LOCKED,
     SESSION_NOT_FOUND,
     SOURCE_UNAVAILABLE,
+    STALE_SESSION,
     RpcError,
     invalid_params,
 )
@@ -965,6 +966,8 @@ def _append_one(db: apsw.Connection, item: rows.Prepared, now_us: int) -> Append
             f"event {ev.id!r} was already appended with different content (seq {seq})",
             {"event_id": ev.id, "seq": seq},
         )
+    if p.expected_seq is not None:
+        _check_expected(db, p.app, p.user, p.session, p.expected_seq)
     # The session row exists from the first append on, so sessions.get can tell a
     # session that was written from one that never was.
     db.execute(
@@ -998,6 +1001,26 @@ def _append_one(db: apsw.Connection, item: rows.Prepared, now_us: int) -> Append
     if item.state_delta is not None:
         _apply_delta(db, p.app, p.user, p.session, item.state_delta, seq, now_us)
     return AppendResult(seq=seq, duplicate=False)
+
+
+def _check_expected(db: apsw.Connection, app: str, user: str, session: str, expected: int) -> None:
+    """Optimistic concurrency: the writer computed this append from the session
+    as of ``expected``; if anything was appended since, the append must be
+    recomputed, not merged. One primary-key read of ``sessions.last_seq``,
+    inside the append's transaction, so no writer can slip in between."""
+    found = db.execute(
+        "SELECT last_seq FROM sessions WHERE app_name = ? AND user_id = ? AND session_id = ?",
+        (app, user, session),
+    ).fetchone()
+    if found is None:
+        raise _not_found(app, user, session)
+    if found[0] != expected:
+        raise RpcError(
+            STALE_SESSION,
+            f"session {session!r} has moved on: its last seq is {found[0]}, the append was"
+            f" computed at seq {expected}; nothing was written, read the session again",
+            {"expected_seq": expected, "last_seq": found[0]},
+        )
 
 
 # --- state ------------------------------------------------------------------
