@@ -114,7 +114,10 @@ def test_a_socket_the_kernel_refuses_is_one_line_too(tmp_path: Path):
      "(see 'streamd daemon --help')"),
     (["index", "s.jsonl"], "streamd: index needs --workdir DIR: the workdir the adapter will "
      "be initialized with"),
-    (["status", "--bogus"], "streamd: unexpected --bogus (see 'streamd status --help')"),
+    (["status", "--bogus"], "streamd: unrecognized argument '--bogus' "
+     "(see 'streamd status --help')"),
+    (["search", "q", "s.jsonl", "--bogus"], "streamd: unrecognized arguments: --bogus "
+     "(see 'streamd search --help')"),
     (["stop", "--runtime-dir"], "streamd: --runtime-dir needs a value "
      "(see 'streamd stop --help')"),
     (["attach", "--start-timeout", "x"], "streamd: --start-timeout must be a number of "

@@ -151,8 +151,7 @@ def test_db_option_before_or_after_the_command(
 
 
 def test_sessions_locks_boots_and_ping(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "sessions", "create", "--app", "app", "--user", "u", "--session", "s1",
-                        "--json")
+    code, out, _ = run(capsys, "sessions", "create", *at("app", "u", "s1"), "--json")
     assert code == 0 and json.loads(out[0])["session"] == "s1"
     main(["append", *at("app", "u", "s1"), "--author", "me", "--id", "e1"])
     capsys.readouterr()

@@ -22,9 +22,13 @@ parser, never by ``streamd attach``).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
-from typing import NoReturn
+
+# Not `from typing import ...`: typing costs milliseconds at start-up.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import datetime as dt
+    from typing import NoReturn
 
 # The largest integer the wire takes (Go's int): a flag refuses what its
 # request would refuse.
@@ -74,8 +78,6 @@ def _plain(message: str) -> str:
         return f"{flag} {rest}" if rest.startswith(("must", "is ", "'")) else f"{flag}: {rest}"
     if message.startswith("the following arguments are required: "):
         return "missing " + message.removeprefix("the following arguments are required: ")
-    if message.startswith("unrecognized arguments: "):
-        return "unexpected " + message.removeprefix("unrecognized arguments: ")
     return message
 
 

@@ -118,7 +118,7 @@ def _parse(argv: Sequence[str]) -> tuple[str, float, list[str]] | None:
             return None
         name, eq, value = arg.partition("=")
         if name not in ("--runtime-dir", "--start-timeout"):
-            raise AttachError(f"unexpected {arg}")
+            raise AttachError(f"unrecognized argument {arg!r}")
         if not eq:
             if not args:
                 raise AttachError(f"{name} needs a value")

@@ -213,7 +213,7 @@ def _parse(argv: Sequence[str], usage: str, flags: Sequence[str]) -> dict[str, A
         elif arg.startswith("--runtime-dir="):
             opts["runtime_dir"] = os.path.abspath(arg.split("=", 1)[1])
         else:
-            return _usage_error(f"unexpected {arg}", command)
+            return _usage_error(f"unrecognized argument {arg!r}", command)
     return opts
 
 
