@@ -146,3 +146,17 @@ def test_errors_carry_no_wire_vocabulary(db, capsys, argv):
     assert line.startswith("streamd: ")
     for wire in ("$.", "invalid_params", "session_not_found", "event_conflict", "-320"):
         assert wire not in line, line
+
+
+def test_an_error_inside_tails_nursery_is_one_line_not_an_exception_group(
+    db, capsys, monkeypatch
+):
+    from streamd.errors import CLOSED
+
+    run(capsys, "append", *AT, "--author", "me")
+
+    def broken_watch(self, *args, **kwargs):
+        raise RpcError(CLOSED, "event log is closed")
+
+    monkeypatch.setattr(log_cli.EventLog, "watch", broken_watch)
+    assert run(capsys, "tail") == (1, [], ["streamd: event log is closed"])

@@ -135,3 +135,24 @@ def test_a_catch_up_counts_what_was_indexed_before(recall_world, monkeypatch):
     text = terminal.getvalue()
     assert min(percents(text)) >= 100 * before / stream.stat().st_size - 0.1
     assert f"({before / 1e6:.1f} MB were indexed before)" in text
+
+
+def test_an_error_mid_build_starts_on_a_clean_line(recall_world, monkeypatch):
+    from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+    from streamd.recall.adapter import StreamAdapter
+
+    terminal = on_a_terminal(monkeypatch)
+    w = recall_world
+    stream = w.write("s.jsonl", *records(w, 10))
+
+    def failing(self, full):
+        self.building = Build(done=5, total=10, records=1)
+        yield None
+        raise RpcError(SOURCE_UNAVAILABLE, "s.jsonl became unreadable")
+
+    monkeypatch.setattr(StreamAdapter, "build", failing)
+    assert main(["index", str(stream), "--workdir", str(w.root / "wd")]) == 1
+    drawn = terminal.getvalue()
+    assert "50.0%" in drawn
+    # The line is erased before the error, which is a line of its own.
+    assert drawn.endswith(" \rstreamd: s.jsonl became unreadable\n")

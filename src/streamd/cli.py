@@ -679,19 +679,24 @@ def _index(args: argparse.Namespace) -> int:
                          "initialized with")
     files = [os.path.abspath(p) for p in args.paths]
     adapter = StreamAdapter()
+    progress = Progress(sum(max(catchup_size(p), 0) for p in files), sys.stderr)
     try:
         _prepare_workdir(args.workdir, files, args.full)
         adapter.initialize(InitializeParams(
             protocol_version_min=1, protocol_version_max=1, workdir=args.workdir,
             source_id="stream", location=os.path.dirname(files[0]), settings={"files": files},
         ))
-        progress = Progress(sum(max(catchup_size(p), 0) for p in files), sys.stderr)
         steps = adapter.build(full=args.full)
         snap = drive(steps, lambda: progress.update(adapter.building))
     except _Runtime as exc:
+        progress.clear()
         return fail(str(exc))
     except RpcError as exc:
+        progress.clear()
         return fail(exc.message)
+    except KeyboardInterrupt:
+        progress.clear()  # what was sealed is saved: the next run continues from it
+        raise
     progress.done(adapter.building)
     missing = (f"{len(snap.missing)} missing file{'s' if len(snap.missing) != 1 else ''}"
                + (f" ({', '.join(snap.missing)})" if snap.missing else ""))

@@ -62,10 +62,16 @@ class Progress:
                 f"{records:,} records  {records / elapsed:,.0f} rec/s  "
                 f"{rate / 1e6:.1f} MB/s  ETA {eta}")
 
-    def done(self, consumer: Any) -> None:
-        elapsed = time.monotonic() - self.started
+    def clear(self) -> None:
+        """Erase the line, so what is written next (an error) starts a clean line."""
         if self.tty and self._drawn:
             self.out.write("\r" + " " * self._drawn + "\r")
+            self.out.flush()
+        self._drawn = 0
+
+    def done(self, consumer: Any) -> None:
+        elapsed = time.monotonic() - self.started
+        self.clear()
         if consumer is not None:
             done, start, _, records = _counts(consumer, self.total)
             already = f" ({start / 1e6:.1f} MB were indexed before)" if start else ""
