@@ -160,3 +160,12 @@ def test_an_error_inside_tails_nursery_is_one_line_not_an_exception_group(
 
     monkeypatch.setattr(log_cli.EventLog, "watch", broken_watch)
     assert run(capsys, "tail") == (1, [], ["streamd: event log is closed"])
+
+
+def test_a_nested_or_unknown_field_is_still_named_as_a_flag():
+    from streamd.cliargs import said_of_flag
+
+    assert said_of_flag("Expected `int` >= 1 - at `$.filters.limit`", {}) == (
+        "--limit must be at least 1")
+    assert said_of_flag("Expected `str`, got `int` - at `$.as_of`", {"as_of": "--as-of"}) == (
+        "--as-of: Expected str, got int")

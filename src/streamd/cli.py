@@ -551,7 +551,7 @@ def _search(args: argparse.Namespace) -> int:
 
     import msgspec
 
-    from streamd.cliargs import fail
+    from streamd.cliargs import UsageError, fail, said_of_flag
     from streamd.errors import RpcError
     from streamd.golang import gotime
     from streamd.recall import oneshot
@@ -565,8 +565,11 @@ def _search(args: argparse.Namespace) -> int:
     if args.as_of is not None:
         body["as_of"] = gotime.format_nano(args.as_of)
     try:
-        adapter, snap = _open(paths, args)
         params = msgspec.convert(body, SearchParams)
+    except msgspec.ValidationError as exc:  # every value was checked as it was parsed
+        raise UsageError(said_of_flag(str(exc), {"as_of": "--as-of"})) from None
+    try:
+        adapter, snap = _open(paths, args)
         result = msgspec.to_builtins(oneshot.search(adapter, snap, params))
     except _Runtime as exc:
         return fail(str(exc))

@@ -88,6 +88,34 @@ def command(sub: argparse._SubParsersAction, name: str, help: str, **kwargs) -> 
     return sub.add_parser(name, help=help, **kwargs)
 
 
+# --- a wire message, said of a flag ------------------------------------------------
+# For the rare value only the request's decoder checks: its msgspec message
+# ("Expected `int` >= 0 - at `$.from_seq`") names a field, never the flag.
+
+_EXPECTED = (
+    ("Expected `str` of length >= 1", "must not be empty"),
+    ("Expected `int` >= 0", "must be 0 or more"),
+    ("Expected `int` >= 1", "must be at least 1"),
+    ("Expected `object`", "must be a JSON object"),
+)
+
+
+def names_a_field(message: str) -> bool:
+    return " - at `$." in message
+
+
+def said_of_flag(message: str, flags: dict[str, str]) -> str:
+    """``Expected `int` >= 0 - at `$.from_seq``` -> ``--from must be 0 or more``,
+    with ``flags`` mapping a field's last name to its flag (else ``--field``)."""
+    what, _, where = message.rpartition(" - at `$.")
+    field = where.rstrip("`").split(".")[-1].split("[")[0]
+    flag = flags.get(field, f"--{field.replace('_', '-')}")
+    for wire, said in _EXPECTED:
+        if what.startswith(wire):
+            return f"{flag} {said}"
+    return f"{flag}: {what.replace('`', '')}"
+
+
 # --- value types ----------------------------------------------------------------
 # Each raises ArgumentTypeError with the rest of a sentence that starts with
 # the flag: "--limit" + " must be at least 1, not '0'".

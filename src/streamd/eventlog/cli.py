@@ -272,14 +272,6 @@ _FLAG_OF = {
     "limit": "--limit", "after_seq": "--after-seq", "recent": "--recent",
     "parent": "--tree", "branch": "--branch", "state": "--state",
 }
-_EXPECTED = (
-    ("Expected `str` of length >= 1", "must not be empty"),
-    ("Expected `int` >= 0", "must be 0 or more"),
-    ("Expected `int` >= 1", "must be at least 1"),
-    ("Expected `object`", "must be a JSON object"),
-)
-
-
 def _human(exc: RpcError) -> tuple[str, int]:
     """An error of the log said the way a person would, and its exit status.
 
@@ -291,17 +283,8 @@ def _human(exc: RpcError) -> tuple[str, int]:
     if exc.code == INVALID_PARAMS and isinstance(exc.data, dict) and "session" in exc.data:
         d = exc.data  # sessions create of one that exists
         return f"session {d.get('app')}/{d.get('user')}/{d.get('session')} already exists", 1
-    if exc.code == INVALID_PARAMS and " - at `$." in exc.message:
-        what, _, where = exc.message.rpartition(" - at `$.")
-        field = where.rstrip("`").split(".")[-1]
-        flag = _FLAG_OF.get(field, f"--{field.replace('_', '-')}")
-        for wire, said in _EXPECTED:
-            if what.startswith(wire):
-                what = said
-                break
-        else:
-            what = what.replace("`", "")
-        return f"{flag} {what}", 2
+    if exc.code == INVALID_PARAMS and cliargs.names_a_field(exc.message):
+        return cliargs.said_of_flag(exc.message, _FLAG_OF), 2
     return exc.message, 1
 
 
