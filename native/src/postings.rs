@@ -41,8 +41,9 @@ pub fn term_hash(term: &str) -> u64 {
 
 /// Terms recur from segment to segment (Zipf), and a small catch-up meets
 /// thousands of them at once: their hashes are remembered per thread. The
-/// cache is dropped whole when it reaches its bound (as the plain path's).
-const HASH_CACHE_MAX: usize = 1 << 19;
+/// cache is dropped whole when it reaches its bound: 64k terms, about 4 MB
+/// a thread (a full build, which meets millions, gains little from more).
+const HASH_CACHE_MAX: usize = 1 << 16;
 
 thread_local! {
     static HASH_CACHE: std::cell::RefCell<AHashMap<Box<str>, u64>> =
@@ -354,23 +355,23 @@ impl Builder {
         let mut next: Vec<i64> = starts[..n_terms].to_vec();
         let mut recs = vec![0u32; total];
         let mut meta = vec![0u8; total];
-        let mut counts = vec![0u32; total];
+        // Saturated counts are rare: gather them, then put them in position order.
+        let mut big: Vec<(i64, i64)> = Vec::new();
         // Records were added in order, so each term's postings come out ascending.
         for k in 0..total {
             let t = self.p_term[k] as usize;
             let at = next[t] as usize;
             next[t] += 1;
             recs[at] = self.p_rec[k];
-            counts[at] = self.p_count[k];
-            meta[at] = ((self.p_count[k].min(COUNT_CAP) << 2) as u8) | self.p_code[k];
-        }
-        let (mut big_pos, mut big_count) = (Vec::new(), Vec::new());
-        for (at, &c) in counts.iter().enumerate() {
-            if c >= COUNT_CAP {
-                big_pos.push(at as i64);
-                big_count.push(c as i64);
+            let count = self.p_count[k];
+            meta[at] = ((count.min(COUNT_CAP) << 2) as u8) | self.p_code[k];
+            if count >= COUNT_CAP {
+                big.push((at as i64, count as i64));
             }
         }
+        drop((self.p_term, self.p_rec, self.p_count, self.p_code));
+        big.sort_unstable();
+        let (big_pos, big_count) = big.into_iter().unzip();
         let hashes = &self.terms.hashes;
         let mut order: Vec<u32> = (0..n_terms as u32).collect();
         order.sort_unstable_by_key(|&t| hashes[t as usize]);

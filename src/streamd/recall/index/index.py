@@ -154,9 +154,10 @@ class Index:
             self.ids.extend(built.id_list())
         else:
             built = builder.seal()
-        sealed = self._keep(built)
-        self.columns.extend(sealed.columns)
-        self.segments = (*self.segments, sealed)
+        # Columns from the copy in memory: reading the mapped one would pull
+        # its pages into this process's resident set for nothing.
+        self.columns.extend(built.columns)
+        self.segments = (*self.segments, self._keep(built))
 
     def _merge_tail(self) -> None:
         while self.segments and self.segments[-1].count < MERGE_CEILING:
@@ -177,10 +178,12 @@ class Index:
         self.seal()
         kind_map = np.array([self.kind_code(k) for k in kinds], dtype=np.int32)
         for s in segments:
-            moved = self._keep(seg.rebased(s, len(self.ids), kind_map))
+            moved = seg.rebased(s, len(self.ids), kind_map)
+            # Ids and columns from the copy in memory, before it is written
+            # and mapped back (see ``seal``).
             self.ids.extend(moved.id_list())
             self.columns.extend(moved.columns)
-            self.segments = (*self.segments, moved)
+            self.segments = (*self.segments, self._keep(moved))
 
     def _keep(self, segment: Segment) -> Segment:
         if self.sink is None or self._sink_paused:
