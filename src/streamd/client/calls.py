@@ -1,0 +1,268 @@
+"""Every ``eventlog/*`` method as a typed :class:`~streamd.client.protocol.Call`.
+
+One builder per wire method: the keyword arguments of the method's params
+Struct in, a ``Call`` that knows its result type out. The three clients bind
+these same builders as their methods, so they cannot drift apart and each one
+is a single line. Builders validate nothing themselves: the daemon
+decodes every params object strictly (unknown or out-of-range values are
+invalid_params there, with msgspec's path message), and a second check here
+would cost an encode per call and could only disagree with it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from typing import Any
+
+from streamd.client.protocol import Call
+from streamd.eventlog.model import (
+    DEFAULT_SINCE_LIMIT,
+    DEFAULT_STALE_AFTER_MS,
+    AppendParams,
+    AppendResult,
+    BootRecentParams,
+    BootRecentResult,
+    BootRecordParams,
+    BootRecordResult,
+    BootUpdateParams,
+    BranchesParams,
+    BranchesResult,
+    Empty,
+    Event,
+    Filter,
+    LatestSeqParams,
+    LatestSeqResult,
+    LockAcquireResult,
+    LockReleaseParams,
+    PingParams,
+    Session,
+    SessionCreateParams,
+    SessionDeleteParams,
+    SessionGetParams,
+    SessionKey,
+    SessionListParams,
+    SessionListResult,
+    SessionsGetParams,
+    SessionsResult,
+    SessionWithEvents,
+    SinceParams,
+    SinceResult,
+    StateDelta,
+    StateGetParams,
+    StateSnapshot,
+)
+
+__all__ = [
+    "SessionAssembler",
+    "append",
+    "branches",
+    "create_session",
+    "delete_session",
+    "get_session",
+    "get_sessions",
+    "get_state",
+    "latest_seq",
+    "list_sessions",
+    "lock_acquire",
+    "lock_release",
+    "ping",
+    "recent_boots",
+    "record_boot",
+    "since",
+    "update_boot",
+]
+
+
+def append(
+    app: str,
+    user: str,
+    session: str,
+    event: Event,
+    *,
+    metadata: dict[str, str] | None = None,
+    state_delta: StateDelta | None = None,
+    expected_seq: int | None = None,
+) -> Call[AppendResult]:
+    """Append one event (see ``eventlog/append``): ``duplicate`` for a safe
+    retry, ``stale_session`` when ``expected_seq`` is no longer the session's."""
+    params = AppendParams(
+        app=app,
+        user=user,
+        session=session,
+        event=event,
+        metadata=metadata,
+        state_delta=state_delta,
+        expected_seq=expected_seq,
+    )
+    return Call("eventlog/append", params, AppendResult)
+
+
+def since(
+    from_seq: int = 0, filter: Filter | None = None, limit: int = DEFAULT_SINCE_LIMIT
+) -> Call[SinceResult]:
+    return Call(
+        "eventlog/since", SinceParams(from_seq=from_seq, filter=filter, limit=limit), SinceResult
+    )
+
+
+def latest_seq(filter: Filter | None = None) -> Call[LatestSeqResult]:
+    return Call("eventlog/latest_seq", LatestSeqParams(filter=filter), LatestSeqResult)
+
+
+def branches(filter: Filter | None = None, limit: int | None = None) -> Call[BranchesResult]:
+    return Call("eventlog/branches", BranchesParams(filter=filter, limit=limit), BranchesResult)
+
+
+def create_session(
+    app: str,
+    user: str,
+    session: str | None = None,
+    state: dict[str, Any] | None = None,
+    *,
+    app_state: dict[str, Any] | None = None,
+    user_state: dict[str, Any] | None = None,
+) -> Call[Session]:
+    params = SessionCreateParams(
+        app=app, user=user, session=session, state=state, app_state=app_state,
+        user_state=user_state,
+    )
+    return Call("eventlog/sessions.create", params, Session)
+
+
+def get_session(
+    app: str,
+    user: str,
+    session: str,
+    *,
+    after_seq: int = 0,
+    recent: int | None = None,
+    after_time: _dt.datetime | None = None,
+    scoped_state: bool = False,
+) -> Call[SessionWithEvents]:
+    """One answer of at most 4 MiB: a session whose events do not fit is
+    ``truncated``; the clients' ``get_session`` methods continue it for you."""
+    params = SessionGetParams(
+        app=app, user=user, session=session, after_seq=after_seq, recent=recent,
+        after_time=after_time, scoped_state=scoped_state,
+    )
+    return Call("eventlog/sessions.get", params, SessionWithEvents)
+
+
+def get_sessions(
+    app: str,
+    sessions: Sequence[SessionKey | tuple[str, str]],
+    *,
+    recent: int | None = None,
+    after_time: _dt.datetime | None = None,
+    scoped_state: bool = False,
+) -> Call[SessionsResult]:
+    keys = [
+        k if isinstance(k, SessionKey) else SessionKey(user=k[0], session=k[1]) for k in sessions
+    ]
+    params = SessionsGetParams(
+        app=app, sessions=keys, recent=recent, after_time=after_time, scoped_state=scoped_state
+    )
+    return Call("eventlog/sessions.get_many", params, SessionsResult)
+
+
+def list_sessions(
+    app: str,
+    user: str | None = None,
+    *,
+    limit: int = DEFAULT_SINCE_LIMIT,
+    after: SessionKey | None = None,
+    scoped_state: bool = False,
+) -> Call[SessionListResult]:
+    params = SessionListParams(
+        app=app, user=user, limit=limit, after=after, scoped_state=scoped_state
+    )
+    return Call("eventlog/sessions.list", params, SessionListResult)
+
+
+def delete_session(app: str, user: str, session: str) -> Call[Empty]:
+    params = SessionDeleteParams(app=app, user=user, session=session)
+    return Call("eventlog/sessions.delete", params, Empty)
+
+
+def get_state(
+    app: str, user: str | None = None, session: str | None = None, *, as_of_seq: int | None = None
+) -> Call[StateSnapshot]:
+    params = StateGetParams(app=app, user=user, session=session, as_of_seq=as_of_seq)
+    return Call("eventlog/state.get", params, StateSnapshot)
+
+
+def lock_acquire(
+    app: str,
+    user: str,
+    session: str,
+    *,
+    stale_after_ms: int = DEFAULT_STALE_AFTER_MS,
+    heartbeat_ms: int | None = None,
+) -> Call[LockAcquireResult]:
+    # Built without __post_init__'s derivation running on a bad window: the
+    # daemon re-derives and checks it.
+    params = {"app": app, "user": user, "session": session, "stale_after_ms": stale_after_ms}
+    if heartbeat_ms is not None:
+        params["heartbeat_ms"] = heartbeat_ms
+    return Call("eventlog/lock.acquire", params, LockAcquireResult)
+
+
+def lock_release(lock: str) -> Call[Empty]:
+    return Call("eventlog/lock.release", LockReleaseParams(lock=lock), Empty)
+
+
+def record_boot(at: _dt.datetime, attempted: Sequence[str]) -> Call[BootRecordResult]:
+    return Call(
+        "eventlog/boot.record",
+        BootRecordParams(at=at, attempted=list(attempted)),
+        BootRecordResult,
+    )
+
+
+def update_boot(boot_id: int, attempted: Sequence[str]) -> Call[Empty]:
+    return Call(
+        "eventlog/boot.update", BootUpdateParams(id=boot_id, attempted=list(attempted)), Empty
+    )
+
+
+def recent_boots(since: _dt.datetime) -> Call[BootRecentResult]:
+    return Call("eventlog/boot.recent", BootRecentParams(since=since), BootRecentResult)
+
+
+def ping() -> Call[Empty]:
+    return Call("eventlog/ping", PingParams(), Empty)
+
+
+
+class SessionAssembler:
+    """Puts a session back together when its answer was cut by the reply budget.
+
+    Feed it each answer; it returns the call that fetches the rest, or None
+    when the session is whole (:attr:`result`). The session is the one the
+    first answer read: its state and ``last_seq`` come from that answer, and
+    the rest is read after its ``next_seq`` up to that ``last_seq`` (events
+    appended meanwhile are not mixed in), so the events, the state and the
+    ``last_seq`` a writer passes as ``expected_seq`` all describe one moment."""
+
+    def __init__(self, first: Call[SessionWithEvents]) -> None:
+        self._params: SessionGetParams = first.params
+        self.result: SessionWithEvents | None = None
+
+    def feed(self, part: SessionWithEvents) -> Call[SessionWithEvents] | None:
+        if self.result is None:
+            self.result = part
+        else:
+            horizon = self.result.last_seq
+            self.result.events += [e for e in part.events if e.seq <= horizon]
+        whole = self.result
+        if part.truncated and part.next_seq is not None and part.next_seq < whole.last_seq:
+            p = self._params
+            rest = SessionGetParams(
+                app=p.app, user=p.user, session=p.session, after_seq=part.next_seq,
+                after_time=p.after_time,
+            )
+            return Call("eventlog/sessions.get", rest, SessionWithEvents)
+        whole.truncated = False
+        whole.next_seq = None
+        return None

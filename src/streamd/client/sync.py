@@ -1,0 +1,451 @@
+"""The blocking client: plain threads, no event loop.
+
+Any number of threads may share one :class:`Client`. A reader thread owns the
+receiving side and feeds the protocol core; each call waits on its own slot for
+the answer the reader routes to it, so a slow call (a watch, a long read) never
+holds up another thread's. Writes are serialized by a lock, whole frames at a
+time. A call given a ``timeout`` (or interrupted, KeyboardInterrupt included)
+sends ``$/cancelRequest`` before it raises, so the daemon stops working on it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import logging
+import os
+import subprocess
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from streamd import errors
+from streamd.client import calls
+from streamd.client.protocol import (
+    DEFAULT_WATCH_BUDGET,
+    Call,
+    ClientProtocol,
+    Garbled,
+    LockLost,
+    Reply,
+    WatchUpdated,
+)
+from streamd.client.transport import START_TIMEOUT, open_daemon_socket, open_socket, stdio_command
+from streamd.errors import RpcError
+from streamd.eventlog.model import (
+    DEFAULT_STALE_AFTER_MS,
+    Entry,
+    Filter,
+    SessionWithEvents,
+    WatchParams,
+    WatchResult,
+)
+
+__all__ = ["Client", "Lease", "Watch"]
+
+log = logging.getLogger("streamd.client")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_READ_CHUNK = 1 << 16
+
+
+def _bound(builder: Callable[P, Call[T]]) -> Callable[Concatenate[Client, P], T]:
+    @functools.wraps(builder)
+    def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self.call(builder(*args, **kwargs))
+
+    return method
+
+
+class _Slot:
+    __slots__ = ("done", "reply")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.reply: Reply | None = None
+
+
+class Client:
+    """A blocking client of the streamd daemon; see the module docstring.
+
+    Open one with :meth:`connect` (the resident daemon, started when none
+    runs), :meth:`connect_socket` (``streamd serve --socket``) or :meth:`spawn`
+    (a ``streamd`` of its own on stdio), and close it (or use it as a context
+    manager). Every method raises :class:`~streamd.errors.RpcError` with the
+    daemon's code; once the connection is gone, ``closed``.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[bytes], None],
+        receive: Callable[[], bytes],
+        close: Callable[[], None],
+        leftover: bytes = b"",
+        release: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``close`` ends the connection so that ``receive`` returns end of
+        input; ``release`` frees what is left once the reader has stopped (a
+        descriptor closed under a thread still reading it could be reused by
+        another file, and the reader would read that)."""
+        self._send_bytes = send
+        self._receive = receive
+        self._close = close
+        self._release_transport = release
+        self._core = ClientProtocol()
+        self._lock = threading.Lock()  # guards the core and the tables below
+        self._send_lock = threading.Lock()
+        self._slots: dict[int, _Slot] = {}
+        self._watches: dict[int, threading.Condition] = {}
+        self._leases: dict[str, Lease] = {}
+        self._closed = False
+        self.process: subprocess.Popen[bytes] | None = None
+        """The ``streamd`` process of a :meth:`spawn` client (None otherwise)."""
+        if leftover:
+            self._feed(leftover)
+        self._reader = threading.Thread(target=self._read, name="streamd-client", daemon=True)
+        self._reader.start()
+
+    # -- opening --
+
+    @classmethod
+    def connect(
+        cls,
+        runtime_dir: str | None = None,
+        *,
+        start_daemon: bool = True,
+        daemon_args: Sequence[str] = (),
+        start_timeout: float = START_TIMEOUT,
+    ) -> Client:
+        """The resident daemon of this user (``$STREAMD_RUNTIME_DIR``, ...),
+        started with ``streamd daemon DAEMON_ARGS`` when none answers."""
+        sock, leftover = open_daemon_socket(
+            runtime_dir,
+            start_daemon=start_daemon,
+            daemon_args=daemon_args,
+            start_timeout=start_timeout,
+        )
+        return cls._over_socket(sock, leftover)
+
+    @classmethod
+    def connect_socket(cls, path: str) -> Client:
+        return cls._over_socket(open_socket(path), b"")
+
+    @classmethod
+    def _over_socket(cls, sock: Any, leftover: bytes) -> Client:
+        def close() -> None:
+            try:
+                sock.shutdown(2)  # wakes the reader with end of input
+            except OSError:
+                pass
+
+        return cls(sock.sendall, lambda: sock.recv(_READ_CHUNK), close, leftover, sock.close)
+
+    @classmethod
+    def spawn(cls, args: Sequence[str] = (), *, stderr: Any = None) -> Client:
+        """A ``streamd`` process of this client's own, on stdio (``args``: serve
+        options, ``--db PATH`` first of all). Closing the client ends its input,
+        and it exits once it has closed the log."""
+        proc = subprocess.Popen(
+            stdio_command(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        stdin, stdout = proc.stdin, proc.stdout
+
+        def send(data: bytes) -> None:
+            stdin.write(data)
+            stdin.flush()
+
+        def close() -> None:
+            try:
+                stdin.close()  # end of input: the daemon closes the log and exits
+            except OSError:
+                pass
+            proc.wait()
+
+        client = cls(
+            send, lambda: os.read(stdout.fileno(), _READ_CHUNK), close, release=stdout.close
+        )
+        client.process = proc
+        return client
+
+    def close(self) -> None:
+        """End the connection: calls in flight fail with ``closed``, the daemon
+        releases this connection's leases. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._close()
+        if threading.current_thread() is not self._reader:
+            self._reader.join()
+            self._release_transport()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- calls --
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered (cancelled ones until their answer)."""
+        with self._lock:
+            return self._core.in_flight
+
+    def call(self, call: Call[T], timeout: float | None = None) -> T:
+        """Send one call and wait for its answer; on ``timeout`` (seconds) or an
+        interruption, cancel it on the daemon and raise (TimeoutError)."""
+        slot = _Slot()
+        with self._lock:
+            request_id, frame = self._core.start(call)
+            self._slots[request_id] = slot
+        try:
+            self._send(frame)
+            if not slot.done.wait(timeout):
+                raise TimeoutError(f"{call.method}: no answer within {timeout:g} s; cancelled")
+        except BaseException:
+            self._abandon(request_id)
+            raise
+        assert slot.reply is not None
+        if slot.reply.error is not None:
+            raise slot.reply.error
+        return slot.reply.value
+
+    def _abandon(self, request_id: int) -> None:
+        with self._lock:
+            self._slots.pop(request_id, None)
+            frame = self._core.cancel(request_id)
+        if frame is not None:
+            try:
+                self._send(frame)
+            except RpcError:
+                pass  # gone: nothing left to cancel
+
+    def _send(self, frame: bytes) -> None:
+        with self._send_lock:
+            try:
+                self._send_bytes(frame)
+            except (OSError, ValueError) as exc:
+                raise RpcError(
+                    errors.CLOSED, f"connection to the streamd daemon closed: {exc}"
+                ) from None
+
+    # -- the reader --
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._receive()
+            except (OSError, ValueError):
+                data = b""
+            self._feed(data)
+            if not data:
+                return
+
+    def _feed(self, data: bytes) -> None:
+        with self._lock:
+            events, outgoing = self._core.receive(data)
+            wake: list[Any] = []
+            for event in events:
+                match event:
+                    case Reply(id=request_id):
+                        slot = self._slots.pop(request_id, None)
+                        if slot is not None:
+                            slot.reply = event
+                            wake.append(slot.done)
+                    case WatchUpdated(id=watch_id):
+                        cond = self._watches.get(watch_id)
+                        if cond is not None:
+                            cond.notify_all()
+                    case LockLost(lock=lock):
+                        lease = self._leases.pop(lock, None)
+                        if lease is not None:
+                            wake.append(lease.lost)
+                    case Garbled(why=why):
+                        log.warning("streamd client: %s", why)
+        for done in wake:
+            done.set()
+        for frame in outgoing:
+            try:
+                self._send(frame)
+            except RpcError:
+                pass
+
+    # -- the event log --
+
+    append = _bound(calls.append)
+    since = _bound(calls.since)
+    latest_seq = _bound(calls.latest_seq)
+    branches = _bound(calls.branches)
+    create_session = _bound(calls.create_session)
+    get_sessions = _bound(calls.get_sessions)
+    list_sessions = _bound(calls.list_sessions)
+    delete_session = _bound(calls.delete_session)
+    get_state = _bound(calls.get_state)
+    record_boot = _bound(calls.record_boot)
+    update_boot = _bound(calls.update_boot)
+    recent_boots = _bound(calls.recent_boots)
+    ping = _bound(calls.ping)
+
+    def get_session(
+        self,
+        app: str,
+        user: str,
+        session: str,
+        *,
+        after_seq: int = 0,
+        recent: int | None = None,
+        after_time: _dt.datetime | None = None,
+        scoped_state: bool = False,
+    ) -> SessionWithEvents:
+        """The session with its events, whole: an answer cut by the reply budget
+        is continued (see :class:`~streamd.client.calls.SessionAssembler`)."""
+        call: Call[SessionWithEvents] | None = calls.get_session(
+            app, user, session, after_seq=after_seq, recent=recent, after_time=after_time,
+            scoped_state=scoped_state,
+        )
+        whole = calls.SessionAssembler(call)
+        while call is not None:
+            call = whole.feed(self.call(call))
+        assert whole.result is not None
+        return whole.result
+
+    def watch(
+        self, from_seq: int = 0, filter: Filter | None = None, *, budget: int = DEFAULT_WATCH_BUDGET
+    ) -> Watch:
+        """Follow the log from ``from_seq`` (see :class:`Watch`)."""
+        cond = threading.Condition(self._lock)
+        with self._lock:
+            watch_id, frame = self._core.start_watch(
+                WatchParams(from_seq=from_seq, filter=filter), budget
+            )
+            self._watches[watch_id] = cond
+        watch = Watch(self, watch_id, cond)
+        try:
+            self._send(frame)
+        except BaseException:
+            watch.close()
+            raise
+        return watch
+
+    def acquire_lock(
+        self,
+        app: str,
+        user: str,
+        session: str,
+        *,
+        stale_after_ms: int = DEFAULT_STALE_AFTER_MS,
+        heartbeat_ms: int | None = None,
+    ) -> Lease:
+        """Take the session's lease; the daemon keeps it fresh while this
+        connection lives. ``session_locked`` while another holder's is fresh."""
+        got = self.call(
+            calls.lock_acquire(
+                app, user, session, stale_after_ms=stale_after_ms, heartbeat_ms=heartbeat_ms
+            )
+        )
+        lease = Lease(self, got.lock, got.holder)
+        with self._lock:
+            if self._core.closed:
+                lease.lost.set()
+            else:
+                self._leases[got.lock] = lease
+                self._core.lease_acquired(got.lock)
+        return lease
+
+    def _release(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.pop(lease.lock, None)
+            self._core.lease_released(lease.lock)
+        self.call(calls.lock_release(lease.lock))
+
+
+class Watch:
+    """A blocking iterator over the entries of ``eventlog/watch``: history from
+    ``from_seq``, then live, each once and in seq order. It ends with
+    StopIteration when the daemon shuts down, raises the watch's error
+    otherwise (``closed``, ``budget_exceeded`` for a consumer that fell behind:
+    its data names the seq to resume from). Close it (or leave its ``with``
+    block) to cancel it on the daemon; :attr:`last_seq` is where to resume."""
+
+    def __init__(self, client: Client, watch_id: int, cond: threading.Condition) -> None:
+        self._client = client
+        self._id = watch_id
+        self._cond = cond
+        self.last_seq = 0
+        self.result: WatchResult | None = None
+        self._closed = False
+
+    def __iter__(self) -> Iterator[Entry]:
+        return self
+
+    def __next__(self) -> Entry:
+        return self.next()
+
+    def next(self, timeout: float | None = None) -> Entry:
+        """The next entry, waiting at most ``timeout`` seconds (TimeoutError)."""
+        core = self._client._core
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise StopIteration
+                item = core.take(self._id)
+                if item is not None:
+                    break
+                if not self._cond.wait(timeout):
+                    raise TimeoutError(f"no entry within {timeout:g} s")
+            self.last_seq = core.last_seq(self._id)
+        if isinstance(item, Entry):
+            return item
+        if isinstance(item, WatchResult):
+            self.result = item
+            raise StopIteration
+        raise item
+
+    def close(self) -> None:
+        """Cancel the watch on the daemon (idempotent)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._client._watches.pop(self._id, None)
+            frame = self._client._core.cancel(self._id)
+            self._client._core.forget_watch(self._id)
+        if frame is not None:
+            try:
+                self._client._send(frame)
+            except RpcError:
+                pass
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Lease:
+    """A session lease held through this client's connection. :attr:`lost` is
+    set when the daemon reports it stolen (``eventlog/lock_lost``) or the
+    connection ends (the daemon releases a connection's leases): whoever works
+    under the lease must stop then. A clean :meth:`release` never sets it."""
+
+    def __init__(self, client: Client, lock: str, holder: str) -> None:
+        self.lock = lock
+        self.holder = holder
+        self.lost = threading.Event()
+        self._client = client
+
+    def release(self) -> None:
+        self._client._release(self)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.lost.is_set():
+            self.release()

@@ -1,0 +1,85 @@
+"""Where a client's bytes go: the resident daemon's socket, any ``streamd serve
+--socket``, or a ``streamd`` process spawned on stdio.
+
+Blocking and standard-library only; the asyncio and Trio clients run these in a
+thread. Finding and starting the resident daemon is
+:func:`streamd.resident.attach.connect`'s job, reused as it is: the per-user
+socket, the peer-uid check, ``streamd/hello``, retiring an older daemon, and
+starting one (in a session of its own) when none answers.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Sequence
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.resident import attach, paths
+from streamd.resident.control import ControlError, DaemonConnection, hello
+
+__all__ = ["START_TIMEOUT", "open_daemon_socket", "open_socket", "stdio_command"]
+
+START_TIMEOUT = attach.START_TIMEOUT
+
+
+def open_daemon_socket(
+    runtime_dir: str | None = None,
+    *,
+    start_daemon: bool = True,
+    daemon_args: Sequence[str] = (),
+    start_timeout: float = START_TIMEOUT,
+) -> tuple[socket.socket, bytes]:
+    """A blocking socket to the resident daemon (started with ``streamd daemon
+    DAEMON_ARGS`` when none answers and ``start_daemon``), and the bytes read
+    past its hello. ``daemon_args`` only shape a daemon started here: one
+    already running keeps its own (its ``--db`` included)."""
+    directory = os.path.abspath(runtime_dir) if runtime_dir else paths.runtime_dir()
+    args = list(daemon_args)
+    if runtime_dir:
+        args = ["--runtime-dir", directory, *args]
+    try:
+        if start_daemon:
+            conn = attach.connect(directory, args, start_timeout)
+        else:
+            conn = _existing(directory)
+    except (attach.AttachError, ControlError, paths.UnsafeDirectory) as exc:
+        raise RpcError(SOURCE_UNAVAILABLE, f"cannot reach the streamd daemon: {exc}") from None
+    conn.sock.settimeout(None)
+    return conn.sock, conn.buffer
+
+
+def _existing(directory: str) -> DaemonConnection:
+    sock_path = paths.socket_path(directory)
+    paths.check_private_dir(directory)
+    conn = DaemonConnection.open(sock_path)
+    if conn is None:
+        raise ControlError(f"no daemon answers on {sock_path}")
+    try:
+        hello(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def open_socket(path: str) -> socket.socket:
+    """A blocking socket to ``streamd serve --socket PATH`` (no hello: that
+    server has no control methods)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError as exc:
+        sock.close()
+        raise RpcError(
+            SOURCE_UNAVAILABLE, f"cannot connect to {path}: {exc.strerror or exc}"
+        ) from None
+    return sock
+
+
+def stdio_command(args: Sequence[str] = ()) -> list[str]:
+    """The command of a ``streamd`` serving JSON-RPC on stdio with this
+    interpreter (``args``: ``--db PATH`` and the other serve options). It reads
+    until end of input and exits 0, closing the log cleanly."""
+    return [sys.executable, "-m", "streamd", *args]

@@ -1,0 +1,422 @@
+"""The Trio client: structured, so it is an async context manager.
+
+``async with TrioClient.connect() as client:`` opens a nursery holding the two
+tasks a connection needs: the reader, which feeds the protocol core and wakes
+each call's event, and the writer, the only task that touches the stream's
+sending side, fed whole frames through a memory channel (so a call cancelled
+while its frame is being written can never leave half a frame behind). A call
+whose scope is cancelled queues ``$/cancelRequest`` for the writer before the
+cancellation goes on; the late answer is read and dropped. Leaving the block
+closes the connection; calls still in flight fail with ``closed``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import logging
+import math
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import trio
+
+from streamd import errors
+from streamd.client import calls
+from streamd.client.protocol import (
+    DEFAULT_WATCH_BUDGET,
+    Call,
+    ClientProtocol,
+    Garbled,
+    LockLost,
+    Reply,
+    WatchUpdated,
+)
+from streamd.client.transport import START_TIMEOUT, open_daemon_socket, open_socket, stdio_command
+from streamd.errors import RpcError
+from streamd.eventlog.model import (
+    DEFAULT_STALE_AFTER_MS,
+    Entry,
+    Filter,
+    SessionWithEvents,
+    WatchParams,
+    WatchResult,
+)
+
+__all__ = ["TrioClient", "TrioLease", "TrioWatch"]
+
+log = logging.getLogger("streamd.client")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_READ_CHUNK = 1 << 16
+# Frames waiting for the writer before a call's send waits too (backpressure
+# from a daemon that does not read). Cancel frames skip the bound.
+_OUTBOX_FRAMES = 64
+# How long leaving the block waits for the daemon to end the connection.
+_CLOSE_GRACE = 5.0
+
+
+def _bound(
+    builder: Callable[P, Call[T]],
+) -> Callable[Concatenate[TrioClient, P], Coroutine[Any, Any, T]]:
+    @functools.wraps(builder)
+    async def method(self: TrioClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.call(builder(*args, **kwargs))
+
+    return method
+
+
+class _Slot:
+    __slots__ = ("done", "reply")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.reply: Reply | None = None
+
+
+class TrioClient:
+    """A Trio client of the streamd daemon, over any ``trio.abc.Stream``.
+
+    Open it with :meth:`connect` (the resident daemon, started when none
+    runs), :meth:`connect_socket`, :meth:`spawn` or :meth:`over` (a stream you
+    already have); each is an async context manager. Every method raises
+    :class:`~streamd.errors.RpcError`.
+    """
+
+    def __init__(self, stream: trio.abc.Stream, nursery: trio.Nursery) -> None:
+        self._stream = stream
+        self._nursery = nursery
+        self._core = ClientProtocol()
+        self._slots: dict[int, _Slot] = {}
+        self._watches: dict[int, trio.Event] = {}
+        self._leases: dict[str, TrioLease] = {}
+        # Unbounded, but only cancel frames pass without taking a slot of _room.
+        self._send_frames, self._frames = trio.open_memory_channel[tuple[bytes, bool]](math.inf)
+        self._room = trio.Semaphore(_OUTBOX_FRAMES)
+        self._writer_done = trio.Event()
+        self._reader_done = trio.Event()
+
+    # -- opening --
+
+    @classmethod
+    @asynccontextmanager
+    async def over(
+        cls, stream: trio.abc.Stream, leftover: bytes = b""
+    ) -> AsyncIterator[TrioClient]:
+        async with trio.open_nursery() as nursery:
+            client = cls(stream, nursery)
+            if leftover:
+                client._feed(leftover)
+            nursery.start_soon(client._read)
+            nursery.start_soon(client._write)
+            try:
+                yield client
+            finally:
+                # Half-close and let the daemon end the connection: it answers
+                # what is in flight (cancelled, -32007) and releases our leases.
+                client._send_frames.close()
+                with trio.CancelScope(shield=True):
+                    with trio.move_on_after(_CLOSE_GRACE):
+                        await client._writer_done.wait()
+                        try:
+                            await stream.send_eof()  # type: ignore[attr-defined]
+                        except (AttributeError, trio.BrokenResourceError,
+                                trio.ClosedResourceError, OSError):
+                            pass
+                        await client._reader_done.wait()
+                    await stream.aclose()
+                nursery.cancel_scope.cancel()
+                client._feed(b"")  # whatever was still waiting fails with closed
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(
+        cls,
+        runtime_dir: str | None = None,
+        *,
+        start_daemon: bool = True,
+        daemon_args: Sequence[str] = (),
+        start_timeout: float = START_TIMEOUT,
+    ) -> AsyncIterator[TrioClient]:
+        """The resident daemon of this user, started when none answers."""
+        sock, leftover = await trio.to_thread.run_sync(
+            functools.partial(
+                open_daemon_socket,
+                runtime_dir,
+                start_daemon=start_daemon,
+                daemon_args=daemon_args,
+                start_timeout=start_timeout,
+            )
+        )
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        async with cls.over(stream, leftover) as client:
+            yield client
+
+    @classmethod
+    @asynccontextmanager
+    async def connect_socket(cls, path: str) -> AsyncIterator[TrioClient]:
+        sock = await trio.to_thread.run_sync(open_socket, path)
+        async with cls.over(trio.SocketStream(trio.socket.from_stdlib_socket(sock))) as client:
+            yield client
+
+    @classmethod
+    @asynccontextmanager
+    async def spawn(
+        cls, args: Sequence[str] = (), *, stderr: Any = None
+    ) -> AsyncIterator[TrioClient]:
+        """A ``streamd`` process of this client's own, on stdio; leaving the
+        block ends its input and waits for it to exit."""
+        import subprocess
+
+        proc = await trio.lowlevel.open_process(
+            stdio_command(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            async with cls.over(trio.StapledStream(proc.stdin, proc.stdout)) as client:
+                yield client
+        finally:
+            with trio.CancelScope(shield=True):
+                await proc.wait()
+
+    # -- calls --
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered (cancelled ones until their answer)."""
+        return self._core.in_flight
+
+    async def call(self, call: Call[T]) -> T:
+        """Send one call and wait for its answer; cancelling the caller's scope
+        cancels the call on the daemon."""
+        slot = _Slot()
+        request_id, frame = self._core.start(call)
+        self._slots[request_id] = slot
+        try:
+            await self._send(frame)
+            await slot.done.wait()
+        except BaseException:
+            self._abandon(request_id)
+            raise
+        assert slot.reply is not None
+        if slot.reply.error is not None:
+            raise slot.reply.error
+        return slot.reply.value
+
+    def _abandon(self, request_id: int) -> None:
+        self._slots.pop(request_id, None)
+        frame = self._core.cancel(request_id)
+        if frame is not None:
+            try:
+                self._queue(frame)
+            except RpcError:
+                pass  # the connection is gone, and the call with it
+
+    async def _send(self, frame: bytes) -> None:
+        await self._room.acquire()
+        self._queue(frame, counted=True)
+
+    def _queue(self, frame: bytes, counted: bool = False) -> None:
+        try:
+            self._send_frames.send_nowait((frame, counted))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            if counted:
+                self._room.release()
+            raise RpcError(errors.CLOSED, "connection to the streamd daemon closed") from None
+
+    async def _write(self) -> None:
+        try:
+            async for frame, counted in self._frames:
+                if counted:
+                    self._room.release()
+                try:
+                    await self._stream.send_all(frame)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    self._feed(b"")
+                    return
+        finally:
+            self._writer_done.set()
+
+    # -- the reader --
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                try:
+                    data = await self._stream.receive_some(_READ_CHUNK)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    data = b""
+                self._feed(data)
+                if not data:
+                    return
+        finally:
+            self._reader_done.set()
+
+    def _feed(self, data: bytes) -> None:
+        events, outgoing = self._core.receive(data)
+        for event in events:
+            match event:
+                case Reply(id=request_id):
+                    slot = self._slots.pop(request_id, None)
+                    if slot is not None:
+                        slot.reply = event
+                        slot.done.set()
+                case WatchUpdated(id=watch_id):
+                    woken = self._watches.get(watch_id)
+                    if woken is not None:
+                        woken.set()
+                case LockLost(lock=lock):
+                    lease = self._leases.pop(lock, None)
+                    if lease is not None:
+                        lease.lost.set()
+                case Garbled(why=why):
+                    log.warning("streamd client: %s", why)
+        for frame in outgoing:
+            try:
+                self._queue(frame)
+            except RpcError:
+                pass
+
+    # -- the event log --
+
+    append = _bound(calls.append)
+    since = _bound(calls.since)
+    latest_seq = _bound(calls.latest_seq)
+    branches = _bound(calls.branches)
+    create_session = _bound(calls.create_session)
+    get_sessions = _bound(calls.get_sessions)
+    list_sessions = _bound(calls.list_sessions)
+    delete_session = _bound(calls.delete_session)
+    get_state = _bound(calls.get_state)
+    record_boot = _bound(calls.record_boot)
+    update_boot = _bound(calls.update_boot)
+    recent_boots = _bound(calls.recent_boots)
+    ping = _bound(calls.ping)
+
+    async def get_session(
+        self,
+        app: str,
+        user: str,
+        session: str,
+        *,
+        after_seq: int = 0,
+        recent: int | None = None,
+        after_time: _dt.datetime | None = None,
+        scoped_state: bool = False,
+    ) -> SessionWithEvents:
+        """The session with its events, whole (an answer cut by the reply
+        budget is continued)."""
+        call: Call[SessionWithEvents] | None = calls.get_session(
+            app, user, session, after_seq=after_seq, recent=recent, after_time=after_time,
+            scoped_state=scoped_state,
+        )
+        whole = calls.SessionAssembler(call)
+        while call is not None:
+            call = whole.feed(await self.call(call))
+        assert whole.result is not None
+        return whole.result
+
+    @asynccontextmanager
+    async def watch(
+        self, from_seq: int = 0, filter: Filter | None = None, *, budget: int = DEFAULT_WATCH_BUDGET
+    ) -> AsyncIterator[TrioWatch]:
+        """``async with client.watch(from_seq) as w: async for entry in w``;
+        leaving the block cancels the watch on the daemon."""
+        watch_id, frame = self._core.start_watch(
+            WatchParams(from_seq=from_seq, filter=filter), budget
+        )
+        woken = self._watches[watch_id] = trio.Event()
+        watch = TrioWatch(self, watch_id, woken)
+        try:
+            await self._send(frame)
+            yield watch
+        finally:
+            watch.close()
+
+    async def acquire_lock(
+        self,
+        app: str,
+        user: str,
+        session: str,
+        *,
+        stale_after_ms: int = DEFAULT_STALE_AFTER_MS,
+        heartbeat_ms: int | None = None,
+    ) -> TrioLease:
+        got = await self.call(
+            calls.lock_acquire(
+                app, user, session, stale_after_ms=stale_after_ms, heartbeat_ms=heartbeat_ms
+            )
+        )
+        lease = TrioLease(self, got.lock, got.holder)
+        if self._core.closed:
+            lease.lost.set()
+        else:
+            self._leases[got.lock] = lease
+            self._core.lease_acquired(got.lock)
+        return lease
+
+    async def _release(self, lease: TrioLease) -> None:
+        self._leases.pop(lease.lock, None)
+        self._core.lease_released(lease.lock)
+        await self.call(calls.lock_release(lease.lock))
+
+
+class TrioWatch:
+    """An async iterator over ``eventlog/watch`` (see the sync
+    :class:`~streamd.client.sync.Watch` for how it ends)."""
+
+    def __init__(self, client: TrioClient, watch_id: int, woken: trio.Event) -> None:
+        self._client = client
+        self._id = watch_id
+        self._woken = woken
+        self.last_seq = 0
+        self.result: WatchResult | None = None
+        self._closed = False
+
+    def __aiter__(self) -> AsyncIterator[Entry]:
+        return self
+
+    async def __anext__(self) -> Entry:
+        core = self._client._core
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            item = core.take(self._id)
+            if item is not None:
+                break
+            # A trio.Event cannot be cleared: a fresh one for the next wake.
+            self._woken = self._client._watches[self._id] = trio.Event()
+            await self._woken.wait()
+        self.last_seq = core.last_seq(self._id)
+        if isinstance(item, Entry):
+            return item
+        if isinstance(item, WatchResult):
+            self.result = item
+            raise StopAsyncIteration
+        raise item
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._woken.set()
+        self._client._watches.pop(self._id, None)
+        self._client._abandon(self._id)
+        self._client._core.forget_watch(self._id)
+
+
+class TrioLease:
+    """A session lease held through this connection; :attr:`lost` (a
+    ``trio.Event``) is set when it is stolen or the connection ends."""
+
+    def __init__(self, client: TrioClient, lock: str, holder: str) -> None:
+        self.lock = lock
+        self.holder = holder
+        self.lost = trio.Event()
+        self._client = client
+
+    async def release(self) -> None:
+        await self._client._release(self)
