@@ -245,11 +245,14 @@ class SessionAssembler:
     appended meanwhile are not mixed in), so the events, the state and the
     ``last_seq`` a writer passes as ``expected_seq`` all describe one moment."""
 
-    def __init__(self, first: Call[SessionWithEvents]) -> None:
+    def __init__(self, first: Call[Any]) -> None:
         self._params: SessionGetParams = first.params
-        self.result: SessionWithEvents | None = None
+        # Any Struct with the session's fields: a caller may decode answers
+        # into a leaner type of its own (the ADK service keeps content raw).
+        self._result_type = first.result
+        self.result: Any = None
 
-    def feed(self, part: SessionWithEvents) -> Call[SessionWithEvents] | None:
+    def feed(self, part: Any) -> Call[Any] | None:
         if self.result is None:
             self.result = part
         else:
@@ -262,7 +265,7 @@ class SessionAssembler:
                 app=p.app, user=p.user, session=p.session, after_seq=part.next_seq,
                 after_time=p.after_time,
             )
-            return Call("eventlog/sessions.get", rest, SessionWithEvents)
+            return Call("eventlog/sessions.get", rest, self._result_type)
         whole.truncated = False
         whole.next_seq = None
         return None
