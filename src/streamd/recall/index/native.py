@@ -74,7 +74,7 @@ def enabled() -> bool:
             _warned.set()
             log.warning(
                 "the compiled indexing core (streamd._native) %s, so indexing runs on "
-                "the plain Python path, about ten times slower; reinstall streamd "
+                "the plain Python path, about eight times slower; reinstall streamd "
                 "(pip install -e .) where a Rust toolchain (cargo) is available to build it",
                 _missing,
             )
