@@ -93,12 +93,17 @@ def spawn(db: Path) -> Any:
     return AsyncClient.spawn(["--db", str(db), "--synchronous", "NORMAL"])
 
 
-def test_an_agent_run_persists_to_streamd_and_a_new_process_resumes_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("write_behind", [False, True], ids=["durable", "write-behind"])
+def test_an_agent_run_persists_to_streamd_and_a_new_process_resumes_it(
+    tmp_path: Path, write_behind: bool
+) -> None:
+    """With write-behind, ``Runner.close`` flushing is what makes the run
+    durable before the daemon goes."""
     db = tmp_path / "events.db"
 
     async def first_run() -> tuple[str, list[Event]]:
         async with await spawn(db) as client:
-            service = StreamdSessionService(client)
+            service = StreamdSessionService(client, write_behind=write_behind)
             model = Scripted(script=[call("remember", fact="the sky is blue"), say("Noted.")])
             runner = Runner(app_name="app", agent=agent(model), session_service=service)
             session = await service.create_session(app_name="app", user_id="u")
@@ -108,7 +113,7 @@ def test_an_agent_run_persists_to_streamd_and_a_new_process_resumes_it(tmp_path:
 
     async def second_run(session_id: str) -> tuple[Scripted, Any, list[Event]]:
         async with await spawn(db) as client:  # a new daemon process on the same file
-            service = StreamdSessionService(client)
+            service = StreamdSessionService(client, write_behind=write_behind)
             model = Scripted(script=[say("The sky is blue.")])
             runner = Runner(app_name="app", agent=agent(model), session_service=service)
             events = await turn(runner, session_id, "what is the sky?")

@@ -40,7 +40,10 @@ from streamd.client import AsyncClient  # noqa: E402
 Service = StreamdSessionService
 
 
-def run(tmp_path: Path, body: Callable[[Service], Awaitable[Any]], *, timeout: float = 60) -> Any:
+def run(
+    tmp_path: Path, body: Callable[[Service], Awaitable[Any]], *, timeout: float = 60,
+    **options: Any,
+) -> Any:
     """``body(service)`` on a fresh daemon and database, bounded."""
 
     async def main() -> Any:
@@ -49,7 +52,7 @@ def run(tmp_path: Path, body: Callable[[Service], Awaitable[Any]], *, timeout: f
                 ["--db", str(tmp_path / "events.db"), "--synchronous", "NORMAL"]
             )
             async with client:
-                return await body(StreamdSessionService(client))
+                return await body(StreamdSessionService(client, **options))
 
     return asyncio.run(main())
 
@@ -376,6 +379,74 @@ def test_loaded_events_are_copies_that_a_caller_may_reassign(tmp_path: Path) -> 
     run(tmp_path, body)
 
 
+# --- write-behind ---------------------------------------------------------------------
+
+
+def test_write_behind_stores_every_event_in_order_by_flush(tmp_path: Path) -> None:
+    async def body(svc: Service) -> None:
+        s = await svc.create_session(app_name="app", user_id="u", session_id="s")
+        sent = [event(content=text(f"m{i}"), delta={"i": i, "user:last": i}) for i in range(300)]
+        for e in sent:
+            assert await svc.append_event(s, e) is e
+        assert s.state == {"i": 299, "user:last": 299} and len(s.events) == 300
+        await svc.flush()
+        client = await svc._client()
+        stored = await client.get_session("app", "u", "s")
+        assert [e.event.id for e in stored.events] == [e.id for e in sent]
+        assert stored.state == {"i": 299}
+        # Batched: fewer requests than events (ADK saw each append return at once).
+        assert stored.last_seq == 300
+
+    run(tmp_path, body, write_behind=True)
+
+
+def test_write_behind_reads_its_own_writes(tmp_path: Path) -> None:
+    async def body(svc: Service) -> None:
+        s = await svc.create_session(app_name="app", user_id="u", session_id="s")
+        for i in range(50):
+            await svc.append_event(s, event(content=text(f"m{i}"), delta={"user:n": i}))
+        got = await svc.get_session(app_name="app", user_id="u", session_id="s")
+        assert got is not None and len(got.events) == 50 and got.state["user:n"] == 49
+        assert await svc.get_user_state(app_name="app", user_id="u") == {"n": 49}
+        # The reloaded copy appends after everything queued before it.
+        await svc.append_event(got, event(content=text("after")))
+        await svc.append_event(s, event(content=text("stale")))  # queued, refused later
+        with pytest.raises(StaleSessionError):
+            await svc.flush()
+        stored = await svc.get_session(app_name="app", user_id="u", session_id="s")
+        assert stored is not None and len(stored.events) == 51
+        assert stored.events[-1].content.parts[0].text == "after"
+
+    run(tmp_path, body, write_behind=True)
+
+
+def test_write_behind_refuses_a_stale_copy_at_its_next_append_and_drops_what_followed(
+    tmp_path: Path,
+) -> None:
+    async def body(svc: Service) -> None:
+        await svc.create_session(app_name="app", user_id="u", session_id="s")
+        mine = await svc.get_session(app_name="app", user_id="u", session_id="s")
+        theirs = await svc.get_session(app_name="app", user_id="u", session_id="s")
+        assert mine is not None and theirs is not None
+        await svc.append_event(theirs, event(content=text("theirs")))
+        await svc.flush()
+        # Queued behind a session that moved on: refused when sent.
+        await svc.append_event(mine, event(content=text("mine-1"), delta={"who": "me"}))
+        await svc.append_event(mine, event(content=text("mine-2")))
+        await svc._drain()
+        with pytest.raises(StaleSessionError):
+            await svc.append_event(mine, event(content=text("mine-3")))
+        with pytest.raises(StaleSessionError):  # and stays refused: reload it
+            await svc.append_event(mine, event(content=text("mine-4")))
+        await svc.flush()  # already raised by the appends: nothing left to raise
+        stored = await svc.get_session(app_name="app", user_id="u", session_id="s")
+        assert stored is not None
+        assert [e.content.parts[0].text for e in stored.events] == ["theirs"]
+        assert stored.state == {}
+
+    run(tmp_path, body, write_behind=True)
+
+
 # --- the same scenario against ADK's own in-memory service -----------------------------
 
 
@@ -406,7 +477,10 @@ async def _scenario(svc: BaseSessionService) -> dict[str, Any]:
     }
 
 
-def test_the_same_scenario_gives_what_adks_in_memory_service_gives(tmp_path: Path) -> None:
+@pytest.mark.parametrize("write_behind", [False, True])
+def test_the_same_scenario_gives_what_adks_in_memory_service_gives(
+    tmp_path: Path, write_behind: bool
+) -> None:
     import uuid
 
     counter = iter(range(10**6))
@@ -422,5 +496,5 @@ def test_the_same_scenario_gives_what_adks_in_memory_service_gives(tmp_path: Pat
     counter = iter(range(10**6))
     with deterministic() as mp:
         mp.setattr(Event, "new_id", staticmethod(ids))
-        ours = run(tmp_path, _scenario)
+        ours = run(tmp_path, _scenario, write_behind=write_behind)
     assert ours == theirs

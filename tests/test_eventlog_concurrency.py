@@ -149,3 +149,65 @@ async def test_stale_session_over_the_wire(daemon: Daemonish) -> None:
         assert ok == {"seq": 3, "duplicate": False}
         err = await c.error("eventlog/append", {**append("e4"), "expected_seq": -1})
         assert err["code"] == -32602
+
+
+# --- ordered batches ---------------------------------------------------------------
+
+
+def test_a_batch_commits_in_order_and_later_events_follow_the_first_expected_seq(
+    fx: Fixture,
+) -> None:
+    from streamd.eventlog.store import AppendGroup
+
+    fx.store.create_session("app", "u", "s", None, T0)
+    group = AppendGroup([ap(ev("a"), expected_seq=0), ap(ev("b")), ap(ev("c"))])
+    (results,) = fx.store.append_batch([group], T0)
+    assert isinstance(results, list) and [r.seq for r in results] == [1, 2, 3]
+    assert [e.event.id for e in fx.store.since(0, None, 10).entries] == ["a", "b", "c"]
+
+
+def test_a_batch_with_one_refused_append_writes_none_of_it_and_names_which(fx: Fixture) -> None:
+    from streamd.eventlog.store import AppendGroup
+
+    fx.store.append(ap(ev("taken", 1)), T0)
+    (refused, single) = fx.store.append_batch(
+        [
+            AppendGroup([ap(ev("a"), state_delta=StateDelta(session={"a": 1})),
+                         ap(ev("taken", 2)), ap(ev("c"))]),
+            ap(ev("alone")),
+        ],
+        T0,
+    )
+    assert isinstance(refused, RpcError) and refused.data["index"] == 1
+    assert refused.code == -32010 and "nothing of the batch was written" in refused.message
+    assert isinstance(single, AppendResult)  # other appends of the group commit are kept
+    assert [e.event.id for e in fx.store.since(0, None, 10).entries] == ["taken", "alone"]
+    assert fx.store.get_state("app", "u", "s", None).session == {}
+    (stale,) = fx.store.append_batch(
+        [AppendGroup([ap(ev("x"), expected_seq=1), ap(ev("y"))])], T0
+    )
+    assert isinstance(stale, RpcError) and is_stale_session(stale)
+    assert stale.data == {"expected_seq": 1, "last_seq": 2, "index": 0}
+
+
+async def test_pipelined_batches_over_the_wire_keep_their_order(daemon: Daemonish) -> None:
+    with trio.fail_after(20):
+        c = await daemon.connect()
+        ids, requests = [], []
+        for b in range(20):  # pipelined: all sent before any answer is read
+            batch = [append(f"b{b}-{i}") for i in range(5)]
+            ids += [a["event"]["id"] for a in batch]
+            requests.append(await c.start("eventlog/append_batch", {"appends": batch}))
+        for request_id in requests:
+            assert "result" in await c.response(request_id)
+        got = await c.result("eventlog/sessions.get", {"app": "app", "user": "u",
+                                                       "session": "s"})
+        stored = [e["event"]["id"] for e in got["events"]]
+        # Each batch is contiguous and in its own order (batches may commit in
+        # any order: they were separate requests).
+        for b in range(20):
+            at = stored.index(f"b{b}-0")
+            assert stored[at : at + 5] == [f"b{b}-{i}" for i in range(5)]
+        assert sorted(stored) == sorted(ids)
+        err = await c.error("eventlog/append_batch", {"appends": []})
+        assert err["code"] == -32602

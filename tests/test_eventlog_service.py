@@ -25,6 +25,7 @@ from streamd.rpc import Server
 
 SPEC_METHODS = {
     "eventlog/append",
+    "eventlog/append_batch",
     "eventlog/since",
     "eventlog/watch",
     "eventlog/latest_seq",

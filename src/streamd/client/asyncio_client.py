@@ -47,7 +47,11 @@ log = logging.getLogger("streamd.client")
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_READ_CHUNK = 1 << 16
+_READ_CHUNK = 1 << 20
+# Large: a 2,000-event session is a 1.5 MB answer, and every read is a wakeup.
+# The stream's limit sets how much it buffers before pausing the socket (twice
+# this); at 64 KiB a large answer arrived in a ping-pong of pauses.
+_STREAM_LIMIT = 4 << 20
 
 
 def _bound(
@@ -111,13 +115,13 @@ class AsyncClient:
                 start_timeout=start_timeout,
             )
         )
-        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=_READ_CHUNK)
+        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=_STREAM_LIMIT)
         return cls(reader, writer, leftover)
 
     @classmethod
     async def connect_socket(cls, path: str) -> AsyncClient:
         sock = await asyncio.to_thread(open_socket, path)
-        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=_READ_CHUNK)
+        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=_STREAM_LIMIT)
         return cls(reader, writer)
 
     @classmethod
@@ -129,6 +133,7 @@ class AsyncClient:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=stderr,
+            limit=_STREAM_LIMIT,
         )
         assert proc.stdin is not None and proc.stdout is not None
         return cls(proc.stdout, proc.stdin, process=proc)
@@ -234,6 +239,7 @@ class AsyncClient:
     # -- the event log --
 
     append = _bound(calls.append)
+    append_batch = _bound(calls.append_batch)
     since = _bound(calls.since)
     latest_seq = _bound(calls.latest_seq)
     branches = _bound(calls.branches)

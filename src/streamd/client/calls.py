@@ -19,6 +19,8 @@ from streamd.client.protocol import Call
 from streamd.eventlog.model import (
     DEFAULT_SINCE_LIMIT,
     DEFAULT_STALE_AFTER_MS,
+    AppendBatchParams,
+    AppendBatchResult,
     AppendParams,
     AppendResult,
     BootRecentParams,
@@ -56,6 +58,7 @@ from streamd.eventlog.model import (
 __all__ = [
     "SessionAssembler",
     "append",
+    "append_batch",
     "branches",
     "create_session",
     "delete_session",
@@ -96,6 +99,13 @@ def append(
         expected_seq=expected_seq,
     )
     return Call("eventlog/append", params, AppendResult)
+
+
+def append_batch(appends: Sequence[AppendParams]) -> Call[AppendBatchResult]:
+    """Appends in order, all or none (``eventlog/append_batch``): how one
+    session's events are pipelined without being reordered."""
+    return Call("eventlog/append_batch", AppendBatchParams(appends=list(appends)),
+                AppendBatchResult)
 
 
 def since(

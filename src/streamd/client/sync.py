@@ -48,7 +48,8 @@ log = logging.getLogger("streamd.client")
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_READ_CHUNK = 1 << 16
+_READ_CHUNK = 1 << 20
+# Large: a 2,000-event session is a 1.5 MB answer, and every read is a wakeup.
 
 
 def _bound(builder: Callable[P, Call[T]]) -> Callable[Concatenate[Client, P], T]:
@@ -278,6 +279,7 @@ class Client:
     # -- the event log --
 
     append = _bound(calls.append)
+    append_batch = _bound(calls.append_batch)
     since = _bound(calls.since)
     latest_seq = _bound(calls.latest_seq)
     branches = _bound(calls.branches)

@@ -51,7 +51,8 @@ log = logging.getLogger("streamd.client")
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_READ_CHUNK = 1 << 16
+_READ_CHUNK = 1 << 20
+# Large: a 2,000-event session is a 1.5 MB answer, and every read is a wakeup.
 # Frames waiting for the writer before a call's send waits too (backpressure
 # from a daemon that does not read). Cancel frames skip the bound.
 _OUTBOX_FRAMES = 64
@@ -283,6 +284,7 @@ class TrioClient:
     # -- the event log --
 
     append = _bound(calls.append)
+    append_batch = _bound(calls.append_batch)
     since = _bound(calls.since)
     latest_seq = _bound(calls.latest_seq)
     branches = _bound(calls.branches)

@@ -82,6 +82,7 @@ from streamd.eventlog.model import (
     DEFAULT_STALE_AFTER_MS,
     DEFAULT_WATCH_BUFFER_BYTES,
     DEFAULT_WATCH_INTERVAL,
+    AppendBatchParams,
     AppendParams,
     AppendResult,
     Boot,
@@ -114,6 +115,7 @@ from streamd.eventlog.model import (
     to_us,
 )
 from streamd.eventlog.store import (
+    AppendGroup,
     Backend,
     Runner,
     SqliteOptions,
@@ -168,11 +170,11 @@ class EventLogStats:
 
 @dataclass(eq=False)
 class _PendingAppend:
-    params: AppendParams
+    params: AppendParams | AppendGroup
     done: trio.Event = field(default_factory=trio.Event)
-    outcome: AppendResult | RpcError | None = None
+    outcome: AppendResult | list[AppendResult] | RpcError | None = None
 
-    def resolve(self, outcome: AppendResult | RpcError) -> None:
+    def resolve(self, outcome: AppendResult | list[AppendResult] | RpcError) -> None:
         if self.outcome is None:
             self.outcome = outcome
             self.done.set()
@@ -478,9 +480,26 @@ class EventLog:
 
     async def append_params(self, params: AppendParams) -> AppendResult:
         """:meth:`append` for already-validated params (the JSON-RPC path)."""
+        outcome = await self._append_pending(_PendingAppend(params))
+        assert isinstance(outcome, AppendResult)
+        return outcome
+
+    async def append_batch(self, appends: Sequence[AppendParams]) -> list[AppendResult]:
+        """Append in order, in one transaction, all or none (see
+        :class:`~streamd.eventlog.model.AppendBatchParams`); it shares the group
+        commit with every other append, as one unit."""
+        return await self.append_batch_params(checked(AppendBatchParams, appends=list(appends)))
+
+    async def append_batch_params(self, p: AppendBatchParams) -> list[AppendResult]:
+        outcome = await self._append_pending(_PendingAppend(AppendGroup(p.appends)))
+        assert isinstance(outcome, list)
+        return outcome
+
+    async def _append_pending(
+        self, pending: _PendingAppend
+    ) -> AppendResult | list[AppendResult]:
         if self._closed:
             raise closed_error()
-        pending = _PendingAppend(params)
         try:
             # The common case, an open log with room in the queue, needs no
             # scope for close to cancel: nothing here can block. A cancel scope
@@ -536,7 +555,8 @@ class EventLog:
                 wrote = False
                 for p, outcome in zip(batch, await self._commit(writer, batch), strict=True):
                     p.resolve(outcome)
-                    if isinstance(outcome, AppendResult) and not outcome.duplicate:
+                    written = outcome if isinstance(outcome, list) else [outcome]
+                    if any(isinstance(o, AppendResult) and not o.duplicate for o in written):
                         wrote = True
                 self.stats.batches += 1
                 self.stats.appends += len(batch)
@@ -552,7 +572,7 @@ class EventLog:
 
     async def _commit(
         self, writer: Runner, batch: list[_PendingAppend]
-    ) -> Sequence[AppendResult | RpcError]:
+    ) -> Sequence[AppendResult | list[AppendResult] | RpcError]:
         params, now_us = [p.params for p in batch], self._now_us()
         try:
             # Not cancelled by close: the batch in flight finishes, so its

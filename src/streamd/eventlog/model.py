@@ -58,6 +58,7 @@ __all__ = [
     "DEFAULT_SINCE_LIMIT",
     "DEFAULT_STALE_AFTER_MS",
     "DEFAULT_WATCH_BUFFER_BYTES",
+    "MAX_BATCH_APPENDS",
     "MAX_BULK_SESSIONS",
     "MAX_DERIVED_HEARTBEAT_MS",
     "MAX_INT",
@@ -66,6 +67,8 @@ __all__ = [
     "MIN_STALE_AFTER_MS",
     "REPLY_BUDGET_BYTES",
     "TIME_RANGE",
+    "AppendBatchParams",
+    "AppendBatchResult",
     "AppendParams",
     "AppendResult",
     "Boot",
@@ -310,6 +313,26 @@ class AppendParams(Params, kw_only=True):
 class AppendResult(Result):
     seq: int
     duplicate: bool
+
+
+MAX_BATCH_APPENDS = 1000
+
+
+class AppendBatchParams(Params, kw_only=True):
+    """Appends written in order, in one transaction, all or none: the first
+    one refused (a conflict, a stale ``expected_seq``, ...) refuses the batch
+    with its own error (data adds its ``index``) and nothing of it is written.
+    The order is the batch's, so a writer may pipeline one session's events
+    (only the first needs ``expected_seq``) where separate requests on one
+    connection are served concurrently and may commit in any order."""
+
+    appends: Annotated[
+        list[AppendParams], msgspec.Meta(min_length=1, max_length=MAX_BATCH_APPENDS)
+    ]
+
+
+class AppendBatchResult(Result):
+    results: list[AppendResult]
 
 
 class SinceParams(Params, kw_only=True):

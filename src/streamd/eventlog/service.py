@@ -47,6 +47,8 @@ from streamd.eventlog.lease import Lease
 from streamd.eventlog.log import EventLog
 from streamd.eventlog.model import (
     REPLY_BUDGET_BYTES,
+    AppendBatchParams,
+    AppendBatchResult,
     AppendParams,
     AppendResult,
     BootRecentParams,
@@ -109,6 +111,9 @@ class _Service:
 
     async def append(self, p: AppendParams, request: Request) -> AppendResult:
         return await (await self.log()).append_params(p)
+
+    async def append_batch(self, p: AppendBatchParams, request: Request) -> AppendBatchResult:
+        return AppendBatchResult(results=await (await self.log()).append_batch_params(p))
 
     async def since(self, p: SinceParams, request: Request) -> SinceResult:
         return await (await self.log()).since_params(
@@ -268,6 +273,7 @@ def eventlog_methods(get_log: LogFactory) -> list[Method]:
     s = service
     return [
         Method("eventlog/append", AppendParams, s.append),
+        Method("eventlog/append_batch", AppendBatchParams, s.append_batch),
         Method("eventlog/since", SinceParams, s.since),
         Method("eventlog/watch", WatchParams, s.watch),
         Method("eventlog/latest_seq", LatestSeqParams, s.latest_seq),

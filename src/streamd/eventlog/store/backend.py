@@ -17,6 +17,7 @@ Once a backend is closed, or interrupted for close, every operation raises
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from streamd.errors import CLOSED, RpcError
@@ -35,13 +36,21 @@ from streamd.eventlog.model import (
     StateSnapshot,
 )
 
-__all__ = ["Backend", "Runner", "closed_error"]
+__all__ = ["AppendGroup", "Backend", "Runner", "closed_error"]
 
 _T = TypeVar("_T")
 
 
 def closed_error() -> RpcError:
     return RpcError(CLOSED, "event log is closed")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendGroup:
+    """Appends that commit in order, all or none, as one item of a group commit
+    (``eventlog/append_batch``)."""
+
+    appends: Sequence[AppendParams]
 
 
 class Backend(Protocol):
@@ -52,8 +61,8 @@ class Backend(Protocol):
     def append(self, params: AppendParams, now_us: int) -> AppendResult: ...
 
     def append_batch(
-        self, batch: Sequence[AppendParams], now_us: int
-    ) -> list[AppendResult | RpcError]: ...
+        self, batch: Sequence[AppendParams | AppendGroup], now_us: int
+    ) -> list[AppendResult | list[AppendResult] | RpcError]: ...
 
     def since(
         self,

@@ -90,7 +90,7 @@ from streamd.eventlog.model import (
     wire_size,
 )
 from streamd.eventlog.store import rows
-from streamd.eventlog.store.backend import Backend, closed_error
+from streamd.eventlog.store.backend import AppendGroup, Backend, closed_error
 from streamd.eventlog.store.connection import BusyWait, SqliteOptions, configure
 from streamd.eventlog.store.schema import SCHEMA_VERSION
 
@@ -312,26 +312,32 @@ class SqliteStore:
         result = self.append_batch([params], now_us)[0]
         if isinstance(result, RpcError):
             raise result
+        assert isinstance(result, AppendResult)
         return result
 
     @_translated
     def append_batch(
-        self, batch: Sequence[AppendParams], now_us: int
-    ) -> list[AppendResult | RpcError]:
-        """Write every append in one transaction; per-event outcomes in order.
+        self, batch: Sequence[AppendParams | AppendGroup], now_us: int
+    ) -> list[AppendResult | list[AppendResult] | RpcError]:
+        """Write every append in one transaction; per-item outcomes in order.
 
         Each event gets its own savepoint, so an event that conflicts (or fails a
-        constraint) is rolled back alone and the others still commit. A fault of
-        the transaction itself (I/O error, busy) fails the whole batch, because
-        then nothing was written.
+        constraint) is rolled back alone and the others still commit; an
+        :class:`AppendGroup` gets one savepoint for all its events, so its first
+        refusal rolls the whole group back. A fault of the transaction itself
+        (I/O error, busy) fails the whole batch, because then nothing was
+        written.
         """
-        prepared: list[rows.Prepared | RpcError] = []
+        prepared: list[rows.Prepared | list[rows.Prepared] | RpcError] = []
         for p in batch:
             try:
-                prepared.append(rows.prepare(p, now_us))
+                if isinstance(p, AppendGroup):
+                    prepared.append(_prepare_group(p, now_us))
+                else:
+                    prepared.append(rows.prepare(p, now_us))
             except RpcError as exc:
                 prepared.append(exc)
-        out: list[AppendResult | RpcError] = []
+        out: list[AppendResult | list[AppendResult] | RpcError] = []
         db = self._db
         with db:
             for item in prepared:
@@ -340,7 +346,11 @@ class SqliteStore:
                     continue
                 try:
                     with db:
-                        out.append(_append_one(db, item, now_us))
+                        if isinstance(item, list):
+                            out.append([_in_group(db, one, i, now_us)
+                                        for i, one in enumerate(item)])
+                        else:
+                            out.append(_append_one(db, item, now_us))
                 except RpcError as exc:
                     out.append(exc)
                 except apsw.ConstraintError as exc:
@@ -1175,6 +1185,36 @@ def _record(
         "INSERT INTO state_deltas (scope, app_name, user_id, session_id, seq, delta)"
         " VALUES (?, ?, ?, ?, ?, ?)",
         (scope, app, user, session, at_seq, rows.json_text(delta)),
+    )
+
+
+def _prepare_group(group: AppendGroup, now_us: int) -> list[rows.Prepared]:
+    out = []
+    for i, p in enumerate(group.appends):
+        try:
+            out.append(rows.prepare(p, now_us))
+        except RpcError as exc:
+            raise _refused_in_group(exc, i) from None
+    return out
+
+
+def _in_group(db: apsw.Connection, item: rows.Prepared, index: int, now_us: int) -> AppendResult:
+    try:
+        return _append_one(db, item, now_us)
+    except RpcError as exc:
+        raise _refused_in_group(exc, index) from None
+    except apsw.ConstraintError as exc:
+        raise _refused_in_group(
+            invalid_params(f"event rejected by the database: {exc}"), index
+        ) from None
+
+
+def _refused_in_group(exc: RpcError, index: int) -> RpcError:
+    data = dict(exc.data) if isinstance(exc.data, dict) else {"error": exc.data}
+    data["index"] = index
+    return RpcError(
+        exc.code, f"append {index} of the batch: {exc.message}; nothing of the batch was written",
+        data,
     )
 
 
