@@ -21,6 +21,13 @@ JSON. Rows:
   session.
 * The same rows for ADK's own ``SqliteSessionService`` (aiosqlite) on this
   machine, as the reference (fewer appends: it is slow).
+* Retention (``--retention-events``, default 1,000,000): a log of 1,000 kept
+  sessions' events is measured, then that many more events (~500 bytes each,
+  in 1,000 sessions of another app, timestamped in 2020) are written and
+  measured again; a policy dropping events older than a day is applied
+  through ``eventlog/compact`` on a ``streamd serve`` of the file, and the file
+  (with its WAL) measured a third time. The shrink is reported against the
+  space those events took.
 
     .venv/bin/python bench/adk_bench.py [--events 2000] [--long 20000] [--reads 50]
                                         [--out bench/results/adk.json] [--quick]
@@ -182,6 +189,67 @@ async def bench_adk_sqlite(db: Path, args: argparse.Namespace) -> dict[str, Any]
     return result
 
 
+def bench_retention(root: Path, n: int) -> dict[str, Any]:
+    from streamd.eventlog.model import AppendParams
+    from streamd.eventlog.model import Event as LogEvent
+    from streamd.eventlog.store import SqliteOptions, SqliteStore
+
+    db = root / "retention.db"
+
+    def size() -> int:
+        return sum(p.stat().st_size for p in (db, Path(f"{db}-wal")) if p.exists())
+
+    def fill(app: str, count: int, sessions: int, when: Any = None) -> None:
+        store = SqliteStore.open(str(db), SqliteOptions(synchronous="NORMAL"))
+        body = {"role": "model", "parts": [{"text": TEXT * 2}]}
+        for start in range(0, count, 5000):
+            store.append_batch([
+                AppendParams(app=app, user="u", session=f"s{i % sessions}",
+                             event=LogEvent(id=f"{app}-{i}", author="helper", content=body,
+                                            timestamp=when))
+                for i in range(start, min(count, start + 5000))
+            ], int(time.time() * 1e6))
+        store.checkpoint()
+        store.close()
+
+    fill("kept", 10_000, 1000)
+    base = size()
+    t = time.perf_counter()
+    import datetime as dt
+
+    fill("compacted", n, 1000, dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
+    filled = size()
+    fill_s = time.perf_counter() - t
+
+    async def compact() -> Any:
+        sock = str(root / "retention.sock")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamd", "serve", "--socket", sock, "--db", str(db),
+             "--synchronous", "NORMAL"], stdin=subprocess.DEVNULL)
+        try:
+            while not os.path.exists(sock):
+                await asyncio.sleep(0.01)
+            async with await AsyncClient.connect_socket(sock) as c:
+                await c.set_retention("compacted", max_age_s=86_400)  # all of them
+                start = time.perf_counter()
+                result = await c.compact("compacted")
+                return result, time.perf_counter() - start
+        finally:
+            proc.terminate()
+            proc.wait(60)
+
+    result, seconds = asyncio.run(compact())
+    after = size()
+    took = filled - base
+    return {
+        "events": n, "events_deleted": result.events_deleted, "bytes_base": base,
+        "bytes_filled": filled, "bytes_after": after, "bytes_the_events_took": took,
+        "shrink_fraction_of_their_space": round((filled - after) / took, 4),
+        "compact_s": round(seconds, 2), "fill_s": round(fill_s, 1),
+        "checkpointed": result.checkpointed,
+    }
+
+
 def machine() -> dict[str, Any]:
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
@@ -198,11 +266,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="appends measured on ADK's SqliteSessionService")
     p.add_argument("--modes", default="FULL,NORMAL")
     p.add_argument("--no-reference", action="store_true")
+    p.add_argument("--retention-events", type=int, default=1_000_000,
+                   help="events compacted away in the retention row (0: skip it)")
     p.add_argument("--quick", action="store_true", help="small sizes, to check the harness")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
     if args.quick:
         args.events, args.long, args.reads, args.reference_appends = 200, 1000, 5, 50
+        args.retention_events = min(args.retention_events, 20_000)
     work = Path(tempfile.mkdtemp(prefix="adk-bench-"))
     report: dict[str, Any] = {"machine": machine(), "events": args.events, "long": args.long,
                               "streamd": {}, "adk_sqlite": None}
@@ -211,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             report["streamd"][mode] = asyncio.run(bench_streamd(work / f"{mode}.db", mode, args))
         if not args.no_reference:
             report["adk_sqlite"] = asyncio.run(bench_adk_sqlite(work / "adk.db", args))
+        if args.retention_events:
+            report["retention"] = bench_retention(work, args.retention_events)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -246,6 +319,13 @@ def print_table(report: dict[str, Any]) -> None:
             else:
                 cells.append(f"{v:,.0f}/s")
         print(f"{label:40} " + " ".join(f"{c:>26}" for c in cells) + f"   {target}")
+    r = report.get("retention")
+    if r:
+        print(f"compacting away {r['events']:,} events: the file went from"
+              f" {r['bytes_filled'] / 1e6:.1f} MB to {r['bytes_after'] / 1e6:.1f} MB"
+              f" (they took {r['bytes_the_events_took'] / 1e6:.1f} MB;"
+              f" {100 * r['shrink_fraction_of_their_space']:.1f} % of it given back,"
+              f" target >= 80 %) in {r['compact_s']:.1f} s")
     print(json.dumps(report["machine"]))
 
 

@@ -33,7 +33,7 @@ from streamd.eventlog.store import SqliteStore
 
 REPO = Path(__file__).resolve().parents[1]
 EVENTLOG_SUITE = REPO / "conformance" / "eventlog"
-EVENTLOG_CASES = 23
+EVENTLOG_CASES = 25
 
 
 def append(event_id: str, session: str = "s") -> dict[str, Any]:

@@ -667,6 +667,7 @@ def test_sqlite_setup_is_wal_full_fk_and_versioned(tmp_path: Path) -> None:
     assert db.pragma("journal_mode") == "wal"
     assert db.pragma("synchronous") == 2  # FULL by default
     assert db.pragma("foreign_keys") == 1
+    assert db.pragma("auto_vacuum") == 2  # INCREMENTAL: retention gives disk back
     assert db.pragma("user_version") == SCHEMA_VERSION
     assert db.transaction_mode == "IMMEDIATE"
     store.close()
@@ -692,7 +693,7 @@ def test_a_version_1_database_migrates_and_its_leases_keep_the_default_window(
         )
     db.close()
     store = SqliteStore.open(path)
-    assert store.connection.pragma("user_version") == SCHEMA_VERSION == 3
+    assert store.connection.pragma("user_version") == SCHEMA_VERSION == 4
     (info,) = store.list_leases()
     assert (info.holder, info.stale_after_ms) == ("old/1/aaaaaaaa", 30_000)
     with pytest.raises(RpcError) as raised:

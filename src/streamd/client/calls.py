@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from streamd.client.protocol import Call
 from streamd.eventlog.model import (
@@ -30,6 +30,8 @@ from streamd.eventlog.model import (
     BootUpdateParams,
     BranchesParams,
     BranchesResult,
+    CompactParams,
+    CompactResult,
     Empty,
     Event,
     Filter,
@@ -38,6 +40,9 @@ from streamd.eventlog.model import (
     LockAcquireResult,
     LockReleaseParams,
     PingParams,
+    RetentionGetParams,
+    RetentionPolicy,
+    RetentionResult,
     Session,
     SessionCreateParams,
     SessionDeleteParams,
@@ -60,6 +65,7 @@ __all__ = [
     "append",
     "append_batch",
     "branches",
+    "compact",
     "create_session",
     "delete_session",
     "get_session",
@@ -72,6 +78,8 @@ __all__ = [
     "ping",
     "recent_boots",
     "record_boot",
+    "retention",
+    "set_retention",
     "since",
     "update_boot",
 ]
@@ -200,6 +208,27 @@ def get_state(
 ) -> Call[StateSnapshot]:
     params = StateGetParams(app=app, user=user, session=session, as_of_seq=as_of_seq)
     return Call("eventlog/state.get", params, StateSnapshot)
+
+
+def set_retention(
+    app: str,
+    *,
+    max_age_s: int | None = None,
+    max_events: int | None = None,
+    idle_s: int | None = None,
+) -> Call[Empty]:
+    policy = RetentionPolicy(app=app, max_age_s=max_age_s, max_events=max_events, idle_s=idle_s)
+    return Call("eventlog/retention.set", policy, Empty)
+
+
+def retention(app: str | None = None) -> Call[RetentionResult]:
+    return Call("eventlog/retention.get", RetentionGetParams(app=app), RetentionResult)
+
+
+def compact(
+    app: str | None = None, *, vacuum: Literal["incremental", "full", "none"] = "incremental"
+) -> Call[CompactResult]:
+    return Call("eventlog/compact", CompactParams(app=app, vacuum=vacuum), CompactResult)
 
 
 def lock_acquire(

@@ -292,6 +292,9 @@ class Client:
     update_boot = _bound(calls.update_boot)
     recent_boots = _bound(calls.recent_boots)
     ping = _bound(calls.ping)
+    set_retention = _bound(calls.set_retention)
+    retention = _bound(calls.retention)
+    compact = _bound(calls.compact)
 
     def get_session(
         self,

@@ -90,11 +90,15 @@ from streamd.eventlog.model import (
     BootRecordParams,
     BootUpdateParams,
     BranchesParams,
+    CompactParams,
+    CompactResult,
     Event,
     Filter,
     LatestSeqParams,
     LeaseInfo,
     LockAcquireParams,
+    RetentionGetParams,
+    RetentionPolicy,
     Session,
     SessionCreateParams,
     SessionDeleteParams,
@@ -136,6 +140,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+DEFAULT_RETENTION_INTERVAL = 600.0
+"""Seconds between the background task's compactions (0: none). Each costs a
+query when no app has a policy."""
+# Bounds of one retention transaction, so appends go on between them.
+_RETAIN_SESSIONS = 100
+_RETAIN_EVENTS = 5000
+_VACUUM_PAGES = 2000
 
 # How long close lets work already inside SQLite finish before interrupting it.
 _CLOSE_GRACE = 0.5
@@ -223,6 +235,7 @@ class EventLog:
         watch_stall_timeout: float = 30.0,
         max_batch: int = 512,
         wall_clock: Callable[[], float] = time.time,
+        retention_interval: float = DEFAULT_RETENTION_INTERVAL,
         dispatch: Dispatch = "aio",
         open_backend: Callable[[Role], Awaitable[Runner]] | None = None,
     ) -> None:
@@ -239,6 +252,10 @@ class EventLog:
         self._stall_timeout = watch_stall_timeout
         self._max_batch = max_batch
         self._wall_clock = wall_clock
+        self._retention_interval = retention_interval
+        self._compacting = trio.Lock()  # one compaction at a time
+        self.last_compaction: CompactResult | None = None
+        """What the latest compaction (background or asked for) did."""
         self._dispatch = dispatch
         self._open_backend = open_backend or self._open_sqlite
 
@@ -415,6 +432,8 @@ class EventLog:
                 self._writer, self._reader = writer, reader
                 self._writer_started = True
                 self._nursery.start_soon(self._write_batches)
+                if self._retention_interval > 0:
+                    self._nursery.start_soon(self._retain)
             if self._closed:
                 raise closed_error()
         assert self._writer is not None and self._reader is not None
@@ -947,6 +966,148 @@ class EventLog:
         return await self._read(
             lambda store: store.get_state(p.app, p.user, p.session, p.as_of_seq)
         )
+
+    # -- retention --
+
+    async def set_retention(
+        self,
+        app: str,
+        *,
+        max_age_s: int | None = None,
+        max_events: int | None = None,
+        idle_s: int | None = None,
+    ) -> None:
+        """Set the app's retention policy (none of the limits: remove it). It is
+        applied by :meth:`compact` and by the background task."""
+        await self.set_retention_params(
+            checked(RetentionPolicy, app=app, max_age_s=max_age_s, max_events=max_events,
+                    idle_s=idle_s)
+        )
+
+    async def set_retention_params(self, p: RetentionPolicy) -> None:
+        now_us = self._now_us()
+        await self._write(lambda store: store.set_retention(p, now_us))
+
+    async def retention(self, app: str | None = None) -> list[RetentionPolicy]:
+        return await self.retention_params(checked(RetentionGetParams, app=app))
+
+    async def retention_params(self, p: RetentionGetParams) -> list[RetentionPolicy]:
+        return await self._read(lambda store: store.retention_policies(p.app))
+
+    async def compact(
+        self,
+        app: str | None = None,
+        *,
+        vacuum: Literal["incremental", "full", "none"] = "incremental",
+    ) -> CompactResult:
+        """Apply the retention policies (of one app, or all) and give the space
+        back; see :class:`~streamd.eventlog.model.CompactParams`."""
+        return await self.compact_params(checked(CompactParams, app=app, vacuum=vacuum))
+
+    async def compact_params(self, p: CompactParams) -> CompactResult:
+        """Rules kept here: every step is its own short transaction on the
+        writer (appends interleave); what an open watch of this log has not
+        been given yet is re-read before each step and never removed; leased
+        sessions are skipped whole by the store."""
+        async with self._compacting:
+            before = self._file_bytes()
+            policies = await self._read(lambda store: store.retention_policies(p.app))
+            events = sessions = leased = 0
+            for policy in policies:
+                e, s = await self._apply(policy)
+                events += e
+                sessions += s
+                now_us = self._now_us()
+                leased += await self._read(
+                    lambda store, a=policy.app, n=now_us: store.leased_sessions(a, n)
+                )
+            freed = 0
+            if p.vacuum == "incremental":
+                while n := await self._write(lambda store: store.incremental_vacuum(_VACUUM_PAGES)):
+                    freed += n
+            elif p.vacuum == "full":
+                _, free, _ = await self._write(lambda store: store.pages())
+                await self._write(lambda store: store.full_vacuum())
+                freed = free
+            checkpointed = await self._write(lambda store: store.checkpoint())
+            result = CompactResult(
+                events_deleted=events,
+                sessions_deleted=sessions,
+                leased_sessions=leased,
+                keep_after_seq=self._keep_after_seq(),
+                pages_freed=freed,
+                bytes_before=before,
+                bytes_after=self._file_bytes(),
+                checkpointed=checkpointed,
+            )
+            self.last_compaction = result
+            return result
+
+    async def _apply(self, policy: RetentionPolicy) -> tuple[int, int]:
+        app = policy.app
+        events = sessions = 0
+        if policy.idle_s is not None:
+            idle_us = policy.idle_s * 1_000_000
+            while True:
+                s, e = await self._write(self._retain_op(
+                    lambda store, now, keep: store.drop_idle_sessions(
+                        app, now - idle_us, keep, now, _RETAIN_SESSIONS)))
+                sessions, events = sessions + s, events + e
+                if s < _RETAIN_SESSIONS:
+                    break
+        if policy.max_age_s is not None:
+            age_us = policy.max_age_s * 1_000_000
+            while True:
+                e = await self._write(self._retain_op(
+                    lambda store, now, keep: store.drop_old_events(
+                        app, now - age_us, keep, now, _RETAIN_EVENTS)))
+                events += e
+                if e < _RETAIN_EVENTS:
+                    break
+        if policy.max_events is not None:
+            n = policy.max_events
+            cursor: tuple[str, str] | None = None
+            while True:
+                e, cursor = await self._write(self._retain_op(
+                    lambda store, now, keep, after=cursor: store.trim_sessions(
+                        app, n, keep, now, after, _RETAIN_SESSIONS)))
+                events += e
+                if cursor is None:
+                    break
+        return events, sessions
+
+    def _retain_op(self, op: Callable[[Backend, int, int | None], _T]) -> Callable[[Backend], _T]:
+        """A retention step with the clock and the watch horizon read now, just
+        before it runs (a watch opened since the last step is counted)."""
+        now_us, keep = self._now_us(), self._keep_after_seq()
+        return lambda store: op(store, now_us, keep)
+
+    def _keep_after_seq(self) -> int | None:
+        """The oldest position an open watch has reached: events after it are
+        what some watch (or a client resuming it) has still to be given."""
+        return min((w.last_seq for w in self._watches), default=None)
+
+    def _file_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal"):
+            try:
+                total += os.stat(str(self.path) + suffix).st_size
+            except OSError:
+                pass
+        return total
+
+    async def _retain(self) -> None:
+        """The background task: compact every ``retention_interval`` seconds,
+        when some app has a policy."""
+        while True:
+            await trio.sleep(self._retention_interval)
+            try:
+                if await self._read(lambda store: store.retention_policies()):
+                    await self.compact()
+            except RpcError as exc:
+                if is_closed(exc):
+                    return
+                logger.warning("event log retention failed (will retry): %s", exc)
 
     # -- leases --
 

@@ -58,6 +58,8 @@ from streamd.eventlog.model import (
     BootUpdateParams,
     BranchesParams,
     BranchesResult,
+    CompactParams,
+    CompactResult,
     Empty,
     EntryNotification,
     LatestSeqParams,
@@ -67,6 +69,9 @@ from streamd.eventlog.model import (
     LockLostNotification,
     LockReleaseParams,
     PingParams,
+    RetentionGetParams,
+    RetentionPolicy,
+    RetentionResult,
     Session,
     SessionCreateParams,
     SessionDeleteParams,
@@ -195,6 +200,18 @@ class _Service:
     async def state_get(self, p: StateGetParams, request: Request) -> StateSnapshot:
         return await (await self.log()).get_state_params(p)
 
+    # -- retention --
+
+    async def retention_set(self, p: RetentionPolicy, request: Request) -> Empty:
+        await (await self.log()).set_retention_params(p)
+        return Empty()
+
+    async def retention_get(self, p: RetentionGetParams, request: Request) -> RetentionResult:
+        return RetentionResult(policies=await (await self.log()).retention_params(p))
+
+    async def compact(self, p: CompactParams, request: Request) -> CompactResult:
+        return await (await self.log()).compact_params(p)
+
     # -- leases --
 
     async def lock_acquire(self, p: LockAcquireParams, request: Request) -> LockAcquireResult:
@@ -284,6 +301,9 @@ def eventlog_methods(get_log: LogFactory) -> list[Method]:
         Method("eventlog/sessions.list", SessionListParams, s.sessions_list),
         Method("eventlog/sessions.delete", SessionDeleteParams, s.sessions_delete),
         Method("eventlog/state.get", StateGetParams, s.state_get),
+        Method("eventlog/retention.set", RetentionPolicy, s.retention_set),
+        Method("eventlog/retention.get", RetentionGetParams, s.retention_get),
+        Method("eventlog/compact", CompactParams, s.compact),
         Method("eventlog/lock.acquire", LockAcquireParams, s.lock_acquire),
         Method("eventlog/lock.release", LockReleaseParams, s.lock_release),
         Method("eventlog/boot.record", BootRecordParams, s.boot_record),

@@ -69,6 +69,15 @@ class BusyWait:
         return True
 
 
+def _vacuum_incrementally_on_new_files(db: apsw.Connection, opts: SqliteOptions) -> None:
+    # Retention gives disk back with PRAGMA incremental_vacuum, which needs
+    # auto_vacuum=INCREMENTAL; that can be chosen only while the file is new:
+    # before WAL mode is set (it writes the header) and before any table. An
+    # older file is converted by `compact` with vacuum "full" (a VACUUM).
+    if db.pragma("page_count") == 0:
+        db.pragma("auto_vacuum", "INCREMENTAL")
+
+
 def _use_wal(db: apsw.Connection, opts: SqliteOptions) -> None:
     # WAL lets readers run beside the writer and other processes share the file.
     mode = db.pragma("journal_mode", "wal")
@@ -101,6 +110,7 @@ def _begin_writes_immediate(db: apsw.Connection, opts: SqliteOptions) -> None:
 
 
 CONNECTION_SETUP: tuple[Callable[[apsw.Connection, SqliteOptions], None], ...] = (
+    _vacuum_incrementally_on_new_files,
     _use_wal,
     _set_synchronous,
     _enable_foreign_keys,

@@ -164,8 +164,21 @@ INSERT INTO state_deltas (scope, app_name, user_id, session_id, seq, delta)
     WHERE json_valid(state) AND state <> '{}';
 """
 
+# Version 4: retention policies, one row per app (see EventLog.compact). Each
+# limit is NULL when the app has none; a row of NULLs is never stored (setting
+# every limit to null deletes the policy).
+_V4 = """
+CREATE TABLE retention (
+    app_name   TEXT PRIMARY KEY,
+    max_age_s  INTEGER,                   -- drop events older than this (event time)
+    max_events INTEGER,                   -- keep only a session's newest N events
+    idle_s     INTEGER,                   -- drop sessions not updated for this long
+    updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
 # Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -79,6 +79,7 @@ from streamd.eventlog.model import (
     Boot,
     Filter,
     LeaseInfo,
+    RetentionPolicy,
     Session,
     SessionKey,
     SessionListResult,
@@ -139,6 +140,14 @@ def _translated(
 
     return wrapper
 
+
+MAX_SEQ = 2**63 - 1
+# A session under a live lease: its holder drives it, so retention leaves it whole.
+_LIVE_LEASE = "heartbeat_at + stale_after_ms * 1000 > ?"
+_LEASED = (
+    "SELECT 1 FROM leases l WHERE l.app_name = {t}.app_name AND l.user_id = {t}.user_id"
+    " AND l.session_id = {t}.session_id AND l.heartbeat_at + l.stale_after_ms * 1000 > ?"
+)
 
 # A since whose cursor is this close to the newest seq reads the rows past the
 # cursor by primary key instead of through the filter's index (see _since_query).
@@ -709,6 +718,162 @@ class SqliteStore:
                     else _fold(db, "session", app, user or "", session, as_of_seq)
                 ),
             )
+
+    # -- retention --
+
+    @_translated
+    def set_retention(self, policy: RetentionPolicy, now_us: int) -> None:
+        """Store the app's policy; one without limits removes it."""
+        with self._db:
+            if policy.empty():
+                self._db.execute("DELETE FROM retention WHERE app_name = ?", (policy.app,))
+                return
+            self._db.execute(
+                "INSERT INTO retention (app_name, max_age_s, max_events, idle_s, updated_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (app_name) DO UPDATE SET"
+                " max_age_s = excluded.max_age_s, max_events = excluded.max_events,"
+                " idle_s = excluded.idle_s, updated_at = excluded.updated_at",
+                (policy.app, policy.max_age_s, policy.max_events, policy.idle_s, now_us),
+            )
+
+    @_translated
+    def retention_policies(self, app: str | None = None) -> list[RetentionPolicy]:
+        sql = "SELECT app_name, max_age_s, max_events, idle_s FROM retention"
+        args: tuple[Any, ...] = ()
+        if app is not None:
+            sql += " WHERE app_name = ?"
+            args = (app,)
+        return [
+            RetentionPolicy(app=a, max_age_s=age, max_events=n, idle_s=idle)
+            for a, age, n, idle in self._db.execute(sql + " ORDER BY app_name", args)
+        ]
+
+    @_translated
+    def leased_sessions(self, app: str, now_us: int) -> int:
+        """Sessions of the app under a live lease (heartbeat within its window)."""
+        row = self._db.execute(
+            f"SELECT count(*) FROM leases l WHERE app_name = ? AND {_LIVE_LEASE}", (app, now_us)
+        ).fetchone()
+        return row[0] if row else 0
+
+    @_translated
+    def drop_idle_sessions(
+        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, limit: int
+    ) -> tuple[int, int]:
+        """Delete up to ``limit`` sessions of the app not updated since
+        ``cutoff_us`` (with their events and own state), skipping leased ones
+        and any holding an event after ``keep_after_seq``; (sessions, events)."""
+        keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
+        sessions = events = 0
+        with self._db:
+            idle = self._db.execute(
+                "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
+                f" AND updated_at < ? AND last_seq <= ? AND NOT EXISTS ({_LEASED.format(t='s')})"
+                " ORDER BY user_id, session_id LIMIT ?",
+                (app, cutoff_us, keep, now_us, limit),
+            ).fetchall()
+            for user, session in idle:
+                key = (app, user, session)
+                row = self._db.execute(
+                    "SELECT count(*) FROM events"
+                    " WHERE app_name = ? AND user_id = ? AND session_id = ?",
+                    key,
+                ).fetchone()
+                self._db.execute(
+                    "DELETE FROM sessions WHERE app_name = ? AND user_id = ? AND session_id = ?",
+                    key,
+                )
+                sessions += 1
+                events += row[0] if row else 0
+        return sessions, events
+
+    @_translated
+    def drop_old_events(
+        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, limit: int
+    ) -> int:
+        """Delete up to ``limit`` of the app's events timestamped before
+        ``cutoff_us`` (none of a leased session, none after ``keep_after_seq``)."""
+        keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
+        with self._db:
+            self._db.execute(
+                "DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE app_name = ?"
+                f" AND event_time < ? AND seq <= ? AND NOT EXISTS ({_LEASED.format(t='e')})"
+                " LIMIT ?)",
+                (app, cutoff_us, keep, now_us, limit),
+            )
+            return self._db.changes()
+
+    @_translated
+    def trim_sessions(
+        self,
+        app: str,
+        max_events: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        after: tuple[str, str] | None,
+        limit: int,
+    ) -> tuple[int, tuple[str, str] | None]:
+        """Cut up to ``limit`` sessions (in key order, after the cursor ``after``)
+        to their newest ``max_events`` events; the events deleted and the
+        cursor for the next call (None when every session was seen). Each
+        session's cut point is found by walking ``events_by_session`` back
+        ``max_events`` entries, not by counting the session."""
+        keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
+        deleted = 0
+        with self._db:
+            page = self._db.execute(
+                "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
+                " AND (user_id, session_id) > (?, ?)"
+                f" AND NOT EXISTS ({_LEASED.format(t='s')})"
+                " ORDER BY user_id, session_id LIMIT ?",
+                (app, *(after or ("", "")), now_us, limit),
+            ).fetchall()
+            for user, session in page:
+                key = (app, user, session)
+                cut = self._db.execute(
+                    "SELECT seq FROM events INDEXED BY events_by_session"
+                    " WHERE app_name = ? AND user_id = ? AND session_id = ?"
+                    " ORDER BY seq DESC LIMIT 1 OFFSET ?",
+                    (*key, max_events),
+                ).fetchone()
+                if cut is None:
+                    continue
+                self._db.execute(
+                    "DELETE FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
+                    " AND seq <= ? AND seq <= ?",
+                    (*key, cut[0], keep),
+                )
+                deleted += self._db.changes()
+        cursor = (page[-1][0], page[-1][1]) if len(page) == limit else None
+        return deleted, cursor
+
+    @_translated
+    def incremental_vacuum(self, pages: int) -> int:
+        """Give up to ``pages`` free pages back to the file system (the file
+        shrinks once the WAL is checkpointed); the pages freed."""
+        with self._db:
+            before = self._db.pragma("freelist_count")
+            self._db.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
+            return before - self._db.pragma("freelist_count")
+
+    @_translated
+    def full_vacuum(self) -> None:
+        """Rewrite the file (VACUUM), in incremental auto-vacuum mode from then on."""
+        self._db.pragma("auto_vacuum", "INCREMENTAL")
+        self._db.execute("VACUUM")
+
+    @_translated
+    def checkpoint(self) -> bool:
+        """Write the WAL back into the database file and truncate it; False
+        when a reader (another process) still needed part of it."""
+        busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return busy == 0
+
+    @_translated
+    def pages(self) -> tuple[int, int, int]:
+        """(page_count, freelist_count, page_size) of the database file."""
+        db = self._db
+        return db.pragma("page_count"), db.pragma("freelist_count"), db.pragma("page_size")
 
     # -- leases --
 
