@@ -10,7 +10,8 @@ The layers stack bottom-up, each importing only the ones below it:
 * :mod:`~streamd.eventlog.lease` and :mod:`~streamd.eventlog.watch` - a lease
   and its heartbeat; a watch and its reader.
 * :mod:`~streamd.eventlog.log` - :class:`EventLog`, the Trio API: group-commit
-  writer, the tasks of watches and leases, lazy open, close.
+  writer, the tasks of watches and leases, retention (``compact`` and its
+  background task), lazy open, close.
 
 * :mod:`~streamd.eventlog.service` - the ``eventlog/*`` JSON-RPC methods over a
   shared :class:`EventLog` (imported by the daemon, not re-exported here, so the
@@ -21,10 +22,13 @@ The layers stack bottom-up, each importing only the ones below it:
 # Imported on first use (PEP 562): the daemon imports the package for its
 # defaults, and a Recall-only process must not pay for SQLite.
 _EXPORTS = {
+    "AppendBatchParams": "streamd.eventlog.model",
+    "AppendGroup": "streamd.eventlog.store",
     "AppendParams": "streamd.eventlog.model",
     "AppendResult": "streamd.eventlog.model",
     "Backend": "streamd.eventlog.store",
     "Boot": "streamd.eventlog.model",
+    "CompactResult": "streamd.eventlog.model",
     "DEFAULT_WATCH_BUFFER_BYTES": "streamd.eventlog.model",
     "DEFAULT_WATCH_INTERVAL": "streamd.eventlog.model",
     "Entry": "streamd.eventlog.model",
@@ -34,13 +38,19 @@ _EXPORTS = {
     "Filter": "streamd.eventlog.model",
     "Lease": "streamd.eventlog.lease",
     "LeaseInfo": "streamd.eventlog.model",
+    "RetentionPolicy": "streamd.eventlog.model",
     "SCHEMA_VERSION": "streamd.eventlog.store",
     "Session": "streamd.eventlog.model",
+    "SessionKey": "streamd.eventlog.model",
+    "SessionListResult": "streamd.eventlog.model",
+    "SessionsResult": "streamd.eventlog.model",
     "SessionTree": "streamd.eventlog.model",
     "SessionWithEvents": "streamd.eventlog.model",
     "SinceResult": "streamd.eventlog.model",
     "SqliteOptions": "streamd.eventlog.store",
     "SqliteStore": "streamd.eventlog.store",
+    "StateDelta": "streamd.eventlog.model",
+    "StateSnapshot": "streamd.eventlog.model",
     "Watch": "streamd.eventlog.watch",
     "closed_error": "streamd.eventlog.store",
     "new_holder_id": "streamd.eventlog.lease",
@@ -63,10 +73,13 @@ __all__ = [
     "DEFAULT_WATCH_BUFFER_BYTES",
     "DEFAULT_WATCH_INTERVAL",
     "SCHEMA_VERSION",
+    "AppendBatchParams",
+    "AppendGroup",
     "AppendParams",
     "AppendResult",
     "Backend",
     "Boot",
+    "CompactResult",
     "Entry",
     "Event",
     "EventLog",
@@ -74,12 +87,18 @@ __all__ = [
     "Filter",
     "Lease",
     "LeaseInfo",
+    "RetentionPolicy",
     "Session",
+    "SessionKey",
+    "SessionListResult",
     "SessionTree",
     "SessionWithEvents",
+    "SessionsResult",
     "SinceResult",
     "SqliteOptions",
     "SqliteStore",
+    "StateDelta",
+    "StateSnapshot",
     "Watch",
     "closed_error",
     "new_holder_id",

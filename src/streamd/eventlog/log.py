@@ -22,6 +22,11 @@ Tasks and their rules
   ``watch_interval``.
 * **Lease heartbeats** run in the log's own nursery, or in one the caller
   supplies, one task per lease.
+* **Retention** runs every ``retention_interval`` seconds (and on
+  :meth:`EventLog.compact`), one compaction at a time, each step its own short
+  write on the writer's connection so appends interleave; before each step it
+  re-reads the oldest position of the open watches, and removes nothing after
+  it.
 * **Close** cancels every in-flight operation, which then raises ``closed``; the
   writer finishes the batch it is committing (so its callers learn the truth) and
   fails the rest as never written; leases are released; connections close.
