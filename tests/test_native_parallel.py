@@ -42,9 +42,11 @@ def test_a_threaded_pass_starts_no_process_and_equals_a_sequential_one(recall_wo
     assert parallel.threaded()
     children = []
     real = parallel.build_chunk
+    # Only children of this pass count: another test may have left one behind.
+    before = {p.pid for p in psutil.Process().children()}
 
     def spy(*args):
-        children.extend(psutil.Process().children())
+        children.extend(p for p in psutil.Process().children() if p.pid not in before)
         return real(*args)
 
     monkeypatch.setattr(parallel, "build_chunk", spy)

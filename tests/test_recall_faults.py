@@ -266,6 +266,15 @@ def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
+def cmdline(p: psutil.Process) -> list[str]:
+    """``p``'s command line, or nothing for a process that ended meanwhile
+    (or a zombie some other test left unreaped)."""
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
 def poll(condition, seconds: float, what: str):
     deadline = time.monotonic() + seconds
     while not (result := condition()):
@@ -322,7 +331,7 @@ def test_a_pass_abandoned_midway_kills_its_workers_instead_of_letting_them_finis
     while next(steps) is None:
         pass  # until the pass waits on a worker's chunk
     me = psutil.Process()
-    workers = [p for p in me.children() if "--multiprocessing-fork" in p.cmdline()]
+    workers = [p for p in alive(me.children()) if "--multiprocessing-fork" in cmdline(p)]
     assert len(alive(workers)) == 2
     steps.close()  # as a cancelled scanner or a shutdown abandons it
     # Gone at once, not when their chunks are done.
