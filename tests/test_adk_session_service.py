@@ -365,6 +365,38 @@ def test_retrying_an_append_that_was_written_stores_it_once(tmp_path: Path) -> N
     run(tmp_path, body)
 
 
+@pytest.mark.parametrize("cache", [20_000, 3, 0])
+def test_a_reloaded_session_is_what_a_fresh_service_reads_whatever_the_cache_holds(
+    tmp_path: Path, cache: int
+) -> None:
+    """Reloads read seqs first and only the content the cache lacks: new
+    events at the end, or scattered ones a small cache evicted."""
+
+    async def body(svc: Service) -> None:
+        other = StreamdSessionService(await svc._client(), event_cache=0)
+        s = await svc.create_session(app_name="app", user_id="u", session_id="s")
+        for i in range(10):
+            await svc.append_event(s, event(ts=float(i + 1), content=text(f"m{i}")))
+        for round_ in range(3):
+            moved = await other.get_session(app_name="app", user_id="u", session_id="s")
+            assert moved is not None
+            await other.append_event(moved, event(ts=20.0 + round_, content=text(f"x{round_}")))
+            for config in (None, GetSessionConfig(num_recent_events=4),
+                           GetSessionConfig(after_timestamp=5.0)):
+                mine = await svc.get_session(app_name="app", user_id="u", session_id="s",
+                                             config=config)
+                truth = await other.get_session(app_name="app", user_id="u",
+                                                session_id="s", config=config)
+                assert mine is not None and truth is not None
+                assert [e.model_dump() for e in mine.events] == [
+                    e.model_dump() for e in truth.events
+                ]
+                assert mine.state == truth.state
+                assert mine._storage_update_marker == truth._storage_update_marker
+
+    run(tmp_path, body, event_cache=cache)
+
+
 def test_loaded_events_are_copies_that_a_caller_may_reassign(tmp_path: Path) -> None:
     async def body(svc: Service) -> None:
         s = await svc.create_session(app_name="app", user_id="u", session_id="s")

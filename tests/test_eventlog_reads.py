@@ -99,6 +99,20 @@ def test_a_negative_recent_is_invalid_params(fx: Fixture) -> None:
     assert info.value.code == INVALID_PARAMS
 
 
+def test_events_without_content_are_the_same_entries_with_content_null(fx: Fixture) -> None:
+    timed(fx, [0, 1, 2])
+    fx.store.append(ap(ev("big", {"x": "y" * 10_000}, timestamp=at(3))), T0)
+    full = fx.store.get_session("app", "u", "s", 0, None)
+    bare = fx.store.get_session("app", "u", "s", 0, None, content=False)
+    assert [e.seq for e in bare.events] == [e.seq for e in full.events]
+    assert all(e.event.content is None and e.damaged is None for e in bare.events)
+    for b, f in zip(bare.events, full.events, strict=True):
+        f.event.content = None
+        assert b == f
+    budget = fx.store.get_session("app", "u", "s", 0, None, max_bytes=2000, content=False)
+    assert len(budget.events) == 4 and not budget.truncated  # the content is not counted
+
+
 # --- paged lists -------------------------------------------------------------
 
 

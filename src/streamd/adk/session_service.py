@@ -94,6 +94,7 @@ from streamd.eventlog.model import Event as LogEvent
 __all__ = ["StreamdSessionService"]
 
 DEFAULT_EVENT_CACHE = 20_000
+_SEEN_SESSIONS = 10_000
 _LIST_PAGE = 1000
 _STALE_MESSAGE = (
     "the session was read at seq {expected} but has moved on to seq {last}: reload it"
@@ -163,6 +164,8 @@ class StreamdSessionService(BaseSessionService):
         )
         self._cache_size = event_cache
         self._cache: OrderedDict[int, Event] = OrderedDict()
+        self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        """Sessions loaded before: worth reading seqs first (see _load)."""
         self._lock = threading.Lock()  # the tables above, shared by every loop's thread
 
     # -- the client --
@@ -250,11 +253,53 @@ class StreamdSessionService(BaseSessionService):
         recent: int | None,
         after: float | None,
     ) -> Session | None:
+        """A session as ADK sees it. A session this service has loaded before
+        is read in two steps: its events' seqs only (``content: false``, a
+        fifth of the bytes), then the content of those not in the cache (a new
+        turn's few events, as a rule), read after the first of them up to the
+        first read's ``last_seq`` so both reads describe one moment. A session
+        not seen yet is read whole at once."""
+        key = (app_name, user_id, session_id)
+        after_time = _time(after)
+        with self._lock:
+            seen = self._cache_size > 0 and key in self._seen
+        raw = await self._read(client, key, recent, after_time, 0, content=not seen)
+        if raw is None:
+            return None
+        if seen:
+            with self._lock:
+                missing = [e.seq for e in raw.events if e.seq not in self._cache]
+            if missing:
+                rest = await self._read(client, key, None, after_time, missing[0] - 1, True)
+                wanted = set(missing)
+                fetched = {e.seq: e for e in (rest.events if rest else [])
+                           if e.seq in wanted and e.seq <= raw.last_seq}
+                # A seq gone between the two reads was deleted meanwhile (retention).
+                raw.events = [fetched.get(e.seq, e) for e in raw.events
+                              if e.seq in fetched or e.seq not in wanted]
+        events = self._events(raw.events)
+        with self._lock:
+            self._seen[key] = None
+            self._seen.move_to_end(key)
+            while len(self._seen) > _SEEN_SESSIONS:
+                self._seen.popitem(last=False)
+        return self._session(app_name, user_id, raw, events)
+
+    async def _read(
+        self,
+        client: AsyncClient,
+        key: tuple[str, str, str],
+        recent: int | None,
+        after_time: _dt.datetime | None,
+        after_seq: int,
+        content: bool,
+    ) -> _RawSession | None:
+        app_name, user_id, session_id = key
         call: Call[Any] | None = Call(
             "eventlog/sessions.get",
             calls.get_session(
-                app_name, user_id, session_id, recent=recent,
-                after_time=_time(after), scoped_state=True,
+                app_name, user_id, session_id, recent=recent, after_time=after_time,
+                after_seq=after_seq, scoped_state=True, content=content,
             ).params,
             _RawSession,
         )
@@ -266,8 +311,7 @@ class StreamdSessionService(BaseSessionService):
             if errors.is_session_not_found(exc):
                 return None
             raise
-        raw: _RawSession = whole.result
-        return self._session(app_name, user_id, raw, self._events(raw.events))
+        return whole.result
 
     def _session(
         self, app_name: str, user_id: str, raw: Any, events: list[Event]

@@ -157,12 +157,13 @@ def get_session(
     recent: int | None = None,
     after_time: _dt.datetime | None = None,
     scoped_state: bool = False,
+    content: bool = True,
 ) -> Call[SessionWithEvents]:
     """One answer of at most 4 MiB: a session whose events do not fit is
     ``truncated``; the clients' ``get_session`` methods continue it for you."""
     params = SessionGetParams(
         app=app, user=user, session=session, after_seq=after_seq, recent=recent,
-        after_time=after_time, scoped_state=scoped_state,
+        after_time=after_time, scoped_state=scoped_state, content=content,
     )
     return Call("eventlog/sessions.get", params, SessionWithEvents)
 
@@ -302,7 +303,7 @@ class SessionAssembler:
             p = self._params
             rest = SessionGetParams(
                 app=p.app, user=p.user, session=p.session, after_seq=part.next_seq,
-                after_time=p.after_time,
+                after_time=p.after_time, content=p.content,
             )
             return Call("eventlog/sessions.get", rest, self._result_type)
         whole.truncated = False

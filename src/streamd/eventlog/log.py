@@ -852,6 +852,7 @@ class EventLog:
                 encoded,
                 p.scoped_state,
                 after_time_us,
+                p.content,
             )
         )
 

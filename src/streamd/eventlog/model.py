@@ -459,6 +459,11 @@ class SessionGetParams(Params, kw_only=True):
     scoped_state: bool = False
     """Also return the app's and the user's state (``app_state``,
     ``user_state``), read in the same snapshot as the session."""
+    content: bool = True
+    """False: every event comes with its content null, for a client that keeps
+    decoded events by seq (a seq names one stored event forever) and asks for
+    the content of the ones it lacks; a read of 2,000 events then moves a
+    fifth of the bytes."""
 
 
 class SessionKey(Params, kw_only=True, omit_defaults=True):

@@ -103,6 +103,7 @@ class Backend(Protocol):
         encoded: bool = False,
         scoped_state: bool = False,
         after_time_us: int | None = None,
+        content: bool = True,
     ) -> SessionWithEvents: ...
 
     def get_sessions(

@@ -37,6 +37,7 @@ from streamd.eventlog.model import (
 
 __all__ = [
     "ENTRY_COLUMNS",
+    "ENTRY_COLUMNS_WITHOUT_CONTENT",
     "LEASE_COLUMNS",
     "SESSION_COLUMNS",
     "Prepared",
@@ -67,6 +68,10 @@ ENTRY_COLUMNS = (
     "seq, app_name, user_id, session_id, event_id, invocation_id, author, branch, "
     "event_time, content, metadata, state_delta"
 )
+ENTRY_COLUMNS_WITHOUT_CONTENT = ENTRY_COLUMNS.replace("content,", "'null',")
+"""The same row with the content read as JSON null: for a client that keeps
+decoded events by seq and needs only the seqs (``sessions.get`` with
+``content: false``); the content's bytes are neither read into Python nor sent."""
 SESSION_COLUMNS = "app_name, user_id, session_id, state, created_at, updated_at, last_seq"
 LEASE_COLUMNS = (
     "app_name, user_id, session_id, holder, acquired_at, heartbeat_at, stale_after_ms"

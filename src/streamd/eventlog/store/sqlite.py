@@ -522,14 +522,17 @@ class SqliteStore:
         encoded: bool = False,
         scoped_state: bool = False,
         after_time_us: int | None = None,
+        content: bool = True,
     ) -> SessionWithEvents:
         """The session and its events after ``after_seq`` (and at or after
         ``after_time_us``; the newest ``recent`` of them), oldest first; given
         ``max_bytes``, only as many as fit in that many bytes on the wire with
         the session itself, then ``truncated``. ``scoped_state`` adds the
-        app's and the user's state, from the same snapshot."""
+        app's and the user's state, from the same snapshot; ``content`` false
+        gives every event's content as null (see
+        :data:`~streamd.eventlog.store.rows.ENTRY_COLUMNS_WITHOUT_CONTENT`)."""
         _check_recent(recent)
-        bounds = _EventBounds(after_seq, recent, after_time_us)
+        bounds = _EventBounds(after_seq, recent, after_time_us, content)
         with self._snapshot() as db:
             got = _session_with_events(
                 db, app, user, session, bounds, rows.shape(raw_content, encoded),
@@ -1013,6 +1016,7 @@ class _EventBounds:
     after_seq: int
     recent: int | None
     after_time_us: int | None
+    content: bool = True
 
     def _where(self, key: tuple[str, str, str], after_seq: int) -> tuple[str, str, tuple[Any, ...]]:
         where = "app_name = ? AND user_id = ? AND session_id = ? AND seq > ?"
@@ -1037,7 +1041,8 @@ class _EventBounds:
 
     def read(self, key: tuple[str, str, str], after_seq: int) -> tuple[str, tuple[Any, ...]]:
         table, where, args = self._where(key, after_seq)
-        return f"SELECT {rows.ENTRY_COLUMNS} FROM {table} WHERE {where} ORDER BY seq", args
+        columns = rows.ENTRY_COLUMNS if self.content else rows.ENTRY_COLUMNS_WITHOUT_CONTENT
+        return f"SELECT {columns} FROM {table} WHERE {where} ORDER BY seq", args
 
     def queries(
         self, key: tuple[str, str, str], after_seq: int
