@@ -3,9 +3,10 @@
 Every command spawns a fresh ``streamd attach``: initialize, a health probe
 with a 5 s deadline, a search with the deadline the core computed before the
 probe (2 s from the handshake by default; 3 s here, so a loaded CI machine
-still has a second to publish a prefix), shutdown. On a stream whose first build outlasts those deadlines
-every spawn must still be answered in time, honestly partial, and the spawns
-must converge on complete coverage because the build goes on in the daemon.
+still has a second to publish a prefix), shutdown. On a stream whose first
+build outlasts those deadlines every spawn must still be answered in time,
+honestly partial, and the spawns must converge on complete coverage because
+the build goes on in the daemon.
 """
 
 from __future__ import annotations
