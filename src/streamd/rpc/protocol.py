@@ -241,12 +241,12 @@ def bind(call: Call, methods: MethodTable) -> tuple[Method, Any]:
 def decode_params(method: str, raw: msgspec.Raw, params_type: Any) -> Any:
     try:
         return msgspec.json.decode(raw, type=params_type)
-    except msgspec.DecodeError as exc:
-        raise RpcError(errors.INVALID_PARAMS, f"{method} params: {exc}") from None
     except UnicodeDecodeError:
-        raise RpcError(
-            errors.INVALID_PARAMS, f"{method} params: a string is not valid UTF-8"
-        ) from None
+        raise RpcError(errors.INVALID_PARAMS, f"{method} params: {_NOT_UTF8}") from None
+    except msgspec.DecodeError as exc:
+        if _INVALID_UTF8 in str(exc):
+            raise RpcError(errors.INVALID_PARAMS, f"{method} params: {_NOT_UTF8}") from None
+        raise RpcError(errors.INVALID_PARAMS, f"{method} params: {exc}") from None
 
 
 def id_key(request_id: RequestId) -> tuple[str, RequestId]:
@@ -268,9 +268,15 @@ _LONE_HIGH_SURROGATE = re.compile(
 )
 
 
+# msgspec up to 0.22 raises UnicodeDecodeError for a string that is not UTF-8;
+# 0.23 raises DecodeError with these words. Either is said the same way.
+_INVALID_UTF8 = "Invalid UTF-8"
+_NOT_UTF8 = "a string is not valid UTF-8"
+
+
 def _parse_error(frame: bytes, exc: Exception) -> RpcError:
-    if isinstance(exc, UnicodeDecodeError):
-        message = "a string is not valid UTF-8"
+    if isinstance(exc, UnicodeDecodeError) or _INVALID_UTF8 in str(exc):
+        message = _NOT_UTF8
     else:
         message = str(exc)
         if message == "Input data was truncated" and _LONE_HIGH_SURROGATE.search(frame):
