@@ -426,7 +426,6 @@ def test_write_behind_stores_every_event_in_order_by_flush(tmp_path: Path) -> No
         stored = await client.get_session("app", "u", "s")
         assert [e.event.id for e in stored.events] == [e.id for e in sent]
         assert stored.state == {"i": 299}
-        # Batched: fewer requests than events (ADK saw each append return at once).
         assert stored.last_seq == 300
 
     run(tmp_path, body, write_behind=True)
