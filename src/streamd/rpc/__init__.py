@@ -11,24 +11,30 @@
   the shared descriptors non-blocking.
 """
 
-from streamd.rpc.protocol import (
-    Method,
-    MethodTable,
-    RequestId,
-    encode_error,
-    encode_notification,
-    encode_result,
-)
-from streamd.rpc.server import Connection, Request, Server
+# Imported on first use (PEP 562): the clients use the protocol core alone and
+# must not pay for Trio's server.
+_EXPORTS = {
+    "Connection": "streamd.rpc.server",
+    "Method": "streamd.rpc.protocol",
+    "MethodTable": "streamd.rpc.protocol",
+    "Request": "streamd.rpc.server",
+    "RequestId": "streamd.rpc.protocol",
+    "Server": "streamd.rpc.server",
+    "encode_error": "streamd.rpc.protocol",
+    "encode_notification": "streamd.rpc.protocol",
+    "encode_result": "streamd.rpc.protocol",
+}
 
-__all__ = [
-    "Connection",
-    "Method",
-    "MethodTable",
-    "Request",
-    "RequestId",
-    "Server",
-    "encode_error",
-    "encode_notification",
-    "encode_result",
-]
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = sorted(_EXPORTS)

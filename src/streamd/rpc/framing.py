@@ -17,9 +17,8 @@ holding more opening brackets than the limit, so ordinary frames pay two
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-
-import numpy as np
 
 MAX_FRAME_BYTES = 8 << 20
 # Arrays and objects, the request object itself included. Far beyond any
@@ -80,13 +79,21 @@ class LineSplitter:
         return line
 
 
-# What each byte is to the depth scan: 0 text, 1 a quote, 2 an opening and
-# 3 a closing bracket; and what each of those does to the depth.
-_KIND = np.zeros(256, dtype=np.uint8)
-_KIND[ord('"')] = 1
-_KIND[[ord("["), ord("{")]] = 2
-_KIND[[ord("]"), ord("}")]] = 3
-_STEP = np.array([0, 0, 1, -1], dtype=np.int32)
+@functools.cache
+def _scan_tables():
+    """What each byte is to the depth scan: 0 text, 1 a quote, 2 an opening and
+    3 a closing bracket; and what each of those does to the depth. numpy is
+    imported here, on the first deep frame, not with the module: the thin
+    clients use this protocol and must start without it."""
+    import numpy as np
+
+    kind = np.zeros(256, dtype=np.uint8)
+    kind[ord('"')] = 1
+    kind[[ord("["), ord("{")]] = 2
+    kind[[ord("]"), ord("}")]] = 3
+    return np, kind, np.array([0, 0, 1, -1], dtype=np.int32)
+
+
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
 # Work in slices so an adversarial frame costs a few small temporaries, not
 # several times its size in 64-bit positions.
@@ -107,8 +114,9 @@ def nests_deeper_than(frame: bytes, limit: int = MAX_DEPTH) -> bool:
     # backslashes first (left to right, as a decoder pairs them), then an
     # escaped quote. Then keep only quotes and brackets: prose, numbers and
     # keys vanish at C speed, and what is left is usually tiny.
+    np, kind_of, step = _scan_tables()
     text = frame.replace(b"\\\\", b"__").replace(b'\\"', b"__")
-    kinds = _KIND.take(np.frombuffer(text.translate(None, _NOT_STRUCTURE), dtype=np.uint8))
+    kinds = kind_of.take(np.frombuffer(text.translate(None, _NOT_STRUCTURE), dtype=np.uint8))
     depth = 0
     in_string = 0
     for start in range(0, len(kinds), _SCAN_SLICE):
@@ -117,7 +125,7 @@ def nests_deeper_than(frame: bytes, limit: int = MAX_DEPTH) -> bool:
         # (a running sum of quotes, whose parity is all that matters).
         inside = (np.cumsum(part == 1, dtype=np.uint8) + in_string) & 1
         in_string = int(inside[-1])
-        levels = np.cumsum(np.where(inside == 0, _STEP.take(part), 0), dtype=np.int32)
+        levels = np.cumsum(np.where(inside == 0, step.take(part), 0), dtype=np.int32)
         if depth + int(levels.max()) > limit:
             return True
         depth += int(levels[-1])
