@@ -17,7 +17,7 @@ import time
 import pytest
 from resident_support import Attached, World, make_world, req
 
-RECORDS = 200_000  # ~40 MB: seconds of build on the plain path on this 2-core machine
+RECORDS = 500_000  # ~100 MB: about 7 s of build on the plain path on this 2-core machine
 
 
 @pytest.fixture
@@ -68,12 +68,16 @@ def test_a_fresh_big_stream_answers_every_spawn_in_time_and_converges(world: Wor
     ))
     health, search, probed, searched = a_command(world)
     # The first build outlasts the probe: the probe reports on it instead of
-    # waiting, and the search is answered from a prefix within its deadline.
+    # waiting for it.
     assert health["status"] == "degraded" and health["coverage"] == "partial", health
     indexing = health["diagnostics"]["indexing"]
     assert indexing["consumed_bytes"] < indexing["total_bytes"] == world.stream.stat().st_size
     assert probed < 5 and searched < 3
-    assert search["outcome"] == "partial"
+    # The search waited as its deadline allowed: answered from a prefix, or
+    # whole if the build finished meanwhile (a quiet machine may be that fast).
+    assert search["outcome"] in ("partial", "success")
+    if search["outcome"] == "partial":
+        assert search["diagnostics"]["indexing"]["consumed_bytes"] > 0
     generations = [int(search["diagnostics"]["generation"].removeprefix("gen-"))]
     # Later spawns find the build further along, in the same daemon, until it is done.
     give_up = time.monotonic() + 240
