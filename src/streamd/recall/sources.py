@@ -21,6 +21,7 @@ daemon, and this registry is what lets the work outlive it:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -62,6 +63,7 @@ class SourceRegistry:
         self.offload = offload
         # Least recently used first.
         self._open: OrderedDict[tuple[str, ...], Source] = OrderedDict()
+        self._nursery_cm: contextlib.AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
         self._changed = trio.Event()
 
@@ -81,7 +83,7 @@ class SourceRegistry:
         return self
 
     async def __aexit__(self, *exc_info: object) -> bool | None:
-        assert self._nursery is not None
+        assert self._nursery is not None and self._nursery_cm is not None
         for source in list(self._open.values()):
             self._close(source)
         self._nursery.cancel_scope.cancel()
