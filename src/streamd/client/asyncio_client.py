@@ -12,14 +12,14 @@ on the event loop.
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, TypeVar
 
 from streamd import errors
 from streamd.client import calls
+from streamd.client.awaitable import AwaitableCalls
 from streamd.client.protocol import (
     DEFAULT_WATCH_BUDGET,
     Call,
@@ -35,7 +35,6 @@ from streamd.eventlog.model import (
     DEFAULT_STALE_AFTER_MS,
     Entry,
     Filter,
-    SessionWithEvents,
     WatchParams,
     WatchResult,
 )
@@ -44,7 +43,6 @@ __all__ = ["AsyncClient", "AsyncLease", "AsyncWatch"]
 
 log = logging.getLogger("streamd.client")
 
-P = ParamSpec("P")
 T = TypeVar("T")
 
 _READ_CHUNK = 1 << 20
@@ -54,17 +52,7 @@ _READ_CHUNK = 1 << 20
 _STREAM_LIMIT = 4 << 20
 
 
-def _bound(
-    builder: Callable[P, Call[T]],
-) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]]:
-    @functools.wraps(builder)
-    async def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self.call(builder(*args, **kwargs))
-
-    return method
-
-
-class AsyncClient:
+class AsyncClient(AwaitableCalls):
     """An asyncio client of the streamd daemon.
 
     ``client = await AsyncClient.connect()`` (the resident daemon, started when
@@ -237,47 +225,6 @@ class AsyncClient:
                 self._writer.write(frame)
 
     # -- the event log --
-
-    append = _bound(calls.append)
-    append_batch = _bound(calls.append_batch)
-    since = _bound(calls.since)
-    latest_seq = _bound(calls.latest_seq)
-    branches = _bound(calls.branches)
-    create_session = _bound(calls.create_session)
-    get_sessions = _bound(calls.get_sessions)
-    list_sessions = _bound(calls.list_sessions)
-    delete_session = _bound(calls.delete_session)
-    get_state = _bound(calls.get_state)
-    record_boot = _bound(calls.record_boot)
-    update_boot = _bound(calls.update_boot)
-    recent_boots = _bound(calls.recent_boots)
-    ping = _bound(calls.ping)
-    set_retention = _bound(calls.set_retention)
-    retention = _bound(calls.retention)
-    compact = _bound(calls.compact)
-
-    async def get_session(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        *,
-        after_seq: int = 0,
-        recent: int | None = None,
-        after_time: _dt.datetime | None = None,
-        scoped_state: bool = False,
-    ) -> SessionWithEvents:
-        """The session with its events, whole (an answer cut by the reply
-        budget is continued)."""
-        call: Call[SessionWithEvents] | None = calls.get_session(
-            app, user, session, after_seq=after_seq, recent=recent, after_time=after_time,
-            scoped_state=scoped_state,
-        )
-        whole = calls.SessionAssembler(call)
-        while call is not None:
-            call = whole.feed(await self.call(call))
-        assert whole.result is not None
-        return whole.result
 
     async def watch(
         self, from_seq: int = 0, filter: Filter | None = None, *, budget: int = DEFAULT_WATCH_BUDGET

@@ -12,18 +12,18 @@ closes the connection; calls still in flight fail with ``closed``.
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 import trio
 
 from streamd import errors
 from streamd.client import calls
+from streamd.client.awaitable import AwaitableCalls
 from streamd.client.protocol import (
     DEFAULT_WATCH_BUDGET,
     Call,
@@ -39,7 +39,6 @@ from streamd.eventlog.model import (
     DEFAULT_STALE_AFTER_MS,
     Entry,
     Filter,
-    SessionWithEvents,
     WatchParams,
     WatchResult,
 )
@@ -48,7 +47,6 @@ __all__ = ["TrioClient", "TrioLease", "TrioWatch"]
 
 log = logging.getLogger("streamd.client")
 
-P = ParamSpec("P")
 T = TypeVar("T")
 
 _READ_CHUNK = 1 << 20
@@ -60,16 +58,6 @@ _OUTBOX_FRAMES = 64
 _CLOSE_GRACE = 5.0
 
 
-def _bound(
-    builder: Callable[P, Call[T]],
-) -> Callable[Concatenate[TrioClient, P], Coroutine[Any, Any, T]]:
-    @functools.wraps(builder)
-    async def method(self: TrioClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self.call(builder(*args, **kwargs))
-
-    return method
-
-
 class _Slot:
     __slots__ = ("done", "reply")
 
@@ -78,7 +66,7 @@ class _Slot:
         self.reply: Reply | None = None
 
 
-class TrioClient:
+class TrioClient(AwaitableCalls):
     """A Trio client of the streamd daemon, over any ``trio.abc.Stream``.
 
     Open it with :meth:`connect` (the resident daemon, started when none
@@ -282,47 +270,6 @@ class TrioClient:
                 pass
 
     # -- the event log --
-
-    append = _bound(calls.append)
-    append_batch = _bound(calls.append_batch)
-    since = _bound(calls.since)
-    latest_seq = _bound(calls.latest_seq)
-    branches = _bound(calls.branches)
-    create_session = _bound(calls.create_session)
-    get_sessions = _bound(calls.get_sessions)
-    list_sessions = _bound(calls.list_sessions)
-    delete_session = _bound(calls.delete_session)
-    get_state = _bound(calls.get_state)
-    record_boot = _bound(calls.record_boot)
-    update_boot = _bound(calls.update_boot)
-    recent_boots = _bound(calls.recent_boots)
-    ping = _bound(calls.ping)
-    set_retention = _bound(calls.set_retention)
-    retention = _bound(calls.retention)
-    compact = _bound(calls.compact)
-
-    async def get_session(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        *,
-        after_seq: int = 0,
-        recent: int | None = None,
-        after_time: _dt.datetime | None = None,
-        scoped_state: bool = False,
-    ) -> SessionWithEvents:
-        """The session with its events, whole (an answer cut by the reply
-        budget is continued)."""
-        call: Call[SessionWithEvents] | None = calls.get_session(
-            app, user, session, after_seq=after_seq, recent=recent, after_time=after_time,
-            scoped_state=scoped_state,
-        )
-        whole = calls.SessionAssembler(call)
-        while call is not None:
-            call = whole.feed(await self.call(call))
-        assert whole.result is not None
-        return whole.result
 
     @asynccontextmanager
     async def watch(
