@@ -37,10 +37,17 @@ from streamd.eventlog.model import (
     Event,
     Filter,
     SessionTree,
+    StateDelta,
     from_us,
     to_us,
 )
-from streamd.eventlog.store import SCHEMA_VERSION, Backend, SqliteOptions, SqliteStore
+from streamd.eventlog.store import (
+    SCHEMA_VERSION,
+    AppendGroup,
+    Backend,
+    SqliteOptions,
+    SqliteStore,
+)
 
 T0 = to_us(dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
 SECOND = 1_000_000
@@ -834,3 +841,58 @@ def test_a_caught_up_cursor_reads_only_rows_past_it_by_primary_key(tmp_path: Pat
     got = store.since(tip - 60, Filter(branch_prefixes=["b7"]), 1000).entries
     assert [e.event.branch for e in got] == ["b7.x"]
     store.close()
+
+
+# --- what a commit added, for the watchers --------------------------------------
+
+
+def test_append_commit_captures_each_new_event_as_since_encodes_it(fx: Fixture) -> None:
+
+    fx.store.append(ap(ev("taken", 1)), T0)
+    given = dt.datetime(2021, 6, 7, 8, 9, 10, 11, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    out = fx.store.append_commit(
+        [
+            ap(ev("a", {"k": ["é", 1.5]}, branch="root.x", timestamp=given), metadata={"m": "1"}),
+            ap(ev("taken", 2)),  # a conflict: rolled back, never seen
+            AppendGroup([ap(ev("g1", 1)), ap(ev("taken", 3))]),  # refused as a whole
+            AppendGroup([ap(ev("g2", None, author="tool"), session="t")]),
+            ap(ev("a", {"k": ["é", 1.5]}, branch="root.x", timestamp=given), metadata={"m": "1"}),
+            AppendParams(app="app", user="u", session="s", event=ev("d"),
+                state_delta=StateDelta(session={"x": 1})),
+        ],
+        T0 + 7,
+        capture=True,
+    )
+    assert [type(r).__name__ for r in out.results] == [
+        "AppendResult", "RpcError", "RpcError", "list", "AppendResult", "AppendResult"
+    ]
+    assert out.results[4] == AppendResult(seq=out.results[0].seq, duplicate=True)
+    assert out.entries is not None
+    stored = fx.store.since(out.before_seq, None, 100, encoded=True).entries
+    # Byte for byte what a reader gets, in seq order, and nothing rolled back.
+    assert [c.wire for c in out.entries] == [bytes(e) for e in stored]
+    assert [c.seq for c in out.entries] == seqs(fx.store, from_seq=out.before_seq)
+    assert [(c.app, c.user, c.session, c.branch, c.author) for c in out.entries] == [
+        ("app", "u", "s", "root.x", "agent"),
+        ("app", "u", "t", "", "tool"),
+        ("app", "u", "s", "", "agent"),
+    ]
+    assert out.before_seq == 1
+    assert out.after_seq == out.entries[-1].seq == fx.store.newest_seq()
+
+
+def test_append_commit_without_capture_still_reports_the_seqs(fx: Fixture) -> None:
+    assert fx.store.newest_seq() == 0
+    out = fx.store.append_commit([ap(ev("a")), ap(ev("b"))], T0, capture=False)
+    assert out.entries is None
+    assert (out.before_seq, out.after_seq) == (0, 2)
+    dup = fx.store.append_commit([ap(ev("a"))], T0, capture=True)
+    assert (dup.before_seq, dup.after_seq, dup.entries) == (2, 2, [])
+
+
+def test_newest_seq_counts_deleted_events(fx: Fixture) -> None:
+    fx.store.append(ap(ev("a")), T0)
+    fx.store.append(ap(ev("b"), session="gone"), T0)
+    fx.store.delete_session("app", "u", "gone")
+    assert fx.store.newest_seq() == 2
+    assert fx.store.latest_seq(None) == 1

@@ -36,7 +36,7 @@ from streamd.eventlog.model import (
     StateSnapshot,
 )
 
-__all__ = ["AppendGroup", "Backend", "Runner", "closed_error"]
+__all__ = ["AppendGroup", "Backend", "CommitOutcome", "Committed", "Runner", "closed_error"]
 
 _T = TypeVar("_T")
 
@@ -53,6 +53,39 @@ class AppendGroup:
     appends: Sequence[AppendParams]
 
 
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """One event a commit added, as the watchers need it: the fields a filter
+    looks at, and the entry encoded once, byte for byte what ``since`` with
+    ``encoded=True`` returns for it, so a watch fed from memory and one that
+    reads the store send the same frames."""
+
+    seq: int
+    app: str
+    user: str
+    session: str
+    branch: str
+    author: str
+    wire: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOutcome:
+    """What :meth:`Backend.append_commit` did.
+
+    ``before_seq`` and ``after_seq`` are the newest seq ever given, read inside
+    the transaction before its first insert and when it committed. A log that
+    last saw ``before_seq`` therefore knows that ``entries`` is everything that
+    was added since, and one that saw less knows that someone else committed
+    in between."""
+
+    results: list[AppendResult | list[AppendResult] | RpcError]
+    before_seq: int
+    after_seq: int
+    entries: list[Committed] | None
+    """The new events in seq order, when asked for (``capture``)."""
+
+
 class Backend(Protocol):
     """The storage operations of the event log. Times are integer microseconds
     since the epoch (``now_us``, ``at_us``): the caller's clock, so a test can
@@ -63,6 +96,16 @@ class Backend(Protocol):
     def append_batch(
         self, batch: Sequence[AppendParams | AppendGroup], now_us: int
     ) -> list[AppendResult | list[AppendResult] | RpcError]: ...
+
+    def append_commit(
+        self, batch: Sequence[AppendParams | AppendGroup], now_us: int, capture: bool
+    ) -> CommitOutcome:
+        """:meth:`append_batch` with what the commit added (see :class:`CommitOutcome`)."""
+        ...
+
+    def newest_seq(self) -> int:
+        """The newest seq ever given and committed (a deleted event's still counts)."""
+        ...
 
     def since(
         self,

@@ -34,6 +34,7 @@ from streamd.eventlog.model import (
     to_us,
     wire_size,
 )
+from streamd.eventlog.store.backend import Committed
 
 __all__ = [
     "ENTRY_COLUMNS",
@@ -42,6 +43,7 @@ __all__ = [
     "SESSION_COLUMNS",
     "Prepared",
     "Shape",
+    "committed",
     "decode_state",
     "json_text",
     "prepare",
@@ -276,6 +278,20 @@ def take(
         entries.append(entry)
         last = row[0]
     return entries, last, False
+
+
+def committed(row: tuple[Any, ...]) -> Committed:
+    """A row just written (:data:`ENTRY_COLUMNS` order) as the watchers get it:
+    rendered and encoded exactly as :func:`take` does for an ``encoded`` read."""
+    return Committed(
+        seq=row[0],
+        app=row[1],
+        user=row[2],
+        session=row[3],
+        branch=row[7],
+        author=row[6],
+        wire=_encode(to_entry(row, raw_content=True)),
+    )
 
 
 def to_session(row: tuple[Any, ...]) -> Session:

@@ -91,7 +91,7 @@ from streamd.eventlog.model import (
     wire_size,
 )
 from streamd.eventlog.store import rows
-from streamd.eventlog.store.backend import AppendGroup, Backend, closed_error
+from streamd.eventlog.store.backend import AppendGroup, Backend, CommitOutcome, closed_error
 from streamd.eventlog.store.connection import BusyWait, SqliteOptions, configure
 from streamd.eventlog.store.schema import SCHEMA_VERSION
 
@@ -337,6 +337,16 @@ class SqliteStore:
         (I/O error, busy) fails the whole batch, because then nothing was
         written.
         """
+        return self.append_commit(batch, now_us, capture=False).results
+
+    @_translated
+    def append_commit(
+        self, batch: Sequence[AppendParams | AppendGroup], now_us: int, capture: bool
+    ) -> CommitOutcome:
+        """:meth:`append_batch`, and what the commit did to the log: the newest
+        seq before and after it (read inside the transaction, so no other
+        process's commit can fall between them) and, with ``capture``, each new
+        event as the entry a reader would get, for the watchers."""
         prepared: list[rows.Prepared | list[rows.Prepared] | RpcError] = []
         for p in batch:
             try:
@@ -347,24 +357,39 @@ class SqliteStore:
             except RpcError as exc:
                 prepared.append(exc)
         out: list[AppendResult | list[AppendResult] | RpcError] = []
+        added: list[tuple[Any, ...]] | None = [] if capture else None
         db = self._db
         with db:
+            before = _newest_seq(db)
             for item in prepared:
                 if isinstance(item, RpcError):
                     out.append(item)
                     continue
+                # Rows join ``added`` only once their savepoint has released: a
+                # refused event (or group) was rolled back and nobody may see it.
+                pending: list[tuple[Any, ...]] | None = [] if capture else None
                 try:
                     with db:
                         if isinstance(item, list):
-                            out.append([_in_group(db, one, i, now_us)
+                            out.append([_in_group(db, one, i, now_us, pending)
                                         for i, one in enumerate(item)])
                         else:
-                            out.append(_append_one(db, item, now_us))
+                            out.append(_append_one(db, item, now_us, pending))
                 except RpcError as exc:
                     out.append(exc)
+                    continue
                 except apsw.ConstraintError as exc:
                     out.append(invalid_params(f"event rejected by the database: {exc}"))
-        return out
+                    continue
+                if added is not None and pending:
+                    added.extend(pending)
+            after = _newest_seq(db)
+        return CommitOutcome(
+            results=out,
+            before_seq=before,
+            after_seq=after,
+            entries=None if added is None else [rows.committed(row) for row in added],
+        )
 
     # -- reads --
 
@@ -991,6 +1016,11 @@ class SqliteStore:
             db.execute("SELECT seq FROM events ORDER BY seq DESC LIMIT 1").fetchall()
 
     @_translated
+    def newest_seq(self) -> int:
+        """The newest seq ever given (deleted events still count), as committed."""
+        return _newest_seq(self._db)
+
+    @_translated
     def change_counter(self) -> int:
         """``PRAGMA data_version``: changes whenever another connection (another
         process, or this process's writer seen from the reader) commits. One
@@ -1133,7 +1163,14 @@ def _read_entries(
         cursor.close()
 
 
-def _append_one(db: apsw.Connection, item: rows.Prepared, now_us: int) -> AppendResult:
+def _append_one(
+    db: apsw.Connection,
+    item: rows.Prepared,
+    now_us: int,
+    added: list[tuple[Any, ...]] | None = None,
+) -> AppendResult:
+    """Append one event in the caller's savepoint; with ``added``, put the new
+    row there in :data:`~streamd.eventlog.store.rows.ENTRY_COLUMNS` order."""
     p = item.params
     ev = p.event
     existing = db.execute("SELECT seq, digest FROM events WHERE event_id = ?", (ev.id,)).fetchone()
@@ -1180,6 +1217,11 @@ def _append_one(db: apsw.Connection, item: rows.Prepared, now_us: int) -> Append
     seq = row[0]
     if item.state_delta is not None:
         _apply_delta(db, p.app, p.user, p.session, item.state_delta, seq, now_us)
+    if added is not None:
+        added.append(
+            (seq, p.app, p.user, p.session, ev.id, ev.invocation_id, ev.author, ev.branch,
+             item.event_time, item.content, item.metadata, item.state_delta_text)
+        )
     return AppendResult(seq=seq, duplicate=False)
 
 
@@ -1368,9 +1410,15 @@ def _prepare_group(group: AppendGroup, now_us: int) -> list[rows.Prepared]:
     return out
 
 
-def _in_group(db: apsw.Connection, item: rows.Prepared, index: int, now_us: int) -> AppendResult:
+def _in_group(
+    db: apsw.Connection,
+    item: rows.Prepared,
+    index: int,
+    now_us: int,
+    added: list[tuple[Any, ...]] | None,
+) -> AppendResult:
     try:
-        return _append_one(db, item, now_us)
+        return _append_one(db, item, now_us, added)
     except RpcError as exc:
         raise _refused_in_group(exc, index) from None
     except apsw.ConstraintError as exc:
