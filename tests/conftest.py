@@ -166,3 +166,67 @@ def slow_world(recall_world, monkeypatch):
     # compiled path does not take.
     monkeypatch.setenv("STREAMD_NATIVE", "0")
     return w
+
+
+# --- PostgreSQL (tests/pg_cluster.py) ----------------------------------------------
+#
+# One throwaway cluster per test run, started on first use; each test that asks
+# for ``postgres_db`` gets a database of its own, copied from a migrated
+# template. Where no cluster can be started (no binaries and no apt, no way to
+# run the server as a non-root user), the PostgreSQL tests alone are skipped,
+# loudly: a warning, a line on stderr at once, and a line in the summary.
+
+_POSTGRES_SKIPPED: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """The running cluster (``pg_cluster.Cluster``), or a loud skip."""
+    import sys
+    import warnings
+
+    try:
+        import pg_cluster
+        import psycopg  # noqa: F401  (the driver is part of the test install)
+    except ImportError as exc:
+        reason = f"the PostgreSQL driver is not installed ({exc})"
+        cluster = None
+    else:
+        try:
+            cluster = pg_cluster.start()
+        except pg_cluster.Unavailable as exc:
+            reason, cluster = str(exc), None
+    if cluster is None:
+        message = f"PostgreSQL tests SKIPPED: no PostgreSQL cluster could be started: {reason}"
+        _POSTGRES_SKIPPED.append(message)
+        print(f"\n*** {message}", file=sys.stderr, flush=True)
+        warnings.warn(message, pytest.PytestWarning, stacklevel=1)
+        pytest.skip(message)
+    yield cluster
+    cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def postgres_conninfo(postgres_cluster) -> str:
+    """The conninfo of the cluster's maintenance database (superuser, socket)."""
+    return postgres_cluster.conninfo()
+
+
+def _migrate_template(conninfo: str) -> None:
+    from streamd.eventlog.store.postgres import PostgresStore
+
+    PostgresStore.open(conninfo).close()
+
+
+@pytest.fixture
+def postgres_db(postgres_cluster):
+    """The conninfo of a fresh database of its own holding a migrated event
+    log; dropped after the test."""
+    conninfo = postgres_cluster.fresh_database(_migrate_template)
+    yield conninfo
+    postgres_cluster.drop_database(conninfo)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for message in _POSTGRES_SKIPPED:
+        terminalreporter.write_line(message, red=True, bold=True)

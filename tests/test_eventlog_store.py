@@ -59,10 +59,15 @@ class Fixture:
     close: Callable[[], None]
     """Close ``store`` (closing is the backend's own business, not an operation)."""
     raw: Callable[[str, tuple[Any, ...]], None]
+    """Run SQL (``?`` placeholders) on the database behind the store's back."""
     reopen: Callable[[], Backend]
+    not_json: tuple[type[BaseException], str] = (apsw.ConstraintError, "event content is not JSON")
+    """What ``raw`` raises when content that is not JSON is written by hand."""
+    unguard: str = "DROP TRIGGER events_content_stays_json"
+    """SQL that lets content that is not JSON in, as a file changed by other means."""
 
 
-def _sqlite(tmp_path: Path) -> Iterator[Fixture]:
+def _sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
     path = str(tmp_path / "events.db")
     store = SqliteStore.open(path, SqliteOptions(synchronous="NORMAL"))
     opened = [store]
@@ -84,12 +89,48 @@ def _sqlite(tmp_path: Path) -> Iterator[Fixture]:
         s.close()
 
 
-BACKENDS: dict[str, Callable[[Path], Iterator[Fixture]]] = {"sqlite": _sqlite}
+def _postgres(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
+    """A fresh database copied from a migrated template (``postgres_db`` in
+    conftest.py; skipped loudly where no cluster can run). Leases on the
+    caller's clock, because these tests move time by hand; the database's
+    clock is tested in test_eventlog_postgres.py."""
+    import psycopg
+
+    from streamd.eventlog.store.postgres import PostgresOptions, PostgresStore
+
+    conninfo = request.getfixturevalue("postgres_db")
+    options = PostgresOptions(synchronous="NORMAL", lease_clock="caller")
+    store = PostgresStore.open(conninfo, options)
+    opened = [store]
+
+    def raw(sql: str, args: tuple[Any, ...] = ()) -> None:
+        with psycopg.connect(conninfo, autocommit=True) as db:
+            db.execute("SET search_path = streamd")
+            db.execute(sql.replace("?", "%s").replace("x'00'", "'\\x00'"), args)
+
+    def reopen() -> Backend:
+        s = PostgresStore.open(conninfo, options)
+        opened.append(s)
+        return s
+
+    yield Fixture(
+        store, store.close, raw, reopen,
+        not_json=(psycopg.errors.InvalidTextRepresentation, "invalid input syntax for type json"),
+        unguard="ALTER TABLE events ALTER COLUMN content TYPE text",
+    )
+    for s in opened:
+        s.close()
+
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Iterator[Fixture]]] = {
+    "sqlite": _sqlite,
+    "postgres": _postgres,
+}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def fx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
-    yield from BACKENDS[request.param](tmp_path)
+    yield from BACKENDS[request.param](request, tmp_path)
 
 
 def ev(event_id: str, content: Any = None, **kw: Any) -> Event:
@@ -600,9 +641,10 @@ def test_rows_that_cannot_be_rendered_read_as_null_and_flagged_never_fail_or_van
 
 def test_content_that_is_not_json_cannot_be_stored_even_by_hand(fx: Fixture) -> None:
     fx.store.append(ap(ev("e1", {"i": 1})), T0)
-    with pytest.raises(apsw.ConstraintError, match="event content is not JSON"):
+    refused, message = fx.not_json
+    with pytest.raises(refused, match=message):
         fx.raw("UPDATE events SET content = '{nope'", ())
-    with pytest.raises(apsw.ConstraintError, match="event content is not JSON"):
+    with pytest.raises(refused, match=message):
         fx.raw(
             "INSERT INTO events (app_name, user_id, session_id, event_id, invocation_id,"
             " author, branch, event_time, content, digest)"
@@ -612,7 +654,7 @@ def test_content_that_is_not_json_cannot_be_stored_even_by_hand(fx: Fixture) -> 
     assert ids(fx.store) == ["e1"]
     # A file that arrives without the guard (changed by other means) still reads:
     # a decoded read reports the content instead of failing.
-    fx.raw("DROP TRIGGER events_content_stays_json", ())
+    fx.raw(fx.unguard, ())
     fx.raw("UPDATE events SET content = '{nope'", ())
     (entry,) = fx.store.since(0, None, 10).entries
     assert entry.event.content is None and entry.damaged == ["event.content"]

@@ -1,0 +1,162 @@
+"""The event log's PostgreSQL schema: forward-only migrations and who may be opened.
+
+The same concepts as the SQLite schema (:mod:`~streamd.eventlog.store.schema`):
+sessions, events, leases, boots, state (current and its history), retention
+policies, one migration per entry of :data:`MIGRATIONS`, each in one
+transaction. Everything lives in its own PostgreSQL schema, ``streamd`` by
+default, so the log can share a database with other applications; the version
+is a row of ``streamd_meta`` (PostgreSQL has no ``user_version``), and a schema
+of that name that has tables but no such row is someone else's and is refused
+before anything in it changes. A database written by a newer streamd is refused.
+
+What differs from SQLite, and why
+---------------------------------
+* **seq is not a sequence.** A PostgreSQL sequence hands numbers out at insert
+  time, so a transaction holding seq 10 can commit after one holding seq 11,
+  and a watcher that already read 11 would never see 10. Instead one row,
+  ``seq_counter``, holds the newest seq given; an append locks it
+  (``SELECT ... FOR UPDATE``) before it numbers its events and writes it back
+  before it commits. Appenders therefore commit one after another in seq
+  order, and a transaction becomes visible before it releases that lock
+  (PostgreSQL ends a transaction in the proc array before it releases its
+  locks), so a reader can never see seq N+1 without N. The counter is history
+  like ``sqlite_sequence``: deleting the newest events never hands their seqs
+  out again.
+* **Text is compared as bytes.** Every key and label column is ``COLLATE "C"``,
+  so ``=``/``<``/``ORDER BY`` are byte order as in SQLite's BINARY: the prefix
+  ranges of :mod:`~streamd.eventlog.filters` and the sorted branch lists mean
+  the same on both backends, whatever the database's default locale.
+* **Content is ``json``** (stored as the text the client sent, checked on
+  every write by the type itself): the guard SQLite needed a trigger for.
+  Reads take it as text, never parsed.
+* ``sessions.last_seq`` is written by the append itself (it knows the seq
+  before inserting), where SQLite uses a trigger.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["APPLICATION", "MIGRATIONS", "NOTIFY_CHANNEL", "SCHEMA_VERSION", "migration_sql"]
+
+APPLICATION = "streamd event log"
+"""What ``streamd_meta.application`` says in a schema that is ours."""
+NOTIFY_CHANNEL = "streamd_events"
+"""The LISTEN/NOTIFY channel of the log in a database; the payload of each
+notification is the newest seq of the commit that sent it."""
+# Serializes migrations of concurrent openers (two daemons starting at once).
+MIGRATION_LOCK = 0x53544D44  # "STMD"
+
+_V1 = """
+CREATE TABLE seq_counter (
+    one  boolean PRIMARY KEY DEFAULT true CHECK (one),
+    seq  bigint NOT NULL                  -- the newest seq ever given
+);
+INSERT INTO seq_counter (seq) VALUES (0);
+
+CREATE TABLE sessions (
+    app_name    text COLLATE "C" NOT NULL,
+    user_id     text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    state       text NOT NULL,            -- JSON object
+    created_at  bigint NOT NULL,          -- microseconds since the epoch, UTC
+    updated_at  bigint NOT NULL,
+    last_seq    bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (app_name, user_id, session_id)
+);
+
+CREATE TABLE events (
+    seq           bigint PRIMARY KEY,
+    app_name      text COLLATE "C" NOT NULL,
+    user_id       text COLLATE "C" NOT NULL,
+    session_id    text COLLATE "C" NOT NULL,
+    event_id      text COLLATE "C" NOT NULL UNIQUE,
+    invocation_id text NOT NULL,
+    author        text COLLATE "C" NOT NULL,
+    branch        text COLLATE "C" NOT NULL,
+    event_time    bigint NOT NULL,        -- microseconds since the epoch, UTC
+    content       json NOT NULL,          -- as the client sent it
+    metadata      text,                   -- JSON object, NULL when none
+    digest        bytea NOT NULL,         -- identity of the request, for safe retry
+    state_delta   text,                   -- JSON {app?, user?, session?}
+    FOREIGN KEY (app_name, user_id, session_id)
+        REFERENCES sessions (app_name, user_id, session_id) ON DELETE CASCADE
+);
+CREATE INDEX events_by_session ON events (app_name, user_id, session_id, seq);
+CREATE INDEX events_by_branch ON events (branch, seq);
+CREATE INDEX events_by_session_time ON events (app_name, user_id, session_id, event_time);
+
+CREATE TABLE leases (
+    app_name       text COLLATE "C" NOT NULL,
+    user_id        text COLLATE "C" NOT NULL,
+    session_id     text COLLATE "C" NOT NULL,
+    holder         text NOT NULL,         -- host/pid/8-hex, one per acquisition
+    acquired_at    bigint NOT NULL,
+    heartbeat_at   bigint NOT NULL,       -- the database's clock (see postgres.py)
+    stale_after_ms bigint NOT NULL,       -- the window its holder declared
+    PRIMARY KEY (app_name, user_id, session_id)
+);
+
+CREATE TABLE boots (
+    id        bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    boot_at   bigint NOT NULL,
+    attempted text NOT NULL               -- JSON list of session ids
+);
+CREATE INDEX boots_by_time ON boots (boot_at, id);
+
+CREATE TABLE app_states (
+    app_name   text COLLATE "C" PRIMARY KEY,
+    state      text NOT NULL,
+    updated_at bigint NOT NULL
+);
+CREATE TABLE user_states (
+    app_name   text COLLATE "C" NOT NULL,
+    user_id    text COLLATE "C" NOT NULL,
+    state      text NOT NULL,
+    updated_at bigint NOT NULL,
+    PRIMARY KEY (app_name, user_id)
+);
+CREATE TABLE state_deltas (
+    rev        bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,  -- write order
+    scope      text NOT NULL CHECK (scope IN ('app', 'user', 'session')),
+    app_name   text COLLATE "C" NOT NULL,
+    user_id    text COLLATE "C" NOT NULL,
+    session_id text COLLATE "C" NOT NULL,
+    seq        bigint NOT NULL,
+    delta      text NOT NULL
+);
+CREATE INDEX state_deltas_by_key ON state_deltas (scope, app_name, user_id, session_id, seq, rev);
+-- Deleting a session forgets its own state history (SQLite: a trigger too).
+CREATE FUNCTION sessions_forget_state() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM state_deltas
+    WHERE scope = 'session' AND app_name = OLD.app_name AND user_id = OLD.user_id
+      AND session_id = OLD.session_id;
+    RETURN OLD;
+END $$;
+CREATE TRIGGER sessions_forget_state AFTER DELETE ON sessions
+    FOR EACH ROW EXECUTE FUNCTION sessions_forget_state();
+
+CREATE TABLE retention (
+    app_name   text COLLATE "C" PRIMARY KEY,
+    max_age_s  bigint,
+    max_events bigint,
+    idle_s     bigint,
+    updated_at bigint NOT NULL
+);
+"""
+
+# Never edit a shipped entry; append a new one.
+MIGRATIONS: tuple[str, ...] = (_V1,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migration_sql(version: int) -> str:
+    """Migration ``version`` (0-based), to run with ``search_path`` set to our
+    schema."""
+    return MIGRATIONS[version]
+
+
+def describe_foreign(tables: list[Any]) -> str:
+    names = sorted(str(t) for t in tables)
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
