@@ -1,0 +1,248 @@
+"""Another host may have committed: a wake for watchers of a PostgreSQL log.
+
+:class:`PgChanges` is :class:`~streamd.eventlog.changes.FileChanges` for a log
+in PostgreSQL, with the same shape (``async with``, then ``await wait()`` in a
+loop, confirming each wake) and the same promise: **missed wakes are not
+allowed, spurious ones are.**
+
+* **LISTEN, one notification per batch.** Every append transaction sends one
+  ``pg_notify`` on :data:`~streamd.eventlog.store.pg_schema.NOTIFY_CHANNEL`
+  (payload: its newest seq), which the server delivers to every listener when,
+  and only if, the transaction commits. A listener holds one connection that
+  does nothing but ``LISTEN``; Trio waits on its socket directly (no thread
+  while idle), and one ``wait()`` drains every notification queued into one
+  return. Notifications are queued by the server from the moment ``LISTEN``
+  committed, whether or not anyone waits: entered before the log's first
+  confirmation read, nothing committed after that read goes unseen.
+* **A dropped connection is a wake.** Notifications sent while the listener
+  was away are lost, so the first ``wait()`` after a drop returns at once, and
+  then, while reconnecting with backoff (``fallback_interval`` doubling to
+  ``reconnect_max``), every ``fallback_interval`` it polls ``poll()`` (the
+  log's newest seq, read on its own connection) and returns when that moved.
+  Reconnected, it listens again and returns once more (what committed between
+  the last poll and the new ``LISTEN`` is covered by the caller's
+  confirmation read).
+* **A dead peer is noticed.** Over TCP, keepalives (unless the conninfo sets
+  its own) turn a silently vanished server into a socket error within about
+  half a minute; over a Unix socket a dead server is an EOF at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, Literal
+
+import psycopg
+import trio
+
+from streamd.eventlog.store.pg_schema import NOTIFY_CHANNEL
+from streamd.eventlog.store.postgres import (
+    PostgresOptions,
+    connect,
+    describe,
+    scrub,
+)
+
+__all__ = ["PgChanges"]
+
+logger = logging.getLogger(__name__)
+
+Mode = Literal["listen", "poll"]
+
+# TCP keepalives for the listening connection, used when the conninfo sets none:
+# an idle LISTEN connection otherwise notices a vanished server only after the
+# kernel's default of two hours.
+_KEEPALIVES = {"keepalives_idle": "10", "keepalives_interval": "5", "keepalives_count": "3"}
+
+
+class PgChanges:
+    """Wakes when another connection (any host) may have committed events."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        fallback_interval: float,
+        poll: Callable[[], Awaitable[int]] | None = None,
+        options: PostgresOptions | None = None,
+        reconnect_max: float = 5.0,
+        channel: str = NOTIFY_CHANNEL,
+    ) -> None:
+        if not fallback_interval > 0:
+            raise ValueError("fallback_interval must be positive")
+        self._conninfo = conninfo
+        self._opts = options or PostgresOptions()
+        self._interval = fallback_interval
+        self._poll = poll
+        self._reconnect_max = max(reconnect_max, fallback_interval)
+        self._channel = channel
+        self._where = describe(conninfo)
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+        self._secrets = [params["password"]] if params.get("password") else []
+        self._conn: psycopg.Connection[Any] | None = None
+        self._state: Literal["new", "open", "closed"] = "new"
+        self._pending = False  # a wake owed (a notification seen, or a drop)
+        self._polled: int | None = None
+        self._backoff = fallback_interval
+        self.newest_notified = 0
+        """The highest seq any notification carried (0 before the first)."""
+        self.reason = ""
+        """Why it polls ("" while listening), for diagnostics."""
+
+    @property
+    def mode(self) -> Mode:
+        return "listen" if self._conn is not None else "poll"
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process of the listening connection (None while polling),
+        for diagnostics: ``pg_stat_activity`` shows it."""
+        return self._conn.info.backend_pid if self._conn is not None else None
+
+    async def __aenter__(self) -> PgChanges:
+        if self._state != "new":
+            raise RuntimeError("PgChanges can be entered once")
+        await trio.lowlevel.checkpoint()
+        self._state = "open"
+        try:
+            await self._listen()
+        except BaseException:
+            self._state = "closed"
+            self._close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._state = "closed"
+        self._close()
+
+    async def wait(self) -> None:
+        """Return when a commit may have happened since the previous wait()
+        returned (or since entry, for the first call)."""
+        if self._state != "open":
+            raise trio.ClosedResourceError("PgChanges is not entered")
+        while True:
+            if self._pending:
+                self._pending = False
+                return
+            conn = self._conn
+            if conn is None:
+                await self._while_away()
+                continue
+            try:
+                if self._drain(conn):
+                    return
+                await trio.lowlevel.wait_readable(conn.pgconn.socket)
+            except (psycopg.Error, OSError) as exc:
+                self._lost(exc)
+            except trio.ClosedResourceError:
+                if self._state != "open":
+                    raise
+                # Our own connection was closed under the wait (a drop seen by
+                # another path): a wake is owed and _lost has been called.
+
+    def _drain(self, conn: psycopg.Connection[Any]) -> bool:
+        """Read whatever arrived; whether any notification was among it."""
+        pgconn = conn.pgconn
+        pgconn.consume_input()
+        got = False
+        while (n := pgconn.notifies()) is not None:
+            got = True
+            self._note(n.extra.decode(errors="replace"))
+        if pgconn.status != psycopg.pq.ConnStatus.OK:
+            raise psycopg.OperationalError("the listening connection is closed")
+        return got
+
+    def _note(self, payload: str) -> None:
+        try:
+            self.newest_notified = max(self.newest_notified, int(payload))
+        except ValueError:
+            pass  # someone else's NOTIFY on our channel: still a wake
+
+    def _on_notify(self, n: psycopg.Notify) -> None:
+        # Notifications psycopg read itself (while LISTEN ran) reach us here.
+        self._note(n.payload)
+        self._pending = True
+
+    async def _listen(self) -> None:
+        """Connect and LISTEN; failing that, poll (and owe a wake)."""
+        try:
+            conn = await trio.to_thread.run_sync(self._connect_and_listen)
+        except Exception as exc:  # any failure to listen: poll, and keep trying
+            self._poll_because(exc)
+            return
+        if self._state != "open":
+            conn.close()
+            return
+        self._conn = conn
+        if self.reason:
+            logger.info("event log watch: listening again on the %s", self._where)
+        self.reason = ""
+        self._backoff = self._interval
+
+    def _connect_and_listen(self) -> psycopg.Connection[Any]:
+        params = psycopg.conninfo.conninfo_to_dict(self._conninfo)
+        extra = {k: v for k, v in _KEEPALIVES.items() if k not in params}
+        conninfo = psycopg.conninfo.make_conninfo(self._conninfo, **extra)
+        conn = connect(conninfo, self._opts)
+        try:
+            conn.add_notify_handler(self._on_notify)
+            conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel)))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _lost(self, exc: BaseException) -> None:
+        self._close()
+        self._poll_because(exc)
+        self._pending = True  # notifications sent while away are gone
+
+    def _poll_because(self, exc: BaseException) -> None:
+        self.reason = scrub(str(exc).strip() or type(exc).__name__, self._secrets)
+        logger.warning(
+            "event log watch: not listening on the %s (%s); polling every %g s while"
+            " reconnecting", self._where, self.reason, self._interval,
+        )
+
+    async def _while_away(self) -> None:
+        """One step without a connection: wait, poll, and try to listen again
+        when the backoff allows."""
+        waited = 0.0
+        while waited < self._backoff:
+            await trio.sleep(self._interval)
+            waited += self._interval
+            if self._poll is not None and await self._poll_moved():
+                self._pending = True
+                return
+        self._backoff = min(self._backoff * 2, self._reconnect_max)
+        await self._listen()
+        if self._conn is not None:
+            self._pending = True  # the gap between the last poll and LISTEN
+
+    async def _poll_moved(self) -> bool:
+        assert self._poll is not None
+        try:
+            value = await self._poll()
+        except Exception as exc:  # the database is away too: keep waiting
+            logger.debug("event log watch: poll failed: %s", scrub(str(exc), self._secrets))
+            return False
+        moved = self._polled is not None and value != self._polled
+        self._polled = value
+        return moved
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                trio.lowlevel.notify_closing(conn.pgconn.socket)
+            except (psycopg.Error, OSError):
+                pass  # already dead: nobody can be waiting on it
+            conn.close()
