@@ -33,3 +33,54 @@ def test_the_bench_drives_a_real_daemon_through_every_phase(tmp_path):
     assert set(scenario["expand"]) == {"summary", "excerpt", "full", "context"}
     assert scenario["restart"]["runs"][0]["generation"]
     assert "full index MB/s" in done.stdout  # the table was printed
+
+
+LOAD = BENCH.parent / "eventlog_load.py"
+
+
+def _run_load(tmp_path, *extra):
+    out = tmp_path / "load.json"
+    done = subprocess.run(
+        [sys.executable, str(LOAD), "--quick", "--workdir", str(tmp_path / "work"),
+         "--out", str(out), *extra],
+        capture_output=True, text=True, timeout=120,
+    )
+    return done, json.loads(out.read_text())
+
+
+def test_the_load_bench_runs_every_scenario_and_checks_exactly_once(tmp_path):
+    done, report = _run_load(tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert report["ok"] and {"cpus", "python", "kernel", "commit"} <= set(report["machine"])
+    results = report["results"]
+    assert set(results) == {"table", "p99", "burst", "cross"}
+    rows = [*results["table"], results["p99"], results["burst"], results["cross"]]
+    assert [r["watchers"] for r in results["table"]] == [0, 1]
+    for row in rows:
+        assert "error" not in row and not row.get("notes"), row
+        assert row["appends"] == row["writers"] * row["events_per_writer"]
+        assert row["appends_per_s"] > 0 and row["daemon_peak_mib"] > 0
+        assert {"p50_ms", "p99_ms", "max_ms"} <= set(row["append"])
+        assert len(row["watcher_detail"]) == row["watchers"]
+        for watcher in row["watcher_detail"]:
+            assert watcher["exactly_once"], watcher
+            assert watcher["received"] == watcher["expected"] == row["appends"]
+        assert row["exactly_once_ok"]
+    assert results["cross"]["watcher_lag"]["p50_ms"] is not None
+    assert {t["target"].split(":")[0] for t in report["targets"]} >= {
+        "2 writers, no watcher", "4 x 5 + 1 watcher", "cross-process watch latency p50 <= 10 ms"
+    }
+    assert "| table-1w | 2 x 50 | 1 |" in done.stdout  # the table was printed
+    assert not list((tmp_path / "work").iterdir())  # the run dir was removed
+
+
+def test_the_load_bench_says_loudly_when_a_watcher_loses_an_entry(tmp_path):
+    # The first watcher drops one entry on purpose: the check must catch it.
+    done, report = _run_load(tmp_path, "--scenarios", "table", "--watchers", "2",
+                             "--inject-fault", "drop")
+    assert done.returncode == 1
+    (row,) = report["results"]["table"]
+    first, second = row["watcher_detail"]
+    assert not first["exactly_once"] and first["missing"] == 1
+    assert second["exactly_once"] and not row["exactly_once_ok"] and not report["ok"]
+    assert "EXACTLY-ONCE VIOLATED" in done.stdout

@@ -1,0 +1,1062 @@
+"""The event log under load: N writers and M watchers on one daemon's Unix socket.
+
+What it measures (issue 14), each scenario on a fresh ``python -m streamd serve
+--socket S --db D --synchronous FULL`` daemon and a fresh database:
+
+* ``table``: ``--writers`` writers (default 4), each appending ``--events`` events
+  (5,000) with ``--inflight`` requests in flight (50), beside 0, 1, 2 and 8
+  whole-log watchers (``--watchers``).
+* ``p99``: 32 writers x 5 in flight beside 8 watchers (target append p99 <= 50 ms).
+* ``burst``: 32 writers x 50 in flight beside 8 watchers.
+  Both spread the table's total (writers x events) over the 32 writers
+  (``--many-events``), so they run as long as a table row.
+* ``cross``: daemons A and B, two processes on the same database file (SQLite WAL;
+  each has its own socket). One writer appends to A one event at a time (ack,
+  then a random pause of ``--pause-ms`` on average, so appends land at random
+  phases of B's poll); a watcher on B records when each entry arrives. Latency =
+  watcher receive - writer send, ``--samples`` of them. ``--watch-interval-ms``
+  is passed to the daemons only when given (default: the daemon's own, 200 ms), so
+  the number's dependence on polling can be seen.
+
+Per load row it prints appends/s (total appends / (last ack - first send), over all
+writers), append latency p50/p99/max (send -> reply), watcher lag p50/p99 (the
+watcher's receive time of a seq - the writer's ack time of that seq, pooled over
+watchers; it may be slightly negative, since the daemon can write the notification
+before the reply), the daemon's peak memory (VmHWM of ``/proc/<pid>/status`` before
+it stops), daemon and client CPU per append, how long after the last ack the
+last watcher had the last entry (a daemon can keep its append rate by letting its
+watchers fall behind), and whether every watcher got every acknowledged seq
+exactly once and in increasing order (a miss, a repeat or a step back is named in
+the summary and makes the exit status 1). The targets are printed with met/missed
+beside them; nothing is asserted. JSON goes to ``--out``.
+
+How: the machine has two cores shared by the daemon and the load, so the load must
+cost as little per request as possible or the bench measures itself. Every writer
+and watcher is its own OS process (this script re-invoked with a hidden ``--role``)
+on a plain blocking socket: writers send request frames encoded before the clock
+starts (only the request id, the event id and its session vary) and keep
+``--inflight`` of them unanswered; replies are decoded a whole ``recv`` at a time as
+one JSON array of small Structs (id, seq, error). Watchers decode notifications down
+to the seq, and after a small read nap ``--watcher-batch-ms`` (2 ms) so frames
+gather: the daemon writes one frame per entry, and eight watchers woken for each
+(~40-60 us a wake here) spent nearly as much CPU as the daemon (8 watchers x 20,000
+entries: 5.3 s of watcher CPU in a 6.1 s run with no nap, 1.8 s in 11.9 s with 1 ms,
+1.0 s in 12.9 s with 2 ms), at the price of lags read up to that much high (the
+cross watcher never naps). Nothing of Trio or asyncio runs in a load process. The
+parent starts writers (each warms up with ``--warmup`` untimed appends, which also
+create the database), then watchers (each reads ``latest_seq``, sends its
+``eventlog/watch`` from that seq and completes one more round trip on the same
+socket, then says ready), then tells every writer "go" at once. A run ends when
+every writer has had every reply and every watcher has received every entry, or
+after ``--timeout`` / ``--drain-timeout``, which is reported rather than waited out
+(late watchers get SIGUSR1 and report what they saw). Records go to files and are
+joined in the parent. Every process started is killed at the end of its scenario, on
+failure and on SIGTERM too, and dies with the bench even on kill -9
+(PR_SET_PDEATHSIG). ``--src DIR`` runs the daemons from another source tree (an
+unpacked ``git archive`` of a commit), to compare commits with the same load.
+
+Clock: ``time.monotonic_ns`` in each process, taken right after ``recv`` returns
+(one stamp for every frame of that read) and right before ``sendall``. It is
+CLOCK_MONOTONIC, system-wide on Linux, so stamps of different processes compare.
+
+    .venv/bin/python bench/eventlog_load.py                  # everything (about a minute)
+    .venv/bin/python bench/eventlog_load.py --quick          # smoke run, seconds
+    .venv/bin/python bench/eventlog_load.py --scenarios table --watchers 0 8
+    .venv/bin/python bench/eventlog_load.py --scenarios cross --watch-interval-ms 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import json
+import os
+import platform
+import random
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "bench" / "results" / "eventlog_load.json"
+SCENARIOS = ("table", "p99", "burst", "cross")
+
+# The issue's baseline (appends/s with 0, 1, 2, 8 watchers), printed for comparison.
+BASELINE = {0: 9_756, 1: 4_143, 2: 2_860, 8: 1_368}
+
+
+# --- the load processes ----------------------------------------------------------------
+# Only the standard library and msgspec: a load process must start fast and cost
+# little per frame.
+
+
+class Ack(msgspec.Struct):
+    """An append's result (latest_seq's too: its ``duplicate`` is absent)."""
+
+    seq: int
+    duplicate: bool = False
+
+
+class Reply(msgspec.Struct):
+    id: int | None = None
+    result: Ack | None = None
+    error: Any = None
+
+
+class EntrySeq(msgspec.Struct):
+    seq: int
+
+
+class NoteParams(msgspec.Struct):
+    watch: int | str | None = None
+    entry: EntrySeq | None = None
+
+
+class Message(msgspec.Struct):
+    """A frame on a watcher's socket: a notification (method, params) or a reply.
+    Everything but the seq is skipped by the decoder, not built."""
+
+    id: int | None = None
+    method: str | None = None
+    params: NoteParams | None = None
+    result: msgspec.Raw = msgspec.Raw(b"")
+    error: Any = None
+
+
+# One recv may hold many frames: joined with commas into one array they decode in a
+# single call, instead of one Python-level decode per frame.
+_replies = msgspec.json.Decoder(list[Reply]).decode
+_messages = msgspec.json.Decoder(list[Message]).decode
+_encode = msgspec.json.Encoder().encode
+
+CONTENT = {
+    "role": "model",
+    "parts": [
+        {
+            "text": "The planner chose the search tool and asked for three results "
+            "about durable logs, group commit and SQLite WAL checkpoints."
+        }
+    ],
+}  # the payload of bench/eventlog_bench.py, so its rows and these compare
+
+
+def append_frames(tag: str, count: int) -> list[bytes]:
+    """Every request frame of one writer, encoded before anything is timed.
+    Request id i is frame i; event ids are unique over the whole run."""
+    return [
+        _encode(
+            {
+                "jsonrpc": "2.0",
+                "id": i,
+                "method": "eventlog/append",
+                "params": {
+                    "app": "bench",
+                    "user": "u",
+                    "session": f"s{i % 8}",
+                    "event": {
+                        "id": f"{tag}-{i}",
+                        "author": "agent",
+                        "branch": "root.plan",
+                        "invocation_id": f"inv-{i // 10}",
+                        "content": CONTENT,
+                    },
+                    "metadata": {"caller": "bench"},
+                },
+            }
+        )
+        + b"\n"
+        for i in range(count)
+    ]
+
+
+def request(request_id: int, method: str, params: dict[str, Any]) -> bytes:
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    return _encode(body) + b"\n"
+
+
+def connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    return sock
+
+
+def pipeline(
+    sock: socket.socket, frames: list[bytes], inflight: int, pause_ms: float, rng: random.Random
+) -> tuple[array.array, array.array, array.array, int, Any]:
+    """Send ``frames`` keeping ``inflight`` unanswered; per frame its send time, its
+    reply time and its seq (-1 for an error). ``pause_ms`` > 0 waits a random
+    0..2*pause_ms after each reply before sending again (the cross-process row)."""
+    n = len(frames)
+    sent = array.array("q", bytes(8 * n))
+    acked = array.array("q", bytes(8 * n))
+    seqs = array.array("q", bytes(8 * n))
+    errors, first_error, duplicates = 0, None, 0
+    monotonic_ns = time.monotonic_ns
+    recv = sock.recv
+    sendall = sock.sendall
+    nxt = min(inflight, n)
+    t = monotonic_ns()
+    sendall(b"".join(frames[:nxt]))
+    for i in range(nxt):
+        sent[i] = t
+    done = 0
+    buf = b""
+    while done < n:
+        chunk = recv(1 << 18)
+        now = monotonic_ns()
+        if not chunk:
+            raise ConnectionError(f"the daemon closed the socket after {done} of {n} replies")
+        buf += chunk
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            continue
+        replies = _replies(b"[" + buf[:cut].replace(b"\n", b",") + b"]")
+        buf = buf[cut + 1 :]
+        for r in replies:
+            i = r.id
+            if i is None:  # a frame the daemon could not tie to a request
+                raise RuntimeError(f"a reply without an id: {r.error}")
+            acked[i] = now
+            if r.result is None:
+                seqs[i] = -1
+                errors += 1
+                if first_error is None:
+                    first_error = r.error
+            else:
+                seqs[i] = r.result.seq
+                duplicates += r.result.duplicate
+        done += len(replies)
+        if nxt < n:
+            if pause_ms > 0:
+                time.sleep(rng.uniform(0, 2 * pause_ms) / 1000)
+            upto = min(nxt + len(replies), n)
+            t = monotonic_ns()
+            sendall(b"".join(frames[nxt:upto]))
+            for i in range(nxt, upto):
+                sent[i] = t
+            nxt = upto
+    if duplicates:  # every event id is new: the log must never call one a retry
+        first_error = first_error or f"{duplicates} appends answered duplicate"
+        errors += duplicates
+    return sent, acked, seqs, errors, first_error
+
+
+def run_writer(a: argparse.Namespace) -> int:
+    rng = random.Random(a.seed)
+    warm = append_frames(f"{a.tag}-warm", a.warmup)
+    frames = append_frames(a.tag, a.count)
+    sock = connect(a.socket)
+    if warm:
+        pipeline(sock, warm, a.inflight, 0, rng)
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return 3  # the parent went away before the start
+    cpu = time.process_time()
+    sent, acked, seqs, errors, first_error = pipeline(
+        sock, frames, a.inflight, a.pause_ms, rng
+    )
+    cpu = time.process_time() - cpu
+    sock.close()
+    with open(a.result, "wb") as f:
+        for column in (sent, acked, seqs):
+            column.tofile(f)
+    summary = {"count": a.count, "errors": errors, "first_error": first_error, "cpu_s": cpu}
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+class _Stop(Exception):
+    pass
+
+
+def run_watcher(a: argparse.Namespace) -> int:
+    sock = connect(a.socket)
+    seqs = array.array("q")
+    received = array.array("q")
+    state = {"last": -1, "out_of_order": 0, "examples": [], "errors": [], "ended": False}
+    replies: dict[int, Any] = {}
+    buf = b""
+    fault = [a.fault]
+
+    def take(chunk: bytes, now: int) -> None:
+        nonlocal buf
+        buf += chunk
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            return
+        messages = _messages(b"[" + buf[:cut].replace(b"\n", b",") + b"]")
+        buf = buf[cut + 1 :]
+        if fault[0] is not None:
+            inject(fault, messages)
+        last = state["last"]
+        for m in messages:
+            p = m.params
+            if p is not None and p.entry is not None:
+                s = p.entry.seq
+                if s <= last:
+                    # A duplicate or a step back: counted, and the first few kept.
+                    state["out_of_order"] += 1
+                    if len(state["examples"]) < 10:
+                        state["examples"].append([last, s])
+                last = s
+                seqs.append(s)
+                received.append(now)
+            elif m.id is not None:
+                if m.error is not None:
+                    state["errors"].append(m.error)
+                    if m.id == 2:
+                        state["ended"] = True  # the watch itself ended
+                replies[m.id] = m.result
+        state["last"] = last
+
+    def until_reply(request_id: int) -> msgspec.Raw:
+        while request_id not in replies:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("the daemon closed the socket")
+            take(chunk, time.monotonic_ns())
+        return replies[request_id]
+
+    sock.sendall(request(1, "eventlog/latest_seq", {}))
+    tip = msgspec.json.decode(until_reply(1), type=Ack).seq
+    # The watch, then one more round trip on the same socket: its reply comes after
+    # the daemon has read the watch request and started serving it.
+    sock.sendall(request(2, "eventlog/watch", {"from_seq": tip}))
+    sock.sendall(request(3, "eventlog/latest_seq", {}))
+    until_reply(3)
+    # The parent's SIGUSR1 means "stop waiting, report what you have"; only while
+    # the loop runs, so a late one cannot interrupt the report.
+    listening = [True]
+
+    def stop(signum: int, frame: Any) -> None:
+        if listening[0]:
+            raise _Stop
+
+    signal.signal(signal.SIGUSR1, stop)
+    print(f"ready {tip}", flush=True)
+
+    # Done at the expected count, or at the last seq (so a watcher that missed an
+    # entry ends when the log's end reaches it, not at the drain timeout).
+    final = tip + a.expect
+    cpu = time.process_time()
+    stopped = False
+    reads = 0
+    recv = sock.recv
+    monotonic_ns = time.monotonic_ns
+    batch_s = a.batch_ms / 1000
+    try:
+        while len(seqs) < a.expect and state["last"] < final and not state["ended"]:
+            chunk = recv(1 << 20)
+            now = monotonic_ns()
+            if not chunk:
+                state["errors"].append("the daemon closed the socket")
+                stopped = True
+                break
+            reads += 1
+            take(chunk, now)
+            # The daemon writes one frame per entry; woken for each, eight watchers
+            # cost about as much CPU as the daemon (~40-60 us a wake on this machine).
+            # A short nap after a small read lets frames gather, at the price of
+            # stamping some of them up to batch_ms late.
+            if batch_s and len(chunk) < 65536:
+                time.sleep(batch_s)
+        listening[0] = False
+    except _Stop:
+        stopped = True
+    listening[0] = False
+    cpu = time.process_time() - cpu
+    # A stop can land between the two appends of one entry.
+    n = min(len(seqs), len(received))
+    del seqs[n:], received[n:]
+    sock.close()
+    with open(a.result, "wb") as f:
+        seqs.tofile(f)
+        received.tofile(f)
+    summary = {
+        "tip": tip,
+        "count": len(seqs),
+        "expected": a.expect,
+        "out_of_order": state["out_of_order"],
+        "out_of_order_examples": state["examples"],
+        "errors": state["errors"][:5],
+        "stopped_early": stopped or bool(state["ended"]),
+        "cpu_s": cpu,
+        "reads": reads,
+    }
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def inject(fault: list[str | None], messages: list[Message]) -> None:
+    """--inject-fault: lose or repeat the first entry, to show the checks catch it."""
+    for i, m in enumerate(messages):
+        if m.params is not None and m.params.entry is not None:
+            if fault[0] == "drop":
+                del messages[i]
+            else:
+                messages.insert(i, m)
+            fault[0] = None
+            return
+
+
+def child_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="eventlog_load.py --role")
+    p.add_argument("role", choices=("writer", "watcher"))
+    p.add_argument("--socket", required=True)
+    p.add_argument("--result", required=True)
+    p.add_argument("--tag", default="w")
+    p.add_argument("--count", type=int, default=0)
+    p.add_argument("--inflight", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--pause-ms", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--expect", type=int, default=0)
+    p.add_argument("--fault", choices=("drop", "dup"))
+    p.add_argument("--batch-ms", type=float, default=0.0)
+    a = p.parse_args(argv)
+    return run_writer(a) if a.role == "writer" else run_watcher(a)
+
+
+# --- the parent: daemons, children, joins ----------------------------------------------
+
+# Every process started, so whatever happens they are all killed at the end.
+_STARTED: list[subprocess.Popen] = []
+
+
+_prctl: Any = None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the bench dies, even by kill -9.
+    prctl is looked up in the parent: a forked child of a process with threads
+    (numpy's) must not take the loader's locks."""
+    if _prctl is not None:
+        _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+# The source tree the daemons run (--src); load processes never import streamd.
+SRC = ROOT / "src"
+
+
+def spawn(args: list[str], stderr_path: Path, **kw: Any) -> subprocess.Popen:
+    global _prctl
+    if _prctl is None and sys.platform == "linux":
+        import ctypes
+
+        _prctl = ctypes.CDLL(None).prctl
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+    with open(stderr_path, "ab") as stderr:
+        proc = subprocess.Popen(
+            args, stderr=stderr, env=env, preexec_fn=_die_with_parent, **kw
+        )
+    _STARTED.append(proc)
+    return proc
+
+
+def kill_all() -> None:
+    for proc in _STARTED:
+        if proc.poll() is None:
+            proc.kill()
+    for proc in _STARTED:
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def tail(path: Path, n: int = 1500) -> str:
+    try:
+        return path.read_bytes()[-n:].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class Daemon:
+    def __init__(self, name: str, db: Path, sock: Path, work: Path, a: argparse.Namespace):
+        self.name = name
+        self.sock = sock
+        self.log = work / f"{name}.log"
+        self.args = [sys.executable, "-m", "streamd", "serve", "--socket", str(sock)]
+        self.args += ["--db", str(db), "--synchronous", a.synchronous]
+        if a.watch_interval_ms is not None:
+            self.args += ["--watch-interval-ms", str(a.watch_interval_ms)]
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Daemon:
+        self.proc = spawn(self.args, self.log, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:  # ready when it accepts a connection, not when the file appears
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon {self.name} exited {self.proc.returncode} at start: "
+                                   f"{tail(self.log)}")
+            try:
+                connect(str(self.sock)).close()
+                return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"daemon {self.name} did not listen in 30 s") from None
+                time.sleep(0.02)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def check_alive(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"daemon {self.name} died with {self.proc.returncode} under load: "
+                               f"{tail(self.log)}")
+
+    def peak_mib(self) -> float | None:
+        try:
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return None
+
+    def stop(self) -> int | None:
+        """SIGTERM and its exit status (None if it had to be killed)."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return None
+        return self.proc.returncode
+
+
+class Child:
+    """One load process, talking to the parent in lines on its stdin/stdout."""
+
+    def __init__(self, role: str, work: Path, name: str, *args: str) -> None:
+        self.name = name
+        self.result = work / f"{name}.bin"
+        self.log = work / f"{name}.log"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--role", role]
+        cmd += [*args, "--result", str(self.result)]
+        self.proc = spawn(cmd, self.log, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self._buf = b""
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(line.encode() + b"\n")
+        except BrokenPipeError:
+            pass  # it exited already; collect() reports why
+
+
+def collect(children: list[Child], timeout: float) -> dict[str, str]:
+    """One line from each child (its "ready" or its JSON summary); a child that
+    exits first or a timeout is an error naming who and why."""
+    got: dict[str, str] = {}
+    sel = selectors.DefaultSelector()
+    for c in children:
+        if b"\n" in c._buf:
+            line, c._buf = c._buf.split(b"\n", 1)
+            got[c.name] = line.decode()
+        else:
+            assert c.proc.stdout is not None
+            sel.register(c.proc.stdout, selectors.EVENT_READ, c)
+    deadline = time.monotonic() + timeout
+    while len(got) < len(children):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            waiting = [c.name for c in children if c.name not in got]
+            raise TimeoutError(f"no answer in {timeout:g} s from {', '.join(waiting)}")
+        for key, _ in sel.select(min(left, 1.0)):
+            c = key.data
+            data = os.read(key.fd, 65536)
+            if not data:
+                sel.unregister(key.fileobj)
+                c.proc.wait(5)
+                raise RuntimeError(
+                    f"{c.name} exited {c.proc.returncode} early: {tail(c.log)}"
+                )
+            c._buf += data
+            if b"\n" in c._buf:
+                line, c._buf = c._buf.split(b"\n", 1)
+                got[c.name] = line.decode()
+                sel.unregister(key.fileobj)
+    sel.close()
+    return got
+
+
+def socket_path(work: Path, name: str) -> Path:
+    """A Unix socket path must fit in 108 bytes; a deep workdir gets a short one."""
+    path = work / f"{name}.sock"
+    if len(str(path)) < 100:
+        return path
+    return Path(tempfile.mkdtemp(prefix="sdl-")) / f"{name}.sock"
+
+
+def process_cpu_s(pid: int) -> float:
+    from eventlog_bench import thread_cpu  # imports trio: the parent only
+
+    return sum(thread_cpu(pid).values())
+
+
+def ms_stats(ns: Any, *qs: float) -> dict[str, float | None]:
+    import numpy as np
+
+    if len(ns) == 0:
+        return {f"p{q:g}_ms": None for q in qs} | {"max_ms": None}
+    v = np.asarray(ns, dtype=np.float64) / 1e6
+    out = {f"p{q:g}_ms": float(np.percentile(v, q)) for q in qs}
+    out["max_ms"] = float(v.max())
+    return out
+
+
+def load_writer(path: Path, count: int) -> tuple[Any, Any, Any]:
+    import numpy as np
+
+    data = np.fromfile(path, dtype=np.int64)
+    return data[:count], data[count : 2 * count], data[2 * count : 3 * count]
+
+
+def load_watcher(path: Path, count: int) -> tuple[Any, Any]:
+    import numpy as np
+
+    data = np.fromfile(path, dtype=np.int64)
+    return data[:count], data[count : 2 * count]
+
+
+def run_scenario(
+    name: str,
+    work: Path,
+    a: argparse.Namespace,
+    *,
+    writers: int,
+    inflight: int,
+    events: int,
+    watchers: int,
+    warmup: int,
+    cross: bool = False,
+) -> dict[str, Any]:
+    """One run on a fresh daemon (two for ``cross``) and a fresh database."""
+    import numpy as np
+
+    run = work / name
+    k = 1
+    while run.exists():  # the same row asked for twice (--watchers 8 8)
+        k += 1
+        run = work / f"{name}-{k}"
+    run.mkdir()
+    db = run / "events.db"
+    daemons = [Daemon(f"daemon-{name}", db, socket_path(run, "a"), run, a).start()]
+    if cross:
+        daemons.append(Daemon(f"daemon-{name}-b", db, socket_path(run, "b"), run, a).start())
+    write_to, watch_on = daemons[0], daemons[-1]
+    row: dict[str, Any] = {
+        "scenario": name,
+        "writers": writers,
+        "inflight": inflight,
+        "events_per_writer": events,
+        "watchers": watchers,
+    }
+    try:
+        ws = [
+            Child("writer", run, f"writer{k}", "--socket", str(write_to.sock),
+                  "--tag", f"w{k}", "--count", str(events), "--inflight", str(inflight),
+                  "--warmup", str(warmup), "--seed", str(a.seed + k),
+                  "--pause-ms", str(a.pause_ms if cross else 0))
+            for k in range(writers)
+        ]
+        collect(ws, 120)  # connected and warmed up: the database exists
+        total = writers * events
+        rs = [
+            Child("watcher", run, f"watcher{k}", "--socket", str(watch_on.sock),
+                  "--expect", str(total), "--batch-ms", str(0 if cross else a.watcher_batch_ms),
+                  *(["--fault", a.inject_fault] if a.inject_fault and k == 0 else []))
+            for k in range(watchers)
+        ]
+        tips = collect(rs, 120)
+        cpu0 = {d.name: process_cpu_s(d.pid) for d in daemons}
+        for w in ws:
+            w.send("go")
+        wsum = {k: json.loads(v) for k, v in collect(ws, a.timeout).items()}
+        cpu1 = {d.name: process_cpu_s(d.pid) for d in daemons}
+        for d in daemons:
+            d.check_alive()
+        try:
+            rsum = {k: json.loads(v) for k, v in collect(rs, a.drain_timeout).items()}
+        except TimeoutError as exc:
+            # Someone is still short of entries: stop them all and report what they saw.
+            row.setdefault("notes", []).append(f"watchers did not finish: {exc}")
+            for r in rs:
+                if r.proc.poll() is None:
+                    r.proc.send_signal(signal.SIGUSR1)
+            rsum = {k: json.loads(v) for k, v in collect(rs, 30).items()}
+        row["daemon_peak_mib"] = max((d.peak_mib() or 0.0) for d in daemons)
+        if cross:
+            row["daemon_peak_mib_each"] = [d.peak_mib() for d in daemons]
+    finally:
+        for d in daemons:
+            status = d.stop()
+            if status != 0:
+                row.setdefault("notes", []).append(
+                    f"{d.name} exit status {status}: {tail(d.log, 600)}"
+                )
+
+    # Join: one array per column over all writers; seq -> ack time.
+    cols = [load_writer(w.result, events) for w in ws]
+    sent = np.concatenate([c[0] for c in cols])
+    acked = np.concatenate([c[1] for c in cols])
+    seqs = np.concatenate([c[2] for c in cols])
+    ok = seqs > 0
+    errors = sum(s["errors"] for s in wsum.values())
+    if errors:
+        first = next(s["first_error"] for s in wsum.values() if s["errors"])
+        row.setdefault("notes", []).append(f"{errors} appends failed, first: {first}")
+    good = seqs[ok]
+    unique = np.unique(good)
+    if len(unique) != len(good):
+        row.setdefault("notes", []).append(f"{len(good) - len(unique)} seqs acknowledged twice")
+    span_s = (acked.max() - sent.min()) / 1e9
+    row.update(
+        appends=int(total),
+        failed_appends=int(errors),
+        seconds=float(span_s),
+        appends_per_s=float(total / span_s),
+        append=ms_stats(acked - sent, 50, 99),
+        daemon_cpu_us_per_append=1e6 * sum(cpu1[k] - cpu0[k] for k in cpu0) / total,
+        clients_cpu_us_per_append=1e6 * sum(s["cpu_s"] for s in wsum.values()) / total,
+    )
+    lo = int(good.min()) if len(good) else 0
+    hi = int(good.max()) if len(good) else 0
+    ack_by_seq = np.full(hi - lo + 1, -1, dtype=np.int64)
+    sent_by_seq = np.full(hi - lo + 1, -1, dtype=np.int64)
+    ack_by_seq[good - lo] = acked[ok]
+    sent_by_seq[good - lo] = sent[ok]
+
+    detail, lags, watcher_cpu, last_seen = [], [], 0.0, []
+    for r in rs:
+        s = rsum[r.name]
+        wseq, wrecv = load_watcher(r.result, s["count"])
+        missing = np.setdiff1d(unique, wseq, assume_unique=True)
+        extra = np.setdiff1d(wseq, unique)
+        exactly_once = (
+            s["out_of_order"] == 0
+            and len(missing) == 0
+            and len(extra) == 0
+            and s["count"] == len(unique)
+            and not s["errors"]
+        )
+        known = (wseq >= lo) & (wseq <= hi)
+        idx = wseq[known] - lo
+        has = ack_by_seq[idx] >= 0
+        base = sent_by_seq if cross else ack_by_seq
+        lags.append(wrecv[known][has] - base[idx][has])
+        watcher_cpu += s["cpu_s"]
+        if len(wrecv):
+            last_seen.append(int(wrecv.max()))
+        detail.append(
+            {
+                "watcher": r.name,
+                "tip": int(tips[r.name].split()[1]),
+                "received": s["count"],
+                "expected": len(unique),
+                "missing": len(missing),
+                "missing_first": [int(x) for x in missing[:10]],
+                "extra": len(extra),
+                "out_of_order": s["out_of_order"],
+                "out_of_order_examples": s["out_of_order_examples"],
+                "errors": s["errors"],
+                "stopped_early": s["stopped_early"],
+                "reads": s["reads"],
+                "cpu_s": s["cpu_s"],
+                "exactly_once": bool(exactly_once),
+            }
+        )
+    lag_ns = np.concatenate(lags) if lags else np.array([], dtype=np.int64)
+    # How far behind the watchers were when the writers were done: a daemon can
+    # keep its append rate by letting its watchers fall behind.
+    row["watchers_done_after_last_ack_s"] = (
+        (max(last_seen) - int(acked.max())) / 1e9 if last_seen else None
+    )
+    row["watcher_detail"] = detail
+    row["watcher_lag"] = ms_stats(lag_ns, 50, 99) if rs else None
+    row["watcher_lag_from"] = "the writer's send" if cross else "the writer's ack"
+    row["watchers_cpu_us_per_append"] = 1e6 * watcher_cpu / total
+    row["exactly_once_ok"] = all(d["exactly_once"] for d in detail)
+    if not row["exactly_once_ok"]:
+        bad = [d for d in detail if not d["exactly_once"]]
+        row.setdefault("notes", []).append(
+            "EXACTLY-ONCE VIOLATED: "
+            + "; ".join(
+                f"{d['watcher']} got {d['received']} of {d['expected']}, missing {d['missing']}"
+                f" (first {d['missing_first']}), extra {d['extra']}, out of order"
+                f" {d['out_of_order']} {d['out_of_order_examples']}, errors {d['errors']}"
+                + (" (stopped at the drain timeout: late, maybe not lost)"
+                   if d["stopped_early"] else "")
+                for d in bad
+            )
+        )
+    return row
+
+
+# --- report -------------------------------------------------------------------------------
+
+
+def fmt_ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    table = {r["watchers"]: r for r in results.get("table", []) if "appends_per_s" in r}
+    base = table.get(0, {}).get("appends_per_s")
+    if base is not None:
+        out.append({"target": f"{table[0]['writers']} writers, no watcher: appends/s >= 25,000",
+                    "value": base, "bound": 25_000, "op": ">="})
+    if base is not None and 8 in table:
+        out.append({"target": "8 watchers: >= 80% of the no-watcher rate",
+                    "value": 100 * table[8]["appends_per_s"] / base, "bound": 80, "op": ">=",
+                    "unit": "%"})
+    p99 = results.get("p99")
+    if p99 and "append" in p99:
+        w = p99["watchers"]
+        out.append({"target": f"{p99['writers']} x {p99['inflight']} + {w} "
+                              f"watcher{'s' if w != 1 else ''}: append p99 <= 50 ms",
+                    "value": p99["append"]["p99_ms"], "bound": 50, "op": "<=", "unit": "ms"})
+    cross = results.get("cross")
+    if cross and cross.get("watcher_lag"):
+        out.append({"target": "cross-process watch latency p50 <= 10 ms",
+                    "value": cross["watcher_lag"]["p50_ms"], "bound": 10, "op": "<=",
+                    "unit": "ms"})
+    for t in out:
+        v, b = t["value"], t["bound"]
+        t["met"] = bool(v >= b if t["op"] == ">=" else v <= b)
+    return out
+
+
+def report(results: dict[str, Any], tgs: list[dict[str, Any]], a: argparse.Namespace) -> str:
+    rows = [*results.get("table", [])]
+    rows += [results[k] for k in ("p99", "burst") if k in results]
+    base = next((r.get("appends_per_s") for r in rows
+                 if r["scenario"].startswith("table") and r["watchers"] == 0), None)
+    head = ["scenario", "writers x in flight", "watchers", "appends/s", "% of no-watcher",
+            "append p50 / p99 / max ms", "watcher lag p50 / p99 ms",
+            "watchers done after last ack s", "daemon peak MiB",
+            "CPU us/append daemon / writers / watchers", "exactly-once"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
+    for r in rows:
+        if "appends_per_s" not in r:
+            lines.append(f"| {r['scenario']} | {r['writers']} x {r['inflight']} | "
+                         f"{r['watchers']} | failed: {r.get('error', '?')} |")
+            continue
+        rel = "-"
+        if base and r["scenario"].startswith("table"):
+            rel = f"{100 * r['appends_per_s'] / base:.0f}%"
+        lag = r["watcher_lag"]
+        ap = r["append"]
+        lines.append(
+            "| " + " | ".join([
+                r["scenario"],
+                f"{r['writers']} x {r['inflight']}",
+                str(r["watchers"]),
+                f"{r['appends_per_s']:,.0f}",
+                rel,
+                f"{fmt_ms(ap['p50_ms'])} / {fmt_ms(ap['p99_ms'])} / {fmt_ms(ap['max_ms'])}",
+                f"{fmt_ms(lag['p50_ms'])} / {fmt_ms(lag['p99_ms'])}" if lag else "-",
+                "-" if r["watchers_done_after_last_ack_s"] is None
+                else f"{r['watchers_done_after_last_ack_s']:.2f}",
+                f"{r['daemon_peak_mib']:.0f}",
+                f"{r['daemon_cpu_us_per_append']:.0f} / {r['clients_cpu_us_per_append']:.0f}"
+                f" / {r['watchers_cpu_us_per_append']:.0f}",
+                ("yes" if r["exactly_once_ok"] else "**NO**") if r["watchers"] else "-",
+            ]) + " |"
+        )
+    out = ["\n".join(lines)]
+    c = results.get("cross")
+    if c:
+        if c.get("watcher_lag"):
+            lag = c["watcher_lag"]
+            poll = a.watch_interval_ms if a.watch_interval_ms is not None else "default (200)"
+            out.append(
+                f"cross-process watch latency (append to daemon A, watcher on daemon B, poll "
+                f"{poll} ms, {c['appends']} samples): p50 {fmt_ms(lag['p50_ms'])} ms, p99 "
+                f"{fmt_ms(lag['p99_ms'])} ms, max {fmt_ms(lag['max_ms'])} ms; append ack p50 "
+                f"{fmt_ms(c['append']['p50_ms'])} ms; exactly-once "
+                f"{'yes' if c['exactly_once_ok'] else 'NO'}; peak MiB "
+                f"{' / '.join(f'{m:.0f}' for m in c['daemon_peak_mib_each'])}"
+            )
+        else:
+            out.append(f"cross-process: failed: {c.get('error', '?')}")
+    t_lines = ["targets:"]
+    for t in tgs:
+        unit = t.get("unit", "")
+        v = f"{t['value']:,.1f}" if unit else f"{t['value']:,.0f}"
+        t_lines.append(f"  {t['target']}: {v}{' ' + unit if unit else ''} "
+                       f"{'met' if t['met'] else 'MISSED'}")
+    out.append("\n".join(t_lines))
+    if results.get("table"):
+        out.append("baseline before (issue 14, 0/1/2/8 watchers): "
+                   + " / ".join(f"{v:,}" for v in BASELINE.values()) + " appends/s")
+    watched = [r for r in [*rows, *([c] if c else [])] if r.get("watchers")]
+    bad = [r["scenario"] for r in watched if not r.get("exactly_once_ok", False)]
+    if bad:
+        out.append(f"EXACTLY-ONCE VIOLATED (or not checked: the run failed) in: {', '.join(bad)}")
+    elif watched:
+        out.append("exactly-once: every watcher received every acknowledged seq once, in order")
+    notes = []
+    for r in [*rows, *([c] if c else [])]:
+        for n in r.get("notes", []):
+            notes.append(f"  {r['scenario']}: {n}")
+    if notes:
+        out.append("notes:\n" + "\n".join(notes))
+    return "\n\n".join(out)
+
+
+def machine() -> dict[str, Any]:
+    from eventlog_bench import machine as base  # commit, cpus, python, platform, load
+
+    facts = {**base(), "kernel": platform.release(), "machine": platform.machine()}
+    # commit and src_dirty describe this checkout; say so when the daemons ran another tree.
+    facts["daemon_src"] = str(SRC)
+    facts["daemon_src_is_checkout"] = (ROOT / "src").resolve() == SRC
+    return facts
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--writers", type=int, default=4, help="writers in the table (default 4)")
+    p.add_argument("--inflight", type=int, default=50, help="in flight per writer (default 50)")
+    p.add_argument("--events", type=int, default=5_000, help="events per writer (default 5000)")
+    p.add_argument("--watchers", type=int, nargs="+", default=[0, 1, 2, 8],
+                   help="watcher counts of the table rows (default 0 1 2 8)")
+    p.add_argument("--many-writers", type=int, default=32, help="writers of p99/burst (32)")
+    p.add_argument("--many-watchers", type=int, default=8, help="watchers of p99/burst (8)")
+    p.add_argument("--many-events", type=int,
+                   help="events per writer of p99/burst (default: the table's total / writers)")
+    p.add_argument("--p99-inflight", type=int, default=5, help="in flight, p99 row (5)")
+    p.add_argument("--burst-inflight", type=int, default=50, help="in flight, burst row (50)")
+    p.add_argument("--samples", type=int, default=200, help="cross-process samples (200)")
+    p.add_argument("--pause-ms", type=float, default=5.0,
+                   help="cross: mean random pause after each ack (uniform 0..2x; default 5)")
+    p.add_argument("--watch-interval-ms", type=int,
+                   help="passed to every daemon (default: not passed, the daemon's 200 ms)")
+    p.add_argument("--synchronous", choices=("FULL", "NORMAL"), default="FULL",
+                   help="passed to every daemon (default FULL, the daemon's own default)")
+    p.add_argument("--warmup", type=int, default=200,
+                   help="untimed appends per writer before the start (default 200)")
+    p.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    p.add_argument("--quick", action="store_true",
+                   help="smoke-test counts: 2 writers x 300, watchers 0 1, p99/burst 4 x 150"
+                   " beside 1 watcher, 20 cross samples")
+    p.add_argument("--watcher-batch-ms", type=float, default=2.0,
+                   help="load watchers nap this long after a small read so frames gather"
+                   " (their CPU per entry drops; lags may read up to this much high); the"
+                   " cross watcher never naps (default 2)")
+    p.add_argument("--timeout", type=float, default=600, help="writers' time limit, s (600)")
+    p.add_argument("--drain-timeout", type=float, default=60,
+                   help="how long watchers may lag after the last ack, s (60)")
+    p.add_argument("--seed", type=int, default=14)
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--workdir", type=Path, help="where the run's temp dir goes (default: /tmp)")
+    p.add_argument("--keep", action="store_true", help="keep the run dir (logs, databases)")
+    p.add_argument("--src", type=Path, default=SRC,
+                   help="the source tree the daemons import streamd from (default: this"
+                   " checkout's src/; e.g. an unpacked `git archive` of another commit)")
+    # Not for measuring: the first watcher loses (drop) or repeats (dup) an entry, so
+    # a test can see the exactly-once check fail loudly.
+    p.add_argument("--inject-fault", choices=("drop", "dup"), help=argparse.SUPPRESS)
+    if "--quick" in argv:  # smaller defaults; flags given explicitly still win
+        p.set_defaults(writers=2, events=300, watchers=[0, 1], warmup=20, many_writers=4,
+                       many_watchers=1, many_events=150, samples=20, drain_timeout=30)
+    a = p.parse_args(argv)
+    if a.many_events is None:
+        a.many_events = max(1, a.writers * a.events // a.many_writers)
+    return a
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--role":
+        return child_main(sys.argv[2:])
+    a = parse_args(sys.argv[1:])
+    global SRC
+    SRC = a.src.resolve()
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)  # so the finally below kills what was started
+
+    signal.signal(signal.SIGTERM, terminated)
+    if a.workdir is not None:
+        a.workdir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="streamd-load-", dir=a.workdir))
+    results: dict[str, Any] = {}
+    failed = False
+    load_before = os.getloadavg()
+
+    def attempt(key: str, name: str, **kw: Any) -> dict[str, Any]:
+        nonlocal failed
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        try:
+            row = run_scenario(name, work, a, **kw)
+        except Exception as exc:  # one scenario failing must not hide the others
+            failed = True
+            row = {"scenario": name, "writers": kw["writers"], "inflight": kw["inflight"],
+                   "watchers": kw["watchers"], "error": f"{type(exc).__name__}: {exc}"}
+            print(f"  FAILED: {row['error']}", file=sys.stderr)
+        finally:
+            kill_all()  # nothing of one scenario may load the next
+        if not row.get("exactly_once_ok", True):
+            failed = True
+        return row
+
+    try:
+        if "table" in a.scenarios:
+            results["table"] = [
+                attempt("table", f"table-{m}w", writers=a.writers, inflight=a.inflight,
+                        events=a.events, watchers=m, warmup=a.warmup)
+                for m in a.watchers
+            ]
+        for key, inflight in (("p99", a.p99_inflight), ("burst", a.burst_inflight)):
+            if key in a.scenarios:
+                results[key] = attempt(key, key, writers=a.many_writers, inflight=inflight,
+                                       events=a.many_events, watchers=a.many_watchers,
+                                       warmup=max(1, a.warmup // 4))
+        if "cross" in a.scenarios:
+            results["cross"] = attempt("cross", "cross", writers=1, inflight=1,
+                                       events=a.samples, watchers=1, warmup=5, cross=True)
+    finally:
+        kill_all()
+        if a.keep:
+            print(f"run dir kept: {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    tgs = targets(results)
+    doc = {
+        "machine": {**machine(), "load_average_before": load_before},
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+        "results": results,
+        "targets": tgs,
+        "ok": not failed,
+    }
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(report(results, tgs, a))
+    print(f"\nwritten to {a.out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
