@@ -39,11 +39,11 @@ and dropping blanks must never widen the query to everything. An empty
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from streamd.eventlog.model import Filter
 
-__all__ = ["Clause", "branch_prefixes", "prefix_bounds", "render", "where"]
+__all__ = ["Clause", "Matchable", "branch_prefixes", "matches", "prefix_bounds", "render", "where"]
 
 Clause = tuple[str, tuple[Any, ...]]
 
@@ -122,3 +122,52 @@ def render(clauses: Sequence[Clause], extra: Sequence[Clause] = ()) -> tuple[str
     for _, a in parts:
         args += a
     return sql, args
+
+
+class Matchable(Protocol):
+    """The fields of an entry that a filter reads."""
+
+    @property
+    def app(self) -> str: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def session(self) -> str: ...
+    @property
+    def branch(self) -> str: ...
+    @property
+    def author(self) -> str: ...
+
+
+def matches(flt: Filter | None, entry: Matchable) -> bool:
+    """Whether ``entry`` passes ``flt``: :func:`where` evaluated in Python, for
+    entries the watch fan-out hands over from memory. It must agree with the
+    SQL exactly; Python compares strings by code point, which is the byte
+    order of their UTF-8, so the range trick of the SQL is a plain prefix test
+    here."""
+    if flt is None:
+        return True
+    tree = flt.session_tree
+    if tree is not None:
+        if entry.app != tree.app or entry.user != tree.user:
+            return False
+        s = entry.session
+        if s != tree.parent and not s.startswith(tree.parent + _SUB_MARK):
+            return False
+    else:
+        if flt.app is not None and entry.app != flt.app:
+            return False
+        if flt.user is not None and entry.user != flt.user:
+            return False
+        if flt.session is not None and entry.session != flt.session:
+            return False
+    if flt.branch_prefixes is not None:
+        b = entry.branch
+        if not any(
+            b == p or b.startswith(p + ".") or b.startswith(p + "/")
+            for p in branch_prefixes(flt.branch_prefixes)
+        ):
+            return False
+    if flt.author is not None and entry.author != flt.author:
+        return False
+    return not (flt.author_suffix and not entry.author.endswith(flt.author_suffix))

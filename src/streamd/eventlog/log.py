@@ -15,11 +15,13 @@ Tasks and their rules
   load many appends share one fsync without any added delay when idle. A caller
   cancelled while waiting may still have its event committed; a retry with the
   same event id is answered ``duplicate: true``.
-* **Watch producers** run in the log's nursery, one per watch, reading through
-  the reader's connection. A caught-up watch sleeps until the writer commits a
-  row, or until a **poller** sees ``PRAGMA data_version`` move (another process
-  committed). The poller runs only while someone watches and costs one pragma per
-  ``watch_interval``.
+* **Watch producers** run in the log's nursery, one per watch, reading history
+  through the reader's connection. A caught-up watch is fed in memory by the
+  writer's :class:`~streamd.eventlog.fanout.Fanout` (each commit's entries,
+  encoded once, handed to every matching watch) and reads the store again only
+  when it fell behind or another process committed. Those commits are noticed
+  by a **poller** that reads ``PRAGMA data_version`` every ``watch_interval``;
+  it runs only while someone watches.
 * **Lease heartbeats** run in the log's own nursery, or in one the caller
   supplies, one task per lease.
 * **Retention** runs every ``retention_interval`` seconds (and on
@@ -81,6 +83,7 @@ from typing import Any, Literal, TypeVar
 import trio
 
 from streamd.errors import CLOSED, RpcError, is_closed
+from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.lease import Lease, LeaseHost, new_holder_id
 from streamd.eventlog.model import (
     DEFAULT_SINCE_LIMIT,
@@ -126,6 +129,7 @@ from streamd.eventlog.model import (
 from streamd.eventlog.store import (
     AppendGroup,
     Backend,
+    CommitOutcome,
     Runner,
     SqliteOptions,
     SqliteStore,
@@ -133,7 +137,7 @@ from streamd.eventlog.store import (
     closed_error,
 )
 from streamd.eventlog.store.connection import prepare_file
-from streamd.eventlog.watch import Commits, Watch
+from streamd.eventlog.watch import Watch
 
 __all__ = [
     "DEFAULT_WATCH_INTERVAL",
@@ -185,16 +189,25 @@ class EventLogStats:
     largest_batch: int = 0
 
 
+AppendOutcome = AppendResult | list[AppendResult] | RpcError
+"""What an append (an :class:`AppendResult`) or a batch (a list) came to, or
+why it was not written."""
+
+
 @dataclass(eq=False)
 class _PendingAppend:
     params: AppendParams | AppendGroup
+    on_done: Callable[[AppendOutcome], None] | None = None
     done: trio.Event = field(default_factory=trio.Event)
-    outcome: AppendResult | list[AppendResult] | RpcError | None = None
+    outcome: AppendOutcome | None = None
 
-    def resolve(self, outcome: AppendResult | list[AppendResult] | RpcError) -> None:
+    def resolve(self, outcome: AppendOutcome) -> None:
         if self.outcome is None:
             self.outcome = outcome
-            self.done.set()
+            if self.on_done is not None:
+                self.on_done(outcome)
+            else:
+                self.done.set()
 
 
 def _never_written() -> RpcError:
@@ -277,7 +290,10 @@ class EventLog:
         self._writer_done = trio.Event()
         self._writer_started = False
 
-        self._commits = Commits()
+        self._fanout = Fanout()
+        # Set while a batch is being committed and fanned out: the poller waits
+        # for it before it calls a seq it read "another process's".
+        self._committing: trio.Event | None = None
         self._watchers = 0  # watches reading now; the poller runs while there are any
         self._poller_running = False
         self._watches: set[Watch] = set()
@@ -519,6 +535,42 @@ class EventLog:
         assert isinstance(outcome, list)
         return outcome
 
+    def submit_append(
+        self,
+        params: AppendParams | AppendBatchParams,
+        on_done: Callable[[AppendOutcome], None],
+    ) -> None:
+        """Queue an append (or a batch) without waiting: ``on_done`` is called
+        exactly once, on the event loop, with its outcome, after the commit that
+        holds it (or with the error that kept it out). For callers that cannot
+        cancel an append once sent and would otherwise pay a task, a cancel
+        scope and an event per append just to wait: the JSON-RPC layer."""
+        pending = _PendingAppend(
+            AppendGroup(params.appends) if isinstance(params, AppendBatchParams) else params,
+            on_done,
+        )
+        if self._closed:
+            pending.resolve(closed_error())
+            return
+        if self._writer is not None:
+            try:
+                self._queue_send.send_nowait(pending)
+                return
+            except trio.ClosedResourceError:
+                pending.resolve(closed_error())
+                return
+            except trio.WouldBlock:
+                pass
+        # Not open yet, or the queue is full: wait for it in the background.
+        assert self._nursery is not None
+        self._nursery.start_soon(self._enqueue_later, pending)
+
+    async def _enqueue_later(self, pending: _PendingAppend) -> None:
+        try:
+            await self._enqueue(pending)
+        except RpcError as exc:
+            pending.resolve(exc)
+
     async def _append_pending(
         self, pending: _PendingAppend
     ) -> AppendResult | list[AppendResult]:
@@ -576,18 +628,26 @@ class EventLog:
                     for p in batch:
                         p.resolve(_never_written())
                     continue
-                wrote = False
-                for p, outcome in zip(batch, await self._commit(writer, batch), strict=True):
-                    p.resolve(outcome)
-                    written = outcome if isinstance(outcome, list) else [outcome]
-                    if any(isinstance(o, AppendResult) and not o.duplicate for o in written):
-                        wrote = True
+                self._committing = committing = trio.Event()
+                try:
+                    outcome = await self._commit(writer, batch)
+                    results = (
+                        outcome.results if isinstance(outcome, CommitOutcome)
+                        else [outcome] * len(batch)
+                    )
+                    for p, result in zip(batch, results, strict=True):
+                        p.resolve(result)
+                    # In the same step as the commit's return, so nothing this
+                    # process does can see the commit before its watchers do.
+                    if isinstance(outcome, CommitOutcome):
+                        self._fanout.committed(outcome)
+                finally:
+                    self._committing = None
+                    committing.set()
                 self.stats.batches += 1
                 self.stats.appends += len(batch)
                 self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
                 batch = []
-                if wrote:
-                    self._commits.notify()
         finally:
             for p in batch:
                 p.resolve(_never_written())
@@ -596,16 +656,20 @@ class EventLog:
 
     async def _commit(
         self, writer: Runner, batch: list[_PendingAppend]
-    ) -> Sequence[AppendResult | list[AppendResult] | RpcError]:
+    ) -> CommitOutcome | RpcError:
         params, now_us = [p.params for p in batch], self._now_us()
+        # Entries are captured (encoded for the watchers) only while someone
+        # watches; a batch committed without them makes the fan-out drop every
+        # watch, which then reads the store: correct, only slower.
+        capture = bool(self._watches)
         try:
             # Not cancelled by close: the batch in flight finishes, so its
             # callers hear whether it committed.
             with trio.CancelScope(shield=True):
-                return await writer.run(lambda store: store.append_batch(params, now_us))
+                return await writer.run(lambda store: store.append_commit(params, now_us, capture))
         except RpcError as exc:
             # Interrupted by close means rolled back: say so precisely.
-            return [_never_written() if is_closed(exc) else exc] * len(batch)
+            return _never_written() if is_closed(exc) else exc
 
     def _fail_queued(self) -> None:
         while True:
@@ -680,7 +744,6 @@ class EventLog:
         from_seq: int = 0,
         filter: Filter | None = None,
         *,
-        raw_content: bool = False,
         buffer_bytes: int | None = None,
     ) -> Watch:
         """Follow the log from ``from_seq``: see :class:`~streamd.eventlog.watch.Watch`.
@@ -689,11 +752,9 @@ class EventLog:
         the rest)."""
         self._check_watchable(buffer_bytes)
         p = checked(WatchParams, from_seq=from_seq, filter=filter)
-        return self.watch_params(p, raw_content=raw_content, buffer_bytes=buffer_bytes)
+        return self.watch_params(p, buffer_bytes=buffer_bytes)
 
-    def watch_params(
-        self, p: WatchParams, *, raw_content: bool = False, buffer_bytes: int | None = None
-    ) -> Watch:
+    def watch_params(self, p: WatchParams, *, buffer_bytes: int | None = None) -> Watch:
         self._check_watchable(buffer_bytes)
         assert self._nursery is not None
         w = Watch(
@@ -702,7 +763,6 @@ class EventLog:
             capacity=self._watch_buffer,
             budget_bytes=self._watch_buffer_bytes if buffer_bytes is None else buffer_bytes,
             stall_timeout=self._stall_timeout,
-            raw_content=raw_content,
             log_closed=lambda: self._closed,
         )
         self._watches.add(w)
@@ -724,9 +784,9 @@ class EventLog:
             self._watches.discard(w)
 
     @asynccontextmanager
-    async def _watch_feed(self) -> AsyncIterator[tuple[Runner, Commits]]:
-        """The reader and the commit signal, for one watch while it reads; the
-        poller starts with the first watch and ends after the last."""
+    async def _watch_feed(self) -> AsyncIterator[tuple[Runner, Fanout]]:
+        """The reader and the fan-out, for one watch while it reads; the poller
+        starts with the first watch and ends after the last."""
         _, reader = await self._ensure_open()
         self._watchers += 1
         if not self._poller_running:
@@ -734,7 +794,7 @@ class EventLog:
             assert self._nursery is not None
             self._nursery.start_soon(self._poll_changes, reader)
         try:
-            yield reader, self._commits
+            yield reader, self._fanout
         finally:
             self._watchers -= 1
 
@@ -745,20 +805,28 @@ class EventLog:
             while self._watchers > 0:
                 try:
                     version = await reader.run(lambda store: store.change_counter())
+                    if version != last:
+                        # Our own writer moves data_version too: the newest
+                        # seq tells whose commit it was. The first reading is a
+                        # baseline, checked the same way, so a commit between a
+                        # watch's last query and it is not missed.
+                        newest = await reader.run(lambda store: store.newest_seq())
+                        await self._settled()
+                        self._fanout.external(newest)
+                        last = version
                 except RpcError as exc:
                     if is_closed(exc):
                         return
                     logger.warning("event log change poll failed (will retry): %s", exc)
-                else:
-                    # The first reading is only a baseline, and a commit between a
-                    # watcher's last query and that baseline would go unseen; so
-                    # the baseline itself wakes everyone once.
-                    if version != last:
-                        last = version
-                        self._commits.notify()
                 await trio.sleep(self.watch_interval)
         finally:
             self._poller_running = False
+
+    async def _settled(self) -> None:
+        """Wait until no batch of ours is between its commit and its fan-out, so
+        a seq read before now is either fanned out or another process's."""
+        while self._committing is not None:
+            await self._committing.wait()
 
     # -- sessions --
 

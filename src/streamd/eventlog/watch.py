@@ -1,73 +1,71 @@
 """Watches: the entries after a seq that match a filter, replayed then followed live.
 
-A :class:`Watch` is two halves joined by a memory channel: the consumer's
-async iterator, and a producer task (:meth:`Watch.run`, started by the log in
-its own nursery) that reads pages from the store. Its rules:
+A :class:`Watch` is a bounded buffer with two ways in and one way out. Its
+rules:
 
-* **A cursor, not a subscription.** The producer keeps the seq it last sent and
-  asks the store for matching entries after it, so replaying history and
-  following the live log are the same loop, and no entry can be skipped or sent
-  twice at the switch. (SQLite assigns seqs inside the single writer's
-  transaction, so commit order is seq order and a cursor never passes an
-  uncommitted seq.)
-* **Caught up, it sleeps on** :class:`Commits`, which the log sets after every
-  commit that added a row (in-process appends wake watchers at once) and when
-  its poller sees ``PRAGMA data_version`` move (another process committed). It
-  never re-queries blindly.
-* **The buffer is bounded, in bytes.** The producer reads ahead at most
-  ``budget_bytes`` of entries (their size on the wire; at most ``capacity``
-  entries, and always at least one) that the consumer has not taken, and reads
-  the next page only for the room left, so what it holds never exceeds the
-  budget by more than one entry whatever the entries weigh. When the consumer
+* **A cursor, not a subscription.** The watch keeps the seq of the last entry
+  it buffered, and every way in continues from it, so replaying history and
+  following the live log hand over each entry exactly once and in seq order.
+* **History from the store, the present from memory.** The producer task
+  (:meth:`Watch.run`, started by the log in its own nursery) reads pages after
+  the cursor until a page reaches the end of the log. It then *joins* the
+  log's :class:`~streamd.eventlog.fanout.Fanout`, which hands it this
+  process's commits as they happen, already encoded; the producer sleeps
+  until the fan-out drops the watch, and then reads the store again.
+* **Joining without a gap.** The watch subscribes *before* the page query
+  that may be its last, and collects what the fan-out hands it meanwhile
+  (``pending``). A commit the query's snapshot missed is then in ``pending``,
+  one the snapshot saw is skipped there by the cursor, and only when
+  ``pending`` is empty does the watch go live, with no await between. A drop
+  while joining (another process committed, or ``pending`` outgrew the budget)
+  sends it back to the store.
+* **The buffer is bounded, in bytes.** Entries are held encoded, and count
+  their size on the wire: at most ``budget_bytes`` (and ``capacity``
+  entries), always at least one. The producer waits for room before adding a
+  page's entry; a live watch that has no room for a commit takes what fits and
+  drops itself, so the writer never waits for a reader. When the consumer
   leaves no room for ``stall_timeout`` the watch ends with ``budget_exceeded``
   naming the seq to resume from, after the consumer has drained what was
-  buffered; nothing follows that error. Entries are read with their content as
-  raw JSON and decoded when handed out, so the buffer holds about the bytes it
-  counts (``raw_content=True`` hands them out raw, for a consumer that only
-  re-encodes them: the JSON-RPC watch).
+  buffered; nothing follows that error.
+* **Consumers** take one decoded :class:`~streamd.eventlog.model.Entry` at a
+  time (``async for``), or everything buffered at once as encoded entries
+  (:meth:`Watch.receive_batch`, for the JSON-RPC watch, which writes a whole
+  commit's notifications in one send).
 """
 
 from __future__ import annotations
 
+import enum
 import logging
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 
 import msgspec
 import trio
 
 from streamd.errors import BUDGET_EXCEEDED, INTERNAL_ERROR, RpcError
-from streamd.eventlog.model import Entry, Filter, SinceResult, wire_size
-from streamd.eventlog.store import Backend, Runner, closed_error
+from streamd.eventlog.fanout import Fanout
+from streamd.eventlog.filters import matches
+from streamd.eventlog.model import Entry, Filter
+from streamd.eventlog.store import Backend, Committed, Runner, closed_error
 
-__all__ = ["Commits", "Feed", "Watch"]
+__all__ = ["Feed", "Watch"]
 
 logger = logging.getLogger(__name__)
 
-_decode_content = msgspec.json.Decoder().decode
+_decode_entry = msgspec.json.Decoder(Entry).decode
 
-
-class Commits:
-    """Tells caught-up watchers that something may have been committed."""
-
-    def __init__(self) -> None:
-        self._next = trio.Event()
-
-    def next(self) -> trio.Event:
-        """The event the next :meth:`notify` sets. Take it *before* a query: a
-        commit that lands during the query then sets this very event, so a wait
-        on it after the query cannot miss that commit."""
-        return self._next
-
-    def notify(self) -> None:
-        event, self._next = self._next, trio.Event()
-        event.set()
-
-
-Feed = Callable[[], AbstractAsyncContextManager[tuple[Runner, Commits]]]
+Feed = Callable[[], AbstractAsyncContextManager[tuple[Runner, Fanout]]]
 """Where a watch reads from: the log opens its reader (lazily) and counts the
-watch in while the context is entered, so it polls for other processes'
+watch in while the context is entered, so it watches for other processes'
 commits only while someone watches."""
+
+
+class _Mode(enum.Enum):
+    READING = "reading"  # paging through the store; not subscribed
+    JOINING = "joining"  # subscribed, collecting into pending while a query runs
+    LIVE = "live"  # subscribed; the fan-out fills the buffer
 
 
 class Watch:
@@ -87,24 +85,31 @@ class Watch:
         capacity: int,
         budget_bytes: int,
         stall_timeout: float,
-        raw_content: bool,
         log_closed: Callable[[], bool],
     ) -> None:
         self.from_seq = from_seq
         self.filter = flt
         self.last_seq = from_seq
-        self._raw = raw_content
         self._log_closed = log_closed
-        # Each entry travels with its size on the wire, so the consumer can give
-        # back exactly what the producer counted.
-        self._send, self._recv = trio.open_memory_channel[tuple[Entry, int]](capacity)
+        self._capacity = capacity
         self._page = min(256, capacity)
         self._budget = budget_bytes
         self._stall_timeout = stall_timeout
-        self._held = 0  # bytes of entries sent into the channel and not yet taken
-        self._taken = trio.Event()  # set (and replaced) whenever the consumer takes one
-        self._scope = trio.CancelScope()  # the producer's
+
+        self._buffer: deque[Committed] = deque()
+        self._held = 0  # bytes in the buffer
+        self._cursor = from_seq  # seq of the newest entry buffered
+        self._arrived = trio.Event()  # set when the buffer gains entries or the watch ends
+        self._taken = trio.Event()  # set (and replaced) whenever the consumer takes some
+        self._ended = False
         self._error: RpcError | None = None
+
+        self._mode = _Mode.READING
+        self._fanout: Fanout | None = None
+        self._pending: deque[Committed] = deque()
+        self._pending_bytes = 0
+        self._drop = trio.Event()  # set when the fan-out lets go of the watch
+        self._scope = trio.CancelScope()  # the producer's
 
     # -- the consumer --
 
@@ -112,29 +117,42 @@ class Watch:
         return self
 
     async def __anext__(self) -> Entry:
+        await self._wait_buffered()
+        c = self._buffer.popleft()
+        self._took(len(c.wire), c.seq)
+        return _decode_entry(c.wire)
+
+    async def receive_batch(self) -> list[Committed]:
+        """Everything buffered, at least one entry, encoded; raises as the
+        iterator does (``StopAsyncIteration`` once the watch has ended)."""
+        await self._wait_buffered()
+        batch = list(self._buffer)
+        self._buffer.clear()
+        self._took(sum(len(c.wire) for c in batch), batch[-1].seq)
+        return batch
+
+    async def _wait_buffered(self) -> None:
         if self._log_closed():
             raise closed_error()
-        try:
-            entry, size = await self._recv.receive()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            if self._log_closed():
-                raise closed_error() from None
-            if self._error is not None:
-                raise self._error from None
-            raise StopAsyncIteration from None
+        while not self._buffer:
+            if self._ended:
+                if self._log_closed():
+                    raise closed_error()
+                if self._error is not None:
+                    raise self._error
+                raise StopAsyncIteration
+            self._arrived = trio.Event()
+            await self._arrived.wait()
+
+    def _took(self, size: int, seq: int) -> None:
         self._held -= size
+        self.last_seq = seq
         self._taken.set()
         self._taken = trio.Event()
-        content = entry.event.content
-        if not self._raw and isinstance(content, msgspec.Raw):
-            # Valid JSON: raw reads turn content that is not into a damaged null.
-            entry.event.content = _decode_content(content)
-        self.last_seq = entry.seq
-        return entry
 
     async def aclose(self) -> None:
         self._scope.cancel()
-        self._recv.close()
+        self._end()
 
     async def __aenter__(self) -> Watch:
         return self
@@ -150,7 +168,7 @@ class Watch:
     @property
     def buffered(self) -> int:
         """Entries read from the log but not yet taken by the consumer."""
-        return self._recv.statistics().current_buffer_used
+        return len(self._buffer)
 
     @property
     def buffered_bytes(self) -> int:
@@ -160,6 +178,52 @@ class Watch:
     @property
     def budget_bytes(self) -> int:
         return self._budget
+
+    @property
+    def live(self) -> bool:
+        """Whether the fan-out feeds this watch (it is caught up)."""
+        return self._mode is _Mode.LIVE
+
+    # -- the fan-out's side (see streamd.eventlog.fanout.Subscriber) --
+
+    def deliver(self, entries: Sequence[Committed]) -> None:
+        flt = self.filter
+        if self._mode is _Mode.JOINING:
+            for c in entries:
+                if flt is None or matches(flt, c):
+                    self._pending.append(c)
+                    self._pending_bytes += len(c.wire)
+            if self._pending_bytes > self._budget:
+                self._let_go()
+            return
+        # Live. Only this method moves the cursor while live, and only to what
+        # the commit added, which is past it.
+        took = False
+        for c in entries:
+            if c.seq <= self._cursor or (flt is not None and not matches(flt, c)):
+                continue
+            size = len(c.wire)
+            if self._buffer and (
+                self._held + size > self._budget or len(self._buffer) >= self._capacity
+            ):
+                self._let_go()  # the producer continues from the cursor, from the store
+                break
+            self._buffer.append(c)
+            self._held += size
+            self._cursor = c.seq
+            took = True
+        if took:
+            self._arrived.set()
+
+    def dropped(self) -> None:
+        self._mode = _Mode.READING
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._drop.set()
+
+    def _let_go(self) -> None:
+        assert self._fanout is not None
+        self._fanout.drop(self)
 
     # -- the producer --
 
@@ -171,58 +235,84 @@ class Watch:
     async def run(self, feed: Feed) -> None:
         """The producer task. It never raises: how the watch ended is
         :attr:`error` (None for a consumer that left, or a stop)."""
-        cursor = self.from_seq
         try:
             with self._scope:
-                async with feed() as (reader, commits):
-                    while True:
-                        wake = commits.next()
-                        # Read only what there is room for (always at least one
-                        # entry), so the page waiting here and the channel
-                        # together stay within the budget.
-                        room = max(self._budget - self._held, 1)
-                        page = await reader.run(self._page_after(cursor, room))
-                        for entry in page.entries:
-                            await self._hand_over(entry, cursor)
-                            cursor = entry.seq
-                        if page.caught_up:
-                            await wake.wait()
+                async with feed() as (reader, fanout):
+                    self._fanout = fanout
+                    try:
+                        await self._follow(reader, fanout)
+                    finally:
+                        fanout.unsubscribe(self)
+                        self._mode = _Mode.READING
         except RpcError as exc:
             self._error = exc
-        except trio.BrokenResourceError:
-            pass  # the consumer closed its end
         except Exception as exc:
             # This task lives in the log's nursery: letting a bug escape would
             # take down every client of the log, not just this watch.
-            logger.exception("watch from seq %s failed", cursor)
+            logger.exception("watch from seq %s failed", self._cursor)
             self._error = RpcError(
-                INTERNAL_ERROR, f"watch failed: {exc!r}; resume with from_seq={cursor}"
+                INTERNAL_ERROR, f"watch failed: {exc!r}; resume with from_seq={self._cursor}"
             )
         finally:
-            self._send.close()
+            self._end()
 
-    def _page_after(self, cursor: int, room: int) -> Callable[[Backend], SinceResult]:
+    def _end(self) -> None:
+        self._ended = True
+        self._arrived.set()
+
+    async def _follow(self, reader: Runner, fanout: Fanout) -> None:
+        while not self._ended:
+            # Subscribe before the query, so what commits while it runs is
+            # collected in pending rather than missed.
+            self._drop = trio.Event()
+            self._mode = _Mode.JOINING
+            fanout.subscribe(self)
+            # Read only what there is room for (always at least one entry), so
+            # the page and the buffer together stay within the budget.
+            room = max(self._budget - self._held, 1)
+            page, caught_up = await reader.run(self._page_after(self._cursor, room))
+            for c in page:
+                await self._hand_over(c)
+            if not caught_up:
+                fanout.unsubscribe(self)
+                self.dropped()
+                continue
+            # Caught up with the store's snapshot: what came after it is in
+            # pending (entries the snapshot also saw are behind the cursor).
+            while self._mode is _Mode.JOINING and self._pending:
+                c = self._pending.popleft()
+                self._pending_bytes -= len(c.wire)
+                if c.seq > self._cursor:
+                    await self._hand_over(c)
+            if self._mode is _Mode.JOINING:
+                self._mode = _Mode.LIVE
+                await self._drop.wait()
+
+    def _page_after(
+        self, cursor: int, room: int
+    ) -> Callable[[Backend], tuple[list[Committed], bool]]:
         flt, limit = self.filter, self._page
-        return lambda store: store.since(cursor, flt, limit, True, room)
+        return lambda store: store.since_committed(cursor, flt, limit, room)
 
-    async def _hand_over(self, entry: Entry, cursor: int) -> None:
-        """Send one entry once the budget has room for it; ``budget_exceeded``
-        (resume after ``cursor``, the last entry sent) if it gets none in time."""
-        size = wire_size(entry)
+    async def _hand_over(self, c: Committed) -> None:
+        """Buffer one entry once the budget has room for it; ``budget_exceeded``
+        (resume after the cursor, the last entry buffered) if it gets none in
+        time."""
+        size = len(c.wire)
         with trio.move_on_after(self._stall_timeout) as stall:
-            while self._held and self._held + size > self._budget:
+            while self._buffer and (
+                self._held + size > self._budget or len(self._buffer) >= self._capacity
+            ):
                 await self._taken.wait()
-            self._held += size
-            try:
-                await self._send.send((entry, size))
-            except BaseException:
-                self._held -= size  # not sent
-                raise
         if stall.cancelled_caught:
             raise RpcError(
                 BUDGET_EXCEEDED,
                 f"watch consumer stopped reading: {self.buffered} entries"
                 f" ({self.buffered_bytes} bytes, budget {self._budget}) unread for"
-                f" {self._stall_timeout:g} s; resume with from_seq={cursor}",
-                {"last_seq": cursor, "buffered": self.buffered, "buffered_bytes": self._held},
+                f" {self._stall_timeout:g} s; resume with from_seq={self._cursor}",
+                {"last_seq": self._cursor, "buffered": self.buffered, "buffered_bytes": self._held},
             )
+        self._buffer.append(c)
+        self._held += size
+        self._cursor = c.seq
+        self._arrived.set()

@@ -15,7 +15,14 @@
 Nothing here imports Trio; the store meets it only through ``apsw.aio``.
 """
 
-from streamd.eventlog.store.backend import AppendGroup, Backend, Runner, closed_error
+from streamd.eventlog.store.backend import (
+    AppendGroup,
+    Backend,
+    CommitOutcome,
+    Committed,
+    Runner,
+    closed_error,
+)
 from streamd.eventlog.store.connection import SqliteOptions, Synchronous
 from streamd.eventlog.store.schema import SCHEMA_VERSION
 from streamd.eventlog.store.sqlite import SqliteStore
@@ -24,6 +31,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "AppendGroup",
     "Backend",
+    "CommitOutcome",
+    "Committed",
     "Runner",
     "SqliteOptions",
     "SqliteStore",

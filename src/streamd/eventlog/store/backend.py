@@ -117,6 +117,14 @@ class Backend(Protocol):
         encoded: bool = False,
     ) -> SinceResult: ...
 
+    def since_committed(
+        self, from_seq: int, flt: Filter | None, limit: int, max_bytes: int
+    ) -> tuple[list[Committed], bool]:
+        """A page of :meth:`since` as :class:`Committed` entries (at most
+        ``max_bytes`` of ``wire``, but at least one), and whether it was the
+        last: what a watch reads."""
+        ...
+
     def latest_seq(self, flt: Filter | None) -> int: ...
 
     def nth_newest_seq(self, flt: Filter | None, offset: int) -> int: ...

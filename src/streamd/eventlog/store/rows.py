@@ -236,11 +236,12 @@ def _built(
     )
 
 
-Shape = Literal["decoded", "raw", "encoded"]
+Shape = Literal["decoded", "raw", "encoded", "committed"]
 """How read entries come back: content decoded; content as its stored JSON text
-(``msgspec.Raw``); or each whole entry as its JSON (``msgspec.Raw``), encoded
+(``msgspec.Raw``); each whole entry as its JSON (``msgspec.Raw``), encoded
 here where it is measured against the reply budget anyway, so the JSON-RPC
-layer only copies it."""
+layer only copies it; or as :class:`Committed`, the encoded entry with its seq
+and the fields a filter reads (what a watch buffers)."""
 
 
 def shape(raw_content: bool, encoded: bool) -> Shape:
@@ -265,7 +266,12 @@ def take(
     for row in rows:
         if limit is not None and len(entries) == limit:
             return entries, last, True
-        entry: Any = to_entry(row, shape != "decoded")
+        entry: Any
+        if shape == "committed":
+            entry = committed(row)
+            size = len(entry.wire)
+        else:
+            entry = to_entry(row, shape != "decoded")
         if shape == "encoded":
             entry = msgspec.Raw(_encode(entry))
             size = len(entry)

@@ -91,7 +91,13 @@ from streamd.eventlog.model import (
     wire_size,
 )
 from streamd.eventlog.store import rows
-from streamd.eventlog.store.backend import AppendGroup, Backend, CommitOutcome, closed_error
+from streamd.eventlog.store.backend import (
+    AppendGroup,
+    Backend,
+    CommitOutcome,
+    Committed,
+    closed_error,
+)
 from streamd.eventlog.store.connection import BusyWait, SqliteOptions, configure
 from streamd.eventlog.store.schema import SCHEMA_VERSION
 
@@ -454,6 +460,18 @@ class SqliteStore:
             next_seq=from_seq if last is None else last,
             caught_up=not more,
         )
+
+    @_translated
+    def since_committed(
+        self, from_seq: int, flt: Filter | None, limit: int, max_bytes: int
+    ) -> tuple[list[Committed], bool]:
+        """:meth:`since` as a watch reads it: the entries as :class:`Committed`
+        (encoded once, with the fields the fan-out filters on), and whether the
+        page reached the end of the log."""
+        _check_limit(limit)
+        sql, args = self._since_query(from_seq, flt, limit)
+        entries, _, more = _read_entries(self._db, sql, args, limit, "committed", max_bytes)
+        return entries, not more
 
     @_translated
     def latest_seq(self, flt: Filter | None) -> int:
