@@ -1,0 +1,467 @@
+"""The event log on PostgreSQL, measured the way a client sees it.
+
+Every number comes from real ``python -m streamd serve --socket`` daemons on one
+database of a throwaway local cluster (``tests/pg_cluster.py``: PostgreSQL from
+the OS packages, Unix socket only, ``fsync=on``, ``synchronous_commit=on``), or
+from a database you name with ``--db`` (credentials the libpq way: environment,
+``~/.pgpass``, a service file). Like the other benches it asserts nothing; it
+prints a table with the issue's targets beside the numbers and writes JSON.
+
+    .venv/bin/python bench/eventlog_pg_bench.py [--out bench/results/eventlog_pg.json] [--quick]
+    python bench/eventlog_pg_bench.py --dispatch [--calls 2000]
+
+Rows:
+
+* append, 1 / 4 / 16 clients spread over 2 daemons (round robin) on one database,
+  each client a socket connection with 200 appends in flight, each answered only
+  after its commit (synchronous_commit on): appends/s over all clients.
+* since: pages of 10,000 over a 100,000-entry log through one daemon, entries/s end
+  to end (the client reads every frame).
+* watch latency across daemons: a client of daemon A watches, a client of daemon
+  B appends one event at a time; time from sending the append to B until A's
+  notification arrives (LISTEN/NOTIFY; no polling).
+
+``--dispatch`` measures how a Trio program can drive PostgreSQL, with raw SQL and
+no streamd code, in whatever environment runs it (the drivers that are missing
+are reported as such): psycopg's synchronous API inline (blocks the event loop: a
+baseline), the same on a worker thread per call (what streamd does), psycopg's
+AsyncConnection under trio-asyncio, and asyncpg under trio-asyncio. Per driver:
+the median of ``--calls`` calls of ``SELECT 1``, of a 100-row page, and of one
+insert committed alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+DEFAULT_OUT = ROOT / "bench" / "results" / "eventlog_pg.json"
+INFLIGHT = 200
+TARGETS = {
+    "append_4_clients_2_daemons": ">= 5,000/s",
+    "since": ">= 100,000 entries/s",
+    "watch_cross_daemon_p50_ms": "<= 10 ms",
+}
+
+
+def _cluster_url(args: argparse.Namespace) -> tuple[str, Any]:
+    """The database to measure on: ``--db``, or a fresh throwaway cluster."""
+    if args.db:
+        return args.db, None
+    import pg_cluster
+
+    cluster = pg_cluster.start()
+    return cluster.url(), cluster
+
+
+def _fresh_db(url: str, cluster: Any, name: str) -> str:
+    """A new database for one measurement (on the throwaway cluster), or the
+    given one wiped (its streamd schema dropped)."""
+    import psycopg
+
+    if cluster is None:
+        with psycopg.connect(url, autocommit=True) as db:
+            db.execute("DROP SCHEMA IF EXISTS streamd CASCADE")
+        return url
+    with psycopg.connect(cluster.conninfo(), autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {name}")
+    return cluster.url(name)
+
+
+# --- dispatch ----------------------------------------------------------------------
+
+
+async def _timed(call: Callable[[], Awaitable[Any]], n: int) -> float:
+    """Median microseconds of ``n`` awaited calls."""
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await call()
+        samples.append((time.perf_counter() - t) * 1e6)
+    return statistics.median(samples)
+
+
+def _dispatch(args: argparse.Namespace) -> dict[str, Any]:
+    url, cluster = _cluster_url(args)
+    import psycopg
+
+    db_url = _fresh_db(url, cluster, "dispatch")
+    with psycopg.connect(db_url, autocommit=True) as db:
+        db.execute(
+            "CREATE TABLE page (id int PRIMARY KEY, body text);"
+            "CREATE TABLE appended (id bigserial PRIMARY KEY, body text)"
+        )
+        db.execute(
+            "INSERT INTO page SELECT i, repeat('x', 200) FROM generate_series(1, 100) i"
+        )
+    results: dict[str, Any] = {}
+    n = args.calls
+
+    async def sync_inline() -> dict[str, float]:
+        conn = psycopg.connect(db_url, autocommit=True)
+        try:
+            async def ping() -> None:
+                conn.execute("SELECT 1").fetchall()
+
+            async def page() -> None:
+                conn.execute("SELECT id, body FROM page ORDER BY id").fetchall()
+
+            async def append() -> None:
+                conn.execute("INSERT INTO appended (body) VALUES ('x')")
+
+            return {"ping": await _timed(ping, n), "page_100": await _timed(page, n),
+                    "append": await _timed(append, n // 4)}
+        finally:
+            conn.close()
+
+    async def sync_thread() -> dict[str, float]:
+        conn = psycopg.connect(db_url, autocommit=True)
+        limiter = trio.CapacityLimiter(1)
+
+        def on_thread(fn: Callable[[], Any]) -> Callable[[], Awaitable[Any]]:
+            return lambda: trio.to_thread.run_sync(fn, limiter=limiter)
+
+        try:
+            return {
+                "ping": await _timed(on_thread(lambda: conn.execute("SELECT 1").fetchall()), n),
+                "page_100": await _timed(on_thread(
+                    lambda: conn.execute("SELECT id, body FROM page ORDER BY id").fetchall()), n),
+                "append": await _timed(on_thread(
+                    lambda: conn.execute("INSERT INTO appended (body) VALUES ('x')")), n // 4),
+            }
+        finally:
+            conn.close()
+
+    async def streamd_runner() -> dict[str, float]:
+        # What the store uses: start_thread_soon with a cancel that reaches the server.
+        from streamd.eventlog.pg_runner import PostgresRunner
+
+        runner = await PostgresRunner.open(db_url)
+        try:
+            def raw(sql: str) -> Callable[[], Awaitable[Any]]:
+                return lambda: runner.run(lambda s: s.connection.execute(sql).fetchall()
+                                          if sql.startswith("SELECT")
+                                          else s.connection.execute(sql))
+
+            return {
+                "ping": await _timed(raw("SELECT 1"), n),
+                "page_100": await _timed(raw("SELECT id, body FROM public.page ORDER BY id"), n),
+                "append": await _timed(raw("INSERT INTO public.appended (body) VALUES ('x')"),
+                                       n // 4),
+            }
+        finally:
+            await runner.aclose()
+
+    async def async_psycopg() -> dict[str, float]:
+        import trio_asyncio
+
+        async with trio_asyncio.open_loop():
+            conn = await trio_asyncio.aio_as_trio(psycopg.AsyncConnection.connect)(
+                db_url, autocommit=True
+            )
+
+            async def q(sql: str) -> Any:
+                cur = await conn.execute(sql)
+                return await cur.fetchall() if sql.startswith("SELECT") else None
+
+            def call(sql: str) -> Callable[[], Awaitable[Any]]:
+                return lambda: trio_asyncio.aio_as_trio(q)(sql)
+
+            try:
+                return {
+                    "ping": await _timed(call("SELECT 1"), n),
+                    "page_100": await _timed(call("SELECT id, body FROM page ORDER BY id"), n),
+                    "append": await _timed(call("INSERT INTO appended (body) VALUES ('x')"),
+                                           n // 4),
+                }
+            finally:
+                await trio_asyncio.aio_as_trio(conn.close)()
+
+    async def asyncpg_() -> dict[str, float]:
+        import asyncpg
+        import trio_asyncio
+        from psycopg.conninfo import conninfo_to_dict
+
+        p = conninfo_to_dict(db_url)
+        async with trio_asyncio.open_loop():
+            conn = await trio_asyncio.aio_as_trio(asyncpg.connect)(
+                host=p["host"], port=int(p.get("port", 5432)), user=p["user"],
+                database=p["dbname"],
+            )
+
+            def call(fn: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+                return lambda: trio_asyncio.aio_as_trio(fn)()
+
+            try:
+                return {
+                    "ping": await _timed(call(lambda: conn.fetch("SELECT 1")), n),
+                    "page_100": await _timed(
+                        call(lambda: conn.fetch("SELECT id, body FROM page ORDER BY id")), n),
+                    "append": await _timed(
+                        call(lambda: conn.execute("INSERT INTO appended (body) VALUES ('x')")),
+                        n // 4),
+                }
+            finally:
+                await trio_asyncio.aio_as_trio(conn.close)()
+
+    ways = {
+        "psycopg sync, inline (blocks the loop)": sync_inline,
+        "psycopg sync, trio.to_thread": sync_thread,
+        "psycopg sync, PostgresRunner (streamd)": streamd_runner,
+        "psycopg async, trio-asyncio": async_psycopg,
+        "asyncpg, trio-asyncio": asyncpg_,
+    }
+    for name, fn in ways.items():
+        try:
+            results[name] = trio.run(fn)
+        except ImportError as exc:
+            results[name] = f"not measured: {exc}"
+        except Exception as exc:  # a driver that does not work here is a result too
+            while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]
+            results[name] = f"fails: {type(exc).__name__}: {exc}"
+    if cluster is not None:
+        cluster.destroy()
+    return results
+
+
+# --- through the daemons ----------------------------------------------------------
+
+
+class Conn:
+    """One client of a daemon's socket: newline-delimited JSON-RPC."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buf = bytearray()
+        self.next_id = 0
+
+    @classmethod
+    async def open(cls, path: str) -> Conn:
+        return cls(await trio.open_unix_socket(path))
+
+    async def send(self, method: str, params: dict[str, Any]) -> int:
+        self.next_id += 1
+        frame = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        await self.stream.send_all(json.dumps(frame).encode() + b"\n")
+        return self.next_id
+
+    async def frame(self) -> tuple[float, dict[str, Any]]:
+        while b"\n" not in self.buf:
+            chunk = await self.stream.receive_some(1 << 20)
+            if not chunk:
+                raise EOFError("daemon closed the connection")
+            self.buf += chunk
+        at = time.perf_counter()
+        line, _, rest = bytes(self.buf).partition(b"\n")
+        self.buf = bytearray(rest)
+        return at, json.loads(line)
+
+    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        want = await self.send(method, params)
+        while True:
+            _, msg = await self.frame()
+            if msg.get("id") == want:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg["result"]
+
+
+def _daemon(url: str, socket: Path, state: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "XDG_STATE_HOME": str(state), "XDG_RUNTIME_DIR": str(state)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "streamd", "--db", url, "serve", "--socket", str(socket)],
+        env=env, stdin=subprocess.DEVNULL, stderr=open(state / "stderr.log", "wb"),
+    )
+
+
+async def _wait_socket(path: Path) -> None:
+    with trio.fail_after(30):
+        while True:
+            try:
+                c = await Conn.open(str(path))
+            except OSError:
+                await trio.sleep(0.05)
+                continue
+            await c.call("eventlog/ping", {})
+            await c.stream.aclose()
+            return
+
+
+def _append(i: str, session: str = "s") -> dict[str, Any]:
+    return {"app": "bench", "user": "u", "session": session,
+            "event": {"id": i, "author": "agent", "content": {"text": "x" * 100, "i": i}}}
+
+
+async def _appenders(sockets: list[Path], clients: int, per_client: int) -> float:
+    conns = [await Conn.open(str(sockets[c % len(sockets)])) for c in range(clients)]
+    prefix = f"a{clients}-{time.monotonic_ns()}"
+
+    async def run(c: int, conn: Conn) -> None:
+        sent = got = 0
+        while got < per_client:
+            while sent < per_client and sent - got < INFLIGHT:
+                await conn.send("eventlog/append", _append(f"{prefix}-{c}-{sent}", f"s{c}"))
+                sent += 1
+            _, msg = await conn.frame()
+            if "error" in msg:
+                raise RuntimeError(msg["error"])
+            got += 1
+
+    t = time.perf_counter()
+    async with trio.open_nursery() as n:
+        for c, conn in enumerate(conns):
+            n.start_soon(run, c, conn)
+    elapsed = time.perf_counter() - t
+    for conn in conns:
+        await conn.stream.aclose()
+    return clients * per_client / elapsed
+
+
+async def _since(socket: Path, total: int) -> float:
+    conn = await Conn.open(str(socket))
+    # Fill in batches of 500 (append_batch: one transaction each).
+    for start in range(0, total, 500):
+        await conn.call("eventlog/append_batch", {
+            "appends": [_append(f"since-{i}", f"s{i % 8}") for i in range(start, start + 500)]
+        })
+    rates = []
+    for _ in range(3):
+        t = time.perf_counter()
+        cursor, seen = 0, 0
+        while True:
+            page = await conn.call("eventlog/since", {"from_seq": cursor, "limit": 10_000})
+            seen += len(page["entries"])
+            cursor = page["next_seq"]
+            if page["caught_up"]:
+                break
+        rates.append(seen / (time.perf_counter() - t))
+    await conn.stream.aclose()
+    return statistics.median(rates)
+
+
+async def _watch_latency(sockets: list[Path], samples: int) -> dict[str, float]:
+    watcher = await Conn.open(str(sockets[0]))
+    appender = await Conn.open(str(sockets[1]))
+    start = (await watcher.call("eventlog/latest_seq", {}))["seq"]
+    await watcher.send("eventlog/watch", {"from_seq": start})
+    lat = []
+    for i in range(samples):
+        t = time.perf_counter()
+        await appender.send("eventlog/append", _append(f"watch-{time.monotonic_ns()}-{i}"))
+        while True:
+            at, msg = await watcher.frame()
+            if msg.get("method") == "eventlog/entry":
+                lat.append((at - t) * 1000)
+                break
+        await appender.frame()  # its ack
+        await trio.sleep(0.01 + (i % 7) * 0.003)  # spread over the listener's idle phases
+    return {"p50_ms": statistics.median(lat), "p95_ms": statistics.quantiles(lat, n=20)[18],
+            "max_ms": max(lat)}
+
+
+def _daemons_bench(args: argparse.Namespace) -> dict[str, Any]:
+    url, cluster = _cluster_url(args)
+    quick = args.quick
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+
+        def two_daemons(name: str) -> tuple[list[Path], list[subprocess.Popen[bytes]]]:
+            db = _fresh_db(url, cluster, name)
+            sockets, procs = [], []
+            for d in range(2):
+                state = root / f"{name}-{d}"
+                state.mkdir()
+                sockets.append(state / "sock")
+                procs.append(_daemon(db, sockets[-1], state))
+            return sockets, procs
+
+        async def measure() -> None:
+            for clients in (1, 4, 16):
+                sockets, procs = two_daemons(f"append{clients}")
+                try:
+                    for s in sockets:
+                        await _wait_socket(s)
+                    per = (2000 if quick else 10_000) // clients * (2 if clients == 1 else 1)
+                    await _appenders(sockets, clients, 200)  # warm up
+                    out[f"append_{clients}_clients_2_daemons"] = await _appenders(
+                        sockets, clients, per)
+                finally:
+                    for p in procs:
+                        p.terminate()
+                        p.wait()
+            sockets, procs = two_daemons("reads")
+            try:
+                for s in sockets:
+                    await _wait_socket(s)
+                out["since"] = await _since(sockets[0], 20_000 if quick else 100_000)
+                out["watch_cross_daemon"] = await _watch_latency(sockets, 50 if quick else 300)
+            finally:
+                for p in procs:
+                    p.terminate()
+                    p.wait()
+
+        trio.run(measure)
+    if cluster is not None:
+        cluster.destroy()
+    return out
+
+
+def _machine() -> dict[str, Any]:
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = ""
+    return {"python": platform.python_version(), "cpus": os.cpu_count(),
+            "platform": platform.platform(), "commit": commit,
+            "load": os.getloadavg()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--db", help="a postgresql:// URL to measure on (default: a throwaway cluster)")
+    ap.add_argument("--dispatch", action="store_true")
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    result = {"machine": _machine()}
+    if args.dispatch:
+        result["dispatch_us"] = _dispatch(args)
+        print(json.dumps(result, indent=2))
+    else:
+        got = _daemons_bench(args)
+        result["results"] = got
+        result["targets"] = TARGETS
+        for name, value in got.items():
+            if isinstance(value, dict):
+                shown = ", ".join(f"{k} {v:.2f}" for k, v in value.items())
+            else:
+                shown = f"{value:,.0f}/s"
+            print(f"{name:32} {shown:40} {TARGETS.get(name, '')}")
+    out = args.out or (None if args.dispatch else DEFAULT_OUT)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
