@@ -938,3 +938,19 @@ def test_newest_seq_counts_deleted_events(fx: Fixture) -> None:
     fx.store.delete_session("app", "u", "gone")
     assert fx.store.newest_seq() == 2
     assert fx.store.latest_seq(None) == 1
+
+
+def test_since_committed_is_since_encoded_with_the_fields_a_filter_reads(fx: Fixture) -> None:
+    _populate(fx.store)
+    flt = Filter(branch_prefixes=["bg"])
+    page, last = fx.store.since_committed(0, flt, 2, 1 << 20)
+    encoded = fx.store.since(0, flt, 2, encoded=True)
+    assert [c.wire for c in page] == [bytes(e) for e in encoded.entries]
+    assert [(c.branch, c.author) for c in page] == [("bg.cluster", "core/autonomous"),
+                                                    ("bg.cluster.child", "model")]
+    assert not last and not encoded.caught_up
+    rest, last = fx.store.since_committed(page[-1].seq, flt, 10, 1 << 20)
+    assert [c.branch for c in rest] == ["bg"] and last
+    # A byte budget cuts the page, but never below one entry.
+    one, last = fx.store.since_committed(0, None, 10, 1)
+    assert len(one) == 1 and not last

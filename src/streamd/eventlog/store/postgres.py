@@ -105,7 +105,7 @@ from streamd.eventlog.model import (
     wire_size,
 )
 from streamd.eventlog.store import rows
-from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, closed_error
+from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, Committed, closed_error
 from streamd.eventlog.store.connection import Synchronous
 from streamd.eventlog.store.pg_schema import (
     APPLICATION,
@@ -848,6 +848,21 @@ class PostgresStore:
         return SinceResult(
             entries=entries, next_seq=from_seq if last is None else last, caught_up=not more
         )
+
+    @_translated
+    def since_committed(
+        self, from_seq: int, flt: Filter | None, limit: int, max_bytes: int
+    ) -> tuple[list[Committed], bool]:
+        """:meth:`since` as a watch reads it: :class:`Committed` entries, and
+        whether the page reached the end of the log."""
+        _check_limit(limit)
+        where, args = _where(flt, [("seq > ?", (from_seq,))])
+        cur = self._db.execute(
+            f"SELECT {rows.ENTRY_COLUMNS} FROM events WHERE {where} ORDER BY seq LIMIT %s",
+            (*args, limit + 1),
+        )
+        entries, _, more = rows.take(cur, limit, "committed", max_bytes)
+        return entries, not more
 
     @_translated
     def latest_seq(self, flt: Filter | None) -> int:
