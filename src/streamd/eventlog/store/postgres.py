@@ -812,15 +812,14 @@ class PostgresStore:
             (now_us, now_us, [k[0] for k in keys], [k[1] for k in keys],
              [k[2] for k in keys], list(newest.values())),
         )
-        columns = list(zip(*(e.row for e in events), strict=True))
-        db.execute(
-            "INSERT INTO events (seq, app_name, user_id, session_id, event_id, invocation_id,"
-            " author, branch, event_time, content, metadata, state_delta, digest)"
-            " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[],"
-            " %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %s::json[],"
-            " %s::text[], %s::text[], %s::bytea[])",
-            (*(list(c) for c in columns), [e.digest for e in events]),
-        )
+        # COPY: psycopg writes rows in C, where an unnest of text arrays
+        # escapes every element in Python (measured: a third of a batch's time).
+        with db.cursor().copy(
+            "COPY events (seq, app_name, user_id, session_id, event_id, invocation_id,"
+            " author, branch, event_time, content, metadata, state_delta, digest) FROM STDIN"
+        ) as copy:
+            for e in events:
+                copy.write_row((*e.row, e.digest))
         for e in events:
             if e.delta is not None:
                 seq, app, user, session = e.row[:4]
