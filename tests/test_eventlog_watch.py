@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from streamd.errors import BUDGET_EXCEEDED, RpcError
 from streamd.eventlog import AppendParams, Entry, EventLog, Filter, SqliteStore
+from streamd.eventlog.changes import NO_INOTIFY_ENV, SETTLE_HORIZON
 
 
 @pytest.fixture
@@ -115,29 +116,56 @@ async def test_other_connections_commits_are_noticed_by_data_version_within_the_
             other.close()
 
 
-async def test_an_idle_watcher_polls_data_version_and_does_not_requery(
+def _count_reader_calls(log: EventLog, counts: dict[str, int]) -> None:
+    reader = log._reader
+    assert isinstance(reader, SqliteStore)
+    for name in counts:
+        real = getattr(reader, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            counts[_name] += 1
+            return _real(*args)
+
+        setattr(reader, name, counted)
+
+
+async def test_without_inotify_an_idle_watcher_polls_data_version_and_does_not_requery(
     open_mocked: Callable[..., EventLog],
     autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    counts = {"since": 0, "change_counter": 0}
+    monkeypatch.setenv(NO_INOTIFY_ENV, "1")
+    counts = {"since_committed": 0, "change_counter": 0}
     with trio.fail_after(600):
         async with open_mocked(watch_interval=0.2) as log:
             await log.ping()
-            reader = log._reader
-            assert isinstance(reader, SqliteStore)
-            for name in counts:
-                real = getattr(reader, name)
-
-                def counted(*args: Any, _real: Any = real, _name: str = name) -> Any:
-                    counts[_name] += 1
-                    return _real(*args)
-
-                setattr(reader, name, counted)
+            _count_reader_calls(log, counts)
             async with log.watch(0):
                 await trio.sleep(10)  # 50 poll intervals with nothing committed
     assert counts["change_counter"] >= 45
     # The first query, plus one after the poller's baseline; never one per poll.
-    assert counts["since"] <= 2
+    assert counts["since_committed"] <= 2
+
+
+async def test_with_inotify_an_idle_watcher_reads_nothing_at_all(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(NO_INOTIFY_ENV, raising=False)
+    counts = {"since_committed": 0, "change_counter": 0}
+    with trio.fail_after(600):
+        async with open_mocked(watch_interval=0.2) as log:
+            await log.append("app", "u", "s", ev("e0"))
+            _count_reader_calls(log, counts)
+            async with log.watch(0) as w:
+                await take(w, 1)
+                # Past the rechecks of the append's own WAL writes.
+                await trio.sleep(SETTLE_HORIZON + 1)
+                before = dict(counts)
+                await trio.sleep(60)  # 300 poll intervals, had it polled
+    assert counts == before
+    assert before["change_counter"] >= 1  # the baseline
 
 
 async def test_a_consumer_that_stops_reading_ends_the_watch_with_a_clear_error(
@@ -270,3 +298,118 @@ async def test_watch_from_zero_sees_every_entry_exactly_once_in_order_while_appe
                 nursery.cancel_scope.cancel()
     assert [(e.seq, e.event.id) for e in received] == expected
 
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    history=st.integers(0, 10),
+    rounds=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 3)), min_size=1, max_size=6
+    ),  # (local appends racing, foreign appends) per round
+    watchers=st.lists(
+        st.tuples(
+            st.sampled_from(["all", "s1", "tree"]),
+            st.integers(0, 12),  # from_seq
+            st.integers(1, 6),  # buffer
+            st.booleans(),  # reads slowly
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+async def test_many_watchers_see_many_writers_and_another_process_exactly_once_in_order(
+    tmp_path_factory: pytest.TempPathFactory,
+    history: int,
+    rounds: list[tuple[int, int]],
+    watchers: list[tuple[str, int, int, bool]],
+) -> None:
+    # Real threads and a real second connection on purpose: the fan-out, the
+    # replays, the drops to the store and the other "process's" commits (seen
+    # by the change watcher or by our next commit's before_seq) interleave as
+    # in production.
+    path = tmp_path_factory.mktemp("many") / "events.db"
+    filters = {
+        "all": None,
+        "s1": Filter(session="s1"),
+        "tree": Filter(branch_prefixes=["root.a"]),
+    }
+    acknowledged: list[tuple[int, str, str, str]] = []  # seq, id, session, branch
+    counter = iter(range(100_000))
+
+    def params(i: int) -> AppendParams:
+        return AppendParams(
+            app="app", user="u", session=f"s{i % 3}",
+            event=ev(f"e{i}", {"i": i}, branch=("root.a.x", "root.b", "")[i % 3 - 1]),
+        )
+
+    def record(i: int, seq: int) -> None:
+        p = params(i)
+        acknowledged.append((seq, p.event.id, p.session, p.event.branch))
+
+    async def local() -> None:
+        i = next(counter)
+        record(i, (await log.append_params(params(i))).seq)
+
+    def foreign(store: SqliteStore, n: int) -> list[tuple[int, int]]:
+        done = []
+        for _ in range(n):
+            i = next(counter)
+            done.append((i, store.append(params(i), 0).seq))
+        return done
+
+    def wanted(kind: str, from_seq: int) -> list[tuple[int, str]]:
+        return sorted(
+            (seq, eid)
+            for seq, eid, session, branch in acknowledged
+            if seq > from_seq
+            and (kind == "all" or (kind == "s1" and session == "s1")
+                 or (kind == "tree" and branch.startswith("root.a")))
+        )
+
+    with trio.fail_after(60):
+        async with EventLog(path, synchronous="NORMAL", watch_interval=0.05) as log:
+            for _ in range(history):
+                await local()
+            other = await trio.to_thread.run_sync(SqliteStore.open, str(path))
+            received: list[list[tuple[int, str]]] = [[] for _ in watchers]
+            progressed = trio.Event()
+
+            async def consume(w: Any, k: int, slow: bool) -> None:
+                nonlocal progressed
+                async for entry in w:
+                    received[k].append((entry.seq, entry.event.id))
+                    progressed.set()
+                    progressed = trio.Event()
+                    if slow:
+                        await trio.sleep(0.001)
+
+            try:
+                async with trio.open_nursery() as nursery:
+                    opened = []
+                    for k, (kind, from_seq, buffer, slow) in enumerate(watchers):
+                        w = log.watch(from_seq, filters[kind], buffer_bytes=buffer * 300)
+                        opened.append(w)
+                        nursery.start_soon(consume, w, k, slow)
+                    for n_local, n_foreign in rounds:
+                        async with trio.open_nursery() as burst:
+                            for _ in range(n_local):
+                                burst.start_soon(local)
+                            if n_foreign:
+                                for i, seq in await trio.to_thread.run_sync(
+                                    foreign, other, n_foreign
+                                ):
+                                    record(i, seq)
+                        await trio.sleep(0)
+                    expected = [wanted(kind, f) for kind, f, _, _ in watchers]
+                    while any(len(r) < len(e) for r, e in zip(received, expected, strict=True)):
+                        await progressed.wait()
+                    for w in opened:
+                        await w.aclose()
+                    nursery.cancel_scope.cancel()
+            finally:
+                other.close()
+    assert received == expected

@@ -44,8 +44,8 @@ For the log that wires it in
   the reader before waking watchers. A process's own writer causes wakes too
   (its commits write the same WAL, and ``data_version`` moves for them as seen
   from the reader), so compare the newest seq with what the writer has already
-  announced through :class:`~streamd.eventlog.watch.Commits` and wake nobody for
-  your own commits.
+  fanned out (:meth:`~streamd.eventlog.fanout.Fanout.external`) and wake nobody
+  for your own commits.
 * **Arm before the baseline.** Enter ``FileChanges`` *before* the first
   confirmation read: a commit between that read and ``add_watch`` would
   otherwise raise no event and go unseen. Entered first, such a commit queues
@@ -80,6 +80,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_INOTIFY_ENV",
     "SETTLE_HORIZON",
+    "ChangeSource",
     "FileChanges",
     "Mode",
     "Rechecks",
@@ -235,6 +236,16 @@ def _announce(message: str) -> None:
     if message not in _announced:
         _announced.add(message)
         logger.info("%s", message)
+
+
+class ChangeSource(Protocol):
+    """What the log's change watcher needs of a backend's notifications:
+    :class:`FileChanges` for SQLite, LISTEN/NOTIFY for PostgreSQL."""
+
+    async def wait(self) -> None:
+        """Return when another process may have committed since the previous
+        return; spurious returns are allowed, missed ones are not."""
+        ...
 
 
 class FileChanges:

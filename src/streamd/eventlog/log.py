@@ -20,8 +20,10 @@ Tasks and their rules
   writer's :class:`~streamd.eventlog.fanout.Fanout` (each commit's entries,
   encoded once, handed to every matching watch) and reads the store again only
   when it fell behind or another process committed. Those commits are noticed
-  by a **poller** that reads ``PRAGMA data_version`` every ``watch_interval``;
-  it runs only while someone watches.
+  by a **change watcher** (:mod:`~streamd.eventlog.changes`: inotify on the
+  database's directory, else a poll every ``watch_interval``) whose every wake
+  is confirmed by ``PRAGMA data_version`` and the newest seq; it runs only
+  while someone watches.
 * **Lease heartbeats** run in the log's own nursery, or in one the caller
   supplies, one task per lease.
 * **Retention** runs every ``retention_interval`` seconds (and on
@@ -75,14 +77,15 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import trio
 
-from streamd.errors import CLOSED, RpcError, is_closed
+from streamd.errors import CLOSED, SOURCE_UNAVAILABLE, RpcError, is_closed
+from streamd.eventlog.changes import ChangeSource, FileChanges
 from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.lease import Lease, LeaseHost, new_holder_id
 from streamd.eventlog.model import (
@@ -164,20 +167,52 @@ Dispatch = Literal["aio", "thread", "inline"]
 Role = Literal["writer", "reader"]
 
 
+def is_postgres_url(value: object) -> bool:
+    """Whether ``--db``/``STREAMD_DB`` names a PostgreSQL database, not a file."""
+    return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
+
+
 def resolve_db_path(
     explicit: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None
-) -> Path:
+) -> Path | str:
     """Where the log lives: an explicit path, else ``$STREAMD_DB``, else
     ``$XDG_STATE_HOME/streamd/events.db`` (``~/.local/state`` when unset or not
-    absolute, as the XDG spec says), so it works with no configuration."""
+    absolute, as the XDG spec says), so it works with no configuration. A
+    ``postgresql://`` URL from either is returned as given (a ``str``): the log
+    is then in that PostgreSQL database."""
     environ = os.environ if env is None else env
     if explicit is not None:
+        if is_postgres_url(explicit):
+            return str(explicit)
         return Path(explicit).expanduser()
     if environ.get("STREAMD_DB"):
+        if is_postgres_url(environ["STREAMD_DB"]):
+            return environ["STREAMD_DB"]
         return Path(environ["STREAMD_DB"]).expanduser()
     state = environ.get("XDG_STATE_HOME", "")
     base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
     return base / "streamd" / "events.db"
+
+
+def db_description(target: Path | str) -> str:
+    """Where a log lives, for messages, logs and status: the file's path, or the
+    PostgreSQL URL without its password."""
+    if not isinstance(target, str):
+        return str(target)
+    from urllib.parse import parse_qsl, urlencode, urlsplit
+
+    u = urlsplit(target)
+    netloc = u.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0] + "@" if len(netloc) == 2 else ""
+    query = urlencode([(k, v) for k, v in parse_qsl(u.query) if k != "password"], safe="/")
+    return f"{u.scheme}://{user}{netloc[-1]}{u.path}" + (f"?{query}" if query else "")
+
+
+def _url_has_password(url: str) -> bool:
+    from urllib.parse import parse_qs, urlsplit
+
+    u = urlsplit(url)
+    return u.password is not None or "password" in parse_qs(u.query)
 
 
 @dataclass
@@ -208,6 +243,10 @@ class _PendingAppend:
                 self.on_done(outcome)
             else:
                 self.done.set()
+
+
+def _change_state(store: Backend) -> tuple[int, int]:
+    return store.change_counter(), store.newest_seq()
 
 
 def _never_written() -> RpcError:
@@ -256,12 +295,14 @@ class EventLog:
         retention_interval: float = DEFAULT_RETENTION_INTERVAL,
         dispatch: Dispatch = "aio",
         open_backend: Callable[[Role], Awaitable[Runner]] | None = None,
+        open_changes: Callable[[], AbstractAsyncContextManager[ChangeSource]] | None = None,
     ) -> None:
         if watch_interval <= 0 or watch_buffer < 1 or watch_buffer_bytes < 1 or max_batch < 1:
             raise ValueError(
                 "watch_interval, watch_buffer, watch_buffer_bytes and max_batch must be positive"
             )
         self.path = resolve_db_path(path)
+        self._db_given = path is not None  # from --db or the caller: seen in ps
         self.watch_interval = watch_interval
         self.stats = EventLogStats()
         self._options = SqliteOptions(synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
@@ -275,7 +316,14 @@ class EventLog:
         self.last_compaction: CompactResult | None = None
         """What the latest compaction (background or asked for) did."""
         self._dispatch = dispatch
-        self._open_backend = open_backend or self._open_sqlite
+        on_postgres = isinstance(self.path, str)
+        self._open_backend = open_backend or (
+            self._open_postgres if on_postgres else self._open_sqlite
+        )
+        self._open_changes = open_changes or (
+            self._postgres_changes if on_postgres
+            else lambda: FileChanges(Path(self.path), fallback_interval=self.watch_interval)
+        )
 
         self._nursery: trio.Nursery | None = None
         self._nursery_cm: Any = None
@@ -295,7 +343,7 @@ class EventLog:
         # for it before it calls a seq it read "another process's".
         self._committing: trio.Event | None = None
         self._watchers = 0  # watches reading now; the poller runs while there are any
-        self._poller_running = False
+        self._poller: trio.CancelScope | None = None
         self._watches: set[Watch] = set()
 
         self._leases: dict[str, Lease] = {}
@@ -414,6 +462,44 @@ class EventLog:
                 backend.interrupt()
 
     # -- plumbing --
+
+    @property
+    def where(self) -> str:
+        """The database in words, for messages and logs (see :func:`db_description`)."""
+        return db_description(self.path)
+
+    async def _open_postgres(self, role: Role) -> Runner:
+        """A PostgreSQL store on a worker thread (see
+        :mod:`~streamd.eventlog.pg_runner` for why); the writer migrates."""
+        try:
+            from streamd.eventlog.pg_runner import PostgresRunner
+            from streamd.eventlog.store.postgres import PostgresOptions
+        except ImportError as exc:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"the event log is in PostgreSQL, which needs psycopg ({exc}):"
+                " pip install 'streamd[postgres]'",
+            ) from None
+        if self._db_given and _url_has_password(str(self.path)):
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                "the event log's database URL holds a password, which every user of"
+                " this machine can read in the process list; give it the libpq way:"
+                " PGPASSWORD, ~/.pgpass (or PGPASSFILE), or a service file (PGSERVICEFILE)",
+            )
+        options = PostgresOptions(synchronous=self._options.synchronous)
+        return await PostgresRunner.open(str(self.path), options, migrate=role == "writer")
+
+    def _postgres_changes(self) -> AbstractAsyncContextManager[ChangeSource]:
+        """LISTEN for every host's commits; while that connection is down, poll
+        the newest seq on the reader (see :mod:`~streamd.eventlog.pg_changes`)."""
+        from streamd.eventlog.pg_changes import PgChanges
+
+        return PgChanges(
+            str(self.path),
+            fallback_interval=self.watch_interval,
+            poll=lambda: self._read(lambda store: store.newest_seq()),
+        )
 
     async def _open_sqlite(self, role: Role) -> Runner:
         path = str(self.path)
@@ -789,38 +875,46 @@ class EventLog:
         starts with the first watch and ends after the last."""
         _, reader = await self._ensure_open()
         self._watchers += 1
-        if not self._poller_running:
-            self._poller_running = True
+        if self._poller is None:
+            self._poller = trio.CancelScope()
             assert self._nursery is not None
-            self._nursery.start_soon(self._poll_changes, reader)
+            self._nursery.start_soon(self._poll_changes, reader, self._poller)
         try:
             yield reader, self._fanout
         finally:
             self._watchers -= 1
+            if self._watchers == 0 and self._poller is not None:
+                self._poller.cancel()
+                self._poller = None
 
-    async def _poll_changes(self, reader: Runner) -> None:
-        """Notice other processes' commits while anyone is watching."""
-        try:
-            last: int | None = None
-            while self._watchers > 0:
-                try:
-                    version = await reader.run(lambda store: store.change_counter())
-                    if version != last:
-                        # Our own writer moves data_version too: the newest
-                        # seq tells whose commit it was. The first reading is a
-                        # baseline, checked the same way, so a commit between a
-                        # watch's last query and it is not missed.
-                        newest = await reader.run(lambda store: store.newest_seq())
-                        await self._settled()
-                        self._fanout.external(newest)
-                        last = version
-                except RpcError as exc:
-                    if is_closed(exc):
-                        return
-                    logger.warning("event log change poll failed (will retry): %s", exc)
-                await trio.sleep(self.watch_interval)
-        finally:
-            self._poller_running = False
+    async def _poll_changes(self, reader: Runner, scope: trio.CancelScope) -> None:
+        """Notice other processes' commits while anyone is watching: woken by
+        the change source (inotify on the database's directory, else a timer),
+        each wake confirmed by ``data_version`` and the newest seq, read in one
+        call on the reader."""
+        with scope:
+            async with self._open_changes() as changes:
+                # Entered before the baseline read, so a commit between the two
+                # still raises a wake.
+                last: int | None = None
+                while True:
+                    try:
+                        version, newest = await reader.run(_change_state)
+                        if version != last:
+                            # Our own writer moves data_version too: the newest
+                            # seq tells whose commit it was, once ours up to it
+                            # are fanned out. The first reading is a baseline,
+                            # checked the same way, so a commit between a
+                            # watch's last query and it is not missed.
+                            await self._settled()
+                            self._fanout.external(newest)
+                            last = version
+                    except RpcError as exc:
+                        if is_closed(exc):
+                            return
+                        logger.warning("event log change check failed (will retry): %s", exc)
+                        await trio.sleep(self.watch_interval)
+                    await changes.wait()
 
     async def _settled(self) -> None:
         """Wait until no batch of ours is between its commit and its fan-out, so
@@ -1162,6 +1256,8 @@ class EventLog:
         return min((w.last_seq for w in self._watches), default=None)
 
     def _file_bytes(self) -> int:
+        if isinstance(self.path, str):
+            return 0  # PostgreSQL: the server's files, not ours to measure
         total = 0
         for suffix in ("", "-wal"):
             try:
