@@ -32,7 +32,7 @@ DAY = 86_400 * SECOND
 
 @pytest.fixture(params=sorted(contract.BACKENDS))
 def fx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
-    yield from contract.BACKENDS[request.param](tmp_path)
+    yield from contract.BACKENDS[request.param](request, tmp_path)
 
 
 @pytest.fixture
