@@ -241,7 +241,35 @@ def start(root: Path | None = None) -> Cluster:
     return cluster
 
 
+def adapter(argv: list[str]) -> int:
+    """``pg_cluster.py adapter ADMIN_CONNINFO [streamd args...]``: run ``python -m
+    streamd`` on a database of its own instead of the SQLite file a case names.
+
+    The event log's conformance cases pass ``--db ${WORKDIR}/events.db`` (a
+    fresh directory per run); this replaces that path with a new database,
+    copied from the migrated ``streamd_template`` and named for the workdir, so
+    every replayed case starts from an empty log on PostgreSQL exactly as it
+    would from a new file. The database goes with the cluster."""
+    import hashlib
+
+    import psycopg
+
+    admin_info, rest = argv[0], argv[1:]
+    if "--db" in rest:
+        i = rest.index("--db")
+        name = "c" + hashlib.blake2b(rest[i + 1].encode(), digest_size=8).hexdigest()
+        with psycopg.connect(admin_info, autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {name} TEMPLATE streamd_template")
+        params = psycopg.conninfo.conninfo_to_dict(admin_info)
+        url = f"postgresql://{params['user']}@/{name}?host={params['host']}&port={params['port']}"
+        rest[i + 1] = url
+    os.execv(sys.executable, [sys.executable, "-m", "streamd", *rest])
+    return 1  # not reached
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["adapter"]:
+        raise SystemExit(adapter(sys.argv[2:]))
     c = start()
     print(c.url(), flush=True)
     with contextlib.suppress(EOFError, KeyboardInterrupt):

@@ -9,8 +9,12 @@ conftest.py) and is skipped, loudly, where none can be started.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
+import shlex
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -388,3 +392,175 @@ def test_a_wrong_password_is_a_clear_error_that_names_no_password(
     assert wrong not in caplog.text
     url = "postgresql://streamd_pw:" + wrong + "@/x?host=/nowhere"
     assert wrong not in describe(url)
+
+
+# --- daemons on two hosts ------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Host:
+    """``python -m streamd --db URL`` on stdio, with a state directory (and
+    so a default SQLite log, resident socket, ...) of its own: another host, as
+    far as the log can tell."""
+
+    def __init__(self, proc: trio.Process) -> None:
+        self.proc = proc
+        self.buffer = bytearray()
+        self.next_id = 0
+        self.notes: list[dict[str, Any]] = []
+
+    @classmethod
+    async def start(cls, url: str, home: Path) -> Host:
+        home.mkdir()
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HOME": str(home),
+               "XDG_STATE_HOME": str(home / "state"), "XDG_RUNTIME_DIR": str(home)}
+        env.pop("STREAMD_DB", None)
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "streamd", "--db", url],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+        )
+        return cls(proc)
+
+    async def frame(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while b"\n" not in self.buffer:
+            chunk = await self.proc.stdout.receive_some(65536)
+            if not chunk:
+                raise EOFError("the daemon closed stdout")
+            self.buffer += chunk
+        line, _, rest = bytes(self.buffer).partition(b"\n")
+        self.buffer[:] = rest
+        return json.loads(line)
+
+    async def send(self, method: str, params: dict[str, Any]) -> int:
+        assert self.proc.stdin is not None
+        self.next_id += 1
+        await self.proc.stdin.send_all(json.dumps(
+            {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        ).encode() + b"\n")
+        return self.next_id
+
+    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        want = await self.send(method, params)
+        while True:
+            frame = await self.frame()
+            if frame.get("id") == want:
+                return frame
+            self.notes.append(frame)
+
+    async def note(self, method: str) -> dict[str, Any]:
+        while True:
+            for i, frame in enumerate(self.notes):
+                if frame.get("method") == method:
+                    return self.notes.pop(i)
+            self.notes.append(await self.frame())
+
+    async def stop(self) -> int:
+        assert self.proc.stdin is not None
+        await self.proc.stdin.aclose()
+        return await self.proc.wait()
+
+
+def _append(event_id: str, session: str = "s") -> dict[str, Any]:
+    return {"app": "app", "user": "u", "session": session,
+            "event": {"id": event_id, "author": "agent", "content": event_id}}
+
+
+async def test_two_daemons_on_two_hosts_share_one_log(
+    postgres_cluster: Any, postgres_db: str, tmp_path: Path,
+) -> None:
+    name = psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"]
+    url = postgres_cluster.url(name)
+    with trio.fail_after(60):
+        a = await Host.start(url, tmp_path / "host-a")
+        b = await Host.start(url, tmp_path / "host-b")
+        try:
+            watch = await a.send("eventlog/watch", {"from_seq": 0})
+            first = await b.call("eventlog/append", _append("from-b"))
+            assert first["result"] == {"seq": 1, "duplicate": False}
+            # A's watcher is woken by B's commit (LISTEN/NOTIFY), not by a poll.
+            entry = await a.note("eventlog/entry")
+            assert entry["params"]["watch"] == watch
+            assert entry["params"]["entry"]["event"]["id"] == "from-b"
+            second = await a.call("eventlog/append", _append("from-a"))
+            assert second["result"]["seq"] == 2
+            got = await b.call("eventlog/since", {"from_seq": 0})
+            assert [e["event"]["id"] for e in got["result"]["entries"]] == ["from-b", "from-a"]
+            # The same event id from the other host is a retry, not a second event.
+            again = await b.call("eventlog/append", _append("from-a"))
+            assert again["result"] == {"seq": 2, "duplicate": True}
+            # A lease held on one host is held on the other.
+            lock = await a.call("eventlog/lock.acquire", {"app": "app", "user": "u",
+                                                          "session": "s"})
+            assert "lock" in lock["result"]
+            taken = await b.call("eventlog/lock.acquire", {"app": "app", "user": "u",
+                                                           "session": "s"})
+            assert taken["error"]["code"] == SESSION_LOCKED
+            assert taken["error"]["data"]["holder"] == lock["result"]["holder"]
+            # Nothing of the log went to either host's own state directory.
+            assert not list((tmp_path / "host-a").rglob("*.db"))
+            assert not list((tmp_path / "host-b").rglob("*.db"))
+        finally:
+            for host in (a, b):
+                with trio.move_on_after(10):
+                    await host.stop()
+                if host.proc.returncode is None:
+                    host.proc.kill()
+
+
+def test_the_eventlog_conformance_suite_passes_on_postgres(
+    postgres_cluster: Any, postgres_db: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # postgres_db made the migrated template the adapter copies for each case.
+    from streamd import conformance
+
+    suite = REPO / "conformance" / "eventlog"
+    cases = len(conformance.discover_cases(suite))
+    adapter = shlex.join([sys.executable, str(REPO / "tests" / "pg_cluster.py"), "adapter",
+                          postgres_cluster.conninfo()])
+    assert conformance.main(["verify", str(suite), "--adapter", adapter]) == 0, (
+        capsys.readouterr().out
+    )
+    assert f"{cases} passed, 0 failed" in capsys.readouterr().out
+
+
+async def test_a_password_in_the_db_url_is_refused_and_never_shown(postgres_cluster: Any) -> None:
+    from streamd.eventlog.log import EventLog
+
+    url = postgres_cluster.url("postgres").replace("streamd@", f"streamd:{SECRET}@")
+    with trio.fail_after(10):
+        async with EventLog(url) as log:
+            assert SECRET not in log.where and "streamd@" in log.where
+            with pytest.raises(RpcError) as info:
+                await log.ping()
+    assert info.value.code == SOURCE_UNAVAILABLE
+    assert "process list" in info.value.message and SECRET not in info.value.message
+
+
+async def test_a_lease_stolen_by_another_host_is_reported_lost_to_its_holder(
+    postgres_cluster: Any, postgres_db: str,
+) -> None:
+    from streamd.eventlog.log import EventLog
+
+    url = postgres_cluster.url(psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"])
+    lost = trio.Event()
+
+    async def on_lost(lease: Any) -> None:
+        lost.set()
+
+    with trio.fail_after(20):
+        async with EventLog(url) as host_a, EventLog(url) as host_b:
+            lease = await host_a.acquire_lock("app", "u", "s", stale_after_ms=150,
+                                              heartbeat_ms=50, on_lost=on_lost)
+            with pytest.raises(RpcError) as info:
+                await host_b.acquire_lock("app", "u", "s")
+            assert info.value.code == SESSION_LOCKED
+            # Host A stops being able to keep its promise (its window shrinks to
+            # nothing, by hand): by the database's clock it is stale at once.
+            with psycopg.connect(postgres_db, autocommit=True) as db:
+                db.execute("UPDATE streamd.leases SET stale_after_ms = 0")
+            taken = await host_b.acquire_lock("app", "u", "s")
+            await lost.wait()
+            assert lease.lost.is_set() and taken.holder != lease.holder
+            assert [x.holder for x in await host_b.list_locks()] == [taken.holder]

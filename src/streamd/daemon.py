@@ -154,7 +154,7 @@ class Daemon:
                     raise RpcError(SOURCE_UNAVAILABLE, f"event log configuration: {exc}") from exc
                 await self._nursery.start(_host, eventlog)
                 self._eventlog = eventlog
-                log.info("event log at %s", eventlog.path)
+                log.info("event log at %s", eventlog.where)
         return self._eventlog
 
 

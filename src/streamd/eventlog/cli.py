@@ -36,6 +36,7 @@ import signal
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -296,7 +297,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
     reading = args.log_command in _READS or (
         args.log_command == "sessions" and args.sessions_command != "create"
     )
-    if reading and not path.exists():
+    if reading and isinstance(path, Path) and not path.exists():
         raise RpcError(
             SOURCE_UNAVAILABLE, f"no event log at {path} (use --db PATH or set STREAMD_DB)"
         )
@@ -455,7 +456,7 @@ async def _ping(log: EventLog, args: argparse.Namespace) -> int:
     if args.json:
         _json({})
     else:
-        _out(f"ok: {log.path} (latest seq {await log.latest_seq()})")
+        _out(f"ok: {log.where} (latest seq {await log.latest_seq()})")
     return 0
 
 

@@ -49,6 +49,7 @@ import trio
 from streamd import __version__
 from streamd.daemon import SIGNAL_GRACE, Daemon
 from streamd.eventlog import resolve_db_path
+from streamd.eventlog.log import db_description
 from streamd.resident import paths
 from streamd.resident.lock import InstanceLock
 from streamd.rpc import Connection, Method, MethodTable, Request, Server
@@ -263,7 +264,7 @@ class ResidentDaemon:
             connections=max(self.connections - 1, 0),
             sources=self.sources.open_count if self.sources is not None else 0,
             socket=self.socket_path,
-            db=str(resolve_db_path(self.daemon.config.db)),
+            db=db_description(resolve_db_path(self.daemon.config.db)),
             log=self.options.log_file,
         )
 
