@@ -45,7 +45,7 @@ import trio
 
 from streamd.errors import BUDGET_EXCEEDED, RpcError
 from streamd.eventlog.lease import Lease
-from streamd.eventlog.log import EventLog
+from streamd.eventlog.log import AppendOutcome, EventLog
 from streamd.eventlog.model import (
     REPLY_BUDGET_BYTES,
     AppendBatchParams,
@@ -91,6 +91,7 @@ from streamd.eventlog.model import (
 )
 from streamd.eventlog.store import Committed
 from streamd.rpc import Connection, Method, Request, encode_notification
+from streamd.rpc.protocol import Reply
 
 __all__ = ["ENTRY_NOTIFICATION", "LOCK_LOST_NOTIFICATION", "METHOD_NAMES", "eventlog_methods"]
 
@@ -105,6 +106,9 @@ LogFactory = Callable[[], EventLog | Awaitable[EventLog]]
 class _Service:
     def __init__(self, get_log: LogFactory) -> None:
         self._get_log = get_log
+        # The log the factory last gave, while it stays open: what lets an
+        # append be queued from the RPC reader without awaiting the factory.
+        self._known: EventLog | None = None
         # Leases each connection holds, by lock id: released when it closes.
         self._held: weakref.WeakKeyDictionary[Connection, dict[str, Lease]] = (
             weakref.WeakKeyDictionary()
@@ -112,7 +116,9 @@ class _Service:
 
     async def log(self) -> EventLog:
         got = self._get_log()
-        return await got if inspect.isawaitable(got) else got
+        log = await got if inspect.isawaitable(got) else got
+        self._known = log
+        return log
 
     # -- appends and reads --
 
@@ -121,6 +127,34 @@ class _Service:
 
     async def append_batch(self, p: AppendBatchParams, request: Request) -> AppendBatchResult:
         return AppendBatchResult(results=await (await self.log()).append_batch_params(p))
+
+    # The queued forms the RPC layer uses (Method.submit): same answers as the
+    # two above, without a task per append. Once queued, an append is committed
+    # whatever its connection does, so there is nothing to cancel.
+
+    def submit_append(self, p: AppendParams, reply: Reply) -> Awaitable[None] | None:
+        log = self._known
+        if log is None or log.closed:
+            # First use (the factory may open the log) or a closed log (the
+            # factory says what it says then): ask it, in a task.
+            return self._submit_later(p, reply)
+        log.submit_append(p, reply)
+        return None
+
+    def submit_append_batch(self, p: AppendBatchParams, reply: Reply) -> Awaitable[None] | None:
+        def batch_reply(outcome: AppendOutcome) -> None:
+            reply(outcome if isinstance(outcome, RpcError) else AppendBatchResult(results=outcome))
+
+        log = self._known
+        if log is None or log.closed:
+            return self._submit_later(p, batch_reply)
+        log.submit_append(p, batch_reply)
+        return None
+
+    async def _submit_later(
+        self, p: AppendParams | AppendBatchParams, on_done: Callable[[AppendOutcome], None]
+    ) -> None:
+        (await self.log()).submit_append(p, on_done)
 
     async def since(self, p: SinceParams, request: Request) -> SinceResult:
         return await (await self.log()).since_params(
@@ -335,8 +369,11 @@ def eventlog_methods(get_log: LogFactory) -> list[Method]:
     service = _Service(get_log)
     s = service
     return [
-        Method("eventlog/append", AppendParams, s.append),
-        Method("eventlog/append_batch", AppendBatchParams, s.append_batch),
+        Method("eventlog/append", AppendParams, s.append, submit=s.submit_append),
+        Method(
+            "eventlog/append_batch", AppendBatchParams, s.append_batch,
+            submit=s.submit_append_batch,
+        ),
         Method("eventlog/since", SinceParams, s.since),
         Method("eventlog/watch", WatchParams, s.watch),
         Method("eventlog/latest_seq", LatestSeqParams, s.latest_seq),

@@ -83,6 +83,9 @@ class EmptyParams(msgspec.Struct, forbid_unknown_fields=True):
 
 
 Handler = Callable[[Any, "Request"], Awaitable[Any]]
+Reply = Callable[[Any], None]
+"""Answers a queued request: called once with its result, or an RpcError."""
+Submit = Callable[[Any, Reply], "Awaitable[None] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +94,25 @@ class Method:
 
     ``deadline`` extracts the request's wall-clock deadline (Unix ns) from the
     decoded params, or None for methods that carry none.
+
+    ``submit`` makes the method *queued*: for a request that cannot be
+    cancelled once accepted (an append, which the log's writer commits
+    whatever happens to its caller), the server calls ``submit(params, reply)``
+    on the reading task instead of running ``handler`` in a task of its own,
+    and ``reply`` encodes the answer when the work is done. ``submit`` must
+    not block: it queues the work, or returns an awaitable that the server
+    runs to completion, uncancelled, when it has to wait first (the log is not
+    open yet). It must answer exactly the way ``handler`` would (``handler``
+    stays the reference, for callers that await). No task, cancel scope or
+    event per request: on the append path those were most of the event loop's
+    time.
     """
 
     name: str
     params: type
     handler: Handler
     deadline: Callable[[Any], int | None] | None = None
+    submit: Submit | None = None
 
 
 MethodTable = Mapping[str, Method]

@@ -8,10 +8,24 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   ``$/cancelRequest`` cancel that scope, and the request is still answered:
   -32007 ``context canceled``. A request whose ``deadline`` passes answers
   -32007 ``context deadline exceeded``.
-* One writer task owns the output stream, fed by a bounded memory channel,
-  so concurrent replies never interleave and a slow peer pushes back on
-  whoever is producing (a watch stream, for instance) instead of growing a
-  buffer without limit.
+* A *queued* method (``Method.submit``: ``eventlog/append`` and
+  ``eventlog/append_batch``) is a request that cannot be cancelled once
+  accepted, since the log's writer commits it whatever happens to its caller.
+  It gets no task and no scope: the reader decodes its params once, calls
+  ``submit(params, reply)`` and goes on reading; ``reply``, called on the
+  event loop when the work is done (after the commit), encodes the answer
+  and queues it for the writer. A cancel notification for a queued request
+  changes nothing: it is answered with its real outcome (written, or the
+  error that kept it out), never -32007, since a "canceled" answer for an
+  event that was committed would make the peer believe a lie. A queued
+  request still counts against the in-flight bound until its reply, and end
+  of input, shutdown and :meth:`Server.stop` wait for it like any request;
+  if the peer is gone by then, its reply is dropped silently.
+* One writer task owns the output stream, fed by the connection's outbox, so
+  concurrent replies never interleave and a slow peer pushes back on whoever
+  is producing (a watch stream, for instance) instead of growing a buffer
+  without limit; the writer takes everything queued and writes it in one
+  send, so the replies of one commit leave together.
 * Work in flight is bounded per connection, in requests (``max_inflight``)
   and in bytes of their frames (``max_inflight_bytes``). A request counts
   from its dispatch until its answer is queued for the writer; while the
@@ -58,6 +72,7 @@ from streamd.rpc.protocol import (
     MethodTable,
     RequestId,
     Shutdown,
+    Submit,
     bind,
     encode_error,
     encode_notification,
@@ -77,10 +92,73 @@ MAX_INFLIGHT = 256
 MAX_INFLIGHT_BYTES = 64 << 20
 
 
+class _Outbox:
+    """Frames waiting for the connection's writer task, in order.
+
+    Not a memory channel, because it has two kinds of producers. Awaited sends
+    (a watch's notifications, an error, a task's answer) wait while ``limit``
+    frames are queued, so a peer that does not read pushes back on them.
+    Replies of queued requests come from a callback that cannot wait; they go
+    in at once, which costs no more memory than the bound on requests in
+    flight already allows. The writer takes everything queued in one go.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._frames: list[bytes] = []
+        self._limit = limit
+        self._closed = False
+        self._writer = trio.lowlevel.ParkingLot()
+        self._room = trio.lowlevel.ParkingLot()
+
+    async def put(self, frame: bytes) -> None:
+        """Queue ``frame`` once there is room; ClosedResourceError once closed."""
+        # A checkpoint either way, as a memory channel's send is.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        parked = False
+        while len(self._frames) >= self._limit and not self._closed:
+            await self._room.park()
+            parked = True
+        if not self.put_nowait(frame):
+            raise trio.ClosedResourceError
+        if not parked:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def put_nowait(self, frame: bytes) -> bool:
+        """Queue ``frame`` whatever the bound; False (dropped) once closed."""
+        if self._closed:
+            return False
+        self._frames.append(frame)
+        if self._writer:
+            self._writer.unpark()
+        return True
+
+    async def take(self) -> list[bytes]:
+        """Every queued frame, once there is one; [] when closed and empty."""
+        while not self._frames:
+            if self._closed:
+                return []
+            await self._writer.park()
+        # One turn of the event loop first, so the other producers woken in
+        # this step add theirs: tasks answering one frame each would otherwise
+        # each get a write of their own (small writes fill a Unix socket's
+        # buffer with overhead long before it holds its size in bytes).
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        frames, self._frames = self._frames, []
+        if self._room:
+            self._room.unpark_all()
+        return frames
+
+    def close(self) -> None:
+        """No more frames; the writer still gets those already queued."""
+        self._closed = True
+        self._writer.unpark_all()
+        self._room.unpark_all()
+
+
 class Connection:
     """One peer. Handlers reach per-connection facilities through it."""
 
-    def __init__(self, nursery: trio.Nursery, outbox: trio.MemorySendChannel[bytes]) -> None:
+    def __init__(self, nursery: trio.Nursery, outbox: _Outbox) -> None:
         self._nursery = nursery
         self.closing = trio.Event()
         self.unwritten_bytes = 0
@@ -97,12 +175,18 @@ class Connection:
     async def send(self, frame: bytes) -> None:
         self.unwritten_bytes += len(frame)
         try:
-            await self._outbox.send(frame)
+            await self._outbox.put(frame)
         except BaseException as exc:
             self.done_with(len(frame))  # not queued (cancelled, or no writer)
             if isinstance(exc, trio.ClosedResourceError | trio.BrokenResourceError):
                 return  # the writer is gone (the peer hung up); nobody to tell
             raise
+
+    def send_nowait(self, frame: bytes) -> None:
+        """Queue ``frame`` without waiting for room: for answers whose number
+        the in-flight bound already limits. Dropped once the connection is gone."""
+        if self._outbox.put_nowait(frame):
+            self.unwritten_bytes += len(frame)
 
     def done_with(self, size: int) -> None:
         """The writer wrote (or dropped) ``size`` bytes of queued frames."""
@@ -145,6 +229,40 @@ class Request:
 
     async def notify(self, method: str, params: Any) -> None:
         await self.connection.notify(method, params)
+
+
+class _Queued:
+    """A queued request in the in-flight table, and the ``reply`` its method's
+    ``submit`` calls: it answers once, and frees the request's slot."""
+
+    __slots__ = ("answered", "id", "key", "method", "session", "size")
+
+    def __init__(
+        self, session: _Session, request_id: RequestId | None, key: Any, method: str, size: int
+    ) -> None:
+        self.session = session
+        self.id = request_id
+        self.key = key
+        self.method = method
+        self.size = size
+        self.answered = False
+
+    def __call__(self, outcome: Any) -> None:
+        if self.answered:
+            return
+        self.answered = True
+        session = self.session
+        del session.inflight[self.key]
+        if isinstance(outcome, RpcError):
+            frame = error_frame(self.id, outcome)
+        else:
+            try:
+                frame = encode_result(self.id, outcome)
+            except Exception as exc:
+                log.exception("%s failed", self.method)
+                frame = error_frame(self.id, RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
+        session.conn.send_nowait(frame)
+        session._release(self.size)
 
 
 class Server:
@@ -205,8 +323,9 @@ class _Session:
         self.server = server
         self.receive = receive
         self.send = send
-        # Requests that can be cancelled, by id (a null id gets a key of its own).
-        self.inflight: dict[tuple[str, Any], Request] = {}
+        # Requests in flight, by id (a null id gets a key of its own): tasks,
+        # which a cancel cancels, and queued requests, which it does not.
+        self.inflight: dict[tuple[str, Any], Request | _Queued] = {}
         self._null_ids = itertools.count()
         # Requests dispatched and not yet answered, and their frames' bytes:
         # the bounds the reader waits on.
@@ -222,38 +341,36 @@ class _Session:
         self._reading.cancel()
 
     async def run(self) -> None:
-        outbox_send, outbox_receive = trio.open_memory_channel[bytes](OUTBOX_FRAMES)
+        outbox = _Outbox(OUTBOX_FRAMES)
         async with self.send, trio.open_nursery() as writer_nursery:
-            writer_nursery.start_soon(self._write, outbox_receive)
-            # Closing outbox_send ends the writer once it has flushed everything.
-            async with outbox_send, trio.open_nursery() as nursery:
-                conn = Connection(nursery, outbox_send)
-                self.conn = conn
-                self.methods = self.server.make_methods(conn)
-                try:
-                    await self._read_loop(nursery)
-                finally:
-                    conn.closing.set()
-                    await self._drain_inflight()
-                    await conn.run_cleanups()
-                    # Background tasks (heartbeats, pollers) end with the connection.
-                    nursery.cancel_scope.cancel()
+            writer_nursery.start_soon(self._write, outbox)
+            try:
+                async with trio.open_nursery() as nursery:
+                    conn = Connection(nursery, outbox)
+                    self.conn = conn
+                    self.methods = self.server.make_methods(conn)
+                    try:
+                        await self._read_loop(nursery)
+                    finally:
+                        conn.closing.set()
+                        await self._drain_inflight()
+                        await conn.run_cleanups()
+                        # Background tasks (heartbeats, pollers) end with the connection.
+                        nursery.cancel_scope.cancel()
+            finally:
+                # Ends the writer once it has flushed everything.
+                outbox.close()
 
-    async def _write(self, outbox: trio.MemoryReceiveChannel[bytes]) -> None:
+    async def _write(self, outbox: _Outbox) -> None:
         broken = False
-        async for frame in outbox:
+        while frames := await outbox.take():
+            # Whatever is queued goes out in one write: the replies of one
+            # commit, produced in one step of the event loop, in one send.
+            data = b"".join(frames)
+            del frames
             if broken:
-                self.conn.done_with(len(frame))
+                self.conn.done_with(len(data))
                 continue
-            batch = [frame]
-            # Coalesce whatever is already queued into one write.
-            while True:
-                try:
-                    batch.append(outbox.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-            data = b"".join(batch)
-            del batch, frame
             try:
                 await self.send.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -315,7 +432,8 @@ class _Session:
 
     def _cancel(self, request_id: RequestId) -> None:
         request = self.inflight.get(id_key(request_id))
-        if request is not None:
+        # A queued request cannot be cancelled: it is answered with its outcome.
+        if isinstance(request, Request):
             request.canceled = True
             request.scope.cancel()
 
@@ -325,7 +443,9 @@ class _Session:
         except RpcError as exc:
             await self._reply_error(call.id, exc)
             return
-        await self._admit(call.size)
+        if self.pending and not self._fits(call.size):
+            await self._wait_room(call.size)
+        self._admit(call.size)
         key = ("null", next(self._null_ids)) if call.id is None else id_key(call.id)
         if key in self.inflight:
             self._release(call.size)
@@ -334,20 +454,29 @@ class _Session:
                 RpcError(errors.INVALID_REQUEST, f"request id {call.id!r} is already in flight"),
             )
             return
+        if method.submit is not None:
+            self._submit(method.submit, params, _Queued(self, call.id, key, method.name, call.size))
+            return
         scope = trio.CancelScope(deadline=self._deadline(method, params))
         request = Request(call.id, method.name, self.conn, scope)
         self.inflight[key] = request
         nursery.start_soon(self._run_request, request, key, method, params, call.size)
 
-    async def _admit(self, size: int) -> None:
-        """Wait (not reading meanwhile) until a request of ``size`` bytes fits."""
+    def _fits(self, size: int) -> bool:
         server = self.server
-        while self.pending and (
-            self.pending >= server.max_inflight
-            or self.pending_bytes + size > server.max_inflight_bytes
-        ):
+        return (
+            self.pending < server.max_inflight
+            and self.pending_bytes + size <= server.max_inflight_bytes
+        )
+
+    async def _wait_room(self, size: int) -> None:
+        """Wait (not reading meanwhile) until a request of ``size`` bytes fits
+        (one always fits when nothing is in flight)."""
+        while self.pending and not self._fits(size):
             self._room = trio.Event()
             await self._room.wait()
+
+    def _admit(self, size: int) -> None:
         self.pending += 1
         self.pending_bytes += size
         if self.idle.is_set():
@@ -395,10 +524,41 @@ class _Session:
         finally:
             self._release(size)
 
+    def _submit(self, submit: Submit, params: Any, reply: _Queued) -> None:
+        """Hand a queued request to its method, which answers through ``reply``."""
+        self.inflight[reply.key] = reply
+        try:
+            later = submit(params, reply)
+        except RpcError as exc:
+            reply(exc)
+            return
+        except Exception as exc:
+            log.exception("%s failed", reply.method)
+            reply(RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
+            return
+        if later is not None:
+            self.conn.start_soon(self._submit_later, later, reply)
+
+    async def _submit_later(self, later: Awaitable[None], reply: _Queued) -> None:
+        """Finish a submit that had to wait before it could queue (the log was
+        not open yet). Only a cancellation of the whole connection reaches it,
+        and then nothing was queued."""
+        try:
+            await later
+        except RpcError as exc:
+            reply(exc)
+        except Exception as exc:
+            log.exception("%s failed", reply.method)
+            reply(RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
+        except BaseException:
+            reply(RpcError(errors.DEADLINE_EXCEEDED, "context canceled"))
+            raise
+
     def _cancel_all(self) -> None:
         for request in self.inflight.values():
-            request.canceled = True
-            request.scope.cancel()
+            if isinstance(request, Request):
+                request.canceled = True
+                request.scope.cancel()
 
     async def _drain_inflight(self) -> None:
         await self.idle.wait()
