@@ -1,0 +1,72 @@
+"""The SQLite store's group commit skips a session's upsert after the first
+append of the batch that made it (``_append_one``): the batch must leave every
+session exactly as appending one by one would, refused items included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from streamd.errors import EVENT_CONFLICT, RpcError
+from streamd.eventlog.model import AppendParams, to_us
+from streamd.eventlog.store import AppendGroup, SqliteOptions, SqliteStore
+
+NOW = 1_750_000_000 * 1_000_000
+
+
+def params(event_id: str, session: str, content: Any = None) -> AppendParams:
+    return msgspec.json.decode(
+        msgspec.json.encode({
+            "app": "app", "user": "u", "session": session,
+            "event": {"id": event_id, "author": "agent", "content": content or {"id": event_id}},
+        }),
+        type=AppendParams,
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    store = SqliteStore.open(str(tmp_path / "events.db"), SqliteOptions(synchronous="NORMAL"))
+    yield store
+    store.close()
+
+
+def test_a_batch_of_appends_to_few_sessions_leaves_them_as_single_appends_would(store) -> None:
+    store.append_batch([params("old", "a")], NOW - 10)
+    batch = [params(f"e{i}", "ab"[i % 2]) for i in range(10)]
+    results = store.append_batch(batch, NOW)
+    assert [r.seq for r in results] == list(range(2, 12))
+    for name, last in (("a", 10), ("b", 11)):
+        s = store.get_session("app", "u", name, 0, None)
+        assert s.last_seq == last
+        assert to_us(s.updated_at) == NOW
+        assert s.events[-1].event.id == f"e{last - 2}"
+    assert to_us(store.get_session("app", "u", "a", 0, None).created_at) == NOW - 10
+    assert to_us(store.get_session("app", "u", "b", 0, None).created_at) == NOW
+
+
+def test_a_session_made_by_a_refused_group_is_made_again_by_a_later_append(store) -> None:
+    store.append_batch([params("x", "other", {"v": 1})], NOW - 10)
+    group = AppendGroup([params("g1", "g"), params("x", "other", {"v": 2})])
+    outcome = store.append_commit([group, params("g2", "g")], NOW, capture=False)
+    refused, single = outcome.results
+    assert isinstance(refused, RpcError) and refused.code == EVENT_CONFLICT
+    s = store.get_session("app", "u", "g", 0, None)
+    assert s.last_seq == single.seq
+    assert [e.event.id for e in s.events] == ["g2"]
+    assert to_us(s.created_at) == NOW
+
+
+def test_a_refused_append_does_not_count_its_session_as_made(store) -> None:
+    store.append_batch([params("x", "other", {"v": 1})], NOW - 10)
+    # The conflict is refused before any write, in its own savepoint; the
+    # append after it, to a session nobody wrote yet, must still create it.
+    outcome = store.append_commit(
+        [params("x", "h", {"v": 2}), params("h1", "h")], NOW, capture=False
+    )
+    refused, single = outcome.results
+    assert isinstance(refused, RpcError) and refused.code == EVENT_CONFLICT
+    assert store.get_session("app", "u", "h", 0, None).last_seq == single.seq
