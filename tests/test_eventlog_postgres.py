@@ -214,11 +214,16 @@ async def test_a_listener_wakes_for_another_connections_commit(
             await trio.to_thread.run_sync(lambda: writer.append_batch([ap("e1")], T0))
             await changes.wait()
             assert changes.newest_notified == 1
-            # Two commits before the next wait: one return, the newest seq.
+            # Two commits before the next wait: each is seen, in at most one
+            # return apiece (the second may still be on its way to the socket
+            # when the first is read, so they are not always one return).
             await trio.to_thread.run_sync(lambda: writer.append_batch([ap("e2")], T0))
             await trio.to_thread.run_sync(lambda: writer.append_batch([ap("e3")], T0))
-            await changes.wait()
-            assert changes.newest_notified == 3
+            returns = 0
+            while changes.newest_notified < 3:
+                await changes.wait()
+                returns += 1
+            assert returns <= 2
 
 
 async def test_a_dropped_listener_wakes_polls_and_listens_again(
