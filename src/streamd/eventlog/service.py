@@ -5,6 +5,15 @@ its Struct with unknown fields forbidden, and hands it to the log's ``*_params``
 methods as it is) and builds no error frames (it raises ``RpcError``).
 What this module adds is per-connection behaviour:
 
+* ``eventlog/append`` and ``eventlog/append_batch`` are *queued* methods
+  (:class:`~streamd.rpc.Method` ``submit``): the RPC reader hands the decoded
+  params to :meth:`EventLog.submit_append` with a callback and reads on; the
+  reply is encoded when the writer's commit resolves the append. Once queued,
+  an append is committed whatever its connection does, so a cancel of one is
+  answered with its real outcome, and a connection that closes with appends
+  queued still has them committed (their replies are dropped). The awaited
+  handlers stay, with the same answers, for callers of the method table.
+
 * ``eventlog/watch`` is a long-running request. Entries go out as
   ``eventlog/entry`` notifications ``{watch: <request id>, entry}``, in seq order.
   The request ends only when cancelled (the RPC layer answers -32007) or when the
