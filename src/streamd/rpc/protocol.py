@@ -105,7 +105,7 @@ class Method:
     open yet). It must answer exactly the way ``handler`` would (``handler``
     stays the reference, for callers that await). No task, cancel scope or
     event per request: on the append path those were most of the event loop's
-    time.
+    time. ``deadline`` does not apply to a queued method: nothing could stop it.
     """
 
     name: str
