@@ -70,3 +70,20 @@ def test_a_refused_append_does_not_count_its_session_as_made(store) -> None:
     refused, single = outcome.results
     assert isinstance(refused, RpcError) and refused.code == EVENT_CONFLICT
     assert store.get_session("app", "u", "h", 0, None).last_seq == single.seq
+
+
+def test_a_batch_that_holds_a_refusal_commits_the_rest_as_one_without_would(store) -> None:
+    # Run first without savepoints per append, the batch is run again with
+    # them once something in it is refused: only the refused append is missing.
+    store.append_batch([params("x", "s", {"v": 1})], NOW - 10)
+    outcome = store.append_commit(
+        [params("a", "s"), params("x", "s", {"v": 2}), params("b", "s")], NOW, capture=True
+    )
+    first, refused, last = outcome.results
+    assert isinstance(refused, RpcError) and refused.code == EVENT_CONFLICT
+    assert (first.seq, last.seq) == (2, 3)
+    assert (outcome.before_seq, outcome.after_seq) == (1, 3)
+    assert outcome.entries is not None and [e.seq for e in outcome.entries] == [2, 3]
+    assert [e.event.id for e in store.get_session("app", "u", "s", 0, None).events] == [
+        "x", "a", "b",
+    ]

@@ -362,39 +362,22 @@ class SqliteStore:
                     prepared.append(rows.prepare(p, now_us))
             except RpcError as exc:
                 prepared.append(exc)
-        out: list[AppendResult | list[AppendResult] | RpcError] = []
-        added: list[tuple[Any, ...]] | None = [] if capture else None
-        # Sessions an append of this transaction has already upserted (see
-        # _append_one); like ``added``, a group's join only once it is in.
-        upserted: set[tuple[str, str, str]] = set()
         db = self._db
-        with db:
-            before = _newest_seq(db)
-            for item in prepared:
-                if isinstance(item, RpcError):
-                    out.append(item)
-                    continue
-                # Rows join ``added`` only once their savepoint has released: a
-                # refused event (or group) was rolled back and nobody may see it.
-                pending: list[tuple[Any, ...]] | None = [] if capture else None
-                try:
-                    with db:
-                        if isinstance(item, list):
-                            in_group = set(upserted)
-                            out.append([_in_group(db, one, i, now_us, pending, in_group)
-                                        for i, one in enumerate(item)])
-                            upserted = in_group
-                        else:
-                            out.append(_append_one(db, item, now_us, pending, upserted))
-                except RpcError as exc:
-                    out.append(exc)
-                    continue
-                except apsw.ConstraintError as exc:
-                    out.append(invalid_params(f"event rejected by the database: {exc}"))
-                    continue
-                if added is not None and pending:
-                    added.extend(pending)
-            after = _newest_seq(db)
+        try:
+            # Optimistic: no savepoint per append (a SAVEPOINT and a RELEASE
+            # were two statements of the five of a usual append). The first
+            # refusal rolls the transaction back and the batch runs again,
+            # each append in its own savepoint: the same results, paid for
+            # only by batches that hold a refusal.
+            with db:
+                before = _newest_seq(db)
+                out, added = _append_items(db, prepared, now_us, capture, careful=False)
+                after = _newest_seq(db)
+        except (RpcError, apsw.ConstraintError):
+            with db:
+                before = _newest_seq(db)
+                out, added = _append_items(db, prepared, now_us, capture, careful=True)
+                after = _newest_seq(db)
         return CommitOutcome(
             results=out,
             before_seq=before,
@@ -1184,6 +1167,56 @@ def _read_entries(
         return rows.take(cursor, limit, shape, max_bytes, min_one)
     finally:
         cursor.close()
+
+
+def _append_items(
+    db: apsw.Connection,
+    prepared: list[rows.Prepared | list[rows.Prepared] | RpcError],
+    now_us: int,
+    capture: bool,
+    careful: bool,
+) -> tuple[list[AppendResult | list[AppendResult] | RpcError], list[tuple[Any, ...]] | None]:
+    """Append ``prepared`` in the caller's transaction: each item (an append,
+    or a group) in its own savepoint when ``careful``, so a refused one is
+    rolled back alone and answered with its error; otherwise with no savepoint
+    of its own, the first refusal raised (the caller rolls the lot back)."""
+    out: list[AppendResult | list[AppendResult] | RpcError] = []
+    added: list[tuple[Any, ...]] | None = [] if capture else None
+    # Sessions an append of this transaction has already upserted (see
+    # _append_one); like ``added``, a group's join only once it is in.
+    upserted: set[tuple[str, str, str]] = set()
+    for item in prepared:
+        if isinstance(item, RpcError):
+            out.append(item)
+            continue
+        if not careful:
+            if isinstance(item, list):
+                out.append([_in_group(db, one, i, now_us, added, upserted)
+                            for i, one in enumerate(item)])
+            else:
+                out.append(_append_one(db, item, now_us, added, upserted))
+            continue
+        # Rows join ``added`` only once their savepoint has released: a
+        # refused event (or group) was rolled back and nobody may see it.
+        pending: list[tuple[Any, ...]] | None = [] if capture else None
+        try:
+            with db:
+                if isinstance(item, list):
+                    in_group = set(upserted)
+                    out.append([_in_group(db, one, i, now_us, pending, in_group)
+                                for i, one in enumerate(item)])
+                    upserted = in_group
+                else:
+                    out.append(_append_one(db, item, now_us, pending, upserted))
+        except RpcError as exc:
+            out.append(exc)
+            continue
+        except apsw.ConstraintError as exc:
+            out.append(invalid_params(f"event rejected by the database: {exc}"))
+            continue
+        if added is not None and pending:
+            added.extend(pending)
+    return out, added
 
 
 def _append_one(
