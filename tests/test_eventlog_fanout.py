@@ -10,7 +10,8 @@ full buffer send a watch back to the store, and nothing is lost or repeated.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from eventlog_support import ev, mocked, take
 
 from streamd.eventlog import AppendParams, EventLog, Filter, SqliteStore
 from streamd.eventlog.fanout import Fanout
+from streamd.eventlog.log import SAFETY_POLL
 from streamd.eventlog.model import EntryNotification
 from streamd.eventlog.service import ENTRY_NOTIFICATION
 from streamd.eventlog.store import CommitOutcome, Committed
@@ -232,3 +234,36 @@ async def test_a_live_watch_whose_consumer_falls_behind_catches_up_from_the_stor
                 await log.append("app", "u", "s", ev("after"))
                 got += await take(w, 1)
     assert [e.event.id for e in got] == [f"e{i}" for i in range(1, 31) if i % 3] + ["after"]
+
+
+class _Silent:
+    """A change source that never wakes: a notification that was lost."""
+
+    async def wait(self) -> None:
+        await trio.sleep_forever()
+
+
+@asynccontextmanager
+async def _silent() -> AsyncIterator[_Silent]:
+    yield _Silent()
+
+
+async def test_a_commit_no_notification_reported_is_seen_by_the_safety_check(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    with trio.fail_after(600):
+        async with mocked(tmp_path / "events.db", open_changes=_silent) as log:
+            await log.append("app", "u", "s", ev("ours"))
+            other = SqliteStore.open(str(tmp_path / "events.db"))
+            try:
+                async with log.watch(0) as w:
+                    await take(w, 1)
+                    await trio.testing.wait_all_tasks_blocked()
+                    start = trio.current_time()
+                    other.append(AppendParams(app="app", user="u", session="s",
+                                              event=ev("theirs")), 0)
+                    (entry,) = await take(w, 1)
+            finally:
+                other.close()
+    assert entry.event.id == "theirs"
+    assert trio.current_time() - start <= SAFETY_POLL + 1e-6

@@ -85,7 +85,7 @@ from typing import Any, Literal, TypeVar
 import trio
 
 from streamd.errors import CLOSED, SOURCE_UNAVAILABLE, RpcError, is_closed
-from streamd.eventlog.changes import ChangeSource, FileChanges
+from streamd.eventlog.changes import SETTLE_HORIZON, ChangeSource, FileChanges
 from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.lease import Lease, LeaseHost, new_holder_id
 from streamd.eventlog.model import (
@@ -160,6 +160,10 @@ query when no app has a policy."""
 _RETAIN_SESSIONS = 100
 _RETAIN_EVENTS = 5000
 _VACUUM_PAGES = 2000
+
+SAFETY_POLL = SETTLE_HORIZON
+"""Seconds between change checks that no notification asked for, while someone
+watches (a notification-driven source may miss a very slow commit's end)."""
 
 # How long close lets work already inside SQLite finish before interrupting it.
 _CLOSE_GRACE = 0.5
@@ -914,13 +918,20 @@ class EventLog:
                             return
                         logger.warning("event log change check failed (will retry): %s", exc)
                         await trio.sleep(self.watch_interval)
-                    await changes.wait()
+                    # A slow poll behind the notifications too: a commit whose
+                    # fsync outlasts the change source's rechecks is still seen.
+                    with trio.move_on_after(max(SAFETY_POLL, self.watch_interval)):
+                        await changes.wait()
 
     async def _settled(self) -> None:
-        """Wait until no batch of ours is between its commit and its fan-out, so
-        a seq read before now is either fanned out or another process's."""
-        while self._committing is not None:
-            await self._committing.wait()
+        """Wait until the batch of ours that may be between its commit and its
+        fan-out now has been fanned out, so a seq read before now is either
+        fanned out or another process's. Only that one: a batch that starts
+        later committed after the read, and waiting for every next one would
+        starve the check under a steady writer."""
+        committing = self._committing
+        if committing is not None:
+            await committing.wait()
 
     # -- sessions --
 
