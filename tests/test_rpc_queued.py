@@ -398,3 +398,51 @@ async def test_the_first_append_opens_a_log_the_factory_gives_asynchronously(
                 )
                 seqs = [(await client.response(i))["result"]["seq"] for i in (1, 2, 3)]
                 assert sorted(seqs) == [1, 2, 3]
+
+
+class StalledStream(CountingStream):
+    """A peer that stopped reading: the server's writes block until released."""
+
+    def __init__(self, inner: trio.StapledStream) -> None:
+        super().__init__(inner)
+        self.release = trio.Event()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+        await self.release.wait()
+        await self.inner.send_all(data)
+
+
+async def test_a_peer_that_never_reads_its_answers_stops_being_read() -> None:
+    # Replies of queued requests come from callbacks that cannot wait; the
+    # bound on unwritten bytes is what keeps such a peer's cost bounded.
+    queue = Queue()
+    # Lockstep: a send completes only when the other side reads it, as a
+    # full socket would.
+    client_end, server_end = trio.testing.lockstep_stream_pair()
+    stream = StalledStream(server_end)
+    server = Server(lambda conn: table(queue), max_inflight=8, max_unwritten_bytes=2_000)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve, stream, stream)
+            client = Client(client_end)
+            sent = 0
+
+            async def flood() -> None:
+                nonlocal sent
+                for n in range(10_000):
+                    await client.send({"jsonrpc": "2.0", "id": n, "method": "q",
+                                       "params": {"n": n}})
+                    sent += 1
+
+            nursery.start_soon(flood)
+            for _ in range(200):
+                await trio.testing.wait_all_tasks_blocked()
+                queue.finish()
+            session = next(iter(server._sessions))
+            # Dispatch stops at the bound; past it come at most the answers of
+            # the requests already in flight (8, each under 64 bytes).
+            assert 2_000 < session.conn.unwritten_bytes <= 2_000 + 8 * 64
+            assert sent < 10_000  # the flood itself is held up: nothing reads it
+            stream.release.set()
+            nursery.cancel_scope.cancel()

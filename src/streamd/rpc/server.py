@@ -31,8 +31,10 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   from its dispatch until its answer is queued for the writer; while the
   connection is at a bound the reader stops reading (backpressure, not an
   error), so a peer that pipelines faster than it is served, or does not read
-  its answers, costs a bounded amount of memory. The price: a cancel sent
-  behind a full window waits for a slot like everything else.
+  its answers, costs a bounded amount of memory. Answers count too: while
+  more than ``max_unwritten_bytes`` of them wait for a peer that does not
+  read, no new request is dispatched. The price: a cancel sent behind a full
+  window waits for a slot like everything else.
 * A bad frame is answered and skipped; only a broken stream ends the
   connection. Nothing a peer sends may end the connection or the process:
   a frame that fails in an unexpected way is answered -32603 (and logged),
@@ -90,6 +92,12 @@ READ_CHUNK = 1 << 16
 # their frames. 64 MiB is eight frames of the largest size.
 MAX_INFLIGHT = 256
 MAX_INFLIGHT_BYTES = 64 << 20
+# Per connection: answers and notifications written into the outbox and not yet
+# taken by the peer. Past it the reader stops reading: queued methods answer
+# from callbacks that cannot wait, so without this a peer that sends appends
+# and never reads would grow the outbox without limit. Above a watch's share of
+# its budget (3.5 MiB by default), so one watch alone never stalls the reader.
+MAX_UNWRITTEN_BYTES = 16 << 20
 
 
 class _Outbox:
@@ -277,6 +285,7 @@ class Server:
         max_depth: int = MAX_DEPTH,
         max_inflight: int = MAX_INFLIGHT,
         max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
+        max_unwritten_bytes: int = MAX_UNWRITTEN_BYTES,
         wall_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.make_methods = methods
@@ -284,6 +293,7 @@ class Server:
         self.max_depth = max_depth
         self.max_inflight = max_inflight
         self.max_inflight_bytes = max_inflight_bytes
+        self.max_unwritten_bytes = max_unwritten_bytes
         self.wall_ns = wall_ns
         self._sessions: set[_Session] = set()
         self._stopping = False
@@ -445,6 +455,8 @@ class _Session:
             return
         if self.pending and not self._fits(call.size):
             await self._wait_room(call.size)
+        while self.conn.unwritten_bytes > self.server.max_unwritten_bytes:
+            await self.conn.progress()  # the peer is not reading its answers
         self._admit(call.size)
         key = ("null", next(self._null_ids)) if call.id is None else id_key(call.id)
         if key in self.inflight:
