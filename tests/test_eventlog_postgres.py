@@ -8,11 +8,13 @@ conftest.py) and is skipped, loudly, where none can be started.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -21,12 +23,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psycopg
 import pytest
 import trio
+import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_eventlog_filters import _ALPHABET, _filters, _Row, _text
 
 from streamd.errors import SESSION_LOCKED, SOURCE_UNAVAILABLE, RpcError, is_closed
-from streamd.eventlog.model import AppendParams, Event, to_us
+from streamd.eventlog import filters
+from streamd.eventlog.model import AppendParams, Event, Filter, SessionTree, to_us
 from streamd.eventlog.pg_changes import PgChanges
 from streamd.eventlog.pg_runner import PostgresRunner
 from streamd.eventlog.store import AppendGroup
@@ -569,3 +577,280 @@ async def test_a_lease_stolen_by_another_host_is_reported_lost_to_its_holder(
             await lost.wait()
             assert lease.lost.is_set() and taken.holder != lease.holder
             assert [x.holder for x in await host_b.list_locks()] == [taken.holder]
+
+
+# --- polling: the first poll is a wake ---------------------------------------------------
+
+
+async def test_a_commit_before_the_first_poll_wakes_a_listener_that_could_not_listen(
+    postgres_db: str, open_store: Callable[..., PostgresStore],
+) -> None:
+    # LISTEN fails at entry (here: a database that does not exist), so it polls
+    # from the start. The log's confirmation read came before this commit; the
+    # first poll is the only thing that can see it, so it must wake.
+    writer = open_store()
+    with trio.fail_after(10):
+        async with PgChanges(
+            postgres_db + " dbname=no_such_database",
+            fallback_interval=0.05,
+            reconnect_max=0.05,
+            poll=lambda: trio.to_thread.run_sync(writer.newest_seq),
+        ) as changes:
+            assert changes.mode == "poll"
+            await trio.to_thread.run_sync(lambda: writer.append_batch([ap("e1")], T0))
+            await changes.wait()
+            assert changes.mode == "poll"
+
+
+# --- one channel per schema ------------------------------------------------------------
+
+
+async def test_a_commit_in_one_schema_does_not_wake_the_listener_of_another(
+    postgres_db: str, open_store: Callable[..., PostgresStore],
+) -> None:
+    from streamd.eventlog.store.pg_schema import notify_channel
+
+    other = 'other "log"; x'  # quoting matters: a quote, a space, a semicolon
+    assert notify_channel("streamd") == NOTIFY_CHANNEL
+    assert notify_channel(other) != NOTIFY_CHANNEL
+    assert len(notify_channel("s" * 63).encode()) < 64
+    assert notify_channel("s" * 63) != notify_channel("s" * 62 + "t")
+    default, second = open_store(), open_store(schema=other)
+    with trio.fail_after(20):
+        async with (
+            PgChanges(postgres_db, fallback_interval=0.2) as a,
+            PgChanges(postgres_db, fallback_interval=0.2,
+                      options=PostgresOptions(schema=other)) as b,
+        ):
+            assert a.mode == b.mode == "listen"
+            await trio.to_thread.run_sync(lambda: second.append_batch([ap("in-b")], T0))
+            await b.wait()  # the real wake, on its own channel
+            assert b.newest_notified == 1
+            with trio.move_on_after(0.3) as quiet:
+                await a.wait()
+            assert quiet.cancelled_caught, "a commit in another schema woke this log"
+            await trio.to_thread.run_sync(lambda: default.append_batch([ap("in-a")], T0))
+            await a.wait()
+            assert a.newest_notified == 1
+            with trio.move_on_after(0.3) as quiet:
+                await b.wait()
+            assert quiet.cancelled_caught, "a commit in another schema woke this log"
+
+
+# --- a server that does not answer -------------------------------------------------------
+
+
+@contextlib.contextmanager
+def stopped(pid: int, most: float = 15.0) -> Iterator[None]:
+    """The server process ``pid`` stopped (SIGSTOP) for the block, and at most
+    ``most`` seconds whatever the code under test does: continued in a finally,
+    so the cluster can always stop."""
+    os.kill(pid, signal.SIGSTOP)
+    watchdog = threading.Timer(most, os.kill, (pid, signal.SIGCONT))
+    watchdog.start()
+    try:
+        yield
+    finally:
+        watchdog.cancel()
+        os.kill(pid, signal.SIGCONT)
+
+
+async def test_a_cancelled_call_on_a_stopped_server_returns_and_the_next_call_reconnects(
+    postgres_db: str,
+) -> None:
+    runner = await PostgresRunner.open(postgres_db, PostgresOptions(unresponsive_s=0.5))
+    try:
+        pid = runner.store.connection.info.backend_pid
+        with stopped(pid):
+            started = time.monotonic()
+            with trio.move_on_after(0.2):
+                await runner.run(lambda s: s.newest_seq())
+            # A cancel request reaches a stopped backend only when it runs again.
+            assert time.monotonic() - started < 5
+            assert await runner.run(lambda s: s.newest_seq()) == 0  # a new connection
+            assert runner.store.connection.info.backend_pid != pid
+    finally:
+        await runner.aclose()
+
+
+async def test_close_does_not_hang_on_a_stopped_server_and_the_append_hears_maybe(
+    postgres_cluster: Any, postgres_db: str,
+) -> None:
+    from streamd.eventlog.log import EventLog
+
+    url = postgres_cluster.url(psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"])
+    got: list[BaseException] = []
+
+    async def append_one(log: EventLog) -> None:
+        try:
+            await log.append("app", "u", "s", Event(id="in-flight", author="agent", content=None))
+        except RpcError as exc:
+            got.append(exc)
+
+    with trio.fail_after(30):
+        async with EventLog(url) as log, trio.open_nursery() as nursery:
+            await log.append("app", "u", "s", Event(id="first", author="agent", content=None))
+            assert log._writer is not None
+            pid = log._writer.store.connection.info.backend_pid
+            with stopped(pid):
+                nursery.start_soon(append_one, log)
+                # Every task blocked: the append is on the worker thread, whose
+                # statement the stopped backend will not answer.
+                await trio.testing.wait_all_tasks_blocked()
+                started = time.monotonic()
+                await log.aclose()
+                took = time.monotonic() - started
+    assert took < 6, f"close took {took:.1f} s with the server stopped"
+    (error,) = got
+    assert isinstance(error, RpcError) and error.code == SOURCE_UNAVAILABLE
+    assert "may or may not have committed" in error.message
+    assert "same event id is safe" in error.message
+    # Whatever it came to, the retry is safe.
+    store = PostgresStore.open(postgres_db)
+    try:
+        retried = store.append(ap("in-flight"), T0)
+        assert retried.seq == 2
+    finally:
+        store.close()
+
+
+def test_tcp_connections_get_keepalives_and_a_user_timeout_unless_given() -> None:
+    from streamd.eventlog.store.postgres import connect_params
+
+    extra = connect_params("host=db.example port=5432 dbname=x", PostgresOptions())
+    assert extra["keepalives"] == 1 and extra["keepalives_idle"] == 10
+    assert extra["keepalives_interval"] == 5 and extra["keepalives_count"] == 3
+    assert extra["tcp_user_timeout"] == 30_000
+    own = connect_params("postgresql://u@db.example/x?keepalives_idle=99&tcp_user_timeout=5",
+                         PostgresOptions())
+    assert "keepalives_idle" not in own and "tcp_user_timeout" not in own
+
+
+# --- passwords: STREAMD_DB may hold one, --db may not ----------------------------------
+
+
+def test_streamd_db_may_hold_a_password_for_the_log_commands(
+    postgres_cluster: Any, postgres_db: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from streamd.eventlog.cli import main as log_main
+
+    name = psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"]
+    # The cluster trusts the socket, so the password is ignored; it must still
+    # never show.
+    url = postgres_cluster.url(name).replace("streamd@", f"streamd:{SECRET}@")
+    monkeypatch.setenv("STREAMD_DB", url)
+    assert log_main(["append", "--app", "a", "--user", "u", "--session", "s",
+                     "--author", "me", "--text", "hello", "--id", "e1"]) == 0
+    assert log_main(["since", "--app", "a"]) == 0
+    assert log_main(["ping"]) == 0
+    out, err = capsys.readouterr()
+    assert "hello" in out
+    assert SECRET not in out and SECRET not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["--db", "{url}", "serve"],
+    ["serve", "--db", "{url}"],
+    ["daemon", "--db", "{url}"],
+    ["log", "--db", "{url}", "ping"],
+    ["--db", "{url}", "log", "ping"],
+    ["serve", "--db", "{query_url}"],
+])
+def test_a_password_in_db_is_refused_as_the_command_line_is_read(
+    argv: list[str], tmp_path: Path,
+) -> None:
+    url = f"postgresql://streamd:{SECRET}@/x?host=/nowhere"
+    query_url = f"postgresql://streamd@/x?host=/nowhere&password={SECRET}"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HOME": str(tmp_path),
+           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(tmp_path)}
+    env.pop("STREAMD_DB", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "streamd",
+         *(a.format(url=url, query_url=query_url) for a in argv)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=30,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "--db holds a password" in lines[0]
+    assert "process list" in lines[0] and SECRET not in done.stderr
+
+
+# --- the in-memory filter agrees with the SQL on PostgreSQL --------------------------------
+
+_SEPS = st.sampled_from([".", "/", ":sub:", ":sub;", ""])
+
+
+def _joined_text() -> st.SearchStrategy[str]:
+    # Values with the boundaries the rules turn on: a branch segment, a session
+    # tree child, and the bytes next to them.
+    return st.one_of(_text, st.builds(lambda a, s, b: a + s + b, _text, _SEPS, _text))
+
+
+_pg_rows = st.lists(
+    st.tuples(_text, _text, _joined_text(), _joined_text(), _text), max_size=25
+)
+
+
+@pytest.fixture
+def filter_db(postgres_db: str) -> Iterator[tuple[psycopg.Connection[Any], PostgresStore]]:
+    admin = psycopg.connect(postgres_db, autocommit=True)
+    admin.execute("SET search_path = streamd")
+    store = PostgresStore.open(postgres_db)
+    yield admin, store
+    store.close()
+    admin.close()
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), rows=_pg_rows)
+def test_the_in_memory_match_agrees_with_since_on_postgres(
+    filter_db: tuple[psycopg.Connection[Any], PostgresStore],
+    data: st.DataObject, rows: list[tuple[str, str, str, str, str]],
+) -> None:
+    admin, store = filter_db
+    flt = data.draw(st.none() | _filters(rows))
+    if flt is not None and rows and data.draw(st.booleans()):
+        # A suffix longer than some author (short authors with a suffix).
+        author = data.draw(st.sampled_from([r[4] for r in rows]))
+        flt = msgspec.structs.replace(flt, author_suffix=data.draw(_ALPHABET) + author)
+    with admin.transaction():
+        admin.execute("TRUNCATE events, sessions")
+        admin.cursor().executemany(
+            "INSERT INTO sessions (app_name, user_id, session_id, state, created_at,"
+            " updated_at) VALUES (%s, %s, %s, '{}', 0, 0) ON CONFLICT DO NOTHING",
+            list(dict.fromkeys(r[:3] for r in rows)),
+        )
+        admin.cursor().executemany(
+            "INSERT INTO events (seq, app_name, user_id, session_id, event_id, invocation_id,"
+            " author, branch, event_time, content, digest) VALUES"
+            " (%s, %s, %s, %s, %s, '', %s, %s, 0, 'null', '')",
+            [(i + 1, app, user, session, f"e{i}", author, branch)
+             for i, (app, user, session, branch, author) in enumerate(rows)],
+        )
+    in_memory = [i + 1 for i, row in enumerate(rows) if filters.matches(flt, _Row(row))]
+    assert [e.seq for e in store.since(0, flt, 1000).entries] == in_memory
+    assert store.latest_seq(flt) == (in_memory[-1] if in_memory else 0)
+
+
+def test_filters_spell_each_rule_in_the_dialect_asked_for() -> None:
+    # One set of rules, two spellings: a conjunct written in SQLite's spelling
+    # only would fail here instead of silently on PostgreSQL.
+    from streamd.eventlog import log
+    from streamd.eventlog.store import pg_url
+
+    flt = Filter(session_tree=SessionTree(app="a", user="u", parent="p"),
+                 branch_prefixes=["x"], author="me", author_suffix="é/x")
+    for dialect, param in ((filters.POSTGRES, "%s"), (filters.SQLITE, "?")):
+        clauses = filters.where(flt, dialect)
+        other = "?" if param == "%s" else "%s"
+        assert all(other not in text for text, _ in clauses)
+        assert sum(text.count(param) for text, _ in clauses) == sum(len(a) for _, a in clauses)
+    assert filters.where(flt) == filters.where(flt, filters.SQLITE)
+    assert filters.where(Filter(branch_prefixes=[""]), filters.POSTGRES) == [("false", ())]
+    assert filters.where(Filter(author_suffix="é/x"), filters.POSTGRES) == [
+        ("right(author, %s) = %s", (3, "é/x"))
+    ]
+    assert log.is_postgres_url is pg_url.is_postgres_url  # one definition

@@ -357,6 +357,13 @@ def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] 
             args.command = command
     except SystemExit as exc:  # --help, --version, or the one line of a usage error
         return exc.code if isinstance(exc.code, int) else 2
+    if args.command in (None, "serve", "daemon"):
+        from streamd.eventlog.store.pg_url import db_flag_error
+
+        # Now, not at the first eventlog call: by then it had shown in ps for
+        # as long as the daemon ran.
+        if (refused := db_flag_error(getattr(args, "db", None))) is not None:
+            return fail(refused, 2)
     if args.command == "daemon":
         return _resident(args)
     _setup_logging(getattr(args, "verbose", False))

@@ -55,6 +55,7 @@ from streamd.eventlog.model import (
     Session,
     SessionTree,
 )
+from streamd.eventlog.store.pg_url import db_flag_error
 
 __all__ = ["build_parser", "main"]
 
@@ -217,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     if "watch_interval_ms" in vars(args) and args.log_command != "tail":
         return cliargs.fail("--watch-interval-ms applies to log tail only", 2)
+    if (refused := db_flag_error(args.db)) is not None:
+        return cliargs.fail(refused, 2)
     if args.verbose:
         import logging
 
@@ -302,7 +305,9 @@ async def _dispatch(args: argparse.Namespace) -> int:
             SOURCE_UNAVAILABLE, f"no event log at {path} (use --db PATH or set STREAMD_DB)"
         )
     interval = getattr(args, "watch_interval_ms", 200) / 1000
-    async with EventLog(path, watch_interval=interval) as log:
+    # The flag as given, not ``path``: a URL from $STREAMD_DB (which may hold a
+    # password; only a command line shows in ps) must reach the log as unset.
+    async with EventLog(args.db, watch_interval=interval) as log:
         handler = _COMMANDS[args.log_command]
         return await handler(log, args)
 

@@ -24,8 +24,15 @@ ordinary bytes that match only themselves. The session tree is the same trick
 with ``:sub:`` and ``:sub;`` (``;`` follows ``:``), and an author suffix is
 ``substr(author, -n) = ?``.
 
-(A PostgreSQL backend must compare with ``COLLATE "C"`` or use ``starts_with``;
-locale collations do not order by bytes.)
+Dialects
+--------
+The rules are written once; a :class:`Dialect` only spells them: SQLite's
+(``?``, ``0`` for false, ``substr(author, -n) = ?``) is the default, and
+:data:`POSTGRES` spells the same conjuncts ``%s``, ``false`` and
+``right(author, n) = %s`` for the PostgreSQL store, whose key columns are
+``COLLATE "C"`` (locale collations do not order by bytes), so the ranges mean
+the same there. A new rule therefore reaches both stores, or fails to render on
+neither.
 
 Omitted versus empty
 --------------------
@@ -39,13 +46,50 @@ and dropping blanks must never widen the query to everything. An empty
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from streamd.eventlog.model import Filter
 
-__all__ = ["Clause", "Matchable", "branch_prefixes", "matches", "prefix_bounds", "render", "where"]
+__all__ = [
+    "POSTGRES",
+    "SQLITE",
+    "Clause",
+    "Dialect",
+    "Matchable",
+    "branch_prefixes",
+    "matches",
+    "prefix_bounds",
+    "render",
+    "where",
+]
 
 Clause = tuple[str, tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one SQL dialect spells the conjuncts of :func:`where`."""
+
+    name: str
+    param: str
+    """The placeholder of one argument."""
+    false: str
+    """A condition no row meets."""
+
+    def sql(self, template: str) -> str:
+        """``template`` with each ``{}`` a placeholder."""
+        return template.replace("{}", self.param)
+
+    def ends_with(self, column: str, suffix: str) -> Clause:
+        """``column`` ends with ``suffix`` (counted in characters, as len() is)."""
+        if self.name == "postgres":
+            return f"right({column}, %s) = %s", (len(suffix), suffix)
+        return f"substr({column}, ?) = ?", (-len(suffix), suffix)
+
+
+SQLITE = Dialect("sqlite", param="?", false="0")
+POSTGRES = Dialect("postgres", param="%s", false="false")
 
 # Every branch that continues a prefix at a segment boundary lies in
 # [prefix + _SEGMENT_LOW, prefix + _SEGMENT_HIGH): '.' and '/' are adjacent bytes.
@@ -68,47 +112,48 @@ def branch_prefixes(prefixes: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(p for p in prefixes if p))
 
 
-def where(flt: Filter | None) -> list[Clause]:
-    """The conjuncts for ``flt``; an empty list means "every event"."""
+def where(flt: Filter | None, dialect: Dialect = SQLITE) -> list[Clause]:
+    """The conjuncts for ``flt`` in ``dialect``; an empty list means "every event"."""
     if flt is None:
         return []
+    q = dialect.sql
     clauses: list[Clause] = []
     if flt.session_tree is not None:
         # The tree names its own (app, user); it takes precedence over the
         # app/user/session equality fields rather than being ANDed with them.
         tree = flt.session_tree
-        clauses.append(("app_name = ?", (tree.app,)))
-        clauses.append(("user_id = ?", (tree.user,)))
+        clauses.append((q("app_name = {}"), (tree.app,)))
+        clauses.append((q("user_id = {}"), (tree.user,)))
         clauses.append(
             (
-                "(session_id = ? OR (session_id >= ? AND session_id < ?))",
+                q("(session_id = {} OR (session_id >= {} AND session_id < {}))"),
                 (tree.parent, tree.parent + _SUB_MARK, tree.parent + _SUB_MARK_END),
             )
         )
     else:
         if flt.app is not None:
-            clauses.append(("app_name = ?", (flt.app,)))
+            clauses.append((q("app_name = {}"), (flt.app,)))
         if flt.user is not None:
-            clauses.append(("user_id = ?", (flt.user,)))
+            clauses.append((q("user_id = {}"), (flt.user,)))
         if flt.session is not None:
-            clauses.append(("session_id = ?", (flt.session,)))
+            clauses.append((q("session_id = {}"), (flt.session,)))
     if flt.branch_prefixes is not None:
         prefixes = branch_prefixes(flt.branch_prefixes)
         if not prefixes:
-            clauses.append(("0", ()))
+            clauses.append((dialect.false, ()))
         else:
             terms: list[str] = []
             args: list[Any] = []
             for p in prefixes:
                 low, high = prefix_bounds(p)
-                terms.append("branch = ? OR (branch >= ? AND branch < ?)")
+                terms.append(q("branch = {} OR (branch >= {} AND branch < {})"))
                 args.extend((p, low, high))
             clauses.append(("(" + " OR ".join(terms) + ")", tuple(args)))
     if flt.author is not None:
-        clauses.append(("author = ?", (flt.author,)))
+        clauses.append((q("author = {}"), (flt.author,)))
     if flt.author_suffix:
-        # substr counts characters, as len() does, so multi-byte suffixes work.
-        clauses.append(("substr(author, ?) = ?", (-len(flt.author_suffix), flt.author_suffix)))
+        # Counted in characters on both, as len() does, so multi-byte suffixes work.
+        clauses.append(dialect.ends_with("author", flt.author_suffix))
     return clauses
 
 

@@ -140,6 +140,7 @@ from streamd.eventlog.store import (
     closed_error,
 )
 from streamd.eventlog.store.connection import prepare_file
+from streamd.eventlog.store.pg_url import PASSWORD_REFUSED, is_postgres_url, url_has_password
 from streamd.eventlog.watch import Watch
 
 __all__ = [
@@ -169,11 +170,6 @@ watches (a notification-driven source may miss a very slow commit's end)."""
 _CLOSE_GRACE = 0.5
 Dispatch = Literal["aio", "thread", "inline"]
 Role = Literal["writer", "reader"]
-
-
-def is_postgres_url(value: object) -> bool:
-    """Whether ``--db``/``STREAMD_DB`` names a PostgreSQL database, not a file."""
-    return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
 
 
 def resolve_db_path(
@@ -210,13 +206,6 @@ def db_description(target: Path | str) -> str:
     user = netloc[0].split(":", 1)[0] + "@" if len(netloc) == 2 else ""
     query = urlencode([(k, v) for k, v in parse_qsl(u.query) if k != "password"], safe="/")
     return f"{u.scheme}://{user}{netloc[-1]}{u.path}" + (f"?{query}" if query else "")
-
-
-def _url_has_password(url: str) -> bool:
-    from urllib.parse import parse_qs, urlsplit
-
-    u = urlsplit(url)
-    return u.password is not None or "password" in parse_qs(u.query)
 
 
 @dataclass
@@ -477,22 +466,24 @@ class EventLog:
         :mod:`~streamd.eventlog.pg_runner` for why); the writer migrates."""
         try:
             from streamd.eventlog.pg_runner import PostgresRunner
-            from streamd.eventlog.store.postgres import PostgresOptions
         except ImportError as exc:
             raise RpcError(
                 SOURCE_UNAVAILABLE,
                 f"the event log is in PostgreSQL, which needs psycopg ({exc}):"
                 " pip install 'streamd[postgres]'",
             ) from None
-        if self._db_given and _url_has_password(str(self.path)):
-            raise RpcError(
-                SOURCE_UNAVAILABLE,
-                "the event log's database URL holds a password, which every user of"
-                " this machine can read in the process list; give it the libpq way:"
-                " PGPASSWORD, ~/.pgpass (or PGPASSFILE), or a service file (PGSERVICEFILE)",
-            )
-        options = PostgresOptions(synchronous=self._options.synchronous)
-        return await PostgresRunner.open(str(self.path), options, migrate=role == "writer")
+        if self._db_given and url_has_password(str(self.path)):
+            raise RpcError(SOURCE_UNAVAILABLE, PASSWORD_REFUSED)
+        return await PostgresRunner.open(
+            str(self.path), self._pg_options(), migrate=role == "writer"
+        )
+
+    def _pg_options(self) -> Any:
+        """The PostgresOptions of the store and of its listener (the same schema,
+        so the same channel)."""
+        from streamd.eventlog.store.postgres import PostgresOptions
+
+        return PostgresOptions(synchronous=self._options.synchronous)
 
     def _postgres_changes(self) -> AbstractAsyncContextManager[ChangeSource]:
         """LISTEN for every host's commits; while that connection is down, poll
@@ -503,6 +494,7 @@ class EventLog:
             str(self.path),
             fallback_interval=self.watch_interval,
             poll=lambda: self._read(lambda store: store.newest_seq()),
+            options=self._pg_options(),
         )
 
     async def _open_sqlite(self, role: Role) -> Runner:

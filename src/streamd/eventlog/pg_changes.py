@@ -6,8 +6,10 @@ loop, confirming each wake) and the same promise: **missed wakes are not
 allowed, spurious ones are.**
 
 * **LISTEN, one notification per batch.** Every append transaction sends one
-  ``pg_notify`` on :data:`~streamd.eventlog.store.pg_schema.NOTIFY_CHANNEL`
-  (payload: its newest seq), which the server delivers to every listener when,
+  ``pg_notify`` on its schema's channel
+  (:func:`~streamd.eventlog.store.pg_schema.notify_channel` of
+  ``options.schema``, so logs in two schemas of a database do not wake each
+  other; payload: its newest seq), which the server delivers to every listener when,
   and only if, the transaction commits. A listener holds one connection that
   does nothing but ``LISTEN``; Trio waits on its socket directly (no thread
   while idle), and one ``wait()`` drains every notification queued into one
@@ -18,11 +20,15 @@ allowed, spurious ones are.**
   was away are lost, so the first ``wait()`` after a drop returns at once, and
   then, while reconnecting with backoff (``fallback_interval`` doubling to
   ``reconnect_max``), every ``fallback_interval`` it polls ``poll()`` (the
-  log's newest seq, read on its own connection) and returns when that moved.
+  log's newest seq, read on its own connection) and returns when that moved;
+  the first poll after it stopped listening (or after it could not listen at
+  entry) returns whatever it reads, since a commit may have come between the
+  caller's last confirmation read and that poll.
   Reconnected, it listens again and returns once more (what committed between
   the last poll and the new ``LISTEN`` is covered by the caller's
   confirmation read).
-* **A dead peer is noticed.** Over TCP, keepalives (unless the conninfo sets
+* **A dead peer is noticed.** Over TCP, keepalives (set by
+  :func:`~streamd.eventlog.store.postgres.connect` unless the conninfo sets
   its own) turn a silently vanished server into a socket error within about
   half a minute; over a Unix socket a dead server is an EOF at once.
 """
@@ -37,7 +43,7 @@ from typing import Any, Literal
 import psycopg
 import trio
 
-from streamd.eventlog.store.pg_schema import NOTIFY_CHANNEL
+from streamd.eventlog.store.pg_schema import notify_channel
 from streamd.eventlog.store.postgres import (
     PostgresOptions,
     connect,
@@ -51,12 +57,6 @@ logger = logging.getLogger(__name__)
 
 Mode = Literal["listen", "poll"]
 
-# TCP keepalives for the listening connection, used when the conninfo sets none:
-# an idle LISTEN connection otherwise notices a vanished server only after the
-# kernel's default of two hours.
-_KEEPALIVES = {"keepalives_idle": "10", "keepalives_interval": "5", "keepalives_count": "3"}
-
-
 class PgChanges:
     """Wakes when another connection (any host) may have committed events."""
 
@@ -68,7 +68,7 @@ class PgChanges:
         poll: Callable[[], Awaitable[int]] | None = None,
         options: PostgresOptions | None = None,
         reconnect_max: float = 5.0,
-        channel: str = NOTIFY_CHANNEL,
+        channel: str | None = None,
     ) -> None:
         if not fallback_interval > 0:
             raise ValueError("fallback_interval must be positive")
@@ -77,14 +77,14 @@ class PgChanges:
         self._interval = fallback_interval
         self._poll = poll
         self._reconnect_max = max(reconnect_max, fallback_interval)
-        self._channel = channel
+        self._channel = notify_channel(self._opts.schema) if channel is None else channel
         self._where = describe(conninfo)
         params = psycopg.conninfo.conninfo_to_dict(conninfo)
         self._secrets = [params["password"]] if params.get("password") else []
         self._conn: psycopg.Connection[Any] | None = None
         self._state: Literal["new", "open", "closed"] = "new"
         self._pending = False  # a wake owed (a notification seen, or a drop)
-        self._polled: int | None = None
+        self._polled: int | None = None  # None: the next poll counts as moved
         self._backoff = fallback_interval
         self.newest_notified = 0
         """The highest seq any notification carried (0 before the first)."""
@@ -182,16 +182,14 @@ class PgChanges:
             conn.close()
             return
         self._conn = conn
+        self._polled = None  # when it next polls, the first poll is a wake
         if self.reason:
             logger.info("event log watch: listening again on the %s", self._where)
         self.reason = ""
         self._backoff = self._interval
 
     def _connect_and_listen(self) -> psycopg.Connection[Any]:
-        params = psycopg.conninfo.conninfo_to_dict(self._conninfo)
-        extra = {k: v for k, v in _KEEPALIVES.items() if k not in params}
-        conninfo = psycopg.conninfo.make_conninfo(self._conninfo, **extra)
-        conn = connect(conninfo, self._opts)
+        conn = connect(self._conninfo, self._opts)  # with TCP keepalives
         try:
             conn.add_notify_handler(self._on_notify)
             conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel)))
@@ -234,7 +232,10 @@ class PgChanges:
         except Exception as exc:  # the database is away too: keep waiting
             logger.debug("event log watch: poll failed: %s", scrub(str(exc), self._secrets))
             return False
-        moved = self._polled is not None and value != self._polled
+        # The first poll since it stopped listening has nothing to compare
+        # with, and a commit may have landed between the caller's last
+        # confirmation read and it: a wake (spurious ones are allowed).
+        moved = self._polled is None or value != self._polled
         self._polled = value
         return moved
 

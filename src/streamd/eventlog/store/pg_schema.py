@@ -37,13 +37,42 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["APPLICATION", "MIGRATIONS", "NOTIFY_CHANNEL", "SCHEMA_VERSION", "migration_sql"]
+__all__ = [
+    "APPLICATION",
+    "MIGRATIONS",
+    "NOTIFY_CHANNEL",
+    "SCHEMA_VERSION",
+    "migration_sql",
+    "notify_channel",
+]
 
 APPLICATION = "streamd event log"
 """What ``streamd_meta.application`` says in a schema that is ours."""
 NOTIFY_CHANNEL = "streamd_events"
-"""The LISTEN/NOTIFY channel of the log in a database; the payload of each
-notification is the newest seq of the commit that sent it."""
+"""The LISTEN/NOTIFY channel of the log in the default schema (``streamd``); the
+payload of each notification is the newest seq of the commit that sent it. A log
+in another schema uses :func:`notify_channel` of it."""
+_DEFAULT_SCHEMA = "streamd"
+_NAMEDATALEN = 64  # PostgreSQL's identifier limit, the terminating NUL included
+
+
+def notify_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of the log in ``schema``: one per schema, so
+    logs in two schemas of one database do not wake each other's watchers.
+
+    Channels are database-wide names of at most 63 bytes (``pg_notify`` refuses a
+    longer one, ``LISTEN`` would truncate it: the two would then differ), so
+    a schema whose name does not fit is named by a digest of it. The result is a
+    plain string: ``LISTEN`` takes it as a quoted identifier, ``pg_notify`` as a
+    text parameter, so any character of a schema name is safe in it."""
+    if schema == _DEFAULT_SCHEMA:
+        return NOTIFY_CHANNEL  # what every streamd so far listens on and sends
+    channel = f"{NOTIFY_CHANNEL}:{schema}"
+    if len(channel.encode()) < _NAMEDATALEN:
+        return channel
+    import hashlib
+
+    return f"{NOTIFY_CHANNEL}#" + hashlib.blake2b(schema.encode(), digest_size=16).hexdigest()
 # Serializes migrations of concurrent openers (two daemons starting at once).
 MIGRATION_LOCK = 0x53544D44  # "STMD"
 

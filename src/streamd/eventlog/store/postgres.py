@@ -26,9 +26,11 @@ Rules kept here, beyond the SQLite store's
   one more. Should the database still refuse something (a value no check here
   foresaw), the transaction is rolled back and the batch is written again one
   event per savepoint, so that one event fails alone, as on SQLite.
-* **One notification per committed batch** on :data:`NOTIFY_CHANNEL`, payload
-  the new newest seq, sent inside the transaction (PostgreSQL delivers it only
-  if and when it commits). Watchers on every host wake on it.
+* **One notification per committed batch** on the schema's channel
+  (:func:`~streamd.eventlog.store.pg_schema.notify_channel`, :data:`NOTIFY_CHANNEL`
+  for the default schema), payload the new newest seq, sent inside the
+  transaction (PostgreSQL delivers it only if and when it commits). Watchers
+  on every host wake on it.
 * **Leases use the database's clock.** With ``lease_clock="database"`` (the
   default) a lease's heartbeat is stamped, and judged stale, by
   ``clock_timestamp()`` on the server, so hosts whose clocks disagree still
@@ -62,6 +64,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -114,6 +117,7 @@ from streamd.eventlog.store.pg_schema import (
     SCHEMA_VERSION,
     describe_foreign,
     migration_sql,
+    notify_channel,
 )
 
 __all__ = [
@@ -122,7 +126,6 @@ __all__ = [
     "PostgresStore",
     "connect",
     "describe",
-    "is_postgres_url",
     "scrub",
 ]
 
@@ -138,11 +141,6 @@ _READ_PAGE = 1000
 """Rows fetched per query by reads that have no limit of their own
 (``sessions.get`` of a long session), so a read cut by its byte budget never
 loads what it leaves out."""
-
-
-def is_postgres_url(value: str) -> bool:
-    """Whether ``--db``/``STREAMD_DB`` names a PostgreSQL database, not a file."""
-    return value.startswith(("postgresql://", "postgres://"))
 
 
 def _params(conninfo: str) -> dict[str, Any]:
@@ -195,6 +193,17 @@ class PostgresOptions:
     application_name: str = "streamd"
     """Used when the conninfo and ``PGAPPNAME`` give none (it shows in
     ``pg_stat_activity``)."""
+    unresponsive_s: float = 2.0
+    """How long a call that was cancelled (or interrupted by close) may go on
+    after its server was asked to cancel it: past that the server is taken to be
+    unresponsive (stopped, partitioned away), the connection is cut
+    (:meth:`PostgresStore.sever`) and the call fails at once; a write in flight
+    then may or may not have committed, as the error says."""
+    tcp_user_timeout_ms: int = 30_000
+    """``tcp_user_timeout`` of every connection over TCP, used when the conninfo
+    gives none: how long sent data may go unacknowledged before the connection
+    counts as broken (a network partition fails a call within it, not after the
+    kernel's retransmission timeout of a quarter of an hour)."""
 
 
 def _load_json_as_text(conn: psycopg.Connection[Any], opts: PostgresOptions) -> None:
@@ -234,19 +243,38 @@ CONNECTION_SETUP: tuple[Callable[[psycopg.Connection[Any], PostgresOptions], Non
 )
 
 
-def connect(conninfo: str, opts: PostgresOptions) -> psycopg.Connection[Any]:
-    """A configured autocommit connection; raises psycopg's errors.
+# TCP keepalives, used when the conninfo sets none: an idle connection (a LISTEN,
+# a query waiting on a lock) otherwise notices a vanished server only after the
+# kernel's default of two hours. libpq ignores them on a Unix socket.
+TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+                  "keepalives_count": 3}
 
-    Credentials come the way every libpq program takes them (the URL or
-    conninfo, ``PG*`` environment variables, ``~/.pgpass`` or ``PGPASSFILE``,
-    a ``service=`` in ``pg_service.conf``): nothing here reads them."""
+
+def connect_params(conninfo: str, opts: PostgresOptions) -> dict[str, Any]:
+    """What :func:`connect` adds to ``conninfo``: the defaults it gives none of."""
     given = _params(conninfo)
     extra: dict[str, Any] = {}
     if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
         extra["connect_timeout"] = opts.connect_timeout_s
     if "application_name" not in given and not os.environ.get("PGAPPNAME"):
         extra["application_name"] = opts.application_name
-    conn = psycopg.connect(conninfo, autocommit=True, **extra)
+    extra.update({k: v for k, v in TCP_KEEPALIVES.items() if k not in given})
+    # tcp_user_timeout is libpq 12's (the binary wheel bundles a newer one);
+    # an older libpq would refuse the unknown option.
+    if "tcp_user_timeout" not in given and psycopg.pq.version() >= 120000:
+        extra["tcp_user_timeout"] = opts.tcp_user_timeout_ms
+    return extra
+
+
+def connect(conninfo: str, opts: PostgresOptions) -> psycopg.Connection[Any]:
+    """A configured autocommit connection; raises psycopg's errors.
+
+    Credentials come the way every libpq program takes them (the URL or
+    conninfo, ``PG*`` environment variables, ``~/.pgpass`` or ``PGPASSFILE``,
+    a ``service=`` in ``pg_service.conf``): nothing here reads them. Over TCP
+    it has keepalives and a ``tcp_user_timeout`` (:func:`connect_params`)
+    unless the conninfo sets its own."""
+    conn = psycopg.connect(conninfo, autocommit=True, **connect_params(conninfo, opts))
     try:
         for step in CONNECTION_SETUP:
             step(conn, opts)
@@ -472,12 +500,14 @@ class PostgresStore:
         self._where = describe(conninfo)
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()  # the connection slot, between worker and interrupt
+        self._severed: psycopg.Connection[Any] | None = None  # cut by sever(): replace it
         self._closed = False
         self._aborted = False
         self._failures = 0
         self._retry_at = 0.0
         self._last_error = ""
         self._db_clock = self._opts.lease_clock == "database"
+        self._channel = notify_channel(self._opts.schema)
 
     # -- lifecycle --
 
@@ -530,10 +560,40 @@ class PostgresStore:
         except (psycopg.Error, OSError) as exc:
             logger.debug("cancel request to the %s failed: %s", self._where, self._scrub(exc))
 
+    def sever(self) -> None:
+        """Cut the connection under the call using it, for a server that does
+        not answer (a stopped backend, a partition), which a cancel request
+        cannot reach. Callable from any thread, never blocking: the socket is
+        shut down (on a duplicate of its descriptor, so libpq's own stays
+        valid), the call waiting on it fails at once, saying a write in flight
+        may or may not have committed, and the next call reconnects."""
+        with self._lock:  # the slot cannot be closed (its descriptor reused) meanwhile
+            conn = self._conn
+            if conn is None or conn.closed:
+                return
+            self._severed = conn
+            try:
+                fd = os.dup(conn.pgconn.socket)
+            except (psycopg.Error, OSError):
+                return
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            os.close(fd)
+            return
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already disconnected
+        finally:
+            sock.close()
+        logger.warning("event log: the %s did not answer; its connection was cut", self._where)
+
     def close(self) -> None:
         self._closed = True
         with self._lock:
             conn, self._conn = self._conn, None
+            self._severed = None
         if conn is not None:
             conn.close()
 
@@ -549,10 +609,16 @@ class PostgresStore:
         """The database in words (never the password)."""
         return self._where
 
+    @property
+    def options(self) -> PostgresOptions:
+        return self._opts
+
     # -- connection keeping --
 
     def _ensure_connected(self) -> None:
-        if self._conn is not None and not self._conn.broken and not self._conn.closed:
+        conn = self._conn
+        if (conn is not None and conn is not self._severed and not conn.broken
+                and not conn.closed):
             return
         if self._conn is not None:
             self._drop()
@@ -587,6 +653,7 @@ class PostgresStore:
     def _drop(self) -> None:
         with self._lock:
             conn, self._conn = self._conn, None
+            self._severed = None
         if conn is not None:
             try:
                 conn.close()
@@ -604,10 +671,22 @@ class PostgresStore:
         return scrub(str(exc).strip(), self._secrets)
 
     def _translate(self, exc: psycopg.Error, connecting: bool = False) -> RpcError:
+        state = getattr(exc, "sqlstate", None) or type(exc).__name__
+        if not connecting and self._conn is not None and self._conn is self._severed:
+            # Cut by sever(): the server stopped answering with this call in
+            # flight. Not "closed" even when closing: that would say "not written".
+            self._drop()
+            return RpcError(
+                SOURCE_UNAVAILABLE,
+                f"the event log's {self._where} did not answer (not even a request to"
+                " cancel), so its connection was cut. A write in flight may or may not"
+                " have committed; retrying an append with the same event id is safe (it"
+                " answers duplicate if it had)",
+                {"postgres_error": "unresponsive"},
+            )
         if self._aborted or self._closed:
             return closed_error()
         detail = self._scrub(exc)
-        state = getattr(exc, "sqlstate", None) or type(exc).__name__
         if connecting:
             return RpcError(
                 SOURCE_UNAVAILABLE,
@@ -727,7 +806,7 @@ class PostgresStore:
                 db.execute(
                     "WITH bumped AS (UPDATE seq_counter SET seq = %s RETURNING seq)"
                     " SELECT pg_notify(%s, seq::text) FROM bumped",
-                    (after, NOTIFY_CHANNEL),
+                    (after, self._channel),
                 )
         return CommitOutcome(
             results=out,
@@ -838,7 +917,7 @@ class PostgresStore:
         encoded: bool = False,
     ) -> SinceResult:
         _check_limit(limit)
-        where, args = _where(flt, [("seq > ?", (from_seq,))])
+        where, args = _where(flt, [("seq > %s", (from_seq,))])
         # fetchall: psycopg builds the rows in C in one go (900k rows/s here),
         # where iterating the cursor costs a Python call per row (400k rows/s).
         found = self._db.execute(
@@ -857,7 +936,7 @@ class PostgresStore:
         """:meth:`since` as a watch reads it: :class:`Committed` entries, and
         whether the page reached the end of the log."""
         _check_limit(limit)
-        where, args = _where(flt, [("seq > ?", (from_seq,))])
+        where, args = _where(flt, [("seq > %s", (from_seq,))])
         found = self._db.execute(
             f"SELECT {rows.ENTRY_COLUMNS} FROM events WHERE {where} ORDER BY seq LIMIT %s",
             (*args, limit + 1),
@@ -1410,24 +1489,11 @@ class PostgresStore:
 # --- helpers (they take the connection, so steps compose in one transaction) --------
 
 
-def _pg_clause(clause: filters.Clause) -> filters.Clause:
-    """A conjunct of :func:`filters.where` (SQLite's spelling) in PostgreSQL's.
-
-    The rules stay in one place; only the spelling differs: ``?`` is ``%s``,
-    ``0`` is ``false``, and SQLite's ``substr(author, -n) = ?`` (the last n
-    characters) is ``right(author, n) = %s``."""
-    text, args = clause
-    if text == "0":
-        return "false", ()
-    if text.startswith("substr(author, ?) = ?"):
-        return "right(author, %s) = %s", (-args[0], args[1])
-    return text.replace("?", "%s"), args
-
-
 def _where(
     flt: Filter | None, extra: Sequence[filters.Clause] = ()
 ) -> tuple[str, tuple[Any, ...]]:
-    return _joined([_pg_clause(c) for c in (*extra, *filters.where(flt))])
+    """``extra`` (in PostgreSQL's spelling) and the filter's conjuncts, ANDed."""
+    return _joined([*extra, *filters.where(flt, filters.POSTGRES)])
 
 
 def _joined(clauses: Sequence[filters.Clause]) -> tuple[str, tuple[Any, ...]]:
