@@ -82,8 +82,6 @@ from psycopg.types.string import TextLoader
 from streamd.errors import (
     EVENT_CONFLICT,
     INVALID_PARAMS,
-    SESSION_LOCKED,
-    SESSION_NOT_FOUND,
     SOURCE_UNAVAILABLE,
     STALE_SESSION,
     RpcError,
@@ -107,7 +105,7 @@ from streamd.eventlog.model import (
     StateSnapshot,
     wire_size,
 )
-from streamd.eventlog.store import rows
+from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, Committed, closed_error
 from streamd.eventlog.store.connection import Synchronous
 from streamd.eventlog.store.pg_schema import (
@@ -442,7 +440,7 @@ class _Plan:
         if p.expected_seq is not None:
             found = self.session_seq.get(key)
             if found is None:
-                raise _not_found(*key)
+                raise rules.not_found(*key)
             if found != p.expected_seq:
                 raise _stale(p.session, p.expected_seq, found)
         self.last_seq += 1
@@ -752,7 +750,7 @@ class PostgresStore:
         for p in batch:
             try:
                 if isinstance(p, AppendGroup):
-                    prepared.append(_prepare_group(p, now_us))
+                    prepared.append(rules.prepare_group(p, now_us))
                 else:
                     prepared.append(rows.prepare(p, now_us))
             except RpcError as exc:
@@ -868,7 +866,7 @@ class PostgresStore:
                     error = exc if isinstance(exc, RpcError) else invalid_params(
                         f"event rejected by the database: {self._scrub(exc)}"
                     )
-                    raise _refused_in_group(error, i) if group else error from None
+                    raise rules.refused_in_group(error, i) if group else error from None
 
     def _write(self, db: psycopg.Connection[Any], events: list[_Planned], now_us: int) -> None:
         """Insert the planned events with their sessions, then fold their state
@@ -916,7 +914,7 @@ class PostgresStore:
         max_bytes: int | None = None,
         encoded: bool = False,
     ) -> SinceResult:
-        _check_limit(limit)
+        rules.check_limit(limit)
         where, args = _where(flt, [("seq > %s", (from_seq,))])
         # fetchall: psycopg builds the rows in C in one go (900k rows/s here),
         # where iterating the cursor costs a Python call per row (400k rows/s).
@@ -935,7 +933,7 @@ class PostgresStore:
     ) -> tuple[list[Committed], bool]:
         """:meth:`since` as a watch reads it: :class:`Committed` entries, and
         whether the page reached the end of the log."""
-        _check_limit(limit)
+        rules.check_limit(limit)
         where, args = _where(flt, [("seq > %s", (from_seq,))])
         found = self._db.execute(
             f"SELECT {rows.ENTRY_COLUMNS} FROM events WHERE {where} ORDER BY seq LIMIT %s",
@@ -966,7 +964,7 @@ class PostgresStore:
     @_translated
     def branches(self, flt: Filter | None, limit: int | None) -> list[str]:
         if limit is not None:
-            _check_limit(limit)
+            rules.check_limit(limit)
         where, args = _where(flt, [("branch <> ''", ())])
         query = f"SELECT DISTINCT branch FROM events WHERE {where} ORDER BY branch"
         if limit is not None:
@@ -1041,7 +1039,7 @@ class PostgresStore:
         after_time_us: int | None = None,
         content: bool = True,
     ) -> SessionWithEvents:
-        _check_recent(recent)
+        rules.check_recent(recent)
         bounds = _EventBounds(after_seq, recent, after_time_us, content)
         with self._snapshot() as db:
             got = _session_with_events(
@@ -1049,7 +1047,7 @@ class PostgresStore:
                 max_bytes, True, scoped_state,
             )
         if got is None:
-            raise _not_found(app, user, session)
+            raise rules.not_found(app, user, session)
         return got
 
     @_translated
@@ -1064,7 +1062,7 @@ class PostgresStore:
         encoded: bool = False,
         scoped_state: bool = False,
     ) -> SessionsResult:
-        _check_recent(recent)
+        rules.check_recent(recent)
         shape = rows.shape(raw_content, encoded)
         found: list[SessionWithEvents] = []
         missing: list[SessionKey] = []
@@ -1105,7 +1103,7 @@ class PostgresStore:
         after: SessionKey | None,
         scoped_state: bool = False,
     ) -> SessionListResult:
-        _check_limit(limit)
+        rules.check_limit(limit)
         clauses: list[filters.Clause] = [("app_name = %s", (app,))]
         if user is not None:
             clauses.append(("user_id = %s", (user,)))
@@ -1159,7 +1157,7 @@ class PostgresStore:
             raise invalid_params("state.get of a session needs its user")
         with self._snapshot() as db:
             if session is not None and not _session_exists(db, app, user or "", session):
-                raise _not_found(app, user or "", session)
+                raise rules.not_found(app, user or "", session)
             row = db.execute("SELECT seq FROM seq_counter").fetchone()
             newest = row[0] if row else 0
             if as_of_seq is None or as_of_seq >= newest:
@@ -1379,14 +1377,14 @@ class PostgresStore:
                         (*now_args, *key),
                     ).fetchone()
                     who, age = other if other else ("unknown", 0)
-                    raise _locked(session, who, int(age), "was taken by another requester")
+                    raise rules.locked(session, who, int(age), "was taken by another requester")
                 return
             old_holder, old_beat, old_window_ms, now = row
             age_ms = max(0, (now - old_beat) // 1000)
             if age_ms < old_window_ms:
-                raise _locked(session, old_holder, age_ms, "is locked")
+                raise rules.locked(session, old_holder, age_ms, "is locked")
             if not _steal(db, key, old_holder, old_beat, holder, stale_after_ms, now):
-                raise _locked(session, old_holder, age_ms, "was taken by another stealer")
+                raise rules.locked(session, old_holder, age_ms, "was taken by another stealer")
 
     @_translated
     def heartbeat_lease(self, app: str, user: str, session: str, holder: str, now_us: int) -> bool:
@@ -1505,38 +1503,12 @@ def _joined(clauses: Sequence[filters.Clause]) -> tuple[str, tuple[Any, ...]]:
     return " AND ".join(text for text, _ in clauses), args
 
 
-def _check_limit(limit: int) -> None:
-    if limit < 1:
-        raise invalid_params(f"limit must be at least 1, not {limit}")
-
-
-def _check_recent(recent: int | None) -> None:
-    if recent is not None and recent < 0:
-        raise invalid_params(f"recent must not be negative, not {recent}")
-
-
-def _not_found(app: str, user: str, session: str) -> RpcError:
-    return RpcError(
-        SESSION_NOT_FOUND,
-        f"session {session!r} not found",
-        {"app": app, "user": user, "session": session},
-    )
-
-
 def _stale(session: str, expected: int, found: int) -> RpcError:
     return RpcError(
         STALE_SESSION,
         f"session {session!r} has moved on: its last seq is {found}, the append was"
         f" computed at seq {expected}; nothing was written, read the session again",
         {"expected_seq": expected, "last_seq": found},
-    )
-
-
-def _locked(session: str, holder: str, age_ms: int, how: str) -> RpcError:
-    return RpcError(
-        SESSION_LOCKED,
-        f"session {session!r} {how} (holder {holder}, heartbeat {age_ms} ms ago)",
-        {"holder": holder, "heartbeat_age_ms": age_ms},
     )
 
 
@@ -1560,30 +1532,11 @@ def _steal(
     return cur.rowcount == 1
 
 
-def _prepare_group(group: AppendGroup, now_us: int) -> list[rows.Prepared]:
-    out = []
-    for i, p in enumerate(group.appends):
-        try:
-            out.append(rows.prepare(p, now_us))
-        except RpcError as exc:
-            raise _refused_in_group(exc, i) from None
-    return out
-
-
 def _in_group(plan: _Plan, item: rows.Prepared, index: int) -> AppendResult:
     try:
         return plan.add(item)
     except RpcError as exc:
-        raise _refused_in_group(exc, index) from None
-
-
-def _refused_in_group(exc: RpcError, index: int) -> RpcError:
-    data = dict(exc.data) if isinstance(exc.data, dict) else {"error": exc.data}
-    data["index"] = index
-    return RpcError(
-        exc.code, f"append {index} of the batch: {exc.message}; nothing of the batch was written",
-        data,
-    )
+        raise rules.refused_in_group(exc, index) from None
 
 
 def _session_exists(db: psycopg.Connection[Any], app: str, user: str, session: str) -> bool:
@@ -1650,7 +1603,7 @@ def _apply_delta(
             (app, user, session),
         ).fetchone()
         assert found is not None  # the caller wrote the session row
-        state = _parsed_for_merge(found[0], f"session {session!r}")
+        state = rules.parsed_for_merge(found[0], f"session {session!r}")
         state.update(delta.session)
         db.execute(
             "UPDATE sessions SET state = %s"
@@ -1671,7 +1624,7 @@ def _merge(
 ) -> None:
     where = " AND ".join(f"{c} = %s" for c in columns)
     found = db.execute(f"SELECT state FROM {table} WHERE {where}", key).fetchone()
-    state = _parsed_for_merge(found[0], what) if found else {}
+    state = rules.parsed_for_merge(found[0], what) if found else {}
     state.update(delta)
     text = rows.json_text(state)
     if found:
@@ -1683,16 +1636,6 @@ def _merge(
             f"INSERT INTO {table} ({', '.join(columns)}, state, updated_at) VALUES ({marks})",
             (*key, text, now_us),
         )
-
-
-def _parsed_for_merge(text: str, what: str) -> dict[str, Any]:
-    try:
-        return rows.decode_state(text)
-    except ValueError:
-        raise RpcError(
-            SOURCE_UNAVAILABLE,
-            f"the stored state of {what} cannot be parsed; nothing was written",
-        ) from None
 
 
 def _record(

@@ -65,8 +65,6 @@ import apsw
 from streamd.errors import (
     EVENT_CONFLICT,
     INVALID_PARAMS,
-    SESSION_LOCKED,
-    SESSION_NOT_FOUND,
     SOURCE_UNAVAILABLE,
     STALE_SESSION,
     RpcError,
@@ -90,7 +88,7 @@ from streamd.eventlog.model import (
     StateSnapshot,
     wire_size,
 )
-from streamd.eventlog.store import rows
+from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import (
     AppendGroup,
     Backend,
@@ -171,16 +169,6 @@ def _indexed_by(flt: Filter | None) -> str:
     if flt.branch_prefixes and filters.branch_prefixes(flt.branch_prefixes):
         return "events INDEXED BY events_by_branch"
     return "events"
-
-
-def _check_limit(limit: int) -> None:
-    if limit < 1:
-        raise invalid_params(f"limit must be at least 1, not {limit}")
-
-
-def _check_recent(recent: int | None) -> None:
-    if recent is not None and recent < 0:
-        raise invalid_params(f"recent must not be negative, not {recent}")
 
 
 # --- the store -------------------------------------------------------------------
@@ -357,7 +345,7 @@ class SqliteStore:
         for p in batch:
             try:
                 if isinstance(p, AppendGroup):
-                    prepared.append(_prepare_group(p, now_us))
+                    prepared.append(rules.prepare_group(p, now_us))
                 else:
                     prepared.append(rows.prepare(p, now_us))
             except RpcError as exc:
@@ -438,7 +426,7 @@ class SqliteStore:
         ``max_bytes``) no more than fit in that many bytes on the wire; a page
         cut short by either has ``caught_up`` false. ``raw_content`` and
         ``encoded``: see :data:`Shape`."""
-        _check_limit(limit)
+        rules.check_limit(limit)
         sql, args = self._since_query(from_seq, flt, limit)
         entries, last, more = _read_entries(
             self._db, sql, args, limit, rows.shape(raw_content, encoded), max_bytes
@@ -456,7 +444,7 @@ class SqliteStore:
         """:meth:`since` as a watch reads it: the entries as :class:`Committed`
         (encoded once, with the fields the fan-out filters on), and whether the
         page reached the end of the log."""
-        _check_limit(limit)
+        rules.check_limit(limit)
         sql, args = self._since_query(from_seq, flt, limit)
         entries, _, more = _read_entries(self._db, sql, args, limit, "committed", max_bytes)
         return entries, not more
@@ -487,7 +475,7 @@ class SqliteStore:
     @_translated
     def branches(self, flt: Filter | None, limit: int | None) -> list[str]:
         if limit is not None:
-            _check_limit(limit)
+            rules.check_limit(limit)
         where, args = filters.render(filters.where(flt), [("branch <> ''", ())])
         sql = f"SELECT DISTINCT branch FROM events WHERE {where} ORDER BY branch"
         if limit is not None:
@@ -562,7 +550,7 @@ class SqliteStore:
         app's and the user's state, from the same snapshot; ``content`` false
         gives every event's content as null (see
         :data:`~streamd.eventlog.store.rows.ENTRY_COLUMNS_WITHOUT_CONTENT`)."""
-        _check_recent(recent)
+        rules.check_recent(recent)
         bounds = _EventBounds(after_seq, recent, after_time_us, content)
         with self._snapshot() as db:
             got = _session_with_events(
@@ -570,7 +558,7 @@ class SqliteStore:
                 max_bytes, True, scoped_state,
             )
         if got is None:
-            raise _not_found(app, user, session)
+            raise rules.not_found(app, user, session)
         return got
 
     @_translated
@@ -592,7 +580,7 @@ class SqliteStore:
         gets past any entry); after that a session whose next entry does not
         fit is ``truncated`` where it stands, with no events if need be, and
         ``next_seq`` says where to continue it."""
-        _check_recent(recent)
+        rules.check_recent(recent)
         shape = rows.shape(raw_content, encoded)
         found: list[SessionWithEvents] = []
         missing: list[SessionKey] = []
@@ -680,7 +668,7 @@ class SqliteStore:
     ) -> SessionListResult:
         """One page of sessions after the cursor, read as one range of the
         sessions' primary key; ``next`` is null on the last page."""
-        _check_limit(limit)
+        rules.check_limit(limit)
         sql, args = self._page_query(app, user, limit, after)
         with self._snapshot() as db:
             page = [rows.to_session(r) for r in db.execute(sql, args)]
@@ -724,7 +712,7 @@ class SqliteStore:
             raise invalid_params("state.get of a session needs its user")
         with self._snapshot() as db:
             if session is not None and not _session_exists(db, app, user or "", session):
-                raise _not_found(app, user or "", session)
+                raise rules.not_found(app, user or "", session)
             newest = _newest_seq(db)
             if as_of_seq is None or as_of_seq >= newest:
                 app_state, user_state = _shared_state(db, app, user)
@@ -935,9 +923,9 @@ class SqliteStore:
             old_holder, old_beat, old_window_ms = row
             age_ms = max(0, (now_us - old_beat) // 1000)
             if age_ms < old_window_ms:
-                raise _locked(session, old_holder, age_ms, "is locked")
+                raise rules.locked(session, old_holder, age_ms, "is locked")
             if not _steal(self._db, key, old_holder, old_beat, holder, stale_after_ms, now_us):
-                raise _locked(session, old_holder, age_ms, "was taken by another stealer")
+                raise rules.locked(session, old_holder, age_ms, "was taken by another stealer")
 
     @_translated
     def heartbeat_lease(self, app: str, user: str, session: str, holder: str, now_us: int) -> bool:
@@ -1304,7 +1292,7 @@ def _check_expected(db: apsw.Connection, app: str, user: str, session: str, expe
         (app, user, session),
     ).fetchone()
     if found is None:
-        raise _not_found(app, user, session)
+        raise rules.not_found(app, user, session)
     if found[0] != expected:
         raise RpcError(
             STALE_SESSION,
@@ -1332,14 +1320,6 @@ def _session_exists(db: apsw.Connection, app: str, user: str, session: str) -> b
             (app, user, session),
         ).fetchone()
         is not None
-    )
-
-
-def _not_found(app: str, user: str, session: str) -> RpcError:
-    return RpcError(
-        SESSION_NOT_FOUND,
-        f"session {session!r} not found",
-        {"app": app, "user": user, "session": session},
     )
 
 
@@ -1405,7 +1385,7 @@ def _apply_delta(
             (app, user, session),
         ).fetchone()
         assert found is not None  # the caller wrote the session row
-        state = _parsed_for_merge(found[0], f"session {session!r}")
+        state = rules.parsed_for_merge(found[0], f"session {session!r}")
         state.update(delta.session)
         db.execute(
             "UPDATE sessions SET state = ? WHERE app_name = ? AND user_id = ? AND session_id = ?",
@@ -1424,7 +1404,7 @@ def _merge(
     now_us: int,
 ) -> None:
     found = db.execute(f"SELECT state FROM {table} WHERE {where}", key).fetchone()
-    state = _parsed_for_merge(found[0], what) if found else {}
+    state = rules.parsed_for_merge(found[0], what) if found else {}
     state.update(delta)
     text = rows.json_text(state)
     if found:
@@ -1438,19 +1418,6 @@ def _merge(
             f"INSERT INTO {table} ({columns}, state, updated_at) VALUES ({marks})",
             (*key, text, now_us),
         )
-
-
-def _parsed_for_merge(text: str, what: str) -> dict[str, Any]:
-    """Stored state to merge a delta into. State that does not parse (damaged by
-    hand) is refused rather than replaced: merging into ``{}`` would silently
-    drop every other key."""
-    try:
-        return rows.decode_state(text)
-    except ValueError:
-        raise RpcError(
-            SOURCE_UNAVAILABLE,
-            f"the stored state of {what} cannot be parsed; nothing was written",
-        ) from None
 
 
 def _record(
@@ -1469,16 +1436,6 @@ def _record(
     )
 
 
-def _prepare_group(group: AppendGroup, now_us: int) -> list[rows.Prepared]:
-    out = []
-    for i, p in enumerate(group.appends):
-        try:
-            out.append(rows.prepare(p, now_us))
-        except RpcError as exc:
-            raise _refused_in_group(exc, i) from None
-    return out
-
-
 def _in_group(
     db: apsw.Connection,
     item: rows.Prepared,
@@ -1490,20 +1447,11 @@ def _in_group(
     try:
         return _append_one(db, item, now_us, added, upserted)
     except RpcError as exc:
-        raise _refused_in_group(exc, index) from None
+        raise rules.refused_in_group(exc, index) from None
     except apsw.ConstraintError as exc:
-        raise _refused_in_group(
+        raise rules.refused_in_group(
             invalid_params(f"event rejected by the database: {exc}"), index
         ) from None
-
-
-def _refused_in_group(exc: RpcError, index: int) -> RpcError:
-    data = dict(exc.data) if isinstance(exc.data, dict) else {"error": exc.data}
-    data["index"] = index
-    return RpcError(
-        exc.code, f"append {index} of the batch: {exc.message}; nothing of the batch was written",
-        data,
-    )
 
 
 def _steal(
@@ -1530,9 +1478,3 @@ def _steal(
     return db.changes() == 1
 
 
-def _locked(session: str, holder: str, age_ms: int, how: str) -> RpcError:
-    return RpcError(
-        SESSION_LOCKED,
-        f"session {session!r} {how} (holder {holder}, heartbeat {age_ms} ms ago)",
-        {"holder": holder, "heartbeat_age_ms": age_ms},
-    )

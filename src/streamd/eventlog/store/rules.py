@@ -1,0 +1,89 @@
+"""The storage rules every backend states the same way: refusals and checks.
+
+Values in, errors out; no connection. A backend keeps its SQL; what a refusal
+says, and which values are refused before any SQL runs, lives here once, so
+SQLite and PostgreSQL cannot drift apart in what a client reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamd.errors import (
+    SESSION_LOCKED,
+    SESSION_NOT_FOUND,
+    SOURCE_UNAVAILABLE,
+    RpcError,
+    invalid_params,
+)
+from streamd.eventlog.store import rows
+from streamd.eventlog.store.backend import AppendGroup
+
+__all__ = [
+    "check_limit",
+    "check_recent",
+    "locked",
+    "not_found",
+    "parsed_for_merge",
+    "prepare_group",
+    "refused_in_group",
+]
+
+
+def check_limit(limit: int) -> None:
+    if limit < 1:
+        raise invalid_params(f"limit must be at least 1, not {limit}")
+
+
+def check_recent(recent: int | None) -> None:
+    if recent is not None and recent < 0:
+        raise invalid_params(f"recent must not be negative, not {recent}")
+
+
+def locked(session: str, holder: str, age_ms: int, how: str) -> RpcError:
+    return RpcError(
+        SESSION_LOCKED,
+        f"session {session!r} {how} (holder {holder}, heartbeat {age_ms} ms ago)",
+        {"holder": holder, "heartbeat_age_ms": age_ms},
+    )
+
+
+def not_found(app: str, user: str, session: str) -> RpcError:
+    return RpcError(
+        SESSION_NOT_FOUND,
+        f"session {session!r} not found",
+        {"app": app, "user": user, "session": session},
+    )
+
+
+def prepare_group(group: AppendGroup, now_us: int) -> list[rows.Prepared]:
+    """Every append of a group prepared, or the first refusal, naming its index."""
+    out = []
+    for i, p in enumerate(group.appends):
+        try:
+            out.append(rows.prepare(p, now_us))
+        except RpcError as exc:
+            raise refused_in_group(exc, i) from None
+    return out
+
+
+def refused_in_group(exc: RpcError, index: int) -> RpcError:
+    data = dict(exc.data) if isinstance(exc.data, dict) else {"error": exc.data}
+    data["index"] = index
+    return RpcError(
+        exc.code, f"append {index} of the batch: {exc.message}; nothing of the batch was written",
+        data,
+    )
+
+
+def parsed_for_merge(text: str, what: str) -> dict[str, Any]:
+    """Stored state to merge a delta into. State that does not parse (damaged by
+    hand) is refused rather than replaced: merging into ``{}`` would silently
+    drop every other key."""
+    try:
+        return rows.decode_state(text)
+    except ValueError:
+        raise RpcError(
+            SOURCE_UNAVAILABLE,
+            f"the stored state of {what} cannot be parsed; nothing was written",
+        ) from None
