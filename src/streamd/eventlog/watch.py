@@ -23,7 +23,10 @@ rules:
   their size on the wire: at most ``budget_bytes`` (and ``capacity``
   entries), always at least one. The producer waits for room before adding a
   page's entry; a live watch that has no room for a commit takes what fits and
-  drops itself, so the writer never waits for a reader. When the consumer
+  drops itself, so the writer never waits for a reader. What a joining watch
+  collects in ``pending`` is bounded the same way (past the budget it drops
+  itself and reads the store), so a watch holds at most twice its budget and
+  one entry. When the consumer
   leaves no room for ``stall_timeout`` the watch ends with ``budget_exceeded``
   naming the seq to resume from, after the consumer has drained what was
   buffered; nothing follows that error.
