@@ -140,7 +140,12 @@ from streamd.eventlog.store import (
     closed_error,
 )
 from streamd.eventlog.store.connection import prepare_file
-from streamd.eventlog.store.pg_url import PASSWORD_REFUSED, is_postgres_url, url_has_password
+from streamd.eventlog.store.pg_url import (
+    PASSWORD_REFUSED,
+    db_description,
+    is_postgres_url,
+    url_has_password,
+)
 from streamd.eventlog.watch import Watch
 
 __all__ = [
@@ -192,20 +197,6 @@ def resolve_db_path(
     state = environ.get("XDG_STATE_HOME", "")
     base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
     return base / "streamd" / "events.db"
-
-
-def db_description(target: Path | str) -> str:
-    """Where a log lives, for messages, logs and status: the file's path, or the
-    PostgreSQL URL without its password."""
-    if not isinstance(target, str):
-        return str(target)
-    from urllib.parse import parse_qsl, urlencode, urlsplit
-
-    u = urlsplit(target)
-    netloc = u.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0] + "@" if len(netloc) == 2 else ""
-    query = urlencode([(k, v) for k, v in parse_qsl(u.query) if k != "password"], safe="/")
-    return f"{u.scheme}://{user}{netloc[-1]}{u.path}" + (f"?{query}" if query else "")
 
 
 @dataclass

@@ -49,7 +49,7 @@ import trio
 from streamd import __version__
 from streamd.daemon import SIGNAL_GRACE, Daemon
 from streamd.eventlog import resolve_db_path
-from streamd.eventlog.log import db_description
+from streamd.eventlog.store.pg_url import db_description
 from streamd.resident import paths
 from streamd.resident.lock import InstanceLock
 from streamd.rpc import Connection, Method, MethodTable, Request, Server

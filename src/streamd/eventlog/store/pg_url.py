@@ -7,9 +7,16 @@ so they live apart from :mod:`~streamd.eventlog.store.postgres`.
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlsplit
+import os
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
-__all__ = ["PASSWORD_REFUSED", "db_flag_error", "is_postgres_url", "url_has_password"]
+__all__ = [
+    "PASSWORD_REFUSED",
+    "db_description",
+    "db_flag_error",
+    "is_postgres_url",
+    "url_has_password",
+]
 
 PASSWORD_REFUSED = (
     "the event log's database URL holds a password, which every user of this machine"
@@ -46,3 +53,15 @@ def db_flag_error(value: object) -> str | None:
             " or a service file (PGSERVICEFILE), or put the URL in STREAMD_DB"
         )
     return None
+
+
+def db_description(target: os.PathLike[str] | str) -> str:
+    """Where a log lives, for messages, logs and status: the file's path, or the
+    PostgreSQL URL without its password."""
+    if not isinstance(target, str) or not is_postgres_url(target):
+        return os.fspath(target)
+    u = urlsplit(target)
+    netloc = u.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0] + "@" if len(netloc) == 2 else ""
+    query = urlencode([(k, v) for k, v in parse_qsl(u.query) if k != "password"], safe="/")
+    return f"{u.scheme}://{user}{netloc[-1]}{u.path}" + (f"?{query}" if query else "")
