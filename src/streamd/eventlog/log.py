@@ -690,7 +690,20 @@ class EventLog:
         writer = self._writer
         batch: list[_PendingAppend] = []
         try:
-            async for first in self._queue_recv:
+            while True:
+                try:
+                    # Under load appends are already queued when a commit returns:
+                    # take them at once, not after a turn of the event loop (a
+                    # channel's receive checkpoints), while the connection's
+                    # thread sits idle. The commit's await is the checkpoint.
+                    first = self._queue_recv.receive_nowait()
+                except trio.WouldBlock:
+                    try:
+                        first = await self._queue_recv.receive()
+                    except trio.EndOfChannel:
+                        break
+                except trio.EndOfChannel:
+                    break
                 batch = [first]
                 while len(batch) < self._max_batch:
                     try:
