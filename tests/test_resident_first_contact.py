@@ -53,6 +53,9 @@ def a_command(world: World) -> tuple[dict, dict, float, float]:
             proc.kill()
         proc.wait(30)
         proc.stdin.close()
+    if "result" not in health or "result" not in search:
+        daemon_log = world.log.read_text() if world.log.exists() else "(no daemon log)"
+        raise AssertionError(f"health {health}, search {search}; daemon log:\n{daemon_log[-4000:]}")
     return health["result"], search["result"], probed, searched
 
 
