@@ -303,3 +303,35 @@ async def test_an_error_inside_the_block_propagates_unwrapped(tmp_path: Path) ->
         async with EventLog(tmp_path / "e.db") as log:
             await log.get_session("app", "u", "nope")
     assert is_session_not_found(info.value)
+
+
+async def test_a_completion_callback_that_raises_leaves_the_batch_answered_and_the_writer_on(
+    tmp_path: Path,
+) -> None:
+    from streamd.eventlog import AppendParams
+
+    answered: list[Any] = []
+    done = trio.Event()
+
+    def bad(outcome: Any) -> None:
+        raise RuntimeError("a reply that cannot be written")
+
+    def good(outcome: Any) -> None:
+        answered.append(outcome)
+        if len(answered) == 3:
+            done.set()
+
+    def params(i: int) -> AppendParams:
+        return AppendParams(app="app", user="u", session="s", event=ev(f"e{i}"))
+
+    async with EventLog(tmp_path / "e.db", synchronous="NORMAL") as log:
+        await log.ping()  # opened, so the three below share one batch
+        with trio.fail_after(10):
+            log.submit_append(params(0), good)
+            log.submit_append(params(1), bad)
+            log.submit_append(params(2), good)
+            later = await log.append("app", "u", "s", ev("later"))
+            log.submit_append(params(3), good)
+            await done.wait()
+    assert [a.seq for a in answered] == [1, 3, later.seq + 1]
+    assert later.seq == 4

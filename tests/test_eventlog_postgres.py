@@ -602,6 +602,38 @@ async def test_a_commit_before_the_first_poll_wakes_a_listener_that_could_not_li
             assert changes.mode == "poll"
 
 
+async def test_a_listener_away_tries_to_listen_again_when_every_wait_is_cut_short(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The log waits on its change source for at most SAFETY_POLL at a time, as
+    # long as the backoff's cap: the time of the next LISTEN must survive a
+    # wait() cut short, or the listener would poll forever after an outage.
+    # Scaled down 50x (cap 0.1 s, each wait cut at 0.1 s), on the real clock,
+    # because the refused connection runs in a thread.
+    attempts = 0
+
+    def refuse(self: PgChanges) -> Any:
+        nonlocal attempts
+        attempts += 1
+        raise psycopg.OperationalError("the server is away")
+
+    monkeypatch.setattr(PgChanges, "_connect_and_listen", refuse)
+
+    async def unchanged() -> int:
+        return 7
+
+    with trio.fail_after(60):
+        async with PgChanges(
+            postgres_db, fallback_interval=0.01, reconnect_max=0.1, poll=unchanged
+        ) as changes:
+            for _ in range(60):
+                with trio.move_on_after(0.1):
+                    await changes.wait()
+    # About 60 tries in 6 s; cut-short waits that restart the backoff make about
+    # five (the ramp to the cap) and then none.
+    assert attempts >= 15
+
+
 # --- one channel per schema ------------------------------------------------------------
 
 

@@ -223,10 +223,15 @@ class _PendingAppend:
     def resolve(self, outcome: AppendOutcome) -> None:
         if self.outcome is None:
             self.outcome = outcome
-            if self.on_done is not None:
-                self.on_done(outcome)
-            else:
+            if self.on_done is None:
                 self.done.set()
+                return
+            try:
+                self.on_done(outcome)
+            except Exception:
+                # The writer calls this for a whole batch: one failing callback
+                # must not leave the others unanswered or stop the writer.
+                logger.exception("an append's completion callback failed")
 
 
 def _change_state(store: Backend) -> tuple[int, int]:

@@ -86,6 +86,7 @@ class PgChanges:
         self._pending = False  # a wake owed (a notification seen, or a drop)
         self._polled: int | None = None  # None: the next poll counts as moved
         self._backoff = fallback_interval
+        self._next_listen: float | None = None  # when to try LISTEN again, while away
         self.newest_notified = 0
         """The highest seq any notification carried (0 before the first)."""
         self.reason = ""
@@ -212,14 +213,19 @@ class PgChanges:
 
     async def _while_away(self) -> None:
         """One step without a connection: wait, poll, and try to listen again
-        when the backoff allows."""
-        waited = 0.0
-        while waited < self._backoff:
-            await trio.sleep(self._interval)
-            waited += self._interval
+        when the backoff allows. The time of the next try is kept on the
+        instance: a wait() that returns for a poll's wake, or is cancelled by
+        its caller's timeout, must not push it back, or a watcher under steady
+        foreign commits (or a caller that checks every few seconds) would
+        never listen again."""
+        if self._next_listen is None:
+            self._next_listen = trio.current_time() + self._backoff
+        while trio.current_time() < self._next_listen:
+            await trio.sleep(min(self._interval, self._next_listen - trio.current_time()))
             if self._poll is not None and await self._poll_moved():
                 self._pending = True
                 return
+        self._next_listen = None
         self._backoff = min(self._backoff * 2, self._reconnect_max)
         await self._listen()
         if self._conn is not None:

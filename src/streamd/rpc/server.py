@@ -34,7 +34,10 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   its answers, costs a bounded amount of memory. Answers count too: while
   more than ``max_unwritten_bytes`` of them wait for a peer that does not
   read, no new request is dispatched. The price: a cancel sent behind a full
-  window waits for a slot like everything else.
+  window waits for a slot like everything else, and a client must read its
+  answers while it sends: one that writes all its requests before reading any
+  stalls for good once 16 MiB of answers (about 250,000 appends) wait for it,
+  as it would on any socket whose peer stops reading.
 * A bad frame is answered and skipped; only a broken stream ends the
   connection. Nothing a peer sends may end the connection or the process:
   a frame that fails in an unexpected way is answered -32603 (and logged),

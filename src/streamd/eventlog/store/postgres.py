@@ -682,23 +682,30 @@ class PostgresStore:
                 " answers duplicate if it had)",
                 {"postgres_error": "unresponsive"},
             )
-        if self._aborted or self._closed:
-            return closed_error()
         detail = self._scrub(exc)
-        if connecting:
-            return RpcError(
-                SOURCE_UNAVAILABLE,
-                f"cannot connect to the event log's {self._where}: {detail}",
-                {"postgres_error": state},
-            )
         conn = self._conn
-        if isinstance(exc, psycopg.OperationalError) and (conn is None or conn.broken):
+        if (
+            not connecting
+            and isinstance(exc, psycopg.OperationalError)
+            and (conn is None or conn.broken)
+        ):
+            # Before the closing check: a connection that broke under a commit
+            # (a TCP timeout while closing, say) may have committed, and
+            # "closed" would tell the caller it was not written.
             self._drop()
             return RpcError(
                 SOURCE_UNAVAILABLE,
                 f"lost the connection to the event log's {self._where}: {detail}. A write in"
                 " flight may or may not have committed; retrying an append with the same"
                 " event id is safe (it answers duplicate if it had)",
+                {"postgres_error": state},
+            )
+        if self._aborted or self._closed:
+            return closed_error()
+        if connecting:
+            return RpcError(
+                SOURCE_UNAVAILABLE,
+                f"cannot connect to the event log's {self._where}: {detail}",
                 {"postgres_error": state},
             )
         return RpcError(
