@@ -22,6 +22,9 @@ from streamd.recall.adapter import Generation, StreamAdapter
 from streamd.recall.index import build
 from streamd.recall.wire import ExpandParams, InitializeParams, SearchParams
 
+# The event log's shared fixtures (fx: each storage backend; daemon: a served log).
+pytest_plugins = ["eventlog_fixtures"]
+
 # The shared JSON-RPC test client asserts too; keep pytest's detailed messages there.
 pytest.register_assert_rewrite("rpc_client", "eventlog_support")
 

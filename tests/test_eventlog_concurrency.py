@@ -8,13 +8,11 @@ Trio API under contention and the wire.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-import test_eventlog_store as contract
 import trio
-from test_eventlog_service import Daemonish, _server, append
+from test_eventlog_service import Daemonish, append
 from test_eventlog_store import T0, Fixture, ap, ev
 
 from streamd.errors import (
@@ -25,21 +23,6 @@ from streamd.errors import (
 )
 from streamd.eventlog import EventLog
 from streamd.eventlog.model import AppendResult, StateDelta
-
-
-@pytest.fixture(params=sorted(contract.BACKENDS))
-def fx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
-    yield from contract.BACKENDS[request.param](request, tmp_path)
-
-
-@pytest.fixture
-async def daemon(tmp_path: Path) -> AsyncIterator[Daemonish]:
-    async with (
-        EventLog(tmp_path / "events.db", synchronous="NORMAL", watch_interval=60) as log,
-        trio.open_nursery() as nursery,
-    ):
-        yield Daemonish(log, nursery, _server(lambda: log))
-        nursery.cancel_scope.cancel()
 
 
 def test_an_append_at_the_sessions_last_seq_is_written(fx: Fixture) -> None:

@@ -9,35 +9,18 @@ to the index that makes its cost follow what it returns.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import test_eventlog_store as contract
 import trio
-from test_eventlog_service import HEAVY, Daemonish, _server, append
+from test_eventlog_service import HEAVY, Daemonish, append
 from test_eventlog_store import SECOND, T0, Fixture, ap, ev
 
 from streamd.errors import INVALID_PARAMS, RpcError
-from streamd.eventlog import EventLog
 from streamd.eventlog.model import SessionKey, StateDelta, from_us
 from streamd.eventlog.store import SqliteOptions, SqliteStore
-
-
-@pytest.fixture(params=sorted(contract.BACKENDS))
-def fx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
-    yield from contract.BACKENDS[request.param](request, tmp_path)
-
-
-@pytest.fixture
-async def daemon(tmp_path: Path) -> AsyncIterator[Daemonish]:
-    async with (
-        EventLog(tmp_path / "events.db", synchronous="NORMAL", watch_interval=60) as log,
-        trio.open_nursery() as nursery,
-    ):
-        yield Daemonish(log, nursery, _server(lambda: log))
-        nursery.cancel_scope.cancel()
 
 
 def at(seconds: int) -> dt.datetime:

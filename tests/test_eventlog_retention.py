@@ -10,16 +10,14 @@ the Trio layer runs under the mock clock (inline dispatch) where time matters.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import apsw
 import pytest
-import test_eventlog_store as contract
 import trio
 import trio.testing
 from eventlog_support import mocked, take
-from test_eventlog_service import Daemonish, _server, append
+from test_eventlog_service import Daemonish, append
 from test_eventlog_store import SECOND, T0, Fixture, ap, ev
 
 from streamd.errors import RpcError
@@ -30,19 +28,6 @@ from streamd.eventlog.store import SqliteOptions, SqliteStore
 DAY = 86_400 * SECOND
 
 
-@pytest.fixture(params=sorted(contract.BACKENDS))
-def fx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
-    yield from contract.BACKENDS[request.param](request, tmp_path)
-
-
-@pytest.fixture
-async def daemon(tmp_path: Path) -> AsyncIterator[Daemonish]:
-    async with (
-        EventLog(tmp_path / "events.db", synchronous="NORMAL", watch_interval=60) as log,
-        trio.open_nursery() as nursery,
-    ):
-        yield Daemonish(log, nursery, _server(lambda: log))
-        nursery.cancel_scope.cancel()
 
 
 def at(us: int) -> dt.datetime:

@@ -7,7 +7,7 @@ frames, so these tests see exactly the bytes a client would.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,15 +65,6 @@ class Daemonish:
 def _server(factory: Callable[[], Any]) -> Server:
     return Server(lambda conn: {m.name: m for m in eventlog_methods(factory)})
 
-
-@pytest.fixture
-async def daemon(tmp_path: Path) -> AsyncIterator[Daemonish]:
-    async with (
-        EventLog(tmp_path / "events.db", synchronous="NORMAL", watch_interval=60) as log,
-        trio.open_nursery() as nursery,
-    ):
-        yield Daemonish(log, nursery, _server(lambda: log))
-        nursery.cancel_scope.cancel()
 
 
 def event(event_id: str, content: Any = None, **kw: Any) -> dict[str, Any]:

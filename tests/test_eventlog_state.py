@@ -7,15 +7,13 @@ Contract tests: they run against every backend of ``test_eventlog_store``
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import apsw
 import pytest
-import test_eventlog_store as contract
 import trio
-from test_eventlog_service import Daemonish, _server
+from test_eventlog_service import Daemonish
 from test_eventlog_store import SECOND, T0, Fixture, ap, ev
 
 from streamd.errors import (
@@ -25,24 +23,8 @@ from streamd.errors import (
     RpcError,
     is_session_not_found,
 )
-from streamd.eventlog import EventLog
 from streamd.eventlog.model import AppendResult, StateDelta
 from streamd.eventlog.store import SCHEMA_VERSION, SqliteStore
-
-
-@pytest.fixture(params=sorted(contract.BACKENDS))
-def fx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
-    yield from contract.BACKENDS[request.param](request, tmp_path)
-
-
-@pytest.fixture
-async def daemon(tmp_path: Path) -> AsyncIterator[Daemonish]:
-    async with (
-        EventLog(tmp_path / "events.db", synchronous="NORMAL", watch_interval=60) as log,
-        trio.open_nursery() as nursery,
-    ):
-        yield Daemonish(log, nursery, _server(lambda: log))
-        nursery.cancel_scope.cancel()
 
 
 def delta(**scopes: dict[str, Any]) -> StateDelta:

@@ -128,10 +128,6 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Iterator[Fixture]]] 
 }
 
 
-@pytest.fixture(params=sorted(BACKENDS))
-def fx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
-    yield from BACKENDS[request.param](request, tmp_path)
-
 
 def ev(event_id: str, content: Any = None, **kw: Any) -> Event:
     return Event(id=event_id, author=kw.pop("author", "agent"), content=content, **kw)
