@@ -18,8 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 
 from streamd import errors
-from streamd.client import calls
-from streamd.client.awaitable import AwaitableCalls
+from streamd.client.awaitable import AwaitableCalls, AwaitableLease
 from streamd.client.protocol import (
     DEFAULT_WATCH_BUDGET,
     Call,
@@ -32,7 +31,6 @@ from streamd.client.protocol import (
 from streamd.client.transport import START_TIMEOUT, open_daemon_socket, open_socket, stdio_command
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
-    DEFAULT_STALE_AFTER_MS,
     Entry,
     Filter,
     WatchParams,
@@ -52,7 +50,7 @@ _READ_CHUNK = 1 << 20
 _STREAM_LIMIT = 4 << 20
 
 
-class AsyncClient(AwaitableCalls):
+class AsyncClient(AwaitableCalls["AsyncLease"]):
     """An asyncio client of the streamd daemon.
 
     ``client = await AsyncClient.connect()`` (the resident daemon, started when
@@ -77,6 +75,7 @@ class AsyncClient(AwaitableCalls):
         self._futures: dict[int, asyncio.Future[Any]] = {}
         self._watches: dict[int, asyncio.Event] = {}
         self._leases: dict[str, AsyncLease] = {}
+        self._lease_type = AsyncLease
         self._closing = False
         if leftover:
             self._feed(leftover)
@@ -243,32 +242,8 @@ class AsyncClient(AwaitableCalls):
             raise
         return watch
 
-    async def acquire_lock(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        *,
-        stale_after_ms: int = DEFAULT_STALE_AFTER_MS,
-        heartbeat_ms: int | None = None,
-    ) -> AsyncLease:
-        got = await self.call(
-            calls.lock_acquire(
-                app, user, session, stale_after_ms=stale_after_ms, heartbeat_ms=heartbeat_ms
-            )
-        )
-        lease = AsyncLease(self, got.lock, got.holder)
-        if self._core.closed:
-            lease.lost.set()
-        else:
-            self._leases[got.lock] = lease
-            self._core.lease_acquired(got.lock)
-        return lease
-
-    async def _release(self, lease: AsyncLease) -> None:
-        self._leases.pop(lease.lock, None)
-        self._core.lease_released(lease.lock)
-        await self.call(calls.lock_release(lease.lock))
+    def _new_event(self) -> Any:
+        return asyncio.Event()
 
 
 class AsyncWatch:
@@ -321,22 +296,8 @@ class AsyncWatch:
         self.close()
 
 
-class AsyncLease:
+class AsyncLease(AwaitableLease):
     """A session lease held through this connection; :attr:`lost` (an
     ``asyncio.Event``) is set when it is stolen or the connection ends."""
 
-    def __init__(self, client: AsyncClient, lock: str, holder: str) -> None:
-        self.lock = lock
-        self.holder = holder
-        self.lost = asyncio.Event()
-        self._client = client
-
-    async def release(self) -> None:
-        await self._client._release(self)
-
-    async def __aenter__(self) -> AsyncLease:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if not self.lost.is_set():
-            await self.release()
+    lost: asyncio.Event

@@ -22,8 +22,7 @@ from typing import Any, TypeVar
 import trio
 
 from streamd import errors
-from streamd.client import calls
-from streamd.client.awaitable import AwaitableCalls
+from streamd.client.awaitable import AwaitableCalls, AwaitableLease
 from streamd.client.protocol import (
     DEFAULT_WATCH_BUDGET,
     Call,
@@ -36,7 +35,6 @@ from streamd.client.protocol import (
 from streamd.client.transport import START_TIMEOUT, open_daemon_socket, open_socket, stdio_command
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
-    DEFAULT_STALE_AFTER_MS,
     Entry,
     Filter,
     WatchParams,
@@ -66,7 +64,7 @@ class _Slot:
         self.reply: Reply | None = None
 
 
-class TrioClient(AwaitableCalls):
+class TrioClient(AwaitableCalls["TrioLease"]):
     """A Trio client of the streamd daemon, over any ``trio.abc.Stream``.
 
     Open it with :meth:`connect` (the resident daemon, started when none
@@ -82,6 +80,7 @@ class TrioClient(AwaitableCalls):
         self._slots: dict[int, _Slot] = {}
         self._watches: dict[int, trio.Event] = {}
         self._leases: dict[str, TrioLease] = {}
+        self._lease_type = TrioLease
         # Unbounded, but only cancel frames pass without taking a slot of _room.
         self._send_frames, self._frames = trio.open_memory_channel[tuple[bytes, bool]](math.inf)
         self._room = trio.Semaphore(_OUTBOX_FRAMES)
@@ -288,32 +287,8 @@ class TrioClient(AwaitableCalls):
         finally:
             watch.close()
 
-    async def acquire_lock(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        *,
-        stale_after_ms: int = DEFAULT_STALE_AFTER_MS,
-        heartbeat_ms: int | None = None,
-    ) -> TrioLease:
-        got = await self.call(
-            calls.lock_acquire(
-                app, user, session, stale_after_ms=stale_after_ms, heartbeat_ms=heartbeat_ms
-            )
-        )
-        lease = TrioLease(self, got.lock, got.holder)
-        if self._core.closed:
-            lease.lost.set()
-        else:
-            self._leases[got.lock] = lease
-            self._core.lease_acquired(got.lock)
-        return lease
-
-    async def _release(self, lease: TrioLease) -> None:
-        self._leases.pop(lease.lock, None)
-        self._core.lease_released(lease.lock)
-        await self.call(calls.lock_release(lease.lock))
+    def _new_event(self) -> Any:
+        return trio.Event()
 
 
 class TrioWatch:
@@ -360,15 +335,8 @@ class TrioWatch:
         self._client._core.forget_watch(self._id)
 
 
-class TrioLease:
+class TrioLease(AwaitableLease):
     """A session lease held through this connection; :attr:`lost` (a
     ``trio.Event``) is set when it is stolen or the connection ends."""
 
-    def __init__(self, client: TrioClient, lock: str, holder: str) -> None:
-        self.lock = lock
-        self.holder = holder
-        self.lost = trio.Event()
-        self._client = client
-
-    async def release(self) -> None:
-        await self._client._release(self)
+    lost: trio.Event
