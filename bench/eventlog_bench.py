@@ -55,6 +55,7 @@ from typing import Any
 
 import msgspec
 import trio
+from workload import append_params
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "eventlog.json"
@@ -308,33 +309,10 @@ class Daemon:
 # --- workloads ------------------------------------------------------------------------
 
 
-CONTENT = {
-    "role": "model",
-    "parts": [
-        {
-            "text": "The planner chose the search tool and asked for three results "
-            "about durable logs, group commit and SQLite WAL checkpoints."
-        }
-    ],
-}
-
-
 def appends(tag: str, sessions: int = 8, start: int = 0) -> Iterator[dict[str, Any]]:
     i = start
     while True:
-        yield {
-            "app": "bench",
-            "user": "u",
-            "session": f"s{i % sessions}",
-            "event": {
-                "id": f"{tag}-{i}",
-                "author": "agent",
-                "branch": "root.plan",
-                "invocation_id": f"inv-{i // 10}",
-                "content": CONTENT,
-            },
-            "metadata": {"caller": "bench"},
-        }
+        yield append_params(tag, i, sessions)
         i += 1
 
 

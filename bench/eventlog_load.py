@@ -85,6 +85,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from workload import append_params
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "eventlog_load.json"
@@ -138,40 +139,13 @@ _replies = msgspec.json.Decoder(list[Reply]).decode
 _messages = msgspec.json.Decoder(list[Message]).decode
 _encode = msgspec.json.Encoder().encode
 
-CONTENT = {
-    "role": "model",
-    "parts": [
-        {
-            "text": "The planner chose the search tool and asked for three results "
-            "about durable logs, group commit and SQLite WAL checkpoints."
-        }
-    ],
-}  # the payload of bench/eventlog_bench.py, so its rows and these compare
-
-
 def append_frames(tag: str, count: int) -> list[bytes]:
     """Every request frame of one writer, encoded before anything is timed.
     Request id i is frame i; event ids are unique over the whole run."""
     return [
         _encode(
-            {
-                "jsonrpc": "2.0",
-                "id": i,
-                "method": "eventlog/append",
-                "params": {
-                    "app": "bench",
-                    "user": "u",
-                    "session": f"s{i % 8}",
-                    "event": {
-                        "id": f"{tag}-{i}",
-                        "author": "agent",
-                        "branch": "root.plan",
-                        "invocation_id": f"inv-{i // 10}",
-                        "content": CONTENT,
-                    },
-                    "metadata": {"caller": "bench"},
-                },
-            }
+            {"jsonrpc": "2.0", "id": i, "method": "eventlog/append",
+             "params": append_params(tag, i)}
         )
         + b"\n"
         for i in range(count)
