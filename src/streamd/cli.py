@@ -106,7 +106,8 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
                    "$XDG_STATE_HOME/streamd/events.db)")
     p.add_argument("--watch-interval-ms", type=cliargs.positive, default=argparse.SUPPRESS,
                    metavar="MS",
-                   help="how often watchers poll for other processes' appends (default 200)")
+                   help="how often watchers poll for other processes' appends where inotify"
+                   " is unavailable or STREAMD_NO_INOTIFY=1 (default 200)")
     p.add_argument("--watch-buffer-bytes", type=cliargs.positive, default=argparse.SUPPRESS,
                    metavar="BYTES",
                    help="what one watch may hold for a client that stops reading (default "

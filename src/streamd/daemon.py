@@ -61,7 +61,7 @@ SIGNAL_GRACE = 1.0
 @dataclass(slots=True)
 class Config:
     db: str | None = None  # None: $STREAMD_DB, else $XDG_STATE_HOME/streamd/events.db
-    watch_interval: float = DEFAULT_WATCH_INTERVAL  # seconds between data_version polls
+    watch_interval: float = DEFAULT_WATCH_INTERVAL  # seconds between change polls without inotify
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     watch_buffer_bytes: int = DEFAULT_WATCH_BUFFER_BYTES  # what one stalled watch may hold
 

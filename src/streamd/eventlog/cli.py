@@ -128,7 +128,7 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
     # Accepted here for `streamd --watch-interval-ms 50 log tail`; tail's own wins.
     parser.add_argument("--watch-interval-ms", type=positive, default=argparse.SUPPRESS,
                         metavar="MS", help="how often tail polls for other processes' "
-                        "appends (tail only; default 200)")
+                        "appends without inotify (tail only; default 200)")
     common = _common()
     sub = parser.add_subparsers(dest="log_command", metavar="COMMAND", required=True)
 
@@ -164,7 +164,7 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
                    help="start after SEQ instead (then -n is ignored)")
     p.add_argument("--watch-interval-ms", type=positive, default=argparse.SUPPRESS,
                    metavar="MS", help="how often to poll for other processes' appends "
-                   "(default 200)")
+                   "without inotify (default 200)")
     p.add_argument("--full", action="store_true", help="do not shorten long content")
     _filters(p)
 

@@ -134,7 +134,7 @@ to continue (``since``: ``caught_up`` false and ``next_seq``; ``sessions.get``:
 ``truncated`` and ``next_seq``). At least one entry is always returned, so a
 reader makes progress even past an entry bigger than the budget."""
 DEFAULT_WATCH_BUFFER_BYTES = 4 << 20
-# Seconds between data_version polls while someone watches.
+# Seconds between change polls while someone watches and inotify is unavailable.
 DEFAULT_WATCH_INTERVAL = 0.2
 """What one watch may hold for a consumer that is not reading: over the wire,
 its notifications queued on the connection plus what it has read ahead from the
