@@ -183,3 +183,30 @@ def test_a_process_killed_mid_build_leaves_progress_the_next_process_continues_f
     # It read only what the killed process had not saved.
     assert second.building.bytes_start > 0
     assert second.building.records_done == 150_000 - kept
+
+
+async def test_a_build_that_cannot_publish_in_time_leaves_the_search_its_earlier_prefix(
+    slow_world, monkeypatch
+):
+    # A build stuck between steps (a slow save, a loaded disk) cannot publish
+    # the prefix a search asks for; the search must still answer before its
+    # deadline, from the prefix published before.
+    from streamd.recall import adapter as adapter_module
+
+    w = slow_world
+    with trio.fail_after(30):
+        async with session() as (peer, _):
+            await peer.send(init(w))
+            await peer.recv()
+            await peer.send(req(2, "recall/search", query="record", filters={}, limit=5,
+                                deadline=in_seconds(1.5)))
+            first = (await peer.recv())["result"]
+            assert first["diagnostics"]["generation"] == "gen-1"
+            monkeypatch.setattr(adapter_module._Interim, "between_steps",
+                                lambda self, files, cur: None)
+            await peer.send(req(3, "recall/search", query="record", filters={}, limit=5,
+                                deadline=in_seconds(1.5)))
+            second = await peer.recv()
+    assert "result" in second, second
+    assert second["result"]["outcome"] == "partial"
+    assert second["result"]["diagnostics"]["generation"] == "gen-1"

@@ -51,6 +51,9 @@ async def to_thread(fn: Callable[..., Any], *args: Any) -> Any:
 # runs long: it then asks the build for the prefix read so far (published at
 # the build's next step, within half a second) and answers from that.
 ANSWER_MARGIN = 1.0
+# How long before its deadline a request stops waiting for the prefix it asked
+# for and answers from the generation published before it.
+LAST_MOMENT = 0.25
 # How long a health probe waits for a running build before it reports on it.
 HEALTH_PATIENCE = 1.0
 # How long a stopped build gets to close (save its progress, kill its
@@ -90,14 +93,22 @@ class Scanner:
         ask = await self._ask(full, save, deadline - ANSWER_MARGIN)
         while not ask.done.is_set():
             # Still building: have the build publish what it has read, then
-            # answer from that (the request's own scope bounds this wait).
+            # answer from that. A build that cannot get to its next step in
+            # time (a progress save's fsync on a loaded disk, say) must not
+            # cost the answer: at the last moment the generation published
+            # before, if any, answers instead.
             published = self._published
             self.adapter.publish_requested.set()
             log.debug("asked the running build for a prefix")
-            await published.wait()
+            with trio.move_on_at(deadline - LAST_MOMENT) as late:
+                await published.wait()
             snap = self.adapter.snap
             if not ask.done.is_set() and snap is not None:
                 return snap
+            if late.cancelled_caught:
+                # Nothing published yet at all: only the prefix can answer
+                # (the request's own scope bounds this wait).
+                await published.wait()
         if ask.error is not None:
             raise ask.error
         assert ask.result is not None
