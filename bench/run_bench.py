@@ -138,7 +138,7 @@ def machine_facts() -> dict:
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
         "versions": {
-            d: _version(d) for d in ("streamd", "trio", "msgspec", "numpy", "apsw", "psutil")
+            d: _version(d) for d in ("recall-streamd", "trio", "msgspec", "numpy", "apsw", "psutil")
         },
         "git_commit": _git("rev-parse", "--short", "HEAD"),
         "git_src_dirty": bool(dirty) if dirty is not None else None,

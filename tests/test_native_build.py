@@ -67,6 +67,7 @@ def test_without_the_compiled_core_a_build_warns_once_and_takes_the_plain_path(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "plain Python path" in warnings[0] and "Rust toolchain" in warnings[0]
+    assert "reinstall recall-streamd (pip install -e . in a clone)" in warnings[0]
 
 
 def generated(tmp_path: Path, n: int) -> Path:

@@ -32,3 +32,8 @@ __all__ = [
     "is_session_not_found",
 ]
 __version__ = "0.1.0"
+
+# The name to pip install: "streamd" on the package index is an unrelated
+# project, so every install hint names this one (the command and the import
+# package stay streamd).
+DISTRIBUTION = "recall-streamd"

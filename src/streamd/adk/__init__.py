@@ -1,4 +1,4 @@
-"""Google ADK on the streamd event log (``pip install streamd[adk]``).
+"""Google ADK on the streamd event log (``pip install 'recall-streamd[adk]'``).
 
 * :mod:`~streamd.adk.session_service` - :class:`StreamdSessionService`, an ADK
   ``BaseSessionService`` on :class:`streamd.client.AsyncClient`: sessions,

@@ -460,13 +460,15 @@ class EventLog:
     async def _open_postgres(self, role: Role) -> Runner:
         """A PostgreSQL store on a worker thread (see
         :mod:`~streamd.eventlog.pg_runner` for why); the writer migrates."""
+        from streamd import DISTRIBUTION
+
         try:
             from streamd.eventlog.pg_runner import PostgresRunner
         except ImportError as exc:
             raise RpcError(
                 SOURCE_UNAVAILABLE,
                 f"the event log is in PostgreSQL, which needs psycopg ({exc}):"
-                " pip install 'streamd[postgres]'",
+                f" pip install '{DISTRIBUTION}[postgres]'",
             ) from None
         if self._db_given and url_has_password(str(self.path)):
             raise RpcError(SOURCE_UNAVAILABLE, PASSWORD_REFUSED)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from streamd import DISTRIBUTION
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.recall.index import streamfile
 from streamd.recall.index.segment import COLUMNS, Segment
@@ -74,9 +75,11 @@ def enabled() -> bool:
             _warned.set()
             log.warning(
                 "the compiled indexing core (streamd._native) %s, so indexing runs on "
-                "the plain Python path, about eight times slower; reinstall streamd "
-                "(pip install -e .) where a Rust toolchain (cargo) is available to build it",
+                "the plain Python path, about eight times slower; reinstall %s "
+                "(pip install -e . in a clone) where a Rust toolchain (cargo) is available "
+                "to build it",
                 _missing,
+                DISTRIBUTION,
             )
         return False
     return True
