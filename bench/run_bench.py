@@ -1109,7 +1109,7 @@ def table(results: dict, key: str = "scenarios", title: str = "streamd") -> str:
     m = results["machine"]
     lines.append(
         f"{title} bench {m['date']}  {m['cores_logical']} cores {m['cpu_model']}  "
-        f"Python {m['python']}  streamd {m['versions']['streamd']} "
+        f"Python {m['python']}  streamd {m['versions']['recall-streamd']} "
         f"({m['git_commit']}{'+dirty src' if m['git_src_dirty'] else ''})"
     )
     fmt = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, wc, strict=True))  # noqa: E731

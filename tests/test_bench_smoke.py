@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import streamd
+
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "run_bench.py"
 
 
@@ -33,6 +35,8 @@ def test_the_bench_drives_a_real_daemon_through_every_phase(tmp_path):
     assert set(scenario["expand"]) == {"summary", "excerpt", "full", "context"}
     assert scenario["restart"]["runs"][0]["generation"]
     assert "full index MB/s" in done.stdout  # the table was printed
+    # The report names what it measured by the distribution's name.
+    assert report["machine"]["versions"]["recall-streamd"] == streamd.__version__
 
 
 LOAD = BENCH.parent / "eventlog_load.py"
