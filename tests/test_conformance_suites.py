@@ -4,10 +4,10 @@
 must hold only what every faithful implementation does and only what Recall's
 own replayer accepts. ``conformance/stream-streamd`` holds the rest: wire-level
 cases that are not JSON requests, and every case that shows one of the
-deliberate differences the README lists.
+deliberate differences docs/differences.md lists.
 
 Set ``STREAMD_REFERENCE_ADAPTER`` to a built reference ``recall-stream`` to
-replay both suites against it too (the README says how to build one).
+replay both suites against it too (docs/conformance.md says how to build one).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_every_streamd_only_case_differs_from_the_reference(case, capsys):
 
 
 def test_the_readmes_recall_config_names_paths_that_exist_in_a_clone():
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()  # the front door keeps the Recall setup
     pattern = r"<!-- recall-config -->\n```toml\n(.*?)```\n<!-- /recall-config -->"
     block = re.search(pattern, readme, re.S)
     assert block, "the README's Recall config block is gone"

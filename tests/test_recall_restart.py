@@ -114,7 +114,7 @@ def test_a_restart_after_a_same_length_rewrite_past_64_kib_answers_from_the_new_
 
 
 def test_a_rewrite_that_did_not_shrink_is_reported_as_rewritten_after_a_restart(recall_world):
-    # Deliberate difference (README): the reference re-reads everything on start and
+    # Deliberate difference (docs/differences.md): the reference re-reads everything on start and
     # so never notices; the saved index must notice, and says so.
     w = recall_world
     w.write("a.jsonl", *lines(w, 0, 20))

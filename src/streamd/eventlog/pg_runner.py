@@ -9,8 +9,8 @@ So the choice was between psycopg's synchronous API in threads and an async
 driver under trio-asyncio (an asyncio loop inside Trio). Measured on this
 machine (2 vCPU, PostgreSQL 15 on a Unix socket, psycopg 3.3, trio-asyncio 0.16;
 medians of 2,000 calls, each dispatched from Trio;
-``python bench/eventlog_pg_bench.py --dispatch``), see the README's dependency
-table for the figures: the thread costs tens of microseconds per call more
+``python bench/eventlog_pg_bench.py --dispatch``), see the dependency table
+of docs/install.md: the thread costs tens of microseconds per call more
 than the asyncio drivers under trio-asyncio, far less than one append's commit,
 and keeps the whole driver synchronous, the way the SQLite store is written and
 tested, with no second event loop in the process and no asyncio dependency. A

@@ -55,8 +55,8 @@ daemon is Trio. The store therefore uses psycopg's synchronous API, one
 connection per role, each driven from Trio by a worker thread one call at a
 time (:class:`~streamd.eventlog.pg_runner.PostgresRunner`); a cancelled call
 sends the server a cancel request for its statement. The alternatives were
-measured against it: the numbers and the reason are in the README's dependency
-table and in :mod:`~streamd.eventlog.pg_runner`.
+measured against it: the reason is in the dependency table of docs/install.md
+and in :mod:`~streamd.eventlog.pg_runner`.
 """
 
 from __future__ import annotations
