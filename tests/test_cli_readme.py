@@ -65,3 +65,42 @@ def test_no_test_depends_on_a_path_that_exists_on_one_machine_only():
             if host_only.search(line) and "host_only" not in line:
                 found.append(f"{path.name}:{n}: {line.strip()}")
     assert found == []
+
+
+def tour() -> str:
+    return README.split("### A tour on the sample stream\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_tour_copies_the_sample_the_package_ships():
+    (cp,) = re.findall(r"^    (cp \S+ signals\.jsonl)$", tour(), re.M)
+    assert (REPO / shlex.split(cp)[1]).is_file()
+    assert shlex.split(cp)[1] == "src/streamd/data/sample.jsonl"
+
+
+def test_every_tour_example_runs_on_the_sample_and_prints_what_it_shows(tmp_path: Path):
+    shutil.copy(REPO / "src" / "streamd" / "data" / "sample.jsonl", tmp_path / "signals.jsonl")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "XDG_STATE_HOME": str(tmp_path / "st"),
+           "XDG_RUNTIME_DIR": str(tmp_path / "run"), "NO_COLOR": "1"}
+    lines = tour().splitlines()
+    ran = []
+    for n, line in enumerate(lines):
+        if not line.startswith("    streamd "):
+            continue
+        argv = shlex.split(line[4:], comments=True)
+        if argv[1] == "log" and "tail" in argv:
+            continue  # follows live until Ctrl-C: `log since` shows the same entries
+        # The tour runs the suites "from the clone", the rest beside the sample.
+        cwd = REPO if argv[1] == "conformance" else tmp_path
+        done = subprocess.run([sys.executable, "-m", *argv], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (line, done.stderr)
+        # Lines shown under an example (indented deeper) are what it prints;
+        # a shown line ending in "..." is cut there.
+        for shown in lines[n + 1:]:
+            if not shown.startswith("      "):
+                break
+            want = shown.strip().removesuffix("...").rstrip()
+            assert any(got.strip().startswith(want) for got in done.stdout.splitlines()), \
+                (line, shown, done.stdout)
+        ran.append(argv[1])
+    assert {"search", "expand", "index", "log", "conformance"} <= set(ran)
