@@ -75,7 +75,7 @@ def enabled() -> bool:
             _warned.set()
             log.warning(
                 "the compiled indexing core (streamd._native) %s, so indexing runs on "
-                "the plain Python path, about eight times slower; reinstall %s "
+                "the plain Python path, about six times slower; reinstall %s "
                 "(pip install -e . in a clone) where a Rust toolchain (cargo) is available "
                 "to build it",
                 _missing,
