@@ -104,3 +104,14 @@ def test_every_tour_example_runs_on_the_sample_and_prints_what_it_shows(tmp_path
                 (line, shown, done.stdout)
         ran.append(argv[1])
     assert {"search", "expand", "index", "log", "conformance"} <= set(ran)
+
+
+def test_the_minimal_record_the_tour_shows_is_a_record(tmp_path: Path):
+    (record,) = re.findall(r"a minimal record is\n`(\{.*?\})`", tour())
+    (tmp_path / "mine.jsonl").write_text(record + "\n")
+    done = subprocess.run([sys.executable, "-m", "streamd", "search", "deploy", "mine.jsonl"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert done.returncode == 0, done.stderr
+    assert "stream:v1/n1" in done.stdout
+    assert "could not be read" not in done.stderr
