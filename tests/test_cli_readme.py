@@ -115,3 +115,14 @@ def test_the_minimal_record_the_tour_shows_is_a_record(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert "stream:v1/n1" in done.stdout
     assert "could not be read" not in done.stderr
+
+
+def test_the_readme_is_a_front_door_and_no_user_doc_names_the_tracker_or_one_machine():
+    assert len(README.splitlines()) <= 300
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    assert len(pages) > 8
+    banned = re.compile(r"\bissues? \d|#\d|/opt/|/work/|/root/|\.\./shared")
+    found = [f"{page.relative_to(REPO)}:{n}: {line.strip()}"
+             for page in pages
+             for n, line in enumerate(page.read_text().splitlines(), 1) if banned.search(line)]
+    assert found == []
