@@ -359,11 +359,12 @@ def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] 
     except SystemExit as exc:  # --help, --version, or the one line of a usage error
         return exc.code if isinstance(exc.code, int) else 2
     if args.command in (None, "serve", "daemon"):
-        from streamd.eventlog.store.pg_url import db_flag_error
+        from streamd.eventlog import dbtarget
 
-        # Now, not at the first eventlog call: by then it had shown in ps for
-        # as long as the daemon ran.
-        if (refused := db_flag_error(getattr(args, "db", None))) is not None:
+        # Now, not at the first eventlog call: by then a password had shown in
+        # ps for as long as the daemon ran, and a database that names nothing
+        # served would be found only by the first client to use it.
+        if (refused := dbtarget.usage_error(getattr(args, "db", None))) is not None:
             return fail(refused, 2)
     if args.command == "daemon":
         return _resident(args)
