@@ -101,15 +101,15 @@ def test_streamd_db_that_names_nothing_served_is_a_usage_error_and_creates_nothi
 
 
 def test_a_missing_directory_is_refused_not_created(cwd: Path) -> None:
-    for argv, env in ((["log", "ping", "--db", "typo/x.db"], {}),
-                      ([*APPEND, "--db", "typo/x.db"], {}),
-                      (list(APPEND), {"STREAMD_DB": "typo/x.db"}),
-                      (["serve", "--db", "typo/x.db"], {})):
+    for argv, env, setting in ((["log", "ping", "--db", "typo/x.db"], {}, "--db"),
+                               ([*APPEND, "--db", "typo/x.db"], {}, "--db"),
+                               (list(APPEND), {"STREAMD_DB": "typo/x.db"}, "STREAMD_DB"),
+                               (["serve", "--db", "typo/x.db"], {}, "--db")):
         code, out, err = streamd(*argv, cwd=cwd, env=env)
         assert (code, out) == (2, ""), (argv, err)
-        assert one_line(err) == ("streamd: event log database typo/x.db: directory typo does"
-                                 " not exist (create it first: only the default location is"
-                                 " created)"), argv
+        assert one_line(err) == (f"streamd: {setting}: event log database typo/x.db: directory"
+                                 " typo does not exist (create it first: only the default"
+                                 " location is created)"), argv
         assert list(cwd.iterdir()) == [], argv
 
 
@@ -218,8 +218,9 @@ def test_a_failed_connection_shows_no_secret(
     env = {"STREAMD_DB": _spelled(spelling, host, "events")}
     code, out, err = streamd("log", "ping", cwd=cwd, env=env)
     assert (code, out) == (1, "")
-    assert err.startswith("streamd: cannot connect to the event log's PostgreSQL database"
-                          f" {_spelled(description, host, 'events')}: "), err
+    # One line: libpq's hint line is joined to its message.
+    assert one_line(err).startswith("streamd: cannot connect to the event log's PostgreSQL"
+                                    f" database {_spelled(description, host, 'events')}: "), err
     assert S not in err
     assert list(cwd.iterdir()) == []
 

@@ -101,9 +101,11 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
 
     from streamd import cliargs
 
-    p.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH",
-                   help="event log database (default $STREAMD_DB, else "
-                   "$XDG_STATE_HOME/streamd/events.db)")
+    p.add_argument("--db", default=argparse.SUPPRESS, metavar="DB",
+                   help="event log database: a file path, a postgresql:// URL or a libpq"
+                   " string such as 'host=/run/pg dbname=events' (default $STREAMD_DB, else "
+                   "$XDG_STATE_HOME/streamd/events.db; a password goes in PGPASSWORD or"
+                   " ~/.pgpass, never here)")
     p.add_argument("--watch-interval-ms", type=cliargs.positive, default=argparse.SUPPRESS,
                    metavar="MS",
                    help="how often watchers poll for other processes' appends where inotify"

@@ -70,8 +70,9 @@ def _common() -> argparse.ArgumentParser:
     # SUPPRESS: given after the subcommand, these override the same options given
     # before it; absent, they leave the earlier value alone.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH",
-                        help="event log database file (default $STREAMD_DB, else "
+    common.add_argument("--db", default=argparse.SUPPRESS, metavar="DB",
+                        help="event log database: a file path, a postgresql:// URL or a"
+                        " libpq string (default $STREAMD_DB, else "
                         "$XDG_STATE_HOME/streamd/events.db)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print JSON objects (one per line) instead of lines for people")
@@ -117,8 +118,9 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
         "commands take the same flags as filters. Exit 0 success, 1 an error the log "
         "reports, 2 a usage error.",
     )
-    parser.add_argument("--db", default=None, metavar="PATH",
-                        help="event log database file (default $STREAMD_DB, else "
+    parser.add_argument("--db", default=None, metavar="DB",
+                        help="event log database: a file path, a postgresql:// URL or a"
+                        " libpq string (default $STREAMD_DB, else "
                         "$XDG_STATE_HOME/streamd/events.db)")
     parser.add_argument("--json", action="store_true", default=False,
                         help="print JSON objects (one per line) instead of lines for people")

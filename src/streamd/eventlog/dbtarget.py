@@ -296,7 +296,7 @@ def command_line_error(value: str | None) -> str | None:
         return f"--db: {exc}"
     if target.secret_keys:
         return password_refused(target)
-    return target.directory_error()
+    return _said_of("--db", target.directory_error())
 
 
 def usage_error(flag: str | None, env: Mapping[str, str] | None = None) -> str | None:
@@ -309,7 +309,11 @@ def usage_error(flag: str | None, env: Mapping[str, str] | None = None) -> str |
         target = resolve(None, env)
     except DbTargetError as exc:
         return f"STREAMD_DB: {exc}"
-    return target.directory_error()
+    return _said_of("STREAMD_DB", target.directory_error())
+
+
+def _said_of(setting: str, problem: str | None) -> str | None:
+    return None if problem is None else f"{setting}: {problem}"
 
 
 def describe(value: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> str:

@@ -64,6 +64,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -170,11 +171,12 @@ def target_of(conninfo: str) -> DbTarget:
 
 def scrub(message: str, secrets: Sequence[str]) -> str:
     """``message`` with every secret replaced (libpq does not quote passwords,
-    but a message built from a malformed conninfo could)."""
+    but a message built from a malformed conninfo could), on one line: libpq
+    adds a tab-indented hint line, and a CLI error or a log entry is one line."""
     for s in secrets:
         if s:
             message = message.replace(s, "***")
-    return message
+    return re.sub(r"\s*\n\s*", " ", message.strip())
 
 
 # --- options and connection setup ------------------------------------------------
