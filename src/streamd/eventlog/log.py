@@ -248,9 +248,12 @@ class EventLog:
     """The durable event log, opened lazily on first use.
 
     ``async with EventLog(path) as log:`` creates no file; the database is opened
-    (and created, with its directory) by the first operation. Every method raises
-    :class:`~streamd.errors.RpcError`; after :meth:`aclose` every method raises
-    ``closed`` promptly.
+    (and created) by the first operation. ``path`` is read by
+    :mod:`~streamd.eventlog.dbtarget` (a file, or PostgreSQL); a string it
+    refuses raises its ``DbTargetError`` here. Only the default location has
+    its directory created: a given file's directory must exist. Every method
+    raises :class:`~streamd.errors.RpcError`; after :meth:`aclose` every method
+    raises ``closed`` promptly.
     """
 
     def __init__(
