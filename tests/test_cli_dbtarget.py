@@ -146,6 +146,24 @@ def test_a_libpq_string_selects_postgresql_never_a_file(
     assert list(cwd.iterdir()) == []
 
 
+@pytest.mark.parametrize(("db", "message"), [
+    (f"postgresql://u:{S}@/x?host=/nowhere", "--db holds a password (password), which every"
+     " user of this machine can read in the process list; give it the libpq way: PGPASSWORD,"
+     " ~/.pgpass (or PGPASSFILE), or a service file (PGSERVICEFILE), or put the database in"
+     " STREAMD_DB"),
+    ("mysql://root@localhost/x", f"--db: {REFUSED[1][1]}"),
+])
+def test_attach_refuses_the_daemon_a_db_before_starting_one(
+    db: str, message: str, cwd: Path, tmp_path: Path,
+) -> None:
+    run = tmp_path / "run"
+    for argv in (["attach", "--", "--db", db], ["attach", "--", f"--db={db}"]):
+        code, out, err = streamd(*argv, cwd=cwd, env={"STREAMD_RUNTIME_DIR": str(run)})
+        assert (code, out) == (2, ""), err
+        assert one_line(err) == f"streamd: {message}"
+        assert not run.exists() and list(cwd.iterdir()) == []
+
+
 # --- the Python API --------------------------------------------------------------------
 
 

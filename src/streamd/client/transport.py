@@ -91,11 +91,6 @@ def checked_args(args: Sequence[str]) -> list[str]:
     checked here, before a process is started, because a password on its
     command line would show in ``ps`` (and the daemon's refusal would reach
     this client only as "it exited")."""
-    args = list(args)
-    for i, arg in enumerate(args):
-        value = args[i + 1] if arg == "--db" and i + 1 < len(args) else (
-            arg[len("--db="):] if arg.startswith("--db=") else None
-        )
-        if (refused := dbtarget.command_line_error(value)) is not None:
-            raise invalid_params(refused)
-    return args
+    if (refused := dbtarget.argv_error(args)) is not None:
+        raise invalid_params(refused)
+    return list(args)

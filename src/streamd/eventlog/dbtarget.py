@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -49,6 +49,7 @@ __all__ = [
     "DbTarget",
     "DbTargetError",
     "Dialect",
+    "argv_error",
     "classify",
     "command_line_error",
     "default_path",
@@ -297,6 +298,22 @@ def command_line_error(value: str | None) -> str | None:
     if target.secret_keys:
         return password_refused(target)
     return _said_of("--db", target.directory_error())
+
+
+def argv_error(argv: Sequence[str]) -> str | None:
+    """:func:`command_line_error` of every ``--db`` in a command line about to
+    be run (a daemon's or a server's arguments): checked before the process
+    starts, which would show a password in ``ps`` before refusing it."""
+    for i, arg in enumerate(argv):
+        if arg == "--db" and i + 1 < len(argv):
+            value: str | None = argv[i + 1]
+        elif arg.startswith("--db="):
+            value = arg.removeprefix("--db=")
+        else:
+            continue
+        if (refused := command_line_error(value)) is not None:
+            return refused
+    return None
 
 
 def usage_error(flag: str | None, env: Mapping[str, str] | None = None) -> str | None:
