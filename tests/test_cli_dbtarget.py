@@ -190,6 +190,23 @@ async def test_the_python_api_refuses_a_missing_directory_at_first_use(tmp_path:
     assert list(tmp_path.iterdir()) == []
 
 
+async def test_the_python_api_refuses_a_secret_in_its_argument_and_names_none(
+    tmp_path: Path,
+) -> None:
+    # An argument is as often as not a command line's (a script's --db).
+    with trio.fail_after(20):
+        async with EventLog(f"host={tmp_path} dbname=x sslpassword='{S} x'") as log:
+            assert log.where == f"postgresql:///x?host={tmp_path}"
+            with pytest.raises(RpcError) as info:
+                await log.ping()
+    assert info.value.code == SOURCE_UNAVAILABLE
+    assert info.value.message.startswith(
+        "the database given holds a password (sslpassword), which every user of this machine"
+        " can read in the process list; "
+    )
+    assert S not in info.value.message and list(tmp_path.iterdir()) == []
+
+
 def test_a_client_refuses_a_password_in_its_daemon_args_before_starting_anything(
     tmp_path: Path,
 ) -> None:
