@@ -37,6 +37,7 @@ __all__ = [
     "is_keyword",
     "looks_like_keywords",
     "parse",
+    "parse_libpq",
     "parse_pure",
 ]
 
@@ -342,8 +343,8 @@ def parse_pure(conninfo: str) -> Parsed:
 # --- libpq itself -------------------------------------------------------------------
 
 
-def _libpq(conninfo: str, form: str) -> Parsed | None:
-    """``conninfo`` read by libpq, or None without psycopg."""
+def parse_libpq(conninfo: str) -> Parsed | None:
+    """``conninfo`` read by libpq itself, or None without psycopg."""
     try:
         from psycopg import pq
     except ImportError:
@@ -369,6 +370,7 @@ def _libpq(conninfo: str, form: str) -> Parsed | None:
                 secret.append(key)
     except UnicodeDecodeError:
         raise ConninfoError("a value is not UTF-8") from None
+    form = "url" if conninfo.startswith(URI_PREFIXES) else "keywords"
     return Parsed(form, values, frozenset(hidden), tuple(secret))
 
 
@@ -377,4 +379,4 @@ def parse(conninfo: str) -> Parsed:
     (after the pure parser's checks for what would mislead), else by the pure
     parser. Raises :class:`ConninfoError`."""
     pure = parse_pure(conninfo)
-    return _libpq(conninfo, pure.form) or pure
+    return parse_libpq(conninfo) or pure
