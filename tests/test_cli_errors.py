@@ -56,9 +56,11 @@ def stream(tmp_path: Path) -> Path:
 
 
 def test_a_log_file_that_cannot_be_created_names_its_path(tmp_path: Path, blocked: Path):
-    db = blocked / "x" / "ev.db"
-    code, out, err = streamd("log", "--db", str(db), "append", "--app", "a", "--user", "u",
-                             "--session", "s", "--author", "me")
+    # The default location is the one whose directory streamd makes.
+    db = blocked / "streamd" / "events.db"
+    code, out, err = streamd("log", "append", "--app", "a", "--user", "u",
+                             "--session", "s", "--author", "me",
+                             env={"XDG_STATE_HOME": str(blocked), "STREAMD_DB": ""})
     assert code == 1 and out == []
     line = one_line(err)
     assert line.startswith(f"streamd: cannot create the event log {db}: Not a directory")

@@ -60,6 +60,7 @@ async def serving(daemon: Daemon) -> AsyncIterator[tuple[trio.Nursery, Any]]:
 
 
 async def test_no_database_exists_until_the_first_eventlog_call(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()  # an explicit path's directory must exist
     db = tmp_path / "state" / "events.db"
     daemon = Daemon(Config(db=str(db)))
     with trio.fail_after(10):
@@ -67,7 +68,7 @@ async def test_no_database_exists_until_the_first_eventlog_call(tmp_path: Path) 
             peer = await connect()
             reply = await peer.call("recall/health", {"deadline": "2999-01-01T00:00:00Z"})
             assert reply["id"] == 1  # answered by the Recall side, no database touched
-            assert not db.parent.exists() and not daemon.eventlog_opened
+            assert not db.exists() and not daemon.eventlog_opened
             assert (await peer.call("eventlog/ping", {}))["result"] == {}
             assert db.exists() and daemon.eventlog_opened
 

@@ -39,21 +39,31 @@ async def log(tmp_path: Path) -> AsyncIterator[EventLog]:
 # --- opening ------------------------------------------------------------------
 
 
-async def test_no_database_file_exists_until_the_first_operation(tmp_path: Path) -> None:
-    path = tmp_path / "state" / "streamd" / "events.db"
+@pytest.fixture
+def default_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The default database of a user whose state directory is empty."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("STREAMD_DB", raising=False)
+    return tmp_path / "state" / "streamd" / "events.db"
+
+
+async def test_no_database_file_exists_until_the_first_operation(default_location: Path) -> None:
+    path = default_location
     with trio.fail_after(10):
-        async with EventLog(path) as log:
+        async with EventLog() as log:
             assert not path.parent.exists() and not log.opened
         assert not path.parent.exists()
-        async with EventLog(path) as log:
+        async with EventLog() as log:
             assert await log.latest_seq() == 0
             assert log.opened and path.exists()
 
 
-async def test_database_file_and_its_directory_are_private_to_the_user(tmp_path: Path) -> None:
-    path = tmp_path / "new" / "events.db"
+async def test_database_file_and_its_directory_are_private_to_the_user(
+    default_location: Path,
+) -> None:
+    path = default_location
     with trio.fail_after(10):
-        async with EventLog(path) as log:
+        async with EventLog() as log:
             await log.ping()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700

@@ -870,9 +870,6 @@ def test_the_in_memory_match_agrees_with_since_on_postgres(
 def test_filters_spell_each_rule_in_the_dialect_asked_for() -> None:
     # One set of rules, two spellings: a conjunct written in SQLite's spelling
     # only would fail here instead of silently on PostgreSQL.
-    from streamd.eventlog import log
-    from streamd.eventlog.store import pg_url
-
     flt = Filter(session_tree=SessionTree(app="a", user="u", parent="p"),
                  branch_prefixes=["x"], author="me", author_suffix="é/x")
     for dialect, param in ((filters.POSTGRES, "%s"), (filters.SQLITE, "?")):
@@ -885,4 +882,3 @@ def test_filters_spell_each_rule_in_the_dialect_asked_for() -> None:
     assert filters.where(Filter(author_suffix="é/x"), filters.POSTGRES) == [
         ("right(author, %s) = %s", (3, "é/x"))
     ]
-    assert log.is_postgres_url is pg_url.is_postgres_url  # one definition

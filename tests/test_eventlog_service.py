@@ -569,6 +569,7 @@ async def test_an_eventlog_call_on_another_programs_database_is_refused_naming_t
 
 
 async def test_the_database_is_created_by_the_first_eventlog_call(tmp_path: Path) -> None:
+    (tmp_path / "lazy").mkdir()  # an explicit path's directory must exist
     path = tmp_path / "lazy" / "events.db"
     with trio.fail_after(10):
         async with EventLog(path) as log, trio.open_nursery() as nursery:

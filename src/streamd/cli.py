@@ -101,9 +101,11 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
 
     from streamd import cliargs
 
-    p.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH",
-                   help="event log database (default $STREAMD_DB, else "
-                   "$XDG_STATE_HOME/streamd/events.db)")
+    p.add_argument("--db", default=argparse.SUPPRESS, metavar="DB",
+                   help="event log database: a file path, a postgresql:// URL or a libpq"
+                   " string such as 'host=/run/pg dbname=events' (default $STREAMD_DB, else "
+                   "$XDG_STATE_HOME/streamd/events.db; a password goes in PGPASSWORD or"
+                   " ~/.pgpass, never here)")
     p.add_argument("--watch-interval-ms", type=cliargs.positive, default=argparse.SUPPRESS,
                    metavar="MS",
                    help="how often watchers poll for other processes' appends where inotify"
@@ -359,11 +361,12 @@ def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] 
     except SystemExit as exc:  # --help, --version, or the one line of a usage error
         return exc.code if isinstance(exc.code, int) else 2
     if args.command in (None, "serve", "daemon"):
-        from streamd.eventlog.store.pg_url import db_flag_error
+        from streamd.eventlog import dbtarget
 
-        # Now, not at the first eventlog call: by then it had shown in ps for
-        # as long as the daemon ran.
-        if (refused := db_flag_error(getattr(args, "db", None))) is not None:
+        # Now, not at the first eventlog call: by then a password had shown in
+        # ps for as long as the daemon ran, and a database that names nothing
+        # served would be found only by the first client to use it.
+        if (refused := dbtarget.usage_error(getattr(args, "db", None))) is not None:
             return fail(refused, 2)
     if args.command == "daemon":
         return _resident(args)

@@ -15,7 +15,8 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
+from streamd.eventlog import dbtarget
 from streamd.resident import attach, paths
 from streamd.resident.control import ControlError, DaemonConnection, hello
 
@@ -36,7 +37,7 @@ def open_daemon_socket(
     past its hello. ``daemon_args`` only shape a daemon started here: one
     already running keeps its own (its ``--db`` included)."""
     directory = os.path.abspath(runtime_dir) if runtime_dir else paths.runtime_dir()
-    args = list(daemon_args)
+    args = checked_args(daemon_args)
     if runtime_dir:
         args = ["--runtime-dir", directory, *args]
     try:
@@ -82,4 +83,14 @@ def stdio_command(args: Sequence[str] = ()) -> list[str]:
     """The command of a ``streamd`` serving JSON-RPC on stdio with this
     interpreter (``args``: ``--db PATH`` and the other serve options). It reads
     until end of input and exits 0, closing the log cleanly."""
-    return [sys.executable, "-m", "streamd", *args]
+    return [sys.executable, "-m", "streamd", *checked_args(args)]
+
+
+def checked_args(args: Sequence[str]) -> list[str]:
+    """``args``, once every ``--db`` in them is one the daemon would take:
+    checked here, before a process is started, because a password on its
+    command line would show in ``ps`` (and the daemon's refusal would reach
+    this client only as "it exited")."""
+    if (refused := dbtarget.argv_error(args)) is not None:
+        raise invalid_params(refused)
+    return list(args)

@@ -2,6 +2,10 @@
 
 The layers stack bottom-up, each importing only the ones below it:
 
+* :mod:`~streamd.eventlog.dbtarget` - which database a ``--db`` or
+  ``$STREAMD_DB`` names (a file, PostgreSQL, or a refusal), and its
+  description without secrets (sans-I/O; :mod:`~streamd.eventlog.conninfo`
+  reads libpq's connection strings for it).
 * :mod:`~streamd.eventlog.model` - msgspec Structs for every param and result,
   and the time conversions (sans-I/O).
 * :mod:`~streamd.eventlog.filters` - a Filter as SQL conjuncts (sans-I/O).
@@ -28,6 +32,8 @@ _EXPORTS = {
     "AppendResult": "streamd.eventlog.model",
     "Backend": "streamd.eventlog.store",
     "Boot": "streamd.eventlog.model",
+    "DbTarget": "streamd.eventlog.dbtarget",
+    "DbTargetError": "streamd.eventlog.dbtarget",
     "CompactResult": "streamd.eventlog.model",
     "DEFAULT_WATCH_BUFFER_BYTES": "streamd.eventlog.model",
     "DEFAULT_WATCH_INTERVAL": "streamd.eventlog.model",
@@ -80,6 +86,8 @@ __all__ = [
     "Backend",
     "Boot",
     "CompactResult",
+    "DbTarget",
+    "DbTargetError",
     "Entry",
     "Event",
     "EventLog",

@@ -36,7 +36,6 @@ import signal
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -45,7 +44,8 @@ import trio
 from streamd import cliargs
 from streamd.cliargs import command, count, instant_utc, nonempty, positive
 from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError, is_session_not_found
-from streamd.eventlog.log import EventLog, resolve_db_path
+from streamd.eventlog import dbtarget
+from streamd.eventlog.log import EventLog
 from streamd.eventlog.model import (
     Boot,
     Entry,
@@ -55,7 +55,6 @@ from streamd.eventlog.model import (
     Session,
     SessionTree,
 )
-from streamd.eventlog.store.pg_url import db_flag_error
 
 __all__ = ["build_parser", "main"]
 
@@ -71,8 +70,9 @@ def _common() -> argparse.ArgumentParser:
     # SUPPRESS: given after the subcommand, these override the same options given
     # before it; absent, they leave the earlier value alone.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH",
-                        help="event log database file (default $STREAMD_DB, else "
+    common.add_argument("--db", default=argparse.SUPPRESS, metavar="DB",
+                        help="event log database: a file path, a postgresql:// URL or a"
+                        " libpq string (default $STREAMD_DB, else "
                         "$XDG_STATE_HOME/streamd/events.db)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print JSON objects (one per line) instead of lines for people")
@@ -118,8 +118,9 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
         "commands take the same flags as filters. Exit 0 success, 1 an error the log "
         "reports, 2 a usage error.",
     )
-    parser.add_argument("--db", default=None, metavar="PATH",
-                        help="event log database file (default $STREAMD_DB, else "
+    parser.add_argument("--db", default=None, metavar="DB",
+                        help="event log database: a file path, a postgresql:// URL or a"
+                        " libpq string (default $STREAMD_DB, else "
                         "$XDG_STATE_HOME/streamd/events.db)")
     parser.add_argument("--json", action="store_true", default=False,
                         help="print JSON objects (one per line) instead of lines for people")
@@ -218,7 +219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     if "watch_interval_ms" in vars(args) and args.log_command != "tail":
         return cliargs.fail("--watch-interval-ms applies to log tail only", 2)
-    if (refused := db_flag_error(args.db)) is not None:
+    # Before anything opens: a password on the command line is in ps now, and
+    # a database string that names nothing served must not become a file.
+    if (refused := dbtarget.usage_error(args.db)) is not None:
         return cliargs.fail(refused, 2)
     if args.verbose:
         import logging
@@ -262,7 +265,7 @@ def _ended(exc: BaseException, args: argparse.Namespace, follow: bool) -> int:
         return 0
     if isinstance(exc, OSError):
         # Creating the file (or its directory) failed before the log could say so.
-        path = str(resolve_db_path(args.db))
+        path = dbtarget.describe(args.db)
         where = f" ({exc.filename})" if exc.filename and str(exc.filename) != path else ""
         return cliargs.fail(f"cannot create the event log {path}: {exc.strerror or exc}"
                             f"{where}; give --db a path you can write")
@@ -296,17 +299,18 @@ _READS = {"since", "tail", "branches", "locks", "boots", "ping"}
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
-    path = resolve_db_path(args.db)
+    target = dbtarget.resolve(args.db)
     reading = args.log_command in _READS or (
         args.log_command == "sessions" and args.sessions_command != "create"
     )
-    if reading and isinstance(path, Path) and not path.exists():
+    if reading and target.path is not None and not target.path.exists():
         raise RpcError(
-            SOURCE_UNAVAILABLE, f"no event log at {path} (use --db PATH or set STREAMD_DB)"
+            SOURCE_UNAVAILABLE,
+            f"no event log at {target.description} (use --db PATH or set STREAMD_DB)",
         )
     interval = getattr(args, "watch_interval_ms", 200) / 1000
-    # The flag as given, not ``path``: a URL from $STREAMD_DB (which may hold a
-    # password; only a command line shows in ps) must reach the log as unset.
+    # The flag as given, not ``target``: a database from $STREAMD_DB (which may
+    # hold a password; only a command line shows in ps) must reach the log as unset.
     async with EventLog(args.db, watch_interval=interval) as log:
         handler = _COMMANDS[args.log_command]
         return await handler(log, args)

@@ -85,6 +85,7 @@ from typing import Any, Literal, TypeVar
 import trio
 
 from streamd.errors import CLOSED, SOURCE_UNAVAILABLE, RpcError, is_closed
+from streamd.eventlog import dbtarget
 from streamd.eventlog.changes import SETTLE_HORIZON, ChangeSource, FileChanges
 from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.lease import Lease, LeaseHost, new_holder_id
@@ -140,12 +141,6 @@ from streamd.eventlog.store import (
     closed_error,
 )
 from streamd.eventlog.store.connection import prepare_file
-from streamd.eventlog.store.pg_url import (
-    PASSWORD_REFUSED,
-    db_description,
-    is_postgres_url,
-    url_has_password,
-)
 from streamd.eventlog.watch import Watch
 
 __all__ = [
@@ -181,22 +176,11 @@ def resolve_db_path(
     explicit: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None
 ) -> Path | str:
     """Where the log lives: an explicit path, else ``$STREAMD_DB``, else
-    ``$XDG_STATE_HOME/streamd/events.db`` (``~/.local/state`` when unset or not
-    absolute, as the XDG spec says), so it works with no configuration. A
-    ``postgresql://`` URL from either is returned as given (a ``str``): the log
-    is then in that PostgreSQL database."""
-    environ = os.environ if env is None else env
-    if explicit is not None:
-        if is_postgres_url(explicit):
-            return str(explicit)
-        return Path(explicit).expanduser()
-    if environ.get("STREAMD_DB"):
-        if is_postgres_url(environ["STREAMD_DB"]):
-            return environ["STREAMD_DB"]
-        return Path(environ["STREAMD_DB"]).expanduser()
-    state = environ.get("XDG_STATE_HOME", "")
-    base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
-    return base / "streamd" / "events.db"
+    ``$XDG_STATE_HOME/streamd/events.db``; a PostgreSQL URL or connection
+    string is returned as given (a ``str``). :func:`dbtarget.resolve
+    <streamd.eventlog.dbtarget.resolve>` says the same with its kind and a
+    safe description; this raises its :class:`~streamd.eventlog.dbtarget.DbTargetError`."""
+    return dbtarget.resolve(explicit, env).target
 
 
 @dataclass
@@ -264,9 +248,12 @@ class EventLog:
     """The durable event log, opened lazily on first use.
 
     ``async with EventLog(path) as log:`` creates no file; the database is opened
-    (and created, with its directory) by the first operation. Every method raises
-    :class:`~streamd.errors.RpcError`; after :meth:`aclose` every method raises
-    ``closed`` promptly.
+    (and created) by the first operation. ``path`` is read by
+    :mod:`~streamd.eventlog.dbtarget` (a file, or PostgreSQL); a string it
+    refuses raises its ``DbTargetError`` here. Only the default location has
+    its directory created: a given file's directory must exist. Every method
+    raises :class:`~streamd.errors.RpcError`; after :meth:`aclose` every method
+    raises ``closed`` promptly.
     """
 
     def __init__(
@@ -290,8 +277,10 @@ class EventLog:
             raise ValueError(
                 "watch_interval, watch_buffer, watch_buffer_bytes and max_batch must be positive"
             )
-        self.path = resolve_db_path(path)
-        self._db_given = path is not None  # from --db or the caller: seen in ps
+        self.target = dbtarget.resolve(path)
+        """What the log is in (raises DbTargetError, a ValueError, for a
+        string that names nothing served)."""
+        self.path = self.target.target
         self.watch_interval = watch_interval
         self.stats = EventLogStats()
         self._options = SqliteOptions(synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
@@ -305,7 +294,7 @@ class EventLog:
         self.last_compaction: CompactResult | None = None
         """What the latest compaction (background or asked for) did."""
         self._dispatch = dispatch
-        on_postgres = isinstance(self.path, str)
+        on_postgres = self.target.kind == "postgres"
         self._open_backend = open_backend or (
             self._open_postgres if on_postgres else self._open_sqlite
         )
@@ -454,8 +443,8 @@ class EventLog:
 
     @property
     def where(self) -> str:
-        """The database in words, for messages and logs (see :func:`db_description`)."""
-        return db_description(self.path)
+        """The database in words, for messages and logs: never a secret."""
+        return self.target.description
 
     async def _open_postgres(self, role: Role) -> Runner:
         """A PostgreSQL store on a worker thread (see
@@ -470,8 +459,11 @@ class EventLog:
                 f"the event log is in PostgreSQL, which needs psycopg ({exc}):"
                 f" pip install '{DISTRIBUTION}[postgres]'",
             ) from None
-        if self._db_given and url_has_password(str(self.path)):
-            raise RpcError(SOURCE_UNAVAILABLE, PASSWORD_REFUSED)
+        if self.target.origin == "argument" and self.target.secret_keys:
+            # A caller's argument is, as often as not, a command line's.
+            raise RpcError(
+                SOURCE_UNAVAILABLE, dbtarget.password_refused(self.target, "the database given")
+            )
         return await PostgresRunner.open(
             str(self.path), self._pg_options(), migrate=role == "writer"
         )
@@ -496,9 +488,13 @@ class EventLog:
         )
 
     async def _open_sqlite(self, role: Role) -> Runner:
+        assert self.target.path is not None
         path = str(self.path)
         if role == "writer":
-            prepare_file(self.path)
+            if (refused := self.target.directory_error()) is not None:
+                raise RpcError(SOURCE_UNAVAILABLE, refused)
+            # Only the default location is made: a mistyped directory fails.
+            prepare_file(self.target.path, make_directory=self.target.origin == "default")
         migrate = role == "writer"
         if self._dispatch == "aio":
             return await SqliteStore.open_async(path, self._options, migrate=migrate)
@@ -1270,7 +1266,7 @@ class EventLog:
         return min((w.last_seq for w in self._watches), default=None)
 
     def _file_bytes(self) -> int:
-        if isinstance(self.path, str):
+        if self.target.kind != "sqlite":
             return 0  # PostgreSQL: the server's files, not ours to measure
         total = 0
         for suffix in ("", "-wal"):

@@ -47,8 +47,8 @@ from streamd.eventlog.store.pg_schema import notify_channel
 from streamd.eventlog.store.postgres import (
     PostgresOptions,
     connect,
-    describe,
     scrub,
+    target_of,
 )
 
 __all__ = ["PgChanges"]
@@ -78,9 +78,9 @@ class PgChanges:
         self._poll = poll
         self._reconnect_max = max(reconnect_max, fallback_interval)
         self._channel = notify_channel(self._opts.schema) if channel is None else channel
-        self._where = describe(conninfo)
-        params = psycopg.conninfo.conninfo_to_dict(conninfo)
-        self._secrets = [params["password"]] if params.get("password") else []
+        target = target_of(conninfo)
+        self._where = f"PostgreSQL database {target.description}"
+        self._secrets = list(target.secrets)  # password, sslpassword and the like
         self._conn: psycopg.Connection[Any] | None = None
         self._state: Literal["new", "open", "closed"] = "new"
         self._pending = False  # a wake owed (a notification seen, or a drop)

@@ -96,6 +96,13 @@ def main(argv: Sequence[str]) -> int:
         print(USAGE)
         return 0
     directory, timeout, daemon_args = opts
+    if any(a == "--db" or a.startswith("--db=") for a in daemon_args):
+        # Only then: attach imports nothing beyond the standard library.
+        from streamd.eventlog.dbtarget import argv_error
+
+        if (refused := argv_error(daemon_args)) is not None:
+            print(f"streamd: {refused}", file=sys.stderr)
+            return 2
     try:
         conn = connect(directory, daemon_args, timeout)
     except AttachError as exc:

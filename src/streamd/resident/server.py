@@ -48,8 +48,7 @@ import trio
 
 from streamd import __version__
 from streamd.daemon import SIGNAL_GRACE, Daemon
-from streamd.eventlog import resolve_db_path
-from streamd.eventlog.store.pg_url import db_description
+from streamd.eventlog import dbtarget
 from streamd.resident import paths
 from streamd.resident.lock import InstanceLock
 from streamd.rpc import Connection, Method, MethodTable, Request, Server
@@ -264,7 +263,7 @@ class ResidentDaemon:
             connections=max(self.connections - 1, 0),
             sources=self.sources.open_count if self.sources is not None else 0,
             socket=self.socket_path,
-            db=db_description(resolve_db_path(self.daemon.config.db)),
+            db=dbtarget.describe(self.daemon.config.db),
             log=self.options.log_file,
         )
 

@@ -130,10 +130,12 @@ def configure(db: apsw.Connection, opts: SqliteOptions, busy: BusyWait, migrate:
         apply_migrations(db)
 
 
-def prepare_file(path: Path) -> None:
-    """Create the directory (0700) and an empty database file (0600) so an audit
-    log of agent sessions is private to its user from the first byte."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+def prepare_file(path: Path, *, make_directory: bool = True) -> None:
+    """Create an empty database file (0600), and with ``make_directory`` its
+    directory (0700), so an audit log of agent sessions is private to its user
+    from the first byte."""
+    if make_directory:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:

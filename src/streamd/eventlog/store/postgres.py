@@ -6,7 +6,7 @@ opens its own ``BEGIN``/``COMMIT``), and is a
 SQLite store: the contract tests in ``tests/test_eventlog_store.py`` run both.
 No ``psycopg`` exception leaves it (:func:`_translated`), and no message it
 writes names the password of the database: every driver message is scrubbed of
-it, and the database is named by :func:`describe` (dbname, host, user) only.
+it, and the database is named by :func:`describe` (its keywords without secrets) only.
 
 Rules kept here, beyond the SQLite store's
 -------------------------------------------
@@ -64,6 +64,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -88,6 +89,7 @@ from streamd.errors import (
     invalid_params,
 )
 from streamd.eventlog import filters
+from streamd.eventlog.dbtarget import DbTarget, DbTargetError, postgres_target
 from streamd.eventlog.model import (
     AppendParams,
     AppendResult,
@@ -125,6 +127,7 @@ __all__ = [
     "connect",
     "describe",
     "scrub",
+    "target_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -153,23 +156,27 @@ def _params(conninfo: str) -> dict[str, Any]:
 
 
 def describe(conninfo: str) -> str:
-    """The database in words, for messages and logs: never its password."""
-    p = _params(conninfo)
-    where = p.get("host") or "the default host"
-    if p.get("port"):
-        where += f":{p['port']}"
-    who = f" as {p['user']}" if p.get("user") else ""
-    name = p.get("dbname") or p.get("service") or "the default database"
-    return f"PostgreSQL database {name} on {where}{who}"
+    """The database in words, for messages and logs: never a secret (see
+    :mod:`streamd.eventlog.dbtarget`, which this defers to)."""
+    return f"PostgreSQL database {target_of(conninfo).description}"
+
+
+def target_of(conninfo: str) -> DbTarget:
+    """The connection string classified; an unreadable one is source_unavailable."""
+    try:
+        return postgres_target(conninfo)
+    except DbTargetError as exc:
+        raise RpcError(SOURCE_UNAVAILABLE, str(exc)) from None
 
 
 def scrub(message: str, secrets: Sequence[str]) -> str:
     """``message`` with every secret replaced (libpq does not quote passwords,
-    but a message built from a malformed conninfo could)."""
+    but a message built from a malformed conninfo could), on one line: libpq
+    adds a tab-indented hint line, and a CLI error or a log entry is one line."""
     for s in secrets:
         if s:
             message = message.replace(s, "***")
-    return message
+    return re.sub(r"\s*\n\s*", " ", message.strip())
 
 
 # --- options and connection setup ------------------------------------------------
@@ -493,9 +500,9 @@ class PostgresStore:
     def __init__(self, conninfo: str, options: PostgresOptions | None = None) -> None:
         self._conninfo = conninfo
         self._opts = options or PostgresOptions()
-        params = _params(conninfo)
-        self._secrets = [params["password"]] if params.get("password") else []
-        self._where = describe(conninfo)
+        target = target_of(conninfo)
+        self._secrets = list(target.secrets)  # password, sslpassword and the like
+        self._where = f"PostgreSQL database {target.description}"
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()  # the connection slot, between worker and interrupt
         self._severed: psycopg.Connection[Any] | None = None  # cut by sever(): replace it

@@ -1,0 +1,343 @@
+"""Which database a ``--db``, ``$STREAMD_DB`` or ``EventLog(path)`` names, and
+how to say it without its secrets.
+
+This module is the one place that reads such a string; the CLI, the daemon,
+the log, the clients and ``status`` all take its :class:`DbTarget`. The rules:
+
+- a ``scheme://`` URL is a database server, never a file: ``postgresql://``
+  and ``postgres://`` are served; a scheme in :data:`DIALECTS` that is not
+  served yet, or any other scheme, is refused naming what is served (so
+  ``mysql://root@localhost/x`` no longer becomes a directory ``mysql:``);
+- a string of ``keyword=value`` pairs whose keywords are all libpq's is a
+  PostgreSQL connection string (``host=/tmp dbname=events``, ``service=x``);
+  one whose first keyword is libpq's but that is not all libpq's is refused
+  (a typo must not become a file); one with no libpq keyword at all
+  (``a=b.db``) is a file;
+- anything else is a SQLite file. An explicit one must be in a directory that
+  exists (a mistyped directory fails instead of being created); only the
+  default, ``$XDG_STATE_HOME/streamd/events.db``, has its directory made;
+- the empty string is refused (an empty ``$STREAMD_DB`` counts as unset, as
+  an empty variable does in the shell).
+
+A description (:attr:`DbTarget.description`) is rebuilt from what libpq
+parsed, never cut out of the string given, so no spelling of a password
+(``user:pw@``, ``?password=``, ``sslpassword=``, a quoted value...) can reach
+it. Nothing here opens a database or writes a file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+from urllib.parse import quote
+
+from streamd.eventlog.conninfo import (
+    KEYWORDS,
+    URI_PREFIXES,
+    ConninfoError,
+    looks_like_keywords,
+    parse,
+)
+
+__all__ = [
+    "DIALECTS",
+    "PASSWORD_WAYS",
+    "DbTarget",
+    "DbTargetError",
+    "Dialect",
+    "argv_error",
+    "classify",
+    "command_line_error",
+    "default_path",
+    "describe",
+    "password_refused",
+    "postgres_target",
+    "resolve",
+    "usage_error",
+]
+
+Kind = Literal["sqlite", "postgres"]
+Origin = Literal["argument", "environment", "default"]
+"""Where the string came from: a caller's argument (``--db``: on a command
+line, every user can read it in ``ps``), ``$STREAMD_DB``, or the default."""
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """A database server the log is, or will be, served from."""
+
+    kind: str
+    schemes: tuple[str, ...]
+    served: bool
+    """False: its URLs are refused as "not served yet", not taken for files."""
+
+
+DIALECTS: tuple[Dialect, ...] = (
+    Dialect("postgres", ("postgresql", "postgres"), served=True),
+    Dialect("mysql", ("mysql", "mariadb"), served=False),
+)
+"""Adding a server is one entry here (and its parser in :func:`_server`)."""
+
+_FILE_SCHEMES = ("file", "sqlite", "sqlite3")
+"""SQLite URL spellings: refused pointing at the plain path, so there is one
+way to name a file."""
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+
+PASSWORD_WAYS = (
+    "give it the libpq way: PGPASSWORD, ~/.pgpass (or PGPASSFILE), or a service file"
+    " (PGSERVICEFILE)"
+)
+
+
+class DbTargetError(ValueError):
+    """A database string that names nothing the log serves. The message names
+    the database by its description (or by its kind, when it cannot be read)
+    and the cause; it never repeats a secret."""
+
+
+@dataclass(frozen=True)
+class DbTarget:
+    """A database, classified: a SQLite file or a PostgreSQL connection string."""
+
+    kind: Kind
+    description: str
+    """For messages, logs and status: the path, or the connection rebuilt
+    from its parsed keywords without any secret."""
+    origin: Origin
+    path: Path | None = None
+    """The SQLite file (``kind == "sqlite"``)."""
+    conninfo: str = field(default="", repr=False)
+    """The string to connect with (``kind == "postgres"``), as given: it may
+    hold a password, so it is never shown."""
+    secret_keys: tuple[str, ...] = ()
+    """The libpq keywords that carried a credential (names, not values)."""
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+    """The credential values, only to scrub them from driver messages."""
+
+    def __str__(self) -> str:
+        return self.description
+
+    def __repr__(self) -> str:
+        return f"DbTarget({self.kind}, {self.description!r}, {self.origin})"
+
+    @property
+    def target(self) -> Path | str:
+        """What the store opens: the path, or the connection string."""
+        return self.path if self.path is not None else self.conninfo
+
+    def directory_error(self) -> str | None:
+        """Why this file cannot be the log, without creating anything: its
+        directory is missing (only the default's is created) or it is a
+        directory. None when it may be opened (or created)."""
+        if self.path is None or self.origin == "default":
+            return None
+        if self.path.is_dir():
+            return f"event log database {self.description}: is a directory; give a file path"
+        parent = self.path.parent
+        if not parent.is_dir():
+            what = "is not a directory" if parent.exists() else "does not exist"
+            return (f"event log database {self.description}: directory {parent} {what}"
+                    " (create it first: only the default location is created)")
+        return None
+
+
+def default_path(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/streamd/events.db`` (``~/.local/state`` when unset or
+    not absolute, as the XDG spec says)."""
+    environ = os.environ if env is None else env
+    state = environ.get("XDG_STATE_HOME", "")
+    base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
+    return base / "streamd" / "events.db"
+
+
+def resolve(
+    explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> DbTarget:
+    """The database: ``explicit``, else ``$STREAMD_DB`` (when not empty), else
+    the default. Raises :class:`DbTargetError`."""
+    environ = os.environ if env is None else env
+    if explicit is not None:
+        return classify(explicit, origin="argument")
+    if environ.get("STREAMD_DB"):
+        return classify(environ["STREAMD_DB"], origin="environment")
+    path = default_path(environ)
+    return DbTarget("sqlite", str(path), "default", path=path)
+
+
+def classify(value: str | os.PathLike[str], *, origin: Origin = "argument") -> DbTarget:
+    """What ``value`` names (see the module docstring). A path object is a
+    file; a string is read by the rules above. Raises :class:`DbTargetError`."""
+    if not isinstance(value, str):
+        path = Path(value).expanduser()
+        return DbTarget("sqlite", str(path), origin, path=path)
+    if not value.strip():
+        raise _refused(repr(value), f"empty; give {_served()}")
+    if "\0" in value:
+        raise _refused("(a string)", "it holds a NUL character")
+    if (m := _SCHEME.match(value)) is not None:
+        _check_scheme(m.group(1), value[m.end():].startswith("//"))
+        if value.startswith(URI_PREFIXES):
+            return _server(value, origin)
+    names = looks_like_keywords(value)
+    known = [n for n in names if n in KEYWORDS or n == "requiressl"]
+    if known:
+        if unknown := [n for n in names if n not in known]:
+            shown = ", ".join(f'"{n}"' if re.fullmatch(r"[a-z_]{1,40}", n) else "a word"
+                              for n in unknown)
+            raise _refused(
+                f"{known[0]}=…", f"not a valid libpq connection string: {shown} is not a"
+                " libpq keyword (a file whose name holds \"=\" is named as ./NAME)"
+            )
+        # When it does not read whole as pairs, the parser says why.
+        return _server(value, origin)
+    # Described as written (with ~ expanded): Path would drop a leading "./",
+    # which is what keeps ./host=x.db a file.
+    shown = os.path.expanduser(value)
+    return DbTarget("sqlite", shown, origin, path=Path(shown))
+
+
+def _refused(shown: str, cause: str) -> DbTargetError:
+    """The one shape of every refusal: the database as it may be shown, then why."""
+    return DbTargetError(f"event log database {shown}: {cause}")
+
+
+def _served() -> str:
+    schemes = [f"a {s}:// URL" for d in DIALECTS if d.served for s in d.schemes]
+    return ", ".join(schemes) + ", a libpq connection string, or a file path (SQLite)"
+
+
+def _check_scheme(scheme: str, slashes: bool) -> None:
+    """Refuse a string that starts with ``scheme:`` unless it is served, or an
+    ordinary file name such as ``notes:2024.db``. Only the scheme is shown:
+    the rest of an unserved URL cannot be read for its password."""
+    low = scheme.lower()
+    shown = f"{scheme}://…" if slashes else f"{scheme}:…"
+    for d in DIALECTS:
+        if low in d.schemes:
+            if not d.served:
+                raise _refused(shown, f"{low}:// is not served yet; the event log is served"
+                               f" from {_served()}")
+            if scheme != low or not slashes:
+                raise _refused(shown, f"a {low} URL starts with {low}:// in lower case")
+            return
+    if low in _FILE_SCHEMES:
+        raise _refused(shown, "a SQLite file is given as its plain path, not a URL")
+    if slashes:
+        raise _refused(shown, f"{low}:// is not served; give {_served()}")
+
+
+def postgres_target(conninfo: str, origin: Origin = "argument") -> DbTarget:
+    """``conninfo`` read as a PostgreSQL connection string, whatever it looks
+    like (for the store, which is handed one). Raises :class:`DbTargetError`."""
+    return _server(conninfo, origin)
+
+
+def _server(value: str, origin: Origin) -> DbTarget:
+    try:
+        parsed = parse(value)
+    except ConninfoError as exc:
+        if value.startswith(URI_PREFIXES):
+            shown = value[:value.index("//") + 2] + "…"
+            raise _refused(shown, f"not a valid libpq URL: {exc}") from None
+        first = looks_like_keywords(value)[:1]
+        shown = f"{first[0]}=…" if first and first[0] in KEYWORDS else "(a libpq string)"
+        raise _refused(shown, f"not a valid libpq connection string: {exc}") from None
+    return DbTarget(
+        "postgres", _postgres_description(parsed.shown), origin, conninfo=value,
+        secret_keys=parsed.secret_keys, secrets=parsed.secrets,
+    )
+
+
+_PLAIN_HOST = re.compile(r"[A-Za-z0-9._~-]+")
+_PLAIN_PORT = re.compile(r"[0-9]+")
+
+
+def _postgres_description(shown: Mapping[str, str]) -> str:
+    """A ``postgresql://`` URL libpq reads as the same connection minus its
+    secrets: user, a plain host and port in the authority, the database as
+    the path, every other keyword in the query in libpq's order."""
+    rest = dict(shown)
+    user = rest.pop("user", None)
+    dbname = rest.pop("dbname", None)
+    netloc = quote(user, safe="") + "@" if user else ""
+    host, port = rest.get("host"), rest.get("port")
+    if host is not None and _PLAIN_HOST.fullmatch(host) and (
+        port is None or _PLAIN_PORT.fullmatch(port)
+    ):
+        netloc += rest.pop("host") + (f":{rest.pop('port')}" if port is not None else "")
+    path = "/" + quote(dbname, safe="") if dbname else ""
+    order = {k: i for i, k in enumerate(KEYWORDS)}
+    query = "&".join(f"{k}={quote(v, safe='/,:@')}"
+                     for k, v in sorted(rest.items(), key=lambda kv: order.get(kv[0], 999)))
+    return f"postgresql://{netloc}{path}" + (f"?{query}" if query else "")
+
+
+def password_refused(target: DbTarget, flag: str = "--db") -> str:
+    """Why a credential on a command line is refused: it would show in ``ps``
+    for the process's whole life. Names the keyword, never the value."""
+    keys = ", ".join(target.secret_keys)
+    return (f"{flag} holds a password ({keys}), which every user of this machine can read in"
+            f" the process list; {PASSWORD_WAYS}, or put the database in STREAMD_DB")
+
+
+def command_line_error(value: str | None) -> str | None:
+    """What is wrong with a ``--db`` value, said as the command line is read
+    (a password in it shows in ``ps`` for as long as the process runs): one
+    line that never repeats a secret, or None."""
+    if value is None:
+        return None
+    try:
+        target = classify(value, origin="argument")
+    except DbTargetError as exc:
+        return f"--db: {exc}"
+    if target.secret_keys:
+        return password_refused(target)
+    return _said_of("--db", target.directory_error())
+
+
+def argv_error(argv: Sequence[str]) -> str | None:
+    """:func:`command_line_error` of every ``--db`` in a command line about to
+    be run (a daemon's or a server's arguments): checked before the process
+    starts, which would show a password in ``ps`` before refusing it."""
+    for i, arg in enumerate(argv):
+        if arg == "--db" and i + 1 < len(argv):
+            value: str | None = argv[i + 1]
+        elif arg.startswith("--db="):
+            value = arg.removeprefix("--db=")
+        else:
+            continue
+        if (refused := command_line_error(value)) is not None:
+            return refused
+    return None
+
+
+def usage_error(flag: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """:func:`command_line_error` for ``--db``, else the same checks of
+    ``$STREAMD_DB`` (where a password is allowed): for commands to refuse a
+    database they cannot use before they start."""
+    if flag is not None:
+        return command_line_error(flag)
+    try:
+        target = resolve(None, env)
+    except DbTargetError as exc:
+        return f"STREAMD_DB: {exc}"
+    return _said_of("STREAMD_DB", target.directory_error())
+
+
+def _said_of(setting: str, problem: str | None) -> str | None:
+    return None if problem is None else f"{setting}: {problem}"
+
+
+def describe(value: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> str:
+    """The description of what ``value`` (None: ``$STREAMD_DB``, else the
+    default) names, or why it names nothing, for status lines that must not
+    fail."""
+    try:
+        return resolve(value, env).description
+    except DbTargetError as exc:
+        return f"(not usable: {exc})"
