@@ -192,7 +192,7 @@ class Stdio:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamd", "-v", "--db", str(db)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+            env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO / "src"))},
         )
         self.ids = iter(range(1, 10**6))
 
