@@ -286,3 +286,23 @@ def test_status_of_a_healthy_log_has_no_fault(world: World) -> None:
         assert "result" in conn.call("eventlog/append", **_append(0))
         assert conn.result("streamd/status")["db_fault"] is None
     assert STOPPED not in world.run("status").stdout
+
+
+def test_no_new_connection_opens_a_path_whose_file_was_replaced(tmp_path: Path) -> None:
+    """A second connection would open the restored file with the old -wal
+    beside it: the guard the connections share refuses before opening."""
+    from streamd.eventlog.store.file_identity import DatabaseFile
+
+    db, backup = tmp_path / "ev.db", tmp_path / "backup.db"
+    make_restorable(backup, 300)
+    guard = DatabaseFile(str(db))
+    first = SqliteStore.open(str(db), guard=guard)
+    first.append(_params("mine"), 1_700_000_000_000_000)
+    os.rename(backup, db)
+    with pytest.raises(RpcError) as raised:
+        SqliteStore.open(str(db), guard=guard)
+    assert_fault(raised.value, "was replaced by another file")
+    with pytest.raises(RpcError):
+        first.since(0, None, 10)  # the first connection has heard it too
+    first.close()
+    assert event_ids(db) == [f"r{i}" for i in range(300)]

@@ -98,6 +98,10 @@ def _copy(source: apsw.Connection, partial: Path, method: Method) -> None:
         return
     target = apsw.Connection(str(partial))
     try:
+        # A scratch file until the rename: no journal and no fsync per page
+        # (a failed copy is deleted; the finished one is fsynced whole).
+        target.pragma("journal_mode", "off")
+        target.pragma("synchronous", "off")
         with target.backup("main", source, "main") as job:
             job.step(-1)  # one step: one read transaction, never restarted
     finally:

@@ -118,6 +118,11 @@ class DatabaseFile:
         self._recorded: dict[str, FileId | None] | None = None
         self._fault: RpcError | None = None
         self._lock = threading.Lock()
+        # Connections that opened the recorded files: only those may empty
+        # the old -wal (a later one may have the new file open).
+        self._ours: set[int] = set()
+        self._main_gone = False
+        self._wal_emptied = False
 
     @property
     def fault(self) -> str | None:
@@ -136,46 +141,54 @@ class DatabaseFile:
         if self._fault is not None:
             raise self._fault
         if self._recorded is not None:
-            self._compare(None)
+            self._compare()
 
     def opened(self, db: apsw.Connection) -> None:
         """A connection has just opened (and read, so its ``-wal`` is open):
         the first records the files' identity, later ones must match it."""
         if _has_moved(db):
-            # Not main_gone: this connection may already have opened the new
-            # file's -wal, which a checkpoint would empty into the old file.
-            self._trip(db, f"the {_ROLE['']} {self.path} was replaced or deleted while"
-                       " it was being opened", main_gone=False)
+            self._trip(f"the {_ROLE['']} {self.path} was replaced or deleted while it was"
+                       " being opened", main_gone=False)
         with self._lock:
             if self._recorded is None:
                 self._recorded = {s: _identity(self.path + s) for s in _SUFFIXES}
+                self._ours.add(id(db))
                 return
-        self._compare(db)
+        self._compare()
+        with self._lock:
+            self._ours.add(id(db))
 
     def check(self, db: apsw.Connection) -> None:
         """After a store call's work, before its caller hears of it."""
-        if self._fault is not None:
-            raise self._fault
-        if self._recorded is not None:
-            self._compare(db)
+        try:
+            if self._fault is not None:
+                raise self._fault
+            if self._recorded is not None:
+                self._compare()
+        except RpcError:
+            self._empty_old_wal(db)
+            raise
 
     def closing(self, db: apsw.Connection) -> None:
         """Before a connection closes: a path that is no longer ours must not
         be locked, checkpointed into or unlinked by SQLite's close."""
         if self._fault is None and self._recorded is not None:
             try:
-                self._compare(db)
+                self._compare()
             except RpcError:
                 pass  # tripped: handled below
         if self._fault is not None:
+            self._empty_old_wal(db)
             try:
                 db.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
             except apsw.Error:
                 pass  # already closed
+        with self._lock:
+            self._ours.discard(id(db))
 
     # -- comparing and tripping --
 
-    def _compare(self, db: apsw.Connection | None) -> None:
+    def _compare(self) -> None:
         recorded = self._recorded
         assert recorded is not None
         for suffix in _SUFFIXES:
@@ -192,12 +205,13 @@ class DatabaseFile:
                 else f"{what} was replaced by another file while streamd had it open"
                 f" ({was} is now {now})"
             )
-            self._trip(db, cause, main_gone=suffix == "")
+            self._trip(cause, main_gone=suffix == "")
 
-    def _trip(self, db: apsw.Connection | None, cause: str, *, main_gone: bool) -> None:
+    def _trip(self, cause: str, *, main_gone: bool) -> None:
         with self._lock:
             first = self._fault is None
             if first:
+                self._main_gone = main_gone
                 self._fault = RpcError(
                     SOURCE_UNAVAILABLE,
                     f"event log unavailable: {cause}. Nothing committed since then is in"
@@ -210,22 +224,30 @@ class DatabaseFile:
         assert fault is not None
         if first:
             logger.error("EVENT LOG STOPPED: %s", fault.message)
-            if main_gone and db is not None:
-                self._neutralise_wal(db)
         raise fault
 
-    def _neutralise_wal(self, db: apsw.Connection) -> None:
-        # Our -wal may still sit at the path, beside a restored file that the
-        # next opener would apply it to. Checkpointing writes its pages into
-        # the old database through our descriptor and truncates it through
-        # our descriptor; no path is used.
+    def _empty_old_wal(self, db: apsw.Connection) -> None:
+        """Once the database file has left the path, empty our -wal into it.
+
+        Our -wal may still sit at the path, beside a restored file that the
+        next opener would apply it to. Checkpointing writes its pages into the
+        old database through our descriptor and truncates it through our
+        descriptor; no path is used. Done by the first of our connections
+        that gets here after the trip (a trip found before an open has none
+        at hand), again at close if it could not be done then.
+        """
+        with self._lock:
+            if not self._main_gone or self._wal_emptied or id(db) not in self._ours:
+                return
         try:
             busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         except apsw.Error as exc:
             busy, reason = 1, str(exc)
         else:
             reason = "another process was reading it"
-        if busy:
+        if not busy:
+            self._wal_emptied = True
+        else:  # a later call, or the close, tries again
             logger.error(
                 "the old write-ahead log could not be emptied (%s): before starting"
                 " streamd again, remove %s-wal and %s-shm if they are still the old ones",
