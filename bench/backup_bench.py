@@ -35,11 +35,11 @@ sys.path[:0] = [str(SRC), str(HERE)]
 
 
 def build(db: Path, events: int) -> None:
+    import msgspec
     from workload import append_params
 
     from streamd.eventlog.model import AppendParams
     from streamd.eventlog.store import SqliteOptions, SqliteStore
-    import msgspec
 
     store = SqliteStore.open(str(db), SqliteOptions(synchronous="NORMAL"))
     now_us = int(time.time() * 1e6)
