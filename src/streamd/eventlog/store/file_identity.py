@@ -214,10 +214,10 @@ class DatabaseFile:
                 self._main_gone = main_gone
                 self._fault = RpcError(
                     SOURCE_UNAVAILABLE,
-                    f"event log unavailable: {cause}. Nothing committed since then is in"
-                    f" the file now at {self.path} (an append that got this error was not"
-                    " added to it), and streamd will neither recreate nor open the path"
-                    " again: restart streamd to serve the log that is there now",
+                    f"event log unavailable: {cause}. What was committed after that is"
+                    f" not in the log at {self.path} (an append answered with this error"
+                    " was not added to it), and streamd neither recreates nor touches"
+                    " that path any more: restart streamd to serve what is there now",
                     {"reason": FAULT_REASON, "path": self.path},
                 )
         fault = self._fault
