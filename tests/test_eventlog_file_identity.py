@@ -306,3 +306,18 @@ def test_no_new_connection_opens_a_path_whose_file_was_replaced(tmp_path: Path) 
         first.since(0, None, 10)  # the first connection has heard it too
     first.close()
     assert event_ids(db) == [f"r{i}" for i in range(300)]
+
+
+async def test_a_symlinked_path_is_checked_where_sqlite_keeps_its_files(tmp_path: Path) -> None:
+    real = tmp_path / "data" / "ev.db"
+    real.parent.mkdir()
+    link = tmp_path / "ev.db"
+    link.symlink_to(real)
+    with trio.fail_after(60):
+        async with EventLog(link) as log:
+            await log.append("app", "u", "s", ev(0))
+            await log.append("app", "u", "s", ev(1))  # no false alarm on a symlink
+            Path(f"{real}-wal").unlink()  # beside the real file, not the link
+            with pytest.raises(RpcError) as raised:
+                await log.append("app", "u", "s", ev(2))
+            assert_fault(raised.value, f"write-ahead log {real}-wal was deleted")

@@ -123,6 +123,7 @@ class DatabaseFile:
         self._ours: set[int] = set()
         self._main_gone = False
         self._wal_emptied = False
+        self._real = path
 
     @property
     def fault(self) -> str | None:
@@ -151,7 +152,10 @@ class DatabaseFile:
                        " being opened", main_gone=False)
         with self._lock:
             if self._recorded is None:
-                self._recorded = {s: _identity(self.path + s) for s in _SUFFIXES}
+                # The side files are where SQLite put them: beside the file
+                # the path resolves to (a symlinked path's are not beside it).
+                self._real = db.db_filename("main") or self.path
+                self._recorded = {s: _identity(self._file(s)) for s in _SUFFIXES}
                 self._ours.add(id(db))
                 return
         self._compare()
@@ -188,6 +192,11 @@ class DatabaseFile:
 
     # -- comparing and tripping --
 
+    def _file(self, suffix: str) -> str:
+        # The database as the path names it (what a new opener gets), its
+        # side files as SQLite named them.
+        return self.path if not suffix else self._real + suffix
+
     def _compare(self) -> None:
         recorded = self._recorded
         assert recorded is not None
@@ -195,10 +204,10 @@ class DatabaseFile:
             was = recorded[suffix]
             if was is None:
                 continue  # it did not exist when we opened (never expected)
-            now = _identity(self.path + suffix)
+            now = _identity(self._file(suffix))
             if now == was:
                 continue
-            what = f"the {_ROLE[suffix]} {self.path}{suffix}"
+            what = f"the {_ROLE[suffix]} {self._file(suffix)}"
             cause = (
                 f"{what} was deleted while streamd had it open"
                 if now is None
