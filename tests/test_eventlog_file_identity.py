@@ -321,3 +321,39 @@ async def test_a_symlinked_path_is_checked_where_sqlite_keeps_its_files(tmp_path
             with pytest.raises(RpcError) as raised:
                 await log.append("app", "u", "s", ev(2))
             assert_fault(raised.value, f"write-ahead log {real}-wal was deleted")
+
+
+async def test_every_eventlog_method_answers_the_cause_over_json_rpc(daemon: Any) -> None:
+    """Through the RPC layer (the daemon fixture: one log, memory connections):
+    a watch running when the file goes, and every kind of call after."""
+    db = Path(str(daemon.log.path))
+    key = {"app": "app", "user": "u", "session": "s"}
+    with trio.fail_after(30):
+        c = await daemon.connect()
+        await c.result("eventlog/append", _append(0))
+        watch_id = await c.start("eventlog/watch", {"from_seq": 0})
+        assert (await c.notification())["params"]["entry"]["seq"] == 1
+        remove_all(db)
+        calls = [
+            ("eventlog/append", _append(1)),
+            ("eventlog/append_batch", {"appends": [_append(2)]}),
+            ("eventlog/since", {"from_seq": 0}),
+            ("eventlog/latest_seq", {}),
+            ("eventlog/branches", {}),
+            ("eventlog/sessions.get", key),
+            ("eventlog/sessions.list", {"app": "app"}),
+            ("eventlog/sessions.create", {"app": "app", "user": "u"}),
+            ("eventlog/sessions.delete", key),
+            ("eventlog/lock.acquire", key),
+            ("eventlog/state.get", {"app": "app"}),
+            ("eventlog/boot.record", {"at": "2026-01-01T00:00:00Z", "attempted": []}),
+            ("eventlog/ping", {}),
+        ]
+        for method, params in calls:
+            err = await c.error(method, params)
+            assert err["code"] == -32000 and "was deleted" in err["message"], (method, err)
+            assert err["data"]["reason"] == FAULT_REASON
+        reply = await c.response(watch_id)  # the running watch ended with it too
+        assert reply["error"]["code"] == -32000 and "was deleted" in reply["error"]["message"]
+        late_watch = await c.start("eventlog/watch", {"from_seq": 0})
+        assert (await c.response(late_watch))["error"]["code"] == -32000

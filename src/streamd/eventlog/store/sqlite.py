@@ -37,6 +37,10 @@ Rules kept here, for every caller (the Trio layer, the CLI, tests)
   that is not JSON cannot be stored at all (a trigger, so not by hand either).
 * A read that a client will receive in one frame (``max_bytes``) stops before
   its entries pass that many bytes on the wire, reading no row beyond the cut.
+* No call answers from a file that is no longer at the path: after its work
+  and before it returns, every call compares the path's files with the ones
+  the connection opened (:mod:`~streamd.eventlog.store.file_identity`), so an
+  append committed into a deleted or replaced file is never acknowledged.
 * Leases are rows keyed by session, each with the stale window its holder
   declared: a lease is stale only when its heartbeat is older than *that* window,
   whatever window the requester asks for for itself. Taking a stale lease is a
