@@ -125,7 +125,8 @@ def test_a_socket_the_kernel_refuses_is_one_line_too(tmp_path: Path):
     (["attach", "--start-timeout", "x"], "streamd: --start-timeout must be a number of "
      "seconds, not 'x' (see 'streamd attach --help')"),
     (["log", "frob"], "streamd: unknown command 'frob' (choose from 'append', 'since', "
-     "'tail', 'branches', 'sessions', 'locks', 'boots', 'ping') (see 'streamd log --help')"),
+     "'tail', 'branches', 'sessions', 'locks', 'boots', 'ping', 'backup', 'verify') "
+         "(see 'streamd log --help')"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path, stream: Path, args, line):
     code, out, err = streamd(*args, cwd=stream.parent,

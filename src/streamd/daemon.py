@@ -108,6 +108,12 @@ class Daemon:
         """Whether an eventlog/* call has created the log (and so the database)."""
         return self._eventlog is not None and self._eventlog.opened
 
+    @property
+    def eventlog_fault(self) -> str | None:
+        """Why the event log stopped serving (its file deleted or replaced
+        under it), if it did; a restart is the recovery."""
+        return None if self._eventlog is None else self._eventlog.fault
+
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Daemon]:
         """Host the shared event log for the duration of the block; close it on exit."""

@@ -44,7 +44,7 @@ import trio
 from streamd import cliargs
 from streamd.cliargs import command, count, instant_utc, nonempty, positive
 from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError, is_session_not_found
-from streamd.eventlog import dbtarget
+from streamd.eventlog import dbtarget, maintenance
 from streamd.eventlog.log import EventLog
 from streamd.eventlog.model import (
     Boot,
@@ -203,6 +203,7 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
                    "(default: 24 hours ago)")
 
     command(sub, "ping", "check that the log can be read", parents=[common])
+    maintenance.add_parsers(sub, common)
     return parser
 
 
@@ -228,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="streamd %(asctime)s %(levelname)s %(message)s")
+    if args.log_command in maintenance.COMMANDS:
+        return maintenance.run(args)
     return run(args)
 
 

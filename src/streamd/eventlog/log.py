@@ -141,6 +141,7 @@ from streamd.eventlog.store import (
     closed_error,
 )
 from streamd.eventlog.store.connection import prepare_file
+from streamd.eventlog.store.file_identity import DatabaseFile, is_file_fault
 from streamd.eventlog.watch import Watch
 
 __all__ = [
@@ -324,6 +325,8 @@ class EventLog:
         self._poller: trio.CancelScope | None = None
         self._watches: set[Watch] = set()
 
+        self._file_guard: DatabaseFile | None = None  # SQLite: see file_identity
+
         self._leases: dict[str, Lease] = {}
         self._lease_host = LeaseHost(
             write=self._write,
@@ -370,6 +373,13 @@ class EventLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def fault(self) -> str | None:
+        """Why the log has stopped serving for good, if it has: its database
+        file was deleted or replaced under it (see
+        :mod:`~streamd.eventlog.store.file_identity`). A restart is the recovery."""
+        return None if self._file_guard is None else self._file_guard.fault
 
     @property
     def opened(self) -> bool:
@@ -490,6 +500,11 @@ class EventLog:
     async def _open_sqlite(self, role: Role) -> Runner:
         assert self.target.path is not None
         path = str(self.path)
+        # One guard for both connections: what either finds fails both.
+        if self._file_guard is None:
+            self._file_guard = DatabaseFile(path)
+        guard = self._file_guard
+        guard.before_open()  # before prepare_file, which would create a file
         if role == "writer":
             if (refused := self.target.directory_error()) is not None:
                 raise RpcError(SOURCE_UNAVAILABLE, refused)
@@ -497,13 +512,13 @@ class EventLog:
             prepare_file(self.target.path, make_directory=self.target.origin == "default")
         migrate = role == "writer"
         if self._dispatch == "aio":
-            return await SqliteStore.open_async(path, self._options, migrate=migrate)
+            return await SqliteStore.open_async(path, self._options, migrate=migrate, guard=guard)
         if self._dispatch == "thread":
             store = await trio.to_thread.run_sync(
-                lambda: SqliteStore.open(path, self._options, migrate=migrate)
+                lambda: SqliteStore.open(path, self._options, migrate=migrate, guard=guard)
             )
             return _ThreadRunner(store)
-        return SqliteStore.open(path, self._options, migrate=migrate)
+        return SqliteStore.open(path, self._options, migrate=migrate, guard=guard)
 
     async def _ensure_open(self) -> tuple[Runner, Runner]:
         if self._closed:
@@ -758,7 +773,15 @@ class EventLog:
                 return await writer.run(lambda store: store.append_commit(params, now_us, capture))
         except RpcError as exc:
             # Interrupted by close means rolled back: say so precisely.
+            if is_file_fault(exc):
+                self._end_watches()
             return _never_written() if is_closed(exc) else exc
+
+    def _end_watches(self) -> None:
+        """The file is gone: take every watch off the live stream, so each
+        reads the store, gets the error, and ends with it."""
+        for w in list(self._watches):
+            self._fanout.drop(w)
 
     def _fail_queued(self) -> None:
         while True:
@@ -914,6 +937,9 @@ class EventLog:
                             last = version
                     except RpcError as exc:
                         if is_closed(exc):
+                            return
+                        if is_file_fault(exc):
+                            self._end_watches()  # logged once, by the guard
                             return
                         logger.warning("event log change check failed (will retry): %s", exc)
                         await trio.sleep(self.watch_interval)
@@ -1285,7 +1311,7 @@ class EventLog:
                 if await self._read(lambda store: store.retention_policies()):
                     await self.compact()
             except RpcError as exc:
-                if is_closed(exc):
+                if is_closed(exc) or is_file_fault(exc):
                     return
                 logger.warning("event log retention failed (will retry): %s", exc)
 

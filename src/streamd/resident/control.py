@@ -9,7 +9,8 @@ Recall session and has no daemon to control):
 
 * ``streamd/hello {client_version}`` -> ``{version, pid, started_at}``
 * ``streamd/status {}`` -> ``{version, pid, uptime_s, connections, sources,
-  socket, db, log}``
+  socket, db, log, db_fault}`` (``db_fault``: why the event log stopped
+  serving, or null)
 * ``streamd/stop {}`` -> ``{}``, then the daemon winds down as on SIGTERM
 * ``streamd/retire {}`` -> ``{}`` once it has stopped listening and released its
   socket and lock; it serves its current connections to their end, then exits
@@ -291,6 +292,8 @@ def status_main(argv: Sequence[str]) -> int:
     print(f"  clients      {result['connections']} connected, "
           f"{result['sources']} Recall sources open")
     print(f"  event log    {result['db']}")
+    if result.get("db_fault"):
+        print(f"  EVENT LOG STOPPED  {result['db_fault']}")
     print(f"  daemon log   {result['log']}")
     return 0
 

@@ -97,6 +97,7 @@ class Status(msgspec.Struct):
     socket: str
     db: str
     log: str
+    db_fault: str | None = None  # why the event log stopped serving, if it did
 
 
 class ResidentDaemon:
@@ -265,6 +266,7 @@ class ResidentDaemon:
             socket=self.socket_path,
             db=dbtarget.describe(self.daemon.config.db),
             log=self.options.log_file,
+            db_fault=self.daemon.eventlog_fault,
         )
 
     async def _stop_method(self, p: NoParams, req: Request) -> dict[str, Any]:

@@ -37,6 +37,10 @@ Rules kept here, for every caller (the Trio layer, the CLI, tests)
   that is not JSON cannot be stored at all (a trigger, so not by hand either).
 * A read that a client will receive in one frame (``max_bytes``) stops before
   its entries pass that many bytes on the wire, reading no row beyond the cut.
+* No call answers from a file that is no longer at the path: after its work
+  and before it returns, every call compares the path's files with the ones
+  the connection opened (:mod:`~streamd.eventlog.store.file_identity`), so an
+  append committed into a deleted or replaced file is never acknowledged.
 * Leases are rows keyed by session, each with the stale window its holder
   declared: a lease is stale only when its heartbeat is older than *that* window,
   whatever window the requester asks for for itself. Taking a stale lease is a
@@ -97,6 +101,7 @@ from streamd.eventlog.store.backend import (
     closed_error,
 )
 from streamd.eventlog.store.connection import BusyWait, SqliteOptions, configure
+from streamd.eventlog.store.file_identity import DatabaseFile, guard_for
 from streamd.eventlog.store.schema import SCHEMA_VERSION
 
 __all__ = ["SqliteStore"]
@@ -135,12 +140,20 @@ def _translated(
     def wrapper(store: SqliteStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         if store._busy.aborted:
             raise closed_error()
+        guard = store._guard
+        if guard is not None and guard.error is not None:
+            raise guard.error
         try:
-            return fn(store, *args, **kwargs)
+            result = fn(store, *args, **kwargs)
         except apsw.Error as exc:
             if store._busy.aborted:
                 raise closed_error() from exc
             raise _translate(exc) from exc
+        if guard is not None:
+            # Before the caller hears of it: a commit into a file that is no
+            # longer at the path must not be acknowledged (see file_identity).
+            guard.check(store._db)
+        return result
 
     return wrapper
 
@@ -184,51 +197,85 @@ class SqliteStore:
     and a :class:`~streamd.eventlog.store.backend.Runner`.
     """
 
-    def __init__(self, db: apsw.Connection, busy: BusyWait, *, is_async: bool) -> None:
+    def __init__(
+        self,
+        db: apsw.Connection,
+        busy: BusyWait,
+        *,
+        is_async: bool,
+        guard: DatabaseFile | None = None,
+    ) -> None:
         self._db = db
         self._busy = busy
         self._is_async = is_async
+        self._guard = guard
 
     # -- lifecycle --
 
     @classmethod
     def open(
-        cls, path: str, options: SqliteOptions | None = None, *, migrate: bool = True
+        cls,
+        path: str,
+        options: SqliteOptions | None = None,
+        *,
+        migrate: bool = True,
+        guard: DatabaseFile | None = None,
     ) -> SqliteStore:
+        """``guard``: the path's :class:`DatabaseFile`, shared by the
+        connections of one log (default: one of this store's own)."""
         opts = options or SqliteOptions()
         busy = BusyWait(opts.busy_timeout_ms)
+        guard = guard or guard_for(path)
+        if guard is not None:
+            guard.before_open()
         try:
             db = apsw.Connection(path)
             try:
                 configure(db, opts, busy, migrate)
+                if guard is not None:
+                    guard.opened(db)
             except BaseException:
+                if guard is not None:
+                    guard.closing(db)
                 db.close()
                 raise
         except apsw.Error as exc:
             raise _translate(exc) from exc
-        return cls(db, busy, is_async=False)
+        return cls(db, busy, is_async=False, guard=guard)
 
     @classmethod
     async def open_async(
-        cls, path: str, options: SqliteOptions | None = None, *, migrate: bool = True
+        cls,
+        path: str,
+        options: SqliteOptions | None = None,
+        *,
+        migrate: bool = True,
+        guard: DatabaseFile | None = None,
     ) -> SqliteStore:
         """Open in APSW async mode (``apsw.aio``; the controller is picked from the
         running event loop, Trio here). The caller must ``await aclose()``: the
         connection's worker thread keeps the process alive until then."""
         opts = options or SqliteOptions()
         busy = BusyWait(opts.busy_timeout_ms)
+        guard = guard or guard_for(path)
+        if guard is not None:
+            guard.before_open()
         try:
             db = await apsw.Connection.as_async(path)
         except apsw.Error as exc:
             raise _translate(exc) from exc
         try:
             await db.async_run(configure, db, opts, busy, migrate)
+            if guard is not None:
+                await db.async_run(guard.opened, db)
         except BaseException as exc:
+            if guard is not None:
+                await db.async_run(guard.closing, db)
             await db.aclose()
             if isinstance(exc, apsw.Error):
                 raise _translate(exc) from exc
             raise
-        return cls(db, busy, is_async=True)
+        return cls(db, busy, is_async=True, guard=guard)
 
     async def run(self, op: Callable[[Backend], _T]) -> _T:
         """``op(self)`` where the connection may be used.
@@ -258,7 +305,7 @@ class SqliteStore:
 
     def close(self) -> None:
         try:
-            self._clear_interrupt()
+            self._before_close()
             self._db.close()
         except apsw.Error as exc:
             raise _translate(exc) from exc
@@ -268,10 +315,15 @@ class SqliteStore:
             self.close()
             return
         try:
-            await self._db.async_run(self._clear_interrupt)
+            await self._db.async_run(self._before_close)
             await self._db.aclose()
         except apsw.Error as exc:
             raise _translate(exc) from exc
+
+    def _before_close(self) -> None:
+        self._clear_interrupt()
+        if self._guard is not None:
+            self._guard.closing(self._db)
 
     def _clear_interrupt(self) -> None:
         """Closing the last connection checkpoints the WAL into the database and

@@ -1,0 +1,170 @@
+"""``streamd log backup DEST`` and ``streamd log verify``: the safe way to copy
+a live log, and a check of one (live, or a copy before it is restored).
+
+Both open the database directly, as the other ``streamd log`` commands do,
+beside a running daemon if there is one, and refuse a path that holds no log
+(they never create one). Restoring is not a command: it is stop the daemon,
+put the file in place, start it (docs/operations.md says why and how).
+
+Exit status. backup: 0 the copy is complete and checked, 1 it could not be
+made (nothing is left at DEST). verify: 0 no problem found, 1 problems found
+(one per line on stdout), 2 the check could not run (no log there, an
+unreadable file, a server that cannot be reached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from streamd import cliargs
+from streamd.cliargs import command
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.log import resolve_db_path
+from streamd.eventlog.store.pg_url import db_description
+from streamd.eventlog.store.schema import SCHEMA_VERSION
+
+__all__ = ["COMMANDS", "add_parsers", "run"]
+
+COMMANDS = ("backup", "verify")
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = command(sub, "backup", "copy the live log, consistently, to a new file",
+                parents=[common])
+    p.add_argument("dest", metavar="DEST", help="the new file (must not exist)")
+    # For the bench that chose the default; not for people.
+    p.add_argument("--method", choices=("backup", "vacuum"), default="backup",
+                   help=argparse.SUPPRESS)
+    command(sub, "verify", "check that the log's seqs, event ids and state agree "
+            "(exit 0 ok, 1 problems, 2 error)", parents=[common])
+
+
+def run(args: argparse.Namespace) -> int:
+    path = resolve_db_path(args.db)
+    try:
+        if args.log_command == "backup":
+            return _backup(path, args)
+        return _verify(path, args)
+    except RpcError as exc:
+        return cliargs.fail(exc.message, 1 if args.log_command == "backup" else 2)
+
+
+def _backup(path: Path | str, args: argparse.Namespace) -> int:
+    if isinstance(path, str):
+        return cliargs.fail(
+            f"the event log is in PostgreSQL ({db_description(path)}): back it up with"
+            " PostgreSQL's own tool, for example\n"
+            "  pg_dump --format=custom --schema=streamd --file=events.dump 'DBNAME-OR-URL'\n"
+            "and restore it with pg_restore (see docs/operations.md)", 1)
+    from streamd.eventlog.store import backup
+
+    store = _open_sqlite(path)
+    try:
+        done = backup.snapshot(store.connection, args.dest, args.method)
+    finally:
+        store.close()
+    if args.json:
+        _out(msgspec.json.encode({
+            "dest": done.dest, "events": done.events, "newest_seq": done.newest_seq,
+            "bytes": done.bytes, "seconds": round(done.seconds, 3),
+        }).decode())
+    else:
+        _out(f"backed up {done.events} events (newest seq {done.newest_seq}) to {done.dest}:"
+             f" {done.bytes / 2**20:.1f} MiB in {done.seconds:.2f} s")
+    return 0
+
+
+def _verify(path: Path | str, args: argparse.Namespace) -> int:
+    from streamd.eventlog.store import verify
+
+    if isinstance(path, str):
+        report = _verify_postgres(path)
+    else:
+        import apsw
+
+        store = _open_sqlite(path)
+        try:
+            db = store.connection
+            report = _driver_safe(
+                lambda: verify.verify(db.execute, "sqlite", (apsw.Error,)), "sqlite"
+            )
+        finally:
+            store.close()
+    where = db_description(path)
+    if args.json:
+        _out(msgspec.json.encode({
+            "ok": report.ok, "problems": report.problems, "events": report.events,
+            "sessions": report.sessions, "newest_seq": report.newest_seq,
+        }).decode())
+    else:
+        for line in report.problems:
+            _out(line)
+    if report.ok:
+        if not args.json:
+            _out(f"ok: {where}: {report.events} events, newest seq {report.newest_seq},"
+                 f" {report.sessions} sessions")
+        return 0
+    print(f"streamd: {len(report.problems)} problems found in {where}", file=sys.stderr)
+    return 1
+
+
+def _verify_postgres(url: str) -> Any:
+    import psycopg
+
+    from streamd.eventlog.store import verify
+    from streamd.eventlog.store.postgres import PostgresStore
+
+    store = PostgresStore.open(url, migrate=False)
+    try:
+        conn = store.connection
+
+        def query(sql: str) -> list[Any]:
+            cursor = conn.execute(sql)
+            return cursor.fetchall() if cursor.description else []  # BEGIN has no rows
+
+        return _driver_safe(
+            lambda: verify.verify(query, "postgres", (psycopg.Error,)), "postgres"
+        )
+    finally:
+        store.close()
+
+
+def _driver_safe(check: Any, dialect: str) -> Any:
+    """The checks run raw statements: a driver's error becomes ours."""
+    errors: tuple[type[BaseException], ...]
+    if dialect == "sqlite":
+        import apsw
+
+        errors = (apsw.Error,)
+    else:
+        import psycopg
+
+        errors = (psycopg.Error,)
+    try:
+        return check()
+    except errors as exc:
+        raise RpcError(SOURCE_UNAVAILABLE, f"the check could not read the log: {exc}") from None
+
+
+def _open_sqlite(path: Path) -> Any:
+    from streamd.eventlog.store import SqliteStore
+
+    if not path.exists():
+        raise RpcError(SOURCE_UNAVAILABLE, f"no event log at {path} (use --db PATH or set"
+                       " STREAMD_DB)")
+    store = SqliteStore.open(str(path), migrate=False)
+    version = store.connection.pragma("user_version")
+    if version != SCHEMA_VERSION:
+        store.close()
+        raise RpcError(SOURCE_UNAVAILABLE, f"{path} has schema version {version}, this streamd"
+                       f" checks version {SCHEMA_VERSION}: open it with streamd once first")
+    return store
+
+
+def _out(line: str) -> None:
+    sys.stdout.write(line + "\n")

@@ -1,0 +1,132 @@
+"""A consistent copy of a live SQLite event log (``streamd log backup DEST``).
+
+Copying ``events.db`` with ``cp`` while a daemon writes gives a file that may
+be torn, and misses what is still in ``-wal``. The copy here is made through
+SQLite, inside one read transaction of the source: it is the log exactly as of
+one commit (a prefix of the log: every event up to some seq, nothing after),
+whatever commits meanwhile. In WAL mode a reader never blocks the writer, so
+appends go on at full rate while it runs; the WAL only grows until the copy
+ends (it cannot be checkpointed past an open reader).
+
+Two ways to copy in one transaction (``method``):
+
+* ``"backup"``: SQLite's online backup API in one step (``step(-1)``), a copy
+  of the pages. Stepwise backup (a few pages per step, the transaction let go
+  between steps) is what the API is usually shown with, and it is not used: a
+  write to the source by another connection restarts it from the first page,
+  so under a steady writer it never finishes.
+* ``"vacuum"``: ``VACUUM INTO``, which rebuilds every table and index into the
+  new file: smaller (no free pages) and slower.
+
+``bench/backup_bench.py`` measures both; the default is the one that measured
+faster for a log under appends (see docs/operations.md).
+
+The copy is written to a temporary name beside ``DEST``, fsynced, checked
+(``PRAGMA quick_check``), and only then renamed to ``DEST``: a backup that
+fails half way leaves no file that looks like a backup. ``DEST`` must not
+exist.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import apsw
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+
+__all__ = ["DEFAULT_METHOD", "BackupResult", "Method", "snapshot"]
+
+Method = Literal["backup", "vacuum"]
+DEFAULT_METHOD: Method = "backup"
+
+
+@dataclass(frozen=True, slots=True)
+class BackupResult:
+    dest: str
+    events: int
+    newest_seq: int
+    bytes: int
+    seconds: float
+
+
+def snapshot(
+    source: apsw.Connection, dest: str | os.PathLike[str], method: Method = DEFAULT_METHOD
+) -> BackupResult:
+    """Copy the database of ``source`` (a connection to the live log) to
+    ``dest`` as of one commit; raises :class:`RpcError` (never an apsw error)."""
+    final = Path(dest)
+    if final.exists():
+        raise RpcError(SOURCE_UNAVAILABLE, f"{final} exists; a backup never overwrites a file")
+    if not final.parent.is_dir():
+        raise RpcError(SOURCE_UNAVAILABLE, f"{final.parent} is not a directory")
+    partial = final.with_name(f".{final.name}.partial-{os.getpid()}")
+    started = time.monotonic()
+    try:
+        _copy(source, partial, method)
+        events, newest = _check(partial)
+        _fsync(partial)
+        os.rename(partial, final)
+        _fsync(final.parent)
+    except apsw.Error as exc:
+        raise RpcError(SOURCE_UNAVAILABLE, f"backup to {final} failed: {exc}") from None
+    except OSError as exc:
+        raise RpcError(
+            SOURCE_UNAVAILABLE, f"backup to {final} failed: {exc.strerror or exc}"
+        ) from None
+    finally:
+        for leftover in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
+            leftover.unlink(missing_ok=True)
+    return BackupResult(
+        dest=str(final),
+        events=events,
+        newest_seq=newest,
+        bytes=final.stat().st_size,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _copy(source: apsw.Connection, partial: Path, method: Method) -> None:
+    # Private from the first byte, as the log itself is (connection.prepare_file).
+    os.close(os.open(partial, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    if method == "vacuum":
+        source.execute("VACUUM INTO ?", (str(partial),))
+        return
+    target = apsw.Connection(str(partial))
+    try:
+        # A scratch file until the rename: no journal and no fsync per page
+        # (a failed copy is deleted; the finished one is fsynced whole).
+        target.pragma("journal_mode", "off")
+        target.pragma("synchronous", "off")
+        with target.backup("main", source, "main") as job:
+            job.step(-1)  # one step: one read transaction, never restarted
+    finally:
+        target.close()
+
+
+def _check(partial: Path) -> tuple[int, int]:
+    """The copy reads back whole: (events, newest seq ever given)."""
+    db = apsw.Connection(str(partial))
+    try:
+        problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise RpcError(
+                SOURCE_UNAVAILABLE, f"the copy failed its check: {'; '.join(problems[:5])}"
+            )
+        events = db.execute("SELECT count(*) FROM events").fetchone()
+        newest = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    finally:
+        db.close()
+    return (events[0] if events else 0), (newest[0] if newest else 0)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

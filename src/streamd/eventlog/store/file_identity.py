@@ -1,0 +1,264 @@
+"""Whether the SQLite file at the log's path is still the file the log has open.
+
+SQLite holds its database, ``-wal`` and ``-shm`` files open by descriptor. If
+someone deletes them (``rm events.db*``) or renames another file over the path
+(a restore from backup done under a running daemon), the open connection goes
+on writing into the old, now nameless, files: commits succeed, reads serve
+them, and all of it is gone when the process exits. Worse, the old ``-wal``
+stays at the path beside the new database, and the next opener of the path
+applies it to that new file, destroying it.
+
+:class:`DatabaseFile` is the guard of one log's path, shared by its
+connections. It records the identity (``st_dev``, ``st_ino``) of the three
+files when the first connection opens (and asks SQLite, which compared the path
+with its own descriptor's ``fstat`` then, whether it had moved already), and
+every store call compares the path with that record after its work and before
+its caller hears the result; an open compares before it opens. On a mismatch
+the guard *trips*, for good:
+
+* the call fails with ``source_unavailable`` naming the cause, and so does
+  every later call on any of the log's connections (reads included);
+* it is logged once, at error level, and :attr:`DatabaseFile.fault` says it
+  (``streamd status`` shows it);
+* nothing is created or opened at the path again;
+* if the database file itself is gone from the path, the old ``-wal`` is
+  checkpointed into the old file through the connection's own descriptors and
+  truncated (``wal_checkpoint(TRUNCATE)``): a ``-wal`` left beside a restored
+  file would otherwise be applied to it by the next opener. Every write of
+  that checkpoint goes to a descriptor the connection already holds, never to
+  a path. When only the ``-wal`` or ``-shm`` is gone, the database at the path
+  is still ours and another process may be writing it with a new ``-wal``, so
+  nothing is checkpointed;
+* each connection closes without SQLite's checkpoint-on-close
+  (``SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE``), which would otherwise try to lock,
+  checkpoint and then delete ``-wal`` and ``-shm`` *by path*: files that may
+  now belong to the new database.
+
+The window: a commit that lands between the replacement and the check is in
+the old file. Its callers are never told it was written (the check runs before
+they are answered); they get the error. Detection is at the next call; a watch
+open on the log notices sooner, through inotify on the directory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from dataclasses import dataclass
+
+import apsw
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+
+__all__ = ["FAULT_REASON", "DatabaseFile", "FileId", "guard_for", "is_file_fault"]
+
+logger = logging.getLogger(__name__)
+
+FAULT_REASON = "database_file_replaced"
+"""``data.reason`` of the error a tripped guard answers with."""
+
+_SUFFIXES = ("", "-wal", "-shm")
+_ROLE = {"": "database file", "-wal": "write-ahead log", "-shm": "shared-memory index"}
+
+
+@dataclass(frozen=True, slots=True)
+class FileId:
+    dev: int
+    ino: int
+
+    def __str__(self) -> str:
+        return f"device {self.dev} inode {self.ino}"
+
+
+def _identity(path: str) -> FileId | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return FileId(st.st_dev, st.st_ino)
+
+
+def is_file_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is the error of a tripped :class:`DatabaseFile`."""
+    return (
+        isinstance(exc, RpcError)
+        and isinstance(exc.data, dict)
+        and exc.data.get("reason") == FAULT_REASON
+    )
+
+
+def guard_for(path: str) -> DatabaseFile | None:
+    """A guard for a file path; none for an in-memory or temporary database
+    (``:memory:``, the empty name) or a ``file:`` URI."""
+    if path in ("", ":memory:") or path.startswith("file:"):
+        return None
+    return DatabaseFile(path)
+
+
+def _has_moved(db: apsw.Connection) -> bool:
+    """SQLite's own comparison of the path with the ``fstat`` of the
+    descriptor it opened (``SQLITE_FCNTL_HAS_MOVED``)."""
+    moved = ctypes.c_int(0)
+    try:
+        db.file_control("main", apsw.SQLITE_FCNTL_HAS_MOVED, ctypes.addressof(moved))
+    except apsw.Error:
+        return False
+    return bool(moved.value)
+
+
+class DatabaseFile:
+    """The guard of one SQLite path, shared by the connections of one log.
+
+    Thread-safe: the connections run on their own worker threads."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._recorded: dict[str, FileId | None] | None = None
+        self._fault: RpcError | None = None
+        self._lock = threading.Lock()
+        # Connections that opened the recorded files: only those may empty
+        # the old -wal (a later one may have the new file open).
+        self._ours: set[int] = set()
+        self._main_gone = False
+        self._wal_emptied = False
+        self._real = path
+
+    @property
+    def fault(self) -> str | None:
+        """Why the log stopped serving, once the guard has tripped."""
+        return None if self._fault is None else self._fault.message
+
+    @property
+    def error(self) -> RpcError | None:
+        return self._fault
+
+    # -- the store's calls --
+
+    def before_open(self) -> None:
+        """Refuse to open a connection once the path is not the log's file:
+        the new connection would open the new file with the old ``-wal``."""
+        if self._fault is not None:
+            raise self._fault
+        if self._recorded is not None:
+            self._compare()
+
+    def opened(self, db: apsw.Connection) -> None:
+        """A connection has just opened (and read, so its ``-wal`` is open):
+        the first records the files' identity, later ones must match it."""
+        if _has_moved(db):
+            self._trip(f"the {_ROLE['']} {self.path} was replaced or deleted while it was"
+                       " being opened", main_gone=False)
+        with self._lock:
+            if self._recorded is None:
+                # The side files are where SQLite put them: beside the file
+                # the path resolves to (a symlinked path's are not beside it).
+                self._real = db.db_filename("main") or self.path
+                self._recorded = {s: _identity(self._file(s)) for s in _SUFFIXES}
+                self._ours.add(id(db))
+                return
+        self._compare()
+        with self._lock:
+            self._ours.add(id(db))
+
+    def check(self, db: apsw.Connection) -> None:
+        """After a store call's work, before its caller hears of it."""
+        try:
+            if self._fault is not None:
+                raise self._fault
+            if self._recorded is not None:
+                self._compare()
+        except RpcError:
+            self._empty_old_wal(db)
+            raise
+
+    def closing(self, db: apsw.Connection) -> None:
+        """Before a connection closes: a path that is no longer ours must not
+        be locked, checkpointed into or unlinked by SQLite's close."""
+        if self._fault is None and self._recorded is not None:
+            try:
+                self._compare()
+            except RpcError:
+                pass  # tripped: handled below
+        if self._fault is not None:
+            self._empty_old_wal(db)
+            try:
+                db.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+            except apsw.Error:
+                pass  # already closed
+        with self._lock:
+            self._ours.discard(id(db))
+
+    # -- comparing and tripping --
+
+    def _file(self, suffix: str) -> str:
+        # The database as the path names it (what a new opener gets), its
+        # side files as SQLite named them.
+        return self.path if not suffix else self._real + suffix
+
+    def _compare(self) -> None:
+        recorded = self._recorded
+        assert recorded is not None
+        for suffix in _SUFFIXES:
+            was = recorded[suffix]
+            if was is None:
+                continue  # it did not exist when we opened (never expected)
+            now = _identity(self._file(suffix))
+            if now == was:
+                continue
+            what = f"the {_ROLE[suffix]} {self._file(suffix)}"
+            cause = (
+                f"{what} was deleted while streamd had it open"
+                if now is None
+                else f"{what} was replaced by another file while streamd had it open"
+                f" ({was} is now {now})"
+            )
+            self._trip(cause, main_gone=suffix == "")
+
+    def _trip(self, cause: str, *, main_gone: bool) -> None:
+        with self._lock:
+            first = self._fault is None
+            if first:
+                self._main_gone = main_gone
+                self._fault = RpcError(
+                    SOURCE_UNAVAILABLE,
+                    f"event log unavailable: {cause}. What was committed after that is"
+                    f" not in the log at {self.path} (an append answered with this error"
+                    " was not added to it), and streamd neither recreates nor touches"
+                    " that path any more: restart streamd to serve what is there now",
+                    {"reason": FAULT_REASON, "path": self.path},
+                )
+        fault = self._fault
+        assert fault is not None
+        if first:
+            logger.error("EVENT LOG STOPPED: %s", fault.message)
+        raise fault
+
+    def _empty_old_wal(self, db: apsw.Connection) -> None:
+        """Once the database file has left the path, empty our -wal into it.
+
+        Our -wal may still sit at the path, beside a restored file that the
+        next opener would apply it to. Checkpointing writes its pages into the
+        old database through our descriptor and truncates it through our
+        descriptor; no path is used. Done by the first of our connections
+        that gets here after the trip (a trip found before an open has none
+        at hand), again at close if it could not be done then.
+        """
+        with self._lock:
+            if not self._main_gone or self._wal_emptied or id(db) not in self._ours:
+                return
+        try:
+            busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except apsw.Error as exc:
+            busy, reason = 1, str(exc)
+        else:
+            reason = "another process was reading it"
+        if not busy:
+            self._wal_emptied = True
+        else:  # a later call, or the close, tries again
+            logger.error(
+                "the old write-ahead log could not be emptied (%s): before starting"
+                " streamd again, remove %s-wal and %s-shm if they are still the old ones",
+                reason, self.path, self.path,
+            )
