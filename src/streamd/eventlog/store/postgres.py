@@ -105,6 +105,7 @@ from streamd.eventlog.model import (
     StateSnapshot,
     wire_size,
 )
+from streamd.eventlog.retention import Bounds, Step
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, Committed, closed_error
 from streamd.eventlog.store.connection import Synchronous
@@ -1244,46 +1245,68 @@ class PostgresStore:
 
     @_translated
     def drop_idle_sessions(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, limit: int
-    ) -> tuple[int, int]:
+        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, bounds: Bounds
+    ) -> Step:
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         leased, largs = self._leased("s", now_us)
         db = self._db
-        sessions = events = 0
+        budget = bounds.events
+        events = deltas = sessions = 0
         with db.transaction():
             idle = db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = %s"
                 f" AND updated_at < %s AND last_seq <= %s AND NOT {leased}"
                 " ORDER BY user_id, session_id LIMIT %s",
-                (app, cutoff_us, keep, *largs, limit),
+                (app, cutoff_us, keep, *largs, bounds.sessions),
             ).fetchall()
             for user, session in idle:
                 key = (app, user, session)
-                row = db.execute(
-                    "SELECT count(*) FROM events"
-                    " WHERE app_name = %s AND user_id = %s AND session_id = %s",
+                # Its state history first, then its events from the oldest, and
+                # the row in the transaction that deletes its newest event.
+                n = db.execute(
+                    "DELETE FROM state_deltas WHERE rev IN (SELECT rev FROM state_deltas"
+                    " WHERE scope = 'session' AND app_name = %s AND user_id = %s"
+                    " AND session_id = %s ORDER BY seq, rev LIMIT %s)",
+                    (*key, budget),
+                ).rowcount
+                deltas, budget = deltas + n, budget - n
+                if budget == 0:
+                    break
+                n = db.execute(
+                    "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
+                    " WHERE app_name = %s AND user_id = %s AND session_id = %s"
+                    " ORDER BY seq LIMIT %s)",
+                    (*key, budget),
+                ).rowcount
+                events, budget = events + n, budget - n
+                if budget == 0 and db.execute(
+                    "SELECT 1 FROM events WHERE app_name = %s AND user_id = %s"
+                    " AND session_id = %s LIMIT 1",
                     key,
-                ).fetchone()
+                ).fetchone():
+                    break
                 db.execute(
                     "DELETE FROM sessions WHERE app_name = %s AND user_id = %s AND session_id = %s",
                     key,
                 )
                 sessions += 1
-                events += row[0] if row else 0
-        return sessions, events
+                if budget == 0:
+                    break
+        more = budget == 0 or len(idle) == bounds.sessions
+        return Step(events=events, rows=events + deltas, sessions=sessions, more=more)
 
     @_translated
     def drop_old_events(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, limit: int
-    ) -> int:
+        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, bounds: Bounds
+    ) -> Step:
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         leased, largs = self._leased("e", now_us)
-        cur = self._db.execute(
+        n = self._db.execute(
             "DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE app_name = %s"
             f" AND event_time < %s AND seq <= %s AND NOT {leased} LIMIT %s)",
-            (app, cutoff_us, keep, *largs, limit),
-        )
-        return cur.rowcount
+            (app, cutoff_us, keep, *largs, bounds.events),
+        ).rowcount
+        return Step(events=n, rows=n, more=n == bounds.events)
 
     @_translated
     def trim_sessions(
@@ -1292,20 +1315,24 @@ class PostgresStore:
         max_events: int,
         keep_after_seq: int | None,
         now_us: int,
-        after: tuple[str, str] | None,
-        limit: int,
-    ) -> tuple[int, tuple[str, str] | None]:
+        start: tuple[str, str] | None,
+        bounds: Bounds,
+    ) -> Step:
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         leased, largs = self._leased("s", now_us)
         db = self._db
-        deleted = 0
+        budget = bounds.events
+        cursor: tuple[str, str] | None = None
         with db.transaction():
             page = db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = %s"
-                f" AND (user_id, session_id) > (%s, %s) AND NOT {leased}"
+                f" AND (user_id, session_id) >= (%s, %s) AND NOT {leased}"
                 " ORDER BY user_id, session_id LIMIT %s",
-                (app, *(after or ("", "")), *largs, limit),
+                (app, *(start or ("", "")), *largs, bounds.sessions + 1),
             ).fetchall()
+            if len(page) > bounds.sessions:
+                cursor = (page[-1][0], page[-1][1])
+                del page[-1]
             for user, session in page:
                 key = (app, user, session)
                 cut = db.execute(
@@ -1315,13 +1342,17 @@ class PostgresStore:
                 ).fetchone()
                 if cut is None:
                     continue
-                deleted += db.execute(
-                    "DELETE FROM events WHERE app_name = %s AND user_id = %s AND session_id = %s"
-                    " AND seq <= %s AND seq <= %s",
-                    (*key, cut[0], keep),
+                budget -= db.execute(
+                    "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
+                    " WHERE app_name = %s AND user_id = %s AND session_id = %s"
+                    " AND seq <= %s AND seq <= %s ORDER BY seq LIMIT %s)",
+                    (*key, cut[0], keep, budget),
                 ).rowcount
-        cursor = (page[-1][0], page[-1][1]) if len(page) == limit else None
-        return deleted, cursor
+                if budget == 0:
+                    cursor = (user, session)  # it may have more to cut: again next step
+                    break
+        deleted = bounds.events - budget
+        return Step(events=deleted, rows=deleted, more=cursor is not None, cursor=cursor)
 
     def incremental_vacuum(self, pages: int) -> int:
         """Nothing to do: PostgreSQL's autovacuum makes deleted rows' space

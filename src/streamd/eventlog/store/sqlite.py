@@ -88,6 +88,7 @@ from streamd.eventlog.model import (
     StateSnapshot,
     wire_size,
 )
+from streamd.eventlog.retention import Bounds, Step
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import (
     AppendGroup,
@@ -780,40 +781,67 @@ class SqliteStore:
 
     @_translated
     def drop_idle_sessions(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, limit: int
-    ) -> tuple[int, int]:
-        """Delete up to ``limit`` sessions of the app not updated since
-        ``cutoff_us`` (with their events and own state), skipping leased ones
-        and any holding an event after ``keep_after_seq``; (sessions, events)."""
+        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, bounds: Bounds
+    ) -> Step:
+        """One bounded step of dropping the app's sessions not updated since
+        ``cutoff_us`` (skipping leased ones and any holding an event after
+        ``keep_after_seq``): each loses its own state history, then its events
+        from the oldest, and its row goes in the transaction that deletes its
+        newest event (see :mod:`~streamd.eventlog.retention`)."""
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
-        sessions = events = 0
+        budget = bounds.events
+        events = deltas = sessions = 0
         with self._db:
             idle = self._db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
                 f" AND updated_at < ? AND last_seq <= ? AND NOT EXISTS ({_LEASED.format(t='s')})"
                 " ORDER BY user_id, session_id LIMIT ?",
-                (app, cutoff_us, keep, now_us, limit),
+                (app, cutoff_us, keep, now_us, bounds.sessions),
             ).fetchall()
             for user, session in idle:
                 key = (app, user, session)
-                row = self._db.execute(
-                    "SELECT count(*) FROM events"
-                    " WHERE app_name = ? AND user_id = ? AND session_id = ?",
+                # Its state history first, then its events from the oldest, and
+                # the row in the transaction that deletes its newest event.
+                self._db.execute(
+                    "DELETE FROM state_deltas WHERE rev IN (SELECT rev FROM state_deltas"
+                    " WHERE scope = 'session' AND app_name = ? AND user_id = ? AND session_id = ?"
+                    " ORDER BY seq, rev LIMIT ?)",
+                    (*key, budget),
+                )
+                n = self._db.changes()
+                deltas, budget = deltas + n, budget - n
+                if budget == 0:
+                    break
+                self._db.execute(
+                    "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
+                    " INDEXED BY events_by_session"
+                    " WHERE app_name = ? AND user_id = ? AND session_id = ? ORDER BY seq LIMIT ?)",
+                    (*key, budget),
+                )
+                n = self._db.changes()
+                events, budget = events + n, budget - n
+                if budget == 0 and self._db.execute(
+                    "SELECT 1 FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
+                    " LIMIT 1",
                     key,
-                ).fetchone()
+                ).fetchone():
+                    break
+                # Nothing left under it: the cascade and the trigger delete nothing.
                 self._db.execute(
                     "DELETE FROM sessions WHERE app_name = ? AND user_id = ? AND session_id = ?",
                     key,
                 )
                 sessions += 1
-                events += row[0] if row else 0
-        return sessions, events
+                if budget == 0:
+                    break
+        more = budget == 0 or len(idle) == bounds.sessions
+        return Step(events=events, rows=events + deltas, sessions=sessions, more=more)
 
     @_translated
     def drop_old_events(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, limit: int
-    ) -> int:
-        """Delete up to ``limit`` of the app's events timestamped before
+        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, bounds: Bounds
+    ) -> Step:
+        """One bounded step of deleting the app's events timestamped before
         ``cutoff_us`` (none of a leased session, none after ``keep_after_seq``)."""
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         with self._db:
@@ -821,9 +849,10 @@ class SqliteStore:
                 "DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE app_name = ?"
                 f" AND event_time < ? AND seq <= ? AND NOT EXISTS ({_LEASED.format(t='e')})"
                 " LIMIT ?)",
-                (app, cutoff_us, keep, now_us, limit),
+                (app, cutoff_us, keep, now_us, bounds.events),
             )
-            return self._db.changes()
+            n = self._db.changes()
+        return Step(events=n, rows=n, more=n == bounds.events)
 
     @_translated
     def trim_sessions(
@@ -832,24 +861,29 @@ class SqliteStore:
         max_events: int,
         keep_after_seq: int | None,
         now_us: int,
-        after: tuple[str, str] | None,
-        limit: int,
-    ) -> tuple[int, tuple[str, str] | None]:
-        """Cut up to ``limit`` sessions (in key order, after the cursor ``after``)
-        to their newest ``max_events`` events; the events deleted and the
-        cursor for the next call (None when every session was seen). Each
+        start: tuple[str, str] | None,
+        bounds: Bounds,
+    ) -> Step:
+        """One bounded step of cutting the app's sessions (in key order, from
+        ``start`` on) to their newest ``max_events`` events, oldest first; the
+        step's cursor is the first session the next step looks at. Each
         session's cut point is found by walking ``events_by_session`` back
         ``max_events`` entries, not by counting the session."""
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
-        deleted = 0
+        budget = bounds.events
+        cursor: tuple[str, str] | None = None
         with self._db:
+            # One more than looked at, to know where the next step starts.
             page = self._db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
-                " AND (user_id, session_id) > (?, ?)"
+                " AND (user_id, session_id) >= (?, ?)"
                 f" AND NOT EXISTS ({_LEASED.format(t='s')})"
                 " ORDER BY user_id, session_id LIMIT ?",
-                (app, *(after or ("", "")), now_us, limit),
+                (app, *(start or ("", "")), now_us, bounds.sessions + 1),
             ).fetchall()
+            if len(page) > bounds.sessions:
+                cursor = (page[-1][0], page[-1][1])
+                del page[-1]
             for user, session in page:
                 key = (app, user, session)
                 cut = self._db.execute(
@@ -861,13 +895,18 @@ class SqliteStore:
                 if cut is None:
                     continue
                 self._db.execute(
-                    "DELETE FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
-                    " AND seq <= ? AND seq <= ?",
-                    (*key, cut[0], keep),
+                    "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
+                    " INDEXED BY events_by_session"
+                    " WHERE app_name = ? AND user_id = ? AND session_id = ?"
+                    " AND seq <= ? AND seq <= ? ORDER BY seq LIMIT ?)",
+                    (*key, cut[0], keep, budget),
                 )
-                deleted += self._db.changes()
-        cursor = (page[-1][0], page[-1][1]) if len(page) == limit else None
-        return deleted, cursor
+                budget -= self._db.changes()
+                if budget == 0:
+                    cursor = (user, session)  # it may have more to cut: again next step
+                    break
+        deleted = bounds.events - budget
+        return Step(events=deleted, rows=deleted, more=cursor is not None, cursor=cursor)
 
     @_translated
     def incremental_vacuum(self, pages: int) -> int:
@@ -880,7 +919,10 @@ class SqliteStore:
 
     @_translated
     def full_vacuum(self) -> None:
-        """Rewrite the file (VACUUM), in incremental auto-vacuum mode from then on."""
+        """Rewrite the file (VACUUM), in incremental auto-vacuum mode from then on.
+        The one retention operation not bounded by rows: it holds the write
+        lock for as long as rewriting the whole file takes, so it runs only
+        when asked for (``compact`` with ``vacuum: "full"``)."""
         self._db.pragma("auto_vacuum", "INCREMENTAL")
         self._db.execute("VACUUM")
 
