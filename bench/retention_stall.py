@@ -45,7 +45,9 @@ def fill(path: Path, n: int) -> None:
         store.close()
 
 
-async def appends_until(log: EventLog, tag: str, done: trio.Event | None, count: int) -> list[float]:
+async def appends_until(
+    log: EventLog, tag: str, done: trio.Event | None, count: int
+) -> list[float]:
     """Latencies (s) of appends sent one at a time, until ``done`` (or ``count`` of them)."""
     got: list[float] = []
     i = 0
