@@ -83,6 +83,22 @@ def test_a_long_session_is_trimmed_oldest_first_within_the_bound(fx: Fixture) ->
     assert session_ids(fx.store, "app", "s") == made[-3:]
 
 
+def test_finding_where_to_cut_is_bounded_too(fx: Fixture) -> None:
+    for name in ("s0", "s1", "s2", "s3", "s4"):
+        fill(fx.store, "app", name, 2)  # under the limit: nothing to cut, a walk each
+    # Each session's cut point costs max_events + 1 = 5 index entries: two a step.
+    steps = []
+    cursor = None
+    while True:
+        step = fx.store.trim_sessions("app", 4, None, T0, cursor, Bounds(events=10))
+        steps.append(step)
+        if not step.more:
+            break
+        cursor = step.cursor
+    assert [s.cursor for s in steps] == [("u", "s2"), ("u", "s4"), None]
+    assert sum(s.events for s in steps) == 0
+
+
 def test_an_idle_session_goes_from_its_old_end_and_its_row_with_its_newest_event(
     fx: Fixture,
 ) -> None:

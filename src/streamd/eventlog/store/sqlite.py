@@ -884,7 +884,14 @@ class SqliteStore:
             if len(page) > bounds.sessions:
                 cursor = (page[-1][0], page[-1][1])
                 del page[-1]
+            walked = 0
             for user, session in page:
+                # Finding a cut point reads up to max_events + 1 index entries:
+                # bounded per step too (one session always, to move on).
+                if walked and walked + max_events + 1 > bounds.events:
+                    cursor = (user, session)
+                    break
+                walked += max_events + 1
                 key = (app, user, session)
                 cut = self._db.execute(
                     "SELECT seq FROM events INDEXED BY events_by_session"
