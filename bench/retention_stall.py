@@ -1,13 +1,15 @@
 """How long appends wait while retention compacts one big session.
 
-Fills a SQLite event log with one session of ``--events`` events (written long
-ago), sets a policy on its app (``--policy max_events``: keep the newest 100;
-``idle_s``: drop the session), then runs ``compact`` while one appender sends
-appends to another session one after the other, each waited for, and reports
-their latencies during the compaction next to a baseline taken just before.
+Fills an event log (SQLite, or an empty PostgreSQL one given by ``--postgres``)
+with one session of ``--events`` events (written long ago), sets a policy on
+its app (``--policy max_events``: keep the newest 100; ``idle_s``: drop the
+session), then runs ``compact`` while one appender sends appends to another
+session one after the other, each waited for, and reports their latencies
+during the compaction next to a baseline taken just before.
 Asserts nothing; uses only the public EventLog API, so it runs on any version.
 
     python bench/retention_stall.py --events 300000 --policy max_events
+    python bench/retention_stall.py --postgres postgresql://u@/db?host=/tmp
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import trio
 from workload import CONTENT
@@ -28,8 +31,14 @@ from streamd.eventlog.store import SqliteOptions, SqliteStore
 LONG_AGO_US = 1_500_000_000 * 1_000_000  # 2017: idle for any idle_s
 
 
-def fill(path: Path, n: int) -> None:
-    store = SqliteStore.open(str(path), SqliteOptions(synchronous="NORMAL"))
+def fill(where: str, n: int) -> None:
+    store: Any
+    if where.startswith("postgresql://"):
+        from streamd.eventlog.store.postgres import PostgresOptions, PostgresStore
+
+        store = PostgresStore.open(where, PostgresOptions(synchronous="NORMAL"))
+    else:
+        store = SqliteStore.open(where, SqliteOptions(synchronous="NORMAL"))
     try:
         for start in range(0, n, 2000):
             store.append_batch(
@@ -40,7 +49,8 @@ def fill(path: Path, n: int) -> None:
                 ],
                 LONG_AGO_US,
             )
-        store.checkpoint()
+        if not where.startswith("postgresql://"):
+            store.checkpoint()
     finally:
         store.close()
 
@@ -69,7 +79,7 @@ def row(name: str, lat: list[float]) -> str:
 
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        path = Path(tmp) / "events.db"
+        path = args.postgres or str(Path(tmp) / "events.db")
         t = time.perf_counter()
         fill(path, args.events)
         print(f"filled {args.events} events in one session in {time.perf_counter() - t:.1f} s")
@@ -106,4 +116,6 @@ if __name__ == "__main__":
     parser.add_argument("--vacuum", choices=["incremental", "none"], default="incremental")
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
     parser.add_argument("--dir", default=None, help="where the temporary database goes")
+    parser.add_argument("--postgres", default=None, metavar="URL",
+                        help="an empty PostgreSQL event log to use instead of SQLite")
     trio.run(main, parser.parse_args())
