@@ -37,10 +37,11 @@ def at(us: int) -> dt.datetime:
     return from_us(us)
 
 
-def until_done(step: Callable[[], Step]) -> Iterator[Step]:
-    """Run a store step again until it says its rule is done."""
+def until_done(step: Callable[[Step | None], Step]) -> Iterator[Step]:
+    """Run a store step again, given the one before, until its rule is done."""
+    got = None
     while True:
-        got = step()
+        got = step(got)
         yield got
         if not got.more:
             return
@@ -67,18 +68,13 @@ def fill(store: Backend, app: str, session: str, n: int, at_us: int = T0, **kw: 
 
 def test_a_long_session_is_trimmed_oldest_first_within_the_bound(fx: Fixture) -> None:
     made = fill(fx.store, "app", "s", 30)
-    bounds = Bounds(events=7)
-    cursor = None
     seen: list[Step] = []
-    while True:
-        step = fx.store.trim_sessions("app", 3, None, T0, cursor, bounds)
+    for step in until_done(
+            lambda prev: fx.store.trim_sessions("app", 3, None, T0, prev, Bounds(events=7))):
         seen.append(step)
         left = session_ids(fx.store, "app", "s")
         # A reader between steps sees a suffix: the oldest went first.
         assert left is not None and left == made[len(made) - len(left):] and len(left) >= 3
-        if not step.more:
-            break
-        cursor = step.cursor
     assert [s.rows for s in seen] == [7, 7, 7, 6]
     assert session_ids(fx.store, "app", "s") == made[-3:]
 
@@ -87,14 +83,8 @@ def test_finding_where_to_cut_is_bounded_too(fx: Fixture) -> None:
     for name in ("s0", "s1", "s2", "s3", "s4"):
         fill(fx.store, "app", name, 2)  # under the limit: nothing to cut, a walk each
     # Each session's cut point costs max_events + 1 = 5 index entries: two a step.
-    steps = []
-    cursor = None
-    while True:
-        step = fx.store.trim_sessions("app", 4, None, T0, cursor, Bounds(events=10))
-        steps.append(step)
-        if not step.more:
-            break
-        cursor = step.cursor
+    steps = list(until_done(
+        lambda prev: fx.store.trim_sessions("app", 4, None, T0, prev, Bounds(events=10))))
     assert [s.cursor for s in steps] == [("u", "s2"), ("u", "s4"), None]
     assert sum(s.events for s in steps) == 0
 
@@ -109,8 +99,8 @@ def test_an_idle_session_goes_from_its_old_end_and_its_row_with_its_newest_event
     fill(fx.store, "app", "new", 2, at_us=T0 + 10 * DAY)
     now = T0 + 10 * DAY
     steps = []
-    for step in until_done(lambda: fx.store.drop_idle_sessions(
-            "app", now - DAY, None, now, Bounds(events=5))):
+    for step in until_done(lambda prev: fx.store.drop_idle_sessions(
+            "app", now - DAY, None, now, prev, Bounds(events=5))):
         steps.append(step)
         assert step.rows <= 5
         left = session_ids(fx.store, "app", "old")
@@ -131,7 +121,8 @@ def test_old_events_go_within_the_bound(fx: Fixture) -> None:
     fill(fx.store, "app", "s", 23, timestamp=at(T0))
     now = T0 + DAY
     steps = list(until_done(
-        lambda: fx.store.drop_old_events("app", now - SECOND, None, now, Bounds(events=10))))
+        lambda prev: fx.store.drop_old_events(
+            "app", now - SECOND, None, now, prev, Bounds(events=10))))
     assert [s.events for s in steps] == [10, 10, 3]
     assert session_ids(fx.store, "app", "s") == []
 
@@ -141,11 +132,12 @@ def test_a_session_appended_to_while_being_dropped_stays_with_its_newest_events(
 ) -> None:
     made = fill(fx.store, "app", "s", 10)
     now = T0 + 10 * DAY
-    first = fx.store.drop_idle_sessions("app", now - DAY, None, now, Bounds(events=4))
+    first = fx.store.drop_idle_sessions("app", now - DAY, None, now, None, Bounds(events=4))
     assert (first.events, first.sessions, first.more) == (4, 0, True)
     fx.store.append(ap(ev("late"), session="s"), now)  # no longer idle
     rest = list(until_done(
-        lambda: fx.store.drop_idle_sessions("app", now - DAY, None, now, Bounds(events=4))))
+        lambda prev: fx.store.drop_idle_sessions(
+            "app", now - DAY, None, now, prev or first, Bounds(events=4))))
     assert [s.events for s in rest] == [0]
     assert session_ids(fx.store, "app", "s") == [*made[4:], "late"]
 

@@ -80,8 +80,13 @@ class Step:
     more: bool = False
     """The rule has more to do: run another step."""
     cursor: SessionCursor | None = None
-    """For a rule that pages through sessions: the first session the next
-    step looks at."""
+    """The session the next step starts with (``max_events``: the first it
+    looks at; ``idle_s``: the one it was dropping)."""
+    after_seq: int = 0
+    """What this step finished up to: every event the rule removes, up to this
+    seq, in ``cursor``'s session (``max_age_s``: in the app), is gone. The next
+    step scans after it, not over what was just deleted (on PostgreSQL, dead
+    rows an index still lists until a vacuum)."""
 
 
 Observer = Callable[[str, Rule, Step], None]
@@ -102,31 +107,31 @@ async def apply(
     app = policy.app
     events = sessions = 0
 
-    async def until_done(rule: Rule, make: Callable[[SessionCursor | None], StepOp]) -> None:
+    async def until_done(rule: Rule, make: Callable[[Step | None], StepOp]) -> None:
         nonlocal events, sessions
-        cursor: SessionCursor | None = None
+        previous: Step | None = None
         while True:
-            step = await run(make(cursor))
+            step = await run(make(previous))
             events += step.events
             sessions += step.sessions
             if observe is not None:
                 observe(app, rule, step)
             if not step.more:
                 return
-            cursor = step.cursor
+            previous = step
 
     if (idle_s := policy.idle_s) is not None:
         idle_us = idle_s * 1_000_000
-        await until_done("idle_s", lambda _: lambda store, now, keep: store.drop_idle_sessions(
-            app, now - idle_us, keep, now, bounds))
+        await until_done("idle_s", lambda prev: lambda store, now, keep: store.drop_idle_sessions(
+            app, now - idle_us, keep, now, prev, bounds))
     if (max_age_s := policy.max_age_s) is not None:
         age_us = max_age_s * 1_000_000
-        await until_done("max_age_s", lambda _: lambda store, now, keep: store.drop_old_events(
-            app, now - age_us, keep, now, bounds))
+        await until_done("max_age_s", lambda prev: lambda store, now, keep: store.drop_old_events(
+            app, now - age_us, keep, now, prev, bounds))
     if (max_events := policy.max_events) is not None:
         await until_done(
             "max_events",
-            lambda cursor: lambda store, now, keep: store.trim_sessions(
-                app, max_events, keep, now, cursor, bounds),
+            lambda prev: lambda store, now, keep: store.trim_sessions(
+                app, max_events, keep, now, prev, bounds),
         )
     return events, sessions

@@ -192,12 +192,27 @@ class Backend(Protocol):
     # Retention: each call is one transaction within ``bounds``
     # (see streamd.eventlog.retention for the rules).
 
+    # ``previous`` is the rule's step before (None for its first), which says
+    # where this one goes on.
+
     def drop_idle_sessions(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, bounds: Bounds
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
     ) -> Step: ...
 
     def drop_old_events(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, bounds: Bounds
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
     ) -> Step: ...
 
     def trim_sessions(
@@ -206,7 +221,7 @@ class Backend(Protocol):
         max_events: int,
         keep_after_seq: int | None,
         now_us: int,
-        start: tuple[str, str] | None,
+        previous: Step | None,
         bounds: Bounds,
     ) -> Step: ...
 

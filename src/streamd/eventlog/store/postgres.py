@@ -1245,13 +1245,21 @@ class PostgresStore:
 
     @_translated
     def drop_idle_sessions(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, bounds: Bounds
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
     ) -> Step:
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         leased, largs = self._leased("s", now_us)
         db = self._db
         budget = bounds.events
         events = deltas = sessions = 0
+        cursor: tuple[str, str] | None = None
+        after = 0
         with db.transaction():
             idle = db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = %s"
@@ -1261,6 +1269,7 @@ class PostgresStore:
             ).fetchall()
             for user, session in idle:
                 key = (app, user, session)
+                done = previous.after_seq if previous and previous.cursor == (user, session) else 0
                 # Its state history first, then its events from the oldest, and
                 # the row in the transaction that deletes its newest event.
                 n = db.execute(
@@ -1271,19 +1280,21 @@ class PostgresStore:
                 ).rowcount
                 deltas, budget = deltas + n, budget - n
                 if budget == 0:
+                    cursor, after = (user, session), done
                     break
-                n = db.execute(
+                gone = db.execute(
                     "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
-                    " WHERE app_name = %s AND user_id = %s AND session_id = %s"
-                    " ORDER BY seq LIMIT %s)",
-                    (*key, budget),
-                ).rowcount
-                events, budget = events + n, budget - n
+                    " WHERE app_name = %s AND user_id = %s AND session_id = %s AND seq > %s"
+                    " ORDER BY seq LIMIT %s) RETURNING seq",
+                    (*key, done, budget),
+                ).fetchall()
+                events, budget = events + len(gone), budget - len(gone)
                 if budget == 0 and db.execute(
                     "SELECT 1 FROM events WHERE app_name = %s AND user_id = %s"
-                    " AND session_id = %s LIMIT 1",
-                    key,
+                    " AND session_id = %s AND seq > %s LIMIT 1",
+                    (*key, max(seq for seq, in gone)),
                 ).fetchone():
+                    cursor, after = (user, session), max(seq for seq, in gone)
                     break
                 db.execute(
                     "DELETE FROM sessions WHERE app_name = %s AND user_id = %s AND session_id = %s",
@@ -1293,20 +1304,31 @@ class PostgresStore:
                 if budget == 0:
                     break
         more = budget == 0 or len(idle) == bounds.sessions
-        return Step(events=events, rows=events + deltas, sessions=sessions, more=more)
+        return Step(events=events, rows=events + deltas, sessions=sessions, more=more,
+                    cursor=cursor, after_seq=after)
 
     @_translated
     def drop_old_events(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, bounds: Bounds
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
     ) -> Step:
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         leased, largs = self._leased("e", now_us)
-        n = self._db.execute(
+        done = previous.after_seq if previous else 0
+        gone = self._db.execute(
             "DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE app_name = %s"
-            f" AND event_time < %s AND seq <= %s AND NOT {leased} LIMIT %s)",
-            (app, cutoff_us, keep, *largs, bounds.events),
-        ).rowcount
-        return Step(events=n, rows=n, more=n == bounds.events)
+            f" AND event_time < %s AND seq > %s AND seq <= %s AND NOT {leased}"
+            " ORDER BY seq LIMIT %s) RETURNING seq",
+            (app, cutoff_us, done, keep, *largs, bounds.events),
+        ).fetchall()
+        n = len(gone)
+        return Step(events=n, rows=n, more=n == bounds.events,
+                    after_seq=max((seq for seq, in gone), default=done))
 
     @_translated
     def trim_sessions(
@@ -1315,14 +1337,16 @@ class PostgresStore:
         max_events: int,
         keep_after_seq: int | None,
         now_us: int,
-        start: tuple[str, str] | None,
+        previous: Step | None,
         bounds: Bounds,
     ) -> Step:
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         leased, largs = self._leased("s", now_us)
         db = self._db
         budget = bounds.events
+        start = previous.cursor if previous else None
         cursor: tuple[str, str] | None = None
+        after = 0
         with db.transaction():
             page = db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = %s"
@@ -1349,17 +1373,22 @@ class PostgresStore:
                 ).fetchone()
                 if cut is None:
                     continue
-                budget -= db.execute(
+                done = previous.after_seq if previous and start == (user, session) else 0
+                gone = db.execute(
                     "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
                     " WHERE app_name = %s AND user_id = %s AND session_id = %s"
-                    " AND seq <= %s AND seq <= %s ORDER BY seq LIMIT %s)",
-                    (*key, cut[0], keep, budget),
-                ).rowcount
+                    " AND seq > %s AND seq <= %s AND seq <= %s ORDER BY seq LIMIT %s)"
+                    " RETURNING seq",
+                    (*key, done, cut[0], keep, budget),
+                ).fetchall()
+                budget -= len(gone)
                 if budget == 0:
-                    cursor = (user, session)  # it may have more to cut: again next step
+                    # It may have more to cut: again next step, after these.
+                    cursor, after = (user, session), max(seq for seq, in gone)
                     break
         deleted = bounds.events - budget
-        return Step(events=deleted, rows=deleted, more=cursor is not None, cursor=cursor)
+        return Step(events=deleted, rows=deleted, more=cursor is not None, cursor=cursor,
+                    after_seq=after)
 
     def incremental_vacuum(self, pages: int) -> int:
         """Nothing to do: PostgreSQL's autovacuum makes deleted rows' space

@@ -781,7 +781,13 @@ class SqliteStore:
 
     @_translated
     def drop_idle_sessions(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, bounds: Bounds
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
     ) -> Step:
         """One bounded step of dropping the app's sessions not updated since
         ``cutoff_us`` (skipping leased ones and any holding an event after
@@ -791,8 +797,11 @@ class SqliteStore:
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         budget = bounds.events
         events = deltas = sessions = 0
-        with self._db:
-            idle = self._db.execute(
+        cursor: tuple[str, str] | None = None
+        after = 0
+        db = self._db
+        with db:
+            idle = db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
                 f" AND updated_at < ? AND last_seq <= ? AND NOT EXISTS ({_LEASED.format(t='s')})"
                 " ORDER BY user_id, session_id LIMIT ?",
@@ -800,34 +809,34 @@ class SqliteStore:
             ).fetchall()
             for user, session in idle:
                 key = (app, user, session)
-                # Its state history first, then its events from the oldest, and
-                # the row in the transaction that deletes its newest event.
-                self._db.execute(
+                done = previous.after_seq if previous and previous.cursor == (user, session) else 0
+                db.execute(
                     "DELETE FROM state_deltas WHERE rev IN (SELECT rev FROM state_deltas"
                     " WHERE scope = 'session' AND app_name = ? AND user_id = ? AND session_id = ?"
                     " ORDER BY seq, rev LIMIT ?)",
                     (*key, budget),
                 )
-                n = self._db.changes()
+                n = db.changes()
                 deltas, budget = deltas + n, budget - n
                 if budget == 0:
+                    cursor, after = (user, session), done
                     break
-                self._db.execute(
+                gone = db.execute(
                     "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
-                    " INDEXED BY events_by_session"
-                    " WHERE app_name = ? AND user_id = ? AND session_id = ? ORDER BY seq LIMIT ?)",
-                    (*key, budget),
-                )
-                n = self._db.changes()
-                events, budget = events + n, budget - n
-                if budget == 0 and self._db.execute(
+                    " INDEXED BY events_by_session WHERE app_name = ? AND user_id = ?"
+                    " AND session_id = ? AND seq > ? ORDER BY seq LIMIT ?) RETURNING seq",
+                    (*key, done, budget),
+                ).fetchall()
+                events, budget = events + len(gone), budget - len(gone)
+                if budget == 0 and db.execute(
                     "SELECT 1 FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
-                    " LIMIT 1",
-                    key,
+                    " AND seq > ? LIMIT 1",
+                    (*key, max(seq for seq, in gone)),
                 ).fetchone():
+                    cursor, after = (user, session), max(seq for seq, in gone)
                     break
                 # Nothing left under it: the cascade and the trigger delete nothing.
-                self._db.execute(
+                db.execute(
                     "DELETE FROM sessions WHERE app_name = ? AND user_id = ? AND session_id = ?",
                     key,
                 )
@@ -835,24 +844,34 @@ class SqliteStore:
                 if budget == 0:
                     break
         more = budget == 0 or len(idle) == bounds.sessions
-        return Step(events=events, rows=events + deltas, sessions=sessions, more=more)
+        return Step(events=events, rows=events + deltas, sessions=sessions, more=more,
+                    cursor=cursor, after_seq=after)
 
     @_translated
     def drop_old_events(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, bounds: Bounds
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
     ) -> Step:
         """One bounded step of deleting the app's events timestamped before
-        ``cutoff_us`` (none of a leased session, none after ``keep_after_seq``)."""
+        ``cutoff_us`` (none of a leased session, none after ``keep_after_seq``),
+        in seq order from where the step before stopped."""
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
+        done = previous.after_seq if previous else 0
         with self._db:
-            self._db.execute(
+            gone = self._db.execute(
                 "DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE app_name = ?"
-                f" AND event_time < ? AND seq <= ? AND NOT EXISTS ({_LEASED.format(t='e')})"
-                " LIMIT ?)",
-                (app, cutoff_us, keep, now_us, bounds.events),
-            )
-            n = self._db.changes()
-        return Step(events=n, rows=n, more=n == bounds.events)
+                f" AND event_time < ? AND seq > ? AND seq <= ?"
+                f" AND NOT EXISTS ({_LEASED.format(t='e')}) ORDER BY seq LIMIT ?) RETURNING seq",
+                (app, cutoff_us, done, keep, now_us, bounds.events),
+            ).fetchall()
+        n = len(gone)
+        return Step(events=n, rows=n, more=n == bounds.events,
+                    after_seq=max((seq for seq, in gone), default=done))
 
     @_translated
     def trim_sessions(
@@ -861,20 +880,24 @@ class SqliteStore:
         max_events: int,
         keep_after_seq: int | None,
         now_us: int,
-        start: tuple[str, str] | None,
+        previous: Step | None,
         bounds: Bounds,
     ) -> Step:
         """One bounded step of cutting the app's sessions (in key order, from
-        ``start`` on) to their newest ``max_events`` events, oldest first; the
-        step's cursor is the first session the next step looks at. Each
-        session's cut point is found by walking ``events_by_session`` back
-        ``max_events`` entries, not by counting the session."""
+        the previous step's cursor on) to their newest ``max_events`` events,
+        oldest first; the step's cursor is the first session the next step
+        looks at. Each session's cut point is found by walking
+        ``events_by_session`` back ``max_events`` entries, not by counting the
+        session."""
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         budget = bounds.events
+        start = previous.cursor if previous else None
         cursor: tuple[str, str] | None = None
-        with self._db:
+        after = 0
+        db = self._db
+        with db:
             # One more than looked at, to know where the next step starts.
-            page = self._db.execute(
+            page = db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
                 " AND (user_id, session_id) >= (?, ?)"
                 f" AND NOT EXISTS ({_LEASED.format(t='s')})"
@@ -893,7 +916,7 @@ class SqliteStore:
                     break
                 walked += max_events + 1
                 key = (app, user, session)
-                cut = self._db.execute(
+                cut = db.execute(
                     "SELECT seq FROM events INDEXED BY events_by_session"
                     " WHERE app_name = ? AND user_id = ? AND session_id = ?"
                     " ORDER BY seq DESC LIMIT 1 OFFSET ?",
@@ -901,19 +924,22 @@ class SqliteStore:
                 ).fetchone()
                 if cut is None:
                     continue
-                self._db.execute(
+                done = previous.after_seq if previous and start == (user, session) else 0
+                gone = db.execute(
                     "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
                     " INDEXED BY events_by_session"
                     " WHERE app_name = ? AND user_id = ? AND session_id = ?"
-                    " AND seq <= ? AND seq <= ? ORDER BY seq LIMIT ?)",
-                    (*key, cut[0], keep, budget),
-                )
-                budget -= self._db.changes()
+                    " AND seq > ? AND seq <= ? AND seq <= ? ORDER BY seq LIMIT ?) RETURNING seq",
+                    (*key, done, cut[0], keep, budget),
+                ).fetchall()
+                budget -= len(gone)
                 if budget == 0:
-                    cursor = (user, session)  # it may have more to cut: again next step
+                    # It may have more to cut: again next step, after these.
+                    cursor, after = (user, session), max(seq for seq, in gone)
                     break
         deleted = bounds.events - budget
-        return Step(events=deleted, rows=deleted, more=cursor is not None, cursor=cursor)
+        return Step(events=deleted, rows=deleted, more=cursor is not None, cursor=cursor,
+                    after_seq=after)
 
     @_translated
     def incremental_vacuum(self, pages: int) -> int:
