@@ -23,9 +23,11 @@ from test_eventlog_store import SECOND, T0, Fixture, ap, ev
 from streamd.errors import RpcError
 from streamd.eventlog import EventLog
 from streamd.eventlog.model import RetentionPolicy, StateDelta, from_us
+from streamd.eventlog.retention import Bounds, Step
 from streamd.eventlog.store import SqliteOptions, SqliteStore
 
 DAY = 86_400 * SECOND
+B = Bounds()
 
 
 
@@ -60,11 +62,11 @@ def test_old_events_go_by_their_timestamp_and_a_leased_session_keeps_all(fx: Fix
         fx.store.append(ap(ev(f"e{i}", timestamp=at(T0 + i * DAY)), session=s), T0)
     fx.store.acquire_lease("app", "u", "leased", "h/1/aaaaaaaa", 30_000, T0 + 3 * DAY)
     now = T0 + 3 * DAY
-    assert fx.store.drop_old_events("app", now - DAY, None, now, 100) == 2
+    assert fx.store.drop_old_events("app", now - DAY, None, now, None, B).events == 2
     assert ids(fx) == ["e2", "e3"]
     # Once the lease is stale (its holder stopped beating), its events may go.
     later = now + 31 * SECOND
-    assert fx.store.drop_old_events("app", later - DAY + 2 * DAY, None, later, 100) == 2
+    assert fx.store.drop_old_events("app", later - DAY + 2 * DAY, None, later, None, B).events == 2
     assert ids(fx) == []
 
 
@@ -73,16 +75,16 @@ def test_each_session_keeps_its_newest_events(fx: Fixture) -> None:
         fx.store.append(ap(ev(f"a{i}"), session="a"), T0)
         fx.store.append(ap(ev(f"b{i}"), session="b"), T0)
     fx.store.append(ap(ev("c0"), session="c"), T0)
-    deleted, cursor = fx.store.trim_sessions("app", 3, None, T0, None, 100)
-    assert (deleted, cursor) == (14, None)
+    assert fx.store.trim_sessions("app", 3, None, T0, None, B) == Step(events=14, rows=14)
     got = fx.store.get_session("app", "u", "a", 0, None)
     assert [e.event.id for e in got.events] == ["a7", "a8", "a9"]
     assert got.last_seq == 19  # history: it never goes back
     assert [e.event.id for e in fx.store.get_session("app", "u", "c", 0, None).events] == ["c0"]
-    # A cursor pages through the sessions.
-    deleted, cursor = fx.store.trim_sessions("app", 1, None, T0, None, 2)
-    assert cursor == ("u", "b") and deleted == 4
-    assert fx.store.trim_sessions("app", 1, None, T0, cursor, 2) == (0, None)
+    # A cursor pages through the sessions: the first one the next step looks at.
+    two = Bounds(sessions=2)
+    step = fx.store.trim_sessions("app", 1, None, T0, None, two)
+    assert step == Step(events=4, rows=4, more=True, cursor=("u", "c"))
+    assert fx.store.trim_sessions("app", 1, None, T0, step, two) == Step(events=0, rows=0)
 
 
 def test_idle_sessions_go_with_their_events_and_own_state_but_shared_state_stays(
@@ -94,7 +96,8 @@ def test_idle_sessions_go_with_their_events_and_own_state_but_shared_state_stays
     fx.store.create_session("app", "u", "leased", None, T0)
     fx.store.acquire_lease("app", "u", "leased", "h/1/aaaaaaaa", 30_000, T0 + 10 * DAY)
     now = T0 + 10 * DAY
-    assert fx.store.drop_idle_sessions("app", now - DAY, None, now, 100) == (1, 1)
+    assert fx.store.drop_idle_sessions("app", now - DAY, None, now, None, B) == Step(
+        events=1, rows=2, sessions=1)  # its event and its one state delta
     assert [s.session for s in fx.store.list_sessions("app", None)] == ["leased", "new"]
     assert fx.store.get_state("app", "u", None, None).user == {"u": 1}
 
@@ -102,16 +105,16 @@ def test_idle_sessions_go_with_their_events_and_own_state_but_shared_state_stays
 def test_nothing_after_what_a_watch_has_been_given_is_removed(fx: Fixture) -> None:
     seqs = [fx.store.append(ap(ev(f"e{i}", timestamp=at(T0))), T0).seq for i in range(6)]
     now = T0 + DAY
-    assert fx.store.drop_old_events("app", now, seqs[2], now, 100) == 3
+    assert fx.store.drop_old_events("app", now, seqs[2], now, None, B).events == 3
     assert ids(fx) == ["e3", "e4", "e5"]
-    assert fx.store.trim_sessions("app", 1, seqs[3], now, None, 100) == (1, None)
+    assert fx.store.trim_sessions("app", 1, seqs[3], now, None, B) == Step(events=1, rows=1)
     assert ids(fx) == ["e4", "e5"]
-    assert fx.store.drop_idle_sessions("app", now + DAY, seqs[3], now, 100) == (0, 0)
+    assert fx.store.drop_idle_sessions("app", now + DAY, seqs[3], now, None, B) == Step(0, 0)
 
 
 def test_seqs_are_never_given_again_after_the_newest_events_are_compacted(fx: Fixture) -> None:
     last = [fx.store.append(ap(ev(f"e{i}", timestamp=at(T0))), T0).seq for i in range(5)][-1]
-    fx.store.drop_old_events("app", T0 + DAY, None, T0 + DAY, 100)
+    fx.store.drop_old_events("app", T0 + DAY, None, T0 + DAY, None, B)
     assert fx.store.latest_seq(None) == 0
     assert fx.store.append(ap(ev("next")), T0).seq == last + 1
 

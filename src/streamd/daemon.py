@@ -18,8 +18,11 @@ these rules:
   the WAL checkpointed, the worker threads joined. After that every eventlog
   call fails with ``closed``.
 
-A signal (SIGTERM, SIGINT) ends every connection as end of input would
-(requests in flight are cancelled and still answered) and gives them
+End of input on a connection (stdin's EOF, a socket client's half-close)
+answers its event log requests still in flight, within the server's
+``EOF_GRACE``, and cancels its Recall requests (see :mod:`streamd.rpc.server`).
+A signal (SIGTERM, SIGINT) stops every connection at once (every request in
+flight is cancelled, whatever its method, and still answered) and gives them
 ``SIGNAL_GRACE`` to flush; then whatever is left is cancelled, a write blocked
 on a peer that never reads included, so the process exits in bounded time
 whatever its peers do. One connection's failure ends that connection only.

@@ -28,9 +28,10 @@ Tasks and their rules
   supplies, one task per lease.
 * **Retention** runs every ``retention_interval`` seconds (and on
   :meth:`EventLog.compact`), one compaction at a time, each step its own short
-  write on the writer's connection so appends interleave; before each step it
-  re-reads the oldest position of the open watches, and removes nothing after
-  it.
+  write on the writer's connection, bounded by rows whatever the policy
+  (:mod:`~streamd.eventlog.retention`), so appends interleave; before each
+  step it re-reads the oldest position of the open watches, and removes
+  nothing after it.
 * **Close** cancels every in-flight operation, which then raises ``closed``; the
   writer finishes the batch it is committing (so its callers learn the truth) and
   fails the rest as never written; leases are released; connections close.
@@ -85,7 +86,7 @@ from typing import Any, Literal, TypeVar
 import trio
 
 from streamd.errors import CLOSED, SOURCE_UNAVAILABLE, RpcError, is_closed
-from streamd.eventlog import dbtarget
+from streamd.eventlog import dbtarget, retention
 from streamd.eventlog.changes import SETTLE_HORIZON, ChangeSource, FileChanges
 from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.lease import Lease, LeaseHost, new_holder_id
@@ -158,9 +159,8 @@ _T = TypeVar("_T")
 DEFAULT_RETENTION_INTERVAL = 600.0
 """Seconds between the background task's compactions (0: none). Each costs a
 query when no app has a policy."""
-# Bounds of one retention transaction, so appends go on between them.
-_RETAIN_SESSIONS = 100
-_RETAIN_EVENTS = 5000
+# Pages one incremental vacuum transaction gives back (retention's own steps
+# are bounded in streamd.eventlog.retention).
 _VACUUM_PAGES = 2000
 
 SAFETY_POLL = SETTLE_HORIZON
@@ -270,6 +270,8 @@ class EventLog:
         max_batch: int = 512,
         wall_clock: Callable[[], float] = time.time,
         retention_interval: float = DEFAULT_RETENTION_INTERVAL,
+        retention_bounds: retention.Bounds = retention.DEFAULT_BOUNDS,
+        on_retention_step: retention.Observer | None = None,
         dispatch: Dispatch = "aio",
         open_backend: Callable[[Role], Awaitable[Runner]] | None = None,
         open_changes: Callable[[], AbstractAsyncContextManager[ChangeSource]] | None = None,
@@ -291,6 +293,8 @@ class EventLog:
         self._max_batch = max_batch
         self._wall_clock = wall_clock
         self._retention_interval = retention_interval
+        self._retention_bounds = retention_bounds
+        self._on_retention_step = on_retention_step
         self._compacting = trio.Lock()  # one compaction at a time
         self.last_compaction: CompactResult | None = None
         """What the latest compaction (background or asked for) did."""
@@ -1218,7 +1222,9 @@ class EventLog:
             policies = await self._read(lambda store: store.retention_policies(p.app))
             events = sessions = leased = 0
             for policy in policies:
-                e, s = await self._apply(policy)
+                e, s = await retention.apply(
+                    policy, self._retain_step, self._retention_bounds, self._on_retention_step
+                )
                 events += e
                 sessions += s
                 now_us = self._now_us()
@@ -1247,44 +1253,11 @@ class EventLog:
             self.last_compaction = result
             return result
 
-    async def _apply(self, policy: RetentionPolicy) -> tuple[int, int]:
-        app = policy.app
-        events = sessions = 0
-        if policy.idle_s is not None:
-            idle_us = policy.idle_s * 1_000_000
-            while True:
-                s, e = await self._write(self._retain_op(
-                    lambda store, now, keep: store.drop_idle_sessions(
-                        app, now - idle_us, keep, now, _RETAIN_SESSIONS)))
-                sessions, events = sessions + s, events + e
-                if s < _RETAIN_SESSIONS:
-                    break
-        if policy.max_age_s is not None:
-            age_us = policy.max_age_s * 1_000_000
-            while True:
-                e = await self._write(self._retain_op(
-                    lambda store, now, keep: store.drop_old_events(
-                        app, now - age_us, keep, now, _RETAIN_EVENTS)))
-                events += e
-                if e < _RETAIN_EVENTS:
-                    break
-        if policy.max_events is not None:
-            n = policy.max_events
-            cursor: tuple[str, str] | None = None
-            while True:
-                e, cursor = await self._write(self._retain_op(
-                    lambda store, now, keep, after=cursor: store.trim_sessions(
-                        app, n, keep, now, after, _RETAIN_SESSIONS)))
-                events += e
-                if cursor is None:
-                    break
-        return events, sessions
-
-    def _retain_op(self, op: Callable[[Backend, int, int | None], _T]) -> Callable[[Backend], _T]:
-        """A retention step with the clock and the watch horizon read now, just
-        before it runs (a watch opened since the last step is counted)."""
+    async def _retain_step(self, op: retention.StepOp) -> retention.Step:
+        """A retention step on the writer, with the clock and the watch horizon
+        read just before it runs (a watch opened since the last step is counted)."""
         now_us, keep = self._now_us(), self._keep_after_seq()
-        return lambda store: op(store, now_us, keep)
+        return await self._write(lambda store: op(store, now_us, keep))
 
     def _keep_after_seq(self) -> int | None:
         """The oldest position an open watch has reached: events after it are

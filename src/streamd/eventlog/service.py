@@ -17,8 +17,13 @@ What this module adds is per-connection behaviour:
 * ``eventlog/watch`` is a long-running request. Entries go out as
   ``eventlog/entry`` notifications ``{watch: <request id>, entry}``, in seq order.
   The request ends only when cancelled (the RPC layer answers -32007) or when the
-  connection closes for shutdown, which answers ``{last_seq}``: the seq of the last
-  entry actually handed to the connection, so a client can resume exactly.
+  connection closes for shutdown or reaches end of input (its peer half-closed),
+  which answers ``{last_seq}``: the seq of the last entry actually handed to the
+  connection, so a client can resume exactly.
+* End of input finishes what was asked: every method here is ``at_eof="finish"``
+  (:class:`~streamd.rpc.Method`), so a request already read is answered as
+  usual within the server's grace (``EOF_GRACE``), where a Recall request is
+  cancelled at once.
 * A watch is bounded in bytes, whatever its client does: it reads ahead an
   eighth of the log's ``watch_buffer_bytes`` (default 4 MiB,
   ``--watch-buffer-bytes``) and queues a notification only while the
@@ -44,6 +49,7 @@ never creates a file.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import weakref
@@ -377,7 +383,7 @@ def eventlog_methods(get_log: LogFactory) -> list[Method]:
     """
     service = _Service(get_log)
     s = service
-    return [
+    methods = [
         Method("eventlog/append", AppendParams, s.append, submit=s.submit_append),
         Method(
             "eventlog/append_batch", AppendBatchParams, s.append_batch,
@@ -403,6 +409,9 @@ def eventlog_methods(get_log: LogFactory) -> list[Method]:
         Method("eventlog/boot.recent", BootRecentParams, s.boot_recent),
         Method("eventlog/ping", PingParams, s.ping),
     ]
+    # End of input is "no more requests" for the event log: what was asked is
+    # answered (within the server's grace), a watch ends with {last_seq}.
+    return [dataclasses.replace(m, at_eof="finish") for m in methods]
 
 
 METHOD_NAMES = frozenset(m.name for m in eventlog_methods(lambda: None))  # type: ignore[arg-type]

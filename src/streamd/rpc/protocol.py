@@ -28,7 +28,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -106,6 +106,12 @@ class Method:
     stays the reference, for callers that await). No task, cancel scope or
     event per request: on the append path those were most of the event loop's
     time. ``deadline`` does not apply to a queued method: nothing could stop it.
+
+    ``at_eof`` is what end of input does to a request of this method still in
+    flight: ``"cancel"``, the reference's rule (Recall's methods: cancelled at
+    once, answered -32007), or ``"finish"`` (the event log's): end of input
+    only means no more requests, so it is answered as usual if it finishes
+    within the server's ``eof_grace``, and cancelled (-32007) after that.
     """
 
     name: str
@@ -113,6 +119,7 @@ class Method:
     handler: Handler
     deadline: Callable[[Any], int | None] | None = None
     submit: Submit | None = None
+    at_eof: Literal["cancel", "finish"] = "cancel"
 
 
 MethodTable = Mapping[str, Method]

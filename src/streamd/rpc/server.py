@@ -48,8 +48,20 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   cleanup at close), never the nursery itself.
 * ``recall/shutdown`` stops reading, lets in-flight work finish (long-running
   requests see ``Connection.closing`` and wrap up), then answers ``{}`` as the
-  last frame. End of input cancels in-flight work, which is still answered;
-  :meth:`Server.stop` (a signal) does the same to every connection.
+  last frame.
+* End of input (EOF on stdin, or a socket peer's half-close) is decided per
+  method (``Method.at_eof``). The reference cancels everything in flight, and
+  Recall's methods keep that: cancelled at once, answered -32007. The event
+  log's departs from it on purpose: end of input means "no more requests",
+  not "forget the ones I sent", so ``echo REQUEST | streamd`` answers the
+  request. Those requests are answered as usual if they finish within
+  ``eof_grace`` (:data:`EOF_GRACE`, 10 s), long-running ones see
+  ``Connection.closing`` and wrap up (a watch answers ``{last_seq}``), and
+  whatever is still running after the grace is cancelled, answered -32007.
+  Then the connection flushes and closes.
+* :meth:`Server.stop` (a signal) stops reading on every connection and
+  cancels every request in flight at once, whatever its method, each still
+  answered -32007.
 """
 
 from __future__ import annotations
@@ -67,6 +79,7 @@ import trio
 from streamd import errors
 from streamd.errors import RpcError
 from streamd.rpc.framing import MAX_DEPTH, MAX_FRAME_BYTES, Oversized
+from streamd.rpc.outbox import Outbox
 from streamd.rpc.protocol import (
     Call,
     Cancel,
@@ -101,75 +114,17 @@ MAX_INFLIGHT_BYTES = 64 << 20
 # and never reads would grow the outbox without limit. Above a watch's share of
 # its budget (3.5 MiB by default), so one watch alone never stalls the reader.
 MAX_UNWRITTEN_BYTES = 16 << 20
-
-
-class _Outbox:
-    """Frames waiting for the connection's writer task, in order.
-
-    Not a memory channel, because it has two kinds of producers. Awaited sends
-    (a watch's notifications, an error, a task's answer) wait while ``limit``
-    frames are queued, so a peer that does not read pushes back on them.
-    Replies of queued requests come from a callback that cannot wait; they go
-    in at once, which costs no more memory than the bound on requests in
-    flight already allows. The writer takes everything queued in one go.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._frames: list[bytes] = []
-        self._limit = limit
-        self._closed = False
-        self._writer = trio.lowlevel.ParkingLot()
-        self._room = trio.lowlevel.ParkingLot()
-
-    async def put(self, frame: bytes) -> None:
-        """Queue ``frame`` once there is room; ClosedResourceError once closed."""
-        # A checkpoint either way, as a memory channel's send is.
-        await trio.lowlevel.checkpoint_if_cancelled()
-        parked = False
-        while len(self._frames) >= self._limit and not self._closed:
-            await self._room.park()
-            parked = True
-        if not self.put_nowait(frame):
-            raise trio.ClosedResourceError
-        if not parked:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-
-    def put_nowait(self, frame: bytes) -> bool:
-        """Queue ``frame`` whatever the bound; False (dropped) once closed."""
-        if self._closed:
-            return False
-        self._frames.append(frame)
-        if self._writer:
-            self._writer.unpark()
-        return True
-
-    async def take(self) -> list[bytes]:
-        """Every queued frame, once there is one; [] when closed and empty."""
-        while not self._frames:
-            if self._closed:
-                return []
-            await self._writer.park()
-        # One turn of the event loop first, so the other producers woken in
-        # this step add theirs: tasks answering one frame each would otherwise
-        # each get a write of their own (small writes fill a Unix socket's
-        # buffer with overhead long before it holds its size in bytes).
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        frames, self._frames = self._frames, []
-        if self._room:
-            self._room.unpark_all()
-        return frames
-
-    def close(self) -> None:
-        """No more frames; the writer still gets those already queued."""
-        self._closed = True
-        self._writer.unpark_all()
-        self._room.unpark_all()
+# After end of input: how long requests of methods that finish at EOF (the
+# event log's) have to answer before they are cancelled too. Long enough for
+# any ordinary request on a loaded machine (an append waits for one fsync),
+# short enough that a forgotten pipe does not keep a process for long.
+EOF_GRACE = 10.0
 
 
 class Connection:
     """One peer. Handlers reach per-connection facilities through it."""
 
-    def __init__(self, nursery: trio.Nursery, outbox: _Outbox) -> None:
+    def __init__(self, nursery: trio.Nursery, outbox: Outbox) -> None:
         self._nursery = nursery
         self.closing = trio.Event()
         self.unwritten_bytes = 0
@@ -237,6 +192,10 @@ class Request:
     # Set when the peer asked for cancellation, so the answer says "canceled"
     # rather than "deadline exceeded".
     canceled: bool = False
+    # What end of input does to it (Method.at_eof).
+    finish_at_eof: bool = False
+    # Why it was cancelled, when "context canceled" alone would not say.
+    reason: str | None = None
 
     async def notify(self, method: str, params: Any) -> None:
         await self.connection.notify(method, params)
@@ -289,6 +248,7 @@ class Server:
         max_inflight: int = MAX_INFLIGHT,
         max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
         max_unwritten_bytes: int = MAX_UNWRITTEN_BYTES,
+        eof_grace: float = EOF_GRACE,
         wall_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.make_methods = methods
@@ -297,6 +257,7 @@ class Server:
         self.max_inflight = max_inflight
         self.max_inflight_bytes = max_inflight_bytes
         self.max_unwritten_bytes = max_unwritten_bytes
+        self.eof_grace = eof_grace
         self.wall_ns = wall_ns
         self._sessions: set[_Session] = set()
         self._stopping = False
@@ -315,9 +276,9 @@ class Server:
                 self._stopped.set()
 
     def stop(self) -> None:
-        """End every connection as end of input would: stop reading, cancel the
-        requests in flight (each still answered -32007), flush, close. New
-        connections end the same way at once."""
+        """End every connection: stop reading, cancel every request in flight
+        (each still answered -32007; no grace, unlike end of input), flush,
+        close. New connections end the same way at once."""
         self._stopping = True
         for session in list(self._sessions):
             session.stop()
@@ -347,14 +308,17 @@ class _Session:
         self.idle = trio.Event()
         self.idle.set()
         self._room = trio.Event()
-        # Cancelled by stop(): the reader ends as at end of input.
+        # Cancelled by stop(): the reader ends, and so does the grace that end
+        # of input gives (a signal after end of input cuts it short).
         self._reading = trio.CancelScope()
+        self._grace = trio.CancelScope()
 
     def stop(self) -> None:
         self._reading.cancel()
+        self._grace.cancel()
 
     async def run(self) -> None:
-        outbox = _Outbox(OUTBOX_FRAMES)
+        outbox = Outbox(OUTBOX_FRAMES)
         async with self.send, trio.open_nursery() as writer_nursery:
             writer_nursery.start_soon(self._write, outbox)
             try:
@@ -374,7 +338,7 @@ class _Session:
                 # Ends the writer once it has flushed everything.
                 outbox.close()
 
-    async def _write(self, outbox: _Outbox) -> None:
+    async def _write(self, outbox: Outbox) -> None:
         broken = False
         while frames := await outbox.take():
             # Whatever is queued goes out in one write: the replies of one
@@ -396,7 +360,26 @@ class _Session:
         with self._reading:
             if await self._read_frames(nursery):
                 return  # shutdown: in-flight work already finished
-        self._cancel_all()
+        if self._reading.cancel_called:  # stop()
+            self._cancel_all()
+        else:
+            await self._end_of_input()
+
+    async def _end_of_input(self) -> None:
+        """No more requests: cancel those whose method says so, let the others
+        finish within the grace, then cancel what is left."""
+        self._cancel_all(finishing=False)
+        self.conn.closing.set()  # long-running requests (watches) wrap up
+        grace = self.server.eof_grace
+        self._grace.deadline = min(self._grace.deadline, trio.current_time() + grace)
+        with self._grace:
+            await self.idle.wait()
+        if not self.idle.is_set():
+            stopped = self._reading.cancel_called  # a signal cut the grace short
+            self._cancel_all(
+                reason=None if stopped else "context canceled: end of input, and it did"
+                f" not finish within the {grace:g} s grace"
+            )
 
     async def _read_frames(self, nursery: trio.Nursery) -> bool:
         """Read and handle frames until end of input (False) or shutdown (True)."""
@@ -473,7 +456,9 @@ class _Session:
             self._submit(method.submit, params, _Queued(self, call.id, key, method.name, call.size))
             return
         scope = trio.CancelScope(deadline=self._deadline(method, params))
-        request = Request(call.id, method.name, self.conn, scope)
+        request = Request(
+            call.id, method.name, self.conn, scope, finish_at_eof=method.at_eof == "finish"
+        )
         self.inflight[key] = request
         nursery.start_soon(self._run_request, request, key, method, params, call.size)
 
@@ -521,7 +506,9 @@ class _Session:
                 with request.scope:
                     frame = encode_result(request.id, await method.handler(params, request))
                 if frame is None:
-                    reason = "context canceled" if request.canceled else "context deadline exceeded"
+                    reason = request.reason or (
+                        "context canceled" if request.canceled else "context deadline exceeded"
+                    )
                     frame = encode_error(request.id, RpcError(errors.DEADLINE_EXCEEDED, reason))
             except RpcError as exc:
                 frame = error_frame(request.id, exc)
@@ -569,10 +556,15 @@ class _Session:
             reply(RpcError(errors.DEADLINE_EXCEEDED, "context canceled"))
             raise
 
-    def _cancel_all(self) -> None:
+    def _cancel_all(self, *, finishing: bool = True, reason: str | None = None) -> None:
+        """Cancel the requests in flight (with ``finishing=False``, only those
+        whose method does not finish at end of input)."""
         for request in self.inflight.values():
-            if isinstance(request, Request):
+            if not isinstance(request, Request) or request.scope.cancel_called:
+                continue  # queued (never cancelled), or already on its way out
+            if finishing or not request.finish_at_eof:
                 request.canceled = True
+                request.reason = reason
                 request.scope.cancel()
 
     async def _drain_inflight(self) -> None:

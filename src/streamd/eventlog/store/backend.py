@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from streamd.errors import CLOSED, RpcError
 from streamd.eventlog.model import (
@@ -35,6 +35,9 @@ from streamd.eventlog.model import (
     SinceResult,
     StateSnapshot,
 )
+
+if TYPE_CHECKING:
+    from streamd.eventlog.retention import Bounds, Step
 
 __all__ = ["AppendGroup", "Backend", "CommitOutcome", "Committed", "Runner", "closed_error"]
 
@@ -185,6 +188,42 @@ class Backend(Protocol):
     def get_state(
         self, app: str, user: str | None, session: str | None, as_of_seq: int | None
     ) -> StateSnapshot: ...
+
+    # Retention: each call is one transaction within ``bounds``
+    # (see streamd.eventlog.retention for the rules).
+
+    # ``previous`` is the rule's step before (None for its first), which says
+    # where this one goes on.
+
+    def drop_idle_sessions(
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
+    ) -> Step: ...
+
+    def drop_old_events(
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
+    ) -> Step: ...
+
+    def trim_sessions(
+        self,
+        app: str,
+        max_events: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
+    ) -> Step: ...
 
     def acquire_lease(
         self, app: str, user: str, session: str, holder: str, stale_after_ms: int, now_us: int

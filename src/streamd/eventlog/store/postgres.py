@@ -107,6 +107,7 @@ from streamd.eventlog.model import (
     StateSnapshot,
     wire_size,
 )
+from streamd.eventlog.retention import Bounds, Step
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, Committed, closed_error
 from streamd.eventlog.store.connection import Synchronous
@@ -1251,46 +1252,90 @@ class PostgresStore:
 
     @_translated
     def drop_idle_sessions(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, limit: int
-    ) -> tuple[int, int]:
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
+    ) -> Step:
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         leased, largs = self._leased("s", now_us)
         db = self._db
-        sessions = events = 0
+        budget = bounds.events
+        events = deltas = sessions = 0
+        cursor: tuple[str, str] | None = None
+        after = 0
         with db.transaction():
             idle = db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = %s"
                 f" AND updated_at < %s AND last_seq <= %s AND NOT {leased}"
                 " ORDER BY user_id, session_id LIMIT %s",
-                (app, cutoff_us, keep, *largs, limit),
+                (app, cutoff_us, keep, *largs, bounds.sessions),
             ).fetchall()
             for user, session in idle:
                 key = (app, user, session)
-                row = db.execute(
-                    "SELECT count(*) FROM events"
-                    " WHERE app_name = %s AND user_id = %s AND session_id = %s",
-                    key,
-                ).fetchone()
+                done = previous.after_seq if previous and previous.cursor == (user, session) else 0
+                # Its state history first, then its events from the oldest, and
+                # the row in the transaction that deletes its newest event.
+                n = db.execute(
+                    "DELETE FROM state_deltas WHERE rev IN (SELECT rev FROM state_deltas"
+                    " WHERE scope = 'session' AND app_name = %s AND user_id = %s"
+                    " AND session_id = %s ORDER BY seq, rev LIMIT %s)",
+                    (*key, budget),
+                ).rowcount
+                deltas, budget = deltas + n, budget - n
+                if budget == 0:
+                    cursor, after = (user, session), done
+                    break
+                gone = db.execute(
+                    "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
+                    " WHERE app_name = %s AND user_id = %s AND session_id = %s AND seq > %s"
+                    " ORDER BY seq LIMIT %s) RETURNING seq",
+                    (*key, done, budget),
+                ).fetchall()
+                events, budget = events + len(gone), budget - len(gone)
+                if budget == 0 and db.execute(
+                    "SELECT 1 FROM events WHERE app_name = %s AND user_id = %s"
+                    " AND session_id = %s AND seq > %s LIMIT 1",
+                    (*key, max(seq for seq, in gone)),
+                ).fetchone():
+                    cursor, after = (user, session), max(seq for seq, in gone)
+                    break
                 db.execute(
                     "DELETE FROM sessions WHERE app_name = %s AND user_id = %s AND session_id = %s",
                     key,
                 )
                 sessions += 1
-                events += row[0] if row else 0
-        return sessions, events
+                if budget == 0:
+                    break
+        more = budget == 0 or len(idle) == bounds.sessions
+        return Step(events=events, rows=events + deltas, sessions=sessions, more=more,
+                    cursor=cursor, after_seq=after)
 
     @_translated
     def drop_old_events(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, limit: int
-    ) -> int:
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
+    ) -> Step:
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         leased, largs = self._leased("e", now_us)
-        cur = self._db.execute(
+        done = previous.after_seq if previous else 0
+        gone = self._db.execute(
             "DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE app_name = %s"
-            f" AND event_time < %s AND seq <= %s AND NOT {leased} LIMIT %s)",
-            (app, cutoff_us, keep, *largs, limit),
-        )
-        return cur.rowcount
+            f" AND event_time < %s AND seq > %s AND seq <= %s AND NOT {leased}"
+            " ORDER BY seq LIMIT %s) RETURNING seq",
+            (app, cutoff_us, done, keep, *largs, bounds.events),
+        ).fetchall()
+        n = len(gone)
+        return Step(events=n, rows=n, more=n == bounds.events,
+                    after_seq=max((seq for seq, in gone), default=done))
 
     @_translated
     def trim_sessions(
@@ -1299,21 +1344,34 @@ class PostgresStore:
         max_events: int,
         keep_after_seq: int | None,
         now_us: int,
-        after: tuple[str, str] | None,
-        limit: int,
-    ) -> tuple[int, tuple[str, str] | None]:
+        previous: Step | None,
+        bounds: Bounds,
+    ) -> Step:
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         leased, largs = self._leased("s", now_us)
         db = self._db
-        deleted = 0
+        budget = bounds.events
+        start = previous.cursor if previous else None
+        cursor: tuple[str, str] | None = None
+        after = 0
         with db.transaction():
             page = db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = %s"
-                f" AND (user_id, session_id) > (%s, %s) AND NOT {leased}"
+                f" AND (user_id, session_id) >= (%s, %s) AND NOT {leased}"
                 " ORDER BY user_id, session_id LIMIT %s",
-                (app, *(after or ("", "")), *largs, limit),
+                (app, *(start or ("", "")), *largs, bounds.sessions + 1),
             ).fetchall()
+            if len(page) > bounds.sessions:
+                cursor = (page[-1][0], page[-1][1])
+                del page[-1]
+            walked = 0
             for user, session in page:
+                # Finding a cut point reads up to max_events + 1 index entries:
+                # bounded per step too (one session always, to move on).
+                if walked and walked + max_events + 1 > bounds.events:
+                    cursor = (user, session)
+                    break
+                walked += max_events + 1
                 key = (app, user, session)
                 cut = db.execute(
                     "SELECT seq FROM events WHERE app_name = %s AND user_id = %s"
@@ -1322,13 +1380,22 @@ class PostgresStore:
                 ).fetchone()
                 if cut is None:
                     continue
-                deleted += db.execute(
-                    "DELETE FROM events WHERE app_name = %s AND user_id = %s AND session_id = %s"
-                    " AND seq <= %s AND seq <= %s",
-                    (*key, cut[0], keep),
-                ).rowcount
-        cursor = (page[-1][0], page[-1][1]) if len(page) == limit else None
-        return deleted, cursor
+                done = previous.after_seq if previous and start == (user, session) else 0
+                gone = db.execute(
+                    "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
+                    " WHERE app_name = %s AND user_id = %s AND session_id = %s"
+                    " AND seq > %s AND seq <= %s AND seq <= %s ORDER BY seq LIMIT %s)"
+                    " RETURNING seq",
+                    (*key, done, cut[0], keep, budget),
+                ).fetchall()
+                budget -= len(gone)
+                if budget == 0:
+                    # It may have more to cut: again next step, after these.
+                    cursor, after = (user, session), max(seq for seq, in gone)
+                    break
+        deleted = bounds.events - budget
+        return Step(events=deleted, rows=deleted, more=cursor is not None, cursor=cursor,
+                    after_seq=after)
 
     def incremental_vacuum(self, pages: int) -> int:
         """Nothing to do: PostgreSQL's autovacuum makes deleted rows' space

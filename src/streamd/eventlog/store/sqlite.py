@@ -92,6 +92,7 @@ from streamd.eventlog.model import (
     StateSnapshot,
     wire_size,
 )
+from streamd.eventlog.retention import Bounds, Step
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import (
     AppendGroup,
@@ -832,50 +833,97 @@ class SqliteStore:
 
     @_translated
     def drop_idle_sessions(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, limit: int
-    ) -> tuple[int, int]:
-        """Delete up to ``limit`` sessions of the app not updated since
-        ``cutoff_us`` (with their events and own state), skipping leased ones
-        and any holding an event after ``keep_after_seq``; (sessions, events)."""
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
+    ) -> Step:
+        """One bounded step of dropping the app's sessions not updated since
+        ``cutoff_us`` (skipping leased ones and any holding an event after
+        ``keep_after_seq``): each loses its own state history, then its events
+        from the oldest, and its row goes in the transaction that deletes its
+        newest event (see :mod:`~streamd.eventlog.retention`)."""
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
-        sessions = events = 0
-        with self._db:
-            idle = self._db.execute(
+        budget = bounds.events
+        events = deltas = sessions = 0
+        cursor: tuple[str, str] | None = None
+        after = 0
+        db = self._db
+        with db:
+            idle = db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
                 f" AND updated_at < ? AND last_seq <= ? AND NOT EXISTS ({_LEASED.format(t='s')})"
                 " ORDER BY user_id, session_id LIMIT ?",
-                (app, cutoff_us, keep, now_us, limit),
+                (app, cutoff_us, keep, now_us, bounds.sessions),
             ).fetchall()
             for user, session in idle:
                 key = (app, user, session)
-                row = self._db.execute(
-                    "SELECT count(*) FROM events"
-                    " WHERE app_name = ? AND user_id = ? AND session_id = ?",
-                    key,
-                ).fetchone()
-                self._db.execute(
+                done = previous.after_seq if previous and previous.cursor == (user, session) else 0
+                db.execute(
+                    "DELETE FROM state_deltas WHERE rev IN (SELECT rev FROM state_deltas"
+                    " WHERE scope = 'session' AND app_name = ? AND user_id = ? AND session_id = ?"
+                    " ORDER BY seq, rev LIMIT ?)",
+                    (*key, budget),
+                )
+                n = db.changes()
+                deltas, budget = deltas + n, budget - n
+                if budget == 0:
+                    cursor, after = (user, session), done
+                    break
+                gone = db.execute(
+                    "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
+                    " INDEXED BY events_by_session WHERE app_name = ? AND user_id = ?"
+                    " AND session_id = ? AND seq > ? ORDER BY seq LIMIT ?) RETURNING seq",
+                    (*key, done, budget),
+                ).fetchall()
+                events, budget = events + len(gone), budget - len(gone)
+                if budget == 0 and db.execute(
+                    "SELECT 1 FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
+                    " AND seq > ? LIMIT 1",
+                    (*key, max(seq for seq, in gone)),
+                ).fetchone():
+                    cursor, after = (user, session), max(seq for seq, in gone)
+                    break
+                # Nothing left under it: the cascade and the trigger delete nothing.
+                db.execute(
                     "DELETE FROM sessions WHERE app_name = ? AND user_id = ? AND session_id = ?",
                     key,
                 )
                 sessions += 1
-                events += row[0] if row else 0
-        return sessions, events
+                if budget == 0:
+                    break
+        more = budget == 0 or len(idle) == bounds.sessions
+        return Step(events=events, rows=events + deltas, sessions=sessions, more=more,
+                    cursor=cursor, after_seq=after)
 
     @_translated
     def drop_old_events(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int, limit: int
-    ) -> int:
-        """Delete up to ``limit`` of the app's events timestamped before
-        ``cutoff_us`` (none of a leased session, none after ``keep_after_seq``)."""
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
+    ) -> Step:
+        """One bounded step of deleting the app's events timestamped before
+        ``cutoff_us`` (none of a leased session, none after ``keep_after_seq``),
+        in seq order from where the step before stopped."""
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
+        done = previous.after_seq if previous else 0
         with self._db:
-            self._db.execute(
+            gone = self._db.execute(
                 "DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE app_name = ?"
-                f" AND event_time < ? AND seq <= ? AND NOT EXISTS ({_LEASED.format(t='e')})"
-                " LIMIT ?)",
-                (app, cutoff_us, keep, now_us, limit),
-            )
-            return self._db.changes()
+                f" AND event_time < ? AND seq > ? AND seq <= ?"
+                f" AND NOT EXISTS ({_LEASED.format(t='e')}) ORDER BY seq LIMIT ?) RETURNING seq",
+                (app, cutoff_us, done, keep, now_us, bounds.events),
+            ).fetchall()
+        n = len(gone)
+        return Step(events=n, rows=n, more=n == bounds.events,
+                    after_seq=max((seq for seq, in gone), default=done))
 
     @_translated
     def trim_sessions(
@@ -884,27 +932,43 @@ class SqliteStore:
         max_events: int,
         keep_after_seq: int | None,
         now_us: int,
-        after: tuple[str, str] | None,
-        limit: int,
-    ) -> tuple[int, tuple[str, str] | None]:
-        """Cut up to ``limit`` sessions (in key order, after the cursor ``after``)
-        to their newest ``max_events`` events; the events deleted and the
-        cursor for the next call (None when every session was seen). Each
-        session's cut point is found by walking ``events_by_session`` back
-        ``max_events`` entries, not by counting the session."""
+        previous: Step | None,
+        bounds: Bounds,
+    ) -> Step:
+        """One bounded step of cutting the app's sessions (in key order, from
+        the previous step's cursor on) to their newest ``max_events`` events,
+        oldest first; the step's cursor is the first session the next step
+        looks at. Each session's cut point is found by walking
+        ``events_by_session`` back ``max_events`` entries, not by counting the
+        session."""
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
-        deleted = 0
-        with self._db:
-            page = self._db.execute(
+        budget = bounds.events
+        start = previous.cursor if previous else None
+        cursor: tuple[str, str] | None = None
+        after = 0
+        db = self._db
+        with db:
+            # One more than looked at, to know where the next step starts.
+            page = db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
-                " AND (user_id, session_id) > (?, ?)"
+                " AND (user_id, session_id) >= (?, ?)"
                 f" AND NOT EXISTS ({_LEASED.format(t='s')})"
                 " ORDER BY user_id, session_id LIMIT ?",
-                (app, *(after or ("", "")), now_us, limit),
+                (app, *(start or ("", "")), now_us, bounds.sessions + 1),
             ).fetchall()
+            if len(page) > bounds.sessions:
+                cursor = (page[-1][0], page[-1][1])
+                del page[-1]
+            walked = 0
             for user, session in page:
+                # Finding a cut point reads up to max_events + 1 index entries:
+                # bounded per step too (one session always, to move on).
+                if walked and walked + max_events + 1 > bounds.events:
+                    cursor = (user, session)
+                    break
+                walked += max_events + 1
                 key = (app, user, session)
-                cut = self._db.execute(
+                cut = db.execute(
                     "SELECT seq FROM events INDEXED BY events_by_session"
                     " WHERE app_name = ? AND user_id = ? AND session_id = ?"
                     " ORDER BY seq DESC LIMIT 1 OFFSET ?",
@@ -912,14 +976,22 @@ class SqliteStore:
                 ).fetchone()
                 if cut is None:
                     continue
-                self._db.execute(
-                    "DELETE FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
-                    " AND seq <= ? AND seq <= ?",
-                    (*key, cut[0], keep),
-                )
-                deleted += self._db.changes()
-        cursor = (page[-1][0], page[-1][1]) if len(page) == limit else None
-        return deleted, cursor
+                done = previous.after_seq if previous and start == (user, session) else 0
+                gone = db.execute(
+                    "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
+                    " INDEXED BY events_by_session"
+                    " WHERE app_name = ? AND user_id = ? AND session_id = ?"
+                    " AND seq > ? AND seq <= ? AND seq <= ? ORDER BY seq LIMIT ?) RETURNING seq",
+                    (*key, done, cut[0], keep, budget),
+                ).fetchall()
+                budget -= len(gone)
+                if budget == 0:
+                    # It may have more to cut: again next step, after these.
+                    cursor, after = (user, session), max(seq for seq, in gone)
+                    break
+        deleted = bounds.events - budget
+        return Step(events=deleted, rows=deleted, more=cursor is not None, cursor=cursor,
+                    after_seq=after)
 
     @_translated
     def incremental_vacuum(self, pages: int) -> int:
@@ -932,7 +1004,10 @@ class SqliteStore:
 
     @_translated
     def full_vacuum(self) -> None:
-        """Rewrite the file (VACUUM), in incremental auto-vacuum mode from then on."""
+        """Rewrite the file (VACUUM), in incremental auto-vacuum mode from then on.
+        The one retention operation not bounded by rows: it holds the write
+        lock for as long as rewriting the whole file takes, so it runs only
+        when asked for (``compact`` with ``vacuum: "full"``)."""
         self._db.pragma("auto_vacuum", "INCREMENTAL")
         self._db.execute("VACUUM")
 

@@ -1,0 +1,137 @@
+"""Retention as short transactions: how a policy is cut into steps.
+
+A retention policy can remove millions of rows, and every step runs on the
+log's one writer connection, so a step is also how long appends wait. The
+rules, the same for SQLite and PostgreSQL:
+
+* **Every step is bounded by rows, whatever the policy.** One transaction
+  deletes at most :attr:`Bounds.events` rows (events, and the state history of
+  a session being dropped) and looks at no more than :attr:`Bounds.sessions`
+  sessions; a ``max_events`` step also reads no more than that many index
+  entries to find where each session is cut (``max_events + 1`` a session,
+  one session a step at least). A session of 300,000 events is 60 steps, never one; appends queued
+  on the writer run between them. The one exemption is an explicit full
+  ``VACUUM`` (``compact`` with ``vacuum: "full"``), which rewrites the file as
+  one operation and says so where it is offered.
+* **A session being dropped goes from the old end.** An idle session loses
+  its own state history (the deltas a read "as of a seq" folds; its current
+  state stays in its row), then its events from the oldest, and its row goes
+  in the transaction that deletes its newest event. A reader between steps
+  sees the session with its newest events, or no session, never a session
+  row without them. Each step checks again that the session is still idle,
+  unleased and not needed by a watch: one appended to (or leased) while it
+  was being dropped stays, with the newest events it had left.
+* **The result is the one-transaction algorithm's.** Rules run in the order
+  ``idle_s``, ``max_age_s``, ``max_events``, each until its step reports
+  nothing more to do; with nothing appended meanwhile, what is kept is what a
+  single transaction per rule would have kept.
+* **Each step reports what it removed** (:class:`Step`) to an optional
+  observer, which is how a test checks the bound without timing anything.
+
+Sans-I/O: :func:`apply` awaits the ``run`` it is given and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from streamd.eventlog.model import RetentionPolicy
+
+if TYPE_CHECKING:
+    from streamd.eventlog.store.backend import Backend
+
+__all__ = ["DEFAULT_BOUNDS", "Bounds", "Observer", "Rule", "Step", "apply"]
+
+Rule = Literal["idle_s", "max_age_s", "max_events"]
+SessionCursor = tuple[str, str]
+"""(user, session): where a rule that pages through sessions goes on."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What one retention transaction may do."""
+
+    events: int = 5000
+    """Rows deleted per transaction: events, and a dropped session's state deltas."""
+    sessions: int = 100
+    """Sessions looked at per transaction."""
+
+    def __post_init__(self) -> None:
+        if self.events < 1 or self.sessions < 1:
+            raise ValueError("retention bounds must be positive")
+
+
+DEFAULT_BOUNDS = Bounds()
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one retention transaction removed, and whether its rule goes on."""
+
+    events: int
+    """Events deleted."""
+    rows: int
+    """Rows of history deleted in all: ``events`` plus state deltas (session
+    rows not counted); never more than :attr:`Bounds.events`."""
+    sessions: int = 0
+    """Sessions dropped whole (their row deleted)."""
+    more: bool = False
+    """The rule has more to do: run another step."""
+    cursor: SessionCursor | None = None
+    """The session the next step starts with (``max_events``: the first it
+    looks at; ``idle_s``: the one it was dropping)."""
+    after_seq: int = 0
+    """What this step finished up to: every event the rule removes, up to this
+    seq, in ``cursor``'s session (``max_age_s``: in the app), is gone. The next
+    step scans after it, not over what was just deleted (on PostgreSQL, dead
+    rows an index still lists until a vacuum)."""
+
+
+Observer = Callable[[str, Rule, Step], None]
+"""Called with (app, rule, step) after each retention transaction commits."""
+StepOp = Callable[["Backend", int, "int | None"], Step]
+"""One step as a store call, given the time and the watch horizon (``keep``)
+read just before it runs."""
+RunStep = Callable[[StepOp], Awaitable[Step]]
+
+
+async def apply(
+    policy: RetentionPolicy,
+    run: RunStep,
+    bounds: Bounds = DEFAULT_BOUNDS,
+    observe: Observer | None = None,
+) -> tuple[int, int]:
+    """Apply ``policy`` step by step through ``run``; (events, sessions) deleted."""
+    app = policy.app
+    events = sessions = 0
+
+    async def until_done(rule: Rule, make: Callable[[Step | None], StepOp]) -> None:
+        nonlocal events, sessions
+        previous: Step | None = None
+        while True:
+            step = await run(make(previous))
+            events += step.events
+            sessions += step.sessions
+            if observe is not None:
+                observe(app, rule, step)
+            if not step.more:
+                return
+            previous = step
+
+    if (idle_s := policy.idle_s) is not None:
+        idle_us = idle_s * 1_000_000
+        await until_done("idle_s", lambda prev: lambda store, now, keep: store.drop_idle_sessions(
+            app, now - idle_us, keep, now, prev, bounds))
+    if (max_age_s := policy.max_age_s) is not None:
+        age_us = max_age_s * 1_000_000
+        await until_done("max_age_s", lambda prev: lambda store, now, keep: store.drop_old_events(
+            app, now - age_us, keep, now, prev, bounds))
+    if (max_events := policy.max_events) is not None:
+        await until_done(
+            "max_events",
+            lambda prev: lambda store, now, keep: store.trim_sessions(
+                app, max_events, keep, now, prev, bounds),
+        )
+    return events, sessions
