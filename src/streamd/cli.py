@@ -450,7 +450,7 @@ def _resident(args: argparse.Namespace) -> int:
     from streamd import logsink
     from streamd.daemon import Daemon
     from streamd.recall.sources import SourceRegistry
-    from streamd.resident import paths
+    from streamd.resident import launch, paths
     from streamd.resident.lock import AlreadyRunning
     from streamd.resident.server import ResidentDaemon, ResidentOptions
 
@@ -481,6 +481,7 @@ def _resident(args: argparse.Namespace) -> int:
         return 1
     # Its own comings and goings are worth a line at the default level.
     logging.getLogger("streamd.resident").setLevel(logging.INFO)
+    launch.detach_startup_pipe()  # what could stop it from serving was said
     try:
         trio.run(resident.serve)
     except KeyboardInterrupt:

@@ -92,8 +92,14 @@ class Daemon:
         self._eventlog: EventLog | None = None
         self._opening: trio.Lock | None = None
 
-    def methods_for(self, conn: Connection) -> MethodTable:
-        recall = RecallService(conn, offload=self.offload, sources=self.sources)
+    def methods_for(
+        self, conn: Connection, client_dir: Callable[[], str | None] | None = None
+    ) -> MethodTable:
+        """``client_dir``: the peer's working directory, for its relative paths
+        (see :class:`~streamd.recall.service.RecallService`)."""
+        recall = RecallService(
+            conn, offload=self.offload, sources=self.sources, client_dir=client_dir
+        )
         return _Methods({m.name: m for m in recall.methods()}, self._eventlog_table)
 
     def _eventlog_table(self) -> dict[str, Method]:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
 from streamd.eventlog import dbtarget
 from streamd.resident import attach, paths
-from streamd.resident.control import ControlError, DaemonConnection, hello
+from streamd.resident.control import ControlError
 
 __all__ = ["START_TIMEOUT", "open_daemon_socket", "open_socket", "stdio_command"]
 
@@ -34,35 +34,26 @@ def open_daemon_socket(
 ) -> tuple[socket.socket, bytes]:
     """A blocking socket to the resident daemon (started with ``streamd daemon
     DAEMON_ARGS`` when none answers and ``start_daemon``), and the bytes read
-    past its hello. ``daemon_args`` only shape a daemon started here: one
-    already running keeps its own (its ``--db`` included)."""
+    past its hello, within ``start_timeout`` (a daemon too busy to take the
+    connection is waited for that long). ``daemon_args`` shape a daemon
+    started here; one already running keeps its own, but refuses a client
+    whose ``--db`` (or ``$STREAMD_DB``) names another event log. Relative
+    paths mean what they mean here, in the arguments and in the Recall
+    handshake alike."""
     directory = os.path.abspath(runtime_dir) if runtime_dir else paths.runtime_dir()
     args = checked_args(daemon_args)
     if runtime_dir:
         args = ["--runtime-dir", directory, *args]
     try:
-        if start_daemon:
-            conn = attach.connect(directory, args, start_timeout)
-        else:
-            conn = _existing(directory)
+        conn = attach.connect(directory, args, start_timeout, start=start_daemon)
     except (attach.AttachError, ControlError, paths.UnsafeDirectory) as exc:
         raise RpcError(SOURCE_UNAVAILABLE, f"cannot reach the streamd daemon: {exc}") from None
+    except OSError as exc:
+        raise RpcError(
+            SOURCE_UNAVAILABLE, f"cannot reach the streamd daemon: {exc.strerror or exc}"
+        ) from None
     conn.sock.settimeout(None)
     return conn.sock, conn.buffer
-
-
-def _existing(directory: str) -> DaemonConnection:
-    sock_path = paths.socket_path(directory)
-    paths.check_private_dir(directory)
-    conn = DaemonConnection.open(sock_path)
-    if conn is None:
-        raise ControlError(f"no daemon answers on {sock_path}")
-    try:
-        hello(conn)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
 
 
 def open_socket(path: str) -> socket.socket:

@@ -9,10 +9,13 @@ names it.
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable
 
+import msgspec
 import trio
 
-from streamd.errors import RpcError
+from streamd.errors import INVALID_PARAMS, RpcError
 from streamd.recall.adapter import StreamAdapter
 from streamd.recall.index.streamfile import Span, read_spans
 from streamd.recall.scanner import Offload, Scanner, to_thread
@@ -44,8 +47,13 @@ class RecallService:
         adapter: StreamAdapter | None = None,
         offload: Offload = to_thread,
         sources: SourceRegistry | None = None,
+        client_dir: Callable[[], str | None] | None = None,
     ) -> None:
+        """``client_dir``: where the peer's relative paths start, when that is
+        not this process's working directory (the resident daemon runs in
+        ``/``; the client says its own directory in ``streamd/hello``)."""
         self.offload = offload
+        self.client_dir = client_dir
         self.sources = sources
         self.adapter = adapter or StreamAdapter()
         self.scanner = Scanner(self.adapter, offload)
@@ -72,6 +80,8 @@ class RecallService:
         ]
 
     async def initialize(self, p: InitializeParams, req: Request) -> AdapterManifest:
+        if self.client_dir is not None:
+            p = anchored(p, self.client_dir())
         if self.sources is None:
             return self.adapter.initialize(p)
         source, manifest = self.sources.open(p)
@@ -135,3 +145,27 @@ class RecallService:
     async def _read(self, spans: list[Span]) -> list[bytes | None]:
         """The lines an answer renders, read in one batch off the event loop."""
         return await self.offload(read_spans, spans) if spans else []
+
+
+def anchored(p: InitializeParams, base: str | None) -> InitializeParams:
+    """The handshake with a relative ``location`` and ``workdir`` joined to the
+    client's directory ``base``, so that they mean what they would to a
+    ``streamd`` the client ran itself. Without a ``base`` a relative one is
+    refused: resolved against this process's directory it would name
+    somewhere the client never meant."""
+    relative = {
+        name: value.strip() for name, value in (("location", p.location), ("workdir", p.workdir))
+        if value.strip() and not os.path.isabs(value.strip())
+    }
+    if not relative:
+        return p
+    if base is None:
+        raise RpcError(
+            INVALID_PARAMS,
+            f"recall/initialize: a relative {' and '.join(relative)} needs the client's "
+            "directory, which this connection did not give (streamd/hello's cwd); give "
+            "absolute paths",
+        )
+    return msgspec.structs.replace(
+        p, **{name: os.path.join(base, value) for name, value in relative.items()}
+    )

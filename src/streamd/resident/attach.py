@@ -9,19 +9,28 @@ round trip; the index, the event log and the builds stay warm in the daemon.
 The rules it keeps, in order:
 
 * **Find the daemon.** Connect to the per-user socket (:mod:`.paths`), check
-  that the peer runs as this uid, and say ``streamd/hello`` (id
-  ``streamd-attach-hello``; its answer is consumed, never relayed). A daemon
-  OLDER than this client is asked to ``streamd/retire`` (it stops listening and
-  lets go of its socket and lock at once, serves its current clients to their
-  end, then exits) and a new one is started; a daemon as new or newer is used.
+  that the peer runs as this uid and is the process that holds the
+  directory's lock (anything else listening there is never spoken to), and
+  say ``streamd/hello`` (id ``streamd-attach-hello``; its answer is consumed,
+  never relayed) with this process's working directory and the event log it
+  was told to use (:func:`.launch.asks`): a daemon serving another log
+  refuses, naming both. A daemon OLDER than this client is asked to
+  ``streamd/retire`` (it stops listening and lets go of its socket and lock
+  at once, serves its current clients to their end, then exits) and a new
+  one is started; a daemon as new or newer is used.
 * **Start one when none answers.** ``sys.executable -m streamd daemon`` in a
-  session (and so a process group) of its own, every descriptor closed, stdio
-  on /dev/null, working directory ``/``: the Recall core signals this process's
-  group on close and waits for this process's stdout to reach EOF, so the
-  daemon must share neither. Then wait, bounded by ``START_TIMEOUT``, until the
-  socket answers hello. Two clients racing to start one both spawn; the
-  daemon's flock lets one serve, the other exits 1 at once, and both clients
-  connect to the winner.
+  session (and so a process group) of its own, every descriptor closed, stdin
+  and stdout on /dev/null, working directory ``/``, every path it is given
+  made absolute first (:mod:`.launch`): the Recall core signals this
+  process's group on close and waits for this process's stdout to reach
+  EOF, so the daemon must share neither. Its stderr is a startup pipe until
+  it serves, so a daemon that cannot start is reported at once, in its own
+  words. Two clients racing to start one both spawn; the daemon's flock lets
+  one serve, the other exits 1 at once, and both clients connect to the
+  winner.
+* **Wait within the start timeout, and no longer.** Every connect (a full
+  listen queue is waited for), every hello and every poll is bounded by what
+  is left of it; a lock holder that does not answer in that time is named.
 * **Relay byte for byte.** stdin -> socket in a thread, socket -> stdout in the
   main thread (which is where Python runs signal handlers, so a signal always
   interrupts whichever blocking call it is in). Only whole lines go to stdout:
@@ -30,7 +39,8 @@ The rules it keeps, in order:
   (``SHUT_WR``) and keep relaying until the daemon closes; exit 0. The daemon
   closes after answering ``recall/shutdown`` (the last frame of that connection,
   and of that connection only: the daemon keeps running): exit 0, and stdout's
-  EOF is how the core learns it. The daemon goes away otherwise (killed,
+  EOF is how the core learns it. Which close that was is told from frames
+  (:mod:`.ending`), never from bytes seen in passing. The daemon goes away otherwise (killed,
   stopped): nothing more is written, one line goes to stderr, exit 1.
   SIGTERM or SIGINT: exit 0 at once (the daemon sees the connection end as end
   of input and cancels that session's requests).
@@ -47,14 +57,19 @@ import time
 from collections.abc import Sequence
 
 from streamd import __version__
-from streamd.resident import paths
+from streamd.resident import launch, paths
 from streamd.resident.control import (
     ControlError,
     DaemonConnection,
+    NoAnswer,
+    NotAccepting,
+    Refused,
     hello,
-    pid_alive,
+    lock_holder,
+    process_state,
     version_key,
 )
+from streamd.resident.ending import SessionEnd, last_line
 
 # How long a started daemon gets to answer before attach gives up. It needs
 # about 0.4 s (imports, then the socket); the rest is room for a loaded machine.
@@ -62,10 +77,6 @@ START_TIMEOUT = 5.0
 # How often the socket is tried while a daemon starts.
 START_POLL = 0.01
 READ_CHUNK = 1 << 16
-# The method whose answer is a connection's last frame; seen in passing on the
-# way in (the relay never parses frames), so that the daemon's close after it
-# is known to be the end of the session rather than a failure.
-_SHUTDOWN = b'"recall/shutdown"'
 
 USAGE = f"""usage: streamd attach [--runtime-dir DIR] [--start-timeout S] [-- DAEMON-ARGS...]
 
@@ -157,33 +168,82 @@ def _exit_on_signals() -> None:
 # --- finding or starting the daemon -------------------------------------------
 
 
-def _try_hello(sock_path: str) -> tuple[DaemonConnection, dict] | None:
-    """A connection that has said hello, or None when nobody answers there."""
+class _Deadline:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return max(self.at - time.monotonic(), 0.0)
+
+
+def _not_answering(pid: int, what: str, deadline: _Deadline) -> AttachError:
+    state = process_state(pid)
+    why = (f"it is stopped (resume it with `kill -CONT {pid}`, or end it)" if state == "T"
+           else "it may be swamped or hung; see its log, or end it")
+    return AttachError(f"the daemon (pid {pid}) holds the lock but {what} within "
+                       f"{deadline.seconds:g} s: {why}")
+
+
+def _probe(
+    directory: str, sock_path: str, asks: dict[str, str], deadline: _Deadline
+) -> tuple[DaemonConnection, dict] | None:
+    """A connection that has said hello, or None when no daemon of this
+    directory listens there. Every wait is bounded by ``deadline``."""
     try:
-        conn = DaemonConnection.open(sock_path)
+        conn = DaemonConnection.open(sock_path, deadline.left())
+    except NotAccepting:
+        holder = lock_holder(directory)
+        if holder is None:
+            raise AttachError(f"something listens on {sock_path} but does not take "
+                              "connections, and no streamd daemon holds its lock") from None
+        raise _not_answering(holder, "took no connection", deadline) from None
     except ControlError as exc:
         raise AttachError(str(exc)) from None
     except OSError as exc:
         raise AttachError(f"cannot connect to {sock_path}: {exc.strerror or exc}") from None
     if conn is None:
         return None
+    # Only the lock holder is this directory's daemon. Whatever else listens
+    # there (a stray server, a test's socket) is never spoken to: the daemon
+    # that takes the lock replaces its socket file.
+    holder = lock_holder(directory)
+    if holder is None or conn.peer_pid() != holder:
+        conn.close()
+        return None
     try:
-        return conn, hello(conn)
+        return conn, hello(conn, **asks)
+    except Refused as exc:
+        conn.close()
+        raise AttachError(f"the daemon (pid {holder}) refused this client: {exc.message}") \
+            from None
+    except NoAnswer:
+        conn.close()
+        raise _not_answering(holder, "did not answer streamd/hello", deadline) from None
     except ControlError:
-        # Closed or reset under us: a daemon retiring, dying, or still losing a
-        # lock race. Treat it as nobody answering.
+        # Closed or reset under us: a daemon retiring or dying. Nobody answers.
         conn.close()
         return None
 
 
-def connect(directory: str, daemon_args: Sequence[str], timeout: float) -> DaemonConnection:
+def connect(
+    directory: str, daemon_args: Sequence[str], timeout: float, *, start: bool = True
+) -> DaemonConnection:
+    """Find this directory's daemon (or, with ``start``, start one), all within
+    ``timeout``; AttachError says why not."""
+    deadline = _Deadline(timeout)
     sock_path = paths.socket_path(directory)
     try:
         paths.check_private_dir(directory)
         paths.check_socket_path(sock_path)
     except paths.UnsafeDirectory as exc:
         raise AttachError(str(exc)) from None
-    found = _try_hello(sock_path)
+    except OSError as exc:
+        raise AttachError(f"cannot use the runtime directory {directory}: "
+                          f"{exc.strerror or exc}") from None
+    cwd = launch.caller_cwd()
+    asks = launch.asks(daemon_args, os.environ, cwd)
+    found = _probe(directory, sock_path, asks, deadline)
     if found is not None:
         conn, info = found
         if version_key(info["version"]) >= version_key(__version__):
@@ -196,55 +256,42 @@ def connect(directory: str, daemon_args: Sequence[str], timeout: float) -> Daemo
             pass  # gone already, which is as good
         finally:
             conn.close()
-    return _start(directory, sock_path, daemon_args, timeout)
-
-
-def spawn_daemon(daemon_args: Sequence[str]) -> int:
-    """Start ``streamd daemon`` outside this process's session and group, with no
-    descriptor of ours; returns its pid."""
-    import subprocess  # only here: most spawns find a daemon already
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamd", "daemon", *daemon_args],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        close_fds=True, start_new_session=True, cwd="/",
-    )
-    # Popen would warn at exit about a child still running; the daemon is meant
-    # to outlive us (it is reparented to init when we exit).
-    proc.returncode = 0
-    return proc.pid
+    if not start:
+        raise AttachError(f"no daemon answers on {sock_path}")
+    return _start(directory, sock_path, daemon_args, asks, deadline)
 
 
 def _start(
-    directory: str, sock_path: str, daemon_args: Sequence[str], timeout: float
+    directory: str, sock_path: str, daemon_args: Sequence[str], asks: dict[str, str],
+    deadline: _Deadline,
 ) -> DaemonConnection:
-    pid = spawn_daemon(daemon_args)
-    deadline = time.monotonic() + timeout
-    while True:
-        found = _try_hello(sock_path)
-        if found is not None:
-            conn, _ = found
-            _reap(pid)
-            conn.sock.settimeout(None)
-            return conn
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(START_POLL)
-    _reap(pid)
-    why = "it exited" if not pid_alive(pid) else "it still runs"
-    raise AttachError(
-        f"started a daemon (pid {pid}) but nothing answered on {sock_path} within "
-        f"{timeout:g} s ({why}); see {paths.log_path()} or run `streamd daemon` to see why"
-    )
-
-
-def _reap(pid: int) -> None:
-    # A daemon that lost the lock race exits at once; collect it so it does
-    # not linger as a zombie for as long as this client relays.
     try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+        daemon = launch.Launched(daemon_args, launch.caller_cwd())
+    except OSError as exc:
+        raise AttachError(f"cannot start a daemon: {exc.strerror or exc}") from None
+    try:
+        while True:
+            found = _probe(directory, sock_path, asks, deadline)
+            if found is not None:
+                conn, _ = found
+                conn.sock.settimeout(None)
+                return conn
+            if not deadline.left():
+                break
+            if daemon.wait(min(START_POLL, deadline.left())):
+                # Its pipe has ended: it serves (the next probe finds it), or
+                # it exited, and then only a lost race is worth waiting on.
+                if daemon.exited and lock_holder(directory) is None:
+                    raise AttachError(f"{daemon.reason()}; nothing serves on {sock_path}")
+                time.sleep(min(START_POLL, deadline.left()))
+    finally:
+        daemon.close()
+    why = "it exited" if daemon.exited else "it still runs"
+    raise AttachError(
+        f"started a daemon (pid {daemon.pid}) but nothing answered on {sock_path} within "
+        f"{deadline.seconds:g} s ({why}); see {launch.log_file(daemon_args)} or run "
+        "`streamd daemon` to see why"
+    )
 
 
 # --- the relay ----------------------------------------------------------------
@@ -256,7 +303,8 @@ class Relay:
         self.first = conn.buffer  # read with the hello answer, not relayed yet
         self.pending = bytearray()  # the start of a frame whose newline is still to come
         self.stdin_closed = threading.Event()
-        self.shutdown_sent = False
+        self.end = SessionEnd()  # fed by the stdin thread only
+        self.written = bytearray()  # the last whole lines written to stdout
 
     def run(self) -> int:
         threading.Thread(target=self._pump_stdin, name="stdin", daemon=True).start()
@@ -266,7 +314,6 @@ class Relay:
             self.sock.close()
 
     def _pump_stdin(self) -> None:
-        tail = b""
         while True:
             try:
                 data = os.read(0, READ_CHUNK)
@@ -274,10 +321,8 @@ class Relay:
                 data = b""
             if not data:
                 break
-            if not self.shutdown_sent:
-                seen = tail + data
-                self.shutdown_sent = _SHUTDOWN in seen
-                tail = seen[-len(_SHUTDOWN):]
+            # Before the bytes go: the answer to a shutdown can only follow.
+            self.end.sent(data)
             try:
                 self.sock.sendall(data)
             except OSError:
@@ -301,6 +346,7 @@ class Relay:
                 self.pending += data[:cut]
                 if not _write_stdout(self.pending):
                     return 0  # nobody reads our stdout any more
+                self.written = self.pending
                 self.pending = bytearray(data[cut:])
             else:
                 self.pending += data
@@ -311,8 +357,11 @@ class Relay:
                 break
             if not data:
                 break
-        if died is None and not self.pending and (
-            self.stdin_closed.is_set() or self.shutdown_sent
+        if not self.pending and (
+            (died is None and self.stdin_closed.is_set())
+            # The daemon answered a shutdown as its last frame, and closed: the
+            # session is over as the peer asked, whatever came after it.
+            or (self.written and self.end.answered(last_line(self.written)))
         ):
             return 0
         if self.pending:

@@ -49,6 +49,24 @@ class ControlError(Exception):
     """The daemon answered with an error, answered nonsense, or went away."""
 
 
+class Refused(ControlError):
+    """The daemon answered the call with an error (it runs, and said no)."""
+
+    def __init__(self, method: str, code: Any, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(f"{method}: {message} ({code})")
+
+
+class NoAnswer(ControlError):
+    """The daemon took the connection but did not answer in time."""
+
+
+class NotAccepting(ControlError):
+    """Something listens on the socket but its queue of pending connections
+    stayed full for as long as we could wait."""
+
+
 def version_key(version: str) -> tuple[int, ...]:
     """``"0.10.2"`` -> ``(0, 10, 2)``; the leading digits of each dotted part, so
     a local suffix (``0.2.0.dev1``, ``1.0rc1``) compares by its numbers."""
@@ -76,17 +94,27 @@ class DaemonConnection:
 
     @classmethod
     def open(cls, path: str, timeout: float = CALL_TIMEOUT) -> DaemonConnection | None:
-        """Connect, or None when nobody listens there (no file, a stale file)."""
+        """Connect, or None when nobody listens there (no file, a stale file).
+
+        A listener whose queue of pending connections is full (a daemon
+        stalled, or swamped) is waited for, up to ``timeout``, then
+        :class:`NotAccepting`; calls on the connection then wait ``timeout``."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
         try:
-            sock.connect(path)
+            _connect_waiting(sock, path, timeout)
         except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError):
             sock.close()
             return None
-        except OSError:
+        except BlockingIOError:
+            sock.close()
+            raise NotAccepting(
+                f"{path} did not take the connection within {max(timeout, 0):g} s: its "
+                "queue of pending connections is full"
+            ) from None
+        except BaseException:
             sock.close()
             raise
+        sock.settimeout(max(timeout, _MIN_WAIT))
         conn = cls(sock, path)
         uid = conn.peer_uid()
         if uid != os.geteuid():
@@ -95,10 +123,18 @@ class DaemonConnection:
         return conn
 
     def peer_uid(self) -> int:
+        return self._peer()[1]
+
+    def peer_pid(self) -> int:
+        """The process that listens on the socket (it called listen(2))."""
+        return self._peer()[0]
+
+    def _peer(self) -> tuple[int, int]:
         creds = self.sock.getsockopt(
             socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
         )
-        return struct.unpack("3i", creds)[1]
+        pid, uid, _gid = struct.unpack("3i", creds)
+        return pid, uid
 
     def call(self, method: str, params: dict[str, Any], request_id: Any = 1) -> Any:
         frame = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
@@ -114,14 +150,14 @@ class DaemonConnection:
                 if isinstance(reply, dict) and reply.get("id") == request_id:
                     break
         except TimeoutError:
-            raise ControlError(f"{method}: no answer from {self.path} within "
-                               f"{self.sock.gettimeout():g} s") from None
+            raise NoAnswer(f"{method}: no answer from {self.path} within "
+                           f"{self.sock.gettimeout():g} s") from None
         except OSError as exc:
             raise ControlError(f"{method}: the connection to {self.path} failed: "
                                f"{exc.strerror or exc}") from None
         if "error" in reply:
-            err = reply["error"]
-            raise ControlError(f"{method}: {err.get('message')} ({err.get('code')})")
+            err = reply["error"] if isinstance(reply["error"], dict) else {}
+            raise Refused(method, err.get("code"), str(err.get("message")))
         return reply.get("result")
 
     def _line(self) -> bytes:
@@ -151,21 +187,64 @@ class DaemonConnection:
         self.sock.close()
 
 
-def hello(conn: DaemonConnection) -> dict[str, Any]:
-    result = conn.call("streamd/hello", {"client_version": __version__}, HELLO_ID)
+def hello(conn: DaemonConnection, **asks: Any) -> dict[str, Any]:
+    """Say hello; ``asks``: what this client needs of the daemon (``cwd``: the
+    directory its relative paths mean; ``db``: the event log it was told to
+    use), refused by a daemon that cannot give it. An older daemon ignores
+    what it does not know."""
+    params = {"client_version": __version__, **{k: v for k, v in asks.items() if v}}
+    result = conn.call("streamd/hello", params, HELLO_ID)
     if not isinstance(result, dict) or not isinstance(result.get("version"), str):
         raise ControlError(f"streamd/hello: unexpected answer {result!r}")
     return result
 
 
+def _connect_waiting(sock: socket.socket, path: str, timeout: float) -> None:
+    """connect(2), waiting up to ``timeout`` for room in a full listen queue.
+
+    A socket with a Python timeout is non-blocking, and a Unix socket's
+    connect then fails at once with EAGAIN when the listener's queue is full
+    (it never reports "in progress" the way TCP does). A blocking connect
+    with SO_SNDTIMEO is the kernel's own bounded wait: it sleeps until the
+    listener accepts someone, and gives EAGAIN only when the time is up."""
+    if timeout < _MIN_WAIT:
+        sock.setblocking(False)
+        sock.connect(path)
+        return
+    sock.setblocking(True)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(timeout))
+    sock.connect(path)
+    # No longer wanted: every later send is bounded by the Python timeout.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(0))
+    # Interrupted by a signal whose handler returned, connect may report
+    # success on a socket that is not connected (Python waits for "writable",
+    # which an unconnected Unix socket always is).
+    sock.getpeername()
+
+
+# Below this a wait is not worth a system call; SO_SNDTIMEO 0 would mean "forever".
+_MIN_WAIT = 0.001
+
+
+def _timeval(seconds: float) -> bytes:
+    whole = int(seconds)
+    return struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
+
+
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` is a live process (a zombie counts as gone)."""
+    state = process_state(pid)
+    return state is not None and state not in ("Z", "X")
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``/proc/PID/stat`` (``R``, ``S``, ``T`` stopped,
+    ``Z`` zombie...), or None when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
 
 
 # --- streamd status / streamd stop -------------------------------------------
@@ -241,7 +320,7 @@ def _uptime(seconds: float) -> str:
     return " ".join(parts)
 
 
-def _lock_holder(directory: str) -> int | None:
+def lock_holder(directory: str) -> int | None:
     """The pid the lock file names, if that process is alive. Read only: taking
     the lock, even briefly, could make a daemon starting right then give up."""
     try:
@@ -275,7 +354,7 @@ def status_main(argv: Sequence[str]) -> int:
             print(f"streamd daemon: not answering on {sock}: {exc}", file=sys.stderr)
         return 1
     if result is None:
-        holder = _lock_holder(directory)
+        holder = lock_holder(directory)
         if opts["json"]:
             print(json.dumps({"running": False, "socket": sock, "lock_holder": holder}))
         elif holder is not None:

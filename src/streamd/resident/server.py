@@ -48,8 +48,10 @@ import trio
 
 from streamd import __version__
 from streamd.daemon import SIGNAL_GRACE, Daemon
+from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import dbtarget
 from streamd.resident import paths
+from streamd.resident.dbmatch import db_mismatch
 from streamd.resident.lock import InstanceLock
 from streamd.rpc import Connection, Method, MethodTable, Request, Server
 
@@ -76,6 +78,17 @@ class HelloParams(msgspec.Struct):
     # Not forbid_unknown_fields: a newer client must always get an answer from
     # an older daemon, or it could not tell it to retire.
     client_version: str = ""
+    cwd: str = ""  # the client's working directory: where its relative paths start
+    db: str = ""  # the event log the client was told to use ("": whichever this serves)
+
+
+class _Peer:
+    """What one connection's client said of itself in its hello."""
+
+    __slots__ = ("cwd",)
+
+    def __init__(self) -> None:
+        self.cwd: str | None = None
 
 
 class NoParams(msgspec.Struct):
@@ -240,9 +253,14 @@ class ResidentDaemon:
             await trio.aclose_forcefully(stream)
 
     def _methods_for(self, conn: Connection) -> MethodTable:
-        table = dict(self.daemon.methods_for(conn))
+        peer = _Peer()
+        table = dict(self.daemon.methods_for(conn, lambda: peer.cwd))
+
+        async def hello(p: HelloParams, req: Request) -> Hello:
+            return await self._hello(p, peer)
+
         for m in (
-            Method("streamd/hello", HelloParams, self._hello),
+            Method("streamd/hello", HelloParams, hello),
             Method("streamd/status", NoParams, self._status),
             Method("streamd/stop", NoParams, self._stop_method),
             Method("streamd/retire", NoParams, self._retire),
@@ -252,8 +270,16 @@ class ResidentDaemon:
 
     # --- control methods -----------------------------------------------------
 
-    async def _hello(self, p: HelloParams, req: Request) -> Hello:
+    async def _hello(self, p: HelloParams, peer: _Peer) -> Hello:
         log.debug("hello from a client of version %s", p.client_version or "?")
+        if p.cwd:
+            if not os.path.isabs(p.cwd):
+                raise RpcError(INVALID_PARAMS, "streamd/hello: cwd must be an absolute path")
+            peer.cwd = p.cwd
+        if p.db:
+            mismatch = db_mismatch(self.daemon.config.db, p.db)
+            if mismatch is not None:
+                raise RpcError(SOURCE_UNAVAILABLE, mismatch)
         return Hello(self.options.version, os.getpid(), _rfc3339(self.started_at))
 
     async def _status(self, p: NoParams, req: Request) -> Status:

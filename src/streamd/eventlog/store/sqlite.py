@@ -93,7 +93,7 @@ from streamd.eventlog.model import (
     wire_size,
 )
 from streamd.eventlog.retention import Bounds, Step
-from streamd.eventlog.store import rows, rules
+from streamd.eventlog.store import rows, rules, sqlite_errors
 from streamd.eventlog.store.backend import (
     AppendGroup,
     Backend,
@@ -116,15 +116,11 @@ _T = TypeVar("_T")
 # --- error translation -----------------------------------------------------
 
 
-def _translate(exc: apsw.Error) -> RpcError:
-    if isinstance(exc, apsw.ConnectionClosedError | apsw.CursorClosedError):
-        return closed_error()
-    kind = type(exc).__name__
-    return RpcError(
-        SOURCE_UNAVAILABLE,
-        f"event log database error: {exc}",
-        {"sqlite_error": kind},
-    )
+def _translate(
+    exc: apsw.Error, db: apsw.Connection | None = None, path: str | None = None
+) -> RpcError:
+    code = sqlite_errors.system_errno(db, exc) or sqlite_errors.probe_errno(path)
+    return sqlite_errors.translate(exc, code)
 
 
 def _translated(
@@ -149,7 +145,9 @@ def _translated(
         except apsw.Error as exc:
             if store._busy.aborted:
                 raise closed_error() from exc
-            raise _translate(exc) from exc
+            raise _translate(exc, store._db) from exc
+        except OSError as exc:
+            raise sqlite_errors.translate_os(exc) from exc
         if guard is not None:
             # Before the caller hears of it: a commit into a file that is no
             # longer at the path must not be acknowledged (see file_identity).
@@ -235,13 +233,19 @@ class SqliteStore:
                 configure(db, opts, busy, migrate)
                 if guard is not None:
                     guard.opened(db)
+            except apsw.Error as exc:
+                err = _translate(exc, db, path)
+                if guard is not None:
+                    guard.closing(db)
+                db.close()
+                raise err from exc
             except BaseException:
                 if guard is not None:
                     guard.closing(db)
                 db.close()
                 raise
         except apsw.Error as exc:
-            raise _translate(exc) from exc
+            raise _translate(exc, path=path) from exc
         return cls(db, busy, is_async=False, guard=guard)
 
     @classmethod
@@ -264,7 +268,7 @@ class SqliteStore:
         try:
             db = await apsw.Connection.as_async(path)
         except apsw.Error as exc:
-            raise _translate(exc) from exc
+            raise _translate(exc, path=path) from exc
         try:
             await db.async_run(configure, db, opts, busy, migrate)
             if guard is not None:
@@ -274,7 +278,7 @@ class SqliteStore:
                 await db.async_run(guard.closing, db)
             await db.aclose()
             if isinstance(exc, apsw.Error):
-                raise _translate(exc) from exc
+                raise _translate(exc, path=path) from exc
             raise
         return cls(db, busy, is_async=True, guard=guard)
 

@@ -158,8 +158,8 @@ def read_into(
     except FileNotFoundError:
         cur.missing = True
         return
-    except OSError:
-        raise RpcError(SOURCE_UNAVAILABLE, f"{name} is not readable") from None
+    except OSError as exc:
+        raise streamfile.cannot_open(name, exc) from None
     index = consumer.index
     with f:
         try:
@@ -177,8 +177,8 @@ def read_into(
                 return
             try:
                 block = f.read(want)
-            except OSError:
-                raise RpcError(SOURCE_UNAVAILABLE, f"{name} became unreadable") from None
+            except OSError as exc:
+                raise streamfile.read_failed(name, exc) from None
             if not block:
                 return
             read_pos += len(block)

@@ -11,6 +11,7 @@ another process: only regular files are read (see ``open_regular``).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -75,6 +76,32 @@ def _regular_fd(path: str) -> int:
     return fd
 
 
+# Refusals about the file itself: it exists, and we may not (or cannot) read
+# it. Anything else (descriptors or memory run out, an I/O error, a stale
+# network mount) is the system failing, and is named, or people go looking
+# at the file's permissions while the machine is out of descriptors.
+_FILE_REFUSALS = frozenset({
+    errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENXIO, errno.ELOOP, errno.ENOTDIR,
+    errno.ENAMETOOLONG, errno.EROFS,
+})
+
+
+def cannot_open(name: str, exc: OSError) -> RpcError:
+    """Why stream file ``name`` cannot be opened, for a -32000 answer."""
+    if isinstance(exc, NotRegularFile) or exc.errno is None or exc.errno in _FILE_REFUSALS:
+        return RpcError(SOURCE_UNAVAILABLE, f"{name} is not readable")
+    code = errno.errorcode.get(exc.errno, str(exc.errno))
+    return RpcError(SOURCE_UNAVAILABLE,
+                    f"{name} cannot be opened: {os.strerror(exc.errno)} ({code})")
+
+
+def read_failed(name: str, exc: OSError) -> RpcError:
+    """Why a read of stream file ``name`` failed after it was opened."""
+    why = f": {os.strerror(exc.errno)} ({errno.errorcode.get(exc.errno, exc.errno)})" \
+        if exc.errno else ""
+    return RpcError(SOURCE_UNAVAILABLE, f"{name} became unreadable{why}")
+
+
 def lines_after(path: str, offset: int, end: int | None = None) -> Iterator[Line]:
     """Complete lines from ``offset`` on (up to ``end``, which must fall just
     after a newline). Raises FileNotFoundError if absent, RpcError(-32000) if
@@ -92,8 +119,8 @@ def lines_after(path: str, offset: int, end: int | None = None) -> Iterator[Line
         f = open_regular(path)
     except FileNotFoundError:
         raise
-    except OSError:
-        raise RpcError(SOURCE_UNAVAILABLE, f"{name} is not readable") from None
+    except OSError as exc:
+        raise cannot_open(name, exc) from None
     try:
         try:
             f.seek(offset)
@@ -115,8 +142,8 @@ def _split(f, offset: int, name: str, end: int | None) -> Iterator[Line]:
             return
         try:
             chunk = f.read(want)
-        except OSError:
-            raise RpcError(SOURCE_UNAVAILABLE, f"{name} became unreadable") from None
+        except OSError as exc:
+            raise read_failed(name, exc) from None
         if not chunk:
             return
         pos = 0

@@ -1,0 +1,108 @@
+"""What a SQLite failure is called when it leaves the store.
+
+SQLite words some failures of the file system as faults of the database: an
+EIO while it reads a page of an open database (a disk going bad, a network
+or FUSE mount gone dead) is reported as ``database disk image is malformed``
+(SQLite turns the read's ``SQLITE_IOERR_CORRUPTFS`` into ``SQLITE_CORRUPT``),
+and people then try to repair a file that may be intact. The operating
+system's own error is still known (``sqlite3_system_errno``), so it is named
+first; SQLite's words follow. An OSError raised under SQLite (a VFS written
+in Python re-raises its own) is named the same way.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import apsw
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.store.backend import closed_error
+
+# The SQLite errors a failing file system can be behind.
+_FILE_SYSTEM_KINDS = (apsw.IOError, apsw.CorruptError, apsw.NotADBError, apsw.CantOpenError,
+                      apsw.FullError)
+
+
+# The errnos of a read that SQLite reports as corruption (SQLITE_IOERR_CORRUPTFS).
+_CORRUPTING = frozenset({errno.EIO, errno.ENXIO, errno.ERANGE})
+
+
+def system_errno(db: apsw.Connection | None, exc: apsw.Error) -> int:
+    """The errno behind ``exc`` on ``db`` (0: none known, or not askable from
+    this thread). An I/O error's is the connection's last (sqlite3_system_errno);
+    SQLite does not record it for the corruption it reports instead of a
+    failed read, so that one is asked of the database file itself."""
+    if db is None:
+        return 0
+    try:
+        if isinstance(exc, apsw.CorruptError):
+            code = _last_file_errno(db)
+            return code if code in _CORRUPTING else 0
+        value = db.system_errno
+    except Exception:  # closed, or an async connection asked off its worker
+        return 0
+    return value if isinstance(value, int) else 0
+
+
+def probe_errno(path: str | None) -> int:
+    """What the operating system says when the database file's header is read
+    (0: it reads, or there is no file to read). For a failure to open, where
+    SQLite keeps no connection to ask."""
+    if not path or path == ":memory:":
+        return 0
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        return exc.errno or 0
+    try:
+        os.pread(fd, 100, 0)
+    except OSError as exc:
+        return exc.errno or 0
+    finally:
+        os.close(fd)
+    return 0
+
+
+def _last_file_errno(db: apsw.Connection) -> int:
+    import ctypes
+
+    out = ctypes.c_int(0)
+    if not db.file_control("main", apsw.SQLITE_FCNTL_LAST_ERRNO, ctypes.addressof(out)):
+        return 0
+    return out.value
+
+
+def _named(code: int) -> str:
+    return f"{os.strerror(code)} ({errno.errorcode.get(code, code)})"
+
+
+def translate(exc: apsw.Error, os_errno: int = 0) -> RpcError:
+    """The RpcError for ``exc``; ``os_errno`` the connection's
+    :func:`system_errno` when it failed."""
+    if isinstance(exc, apsw.ConnectionClosedError | apsw.CursorClosedError):
+        return closed_error()
+    kind = type(exc).__name__
+    if os_errno and isinstance(exc, _FILE_SYSTEM_KINDS):
+        return RpcError(
+            SOURCE_UNAVAILABLE,
+            f"event log database error: the file system failed: {_named(os_errno)} "
+            f"(SQLite said: {exc})",
+            {"sqlite_error": kind, "errno": errno.errorcode.get(os_errno, str(os_errno))},
+        )
+    return RpcError(SOURCE_UNAVAILABLE, f"event log database error: {exc}", {"sqlite_error": kind})
+
+
+def translate_os(exc: OSError) -> RpcError:
+    """An OSError that came up through SQLite."""
+    code = exc.errno
+    if code:
+        why = _named(code)
+        data = {"errno": errno.errorcode.get(code, str(code))}
+    else:
+        why, data = str(exc), {}
+    return RpcError(SOURCE_UNAVAILABLE, f"event log database error: the file system failed: {why}",
+                    data)

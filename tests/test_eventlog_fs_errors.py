@@ -1,0 +1,95 @@
+"""A file system that fails under the event log is named as that, not as a
+database fault ("database disk image is malformed", or a bare "disk I/O
+error"), and no OSError leaves the store.
+
+A real EIO from the kernel: ``/proc/self/mem`` read at offset 0 fails with
+EIO, so opening it as a database fails in SQLite's own read. A failure on a
+later page of a database that opened fine is raised, as OSError(EIO), from
+the read call site SQLite uses (a VFS over the default one, made the default
+for the test), since a disk that fails on demand takes root-only device tricks.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+import pytest
+
+from streamd.errors import RpcError
+from streamd.eventlog.model import AppendParams, Event
+from streamd.eventlog.store import sqlite_errors
+from streamd.eventlog.store.sqlite import SqliteStore
+
+EIO_NAMED = "the file system failed: Input/output error (EIO)"
+
+
+def test_a_database_the_kernel_cannot_read_is_named_by_its_errno() -> None:
+    with pytest.raises(RpcError) as info:
+        SqliteStore.open("/proc/self/mem")
+    assert info.value.code == -32000
+    assert EIO_NAMED in info.value.message, info.value.message
+    assert info.value.data["errno"] == "EIO"
+
+
+class _FailingFile(apsw.VFSFile):
+    def __init__(self, vfs: _FailingVFS, name: apsw.URIFilename | str | None, flags: list[int]):
+        super().__init__("unix", name, flags)
+        self.vfs = vfs
+
+    def xRead(self, amount: int, offset: int) -> bytes:
+        if self.vfs.failing and offset > 0:
+            raise OSError(errno.EIO, "Input/output error")
+        return super().xRead(amount, offset)
+
+
+class _FailingVFS(apsw.VFS):
+    """The default VFS, whose reads past the first page fail with EIO on demand."""
+
+    def __init__(self) -> None:
+        self.failing = False
+        super().__init__("streamd-test-eio", "unix", makedefault=True)
+
+    def xOpen(self, name: apsw.URIFilename | str | None, flags: list[int]) -> apsw.VFSFile:
+        return _FailingFile(self, name, flags)
+
+
+@pytest.fixture
+def failing_vfs() -> Iterator[_FailingVFS]:
+    vfs = _FailingVFS()
+    try:
+        yield vfs
+    finally:
+        vfs.unregister()
+
+
+def test_a_read_that_fails_with_eio_under_an_open_log_is_named(
+    tmp_path: Path, failing_vfs: _FailingVFS
+) -> None:
+    path = str(tmp_path / "events.db")
+    store = SqliteStore.open(path)
+    for i in range(200):  # enough rows for several pages
+        event = Event(id=f"e{i}", author="agent", content="x" * 200)
+        store.append(AppendParams(app="app", user="u", session="s", event=event), i + 1)
+    store.close()
+    store = SqliteStore.open(path)  # nothing of the events cached
+    try:
+        failing_vfs.failing = True
+        with pytest.raises(RpcError) as info:
+            store.since(0, None, 1000)
+        assert info.value.code == -32000
+        assert EIO_NAMED in info.value.message, info.value.message
+    finally:
+        failing_vfs.failing = False
+        store.close()
+
+
+def test_corruption_sqlite_reports_for_a_failed_read_names_the_errno_first() -> None:
+    err = sqlite_errors.translate(apsw.CorruptError("database disk image is malformed"),
+                                  errno.EIO)
+    assert err.message == ("event log database error: the file system failed: Input/output "
+                           "error (EIO) (SQLite said: database disk image is malformed)")
+    plain = sqlite_errors.translate(apsw.CorruptError("database disk image is malformed"), 0)
+    assert plain.message == "event log database error: database disk image is malformed"
