@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
+import gc
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -37,7 +38,7 @@ from google.adk.events.event import Event
 
 from streamd.eventlog.model import Event as LogEvent
 
-__all__ = ["event_from_json", "log_event", "rebuild"]
+__all__ = ["event_from_json", "events_from_json", "log_event", "rebuild"]
 
 _decode = msgspec.json.Decoder().decode
 
@@ -61,6 +62,21 @@ def log_event(event: Event) -> LogEvent:
 def event_from_json(content: bytes | msgspec.Raw) -> Event:
     """The ADK event stored as ``content`` (see the module docstring)."""
     return rebuild(Event, _decode(content))
+
+
+def events_from_json(contents: Iterable[bytes | msgspec.Raw]) -> list[Event]:
+    """:func:`event_from_json` of each, with the cyclic garbage collector
+    paused meanwhile: a session's load makes tens of thousands of small
+    objects, none of them garbage, and each collection they trigger walks
+    them all again (measured: half the time of a 2,000-event load). The
+    collector's state is restored before returning."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return [rebuild(Event, _decode(content)) for content in contents]
+    finally:
+        if paused:
+            gc.enable()
 
 
 def rebuild(cls: type[pydantic.BaseModel], data: Any) -> Any:
@@ -155,7 +171,7 @@ class _Plan:
         if not self.usable or type(data) is not dict:
             return _NO
         fields = self.fields
-        values: dict[str, Any] = {}
+        full = self.template.copy()  # in the fields' order, as validation makes it
         for key, value in data.items():
             rule = fields.get(key)
             if rule is None:
@@ -171,18 +187,17 @@ class _Plan:
                 value = arg(value)
                 if value is _NO:
                     return _NO
-            values[key] = value
-        if not self.required <= values.keys():
+            full[key] = value
+        given = data.keys()
+        if not self.required <= given:
             return _NO
-        full = self.template.copy()
-        full.update(values)
         for name, factory in self.factories:
-            if name not in values:
+            if name not in given:
                 full[name] = factory()
         model = self.new(self.cls)
         setattr_ = object.__setattr__
         setattr_(model, "__dict__", full)
-        setattr_(model, "__pydantic_fields_set__", set(values))
+        setattr_(model, "__pydantic_fields_set__", set(given))
         setattr_(model, "__pydantic_extra__", None)
         setattr_(model, "__pydantic_private__", None)
         if self.post_init:

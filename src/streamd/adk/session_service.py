@@ -332,7 +332,7 @@ class StreamdSessionService(BaseSessionService):
         """The loaded session's events: cached ones copied, the rest decoded
         (outside the lock: decoding is the slow part) and cached."""
         if self._cache_size <= 0:
-            return [_decoded(e.event.content) for e in entries]
+            return convert.events_from_json(e.event.content for e in entries)
         cache = self._cache
         with self._lock:
             found = [cache.get(e.seq) for e in entries]
@@ -342,7 +342,8 @@ class StreamdSessionService(BaseSessionService):
         missing = [(i, e) for i, (e, hit) in enumerate(zip(entries, found, strict=True))
                    if hit is None]
         if missing:
-            decoded = [(i, e.seq, _decoded(e.event.content)) for i, e in missing]
+            rebuilt = convert.events_from_json(e.event.content for _, e in missing)
+            decoded = [(i, e.seq, event) for (i, e), event in zip(missing, rebuilt, strict=True)]
             with self._lock:
                 for i, seq, event in decoded:
                     found[i] = cache[seq] = event
@@ -584,15 +585,6 @@ class _ListedSession:
         self.last_seq = s.last_seq
         self.app_state = app_state
         self.user_state = user_state
-
-
-_decode_json = msgspec.json.Decoder().decode
-
-
-def _decoded(content: msgspec.Raw) -> Event:
-    """An ADK event from its stored JSON, rebuilt without validating again
-    what validation would give back unchanged (see :mod:`streamd.adk.convert`)."""
-    return convert.event_from_json(content)
 
 
 def _split_state(state: dict[str, Any]) -> StateDelta:
