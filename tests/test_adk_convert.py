@@ -126,3 +126,33 @@ def test_data_the_plan_does_not_know_is_validated_and_refused_as_before() -> Non
     odd = {k: v for k, v in data.items() if k != "author"}
     odd |= {"no_such_field": 1, "timestamp": 1700000000}
     _same_model(convert.rebuild(Event, odd), Event.model_validate(odd))
+
+
+_USAGE = types.GenerateContentResponseUsageMetadata(prompt_token_count=3)  # private attributes
+
+
+@pytest.mark.parametrize("event", [*_events()[:4], _USAGE], ids=lambda e: type(e).__name__)
+def test_a_copy_is_pydantics_shallow_copy(event: Any) -> None:
+    theirs, ours = event.model_copy(), convert.copied(event)
+    _same_model(ours, theirs)
+    assert ours.__pydantic_extra__ == theirs.__pydantic_extra__
+    ours.__dict__["author" if isinstance(event, Event) else "prompt_token_count"] = None
+    assert event != ours  # its own __dict__
+    for name in type(event).model_fields:  # nested values shared, as model_copy shares them
+        assert getattr(theirs, name) is getattr(ours, name) or name in ("author",
+                                                                         "prompt_token_count")
+
+
+def test_the_collector_is_paused_within_and_restored_after() -> None:
+    import gc
+
+    assert gc.isenabled()
+    with convert.collector_paused():
+        assert not gc.isenabled()
+        with convert.collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # an inner pause does not end the outer one
+    assert gc.isenabled()
+    with pytest.raises(ZeroDivisionError), convert.collector_paused():
+        raise ZeroDivisionError
+    assert gc.isenabled()

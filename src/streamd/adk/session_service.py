@@ -331,6 +331,10 @@ class StreamdSessionService(BaseSessionService):
     def _events(self, entries: list[_RawEntry]) -> list[Event]:
         """The loaded session's events: cached ones copied, the rest decoded
         (outside the lock: decoding is the slow part) and cached."""
+        with convert.collector_paused():
+            return self._events_of(entries)
+
+    def _events_of(self, entries: list[_RawEntry]) -> list[Event]:
         if self._cache_size <= 0:
             return convert.events_from_json(e.event.content for e in entries)
         cache = self._cache
@@ -349,7 +353,7 @@ class StreamdSessionService(BaseSessionService):
                     found[i] = cache[seq] = event
                 while len(cache) > self._cache_size:
                     cache.popitem(last=False)
-        return [event.model_copy() for event in found]  # type: ignore[union-attr]
+        return [convert.copied(event) for event in found]  # type: ignore[type-var]
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None

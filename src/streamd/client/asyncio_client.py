@@ -33,7 +33,7 @@ from streamd.client.protocol import (
     Reply,
     WatchUpdated,
 )
-from streamd.client.transport import START_TIMEOUT, open_daemon_socket, open_socket, stdio_command
+from streamd.client.transport import START_TIMEOUT, open_daemon_socket, stdio_command
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
     Entry,
@@ -289,8 +289,19 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
 
     @classmethod
     async def connect_socket(cls, path: str) -> AsyncClient:
-        sock = await asyncio.to_thread(open_socket, path)
-        return cls(await _open_protocol(sock))
+        """``streamd serve --socket PATH``. Connected on the event loop (a
+        Unix socket's connect does not block), sparing a worker thread's
+        wake-up, which is most of a cold session load's first millisecond."""
+        loop = asyncio.get_running_loop()
+        try:
+            _, protocol = await loop.create_unix_connection(
+                lambda: _SocketProtocol(loop), path
+            )
+        except OSError as exc:
+            raise RpcError(
+                errors.SOURCE_UNAVAILABLE, f"cannot connect to {path}: {exc.strerror or exc}"
+            ) from None
+        return cls(protocol)
 
     @classmethod
     async def spawn(cls, args: Sequence[str] = (), *, stderr: Any = None) -> AsyncClient:
