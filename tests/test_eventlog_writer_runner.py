@@ -169,3 +169,34 @@ async def test_a_slow_inline_commit_keeps_the_next_ones_on_the_worker_for_a_whil
                 await log.append("a", "u", "s", ev(f"e{i}"))
             assert log.stats.inline_commits == 1
             assert await log.latest_seq() == 5
+
+
+async def test_the_wal_is_checkpointed_beside_the_writes_and_stays_bounded(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+    body = {"text": "x" * 3000}  # a page or more of WAL per append
+    with trio.fail_after(120):
+        async with EventLog(db, synchronous="NORMAL") as log:
+            for i in range(1500):
+                await log.append("a", "u", "s", ev(f"e{i}", body))
+            while log._checkpointing:  # the last one may still run
+                await trio.sleep(0.01)
+            assert log.stats.checkpoints >= 1
+            assert log.stats.inline_commits > 1400  # not while the writer catches up
+            # Never started over, the WAL of these 1,500 appends would hold
+            # over 60 MB; it holds the 1,000 pages that call for a checkpoint
+            # and what was appended while it ran.
+            assert Path(f"{db}-wal").stat().st_size < 16 << 20
+        assert _count(db) == 1500
+
+
+async def test_the_writer_makes_no_checkpoint_of_its_own(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        runner = await WriterRunner.open(str(tmp_path / "events.db"), SqliteOptions("NORMAL"))
+        try:
+            for i in range(300):
+                params = AppendParams(app="a", user="u", session="s",
+                                      event=ev(f"e{i}", {"text": "x" * 3000}))
+                runner.try_inline(lambda s, p=params: s.append(p, 1))
+            assert runner.wal_pages > 1000  # SQLite's own would have reset it
+        finally:
+            await runner.aclose()

@@ -173,6 +173,8 @@ SAFETY_POLL = SETTLE_HORIZON
 """Seconds between change checks that no notification asked for, while someone
 watches (a notification-driven source may miss a very slow commit's end)."""
 
+CHECKPOINT_PAGES = 1000
+"""WAL pages after which the log checkpoints (SQLite's own default threshold)."""
 # Inline commits (see _inline_fits): the largest group, how long one may take
 # before the next ones go to the worker thread, and for how long they do. An
 # fsync is 0.1-0.3 ms on an idle SSD and a few ms on a busy disk; past 20 ms
@@ -206,6 +208,8 @@ class EventLogStats:
     largest_batch: int = 0
     inline_commits: int = 0
     """Batches committed on the event loop thread, without a thread hop."""
+    checkpoints: int = 0
+    """WAL checkpoints made beside the writes (SQLite)."""
 
 
 AppendOutcome = AppendResult | list[AppendResult] | RpcError
@@ -329,6 +333,7 @@ class EventLog:
         self._writer: Runner | None = None
         self._reader: Runner | None = None
         self._inline_after = -math.inf  # no inline commit before then (a slow disk)
+        self._checkpointing = False
         self._closed = False
         self._close_done = trio.Event()
         self._op_scopes: set[trio.CancelScope] = set()
@@ -767,6 +772,7 @@ class EventLog:
                     # process does can see the commit before its watchers do.
                     if isinstance(outcome, CommitOutcome):
                         self._fanout.committed(outcome)
+                    self._checkpoint_if_due(writer)
                 finally:
                     self._committing = None
                     committing.set()
@@ -810,6 +816,36 @@ class EventLog:
             if is_file_fault(exc):
                 self._end_watches()
             return _never_written() if is_closed(exc) else exc
+
+    def _checkpoint_if_due(self, writer: Runner) -> None:
+        """Once the writer's WAL holds :data:`CHECKPOINT_PAGES`, copy it into
+        the database in the background, one checkpoint at a time, the bulk
+        from the reader's connection (see :mod:`~streamd.eventlog.writer_runner`)."""
+        if (
+            isinstance(writer, WriterRunner)
+            and writer.wal_pages >= CHECKPOINT_PAGES
+            and not self._checkpointing
+            and not self._closed
+            and self._nursery is not None
+        ):
+            self._checkpointing = True
+            self._nursery.start_soon(self._checkpoint)
+
+    async def _checkpoint(self) -> None:
+        try:
+            # The bulk beside the writes, then what they added meanwhile
+            # (a few pages) on the writer itself, between two of its
+            # transactions: SQLite starts the WAL over only at a write that
+            # finds all of it copied, which a checkpoint racing the writes
+            # never leaves behind.
+            await self._read(lambda store: store.checkpoint_passive())  # type: ignore[attr-defined]
+            await self._write(lambda store: store.checkpoint_passive())  # type: ignore[attr-defined]
+            self.stats.checkpoints += 1
+        except RpcError as exc:
+            if not is_closed(exc):
+                logger.warning("checkpointing the event log: %s", exc)
+        finally:
+            self._checkpointing = False
 
     def _inline_fits(self, params: list[AppendParams | AppendGroup]) -> bool:
         """Whether a batch may commit on the event loop thread (see

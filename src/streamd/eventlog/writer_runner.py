@@ -27,7 +27,12 @@ and a durable append's whole commit (SQL and fsync) is 200-400 us. So:
 
 The connection is an ordinary (synchronous) APSW connection, used by one
 thread at a time: the event loop's only while the worker is idle, and the
-worker's otherwise.
+worker's otherwise. It makes no checkpoints of its own: SQLite's automatic
+one runs inside the commit that takes the WAL past 1,000 pages (some hundred
+appends), and that commit's caller (and, inline, the event loop) would wait
+for the copy and its fsyncs; the event log checkpoints from its reader's
+connection instead, beside the writes (:attr:`WriterRunner.wal_pages` says
+when).
 """
 
 from __future__ import annotations
@@ -90,14 +95,21 @@ class WriterRunner:
         cls, path: str, options: SqliteOptions, *, guard: DatabaseFile | None = None
     ) -> WriterRunner:
         """Open (and migrate) on a worker thread: migrations may take a while."""
-        store = await trio.to_thread.run_sync(
-            lambda: SqliteStore.open(path, options, migrate=True, guard=guard)
-        )
-        return cls(store)
+        def opened() -> SqliteStore:
+            store = SqliteStore.open(path, options, migrate=True, guard=guard)
+            store.leave_checkpoints_to_others()
+            return store
+
+        return cls(await trio.to_thread.run_sync(opened))
 
     @property
     def store(self) -> SqliteStore:
         return self._store
+
+    @property
+    def wal_pages(self) -> int:
+        """Pages in the WAL after the last commit."""
+        return self._store.wal_pages
 
     @property
     def idle(self) -> bool:

@@ -208,6 +208,9 @@ class SqliteStore:
         self._busy = busy
         self._is_async = is_async
         self._guard = guard
+        self.wal_pages = 0
+        """Pages in the WAL after this connection's last commit (counted
+        only after :meth:`leave_checkpoints_to_others`)."""
 
     # -- lifecycle --
 
@@ -324,6 +327,30 @@ class SqliteStore:
             raise
         finally:
             busy.waits = True
+
+    def leave_checkpoints_to_others(self) -> None:
+        """Stop this connection's automatic checkpoints (SQLite runs one
+        inside the commit that takes the WAL past 1,000 pages, so that
+        commit's caller waits for the copy and its fsyncs) and count the
+        WAL's pages after each commit instead (:attr:`wal_pages`), so the
+        owner can checkpoint from another connection, beside the writes."""
+        self.wal_pages = 0
+        self._db.wal_autocheckpoint(0)
+
+        def committed(db: apsw.Connection, name: str, pages: int) -> int:
+            self.wal_pages = pages
+            return apsw.SQLITE_OK
+
+        self._db.set_wal_hook(committed)
+
+    @_translated
+    def checkpoint_passive(self) -> tuple[int, int]:
+        """Copy what it can of the WAL into the database file without
+        waiting for anyone (``wal_checkpoint(PASSIVE)``): (frames in the WAL,
+        frames copied). Writers go on meanwhile; once all is copied, the next
+        commit starts the WAL again from its beginning."""
+        _, frames, copied = self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return frames, copied
 
     def set_progress_check(self, check: Callable[[], bool], steps: int) -> None:
         """Call ``check`` every ``steps`` SQLite steps; when it returns True
