@@ -187,8 +187,7 @@ async def test_a_watcher_sees_another_process_append_within_the_poll_interval(
                     latencies.append(seen - float(acked))
             await child.proc.stdin.aclose()
             assert await child.proc.wait() == 0
-    # Noticed by the wake (inotify, else the poll every interval), not by luck: each
-    # entry was seen before the next was asked for, so without a wake the watch would
-    # wait for the test's 60 s limit. The bound leaves a loaded machine ten intervals
-    # of scheduling slack; a missed wake costs the whole limit, far beyond it.
+    # Noticed by the wake (inotify, else the poll every interval): without one, only
+    # the 5 s safety recheck would find each entry. The bound leaves a loaded machine
+    # ten intervals of scheduling slack and stays well below that 5 s.
     assert max(latencies) <= 10 * interval, latencies
