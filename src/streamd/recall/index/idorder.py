@@ -36,19 +36,24 @@ BLOCK = 65_536
 
 @dataclass(frozen=True, slots=True)
 class _Block:
-    ids: np.ndarray  # object: the block's ids, in (id, record) order
-    order: np.ndarray  # int64: the local record number at each place of ``ids``
-    ranks: np.ndarray  # int32: each local record's place in that order
+    ranks: np.ndarray  # int32: each local record's place in (id, record) order
+    # What growing the block takes, dropped once it is full (4 bytes a record
+    # kept, not 20): the ids in that order (object), and the local record
+    # number at each place (int64).
+    ids: np.ndarray | None
+    order: np.ndarray | None
 
     @property
     def count(self) -> int:
-        return len(self.order)
+        return len(self.ranks)
 
 
 def _block(sorted_ids: np.ndarray, order: np.ndarray) -> _Block:
     ranks = np.empty(len(order), dtype=np.int32)
     ranks[order] = np.arange(len(order), dtype=np.int32)
-    return _Block(sorted_ids, order, ranks)
+    if len(order) >= BLOCK:
+        return _Block(ranks, None, None)
+    return _Block(ranks, sorted_ids, order)
 
 
 def _grown(block: _Block | None, ids: list[str], start: int) -> _Block:
@@ -59,6 +64,7 @@ def _grown(block: _Block | None, ids: list[str], start: int) -> _Block:
     new_sorted, new_order = new[by_id], by_id.astype(np.int64) + start
     if block is None or not block.count:
         return _block(new_sorted, new_order)
+    assert block.ids is not None and block.order is not None  # only a full block drops them
     # An id equal to one already held goes after it: records tie on stream order.
     at = np.searchsorted(block.ids, new_sorted, side="right")
     return _block(np.insert(block.ids, at, new_sorted), np.insert(block.order, at, new_order))
