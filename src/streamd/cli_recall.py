@@ -400,10 +400,8 @@ def expand(args: argparse.Namespace) -> int:
         # Its form is checked before any file is read: a malformed locator is
         # a mistake on the command line, not a record the files lack.
         StreamAdapter(persist=False).parse_locator(params)
-    except msgspec.ValidationError:
+    except (msgspec.ValidationError, RpcError):
         raise UsageError(not_one) from None
-    except RpcError as exc:
-        raise UsageError(f"{not_one}: {exc.message}") from None
     if unreadable(paths):
         return ERROR
     try:

@@ -128,7 +128,7 @@ def run_demo() -> int:
         # The daemon it drives failed (its stderr is not shown: run `streamd -v`
         # to see it); said in one line, as every streamd error is.
         print(f"streamd: demo: {exc}", file=sys.stderr)
-        return 1
+        return 2
 
 
 def _run_demo() -> int:

@@ -177,7 +177,7 @@ def _pairs_slow(line: bytes) -> list[tuple[str, Any, bool]]:
     if text.startswith("null", i) and _WS.match(text, i + 4).end() == len(text):
         return []  # Go leaves the record as it was: empty
     if not text.startswith("{", i):
-        raise LineError(_not_an_object(text))
+        raise LineError(_not_an_object(text, decoded=False))
     out: list[tuple[str, Any, bool]] = []
     i = _WS.match(text, i + 1).end()
     if text.startswith("}", i):
@@ -208,10 +208,11 @@ _KINDS = ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a 
           (list, "an array"))
 
 
-def _not_an_object(line: Any) -> str:
-    """What a line that is not a record's object is instead (for people: a
-    failed line's reason is only ever shown, never compared)."""
-    if isinstance(line, str):
+def _not_an_object(line: Any, *, decoded: bool) -> str:
+    """What a line that is not a record's object is instead: ``line`` is its
+    value, or (not ``decoded``) its text. For people: a failed line's reason
+    is only ever shown, never compared."""
+    if not decoded:
         try:
             line = json.loads(line)
         except (ValueError, RecursionError):
@@ -247,7 +248,7 @@ def _pairs(line: bytes) -> tuple[list[tuple[str, Any, bool]] | dict[str, Any], b
     if value is None:
         return [], True
     if not isinstance(value, dict):
-        raise LineError(_not_an_object(value))
+        raise LineError(_not_an_object(value, decoded=True))
     canonical = value.keys() <= _KNOWN
     known = list(value) if canonical else [k for k in value if fold(k) in _KNOWN]
     if (not canonical and len({fold(k) for k in known}) != len(known)) or any(
