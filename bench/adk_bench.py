@@ -112,11 +112,11 @@ async def timed_gets(
 
 async def fill_fast(client: AsyncClient, session_id: str, n: int) -> None:
     """A long session, written with appends pipelined (its writing is not measured)."""
-    from streamd.adk.session_service import _log_event
+    from streamd.adk.codec import log_event
 
     for start in range(0, n, 500):
         await asyncio.gather(*(
-            client.append("bench", "u", session_id, _log_event(make_event(i)))
+            client.append("bench", "u", session_id, log_event(make_event(i)))
             for i in range(start, min(n, start + 500))
         ))
 

@@ -23,22 +23,31 @@ How ADK's session model maps onto the log, and why:
   since it was read raises ADK's ``StaleSessionError`` and writes nothing. A
   session built by hand (no marker) is checked the way ADK's database service
   checks one: it is current if its last event is the stored last event.
+* **Ids and times follow ADK's contract.** Session ids are stripped of
+  surrounding whitespace and a blank one is none (see
+  :func:`~streamd.adk.codec.session_id`); ``last_update_time`` is the log's
+  ``last_event_time``, the last event's timestamp, so the session
+  ``append_event`` returns equals the one read back.
 * **Bounded reads are the log's.** ``GetSessionConfig.num_recent_events`` is
   ``recent`` (0: no events), ``after_timestamp`` is ``after_time`` (events at or
   after it); both are index searches, so a resumed agent that asks for its last
   20 events pays for 20 whatever the session's length.
 * **Write-behind, when asked for.** Each ``append_event`` waits for its commit
-  by default: with ``synchronous=FULL`` that is an fsync per event, about 1.3 ms
-  on a laptop-class disk, so an agent loop appends at most some 700 events/s.
+  by default: with ``synchronous=FULL`` that is an fsync per event, which bounds
+  one agent loop's rate.
   ``write_behind=True`` queues the event (applied to the in-memory session at
   once) and returns; one task per session sends the queue as ordered,
   all-or-none ``eventlog/append_batch`` calls, so while one batch waits for its
   fsync the next gathers (group commit from the client's side). ADK's
   interface allows this: ``flush()`` is "flushes any buffered events", and
   ``Runner.close`` calls it. Reads of this service flush first (a runner reads
-  its own writes); a refusal (``StaleSessionError``, ``SessionNotFoundError``)
+  its own writes), and so does every ``create_session`` (a new session is read
+  with the ``app:`` and ``user:`` state earlier appends set); a refusal
+  (``StaleSessionError``, ``SessionNotFoundError``, ``EventConflictError``)
   drops what that session copy queued after the refused event and is raised by
-  the copy's next ``append_event``, or by ``flush``. Until ``flush`` returns,
+  the copy's next ``append_event``, or by ``flush``. Once everything a copy
+  queued is stored, its marker becomes the seq of the last, as after a durable
+  append. Until ``flush`` returns,
   a crash of this process loses what was queued, never what was acknowledged.
 * **Decoded events are cached by seq.** Rebuilding an ADK Event costs about 16 us
   (pydantic validation of the event and its genai Content), which for a
