@@ -56,7 +56,7 @@ async def test_a_fresh_lease_is_session_locked_with_holder_and_heartbeat_age(
 def _pause_heartbeats(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
     """Make ``log``'s heartbeats fail (as a wedged disk would) while the returned
     flag's ``paused`` is true: its leases then age although their holder lives."""
-    writer = log._writer
+    writer = getattr(log._writer, "store", log._writer)  # the store under its runner
     real = writer.heartbeat_lease
     state = {"paused": True}
 

@@ -62,9 +62,12 @@ dispatched from Trio; ``python bench/eventlog_bench.py --dispatch``)::
 apsw.aio costs 30 % less per call than ``to_thread`` on reads (its worker is
 already waiting on a queue; ``to_thread`` hands each call to a pooled thread and
 back) and is the only one of the two that can abandon or interrupt a call when
-its caller is cancelled, so it is the dispatch used (``dispatch="aio"``). Appends
-are dominated by the fsync, which is why group commit matters more than dispatch
-there. ``dispatch="thread"`` stays for measurement and for backends whose drivers
+its caller is cancelled, so it is the dispatch used (``dispatch="aio"``) for the
+reader. The writer's connection, under the same name, has a worker thread of its
+own with the same cancellation rules, and commits a lone append (the agent loop's
+case: one event, awaited, then the next) inline on the event loop thread,
+sparing the two thread hops that were a third of its latency
+(:mod:`~streamd.eventlog.writer_runner`). ``dispatch="thread"`` stays for measurement and for backends whose drivers
 have no async mode; ``dispatch="inline"`` runs the store on the event loop thread
 and exists for tests under Trio's mock clock, where a real thread would let the
 clock jump while SQLite works.
@@ -74,6 +77,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import math
 import os
 import secrets
 import time
@@ -144,6 +148,7 @@ from streamd.eventlog.store import (
 from streamd.eventlog.store.connection import prepare_file
 from streamd.eventlog.store.file_identity import DatabaseFile, is_file_fault
 from streamd.eventlog.watch import Watch
+from streamd.eventlog.writer_runner import NOT_RUN, WriterRunner
 
 __all__ = [
     "DEFAULT_WATCH_INTERVAL",
@@ -167,6 +172,13 @@ SAFETY_POLL = SETTLE_HORIZON
 """Seconds between change checks that no notification asked for, while someone
 watches (a notification-driven source may miss a very slow commit's end)."""
 
+# Inline commits (see _inline_fits): the largest group, how long one may take
+# before the next ones go to the worker thread, and for how long they do. An
+# fsync is 0.1-0.3 ms on an idle SSD and a few ms on a busy disk; past 20 ms
+# the disk is struggling, and the event loop should not wait on it.
+_INLINE_MAX_GROUP = 16
+_INLINE_SLOW_S = 0.02
+_INLINE_BACKOFF_S = 1.0
 # How long close lets work already inside SQLite finish before interrupting it.
 _CLOSE_GRACE = 0.5
 Dispatch = Literal["aio", "thread", "inline"]
@@ -191,6 +203,8 @@ class EventLogStats:
     appends: int = 0
     batches: int = 0
     largest_batch: int = 0
+    inline_commits: int = 0
+    """Batches committed on the event loop thread, without a thread hop."""
 
 
 AppendOutcome = AppendResult | list[AppendResult] | RpcError
@@ -313,6 +327,7 @@ class EventLog:
         self._open_lock = trio.Lock()
         self._writer: Runner | None = None
         self._reader: Runner | None = None
+        self._inline_after = -math.inf  # no inline commit before then (a slow disk)
         self._closed = False
         self._close_done = trio.Event()
         self._op_scopes: set[trio.CancelScope] = set()
@@ -516,6 +531,8 @@ class EventLog:
             prepare_file(self.target.path, make_directory=self.target.origin == "default")
         migrate = role == "writer"
         if self._dispatch == "aio":
+            if role == "writer":
+                return await WriterRunner.open(path, self._options, guard=guard)
             return await SqliteStore.open_async(path, self._options, migrate=migrate, guard=guard)
         if self._dispatch == "thread":
             store = await trio.to_thread.run_sync(
@@ -770,16 +787,45 @@ class EventLog:
         # watches; a batch committed without them makes the fan-out drop every
         # watch, which then reads the store: correct, only slower.
         capture = bool(self._watches)
+
+        def op(store: Backend) -> CommitOutcome:
+            return store.append_commit(params, now_us, capture)
+
         try:
+            if isinstance(writer, WriterRunner) and self._inline_fits(params):
+                started = time.monotonic()
+                done = writer.try_inline(op)
+                if done is not NOT_RUN:
+                    # No await here: the writer's next receive, which finds
+                    # the queue empty (the batch was alone), is the checkpoint.
+                    self._inline_took(time.monotonic() - started)
+                    return done  # type: ignore[no-any-return]
             # Not cancelled by close: the batch in flight finishes, so its
             # callers hear whether it committed.
             with trio.CancelScope(shield=True):
-                return await writer.run(lambda store: store.append_commit(params, now_us, capture))
+                return await writer.run(op)
         except RpcError as exc:
             # Interrupted by close means rolled back: say so precisely.
             if is_file_fault(exc):
                 self._end_watches()
             return _never_written() if is_closed(exc) else exc
+
+    def _inline_fits(self, params: list[AppendParams | AppendGroup]) -> bool:
+        """Whether a batch may commit on the event loop thread (see
+        :mod:`~streamd.eventlog.writer_runner`): it is one append (or one
+        small group), nothing else waits for the writer, and the disk has not
+        been slow lately (an inline commit that took long keeps the next ones
+        on the worker thread for a while, so a slow disk stalls the writer's
+        callers, never the whole event loop, more than once)."""
+        if len(params) != 1 or trio.current_time() < self._inline_after:
+            return False
+        item = params[0]
+        return not isinstance(item, AppendGroup) or len(item.appends) <= _INLINE_MAX_GROUP
+
+    def _inline_took(self, seconds: float) -> None:
+        self.stats.inline_commits += 1
+        if seconds > _INLINE_SLOW_S:
+            self._inline_after = trio.current_time() + _INLINE_BACKOFF_S
 
     def _end_watches(self) -> None:
         """The file is gone: take every watch off the live stream, so each

@@ -57,9 +57,17 @@ class BusyWait:
     def __init__(self, timeout_ms: int) -> None:
         self.timeout = timeout_ms / 1000
         self.aborted = False  # set from the event loop thread; read by the worker
+        self.waits = True
+        """False while a caller that must not block (the event loop thread)
+        uses the connection: a lock held elsewhere then fails at once."""
+        self.refused = False
+        """Whether a wait was refused since ``waits`` was last set False."""
         self._since = 0.0
 
     def __call__(self, prior_calls: int) -> bool:
+        if not self.waits:
+            self.refused = True
+            return False
         now = time.monotonic()
         if prior_calls == 0:
             self._since = now

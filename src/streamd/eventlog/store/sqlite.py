@@ -308,6 +308,29 @@ class SqliteStore:
         except apsw.Error:
             pass  # already closed: nothing left to interrupt
 
+    def try_without_waiting(self, op: Callable[[SqliteStore], _T]) -> tuple[bool, _T | None]:
+        """``(True, op(self))``, unless a lock held by another connection
+        stood in the way: then ``(False, None)``, nothing written (the lock is
+        taken by ``BEGIN IMMEDIATE``, before any write), and the caller may
+        run ``op`` again where waiting for the lock is allowed. For the event
+        loop thread, which must never sleep in the busy handler."""
+        busy = self._busy
+        busy.waits, busy.refused = False, False
+        try:
+            return True, op(self)
+        except RpcError:
+            if busy.refused:
+                return False, None
+            raise
+        finally:
+            busy.waits = True
+
+    def set_progress_check(self, check: Callable[[], bool], steps: int) -> None:
+        """Call ``check`` every ``steps`` SQLite steps; when it returns True
+        the running statement is interrupted (its transaction rolls back): how
+        a worker thread abandons a call whose caller was cancelled."""
+        self._db.set_progress_handler(check, steps)
+
     def close(self) -> None:
         try:
             self._before_close()
