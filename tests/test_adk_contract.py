@@ -20,6 +20,7 @@ The same by hand, from a copy ``C`` of the folder::
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -42,6 +43,11 @@ def _run_contract(tmp_path: Path, *options: str) -> dict[str, str]:
     """Each streamd case of the contract and its outcome (passed, failed,
     error, skipped), from the run's JUnit report."""
     assert CONTRACT.is_dir(), f"ADK's contract tests are not at {CONTRACT}"
+    for needed in ("pytest_asyncio", "sqlalchemy", "aiosqlite", "redis"):
+        assert importlib.util.find_spec(needed) is not None, (
+            f"ADK's contract tests need {needed}: pip install -e '.[test]'"
+            " (google-adk[db,redis], pytest-asyncio)"
+        )
     copy = tmp_path / "adk-contract"
     shutil.copytree(CONTRACT, copy)
     for path in [copy, *copy.rglob("*")]:  # the shared folder is read-only
