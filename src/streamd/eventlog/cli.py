@@ -500,14 +500,8 @@ async def _ping(log: EventLog, args: argparse.Namespace) -> int:
 
 
 _COMMANDS: dict[str, Callable[[EventLog, argparse.Namespace], Awaitable[int]]] = {
-    "append": _append,
-    "since": _since,
-    "tail": _tail,
-    "branches": _branches,
-    "sessions": _sessions,
-    "locks": _locks,
-    "boots": _boots,
-    "ping": _ping,
+    "append": _append, "since": _since, "tail": _tail, "branches": _branches,
+    "sessions": _sessions, "locks": _locks, "boots": _boots, "ping": _ping,
 }
 
 
