@@ -108,3 +108,11 @@ def test_docs_have_an_exit_code_row_for_every_command():
     commands += ["conformance verify", "conformance record", ""]  # "": plain streamd
     assert sorted(set(commands) - named) == []
     assert "130" in table
+
+
+@pytest.mark.parametrize("command", [["since"], ["ping"], ["verify"], ["backup", "copy.db"]])
+def test_a_database_that_is_not_one_is_an_error_naming_it(here: Path, capsys, command):
+    (here / "notes.db").write_text("these are my notes, not a database\n")
+    assert run(capsys, "log", "--db", "notes.db", *command) == (
+        2, [], ["streamd: event log database notes.db: file is not a database"])
+    assert (here / "notes.db").read_text() == "these are my notes, not a database\n"

@@ -76,7 +76,7 @@ def test_expand_prints_the_evidence(stream, capsys):
     ("argv", "code", "message"),
     [
         (["search", "x", "{missing}"], 2, "missing.jsonl: no such file"),
-        (["expand", "bogus", "{stream}"], 2, '"bogus" is not a stream locator'),
+        (["expand", "bogus", "{stream}"], 2, "'bogus' is not a locator"),
         (["expand", "v2/nope", "{stream}"], 1, "holds no record nope"),
     ],
 )

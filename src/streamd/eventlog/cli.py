@@ -273,7 +273,7 @@ def _ended(exc: BaseException, args: argparse.Namespace) -> int:
     if isinstance(exc, cliargs.UsageError):
         return cliargs.fail(str(exc), 2)
     if isinstance(exc, RpcError):
-        message, code = _human(exc)
+        message, code = _human(exc, args.db)
         return cliargs.fail(message, code)
     if cliargs.interrupted(exc):
         return cliargs.INTERRUPTED
@@ -298,11 +298,14 @@ _FLAG_OF = {
     "limit": "--limit", "after_seq": "--after-seq", "recent": "--recent",
     "parent": "--tree", "branch": "--branch", "state": "--state",
 }
-def _human(exc: RpcError) -> tuple[str, int]:
+def _human(exc: RpcError, db: str | None = None) -> tuple[str, int]:
     """An error of the log said the way a person would, and its exit status.
 
     The wire's vocabulary stays out: no code names, no ``$.path``; a value
-    the log refused is named by its flag (and is a usage error)."""
+    the log refused is named by its flag (and is a usage error); a fault of
+    the database names it (``db``: the flag as given)."""
+    if (named := dbtarget.named_in(exc.message, db)) != exc.message:
+        return named, 2
     if is_session_not_found(exc) and isinstance(exc.data, dict):
         d = exc.data
         return (f"session {d.get('app')}/{d.get('user')}/{d.get('session')} not found",
@@ -497,14 +500,8 @@ async def _ping(log: EventLog, args: argparse.Namespace) -> int:
 
 
 _COMMANDS: dict[str, Callable[[EventLog, argparse.Namespace], Awaitable[int]]] = {
-    "append": _append,
-    "since": _since,
-    "tail": _tail,
-    "branches": _branches,
-    "sessions": _sessions,
-    "locks": _locks,
-    "boots": _boots,
-    "ping": _ping,
+    "append": _append, "since": _since, "tail": _tail, "branches": _branches,
+    "sessions": _sessions, "locks": _locks, "boots": _boots, "ping": _ping,
 }
 
 

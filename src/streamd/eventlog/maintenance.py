@@ -51,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
             return _backup(path, args)
         return _verify(path, args)
     except RpcError as exc:
-        return cliargs.fail(exc.message, cliargs.ERROR)
+        from streamd.eventlog import dbtarget
+
+        return cliargs.fail(dbtarget.named_in(exc.message, args.db), cliargs.ERROR)
 
 
 def _backup(path: Path | str, args: argparse.Namespace) -> int:
