@@ -89,7 +89,7 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 
 from streamd import errors
-from streamd.adk import codec
+from streamd.adk import codec, convert
 from streamd.adk.codec import RawEntry, RawSession
 from streamd.adk.errors import adk_error, stale_error
 from streamd.client import calls
@@ -338,8 +338,12 @@ class StreamdSessionService(BaseSessionService):
     def _events(self, entries: list[RawEntry]) -> list[Event]:
         """The loaded session's events: cached ones copied, the rest decoded
         (outside the lock: decoding is the slow part) and cached."""
+        with convert.collector_paused():
+            return self._events_of(entries)
+
+    def _events_of(self, entries: list[RawEntry]) -> list[Event]:
         if self._cache_size <= 0:
-            return [codec.decoded(e.event.content) for e in entries]
+            return convert.events_from_json(e.event.content for e in entries)
         cache = self._cache
         with self._lock:
             found = [cache.get(e.seq) for e in entries]
@@ -349,13 +353,14 @@ class StreamdSessionService(BaseSessionService):
         missing = [(i, e) for i, (e, hit) in enumerate(zip(entries, found, strict=True))
                    if hit is None]
         if missing:
-            decoded = [(i, e.seq, codec.decoded(e.event.content)) for i, e in missing]
+            rebuilt = convert.events_from_json(e.event.content for _, e in missing)
+            decoded = [(i, e.seq, event) for (i, e), event in zip(missing, rebuilt, strict=True)]
             with self._lock:
                 for i, seq, event in decoded:
                     found[i] = cache[seq] = event
                 while len(cache) > self._cache_size:
                     cache.popitem(last=False)
-        return [event.model_copy() for event in found]  # type: ignore[union-attr]
+        return [convert.copied(event) for event in found]  # type: ignore[type-var]
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None

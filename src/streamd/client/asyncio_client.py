@@ -1,12 +1,17 @@
 """The asyncio client: what ADK and most agent frameworks run on.
 
-One reader task feeds the protocol core and resolves each call's future; calls
-write their frame (``StreamWriter.write`` queues it whole, so concurrent calls
-never interleave bytes) and await the future. A call whose task is cancelled
-sends ``$/cancelRequest`` before the CancelledError goes on, so the daemon
-stops working on it; its late answer is read and dropped. Connecting (which
-may start the resident daemon and wait for it) runs in a worker thread, never
-on the event loop.
+A socket's bytes go straight from an ``asyncio.BufferedProtocol`` into the
+protocol core, which resolves each call's future in the same turn of the event
+loop (no StreamReader, no reader task to wake in between: for an agent loop
+that awaits each append, every turn is latency). A call writes its frame in one
+``transport.write`` (queued whole, so concurrent calls never interleave bytes)
+and awaits its future; it waits for the transport to drain only while the
+transport has paused writing. A call whose task is cancelled sends
+``$/cancelRequest`` before the CancelledError goes on, so the daemon stops
+working on it; its late answer is read and dropped. A spawned ``streamd`` is
+read the same way through its pipes' streams, by a reader task. Connecting
+(which may start the resident daemon and wait for it) runs in a worker thread,
+never on the event loop.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from streamd import errors
@@ -28,7 +33,7 @@ from streamd.client.protocol import (
     Reply,
     WatchUpdated,
 )
-from streamd.client.transport import START_TIMEOUT, open_daemon_socket, open_socket, stdio_command
+from streamd.client.transport import START_TIMEOUT, open_daemon_socket, stdio_command
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
     Entry,
@@ -43,11 +48,190 @@ log = logging.getLogger("streamd.client")
 
 T = TypeVar("T")
 
-_READ_CHUNK = 1 << 20
-# Large: a 2,000-event session is a 1.5 MB answer, and every read is a wakeup.
-# The stream's limit sets how much it buffers before pausing the socket (twice
-# this); at 64 KiB a large answer arrived in a ping-pong of pauses.
+_READ_CHUNK = 1 << 18
+# A spawned streamd's pipes: large, as a 2,000-event session is a 1.5 MB
+# answer and every read is a wakeup; the stream's limit sets how much it
+# buffers before pausing the pipe (twice this), and at 64 KiB a large answer
+# arrived in a ping-pong of pauses.
 _STREAM_LIMIT = 4 << 20
+
+
+class _Pipe:
+    """Where a client's frames go and how its input ends: a socket
+    (:class:`_SocketProtocol`) or a spawned process's pipes (:class:`_Streams`)."""
+
+    ended: asyncio.Future[None]
+    """Done once the input has ended and the core has been told."""
+
+    def attach(self, feed: Callable[[bytes], None]) -> None:
+        """Start delivering input to ``feed`` (``b""`` once, at its end)."""
+        raise NotImplementedError
+
+    def write(self, frame: bytes) -> None:
+        raise NotImplementedError
+
+    def is_closing(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def paused(self) -> bool:
+        """The transport's buffer is full: wait for :meth:`drain` before more."""
+        raise NotImplementedError
+
+    async def drain(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Send end of input, then close."""
+        raise NotImplementedError
+
+
+class _SocketProtocol(asyncio.BufferedProtocol, _Pipe):
+    """A Unix socket read into one reused buffer and fed to the core as it arrives."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._buffer = memoryview(bytearray(_READ_CHUNK))
+        self._transport: asyncio.Transport | None = None
+        self._feed: Callable[[bytes], None] | None = None
+        self._early: list[bytes] = []  # what arrived before attach
+        self._paused = False
+        self._drained: asyncio.Future[None] | None = None
+        self.ended = loop.create_future()
+
+    # protocol callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        data = bytes(self._buffer[:nbytes])
+        if self._feed is None:
+            self._early.append(data)
+        else:
+            self._feed(data)
+
+    def eof_received(self) -> bool:
+        self._end()
+        return False  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end()
+        self._wake_writer(exc)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_writer(None)
+
+    # the pipe
+
+    def attach(self, feed: Callable[[bytes], None]) -> None:
+        early, self._early = self._early, []
+        self._feed = feed
+        for data in early:
+            feed(data)
+        if self.ended.done():
+            feed(b"")
+
+    def write(self, frame: bytes) -> None:
+        assert self._transport is not None
+        self._transport.write(frame)
+
+    def is_closing(self) -> bool:
+        return self._transport is None or self._transport.is_closing()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    async def drain(self) -> None:
+        while self._paused:
+            if self.is_closing():
+                raise ConnectionResetError("connection lost")
+            if self._drained is None or self._drained.done():
+                self._drained = self._loop.create_future()
+            await asyncio.shield(self._drained)
+
+    def close(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if transport.can_write_eof():
+            try:
+                transport.write_eof()
+            except OSError:
+                pass
+        transport.close()
+
+    def _end(self) -> None:
+        if self.ended.done():
+            return
+        self.ended.set_result(None)
+        if self._feed is not None:
+            self._feed(b"")
+
+    def _wake_writer(self, exc: Exception | None) -> None:
+        waiter, self._drained = self._drained, None
+        if waiter is not None and not waiter.done():
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
+
+
+class _Streams(_Pipe):
+    """A spawned process's stdout and stdin, read by a task of their own."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.ended = asyncio.get_running_loop().create_future()
+
+    def attach(self, feed: Callable[[bytes], None]) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._read(feed))
+        self._task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+    async def _read(self, feed: Callable[[bytes], None]) -> None:
+        while True:
+            try:
+                data = await self._reader.read(_STREAM_LIMIT // 4)
+            except (ConnectionError, OSError):
+                data = b""
+            feed(data)
+            if not data:
+                return
+
+    def write(self, frame: bytes) -> None:
+        self._writer.write(frame)
+
+    def is_closing(self) -> bool:
+        return self._writer.is_closing()
+
+    @property
+    def paused(self) -> bool:
+        return True  # StreamWriter.drain returns at once unless it is
+
+    async def drain(self) -> None:
+        await self._writer.drain()
+
+    def close(self) -> None:
+        if self._writer.can_write_eof():
+            try:
+                self._writer.write_eof()
+            except OSError:
+                pass
+        self._writer.close()
 
 
 class AsyncClient(AwaitableCalls["AsyncLease"]):
@@ -61,13 +245,12 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        pipe: _Pipe,
         leftover: bytes = b"",
         process: asyncio.subprocess.Process | None = None,
     ) -> None:
-        self._reader = reader
-        self._writer = writer
+        self._pipe = pipe
+        self._loop = asyncio.get_running_loop()
         self._process = process
         self.process = process
         """The ``streamd`` process of a :meth:`spawn` client (None otherwise)."""
@@ -79,7 +262,7 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
         self._closing = False
         if leftover:
             self._feed(leftover)
-        self._task = asyncio.get_running_loop().create_task(self._read())
+        pipe.attach(self._feed)
 
     # -- opening --
 
@@ -102,14 +285,23 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
                 start_timeout=start_timeout,
             )
         )
-        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=_STREAM_LIMIT)
-        return cls(reader, writer, leftover)
+        return cls(await _open_protocol(sock), leftover)
 
     @classmethod
     async def connect_socket(cls, path: str) -> AsyncClient:
-        sock = await asyncio.to_thread(open_socket, path)
-        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=_STREAM_LIMIT)
-        return cls(reader, writer)
+        """``streamd serve --socket PATH``. Connected on the event loop (a
+        Unix socket's connect does not block), sparing a worker thread's
+        wake-up, which is most of a cold session load's first millisecond."""
+        loop = asyncio.get_running_loop()
+        try:
+            _, protocol = await loop.create_unix_connection(
+                lambda: _SocketProtocol(loop), path
+            )
+        except OSError as exc:
+            raise RpcError(
+                errors.SOURCE_UNAVAILABLE, f"cannot connect to {path}: {exc.strerror or exc}"
+            ) from None
+        return cls(protocol)
 
     @classmethod
     async def spawn(cls, args: Sequence[str] = (), *, stderr: Any = None) -> AsyncClient:
@@ -123,25 +315,16 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
             limit=_STREAM_LIMIT,
         )
         assert proc.stdin is not None and proc.stdout is not None
-        return cls(proc.stdout, proc.stdin, process=proc)
+        return cls(_Streams(proc.stdout, proc.stdin), process=proc)
 
     async def aclose(self) -> None:
         """End the connection; calls in flight fail with ``closed``. Idempotent."""
         if not self._closing:
             self._closing = True
-            if self._writer.can_write_eof():
-                try:
-                    self._writer.write_eof()
-                except OSError:
-                    pass
-            self._writer.close()
+            self._pipe.close()
             if self._process is not None:
                 await self._process.wait()
-        try:
-            await asyncio.shield(self._task)
-        except asyncio.CancelledError:
-            if not self._task.done():
-                raise
+        await asyncio.shield(self._pipe.ended)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -160,7 +343,7 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
         """Send one call and await its answer; cancelling the awaiting task
         cancels the call on the daemon."""
         request_id, frame = self._core.start(call)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = self._loop.create_future()
         self._futures[request_id] = future
         try:
             await self._send(frame)
@@ -172,31 +355,23 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
     def _abandon(self, request_id: int) -> None:
         self._futures.pop(request_id, None)
         frame = self._core.cancel(request_id)
-        if frame is not None and not self._writer.is_closing():
-            self._writer.write(frame)  # queued whole, without awaiting
+        if frame is not None and not self._pipe.is_closing():
+            self._pipe.write(frame)  # queued whole, without awaiting
 
     async def _send(self, frame: bytes) -> None:
-        if self._writer.is_closing():
+        pipe = self._pipe
+        if pipe.is_closing():
             raise RpcError(errors.CLOSED, "connection to the streamd daemon closed")
-        self._writer.write(frame)
-        try:
-            await self._writer.drain()
-        except (ConnectionError, OSError) as exc:
-            raise RpcError(
-                errors.CLOSED, f"connection to the streamd daemon closed: {exc}"
-            ) from None
-
-    # -- the reader --
-
-    async def _read(self) -> None:
-        while True:
+        pipe.write(frame)
+        if pipe.paused:
             try:
-                data = await self._reader.read(_READ_CHUNK)
-            except (ConnectionError, OSError):
-                data = b""
-            self._feed(data)
-            if not data:
-                return
+                await pipe.drain()
+            except (ConnectionError, OSError) as exc:
+                raise RpcError(
+                    errors.CLOSED, f"connection to the streamd daemon closed: {exc}"
+                ) from None
+
+    # -- input --
 
     def _feed(self, data: bytes) -> None:
         events, outgoing = self._core.receive(data)
@@ -220,8 +395,8 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
                 case Garbled(why=why):
                     log.warning("streamd client: %s", why)
         for frame in outgoing:
-            if not self._writer.is_closing():
-                self._writer.write(frame)
+            if not self._pipe.is_closing():
+                self._pipe.write(frame)
 
     # -- the event log --
 
@@ -244,6 +419,12 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
 
     def _new_event(self) -> Any:
         return asyncio.Event()
+
+
+async def _open_protocol(sock: Any) -> _SocketProtocol:
+    loop = asyncio.get_running_loop()
+    _, protocol = await loop.create_unix_connection(lambda: _SocketProtocol(loop), sock=sock)
+    return protocol
 
 
 class AsyncWatch:

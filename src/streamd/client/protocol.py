@@ -39,6 +39,7 @@ frame is skipped without being held) and routed through
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 from collections import deque
@@ -98,6 +99,7 @@ class _EntryNote(msgspec.Struct):
     entry: Entry
 
 
+_LARGE = 64 << 10  # bytes of a result decoded with the cyclic collector paused
 _error_body = msgspec.json.Decoder(_ErrorBody)
 _entry_note = msgspec.json.Decoder(_EntryNote)
 _lock_lost = msgspec.json.Decoder(LockLostNotification)
@@ -411,7 +413,17 @@ def _outcome(call: Call[Any], env: Envelope) -> Any:
     if not env.result:
         return RpcError(errors.INTERNAL_ERROR, f"{call.method}: an answer with no result")
     try:
-        return _decoder(call.result).decode(env.result)
+        if len(env.result) < _LARGE:
+            return _decoder(call.result).decode(env.result)
+        # A large answer (a session's events) is thousands of objects, none
+        # garbage: the cyclic collector would walk the heap again and again.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return _decoder(call.result).decode(env.result)
+        finally:
+            if paused:
+                gc.enable()
     except msgspec.DecodeError as exc:
         return RpcError(
             errors.INTERNAL_ERROR, f"{call.method}: the daemon's answer does not decode: {exc}"

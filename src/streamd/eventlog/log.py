@@ -67,10 +67,11 @@ reader. The writer's connection, under the same name, has a worker thread of its
 own with the same cancellation rules, and commits a lone append (the agent loop's
 case: one event, awaited, then the next) inline on the event loop thread,
 sparing the two thread hops that were a third of its latency
-(:mod:`~streamd.eventlog.writer_runner`). ``dispatch="thread"`` stays for measurement and for backends whose drivers
-have no async mode; ``dispatch="inline"`` runs the store on the event loop thread
-and exists for tests under Trio's mock clock, where a real thread would let the
-clock jump while SQLite works.
+(:mod:`~streamd.eventlog.writer_runner`). ``dispatch="thread"`` stays for
+measurement and for backends whose drivers have no async mode;
+``dispatch="inline"`` runs the store on the event loop thread and exists for
+tests under Trio's mock clock, where a real thread would let the clock jump
+while SQLite works.
 """
 
 from __future__ import annotations

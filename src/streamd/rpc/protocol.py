@@ -265,8 +265,11 @@ def bind(call: Call, methods: MethodTable) -> tuple[Method, Any]:
 
 
 def decode_params(method: str, raw: msgspec.Raw, params_type: Any) -> Any:
+    decoder = _params_decoders.get(params_type)
+    if decoder is None:
+        decoder = _params_decoders[params_type] = msgspec.json.Decoder(params_type)
     try:
-        return msgspec.json.decode(raw, type=params_type)
+        return decoder.decode(raw)
     except UnicodeDecodeError:
         raise RpcError(errors.INVALID_PARAMS, f"{method} params: {_NOT_UTF8}") from None
     except msgspec.DecodeError as exc:
@@ -283,6 +286,9 @@ def id_key(request_id: RequestId) -> tuple[str, RequestId]:
 # --- faults -------------------------------------------------------------------
 
 _envelope_decoder = msgspec.json.Decoder(Envelope)
+# One per params type: ``msgspec.json.decode(raw, type=...)`` looks the type
+# up again on every call, a few microseconds of every request.
+_params_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 _batch_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 _well_formed = msgspec.json.Decoder(msgspec.Raw)
 
