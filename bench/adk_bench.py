@@ -138,7 +138,7 @@ async def cold_get(
 
 async def fill_fast(client: AsyncClient, session_id: str, n: int) -> None:
     """A long session, written with appends pipelined (its writing is not measured)."""
-    from streamd.adk.convert import log_event
+    from streamd.adk.codec import log_event
 
     for start in range(0, n, 500):
         await asyncio.gather(*(

@@ -164,7 +164,7 @@ def slow_world(recall_world, monkeypatch):
         real(self, cur, file_no, line)
 
     monkeypatch.setattr(build.Consumer, "consume", slow)
-    monkeypatch.setattr(build, "BUILD_SLICE", 50)
+    monkeypatch.setattr(build, "PLAIN_SLICE", 50)
     # The slowness is put in the plain path's per-line step, which the
     # compiled path does not take.
     monkeypatch.setenv("STREAMD_NATIVE", "0")

@@ -18,7 +18,7 @@ from google.adk.events.event_actions import EventActions, EventCompaction  # noq
 from google.adk.tools.tool_confirmation import ToolConfirmation  # noqa: E402
 from google.genai import types  # noqa: E402
 
-from streamd.adk import convert  # noqa: E402
+from streamd.adk import codec, convert  # noqa: E402
 
 _decode = msgspec.json.Decoder().decode
 
@@ -85,7 +85,7 @@ def _same_model(a: Any, b: Any) -> None:
 
 @pytest.mark.parametrize("event", _events(), ids=lambda e: e.invocation_id)
 def test_an_event_comes_back_as_validation_would_give_it(event: Event) -> None:
-    content = convert.log_event(event).content
+    content = codec.log_event(event).content
     assert isinstance(content, msgspec.Raw)
     # One encoding, the same value ADK's persistent services store.
     assert _decode(content) == event.model_dump(mode="json", exclude_none=True)
@@ -97,7 +97,7 @@ def test_an_event_comes_back_as_validation_would_give_it(event: Event) -> None:
 def test_the_usual_events_are_rebuilt_without_validation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    stored = [convert.log_event(e).content for e in _events()[:6]]
+    stored = [codec.log_event(e).content for e in _events()[:6]]
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("validated")
@@ -110,7 +110,7 @@ def test_the_usual_events_are_rebuilt_without_validation(
 
 
 def test_data_the_plan_does_not_know_is_validated_and_refused_as_before() -> None:
-    good = convert.log_event(_events()[0]).content
+    good = codec.log_event(_events()[0]).content
     data = _decode(good)
     for bad in (
         {**data, "timestamp": "soon"},  # a value of another type

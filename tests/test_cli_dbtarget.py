@@ -140,7 +140,7 @@ def test_a_libpq_string_selects_postgresql_never_a_file(
     services.write_text(f"[events]\nhost={nowhere}\ndbname=events\n")
     env = {"STREAMD_DB": db.format(nowhere=nowhere), "PGSERVICEFILE": str(services)}
     code, out, err = streamd(*APPEND, cwd=cwd, env=env)
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert err.startswith("streamd: cannot connect to the event log's PostgreSQL database"
                           f" {description.format(nowhere=nowhere)}: "), err
     assert list(cwd.iterdir()) == []
@@ -252,7 +252,7 @@ def test_a_failed_connection_shows_no_secret(
     host = tmp_path / "no-server"
     env = {"STREAMD_DB": _spelled(spelling, host, "events")}
     code, out, err = streamd("log", "ping", cwd=cwd, env=env)
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     # One line: libpq's hint line is joined to its message.
     assert one_line(err).startswith("streamd: cannot connect to the event log's PostgreSQL"
                                     f" database {_spelled(description, host, 'events')}: "), err

@@ -1,6 +1,6 @@
 """Every mistake a person makes at the command line is one line, ``streamd: ...``,
-naming the flag or the path, with exit 2 for a command line that cannot be read
-and 1 for what the command finds when it runs; never a traceback.
+naming the flag or the path, with exit 2 (an error, as grep and rg have it;
+a server that cannot serve exits 1); never a traceback.
 
 These run the real process (``python -m streamd``), as a person would, so an
 exception that escaped anywhere, an ExceptionGroup from a nursery included,
@@ -59,9 +59,9 @@ def test_a_log_file_that_cannot_be_created_names_its_path(tmp_path: Path, blocke
     # The default location is the one whose directory streamd makes.
     db = blocked / "streamd" / "events.db"
     code, out, err = streamd("log", "append", "--app", "a", "--user", "u",
-                             "--session", "s", "--author", "me",
+                             "--session", "s", "--author", "me", "--text", "hi",
                              env={"XDG_STATE_HOME": str(blocked), "STREAMD_DB": ""})
-    assert code == 1 and out == []
+    assert code == 2 and out == []
     line = one_line(err)
     assert line.startswith(f"streamd: cannot create the event log {db}: Not a directory")
 
@@ -84,7 +84,7 @@ def test_a_zero_watch_interval_is_a_usage_error_naming_the_flag(tmp_path: Path):
 def test_a_workdir_that_cannot_be_created_names_the_flag(stream: Path, blocked: Path):
     workdir = blocked / "wd"
     code, out, err = streamd("index", str(stream), "--workdir", str(workdir))
-    assert code == 1 and out == []
+    assert code == 2 and out == []
     assert one_line(err) == f"streamd: --workdir {workdir}: cannot create it: Not a directory"
 
 
@@ -135,7 +135,8 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path, stream: Path, args
     assert one_line(err) == line
 
 
-def test_a_stream_that_cannot_be_read_is_a_runtime_error(tmp_path: Path):
-    code, out, err = streamd("search", "alpha", str(tmp_path / "gone.jsonl"))
-    assert code == 1 and out == []
-    assert one_line(err) == "streamd: no configured stream file is readable (gone.jsonl)"
+def test_a_stream_that_cannot_be_read_is_an_error_naming_it_as_given(tmp_path: Path):
+    gone = tmp_path / "gone.jsonl"
+    code, out, err = streamd("search", "alpha", str(gone))
+    assert code == 2 and out == []
+    assert one_line(err) == f"streamd: {gone}: no such file"

@@ -91,7 +91,7 @@ def test_db_before_log_is_the_same_as_after_it(tmp_path: Path, capsys, monkeypat
     monkeypatch.delenv("STREAMD_DB", raising=False)
     db = tmp_path / "x.db"
     at = ["--app", "a", "--user", "u", "--session", "s"]
-    assert cli.main(["--db", str(db), "log", "append", *at, "--author", "me"]) == 0
+    assert cli.main(["--db", str(db), "log", "append", *at, "--author", "me", "--text", "hi"]) == 0
     assert cli.main(["--db", str(db), "log", "ping"]) == 0
     assert cli.main([f"--db={db}", "log", "ping"]) == 0
     assert cli.main(["log", "ping", "--db", str(db)]) == 0
@@ -102,9 +102,9 @@ def test_db_before_log_is_the_same_as_after_it(tmp_path: Path, capsys, monkeypat
 def test_an_option_after_the_command_wins_over_one_before_it(tmp_path: Path, capsys):
     a, b = tmp_path / "a.db", tmp_path / "b.db"
     at = ["--app", "a", "--user", "u", "--session", "s"]
-    cli.main(["--db", str(a), "log", "append", *at, "--author", "me"])
+    cli.main(["--db", str(a), "log", "append", *at, "--author", "me", "--text", "hi"])
     assert cli.main(["--db", str(b), "log", "append", "--db", str(a), *at,
-                     "--author", "me", "--id", "x"]) == 0
+                     "--author", "me", "--id", "x", "--text", "hi"]) == 0
     assert a.exists() and not b.exists()
     capsys.readouterr()
 

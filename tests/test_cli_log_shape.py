@@ -101,7 +101,7 @@ def test_the_shape_works_end_to_end(db, capsys):
 
 
 def test_deleting_a_session_that_never_existed_is_not_found_and_exit_1(db, capsys):
-    run(capsys, "append", *AT, "--author", "me")
+    run(capsys, "append", *AT, "--author", "me", "--text", "hi")
     code, out, err = run(capsys, "sessions", "delete", "--app", "app", "--user", "u",
                          "--session", "never")
     assert (code, out, err) == (1, [], ["streamd: session app/u/never not found"])
@@ -139,12 +139,12 @@ def test_a_value_only_the_log_checks_is_named_by_its_flag_not_its_wire_path():
 @pytest.mark.parametrize("argv", [
     ["sessions", "get", "--app", "app", "--user", "u", "--session", "nope"],
     ["sessions", "create", *AT],
-    ["append", *AT, "--author", "other", "--id", "e1"],
+    ["append", *AT, "--author", "other", "--id", "e1", "--text", "hi"],
     ["since", "--tree", "p"],
     ["append", *AT, "--author", "me", "--content", "{"],
 ])
 def test_errors_carry_no_wire_vocabulary(db, capsys, argv):
-    run(capsys, "append", *AT, "--author", "me", "--id", "e1")
+    run(capsys, "append", *AT, "--author", "me", "--id", "e1", "--text", "hi")
     code, out, err = run(capsys, *argv)
     assert code in (1, 2) and out == [] and len(err) == 1
     line = err[0]
@@ -158,13 +158,13 @@ def test_an_error_inside_tails_nursery_is_one_line_not_an_exception_group(
 ):
     from streamd.errors import CLOSED
 
-    run(capsys, "append", *AT, "--author", "me")
+    run(capsys, "append", *AT, "--author", "me", "--text", "hi")
 
     def broken_watch(self, *args, **kwargs):
         raise RpcError(CLOSED, "event log is closed")
 
     monkeypatch.setattr(log_cli.EventLog, "watch", broken_watch)
-    assert run(capsys, "tail") == (1, [], ["streamd: event log is closed"])
+    assert run(capsys, "tail") == (2, [], ["streamd: event log is closed"])
 
 
 def test_a_nested_or_unknown_field_is_still_named_as_a_flag():

@@ -151,7 +151,7 @@ def test_an_error_mid_build_starts_on_a_clean_line(recall_world, monkeypatch):
         raise RpcError(SOURCE_UNAVAILABLE, "s.jsonl became unreadable")
 
     monkeypatch.setattr(StreamAdapter, "build", failing)
-    assert main(["index", str(stream), "--workdir", str(w.root / "wd")]) == 1
+    assert main(["index", str(stream), "--workdir", str(w.root / "wd")]) == 2
     drawn = terminal.getvalue()
     assert "50.0%" in drawn
     # The line is erased before the error, which is a line of its own.

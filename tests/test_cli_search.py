@@ -17,6 +17,13 @@ def lines(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if not ln.startswith("streamd 2")]
 
 
+def hits(out: list[str]) -> list[dict]:
+    """The hit lines of ``search --json`` (JSON Lines: hits, then a summary)."""
+    rows = [json.loads(line) for line in out]
+    assert rows[-1]["type"] == "summary"
+    return [row for row in rows if row["type"] == "hit"]
+
+
 def run(capsys, *argv) -> tuple[int, list[str], list[str]]:
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
@@ -61,7 +68,7 @@ def test_dash_e_takes_any_query_and_leaves_every_word_a_path(world, capsys):
     a, b = world.path("a.jsonl"), world.path("b.jsonl")
     code, out, _ = run(capsys, "search", "-e", "beta", a, b, "--json")
     assert code == 0
-    assert [c["source_record_id"] for c in json.loads("\n".join(out))["candidates"]] == ["b1"]
+    assert [c["source_record_id"] for c in hits(out)] == ["b1"]
     code, _, _ = run(capsys, "search", "-e", str(a), a)  # a file name, searched for
     assert code in (0, 1)
     for argv in (["--", "-zzz", a], ["-e", "-zzz", a], [a, "--query", "-zzz"]):
@@ -83,13 +90,11 @@ def test_a_query_without_a_path_is_a_usage_error(world, capsys):
 # --- what --json knows, human output says ---------------------------------------------
 
 
-def test_a_missing_file_is_said_on_stderr(world, capsys):
-    code, out, err = run(capsys, "search", "alpha", world.path("a.jsonl"),
-                         world.path("gone.jsonl"))
-    assert code == 0 and len(out) == 2
-    assert len(err) == 1
-    assert err[0].startswith("2 matched of 2 records (lexical, partial)")
-    assert err[0].endswith("; missing: gone.jsonl")
+def test_a_missing_file_is_an_error_and_nothing_is_searched(world, capsys):
+    gone = world.path("gone.jsonl")
+    code, out, err = run(capsys, "search", "alpha", world.path("a.jsonl"), gone)
+    assert (code, out) == (2, [])
+    assert err == [f"streamd: {gone}: no such file"]
 
 
 def test_lines_that_are_not_records_are_said_on_stderr(world, capsys):
@@ -101,18 +106,18 @@ def test_lines_that_are_not_records_are_said_on_stderr(world, capsys):
 # --- a workdir holding another file set's index ---------------------------------------
 
 
-def test_a_workdir_of_other_files_is_refused_without_full(world, capsys):
+def test_a_workdir_of_other_files_is_refused_without_rebuild(world, capsys):
     work = world.root / "work"
     a, b = world.path("a.jsonl"), world.path("b.jsonl")
     assert run(capsys, "index", a, "--workdir", work)[0] == 0
     manifest = (work / "index" / "manifest.json").read_bytes()
     for command in (["search", "alpha", b], ["expand", "v2/b1", b], ["index", b]):
         code, out, err = run(capsys, *command, "--workdir", work)
-        assert (code, out) == (1, [])
+        assert (code, out) == (2, [])
         assert err == [f"streamd: --workdir {work} holds the index of other files "
-                       "(a.jsonl); give --full to replace it"]
+                       "(a.jsonl); give --rebuild to replace it"]
     assert (work / "index" / "manifest.json").read_bytes() == manifest
-    code, out, _ = run(capsys, "search", "beta", b, "--workdir", work, "--full")
+    code, out, _ = run(capsys, "search", "beta", b, "--workdir", work, "--rebuild")
     assert code == 0 and "stream:v2/b1" in out[0]
     assert run(capsys, "search", "beta", b, "--workdir", work)[0] == 0  # now it is b's
 
@@ -132,7 +137,7 @@ def test_zero_hits_exit_1_and_print_no_hit(world, capsys):
     assert (code, out) == (1, [])
     assert err[0].startswith("0 matched of 2 records")
     code, out, _ = run(capsys, "search", "nothingmatches", world.path("a.jsonl"), "--json")
-    assert code == 1 and json.loads("\n".join(out))["candidates"] == []
+    assert code == 1 and hits(out) == []
 
 
 def test_hits_exit_0(world, capsys):
@@ -154,7 +159,8 @@ def test_a_cut_expansion_ends_with_a_marker(world, capsys):
 def test_the_json_of_a_cut_expansion_is_the_wire_result(world, capsys):
     code, out, _ = run(capsys, "expand", "v2/r1", world.path("a.jsonl"), "--budget", "20",
                        "--json")
-    result = json.loads("\n".join(out))
+    (line,) = out
+    result = json.loads(line)
     assert code == 0 and result["truncated"] is True
     assert result["truncation_boundary"] == "budget_bytes"
     assert len(result["content"].encode()) <= 20

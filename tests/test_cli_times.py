@@ -116,7 +116,8 @@ def test_an_unreadable_time_is_exit_2_in_search_and_log_alike(argv, stream, tmp_
 
 
 def ids(capsys) -> list[str]:
-    return [c["source_record_id"] for c in json.loads(capsys.readouterr().out)["candidates"]]
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    return [row["source_record_id"] for row in rows if row["type"] == "hit"]
 
 
 def test_search_takes_dates_and_zoneless_times_as_utc(stream, capsys):
@@ -141,7 +142,7 @@ def test_search_takes_durations_and_yesterday(stream, capsys):
 
 def test_log_append_stores_a_typed_date_as_utc_midnight(tmp_path, capsys):
     db = str(tmp_path / "ev.db")
-    at = ["--app", "a", "--user", "u", "--session", "s", "--author", "me"]
+    at = ["--app", "a", "--user", "u", "--session", "s", "--author", "me", "--text", "hi"]
     assert main(["log", "--db", db, "append", *at, "--timestamp", "2026-05-02"]) == 0
     assert main(["log", "--db", db, "append", *at, "--timestamp", "2h"]) == 0
     capsys.readouterr()

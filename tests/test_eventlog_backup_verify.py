@@ -158,17 +158,17 @@ def test_a_backup_never_overwrites_and_leaves_nothing_behind_a_failure(
     dest = tmp_path / "copy.db"
     dest.write_text("precious")
     done = streamd_log(log_db, "backup", str(dest))
-    assert done.returncode == 1 and "exists" in done.stderr
+    assert done.returncode == 2 and "exists" in done.stderr
     assert dest.read_text() == "precious"
     missing_dir = tmp_path / "nowhere" / "copy.db"
     done = streamd_log(log_db, "backup", str(missing_dir))
-    assert done.returncode == 1 and "is not a directory" in done.stderr
+    assert done.returncode == 2 and "is not a directory" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.db", "ev.db"]
 
 
 def test_backup_and_verify_refuse_a_path_with_no_log_and_create_none(tmp_path: Path) -> None:
     absent = tmp_path / "absent.db"
-    assert streamd_log(absent, "backup", str(tmp_path / "c.db")).returncode == 1
+    assert streamd_log(absent, "backup", str(tmp_path / "c.db")).returncode == 2
     verified = streamd_log(absent, "verify")
     assert verified.returncode == 2 and "no event log at" in verified.stderr
     assert list(tmp_path.iterdir()) == []
@@ -356,6 +356,6 @@ def test_backup_on_postgresql_points_at_pg_dump(
     pg_log: tuple[str, str], tmp_path: Path
 ) -> None:
     done = streamd_log(pg_log[1], "backup", str(tmp_path / "copy.db"))
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "pg_dump --format=custom --schema=streamd" in done.stderr
     assert not (tmp_path / "copy.db").exists()

@@ -41,15 +41,15 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str],
 def test_append_prints_the_seq_then_flags_a_duplicate_and_rejects_a_conflict(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "append", *AT, "--author", "me", "--id", "e1") == (
+    assert run(capsys, "append", *AT, "--author", "me", "--id", "e1", "--text", "hi") == (
         0,
         ["seq 1"],
         "",
     )
-    code, out, _ = run(capsys, "append", *AT, "--author", "me", "--id", "e1")
+    code, out, _ = run(capsys, "append", *AT, "--author", "me", "--id", "e1", "--text", "hi")
     assert code == 0 and out == ["seq 1 (duplicate: already appended)"]
-    code, out, err = run(capsys, "append", *AT, "--author", "x", "--id", "e1")
-    assert code == 1 and out == []
+    code, out, err = run(capsys, "append", *AT, "--author", "x", "--id", "e1", "--text", "hi")
+    assert code == 2 and out == []
     assert err == "streamd: event 'e1' was already appended with different content (seq 1)\n"
 
 
@@ -111,7 +111,8 @@ def test_filters_map_to_the_log_filter(db: Path, capsys: pytest.CaptureFixture[s
         ("q", "bg.a", "model"),
         ("p", "bg", "model"),
     ]:
-        main(["append", *at("app", "u", session), "--author", author, "--branch", branch])
+        main(["append", *at("app", "u", session), "--author", author, "--branch", branch,
+              "--text", "hi"])
     capsys.readouterr()
 
     def seqs(*flags: str) -> list[int]:
@@ -135,7 +136,7 @@ def test_reading_commands_never_create_a_missing_log(
 ) -> None:
     for argv in (["since"], ["tail"], ["branches"], ["ping"], ["sessions", "list", "--app", "app"]):
         code, out, err = run(capsys, *argv)
-        assert code == 1 and out == [] and f"no event log at {db}" in err
+        assert code == 2 and out == [] and f"no event log at {db}" in err
     assert not db.exists()
 
 
@@ -143,8 +144,8 @@ def test_db_option_before_or_after_the_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     a, b = str(tmp_path / "a.db"), str(tmp_path / "b.db")
-    main(["--db", a, "append", *AT, "--author", "x"])
-    main(["append", "--db", b, *AT, "--author", "y", "--id", "only-in-b"])
+    main(["--db", a, "append", *AT, "--author", "x", "--text", "hi"])
+    main(["append", "--db", b, *AT, "--author", "y", "--id", "only-in-b", "--text", "hi"])
     capsys.readouterr()
     assert run(capsys, "--db", b, "since", "--json")[1][0].count("only-in-b") == 1
     assert "only-in-b" not in "".join(run(capsys, "since", "--db", a, "--json")[1])
@@ -153,7 +154,7 @@ def test_db_option_before_or_after_the_command(
 def test_sessions_locks_boots_and_ping(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "sessions", "create", *at("app", "u", "s1"), "--json")
     assert code == 0 and json.loads(out[0])["session"] == "s1"
-    main(["append", *at("app", "u", "s1"), "--author", "me", "--id", "e1"])
+    main(["append", *at("app", "u", "s1"), "--author", "me", "--id", "e1", "--text", "hi"])
     capsys.readouterr()
     code, out, _ = run(capsys, "sessions", "get", *at("app", "u", "s1"))
     assert out[0].startswith("app/u/s1  created") and out[1].split()[0] == "1"
@@ -186,7 +187,7 @@ def test_bad_json_or_time_arguments_are_usage_errors(
     assert not db.exists()
 
 
-async def test_tail_shows_the_last_lines_follows_new_appends_and_exits_0_on_ctrl_c(
+async def test_tail_shows_the_last_lines_follows_new_appends_and_exits_130_on_ctrl_c(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "events.db"
@@ -245,5 +246,5 @@ async def test_tail_shows_the_last_lines_follows_new_appends_and_exits_0_on_ctrl
         append("new")  # another process's commit: seen by polling
         assert "me: new" in await line()
         proc.send_signal(signal.SIGINT)
-        assert await proc.wait() == 0
+        assert await proc.wait() == 130
     store.close()

@@ -187,5 +187,7 @@ async def test_a_watcher_sees_another_process_append_within_the_poll_interval(
                     latencies.append(seen - float(acked))
             await child.proc.stdin.aclose()
             assert await child.proc.wait() == 0
-    # Noticed by the data_version poll: within one interval, plus scheduling slack.
-    assert max(latencies) <= interval + 0.1, latencies
+    # Noticed by the wake (inotify, else the poll every interval): without one, only
+    # the 5 s safety recheck would find each entry. The bound leaves a loaded machine
+    # ten intervals of scheduling slack and stays well below that 5 s.
+    assert max(latencies) <= 10 * interval, latencies

@@ -214,7 +214,7 @@ def test_a_version_2_database_migrates_keeping_state_and_finding_last_seqs(
             )
     db.close()
     store = SqliteStore.open(path)
-    assert store.connection.pragma("user_version") == SCHEMA_VERSION == 4
+    assert store.connection.pragma("user_version") == SCHEMA_VERSION == 5
     got = store.get_session("app", "u", "s", 0, None)
     assert (got.state, got.last_seq) == ({"kept": True}, 3)
     assert store.get_session("app", "u", "empty", 0, None).last_seq == 0

@@ -73,8 +73,9 @@ def test_an_abandoned_threaded_pass_stops_its_threads_at_their_next_block(
     w = recall_world
     stream = w.write("a.jsonl", *(record(i) for i in range(150_000)))
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1 << 20)
-    monkeypatch.setattr(parallel, "CHUNK_BYTES", stream.stat().st_size // 2 + 1)
-    monkeypatch.setattr(parallel, "FIRST_CHUNK_BYTES", stream.stat().st_size // 2 + 1)
+    # Four pieces: the first read in-process, two in the threads, one queued.
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", stream.stat().st_size // 3 + 1)
+    monkeypatch.setattr(parallel, "FIRST_CHUNK_BYTES", stream.stat().st_size // 3 + 1)
     monkeypatch.setattr(parallel, "workers", lambda: 2)
     monkeypatch.setattr(native, "BLOCK_BYTES", 1 << 16)
     stopped = []
@@ -87,8 +88,7 @@ def test_an_abandoned_threaded_pass_stops_its_threads_at_their_next_block(
 
     monkeypatch.setattr(parallel, "build_chunk", spy)
     steps = w.adapter().build(False)
-    while next(steps) is None:
-        pass  # until the pass waits on a chunk
+    assert next(steps) is None  # a slice of the first piece, while the threads build theirs
     assert len(chunk_threads()) == 2
     steps.close()  # as a cancelled scanner or a shutdown abandons it
     deadline = time.monotonic() + 2

@@ -34,11 +34,15 @@ def test_search_prints_ranked_hits_one_per_line(stream, capsys):
     assert "2026-05-02T10:05:00Z" in lines[1] and "Rollback" in lines[1]
 
 
-def test_search_json_is_the_wire_result(stream, capsys):
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_search_json_is_the_wire_result_a_line_per_hit(stream, capsys):
     assert main(["search", "td-1", str(stream), "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
-    assert result["diagnostics"]["query_mode"] == "exact"
-    assert [c["source_record_id"] for c in result["candidates"]] == ["r1"]
+    *hits, summary = json_lines(capsys.readouterr().out)
+    assert summary["type"] == "summary" and summary["diagnostics"]["query_mode"] == "exact"
+    assert [(c["type"], c["source_record_id"]) for c in hits] == [("hit", "r1")]
 
 
 def test_search_with_a_workdir_reads_only_new_bytes_the_second_time(
@@ -58,7 +62,7 @@ def test_search_with_a_workdir_reads_only_new_bytes_the_second_time(
     capsys.readouterr()
     assert main(["search", "alpha", str(stream), "--workdir", str(work), "--json"]) == 0
     assert reads == [os.path.getsize(stream)]
-    assert json.loads(capsys.readouterr().out)["diagnostics"]["matched"] == 2
+    assert json_lines(capsys.readouterr().out)[-1]["diagnostics"]["matched"] == 2
 
 
 def test_expand_prints_the_evidence(stream, capsys):
@@ -69,16 +73,16 @@ def test_expand_prints_the_evidence(stream, capsys):
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("argv", "code", "message"),
     [
-        (["search", "x", "{missing}"], "no configured stream file is readable (missing.jsonl)"),
-        (["expand", "bogus", "{stream}"], '"bogus" is not a stream locator'),
-        (["expand", "v2/nope", "{stream}"], "holds no record nope"),
+        (["search", "x", "{missing}"], 2, "missing.jsonl: no such file"),
+        (["expand", "bogus", "{stream}"], 2, "'bogus' is not a locator"),
+        (["expand", "v2/nope", "{stream}"], 1, "holds no record nope"),
     ],
 )
-def test_bad_input_is_a_clear_error_and_a_failing_status(stream, capsys, argv, message):
+def test_bad_input_is_a_clear_error_and_a_failing_status(stream, capsys, argv, code, message):
     argv = [a.format(stream=stream, missing=stream.parent / "missing.jsonl") for a in argv]
-    assert main(argv) == 1
+    assert main(argv) == code
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("streamd: ") and message in err[0]
 

@@ -179,18 +179,18 @@ def test_client_connect_told_to_use_another_event_log_raises_naming_both(
 
 
 def test_every_spelling_of_a_path_option_is_made_absolute() -> None:
-    cwd = "/home/u/project"
+    cwd = "/home/me/project"
     home = os.path.expanduser("~")
     assert launch.absolute_args(
         ["--db", "ev.db", "--log-file=logs/d.log", "--d", "../x.db", "--idle-exit", "5",
          "--runtime-dir", "~/run", "--log-file", "-", "-v",
          "--db", "postgresql://u@/db?host=/tmp", "--synchronous", "NORMAL"],
         cwd,
-    ) == ["--db", "/home/u/project/ev.db", "--log-file=/home/u/project/logs/d.log",
-          "--d", "/home/u/x.db", "--idle-exit", "5", "--runtime-dir", f"{home}/run",
+    ) == ["--db", "/home/me/project/ev.db", "--log-file=/home/me/project/logs/d.log",
+          "--d", "/home/me/x.db", "--idle-exit", "5", "--runtime-dir", f"{home}/run",
           "--log-file", "-", "-v", "--db", "postgresql://u@/db?host=/tmp",
           "--synchronous", "NORMAL"]
     env = launch.absolute_env({"STREAMD_DB": "a.db", "STREAMD_RUNTIME_DIR": "/abs",
                                "HOME": "h"}, cwd)
-    assert env == {"STREAMD_DB": "/home/u/project/a.db", "STREAMD_RUNTIME_DIR": "/abs",
+    assert env == {"STREAMD_DB": "/home/me/project/a.db", "STREAMD_RUNTIME_DIR": "/abs",
                    "HOME": "h"}

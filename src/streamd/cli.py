@@ -11,11 +11,15 @@ function that runs it, so ``streamd attach`` and ``streamd --help`` never load
 them (``tests/test_resident_imports.py``).
 
 Options and errors follow :mod:`streamd.cliargs`: a mistake is one line
-``streamd: ...`` naming the flag or path; exit 2 for a command line that cannot
-be read, 1 for what a command finds when it runs. The global options
-(``--db``, ``-v``, and the daemon's tuning options) may come before the
-command or after it; given before a command they do not apply to, they are
-refused rather than ignored.
+``streamd: ...`` naming the flag or path; exit 0 a match, 1 nothing found, 2
+an error, as grep and rg have them; 130 for a command a Ctrl-C interrupted,
+never a traceback. The servers (plain ``streamd``, ``serve``, ``daemon``, and
+``attach``) take SIGINT and SIGTERM as the way they are meant to stop: exit 0.
+The global options (``--db``, ``--json``, ``-v``, and the daemon's tuning
+options) may come before the command or after it; given before a command
+they do not apply to, they are refused rather than ignored. The Recall
+commands for people (``search``, ``expand``, ``index``, ``check``) are in
+:mod:`streamd.cli_recall`.
 """
 
 from __future__ import annotations
@@ -37,8 +41,10 @@ DESCRIPTION = (
     "JSON-RPC 2.0. With no subcommand it serves JSON-RPC on stdin/stdout."
 )
 EPILOG = (
-    "Exit status: 0 success, 1 a runtime error (or, for search, no hit), 2 a usage error. "
-    "Global options may come before or after the command."
+    "Exit status, as grep and rg have it: 0 success (a match), 1 nothing found (search: "
+    "no hit; index, check: lines that are not records), 2 an error, 130 interrupted. "
+    "Global options (--db, --json, -v) may come before or after the command. "
+    "Every command, exit code and --json shape: docs/cli.md."
 )
 
 
@@ -50,22 +56,25 @@ DAEMON_LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s
 # The options that may come before the command, and which commands they mean
 # something to. `streamd --db X log ping` is `streamd log --db X ping`.
 _VALUE_GLOBALS = ("--db", "--watch-interval-ms", "--watch-buffer-bytes", "--synchronous")
-_FLAG_GLOBALS = ("-v", "--verbose")
-_DAEMON_GLOBALS = frozenset(_VALUE_GLOBALS + _FLAG_GLOBALS)
+_VERBOSE = frozenset(("-v", "--verbose"))
+_FLAG_GLOBALS = (*_VERBOSE, "--json")
+_DAEMON_GLOBALS = frozenset(_VALUE_GLOBALS) | _VERBOSE
 _APPLIES = {
     None: _DAEMON_GLOBALS,
     "serve": _DAEMON_GLOBALS,
     "daemon": _DAEMON_GLOBALS,
-    "log": frozenset({"--db", "--watch-interval-ms", *_FLAG_GLOBALS}),
-    "search": frozenset(_FLAG_GLOBALS),
-    "expand": frozenset(_FLAG_GLOBALS),
-    "index": frozenset(_FLAG_GLOBALS),
-    "demo": frozenset(_FLAG_GLOBALS),
+    "log": frozenset({"--db", "--watch-interval-ms", "--json", *_VERBOSE}),
+    "search": _VERBOSE | {"--json"},
+    "expand": _VERBOSE | {"--json"},
+    "check": _VERBOSE | {"--json"},
+    "index": _VERBOSE,
+    "demo": _VERBOSE,
+    "status": frozenset({"--json"}),
 }
 # Dispatched before any parser is built (stdlib-only clients, or parsers of their own).
 _OWN_PARSERS = ("attach", "status", "stop", "conformance", "log")
-# A far deadline: one-shot commands wait for their build, however long it takes.
-NO_DEADLINE = "2999-01-01T00:00:00Z"
+# The commands that serve: SIGINT and SIGTERM stop them, with exit 0.
+_SERVERS = (None, "serve", "daemon")
 
 
 def _log_level(verbose: bool) -> int:
@@ -130,26 +139,21 @@ def _config(args: argparse.Namespace) -> Config:
                   watch_buffer_bytes=getattr(args, "watch_buffer_bytes", 4 << 20))
 
 
-def _recall_options(p: argparse.ArgumentParser, *, what: str) -> None:
-    p.add_argument("--workdir", metavar="DIR",
-                   help="keep the durable index here and reuse it: later runs read only "
-                   "what was appended (created if missing)")
-    p.add_argument("--full", action="store_true",
-                   help=f"rebuild the index from scratch before {what} (needed to replace "
-                   "a --workdir index of other files)")
-    p.add_argument("--json", action="store_true",
-                   help="print the wire result as JSON instead of lines for people")
-    _verbose(p)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    from streamd import __version__, cliargs
+    import argparse
+
+    from streamd import __version__, cli_recall, cliargs
     from streamd.cliargs import command
 
     parser = cliargs.Parser(prog="streamd", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"streamd {__version__}",
                         help="print the version and exit")
     _daemon_options(parser)
+    # Only for the commands that print for people (search, expand, check; log
+    # and status read it in their own parsers): before any other, refused.
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print JSON Lines, one compact object per line (search, "
+                        "expand, check, log, status)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = command(sub, "serve", "serve JSON-RPC on stdio, or on a Unix socket")
@@ -175,8 +179,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="log here, rotated at 5 MiB with 3 old files kept (default "
                         "$XDG_STATE_HOME/streamd/daemon.log; '-' for stderr)")
     # For tests of the upgrade path: announce another version than this one's.
-    import argparse
-
     daemon.add_argument("--announce-version", help=argparse.SUPPRESS)
 
     sub.add_parser("attach", help="relay stdio to the resident daemon, starting it if "
@@ -185,56 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("stop", help="stop the resident daemon", add_help=False)
 
-    search = command(
-        sub, "search", "search stream files and print ranked hits",
-        usage="streamd search [options] QUERY PATH...\n"
-              "       streamd search [options] -e QUERY PATH...",
-        epilog="The query comes first, as with grep and rg. A QUERY that names a file (or "
-               "ends in .jsonl) is refused, because it is almost always a path typed "
-               "first: give it with -e to search for it. Times take RFC 3339, a date "
-               "(UTC midnight), a duration before now (2h, 3d) or today/yesterday. "
-               "Exit 0 with hits, 1 with none (or an error), 2 for a usage error.")
-    search.add_argument("words", nargs="*", metavar="QUERY PATH",
-                        help="the query, then one or more JSONL stream files (with -e, "
-                        "every word is a file)")
-    search.add_argument("-e", "--query", metavar="QUERY",
-                        help="the query, given as an option (one that starts with '-', or "
-                        "names a file)")
-    search.add_argument("--since", type=cliargs.instant, metavar="TIME",
-                        help="only records at or after TIME (2026-05-02, 2h, yesterday, "
-                        "RFC 3339)")
-    search.add_argument("--until", type=cliargs.instant, metavar="TIME",
-                        help="only records at or before TIME")
-    search.add_argument("--as-of", type=cliargs.instant, metavar="TIME",
-                        help="search the stream as it was known at TIME")
-    search.add_argument("--limit", type=cliargs.positive, default=10, metavar="N",
-                        help="print at most N hits (default 10)")
-    _recall_options(search, what="searching")
-
-    expand = command(
-        sub, "expand", "print the evidence behind a locator",
-        usage="streamd expand [options] LOCATOR PATH...",
-        epilog="The locator comes first, as the query does in search: the locator printed "
-               "by search (stream:v2/r1, or v2/r1).")
-    expand.add_argument("words", nargs="*", metavar="LOCATOR PATH",
-                        help="a locator from search, then the stream files it came from")
-    expand.add_argument("--detail", choices=["summary", "excerpt", "full", "context"],
-                        default="full",
-                        help="how much to print: summary, excerpt, full (default) or "
-                        "context (the record and its episode)")
-    expand.add_argument("--budget", type=cliargs.count, default=0, metavar="BYTES",
-                        help="print at most BYTES bytes, marking a cut (default 0: all)")
-    _recall_options(expand, what="expanding")
-
-    index = command(sub, "index", "build a workdir's index ahead of time, with progress",
-                    usage="streamd index [options] PATH... --workdir DIR")
-    index.add_argument("paths", nargs="*", metavar="PATH", help="the JSONL stream files")
-    index.add_argument("--workdir", metavar="DIR",
-                       help="the workdir the adapter will be initialized with (required; "
-                       "created if missing)")
-    index.add_argument("--full", action="store_true",
-                       help="rebuild from scratch (needed to replace an index of other files)")
-    _verbose(index)
+    cli_recall.add_parsers(sub)
 
     demo = command(sub, "demo", "index a bundled sample stream and show what streamd does")
     _verbose(demo)
@@ -288,15 +241,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["attach"]:
         from streamd.resident.attach import main as attach_main
 
-        return attach_main(argv[1:])
-    if argv[:1] == ["status"]:
-        from streamd.resident.control import status_main
+        return attach_main(argv[1:])  # it ends on SIGINT and SIGTERM by itself, with 0
+    try:
+        if argv[:1] == ["status"]:
+            from streamd.resident.control import status_main
 
-        return status_main(argv[1:])
-    if argv[:1] == ["stop"]:
-        from streamd.resident.control import stop_main
+            return status_main(argv[1:])
+        if argv[:1] == ["stop"]:
+            from streamd.resident.control import stop_main
 
-        return stop_main(argv[1:])
+            return stop_main(argv[1:])
+    except KeyboardInterrupt:
+        return 130
+    serving = _serves(argv)
+    if serving:
+        _stop_quietly_until_serving()
+    try:
+        return _main(argv)
+    except BaseException as exc:
+        from streamd import cliargs
+
+        if not cliargs.interrupted(exc):
+            raise
+        # A server is meant to be stopped this way; anything else was interrupted.
+        return 0 if serving else cliargs.INTERRUPTED
+
+
+def _serves(argv: list[str]) -> bool:
+    """Whether ``argv`` runs a server (plain ``streamd``, ``serve``, ``daemon``)."""
+    split = _split_globals(argv)  # None: help, a version, a usage error
+    return split is not None and split[1] in _SERVERS
+
+
+def _stop_quietly_until_serving() -> None:
+    """SIGTERM before the server's own handler is in place (while it imports,
+    say) ends the process at once with 0: nothing is open yet that a stop
+    would have to close. The server's handler replaces this one, and puts it
+    back when it is done."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(0))
+
+
+def _main(argv: list[str]) -> int:
     split = _split_globals(argv)
     if split is not None:
         leading, command, rest = split
@@ -317,6 +304,9 @@ def _not_here(option: str, command: str | None) -> int:
     if command == "attach":
         return fail(f"{option} does not apply to attach: the daemon's options go after "
                     "'streamd attach --'", 2)
+    if command is None:
+        return fail(f"{option} does not apply to plain streamd, which serves JSON-RPC "
+                    "(see 'streamd --help' for the commands)", 2)
     return fail(f"{option} does not apply to {command} (see 'streamd {command} --help')", 2)
 
 
@@ -374,20 +364,18 @@ def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] 
     try:
         if args.command in (None, "serve"):
             return _serve(args)
-        if args.command == "search":
-            return _search(args)
-        if args.command == "expand":
-            return _expand(args)
-        if args.command == "index":
-            return _index(args)
         if args.command == "demo":
             from streamd.demo import run_demo
 
             return run_demo()
+        from streamd import cli_recall
+
+        run = {"search": cli_recall.search, "expand": cli_recall.expand,
+               "index": cli_recall.index, "check": cli_recall.check}.get(args.command)
+        if run is not None:
+            return run(args)
     except UsageError as exc:
         return fail(str(exc), 2)
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:
         # The reader went away (`| head`): not an error. Point stdout at
         # /dev/null so the interpreter's final flush does not complain.
@@ -420,14 +408,18 @@ def _serve(args: argparse.Namespace) -> int:
     path = getattr(args, "socket", None)
     try:
         if path:
+            # 1, not 2: a server that cannot serve (docs/cli.md).
             parent = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(parent):
-                return fail(f"--socket {path}: there is no directory {parent}")
+                return fail(f"--socket {path}: there is no directory {parent}", 1)
             try:
                 trio.run(serve_socket, daemon, path)
             except OSError as exc:
-                return fail(f"--socket {path}: cannot listen there: {exc.strerror or exc}")
+                return fail(f"--socket {path}: cannot listen there: {exc.strerror or exc}", 1)
         else:
+            from streamd import terminal
+
+            terminal.notice("streamd")
             trio.run(serve_stdio, daemon)
     except KeyboardInterrupt:
         pass  # a signal is how a server is meant to end
@@ -487,242 +479,3 @@ def _resident(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     return 0
-
-
-# --- one-shot search, expand and index -----------------------------------------
-
-
-def _first_and_paths(args: argparse.Namespace, what: str, given: str | None) -> tuple[str, list]:
-    """The QUERY (or LOCATOR) and the paths, by the rule that the query comes
-    first: a first word that is a file is a path typed in the query's place."""
-    from streamd.cliargs import UsageError
-
-    words = list(args.words)
-    if given is not None:
-        first = given
-    elif not words:
-        raise UsageError(f"{args.command} needs a {what} and at least one PATH "
-                         f"(see 'streamd {args.command} --help')")
-    else:
-        first = words.pop(0)
-        if os.path.isfile(first) or first.endswith((".jsonl", ".ndjson")):
-            hint = f"; -e {first!r} searches for it" if args.command == "search" else ""
-            raise UsageError(f"the {what.lower()} comes first: {first!r} is a file "
-                             f"(streamd {args.command} {what} PATH...{hint})")
-    if not words:
-        raise UsageError(f"{args.command} needs at least one PATH after the {what.lower()}")
-    return first, words
-
-
-def _prepare_workdir(workdir: str | None, paths: list[str], full: bool) -> None:
-    """Create the workdir, and refuse one holding the index of other files
-    unless ``--full`` says to replace it (it would be, silently, otherwise)."""
-    if workdir is None:
-        return
-    try:
-        os.makedirs(workdir, exist_ok=True)
-    except FileExistsError:
-        raise _Runtime(f"--workdir {workdir}: exists and is not a directory") from None
-    except OSError as exc:
-        raise _Runtime(f"--workdir {workdir}: cannot create it: {exc.strerror or exc}") from None
-    held = _indexed_files(workdir)
-    wanted = [os.path.abspath(p) for p in paths]
-    if held and held != wanted and not full:
-        names = ", ".join(os.path.basename(p) for p in held)
-        raise _Runtime(f"--workdir {workdir} holds the index of other files ({names}); "
-                       "give --full to replace it")
-
-
-def _indexed_files(workdir: str) -> list[str]:
-    """The files a workdir's saved index (or checkpoint) covers, in order."""
-    import json
-
-    for name in (os.path.join("index", "manifest.json"), "cursor.json"):
-        try:
-            with open(os.path.join(workdir, name), "rb") as f:
-                files = json.load(f).get("files") or []
-            return [str(c["path"]) for c in files]
-        except (OSError, ValueError, AttributeError, KeyError, TypeError):
-            continue
-    return []
-
-
-class _Runtime(Exception):
-    """Something found while running (exit 1), said in one line."""
-
-
-def _open(paths: list[str], args: argparse.Namespace):
-    from streamd.recall import oneshot
-
-    _prepare_workdir(args.workdir, paths, args.full)
-    return oneshot.open_adapter(paths, args.workdir, full=args.full)
-
-
-def _search(args: argparse.Namespace) -> int:
-    import json
-
-    import msgspec
-
-    from streamd.cliargs import UsageError, fail, said_of_flag
-    from streamd.errors import RpcError
-    from streamd.golang import gotime
-    from streamd.recall import oneshot
-    from streamd.recall.wire import SearchParams
-
-    query, paths = _first_and_paths(args, "QUERY", args.query)
-    filters = {name: gotime.format_nano(t) for name, t in (("since", args.since),
-                                                           ("until", args.until))
-               if t is not None}
-    body = {"query": query, "filters": filters, "limit": args.limit, "deadline": NO_DEADLINE}
-    if args.as_of is not None:
-        body["as_of"] = gotime.format_nano(args.as_of)
-    try:
-        params = msgspec.convert(body, SearchParams)
-    except msgspec.ValidationError as exc:  # every value was checked as it was parsed
-        raise UsageError(said_of_flag(str(exc), {"as_of": "--as-of"})) from None
-    try:
-        adapter, snap = _open(paths, args)
-        result = msgspec.to_builtins(oneshot.search(adapter, snap, params))
-    except _Runtime as exc:
-        return fail(str(exc))
-    except RpcError as exc:
-        return fail(exc.message)
-    hits = len(result["candidates"])
-    if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=2))
-    else:
-        _print_hits(result, unsaved=args.workdir is not None and adapter.checkpoint_failed)
-    return 0 if hits else 1
-
-
-def _print_hits(result: dict, unsaved: bool = False) -> None:
-    color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    err_color = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
-
-    def paint(code: str, text: str, on: bool = color) -> str:
-        return f"\033[{code}m{text}\033[0m" if on else text
-
-    for c in result["candidates"]:
-        excerpt = c.get("excerpt", "").replace("\n", " ")
-        if len(excerpt) > 80:
-            excerpt = excerpt[:79] + "…"
-        print(
-            f"{paint('1', str(c['local_rank']).rjust(3))}  {paint('36', c['locator'])}  "
-            f"{c['event_time']}  {paint('1', c['title'])}"
-            + (f"  {paint('2', excerpt)}" if excerpt else "")
-        )
-    sys.stdout.flush()
-    print(_summary(result, unsaved, lambda code, text: paint(code, text, err_color)),
-          file=sys.stderr)
-
-
-def _summary(result: dict, unsaved: bool, paint) -> str:
-    """The one stderr line after the hits: counts, then anything a person
-    must not miss (missing files, lines that are not records, an index that
-    could not be saved), which ``--json`` carries in its diagnostics."""
-    d = result["diagnostics"]
-    if "matched" not in d:  # skipped: a filter this adapter does not support
-        return paint("33", f"skipped: unsupported filters {', '.join(d['unsupported_filters'])}")
-    how = d["query_mode"] if result["outcome"] == "success" else \
-        f"{d['query_mode']}, {result['outcome']}"
-    line = paint("2", f"{d['matched']} matched of {d['indexed']} records ({how}), "
-                      f"{d['elapsed_ms']} ms")
-    notes = []
-    if d.get("missing_files"):
-        notes.append(f"missing: {', '.join(d['missing_files'])}")
-    failed = d.get("failed_records", 0)
-    if failed:
-        notes.append(f"{failed} line{'s' if failed != 1 else ''} could not be read as records")
-    if unsaved:
-        notes.append("the workdir is not writable: the index was not saved")
-    return "; ".join([line, *(paint("33", n) for n in notes)])
-
-
-def _expand(args: argparse.Namespace) -> int:
-    import json
-
-    import msgspec
-
-    from streamd.cliargs import UsageError, fail
-    from streamd.errors import RpcError
-    from streamd.recall import oneshot
-    from streamd.recall.wire import ExpandParams
-
-    given, paths = _first_and_paths(args, "LOCATOR", None)
-    locator = given if ":" in given else f"stream:{given}"
-    try:
-        params = msgspec.convert(
-            {"locator": locator, "detail": args.detail, "budget_bytes": args.budget,
-             "deadline": NO_DEADLINE},
-            ExpandParams,
-        )
-    except msgspec.ValidationError:
-        raise UsageError(f"{given!r} is not a locator (like stream:v2/r1, as search "
-                         "prints them)") from None
-    try:
-        adapter, snap = _open(paths, args)
-        result = msgspec.to_builtins(oneshot.expand(adapter, snap, params))
-    except _Runtime as exc:
-        return fail(str(exc))
-    except RpcError as exc:
-        return fail(exc.message)
-    if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=2))
-        return 0
-    content = result["content"]
-    if result["truncated"]:
-        # The marker is on a line of its own, so a cut line still reads as cut.
-        print(f"{content}…")
-        print(f"[truncated at --budget {args.budget} bytes; --budget 0 prints it all]")
-    else:
-        print(content)
-    return 0
-
-
-def _index(args: argparse.Namespace) -> int:
-    from streamd.cliargs import UsageError, fail
-    from streamd.errors import RpcError
-    from streamd.progress import Progress
-    from streamd.recall.adapter import StreamAdapter
-    from streamd.recall.index.parallel import drive
-    from streamd.recall.wire import InitializeParams
-
-    if not args.paths:
-        raise UsageError("index needs at least one PATH (see 'streamd index --help')")
-    if not args.workdir:
-        raise UsageError("index needs --workdir DIR: the workdir the adapter will be "
-                         "initialized with")
-    files = [os.path.abspath(p) for p in args.paths]
-    adapter = StreamAdapter()
-    progress = Progress(sum(max(catchup_size(p), 0) for p in files), sys.stderr)
-    try:
-        _prepare_workdir(args.workdir, files, args.full)
-        adapter.initialize(InitializeParams(
-            protocol_version_min=1, protocol_version_max=1, workdir=args.workdir,
-            source_id="stream", location=os.path.dirname(files[0]), settings={"files": files},
-        ))
-        steps = adapter.build(full=args.full)
-        snap = drive(steps, lambda: progress.update(adapter.building))
-    except _Runtime as exc:
-        progress.clear()
-        return fail(str(exc))
-    except RpcError as exc:
-        progress.clear()
-        return fail(exc.message)
-    except KeyboardInterrupt:
-        progress.clear()  # what was sealed is saved: the next run continues from it
-        raise
-    progress.done(adapter.building)
-    missing = (f"{len(snap.missing)} missing file{'s' if len(snap.missing) != 1 else ''}"
-               + (f" ({', '.join(snap.missing)})" if snap.missing else ""))
-    print(f"{snap.name}: {snap.indexed} records indexed, {snap.failed} failed, "
-          f"{missing}; {snap.watermark}")
-    if adapter.checkpoint_failed:
-        return fail(f"--workdir {args.workdir} is not writable: the index was not saved")
-    return 0
-
-
-def catchup_size(path: str) -> int:
-    from streamd.recall.index.streamfile import file_size
-
-    return file_size(path) or 0

@@ -6,11 +6,15 @@ resident clients' own small parsers):
 
 * A mistake is one line on stderr, ``streamd: ...``, naming the flag or the
   path, never a traceback and never a usage block (``--help`` has those).
-* Exit 2 for a command line that cannot be read as given (an unknown flag, a
-  missing or malformed value, a time that is not a time); exit 1 for anything
-  the command finds once it runs (a missing file, a session that does not
-  exist, a workdir it may not write); 0 for success. ``search`` adds grep's
-  convention: 1 when nothing matched.
+* Exit statuses are grep's and rg's: 0 success (a match), 1 nothing found
+  (``search`` without a hit, ``expand`` or ``log sessions get`` of a record or
+  session that does not exist; ``index`` and ``check``: lines that are not
+  records), 2 an error, whether of the command line (an unknown flag, a
+  malformed value) or found once it runs (a path that is missing or a
+  directory, a workdir it may not write, a database it cannot open). A
+  Ctrl-C ends a command with 130 and no traceback; the servers (``streamd``,
+  ``serve``, ``daemon``, ``attach``) take SIGINT and SIGTERM as a normal stop,
+  0. ``docs/cli.md`` has the table.
 * A value is checked where it is parsed, so the message names the flag the
   way a person typed it (``--limit must be at least 1, not '0'``), never the
   request field it becomes (``$.limit``).
@@ -35,11 +39,26 @@ if TYPE_CHECKING:
 MAX_INT = (1 << 63) - 1
 
 
+# Exit statuses (see above).
+OK = 0
+NOT_FOUND = 1
+ERROR = 2
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C killed
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C, alone or among what Trio's nurseries
+    gathered on the way out (where it arrives with the errors it caused)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(KeyboardInterrupt) is not None
+    return isinstance(exc, KeyboardInterrupt)
+
+
 class UsageError(Exception):
     """A command line that cannot be read as given, found after parsing; exit 2."""
 
 
-def fail(message: str, code: int = 1) -> int:
+def fail(message: str, code: int = ERROR) -> int:
     """Say ``message`` as the one line a mistake gets; returns ``code``."""
     sys.stderr.write(f"streamd: {message}\n")
     sys.stderr.flush()
@@ -79,6 +98,22 @@ def _plain(message: str) -> str:
     if message.startswith("the following arguments are required: "):
         return "missing " + message.removeprefix("the following arguments are required: ")
     return message
+
+
+class _Renamed(argparse.Action):
+    """A flag that was renamed: giving it is a usage error naming what it became."""
+
+    def __init__(self, option_strings: list[str], dest: str, now: str = "", **kwargs) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, help=argparse.SUPPRESS)
+        self.now = now
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(f"{option_string} is now {self.now}")
+
+
+def renamed(p: argparse.ArgumentParser, old: str, now: str) -> None:
+    """Refuse ``old``, saying ``now`` (``--rebuild``, say) is its name."""
+    p.add_argument(old, action=_Renamed, now=now)
 
 
 def command(sub: argparse._SubParsersAction, name: str, help: str, **kwargs) -> Parser:

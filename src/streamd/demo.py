@@ -3,7 +3,12 @@
 It spawns the real daemon (``python -m streamd``) the way a Recall core or an
 agent would, speaks JSON-RPC to it over pipes, and prints each exchange for
 a person: indexing a sample stream shipped in the package, a few searches,
-an expansion, then event-log appends, a replay and a live tail.
+an expansion, then event-log appends, a replay and a live tail. Each term
+(generation, watermark, the exact partition) is explained where it first
+shows, and it ends with three commands to try on the sample.
+
+The daemon runs in a session of its own, so a Ctrl-C at the terminal reaches
+the demo only, which then stops the daemon itself and exits 130.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ class Client:
 
     def __init__(self, argv: list[str]) -> None:
         self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         self.ids = count(1)
         self.notifications: list[dict[str, Any]] = []
@@ -77,9 +83,26 @@ class Client:
         self.proc.stdin.close()
         return self.proc.wait(timeout=10)
 
+    def abandon(self) -> None:
+        """Stop the daemon without the shutdown exchange (the demo was interrupted)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()  # a normal stop to it: it closes its event log
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
 
 def _title(text: str) -> None:
     print(f"\n\033[1m== {text}\033[0m" if sys.stdout.isatty() else f"\n== {text}")
+
+
+def _note(text: str) -> None:
+    """A term explained where it first shows, wrapped under the exchange."""
+    import textwrap
+
+    print(textwrap.fill(text, width=88, initial_indent="   ; ", subsequent_indent="   ; "))
 
 
 def _hits(frame: dict[str, Any]) -> None:
@@ -99,31 +122,48 @@ def _hits(frame: dict[str, Any]) -> None:
 def run_demo() -> int:
     try:
         return _run_demo()
+    except BrokenPipeError:
+        raise  # the reader went away (`| head`): the command line's to handle
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         # The daemon it drives failed (its stderr is not shown: run `streamd -v`
         # to see it); said in one line, as every streamd error is.
         print(f"streamd: demo: {exc}", file=sys.stderr)
-        return 1
+        return 2
 
 
 def _run_demo() -> int:
     workdir = tempfile.mkdtemp(prefix="streamd-demo-")
     try:
         stream = os.path.join(workdir, "sample.jsonl")
-        with resources.files("streamd").joinpath("data/sample.jsonl").open("rb") as src, \
-                open(stream, "wb") as dst:
+        sample = resources.files("streamd").joinpath("data/sample.jsonl")
+        with sample.open("rb") as src, open(stream, "wb") as dst:
             shutil.copyfileobj(src, dst)
         client = Client([sys.executable, "-m", "streamd", "--db",
                          os.path.join(workdir, "events.db")])
         try:
             _recall_part(client, workdir, stream)
             _eventlog_part(client)
-        finally:
             code = client.close()
+        except BaseException:
+            client.abandon()
+            raise
         _title(f"recall/shutdown acknowledged; daemon exited with status {code}")
+        _try_next(str(sample))
         return code
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _try_next(sample: str) -> None:
+    import shlex
+
+    _title("try next, on the same sample (the commands print for people; --json for scripts)")
+    here = shlex.quote(sample) if os.path.isfile(sample) else "signals.jsonl"
+    for line in (f"streamd search transcripts {here}",
+                 f"streamd expand v2/evt-011 {here} --detail context",
+                 "streamd log --db demo.db append --app demo --user ana --session s1 "
+                 "--author user --text hello"):
+        print(f"   {line}")
 
 
 def _recall_part(client: Client, workdir: str, stream: str) -> None:
@@ -140,6 +180,12 @@ def _recall_part(client: Client, workdir: str, stream: str) -> None:
     health = client.call("recall/health", {"deadline": DEADLINE})["result"]
     _title("recall/health: the first probe builds and publishes gen-1")
     print(f"   {health['status']}, {health['index_generation']}, {health['source_watermark']}")
+    _note(f"{health['index_generation']} is the index's generation: a numbered snapshot that "
+          "never changes once published; every answer names the one it read, and a build that "
+          "finds new records publishes the next.")
+    _note(f"{health['source_watermark']} is the watermark: how far the index has read the "
+          "stream (bytes consumed, records indexed, the newest event time), so a caller can "
+          "tell an older answer from a newer one.")
 
     for query, note in (
         ("td-f62256", "an exact identifier: its records form a partition above all others"),
@@ -147,8 +193,11 @@ def _recall_part(client: Client, workdir: str, stream: str) -> None:
         ("transcript", "no record spells it, so its plural 'transcripts' matches at half weight"),
     ):
         _title(f"recall/search {query!r}: {note}")
-        _hits(client.call("recall/search", {"query": query, "filters": {}, "limit": 5,
-                                             "deadline": DEADLINE}))
+        frame = client.call("recall/search", {"query": query, "filters": {}, "limit": 5,
+                                              "deadline": DEADLINE})
+        _hits(frame)
+        if query == "td-f62256":
+            _explain_the_partition(frame)
     _title("recall/search '' since 09:30: an empty query browses a time window")
     _hits(client.call("recall/search", {"query": "", "filters": {
         "since": "2026-05-02T09:30:00Z"}, "limit": 3, "deadline": DEADLINE}))
@@ -167,6 +216,22 @@ def _recall_part(client: Client, workdir: str, stream: str) -> None:
                                            "budget_bytes": 0, "deadline": DEADLINE})["result"]
     for line in result["content"].splitlines():
         print(f"   | {line}")
+
+
+def _explain_the_partition(frame: dict[str, Any]) -> None:
+    """Why rank 1 can show a lower relevance than rank 2, said of these hits."""
+    hits = frame.get("result", {}).get("candidates", [])
+    if len(hits) < 2:
+        return
+    first, second = hits[0], hits[1]
+    _note("The order is: records an exact identifier (id, ref, correlation or v<schema>/<id>) "
+          "names come first, as a partition of their own; within it and after it, the higher "
+          "score, then the newer event time. Relevance is reported for the caller, not ranked "
+          "on.")
+    if first["relevance"] < second["relevance"]:
+        _note(f"So {first['locator']} (relevance {first['relevance']:.3g}) ranks above "
+              f"{second['locator']} ({second['relevance']:.3g}): both are exact hits with score "
+              f"{first['local_score']:.3g}, and {first['event_time']} is the newer.")
 
 
 def _eventlog_part(client: Client) -> None:

@@ -62,6 +62,11 @@ class Progress:
                 f"{records:,} records  {records / elapsed:,.0f} rec/s  "
                 f"{rate / 1e6:.1f} MB/s  ETA {eta}")
 
+    def fraction(self, consumer: Any) -> float:
+        """How much of the stream is indexed, 0 to 1, as the line would draw it."""
+        done, start, total, _ = _counts(consumer, self.total)
+        return min((start + done) / total, 1.0) if total > 0 else 0.0
+
     def clear(self) -> None:
         """Erase the line, so what is written next (an error) starts a clean line."""
         if self.tty and self._drawn:

@@ -5,10 +5,14 @@
   events and ``app:`` / ``user:`` / session state in the log, ``temp:`` never
   persisted, bounded reads for ``GetSessionConfig``, and ADK's stale-session
   error from the log's ``expected_seq``.
+* :mod:`~streamd.adk.errors` - :class:`EventConflictError`, raised for an
+  event id already stored with other content (ADK has no error for it).
+* :mod:`~streamd.adk.codec` - how ADK's events, state, times and ids are stored.
 
 Importing this package imports ADK.
 """
 
+from streamd.adk.errors import EventConflictError
 from streamd.adk.session_service import StreamdSessionService
 
-__all__ = ["StreamdSessionService"]
+__all__ = ["EventConflictError", "StreamdSessionService"]

@@ -25,7 +25,6 @@ re-validating what the service itself wrote.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import enum
 import gc
 import types
@@ -38,31 +37,13 @@ import pydantic
 from google.adk.events.event import Event
 from pydantic_core import PydanticUndefined
 
-from streamd.eventlog.model import Event as LogEvent
-
 __all__ = [
-    "collector_paused", "copied", "event_from_json", "events_from_json", "log_event", "rebuild",
+    "collector_paused", "copied", "event_from_json", "events_from_json", "rebuild",
 ]
 
 _M = TypeVar("_M", bound=pydantic.BaseModel)
 
 _decode = msgspec.json.Decoder().decode
-
-
-def log_event(event: Event) -> LogEvent:
-    """The log's event for an ADK event: its content is the event's JSON."""
-    try:
-        when: _dt.datetime | None = _dt.datetime.fromtimestamp(event.timestamp, tz=_dt.UTC)
-    except (OverflowError, OSError, ValueError):
-        when = None  # outside what RFC 3339 holds: the exact value is in the content
-    return LogEvent(
-        id=event.id,
-        author=event.author,
-        content=msgspec.Raw(event.__pydantic_serializer__.to_json(event, exclude_none=True)),
-        branch=event.branch or "",
-        invocation_id=event.invocation_id,
-        timestamp=when,
-    )
 
 
 def event_from_json(content: bytes | msgspec.Raw) -> Event:

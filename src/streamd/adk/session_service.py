@@ -23,22 +23,31 @@ How ADK's session model maps onto the log, and why:
   since it was read raises ADK's ``StaleSessionError`` and writes nothing. A
   session built by hand (no marker) is checked the way ADK's database service
   checks one: it is current if its last event is the stored last event.
+* **Ids and times follow ADK's contract.** Session ids are stripped of
+  surrounding whitespace and a blank one is none (see
+  :func:`~streamd.adk.codec.session_id`); ``last_update_time`` is the log's
+  ``last_event_time``, the last event's timestamp, so the session
+  ``append_event`` returns equals the one read back.
 * **Bounded reads are the log's.** ``GetSessionConfig.num_recent_events`` is
   ``recent`` (0: no events), ``after_timestamp`` is ``after_time`` (events at or
   after it); both are index searches, so a resumed agent that asks for its last
   20 events pays for 20 whatever the session's length.
 * **Write-behind, when asked for.** Each ``append_event`` waits for its commit
-  by default: with ``synchronous=FULL`` that is an fsync per event, about 1.3 ms
-  on a laptop-class disk, so an agent loop appends at most some 700 events/s.
+  by default: with ``synchronous=FULL`` that is an fsync per event, which bounds
+  one agent loop's rate.
   ``write_behind=True`` queues the event (applied to the in-memory session at
   once) and returns; one task per session sends the queue as ordered,
   all-or-none ``eventlog/append_batch`` calls, so while one batch waits for its
   fsync the next gathers (group commit from the client's side). ADK's
   interface allows this: ``flush()`` is "flushes any buffered events", and
   ``Runner.close`` calls it. Reads of this service flush first (a runner reads
-  its own writes); a refusal (``StaleSessionError``, ``SessionNotFoundError``)
+  its own writes), and so does every ``create_session`` (a new session is read
+  with the ``app:`` and ``user:`` state earlier appends set); a refusal
+  (``StaleSessionError``, ``SessionNotFoundError``, ``EventConflictError``)
   drops what that session copy queued after the refused event and is raised by
-  the copy's next ``append_event``, or by ``flush``. Until ``flush`` returns,
+  the copy's next ``append_event``, or by ``flush``. Once everything a copy
+  queued is stored, its marker becomes the seq of the last, as after a durable
+  append. Until ``flush`` returns,
   a crash of this process loses what was queued, never what was acknowledged.
 * **Decoded events are cached by seq.** Rebuilding an ADK Event costs about 16 us
   (pydantic validation of the event and its genai Content), which for a
@@ -60,16 +69,15 @@ thread), starting the resident daemon if none runs.
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
 import threading
 import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import msgspec
-from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
@@ -79,51 +87,23 @@ from google.adk.sessions.base_session_service import (
     ListSessionsResponse,
 )
 from google.adk.sessions.session import Session
-from google.adk.sessions.state import State
-from pydantic_core import to_jsonable_python
 
 from streamd import errors
-from streamd.adk import convert
+from streamd.adk import codec, convert
+from streamd.adk.codec import RawEntry, RawSession
+from streamd.adk.errors import adk_error, stale_error
 from streamd.client import calls
 from streamd.client.asyncio_client import AsyncClient
 from streamd.client.protocol import Call
 from streamd.client.transport import START_TIMEOUT
 from streamd.errors import RpcError
-from streamd.eventlog.model import AppendParams, SessionKey, StateDelta
-from streamd.eventlog.model import Event as LogEvent
+from streamd.eventlog.model import AppendParams, SessionKey
 
 __all__ = ["StreamdSessionService"]
 
 DEFAULT_EVENT_CACHE = 20_000
 _SEEN_SESSIONS = 10_000
 _LIST_PAGE = 1000
-_STALE_MESSAGE = (
-    "the session was read at seq {expected} but has moved on to seq {last}: reload it"
-    " (get_session) before appending more events"
-)
-
-
-# What a load reads: the session's fields and each event's seq and content,
-# the content left as raw JSON so a cached event is never decoded twice.
-class _RawEvent(msgspec.Struct):
-    content: msgspec.Raw
-
-
-class _RawEntry(msgspec.Struct):
-    seq: int
-    event: _RawEvent
-
-
-class _RawSession(msgspec.Struct, kw_only=True):
-    session: str
-    state: dict[str, Any] | None
-    updated_at: _dt.datetime | None
-    last_seq: int
-    events: list[_RawEntry]
-    truncated: bool = False
-    next_seq: int | None = None
-    app_state: dict[str, Any] | None = None
-    user_state: dict[str, Any] | None = None
 
 
 class StreamdSessionService(BaseSessionService):
@@ -149,6 +129,7 @@ class StreamdSessionService(BaseSessionService):
         self._pipes: dict[tuple[str, str, str], _Pipeline] = {}
         self._owed: dict[str, int] = {}  # queued appends, by session copy (token)
         self._acked: dict[str, int] = {}  # the seq of each copy's last stored append
+        self._copies: dict[str, weakref.ref[Session]] = {}  # the copy of each token
         self._refused: dict[str, Exception] = {}  # a copy's refusal, raised at each append
         self._unreported: list[str] = []  # copies whose refusal no append has raised yet
         self._connect_args: dict[str, Any] = {
@@ -208,8 +189,12 @@ class StreamdSessionService(BaseSessionService):
         state: dict[str, Any] | None = None,
         session_id: str | None = None,
     ) -> Session:
+        session_id = codec.session_id(session_id)
         client = await self._client()
-        scopes = _split_state(state or {})
+        scopes = codec.split_state(state or {})
+        # The app's and the user's state the new session is read back with must
+        # include what appends queued before it set (write-behind).
+        await self._drain()
         try:
             created = await client.create_session(
                 app_name, user_id, session_id, scopes.session or {},
@@ -243,7 +228,29 @@ class StreamdSessionService(BaseSessionService):
         # Read our own writes: every session's, as their app and user state is
         # shared with this one.
         await self._drain()
-        return await self._load(client, app_name, user_id, session_id, recent, after)
+        stored_as = await self._stored_id(client, app_name, user_id, session_id)
+        if stored_as is None:
+            return None
+        return await self._load(client, app_name, user_id, stored_as, recent, after)
+
+    async def _stored_id(
+        self, client: AsyncClient, app_name: str, user_id: str, session_id: str
+    ) -> str | None:
+        """The id a session given as ``session_id`` is stored under: its
+        stripped form (see :func:`~streamd.adk.codec.session_id`), unless a
+        session was stored under the padded id itself (by a streamd before the
+        ids were stripped), which it still reaches. None: a blank id, no
+        session."""
+        stripped = codec.session_id(session_id)
+        if stripped is None or stripped == session_id:
+            return stripped
+        try:
+            await client.get_session(app_name, user_id, session_id, recent=0)
+        except RpcError as exc:
+            if errors.is_session_not_found(exc):
+                return stripped
+            raise
+        return session_id
 
     async def _load(
         self,
@@ -261,7 +268,7 @@ class StreamdSessionService(BaseSessionService):
         first read's ``last_seq`` so both reads describe one moment. A session
         not seen yet is read whole at once."""
         key = (app_name, user_id, session_id)
-        after_time = _time(after)
+        after_time = codec.utc(after)
         with self._lock:
             seen = self._cache_size > 0 and key in self._seen
         raw = await self._read(client, key, recent, after_time, 0, content=not seen)
@@ -291,18 +298,18 @@ class StreamdSessionService(BaseSessionService):
         client: AsyncClient,
         key: tuple[str, str, str],
         recent: int | None,
-        after_time: _dt.datetime | None,
+        after_time: datetime | None,
         after_seq: int,
         content: bool,
-    ) -> _RawSession | None:
+    ) -> RawSession | None:
         app_name, user_id, session_id = key
         call: Call[Any] | None = Call(
             "eventlog/sessions.get",
             calls.get_session(
                 app_name, user_id, session_id, recent=recent, after_time=after_time,
-                after_seq=after_seq, scoped_state=True, content=content,
+                after_seq=after_seq, scoped_state=True, content=content, event_time=True,
             ).params,
-            _RawSession,
+            RawSession,
         )
         whole = calls.SessionAssembler(call)
         try:
@@ -321,20 +328,20 @@ class StreamdSessionService(BaseSessionService):
             id=raw.session,
             app_name=app_name,
             user_id=user_id,
-            state=_merged(raw.state or {}, raw.app_state or {}, raw.user_state or {}),
+            state=codec.merged(raw.state or {}, raw.app_state or {}, raw.user_state or {}),
             events=events,
-            last_update_time=raw.updated_at.timestamp() if raw.updated_at else 0.0,
+            last_update_time=_update_time(raw),
         )
         session._storage_update_marker = str(raw.last_seq)
         return session
 
-    def _events(self, entries: list[_RawEntry]) -> list[Event]:
+    def _events(self, entries: list[RawEntry]) -> list[Event]:
         """The loaded session's events: cached ones copied, the rest decoded
         (outside the lock: decoding is the slow part) and cached."""
         with convert.collector_paused():
             return self._events_of(entries)
 
-    def _events_of(self, entries: list[_RawEntry]) -> list[Event]:
+    def _events_of(self, entries: list[RawEntry]) -> list[Event]:
         if self._cache_size <= 0:
             return convert.events_from_json(e.event.content for e in entries)
         cache = self._cache
@@ -367,7 +374,8 @@ class StreamdSessionService(BaseSessionService):
         after: SessionKey | None = None
         while True:
             page = await client.list_sessions(
-                app_name, user_id, limit=_LIST_PAGE, after=after, scoped_state=True
+                app_name, user_id, limit=_LIST_PAGE, after=after, scoped_state=True,
+                event_time=True,
             )
             users = page.user_states or {}
             for s in page.sessions:
@@ -382,7 +390,9 @@ class StreamdSessionService(BaseSessionService):
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         client = await self._client()
         await self._drain()
-        await client.delete_session(app_name, user_id, session_id)
+        stored_as = await self._stored_id(client, app_name, user_id, session_id)
+        if stored_as is not None:
+            await client.delete_session(app_name, user_id, stored_as)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         client = await self._client()
@@ -408,17 +418,17 @@ class StreamdSessionService(BaseSessionService):
                 session.app_name,
                 session.user_id,
                 session.id,
-                _log_event(event),
-                state_delta=_split_state(event.actions.state_delta if event.actions else {}),
+                codec.log_event(event),
+                state_delta=codec.split_state(event.actions.state_delta if event.actions else {}),
                 expected_seq=expected,
             )
         except RpcError as exc:
-            raise _adk_error(exc, session.id, expected) from None
+            raise adk_error(exc, session.id, expected) from None
         if result.duplicate and any(e.id == event.id for e in session.events):
             return event  # a re-delivery: stored and applied already
         if not result.duplicate or result.seq > expected:
             session._storage_update_marker = str(result.seq)
-        session.last_update_time = event.timestamp
+        session.last_update_time = codec.stored_time(event.timestamp)
         return self._commit_event_to_session(session, event)
 
     # -- write-behind --
@@ -433,25 +443,31 @@ class StreamdSessionService(BaseSessionService):
         stored at). So a copy that another writer overtook is still refused as
         stale, with everything it queued after, and nothing of it is merged."""
         marker = session._storage_update_marker
-        if marker is not None and marker.startswith(_PENDING):
-            token = marker[len(_PENDING):]
-            refused = self._refused.get(token)
-            if refused is not None:  # this copy is stale for good: reload it
-                if token in self._unreported:
-                    self._unreported.remove(token)
-                raise refused
-            expected: int | None = None if self._owed.get(token) else self._acked[token]
-        else:
+        token = marker[len(_PENDING):] if marker and marker.startswith(_PENDING) else None
+        refused = self._refused.get(token) if token is not None else None
+        if refused is not None:  # this copy is stale for good: reload it
+            if token in self._unreported:
+                self._unreported.remove(token)
+            raise refused
+        expected: int | None = None  # behind this copy's queued appends
+        if token is None or not self._owed.get(token):
+            # A copy whose appends are all stored carries their seq (_settle).
+            # One without such a marker is checked against storage: what this
+            # service queued for the session must be there first, or the
+            # copy's own events would make it look stale.
             token = uuid.uuid4().hex
+            if not (marker or "").isdigit():
+                await self._drain()
             expected = await self._expected_seq(client, session)
+            self._copies[token] = weakref.ref(session)
         if any(e.id == event.id for e in session.events):
             return event  # a re-delivery of an event this copy already holds
         params = AppendParams(
             app=session.app_name,
             user=session.user_id,
             session=session.id,
-            event=_log_event(event),
-            state_delta=_split_state(event.actions.state_delta if event.actions else {}),
+            event=codec.log_event(event),
+            state_delta=codec.split_state(event.actions.state_delta if event.actions else {}),
         )
         key = (session.app_name, session.user_id, session.id)
         pipe = self._pipes.get(key)
@@ -460,7 +476,7 @@ class StreamdSessionService(BaseSessionService):
         pipe.queue.append(_Queued(token, params, expected, len(_encode(params))))
         self._owed[token] = self._owed.get(token, 0) + 1
         session._storage_update_marker = _PENDING + token
-        session.last_update_time = event.timestamp
+        session.last_update_time = codec.stored_time(event.timestamp)
         self._commit_event_to_session(session, event)
         if pipe.task is None:
             pipe.task = asyncio.get_running_loop().create_task(self._send(pipe, client))
@@ -483,13 +499,28 @@ class StreamdSessionService(BaseSessionService):
                     # it: dropped, and the refusal raised at its next append.
                     pipe.queue = [q for q in pipe.queue if q.token != first.token]
                     self._owed[first.token] = 0
-                    self._refused[first.token] = _adk_error(exc, first.params.session, expected)
+                    self._acked.pop(first.token, None)
+                    self._copies.pop(first.token, None)
+                    self._refused[first.token] = adk_error(exc, first.params.session, expected)
                     self._unreported.append(first.token)
                     continue
                 self._acked[first.token] = results[-1].seq
                 self._owed[first.token] -= len(run)
+                if not self._owed[first.token]:
+                    self._settle(first.token)
         finally:
             pipe.task = None
+
+    def _settle(self, token: str) -> None:
+        """A copy's queued appends are all stored: its marker becomes the seq
+        of the last, as a durable append leaves it (so the copy equals the
+        session read back), and the token is forgotten."""
+        self._owed.pop(token, None)
+        seq = self._acked.pop(token)
+        ref = self._copies.pop(token, None)
+        copy = ref() if ref is not None else None
+        if copy is not None and copy._storage_update_marker == _PENDING + token:
+            copy._storage_update_marker = str(seq)
 
     async def _drain(self) -> None:
         """Wait until everything queued is sent (stored or refused)."""
@@ -519,10 +550,7 @@ class StreamdSessionService(BaseSessionService):
         mine = session.events[-1].id if session.events else None
         theirs = stored.events[-1].id if stored.events else None
         if mine != theirs:
-            raise StaleSessionError(
-                "the session has events in storage that this copy of it does not:"
-                " reload it (get_session) before appending more events"
-            )
+            raise stale_error(f"its last event is {mine!r}, storage's is {theirs!r}")
         return int(stored._storage_update_marker or 0)
 
 
@@ -567,18 +595,6 @@ class _Pipeline:
         return run
 
 
-def _adk_error(exc: RpcError, session_id: str, expected: int) -> Exception:
-    """The log's refusal of an append as the error ADK callers expect."""
-    if errors.is_stale_session(exc):
-        data = exc.data if isinstance(exc.data, dict) else {}
-        return StaleSessionError(
-            _STALE_MESSAGE.format(expected=expected, last=data.get("last_seq", "?"))
-        )
-    if errors.is_session_not_found(exc):
-        return SessionNotFoundError(f"Session {session_id} not found.")
-    return exc
-
-
 class _ListedSession:
     """A listed session in the shape :meth:`StreamdSessionService._session` reads."""
 
@@ -586,50 +602,14 @@ class _ListedSession:
         self.session = s.session
         self.state = s.state
         self.updated_at = s.updated_at
+        self.last_event_time = s.last_event_time
         self.last_seq = s.last_seq
         self.app_state = app_state
         self.user_state = user_state
 
 
-def _split_state(state: dict[str, Any]) -> StateDelta:
-    """ADK's prefixed keys as the log's scopes: ``app:`` and ``user:`` without
-    their prefix, ``temp:`` dropped (never persisted), the rest the session's;
-    values in their JSON form, as ADK's persistent services store them."""
-    app: dict[str, Any] = {}
-    user: dict[str, Any] = {}
-    session: dict[str, Any] = {}
-    for key, value in state.items():
-        if key.startswith(State.APP_PREFIX):
-            app[key.removeprefix(State.APP_PREFIX)] = value
-        elif key.startswith(State.USER_PREFIX):
-            user[key.removeprefix(State.USER_PREFIX)] = value
-        elif not key.startswith(State.TEMP_PREFIX):
-            session[key] = value
-    return StateDelta(
-        app=_jsonable(app) or None, user=_jsonable(user) or None, session=_jsonable(session) or None
-    )
-
-
-def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
-    if not values:
-        return values
-    return to_jsonable_python(values, serialize_unknown=True)
-
-
-def _merged(session: dict[str, Any], app: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(session)
-    for key, value in app.items():
-        merged[State.APP_PREFIX + key] = value
-    for key, value in user.items():
-        merged[State.USER_PREFIX + key] = value
-    return merged
-
-
-def _time(seconds: float | None) -> _dt.datetime | None:
-    if seconds is None:
-        return None
-    return _dt.datetime.fromtimestamp(seconds, tz=_dt.UTC)
-
-
-def _log_event(event: Event) -> LogEvent:
-    return convert.log_event(event)
+def _update_time(raw: Any) -> float:
+    """ADK's ``last_update_time``: the session's event time (its newest event's
+    timestamp, or its creation), else (a daemon before it was kept) its last write."""
+    when = raw.last_event_time or raw.updated_at
+    return when.timestamp() if when is not None else 0.0

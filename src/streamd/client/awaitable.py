@@ -130,12 +130,13 @@ class AwaitableCalls(Generic[L]):
         recent: int | None = None,
         after_time: _dt.datetime | None = None,
         scoped_state: bool = False,
+        event_time: bool = False,
     ) -> SessionWithEvents:
         """The session with its events, whole (an answer cut by the reply
         budget is continued)."""
         call: Call[SessionWithEvents] | None = calls.get_session(
             app, user, session, after_seq=after_seq, recent=recent, after_time=after_time,
-            scoped_state=scoped_state,
+            scoped_state=scoped_state, event_time=event_time,
         )
         whole = calls.SessionAssembler(call)
         while call is not None:

@@ -158,12 +158,15 @@ def get_session(
     after_time: _dt.datetime | None = None,
     scoped_state: bool = False,
     content: bool = True,
+    event_time: bool = False,
 ) -> Call[SessionWithEvents]:
     """One answer of at most 4 MiB: a session whose events do not fit is
-    ``truncated``; the clients' ``get_session`` methods continue it for you."""
+    ``truncated``; the clients' ``get_session`` methods continue it for you.
+    ``event_time`` adds the session's ``last_event_time``."""
     params = SessionGetParams(
         app=app, user=user, session=session, after_seq=after_seq, recent=recent,
         after_time=after_time, scoped_state=scoped_state, content=content,
+        event_time=event_time,
     )
     return Call("eventlog/sessions.get", params, SessionWithEvents)
 
@@ -175,12 +178,14 @@ def get_sessions(
     recent: int | None = None,
     after_time: _dt.datetime | None = None,
     scoped_state: bool = False,
+    event_time: bool = False,
 ) -> Call[SessionsResult]:
     keys = [
         k if isinstance(k, SessionKey) else SessionKey(user=k[0], session=k[1]) for k in sessions
     ]
     params = SessionsGetParams(
-        app=app, sessions=keys, recent=recent, after_time=after_time, scoped_state=scoped_state
+        app=app, sessions=keys, recent=recent, after_time=after_time, scoped_state=scoped_state,
+        event_time=event_time,
     )
     return Call("eventlog/sessions.get_many", params, SessionsResult)
 
@@ -192,9 +197,11 @@ def list_sessions(
     limit: int = DEFAULT_SINCE_LIMIT,
     after: SessionKey | None = None,
     scoped_state: bool = False,
+    event_time: bool = False,
 ) -> Call[SessionListResult]:
     params = SessionListParams(
-        app=app, user=user, limit=limit, after=after, scoped_state=scoped_state
+        app=app, user=user, limit=limit, after=after, scoped_state=scoped_state,
+        event_time=event_time,
     )
     return Call("eventlog/sessions.list", params, SessionListResult)
 

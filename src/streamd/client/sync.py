@@ -306,12 +306,13 @@ class Client:
         recent: int | None = None,
         after_time: _dt.datetime | None = None,
         scoped_state: bool = False,
+        event_time: bool = False,
     ) -> SessionWithEvents:
         """The session with its events, whole: an answer cut by the reply budget
         is continued (see :class:`~streamd.client.calls.SessionAssembler`)."""
         call: Call[SessionWithEvents] | None = calls.get_session(
             app, user, session, after_seq=after_seq, recent=recent, after_time=after_time,
-            scoped_state=scoped_state,
+            scoped_state=scoped_state, event_time=event_time,
         )
         whole = calls.SessionAssembler(call)
         while call is not None:

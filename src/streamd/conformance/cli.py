@@ -13,6 +13,7 @@ from pathlib import Path
 
 import trio
 
+from streamd.cliargs import INTERRUPTED, interrupted
 from streamd.conformance.driver import DEFAULT_TIMEOUT, CaseResult, record_case, verify_case
 from streamd.conformance.transcript import discover_cases
 
@@ -44,7 +45,7 @@ def main(argv: list[str]) -> int:
     """``streamd conformance {verify,record} ...``; argv excludes "conformance".
 
     Exit status: 0 when every case passed (or was recorded), 1 when any case
-    failed, 2 for a usage error.
+    failed, 2 for a usage error, 130 when interrupted (Ctrl-C).
     """
     if not argv or argv[0] not in ("verify", "record"):
         print(USAGE, file=sys.stderr)
@@ -109,7 +110,14 @@ def main(argv: list[str]) -> int:
         selected.append(available[name])
 
     recording = action == "record"
-    results = trio.run(_run_all, selected, command, args.timeout, recording)
+    try:
+        results = trio.run(_run_all, selected, command, args.timeout, recording)
+    except BaseException as exc:
+        # Ctrl-C: the adapter running is killed on the way out (the driver
+        # does it, shielded), and the cases already printed stand.
+        if not interrupted(exc):
+            raise
+        return INTERRUPTED
     failed = sum(not r.ok for r in results)
     done = len(results) - failed
     print(f"{done} {'recorded' if recording else 'passed'}, {failed} failed", flush=True)

@@ -18,13 +18,17 @@ Commands that only read refuse to create a log that does not exist: asking an
 empty path for history is far more often a wrong ``--db`` than a wish for an
 empty file. ``tail`` follows like ``tail -f`` (it prints the last ``-n`` entries,
 then new ones as they are committed, by this or any process) until Ctrl-C, which
-ends it with status 0.
+ends it with status 130 as it ends every command, or SIGTERM, a normal stop (0).
 
-Errors follow :mod:`streamd.cliargs`: one line ``streamd: ...``, exit 2 for a
-command line that cannot be read (values are checked as they are parsed, so the
-message names the flag, not the request field it becomes), 1 for what the log
-answers (a conflict, a session that does not exist, a file that cannot be
-created).
+``--json`` prints JSON Lines: one compact object per line, an entry per line for
+``since`` and ``tail``, one object with what the readable line says for the
+others (docs/cli.md has every shape).
+
+Errors follow :mod:`streamd.cliargs`: one line ``streamd: ...``; exit 1 when the
+session asked for does not exist, 2 for any other error, whether of the command
+line (values are checked as they are parsed, so the message names the flag, not
+the request field it becomes) or answered by the log (a conflict, a database
+that cannot be opened or created).
 """
 
 from __future__ import annotations
@@ -115,8 +119,9 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
     parser = cliargs.Parser(
         prog=prog, description="The durable event log, read and written in place.",
         epilog=f"One shape: {_SHAPE}, in every command that names one; the read "
-        "commands take the same flags as filters. Exit 0 success, 1 an error the log "
-        "reports, 2 a usage error.",
+        "commands take the same flags as filters. Exit 0 success, 1 the session asked for "
+        "does not exist, 2 an error, 130 interrupted (tail: Ctrl-C; SIGTERM ends it with 0). "
+        "--json prints JSON Lines, one compact object per line.",
     )
     parser.add_argument("--db", default=None, metavar="DB",
                         help="event log database: a file path, a postgresql:// URL or a"
@@ -138,8 +143,9 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
     g = p.add_argument_group("the event")
     g.add_argument("--author", required=True, help="who wrote it (user, agent, a tool...)")
     content = g.add_mutually_exclusive_group()
-    content.add_argument("--text", help="content as a plain string")
-    content.add_argument("--content", metavar="JSON", help="content as JSON")
+    content.add_argument("--text", help="content as a plain string (this or --content)")
+    content.add_argument("--content", metavar="JSON", help="content as JSON, such as "
+                         "'{\"text\": \"hi\"}' (this or --text)")
     g.add_argument("--id", type=nonempty, help="event id, which makes a retry safe "
                    "(default: a new random id)")
     g.add_argument("--branch", default="", help="branch label (default: none)")
@@ -154,7 +160,7 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
     p.add_argument("--from", dest="from_seq", type=count, default=0, metavar="SEQ",
                    help="print entries after SEQ (default 0: from the start)")
     p.add_argument("--limit", type=positive, metavar="N", help="stop after N entries")
-    p.add_argument("--full", action="store_true", help="do not shorten long content")
+    _no_truncate(p)
     _filters(p)
 
     p = command(sub, "tail", "print the newest entries, then follow (Ctrl-C ends it)",
@@ -166,7 +172,7 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
     p.add_argument("--watch-interval-ms", type=positive, default=argparse.SUPPRESS,
                    metavar="MS", help="how often to poll for other processes' appends "
                    "without inotify (default 200)")
-    p.add_argument("--full", action="store_true", help="do not shorten long content")
+    _no_truncate(p)
     _filters(p)
 
     p = command(sub, "branches", "list distinct branch labels", parents=[common])
@@ -183,7 +189,7 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
     q.add_argument("--after-seq", type=count, default=0, metavar="SEQ",
                    help="only events after SEQ (default 0)")
     q.add_argument("--recent", type=positive, metavar="N", help="only the newest N events")
-    q.add_argument("--full", action="store_true", help="do not shorten long content")
+    _no_truncate(q)
     q = command(ss, "create", "create a session (an id is made up unless --session)",
                 parents=[common], hint=_SHAPE)
     _address(q, app=True, user=True, session=False,
@@ -207,6 +213,13 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
     return parser
 
 
+def _no_truncate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-truncate", action="store_true",
+                   help=f"print long content whole (default: cut at {_CONTENT_WIDTH} "
+                   "characters); --json never cuts")
+    cliargs.renamed(p, "--full", "--no-truncate")
+
+
 def _address_list(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("the sessions")
     g.add_argument("--app", type=nonempty, required=True, help="the application name")
@@ -220,6 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     if "watch_interval_ms" in vars(args) and args.log_command != "tail":
         return cliargs.fail("--watch-interval-ms applies to log tail only", 2)
+    if args.log_command == "append" and args.text is None and args.content is None:
+        # An event without content is legal on the wire, but from a person it
+        # is a forgotten flag far more often than a wish.
+        return cliargs.fail("log append needs the event's content: --text TEXT or "
+                            "--content JSON (see 'streamd log append --help')", 2)
     # Before anything opens: a password on the command line is in ps now, and
     # a database string that names nothing served must not become a file.
     if (refused := dbtarget.usage_error(args.db)) is not None:
@@ -238,11 +256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    follow = args.log_command == "tail"
     try:
         return trio.run(_dispatch, args)
     except BaseException as exc:  # every way out is one line, or a status
-        return _ended(_unwrap(exc), args, follow)
+        return _ended(_unwrap(exc), args)
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -252,15 +269,14 @@ def _unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
-def _ended(exc: BaseException, args: argparse.Namespace, follow: bool) -> int:
+def _ended(exc: BaseException, args: argparse.Namespace) -> int:
     if isinstance(exc, cliargs.UsageError):
         return cliargs.fail(str(exc), 2)
     if isinstance(exc, RpcError):
-        message, code = _human(exc)
+        message, code = _human(exc, args.db)
         return cliargs.fail(message, code)
-    if isinstance(exc, KeyboardInterrupt):
-        # tail is meant to be stopped this way; a one-shot command was interrupted.
-        return 0 if follow else 130
+    if cliargs.interrupted(exc):
+        return cliargs.INTERRUPTED
     if isinstance(exc, BrokenPipeError):
         # The reader went away (`| head`): not an error. Point stdout at /dev/null
         # so the interpreter's final flush does not complain.
@@ -271,7 +287,7 @@ def _ended(exc: BaseException, args: argparse.Namespace, follow: bool) -> int:
         path = dbtarget.describe(args.db)
         where = f" ({exc.filename})" if exc.filename and str(exc.filename) != path else ""
         return cliargs.fail(f"cannot create the event log {path}: {exc.strerror or exc}"
-                            f"{where}; give --db a path you can write")
+                            f"{where}; give --db a path you can write", 2)
     raise exc
 
 
@@ -282,20 +298,24 @@ _FLAG_OF = {
     "limit": "--limit", "after_seq": "--after-seq", "recent": "--recent",
     "parent": "--tree", "branch": "--branch", "state": "--state",
 }
-def _human(exc: RpcError) -> tuple[str, int]:
+def _human(exc: RpcError, db: str | None = None) -> tuple[str, int]:
     """An error of the log said the way a person would, and its exit status.
 
     The wire's vocabulary stays out: no code names, no ``$.path``; a value
-    the log refused is named by its flag (and is a usage error)."""
+    the log refused is named by its flag (and is a usage error); a fault of
+    the database names it (``db``: the flag as given)."""
+    if (named := dbtarget.named_in(exc.message, db)) != exc.message:
+        return named, 2
     if is_session_not_found(exc) and isinstance(exc.data, dict):
         d = exc.data
-        return f"session {d.get('app')}/{d.get('user')}/{d.get('session')} not found", 1
+        return (f"session {d.get('app')}/{d.get('user')}/{d.get('session')} not found",
+                cliargs.NOT_FOUND)
     if exc.code == INVALID_PARAMS and isinstance(exc.data, dict) and "session" in exc.data:
         d = exc.data  # sessions create of one that exists
-        return f"session {d.get('app')}/{d.get('user')}/{d.get('session')} already exists", 1
+        return f"session {d.get('app')}/{d.get('user')}/{d.get('session')} already exists", 2
     if exc.code == INVALID_PARAMS and cliargs.names_a_field(exc.message):
         return cliargs.said_of_flag(exc.message, _FLAG_OF), 2
-    return exc.message, 1
+    return exc.message, 2
 
 
 _READS = {"since", "tail", "branches", "locks", "boots", "ping"}
@@ -331,10 +351,9 @@ def _json(value: Any) -> None:
 
 
 async def _append(log: EventLog, args: argparse.Namespace) -> int:
-    content: Any = None
     if args.content is not None:
-        content = _parse_json(args.content, "--content")
-    elif args.text is not None:
+        content: Any = _parse_json(args.content, "--content")
+    else:
         content = args.text
     metadata = dict(_key_value(kv) for kv in args.meta) or None
     event = Event(
@@ -377,18 +396,24 @@ async def _tail(log: EventLog, args: argparse.Namespace) -> int:
     else:
         oldest_shown = await log.nth_newest_seq(args.lines - 1, flt)
         start = oldest_shown - 1 if oldest_shown else 0
+    got: list[int] = []
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_on_signal, signals, nursery.cancel_scope)
+            nursery.start_soon(_cancel_on_signal, signals, nursery.cancel_scope, got)
             async with log.watch(start, flt) as watch:
                 async for entry in watch:
                     _print_entry(entry, args)
                     sys.stdout.flush()
-    return 0
+    # Ctrl-C is how a person ends it (130, as for every command); SIGTERM is
+    # how a supervisor stops it, a normal end.
+    return cliargs.INTERRUPTED if got == [signal.SIGINT] else 0
 
 
-async def _cancel_on_signal(signals: Any, scope: trio.CancelScope) -> None:
-    async for _ in signals:
+async def _cancel_on_signal(signals: Any, scope: trio.CancelScope, got: list[int]) -> None:
+    # Received here, closing the log on the way out, rather than as a
+    # KeyboardInterrupt that could land anywhere.
+    async for signum in signals:
+        got.append(signum)
         scope.cancel()
         return
 
@@ -435,7 +460,8 @@ async def _sessions(log: EventLog, args: argparse.Namespace) -> int:
         await log.get_session(args.app, args.user, args.session, recent=1)
         await log.delete_session(args.app, args.user, args.session)
         if args.json:
-            _json({})
+            _json({"deleted": True, "app": args.app, "user": args.user,
+                   "session": args.session})
         else:
             _out(f"deleted {args.app}/{args.user}/{args.session}")
     return 0
@@ -465,22 +491,17 @@ async def _boots(log: EventLog, args: argparse.Namespace) -> int:
 
 async def _ping(log: EventLog, args: argparse.Namespace) -> int:
     await log.ping()
+    latest = await log.latest_seq()
     if args.json:
-        _json({})
+        _json({"ok": True, "db": log.where, "latest_seq": latest})
     else:
-        _out(f"ok: {log.where} (latest seq {await log.latest_seq()})")
+        _out(f"ok: {log.where} (latest seq {latest})")
     return 0
 
 
 _COMMANDS: dict[str, Callable[[EventLog, argparse.Namespace], Awaitable[int]]] = {
-    "append": _append,
-    "since": _since,
-    "tail": _tail,
-    "branches": _branches,
-    "sessions": _sessions,
-    "locks": _locks,
-    "boots": _boots,
-    "ping": _ping,
+    "append": _append, "since": _since, "tail": _tail, "branches": _branches,
+    "sessions": _sessions, "locks": _locks, "boots": _boots, "ping": _ping,
 }
 
 
@@ -546,7 +567,7 @@ def _print_entry(entry: Entry, args: argparse.Namespace) -> None:
     _out(
         f"{entry.seq:>7}  {_when(ev.timestamp)}  "
         f"{entry.app}/{entry.user}/{entry.session}{branch}  "
-        f"{ev.author}: {_content(ev.content, getattr(args, 'full', False))}{meta}"
+        f"{ev.author}: {_content(ev.content, getattr(args, 'no_truncate', False))}{meta}"
     )
 
 

@@ -341,3 +341,16 @@ def describe(value: str | os.PathLike[str] | None, env: Mapping[str, str] | None
         return resolve(value, env).description
     except DbTargetError as exc:
         return f"(not usable: {exc})"
+
+
+_UNNAMED = "event log database error: "
+
+
+def named_in(message: str, value: str | os.PathLike[str] | None) -> str:
+    """A store's message about a fault of its database, with the database named
+    (``value`` as :func:`describe` takes it): the store's words leave that to
+    the caller, and a person at the command line needs to know which one."""
+    if not message.startswith(_UNNAMED):
+        return message
+    return f"event log database {describe(value)}: {message.removeprefix(_UNNAMED)}"
+

@@ -6,7 +6,7 @@ beside a running daemon if there is one, and refuse a path that holds no log
 (they never create one). Restoring is not a command: it is stop the daemon,
 put the file in place, start it (docs/operations.md says why and how).
 
-Exit status. backup: 0 the copy is complete and checked, 1 it could not be
+Exit status. backup: 0 the copy is complete and checked, 2 it could not be
 made (nothing is left at DEST). verify: 0 no problem found, 1 problems found
 (one per line on stdout), 2 the check could not run (no log there, an
 unreadable file, a server that cannot be reached).
@@ -51,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
             return _backup(path, args)
         return _verify(path, args)
     except RpcError as exc:
-        return cliargs.fail(exc.message, 1 if args.log_command == "backup" else 2)
+        from streamd.eventlog import dbtarget
+
+        return cliargs.fail(dbtarget.named_in(exc.message, args.db), cliargs.ERROR)
 
 
 def _backup(path: Path | str, args: argparse.Namespace) -> int:
@@ -60,7 +62,7 @@ def _backup(path: Path | str, args: argparse.Namespace) -> int:
             f"the event log is in PostgreSQL ({db_description(path)}): back it up with"
             " PostgreSQL's own tool, for example\n"
             "  pg_dump --format=custom --schema=streamd --file=events.dump 'DBNAME-OR-URL'\n"
-            "and restore it with pg_restore (see docs/operations.md)", 1)
+            "and restore it with pg_restore (see docs/operations.md)", cliargs.ERROR)
     from streamd.eventlog.store import backup
 
     store = _open_sqlite(path)

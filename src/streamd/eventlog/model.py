@@ -407,7 +407,7 @@ class SessionCreateParams(Params, kw_only=True):
     transaction that creates the session."""
 
 
-class Session(Result, kw_only=True):
+class Session(Result, kw_only=True, omit_defaults=True):
     """``state``, ``created_at`` and ``updated_at`` are null only for a damaged
     row (see the module docstring); they always have a value otherwise.
 
@@ -422,6 +422,12 @@ class Session(Result, kw_only=True):
     created_at: _dt.datetime | None
     updated_at: _dt.datetime | None
     last_seq: int
+    last_event_time: _dt.datetime | None = None
+    """The timestamp of the session's newest event (its creation time before
+    the first), where ``updated_at`` is the daemon's clock at its last write:
+    what a framework orders sessions by. History like ``last_seq``. Sent only
+    to a caller that asks (``event_time: true``), so the wire of every other
+    caller stays as it was; the Python API always has it."""
 
 
 class SessionWithEvents(Session, kw_only=True, omit_defaults=True):
@@ -459,6 +465,8 @@ class SessionGetParams(Params, kw_only=True):
     scoped_state: bool = False
     """Also return the app's and the user's state (``app_state``,
     ``user_state``), read in the same snapshot as the session."""
+    event_time: bool = False
+    """Also return the session's ``last_event_time``."""
     content: bool = True
     """False: every event comes with its content null, for a client that keeps
     decoded events by seq (a seq names one stored event forever) and asks for
@@ -487,6 +495,8 @@ class SessionListParams(Params, kw_only=True):
     after: SessionKey | None = None
     scoped_state: bool = False
     """Also return the app's state and the state of each user on the page."""
+    event_time: bool = False
+    """Also return each session's ``last_event_time``."""
 
 
 class SessionListResult(Result, omit_defaults=True):
@@ -512,6 +522,7 @@ class SessionsGetParams(Params, kw_only=True):
     recent: Seq | None = None
     after_time: UtcTime | None = None
     scoped_state: bool = False
+    event_time: bool = False
 
 
 class SessionsResult(Result):

@@ -54,6 +54,7 @@ import inspect
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import msgspec
 import trio
@@ -116,6 +117,15 @@ ENTRY_NOTIFICATION = "eventlog/entry"
 LOCK_LOST_NOTIFICATION = "eventlog/lock_lost"
 
 LogFactory = Callable[[], EventLog | Awaitable[EventLog]]
+
+_S = TypeVar("_S", bound=Session)
+
+
+def _event_time(session: _S, wanted: bool) -> _S:
+    """``session`` as sent: without its ``last_event_time`` unless ``wanted``."""
+    if wanted or session.last_event_time is None:
+        return session
+    return msgspec.structs.replace(session, last_event_time=None)
 
 
 class _Service:
@@ -237,21 +247,31 @@ class _Service:
 
     # -- sessions --
 
+    # A session's last_event_time goes out only to a caller that asked for it
+    # (event_time: true): the answers every other caller gets keep their keys.
+
     async def sessions_create(self, p: SessionCreateParams, request: Request) -> Session:
-        return await (await self.log()).create_session_params(p)
+        return _event_time(await (await self.log()).create_session_params(p), False)
 
     async def sessions_get(self, p: SessionGetParams, request: Request) -> SessionWithEvents:
-        return await (await self.log()).get_session_params(
+        got = await (await self.log()).get_session_params(
             p, max_bytes=REPLY_BUDGET_BYTES, encoded=True
         )
+        return _event_time(got, p.event_time)
 
     async def sessions_get_many(self, p: SessionsGetParams, request: Request) -> SessionsResult:
-        return await (await self.log()).get_sessions_params(
+        got = await (await self.log()).get_sessions_params(
             p, max_bytes=REPLY_BUDGET_BYTES, encoded=True
         )
+        if not p.event_time:
+            got.sessions = [_event_time(s, False) for s in got.sessions]
+        return got
 
     async def sessions_list(self, p: SessionListParams, request: Request) -> SessionListResult:
-        return await (await self.log()).list_sessions_params(p)
+        got = await (await self.log()).list_sessions_params(p)
+        if not p.event_time:
+            got.sessions = [_event_time(s, False) for s in got.sessions]
+        return got
 
     async def sessions_delete(self, p: SessionDeleteParams, request: Request) -> Empty:
         await (await self.log()).delete_session_params(p)

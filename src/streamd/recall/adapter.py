@@ -10,9 +10,11 @@ State rules (the reference's, kept here so the Trio layer can stay thin):
   consumes no id.
 * A build is needed when there is no generation yet, when ``full`` is asked,
   or when any configured file's size differs from its cursor (or it vanished
-  or appeared). The incremental path appends only the bytes after each
-  cursor; a file shorter than its cursor (or gone after being read) was
-  rewritten, and the build starts over from nothing.
+  or appeared), or it was rewritten. The incremental path appends only the
+  bytes after each cursor; a file shorter than its cursor (or gone after
+  being read), or whose consumed bytes changed at either end (checked at
+  every catch-up) or under a line read back for an answer, was rewritten,
+  and the build starts over from nothing (``changes``).
 * Records first, then the checkpoint: a build's segments and manifest are
   saved in the workdir (``durable``), then ``cursor.json``. Failing to write
   either never fails a request; health reports ``checkpoint_unwritable``
@@ -51,8 +53,10 @@ from streamd.errors import (
 )
 from streamd.golang import gotime
 from streamd.golang.quote import quote
+from streamd.recall.changes import Change, change, needs_fingerprint
 from streamd.recall.index import parallel, streamfile
 from streamd.recall.index.build import Consumer
+from streamd.recall.index.fingerprint import fingerprint
 from streamd.recall.index.index import Index, View
 from streamd.recall.index.parallel import Step
 from streamd.recall.index.streamfile import Cursor, Span
@@ -144,6 +148,9 @@ class Generation:
     rewritten: bool
     # Set on a prefix published while its build goes on: how far it has come.
     indexing: Progress | None = None
+    # Each read file's consumed bytes, summed up (``fingerprint``), as of the
+    # build: what every catch-up compares against (``changes``).
+    prints: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -165,32 +172,6 @@ class Generation:
     def watermark(self) -> str:
         latest = None if self.latest == gotime.ZERO_TIME else self.latest
         return render.watermark(self.consumed, self.indexed, latest)
-
-
-def _changed(paths: list[str], cursors: list[Cursor]) -> bool:
-    """Whether any file differs from its cursor. Every file is checked: the
-    reference stops at the first missing one, hiding appends behind it."""
-    by_path = {c.path: c for c in cursors}
-    for path in paths:
-        size = streamfile.file_size(path)
-        cur = by_path.get(path)
-        if size is None:
-            if cur is None or not cur.missing:
-                return True
-        elif cur is None or size != cur.offset:
-            return True
-    return False
-
-
-def _shrank(paths: list[str], cursors: dict[str, Cursor]) -> bool:
-    for path in paths:
-        cur = cursors.get(path)
-        if cur is None or cur.offset == 0:
-            continue
-        size = streamfile.file_size(path)
-        if size is None or size < cur.offset:
-            return True
-    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +254,10 @@ class StreamAdapter:
         self.snap: Generation | None = None
         self.checkpoint_failed = False
         self.saved_at = 0  # clock at the last save attempt
+        # Files found rewritten since the published generation (by a catch-up's
+        # fingerprints or by a line read back for an answer): the next build
+        # starts over. Replaced, never mutated: the build reads it in its thread.
+        self.suspect: frozenset[str] = frozenset()
         # Set (from any thread) to have the running build publish the prefix it
         # has read at its next step; on_publish runs (in the build's thread)
         # once it has.
@@ -315,7 +300,28 @@ class StreamAdapter:
     # building
 
     def needs_build(self, full: bool) -> bool:
-        return self.snap is None or full or _changed(self.paths, self.snap.files)
+        """Whether a catch-up must build: no generation yet, ``full`` asked,
+        or a file changed (see ``changes``; every file is checked, where the
+        reference stops at the first missing one). A file found rewritten is
+        remembered, so the build starts over from nothing."""
+        if self.snap is None or full or self.suspect:
+            return True
+        changed = self.changes(self.snap)
+        rewritten = {path for path, what in changed.items() if what is Change.REWRITTEN}
+        if rewritten:
+            self.suspect = self.suspect | rewritten
+        return any(what is not Change.NONE for what in changed.values())
+
+    def changes(self, snap: Generation) -> dict[str, Change]:
+        """What became of each file since ``snap`` read it (a stat, and the
+        two ends of the consumed bytes of each file read)."""
+        by_path = {c.path: c for c in snap.files}
+        out = {}
+        for path in self.paths:
+            cur, size = by_path.get(path), streamfile.file_size(path)
+            now = fingerprint(path, cur.offset) if cur and needs_fingerprint(cur, size) else ""
+            out[path] = change(cur, size, snap.prints.get(path, ""), now)
+        return out
 
     def build(self, full: bool) -> Generator[Step, None, Generation]:
         """Build and publish the next generation, yielding between steps.
@@ -357,7 +363,9 @@ class StreamAdapter:
         prev = self.snap if not full and not full_from_disk else None
         cursors: dict[str, Cursor] = {c.path: c for c in prev.files} if prev else {}
         check = cursors or {c.path: c for c in self.prior.files}
-        rewritten = _shrank(self.paths, check)
+        rewritten = bool(self.suspect) or any(
+            change(check.get(path), streamfile.file_size(path)) is Change.REWRITTEN
+            for path in self.paths)
         index, latest = None, gotime.ZERO_TIME
         if prev is not None and not rewritten:
             index, latest = prev.view.index, prev.latest
@@ -401,7 +409,10 @@ class StreamAdapter:
         """Publish the next generation: records first, then the checkpoint.
         ``indexing`` marks a prefix published while its build goes on."""
         view = index.view(merge=indexing is None)
-        durable = self.save_index(view, files, latest)
+        prints = {c.path: fingerprint(c.path, c.offset) for c in files if c.offset}
+        durable = self.save_index(view, files, latest, prints)
+        if rewritten:
+            self.suspect = frozenset()  # this build started over: it read them anew
         snap = Generation(
             gen=self.gen + 1,
             view=view,
@@ -413,6 +424,7 @@ class StreamAdapter:
             missing=[os.path.basename(c.path) for c in files if c.missing],
             rewritten=rewritten,
             indexing=indexing,
+            prints=prints,
         )
         self.snap, self.gen = snap, snap.gen
         self._checkpoint(snap, durable)
@@ -449,17 +461,18 @@ class StreamAdapter:
         index.truncate(snap.view.n)
         index.flush()
         snap.view = View(index, snap.view.n, index.segments)
-        self._checkpoint(snap, self.save_index(snap.view, snap.files, snap.latest))
+        self._checkpoint(snap, self.save_index(snap.view, snap.files, snap.latest, snap.prints))
 
-    def save_index(self, view: View, files: list[Cursor], latest: int) -> bool:
+    def save_index(self, view: View, files: list[Cursor], latest: int,
+                   prints: dict[str, str] | None = None) -> bool:
         """Records first: the segments (written as they were sealed, or by
-        the flush at publication) and the manifest naming them. True if the
-        index is durable."""
+        the flush at publication) and the manifest naming them (with the
+        files' ``prints`` when known). True if the index is durable."""
         self.saved_at = self.clock()
         if self.durable is None or not view.on_disk:
             return False
         try:
-            self.durable.save(view.segments, files, view.index.kinds, latest, view.n)
+            self.durable.save(view.segments, files, view.index.kinds, latest, view.n, prints)
         except OSError:
             return False
         return True
@@ -498,9 +511,12 @@ class StreamAdapter:
             or parsed.id != index.ids[rec]
             or parsed.schema != index.column("schema", rec)
         ):
-            name = os.path.basename(self.paths[index.column("file", rec)])
+            path = self.paths[index.column("file", rec)]
+            # So that the refresh asked for starts over (see ``changes``).
+            self.suspect = self.suspect | {path}
             raise RpcError(
-                SOURCE_UNAVAILABLE, f"{name} changed under the index; refresh and retry"
+                SOURCE_UNAVAILABLE,
+                f"{os.path.basename(path)} changed under the index; refresh and retry",
             )
         parsed.observed_at = index.observed_at(rec)
         return parsed

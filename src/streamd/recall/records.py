@@ -177,7 +177,7 @@ def _pairs_slow(line: bytes) -> list[tuple[str, Any, bool]]:
     if text.startswith("null", i) and _WS.match(text, i + 4).end() == len(text):
         return []  # Go leaves the record as it was: empty
     if not text.startswith("{", i):
-        raise LineError("not a JSON object")
+        raise LineError(_not_an_object(text, decoded=False))
     out: list[tuple[str, Any, bool]] = []
     i = _WS.match(text, i + 1).end()
     if text.startswith("}", i):
@@ -202,6 +202,23 @@ def _pairs_slow(line: bytes) -> list[tuple[str, Any, bool]]:
     if _WS.match(text, i).end() != len(text):
         raise LineError("not JSON: data after the object")
     return out
+
+
+_KINDS = ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a string"),
+          (list, "an array"))
+
+
+def _not_an_object(line: Any, *, decoded: bool) -> str:
+    """What a line that is not a record's object is instead: ``line`` is its
+    value, or (not ``decoded``) its text. For people: a failed line's reason
+    is only ever shown, never compared."""
+    if not decoded:
+        try:
+            line = json.loads(line)
+        except (ValueError, RecursionError):
+            return "not JSON"
+    kind = next((said for t, said in _KINDS if isinstance(line, t)), "a JSON value")
+    return f"{kind}, not a JSON object"
 
 
 def _clean(value: Any) -> Any:
@@ -231,7 +248,7 @@ def _pairs(line: bytes) -> tuple[list[tuple[str, Any, bool]] | dict[str, Any], b
     if value is None:
         return [], True
     if not isinstance(value, dict):
-        raise LineError("not a JSON object")
+        raise LineError(_not_an_object(value, decoded=True))
     canonical = value.keys() <= _KNOWN
     known = list(value) if canonical else [k for k in value if fold(k) in _KNOWN]
     if (not canonical and len({fold(k) for k in known}) != len(known)) or any(
@@ -369,11 +386,14 @@ def parse_line(line: bytes) -> Record:
         fields = _gather(line)
     schema = fields.get("schema", 0)
     if not MIN_SCHEMA <= schema <= MAX_SCHEMA:
-        raise LineError(f"unsupported schema version {schema}")
+        # The reasons are for people (``streamd check``); the wire only counts.
+        if "schema" not in fields:
+            raise LineError('record needs a "schema" (1 or 2)')
+        raise LineError(f"schema {schema} is not read (only schemas 1 and 2 are)")
     event_time = fields.get("event_time", gotime.ZERO_TIME)
     record_id = fields.get("id", "")
     if not record_id or event_time == gotime.ZERO_TIME:
-        raise LineError("record needs an id and an event_time")
+        raise LineError(_lacking(record_id, fields))
     if not gotime.printable(event_time):
         # Deliberate difference: the reference indexes it and then fails
         # every search that would return it.
@@ -396,6 +416,18 @@ def parse_line(line: bytes) -> Record:
         actor=fields.get("actor", "") if v2 else "",
         revision=fields.get("revision", ""),
     )
+
+
+def _lacking(record_id: str, fields: dict[str, Any]) -> str:
+    """Which of a record's two required fields a line lacks, said of it."""
+    lacks = []
+    if not record_id:
+        lacks.append("an id" if "id" not in fields else 'an id (its "id" is empty)')
+    if fields.get("event_time", gotime.ZERO_TIME) == gotime.ZERO_TIME:
+        # Go's zero time is how the reference tells an unset time: given, it is unset.
+        lacks.append("an event_time" if "event_time" not in fields
+                     else "an event_time (0001-01-01T00:00:00Z counts as none)")
+    return f"record needs {' and '.join(lacks)}"
 
 
 def field_tokens(rec: Record) -> tuple[list[str], list[str], list[str]]:

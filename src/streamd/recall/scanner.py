@@ -22,6 +22,7 @@ import trio
 from streamd.errors import INTERNAL_ERROR, RpcError
 from streamd.recall.adapter import Generation, StreamAdapter
 from streamd.recall.index.parallel import drive
+from streamd.recall.reserve import AnswerReserve
 
 log = logging.getLogger("streamd.recall")
 
@@ -47,13 +48,10 @@ async def to_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
 
 
-# What a request keeps of its deadline for itself when the build it waits for
-# runs long: it then asks the build for the prefix read so far (published at
-# the build's next step, within half a second) and answers from that.
-ANSWER_MARGIN = 1.0
-# How long before its deadline a request stops waiting for the prefix it asked
-# for and answers from the generation published before it.
-LAST_MOMENT = 0.25
+# What a request leaves the running build, on top of what it keeps for its
+# answer (``reserve``), to publish the prefix it asks for: the build publishes
+# at its next step, within a tenth of a second on either path.
+PUBLISH_ALLOWANCE = 0.75
 # How long a health probe waits for a running build before it reports on it.
 HEALTH_PATIENCE = 1.0
 # How long a stopped build gets to close (save its progress, kill its
@@ -65,9 +63,10 @@ class Scanner:
     """The only task that builds a source's generations.
 
     Builds belong to the scanner, never to a request: a request waits for
-    the build only as long as its own deadline allows (less
-    ``ANSWER_MARGIN``), and a request that gives up, or is cancelled, leaves
-    the build running for the next one. A request that runs out of patience
+    the build only as long as its own deadline allows (less what it keeps for
+    its answer, learnt from the answers before it: ``reserve``, and
+    ``PUBLISH_ALLOWANCE``), and a request that gives up, or is cancelled,
+    leaves the build running for the next one. A request that runs out of patience
     during a long build is answered from a prefix the build publishes on
     demand (coverage partial, with how far indexing has come), so a fresh big
     stream answers honestly within Recall's 5 s health probe instead of
@@ -84,23 +83,31 @@ class Scanner:
         # the end of a round.
         self._published = trio.Event()
         self.builds = 0
+        # What the answers from this source's generations take; the requests
+        # that say so (``answered``) are the source's, whichever connection.
+        self.reserve = AnswerReserve()
+
+    def answered(self, seconds: float) -> None:
+        """A request answered from a generation in ``seconds`` once it had it."""
+        self.reserve.observe(seconds)
 
     async def current(
         self, full: bool = False, save: bool = False, deadline: float = math.inf
     ) -> Generation:
         """A generation that has consumed every complete line the files hold,
         or, once ``deadline`` (Trio time) is near, a prefix of the running build."""
-        ask = await self._ask(full, save, deadline - ANSWER_MARGIN)
+        keep = self.reserve.seconds
+        ask = await self._ask(full, save, deadline - keep - PUBLISH_ALLOWANCE)
         while not ask.done.is_set():
             # Still building: have the build publish what it has read, then
             # answer from that. A build that cannot get to its next step in
             # time (a progress save's fsync on a loaded disk, say) must not
-            # cost the answer: at the last moment the generation published
-            # before, if any, answers instead.
+            # cost the answer: with what the answer needs of the deadline
+            # still left, the generation published before, if any, answers.
             published = self._published
             self.adapter.publish_requested.set()
-            log.debug("asked the running build for a prefix")
-            with trio.move_on_at(deadline - LAST_MOMENT) as late:
+            log.debug("asked the running build for a prefix (keeping %.2f s to answer)", keep)
+            with trio.move_on_at(deadline - keep) as late:
                 await published.wait()
             snap = self.adapter.snap
             if not ask.done.is_set() and snap is not None:
@@ -116,11 +123,12 @@ class Scanner:
 
     async def settled(self, deadline: float = math.inf) -> Generation | None:
         """For a probe: the caught-up generation if the build finishes within
-        ``HEALTH_PATIENCE`` (and the deadline's margin), else None at once: a
+        ``HEALTH_PATIENCE`` (and the deadline's margins), else None at once: a
         probe reports on the build, it does not wait for it, because Recall
         computes a search's deadline before its probe and a probe that waits
         spends the search's budget."""
-        ask = await self._ask(False, False, min(deadline - ANSWER_MARGIN,
+        margin = self.reserve.seconds + PUBLISH_ALLOWANCE
+        ask = await self._ask(False, False, min(deadline - margin,
                                                 trio.current_time() + HEALTH_PATIENCE))
         if not ask.done.is_set():
             return None

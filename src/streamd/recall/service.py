@@ -8,9 +8,10 @@ names it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import msgspec
 import trio
@@ -115,17 +116,19 @@ class RecallService:
         await self._stall()
         started = self.adapter.clock()
         snap = await self.scanner.current(deadline=req.scope.deadline)
-        ranked = self.adapter.rank(snap, p)
-        lines = await self._read(self.adapter.spans(snap, [hit.rec for hit in ranked.hits]))
-        return self.adapter.search_result(snap, ranked, lines, started)
+        with self._answering():
+            ranked = self.adapter.rank(snap, p)
+            lines = await self._read(self.adapter.spans(snap, [hit.rec for hit in ranked.hits]))
+            return self.adapter.search_result(snap, ranked, lines, started)
 
     async def expand(self, p: ExpandParams, req: Request) -> Expansion:
         self.adapter.check_session()
         self.adapter.parse_locator(p)
         snap = await self.scanner.current(deadline=req.scope.deadline)
-        plan = self.adapter.expand_plan(snap, p)
-        lines = await self._read(self.adapter.spans(snap, [plan.rec, *plan.episode]))
-        return self.adapter.expansion(snap, p, plan, lines)
+        with self._answering():
+            plan = self.adapter.expand_plan(snap, p)
+            lines = await self._read(self.adapter.spans(snap, [plan.rec, *plan.episode]))
+            return self.adapter.expansion(snap, p, plan, lines)
 
     async def health(self, p: HealthParams, req: Request) -> Health:
         try:
@@ -141,6 +144,17 @@ class RecallService:
         await self._stall()
         snap = await self.scanner.current(p.full, save=True, deadline=req.scope.deadline)
         return self.adapter.health(snap)
+
+    @contextlib.contextmanager
+    def _answering(self) -> Iterator[None]:
+        """Time an answer from a generation in hand, for the scanner's reserve
+        (a request that runs out of time meanwhile is timed too: its time is
+        what the reserve must learn)."""
+        started = trio.current_time()
+        try:
+            yield
+        finally:
+            self.scanner.answered(trio.current_time() - started)
 
     async def _read(self, spans: list[Span]) -> list[bytes | None]:
         """The lines an answer renders, read in one batch off the event loop."""

@@ -114,6 +114,9 @@ def main(argv: Sequence[str]) -> int:
         if (refused := argv_error(daemon_args)) is not None:
             print(f"streamd: {refused}", file=sys.stderr)
             return 2
+    from streamd import terminal
+
+    terminal.notice("attach")
     try:
         conn = connect(directory, daemon_args, timeout)
     except AttachError as exc:

@@ -261,7 +261,7 @@ Whether the resident daemon runs, and what it holds. Exit 0 if it runs, 3 if it
 does not, 1 if something holds its socket but does not answer.
 
 options:
-  --json             print one JSON object instead of lines for people
+  --json             print one compact JSON line instead of lines for people
 {_RUNTIME_DIR_HELP}"""
 
 STOP_USAGE = f"""usage: streamd stop [--runtime-dir DIR]
@@ -331,6 +331,11 @@ def lock_holder(directory: str) -> int | None:
     return pid if pid_alive(pid) else None
 
 
+def _json_line(value: dict[str, Any]) -> str:
+    """One compact JSON object, the line every ``--json`` prints."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def status_main(argv: Sequence[str]) -> int:
     opts = _parse(argv, STATUS_USAGE, ["--json"])
     if isinstance(opts, int):
@@ -349,21 +354,21 @@ def status_main(argv: Sequence[str]) -> int:
                 conn.close()
     except (ControlError, paths.UnsafeDirectory, OSError) as exc:
         if opts["json"]:
-            print(json.dumps({"running": False, "socket": sock, "error": str(exc)}))
+            print(_json_line({"running": False, "socket": sock, "error": str(exc)}))
         else:
             print(f"streamd daemon: not answering on {sock}: {exc}", file=sys.stderr)
         return 1
     if result is None:
         holder = lock_holder(directory)
         if opts["json"]:
-            print(json.dumps({"running": False, "socket": sock, "lock_holder": holder}))
+            print(_json_line({"running": False, "socket": sock, "lock_holder": holder}))
         elif holder is not None:
             print(f"streamd daemon: not answering on {sock}, though pid {holder} holds its lock")
         else:
             print(f"streamd daemon: not running (socket {sock})")
         return 1 if holder is not None else 3
     if opts["json"]:
-        print(json.dumps({"running": True, **result}))
+        print(_json_line({"running": True, **result}))
         return 0
     print(f"streamd daemon {result['version']}: running, pid {result['pid']}, "
           f"up {_uptime(result['uptime_s'])}")

@@ -175,8 +175,16 @@ CREATE TABLE retention (
 );
 """
 
+# Version 2: a session's event time, as in SQLite's version 5 (see there):
+# written by the append's session upsert, like ``last_seq``.
+_V2 = """
+ALTER TABLE sessions ADD COLUMN last_event_time bigint NOT NULL DEFAULT 0;
+UPDATE sessions SET last_event_time = coalesce(
+    (SELECT event_time FROM events WHERE seq = sessions.last_seq), updated_at);
+"""
+
 # Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1,)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -890,19 +890,24 @@ class PostgresStore:
             return
         # The session rows first (the events' foreign key), one row per session:
         # ON CONFLICT may touch a row only once per statement.
-        newest: dict[tuple[str, str, str], int] = {}
+        # Each session's newest event: its seq and its time (last_event_time).
+        newest: dict[tuple[str, str, str], tuple[int, int]] = {}
         for e in events:
-            newest[(e.row[1], e.row[2], e.row[3])] = e.row[0]
+            newest[(e.row[1], e.row[2], e.row[3])] = (e.row[0], e.row[8])
         keys = list(newest)
         db.execute(
             "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at,"
-            " last_seq) SELECT a, u, s, '{}', %s, %s, l"
-            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[]) AS x(a, u, s, l)"
+            " last_seq, last_event_time) SELECT a, u, s, '{}', %s, %s, l, t"
+            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+            " AS x(a, u, s, l, t)"
             " ON CONFLICT (app_name, user_id, session_id) DO UPDATE SET"
             " updated_at = greatest(sessions.updated_at, excluded.updated_at),"
+            " last_event_time = CASE WHEN excluded.last_seq > sessions.last_seq"
+            " THEN excluded.last_event_time ELSE sessions.last_event_time END,"
             " last_seq = greatest(sessions.last_seq, excluded.last_seq)",
             (now_us, now_us, [k[0] for k in keys], [k[1] for k in keys],
-             [k[2] for k in keys], list(newest.values())),
+             [k[2] for k in keys], [v[0] for v in newest.values()],
+             [v[1] for v in newest.values()]),
         )
         # COPY: psycopg writes rows in C, where an unnest of text arrays
         # escapes every element in Python (measured: a third of a batch's time).
@@ -1023,8 +1028,8 @@ class PostgresStore:
                     found = db.execute("SELECT seq FROM seq_counter FOR UPDATE").fetchone()
                 db.execute(
                     "INSERT INTO sessions (app_name, user_id, session_id, state, created_at,"
-                    " updated_at) VALUES (%s, %s, %s, '{}', %s, %s)",
-                    (app, user, session_id, now_us, now_us),
+                    " updated_at, last_event_time) VALUES (%s, %s, %s, '{}', %s, %s, %s)",
+                    (app, user, session_id, now_us, now_us, now_us),
                 )
                 if delta is not None:
                     assert found is not None
@@ -1037,7 +1042,7 @@ class PostgresStore:
             ) from None
         except psycopg.DataError as exc:
             raise invalid_params(f"session rejected by the database: {self._scrub(exc)}") from None
-        return rows.to_session((app, user, session_id, state_json, now_us, now_us, 0))
+        return rows.to_session((app, user, session_id, state_json, now_us, now_us, 0, now_us))
 
     @_translated
     def get_session(
@@ -1828,6 +1833,7 @@ def _session_with_events(
         created_at=base.created_at,
         updated_at=base.updated_at,
         last_seq=base.last_seq,
+        last_event_time=base.last_event_time,
         events=events,
         truncated=more,
         next_seq=(start if last is None else last) if more else None,

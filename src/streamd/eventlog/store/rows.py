@@ -74,7 +74,9 @@ ENTRY_COLUMNS_WITHOUT_CONTENT = ENTRY_COLUMNS.replace("content,", "'null',")
 """The same row with the content read as JSON null: for a client that keeps
 decoded events by seq and needs only the seqs (``sessions.get`` with
 ``content: false``); the content's bytes are neither read into Python nor sent."""
-SESSION_COLUMNS = "app_name, user_id, session_id, state, created_at, updated_at, last_seq"
+SESSION_COLUMNS = (
+    "app_name, user_id, session_id, state, created_at, updated_at, last_seq, last_event_time"
+)
 LEASE_COLUMNS = (
     "app_name, user_id, session_id, holder, acquired_at, heartbeat_at, stale_after_ms"
 )
@@ -302,13 +304,14 @@ def committed(row: tuple[Any, ...]) -> Committed:
 
 def to_session(row: tuple[Any, ...]) -> Session:
     """A session from its row (:data:`SESSION_COLUMNS`)."""
-    app, user, session, state_text, created, updated, last_seq = row
+    app, user, session, state_text, created, updated, last_seq, event_time = row
     try:
         state: dict[str, Any] | None = _decode_state(state_text)
     except _UNRENDERABLE:
         state = None
     created_at, updated_at = from_us_or_none(created), from_us_or_none(updated)
-    if state is None or created_at is None or updated_at is None:
+    last_event_time = from_us_or_none(event_time)
+    if state is None or created_at is None or updated_at is None or last_event_time is None:
         logger.warning(
             "event log session %s/%s/%s cannot be fully rendered; read with nulls",
             app,
@@ -323,6 +326,7 @@ def to_session(row: tuple[Any, ...]) -> Session:
         created_at=created_at,
         updated_at=updated_at,
         last_seq=last_seq,
+        last_event_time=last_event_time,
     )
 
 

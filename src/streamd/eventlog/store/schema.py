@@ -177,8 +177,30 @@ CREATE TABLE retention (
 ) WITHOUT ROWID;
 """
 
+# Version 5: a session's event time (``sessions.last_event_time``), the
+# timestamp of its newest event, or its creation time before the first.
+# Frameworks order and describe sessions by it (ADK's ``last_update_time`` is
+# the last event's timestamp, which a replayed or imported event sets in the
+# past), where ``updated_at`` is this daemon's clock at the last write. Kept by
+# the trigger that already keeps ``last_seq``, in the same UPDATE, so an append
+# pays no statement more; like ``last_seq`` it is history, so compacting events
+# never moves it. A session written before keeps the time of its newest event
+# still stored, else its last write.
+_V5 = """
+ALTER TABLE sessions ADD COLUMN last_event_time INTEGER NOT NULL DEFAULT 0;
+UPDATE sessions SET last_event_time = coalesce(
+    (SELECT event_time FROM events WHERE seq = sessions.last_seq), updated_at);
+DROP TRIGGER events_advance_session;
+CREATE TRIGGER events_advance_session AFTER INSERT ON events
+    BEGIN
+        UPDATE sessions SET last_seq = NEW.seq, last_event_time = NEW.event_time
+        WHERE app_name = NEW.app_name AND user_id = NEW.user_id
+          AND session_id = NEW.session_id AND last_seq < NEW.seq;
+    END;
+"""
+
 # Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

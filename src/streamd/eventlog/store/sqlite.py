@@ -619,8 +619,8 @@ class SqliteStore:
             with self._db:
                 self._db.execute(
                     "INSERT INTO sessions (app_name, user_id, session_id, state, created_at,"
-                    " updated_at) VALUES (?, ?, ?, '{}', ?, ?)",
-                    (app, user, session_id, now_us, now_us),
+                    " updated_at, last_event_time) VALUES (?, ?, ?, '{}', ?, ?, ?)",
+                    (app, user, session_id, now_us, now_us, now_us),
                 )
                 if delta is not None:
                     _apply_delta(
@@ -633,7 +633,7 @@ class SqliteStore:
                 {"app": app, "user": user, "session": session_id, "reason": "session_exists"},
             ) from None
         # The session as it now reads back.
-        return rows.to_session((app, user, session_id, state_json, now_us, now_us, 0))
+        return rows.to_session((app, user, session_id, state_json, now_us, now_us, 0, now_us))
 
     @_translated
     def get_session(
@@ -1312,6 +1312,7 @@ def _session_with_events(
         created_at=base.created_at,
         updated_at=base.updated_at,
         last_seq=base.last_seq,
+        last_event_time=base.last_event_time,
         events=events,
         truncated=more,
         next_seq=(start if last is None else last) if more else None,

@@ -12,9 +12,9 @@ Rules:
   seals it when the pass publishes or the builder is full; small tail
   segments from many small passes are merged so a search never walks more
   than a handful of segments per term.
-* Per record, the index keeps typed columns (times, offsets, kinds, lengths)
-  and the id, nothing else: display fields are re-read from the file by
-  offset for the few candidates a search renders.
+* Per record, the index keeps typed columns (times, offsets, kinds, lengths),
+  the id and its rank by id (``idorder``), nothing else: display fields are
+  re-read from the file by offset for the few candidates a search renders.
 
 One build runs at a time (the refresh scanner's, in a worker thread) while
 searches run on the event loop, and there are no locks, because a reader
@@ -34,6 +34,7 @@ import numpy as np
 
 from streamd.golang import gotime
 from streamd.recall.index import segment as seg
+from streamd.recall.index.idorder import IdOrder
 from streamd.recall.index.native import NativeBuilder
 from streamd.recall.index.segment import COLUMNS, Segment, SegmentBuilder
 from streamd.recall.records import FIELD_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT
@@ -106,6 +107,7 @@ class Index:
         # Set by a failed write; cleared when a flush tries again.
         self._sink_paused = False
         self.ids: list[str] = []
+        self.id_order = IdOrder()  # ranks by id, brought up to date at each view
         self.columns = Columns()
         self.kinds: list[str] = []
         self._kind_codes: dict[str, int] = {}
@@ -226,6 +228,7 @@ class Index:
         if len(self.ids) <= n:
             return
         del self.ids[n:]
+        self.id_order.truncate(self.ids)
         self.columns.truncate(n)
         self.segments = tuple(s for s in self.segments if s.base + s.count <= n)
 
@@ -239,6 +242,7 @@ class Index:
         if merge:
             self._merge_tail()
         self.flush()
+        self.id_order.extend(self.ids)
         return View(self, len(self.ids), self.segments)
 
     def observed_at(self, rec: int) -> int:

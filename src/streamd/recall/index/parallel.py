@@ -17,7 +17,8 @@ PSS 303-321 vs 362-429 MB. Threads start nothing, pickle nothing back and
 keep one interpreter in memory, which also keeps a 1M build under 400 MB.
 
 Small catch-ups stay in-process: starting workers costs more than reading a
-few thousand lines.
+few thousand lines. So does the first piece of a large one, read while the
+workers start.
 
 Worker threads stop at their next step (``BUILD_SLICE`` lines, about 10 ms)
 once a pass is abandoned; nothing they built is read. Worker processes never
@@ -223,25 +224,33 @@ def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, 
                 args = (cur.path, lo, hi, file_no, consumer.built_at)
                 pending.append(pool.submit(build_chunk, *args, *([stop] if stop else [])))
 
+        # The first piece is read here while the workers start: a spawned
+        # worker takes a second or more (several on a loaded machine) before
+        # its first record, and the first records must be searchable sooner.
+        _, first_end = todo.popleft()
         for _ in range(workers() + 1):
             submit()
-        while pending:
-            fut = pending[0]
-            while not fut.done():
-                yield fut
-            result = fut.result()
-            assert result is not None  # only a stopped thread gives up, and none is
-            pending.popleft()
-            submit()
-            consumer.index.absorb(result.segments, result.kinds)
-            cur.records += result.records
-            cur.failed += result.failed
-            consumer.bytes_done += result.end - cur.offset
-            consumer.records_done += result.records
-            cur.offset = result.end
-            consumer.latest = max(consumer.latest, result.latest)
-            yield None
-        finished = True
+        yield from consumer.read_into(cur, file_no, first_end)
+        # A file gone or shortened meanwhile is read on in-process (below),
+        # which says what became of it.
+        if not cur.missing and cur.offset == first_end:
+            while pending:
+                fut = pending[0]
+                while not fut.done():
+                    yield fut
+                result = fut.result()
+                assert result is not None  # only a stopped thread gives up, and none is
+                pending.popleft()
+                submit()
+                consumer.index.absorb(result.segments, result.kinds)
+                cur.records += result.records
+                cur.failed += result.failed
+                consumer.bytes_done += result.end - cur.offset
+                consumer.records_done += result.records
+                cur.offset = result.end
+                consumer.latest = max(consumer.latest, result.latest)
+                yield None
+            finished = True
     except (BrokenProcessPool, OSError):
         pass  # finish in-process from wherever the workers got to
     finally:

@@ -24,24 +24,24 @@ could not write stay in memory and are written by the next save, so the
 index is whole on disk again as soon as there is room (see ``index.Index``).
 
 A manifest is adopted only if every file it read is at least as long as what
-was consumed and still holds the same bytes at both ends of it (a fingerprint
-of the first and last 64 KiB consumed); anything else means the stream was
-rewritten while we were down, and the index is rebuilt (and health says
-``stream_rewritten``). A same-length rewrite strictly inside a file, made
-while no process ran, is not noticed: an append-only stream must not do it,
-and checking for it would mean reading the whole stream on every start.
+was consumed and still holds the same bytes at both ends of it (its
+``fingerprint``, which a running process also checks at every catch-up);
+anything else means the stream was rewritten while we were down, and the
+index is rebuilt (and health says ``stream_rewritten``). A same-length
+rewrite strictly inside a file, made while no process ran, is not noticed:
+an append-only stream must not do it, and checking for it would mean reading
+the whole stream on every start.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
 from dataclasses import dataclass
 
 from streamd.recall.index import segment as seg
-from streamd.recall.index import streamfile
+from streamd.recall.index.fingerprint import fingerprint
 from streamd.recall.index.segment import Segment
 from streamd.recall.index.streamfile import Cursor
 from streamd.recall.persist import cursors
@@ -49,7 +49,6 @@ from streamd.recall.persist.atomic import write_atomic
 
 FORMAT = 2
 MANIFEST = "manifest.json"
-HEAD_BYTES = 64 << 10
 
 
 @dataclass(slots=True)
@@ -61,22 +60,10 @@ class Loaded:
     records: int
 
 
-def fingerprint(path: str, consumed: int) -> str:
-    """A hash of the first and the last 64 KiB of what was consumed. Reading
-    it all back would make a restart cost the whole stream again; the ends
-    are where a truncate-and-rewrite shows."""
-    head = min(consumed, HEAD_BYTES)
-    tail_start = max(head, consumed - HEAD_BYTES)
-    try:
-        with streamfile.open_regular(path) as f:
-            data = f.read(head)
-            f.seek(tail_start)
-            data += f.read(consumed - tail_start)
-    except OSError:
-        return ""
-    if len(data) != head + consumed - tail_start:
-        return ""
-    return hashlib.sha256(data).hexdigest()
+def _print(c: Cursor, prints: dict[str, str] | None) -> str:
+    if prints is not None and c.path in prints:
+        return prints[c.path]
+    return fingerprint(c.path, c.offset)
 
 
 class DurableIndex:
@@ -115,7 +102,8 @@ class DurableIndex:
         return seg.read(path)
 
     def save(self, segments: tuple[Segment, ...], files: list[Cursor], kinds: list[str],
-             latest: int, records: int) -> None:
+             latest: int, records: int, prints: dict[str, str] | None = None) -> None:
+        """``prints``: the files' fingerprints, when the caller has just taken them."""
         names = [os.path.basename(s.path) for s in segments]
         if any(not n for n in names):
             raise OSError("a segment was never written")
@@ -129,7 +117,7 @@ class DurableIndex:
             "latest": latest,
             "kinds": kinds,
             "segments": names,
-            "files": [cursors.encode(c, head=fingerprint(c.path, c.offset)) for c in files],
+            "files": [cursors.encode(c, head=_print(c, prints)) for c in files],
         }
         # The directory fsync covers the segments' renames too.
         write_atomic(os.path.join(self.dir, MANIFEST), [json.dumps(body).encode()],

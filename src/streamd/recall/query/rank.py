@@ -9,11 +9,13 @@ the source spells the term nowhere.
 
 A search touches only the postings of its terms and variants. Only the top
 ``limit`` matches are fully ordered: the rest are cut by partitioning on the
-sort keys in priority order, which keeps a term held by most records cheap.
+sort keys in priority order, the id by the index's ranks of ids (``idorder``),
+which keeps a term held by most records cheap, even when they all tie.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,16 +158,21 @@ def _browse(view: View, q: Query, limit: int, terms, resolved) -> Ranked:
     return _order(view, terms, resolved, recs, zeros, np.zeros(len(recs), dtype=bool), limit)
 
 
-def _top(keys: list[np.ndarray], k: int, idx: np.ndarray) -> np.ndarray:
+def _top(keys: list[np.ndarray], k: int, idx: np.ndarray,
+         last: Callable[[np.ndarray, int], np.ndarray]) -> np.ndarray:
     """Positions holding the k best rows under lexicographic ``keys`` (larger
-    is better), plus any rows tied with the k-th on every key."""
-    if len(idx) <= k or not keys:
+    is better), plus rows tied with the k-th on every key that ``last`` (given
+    the ascending positions still tied and how many of them are wanted)
+    keeps: it must keep the best of them, and may keep more."""
+    if len(idx) <= k:
         return idx
+    if not keys:
+        return last(idx, k)
     col = keys[0][idx]
     kth = np.partition(col, len(col) - k)[len(col) - k]
     better = idx[col > kth]
-    tied = idx[col == kth]
-    return np.concatenate([better, _top(keys[1:], k - len(better), tied)])
+    tied = idx[col == kth]  # still ascending
+    return np.concatenate([better, _top(keys[1:], k - len(better), tied, last)])
 
 
 def _order(view: View, terms, resolved, recs, scores, is_exact, limit: int) -> Ranked:
@@ -175,7 +182,12 @@ def _order(view: View, terms, resolved, recs, scores, is_exact, limit: int) -> R
     rsec, rnsec = sec[recs], nsec[recs]
     pick = np.arange(matched)
     if matched > max(limit, _SMALL):
-        pick = _top([is_exact.astype(np.int8), scores, rsec, rnsec], limit, pick)
+        # Rows tied on every numeric key are cut by id with the index's id
+        # ranks, not by sorting them all here (see ``idorder``).
+        def by_id(tied: np.ndarray, k: int) -> np.ndarray:
+            return tied[view.index.id_order.best(recs[tied], k)]
+
+        pick = _top([is_exact.astype(np.int8), scores, rsec, rnsec], limit, pick, by_id)
     ids = view.index.ids
     rows = [
         (

@@ -1,0 +1,131 @@
+"""ADK's values as the log stores them, and back: events, state, times, ids.
+
+Values in, values out; no I/O. How each maps, and why, is in
+:mod:`streamd.adk.session_service`'s docstring.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+import msgspec
+from google.adk.events.event import Event
+from google.adk.sessions.state import State
+from pydantic_core import to_jsonable_python
+
+from streamd.eventlog.model import Event as LogEvent
+from streamd.eventlog.model import StateDelta
+
+__all__ = [
+    "RawEntry",
+    "RawSession",
+    "log_event",
+    "merged",
+    "session_id",
+    "split_state",
+    "stored_time",
+    "utc",
+]
+
+
+# What a load reads: the session's fields and each event's seq and content,
+# the content left as raw JSON so a cached event is never decoded twice.
+class _RawEvent(msgspec.Struct):
+    content: msgspec.Raw
+
+
+class RawEntry(msgspec.Struct):
+    seq: int
+    event: _RawEvent
+
+
+class RawSession(msgspec.Struct, kw_only=True):
+    session: str
+    state: dict[str, Any] | None
+    updated_at: _dt.datetime | None
+    last_seq: int
+    events: list[RawEntry]
+    last_event_time: _dt.datetime | None = None
+    truncated: bool = False
+    next_seq: int | None = None
+    app_state: dict[str, Any] | None = None
+    user_state: dict[str, Any] | None = None
+
+
+def session_id(given: str | None) -> str | None:
+    """A session id as ADK's contract reads it: surrounding whitespace is not
+    part of it, and a blank one is none (the log generates one), as in ADK's
+    in-memory and SQLite services."""
+    if given is None:
+        return None
+    return given.strip() or None
+
+
+def utc(seconds: float | None) -> _dt.datetime | None:
+    if seconds is None:
+        return None
+    return _dt.datetime.fromtimestamp(seconds, tz=_dt.UTC)
+
+
+def stored_time(seconds: float) -> float:
+    """``seconds`` as the log keeps a time (to the microsecond) and gives it
+    back: what a session's ``last_update_time`` reads as after an append, so
+    the session ``append_event`` returned equals the one read back."""
+    try:
+        return _dt.datetime.fromtimestamp(seconds, tz=_dt.UTC).timestamp()
+    except (OverflowError, OSError, ValueError):
+        return seconds
+
+
+def log_event(event: Event) -> LogEvent:
+    """The log's event for an ADK one: its content is the event as ADK
+    serializes it, the log's columns filled from it."""
+    try:
+        when: _dt.datetime | None = utc(event.timestamp)
+    except (OverflowError, OSError, ValueError):
+        when = None  # outside what RFC 3339 holds: the exact value is in the content
+    return LogEvent(
+        id=event.id,
+        author=event.author,
+        # pydantic's own JSON, made once and carried as raw JSON (see convert):
+        # the same value as model_dump(mode="json"), without a second encoding.
+        content=msgspec.Raw(event.__pydantic_serializer__.to_json(event, exclude_none=True)),
+        branch=event.branch or "",
+        invocation_id=event.invocation_id,
+        timestamp=when,
+    )
+
+
+def split_state(state: dict[str, Any]) -> StateDelta:
+    """ADK's prefixed keys as the log's scopes: ``app:`` and ``user:`` without
+    their prefix, ``temp:`` dropped (never persisted), the rest the session's;
+    values in their JSON form, as ADK's persistent services store them."""
+    app: dict[str, Any] = {}
+    user: dict[str, Any] = {}
+    session: dict[str, Any] = {}
+    for key, value in state.items():
+        if key.startswith(State.APP_PREFIX):
+            app[key.removeprefix(State.APP_PREFIX)] = value
+        elif key.startswith(State.USER_PREFIX):
+            user[key.removeprefix(State.USER_PREFIX)] = value
+        elif not key.startswith(State.TEMP_PREFIX):
+            session[key] = value
+    return StateDelta(
+        app=_jsonable(app) or None, user=_jsonable(user) or None, session=_jsonable(session) or None
+    )
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    if not values:
+        return values
+    return to_jsonable_python(values, serialize_unknown=True)
+
+
+def merged(session: dict[str, Any], app: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    out = dict(session)
+    for key, value in app.items():
+        out[State.APP_PREFIX + key] = value
+    for key, value in user.items():
+        out[State.USER_PREFIX + key] = value
+    return out

@@ -1,0 +1,61 @@
+"""The log's refusals of an ADK write as the exceptions ADK callers catch.
+
+ADK's own errors where ADK has one (``StaleSessionError``,
+``SessionNotFoundError``), and :class:`EventConflictError` where ADK has none:
+a reused event id with other content, which the log refuses (``event_conflict``,
+-32010) and ADK's in-memory service would store as a second event.
+"""
+
+from __future__ import annotations
+
+from google.adk.errors import StaleSessionError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+
+from streamd import errors
+from streamd.errors import RpcError
+
+__all__ = ["EventConflictError", "adk_error", "stale_error"]
+
+_STALE = (
+    "The session has been modified in storage since it was loaded ({detail}). Reload it"
+    " (get_session) before appending more events."
+)
+
+
+class EventConflictError(ValueError):
+    """An event id that is already stored with other content.
+
+    Nothing was written: the log keeps one event per id, so a retry of the same
+    event is safe (it is stored once) and a different event under a used id is
+    refused. ``event_id`` is the id, ``seq`` where the stored one is. A
+    ``ValueError``, as ADK's own write refusals are."""
+
+    def __init__(self, message: str, *, event_id: str | None, seq: int | None) -> None:
+        super().__init__(message)
+        self.event_id = event_id
+        self.seq = seq
+
+
+def stale_error(detail: str) -> StaleSessionError:
+    """ADK's stale-session error, saying what ADK's database service says, and
+    ``detail``: what tells the copy from storage."""
+    return StaleSessionError(_STALE.format(detail=detail))
+
+
+def adk_error(exc: RpcError, session_id: str, expected: int | None) -> Exception:
+    """The log's refusal of an append as the error ADK callers expect; any
+    other error as it is."""
+    data = exc.data if isinstance(exc.data, dict) else {}
+    if errors.is_stale_session(exc):
+        read_at = "?" if expected is None else expected
+        return stale_error(f"read at seq {read_at}, storage at seq {data.get('last_seq', '?')}")
+    if errors.is_session_not_found(exc):
+        return SessionNotFoundError(f"Session {session_id} not found.")
+    if errors.is_event_conflict(exc):
+        event_id = data.get("event_id")
+        return EventConflictError(
+            f"event {event_id!r} is already stored with other content (seq"
+            f" {data.get('seq', '?')}): an event id names one event; nothing was written",
+            event_id=event_id, seq=data.get("seq"),
+        )
+    return exc

@@ -1,0 +1,35 @@
+"""A stream file's consumed bytes, summed up cheaply: the first and last 64 KiB.
+
+An append-only stream never changes what was read: the bytes before a
+cursor are the bytes the index holds. A truncate-and-rewrite, an editor
+saving the file again, a copy over it, show at the ends of what was read
+(the first line's id, the last lines), so a hash of those two ends is what
+a build records and what every catch-up (and an adopting start) compares
+against. Reading it all back would cost the whole stream every time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from streamd.recall.index import streamfile
+
+HEAD_BYTES = 64 << 10
+
+
+def fingerprint(path: str, consumed: int) -> str:
+    """The hash of the first and the last ``HEAD_BYTES`` of the first
+    ``consumed`` bytes of ``path``; "" if they cannot be read (gone,
+    shorter, not a regular file, unreadable)."""
+    head = min(consumed, HEAD_BYTES)
+    tail_start = max(head, consumed - HEAD_BYTES)
+    try:
+        with streamfile.open_regular(path) as f:
+            data = f.read(head)
+            f.seek(tail_start)
+            data += f.read(consumed - tail_start)
+    except OSError:
+        return ""
+    if len(data) != head + consumed - tail_start:
+        return ""
+    return hashlib.sha256(data).hexdigest()
