@@ -200,3 +200,18 @@ async def test_the_writer_makes_no_checkpoint_of_its_own(tmp_path: Path) -> None
             assert runner.wal_pages > 1000  # SQLite's own would have reset it
         finally:
             await runner.aclose()
+
+
+async def test_writes_that_are_not_appends_keep_the_wal_bounded_too(tmp_path: Path) -> None:
+    # Sessions created with a few KB of state each: a page or more of WAL per write,
+    # and never an append to trigger the checkpoint that follows a batch.
+    db = tmp_path / "events.db"
+    state = {"blob": "y" * 3000}
+    with trio.fail_after(120):
+        async with EventLog(db, synchronous="NORMAL") as log:
+            for i in range(1500):
+                await log.create_session("a", "u", f"s{i}", state=state)
+            while log.stats.checkpoints == 0 or log._checkpointing:
+                await trio.sleep(0.01)
+            # Never checkpointed, the WAL of these writes would hold over 60 MB.
+            assert Path(f"{db}-wal").stat().st_size < 16 << 20

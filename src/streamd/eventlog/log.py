@@ -596,7 +596,14 @@ class EventLog:
         return await self._call("reader", op)
 
     async def _write(self, op: Callable[[Backend], _T]) -> _T:
-        return await self._call("writer", op)
+        try:
+            return await self._call("writer", op)
+        finally:
+            # Not only appends fill the WAL: creates, state writes, heartbeats
+            # and compaction's deletes do too, and the writer leaves every
+            # checkpoint to this log.
+            if self._writer is not None:
+                self._checkpoint_if_due(self._writer)
 
     def _now_us(self) -> int:
         return int(self._wall_clock() * 1_000_000)
