@@ -142,7 +142,10 @@ class WriterRunner:
 
     async def aclose(self) -> None:
         try:
-            await self.run(lambda _: self._store.close())
+            # Shielded: a close skipped because its caller was cancelled would
+            # leave the connection open, its final checkpoint never made.
+            with trio.CancelScope(shield=True):
+                await self.run(lambda _: self._store.close())
         finally:
             self._queue.put(None)
             with trio.CancelScope(shield=True):
