@@ -320,6 +320,14 @@ class FileChanges:
             f" commits: {reason}"
         )
 
+    def expect_commit(self) -> None:
+        """Recheck as after a write seen, from now: for a commit that may be
+        under way without an event to come (one whose WAL write came before
+        the watch was armed and whose fsync ends after it), so it is noticed
+        once visible rather than at the caller's slow safety poll."""
+        if self._inotify is not None:
+            self._rechecks.saw_write(trio.current_time())
+
     async def wait(self) -> None:
         """Return when a write may have happened since the previous wait()
         returned (or since entry, for the first call), or when a write seen

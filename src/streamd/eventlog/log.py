@@ -1015,7 +1015,10 @@ class EventLog:
         with scope:
             async with self._open_changes() as changes:
                 # Entered before the baseline read, so a commit between the two
-                # still raises a wake.
+                # still raises a wake; and one already writing when the watch
+                # was armed is rechecked for.
+                if isinstance(changes, FileChanges):
+                    changes.expect_commit()
                 last: int | None = None
                 while True:
                     try:
