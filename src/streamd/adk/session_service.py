@@ -53,8 +53,8 @@ How ADK's session model maps onto the log, and why:
   even without pydantic's validation (:mod:`~streamd.adk.convert`; validation
   doubles it), which for a 2,000-event session is most of a load. A seq names
   one stored event forever (seqs are never reused and an event id's content
-  never changes), so decoded events are kept in an LRU (``event_cache`` events; 0 turns it off) and each
-  load hands out shallow copies of them: fields assigned on a loaded event stay
+  never changes), so decoded events are kept in an LRU (``event_cache``
+  events; 0 turns it off) and each load hands out shallow copies of them: fields assigned on a loaded event stay
   with that session object, while its nested Content is shared with later loads
   in this process, as in ADK's light-copy in-memory service. ADK itself never
   mutates session events in place (its request builder copies what it changes);
