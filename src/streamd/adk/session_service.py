@@ -51,14 +51,14 @@ How ADK's session model maps onto the log, and why:
   a crash of this process loses what was queued, never what was acknowledged.
 * **Decoded events are cached by seq.** Rebuilding an ADK Event costs about 20-30 us
   even without pydantic's validation (:mod:`~streamd.adk.convert`; validation
-  doubles it), which for a 2,000-event session is most of a load. A seq names
-  one stored event forever (seqs are never reused and an event id's content
-  never changes), so decoded events are kept in an LRU (``event_cache``
-  events; 0 turns it off) and each load hands out shallow copies of them: fields assigned on a loaded event stay
-  with that session object, while its nested Content is shared with later loads
-  in this process, as in ADK's light-copy in-memory service. ADK itself never
-  mutates session events in place (its request builder copies what it changes);
-  code that does should turn the cache off.
+  doubles it), which for a 2,000-event session is most of a load. A seq names one
+  stored event forever (seqs are never reused and an event id's content never
+  changes), so decoded events are kept in an LRU (``event_cache`` events; 0 turns it
+  off) and each load hands out shallow copies of them: fields assigned on a loaded
+  event stay with that session object, while its nested Content is shared with later
+  loads in this process, as in ADK's light-copy in-memory service. ADK itself never
+  mutates session events in place (its request builder copies what it changes); code
+  that does should turn the cache off.
 
 The service talks to the daemon through :class:`streamd.client.AsyncClient`:
 given one, it uses it (on the loop that opened it); given none, it connects on
