@@ -78,7 +78,6 @@ from streamd.eventlog.model import (
     CompactParams,
     CompactResult,
     Empty,
-    EntryNotification,
     LatestSeqParams,
     LatestSeqResult,
     LockAcquireParams,
@@ -168,7 +167,11 @@ class _Service:
 
     def submit_append_batch(self, p: AppendBatchParams, reply: Reply) -> Awaitable[None] | None:
         def batch_reply(outcome: AppendOutcome) -> None:
-            reply(outcome if isinstance(outcome, RpcError) else AppendBatchResult(results=outcome))
+            if isinstance(outcome, list):  # a batch is answered with one result per event
+                reply(AppendBatchResult(results=outcome))
+            else:
+                assert isinstance(outcome, RpcError), outcome
+                reply(outcome)
 
         log = self._known
         if log is None or log.closed:
@@ -352,7 +355,7 @@ class _EntryFrames:
 
     def __init__(self, watch_id: int | str) -> None:
         head, tail = encode_notification(
-            ENTRY_NOTIFICATION, EntryNotification(watch=watch_id, entry=_SPLICE)
+            ENTRY_NOTIFICATION, _SplicedEntryNotification(watch=watch_id, entry=_SPLICE)
         ).rsplit(_SPLICE_BYTES, 1)
         self._head, self._tail = head, tail
         self._overhead = len(head) + len(tail)
@@ -375,6 +378,13 @@ class _EntryFrames:
 # A placeholder entry that cannot occur in an id or a method name.
 _SPLICE_BYTES = rb'"\u0000splice\u0000"'
 _SPLICE = msgspec.Raw(_SPLICE_BYTES)
+
+
+class _SplicedEntryNotification(msgspec.Struct):
+    """:class:`EntryNotification`'s shape, its entry already encoded."""
+
+    watch: int | str
+    entry: msgspec.Raw
 
 
 async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
@@ -434,4 +444,8 @@ def eventlog_methods(get_log: LogFactory) -> list[Method]:
     return [dataclasses.replace(m, at_eof="finish") for m in methods]
 
 
-METHOD_NAMES = frozenset(m.name for m in eventlog_methods(lambda: None))  # type: ignore[arg-type]
+def _no_log() -> EventLog:
+    raise RuntimeError("a table built for its method names serves no request")
+
+
+METHOD_NAMES = frozenset(m.name for m in eventlog_methods(_no_log))
