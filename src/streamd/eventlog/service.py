@@ -106,7 +106,7 @@ from streamd.eventlog.model import (
 )
 from streamd.eventlog.store import Committed
 from streamd.rpc import Connection, Method, Request, encode_notification
-from streamd.rpc.protocol import Reply
+from streamd.rpc.protocol import Reply, RequestId
 
 __all__ = ["ENTRY_NOTIFICATION", "LOCK_LOST_NOTIFICATION", "METHOD_NAMES", "eventlog_methods"]
 
@@ -353,7 +353,7 @@ class _EntryFrames:
     ``encode_notification(ENTRY_NOTIFICATION, EntryNotification(watch=id, entry=e))``
     for a fraction of the cost, since only the entry differs."""
 
-    def __init__(self, watch_id: int | str) -> None:
+    def __init__(self, watch_id: RequestId | None) -> None:
         head, tail = encode_notification(
             ENTRY_NOTIFICATION, _SplicedEntryNotification(watch=watch_id, entry=_SPLICE)
         ).rsplit(_SPLICE_BYTES, 1)
@@ -383,7 +383,7 @@ _SPLICE = msgspec.Raw(_SPLICE_BYTES)
 class _SplicedEntryNotification(msgspec.Struct):
     """:class:`EntryNotification`'s shape, its entry already encoded."""
 
-    watch: int | str
+    watch: RequestId | None  # the watch request's own id, as it came
     entry: msgspec.Raw
 
 
