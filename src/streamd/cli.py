@@ -327,10 +327,10 @@ def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] 
 
     parser = build_parser()
     try:
-        if split is None or split[1] is None:
+        leading, command, rest = split if split is not None else ([], None, [])
+        if command is None:
             args = parser.parse_args(argv)
         else:
-            leading, command, rest = split
             sub = subcommands(parser).get(command)
             if sub is None:
                 return fail(f"unknown command {command!r} (see 'streamd --help')", 2)

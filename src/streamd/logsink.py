@@ -114,7 +114,7 @@ class _QueueHandler(logging.handlers.QueueHandler):
     def __init__(
         self, records: queue.Queue[object], offer: Callable[[logging.LogRecord], None]
     ) -> None:
-        super().__init__(records)  # type: ignore[arg-type]
+        super().__init__(records)
         self._offer = offer
 
     def enqueue(self, record: logging.LogRecord) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import gc
 import types
 import typing
@@ -148,11 +149,11 @@ class _Plan:
             elif dec.info.mode != "before" or dec.cls_var_name not in _HARMLESS_BEFORE:
                 return
         field_after: dict[str, list[Callable[[Any], Any]]] = {}
-        for dec in decorators.field_validators.values():
-            if dec.info.mode != "after" or _takes_info(dec.func):
+        for fdec in decorators.field_validators.values():
+            if fdec.info.mode != "after" or _takes_info(fdec.func):
                 return
-            for name in dec.info.fields:
-                field_after.setdefault(name, []).append(getattr(cls, dec.cls_var_name))
+            for name in fdec.info.fields:
+                field_after.setdefault(name, []).append(getattr(cls, fdec.cls_var_name))
         required = []
         for name, field in cls.model_fields.items():
             if field.default_factory_takes_validated_data or field.validate_default:
@@ -167,13 +168,15 @@ class _Plan:
                 self.template[name] = None
             elif field.default_factory is not None:
                 self.template[name] = None
-                self.factories.append((name, field.default_factory))  # type: ignore[arg-type]
+                # Takes no argument: a factory of the validated data was refused above.
+                factory = typing.cast("Callable[[], Any]", field.default_factory)
+                self.factories.append((name, factory))
             elif isinstance(field.default, _IMMUTABLE):
                 self.template[name] = field.default
             else:
                 self.template[name] = None
                 self.factories.append(
-                    (name, lambda f=field: f.get_default(call_default_factory=True))
+                    (name, functools.partial(field.get_default, call_default_factory=True))
                 )
         self.required = frozenset(required)
         self.post_init = cls.__pydantic_post_init__ is not None
@@ -264,7 +267,7 @@ def _as_call(rule: Rule) -> Convert:
         return lambda value: value
     if kind is _TYPE:
         return lambda value: value if type(value) is arg else _NO
-    return arg  # type: ignore[no-any-return]
+    return arg
 
 
 def _rule(annotation: Any) -> Rule:

@@ -303,7 +303,7 @@ class StreamdSessionService(BaseSessionService):
         content: bool,
     ) -> RawSession | None:
         app_name, user_id, session_id = key
-        call: Call[Any] | None = Call(
+        first = Call(
             "eventlog/sessions.get",
             calls.get_session(
                 app_name, user_id, session_id, recent=recent, after_time=after_time,
@@ -311,7 +311,8 @@ class StreamdSessionService(BaseSessionService):
             ).params,
             RawSession,
         )
-        whole = calls.SessionAssembler(call)
+        whole = calls.SessionAssembler(first)
+        call: Call[RawSession] | None = first
         try:
             while call is not None:
                 call = whole.feed(await client.call(call))
@@ -360,7 +361,11 @@ class StreamdSessionService(BaseSessionService):
                     found[i] = cache[seq] = event
                 while len(cache) > self._cache_size:
                     cache.popitem(last=False)
-        return [convert.copied(event) for event in found]  # type: ignore[type-var]
+        copies = []
+        for hit in found:
+            assert hit is not None  # every miss was rebuilt above
+            copies.append(convert.copied(hit))
+        return copies
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None

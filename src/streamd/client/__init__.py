@@ -19,6 +19,45 @@ Results are the wire Structs of :mod:`streamd.eventlog.model`; failures are
 :class:`streamd.errors.RpcError` with the daemon's code.
 """
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # What the lazy names below resolve to, for type checkers (X as X:
+    # an explicit re-export). Kept equal to _EXPORTS by a test.
+    from streamd.client.asyncio_client import (
+        AsyncClient as AsyncClient,
+    )
+    from streamd.client.asyncio_client import (
+        AsyncLease as AsyncLease,
+    )
+    from streamd.client.asyncio_client import (
+        AsyncWatch as AsyncWatch,
+    )
+    from streamd.client.protocol import (
+        Call as Call,
+    )
+    from streamd.client.protocol import (
+        ClientProtocol as ClientProtocol,
+    )
+    from streamd.client.sync import (
+        Client as Client,
+    )
+    from streamd.client.sync import (
+        Lease as Lease,
+    )
+    from streamd.client.sync import (
+        Watch as Watch,
+    )
+    from streamd.client.trio_client import (
+        TrioClient as TrioClient,
+    )
+    from streamd.client.trio_client import (
+        TrioLease as TrioLease,
+    )
+    from streamd.client.trio_client import (
+        TrioWatch as TrioWatch,
+    )
+
 # Imported on first use, so naming one client does not load the others. (Every
 # client does load trio and numpy today, about 0.27 s cold: the protocol core
 # reuses streamd.rpc's framing and envelope, and streamd.rpc's package imports
@@ -38,7 +77,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -134,11 +134,12 @@ class AwaitableCalls(Generic[L]):
     ) -> SessionWithEvents:
         """The session with its events, whole (an answer cut by the reply
         budget is continued)."""
-        call: Call[SessionWithEvents] | None = calls.get_session(
+        first = calls.get_session(
             app, user, session, after_seq=after_seq, recent=recent, after_time=after_time,
             scoped_state=scoped_state, event_time=event_time,
         )
-        whole = calls.SessionAssembler(call)
+        whole = calls.SessionAssembler(first)
+        call: Call[SessionWithEvents] | None = first
         while call is not None:
             call = whole.feed(await self.call(call))
         assert whole.result is not None

@@ -279,7 +279,7 @@ class ClientProtocol:
 
     # -- incoming --
 
-    def receive(self, data: bytes) -> tuple[list[Event], list[bytes]]:
+    def receive(self, data: bytes | bytearray) -> tuple[list[Event], list[bytes]]:
         """Events for the frames ``data`` completes, and frames to send in
         answer (the cancel of a watch whose consumer fell behind). Empty
         ``data`` is end of input."""
@@ -371,7 +371,10 @@ class ClientProtocol:
             except msgspec.DecodeError as exc:
                 events.append(Garbled(f"an eventlog/entry that does not decode: {exc}"))
                 return
-            watch = self._watches.get(note.watch) if isinstance(note.watch, int) else None
+            watch_id = note.watch
+            if not isinstance(watch_id, int):
+                return  # not an id this client gave: its watches are numbered
+            watch = self._watches.get(watch_id)
             if watch is None or watch.cancelled or watch.ended is not None:
                 return  # a watch already let go of: its stragglers are dropped
             if watch.held and watch.held + size > watch.budget:
@@ -379,14 +382,14 @@ class ClientProtocol:
                 # the daemon is told to stop, and what it sent meanwhile is
                 # dropped (the watch has ended).
                 watch.ended = _fell_behind(watch)
-                if note.watch in self._pending and note.watch not in self._abandoned:
-                    self._abandoned.add(note.watch)
-                    out.append(encode_notification(CANCEL_METHOD, {"id": note.watch}))
-                events.append(WatchUpdated(note.watch))
+                if watch_id in self._pending and watch_id not in self._abandoned:
+                    self._abandoned.add(watch_id)
+                    out.append(encode_notification(CANCEL_METHOD, {"id": watch_id}))
+                events.append(WatchUpdated(watch_id))
                 return
             watch.entries.append((note.entry, size))
             watch.held += size
-            events.append(WatchUpdated(note.watch))
+            events.append(WatchUpdated(watch_id))
         elif method == LOCK_LOST_NOTIFICATION:
             try:
                 lost = _lock_lost.decode(params)

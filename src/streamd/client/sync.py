@@ -310,11 +310,12 @@ class Client:
     ) -> SessionWithEvents:
         """The session with its events, whole: an answer cut by the reply budget
         is continued (see :class:`~streamd.client.calls.SessionAssembler`)."""
-        call: Call[SessionWithEvents] | None = calls.get_session(
+        first = calls.get_session(
             app, user, session, after_seq=after_seq, recent=recent, after_time=after_time,
             scoped_state=scoped_state, event_time=event_time,
         )
-        whole = calls.SessionAssembler(call)
+        whole = calls.SessionAssembler(first)
+        call: Call[SessionWithEvents] | None = first
         while call is not None:
             call = whole.feed(self.call(call))
         assert whole.result is not None

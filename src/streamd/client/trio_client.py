@@ -243,7 +243,7 @@ class TrioClient(AwaitableCalls["TrioLease"]):
         finally:
             self._reader_done.set()
 
-    def _feed(self, data: bytes) -> None:
+    def _feed(self, data: bytes | bytearray) -> None:
         events, outgoing = self._core.receive(data)
         for event in events:
             match event:

@@ -84,7 +84,7 @@ class _Tail:
         self.limit = limit
         self.data = bytearray()
 
-    def add(self, chunk: bytes) -> None:
+    def add(self, chunk: bytes | bytearray) -> None:
         self.data += chunk
         if len(self.data) > self.limit:
             del self.data[: len(self.data) - self.limit]
@@ -216,8 +216,10 @@ async def _converse(
             f"the adapter exited but its stdout was still open {exit_grace:g} s "
             "after stdin closed (a child process holds it?)"
         )
-    if proc.returncode != 0:
-        return f"the adapter {_describe_exit(proc.returncode)} after stdin closed"
+    code = proc.returncode
+    assert code is not None  # waited for above, within the grace
+    if code != 0:
+        return f"the adapter {_describe_exit(code)} after stdin closed"
     return None
 
 

@@ -398,7 +398,7 @@ class LineSplitter:
         self._buf = bytearray()
         self._scanned = 0  # bytes of _buf already known to hold no newline
 
-    def feed(self, chunk: bytes) -> list[bytes]:
+    def feed(self, chunk: bytes | bytearray) -> list[bytes]:
         buf = self._buf
         buf += chunk
         lines = []

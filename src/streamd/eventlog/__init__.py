@@ -23,6 +23,117 @@ The layers stack bottom-up, each importing only the ones below it:
 * :mod:`~streamd.eventlog.cli` - ``streamd log``, for people, on the same file.
 """
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # What the lazy names below resolve to, for type checkers (X as X:
+    # an explicit re-export). Kept equal to _EXPORTS by a test.
+    from streamd.eventlog.dbtarget import (
+        DbTarget as DbTarget,
+    )
+    from streamd.eventlog.dbtarget import (
+        DbTargetError as DbTargetError,
+    )
+    from streamd.eventlog.lease import (
+        Lease as Lease,
+    )
+    from streamd.eventlog.lease import (
+        new_holder_id as new_holder_id,
+    )
+    from streamd.eventlog.log import (
+        EventLog as EventLog,
+    )
+    from streamd.eventlog.log import (
+        EventLogStats as EventLogStats,
+    )
+    from streamd.eventlog.log import (
+        resolve_db_path as resolve_db_path,
+    )
+    from streamd.eventlog.model import (
+        DEFAULT_WATCH_BUFFER_BYTES as DEFAULT_WATCH_BUFFER_BYTES,
+    )
+    from streamd.eventlog.model import (
+        DEFAULT_WATCH_INTERVAL as DEFAULT_WATCH_INTERVAL,
+    )
+    from streamd.eventlog.model import (
+        AppendBatchParams as AppendBatchParams,
+    )
+    from streamd.eventlog.model import (
+        AppendParams as AppendParams,
+    )
+    from streamd.eventlog.model import (
+        AppendResult as AppendResult,
+    )
+    from streamd.eventlog.model import (
+        Boot as Boot,
+    )
+    from streamd.eventlog.model import (
+        CompactResult as CompactResult,
+    )
+    from streamd.eventlog.model import (
+        Entry as Entry,
+    )
+    from streamd.eventlog.model import (
+        Event as Event,
+    )
+    from streamd.eventlog.model import (
+        Filter as Filter,
+    )
+    from streamd.eventlog.model import (
+        LeaseInfo as LeaseInfo,
+    )
+    from streamd.eventlog.model import (
+        RetentionPolicy as RetentionPolicy,
+    )
+    from streamd.eventlog.model import (
+        Session as Session,
+    )
+    from streamd.eventlog.model import (
+        SessionKey as SessionKey,
+    )
+    from streamd.eventlog.model import (
+        SessionListResult as SessionListResult,
+    )
+    from streamd.eventlog.model import (
+        SessionsResult as SessionsResult,
+    )
+    from streamd.eventlog.model import (
+        SessionTree as SessionTree,
+    )
+    from streamd.eventlog.model import (
+        SessionWithEvents as SessionWithEvents,
+    )
+    from streamd.eventlog.model import (
+        SinceResult as SinceResult,
+    )
+    from streamd.eventlog.model import (
+        StateDelta as StateDelta,
+    )
+    from streamd.eventlog.model import (
+        StateSnapshot as StateSnapshot,
+    )
+    from streamd.eventlog.store import (
+        SCHEMA_VERSION as SCHEMA_VERSION,
+    )
+    from streamd.eventlog.store import (
+        AppendGroup as AppendGroup,
+    )
+    from streamd.eventlog.store import (
+        Backend as Backend,
+    )
+    from streamd.eventlog.store import (
+        SqliteOptions as SqliteOptions,
+    )
+    from streamd.eventlog.store import (
+        SqliteStore as SqliteStore,
+    )
+    from streamd.eventlog.store import (
+        closed_error as closed_error,
+    )
+    from streamd.eventlog.watch import (
+        Watch as Watch,
+    )
+
 # Imported on first use (PEP 562): the daemon imports the package for its
 # defaults, and a Recall-only process must not pay for SQLite.
 _EXPORTS = {
@@ -64,7 +175,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

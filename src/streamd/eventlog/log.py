@@ -136,6 +136,8 @@ from streamd.eventlog.model import (
     checked,
     to_us,
 )
+from streamd.eventlog.retention import Step as RetentionStep
+from streamd.eventlog.retention import StepOp as RetentionStepOp
 from streamd.eventlog.store import (
     AppendGroup,
     Backend,
@@ -813,11 +815,12 @@ class EventLog:
                     # No await here: the writer's next receive, which finds
                     # the queue empty (the batch was alone), is the checkpoint.
                     self._inline_took(time.monotonic() - started)
-                    return done  # type: ignore[no-any-return]
+                    return done
             # Not cancelled by close: the batch in flight finishes, so its
             # callers hear whether it committed.
-            with trio.CancelScope(shield=True):
-                return await writer.run(op)
+            with trio.CancelScope(shield=True):  # never cancelled: it swallows nothing
+                outcome = await writer.run(op)
+            return outcome
         except RpcError as exc:
             # Interrupted by close means rolled back: say so precisely.
             if is_file_fault(exc):
@@ -1321,9 +1324,11 @@ class EventLog:
                 events += e
                 sessions += s
                 now_us = self._now_us()
-                leased += await self._read(
-                    lambda store, a=policy.app, n=now_us: store.leased_sessions(a, n)
-                )
+
+                def leased_now(store: Backend, a: str = policy.app, n: int = now_us) -> int:
+                    return store.leased_sessions(a, n)
+
+                leased += await self._read(leased_now)
             freed = 0
             if p.vacuum == "incremental":
                 while n := await self._write(lambda store: store.incremental_vacuum(_VACUUM_PAGES)):
@@ -1346,7 +1351,8 @@ class EventLog:
             self.last_compaction = result
             return result
 
-    async def _retain_step(self, op: retention.StepOp) -> retention.Step:
+    # Aliased types: in the class body, "retention" names the method.
+    async def _retain_step(self, op: RetentionStepOp) -> RetentionStep:
         """A retention step on the writer, with the clock and the watch horizon
         read just before it runs (a watch opened since the last step is counted)."""
         now_us, keep = self._now_us(), self._keep_after_seq()

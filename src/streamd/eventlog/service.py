@@ -78,7 +78,6 @@ from streamd.eventlog.model import (
     CompactParams,
     CompactResult,
     Empty,
-    EntryNotification,
     LatestSeqParams,
     LatestSeqResult,
     LockAcquireParams,
@@ -107,7 +106,7 @@ from streamd.eventlog.model import (
 )
 from streamd.eventlog.store import Committed
 from streamd.rpc import Connection, Method, Request, encode_notification
-from streamd.rpc.protocol import Reply
+from streamd.rpc.protocol import Reply, RequestId
 
 __all__ = ["ENTRY_NOTIFICATION", "LOCK_LOST_NOTIFICATION", "METHOD_NAMES", "eventlog_methods"]
 
@@ -168,7 +167,11 @@ class _Service:
 
     def submit_append_batch(self, p: AppendBatchParams, reply: Reply) -> Awaitable[None] | None:
         def batch_reply(outcome: AppendOutcome) -> None:
-            reply(outcome if isinstance(outcome, RpcError) else AppendBatchResult(results=outcome))
+            if isinstance(outcome, list):  # a batch is answered with one result per event
+                reply(AppendBatchResult(results=outcome))
+            else:
+                assert isinstance(outcome, RpcError), outcome
+                reply(outcome)
 
         log = self._known
         if log is None or log.closed:
@@ -350,9 +353,9 @@ class _EntryFrames:
     ``encode_notification(ENTRY_NOTIFICATION, EntryNotification(watch=id, entry=e))``
     for a fraction of the cost, since only the entry differs."""
 
-    def __init__(self, watch_id: int | str) -> None:
+    def __init__(self, watch_id: RequestId | None) -> None:
         head, tail = encode_notification(
-            ENTRY_NOTIFICATION, EntryNotification(watch=watch_id, entry=_SPLICE)
+            ENTRY_NOTIFICATION, _SplicedEntryNotification(watch=watch_id, entry=_SPLICE)
         ).rsplit(_SPLICE_BYTES, 1)
         self._head, self._tail = head, tail
         self._overhead = len(head) + len(tail)
@@ -375,6 +378,13 @@ class _EntryFrames:
 # A placeholder entry that cannot occur in an id or a method name.
 _SPLICE_BYTES = rb'"\u0000splice\u0000"'
 _SPLICE = msgspec.Raw(_SPLICE_BYTES)
+
+
+class _SplicedEntryNotification(msgspec.Struct):
+    """:class:`EntryNotification`'s shape, its entry already encoded."""
+
+    watch: RequestId | None  # the watch request's own id, as it came
+    entry: msgspec.Raw
 
 
 async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
@@ -434,4 +444,8 @@ def eventlog_methods(get_log: LogFactory) -> list[Method]:
     return [dataclasses.replace(m, at_eof="finish") for m in methods]
 
 
-METHOD_NAMES = frozenset(m.name for m in eventlog_methods(lambda: None))  # type: ignore[arg-type]
+def _no_log() -> EventLog:
+    raise RuntimeError("a table built for its method names serves no request")
+
+
+METHOD_NAMES = frozenset(m.name for m in eventlog_methods(_no_log))

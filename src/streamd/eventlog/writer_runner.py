@@ -37,10 +37,11 @@ when).
 
 from __future__ import annotations
 
+import enum
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import outcome
 import trio
@@ -54,7 +55,11 @@ __all__ = ["NOT_RUN", "WriterRunner"]
 
 _T = TypeVar("_T")
 
-NOT_RUN: Any = object()
+class _NotRun(enum.Enum):
+    NOT_RUN = enum.auto()
+
+
+NOT_RUN: Final = _NotRun.NOT_RUN
 """What :meth:`WriterRunner.try_inline` returns when the call was not made."""
 
 # SQLite steps between checks for a cancelled caller: apsw.aio's default
@@ -129,13 +134,13 @@ class WriterRunner:
         assert call.result is not None
         return call.result.unwrap()
 
-    def try_inline(self, op: Callable[[Backend], _T]) -> _T:
+    def try_inline(self, op: Callable[[Backend], _T]) -> _T | Literal[_NotRun.NOT_RUN]:
         """``op(store)`` here and now, or :data:`NOT_RUN` (nothing written)
         when the worker is busy or another connection holds the write lock."""
         if self._outstanding:
             return NOT_RUN
-        ran, result = self._store.try_without_waiting(op)
-        return result if ran else NOT_RUN  # type: ignore[return-value]
+        attempt = self._store.try_without_waiting(op)
+        return attempt[1] if attempt[0] else NOT_RUN
 
     def interrupt(self) -> None:
         self._store.interrupt()

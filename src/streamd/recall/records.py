@@ -43,9 +43,11 @@ _KNOWN = frozenset((*_STRING_FIELDS, *_TIME_FIELDS, "schema"))
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def _per_byte_replace(err: UnicodeDecodeError) -> tuple[str, int]:
+def _per_byte_replace(err: UnicodeError) -> tuple[str, int]:
     # Go substitutes one U+FFFD per invalid byte; Python's "replace" would
-    # merge a truncated sequence into one.
+    # merge a truncated sequence into one. Registered for decoding only.
+    if not isinstance(err, UnicodeDecodeError):
+        raise err
     return "\ufffd" * (err.end - err.start), err.end
 
 
@@ -110,15 +112,22 @@ _DECODER = json.JSONDecoder(object_pairs_hook=list, parse_constant=_reject_const
 _NESTED = object()  # a value too deeply nested to build; only known to be valid
 
 
+def _ws_end(text: str, i: int = 0) -> int:
+    """Past the white space at ``i``."""
+    m = _WS.match(text, i)
+    assert m is not None  # the pattern matches the empty string
+    return m.end()
+
+
 def _member_key(text: str, i: int) -> int:
     """Past ``"key" :`` at ``i`` (and the white space after it)."""
     m = _STRING.match(text, i)
     if m is None:
         raise LineError("not JSON: an object key was expected")
-    i = _WS.match(text, m.end()).end()
+    i = _ws_end(text, m.end())
     if not text.startswith(":", i):
         raise LineError("not JSON: a colon was expected")
-    return _WS.match(text, i + 1).end()
+    return _ws_end(text, i + 1)
 
 
 def _skip_nested(text: str, i: int, outer: int) -> int:
@@ -131,7 +140,7 @@ def _skip_nested(text: str, i: int, outer: int) -> int:
             closers.append("]" if text[i] == "[" else "}")
             if outer + len(closers) > MAX_DEPTH:
                 raise LineError("not JSON: nested too deep")
-            i = _WS.match(text, i + 1).end()
+            i = _ws_end(text, i + 1)
             if not text.startswith(closers[-1], i):
                 if closers[-1] == "}":
                     i = _member_key(text, i)
@@ -146,9 +155,9 @@ def _skip_nested(text: str, i: int, outer: int) -> int:
         while True:  # after a value: close containers until a comma
             if not closers:
                 return i
-            i = _WS.match(text, i).end()
+            i = _ws_end(text, i)
             if text.startswith(",", i):
-                i = _WS.match(text, i + 1).end()
+                i = _ws_end(text, i + 1)
                 if closers[-1] == "}":
                     i = _member_key(text, i)
                 break
@@ -173,13 +182,13 @@ def _pairs_slow(line: bytes) -> list[tuple[str, Any, bool]]:
     value, whether the raw value holds an escape). Exact for every line,
     just slower than msgspec."""
     text = line.decode("utf-8", "streamd-go-replace")
-    i = _WS.match(text).end()
-    if text.startswith("null", i) and _WS.match(text, i + 4).end() == len(text):
+    i = _ws_end(text)
+    if text.startswith("null", i) and _ws_end(text, i + 4) == len(text):
         return []  # Go leaves the record as it was: empty
     if not text.startswith("{", i):
         raise LineError(_not_an_object(text, decoded=False))
     out: list[tuple[str, Any, bool]] = []
-    i = _WS.match(text, i + 1).end()
+    i = _ws_end(text, i + 1)
     if text.startswith("}", i):
         i += 1
     else:
@@ -191,15 +200,15 @@ def _pairs_slow(line: bytes) -> list[tuple[str, Any, bool]]:
             i = _member_key(text, i)
             value, end = _value(text, i)
             out.append((key, _clean(value), text[i] == '"' and "\\" in text[i:end]))
-            i = _WS.match(text, end).end()
+            i = _ws_end(text, end)
             if text.startswith(",", i):
-                i = _WS.match(text, i + 1).end()
+                i = _ws_end(text, i + 1)
             elif text.startswith("}", i):
                 i += 1
                 break
             else:
                 raise LineError("not JSON: a comma or a closing brace was expected")
-    if _WS.match(text, i).end() != len(text):
+    if _ws_end(text, i) != len(text):
         raise LineError("not JSON: data after the object")
     return out
 

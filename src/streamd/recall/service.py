@@ -66,6 +66,7 @@ class RecallService:
 
     async def _close(self) -> None:
         if self.source is not None:
+            assert self.sources is not None  # a source is only held from a registry
             self.sources.release(self.source)
             self.source = None
         else:

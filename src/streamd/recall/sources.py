@@ -27,6 +27,7 @@ import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from types import TracebackType
 
 import trio
 
@@ -82,13 +83,18 @@ class SourceRegistry:
         self._nursery.start_soon(self._close_idle)
         return self
 
-    async def __aexit__(self, *exc_info: object) -> bool | None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
         assert self._nursery is not None and self._nursery_cm is not None
         for source in list(self._open.values()):
             self._close(source)
         self._nursery.cancel_scope.cancel()
         self._nursery = None
-        return await self._nursery_cm.__aexit__(*exc_info)
+        return await self._nursery_cm.__aexit__(exc_type, exc, tb)
 
     def open(self, p: InitializeParams) -> tuple[Source, AdapterManifest]:
         """The source this handshake names, opened if it is not yet, and held

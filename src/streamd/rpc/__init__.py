@@ -11,6 +11,39 @@
   the shared descriptors non-blocking.
 """
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # What the lazy names below resolve to, for type checkers (X as X:
+    # an explicit re-export). Kept equal to _EXPORTS by a test.
+    from streamd.rpc.protocol import (
+        Method as Method,
+    )
+    from streamd.rpc.protocol import (
+        MethodTable as MethodTable,
+    )
+    from streamd.rpc.protocol import (
+        RequestId as RequestId,
+    )
+    from streamd.rpc.protocol import (
+        encode_error as encode_error,
+    )
+    from streamd.rpc.protocol import (
+        encode_notification as encode_notification,
+    )
+    from streamd.rpc.protocol import (
+        encode_result as encode_result,
+    )
+    from streamd.rpc.server import (
+        Connection as Connection,
+    )
+    from streamd.rpc.server import (
+        Request as Request,
+    )
+    from streamd.rpc.server import (
+        Server as Server,
+    )
+
 # Imported on first use (PEP 562): the clients use the protocol core alone and
 # must not pay for Trio's server.
 _EXPORTS = {
@@ -26,7 +59,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

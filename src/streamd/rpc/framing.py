@@ -43,17 +43,20 @@ class LineSplitter:
         # Bytes of the current line thrown away because it is over the limit.
         self._dropped = 0
 
-    def feed(self, data: bytes) -> list[Frame]:
+    def feed(self, data: bytes | bytearray) -> list[Frame]:
         # One split in C instead of a find, a copy into the buffer and a copy
         # out of it per line: a read of 50 appends is one call, and only the
         # line it starts in the middle of goes through the buffer.
         if type(data) is not bytes:
             data = bytes(data)  # a bytearray's lines would be bytearrays
-        frames: list[Frame] = data.split(b"\n")  # type: ignore[assignment]
-        rest = frames.pop()  # after the last newline: the start of the next line
+        lines = data.split(b"\n")
+        rest = lines.pop()  # after the last newline: the start of the next line
+        # A copy of the pointers (cheap beside the split): the list will hold
+        # Oversized beside bytes, which a list of bytes may not.
+        frames: list[Frame] = [*lines]
         if frames:
             if self._buf or self._dropped:
-                self._keep(frames[0])  # type: ignore[arg-type]  # bytes: from split
+                self._keep(lines[0])
                 frames[0] = self._take()
             # Only a read longer than the limit can hold a line over it (the
             # first line, joined to the buffer, was checked by _keep).

@@ -179,7 +179,7 @@ class FrameReader:
         self.max_depth = max_depth
         self._splitter = LineSplitter(max_frame)
 
-    def feed(self, data: bytes) -> list[bytes | Oversized]:
+    def feed(self, data: bytes | bytearray) -> list[bytes | Oversized]:
         """The complete frames ``data`` finishes; classify each with :meth:`event`.
 
         Frames, not events, so that a caller working through a long list holds

@@ -27,6 +27,7 @@ from streamd.eventlog.model import (
     Boot,
     Filter,
     LeaseInfo,
+    RetentionPolicy,
     Session,
     SessionKey,
     SessionListResult,
@@ -224,6 +225,39 @@ class Backend(Protocol):
         previous: Step | None,
         bounds: Bounds,
     ) -> Step: ...
+
+    # Retention policies and giving space back (``compact``). A backend
+    # without a file of its own reclaims the way its server does and answers
+    # in its own units (see each implementation).
+
+    def set_retention(self, policy: RetentionPolicy, now_us: int) -> None:
+        """Store the app's policy; one without limits removes it."""
+        ...
+
+    def retention_policies(self, app: str | None = None) -> list[RetentionPolicy]:
+        """The stored policies (of one app, or all), by app name."""
+        ...
+
+    def leased_sessions(self, app: str, now_us: int) -> int:
+        """Sessions of the app under a live lease (skipped by retention)."""
+        ...
+
+    def incremental_vacuum(self, pages: int) -> int:
+        """Give up to ``pages`` free pages back; the pages freed (0: none left)."""
+        ...
+
+    def full_vacuum(self) -> None:
+        """Rewrite the storage whole, unbounded by rows: only when asked for."""
+        ...
+
+    def checkpoint(self) -> bool:
+        """Make what was committed durable in the main storage; False when a
+        reader still needed part of the log."""
+        ...
+
+    def pages(self) -> tuple[int, int, int]:
+        """(pages in use, free pages, page size) of the storage."""
+        ...
 
     def acquire_lease(
         self, app: str, user: str, session: str, holder: str, stale_after_ms: int, now_us: int

@@ -249,7 +249,9 @@ class DatabaseFile:
             if not self._main_gone or self._wal_emptied or id(db) not in self._ours:
                 return
         try:
-            busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            row = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            assert row is not None  # the pragma always answers one row
+            busy = row[0]
         except apsw.Error as exc:
             busy, reason = 1, str(exc)
         else:

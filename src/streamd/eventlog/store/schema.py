@@ -231,7 +231,11 @@ def refuse_foreign(db: apsw.Connection) -> None:
     app_id = db.pragma("application_id")
     version = db.pragma("user_version")
     objects = db.execute("SELECT type, name FROM sqlite_schema").fetchall()
-    names = {name for kind, name in objects if kind == "table" and not name.startswith("sqlite_")}
+    names = {
+        name
+        for kind, name in objects
+        if kind == "table" and isinstance(name, str) and not name.startswith("sqlite_")
+    }
     empty = app_id == 0 and version == 0 and not objects
     ours = app_id == APPLICATION_ID or (app_id == 0 and version >= 1 and names >= _OUR_TABLES)
     if empty or ours:

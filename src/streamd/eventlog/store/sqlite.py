@@ -62,7 +62,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import apsw
 
@@ -311,7 +311,9 @@ class SqliteStore:
         except apsw.Error:
             pass  # already closed: nothing left to interrupt
 
-    def try_without_waiting(self, op: Callable[[SqliteStore], _T]) -> tuple[bool, _T | None]:
+    def try_without_waiting(
+        self, op: Callable[[SqliteStore], _T]
+    ) -> tuple[Literal[True], _T] | tuple[Literal[False], None]:
         """``(True, op(self))``, unless a lock held by another connection
         stood in the way: then ``(False, None)``, nothing written (the lock is
         taken by ``BEGIN IMMEDIATE``, before any write), and the caller may

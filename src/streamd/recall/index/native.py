@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -40,22 +40,36 @@ from streamd.recall.index.segment import COLUMNS, Segment
 from streamd.recall.index.streamfile import HOLD_LIMIT, Cursor
 
 if TYPE_CHECKING:
+    from streamd._native import ChunkBuilder, _Record
     from streamd.recall.index.build import Consumer
 
 # The calls this module makes of streamd._native (its INTERFACE).
 INTERFACE = 1
 
+
+class _Core(Protocol):
+    """What this module calls of ``streamd._native`` (typed in its stub): a
+    protocol, so the module or None (not built, or built from other sources)
+    can be held in one name."""
+
+    @property
+    def ChunkBuilder(self) -> type[ChunkBuilder]: ...
+
+    def parse_record(self, line: bytes) -> _Record | None: ...
+
 log = logging.getLogger(__name__)
 
 _missing = ""  # why the compiled module cannot be used, when it cannot
 _native_absent = False
+_native: _Core | None
 try:
-    from streamd import _native
+    import streamd._native as _loaded
 except ImportError:  # built without a Rust toolchain: the plain path it is
     _native = None
     _missing = "is not installed"
     _native_absent = True
 else:
+    _native = _loaded
     if getattr(_native, "INTERFACE", None) != INTERFACE:
         # An editable install whose extension predates its Python sources.
         _native = None

@@ -1,0 +1,69 @@
+# The compiled indexing core (native/src/python.rs), as type checkers see it.
+# Kept by hand beside python.rs: a change there that bumps INTERFACE changes
+# this file too.
+from typing import Final, TypedDict, final
+
+INTERFACE: Final[int]
+UNICODE_VERSION: Final[str]
+MAX_LINE_BYTES: Final[int]
+HOLD_LIMIT: Final[int]
+MAX_DEPTH: Final[int]
+
+class NativeError(RuntimeError):
+    """The compiled indexing core failed (a bug: please report it)."""
+
+class _Sealed(TypedDict):
+    # The segment's arrays as little-endian bytes, in the plain Segment's dtypes.
+    count: int
+    term_hash: bytes
+    term_local: bytes
+    starts: bytes
+    recs: bytes
+    meta: bytes
+    big_pos: bytes
+    big_count: bytes
+    ident_hash: bytes
+    ident_rec: bytes
+    columns: bytes
+    ids: bytes
+    kinds: list[str]
+
+class _Record(TypedDict):
+    schema: int
+    id: str
+    kind: str
+    event_time: int
+    observed_at: int | None
+    system: str
+    ref: str
+    correlation: str
+    title: str
+    text: str
+    actor: str
+    revision: str
+
+@final
+class ChunkBuilder:
+    """Records of one segment in the making: ``feed`` it chunks of lines, then ``seal``."""
+
+    def __init__(self, base: int) -> None: ...
+    @property
+    def count(self) -> int: ...
+    def feed(
+        self,
+        data: bytes,
+        start: int,
+        offset: int,
+        max_records: int,
+        max_lines: int,
+        file_no: int,
+        built_at: int,
+    ) -> tuple[int, int, int, int, int | None]: ...
+    def seal(self) -> _Sealed: ...
+
+def parse_record(line: bytes) -> _Record | None: ...
+def trim_space(line: bytes) -> bytes: ...
+def tokenize(s: str) -> list[str]: ...
+def fold(s: str) -> str: ...
+def term_hash(term: str) -> int: ...
+def _panic_for_tests() -> None: ...
