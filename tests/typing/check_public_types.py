@@ -20,7 +20,8 @@ from streamd.errors import RpcError
 from streamd.eventlog.lease import Lease as LogLease
 from streamd.eventlog.log import EventLog, EventLogStats
 from streamd.eventlog.model import Event, RetentionPolicy, SessionWithEvents
-from streamd.eventlog.store.backend import Backend
+from streamd.eventlog.store.backend import Backend, Runner
+from streamd.eventlog.store.postgres import PostgresStore
 from streamd.eventlog.store.sqlite import SqliteStore
 from streamd.eventlog.watch import Watch as LogWatch
 from streamd.rpc.protocol import Method, MethodTable
@@ -63,6 +64,14 @@ def eventlog_face(log: streamd.eventlog.EventLog, store: streamd.eventlog.Backen
     assert_type(streamd.eventlog.closed_error(), RpcError)
     assert_type(log, EventLog)
     assert_type(store, Backend)
+
+
+def stores_are_backends(sqlite: SqliteStore, postgres: PostgresStore) -> None:
+    # Structural: each store has every operation of the protocol, typed alike.
+    backends: list[Backend] = [sqlite, postgres]
+    runner: Runner = sqlite
+    assert_type(backends, list[Backend])
+    assert_type(runner, Runner)
 
 
 def rpc_face(table: streamd.rpc.MethodTable) -> None:

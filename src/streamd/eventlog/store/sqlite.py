@@ -62,7 +62,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast
 
 import apsw
 
@@ -198,15 +198,19 @@ class SqliteStore:
 
     def __init__(
         self,
-        db: apsw.Connection,
+        db: apsw.Connection | apsw.AsyncConnection,
         busy: BusyWait,
         *,
         is_async: bool,
         guard: DatabaseFile | None = None,
     ) -> None:
-        self._db = db
+        # APSW's stub gives a connection in async mode a class of its own,
+        # AsyncConnection, that exists for type checkers only: at run time it
+        # is the same apsw.Connection, and on its worker thread, where every
+        # operation runs, its calls are synchronous. Two names, two faces.
+        self._db = cast("apsw.Connection", db)
+        self._aio = cast("apsw.AsyncConnection", db) if is_async else None
         self._busy = busy
-        self._is_async = is_async
         self._guard = guard
         self.wal_pages = 0
         """Pages in the WAL after this connection's last commit (counted
@@ -294,10 +298,10 @@ class SqliteStore:
         ``op`` inline, which blocks the event loop: that is for tests under a mock
         clock, where a real thread would let the clock jump while SQLite works.
         """
-        if not self._is_async:
+        if self._aio is None:
             return op(self)
         try:
-            return await self._db.async_run(op, self)
+            return await self._aio.async_run(op, self)
         except apsw.Error as exc:
             raise _translate(exc) from exc
 
@@ -368,12 +372,12 @@ class SqliteStore:
             raise _translate(exc) from exc
 
     async def aclose(self) -> None:
-        if not self._is_async:
+        if self._aio is None:
             self.close()
             return
         try:
-            await self._db.async_run(self._before_close)
-            await self._db.aclose()
+            await self._aio.async_run(self._before_close)
+            await self._aio.aclose()
         except apsw.Error as exc:
             raise _translate(exc) from exc
 
@@ -832,6 +836,7 @@ class SqliteStore:
                         " WHERE app_name = ? AND user_id = ? AND session_id = ?",
                         (app, user, session),
                     ).fetchone()
+                    assert found is not None  # the session exists: checked above
                     session_state = rows.state_or_empty(found[0], f"session {session!r}")
                 return StateSnapshot(
                     seq=newest if as_of_seq is None else as_of_seq,
@@ -909,12 +914,12 @@ class SqliteStore:
         after = 0
         db = self._db
         with db:
-            idle = db.execute(
+            idle = _keys(db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
                 f" AND updated_at < ? AND last_seq <= ? AND NOT EXISTS ({_LEASED.format(t='s')})"
                 " ORDER BY user_id, session_id LIMIT ?",
                 (app, cutoff_us, keep, now_us, bounds.sessions),
-            ).fetchall()
+            ).fetchall())
             for user, session in idle:
                 key = (app, user, session)
                 done = previous.after_seq if previous and previous.cursor == (user, session) else 0
@@ -929,19 +934,19 @@ class SqliteStore:
                 if budget == 0:
                     cursor, after = (user, session), done
                     break
-                gone = db.execute(
+                gone = _seqs(db.execute(
                     "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
                     " INDEXED BY events_by_session WHERE app_name = ? AND user_id = ?"
                     " AND session_id = ? AND seq > ? ORDER BY seq LIMIT ?) RETURNING seq",
                     (*key, done, budget),
-                ).fetchall()
+                ).fetchall())
                 events, budget = events + len(gone), budget - len(gone)
                 if budget == 0 and db.execute(
                     "SELECT 1 FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
                     " AND seq > ? LIMIT 1",
-                    (*key, max(seq for seq, in gone)),
+                    (*key, max(gone)),
                 ).fetchone():
-                    cursor, after = (user, session), max(seq for seq, in gone)
+                    cursor, after = (user, session), max(gone)
                     break
                 # Nothing left under it: the cascade and the trigger delete nothing.
                 db.execute(
@@ -971,15 +976,14 @@ class SqliteStore:
         keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
         done = previous.after_seq if previous else 0
         with self._db:
-            gone = self._db.execute(
+            gone = _seqs(self._db.execute(
                 "DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE app_name = ?"
                 f" AND event_time < ? AND seq > ? AND seq <= ?"
                 f" AND NOT EXISTS ({_LEASED.format(t='e')}) ORDER BY seq LIMIT ?) RETURNING seq",
                 (app, cutoff_us, done, keep, now_us, bounds.events),
-            ).fetchall()
+            ).fetchall())
         n = len(gone)
-        return Step(events=n, rows=n, more=n == bounds.events,
-                    after_seq=max((seq for seq, in gone), default=done))
+        return Step(events=n, rows=n, more=n == bounds.events, after_seq=max(gone, default=done))
 
     @_translated
     def trim_sessions(
@@ -1005,16 +1009,15 @@ class SqliteStore:
         db = self._db
         with db:
             # One more than looked at, to know where the next step starts.
-            page = db.execute(
+            page = _keys(db.execute(
                 "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
                 " AND (user_id, session_id) >= (?, ?)"
                 f" AND NOT EXISTS ({_LEASED.format(t='s')})"
                 " ORDER BY user_id, session_id LIMIT ?",
                 (app, *(start or ("", "")), now_us, bounds.sessions + 1),
-            ).fetchall()
+            ).fetchall())
             if len(page) > bounds.sessions:
-                cursor = (page[-1][0], page[-1][1])
-                del page[-1]
+                cursor = page.pop()
             walked = 0
             for user, session in page:
                 # Finding a cut point reads up to max_events + 1 index entries:
@@ -1033,17 +1036,17 @@ class SqliteStore:
                 if cut is None:
                     continue
                 done = previous.after_seq if previous and start == (user, session) else 0
-                gone = db.execute(
+                gone = _seqs(db.execute(
                     "DELETE FROM events WHERE seq IN (SELECT seq FROM events"
                     " INDEXED BY events_by_session"
                     " WHERE app_name = ? AND user_id = ? AND session_id = ?"
                     " AND seq > ? AND seq <= ? AND seq <= ? ORDER BY seq LIMIT ?) RETURNING seq",
                     (*key, done, cut[0], keep, budget),
-                ).fetchall()
+                ).fetchall())
                 budget -= len(gone)
                 if budget == 0:
                     # It may have more to cut: again next step, after these.
-                    cursor, after = (user, session), max(seq for seq, in gone)
+                    cursor, after = (user, session), max(gone)
                     break
         deleted = bounds.events - budget
         return Step(events=deleted, rows=deleted, more=cursor is not None, cursor=cursor,
@@ -1056,7 +1059,8 @@ class SqliteStore:
         with self._db:
             before = self._db.pragma("freelist_count")
             self._db.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
-            return before - self._db.pragma("freelist_count")
+            freed: int = before - self._db.pragma("freelist_count")
+        return freed
 
     @_translated
     def full_vacuum(self) -> None:
@@ -1071,8 +1075,9 @@ class SqliteStore:
     def checkpoint(self) -> bool:
         """Write the WAL back into the database file and truncate it; False
         when a reader (another process) still needed part of it."""
-        busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        return busy == 0
+        row = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert row is not None  # the pragma always answers one row
+        return row[0] == 0
 
     @_translated
     def pages(self) -> tuple[int, int, int]:
@@ -1119,7 +1124,8 @@ class SqliteStore:
                 " WHERE app_name = ? AND user_id = ? AND session_id = ? AND holder = ?",
                 (now_us, app, user, session, holder),
             )
-            return self._db.changes() == 1
+            held = self._db.changes() == 1
+        return held
 
     @_translated
     def release_lease(self, app: str, user: str, session: str, holder: str) -> bool:
@@ -1130,7 +1136,8 @@ class SqliteStore:
                 " WHERE app_name = ? AND user_id = ? AND session_id = ? AND holder = ?",
                 (app, user, session, holder),
             )
-            return self._db.changes() == 1
+            released = self._db.changes() == 1
+        return released
 
     @_translated
     def list_leases(self, app: str | None = None, user: str | None = None) -> list[LeaseInfo]:
@@ -1484,6 +1491,27 @@ def _check_expected(db: apsw.Connection, app: str, user: str, session: str, expe
             f" computed at seq {expected}; nothing was written, read the session again",
             {"expected_seq": expected, "last_seq": found[0]},
         )
+
+
+# --- typed rows -------------------------------------------------------------
+
+
+def _keys(found: list[apsw.SQLiteValues]) -> list[tuple[str, str]]:
+    """(user_id, session_id) rows: TEXT NOT NULL columns."""
+    keys = []
+    for user, session in found:
+        assert isinstance(user, str) and isinstance(session, str), (user, session)
+        keys.append((user, session))
+    return keys
+
+
+def _seqs(found: list[apsw.SQLiteValues]) -> list[int]:
+    """``RETURNING seq`` rows: an INTEGER PRIMARY KEY."""
+    seqs = []
+    for (seq,) in found:
+        assert isinstance(seq, int), seq
+        seqs.append(seq)
+    return seqs
 
 
 # --- state ------------------------------------------------------------------
