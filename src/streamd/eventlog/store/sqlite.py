@@ -355,8 +355,11 @@ class SqliteStore:
         waiting for anyone (``wal_checkpoint(PASSIVE)``): (frames in the WAL,
         frames copied). Writers go on meanwhile; once all is copied, the next
         commit starts the WAL again from its beginning."""
-        _, frames, copied = self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        return frames, copied
+        row = self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if row is None:  # the pragma always answers one row; this is for the checker
+            return 0, 0
+        _, frames, copied = row
+        return int(frames), int(copied)
 
     def set_progress_check(self, check: Callable[[], bool], steps: int) -> None:
         """Call ``check`` every ``steps`` SQLite steps; when it returns True
