@@ -239,6 +239,9 @@ async def test_a_live_watch_whose_consumer_falls_behind_catches_up_from_the_stor
 class _Silent:
     """A change source that never wakes: a notification that was lost."""
 
+    def expect_commit(self) -> None:
+        pass
+
     async def wait(self) -> None:
         await trio.sleep_forever()
 

@@ -247,6 +247,11 @@ class ChangeSource(Protocol):
         return; spurious returns are allowed, missed ones are not."""
         ...
 
+    def expect_commit(self) -> None:
+        """A commit may be under way that will raise no notification of its
+        own (one begun before the source was entered): look for it anyway."""
+        ...
+
 
 class FileChanges:
     """Wakes when the database or its WAL may have been written by anyone.

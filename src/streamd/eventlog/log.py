@@ -1020,8 +1020,7 @@ class EventLog:
                 # Entered before the baseline read, so a commit between the two
                 # still raises a wake; and one already writing when the watch
                 # was armed is rechecked for.
-                if isinstance(changes, FileChanges):
-                    changes.expect_commit()
+                changes.expect_commit()
                 last: int | None = None
                 while True:
                     try:

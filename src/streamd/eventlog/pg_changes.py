@@ -124,6 +124,10 @@ class PgChanges:
         self._state = "closed"
         self._close()
 
+    def expect_commit(self) -> None:
+        """Nothing to do: a NOTIFY is delivered at its transaction's commit, so
+        a commit under way at LISTEN time still notifies."""
+
     async def wait(self) -> None:
         """Return when a commit may have happened since the previous wait()
         returned (or since entry, for the first call)."""
