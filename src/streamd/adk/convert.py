@@ -353,21 +353,25 @@ def _items(item: Convert, nullable: bool, values: Any) -> list[Any] | None:
 
 
 def _list(item: Convert, nullable: bool) -> Convert:
-    def convert(value: Any) -> Any:
-        if type(value) is not list:
-            return _NO
-        out = _items(item, nullable, value)
-        return _NO if out is None else out
-
-    return convert
+    return _sequence(item, nullable, None)
 
 
 def _set(item: Convert, nullable: bool) -> Convert:
+    return _sequence(item, nullable, set)
+
+
+def _sequence(
+    item: Convert, nullable: bool, make: Callable[[list[Any]], Any] | None
+) -> Convert:
+    """A JSON array as a list (``make`` None) or as what ``make`` builds of it."""
+
     def convert(value: Any) -> Any:
         if type(value) is not list:
             return _NO
         out = _items(item, nullable, value)
-        return _NO if out is None else set(out)
+        if out is None:
+            return _NO
+        return out if make is None else make(out)
 
     return convert
 
