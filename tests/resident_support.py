@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 FAR_DEADLINE = "2999-01-01T00:00:00Z"
 
 
@@ -319,6 +321,16 @@ def frames(out: bytes) -> dict[Any, dict]:
 
 def _deadline_in(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + seconds + 1))
+
+
+def point_clients_at(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make this process's clients (and the daemons they start, which inherit
+    its environment) use ``world``'s runtime and state directories and nothing
+    the caller's environment names."""
+    for name in ("STREAMD_DB", "XDG_RUNTIME_DIR", "STREAMD_LOG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("STREAMD_RUNTIME_DIR", str(world.runtime))
+    monkeypatch.setenv("XDG_STATE_HOME", str(world.state))
 
 
 def make_world() -> Iterator[World]:

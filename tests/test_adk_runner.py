@@ -23,7 +23,7 @@ from google.adk.runners import Runner
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from pydantic import Field
-from resident_support import World, make_world
+from resident_support import World, make_world, point_clients_at
 
 from streamd.adk import StreamdSessionService
 from streamd.client import AsyncClient
@@ -186,10 +186,7 @@ def test_a_run_whose_session_another_writer_moves_is_refused_as_stale(tmp_path: 
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     for w in make_world():
-        for name in ("STREAMD_DB", "XDG_RUNTIME_DIR", "STREAMD_LOG"):
-            monkeypatch.delenv(name, raising=False)
-        monkeypatch.setenv("STREAMD_RUNTIME_DIR", str(w.runtime))
-        monkeypatch.setenv("XDG_STATE_HOME", str(w.state))
+        point_clients_at(w, monkeypatch)
         yield w
 
 

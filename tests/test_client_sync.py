@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from resident_support import World, make_world
+from resident_support import World, make_world, point_clients_at
 
 from streamd.client import Client
 from streamd.client.protocol import Call
@@ -31,11 +31,7 @@ def client(tmp_path: Path) -> Iterator[Client]:
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     for w in make_world():
-        # The daemon a client starts inherits this process's environment.
-        for name in ("STREAMD_DB", "XDG_RUNTIME_DIR", "STREAMD_LOG"):
-            monkeypatch.delenv(name, raising=False)
-        monkeypatch.setenv("STREAMD_RUNTIME_DIR", str(w.runtime))
-        monkeypatch.setenv("XDG_STATE_HOME", str(w.state))
+        point_clients_at(w, monkeypatch)
         yield w
 
 

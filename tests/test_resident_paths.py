@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from resident_support import Attached, World, make_world, req
+from resident_support import Attached, World, make_world, point_clients_at, req
 
 from streamd.client import Client
 from streamd.errors import RpcError
@@ -81,10 +81,7 @@ def test_a_client_connect_with_a_relative_db_writes_it_beside_the_caller(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (world.root / "proc").mkdir()
-    for name in ("STREAMD_DB", "XDG_RUNTIME_DIR", "STREAMD_LOG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("STREAMD_RUNTIME_DIR", str(world.runtime))
-    monkeypatch.setenv("XDG_STATE_HOME", str(world.state))
+    point_clients_at(world, monkeypatch)
     monkeypatch.chdir(world.root)
     with Client.connect(daemon_args=["--db", "proc/events.db"]) as client:
         event = Event(id="e1", author="agent", content="hello")

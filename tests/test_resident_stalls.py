@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from resident_support import Attached, World, make_world, pid_alive, req, wait_for
+from resident_support import Attached, World, make_world, pid_alive, point_clients_at, req, wait_for
 
 from streamd.client import Client
 from streamd.errors import RpcError
@@ -35,10 +35,7 @@ SYS_CONNECT = 42  # x86_64
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     for w in make_world():
-        for name in ("STREAMD_DB", "XDG_RUNTIME_DIR", "STREAMD_LOG"):
-            monkeypatch.delenv(name, raising=False)
-        monkeypatch.setenv("STREAMD_RUNTIME_DIR", str(w.runtime))
-        monkeypatch.setenv("XDG_STATE_HOME", str(w.state))
+        point_clients_at(w, monkeypatch)
         yield w
 
 
