@@ -24,8 +24,8 @@ import msgspec
 from streamd import cliargs
 from streamd.cliargs import command
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.dbtarget import describe as db_description
 from streamd.eventlog.log import resolve_db_path
-from streamd.eventlog.store.pg_url import db_description
 from streamd.eventlog.store.schema import SCHEMA_VERSION
 
 __all__ = ["COMMANDS", "add_parsers", "run"]
