@@ -127,9 +127,9 @@ def line(body: str, pad: int = 0) -> bytes:
 
 
 @needs_native
-@pytest.mark.parametrize("block", [1 << 16, native.BLOCK_BYTES])
+@pytest.mark.parametrize("block", [1 << 16, build.BLOCK_BYTES])
 def test_lines_at_the_size_limits_count_alike_on_both_paths(tmp_path, monkeypatch, block):
-    monkeypatch.setattr(native, "BLOCK_BYTES", block)
+    monkeypatch.setattr(build, "BLOCK_BYTES", block)
     limit = records.MAX_LINE_BYTES
     fits = line("a" * (limit - len(line(""))))
     assert len(fits) == limit

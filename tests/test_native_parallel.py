@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from streamd.recall import oneshot
-from streamd.recall.index import native, parallel
+from streamd.recall.index import build, native, parallel
 
 pytestmark = pytest.mark.skipif(native._native is None, reason="streamd._native is not built")
 
@@ -77,7 +77,7 @@ def test_an_abandoned_threaded_pass_stops_its_threads_at_their_next_block(
     monkeypatch.setattr(parallel, "CHUNK_BYTES", stream.stat().st_size // 3 + 1)
     monkeypatch.setattr(parallel, "FIRST_CHUNK_BYTES", stream.stat().st_size // 3 + 1)
     monkeypatch.setattr(parallel, "workers", lambda: 2)
-    monkeypatch.setattr(native, "BLOCK_BYTES", 1 << 16)
+    monkeypatch.setattr(build, "BLOCK_BYTES", 1 << 16)
     stopped = []
     real = parallel.build_chunk
 

@@ -285,18 +285,18 @@ def test_every_line_decodes_trims_and_tokenizes_as_on_the_plain_path(line):
 @settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example,
                                  HealthCheck.data_too_large])
-@given(data=stream(), block=st.sampled_from([7, 64, 1000, native.BLOCK_BYTES]))
+@given(data=stream(), block=st.sampled_from([7, 64, 1000, build.BLOCK_BYTES]))
 def test_a_stream_builds_the_same_records_counters_and_segments_on_both_paths(data, block):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "a.jsonl"
         path.write_bytes(data)
         for raw in data.split(b"\n")[:-1]:
             check_line(raw + b"\n")
-        saved, native.BLOCK_BYTES = native.BLOCK_BYTES, block
+        saved, build.BLOCK_BYTES = build.BLOCK_BYTES, block
         try:
             assert_same_index(path)
         finally:
-            native.BLOCK_BYTES = saved
+            build.BLOCK_BYTES = saved
 
 
 @settings(max_examples=max(10, EXAMPLES // 3), deadline=None,

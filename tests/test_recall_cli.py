@@ -10,7 +10,7 @@ import pytest
 
 from streamd.cli import main
 from streamd.progress import Progress
-from streamd.recall.index import native
+from streamd.recall.index import build
 from streamd.recall.index import streamfile as catchup
 
 
@@ -56,8 +56,8 @@ def test_search_with_a_workdir_reads_only_new_bytes_the_second_time(
     monkeypatch.setattr(catchup, "lines_after",
                         lambda p, o, e=None: reads.append(o) or real(p, o, e))
     # The compiled path reads blocks, not lines.
-    real_native = native.read_into
-    monkeypatch.setattr(native, "read_into", lambda c, cur, *a: reads.append(cur.offset)
+    real_native = build.read_blocks
+    monkeypatch.setattr(build, "read_blocks", lambda c, cur, *a: reads.append(cur.offset)
                         or real_native(c, cur, *a))
     capsys.readouterr()
     assert main(["search", "alpha", str(stream), "--workdir", str(work), "--json"]) == 0

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from streamd.recall.index import native, parallel
+from streamd.recall.index import build, parallel
 from streamd.recall.index import streamfile as catchup
 from streamd.recall.index.parallel import drive
 from streamd.recall.persist import atomic
@@ -50,13 +50,13 @@ def answers(world, adapter, queries=("amber cedar", "t-42", "event 7", "")):
 def spy_reads(monkeypatch, reads: list[int]) -> None:
     """Record where the compiled path starts reading a file (``lines_after``
     is the plain path's reader)."""
-    real = native.read_into
+    real = build.read_blocks
 
     def spy(consumer, cur, file_no, end=None, stop=None):
         reads.append(cur.offset)
         return real(consumer, cur, file_no, end, stop)
 
-    monkeypatch.setattr(native, "read_into", spy)
+    monkeypatch.setattr(build, "read_blocks", spy)
 
 
 def test_a_restart_reads_only_the_bytes_appended_since_the_saved_index(recall_world, monkeypatch):

@@ -26,8 +26,9 @@ from test_recall_rpc import Peer, error, initialized, req, search, world  # noqa
 
 from streamd.daemon import Config, Daemon, serve_socket
 from streamd.rpc import Method, MethodTable, Server
+from streamd.rpc.methods import Connection
 from streamd.rpc.outbox import Outbox
-from streamd.rpc.server import EOF_GRACE, Connection
+from streamd.rpc.server import EOF_GRACE
 
 REPO = Path(__file__).resolve().parents[1]
 

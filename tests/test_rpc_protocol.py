@@ -10,13 +10,13 @@ import msgspec
 import pytest
 
 from streamd.errors import RpcError
+from streamd.rpc.methods import Method
 from streamd.rpc.protocol import (
     Call,
     Cancel,
     Fault,
     FrameReader,
     Ignored,
-    Method,
     Shutdown,
     bind,
     encode_error,

@@ -26,7 +26,7 @@ from streamd.errors import RpcError
 from streamd.eventlog import EventLog
 from streamd.eventlog.service import eventlog_methods
 from streamd.rpc import Method, Server
-from streamd.rpc.protocol import Reply
+from streamd.rpc.methods import Reply
 
 
 class Params(msgspec.Struct, forbid_unknown_fields=True):

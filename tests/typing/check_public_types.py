@@ -24,8 +24,8 @@ from streamd.eventlog.store.backend import Backend, Runner
 from streamd.eventlog.store.postgres import PostgresStore
 from streamd.eventlog.store.sqlite import SqliteStore
 from streamd.eventlog.watch import Watch as LogWatch
-from streamd.rpc.protocol import Method, MethodTable
-from streamd.rpc.server import Connection, Request, Server
+from streamd.rpc.methods import Connection, Method, MethodTable, Request
+from streamd.rpc.server import Server
 
 
 def client_face(

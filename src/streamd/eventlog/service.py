@@ -106,7 +106,8 @@ from streamd.eventlog.model import (
 )
 from streamd.eventlog.store import Committed
 from streamd.rpc import Connection, Method, Request, encode_notification
-from streamd.rpc.protocol import Reply, RequestId
+from streamd.rpc.methods import Reply
+from streamd.rpc.protocol import RequestId
 
 __all__ = ["ENTRY_NOTIFICATION", "LOCK_LOST_NOTIFICATION", "METHOD_NAMES", "eventlog_methods"]
 

@@ -5,6 +5,8 @@
 * :mod:`~streamd.rpc.protocol` - bytes in, events out: a frame becomes a call,
   a notification, a cancel, a shutdown or an answered fault; and the encoders
   (sans-I/O, tested without an event loop).
+* :mod:`~streamd.rpc.methods` - what a service registers (``Method``, the
+  method table) and what its handlers see (``Request``, ``Connection``).
 * :mod:`~streamd.rpc.server` - the Trio layer: one reader, one writer, a task
   and a cancel scope per request, bounded work in flight, EOF and shutdown.
 * :mod:`~streamd.rpc.stdio` - stdin and stdout as Trio streams that never make
@@ -16,11 +18,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     # What the lazy names below resolve to, for type checkers (X as X:
     # an explicit re-export). Kept equal to _EXPORTS by a test.
-    from streamd.rpc.protocol import (
+    from streamd.rpc.methods import (
+        Connection as Connection,
+    )
+    from streamd.rpc.methods import (
         Method as Method,
     )
-    from streamd.rpc.protocol import (
+    from streamd.rpc.methods import (
         MethodTable as MethodTable,
+    )
+    from streamd.rpc.methods import (
+        Request as Request,
     )
     from streamd.rpc.protocol import (
         RequestId as RequestId,
@@ -35,22 +43,16 @@ if TYPE_CHECKING:
         encode_result as encode_result,
     )
     from streamd.rpc.server import (
-        Connection as Connection,
-    )
-    from streamd.rpc.server import (
-        Request as Request,
-    )
-    from streamd.rpc.server import (
         Server as Server,
     )
 
 # Imported on first use (PEP 562): the clients use the protocol core alone and
-# must not pay for Trio's server.
+# must not pay for Trio's server (nor Trio, which methods needs).
 _EXPORTS = {
-    "Connection": "streamd.rpc.server",
-    "Method": "streamd.rpc.protocol",
-    "MethodTable": "streamd.rpc.protocol",
-    "Request": "streamd.rpc.server",
+    "Connection": "streamd.rpc.methods",
+    "Method": "streamd.rpc.methods",
+    "MethodTable": "streamd.rpc.methods",
+    "Request": "streamd.rpc.methods",
     "RequestId": "streamd.rpc.protocol",
     "Server": "streamd.rpc.server",
     "encode_error": "streamd.rpc.protocol",

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -43,9 +43,6 @@ from streamd.rpc.framing import (
     Oversized,
     nests_deeper_than,
 )
-
-if TYPE_CHECKING:
-    from streamd.rpc.server import Request
 
 log = logging.getLogger("streamd.rpc")
 
@@ -80,49 +77,6 @@ class CancelParams(msgspec.Struct, forbid_unknown_fields=True):
 
 class EmptyParams(msgspec.Struct, forbid_unknown_fields=True):
     """``recall/shutdown`` takes ``{}`` (or null)."""
-
-
-Handler = Callable[[Any, "Request"], Awaitable[Any]]
-Reply = Callable[[Any], None]
-"""Answers a queued request: called once with its result, or an RpcError."""
-Submit = Callable[[Any, Reply], "Awaitable[None] | None"]
-
-
-@dataclass(frozen=True, slots=True)
-class Method:
-    """A wire method: its strict params type, its handler, and its deadline.
-
-    ``deadline`` extracts the request's wall-clock deadline (Unix ns) from the
-    decoded params, or None for methods that carry none.
-
-    ``submit`` makes the method *queued*: for a request that cannot be
-    cancelled once accepted (an append, which the log's writer commits
-    whatever happens to its caller), the server calls ``submit(params, reply)``
-    on the reading task instead of running ``handler`` in a task of its own,
-    and ``reply`` encodes the answer when the work is done. ``submit`` must
-    not block: it queues the work, or returns an awaitable that the server
-    runs to completion, uncancelled, when it has to wait first (the log is not
-    open yet). It must answer exactly the way ``handler`` would (``handler``
-    stays the reference, for callers that await). No task, cancel scope or
-    event per request: on the append path those were most of the event loop's
-    time. ``deadline`` does not apply to a queued method: nothing could stop it.
-
-    ``at_eof`` is what end of input does to a request of this method still in
-    flight: ``"cancel"``, the reference's rule (Recall's methods: cancelled at
-    once, answered -32007), or ``"finish"`` (the event log's): end of input
-    only means no more requests, so it is answered as usual if it finishes
-    within the server's ``eof_grace``, and cancelled (-32007) after that.
-    """
-
-    name: str
-    params: type
-    handler: Handler
-    deadline: Callable[[Any], int | None] | None = None
-    submit: Submit | None = None
-    at_eof: Literal["cancel", "finish"] = "cancel"
-
-
-MethodTable = Mapping[str, Method]
 
 
 # --- events -------------------------------------------------------------------
@@ -252,8 +206,19 @@ def _notification(method: str, params: msgspec.Raw) -> Cancel | Ignored:
         return Ignored(f"malformed {method}: {exc.message}")
 
 
-def bind(call: Call, methods: MethodTable) -> tuple[Method, Any]:
-    """The method a call names and its decoded params; RpcError -32601/-32602."""
+class _Bound(Protocol):
+    """What :func:`bind` reads of a method (a :class:`~streamd.rpc.methods.Method`)."""
+
+    @property
+    def params(self) -> type: ...
+
+
+M = TypeVar("M", bound=_Bound)
+
+
+def bind(call: Call, methods: Mapping[str, M]) -> tuple[M, Any]:
+    """The method a call names in ``methods`` (a method table) and its decoded
+    params; RpcError -32601/-32602."""
     method = methods.get(call.method)
     if method is None:
         name = call.method

@@ -43,7 +43,8 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   a frame that fails in an unexpected way is answered -32603 (and logged),
   like a handler that does. Handlers raise :class:`~streamd.errors.RpcError`
   and never build error frames themselves.
-* Handlers see a :class:`Request` and, through it, their :class:`Connection`:
+* Handlers see a :class:`~streamd.rpc.methods.Request` and, through it, their
+  :class:`~streamd.rpc.methods.Connection`:
   a small context (send, notify, start a connection-scoped task, run a
   cleanup at close), never the nursery itself.
 * ``recall/shutdown`` stops reading, lets in-flight work finish (long-running
@@ -71,7 +72,6 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -79,6 +79,7 @@ import trio
 from streamd import errors
 from streamd.errors import RpcError
 from streamd.rpc.framing import MAX_DEPTH, MAX_FRAME_BYTES, Oversized
+from streamd.rpc.methods import Connection, Method, MethodTable, Request, Submit
 from streamd.rpc.outbox import Outbox
 from streamd.rpc.protocol import (
     Call,
@@ -86,14 +87,10 @@ from streamd.rpc.protocol import (
     Fault,
     FrameReader,
     Ignored,
-    Method,
-    MethodTable,
     RequestId,
     Shutdown,
-    Submit,
     bind,
     encode_error,
-    encode_notification,
     encode_result,
     error_frame,
     id_key,
@@ -119,86 +116,6 @@ MAX_UNWRITTEN_BYTES = 16 << 20
 # any ordinary request on a loaded machine (an append waits for one fsync),
 # short enough that a forgotten pipe does not keep a process for long.
 EOF_GRACE = 10.0
-
-
-class Connection:
-    """One peer. Handlers reach per-connection facilities through it."""
-
-    def __init__(self, nursery: trio.Nursery, outbox: Outbox) -> None:
-        self._nursery = nursery
-        self.closing = trio.Event()
-        self.unwritten_bytes = 0
-        """Bytes given to :meth:`send` and not yet written (or dropped for a peer
-        that is gone): what this connection holds for a slow reader. A producer
-        that must stay within a byte budget (a watch) waits on :meth:`progress`."""
-        self._progress = trio.Event()
-        self._outbox = outbox
-        self._cleanups: list[Callable[[], Awaitable[None]]] = []
-
-    async def notify(self, method: str, params: Any) -> None:
-        await self.send(encode_notification(method, params))
-
-    async def send(self, frame: bytes) -> None:
-        self.unwritten_bytes += len(frame)
-        try:
-            await self._outbox.put(frame)
-        except BaseException as exc:
-            self.done_with(len(frame))  # not queued (cancelled, or no writer)
-            if isinstance(exc, trio.ClosedResourceError | trio.BrokenResourceError):
-                return  # the writer is gone (the peer hung up); nobody to tell
-            raise
-
-    def send_nowait(self, frame: bytes) -> None:
-        """Queue ``frame`` without waiting for room: for answers whose number
-        the in-flight bound already limits. Dropped once the connection is gone."""
-        if self._outbox.put_nowait(frame):
-            self.unwritten_bytes += len(frame)
-
-    def done_with(self, size: int) -> None:
-        """The writer wrote (or dropped) ``size`` bytes of queued frames."""
-        self.unwritten_bytes -= size
-        self._progress.set()
-        self._progress = trio.Event()
-
-    async def progress(self) -> None:
-        """Wait until the writer next writes or drops something."""
-        await self._progress.wait()
-
-    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        """Run ``fn(*args)`` as a task that ends with this connection."""
-        self._nursery.start_soon(fn, *args)
-
-    def on_close(self, callback: Callable[[], Awaitable[None]]) -> None:
-        """Run ``callback`` when the connection ends, however it ends."""
-        self._cleanups.append(callback)
-
-    async def run_cleanups(self) -> None:
-        for callback in reversed(self._cleanups):
-            try:
-                with trio.CancelScope(shield=True):
-                    await callback()
-            except Exception:
-                log.exception("connection cleanup failed")
-        self._cleanups.clear()
-
-
-@dataclass(slots=True)
-class Request:
-    # None for a request sent with "id": null (answered with id null).
-    id: RequestId | None
-    method: str
-    connection: Connection
-    scope: trio.CancelScope
-    # Set when the peer asked for cancellation, so the answer says "canceled"
-    # rather than "deadline exceeded".
-    canceled: bool = False
-    # What end of input does to it (Method.at_eof).
-    finish_at_eof: bool = False
-    # Why it was cancelled, when "context canceled" alone would not say.
-    reason: str | None = None
-
-    async def notify(self, method: str, params: Any) -> None:
-        await self.connection.notify(method, params)
 
 
 class _Queued:

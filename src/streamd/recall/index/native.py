@@ -6,8 +6,10 @@ compiled core (the Rust crate in ``native/``) does the same per-record work
 for a whole block of lines in one call, with the GIL released: decoding and
 checking each line the way Go's encoding/json does, tokenizing with the
 pinned Unicode tables, and laying out the segment arrays. Python keeps
-everything around it: reading the file, cursors and counters, sealing at
-``SEGMENT_RECORDS``, kind tables, persistence.
+everything around it: reading the file in blocks (``build.read_blocks``),
+cursors and counters, sealing at ``SEGMENT_RECORDS``, kind tables,
+persistence. This module is the compiled core's face: whether it can be
+used, and the builder that stands in for ``SegmentBuilder``.
 
 Rules:
 
@@ -28,20 +30,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from streamd import DISTRIBUTION
-from streamd.errors import SOURCE_UNAVAILABLE, RpcError
-from streamd.recall.index import streamfile
 from streamd.recall.index.segment import COLUMNS, Segment
-from streamd.recall.index.streamfile import HOLD_LIMIT, Cursor
 
 if TYPE_CHECKING:
     from streamd._native import ChunkBuilder, _Record
-    from streamd.recall.index.build import Consumer
 
 # The calls this module makes of streamd._native (its INTERFACE).
 INTERFACE = 1
@@ -74,9 +72,6 @@ else:
         # An editable install whose extension predates its Python sources.
         _native = None
         _missing = "was built from other sources than this streamd"
-
-# Bytes read from the file at a time (about 10k records).
-BLOCK_BYTES = 4 << 20
 
 _warned = threading.Event()
 
@@ -179,98 +174,4 @@ class NativeBuilder:
         )
 
 
-def read_into(
-    consumer: Consumer, cur: Cursor, file_no: int, end: int | None = None,
-    stop: threading.Event | None = None,
-) -> Generator[None, None, None]:
-    """``Consumer.read_into`` on the compiled path: the complete lines of
-    ``cur``'s file from its offset (up to ``end``, just after a newline),
-    into ``consumer.index``, yielding after every ``BUILD_SLICE`` lines (the
-    plain path, eight times slower a line, yields every ``PLAIN_SLICE``).
-    Raises RpcError (-32000) for a file that is not readable, with the plain
-    reader's words; a missing file sets ``cur.missing``. Returns early once
-    ``stop`` is set."""
-    from streamd.recall.index.build import BUILD_SLICE
-    from streamd.recall.index.index import SEGMENT_RECORDS
-
-    name = os.path.basename(cur.path)
-    try:
-        f = streamfile.open_regular(cur.path)
-    except FileNotFoundError:
-        cur.missing = True
-        return
-    except OSError as exc:
-        raise streamfile.cannot_open(name, exc) from None
-    index = consumer.index
-    with f:
-        try:
-            f.seek(cur.offset)
-        except OSError:
-            raise RpcError(SOURCE_UNAVAILABLE, f"{name} cannot be positioned") from None
-        read_pos = cur.offset  # file offset of the next read
-        base = cur.offset  # file offset of data[0]: the first unconsumed line
-        data = b""
-        skipped = -1  # >= 0 while inside a line too long to hold: its bytes so far
-        handled = 0  # lines since the last yield
-        while stop is None or not stop.is_set():
-            want = BLOCK_BYTES if end is None else min(BLOCK_BYTES, end - read_pos)
-            if want <= 0:
-                return
-            try:
-                block = f.read(want)
-            except OSError as exc:
-                raise streamfile.read_failed(name, exc) from None
-            if not block:
-                return
-            read_pos += len(block)
-            if skipped >= 0:
-                nl = block.find(b"\n")
-                if nl < 0:
-                    skipped += len(block)
-                    continue
-                # The long line ends here; it fails, as it would on the plain path.
-                size = skipped + nl + 1
-                cur.failed += 1
-                consumer.bytes_done += size
-                base = cur.offset = base + size
-                skipped = -1
-                block = block[nl + 1 :]
-                handled += 1
-                if handled == BUILD_SLICE:
-                    handled = 0
-                    yield
-            data = data + block if data else block
-            start = 0
-            while True:
-                builder = index.native_builder()
-                room = SEGMENT_RECORDS - builder.count
-                nxt, lines, records, failed, latest = builder.feed(
-                    data, start, base, room, BUILD_SLICE - handled, file_no, consumer.built_at)
-                cur.offset = base + nxt
-                cur.records += records
-                cur.failed += failed
-                consumer.bytes_done += nxt - start
-                consumer.records_done += records
-                if latest is not None and latest > consumer.latest:
-                    consumer.latest = latest
-                start = nxt
-                handled += lines
-                if builder.count >= SEGMENT_RECORDS:
-                    index.seal()
-                if handled == BUILD_SLICE:
-                    handled = 0
-                    yield
-                    if stop is not None and stop.is_set():
-                        return
-                elif records < room:
-                    break  # no complete line left in data
-            base += start
-            data = data[start:]
-            if len(data) > HOLD_LIMIT:
-                skipped, data = len(data), b""
-
-
-__all__ = [
-    "BLOCK_BYTES", "INTERFACE", "NativeBuilder", "accepts", "enabled", "quiet", "read_into",
-    "unavailable",
-]
+__all__ = ["INTERFACE", "NativeBuilder", "accepts", "enabled", "quiet", "unavailable"]
