@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from streamd import cli
+from streamd.cli import commands as cli
 from streamd.cli import main
 from streamd.eventlog import cli as log_cli
 

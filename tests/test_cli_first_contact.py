@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from resident_support import World, make_world
 
-from streamd.terminal import waiting_line
+from streamd.cli.terminal import waiting_line
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import streamd
-from streamd import cli
+from streamd.cli import commands as cli
 from streamd.eventlog import cli as log_cli
 from streamd.resident import attach, control
 

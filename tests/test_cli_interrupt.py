@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from streamd import cli
+from streamd.cli import commands as cli
 from streamd.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ def test_conformance_verify_interrupted_exits_130_without_a_traceback(tmp_path: 
 def test_index_interrupted_says_how_far_it_came_and_the_next_run_continues(
     slow_world, capsys, monkeypatch
 ):
-    from streamd import progress
+    from streamd.cli import progress
     from streamd.recall.index import index
 
     monkeypatch.setattr(index, "SEGMENT_RECORDS", 100)  # sealed, and so saved, often

@@ -168,7 +168,7 @@ def test_an_error_inside_tails_nursery_is_one_line_not_an_exception_group(
 
 
 def test_a_nested_or_unknown_field_is_still_named_as_a_flag():
-    from streamd.cliargs import said_of_flag
+    from streamd.cli.args import said_of_flag
 
     assert said_of_flag("Expected `int` >= 1 - at `$.filters.limit`", {}) == (
         "--limit must be at least 1")

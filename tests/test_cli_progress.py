@@ -8,9 +8,8 @@ import io
 import re
 import sys
 
-from streamd import progress
-from streamd.cli import main
-from streamd.progress import Progress
+from streamd.cli import main, progress
+from streamd.cli.progress import Progress
 from streamd.recall.index import parallel
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streamd import cli
+from streamd.cli import commands as cli
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

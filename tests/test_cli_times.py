@@ -1,5 +1,5 @@
 """Times people type: RFC 3339, dates, durations before now, today and
-yesterday, read by one parser (``streamd.timeinput``) for search and log
+yesterday, read by one parser (``streamd.cli.timeinput``) for search and log
 alike, all in UTC; an unreadable time is exit 2 with one line naming the flag,
 whichever command it was given to."""
 
@@ -11,8 +11,8 @@ import json
 import pytest
 
 from streamd.cli import main
+from streamd.cli.timeinput import TimeInputError, parse_datetime, parse_instant, wire_time
 from streamd.golang import gotime
-from streamd.timeinput import TimeInputError, parse_datetime, parse_instant, wire_time
 
 # 2026-05-02T15:30:45.5Z
 NOW = gotime.parse("2026-05-02T15:30:45.5Z")

@@ -26,7 +26,7 @@ import trio.testing
 from rpc_client import Client, rpc
 
 from streamd import conformance
-from streamd.cli import _config, build_parser
+from streamd.cli.commands import _config, build_parser
 from streamd.daemon import Config, Daemon
 from streamd.errors import RpcError, is_closed
 from streamd.eventlog.store import SqliteStore

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from streamd.cli import main
-from streamd.progress import Progress
+from streamd.cli.progress import Progress
 from streamd.recall.index import build
 from streamd.recall.index import streamfile as catchup
 

@@ -1,6 +1,6 @@
 import sys
 
-from streamd.cli import main
+from streamd.cli.commands import main
 
 # Guarded: worker processes started with "spawn" import this module again.
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import trio
 
-from streamd.cliargs import INTERRUPTED, interrupted
+from streamd.cli.args import INTERRUPTED, interrupted
 from streamd.conformance.driver import DEFAULT_TIMEOUT, CaseResult, record_case, verify_case
 from streamd.conformance.transcript import discover_cases
 

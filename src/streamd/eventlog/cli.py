@@ -24,7 +24,7 @@ ends it with status 130 as it ends every command, or SIGTERM, a normal stop (0).
 ``since`` and ``tail``, one object with what the readable line says for the
 others (docs/cli.md has every shape).
 
-Errors follow :mod:`streamd.cliargs`: one line ``streamd: ...``; exit 1 when the
+Errors follow :mod:`streamd.cli.args`: one line ``streamd: ...``; exit 1 when the
 session asked for does not exist, 2 for any other error, whether of the command
 line (values are checked as they are parsed, so the message names the flag, not
 the request field it becomes) or answered by the log (a conflict, a database
@@ -45,8 +45,8 @@ from typing import Any
 import msgspec
 import trio
 
-from streamd import cliargs
-from streamd.cliargs import command, count, instant_utc, nonempty, positive
+from streamd.cli import args as cliargs
+from streamd.cli.args import command, count, instant_utc, nonempty, positive
 from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError, is_session_not_found
 from streamd.eventlog import dbtarget, maintenance
 from streamd.eventlog.log import EventLog

@@ -21,8 +21,8 @@ from typing import Any
 
 import msgspec
 
-from streamd import cliargs
-from streamd.cliargs import command
+from streamd.cli import args as cliargs
+from streamd.cli.args import command
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.dbtarget import describe as db_description
 from streamd.eventlog.log import resolve_db_path

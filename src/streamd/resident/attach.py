@@ -114,7 +114,7 @@ def main(argv: Sequence[str]) -> int:
         if (refused := argv_error(daemon_args)) is not None:
             print(f"streamd: {refused}", file=sys.stderr)
             return 2
-    from streamd import terminal
+    from streamd.cli import terminal
 
     terminal.notice("attach")
     try:

@@ -196,8 +196,8 @@ def seconds(value: str) -> float:
 
 
 def instant(value: str) -> int:
-    """A time as people type it (see :mod:`streamd.timeinput`), as Unix ns."""
-    from streamd.timeinput import TimeInputError, parse_instant
+    """A time as people type it (see :mod:`streamd.cli.timeinput`), as Unix ns."""
+    from streamd.cli.timeinput import TimeInputError, parse_instant
 
     try:
         return parse_instant(value, "")
@@ -207,7 +207,7 @@ def instant(value: str) -> int:
 
 def instant_utc(value: str) -> dt.datetime:
     """A time as people type it, as an aware UTC datetime (years 1 to 9999)."""
-    from streamd.timeinput import TimeInputError, parse_datetime
+    from streamd.cli.timeinput import TimeInputError, parse_datetime
 
     try:
         return parse_datetime(value, "")

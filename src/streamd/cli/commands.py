@@ -10,7 +10,7 @@ every command imports what it needs (Trio, msgspec, the daemon) inside the
 function that runs it, so ``streamd attach`` and ``streamd --help`` never load
 them (``tests/test_resident_imports.py``).
 
-Options and errors follow :mod:`streamd.cliargs`: a mistake is one line
+Options and errors follow :mod:`streamd.cli.args`: a mistake is one line
 ``streamd: ...`` naming the flag or path; exit 0 a match, 1 nothing found, 2
 an error, as grep and rg have them; 130 for a command a Ctrl-C interrupted,
 never a traceback. The servers (plain ``streamd``, ``serve``, ``daemon``, and
@@ -19,7 +19,7 @@ The global options (``--db``, ``--json``, ``-v``, and the daemon's tuning
 options) may come before the command or after it; given before a command
 they do not apply to, they are refused rather than ignored. The Recall
 commands for people (``search``, ``expand``, ``index``, ``check``) are in
-:mod:`streamd.cli_recall`.
+:mod:`streamd.cli.recall`.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
     # one left out. `_config` supplies the defaults.
     import argparse
 
-    from streamd import cliargs
+    from streamd.cli import args as cliargs
 
     p.add_argument("--db", default=argparse.SUPPRESS, metavar="DB",
                    help="event log database: a file path, a postgresql:// URL or a libpq"
@@ -142,8 +142,10 @@ def _config(args: argparse.Namespace) -> Config:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
-    from streamd import __version__, cli_recall, cliargs
-    from streamd.cliargs import command
+    from streamd import __version__
+    from streamd.cli import args as cliargs
+    from streamd.cli import recall as cli_recall
+    from streamd.cli.args import command
 
     parser = cliargs.Parser(prog="streamd", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"streamd {__version__}",
@@ -259,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except BaseException as exc:
-        from streamd import cliargs
+        from streamd.cli import args as cliargs
 
         if not cliargs.interrupted(exc):
             raise
@@ -299,7 +301,7 @@ def _main(argv: list[str]) -> int:
 
 
 def _not_here(option: str, command: str | None) -> int:
-    from streamd.cliargs import fail
+    from streamd.cli.args import fail
 
     if command == "attach":
         return fail(f"{option} does not apply to attach: the daemon's options go after "
@@ -323,7 +325,7 @@ def _own_parser(command: str, argv: list[str]) -> int:
 
 
 def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] | None) -> int:
-    from streamd.cliargs import UsageError, fail
+    from streamd.cli.args import UsageError, fail
 
     parser = build_parser()
     try:
@@ -368,7 +370,7 @@ def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] 
             from streamd.demo import run_demo
 
             return run_demo()
-        from streamd import cli_recall
+        from streamd.cli import recall as cli_recall
 
         run = {"search": cli_recall.search, "expand": cli_recall.expand,
                "index": cli_recall.index, "check": cli_recall.check}.get(args.command)
@@ -401,7 +403,7 @@ def _query_values(argv: list[str]) -> list[str]:
 def _serve(args: argparse.Namespace) -> int:
     import trio
 
-    from streamd.cliargs import fail
+    from streamd.cli.args import fail
     from streamd.daemon import Daemon, serve_socket, serve_stdio
 
     daemon = Daemon(_config(args))
@@ -417,7 +419,7 @@ def _serve(args: argparse.Namespace) -> int:
             except OSError as exc:
                 return fail(f"--socket {path}: cannot listen there: {exc.strerror or exc}", 1)
         else:
-            from streamd import terminal
+            from streamd.cli import terminal
 
             terminal.notice("streamd")
             trio.run(serve_stdio, daemon)

@@ -1,7 +1,7 @@
 """``streamd search``, ``expand``, ``index`` and ``check``: the Recall adapter
 for people, on stream files named on the command line, without a daemon.
 
-The rules they share, after :mod:`streamd.cliargs`:
+The rules they share, after :mod:`streamd.cli.args`:
 
 * The query (or locator) comes first, then the paths, as with grep and rg.
 * Every path is checked before anything is read: one that is missing,
@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
-from streamd.cliargs import ERROR, NOT_FOUND, OK, UsageError, command, renamed
+from streamd.cli.args import ERROR, NOT_FOUND, OK, UsageError, command, renamed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def _workdir(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    from streamd import cliargs
+    from streamd.cli import args as cliargs
 
     search = command(
         sub, "search", "search stream files and print ranked hits",
@@ -197,7 +197,7 @@ def unreadable(paths: list[str], query: str | None = None) -> bool:
     """Say every path that cannot be read, one line each; whether there was one.
     ``query``: the query typed before them, for the hint a missing first
     path gets (most often the second word of a query left unquoted)."""
-    from streamd.cliargs import fail
+    from streamd.cli.args import fail
 
     bad = False
     for n, path in enumerate(paths):
@@ -295,7 +295,7 @@ def _dumps(value: object) -> str:
 def search(args: argparse.Namespace) -> int:
     import msgspec
 
-    from streamd.cliargs import fail, said_of_flag
+    from streamd.cli.args import fail, said_of_flag
     from streamd.errors import RpcError
     from streamd.golang import gotime
     from streamd.recall import oneshot
@@ -382,7 +382,7 @@ def _summary(result: dict, unsaved: bool, paint) -> str:
 def expand(args: argparse.Namespace) -> int:
     import msgspec
 
-    from streamd.cliargs import fail
+    from streamd.cli.args import fail
     from streamd.errors import LOCATOR_EXPIRED, LOCATOR_UNKNOWN, RpcError
     from streamd.recall import oneshot
     from streamd.recall.adapter import StreamAdapter
@@ -429,9 +429,9 @@ def expand(args: argparse.Namespace) -> int:
 
 
 def index(args: argparse.Namespace) -> int:
-    from streamd.cliargs import fail
+    from streamd.cli.args import fail
+    from streamd.cli.progress import Progress
     from streamd.errors import RpcError
-    from streamd.progress import Progress
     from streamd.recall.adapter import StreamAdapter
     from streamd.recall.index.parallel import drive
     from streamd.recall.wire import InitializeParams
@@ -493,7 +493,7 @@ def catchup_size(path: str) -> int:
 
 
 def check(args: argparse.Namespace) -> int:
-    from streamd.cliargs import fail
+    from streamd.cli.args import fail
     from streamd.errors import RpcError
     from streamd.recall.check import Tally, scan
 
