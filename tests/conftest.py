@@ -18,7 +18,8 @@ import msgspec
 import pytest
 
 from streamd.recall import oneshot
-from streamd.recall.adapter import Generation, StreamAdapter
+from streamd.recall.adapter import StreamAdapter
+from streamd.recall.generation import Generation
 from streamd.recall.index import build
 from streamd.recall.wire import ExpandParams, InitializeParams, SearchParams
 
@@ -114,8 +115,8 @@ class RecallWorld:
         if as_of is not None:
             body["as_of"] = as_of
         params = msgspec.convert(body, SearchParams)
-        snap = cls.current(adapter)
-        return msgspec.to_builtins(oneshot.search(adapter, snap, params, RECALL_BUILD_NS))
+        generation = cls.current(adapter)
+        return msgspec.to_builtins(oneshot.search(adapter, generation, params, RECALL_BUILD_NS))
 
     @classmethod
     def expand(
@@ -130,11 +131,11 @@ class RecallWorld:
         return msgspec.to_builtins(oneshot.expand(adapter, cls.current(adapter), params))
 
     @staticmethod
-    def health(adapter: StreamAdapter, snap: Generation | None = None) -> dict[str, Any]:
-        """Health of ``snap`` (the published generation by default), as on the wire."""
-        snap = adapter.snap if snap is None else snap
-        assert snap is not None
-        return msgspec.to_builtins(adapter.health(snap))
+    def health(adapter: StreamAdapter, generation: Generation | None = None) -> dict[str, Any]:
+        """Health of ``generation`` (the published generation by default), as on the wire."""
+        generation = adapter.generation if generation is None else generation
+        assert generation is not None
+        return msgspec.to_builtins(adapter.health(generation))
 
 
 @pytest.fixture

@@ -108,8 +108,8 @@ def test_a_generated_stream_builds_identical_segments_and_answers_on_both_paths(
         work.mkdir()
         with path_taken(compiled):
             adapter = w.adapter(workdir=str(work))
-            snap = oneshot.current(adapter)
-            got = [snap.indexed, snap.failed, snap.latest]
+            generation = oneshot.current(adapter)
+            got = [generation.indexed, generation.failed, generation.latest]
             for q in QUERIES:
                 got.append(w.search(adapter, q, limit=25))
                 got.append(w.search(adapter, q, limit=5, as_of="2025-01-01T00:00:00Z"))

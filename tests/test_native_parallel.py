@@ -51,9 +51,9 @@ def test_a_threaded_pass_starts_no_process_and_equals_a_sequential_one(recall_wo
 
     monkeypatch.setattr(parallel, "build_chunk", spy)
     threaded = w.adapter()
-    snap = oneshot.current(threaded)
-    assert snap.indexed == 30_000 and children == []
-    assert len(snap.view.segments) > 2  # it really was cut into chunks
+    generation = oneshot.current(threaded)
+    assert generation.indexed == 30_000 and children == []
+    assert len(generation.view.segments) > 2  # it really was cut into chunks
 
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1 << 62)
     sequential = w.adapter(workdir=str(w.root / "seq"))
@@ -64,7 +64,7 @@ def test_a_threaded_pass_starts_no_process_and_equals_a_sequential_one(recall_wo
         for r in (a, b):
             r["diagnostics"].pop("elapsed_ms", None)
         assert a == b
-    assert threaded.snap.view.index.ids == ref.view.index.ids
+    assert threaded.generation.view.index.ids == ref.view.index.ids
 
 
 def test_an_abandoned_threaded_pass_stops_its_threads_at_their_next_block(

@@ -216,8 +216,8 @@ def test_a_file_that_shrank_between_processes_is_reported_on_the_first_build(rec
     w.current(w.adapter())
     w.write("a.jsonl", w.rec("r1", at(0), title="one"))
     fresh = w.adapter()
-    snap = w.current(fresh)
-    assert w.health(fresh, snap)["diagnostics"].get("stream_rewritten") is True
+    generation = w.current(fresh)
+    assert w.health(fresh, generation)["diagnostics"].get("stream_rewritten") is True
 
 
 # --- missing and unreadable files ----------------------------------------------------
@@ -303,8 +303,8 @@ def test_a_failed_build_publishes_nothing_and_a_retry_indexes_appends_once(recal
     (w.data / "b.jsonl").mkdir()
     with pytest.raises(RpcError):
         w.current(adapter)
-    assert adapter.snap.name == "gen-1"
-    assert adapter.snap.indexed == 2
+    assert adapter.generation.name == "gen-1"
+    assert adapter.generation.indexed == 2
 
     (w.data / "b.jsonl").rmdir()
     (w.data / "b.saved").rename(w.data / "b.jsonl")
@@ -395,8 +395,8 @@ def test_a_failed_save_is_retried_by_a_refresh_at_once_and_otherwise_after_a_pau
     now = [1_800_000_000 * 10**9]
     adapter = w.adapter(workdir=str(later))
     adapter.clock = lambda: now[0]
-    snap = w.current(adapter)
-    assert w.health(adapter, snap)["diagnostics"]["checkpoint_unwritable"] is True
+    generation = w.current(adapter)
+    assert w.health(adapter, generation)["diagnostics"]["checkpoint_unwritable"] is True
     assert (adapter.save_due(asked=True), adapter.save_due(asked=False)) == (True, False)
     now[0] += SAVE_RETRY_NS
     assert adapter.save_due(asked=False) is True
@@ -412,7 +412,7 @@ def test_a_failed_save_is_retried_by_a_refresh_at_once_and_otherwise_after_a_pau
     assert json.loads((later / "cursor.json").read_text())["generation"] == 1
     # The generation now answers from the segment mapped back from disk.
     assert titles(w.search(adapter, "one")) == ["one"]
-    assert adapter.snap.view.on_disk
+    assert adapter.generation.view.on_disk
 
 
 # --- paths ------------------------------------------------------------------------------

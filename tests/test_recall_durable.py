@@ -37,14 +37,14 @@ def body(i: int) -> bytes:
 
 
 def answers(world, adapter, queries=("amber cedar", "t-42", "event 7", "")):
-    snap = drive(adapter.build(False))
+    generation = drive(adapter.build(False))
     out = []
     for q in queries:
         result = world.search(adapter, q, limit=20)
         out.append([(c["candidate_id"], c["local_score"], c["relevance"])
                     for c in result["candidates"]])
         out.append(result["diagnostics"]["matched"])
-    return snap, out
+    return generation, out
 
 
 def spy_reads(monkeypatch, reads: list[int]) -> None:
@@ -77,9 +77,9 @@ def test_a_restart_reads_only_the_bytes_appended_since_the_saved_index(recall_wo
     monkeypatch.setattr(catchup, "lines_after", spy)
     spy_reads(monkeypatch, reads)  # the compiled path reads blocks, not lines
     restarted = w.adapter()
-    snap, got = answers(w, restarted)
+    generation, got = answers(w, restarted)
     assert reads == [saved]
-    assert snap.indexed == 3100
+    assert generation.indexed == 3100
     assert got == answers(w, fresh(w))[1]
 
 
@@ -94,12 +94,12 @@ def test_generations_continue_and_observed_times_survive_a_restart(recall_world)
     w = recall_world
     w.write("a.jsonl", *(body(i) for i in range(50)))
     first = w.adapter()
-    snap = drive(first.build(False))
+    generation = drive(first.build(False))
     before = w.search(first, "", limit=5)["candidates"]
     restarted = w.adapter()
-    restarted.clock = lambda: snap.built_at + 3_600 * 10**9  # an hour later
+    restarted.clock = lambda: generation.built_at + 3_600 * 10**9  # an hour later
     again = drive(restarted.build(False))
-    assert again.gen == snap.gen + 1
+    assert again.gen == generation.gen + 1
     assert w.search(restarted, "", limit=5)["candidates"][0]["observed_at"] == \
         before[0]["observed_at"]
 
@@ -156,8 +156,8 @@ def test_kill_9_in_the_middle_of_a_build_leaves_the_last_generation_usable(recal
     assert (index_dir / "manifest.json").read_bytes() == manifest  # never published
 
     restarted = w.adapter()
-    snap, got = answers(w, restarted)
-    assert snap.indexed == 152_000
+    generation, got = answers(w, restarted)
+    assert generation.indexed == 152_000
     assert got == answers(w, fresh(w))[1]
     leftovers = set(os.listdir(index_dir)) - {"manifest.json"}
     named = set(json.loads((index_dir / "manifest.json").read_text())["segments"])

@@ -92,8 +92,8 @@ def test_a_build_stopped_midway_keeps_what_it_read_for_the_next_process(recall_w
         parallel.drive(steps, None, stop)
     # A fresh process adopts the prefix and reads only the rest.
     second = w.adapter()
-    snap = oneshot.current(second)
-    assert snap.indexed == 5_000
+    generation = oneshot.current(second)
+    assert generation.indexed == 5_000
     lines = build.BUILD_SLICE if native.enabled() else build.PLAIN_SLICE
     assert second.building.records_done == 5_000 - 2 * lines
 
@@ -107,10 +107,10 @@ def test_a_build_waits_for_the_workdir_lock_another_writer_holds(recall_world):
     steps = adapter.build(False)
     for _ in range(3):
         assert next(steps) is None  # waiting: nothing read, nothing written
-    assert adapter.snap is None and not (w.work / "index").exists()
+    assert adapter.generation is None and not (w.work / "index").exists()
     other.release()
-    snap = parallel.drive(steps)
-    assert snap.indexed == 1 and snap.name == "gen-1"
+    generation = parallel.drive(steps)
+    assert generation.indexed == 1 and generation.name == "gen-1"
     # The lock is released once the build is done.
     assert other.try_acquire()
     other.release()
@@ -127,10 +127,10 @@ def test_a_writer_that_finds_another_processes_index_adopts_it_and_continues_its
     w.append("a.jsonl", w.rec("b", title="two"))
     assert oneshot.current(b).name == "gen-2"
     w.append("a.jsonl", w.rec("c", title="three"))
-    snap = oneshot.current(a)
+    generation = oneshot.current(a)
     # a saw b's manifest: it adopted b's index instead of overwriting it, and
     # numbered after b's generation.
-    assert snap.name == "gen-3" and snap.indexed == 3
+    assert generation.name == "gen-3" and generation.indexed == 3
     assert a.building.records_done == 1
     # Every segment the manifest names exists: nobody deleted another's work.
     fresh = w.adapter()
@@ -179,8 +179,8 @@ def test_a_process_killed_mid_build_leaves_progress_the_next_process_continues_f
     kept = json.loads(manifest.read_text())["records"]  # the last save before the kill
     assert 0 < saved <= kept < 150_000
     second = w.adapter()
-    snap = oneshot.current(second)
-    assert snap.indexed == 150_000
+    generation = oneshot.current(second)
+    assert generation.indexed == 150_000
     # It read only what the killed process had not saved.
     assert second.building.bytes_start > 0
     assert second.building.records_done == 150_000 - kept
@@ -238,12 +238,12 @@ def test_a_parallel_pass_reads_its_first_piece_while_its_workers_start(recall_wo
         assert next(steps) is None  # a slice read here, not a worker's future
         adapter.publish_requested.set()
         next(steps)
-        assert adapter.snap is not None and adapter.snap.indexing is not None
-        assert adapter.snap.indexed > 0  # before any worker has delivered
+        assert adapter.generation is not None and adapter.generation.indexing is not None
+        assert adapter.generation.indexed > 0  # before any worker has delivered
     finally:
         started.set()
-    snap = parallel.drive(steps)
-    assert snap.indexed == 10_000 and snap.complete
+    generation = parallel.drive(steps)
+    assert generation.indexed == 10_000 and generation.complete
 
 
 def test_a_plain_build_steps_at_least_every_250_lines(recall_world, monkeypatch):

@@ -103,7 +103,7 @@ def test_a_rewrite_that_also_grew_is_a_rebuild_not_an_append(recall_world):
     assert hits(w, adapter, "alpha") == []
     assert w.search(adapter, "omega")["diagnostics"]["matched"] == 60
     assert w.health(adapter)["diagnostics"].get("stream_rewritten") is True
-    assert adapter.snap.indexed == 60
+    assert adapter.generation.indexed == 60
 
 
 def test_a_file_touched_but_not_changed_is_not_rebuilt(recall_world):
@@ -124,8 +124,8 @@ def test_an_ordinary_append_after_the_rebuild_is_an_ordinary_generation(recall_w
     write(w, {0: "omega"}, 50)
     assert current(adapter).rewritten
     w.append("a.jsonl", line(w, 50))
-    snap = current(adapter)
-    assert not snap.rewritten and snap.indexed == 51
+    generation = current(adapter)
+    assert not generation.rewritten and generation.indexed == 51
     assert w.health(adapter)["status"] == "healthy"
 
 
@@ -145,8 +145,8 @@ def test_a_rewrite_inside_the_file_found_by_expand_is_rebuilt_by_a_plain_refresh
         w.expand(adapter, f"v2/a{mid:04d}")
     assert err.value.message == "a.jsonl changed under the index; refresh and retry"
     # The refresh it asks for (not a full one) is enough.
-    snap = current(adapter)
-    assert snap.rewritten and snap.name == "gen-2"
+    generation = current(adapter)
+    assert generation.rewritten and generation.name == "gen-2"
     assert "omega" in w.expand(adapter, f"v2/o{mid:04d}")["content"]
     assert w.health(adapter)["diagnostics"].get("stream_rewritten") is True
 

@@ -83,8 +83,8 @@ def test_a_search_over_thousands_of_ties_looks_at_the_ids_of_a_few(recall_world,
     adapter = w.adapter()
     w.current(adapter)
     w.append("a.jsonl", *(w.rec(i, title="deploy") for i in ids[3000:]))
-    snap = w.current(adapter)  # ranks grown by a catch-up, not built at once
-    index = snap.view.index
+    generation = w.current(adapter)  # ranks grown by a catch-up, not built at once
+    index = generation.view.index
     monkeypatch.setattr(index, "ids", CountingIds(index.ids))
     CountingIds.looked = 0
     result = w.search(adapter, "deploy", limit=5)

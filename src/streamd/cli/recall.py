@@ -32,7 +32,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
-    from streamd.recall.adapter import Generation, StreamAdapter
+    from streamd.recall.adapter import StreamAdapter
+    from streamd.recall.generation import Generation
 
 # A far deadline: one-shot commands wait for their build, however long it takes.
 NO_DEADLINE = "2999-01-01T00:00:00Z"
@@ -261,22 +262,22 @@ def _open(paths: list[str], args: argparse.Namespace) -> tuple[StreamAdapter, Ge
     return oneshot.open_adapter(paths, args.workdir, full=args.rebuild)
 
 
-def say_failures(snap: Generation, paths: list[str]) -> None:
-    """The first few lines of ``snap`` that are not records, as
+def say_failures(generation: Generation, paths: list[str]) -> None:
+    """The first few lines of ``generation`` that are not records, as
     ``FILE:LINE: reason`` on stderr (FILE as typed), and where the rest are."""
     from streamd.recall import check
 
-    if not snap.failed:
+    if not generation.failed:
         return
     shown = {os.path.abspath(p): p for p in paths}
-    failing = [(c.path, shown.get(c.path, c.path)) for c in snap.files if c.failed]
+    failing = [(c.path, shown.get(c.path, c.path)) for c in generation.files if c.failed]
     found, _ = check.first_failures(failing, SHOWN_FAILURES)
     for failure in found:
         print(failure, file=sys.stderr)
-    if snap.failed > len(found):
+    if generation.failed > len(found):
         import shlex
 
-        more = snap.failed - len(found)
+        more = generation.failed - len(found)
         lines = f"{more}{' more' if found else ''} line{'s are' if more != 1 else ' is'}"
         files = " ".join(shlex.quote(given) for _, given in failing)
         print(f"streamd: {lines} not records; 'streamd check {files}' names every one",
@@ -315,8 +316,8 @@ def search(args: argparse.Namespace) -> int:
     if unreadable(paths, None if args.query is not None else query):
         return ERROR
     try:
-        adapter, snap = _open(paths, args)
-        result = msgspec.to_builtins(oneshot.search(adapter, snap, params))
+        adapter, generation = _open(paths, args)
+        result = msgspec.to_builtins(oneshot.search(adapter, generation, params))
     except _Runtime as exc:
         return fail(str(exc))
     except RpcError as exc:
@@ -329,7 +330,7 @@ def search(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     else:
         _print_hits(result, unsaved=args.workdir is not None and adapter.checkpoint_failed)
-    say_failures(snap, paths)
+    say_failures(generation, paths)
     return OK if hits else NOT_FOUND
 
 
@@ -405,8 +406,8 @@ def expand(args: argparse.Namespace) -> int:
     if unreadable(paths):
         return ERROR
     try:
-        adapter, snap = _open(paths, args)
-        result = msgspec.to_builtins(oneshot.expand(adapter, snap, params))
+        adapter, generation = _open(paths, args)
+        result = msgspec.to_builtins(oneshot.expand(adapter, generation, params))
     except _Runtime as exc:
         return fail(str(exc))
     except RpcError as exc:
@@ -454,7 +455,7 @@ def index(args: argparse.Namespace) -> int:
             source_id="stream", location=os.path.dirname(files[0]), settings={"files": files},
         ))
         steps = adapter.build(full=args.rebuild)
-        snap = drive(steps, lambda: progress.update(adapter.building))
+        generation = drive(steps, lambda: progress.update(adapter.building))
     except _Runtime as exc:
         progress.clear()
         return fail(str(exc))
@@ -470,17 +471,18 @@ def index(args: argparse.Namespace) -> int:
              f"{args.workdir}: run the same command again to continue")
         raise
     progress.done(adapter.building)
-    missing = (f"{len(snap.missing)} missing file{'s' if len(snap.missing) != 1 else ''}"
-               + (f" ({', '.join(snap.missing)})" if snap.missing else ""))
-    print(f"{snap.name}: {snap.indexed} records indexed, {snap.failed} failed, "
-          f"{missing}; {snap.watermark}")
+    gone = len(generation.missing)
+    missing = (f"{gone} missing file{'s' if gone != 1 else ''}"
+               + (f" ({', '.join(generation.missing)})" if generation.missing else ""))
+    print(f"{generation.name}: {generation.indexed} records indexed, {generation.failed} failed, "
+          f"{missing}; {generation.watermark}")
     sys.stdout.flush()
     if adapter.checkpoint_failed:
         return fail(f"--workdir {args.workdir} is not writable: the index was not saved")
-    if snap.missing:  # each was checked before: it went away while being read
-        return fail(f"{', '.join(snap.missing)}: went away while being indexed")
-    say_failures(snap, args.paths)
-    return NOT_FOUND if snap.failed else OK
+    if generation.missing:  # each was checked before: it went away while being read
+        return fail(f"{', '.join(generation.missing)}: went away while being indexed")
+    say_failures(generation, args.paths)
+    return NOT_FOUND if generation.failed else OK
 
 
 def catchup_size(path: str) -> int:

@@ -1,10 +1,14 @@
-"""The Recall stream adapter: handshake, generations, search, expand, health.
+"""The Recall stream adapter: handshake, builds, publishing and saving.
+
+This module is the adapter's one I/O owner: it reads and writes the workdir
+(``cursor.json``, the saved segments and manifest), stats and fingerprints
+the stream files, reads them through a build, and polls the workdir lock.
+What an answer looks like is :mod:`~streamd.recall.answers`'s (sans-I/O),
+which :class:`StreamAdapter` extends.
 
 State rules (the reference's, kept here so the Trio layer can stay thin):
 
-* A *generation* is one published build: an index view plus the cursors,
-  counts and build time that produced it. Once published it never changes;
-  searches in flight keep the one they started on.
+* A *generation* (:mod:`~streamd.recall.generation`) is one published build.
 * Generation ids continue from the workdir's ``cursor.json``, so an id never
   names two builds of one workdir. A failed build publishes nothing and
   consumes no id.
@@ -39,62 +43,37 @@ import os
 import threading
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
-
-from msgspec import UNSET, UnsetType
 
 from streamd.errors import (
-    DEADLINE_EXCEEDED,
     INVALID_PARAMS,
-    LOCATOR_EXPIRED,
-    LOCATOR_UNKNOWN,
     SOURCE_UNAVAILABLE,
     RpcError,
 )
 from streamd.golang import gotime
-from streamd.golang.quote import quote
+from streamd.recall.answers import INDEX_CONFIG, PROTOCOL_VERSION, Answers, manifest
 from streamd.recall.changes import Change, change, needs_fingerprint
+from streamd.recall.generation import Generation, Progress
 from streamd.recall.index import parallel, streamfile
 from streamd.recall.index.build import Consumer
 from streamd.recall.index.fingerprint import fingerprint
 from streamd.recall.index.index import Index, View
 from streamd.recall.index.parallel import Step
-from streamd.recall.index.streamfile import Cursor, Span
+from streamd.recall.index.streamfile import Cursor
 from streamd.recall.persist.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from streamd.recall.persist.lock import WorkdirLock
 from streamd.recall.persist.manifest import DurableIndex
-from streamd.recall.query import render
-from streamd.recall.query.rank import Hit, Query, Ranked, rank, relevance_of
-from streamd.recall.query.rank import query_mode as mode_of
-from streamd.recall.records import LineError, Record, parse_line, trim_space
-from streamd.recall.settings import SETTINGS_SCHEMA, Settings, parse_settings, resolve_files
+from streamd.recall.settings import Settings, parse_settings, resolve_files
 from streamd.recall.tokenize import UNICODE_VERSION
 from streamd.recall.wire import (
     AdapterManifest,
-    Candidate,
-    CandidateMetadata,
-    ExpandParams,
-    Expansion,
-    FailureDiagnostics,
-    Health,
-    HealthDiagnostics,
-    Indexing,
     InitializeParams,
-    SearchDiagnostics,
-    SearchParams,
-    SearchResult,
 )
 
 log = logging.getLogger("streamd.recall")
 
-ADAPTER_ID = "recall-stream/1"
-DISPLAY_NAME = "JSONL Stream"
-INDEX_CONFIG = "jsonl/1 tokenizer=ident-runs scoring=term-coverage"
 # A saved index's tokens depend on the Unicode tables too: one built under
 # other tables is rebuilt on start, not reused.
 DURABLE_CONFIG = f"{INDEX_CONFIG} unicode={UNICODE_VERSION}"
-EPISODE_WINDOW_NS = 15 * 60 * gotime.NS
-PROTOCOL_VERSION = 1
 # How often a catch-up with nothing to build retries a save that failed (a
 # refresh always does): the retry may rewrite every segment held in memory,
 # which a burst of searches on a still-full disk should not pay each time.
@@ -104,83 +83,6 @@ SAVE_RETRY_NS = 5 * gotime.NS
 PROGRESS_SAVE_NS = 2 * gotime.NS
 # How often a build waiting for another process's workdir lock tries again.
 LOCK_POLL_S = 0.05
-
-def manifest() -> AdapterManifest:
-    return AdapterManifest(
-        protocol_version=PROTOCOL_VERSION,
-        adapter_id=ADAPTER_ID,
-        display_name=DISPLAY_NAME,
-        record_types=["event", "message"],
-        query_modes=["exact", "lexical", "temporal"],
-        freshness_modes=["indexed"],
-        as_of_support="filter",
-        relevance_basis="lexical_span",
-        capabilities=["search", "expand", "checkpoint"],
-        freshness_policy="indexed: the projection is caught up by byte offset before every "
-        "search and on recall/refresh; a shortened file forces a full rebuild",
-        sensitivity="internal",
-        settings_schema=SETTINGS_SCHEMA,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ExpandPlan:
-    """What an expansion reads: the record, then its episode (for ``context``)."""
-
-    rec: int
-    local: str
-    episode: list[int]
-
-
-# --- generations ------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Generation:
-    gen: int
-    view: View
-    files: list[Cursor]
-    built_at: int
-    latest: int
-    consumed: int
-    failed: int
-    missing: list[str]
-    rewritten: bool
-    # Set on a prefix published while its build goes on: how far it has come.
-    indexing: Progress | None = None
-    # Each read file's consumed bytes, summed up (``fingerprint``), as of the
-    # build: what every catch-up compares against (``changes``).
-    prints: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return f"gen-{self.gen}"
-
-    @property
-    def indexed(self) -> int:
-        return self.view.n
-
-    @property
-    def complete(self) -> bool:
-        return not self.failed and not self.missing and self.indexing is None
-
-    @property
-    def coverage(self) -> str:
-        return "complete" if self.complete else "partial"
-
-    @property
-    def watermark(self) -> str:
-        latest = None if self.latest == gotime.ZERO_TIME else self.latest
-        return render.watermark(self.consumed, self.indexed, latest)
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """How far a build has come: bytes of the stream files indexed, of all
-    they held when it started."""
-
-    consumed_bytes: int
-    total_bytes: int
 
 
 class _Interim:
@@ -211,12 +113,12 @@ class _Interim:
             started = time.monotonic()
             cursors = self.cursors_now(files, cur)
             progress = Progress(sum(c.offset for c in cursors), self.state.bytes_total)
-            snap = adapter.publish(self.index, cursors, self.built_at, self.state.latest,
+            generation = adapter.publish(self.index, cursors, self.built_at, self.state.latest,
                                    self.rewritten, indexing=progress)
             self.saved_at = adapter.clock()
             adapter.on_publish()
-            log.debug("published %s, a prefix of %d records, in %.0f ms", snap.name,
-                      snap.indexed, 1000 * (time.monotonic() - started))
+            log.debug("published %s, a prefix of %d records, in %.0f ms", generation.name,
+                      generation.indexed, 1000 * (time.monotonic() - started))
         elif adapter.durable is not None and adapter.clock() - self.saved_at >= PROGRESS_SAVE_NS:
             self.save(files, cur)
 
@@ -229,6 +131,7 @@ class _Interim:
         self.adapter.save_index(view, self.cursors_now(files, cur), self.state.latest)
 
 
+
 # --- the adapter ------------------------------------------------------------
 
 
@@ -236,7 +139,7 @@ def not_initialized() -> RpcError:
     return RpcError(SOURCE_UNAVAILABLE, "stream adapter has not completed a handshake")
 
 
-class StreamAdapter:
+class StreamAdapter(Answers):
     def __init__(self, clock: Callable[[], int] = time.time_ns, persist: bool = True) -> None:
         """``persist=False`` keeps the index in memory only (one-shot CLI use)."""
         self.clock = clock
@@ -251,7 +154,7 @@ class StreamAdapter:
         self.settings = Settings()
         self.gen = 0
         self.prior = Checkpoint()
-        self.snap: Generation | None = None
+        self.generation: Generation | None = None
         self.checkpoint_failed = False
         self.saved_at = 0  # clock at the last save attempt
         # Files found rewritten since the published generation (by a catch-up's
@@ -286,7 +189,7 @@ class StreamAdapter:
         self.source_id, self.workdir, self.paths, self.settings = (
             p.source_id, p.workdir, paths, settings,
         )
-        self.gen, self.prior, self.snap, self.ready = prior.generation, prior, None, True
+        self.gen, self.prior, self.generation, self.ready = prior.generation, prior, None, True
         self.durable = DurableIndex(p.workdir, DURABLE_CONFIG) if self.persist else None
         return manifest()
 
@@ -295,7 +198,7 @@ class StreamAdapter:
             raise not_initialized()
 
     def close(self) -> None:
-        self.closed, self.ready, self.snap = True, False, None
+        self.closed, self.ready, self.generation = True, False, None
 
     # building
 
@@ -304,23 +207,23 @@ class StreamAdapter:
         or a file changed (see ``changes``; every file is checked, where the
         reference stops at the first missing one). A file found rewritten is
         remembered, so the build starts over from nothing."""
-        if self.snap is None or full or self.suspect:
+        if self.generation is None or full or self.suspect:
             return True
-        changed = self.changes(self.snap)
+        changed = self.changes(self.generation)
         rewritten = {path for path, what in changed.items() if what is Change.REWRITTEN}
         if rewritten:
             self.suspect = self.suspect | rewritten
         return any(what is not Change.NONE for what in changed.values())
 
-    def changes(self, snap: Generation) -> dict[str, Change]:
-        """What became of each file since ``snap`` read it (a stat, and the
+    def changes(self, generation: Generation) -> dict[str, Change]:
+        """What became of each file since ``generation`` read it (a stat, and the
         two ends of the consumed bytes of each file read)."""
-        by_path = {c.path: c for c in snap.files}
+        by_path = {c.path: c for c in generation.files}
         out = {}
         for path in self.paths:
             cur, size = by_path.get(path), streamfile.file_size(path)
             now = fingerprint(path, cur.offset) if cur and needs_fingerprint(cur, size) else ""
-            out[path] = change(cur, size, snap.prints.get(path, ""), now)
+            out[path] = change(cur, size, generation.prints.get(path, ""), now)
         return out
 
     def build(self, full: bool) -> Generator[Step, None, Generation]:
@@ -360,7 +263,7 @@ class StreamAdapter:
             full_from_disk = True
         else:
             full_from_disk = False
-        prev = self.snap if not full and not full_from_disk else None
+        prev = self.generation if not full and not full_from_disk else None
         cursors: dict[str, Cursor] = {c.path: c for c in prev.files} if prev else {}
         check = cursors or {c.path: c for c in self.prior.files}
         rewritten = bool(self.suspect) or any(
@@ -413,7 +316,7 @@ class StreamAdapter:
         durable = self.save_index(view, files, latest, prints)
         if rewritten:
             self.suspect = frozenset()  # this build started over: it read them anew
-        snap = Generation(
+        generation = Generation(
             gen=self.gen + 1,
             view=view,
             files=files,
@@ -426,9 +329,9 @@ class StreamAdapter:
             indexing=indexing,
             prints=prints,
         )
-        self.snap, self.gen = snap, snap.gen
-        self._checkpoint(snap, durable)
-        return snap
+        self.generation, self.gen = generation, generation.gen
+        self._checkpoint(generation, durable)
+        return generation
 
     def _adopt(self) -> tuple[Index | None, int, dict[str, Cursor], bool]:
         """Resume from the index a previous process saved in the workdir."""
@@ -443,7 +346,7 @@ class StreamAdapter:
 
     def save_due(self, asked: bool) -> bool:
         """Whether to retry a failed save of the published generation now."""
-        if self.snap is None or not self.checkpoint_failed:
+        if self.generation is None or not self.checkpoint_failed:
             return False
         return asked or self.clock() - self.saved_at >= SAVE_RETRY_NS
 
@@ -452,16 +355,18 @@ class StreamAdapter:
         memory, the manifest, ``cursor.json``. Its View is swapped for one
         over the segments now mapped from disk: the same records and
         postings, so the generation is unchanged for every reader."""
-        snap = self.snap
-        if snap is None:
+        generation = self.generation
+        if generation is None:
             return
-        index = snap.view.index
+        index = generation.view.index
         # Only the scanner builds and it is not building: anything past the
         # view is a failed pass's leftovers, which the next pass drops too.
-        index.truncate(snap.view.n)
+        index.truncate(generation.view.n)
         index.flush()
-        snap.view = View(index, snap.view.n, index.segments)
-        self._checkpoint(snap, self.save_index(snap.view, snap.files, snap.latest, snap.prints))
+        generation.view = View(index, generation.view.n, index.segments)
+        saved = self.save_index(generation.view, generation.files, generation.latest,
+                                generation.prints)
+        self._checkpoint(generation, saved)
 
     def save_index(self, view: View, files: list[Cursor], latest: int,
                    prints: dict[str, str] | None = None) -> bool:
@@ -477,299 +382,13 @@ class StreamAdapter:
             return False
         return True
 
-    def _checkpoint(self, snap: Generation, durable: bool = True) -> None:
+    def _checkpoint(self, generation: Generation, durable: bool = True) -> None:
         try:
             save_checkpoint(
                 self.workdir,
-                Checkpoint(snap.gen, snap.built_at, snap.watermark, snap.files),
+                Checkpoint(generation.gen, generation.built_at, generation.watermark,
+                           generation.files),
             )
             self.checkpoint_failed = not durable
         except OSError:
             self.checkpoint_failed = True
-
-    # reading records back: the index holds no display fields, so the few
-    # records an answer shows are re-read by offset. The caller reads the
-    # spans (one batch, off the event loop) and hands back the lines.
-
-    def spans(self, snap: Generation, recs: list[int]) -> list[Span]:
-        index = snap.view.index
-        return [
-            Span(self.paths[index.column("file", r)], index.column("offset", r),
-                 index.column("line_len", r))
-            for r in recs
-        ]
-
-    def reread(self, snap: Generation, rec: int, line: bytes | None) -> Record:
-        """The record ``rec`` from its re-read line, which must still be it."""
-        index = snap.view.index
-        try:
-            parsed = parse_line(trim_space(line)) if line is not None else None
-        except LineError:
-            parsed = None
-        if (
-            parsed is None
-            or parsed.id != index.ids[rec]
-            or parsed.schema != index.column("schema", rec)
-        ):
-            path = self.paths[index.column("file", rec)]
-            # So that the refresh asked for starts over (see ``changes``).
-            self.suspect = self.suspect | {path}
-            raise RpcError(
-                SOURCE_UNAVAILABLE,
-                f"{os.path.basename(path)} changed under the index; refresh and retry",
-            )
-        parsed.observed_at = index.observed_at(rec)
-        return parsed
-
-    # search
-
-    def rank(self, snap: Generation, p: SearchParams) -> Ranked:
-        limit = self.settings.limit
-        if 0 < p.limit < limit:
-            limit = p.limit
-        query = Query(
-            text=p.query,
-            since=p.filters.since_ns,
-            until=p.filters.until_ns,
-            as_of=p.as_of_ns,
-            record_types=tuple(p.filters.record_types or ()),
-        )
-        return rank(snap.view, query, limit)
-
-    def search_result(
-        self, snap: Generation, ranked: Ranked, lines: list[bytes | None], started: int
-    ) -> SearchResult:
-        """``lines``: the lines of ``self.spans(snap, [hit.rec ...])``, in order."""
-        candidates = []
-        for position, (hit, line) in enumerate(zip(ranked.hits, lines, strict=True), start=1):
-            rec = self.reread(snap, hit.rec, line)
-            rel = relevance_of(snap.view, hit.rec, ranked.terms, ranked.variants)
-            candidates.append(self._candidate(snap, hit, rec, position, rel, ranked.terms))
-        diagnostics = SearchDiagnostics(
-            coverage=snap.coverage,
-            elapsed_ms=(self.clock() - started) // 1_000_000,
-            failed_records=snap.failed,
-            generation=snap.name,
-            indexed=snap.indexed,
-            indexing=_indexing(snap),
-            matched=ranked.matched,
-            missing_files=snap.missing or UNSET,
-            query_mode=mode_of(ranked.terms, ranked.any_exact),
-            terms=len(ranked.terms),
-        )
-        return SearchResult(
-            candidates=candidates,
-            diagnostics=diagnostics,
-            source_watermark=snap.watermark,
-            outcome="success" if snap.complete else "partial",
-        )
-
-    def _candidate(
-        self, snap: Generation, hit: Hit, rec: Record, position: int, rel: float,
-        terms: list[str],
-    ) -> Candidate:
-        if hit.exact:
-            signal = "exact_identifier"
-        elif not terms:
-            signal = "field"
-        else:
-            signal = "lexical"
-        upstream = self.settings.upstream.get(rec.system) if rec.system and rec.ref else None
-        index = snap.view.index
-        return Candidate(
-            candidate_id=rec.local,
-            source_record_id=rec.id,
-            locator=f"{self.source_id}:{rec.local}",
-            derived_from=[f"{upstream}:{rec.ref}"] if upstream is not None else UNSET,
-            record_type=rec.kind,
-            title=rec.title,
-            excerpt=render.clip(rec.text, render.EXCERPT_BYTES) or UNSET,
-            local_rank=position,
-            local_score=_number(hit.score),
-            relevance=_number(rel),
-            match_signals=[signal],
-            observed_at=gotime.format_nano(rec.observed_at or snap.built_at),
-            confirmed_at=gotime.format_nano(snap.built_at),
-            event_time=gotime.format_nano(rec.event_time),
-            source_revision=snap.name,
-            sensitivity="internal",
-            metadata=CandidateMetadata(
-                actor=rec.actor or UNSET,
-                byte_offset=index.column("offset", hit.rec),
-                file=os.path.basename(self.paths[index.column("file", hit.rec)]),
-                ref=rec.ref or UNSET,
-                schema=rec.schema,
-                system=rec.system or UNSET,
-                upstream_revision=rec.revision or UNSET,
-            ),
-        )
-
-    # expand
-
-    def parse_locator(self, p: ExpandParams) -> tuple[int, str, str]:
-        local = p.locator.split(":", 1)[1]
-        version, sep, record_id = local.partition("/")
-        if not sep or not version.startswith("v") or not record_id:
-            raise RpcError(
-                LOCATOR_UNKNOWN, f"{quote(local)} is not a stream locator, want v<schema>/<id>"
-            )
-        schema = _go_atoi(version[1:])
-        if schema is None or schema < 1:
-            raise RpcError(LOCATOR_UNKNOWN, f"{quote(local)} names no schema version")
-        return schema, record_id, local
-
-    def expand_plan(self, snap: Generation, p: ExpandParams) -> ExpandPlan:
-        schema, record_id, local = self.parse_locator(p)
-        # Identities are keyed by the canonical "v%d/%s" spelling, as in the
-        # reference: "v01/x" names no held identity even though it parses.
-        canonical = local == f"v{schema}/{record_id}"
-        rec_no = snap.view.by_local(schema, record_id) if canonical else None
-        if rec_no is None:
-            other = snap.view.first_with_id(record_id)
-            if other is not None:
-                raise RpcError(
-                    LOCATOR_EXPIRED,
-                    f"{record_id} is now schema v{snap.view.index.column('schema', other)}, "
-                    f"the locator names v{schema}",
-                )
-            raise RpcError(LOCATOR_EXPIRED, f"{snap.name} holds no record {record_id}")
-        episode = self._episode(snap, rec_no) if p.detail == "context" else []
-        return ExpandPlan(rec_no, local, episode)
-
-    def expansion(
-        self, snap: Generation, p: ExpandParams, plan: ExpandPlan, lines: list[bytes | None]
-    ) -> Expansion:
-        """``lines``: those of ``self.spans(snap, [plan.rec, *plan.episode])``."""
-        rec = self.reread(snap, plan.rec, lines[0])
-        episode = [self.reread(snap, r, line)
-                   for r, line in zip(plan.episode, lines[1:], strict=True)]
-        content = render.expansion(rec, p.detail, episode)
-        truncated = p.budget_bytes > 0 and len(content.encode()) > p.budget_bytes
-        index = snap.view.index
-        name = os.path.basename(self.paths[index.column("file", plan.rec)])
-        return Expansion(
-            content=render.cut_bytes(content, p.budget_bytes) if truncated else content,
-            source_revision=snap.name,
-            truncated=truncated,
-            truncation_boundary="budget_bytes" if truncated else UNSET,
-            provenance=f"{name}@{index.column('offset', plan.rec)} ({plan.local})",
-        )
-
-    def _episode(self, snap: Generation, rec: int) -> list[int]:
-        """Records within the episode window of ``rec``'s event time, other ids only."""
-        import numpy as np
-
-        sec, nsec = snap.view.columns()
-        at = int(sec[rec]) * gotime.NS + int(nsec[rec])
-        lo, hi = at - EPISODE_WINDOW_NS, at + EPISODE_WINDOW_NS
-        ls, ln = divmod(lo, gotime.NS)
-        hs, hn = divmod(hi, gotime.NS)
-        mask = ((sec > ls) | ((sec == ls) & (nsec >= ln))) & (
-            (sec < hs) | ((sec == hs) & (nsec <= hn))
-        )
-        ids = snap.view.index.ids
-        own = ids[rec]
-        return [int(r) for r in np.flatnonzero(mask) if ids[r] != own]
-
-    # health
-
-    def health(self, snap: Generation) -> Health:
-        degraded = self.checkpoint_failed or not snap.complete or snap.rewritten
-        return Health(
-            status="degraded" if degraded else "healthy",
-            checked_at=gotime.format_nano(self.clock()),
-            last_success_at=gotime.format_nano(snap.built_at),
-            source_watermark=snap.watermark,
-            index_watermark=snap.watermark,
-            index_generation=snap.name,
-            index_config=INDEX_CONFIG,
-            record_count=_count(snap.indexed + snap.failed),
-            indexed_count=_count(snap.indexed),
-            failed_count=_count(snap.failed),
-            coverage=snap.coverage,
-            diagnostics=HealthDiagnostics(
-                checkpoint_unwritable=True if self.checkpoint_failed else UNSET,
-                files=len(snap.files),
-                indexing=_indexing(snap),
-                missing_files=snap.missing or UNSET,
-                stream_rewritten=True if snap.rewritten else UNSET,
-            ),
-        )
-
-    def health_while_building(self) -> Health:
-        """A probe answered while a build runs longer than a probe should
-        wait: the published generation (if any) and how far the build has
-        come, degraded and partial, without publishing anything."""
-        state = self.building
-        progress = Indexing(
-            consumed_bytes=(state.bytes_start + state.bytes_done) if state else 0,
-            total_bytes=state.bytes_total if state else 0,
-        )
-        snap = self.snap
-        if snap is None:
-            return Health(
-                status="degraded",
-                checked_at=gotime.format_nano(self.clock()),
-                coverage="partial",
-                diagnostics=HealthDiagnostics(files=len(self.paths), indexing=progress),
-            )
-        h = self.health(snap)
-        h.status, h.coverage = "degraded", "partial"
-        assert isinstance(h.diagnostics, HealthDiagnostics)
-        h.diagnostics.indexing = progress
-        return h
-
-    def unhealthy(self, err: RpcError) -> Health:
-        """A failed probe, still naming the generation that is answering."""
-        h = Health(
-            status="unavailable",
-            checked_at=gotime.format_nano(self.clock()),
-            coverage="unknown",
-            diagnostics=FailureDiagnostics(reason=failure_reason(err)),
-        )
-        snap, prior = self.snap, self.prior
-        if snap is not None:
-            h.last_success_at = gotime.format_nano(snap.built_at)
-            h.index_watermark = snap.watermark
-            h.index_generation = snap.name
-            h.indexed_count = _count(snap.indexed)
-        elif prior.generation > 0:
-            if prior.updated_at is not None:
-                h.last_success_at = gotime.format_nano(prior.updated_at)
-            h.index_watermark = prior.watermark or UNSET
-            h.index_generation = f"gen-{prior.generation}"
-        return h
-
-
-def failure_reason(err: RpcError) -> str:
-    if err.code == DEADLINE_EXCEEDED:
-        return "deadline_exceeded"
-    if err.code == SOURCE_UNAVAILABLE:
-        return "unreachable"
-    return "adapter_error"
-
-
-def _indexing(snap: Generation) -> Indexing | UnsetType:
-    if snap.indexing is None:
-        return UNSET
-    return Indexing(consumed_bytes=snap.indexing.consumed_bytes,
-                    total_bytes=snap.indexing.total_bytes)
-
-
-def _count(value: int) -> int | UnsetType:
-    # The reference leaves zero counts out.
-    return value or UNSET
-
-
-def _number(x: float) -> float | int:
-    # Go writes an integral float64 without a fraction (1, not 1.0).
-    return int(x) if x.is_integer() else x
-
-
-def _go_atoi(s: str) -> int | None:
-    """Go's strconv.Atoi: optional sign, ASCII digits only."""
-    body = s[1:] if s[:1] in ("+", "-") else s
-    if not body or not body.isascii() or not body.isdigit():
-        return None
-    value = int(s)
-    return value if -(1 << 63) <= value < (1 << 63) else None

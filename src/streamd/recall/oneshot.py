@@ -11,7 +11,8 @@ import os
 import time
 from collections.abc import Callable
 
-from streamd.recall.adapter import Generation, StreamAdapter
+from streamd.recall.adapter import StreamAdapter
+from streamd.recall.generation import Generation
 from streamd.recall.index.parallel import drive
 from streamd.recall.index.streamfile import read_spans
 from streamd.recall.wire import (
@@ -48,20 +49,20 @@ def current(
     """Catch up as the refresh scanner does: build only when needed."""
     if adapter.needs_build(full):
         return drive(adapter.build(full), tick)
-    assert adapter.snap is not None
-    return adapter.snap
+    assert adapter.generation is not None
+    return adapter.generation
 
 
 def search(
-    adapter: StreamAdapter, snap: Generation, params: SearchParams, started: int | None = None
+    adapter: StreamAdapter, generation: Generation, params: SearchParams, started: int | None = None
 ) -> SearchResult:
     started = time.time_ns() if started is None else started
-    ranked = adapter.rank(snap, params)
-    lines = read_spans(adapter.spans(snap, [hit.rec for hit in ranked.hits]))
-    return adapter.search_result(snap, ranked, lines, started)
+    ranked = adapter.rank(generation, params)
+    lines = read_spans(adapter.spans(generation, [hit.rec for hit in ranked.hits]))
+    return adapter.search_result(generation, ranked, lines, started)
 
 
-def expand(adapter: StreamAdapter, snap: Generation, params: ExpandParams) -> Expansion:
-    plan = adapter.expand_plan(snap, params)
-    lines = read_spans(adapter.spans(snap, [plan.rec, *plan.episode]))
-    return adapter.expansion(snap, params, plan, lines)
+def expand(adapter: StreamAdapter, generation: Generation, params: ExpandParams) -> Expansion:
+    plan = adapter.expand_plan(generation, params)
+    lines = read_spans(adapter.spans(generation, [plan.rec, *plan.episode]))
+    return adapter.expansion(generation, params, plan, lines)

@@ -20,7 +20,8 @@ from typing import Any
 import trio
 
 from streamd.errors import INTERNAL_ERROR, RpcError
-from streamd.recall.adapter import Generation, StreamAdapter
+from streamd.recall.adapter import StreamAdapter
+from streamd.recall.generation import Generation
 from streamd.recall.index.parallel import drive
 from streamd.recall.reserve import AnswerReserve
 
@@ -109,9 +110,9 @@ class Scanner:
             log.debug("asked the running build for a prefix (keeping %.2f s to answer)", keep)
             with trio.move_on_at(deadline - keep) as late:
                 await published.wait()
-            snap = self.adapter.snap
-            if not ask.done.is_set() and snap is not None:
-                return snap
+            generation = self.adapter.generation
+            if not ask.done.is_set() and generation is not None:
+                return generation
             if late.cancelled_caught:
                 # Nothing published yet at all: only the prefix can answer
                 # (the request's own scope bounds this wait).
@@ -185,10 +186,10 @@ class Scanner:
         adapter = self.adapter
         adapter.check_session()
         if not adapter.needs_build(full):
-            assert adapter.snap is not None
+            assert adapter.generation is not None
             if adapter.save_due(save):
                 await self.offload(adapter.save_again)
-            return adapter.snap
+            return adapter.generation
         self.builds += 1
         # The build reads stream files and waits on worker processes, so it
         # runs in a thread, driven by the same loop as the CLI's builds. If

@@ -116,35 +116,36 @@ class RecallService:
             )
         await self._stall()
         started = self.adapter.clock()
-        snap = await self.scanner.current(deadline=req.scope.deadline)
+        generation = await self.scanner.current(deadline=req.scope.deadline)
         with self._answering():
-            ranked = self.adapter.rank(snap, p)
-            lines = await self._read(self.adapter.spans(snap, [hit.rec for hit in ranked.hits]))
-            return self.adapter.search_result(snap, ranked, lines, started)
+            ranked = self.adapter.rank(generation, p)
+            recs = [hit.rec for hit in ranked.hits]
+            lines = await self._read(self.adapter.spans(generation, recs))
+            return self.adapter.search_result(generation, ranked, lines, started)
 
     async def expand(self, p: ExpandParams, req: Request) -> Expansion:
         self.adapter.check_session()
         self.adapter.parse_locator(p)
-        snap = await self.scanner.current(deadline=req.scope.deadline)
+        generation = await self.scanner.current(deadline=req.scope.deadline)
         with self._answering():
-            plan = self.adapter.expand_plan(snap, p)
-            lines = await self._read(self.adapter.spans(snap, [plan.rec, *plan.episode]))
-            return self.adapter.expansion(snap, p, plan, lines)
+            plan = self.adapter.expand_plan(generation, p)
+            lines = await self._read(self.adapter.spans(generation, [plan.rec, *plan.episode]))
+            return self.adapter.expansion(generation, p, plan, lines)
 
     async def health(self, p: HealthParams, req: Request) -> Health:
         try:
-            snap = await self.scanner.settled(deadline=req.scope.deadline)
+            generation = await self.scanner.settled(deadline=req.scope.deadline)
         except RpcError as exc:
             return self.adapter.unhealthy(exc)
-        if snap is None:
+        if generation is None:
             return self.adapter.health_while_building()
-        return self.adapter.health(snap)
+        return self.adapter.health(generation)
 
     async def refresh(self, p: RefreshParams, req: Request) -> Health:
         self.adapter.check_session()
         await self._stall()
-        snap = await self.scanner.current(p.full, save=True, deadline=req.scope.deadline)
-        return self.adapter.health(snap)
+        generation = await self.scanner.current(p.full, save=True, deadline=req.scope.deadline)
+        return self.adapter.health(generation)
 
     @contextlib.contextmanager
     def _answering(self) -> Iterator[None]:
