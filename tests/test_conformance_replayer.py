@@ -377,7 +377,7 @@ def test_a_response_is_matched_by_json_id_and_a_request_from_the_adapter_is_not_
 
 
 def test_the_line_splitter_keeps_a_partial_last_line_and_never_cuts_at_u2028():
-    splitter = c.LineSplitter()
+    splitter = c.FrameLines()
     sep = "\u2028".encode()
     assert splitter.feed(b'{"a":1}\n\n  \r\n{"b":"x' + sep) == [b'{"a":1}']
     assert splitter.feed(b'y"}\n{"c"') == [b'{"b":"x' + sep + b'y"}']

@@ -36,8 +36,8 @@ from streamd.conformance.transcript import (
     AwaitFrames,
     Case,
     CaseError,
+    FrameLines,
     Line,
-    LineSplitter,
     Place,
     Send,
     Step,
@@ -264,7 +264,7 @@ async def _pump_frames(
 ) -> None:
     # Unbounded channel: the adapter's output is what we are judging, and
     # back-pressure here could deadlock it against our stdin writes.
-    splitter = LineSplitter()
+    splitter = FrameLines()
     async with frame_tx:
         while chunk := await stream.receive_some(65536):
             for frame in splitter.feed(chunk):

@@ -41,6 +41,7 @@ nothing here starts a process, waits, or imports Trio: that is
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -48,6 +49,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from streamd.rpc import framing
 
 #: What a volatile value becomes on both sides of a comparison, and in a
 #: recorded transcript, so the recording machine's clock is never committed.
@@ -387,37 +390,32 @@ def lockstep_steps(
     return steps
 
 
-class LineSplitter:
-    """Cuts a byte stream into frames: non-empty lines trimmed of JSON whitespace.
-
-    Blank lines are not frames. A last line without a newline is still a frame
-    (the adapter wrote it, so it counts); ``close`` returns it.
+class FrameLines:
+    """Cuts a byte stream into transcript frames: the lines of
+    :class:`streamd.rpc.framing.LineSplitter` (the one splitter), with no size
+    limit (the adapter's output is what is judged, whole), each trimmed of JSON
+    whitespace. Blank lines are not frames. A last line without a newline is
+    still a frame (the adapter wrote it, so it counts); ``close`` returns it.
     """
 
     def __init__(self) -> None:
-        self._buf = bytearray()
-        self._scanned = 0  # bytes of _buf already known to hold no newline
+        self._splitter = framing.LineSplitter(sys.maxsize)
 
     def feed(self, chunk: bytes | bytearray) -> list[bytes]:
-        buf = self._buf
-        buf += chunk
-        lines = []
-        start = 0
-        search = self._scanned
-        while (nl := buf.find(b"\n", search)) >= 0:
-            line = bytes(buf[start:nl]).strip(_JSON_WS)
-            if line:
-                lines.append(line)
-            start = search = nl + 1
-        del buf[:start]
-        self._scanned = len(buf)
-        return lines
+        return _trimmed(self._splitter.feed(chunk))
 
     def close(self) -> list[bytes]:
-        line = bytes(self._buf).strip(_JSON_WS)
-        self._buf.clear()
-        self._scanned = 0
-        return [line] if line else []
+        return _trimmed(self._splitter.close())
+
+
+def _trimmed(frames: list[framing.Frame]) -> list[bytes]:
+    out = []
+    for frame in frames:
+        assert isinstance(frame, bytes)  # nothing is over an unbounded limit
+        line = frame.strip(_JSON_WS)
+        if line:
+            out.append(line)
+    return out
 
 
 def split_file_lines(data: bytes) -> list[tuple[int, bytes]]:
