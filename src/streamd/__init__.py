@@ -10,8 +10,16 @@ How the packages stack, bottom up (none imports one above it):
   index, query, adapter rules) and a Trio service that owns the scanner.
 * :mod:`streamd.eventlog` - the durable event log: model, storage backends,
   the Trio API, its wire methods.
+* :mod:`streamd.client` - clients of the daemon's socket (threads, asyncio,
+  Trio) over a sans-I/O protocol; :mod:`streamd.adk` - a Google ADK session
+  service on the asyncio client.
 * :mod:`streamd.daemon` - transports (stdio, a Unix socket) and the method
-  table a connection serves; :mod:`streamd.cli` - the ``streamd`` command.
+  table a connection serves; :mod:`streamd.resident` - the per-user daemon
+  and its stdlib-only clients; :mod:`streamd.conformance` - the transcript
+  recorder and replayer.
+* :mod:`streamd.cli` - the ``streamd`` command; :mod:`streamd.demo`,
+  :mod:`streamd.logsink` and :mod:`streamd.signals` are its demo, its
+  non-blocking logging and its way of ending on a signal.
 
 The names below are what a Python caller needs to tell failures apart.
 """

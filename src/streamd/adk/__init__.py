@@ -8,6 +8,8 @@
 * :mod:`~streamd.adk.errors` - :class:`EventConflictError`, raised for an
   event id already stored with other content (ADK has no error for it).
 * :mod:`~streamd.adk.codec` - how ADK's events, state, times and ids are stored.
+* :mod:`~streamd.adk.convert` - ADK events back from the log, rebuilt without
+  re-validating what the service itself wrote.
 
 Importing this package imports ADK.
 """

@@ -13,9 +13,19 @@ Bottom up, each layer importing only those below it:
   of segments, ``cursor.json``.
 * :mod:`~streamd.recall.settings`, :mod:`~streamd.recall.wire` - the settings
   block; params and result Structs.
-* :mod:`~streamd.recall.adapter` - the adapter's state and rules, sans-I/O:
-  handshake, generations, health, and answers planned as "read these lines,
-  then render".
-* :mod:`~streamd.recall.oneshot` (blocking, for the CLI) and
-  :mod:`~streamd.recall.service` (Trio: the refresh scanner and the methods).
+* :mod:`~streamd.recall.generation` - one published build, and how far a
+  build has come; :mod:`~streamd.recall.changes` - what became of a file since
+  a generation read it.
+* :mod:`~streamd.recall.answers` - search, expand and health rendered from a
+  generation and the lines read back for it (sans-I/O).
+* :mod:`~streamd.recall.adapter` - the adapter's one I/O owner: handshake,
+  builds, publishing and saving in the workdir, the workdir lock; the
+  answers on top.
+* :mod:`~streamd.recall.check` - why a line is not a record, for people;
+  :mod:`~streamd.recall.reserve` - how much of a deadline is kept for
+  answering.
+* :mod:`~streamd.recall.oneshot` (blocking, for the CLI),
+  :mod:`~streamd.recall.scanner` (Trio: the one task that builds a source's
+  generations), :mod:`~streamd.recall.sources` (sources shared by a resident
+  daemon's connections) and :mod:`~streamd.recall.service` (the methods).
 """

@@ -11,6 +11,12 @@ rather than the imports and the index loading of a whole daemon.
 * :mod:`~streamd.resident.control` - a blocking client of the control methods
   (``streamd/hello``, ``status``, ``stop``, ``retire``) and ``streamd status`` /
   ``streamd stop`` (stdlib).
+* :mod:`~streamd.resident.launch` - starting a daemon for a client: its
+  paths, its startup pipe (stdlib).
+* :mod:`~streamd.resident.dbmatch` - whether the event log a client asks for
+  is the one a running daemon serves (stdlib).
+* :mod:`~streamd.resident.ending` - whether the daemon's close ends a relayed
+  session cleanly, told from frames (stdlib).
 * :mod:`~streamd.resident.attach` - ``streamd attach``: find or start the
   daemon, then relay byte for byte (stdlib).
 * :mod:`~streamd.resident.server` - ``streamd daemon``: the listener, peer

@@ -9,6 +9,8 @@
   method table) and what its handlers see (``Request``, ``Connection``).
 * :mod:`~streamd.rpc.server` - the Trio layer: one reader, one writer, a task
   and a cancel scope per request, bounded work in flight, EOF and shutdown.
+* :mod:`~streamd.rpc.outbox` - a connection's outgoing frames, in order, for
+  its one writer task.
 * :mod:`~streamd.rpc.stdio` - stdin and stdout as Trio streams that never make
   the shared descriptors non-blocking.
 """

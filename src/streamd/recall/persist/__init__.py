@@ -5,4 +5,6 @@
 * :mod:`~streamd.recall.persist.manifest` - the durable index: segments and
   the manifest naming them, adopted by the next process.
 * :mod:`~streamd.recall.persist.checkpoint` - ``cursor.json``, written last.
+* :mod:`~streamd.recall.persist.lock` - one writer per workdir, whichever
+  processes meet on it.
 """
