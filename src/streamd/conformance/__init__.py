@@ -2,11 +2,14 @@
 
 The parts stack bottom-up, each importing only the ones below it:
 
-* :mod:`~streamd.conformance.transcript` - the sans-I/O core, no Trio: case
-  loading and manifest validation, placeholder substitution, volatile masking,
+* :mod:`~streamd.conformance.transcript` - the sans-I/O core, no Trio:
+  placeholder substitution, volatile masking,
   structural comparison with the first difference, line classification and the
   lockstep plan (``adapter_args``, ``await_frames``, ``place_files``). The case format and the
   manifest keys are described there.
+* :mod:`~streamd.conformance.case` - a case from its directory: manifest
+  validation, loading, the requests and placements of one run, and the
+  comparison of a run with its recording.
 * :mod:`~streamd.conformance.driver` - the Trio driver: spawns the adapter in a
   fresh WORKDIR, follows the plan, drains stdout, kills on timeout, keeps the
   stderr tail; :func:`verify_case` and :func:`record_case` on top of it.
@@ -15,6 +18,17 @@ The parts stack bottom-up, each importing only the ones below it:
   streamd.conformance`` runs it too.
 """
 
+from streamd.conformance.case import (
+    Case,
+    Manifest,
+    adapter_command,
+    compare_transcript,
+    discover_cases,
+    load_case,
+    placements,
+    prepare_requests,
+    validate_manifest,
+)
 from streamd.conformance.cli import STDERR_TAIL_LINES, USAGE, format_result, main
 from streamd.conformance.driver import (
     DEFAULT_TIMEOUT,
@@ -35,38 +49,29 @@ from streamd.conformance.transcript import (
     VOLATILE,
     Await,
     AwaitFrames,
-    Case,
     CaseError,
     Difference,
     FrameLines,
     Line,
     LineKind,
-    Manifest,
     Place,
     Pointer,
     Send,
     Step,
-    adapter_command,
     answers,
     classify,
-    compare_transcript,
     decode_frame,
-    discover_cases,
     first_difference,
     format_pointer,
     json_equal,
     json_string_body,
-    load_case,
     lockstep_steps,
     mask,
     parse_pointer,
-    placements,
-    prepare_requests,
     render,
     split_file_lines,
     substitute,
     substitute_arg,
-    validate_manifest,
 )
 
 __all__ = [

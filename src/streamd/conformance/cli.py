@@ -14,8 +14,8 @@ from pathlib import Path
 import trio
 
 from streamd.cli.args import INTERRUPTED, interrupted
+from streamd.conformance.case import discover_cases
 from streamd.conformance.driver import DEFAULT_TIMEOUT, CaseResult, record_case, verify_case
-from streamd.conformance.transcript import discover_cases
 
 STDERR_TAIL_LINES = 20
 

@@ -32,24 +32,26 @@ from pathlib import Path
 import msgspec
 import trio
 
+from streamd.conformance.case import (
+    Case,
+    adapter_command,
+    compare_transcript,
+    load_case,
+    placements,
+    prepare_requests,
+)
 from streamd.conformance.transcript import (
     AwaitFrames,
-    Case,
     CaseError,
     FrameLines,
     Line,
     Place,
     Send,
     Step,
-    adapter_command,
     answers,
-    compare_transcript,
     decode_frame,
-    load_case,
     lockstep_steps,
     mask,
-    placements,
-    prepare_requests,
     render,
 )
 
