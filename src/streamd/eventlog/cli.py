@@ -467,7 +467,7 @@ async def _sessions(log: EventLog, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _locks(log: EventLog, args: argparse.Namespace) -> int:
+async def _list_leases(log: EventLog, args: argparse.Namespace) -> int:
     leases = await log.list_locks(args.app, args.user)
     if args.json:
         _json({"locks": leases})
@@ -501,7 +501,7 @@ async def _ping(log: EventLog, args: argparse.Namespace) -> int:
 
 _COMMANDS: dict[str, Callable[[EventLog, argparse.Namespace], Awaitable[int]]] = {
     "append": _append, "since": _since, "tail": _tail, "branches": _branches,
-    "sessions": _sessions, "locks": _locks, "boots": _boots, "ping": _ping,
+    "sessions": _sessions, "locks": _list_leases, "boots": _boots, "ping": _ping,
 }
 
 

@@ -80,10 +80,10 @@ from streamd.eventlog.model import (
     Empty,
     LatestSeqParams,
     LatestSeqResult,
-    LockAcquireParams,
-    LockAcquireResult,
-    LockLostNotification,
-    LockReleaseParams,
+    LeaseAcquireParams,
+    LeaseAcquireResult,
+    LeaseLostNotification,
+    LeaseReleaseParams,
     PingParams,
     RetentionGetParams,
     RetentionPolicy,
@@ -109,12 +109,12 @@ from streamd.rpc import Connection, Method, Request, encode_notification
 from streamd.rpc.methods import Reply
 from streamd.rpc.protocol import RequestId
 
-__all__ = ["ENTRY_NOTIFICATION", "LOCK_LOST_NOTIFICATION", "METHOD_NAMES", "eventlog_methods"]
+__all__ = ["ENTRY_NOTIFICATION", "LEASE_LOST_NOTIFICATION", "METHOD_NAMES", "eventlog_methods"]
 
 logger = logging.getLogger(__name__)
 
 ENTRY_NOTIFICATION = "eventlog/entry"
-LOCK_LOST_NOTIFICATION = "eventlog/lock_lost"
+LEASE_LOST_NOTIFICATION = "eventlog/lock_lost"
 
 LogFactory = Callable[[], EventLog | Awaitable[EventLog]]
 
@@ -134,7 +134,7 @@ class _Service:
         # The log the factory last gave, while it stays open: what lets an
         # append be queued from the RPC reader without awaiting the factory.
         self._known: EventLog | None = None
-        # Leases each connection holds, by lock id: released when it closes.
+        # Leases each connection holds, by lease id (``lock`` on the wire): released when it closes.
         self._held: weakref.WeakKeyDictionary[Connection, dict[str, Lease]] = (
             weakref.WeakKeyDictionary()
         )
@@ -300,14 +300,14 @@ class _Service:
 
     # -- leases --
 
-    async def lock_acquire(self, p: LockAcquireParams, request: Request) -> LockAcquireResult:
+    async def lease_acquire(self, p: LeaseAcquireParams, request: Request) -> LeaseAcquireResult:
         log = await self.log()
         conn = request.connection
 
         async def on_lost(lease: Lease) -> None:
             self._held.get(conn, {}).pop(lease.lock, None)
             await conn.notify(
-                LOCK_LOST_NOTIFICATION, LockLostNotification(lock=lease.lock, holder=lease.holder)
+                LEASE_LOST_NOTIFICATION, LeaseLostNotification(lock=lease.lock, holder=lease.holder)
             )
 
         lease = await log.acquire_lock_params(p, on_lost=on_lost)
@@ -316,9 +316,9 @@ class _Service:
             held = self._held[conn] = {}
             conn.on_close(lambda: self._release_all(conn))
         held[lease.lock] = lease
-        return LockAcquireResult(lock=lease.lock, holder=lease.holder)
+        return LeaseAcquireResult(lock=lease.lock, holder=lease.holder)
 
-    async def lock_release(self, p: LockReleaseParams, request: Request) -> Empty:
+    async def lease_release(self, p: LeaseReleaseParams, request: Request) -> Empty:
         log = await self.log()
         self._held.get(request.connection, {}).pop(p.lock, None)
         await log.release_lock(p.lock)
@@ -433,8 +433,8 @@ def eventlog_methods(get_log: LogFactory) -> list[Method]:
         Method("eventlog/retention.set", RetentionPolicy, s.retention_set),
         Method("eventlog/retention.get", RetentionGetParams, s.retention_get),
         Method("eventlog/compact", CompactParams, s.compact),
-        Method("eventlog/lock.acquire", LockAcquireParams, s.lock_acquire),
-        Method("eventlog/lock.release", LockReleaseParams, s.lock_release),
+        Method("eventlog/lock.acquire", LeaseAcquireParams, s.lease_acquire),
+        Method("eventlog/lock.release", LeaseReleaseParams, s.lease_release),
         Method("eventlog/boot.record", BootRecordParams, s.boot_record),
         Method("eventlog/boot.update", BootUpdateParams, s.boot_update),
         Method("eventlog/boot.recent", BootRecentParams, s.boot_recent),

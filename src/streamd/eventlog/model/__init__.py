@@ -210,7 +210,19 @@ from streamd.eventlog.model.events import (
     WatchResult as WatchResult,
 )
 from streamd.eventlog.model.leases import (
+    LeaseAcquireParams as LeaseAcquireParams,
+)
+from streamd.eventlog.model.leases import (
+    LeaseAcquireResult as LeaseAcquireResult,
+)
+from streamd.eventlog.model.leases import (
     LeaseInfo as LeaseInfo,
+)
+from streamd.eventlog.model.leases import (
+    LeaseLostNotification as LeaseLostNotification,
+)
+from streamd.eventlog.model.leases import (
+    LeaseReleaseParams as LeaseReleaseParams,
 )
 from streamd.eventlog.model.leases import (
     LockAcquireParams as LockAcquireParams,
@@ -313,7 +325,11 @@ __all__ = [
     "Filter",
     "LatestSeqParams",
     "LatestSeqResult",
+    "LeaseAcquireParams",
+    "LeaseAcquireResult",
     "LeaseInfo",
+    "LeaseLostNotification",
+    "LeaseReleaseParams",
     "LockAcquireParams",
     "LockAcquireResult",
     "LockLostNotification",

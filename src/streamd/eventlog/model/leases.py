@@ -1,5 +1,9 @@
-"""Leases (``lock/*`` on the wire): acquire, release, loss, and what a
-lease looks like when listed.
+"""Leases: acquire, release, loss, and what a lease looks like when listed.
+
+The wire calls a lease a lock (``eventlog/lock.acquire``,
+``eventlog/lock.release``, ``eventlog/lock_lost``, the ``lock`` field);
+inside the code it is a lease. The ``Lock*`` names are aliases of the
+``Lease*`` Structs for code that still spells them so.
 
 No I/O here, and no trio.
 """
@@ -20,7 +24,7 @@ from streamd.eventlog.model.base import (
 )
 
 
-class LockAcquireParams(Params, kw_only=True):
+class LeaseAcquireParams(Params, kw_only=True):
     """``stale_after_ms`` is the requester's promise: "if my heartbeat is older
     than this, consider me dead". It is stored with the lease and judges only
     this lease; it never shortens the window of a lease someone else holds.
@@ -68,16 +72,16 @@ class LockAcquireParams(Params, kw_only=True):
         return self.heartbeat_ms
 
 
-class LockAcquireResult(Result):
+class LeaseAcquireResult(Result):
     lock: str
     holder: str
 
 
-class LockReleaseParams(Params):
+class LeaseReleaseParams(Params):
     lock: NonEmpty
 
 
-class LockLostNotification(Result):
+class LeaseLostNotification(Result):
     lock: str
     holder: str
 
@@ -95,3 +99,10 @@ class LeaseInfo(Result, kw_only=True):
     stale_after_ms: int
     """The window the holder declared: the lease is stale once its heartbeat is
     older than this."""
+
+
+# The wire's word, for callers that still use it.
+LockAcquireParams = LeaseAcquireParams
+LockAcquireResult = LeaseAcquireResult
+LockReleaseParams = LeaseReleaseParams
+LockLostNotification = LeaseLostNotification
