@@ -7,6 +7,7 @@
   error from the log's ``expected_seq``.
 * :mod:`~streamd.adk.errors` - :class:`EventConflictError`, raised for an
   event id already stored with other content (ADK has no error for it).
+* :mod:`~streamd.adk.write_behind` - queued appends and their batch runs.
 * :mod:`~streamd.adk.codec` - how ADK's events, state, times and ids are stored.
 * :mod:`~streamd.adk.convert` - ADK events back from the log, rebuilt without
   re-validating what the service itself wrote.

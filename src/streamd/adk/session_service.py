@@ -92,6 +92,7 @@ from streamd import errors
 from streamd.adk import codec, convert
 from streamd.adk.codec import RawEntry, RawSession
 from streamd.adk.errors import adk_error, stale_error
+from streamd.adk.write_behind import PENDING, Pipeline, Queued, encode
 from streamd.client import calls
 from streamd.client.asyncio_client import AsyncClient
 from streamd.client.protocol import Call
@@ -126,7 +127,7 @@ class StreamdSessionService(BaseSessionService):
         to know the events are stored."""
         self._given = client
         self._write_behind = write_behind
-        self._pipes: dict[tuple[str, str, str], _Pipeline] = {}
+        self._pipes: dict[tuple[str, str, str], Pipeline] = {}
         self._owed: dict[str, int] = {}  # queued appends, by session copy (token)
         self._acked: dict[str, int] = {}  # the seq of each copy's last stored append
         self._copies: dict[str, weakref.ref[Session]] = {}  # the copy of each token
@@ -448,7 +449,7 @@ class StreamdSessionService(BaseSessionService):
         stored at). So a copy that another writer overtook is still refused as
         stale, with everything it queued after, and nothing of it is merged."""
         marker = session._storage_update_marker
-        token = marker[len(_PENDING):] if marker and marker.startswith(_PENDING) else None
+        token = marker[len(PENDING):] if marker and marker.startswith(PENDING) else None
         refused = self._refused.get(token) if token is not None else None
         if refused is not None:  # this copy is stale for good: reload it
             if token in self._unreported:
@@ -477,17 +478,17 @@ class StreamdSessionService(BaseSessionService):
         key = (session.app_name, session.user_id, session.id)
         pipe = self._pipes.get(key)
         if pipe is None:
-            pipe = self._pipes[key] = _Pipeline()
-        pipe.queue.append(_Queued(token, params, expected, len(_encode(params))))
+            pipe = self._pipes[key] = Pipeline()
+        pipe.queue.append(Queued(token, params, expected, len(encode(params))))
         self._owed[token] = self._owed.get(token, 0) + 1
-        session._storage_update_marker = _PENDING + token
+        session._storage_update_marker = PENDING + token
         session.last_update_time = codec.stored_time(event.timestamp)
         self._commit_event_to_session(session, event)
         if pipe.task is None:
             pipe.task = asyncio.get_running_loop().create_task(self._send(pipe, client))
         return event
 
-    async def _send(self, pipe: _Pipeline, client: AsyncClient) -> None:
+    async def _send(self, pipe: Pipeline, client: AsyncClient) -> None:
         try:
             while pipe.queue:
                 run = pipe.take_run()
@@ -524,7 +525,7 @@ class StreamdSessionService(BaseSessionService):
         seq = self._acked.pop(token)
         ref = self._copies.pop(token, None)
         copy = ref() if ref is not None else None
-        if copy is not None and copy._storage_update_marker == _PENDING + token:
+        if copy is not None and copy._storage_update_marker == PENDING + token:
             copy._storage_update_marker = str(seq)
 
     async def _drain(self) -> None:
@@ -557,47 +558,6 @@ class StreamdSessionService(BaseSessionService):
         if mine != theirs:
             raise stale_error(f"its last event is {mine!r}, storage's is {theirs!r}")
         return int(stored._storage_update_marker or 0)
-
-
-_PENDING = "streamd-pending:"
-"""The marker of a session copy with appends queued behind it (write-behind)."""
-_MAX_RUN = 500
-_MAX_RUN_BYTES = 2 << 20
-_encode = msgspec.json.Encoder().encode
-
-
-class _Queued:
-    __slots__ = ("expected", "params", "size", "token")
-
-    def __init__(self, token: str, params: AppendParams, expected: int | None, size: int) -> None:
-        self.token = token
-        self.params = params
-        self.expected = expected
-        self.size = size
-
-
-class _Pipeline:
-    """One session's queued appends and the task sending them, in order."""
-
-    def __init__(self) -> None:
-        self.queue: list[_Queued] = []
-        self.task: asyncio.Task[None] | None = None
-
-    def take_run(self) -> list[_Queued]:
-        """The next run: the first queued event and those after it from the same
-        copy that follow it (no expectation of their own), within the batch
-        limits (and under half a frame)."""
-        run = [self.queue[0]]
-        size = run[0].size
-        for q in self.queue[1:]:
-            if q.token != run[0].token or q.expected is not None:
-                break
-            if len(run) == _MAX_RUN or size + q.size > _MAX_RUN_BYTES:
-                break
-            run.append(q)
-            size += q.size
-        del self.queue[: len(run)]
-        return run
 
 
 class _ListedSession:

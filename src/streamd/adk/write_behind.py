@@ -1,0 +1,57 @@
+"""Write-behind for the ADK session service: one session's queued appends,
+and how they are cut into ordered, all-or-none ``eventlog/append_batch`` runs.
+
+Values only: the task that sends a pipeline's runs is
+:class:`~streamd.adk.session_service.StreamdSessionService`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+
+from streamd.eventlog.model import AppendParams
+
+PENDING = "streamd-pending:"
+"""The marker of a session copy with appends queued behind it (write-behind)."""
+MAX_RUN = 500
+MAX_RUN_BYTES = 2 << 20
+encode = msgspec.json.Encoder().encode
+
+
+class Queued:
+    """One queued append: the session copy it came from (``token``), its
+    params, the seq it expects (the first of a copy's run only) and its size."""
+
+    __slots__ = ("expected", "params", "size", "token")
+
+    def __init__(self, token: str, params: AppendParams, expected: int | None, size: int) -> None:
+        self.token = token
+        self.params = params
+        self.expected = expected
+        self.size = size
+
+
+class Pipeline:
+    """One session's queued appends and the task sending them, in order."""
+
+    def __init__(self) -> None:
+        self.queue: list[Queued] = []
+        self.task: asyncio.Task[None] | None = None
+
+    def take_run(self) -> list[Queued]:
+        """The next run: the first queued event and those after it from the same
+        copy that follow it (no expectation of their own), within the batch
+        limits (and under half a frame)."""
+        run = [self.queue[0]]
+        size = run[0].size
+        for q in self.queue[1:]:
+            if q.token != run[0].token or q.expected is not None:
+                break
+            if len(run) == MAX_RUN or size + q.size > MAX_RUN_BYTES:
+                break
+            run.append(q)
+            size += q.size
+        del self.queue[: len(run)]
+        return run
