@@ -10,26 +10,14 @@ the kind of event their loop waits on (``_new_event``).
 from __future__ import annotations
 
 import datetime as _dt
-import functools
-from collections.abc import Callable, Coroutine
-from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from streamd.client import calls
 from streamd.client.protocol import Call, ClientProtocol
 from streamd.eventlog.model import DEFAULT_STALE_AFTER_MS, SessionWithEvents
 
-P = ParamSpec("P")
 T = TypeVar("T")
 
-
-def _bound(
-    builder: Callable[P, Call[T]],
-) -> Callable[Concatenate[AwaitableCalls[Any], P], Coroutine[Any, Any, T]]:
-    @functools.wraps(builder)
-    async def method(self: AwaitableCalls[Any], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self.call(builder(*args, **kwargs))
-
-    return method
 
 
 class LostEvent(Protocol):
@@ -63,7 +51,7 @@ class AwaitableLease:
 L = TypeVar("L", bound=AwaitableLease)
 
 
-class AwaitableCalls(Generic[L]):
+class AwaitableCalls(calls.EventLogMethods, Generic[L]):
     _core: ClientProtocol
     _leases: dict[str, L]
     _lease_type: type[L]
@@ -101,24 +89,6 @@ class AwaitableCalls(Generic[L]):
         self._leases.pop(lease.lock, None)
         self._core.lease_released(lease.lock)
         await self.call(calls.lock_release(lease.lock))
-
-    append = _bound(calls.append)
-    append_batch = _bound(calls.append_batch)
-    since = _bound(calls.since)
-    latest_seq = _bound(calls.latest_seq)
-    branches = _bound(calls.branches)
-    create_session = _bound(calls.create_session)
-    get_sessions = _bound(calls.get_sessions)
-    list_sessions = _bound(calls.list_sessions)
-    delete_session = _bound(calls.delete_session)
-    get_state = _bound(calls.get_state)
-    record_boot = _bound(calls.record_boot)
-    update_boot = _bound(calls.update_boot)
-    recent_boots = _bound(calls.recent_boots)
-    ping = _bound(calls.ping)
-    set_retention = _bound(calls.set_retention)
-    retention = _bound(calls.retention)
-    compact = _bound(calls.compact)
 
     async def get_session(
         self,

@@ -11,13 +11,12 @@ sends ``$/cancelRequest`` before it raises, so the daemon stops working on it.
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import logging
 import os
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 from streamd import errors
 from streamd.client import calls
@@ -45,19 +44,11 @@ __all__ = ["Client", "Lease", "Watch"]
 
 log = logging.getLogger("streamd.client")
 
-P = ParamSpec("P")
 T = TypeVar("T")
 
 _READ_CHUNK = 1 << 20
 # Large: a 2,000-event session is a 1.5 MB answer, and every read is a wakeup.
 
-
-def _bound(builder: Callable[P, Call[T]]) -> Callable[Concatenate[Client, P], T]:
-    @functools.wraps(builder)
-    def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self.call(builder(*args, **kwargs))
-
-    return method
 
 
 class _Slot:
@@ -68,7 +59,7 @@ class _Slot:
         self.reply: Reply | None = None
 
 
-class Client:
+class Client(calls.EventLogMethods):
     """A blocking client of the streamd daemon; see the module docstring.
 
     Open one with :meth:`connect` (the resident daemon, started when none
@@ -277,24 +268,6 @@ class Client:
                 pass
 
     # -- the event log --
-
-    append = _bound(calls.append)
-    append_batch = _bound(calls.append_batch)
-    since = _bound(calls.since)
-    latest_seq = _bound(calls.latest_seq)
-    branches = _bound(calls.branches)
-    create_session = _bound(calls.create_session)
-    get_sessions = _bound(calls.get_sessions)
-    list_sessions = _bound(calls.list_sessions)
-    delete_session = _bound(calls.delete_session)
-    get_state = _bound(calls.get_state)
-    record_boot = _bound(calls.record_boot)
-    update_boot = _bound(calls.update_boot)
-    recent_boots = _bound(calls.recent_boots)
-    ping = _bound(calls.ping)
-    set_retention = _bound(calls.set_retention)
-    retention = _bound(calls.retention)
-    compact = _bound(calls.compact)
 
     def get_session(
         self,
