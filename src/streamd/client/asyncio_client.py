@@ -19,27 +19,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from streamd import errors
-from streamd.client.awaitable import AwaitableCalls, AwaitableLease
+from streamd.client.awaitable import AwaitableCalls, AwaitableLease, AwaitableWatch
 from streamd.client.protocol import (
     DEFAULT_WATCH_BUDGET,
-    Call,
-    ClientProtocol,
-    Garbled,
-    LockLost,
-    Reply,
-    WatchUpdated,
 )
 from streamd.client.transport import START_TIMEOUT, open_daemon_socket, stdio_command
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
-    Entry,
     Filter,
-    WatchParams,
-    WatchResult,
 )
 
 __all__ = ["AsyncClient", "AsyncLease", "AsyncWatch"]
@@ -249,15 +240,12 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
         leftover: bytes = b"",
         process: asyncio.subprocess.Process | None = None,
     ) -> None:
+        super().__init__()
         self._pipe = pipe
         self._loop = asyncio.get_running_loop()
         self._process = process
         self.process = process
         """The ``streamd`` process of a :meth:`spawn` client (None otherwise)."""
-        self._core = ClientProtocol()
-        self._futures: dict[int, asyncio.Future[Any]] = {}
-        self._watches: dict[int, asyncio.Event] = {}
-        self._leases: dict[str, AsyncLease] = {}
         self._lease_type = AsyncLease
         self._closing = False
         if leftover:
@@ -332,37 +320,19 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # -- calls --
+    # -- the adapter --
 
-    @property
-    def in_flight(self) -> int:
-        """Requests sent and not yet answered (cancelled ones until their answer)."""
-        return self._core.in_flight
+    def _waiter(self) -> asyncio.Future[Any]:
+        return self._loop.create_future()
 
-    async def call(self, call: Call[T]) -> T:
-        """Send one call and await its answer; cancelling the awaiting task
-        cancels the call on the daemon."""
-        request_id, frame = self._core.start(call)
-        future: asyncio.Future[Any] = self._loop.create_future()
-        self._futures[request_id] = future
-        try:
-            await self._send(frame)
-            return await future
-        except BaseException:
-            self._abandon(request_id)
-            raise
-
-    def _abandon(self, request_id: int) -> None:
-        self._futures.pop(request_id, None)
-        frame = self._core.cancel(request_id)
-        if frame is not None and not self._pipe.is_closing():
-            self._pipe.write(frame)  # queued whole, without awaiting
+    def _wakeup(self) -> asyncio.Event:
+        return asyncio.Event()
 
     async def _send(self, frame: bytes) -> None:
         pipe = self._pipe
         if pipe.is_closing():
             raise RpcError(errors.CLOSED, "connection to the streamd daemon closed")
-        pipe.write(frame)
+        pipe.write(frame)  # queued whole, so concurrent calls never interleave
         if pipe.paused:
             try:
                 await pipe.drain()
@@ -371,32 +341,9 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
                     errors.CLOSED, f"connection to the streamd daemon closed: {exc}"
                 ) from None
 
-    # -- input --
-
-    def _feed(self, data: bytes) -> None:
-        events, outgoing = self._core.receive(data)
-        for event in events:
-            match event:
-                case Reply(id=request_id):
-                    future = self._futures.pop(request_id, None)
-                    if future is not None and not future.done():
-                        if event.error is not None:
-                            future.set_exception(event.error)
-                        else:
-                            future.set_result(event.value)
-                case WatchUpdated(id=watch_id):
-                    woken = self._watches.get(watch_id)
-                    if woken is not None:
-                        woken.set()
-                case LockLost(lock=lock):
-                    lease = self._leases.pop(lock, None)
-                    if lease is not None:
-                        lease.lost.set()
-                case Garbled(why=why):
-                    log.warning("streamd client: %s", why)
-        for frame in outgoing:
-            if not self._pipe.is_closing():
-                self._pipe.write(frame)
+    def _send_soon(self, frame: bytes) -> None:
+        if not self._pipe.is_closing():
+            self._pipe.write(frame)
 
     # -- the event log --
 
@@ -405,20 +352,7 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
     ) -> AsyncWatch:
         """Follow the log from ``from_seq``: ``async with await client.watch()
         as w: async for entry in w``."""
-        watch_id, frame = self._core.start_watch(
-            WatchParams(from_seq=from_seq, filter=filter), budget
-        )
-        woken = self._watches[watch_id] = asyncio.Event()
-        watch = AsyncWatch(self, watch_id, woken)
-        try:
-            await self._send(frame)
-        except BaseException:
-            watch.close()
-            raise
-        return watch
-
-    def _new_event(self) -> Any:
-        return asyncio.Event()
+        return AsyncWatch(self, await self._open_watch(from_seq, filter, budget))
 
 
 async def _open_protocol(sock: Any) -> _SocketProtocol:
@@ -427,48 +361,10 @@ async def _open_protocol(sock: Any) -> _SocketProtocol:
     return protocol
 
 
-class AsyncWatch:
+class AsyncWatch(AwaitableWatch):
     """An async iterator over ``eventlog/watch`` (see the sync
     :class:`~streamd.client.sync.Watch` for how it ends); leaving its ``async
     with`` block, or :meth:`close`, cancels it on the daemon."""
-
-    def __init__(self, client: AsyncClient, watch_id: int, woken: asyncio.Event) -> None:
-        self._client = client
-        self._id = watch_id
-        self._woken = woken
-        self.last_seq = 0
-        self.result: WatchResult | None = None
-        self._closed = False
-
-    def __aiter__(self) -> AsyncIterator[Entry]:
-        return self
-
-    async def __anext__(self) -> Entry:
-        core = self._client._core
-        while True:
-            if self._closed:
-                raise StopAsyncIteration
-            item = core.take(self._id)
-            if item is not None:
-                break
-            self._woken.clear()
-            await self._woken.wait()
-        self.last_seq = core.last_seq(self._id)
-        if isinstance(item, Entry):
-            return item
-        if isinstance(item, WatchResult):
-            self.result = item
-            raise StopAsyncIteration
-        raise item
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._woken.set()
-        self._client._watches.pop(self._id, None)
-        self._client._abandon(self._id)
-        self._client._core.forget_watch(self._id)
 
     async def __aenter__(self) -> AsyncWatch:
         return self

@@ -12,8 +12,9 @@ would cost an encode per call and could only disagree with it.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Coroutine, Sequence
+from types import MethodType as _MethodType
+from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from streamd.client.protocol import Call
 from streamd.eventlog.model import (
@@ -61,7 +62,10 @@ from streamd.eventlog.model import (
 )
 
 __all__ = [
+    "AwaitingCaller",
+    "EventLogMethods",
     "SessionAssembler",
+    "SyncCaller",
     "append",
     "append_batch",
     "branches",
@@ -75,6 +79,7 @@ __all__ = [
     "list_sessions",
     "lock_acquire",
     "lock_release",
+    "method",
     "ping",
     "recent_boots",
     "record_boot",
@@ -316,3 +321,76 @@ class SessionAssembler:
         whole.truncated = False
         whole.next_seq = None
         return None
+
+
+# --- the method table ---------------------------------------------------------------
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class SyncCaller(Protocol):
+    """A client whose ``call`` blocks for the answer (:class:`~streamd.client.sync.Client`)."""
+
+    def call(self, call: Call[T], timeout: float | None = None) -> T: ...
+
+
+class AwaitingCaller(Protocol):
+    """A client whose ``call`` is awaited (the asyncio and Trio clients)."""
+
+    def call(self, call: Call[T]) -> Coroutine[Any, Any, T]: ...
+
+
+class method(Generic[P, T]):
+    """One row of the method table: a builder bound as a client method.
+
+    Reading it from a client gives ``client.call(builder(...))``: a result for
+    the blocking client, a coroutine to await for the event-loop ones (no
+    coroutine of its own in between, so an awaited call costs what
+    ``client.call`` costs). The overloads tell a type checker which."""
+
+    def __init__(self, builder: Callable[P, Call[T]]) -> None:
+        self._builder = builder
+        self.__doc__ = builder.__doc__
+        self.__name__ = builder.__name__
+
+    @overload
+    def __get__(self, client: None, owner: type) -> method[P, T]: ...
+    @overload
+    def __get__(self, client: SyncCaller, owner: type) -> Callable[P, T]: ...
+    @overload
+    def __get__(
+        self, client: AwaitingCaller, owner: type
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    def __get__(self, client: Any, owner: type) -> Any:
+        if client is None:
+            return self
+        return _MethodType(self._call, client)
+
+    def _call(self, client: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return client.call(self._builder(*args, **kwargs))
+
+
+class EventLogMethods:
+    """The ``eventlog/*`` methods every client has, written once: name, and
+    through its builder the wire method, params Struct and result type.
+    ``get_session`` (continued when cut), ``watch`` and ``acquire_lock`` are
+    the clients' own: they wait their loop's way."""
+
+    append = method(append)
+    append_batch = method(append_batch)
+    since = method(since)
+    latest_seq = method(latest_seq)
+    branches = method(branches)
+    create_session = method(create_session)
+    get_sessions = method(get_sessions)
+    list_sessions = method(list_sessions)
+    delete_session = method(delete_session)
+    get_state = method(get_state)
+    record_boot = method(record_boot)
+    update_boot = method(update_boot)
+    recent_boots = method(recent_boots)
+    ping = method(ping)
+    set_retention = method(set_retention)
+    retention = method(retention)
+    compact = method(compact)

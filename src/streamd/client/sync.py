@@ -11,13 +11,12 @@ sends ``$/cancelRequest`` before it raises, so the daemon stops working on it.
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import logging
 import os
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 from streamd import errors
 from streamd.client import calls
@@ -45,19 +44,11 @@ __all__ = ["Client", "Lease", "Watch"]
 
 log = logging.getLogger("streamd.client")
 
-P = ParamSpec("P")
 T = TypeVar("T")
 
 _READ_CHUNK = 1 << 20
 # Large: a 2,000-event session is a 1.5 MB answer, and every read is a wakeup.
 
-
-def _bound(builder: Callable[P, Call[T]]) -> Callable[Concatenate[Client, P], T]:
-    @functools.wraps(builder)
-    def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self.call(builder(*args, **kwargs))
-
-    return method
 
 
 class _Slot:
@@ -68,7 +59,7 @@ class _Slot:
         self.reply: Reply | None = None
 
 
-class Client:
+class Client(calls.EventLogMethods):
     """A blocking client of the streamd daemon; see the module docstring.
 
     Open one with :meth:`connect` (the resident daemon, started when none
@@ -278,24 +269,6 @@ class Client:
 
     # -- the event log --
 
-    append = _bound(calls.append)
-    append_batch = _bound(calls.append_batch)
-    since = _bound(calls.since)
-    latest_seq = _bound(calls.latest_seq)
-    branches = _bound(calls.branches)
-    create_session = _bound(calls.create_session)
-    get_sessions = _bound(calls.get_sessions)
-    list_sessions = _bound(calls.list_sessions)
-    delete_session = _bound(calls.delete_session)
-    get_state = _bound(calls.get_state)
-    record_boot = _bound(calls.record_boot)
-    update_boot = _bound(calls.update_boot)
-    recent_boots = _bound(calls.recent_boots)
-    ping = _bound(calls.ping)
-    set_retention = _bound(calls.set_retention)
-    retention = _bound(calls.retention)
-    compact = _bound(calls.compact)
-
     def get_session(
         self,
         app: str,
@@ -331,13 +304,51 @@ class Client:
                 WatchParams(from_seq=from_seq, filter=filter), budget
             )
             self._watches[watch_id] = cond
-        watch = Watch(self, watch_id, cond)
         try:
             self._send(frame)
         except BaseException:
-            watch.close()
+            self.watch_close(watch_id)
             raise
-        return watch
+        return Watch(self, watch_id)
+
+    def watch_next(
+        self, watch_id: int, timeout: float | None = None
+    ) -> tuple[Entry | RpcError | WatchResult | None, int]:
+        """The watch's next step and the seq to resume from, waiting at most
+        ``timeout`` seconds (TimeoutError); None once the watch is closed.
+        (For :class:`Watch`.)"""
+        with self._lock:
+            while True:
+                cond = self._watches.get(watch_id)
+                if cond is None:
+                    return None, 0
+                item = self._core.take(watch_id)
+                if item is not None:
+                    return item, self._core.last_seq(watch_id)
+                if not cond.wait(timeout):
+                    raise TimeoutError(f"no entry within {timeout:g} s")
+
+    def watch_close(self, watch_id: int) -> None:
+        """Let go of a watch: cancel it on the daemon, wake a thread waiting
+        on it. Idempotent. (For :class:`Watch`.)"""
+        with self._lock:
+            cond = self._watches.pop(watch_id, None)
+            if cond is not None:
+                cond.notify_all()
+            frame = self._core.cancel(watch_id)
+            self._core.forget_watch(watch_id)
+        if frame is not None:
+            try:
+                self._send(frame)
+            except RpcError:
+                pass
+
+    @property
+    def held_leases(self) -> frozenset[str]:
+        """The locks of the leases held through this connection, not yet lost
+        or released."""
+        with self._lock:
+            return frozenset(self._leases)
 
     def acquire_lock(
         self,
@@ -364,7 +375,8 @@ class Client:
                 self._core.lease_acquired(got.lock)
         return lease
 
-    def _release(self, lease: Lease) -> None:
+    def release_lease(self, lease: Lease) -> None:
+        """Release ``lease`` (what :meth:`Lease.release` does)."""
         with self._lock:
             self._leases.pop(lease.lock, None)
             self._core.lease_released(lease.lock)
@@ -379,10 +391,9 @@ class Watch:
     its data names the seq to resume from). Close it (or leave its ``with``
     block) to cancel it on the daemon; :attr:`last_seq` is where to resume."""
 
-    def __init__(self, client: Client, watch_id: int, cond: threading.Condition) -> None:
+    def __init__(self, client: Client, watch_id: int) -> None:
         self._client = client
         self._id = watch_id
-        self._cond = cond
         self.last_seq = 0
         self.result: WatchResult | None = None
         self._closed = False
@@ -395,17 +406,12 @@ class Watch:
 
     def next(self, timeout: float | None = None) -> Entry:
         """The next entry, waiting at most ``timeout`` seconds (TimeoutError)."""
-        core = self._client._core
-        with self._cond:
-            while True:
-                if self._closed:
-                    raise StopIteration
-                item = core.take(self._id)
-                if item is not None:
-                    break
-                if not self._cond.wait(timeout):
-                    raise TimeoutError(f"no entry within {timeout:g} s")
-            self.last_seq = core.last_seq(self._id)
+        if self._closed:
+            raise StopIteration
+        item, last_seq = self._client.watch_next(self._id, timeout)
+        if item is None or self._closed:
+            raise StopIteration
+        self.last_seq = last_seq
         if isinstance(item, Entry):
             return item
         if isinstance(item, WatchResult):
@@ -415,18 +421,9 @@ class Watch:
 
     def close(self) -> None:
         """Cancel the watch on the daemon (idempotent)."""
-        with self._cond:
-            if self._closed:
-                return
+        if not self._closed:
             self._closed = True
-            self._client._watches.pop(self._id, None)
-            frame = self._client._core.cancel(self._id)
-            self._client._core.forget_watch(self._id)
-        if frame is not None:
-            try:
-                self._client._send(frame)
-            except RpcError:
-                pass
+            self._client.watch_close(self._id)
 
     def __enter__(self) -> Watch:
         return self
@@ -448,7 +445,7 @@ class Lease:
         self._client = client
 
     def release(self) -> None:
-        self._client._release(self)
+        self._client.release_lease(self)
 
     def __enter__(self) -> Lease:
         return self

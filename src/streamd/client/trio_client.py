@@ -15,30 +15,21 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Generator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import trio
 
 from streamd import errors
-from streamd.client.awaitable import AwaitableCalls, AwaitableLease
+from streamd.client.awaitable import AwaitableCalls, AwaitableLease, AwaitableWatch
 from streamd.client.protocol import (
     DEFAULT_WATCH_BUDGET,
-    Call,
-    ClientProtocol,
-    Garbled,
-    LockLost,
-    Reply,
-    WatchUpdated,
 )
 from streamd.client.transport import START_TIMEOUT, open_daemon_socket, open_socket, stdio_command
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
-    Entry,
     Filter,
-    WatchParams,
-    WatchResult,
 )
 
 __all__ = ["TrioClient", "TrioLease", "TrioWatch"]
@@ -57,11 +48,34 @@ _CLOSE_GRACE = 5.0
 
 
 class _Slot:
-    __slots__ = ("done", "reply")
+    """One answer's waiter: awaiting it returns the value or raises the error."""
+
+    __slots__ = ("_done", "_error", "_value")
 
     def __init__(self) -> None:
-        self.done = trio.Event()
-        self.reply: Reply | None = None
+        self._done = trio.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def set_result(self, value: Any) -> None:
+        self._value = value
+        self._done.set()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._done.set()
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._wait().__await__()
+
+    async def _wait(self) -> Any:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 class TrioClient(AwaitableCalls["TrioLease"]):
@@ -74,12 +88,9 @@ class TrioClient(AwaitableCalls["TrioLease"]):
     """
 
     def __init__(self, stream: trio.abc.Stream, nursery: trio.Nursery) -> None:
+        super().__init__()
         self._stream = stream
         self._nursery = nursery
-        self._core = ClientProtocol()
-        self._slots: dict[int, _Slot] = {}
-        self._watches: dict[int, trio.Event] = {}
-        self._leases: dict[str, TrioLease] = {}
         self._lease_type = TrioLease
         # Unbounded, but only cancel frames pass without taking a slot of _room.
         self._send_frames, self._frames = trio.open_memory_channel[tuple[bytes, bool]](math.inf)
@@ -170,42 +181,23 @@ class TrioClient(AwaitableCalls["TrioLease"]):
             with trio.CancelScope(shield=True):
                 await proc.wait()
 
-    # -- calls --
+    # -- the adapter --
 
-    @property
-    def in_flight(self) -> int:
-        """Requests sent and not yet answered (cancelled ones until their answer)."""
-        return self._core.in_flight
+    def _waiter(self) -> _Slot:
+        return _Slot()
 
-    async def call(self, call: Call[T]) -> T:
-        """Send one call and wait for its answer; cancelling the caller's scope
-        cancels the call on the daemon."""
-        slot = _Slot()
-        request_id, frame = self._core.start(call)
-        self._slots[request_id] = slot
-        try:
-            await self._send(frame)
-            await slot.done.wait()
-        except BaseException:
-            self._abandon(request_id)
-            raise
-        assert slot.reply is not None
-        if slot.reply.error is not None:
-            raise slot.reply.error
-        return slot.reply.value
-
-    def _abandon(self, request_id: int) -> None:
-        self._slots.pop(request_id, None)
-        frame = self._core.cancel(request_id)
-        if frame is not None:
-            try:
-                self._queue(frame)
-            except RpcError:
-                pass  # the connection is gone, and the call with it
+    def _wakeup(self) -> trio.Event:
+        return trio.Event()
 
     async def _send(self, frame: bytes) -> None:
         await self._room.acquire()
         self._queue(frame, counted=True)
+
+    def _send_soon(self, frame: bytes) -> None:
+        try:
+            self._queue(frame)
+        except RpcError:
+            pass  # the connection is gone, and the call with it
 
     def _queue(self, frame: bytes, counted: bool = False) -> None:
         try:
@@ -243,31 +235,6 @@ class TrioClient(AwaitableCalls["TrioLease"]):
         finally:
             self._reader_done.set()
 
-    def _feed(self, data: bytes | bytearray) -> None:
-        events, outgoing = self._core.receive(data)
-        for event in events:
-            match event:
-                case Reply(id=request_id):
-                    slot = self._slots.pop(request_id, None)
-                    if slot is not None:
-                        slot.reply = event
-                        slot.done.set()
-                case WatchUpdated(id=watch_id):
-                    woken = self._watches.get(watch_id)
-                    if woken is not None:
-                        woken.set()
-                case LockLost(lock=lock):
-                    lease = self._leases.pop(lock, None)
-                    if lease is not None:
-                        lease.lost.set()
-                case Garbled(why=why):
-                    log.warning("streamd client: %s", why)
-        for frame in outgoing:
-            try:
-                self._queue(frame)
-            except RpcError:
-                pass
-
     # -- the event log --
 
     @asynccontextmanager
@@ -276,63 +243,16 @@ class TrioClient(AwaitableCalls["TrioLease"]):
     ) -> AsyncIterator[TrioWatch]:
         """``async with client.watch(from_seq) as w: async for entry in w``;
         leaving the block cancels the watch on the daemon."""
-        watch_id, frame = self._core.start_watch(
-            WatchParams(from_seq=from_seq, filter=filter), budget
-        )
-        woken = self._watches[watch_id] = trio.Event()
-        watch = TrioWatch(self, watch_id, woken)
+        watch = TrioWatch(self, await self._open_watch(from_seq, filter, budget))
         try:
-            await self._send(frame)
             yield watch
         finally:
             watch.close()
 
-    def _new_event(self) -> Any:
-        return trio.Event()
 
-
-class TrioWatch:
+class TrioWatch(AwaitableWatch):
     """An async iterator over ``eventlog/watch`` (see the sync
     :class:`~streamd.client.sync.Watch` for how it ends)."""
-
-    def __init__(self, client: TrioClient, watch_id: int, woken: trio.Event) -> None:
-        self._client = client
-        self._id = watch_id
-        self._woken = woken
-        self.last_seq = 0
-        self.result: WatchResult | None = None
-        self._closed = False
-
-    def __aiter__(self) -> AsyncIterator[Entry]:
-        return self
-
-    async def __anext__(self) -> Entry:
-        core = self._client._core
-        while True:
-            if self._closed:
-                raise StopAsyncIteration
-            item = core.take(self._id)
-            if item is not None:
-                break
-            # A trio.Event cannot be cleared: a fresh one for the next wake.
-            self._woken = self._client._watches[self._id] = trio.Event()
-            await self._woken.wait()
-        self.last_seq = core.last_seq(self._id)
-        if isinstance(item, Entry):
-            return item
-        if isinstance(item, WatchResult):
-            self.result = item
-            raise StopAsyncIteration
-        raise item
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._woken.set()
-        self._client._watches.pop(self._id, None)
-        self._client._abandon(self._id)
-        self._client._core.forget_watch(self._id)
 
 
 class TrioLease(AwaitableLease):
