@@ -309,7 +309,7 @@ def disk_floor(work: Path, n: int = 300) -> dict[str, Any]:
 def bench_retention(root: Path, n: int) -> dict[str, Any]:
     from streamd.eventlog.model import AppendParams
     from streamd.eventlog.model import Event as LogEvent
-    from streamd.eventlog.store import SqliteOptions, SqliteStore
+    from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 
     db = root / "retention.db"
 

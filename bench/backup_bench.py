@@ -39,7 +39,7 @@ def build(db: Path, events: int) -> None:
     from workload import append_params
 
     from streamd.eventlog.model import AppendParams
-    from streamd.eventlog.store import SqliteOptions, SqliteStore
+    from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 
     store = SqliteStore.open(str(db), SqliteOptions(synchronous="NORMAL"))
     now_us = int(time.time() * 1e6)

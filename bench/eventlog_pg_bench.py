@@ -150,7 +150,7 @@ def _dispatch(args: argparse.Namespace) -> dict[str, Any]:
 
     async def streamd_runner() -> dict[str, float]:
         # What the store uses: start_thread_soon with a cancel that reaches the server.
-        from streamd.eventlog.pg_runner import PostgresRunner
+        from streamd.eventlog.postgres.runner import PostgresRunner
 
         runner = await PostgresRunner.open(db_url)
         try:

@@ -26,7 +26,7 @@ from workload import CONTENT
 
 from streamd.eventlog import EventLog
 from streamd.eventlog.model import AppendParams, Event
-from streamd.eventlog.store import SqliteOptions, SqliteStore
+from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 
 LONG_AGO_US = 1_500_000_000 * 1_000_000  # 2017: idle for any idle_s
 
@@ -34,7 +34,7 @@ LONG_AGO_US = 1_500_000_000 * 1_000_000  # 2017: idle for any idle_s
 def fill(where: str, n: int) -> None:
     store: Any
     if where.startswith("postgresql://"):
-        from streamd.eventlog.store.postgres import PostgresOptions, PostgresStore
+        from streamd.eventlog.postgres.store import PostgresOptions, PostgresStore
 
         store = PostgresStore.open(where, PostgresOptions(synchronous="NORMAL"))
     else:

@@ -217,7 +217,7 @@ def postgres_conninfo(postgres_cluster) -> str:
 
 
 def _migrate_template(conninfo: str) -> None:
-    from streamd.eventlog.store.postgres import PostgresStore
+    from streamd.eventlog.postgres.store import PostgresStore
 
     PostgresStore.open(conninfo).close()
 

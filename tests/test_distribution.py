@@ -39,7 +39,7 @@ def test_the_project_names_itself_recall_streamd_and_its_extras_so():
 
 async def test_the_postgresql_hint_names_recall_streamd(monkeypatch):
     # psycopg missing: the import of the PostgreSQL runner fails.
-    monkeypatch.setitem(sys.modules, "streamd.eventlog.pg_runner", None)
+    monkeypatch.setitem(sys.modules, "streamd.eventlog.postgres.runner", None)
     log = EventLog("postgresql://agent@localhost/events")
     with pytest.raises(RpcError) as err:
         async with log:

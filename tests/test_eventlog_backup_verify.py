@@ -23,7 +23,7 @@ import apsw
 import pytest
 
 from streamd.eventlog.model import AppendParams, Event, StateDelta, checked
-from streamd.eventlog.store import SqliteStore
+from streamd.eventlog.sqlite import SqliteStore
 
 REPO = Path(__file__).resolve().parents[1]
 NOW_US = 1_700_000_000_000_000
@@ -63,7 +63,7 @@ def build_log(path: Path, n: int) -> None:
 
 
 def synchronous_normal() -> Any:
-    from streamd.eventlog.store import SqliteOptions
+    from streamd.eventlog.sqlite import SqliteOptions
 
     return SqliteOptions(synchronous="NORMAL")
 
@@ -312,7 +312,7 @@ def pg_log(postgres_db: str, postgres_cluster: Any) -> Iterator[tuple[str, str]]
     """(conninfo, the URL --db takes) of a log of 200 events."""
     from psycopg.conninfo import conninfo_to_dict
 
-    from streamd.eventlog.store.postgres import PostgresStore
+    from streamd.eventlog.postgres.store import PostgresStore
 
     store = PostgresStore.open(postgres_db)
     for start in range(0, 200, 50):

@@ -24,8 +24,8 @@ import pytest
 import trio
 import trio.testing
 
-from streamd.eventlog import changes
-from streamd.eventlog.changes import (
+from streamd.eventlog.sqlite import changes
+from streamd.eventlog.sqlite.changes import (
     IN_CREATE,
     IN_IGNORED,
     IN_MODIFY,

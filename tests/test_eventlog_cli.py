@@ -14,7 +14,7 @@ import trio
 
 from streamd.eventlog.cli import main
 from streamd.eventlog.model import AppendParams, Event
-from streamd.eventlog.store import SqliteStore
+from streamd.eventlog.sqlite import SqliteStore
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from streamd import conformance
 from streamd.cli.commands import _config, build_parser
 from streamd.daemon import Config, Daemon
 from streamd.errors import RpcError, is_closed
-from streamd.eventlog.store import SqliteStore
+from streamd.eventlog.sqlite import SqliteStore
 
 REPO = Path(__file__).resolve().parents[1]
 EVENTLOG_SUITE = REPO / "conformance" / "eventlog"

@@ -19,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamd.eventlog import conninfo, dbtarget
+from streamd.eventlog import dbtarget
 from streamd.eventlog.dbtarget import DbTargetError, classify
+from streamd.eventlog.postgres import conninfo
 
 REPO = Path(__file__).resolve().parents[1]
 S = "s3cr3tPW"  # every secret below holds these bytes, so one check finds any part

@@ -16,7 +16,7 @@ from test_eventlog_service import Daemonish, append
 from test_eventlog_store import Fixture, ap, ev
 
 from streamd.eventlog.model import SessionKey, from_us, to_us
-from streamd.eventlog.store import SqliteStore
+from streamd.eventlog.sqlite import SqliteStore
 
 T0 = to_us(dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
 HOUR = 3600 * 1_000_000
@@ -65,7 +65,7 @@ def test_a_sessions_event_time_is_its_newest_events_timestamp_not_the_write_cloc
 def test_a_version_4_database_migrates_with_each_sessions_newest_event_time(
     tmp_path: Path,
 ) -> None:
-    from streamd.eventlog.store.schema import MIGRATIONS, SCHEMA_VERSION
+    from streamd.eventlog.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 
     path = str(tmp_path / "v4.db")
     db = apsw.Connection(path)
@@ -108,8 +108,8 @@ def test_a_version_1_postgresql_schema_migrates_with_each_sessions_newest_event_
     import psycopg
     from psycopg import sql as pgsql
 
-    from streamd.eventlog.store.pg_schema import APPLICATION, migration_sql
-    from streamd.eventlog.store.postgres import PostgresStore
+    from streamd.eventlog.postgres.schema import APPLICATION, migration_sql
+    from streamd.eventlog.postgres.store import PostgresStore
 
     def version_1(conninfo: str) -> None:
         with psycopg.connect(conninfo, autocommit=True) as conn, conn.transaction():

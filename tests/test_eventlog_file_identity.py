@@ -4,7 +4,7 @@ A connection holds its files by descriptor, so without a check a log whose
 files were deleted goes on acknowledging appends into nameless files (all lost
 at exit), and one whose file was replaced by a restore leaves its old ``-wal``
 beside the restored file, where the next opener applies it. Every test here
-failed before the guard of :mod:`streamd.eventlog.store.file_identity`.
+failed before the guard of :mod:`streamd.eventlog.sqlite.file_identity`.
 
 In-process tests drive :class:`EventLog` (its default dispatch, ``apsw.aio``);
 the process tests run ``python -m streamd`` on stdio and ``streamd daemon`` on
@@ -30,8 +30,8 @@ from resident_support import World, make_world
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import EventLog
 from streamd.eventlog.model import Event
-from streamd.eventlog.store import SqliteStore
-from streamd.eventlog.store.file_identity import FAULT_REASON
+from streamd.eventlog.sqlite import SqliteStore
+from streamd.eventlog.sqlite.file_identity import FAULT_REASON
 
 REPO = Path(__file__).resolve().parents[1]
 STOPPED = "EVENT LOG STOPPED"
@@ -291,7 +291,7 @@ def test_status_of_a_healthy_log_has_no_fault(world: World) -> None:
 def test_no_new_connection_opens_a_path_whose_file_was_replaced(tmp_path: Path) -> None:
     """A second connection would open the restored file with the old -wal
     beside it: the guard the connections share refuses before opening."""
-    from streamd.eventlog.store.file_identity import DatabaseFile
+    from streamd.eventlog.sqlite.file_identity import DatabaseFile
 
     db, backup = tmp_path / "ev.db", tmp_path / "backup.db"
     make_restorable(backup, 300)

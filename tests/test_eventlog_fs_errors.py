@@ -20,8 +20,8 @@ import pytest
 
 from streamd.errors import RpcError
 from streamd.eventlog.model import AppendParams, Event
-from streamd.eventlog.store import sqlite_errors
-from streamd.eventlog.store.sqlite import SqliteStore
+from streamd.eventlog.sqlite import errors as sqlite_errors
+from streamd.eventlog.sqlite.store import SqliteStore
 
 EIO_NAMED = "the file system failed: Input/output error (EIO)"
 

@@ -35,11 +35,11 @@ from test_eventlog_filters import _ALPHABET, _filters, _Row, _text
 from streamd.errors import SESSION_LOCKED, SOURCE_UNAVAILABLE, RpcError, is_closed
 from streamd.eventlog import filters
 from streamd.eventlog.model import AppendParams, Event, Filter, SessionTree, to_us
-from streamd.eventlog.pg_changes import PgChanges
-from streamd.eventlog.pg_runner import PostgresRunner
+from streamd.eventlog.postgres.changes import PgChanges
+from streamd.eventlog.postgres.runner import PostgresRunner
+from streamd.eventlog.postgres.schema import NOTIFY_CHANNEL
+from streamd.eventlog.postgres.store import PostgresOptions, PostgresStore, describe
 from streamd.eventlog.store import AppendGroup
-from streamd.eventlog.store.pg_schema import NOTIFY_CHANNEL
-from streamd.eventlog.store.postgres import PostgresOptions, PostgresStore, describe
 
 T0 = to_us(dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
 HOUR = 3600 * 1_000_000
@@ -643,7 +643,7 @@ async def test_a_listener_away_tries_to_listen_again_when_every_wait_is_cut_shor
 async def test_a_commit_in_one_schema_does_not_wake_the_listener_of_another(
     postgres_db: str, open_store: Callable[..., PostgresStore],
 ) -> None:
-    from streamd.eventlog.store.pg_schema import notify_channel
+    from streamd.eventlog.postgres.schema import notify_channel
 
     other = 'other "log"; x'  # quoting matters: a quote, a space, a semicolon
     assert notify_channel("streamd") == NOTIFY_CHANNEL
@@ -750,7 +750,7 @@ async def test_close_does_not_hang_on_a_stopped_server_and_the_append_hears_mayb
 
 
 def test_tcp_connections_get_keepalives_and_a_user_timeout_unless_given() -> None:
-    from streamd.eventlog.store.postgres import connect_params
+    from streamd.eventlog.postgres.store import connect_params
 
     extra = connect_params("host=db.example port=5432 dbname=x", PostgresOptions())
     assert extra["keepalives"] == 1 and extra["keepalives_idle"] == 10

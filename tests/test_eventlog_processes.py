@@ -18,7 +18,7 @@ from pathlib import Path
 import trio
 
 from streamd.eventlog import EventLog
-from streamd.eventlog.store import SqliteStore
+from streamd.eventlog.sqlite import SqliteStore
 
 CHILD = textwrap.dedent(
     """

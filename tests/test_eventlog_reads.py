@@ -20,7 +20,7 @@ from test_eventlog_store import SECOND, T0, Fixture, ap, ev
 
 from streamd.errors import INVALID_PARAMS, RpcError
 from streamd.eventlog.model import SessionKey, StateDelta, from_us
-from streamd.eventlog.store import SqliteOptions, SqliteStore
+from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 
 
 def at(seconds: int) -> dt.datetime:

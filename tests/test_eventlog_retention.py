@@ -24,7 +24,7 @@ from streamd.errors import RpcError
 from streamd.eventlog import EventLog
 from streamd.eventlog.model import RetentionPolicy, StateDelta, from_us
 from streamd.eventlog.retention import Bounds, Step
-from streamd.eventlog.store import SqliteOptions, SqliteStore
+from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 
 DAY = 86_400 * SECOND
 B = Bounds()
@@ -156,7 +156,7 @@ async def test_compacting_most_events_gives_most_of_their_space_back(tmp_path: P
 async def test_a_file_from_before_incremental_vacuum_shrinks_with_a_full_vacuum(
     tmp_path: Path,
 ) -> None:
-    from streamd.eventlog.store.schema import MIGRATIONS, SCHEMA_VERSION
+    from streamd.eventlog.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 
     path = tmp_path / "old.db"
     db = apsw.Connection(str(path))

@@ -27,7 +27,8 @@ from test_eventlog_store import SECOND, T0, Fixture, ap, ev
 from streamd.eventlog import EventLog
 from streamd.eventlog.model import RetentionPolicy, StateDelta, from_us
 from streamd.eventlog.retention import Bounds, Rule, Step, apply
-from streamd.eventlog.store import Backend, SqliteOptions, SqliteStore
+from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
+from streamd.eventlog.store import Backend
 
 DAY = 86_400 * SECOND
 HOLDER = "h/1/aaaaaaaa"
@@ -251,7 +252,7 @@ def log_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
     else:
         from psycopg.conninfo import conninfo_to_dict
 
-        from streamd.eventlog.store.postgres import PostgresStore
+        from streamd.eventlog.postgres.store import PostgresStore
 
         conninfo = request.getfixturevalue("postgres_db")
         store = PostgresStore.open(conninfo)

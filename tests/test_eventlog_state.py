@@ -24,7 +24,7 @@ from streamd.errors import (
     is_session_not_found,
 )
 from streamd.eventlog.model import AppendResult, StateDelta
-from streamd.eventlog.store import SCHEMA_VERSION, SqliteStore
+from streamd.eventlog.sqlite import SCHEMA_VERSION, SqliteStore
 
 
 def delta(**scopes: dict[str, Any]) -> StateDelta:
@@ -193,7 +193,7 @@ def test_damaged_stored_state_is_refused_for_merging_and_read_as_empty(fx: Fixtu
 def test_a_version_2_database_migrates_keeping_state_and_finding_last_seqs(
     tmp_path: Path,
 ) -> None:
-    from streamd.eventlog.store.schema import MIGRATIONS
+    from streamd.eventlog.sqlite.schema import MIGRATIONS
 
     path = str(tmp_path / "v2.db")
     db = apsw.Connection(path)

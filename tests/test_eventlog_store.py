@@ -41,13 +41,8 @@ from streamd.eventlog.model import (
     from_us,
     to_us,
 )
-from streamd.eventlog.store import (
-    SCHEMA_VERSION,
-    AppendGroup,
-    Backend,
-    SqliteOptions,
-    SqliteStore,
-)
+from streamd.eventlog.sqlite import SCHEMA_VERSION, SqliteOptions, SqliteStore
+from streamd.eventlog.store import AppendGroup, Backend
 
 T0 = to_us(dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
 SECOND = 1_000_000
@@ -96,7 +91,7 @@ def _postgres(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixtur
     clock is tested in test_eventlog_postgres.py."""
     import psycopg
 
-    from streamd.eventlog.store.postgres import PostgresOptions, PostgresStore
+    from streamd.eventlog.postgres.store import PostgresOptions, PostgresStore
 
     conninfo = request.getfixturevalue("postgres_db")
     options = PostgresOptions(synchronous="NORMAL", lease_clock="caller")
@@ -515,13 +510,14 @@ def test_losing_the_steal_race_is_session_locked(fx: Fixture) -> None:
     # wins. The second one's update names a holder that is no longer there.
     if not isinstance(fx.store, SqliteStore):
         pytest.skip("drives the SQLite steal step directly")
-    from streamd.eventlog.store.sqlite import _steal
+    from streamd.eventlog.sqlite.sql import SqliteSql
+    from streamd.eventlog.store.leases import steal
 
     fx.store.acquire_lease(*KEY, "stale", 30_000, T0)
     fx.store.acquire_lease(*KEY, "first", 30_000, T0 + 60 * SECOND)
     db = fx.store.connection
     with db:
-        assert not _steal(db, KEY, "stale", T0, "second", 30_000, T0 + 60 * SECOND)
+        assert not steal(SqliteSql(db), KEY, "stale", T0, "second", 30_000, T0 + 60 * SECOND)
     assert [i.holder for i in fx.store.list_leases()] == ["first"]
 
 
@@ -724,7 +720,7 @@ def test_sqlite_setup_is_wal_full_fk_and_versioned(tmp_path: Path) -> None:
 def test_a_version_1_database_migrates_and_its_leases_keep_the_default_window(
     tmp_path: Path,
 ) -> None:
-    from streamd.eventlog.store.schema import MIGRATIONS
+    from streamd.eventlog.sqlite.schema import MIGRATIONS
 
     path = str(tmp_path / "v1.db")
     db = apsw.Connection(path)

@@ -12,7 +12,8 @@ import pytest
 
 from streamd.errors import EVENT_CONFLICT, RpcError
 from streamd.eventlog.model import AppendParams, to_us
-from streamd.eventlog.store import AppendGroup, SqliteOptions, SqliteStore
+from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
+from streamd.eventlog.store import AppendGroup
 
 NOW = 1_750_000_000 * 1_000_000
 

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from streamd.errors import BUDGET_EXCEEDED, RpcError
 from streamd.eventlog import AppendParams, Entry, EventLog, Filter, SqliteStore
-from streamd.eventlog.changes import NO_INOTIFY_ENV, SETTLE_HORIZON
 from streamd.eventlog.log import SAFETY_POLL
+from streamd.eventlog.sqlite.changes import NO_INOTIFY_ENV, SETTLE_HORIZON
 
 
 @pytest.fixture

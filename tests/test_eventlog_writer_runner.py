@@ -16,8 +16,8 @@ from eventlog_support import ev
 from streamd.eventlog import EventLog, SqliteStore
 from streamd.eventlog import log as log_module
 from streamd.eventlog.model import AppendParams
-from streamd.eventlog.store import SqliteOptions
-from streamd.eventlog.writer_runner import NOT_RUN, WriterRunner
+from streamd.eventlog.sqlite import SqliteOptions
+from streamd.eventlog.sqlite.runner import NOT_RUN, WriterRunner
 
 
 @pytest.fixture(autouse=True)

@@ -20,9 +20,9 @@ from streamd.errors import RpcError
 from streamd.eventlog.lease import Lease as LogLease
 from streamd.eventlog.log import EventLog, EventLogStats
 from streamd.eventlog.model import Event, RetentionPolicy, SessionWithEvents
+from streamd.eventlog.postgres.store import PostgresStore
+from streamd.eventlog.sqlite.store import SqliteStore
 from streamd.eventlog.store.backend import Backend, Runner
-from streamd.eventlog.store.postgres import PostgresStore
-from streamd.eventlog.store.sqlite import SqliteStore
 from streamd.eventlog.watch import Watch as LogWatch
 from streamd.rpc.methods import Connection, Method, MethodTable, Request
 from streamd.rpc.server import Server

@@ -4,7 +4,7 @@ The layers stack bottom-up, each importing only the ones below it:
 
 * :mod:`~streamd.eventlog.dbtarget` - which database a ``--db`` or
   ``$STREAMD_DB`` names (a file, PostgreSQL, or a refusal), and its
-  description without secrets (sans-I/O; :mod:`~streamd.eventlog.conninfo`
+  description without secrets (sans-I/O; :mod:`~streamd.eventlog.postgres.conninfo`
   reads libpq's connection strings for it).
 * :mod:`~streamd.eventlog.model` - msgspec Structs for every param and result,
   and the time conversions (sans-I/O).
@@ -112,20 +112,20 @@ if TYPE_CHECKING:
     from streamd.eventlog.model import (
         StateSnapshot as StateSnapshot,
     )
-    from streamd.eventlog.store import (
+    from streamd.eventlog.sqlite import (
         SCHEMA_VERSION as SCHEMA_VERSION,
+    )
+    from streamd.eventlog.sqlite import (
+        SqliteOptions as SqliteOptions,
+    )
+    from streamd.eventlog.sqlite import (
+        SqliteStore as SqliteStore,
     )
     from streamd.eventlog.store import (
         AppendGroup as AppendGroup,
     )
     from streamd.eventlog.store import (
         Backend as Backend,
-    )
-    from streamd.eventlog.store import (
-        SqliteOptions as SqliteOptions,
-    )
-    from streamd.eventlog.store import (
-        SqliteStore as SqliteStore,
     )
     from streamd.eventlog.store import (
         closed_error as closed_error,
@@ -156,7 +156,7 @@ _EXPORTS = {
     "Lease": "streamd.eventlog.lease",
     "LeaseInfo": "streamd.eventlog.model",
     "RetentionPolicy": "streamd.eventlog.model",
-    "SCHEMA_VERSION": "streamd.eventlog.store",
+    "SCHEMA_VERSION": "streamd.eventlog.sqlite",
     "Session": "streamd.eventlog.model",
     "SessionKey": "streamd.eventlog.model",
     "SessionListResult": "streamd.eventlog.model",
@@ -164,8 +164,8 @@ _EXPORTS = {
     "SessionTree": "streamd.eventlog.model",
     "SessionWithEvents": "streamd.eventlog.model",
     "SinceResult": "streamd.eventlog.model",
-    "SqliteOptions": "streamd.eventlog.store",
-    "SqliteStore": "streamd.eventlog.store",
+    "SqliteOptions": "streamd.eventlog.sqlite",
+    "SqliteStore": "streamd.eventlog.sqlite",
     "StateDelta": "streamd.eventlog.model",
     "StateSnapshot": "streamd.eventlog.model",
     "Watch": "streamd.eventlog.watch",

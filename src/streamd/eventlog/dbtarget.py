@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
-from streamd.eventlog.conninfo import (
+from streamd.eventlog.postgres.conninfo import (
     KEYWORDS,
     URI_PREFIXES,
     ConninfoError,

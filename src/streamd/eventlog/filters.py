@@ -46,7 +46,7 @@ and dropping blanks must never widen the query to everything. An empty
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from streamd.eventlog.model import Filter
@@ -76,6 +76,22 @@ class Dialect:
     """The placeholder of one argument."""
     false: str
     """A condition no row meets."""
+    greatest: str = "max"
+    """The function of the larger of its arguments."""
+    for_update: str = ""
+    """What ends a SELECT that locks the rows it reads (SQLite: nothing, its
+    write transaction already excludes every other writer)."""
+    index_hints: bool = False
+    """Whether ``INDEXED BY`` pins a read to an index (SQLite's planner
+    guesses without statistics; PostgreSQL's has them)."""
+
+    def indexed(self, table: str, index: str) -> str:
+        """``table`` read through ``index``, where the dialect says so."""
+        return f"{table} INDEXED BY {index}" if self.index_hints else table
+
+    def marked(self, param: str) -> Dialect:
+        """The same dialect with another placeholder."""
+        return replace(self, param=param)
 
     def sql(self, template: str) -> str:
         """``template`` with each ``{}`` a placeholder."""
@@ -84,12 +100,14 @@ class Dialect:
     def ends_with(self, column: str, suffix: str) -> Clause:
         """``column`` ends with ``suffix`` (counted in characters, as len() is)."""
         if self.name == "postgres":
-            return f"right({column}, %s) = %s", (len(suffix), suffix)
-        return f"substr({column}, ?) = ?", (-len(suffix), suffix)
+            return f"right({column}, {self.param}) = {self.param}", (len(suffix), suffix)
+        return f"substr({column}, {self.param}) = {self.param}", (-len(suffix), suffix)
 
 
-SQLITE = Dialect("sqlite", param="?", false="0")
-POSTGRES = Dialect("postgres", param="%s", false="false")
+SQLITE = Dialect("sqlite", param="?", false="0", index_hints=True)
+POSTGRES = Dialect(
+    "postgres", param="%s", false="false", greatest="greatest", for_update=" FOR UPDATE"
+)
 
 # Every branch that continues a prefix at a segment boundary lies in
 # [prefix + _SEGMENT_LOW, prefix + _SEGMENT_HIGH): '.' and '/' are adjacent bytes.
@@ -158,10 +176,11 @@ def where(flt: Filter | None, dialect: Dialect = SQLITE) -> list[Clause]:
 
 
 def render(clauses: Sequence[Clause], extra: Sequence[Clause] = ()) -> tuple[str, tuple[Any, ...]]:
-    """Join conjuncts into ``"a AND b"`` plus their args (``"1"`` when none)."""
+    """Join conjuncts into ``"a AND b"`` plus their args (``"true"`` when none:
+    a boolean in every dialect, where PostgreSQL refuses ``1``)."""
     parts = [*extra, *clauses]
     if not parts:
-        return "1", ()
+        return "true", ()
     sql = " AND ".join(part for part, _ in parts)
     args: tuple[Any, ...] = ()
     for _, a in parts:

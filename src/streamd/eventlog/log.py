@@ -20,7 +20,7 @@ Tasks and their rules
   writer's :class:`~streamd.eventlog.fanout.Fanout` (each commit's entries,
   encoded once, handed to every matching watch) and reads the store again only
   when it fell behind or another process committed. Those commits are noticed
-  by a **change watcher** (:mod:`~streamd.eventlog.changes`: inotify on the
+  by a **change watcher** (:mod:`~streamd.eventlog.sqlite.changes`: inotify on the
   database's directory, else a poll every ``watch_interval``) whose every wake
   is confirmed by ``PRAGMA data_version`` and the newest seq; it runs only
   while someone watches.
@@ -67,7 +67,7 @@ reader. The writer's connection, under the same name, has a worker thread of its
 own with the same cancellation rules, and commits a lone append (the agent loop's
 case: one event, awaited, then the next) inline on the event loop thread,
 sparing the two thread hops that were a third of its latency
-(:mod:`~streamd.eventlog.writer_runner`). ``dispatch="thread"`` stays for
+(:mod:`~streamd.eventlog.sqlite.runner`). ``dispatch="thread"`` stays for
 measurement and for backends whose drivers have no async mode;
 ``dispatch="inline"`` runs the store on the event loop thread and exists for
 tests under Trio's mock clock, where a real thread would let the clock jump
@@ -92,7 +92,6 @@ import trio
 
 from streamd.errors import CLOSED, SOURCE_UNAVAILABLE, RpcError, is_closed
 from streamd.eventlog import dbtarget, retention
-from streamd.eventlog.changes import SETTLE_HORIZON, ChangeSource, FileChanges
 from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.lease import Lease, LeaseHost, new_holder_id
 from streamd.eventlog.model import (
@@ -138,20 +137,21 @@ from streamd.eventlog.model import (
 )
 from streamd.eventlog.retention import Step as RetentionStep
 from streamd.eventlog.retention import StepOp as RetentionStepOp
+from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
+from streamd.eventlog.sqlite.changes import SETTLE_HORIZON, FileChanges
+from streamd.eventlog.sqlite.connection import prepare_file
+from streamd.eventlog.sqlite.file_identity import DatabaseFile, is_file_fault
+from streamd.eventlog.sqlite.runner import NOT_RUN, ThreadRunner, WriterRunner
 from streamd.eventlog.store import (
     AppendGroup,
     Backend,
+    ChangeSource,
     CommitOutcome,
     Runner,
-    SqliteOptions,
-    SqliteStore,
     Synchronous,
     closed_error,
 )
-from streamd.eventlog.store.connection import prepare_file
-from streamd.eventlog.store.file_identity import DatabaseFile, is_file_fault
 from streamd.eventlog.watch import Watch
-from streamd.eventlog.writer_runner import NOT_RUN, WriterRunner
 
 __all__ = [
     "DEFAULT_WATCH_INTERVAL",
@@ -246,24 +246,6 @@ def _change_state(store: Backend) -> tuple[int, int]:
 
 def _never_written() -> RpcError:
     return RpcError(CLOSED, "event log closed before the append was written; it was not written")
-
-
-class _ThreadRunner:
-    """A synchronously opened store driven through ``trio.to_thread``, one call
-    at a time (``dispatch="thread"``)."""
-
-    def __init__(self, store: SqliteStore) -> None:
-        self._store = store
-        self._limiter = trio.CapacityLimiter(1)
-
-    async def run(self, op: Callable[[Backend], _T]) -> _T:
-        return await trio.to_thread.run_sync(op, self._store, limiter=self._limiter)
-
-    def interrupt(self) -> None:
-        self._store.interrupt()
-
-    async def aclose(self) -> None:
-        await trio.to_thread.run_sync(self._store.close, limiter=self._limiter)
 
 
 class EventLog:
@@ -405,7 +387,7 @@ class EventLog:
     def fault(self) -> str | None:
         """Why the log has stopped serving for good, if it has: its database
         file was deleted or replaced under it (see
-        :mod:`~streamd.eventlog.store.file_identity`). A restart is the recovery."""
+        :mod:`~streamd.eventlog.sqlite.file_identity`). A restart is the recovery."""
         return None if self._file_guard is None else self._file_guard.fault
 
     @property
@@ -485,11 +467,11 @@ class EventLog:
 
     async def _open_postgres(self, role: Role) -> Runner:
         """A PostgreSQL store on a worker thread (see
-        :mod:`~streamd.eventlog.pg_runner` for why); the writer migrates."""
+        :mod:`~streamd.eventlog.postgres.runner` for why); the writer migrates."""
         from streamd import DISTRIBUTION
 
         try:
-            from streamd.eventlog.pg_runner import PostgresRunner
+            from streamd.eventlog.postgres.runner import PostgresRunner
         except ImportError as exc:
             raise RpcError(
                 SOURCE_UNAVAILABLE,
@@ -508,14 +490,14 @@ class EventLog:
     def _pg_options(self) -> Any:
         """The PostgresOptions of the store and of its listener (the same schema,
         so the same channel)."""
-        from streamd.eventlog.store.postgres import PostgresOptions
+        from streamd.eventlog.postgres.store import PostgresOptions
 
         return PostgresOptions(synchronous=self._options.synchronous)
 
     def _postgres_changes(self) -> AbstractAsyncContextManager[ChangeSource]:
         """LISTEN for every host's commits; while that connection is down, poll
-        the newest seq on the reader (see :mod:`~streamd.eventlog.pg_changes`)."""
-        from streamd.eventlog.pg_changes import PgChanges
+        the newest seq on the reader (see :mod:`~streamd.eventlog.postgres.changes`)."""
+        from streamd.eventlog.postgres.changes import PgChanges
 
         return PgChanges(
             str(self.path),
@@ -546,7 +528,7 @@ class EventLog:
             store = await trio.to_thread.run_sync(
                 lambda: SqliteStore.open(path, self._options, migrate=migrate, guard=guard)
             )
-            return _ThreadRunner(store)
+            return ThreadRunner(store)
         return SqliteStore.open(path, self._options, migrate=migrate, guard=guard)
 
     async def _ensure_open(self) -> tuple[Runner, Runner]:
@@ -830,7 +812,7 @@ class EventLog:
     def _checkpoint_if_due(self, writer: Runner) -> None:
         """Once the writer's WAL holds :data:`CHECKPOINT_PAGES`, copy it into
         the database in the background, one checkpoint at a time, the bulk
-        from the reader's connection (see :mod:`~streamd.eventlog.writer_runner`)."""
+        from the reader's connection (see :mod:`~streamd.eventlog.sqlite.runner`)."""
         if (
             isinstance(writer, WriterRunner)
             and writer.wal_pages >= CHECKPOINT_PAGES
@@ -859,7 +841,7 @@ class EventLog:
 
     def _inline_fits(self, params: list[AppendParams | AppendGroup]) -> bool:
         """Whether a batch may commit on the event loop thread (see
-        :mod:`~streamd.eventlog.writer_runner`): it is one append (or one
+        :mod:`~streamd.eventlog.sqlite.runner`): it is one append (or one
         small group), nothing else waits for the writer, and the disk has not
         been slow lately (an inline commit that took long keeps the next ones
         on the worker thread for a while, so a slow disk stalls the writer's

@@ -26,7 +26,7 @@ from streamd.cli.args import command
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.dbtarget import describe as db_description
 from streamd.eventlog.log import resolve_db_path
-from streamd.eventlog.store.schema import SCHEMA_VERSION
+from streamd.eventlog.sqlite.schema import SCHEMA_VERSION
 
 __all__ = ["COMMANDS", "add_parsers", "run"]
 
@@ -63,7 +63,7 @@ def _backup(path: Path | str, args: argparse.Namespace) -> int:
             " PostgreSQL's own tool, for example\n"
             "  pg_dump --format=custom --schema=streamd --file=events.dump 'DBNAME-OR-URL'\n"
             "and restore it with pg_restore (see docs/operations.md)", cliargs.ERROR)
-    from streamd.eventlog.store import backup
+    from streamd.eventlog.sqlite import backup
 
     store = _open_sqlite(path)
     try:
@@ -118,8 +118,8 @@ def _verify(path: Path | str, args: argparse.Namespace) -> int:
 def _verify_postgres(url: str) -> Any:
     import psycopg
 
+    from streamd.eventlog.postgres.store import PostgresStore
     from streamd.eventlog.store import verify
-    from streamd.eventlog.store.postgres import PostgresStore
 
     store = PostgresStore.open(url, migrate=False)
     try:
@@ -154,7 +154,7 @@ def _driver_safe(check: Any, dialect: str) -> Any:
 
 
 def _open_sqlite(path: Path) -> Any:
-    from streamd.eventlog.store import SqliteStore
+    from streamd.eventlog.sqlite import SqliteStore
 
     if not path.exists():
         raise RpcError(SOURCE_UNAVAILABLE, f"no event log at {path} (use --db PATH or set"

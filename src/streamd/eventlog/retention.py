@@ -34,59 +34,17 @@ Sans-I/O: :func:`apply` awaits the ``run`` it is given and nothing else.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from streamd.eventlog.model import RetentionPolicy
+from streamd.eventlog.store.steps import DEFAULT_BOUNDS, Bounds, SessionCursor, Step
 
 if TYPE_CHECKING:
     from streamd.eventlog.store.backend import Backend
 
-__all__ = ["DEFAULT_BOUNDS", "Bounds", "Observer", "Rule", "Step", "apply"]
+__all__ = ["DEFAULT_BOUNDS", "Bounds", "Observer", "Rule", "SessionCursor", "Step", "apply"]
 
 Rule = Literal["idle_s", "max_age_s", "max_events"]
-SessionCursor = tuple[str, str]
-"""(user, session): where a rule that pages through sessions goes on."""
-
-
-@dataclass(frozen=True, slots=True)
-class Bounds:
-    """What one retention transaction may do."""
-
-    events: int = 5000
-    """Rows deleted per transaction: events, and a dropped session's state deltas."""
-    sessions: int = 100
-    """Sessions looked at per transaction."""
-
-    def __post_init__(self) -> None:
-        if self.events < 1 or self.sessions < 1:
-            raise ValueError("retention bounds must be positive")
-
-
-DEFAULT_BOUNDS = Bounds()
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """What one retention transaction removed, and whether its rule goes on."""
-
-    events: int
-    """Events deleted."""
-    rows: int
-    """Rows of history deleted in all: ``events`` plus state deltas (session
-    rows not counted); never more than :attr:`Bounds.events`."""
-    sessions: int = 0
-    """Sessions dropped whole (their row deleted)."""
-    more: bool = False
-    """The rule has more to do: run another step."""
-    cursor: SessionCursor | None = None
-    """The session the next step starts with (``max_events``: the first it
-    looks at; ``idle_s``: the one it was dropping)."""
-    after_seq: int = 0
-    """What this step finished up to: every event the rule removes, up to this
-    seq, in ``cursor``'s session (``max_age_s``: in the app), is gone. The next
-    step scans after it, not over what was just deleted (on PostgreSQL, dead
-    rows an index still lists until a vacuum)."""
 
 
 Observer = Callable[[str, Rule, Step], None]

@@ -1,41 +1,39 @@
-"""Storage for the event log: synchronous, typed, and no driver error gets out.
+"""The event log's storage core: the seams and the rules both backends share.
 
-* :mod:`~streamd.eventlog.store.backend` - the :class:`Backend` protocol (the
-  storage operations only) and :class:`Runner` (a backend as the Trio layer
-  drives it).
-* :mod:`~streamd.eventlog.store.schema` - the SQLite schema, its migrations, and
-  the refusal of a database that is newer or not ours.
-* :mod:`~streamd.eventlog.store.connection` - opening a connection: the file,
-  :class:`SqliteOptions`, the busy handler, the setup steps.
+Nothing here imports a driver or a backend; the backends import this.
+
+* :mod:`~streamd.eventlog.store.backend` - the three seams: :class:`Backend`
+  (the storage operations only), :class:`Runner` (a backend as the Trio layer
+  drives it) and :class:`ChangeSource` (how a backend hears other processes'
+  commits).
+* :mod:`~streamd.eventlog.store.steps` - what a bounded retention step may do
+  and did.
 * :mod:`~streamd.eventlog.store.rows` - values to columns and rows to Structs,
-  total on damaged rows.
-* :mod:`~streamd.eventlog.store.sqlite` - :class:`SqliteStore`, the storage rules
-  on one APSW connection.
+  total on damaged rows; :mod:`~streamd.eventlog.store.rules` - the checks and
+  errors every backend gives alike.
 
-Nothing here imports Trio; the store meets it only through ``apsw.aio``.
+The backends are :mod:`streamd.eventlog.sqlite` and
+:mod:`streamd.eventlog.postgres`, each the only importer of its driver.
 """
 
 from streamd.eventlog.store.backend import (
     AppendGroup,
     Backend,
+    ChangeSource,
     CommitOutcome,
     Committed,
     Runner,
+    Synchronous,
     closed_error,
 )
-from streamd.eventlog.store.connection import SqliteOptions, Synchronous
-from streamd.eventlog.store.schema import SCHEMA_VERSION
-from streamd.eventlog.store.sqlite import SqliteStore
 
 __all__ = [
-    "SCHEMA_VERSION",
     "AppendGroup",
     "Backend",
+    "ChangeSource",
     "CommitOutcome",
     "Committed",
     "Runner",
-    "SqliteOptions",
-    "SqliteStore",
     "Synchronous",
     "closed_error",
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from streamd.errors import CLOSED, RpcError
 from streamd.eventlog.model import (
@@ -36,11 +36,21 @@ from streamd.eventlog.model import (
     SinceResult,
     StateSnapshot,
 )
+from streamd.eventlog.store.steps import Bounds, Step
 
-if TYPE_CHECKING:
-    from streamd.eventlog.retention import Bounds, Step
+__all__ = [
+    "AppendGroup",
+    "Backend",
+    "ChangeSource",
+    "CommitOutcome",
+    "Committed",
+    "Runner",
+    "Synchronous",
+    "closed_error",
+]
 
-__all__ = ["AppendGroup", "Backend", "CommitOutcome", "Committed", "Runner", "closed_error"]
+Synchronous = Literal["FULL", "NORMAL"]
+"""How durable a commit is: FULL survives power loss, NORMAL a killed process."""
 
 _T = TypeVar("_T")
 
@@ -298,3 +308,18 @@ class Runner(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+class ChangeSource(Protocol):
+    """What the log's change watcher needs of a backend's notifications:
+    :class:`FileChanges` for SQLite, LISTEN/NOTIFY for PostgreSQL."""
+
+    async def wait(self) -> None:
+        """Return when another process may have committed since the previous
+        return; spurious returns are allowed, missed ones are not."""
+        ...
+
+    def expect_commit(self) -> None:
+        """A commit may be under way that will raise no notification of its
+        own (one begun before the source was entered): look for it anyway."""
+        ...

@@ -13,6 +13,7 @@ from streamd.errors import (
     SESSION_LOCKED,
     SESSION_NOT_FOUND,
     SOURCE_UNAVAILABLE,
+    STALE_SESSION,
     RpcError,
     invalid_params,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "parsed_for_merge",
     "prepare_group",
     "refused_in_group",
+    "stale",
 ]
 
 
@@ -53,6 +55,17 @@ def not_found(app: str, user: str, session: str) -> RpcError:
         SESSION_NOT_FOUND,
         f"session {session!r} not found",
         {"app": app, "user": user, "session": session},
+    )
+
+
+def stale(session: str, expected: int, found: int) -> RpcError:
+    """Optimistic concurrency refused: the append was computed at ``expected``
+    and the session has moved on to ``found``."""
+    return RpcError(
+        STALE_SESSION,
+        f"session {session!r} has moved on: its last seq is {found}, the append was"
+        f" computed at seq {expected}; nothing was written, read the session again",
+        {"expected_seq": expected, "last_seq": found},
     )
 
 

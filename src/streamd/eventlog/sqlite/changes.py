@@ -80,7 +80,6 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_INOTIFY_ENV",
     "SETTLE_HORIZON",
-    "ChangeSource",
     "FileChanges",
     "Mode",
     "Rechecks",
@@ -236,21 +235,6 @@ def _announce(message: str) -> None:
     if message not in _announced:
         _announced.add(message)
         logger.info("%s", message)
-
-
-class ChangeSource(Protocol):
-    """What the log's change watcher needs of a backend's notifications:
-    :class:`FileChanges` for SQLite, LISTEN/NOTIFY for PostgreSQL."""
-
-    async def wait(self) -> None:
-        """Return when another process may have committed since the previous
-        return; spurious returns are allowed, missed ones are not."""
-        ...
-
-    def expect_commit(self) -> None:
-        """A commit may be under way that will raise no notification of its
-        own (one begun before the source was entered): look for it anyway."""
-        ...
 
 
 class FileChanges:

@@ -1,6 +1,6 @@
 """The event log's PostgreSQL schema: forward-only migrations and who may be opened.
 
-The same concepts as the SQLite schema (:mod:`~streamd.eventlog.store.schema`):
+The same concepts as the SQLite schema (:mod:`~streamd.eventlog.sqlite.schema`):
 sessions, events, leases, boots, state (current and its history), retention
 policies, one migration per entry of :data:`MIGRATIONS`, each in one
 transaction. Everything lives in its own PostgreSQL schema, ``streamd`` by

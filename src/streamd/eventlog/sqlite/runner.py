@@ -46,12 +46,12 @@ from typing import Any, Final, Literal, TypeVar
 import outcome
 import trio
 
+from streamd.eventlog.sqlite.connection import SqliteOptions
+from streamd.eventlog.sqlite.file_identity import DatabaseFile
+from streamd.eventlog.sqlite.store import SqliteStore
 from streamd.eventlog.store.backend import Backend
-from streamd.eventlog.store.connection import SqliteOptions
-from streamd.eventlog.store.file_identity import DatabaseFile
-from streamd.eventlog.store.sqlite import SqliteStore
 
-__all__ = ["NOT_RUN", "WriterRunner"]
+__all__ = ["NOT_RUN", "ThreadRunner", "WriterRunner"]
 
 _T = TypeVar("_T")
 
@@ -78,7 +78,7 @@ class _Call:
 
 
 class WriterRunner:
-    """A :class:`~streamd.eventlog.store.sqlite.SqliteStore` opened for the
+    """A :class:`~streamd.eventlog.sqlite.store.SqliteStore` opened for the
     Trio layer (a :class:`~streamd.eventlog.store.backend.Runner`), with a
     worker thread of its own and an inline path (see the module docstring)."""
 
@@ -183,3 +183,21 @@ class WriterRunner:
     def _finished(self, call: _Call) -> None:
         self._outstanding -= 1
         call.done.set()
+
+
+class ThreadRunner:
+    """A synchronously opened store driven through ``trio.to_thread``, one call
+    at a time (``dispatch="thread"``)."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self._limiter = trio.CapacityLimiter(1)
+
+    async def run(self, op: Callable[[Backend], _T]) -> _T:
+        return await trio.to_thread.run_sync(op, self._store, limiter=self._limiter)
+
+    def interrupt(self) -> None:
+        self._store.interrupt()
+
+    async def aclose(self) -> None:
+        await trio.to_thread.run_sync(self._store.close, limiter=self._limiter)

@@ -35,8 +35,8 @@ from typing import TypeVar
 import outcome
 import trio
 
+from streamd.eventlog.postgres.store import PostgresOptions, PostgresStore
 from streamd.eventlog.store.backend import Backend
-from streamd.eventlog.store.postgres import PostgresOptions, PostgresStore
 
 __all__ = ["PostgresRunner"]
 

@@ -1,13 +1,13 @@
 """Another host may have committed: a wake for watchers of a PostgreSQL log.
 
-:class:`PgChanges` is :class:`~streamd.eventlog.changes.FileChanges` for a log
+:class:`PgChanges` is :class:`~streamd.eventlog.sqlite.changes.FileChanges` for a log
 in PostgreSQL, with the same shape (``async with``, then ``await wait()`` in a
 loop, confirming each wake) and the same promise: **missed wakes are not
 allowed, spurious ones are.**
 
 * **LISTEN, one notification per batch.** Every append transaction sends one
   ``pg_notify`` on its schema's channel
-  (:func:`~streamd.eventlog.store.pg_schema.notify_channel` of
+  (:func:`~streamd.eventlog.postgres.schema.notify_channel` of
   ``options.schema``, so logs in two schemas of a database do not wake each
   other; payload: its newest seq), which the server delivers to every listener when,
   and only if, the transaction commits. A listener holds one connection that
@@ -28,7 +28,7 @@ allowed, spurious ones are.**
   the last poll and the new ``LISTEN`` is covered by the caller's
   confirmation read).
 * **A dead peer is noticed.** Over TCP, keepalives (set by
-  :func:`~streamd.eventlog.store.postgres.connect` unless the conninfo sets
+  :func:`~streamd.eventlog.postgres.store.connect` unless the conninfo sets
   its own) turn a silently vanished server into a socket error within about
   half a minute; over a Unix socket a dead server is an EOF at once.
 """
@@ -43,8 +43,8 @@ from typing import Any, Literal
 import psycopg
 import trio
 
-from streamd.eventlog.store.pg_schema import notify_channel
-from streamd.eventlog.store.postgres import (
+from streamd.eventlog.postgres.schema import notify_channel
+from streamd.eventlog.postgres.store import (
     PostgresOptions,
     connect,
     scrub,

@@ -13,13 +13,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import apsw
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
-from streamd.eventlog.store.schema import migrate as apply_migrations
-from streamd.eventlog.store.schema import refuse_foreign
+from streamd.eventlog.sqlite.schema import migrate as apply_migrations
+from streamd.eventlog.sqlite.schema import refuse_foreign
+from streamd.eventlog.store.backend import Synchronous
 
 __all__ = [
     "CONNECTION_SETUP",
@@ -29,9 +29,6 @@ __all__ = [
     "configure",
     "prepare_file",
 ]
-
-Synchronous = Literal["FULL", "NORMAL"]
-
 
 @dataclass(frozen=True)
 class SqliteOptions:

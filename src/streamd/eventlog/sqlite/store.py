@@ -1,0 +1,669 @@
+"""The synchronous SQLite store: the storage rules of the event log, on APSW.
+
+One :class:`SqliteStore` wraps one connection. Every public method is one unit of
+work: a write opens exactly one transaction (``with self._db:``, which begins
+``IMMEDIATE`` on these connections), private helpers take the connection so steps
+compose inside it, and reads that need more than one statement take one snapshot.
+No ``apsw`` exception leaves the store: :func:`_translated` turns every driver
+error into an :class:`~streamd.errors.RpcError` (``source_unavailable`` for a
+database fault, ``closed`` once the connection is closed), so callers and the wire
+never see driver types.
+
+Rules kept here, for every caller (the Trio layer, the CLI, tests)
+------------------------------------------------------------------
+* seq is ``INTEGER PRIMARY KEY AUTOINCREMENT``. AUTOINCREMENT is load-bearing:
+  without it SQLite reuses the largest rowid after the newest events are deleted
+  (``sessions.delete``), and a watcher whose cursor is past the reused seq would
+  skip the new event forever. Because SQLite has one writer at a time and the seq
+  is assigned inside the writing transaction, commit order is seq order: a reader
+  can never see seq N+k committed before seq N.
+* An append writes the event row, its seq and its session row in one transaction
+  (the Go original wrote two tables without one).
+* Idempotent retry: each event row stores a digest of the request as the client
+  sent it (session triple, event fields, the timestamp only if the client gave
+  one, content, metadata). The same event id with the same digest returns the
+  original seq with ``duplicate: true``; a different digest is ``event_conflict``
+  and nothing is written. Metadata is part of the digest: silently keeping the old
+  ``caller`` while acknowledging a retry that names another would falsify the
+  audit trail.
+* Writes use ``BEGIN IMMEDIATE``: an append reads (the duplicate check) before it
+  writes, and a deferred transaction that has read cannot wait for the write lock
+  (SQLite answers SQLITE_BUSY at once instead of honouring the busy timeout).
+* Group commit: :meth:`SqliteStore.append_batch` writes many appends in one
+  transaction with a savepoint per event, so one event's conflict or bad content
+  fails that event alone.
+* Reads are total: a stored value that cannot be rendered reads as null and its
+  row is flagged (``Entry.damaged``), never dropped and never an error; content
+  that is not JSON cannot be stored at all (a trigger, so not by hand either).
+* A read that a client will receive in one frame (``max_bytes``) stops before
+  its entries pass that many bytes on the wire, reading no row beyond the cut.
+* No call answers from a file that is no longer at the path: after its work
+  and before it returns, every call compares the path's files with the ones
+  the connection opened (:mod:`~streamd.eventlog.sqlite.file_identity`), so an
+  append committed into a deleted or replaced file is never acknowledged.
+* Leases are rows keyed by session, each with the stale window its holder
+  declared: a lease is stale only when its heartbeat is older than *that* window,
+  whatever window the requester asks for for itself. Taking a stale lease is a
+  conditional update on the old holder *and* its heartbeat, so a holder that beat
+  in the meantime keeps its lease. A heartbeat is a conditional update on our
+  holder; zero rows means the lease was stolen.
+
+The rules both backends state alike (sessions, state, leases, boots,
+retention, reads by filter) are written once in :mod:`streamd.eventlog.store`
+(:class:`~streamd.eventlog.store.operations.SqlOperations`), over this
+connection as :class:`~streamd.eventlog.sqlite.sql.SqliteSql`; what stays here
+is SQLite's own: the seq, the batch write, the connection's lifecycle, error
+translation, and vacuum, checkpoints and query plans. The schema and its
+forward-only migrations (and the refusal of a database that is newer, or not
+ours) are in :mod:`~streamd.eventlog.sqlite.schema`, connection setup in
+:mod:`~streamd.eventlog.sqlite.connection`, and the mapping between rows and
+Structs in :mod:`~streamd.eventlog.store.rows`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast
+
+import apsw
+
+from streamd.errors import (
+    EVENT_CONFLICT,
+    SOURCE_UNAVAILABLE,
+    RpcError,
+    invalid_params,
+)
+from streamd.eventlog.model import AppendParams, AppendResult, Filter, SessionKey
+from streamd.eventlog.sqlite import errors as sqlite_errors
+from streamd.eventlog.sqlite.connection import BusyWait, SqliteOptions, configure
+from streamd.eventlog.sqlite.file_identity import DatabaseFile, guard_for
+from streamd.eventlog.sqlite.schema import SCHEMA_VERSION
+from streamd.eventlog.sqlite.sql import SqliteSql, newest_seq
+from streamd.eventlog.store import reads, rows, rules, sessions
+from streamd.eventlog.store.backend import AppendGroup, Backend, CommitOutcome, closed_error
+from streamd.eventlog.store.operations import SqlOperations
+from streamd.eventlog.store.sessions import EventBounds
+from streamd.eventlog.store.sql import Sql
+from streamd.eventlog.store.state import apply_delta
+
+__all__ = ["SqliteStore"]
+
+logger = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+# --- error translation -----------------------------------------------------
+
+
+def _translate(
+    exc: apsw.Error, db: apsw.Connection | None = None, path: str | None = None
+) -> RpcError:
+    code = sqlite_errors.system_errno(db, exc) or sqlite_errors.probe_errno(path)
+    return sqlite_errors.translate(exc, code)
+
+
+def _translated(
+    fn: Callable[Concatenate[SqliteStore, _P], _T],
+) -> Callable[Concatenate[SqliteStore, _P], _T]:
+    """The storage boundary: no apsw exception escapes a decorated method.
+
+    Once the store is interrupted for close, calls fail with ``closed``: an
+    interrupted statement's transaction was rolled back, so "closed, not written"
+    is the truth, where "database error" would send the caller looking for one.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(store: SqliteStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if store._busy.aborted:
+            raise closed_error()
+        guard = store._guard
+        if guard is not None and guard.error is not None:
+            raise guard.error
+        try:
+            result = fn(store, *args, **kwargs)
+        except apsw.Error as exc:
+            if store._busy.aborted:
+                raise closed_error() from exc
+            raise _translate(exc, store._db) from exc
+        except OSError as exc:
+            raise sqlite_errors.translate_os(exc) from exc
+        if guard is not None:
+            # Before the caller hears of it: a commit into a file that is no
+            # longer at the path must not be acknowledged (see file_identity).
+            guard.check(store._db)
+        return result
+
+    return wrapper
+
+
+
+
+# --- the store -------------------------------------------------------------------
+
+
+class SqliteStore(SqlOperations):
+    """The event log on one APSW connection; see the module docstring for the rules.
+
+    Open it synchronously with :meth:`open` (tests, the CLI, tools) or with
+    :meth:`open_async` for the Trio layer, where the connection lives in APSW's
+    async mode and :meth:`run` executes an operation on the connection's own
+    worker thread. It is both a :class:`~streamd.eventlog.store.backend.Backend`
+    and a :class:`~streamd.eventlog.store.backend.Runner`.
+    """
+
+    def __init__(
+        self,
+        db: apsw.Connection | apsw.AsyncConnection,
+        busy: BusyWait,
+        *,
+        is_async: bool,
+        guard: DatabaseFile | None = None,
+    ) -> None:
+        # APSW's stub gives a connection in async mode a class of its own,
+        # AsyncConnection, that exists for type checkers only: at run time it
+        # is the same apsw.Connection, and on its worker thread, where every
+        # operation runs, its calls are synchronous. Two names, two faces.
+        self._db = cast("apsw.Connection", db)
+        self._aio = cast("apsw.AsyncConnection", db) if is_async else None
+        self._busy = busy
+        self._guard = guard
+        self._sql = SqliteSql(self._db)
+        self.wal_pages = 0
+        """Pages in the WAL after this connection's last commit (counted
+        only after :meth:`leave_checkpoints_to_others`)."""
+
+    # -- lifecycle --
+
+    @classmethod
+    def open(
+        cls,
+        path: str,
+        options: SqliteOptions | None = None,
+        *,
+        migrate: bool = True,
+        guard: DatabaseFile | None = None,
+    ) -> SqliteStore:
+        """``guard``: the path's :class:`DatabaseFile`, shared by the
+        connections of one log (default: one of this store's own)."""
+        opts = options or SqliteOptions()
+        busy = BusyWait(opts.busy_timeout_ms)
+        guard = guard or guard_for(path)
+        if guard is not None:
+            guard.before_open()
+        try:
+            db = apsw.Connection(path)
+            try:
+                configure(db, opts, busy, migrate)
+                if guard is not None:
+                    guard.opened(db)
+            except apsw.Error as exc:
+                err = _translate(exc, db, path)
+                if guard is not None:
+                    guard.closing(db)
+                db.close()
+                raise err from exc
+            except BaseException:
+                if guard is not None:
+                    guard.closing(db)
+                db.close()
+                raise
+        except apsw.Error as exc:
+            raise _translate(exc, path=path) from exc
+        return cls(db, busy, is_async=False, guard=guard)
+
+    @classmethod
+    async def open_async(
+        cls,
+        path: str,
+        options: SqliteOptions | None = None,
+        *,
+        migrate: bool = True,
+        guard: DatabaseFile | None = None,
+    ) -> SqliteStore:
+        """Open in APSW async mode (``apsw.aio``; the controller is picked from the
+        running event loop, Trio here). The caller must ``await aclose()``: the
+        connection's worker thread keeps the process alive until then."""
+        opts = options or SqliteOptions()
+        busy = BusyWait(opts.busy_timeout_ms)
+        guard = guard or guard_for(path)
+        if guard is not None:
+            guard.before_open()
+        try:
+            db = await apsw.Connection.as_async(path)
+        except apsw.Error as exc:
+            raise _translate(exc, path=path) from exc
+        try:
+            await db.async_run(configure, db, opts, busy, migrate)
+            if guard is not None:
+                await db.async_run(guard.opened, db)
+        except BaseException as exc:
+            if guard is not None:
+                await db.async_run(guard.closing, db)
+            await db.aclose()
+            if isinstance(exc, apsw.Error):
+                raise _translate(exc, path=path) from exc
+            raise
+        return cls(db, busy, is_async=True, guard=guard)
+
+    async def run(self, op: Callable[[Backend], _T]) -> _T:
+        """``op(self)`` where the connection may be used.
+
+        In async mode that is the connection's worker thread; APSW honours Trio
+        cancellation and deadlines there (a call not yet started is skipped, a
+        running statement is interrupted). A synchronously opened store runs
+        ``op`` inline, which blocks the event loop: that is for tests under a mock
+        clock, where a real thread would let the clock jump while SQLite works.
+        """
+        if self._aio is None:
+            return op(self)
+        try:
+            return await self._aio.async_run(op, self)
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+
+    def interrupt(self) -> None:
+        """Abort whatever this connection is doing, for close; callable from any
+        thread. A running statement fails (its transaction rolls back), a busy
+        wait gives up, and every later call fails with ``closed``."""
+        self._busy.aborted = True
+        try:
+            self._db.interrupt()
+        except apsw.Error:
+            pass  # already closed: nothing left to interrupt
+
+    def try_without_waiting(
+        self, op: Callable[[SqliteStore], _T]
+    ) -> tuple[Literal[True], _T] | tuple[Literal[False], None]:
+        """``(True, op(self))``, unless a lock held by another connection
+        stood in the way: then ``(False, None)``, nothing written (the lock is
+        taken by ``BEGIN IMMEDIATE``, before any write), and the caller may
+        run ``op`` again where waiting for the lock is allowed. For the event
+        loop thread, which must never sleep in the busy handler."""
+        busy = self._busy
+        busy.waits, busy.refused = False, False
+        try:
+            return True, op(self)
+        except RpcError:
+            if busy.refused:
+                return False, None
+            raise
+        finally:
+            busy.waits = True
+
+    def leave_checkpoints_to_others(self) -> None:
+        """Stop this connection's automatic checkpoints (SQLite runs one
+        inside the commit that takes the WAL past 1,000 pages, so that
+        commit's caller waits for the copy and its fsyncs) and count the
+        WAL's pages after each commit instead (:attr:`wal_pages`), so the
+        owner can checkpoint from another connection, beside the writes."""
+        self.wal_pages = 0
+        self._db.wal_autocheckpoint(0)
+
+        def committed(db: apsw.Connection, name: str, pages: int) -> int:
+            self.wal_pages = pages
+            return apsw.SQLITE_OK
+
+        self._db.set_wal_hook(committed)
+
+    @_translated
+    def checkpoint_passive(self) -> tuple[int, int]:
+        """Copy what it can of the WAL into the database file without
+        waiting for anyone (``wal_checkpoint(PASSIVE)``): (frames in the WAL,
+        frames copied). Writers go on meanwhile; once all is copied, the next
+        commit starts the WAL again from its beginning."""
+        row = self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if row is None:  # the pragma always answers one row; this is for the checker
+            return 0, 0
+        _, frames, copied = row
+        return int(frames), int(copied)
+
+    def set_progress_check(self, check: Callable[[], bool], steps: int) -> None:
+        """Call ``check`` every ``steps`` SQLite steps; when it returns True
+        the running statement is interrupted (its transaction rolls back): how
+        a worker thread abandons a call whose caller was cancelled."""
+        self._db.set_progress_handler(check, steps)
+
+    def close(self) -> None:
+        try:
+            self._before_close()
+            self._db.close()
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+
+    async def aclose(self) -> None:
+        if self._aio is None:
+            self.close()
+            return
+        try:
+            await self._aio.async_run(self._before_close)
+            await self._aio.aclose()
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+
+    def _before_close(self) -> None:
+        self._clear_interrupt()
+        if self._guard is not None:
+            self._guard.closing(self._db)
+
+    def _clear_interrupt(self) -> None:
+        """Closing the last connection checkpoints the WAL into the database and
+        deletes the ``-wal`` file, but that checkpoint gives up with
+        SQLITE_INTERRUPT while an interrupt is pending, and SQLite clears a
+        pending interrupt only when a statement starts with none running. Close
+        interrupts every connection (to abandon abandoned work), so without one
+        statement here every close would leave the WAL for the next opener to
+        recover. On the connection's own thread, after anything still queued."""
+        try:
+            if self._db.is_interrupted:
+                self._db.execute("SELECT 1").fetchall()
+        except apsw.Error:
+            pass  # already closed, or still interrupted: the WAL stays, as after a crash
+
+    @property
+    def connection(self) -> apsw.Connection:
+        """The raw connection, for tests that inspect query plans or pragmas."""
+        return self._db
+
+    @_translated
+    def _call(self, op: Callable[[Sql], _T]) -> _T:
+        """The shared rules' way in (:class:`SqlOperations`): ``op`` on this
+        connection, inside the storage boundary (:func:`_translated`)."""
+        return op(self._sql)
+
+    # -- appends --
+
+    @_translated
+    def append_commit(
+        self, batch: Sequence[AppendParams | AppendGroup], now_us: int, capture: bool
+    ) -> CommitOutcome:
+        """:meth:`append_batch`, and what the commit did to the log: the newest
+        seq before and after it (read inside the transaction, so no other
+        process's commit can fall between them) and, with ``capture``, each new
+        event as the entry a reader would get, for the watchers."""
+        prepared: list[rows.Prepared | list[rows.Prepared] | RpcError] = []
+        for p in batch:
+            try:
+                if isinstance(p, AppendGroup):
+                    prepared.append(rules.prepare_group(p, now_us))
+                else:
+                    prepared.append(rows.prepare(p, now_us))
+            except RpcError as exc:
+                prepared.append(exc)
+        db = self._db
+        try:
+            # Optimistic: no savepoint per append (a SAVEPOINT and a RELEASE
+            # were two statements of the five of a usual append). The first
+            # refusal rolls the transaction back and the batch runs again,
+            # each append in its own savepoint: the same results, paid for
+            # only by batches that hold a refusal.
+            with db:
+                before = newest_seq(db)
+                out, added = _append_items(self._sql, prepared, now_us, capture, careful=False)
+                after = newest_seq(db)
+        except (RpcError, apsw.ConstraintError):
+            with db:
+                before = newest_seq(db)
+                out, added = _append_items(self._sql, prepared, now_us, capture, careful=True)
+                after = newest_seq(db)
+        return CommitOutcome(
+            results=out,
+            before_seq=before,
+            after_seq=after,
+            entries=None if added is None else [rows.committed(row) for row in added],
+        )
+
+    # -- query plans --
+
+    @_translated
+    def explain_since(self, from_seq: int, flt: Filter | None, limit: int) -> list[str]:
+        """EXPLAIN QUERY PLAN details of the exact statement :meth:`since` would run."""
+        sql, args = reads.since_query(self._sql, from_seq, flt, limit)
+        return [row[3] for row in self._db.execute("EXPLAIN QUERY PLAN " + sql, args)]
+
+    @_translated
+    def explain_session_events(
+        self, app: str, user: str, session: str, after_seq: int, recent: int | None,
+        after_time_us: int | None,
+    ) -> list[str]:
+        """EXPLAIN QUERY PLAN details of the statements :meth:`get_session`
+        runs for these bounds (the window's first seq, then the read)."""
+        bounds = EventBounds(after_seq, recent, after_time_us)
+        plans: list[str] = []
+        for sql, args in bounds.queries(self._sql.dialect, (app, user, session), after_seq):
+            plans += [row[3] for row in self._db.execute("EXPLAIN QUERY PLAN " + sql, args)]
+        return plans
+
+    @_translated
+    def explain_list_sessions(
+        self, app: str, user: str | None, limit: int, after: SessionKey | None
+    ) -> list[str]:
+        sql, args = sessions.page_query(self._sql.dialect, app, user, limit, after)
+        return [row[3] for row in self._db.execute("EXPLAIN QUERY PLAN " + sql, args)]
+
+    # -- retention --
+
+    @_translated
+    def incremental_vacuum(self, pages: int) -> int:
+        """Give up to ``pages`` free pages back to the file system (the file
+        shrinks once the WAL is checkpointed); the pages freed."""
+        with self._db:
+            before = self._db.pragma("freelist_count")
+            self._db.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
+            freed: int = before - self._db.pragma("freelist_count")
+        return freed
+
+    @_translated
+    def full_vacuum(self) -> None:
+        """Rewrite the file (VACUUM), in incremental auto-vacuum mode from then on.
+        The one retention operation not bounded by rows: it holds the write
+        lock for as long as rewriting the whole file takes, so it runs only
+        when asked for (``compact`` with ``vacuum: "full"``)."""
+        self._db.pragma("auto_vacuum", "INCREMENTAL")
+        self._db.execute("VACUUM")
+
+    @_translated
+    def checkpoint(self) -> bool:
+        """Write the WAL back into the database file and truncate it; False
+        when a reader (another process) still needed part of it."""
+        row = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert row is not None  # the pragma always answers one row
+        return row[0] == 0
+
+    @_translated
+    def pages(self) -> tuple[int, int, int]:
+        """(page_count, freelist_count, page_size) of the database file."""
+        db = self._db
+        return db.pragma("page_count"), db.pragma("freelist_count"), db.pragma("page_size")
+
+    # -- health --
+
+    @_translated
+    def ping(self) -> None:
+        """A real, bounded read: the schema version and the newest seq (one index
+        probe each). Fails with source_unavailable when the file is unreadable."""
+        db = self._db
+        with self._sql.snapshot():
+            version = db.pragma("user_version")
+            if version != SCHEMA_VERSION:
+                raise RpcError(
+                    SOURCE_UNAVAILABLE,
+                    f"event log schema version is {version}, expected {SCHEMA_VERSION}",
+                )
+            db.execute("SELECT seq FROM events ORDER BY seq DESC LIMIT 1").fetchall()
+
+    @_translated
+    def change_counter(self) -> int:
+        """``PRAGMA data_version``: changes whenever another connection (another
+        process, or this process's writer seen from the reader) commits. One
+        in-memory read, no table access: cheap enough to poll."""
+        return self._db.pragma("data_version")
+
+    @_translated
+    def synchronous(self) -> int:
+        """The connection's ``PRAGMA synchronous`` (2 = FULL, 1 = NORMAL)."""
+        return self._db.pragma("synchronous")
+
+
+def _append_items(
+    sql: SqliteSql,
+    prepared: list[rows.Prepared | list[rows.Prepared] | RpcError],
+    now_us: int,
+    capture: bool,
+    careful: bool,
+) -> tuple[list[AppendResult | list[AppendResult] | RpcError], list[tuple[Any, ...]] | None]:
+    """Append ``prepared`` in the caller's transaction: each item (an append,
+    or a group) in its own savepoint when ``careful``, so a refused one is
+    rolled back alone and answered with its error; otherwise with no savepoint
+    of its own, the first refusal raised (the caller rolls the lot back)."""
+    db = sql.connection
+    out: list[AppendResult | list[AppendResult] | RpcError] = []
+    added: list[tuple[Any, ...]] | None = [] if capture else None
+    # Sessions an append of this transaction has already upserted (see
+    # _append_one); like ``added``, a group's join only once it is in.
+    upserted: set[tuple[str, str, str]] = set()
+    for item in prepared:
+        if isinstance(item, RpcError):
+            out.append(item)
+            continue
+        if not careful:
+            if isinstance(item, list):
+                out.append([_in_group(sql, one, i, now_us, added, upserted)
+                            for i, one in enumerate(item)])
+            else:
+                out.append(_append_one(sql, item, now_us, added, upserted))
+            continue
+        # Rows join ``added`` only once their savepoint has released: a
+        # refused event (or group) was rolled back and nobody may see it.
+        pending: list[tuple[Any, ...]] | None = [] if capture else None
+        try:
+            with db:
+                if isinstance(item, list):
+                    in_group = set(upserted)
+                    out.append([_in_group(sql, one, i, now_us, pending, in_group)
+                                for i, one in enumerate(item)])
+                    upserted = in_group
+                else:
+                    out.append(_append_one(sql, item, now_us, pending, upserted))
+        except RpcError as exc:
+            out.append(exc)
+            continue
+        except apsw.ConstraintError as exc:
+            out.append(invalid_params(f"event rejected by the database: {exc}"))
+            continue
+        if added is not None and pending:
+            added.extend(pending)
+    return out, added
+
+
+def _append_one(
+    sql: SqliteSql,
+    item: rows.Prepared,
+    now_us: int,
+    added: list[tuple[Any, ...]] | None = None,
+    upserted: set[tuple[str, str, str]] | None = None,
+) -> AppendResult:
+    """Append one event in the caller's savepoint; with ``added``, put the new
+    row there in :data:`~streamd.eventlog.store.rows.ENTRY_COLUMNS` order.
+
+    ``upserted`` holds the sessions already upserted in this transaction, at
+    this ``now_us``, by appends that are in (their savepoint released, or
+    earlier in this one's group): for those the upsert would change nothing
+    (the row exists, its ``updated_at`` is already at least ``now_us``), so it
+    is skipped; this append's session joins the set once it has succeeded.
+    A batch of 200 appends to 8 sessions runs 8 upserts, not 200: one
+    statement in three of the usual append."""
+    db = sql.connection
+    p = item.params
+    ev = p.event
+    existing = db.execute("SELECT seq, digest FROM events WHERE event_id = ?", (ev.id,)).fetchone()
+    if existing is not None:
+        seq, digest = existing
+        if digest == item.digest:
+            return AppendResult(seq=seq, duplicate=True)
+        raise RpcError(
+            EVENT_CONFLICT,
+            f"event {ev.id!r} was already appended with different content (seq {seq})",
+            {"event_id": ev.id, "seq": seq},
+        )
+    if p.expected_seq is not None:
+        _check_expected(db, p.app, p.user, p.session, p.expected_seq)
+    # The session row exists from the first append on, so sessions.get can tell a
+    # session that was written from one that never was.
+    key = (p.app, p.user, p.session)
+    if upserted is None or key not in upserted:
+        db.execute(
+            "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at)"
+            " VALUES (?, ?, ?, '{}', ?, ?)"
+            " ON CONFLICT (app_name, user_id, session_id)"
+            " DO UPDATE SET updated_at = max(updated_at, excluded.updated_at)",
+            (p.app, p.user, p.session, now_us, now_us),
+        )
+    row = db.execute(
+        "INSERT INTO events (app_name, user_id, session_id, event_id, invocation_id, author,"
+        " branch, event_time, content, metadata, digest, state_delta)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        (
+            p.app,
+            p.user,
+            p.session,
+            ev.id,
+            ev.invocation_id,
+            ev.author,
+            ev.branch,
+            item.event_time,
+            item.content,
+            item.metadata,
+            item.digest,
+            item.state_delta_text,
+        ),
+    ).fetchone()
+    assert row is not None
+    seq = row[0]
+    if item.state_delta is not None:
+        apply_delta(sql, p.app, p.user, p.session, item.state_delta, seq, now_us)
+    if added is not None:
+        added.append(
+            (seq, p.app, p.user, p.session, ev.id, ev.invocation_id, ev.author, ev.branch,
+             item.event_time, item.content, item.metadata, item.state_delta_text)
+        )
+    if upserted is not None:
+        upserted.add(key)
+    return AppendResult(seq=seq, duplicate=False)
+
+
+def _check_expected(db: apsw.Connection, app: str, user: str, session: str, expected: int) -> None:
+    """Optimistic concurrency: the writer computed this append from the session
+    as of ``expected``; if anything was appended since, the append must be
+    recomputed, not merged. One primary-key read of ``sessions.last_seq``,
+    inside the append's transaction, so no writer can slip in between."""
+    found = db.execute(
+        "SELECT last_seq FROM sessions WHERE app_name = ? AND user_id = ? AND session_id = ?",
+        (app, user, session),
+    ).fetchone()
+    if found is None:
+        raise rules.not_found(app, user, session)
+    if found[0] != expected:
+        raise rules.stale(session, expected, found[0])
+
+
+def _in_group(
+    sql: SqliteSql,
+    item: rows.Prepared,
+    index: int,
+    now_us: int,
+    added: list[tuple[Any, ...]] | None,
+    upserted: set[tuple[str, str, str]] | None = None,
+) -> AppendResult:
+    try:
+        return _append_one(sql, item, now_us, added, upserted)
+    except RpcError as exc:
+        raise rules.refused_in_group(exc, index) from None
+    except apsw.ConstraintError as exc:
+        raise rules.refused_in_group(
+            invalid_params(f"event rejected by the database: {exc}"), index
+        ) from None
+

@@ -1,0 +1,141 @@
+"""Leases: who drives a session, kept alive by heartbeats.
+
+A lease is a row keyed by session, with the stale window its holder declared:
+it is stale only when its heartbeat is older than *that* window, whatever
+window the requester asks for for itself. Taking a stale lease is a
+conditional update on the old holder *and* its heartbeat, so a holder that
+beat in the meantime keeps its lease, and of two stealers (on two hosts, or
+under READ COMMITTED) one update matches. A heartbeat is a conditional update
+on our holder; zero rows means the lease was stolen. Times are the lease
+clock's (:meth:`~streamd.eventlog.store.sql.Sql.lease_now`).
+"""
+
+from __future__ import annotations
+
+from streamd.eventlog import filters
+from streamd.eventlog.model import LeaseInfo
+from streamd.eventlog.store import rows, rules
+from streamd.eventlog.store.sql import Sql
+
+__all__ = ["acquire", "heartbeat", "leased_sessions", "listed", "live_lease", "release"]
+
+_SESSION = "app_name = ? AND user_id = ? AND session_id = ?"
+
+
+def live_lease(db: Sql, table: str, now_us: int) -> tuple[str, tuple[object, ...]]:
+    """EXISTS a live lease on the row of ``table``, by the lease clock: a
+    session its holder drives, which retention leaves whole."""
+    now, args = db.lease_now(now_us)
+    return (
+        f"EXISTS (SELECT 1 FROM leases l WHERE l.app_name = {table}.app_name"
+        f" AND l.user_id = {table}.user_id AND l.session_id = {table}.session_id"
+        f" AND l.heartbeat_at + l.stale_after_ms * 1000 > {now})",
+        args,
+    )
+
+
+def leased_sessions(db: Sql, app: str, now_us: int) -> int:
+    """Sessions of the app under a live lease (heartbeat within its window)."""
+    now, args = db.lease_now(now_us)
+    row = db.one(
+        "SELECT count(*) FROM leases WHERE app_name = ?"
+        f" AND heartbeat_at + stale_after_ms * 1000 > {now}",
+        (app, *args),
+    )
+    return row[0] if row else 0
+
+
+def acquire(
+    db: Sql, app: str, user: str, session: str, holder: str, stale_after_ms: int, now_us: int
+) -> None:
+    """Take the lease for ``holder``, who promises to beat more often than
+    ``stale_after_ms``. An existing lease is judged by the window its own
+    holder declared, never by ours."""
+    key = (app, user, session)
+    now_sql, now_args = db.lease_now(now_us)
+    d = db.dialect
+    with db.write():
+        row = db.one(
+            f"SELECT holder, heartbeat_at, stale_after_ms, {now_sql} FROM leases"
+            f" WHERE {_SESSION}{d.for_update}",
+            (*now_args, *key),
+        )
+        if row is None:
+            # WHERE true: SQLite reads ON CONFLICT after a bare SELECT as a join's.
+            taken = db.one(
+                "INSERT INTO leases (app_name, user_id, session_id, holder, acquired_at,"
+                " heartbeat_at, stale_after_ms) SELECT ?, ?, ?, ?, n, n, ?"
+                f" FROM (SELECT {now_sql} AS n) t WHERE true ON CONFLICT DO NOTHING RETURNING 1",
+                (*key, holder, stale_after_ms, *now_args),
+            )
+            if taken is None:
+                # Another host inserted it first, between our read and insert.
+                other = db.one(
+                    f"SELECT holder, {d.greatest}(0, ({now_sql} - heartbeat_at) / 1000)"
+                    f" FROM leases WHERE {_SESSION}",
+                    (*now_args, *key),
+                )
+                who, age = other if other else ("unknown", 0)
+                raise rules.locked(session, who, int(age), "was taken by another requester")
+            return
+        old_holder, old_beat, old_window_ms, now = row
+        age_ms = max(0, (now - old_beat) // 1000)
+        if age_ms < old_window_ms:
+            raise rules.locked(session, old_holder, age_ms, "is locked")
+        if not steal(db, key, old_holder, old_beat, holder, stale_after_ms, now):
+            raise rules.locked(session, old_holder, age_ms, "was taken by another stealer")
+
+
+def steal(
+    db: Sql,
+    key: tuple[str, str, str],
+    old_holder: str,
+    old_beat: int,
+    new_holder: str,
+    new_window_ms: int,
+    now_us: int,
+) -> bool:
+    """Take a stale lease only if it is still exactly the stale lease we saw.
+
+    Within SQLite's IMMEDIATE transaction nobody can interleave, but the rule is
+    stated as a conditional update so that every backend (PostgreSQL under READ
+    COMMITTED included) keeps it: of two stealers only one update matches.
+    """
+    return db.run(
+        "UPDATE leases SET holder = ?, acquired_at = ?, heartbeat_at = ?, stale_after_ms = ?"
+        f" WHERE {_SESSION} AND holder = ? AND heartbeat_at = ?",
+        (new_holder, now_us, now_us, new_window_ms, *key, old_holder, old_beat),
+    ) == 1
+
+
+def heartbeat(db: Sql, app: str, user: str, session: str, holder: str, now_us: int) -> bool:
+    """True while we hold the lease; False means it was stolen (or released)."""
+    now_sql, now_args = db.lease_now(now_us)
+    with db.write(single=True):
+        return db.run(
+            f"UPDATE leases SET heartbeat_at = {now_sql} WHERE {_SESSION} AND holder = ?",
+            (*now_args, app, user, session, holder),
+        ) == 1
+
+
+def release(db: Sql, app: str, user: str, session: str, holder: str) -> bool:
+    # Conditional on our holder: never delete a successor's lease.
+    with db.write(single=True):
+        return db.run(
+            f"DELETE FROM leases WHERE {_SESSION} AND holder = ?", (app, user, session, holder)
+        ) == 1
+
+
+def listed(db: Sql, app: str | None = None, user: str | None = None) -> list[LeaseInfo]:
+    clauses: list[filters.Clause] = []
+    if app is not None:
+        clauses.append(("app_name = ?", (app,)))
+    if user is not None:
+        clauses.append(("user_id = ?", (user,)))
+    where, args = filters.render(clauses)
+    found = db.rows(
+        f"SELECT {rows.LEASE_COLUMNS} FROM leases WHERE {where}"
+        " ORDER BY app_name, user_id, session_id",
+        args,
+    )
+    return [rows.to_lease(row) for row in found]

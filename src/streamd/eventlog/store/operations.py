@@ -1,0 +1,242 @@
+"""The :class:`~streamd.eventlog.store.backend.Backend` operations both
+backends answer alike, written once over :class:`~streamd.eventlog.store.sql.Sql`.
+
+A backend subclasses :class:`SqlOperations` and gives it one method,
+:meth:`SqlOperations._call`: its storage boundary, which runs a rule on its
+connection (as :class:`Sql`) and translates whatever its driver raises into
+an :class:`~streamd.errors.RpcError`. What stays in the backend is what truly
+differs: how seq is numbered and the batch write, connection lifecycle and
+setup, change notification, error translation, and its own maintenance
+(vacuum, checkpoints, query plans).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from streamd.errors import RpcError
+from streamd.eventlog.model import (
+    AppendParams,
+    AppendResult,
+    Boot,
+    Filter,
+    LeaseInfo,
+    RetentionPolicy,
+    Session,
+    SessionKey,
+    SessionListResult,
+    SessionsResult,
+    SessionWithEvents,
+    SinceResult,
+    StateSnapshot,
+)
+from streamd.eventlog.store import boots, leases, reads, retention, rows, sessions, state
+from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, Committed
+from streamd.eventlog.store.sessions import EventBounds
+from streamd.eventlog.store.sql import Sql
+from streamd.eventlog.store.steps import Bounds, Step
+
+__all__ = ["SqlOperations"]
+
+_T = TypeVar("_T")
+
+
+class SqlOperations:
+    """The shared half of a SQL backend (see the module docstring)."""
+
+    def _call(self, op: Callable[[Sql], _T]) -> _T:
+        """``op`` on this backend's connection, inside its storage boundary."""
+        raise NotImplementedError
+
+    # -- appends --
+
+    def append_commit(
+        self, batch: Sequence[AppendParams | AppendGroup], now_us: int, capture: bool
+    ) -> CommitOutcome:
+        """The batch write: the backend's own (how seq is numbered differs)."""
+        raise NotImplementedError
+
+    def append(self, params: AppendParams, now_us: int) -> AppendResult:
+        result = self.append_batch([params], now_us)[0]
+        if isinstance(result, RpcError):
+            raise result
+        assert isinstance(result, AppendResult)
+        return result
+
+    def append_batch(
+        self, batch: Sequence[AppendParams | AppendGroup], now_us: int
+    ) -> list[AppendResult | list[AppendResult] | RpcError]:
+        """Write every append in one transaction; per-item outcomes in order.
+
+        An event that conflicts (or that the database refuses) fails alone and
+        the others still commit; an :class:`AppendGroup` fails whole at its
+        first refusal. A fault of the transaction itself (I/O error, busy)
+        fails the whole batch, because then nothing was written.
+        """
+        return self.append_commit(batch, now_us, capture=False).results
+
+    # -- reads --
+
+    def newest_seq(self) -> int:
+        """The newest seq ever given and committed (deleted events still count)."""
+        return self._call(lambda db: db.newest_seq())
+
+    def since(
+        self,
+        from_seq: int,
+        flt: Filter | None,
+        limit: int,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
+        encoded: bool = False,
+    ) -> SinceResult:
+        shape = rows.shape(raw_content, encoded)
+        return self._call(lambda db: reads.since(db, from_seq, flt, limit, shape, max_bytes))
+
+    def since_committed(
+        self, from_seq: int, flt: Filter | None, limit: int, max_bytes: int
+    ) -> tuple[list[Committed], bool]:
+        return self._call(lambda db: reads.since_committed(db, from_seq, flt, limit, max_bytes))
+
+    def latest_seq(self, flt: Filter | None) -> int:
+        return self._call(lambda db: reads.latest_seq(db, flt))
+
+    def nth_newest_seq(self, flt: Filter | None, offset: int) -> int:
+        return self._call(lambda db: reads.nth_newest_seq(db, flt, offset))
+
+    def branches(self, flt: Filter | None, limit: int | None) -> list[str]:
+        return self._call(lambda db: reads.branches(db, flt, limit))
+
+    # -- sessions --
+
+    def create_session(
+        self,
+        app: str,
+        user: str,
+        session: str | None,
+        state: dict[str, Any] | None,
+        now_us: int,
+        app_state: dict[str, Any] | None = None,
+        user_state: dict[str, Any] | None = None,
+    ) -> Session:
+        return self._call(lambda db: sessions.create_session(
+            db, app, user, session, state, now_us, app_state, user_state))
+
+    def get_session(
+        self,
+        app: str,
+        user: str,
+        session: str,
+        after_seq: int,
+        recent: int | None,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
+        encoded: bool = False,
+        scoped_state: bool = False,
+        after_time_us: int | None = None,
+        content: bool = True,
+    ) -> SessionWithEvents:
+        bounds = EventBounds(after_seq, recent, after_time_us, content)
+        shape = rows.shape(raw_content, encoded)
+        return self._call(lambda db: sessions.get_session(
+            db, app, user, session, bounds, shape, max_bytes, scoped_state))
+
+    def get_sessions(
+        self,
+        app: str,
+        keys: Sequence[SessionKey],
+        recent: int | None,
+        after_time_us: int | None,
+        raw_content: bool = False,
+        max_bytes: int | None = None,
+        encoded: bool = False,
+        scoped_state: bool = False,
+    ) -> SessionsResult:
+        shape = rows.shape(raw_content, encoded)
+        return self._call(lambda db: sessions.get_sessions(
+            db, app, keys, recent, after_time_us, shape, max_bytes, scoped_state))
+
+    def list_sessions(self, app: str, user: str | None) -> list[Session]:
+        return self._call(lambda db: sessions.list_sessions(db, app, user))
+
+    def list_sessions_page(
+        self,
+        app: str,
+        user: str | None,
+        limit: int,
+        after: SessionKey | None,
+        scoped_state: bool = False,
+    ) -> SessionListResult:
+        return self._call(lambda db: sessions.list_sessions_page(
+            db, app, user, limit, after, scoped_state))
+
+    def delete_session(self, app: str, user: str, session: str) -> None:
+        self._call(lambda db: sessions.delete_session(db, app, user, session))
+
+    # -- state --
+
+    def get_state(
+        self, app: str, user: str | None, session: str | None, as_of_seq: int | None
+    ) -> StateSnapshot:
+        return self._call(lambda db: state.get_state(db, app, user, session, as_of_seq))
+
+    # -- retention --
+
+    def set_retention(self, policy: RetentionPolicy, now_us: int) -> None:
+        self._call(lambda db: retention.set_retention(db, policy, now_us))
+
+    def retention_policies(self, app: str | None = None) -> list[RetentionPolicy]:
+        return self._call(lambda db: retention.retention_policies(db, app))
+
+    def leased_sessions(self, app: str, now_us: int) -> int:
+        return self._call(lambda db: leases.leased_sessions(db, app, now_us))
+
+    def drop_idle_sessions(
+        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int,
+        previous: Step | None, bounds: Bounds,
+    ) -> Step:
+        return self._call(lambda db: retention.drop_idle_sessions(
+            db, app, cutoff_us, keep_after_seq, now_us, previous, bounds))
+
+    def drop_old_events(
+        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int,
+        previous: Step | None, bounds: Bounds,
+    ) -> Step:
+        return self._call(lambda db: retention.drop_old_events(
+            db, app, cutoff_us, keep_after_seq, now_us, previous, bounds))
+
+    def trim_sessions(
+        self, app: str, max_events: int, keep_after_seq: int | None, now_us: int,
+        previous: Step | None, bounds: Bounds,
+    ) -> Step:
+        return self._call(lambda db: retention.trim_sessions(
+            db, app, max_events, keep_after_seq, now_us, previous, bounds))
+
+    # -- leases --
+
+    def acquire_lease(
+        self, app: str, user: str, session: str, holder: str, stale_after_ms: int, now_us: int
+    ) -> None:
+        self._call(lambda db: leases.acquire(
+            db, app, user, session, holder, stale_after_ms, now_us))
+
+    def heartbeat_lease(self, app: str, user: str, session: str, holder: str, now_us: int) -> bool:
+        return self._call(lambda db: leases.heartbeat(db, app, user, session, holder, now_us))
+
+    def release_lease(self, app: str, user: str, session: str, holder: str) -> bool:
+        return self._call(lambda db: leases.release(db, app, user, session, holder))
+
+    def list_leases(self, app: str | None = None, user: str | None = None) -> list[LeaseInfo]:
+        return self._call(lambda db: leases.listed(db, app, user))
+
+    # -- boots --
+
+    def record_boot(self, at_us: int, attempted: Sequence[str]) -> int:
+        return self._call(lambda db: boots.record_boot(db, at_us, attempted))
+
+    def update_boot(self, boot_id: int, attempted: Sequence[str]) -> None:
+        self._call(lambda db: boots.update_boot(db, boot_id, attempted))
+
+    def recent_boots(self, since_us: int) -> list[Boot]:
+        return self._call(lambda db: boots.recent_boots(db, since_us))

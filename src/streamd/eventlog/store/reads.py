@@ -1,0 +1,93 @@
+"""Reads of the log by filter: ``since``, the newest seqs, the branches.
+
+A filter becomes SQL once (:mod:`streamd.eventlog.filters`, in the
+connection's dialect); which access path answers it is the backend's
+business (:meth:`~streamd.eventlog.store.sql.Sql.events_source`).
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+
+from streamd.errors import invalid_params
+from streamd.eventlog import filters
+from streamd.eventlog.model import Filter, SinceResult
+from streamd.eventlog.store import rows, rules
+from streamd.eventlog.store.backend import Committed
+from streamd.eventlog.store.sql import Args, Sql
+
+__all__ = ["branches", "latest_seq", "nth_newest_seq", "since", "since_committed", "since_query"]
+
+
+def since_query(db: Sql, from_seq: int, flt: Filter | None, limit: int) -> tuple[str, Args]:
+    """The SELECT of :func:`since`; one row past the limit tells whether more
+    matched, without a count."""
+    clauses = filters.where(flt, db.dialect)
+    source = db.events_source(flt, from_seq) if clauses else "events"
+    where, args = filters.render(clauses, [("seq > ?", (from_seq,))])
+    sql = f"SELECT {rows.ENTRY_COLUMNS} FROM {source} WHERE {where} ORDER BY seq LIMIT ?"
+    return sql, (*args, limit + 1)
+
+
+def since(
+    db: Sql, from_seq: int, flt: Filter | None, limit: int, shape: rows.Shape,
+    max_bytes: int | None,
+) -> SinceResult:
+    """Up to ``limit`` matching entries after ``from_seq``, and (given
+    ``max_bytes``) no more than fit in that many bytes on the wire; a page
+    cut short by either has ``caught_up`` false."""
+    rules.check_limit(limit)
+    with closing(db.scan(*since_query(db, from_seq, flt, limit))) as found:
+        entries, last, more = rows.take(found, limit, shape, max_bytes)
+    return SinceResult(
+        entries=entries, next_seq=from_seq if last is None else last, caught_up=not more
+    )
+
+
+def since_committed(
+    db: Sql, from_seq: int, flt: Filter | None, limit: int, max_bytes: int
+) -> tuple[list[Committed], bool]:
+    """:func:`since` as a watch reads it: the entries as :class:`Committed`
+    (encoded once, with the fields the fan-out filters on), and whether the
+    page reached the end of the log."""
+    rules.check_limit(limit)
+    with closing(db.scan(*since_query(db, from_seq, flt, limit))) as found:
+        entries, _, more = rows.take(found, limit, "committed", max_bytes)
+    return entries, not more
+
+
+def latest_seq(db: Sql, flt: Filter | None) -> int:
+    where, args = filters.render(filters.where(flt, db.dialect))
+    row = db.one(
+        f"SELECT seq FROM {db.events_source(flt, None)} WHERE {where}"
+        " ORDER BY seq DESC LIMIT 1",
+        args,
+    )
+    return row[0] if row else 0
+
+
+def nth_newest_seq(db: Sql, flt: Filter | None, offset: int) -> int:
+    """The seq ``offset`` places behind the newest matching entry (0 = the
+    newest), or 0 when fewer match: where ``tail -n`` starts. It counts the
+    filtered rows themselves, because seqs are global and a busy sibling
+    session would make ``latest - n`` cut a quiet session's history short."""
+    if offset < 0:
+        raise invalid_params(f"offset must not be negative, not {offset}")
+    where, args = filters.render(filters.where(flt, db.dialect))
+    row = db.one(
+        f"SELECT seq FROM {db.events_source(flt, None)} WHERE {where}"
+        " ORDER BY seq DESC LIMIT 1 OFFSET ?",
+        (*args, offset),
+    )
+    return row[0] if row else 0
+
+
+def branches(db: Sql, flt: Filter | None, limit: int | None) -> list[str]:
+    if limit is not None:
+        rules.check_limit(limit)
+    where, args = filters.render(filters.where(flt, db.dialect), [("branch <> ''", ())])
+    sql = f"SELECT DISTINCT branch FROM events WHERE {where} ORDER BY branch"
+    if limit is not None:
+        sql += " LIMIT ?"
+        args = (*args, limit)
+    return [r[0] for r in db.rows(sql, args)]

@@ -1,0 +1,207 @@
+"""Retention in storage: the policies, and one bounded step of each rule.
+
+How a policy is cut into steps, and why, is in
+:mod:`streamd.eventlog.retention`; each function here is one step, one
+transaction, bounded by :class:`~streamd.eventlog.store.steps.Bounds`. No
+step touches a session under a live lease (its holder drives it) or an event
+after ``keep_after_seq`` (a watch still needs it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamd.eventlog.model import RetentionPolicy
+from streamd.eventlog.store.leases import live_lease
+from streamd.eventlog.store.sql import MAX_SEQ, Sql
+from streamd.eventlog.store.steps import Bounds, SessionCursor, Step
+
+__all__ = [
+    "drop_idle_sessions",
+    "drop_old_events",
+    "retention_policies",
+    "set_retention",
+    "trim_sessions",
+]
+
+_SESSION = "app_name = ? AND user_id = ? AND session_id = ?"
+
+
+def set_retention(db: Sql, policy: RetentionPolicy, now_us: int) -> None:
+    """Store the app's policy; one without limits removes it."""
+    with db.write(single=True):
+        if policy.empty():
+            db.run("DELETE FROM retention WHERE app_name = ?", (policy.app,))
+            return
+        db.run(
+            "INSERT INTO retention (app_name, max_age_s, max_events, idle_s, updated_at)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (app_name) DO UPDATE SET"
+            " max_age_s = excluded.max_age_s, max_events = excluded.max_events,"
+            " idle_s = excluded.idle_s, updated_at = excluded.updated_at",
+            (policy.app, policy.max_age_s, policy.max_events, policy.idle_s, now_us),
+        )
+
+
+def retention_policies(db: Sql, app: str | None = None) -> list[RetentionPolicy]:
+    sql = "SELECT app_name, max_age_s, max_events, idle_s FROM retention"
+    args: tuple[Any, ...] = ()
+    if app is not None:
+        sql += " WHERE app_name = ?"
+        args = (app,)
+    return [
+        RetentionPolicy(app=a, max_age_s=age, max_events=n, idle_s=idle)
+        for a, age, n, idle in db.rows(sql + " ORDER BY app_name", args)
+    ]
+
+
+def drop_idle_sessions(
+    db: Sql,
+    app: str,
+    cutoff_us: int,
+    keep_after_seq: int | None,
+    now_us: int,
+    previous: Step | None,
+    bounds: Bounds,
+) -> Step:
+    """One bounded step of dropping the app's sessions not updated since
+    ``cutoff_us`` (skipping leased ones and any holding an event after
+    ``keep_after_seq``): each loses its own state history, then its events
+    from the oldest, and its row goes in the transaction that deletes its
+    newest event."""
+    keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
+    leased, largs = live_lease(db, "s", now_us)
+    by_session = db.dialect.indexed("events", "events_by_session")
+    budget = bounds.events
+    events = deltas = sessions = 0
+    cursor: SessionCursor | None = None
+    after = 0
+    with db.write():
+        idle = db.rows(
+            "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
+            f" AND updated_at < ? AND last_seq <= ? AND NOT {leased}"
+            " ORDER BY user_id, session_id LIMIT ?",
+            (app, cutoff_us, keep, *largs, bounds.sessions),
+        )
+        for user, session in idle:
+            key = (app, user, session)
+            done = previous.after_seq if previous and previous.cursor == (user, session) else 0
+            n = db.run(
+                "DELETE FROM state_deltas WHERE rev IN (SELECT rev FROM state_deltas"
+                f" WHERE scope = 'session' AND {_SESSION} ORDER BY seq, rev LIMIT ?)",
+                (*key, budget),
+            )
+            deltas, budget = deltas + n, budget - n
+            if budget == 0:
+                cursor, after = (user, session), done
+                break
+            gone = [seq for seq, in db.rows(
+                f"DELETE FROM events WHERE seq IN (SELECT seq FROM {by_session}"
+                f" WHERE {_SESSION} AND seq > ? ORDER BY seq LIMIT ?) RETURNING seq",
+                (*key, done, budget),
+            )]
+            events, budget = events + len(gone), budget - len(gone)
+            if budget == 0 and db.one(
+                f"SELECT 1 FROM events WHERE {_SESSION} AND seq > ? LIMIT 1", (*key, max(gone))
+            ):
+                cursor, after = (user, session), max(gone)
+                break
+            # Nothing left under it: the cascade and the trigger delete nothing.
+            db.run(f"DELETE FROM sessions WHERE {_SESSION}", key)
+            sessions += 1
+            if budget == 0:
+                break
+    more = budget == 0 or len(idle) == bounds.sessions
+    return Step(events=events, rows=events + deltas, sessions=sessions, more=more,
+                cursor=cursor, after_seq=after)
+
+
+def drop_old_events(
+    db: Sql,
+    app: str,
+    cutoff_us: int,
+    keep_after_seq: int | None,
+    now_us: int,
+    previous: Step | None,
+    bounds: Bounds,
+) -> Step:
+    """One bounded step of deleting the app's events timestamped before
+    ``cutoff_us`` (none of a leased session, none after ``keep_after_seq``),
+    in seq order from where the step before stopped."""
+    keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
+    leased, largs = live_lease(db, "e", now_us)
+    done = previous.after_seq if previous else 0
+    with db.write(single=True):
+        gone = [seq for seq, in db.rows(
+            "DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE app_name = ?"
+            f" AND event_time < ? AND seq > ? AND seq <= ? AND NOT {leased}"
+            " ORDER BY seq LIMIT ?) RETURNING seq",
+            (app, cutoff_us, done, keep, *largs, bounds.events),
+        )]
+    n = len(gone)
+    return Step(events=n, rows=n, more=n == bounds.events, after_seq=max(gone, default=done))
+
+
+def trim_sessions(
+    db: Sql,
+    app: str,
+    max_events: int,
+    keep_after_seq: int | None,
+    now_us: int,
+    previous: Step | None,
+    bounds: Bounds,
+) -> Step:
+    """One bounded step of cutting the app's sessions (in key order, from
+    the previous step's cursor on) to their newest ``max_events`` events,
+    oldest first; the step's cursor is the first session the next step
+    looks at. Each session's cut point is found by walking
+    ``events_by_session`` back ``max_events`` entries, not by counting the
+    session."""
+    keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
+    leased, largs = live_lease(db, "s", now_us)
+    by_session = db.dialect.indexed("events", "events_by_session")
+    budget = bounds.events
+    start = previous.cursor if previous else None
+    cursor: SessionCursor | None = None
+    after = 0
+    with db.write():
+        # One more than looked at, to know where the next step starts.
+        page = db.rows(
+            "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
+            f" AND (user_id, session_id) >= (?, ?) AND NOT {leased}"
+            " ORDER BY user_id, session_id LIMIT ?",
+            (app, *(start or ("", "")), *largs, bounds.sessions + 1),
+        )
+        if len(page) > bounds.sessions:
+            cursor = (page[-1][0], page[-1][1])
+            del page[-1]
+        walked = 0
+        for user, session in page:
+            # Finding a cut point reads up to max_events + 1 index entries:
+            # bounded per step too (one session always, to move on).
+            if walked and walked + max_events + 1 > bounds.events:
+                cursor = (user, session)
+                break
+            walked += max_events + 1
+            key = (app, user, session)
+            cut = db.one(
+                f"SELECT seq FROM {by_session} WHERE {_SESSION}"
+                " ORDER BY seq DESC LIMIT 1 OFFSET ?",
+                (*key, max_events),
+            )
+            if cut is None:
+                continue
+            done = previous.after_seq if previous and start == (user, session) else 0
+            gone = [seq for seq, in db.rows(
+                f"DELETE FROM events WHERE seq IN (SELECT seq FROM {by_session}"
+                f" WHERE {_SESSION} AND seq > ? AND seq <= ? AND seq <= ? ORDER BY seq LIMIT ?)"
+                " RETURNING seq",
+                (*key, done, cut[0], keep, budget),
+            )]
+            budget -= len(gone)
+            if budget == 0:
+                # It may have more to cut: again next step, after these.
+                cursor, after = (user, session), max(gone)
+                break
+    deleted = bounds.events - budget
+    return Step(events=deleted, rows=deleted, more=cursor is not None, cursor=cursor,
+                after_seq=after)

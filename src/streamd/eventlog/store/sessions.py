@@ -1,0 +1,338 @@
+"""Sessions: created, read with their events, listed, paged and deleted.
+
+A session row exists from its first append (or its creation) on, so a read
+can tell a session that was written from one that never was. A read of
+events is bounded three ways, each the same on every backend: after a seq,
+at or after a time, the newest ``recent`` of those; and, given ``max_bytes``,
+no more than fit in that many bytes on the wire with the session itself,
+then ``truncated`` with ``next_seq`` where to go on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Any
+
+from streamd.errors import INVALID_PARAMS, RpcError, invalid_params
+from streamd.eventlog import filters
+from streamd.eventlog.model import (
+    Session,
+    SessionKey,
+    SessionListResult,
+    SessionsResult,
+    SessionWithEvents,
+    StateDelta,
+    wire_size,
+)
+from streamd.eventlog.store import rows, rules
+from streamd.eventlog.store.sql import Args, Sql
+from streamd.eventlog.store.state import apply_delta, shared_state
+
+__all__ = [
+    "EventBounds",
+    "create_session",
+    "delete_session",
+    "get_session",
+    "get_sessions",
+    "list_sessions",
+    "list_sessions_page",
+    "page_query",
+]
+
+_SESSION = "app_name = ? AND user_id = ? AND session_id = ?"
+
+
+def create_session(
+    db: Sql,
+    app: str,
+    user: str,
+    session: str | None,
+    state: dict[str, Any] | None,
+    now_us: int,
+    app_state: dict[str, Any] | None = None,
+    user_state: dict[str, Any] | None = None,
+) -> Session:
+    """Create a session with its own state, merging ``app_state`` and
+    ``user_state`` into the state its app and user share, in one
+    transaction. The deltas are recorded at the newest seq (its counter
+    locked, so they take their place after every seq committed and state
+    merges never interleave), so a read as of that seq sees them."""
+    session_id = session if session is not None else uuid.uuid4().hex
+    try:
+        state_json = rows.json_text(state or {})
+        delta = StateDelta(app=app_state, user=user_state, session=state).normalized()
+        if delta is not None:
+            rows.json_text(delta)
+    except (TypeError, ValueError) as exc:
+        raise invalid_params(f"session state is not JSON: {exc}") from None
+    try:
+        with db.write():
+            at_seq = db.newest_seq(lock=True) if delta is not None else 0
+            db.run(
+                "INSERT INTO sessions (app_name, user_id, session_id, state, created_at,"
+                " updated_at, last_event_time) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (app, user, session_id, "{}", now_us, now_us, now_us),
+            )
+            if delta is not None:
+                apply_delta(db, app, user, session_id, delta, at_seq, now_us)
+    except db.duplicate_key:
+        raise RpcError(
+            INVALID_PARAMS,
+            f"session {session_id!r} already exists",
+            {"app": app, "user": user, "session": session_id, "reason": "session_exists"},
+        ) from None
+    except db.bad_value as exc:
+        raise invalid_params(f"session rejected by the database: {db.describe(exc)}") from None
+    # The session as it now reads back.
+    return rows.to_session((app, user, session_id, state_json, now_us, now_us, 0, now_us))
+
+
+@dataclass(frozen=True, slots=True)
+class EventBounds:
+    """Which of a session's events a read returns: after a seq, at or after a
+    time, the newest ``recent`` of those. Where the dialect pins reads to an
+    index, each is pinned to the one that answers it, so its cost follows
+    what it returns: ``events_by_session`` (equality on the session, a range
+    of seq) normally, and ``events_by_session_time`` (a range of time) with a
+    time bound. ``recent`` finds the window's first seq by walking that index
+    backwards ``recent`` entries, then reads forward from it."""
+
+    after_seq: int
+    recent: int | None
+    after_time_us: int | None
+    content: bool = True
+
+    def _where(
+        self, dialect: filters.Dialect, key: tuple[str, str, str], after_seq: int
+    ) -> tuple[str, str, tuple[Any, ...]]:
+        where = _SESSION + " AND seq > ?"
+        args: tuple[Any, ...] = (*key, after_seq)
+        if self.after_time_us is None:
+            return dialect.indexed("events", "events_by_session"), where, args
+        return (
+            dialect.indexed("events", "events_by_session_time"),
+            where + " AND event_time >= ?",
+            (*args, self.after_time_us),
+        )
+
+    def window(
+        self, dialect: filters.Dialect, key: tuple[str, str, str]
+    ) -> tuple[str, tuple[Any, ...]] | None:
+        """The query for the first seq of the ``recent`` window, if any."""
+        if self.recent is None:
+            return None
+        table, where, args = self._where(dialect, key, self.after_seq)
+        return (
+            f"SELECT seq FROM {table} WHERE {where} ORDER BY seq DESC LIMIT 1 OFFSET ?",
+            (*args, self.recent - 1),
+        )
+
+    def read(
+        self, dialect: filters.Dialect, key: tuple[str, str, str], after_seq: int
+    ) -> tuple[str, Args]:
+        """The events after ``after_seq``, oldest first (no LIMIT)."""
+        table, where, args = self._where(dialect, key, after_seq)
+        columns = rows.ENTRY_COLUMNS if self.content else rows.ENTRY_COLUMNS_WITHOUT_CONTENT
+        return f"SELECT {columns} FROM {table} WHERE {where} ORDER BY seq", args
+
+    def queries(
+        self, dialect: filters.Dialect, key: tuple[str, str, str], after_seq: int
+    ) -> list[tuple[str, Args]]:
+        """Every statement a read runs, in order (for query plans)."""
+        window = self.window(dialect, key)
+        return ([window] if window else []) + [self.read(dialect, key, after_seq)]
+
+
+def session_with_events(
+    db: Sql,
+    app: str,
+    user: str,
+    session: str,
+    bounds: EventBounds,
+    shape: rows.Shape,
+    max_bytes: int | None,
+    min_one: bool,
+    scoped_state: bool,
+) -> SessionWithEvents | None:
+    """One session and its events within ``bounds`` (None if never written),
+    inside the caller's snapshot; at most ``max_bytes`` on the wire in all."""
+    row = db.one(f"SELECT {rows.SESSION_COLUMNS} FROM sessions WHERE {_SESSION}",
+                 (app, user, session))
+    if row is None:
+        return None
+    base = rows.to_session(row)
+    app_state = user_state = None
+    if scoped_state:
+        app_state, user_state = shared_state(db, app, user)
+    budget = None
+    if max_bytes is not None:
+        budget = max_bytes - wire_size(base)
+        if scoped_state:
+            budget -= wire_size([app_state, user_state])
+    key = (app, user, session)
+    start = bounds.after_seq
+    events: list[Any] = []
+    last, more = None, False
+    if bounds.recent != 0:
+        window = bounds.window(db.dialect, key)
+        if window is not None:
+            # The window is the newest `recent` events; read it oldest first
+            # from its first seq, so a cut keeps seq order and the rest is
+            # what follows the last event returned.
+            first = db.one(*window)
+            if first is not None:
+                start = first[0] - 1
+        dialect = db.dialect
+        found = db.scan_events(lambda after: bounds.read(dialect, key, after), start)
+        with closing(found):
+            if budget is not None and budget <= 0 and not min_one:
+                more = next(found, None) is not None
+            else:
+                events, last, more = rows.take(found, bounds.recent, shape, budget, min_one)
+    return SessionWithEvents(
+        app=base.app,
+        user=base.user,
+        session=base.session,
+        state=base.state,
+        created_at=base.created_at,
+        updated_at=base.updated_at,
+        last_seq=base.last_seq,
+        last_event_time=base.last_event_time,
+        events=events,
+        truncated=more,
+        next_seq=(start if last is None else last) if more else None,
+        app_state=app_state,
+        user_state=user_state,
+    )
+
+
+def get_session(
+    db: Sql,
+    app: str,
+    user: str,
+    session: str,
+    bounds: EventBounds,
+    shape: rows.Shape,
+    max_bytes: int | None,
+    scoped_state: bool,
+) -> SessionWithEvents:
+    """The session and its events within ``bounds``, oldest first, from one
+    snapshot; ``scoped_state`` adds the app's and the user's state."""
+    rules.check_recent(bounds.recent)
+    with db.snapshot():
+        got = session_with_events(
+            db, app, user, session, bounds, shape, max_bytes, True, scoped_state
+        )
+    if got is None:
+        raise rules.not_found(app, user, session)
+    return got
+
+
+def get_sessions(
+    db: Sql,
+    app: str,
+    keys: Sequence[SessionKey],
+    recent: int | None,
+    after_time_us: int | None,
+    shape: rows.Shape,
+    max_bytes: int | None,
+    scoped_state: bool,
+) -> SessionsResult:
+    """Many sessions with their events, in one snapshot, in the order asked.
+
+    ``max_bytes`` is shared: each session gets what the ones before it
+    left. The first entry of the whole answer is always taken (a reader
+    gets past any entry); after that a session whose next entry does not
+    fit is ``truncated`` where it stands, with no events if need be, and
+    ``next_seq`` says where to continue it."""
+    rules.check_recent(recent)
+    found: list[SessionWithEvents] = []
+    missing: list[SessionKey] = []
+    left = max_bytes
+    taken_any = False
+    with db.snapshot():
+        for key in keys:
+            bounds = EventBounds(key.after_seq, recent, after_time_us)
+            got = session_with_events(
+                db, app, key.user, key.session, bounds, shape, left, not taken_any, scoped_state
+            )
+            if got is None:
+                missing.append(key)
+                continue
+            found.append(got)
+            taken_any = taken_any or bool(got.events)
+            if left is not None:
+                left -= wire_size(got) + 1
+    return SessionsResult(sessions=found, missing=missing)
+
+
+def list_sessions(db: Sql, app: str, user: str | None) -> list[Session]:
+    """Every session of the app (of one user), in ``(user, session)`` order,
+    without events; unbounded, for people and tools. Clients page with
+    :func:`list_sessions_page`."""
+    sql = f"SELECT {rows.SESSION_COLUMNS} FROM sessions WHERE app_name = ?"
+    args: tuple[Any, ...] = (app,)
+    if user is not None:
+        sql += " AND user_id = ?"
+        args += (user,)
+    return [rows.to_session(r) for r in db.rows(sql + " ORDER BY user_id, session_id", args)]
+
+
+def page_query(
+    dialect: filters.Dialect, app: str, user: str | None, limit: int, after: SessionKey | None
+) -> tuple[str, tuple[Any, ...]]:
+    """The SELECT of one page of sessions: one range of their primary key."""
+    clauses: list[filters.Clause] = [("app_name = ?", (app,))]
+    if user is not None:
+        clauses.append(("user_id = ?", (user,)))
+        # Within one user the cursor is a range of session ids (SQLite does
+        # not narrow an index range by a row value after an equality).
+        if after is not None and after.user == user:
+            clauses.append(("session_id > ?", (after.session,)))
+        elif after is not None and after.user > user:
+            clauses.append((dialect.false, ()))
+    elif after is not None:
+        # A row value: the primary key's order, so the page is a range of it.
+        clauses.append(("(user_id, session_id) > (?, ?)", (after.user, after.session)))
+    where, args = filters.render(clauses)
+    return (
+        f"SELECT {rows.SESSION_COLUMNS} FROM sessions WHERE {where}"
+        " ORDER BY user_id, session_id LIMIT ?",
+        (*args, limit + 1),
+    )
+
+
+def list_sessions_page(
+    db: Sql, app: str, user: str | None, limit: int, after: SessionKey | None, scoped_state: bool
+) -> SessionListResult:
+    """One page of sessions after the cursor, read as one range of the
+    sessions' primary key; ``next`` is null on the last page."""
+    rules.check_limit(limit)
+    sql, args = page_query(db.dialect, app, user, limit, after)
+    with db.snapshot():
+        page = [rows.to_session(r) for r in db.rows(sql, args)]
+        more = len(page) > limit
+        page = page[:limit]
+        app_state = user_states = None
+        if scoped_state:
+            app_state, _ = shared_state(db, app, None)
+            user_states = {}
+            for u in dict.fromkeys(s.user for s in page):
+                user_states[u] = shared_state(db, app, u)[1] or {}
+    last = page[-1] if more else None
+    return SessionListResult(
+        sessions=page,
+        next=SessionKey(user=last.user, session=last.session) if last else None,
+        app_state=app_state,
+        user_states=user_states,
+    )
+
+
+def delete_session(db: Sql, app: str, user: str, session: str) -> None:
+    # Idempotent; the foreign key cascades to the session's events so no
+    # orphan row can later fail a replay.
+    with db.write(single=True):
+        db.run(f"DELETE FROM sessions WHERE {_SESSION}", (app, user, session))

@@ -1,0 +1,120 @@
+"""The connection as the storage rules use it: statements in, rows out.
+
+The rules (:mod:`.sessions`, :mod:`.state`, :mod:`.leases`, :mod:`.boots`,
+:mod:`.retention`, :mod:`.reads`) are written once, against :class:`Sql`, and
+each backend gives them one: APSW's or psycopg's connection behind the same
+few calls. What the protocol asks for is what truly differs between the
+databases and nothing more:
+
+* **Statements are written with ``?``.** SQLite takes them as they are; the
+  PostgreSQL connection turns each into ``%s`` (once per statement text, then
+  from a cache), so a rule is one string for both. The rules never use ``?``
+  or ``%`` for anything else.
+* **Spellings** that differ go through :attr:`Sql.dialect`
+  (:class:`~streamd.eventlog.filters.Dialect`: a false condition, ``max`` or
+  ``greatest``, row locks, index hints, a suffix test).
+* **Transactions.** :meth:`Sql.write` is one write transaction (SQLite's
+  ``BEGIN IMMEDIATE``, PostgreSQL's ``BEGIN``); ``single=True`` says the block
+  is one statement, which PostgreSQL runs as its own transaction in autocommit
+  (one round trip instead of three). :meth:`Sql.snapshot` is a read
+  transaction in which several statements see one state of the log.
+* **The log's clock and counter.** :meth:`Sql.newest_seq` is the newest seq
+  ever given (SQLite's ``sqlite_sequence``, PostgreSQL's ``seq_counter``,
+  locked when asked so that state merges never interleave);
+  :meth:`Sql.lease_now` is the time leases are judged by (the caller's
+  ``now_us``, or PostgreSQL's own clock).
+* **Which driver errors mean what.** :attr:`Sql.duplicate_key` (a unique key
+  refused the row) and :attr:`Sql.bad_value` (the database refused a value),
+  :meth:`Sql.describe` for a message without secrets.
+
+Values only: no Trio, no driver import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from streamd.eventlog.filters import Dialect
+from streamd.eventlog.model import Filter
+
+__all__ = ["MAX_SEQ", "Args", "Row", "Sql"]
+
+Row = tuple[Any, ...]
+Args = Sequence[Any]
+MAX_SEQ = 2**63 - 1
+"""Larger than any seq: "keep nothing back"."""
+
+
+class Sql(Protocol):
+    """One connection of one backend, as the storage rules use it."""
+
+    @property
+    def dialect(self) -> Dialect:
+        """How this database spells what differs (its ``param`` is ``?``)."""
+        ...
+
+    @property
+    def duplicate_key(self) -> tuple[type[BaseException], ...]:
+        """The driver errors of a row refused by a unique key."""
+        ...
+
+    @property
+    def bad_value(self) -> tuple[type[BaseException], ...]:
+        """The driver errors of a value the database refused (a check, a type)."""
+        ...
+
+    def rows(self, sql: str, args: Args = ()) -> list[Row]:
+        """Every row of one statement."""
+        ...
+
+    def one(self, sql: str, args: Args = ()) -> Row | None:
+        """The first row of one statement, or None."""
+        ...
+
+    def run(self, sql: str, args: Args = ()) -> int:
+        """Run one statement; the rows it changed."""
+        ...
+
+    def scan(self, sql: str, args: Args = ()) -> Generator[Row, None, None]:
+        """The rows of one statement, read as the consumer takes them; closing
+        the iterator stops the read (rows past a byte budget are never
+        fetched where the driver allows)."""
+        ...
+
+    def scan_events(
+        self, select: Callable[[int], tuple[str, Args]], after: int
+    ) -> Generator[Row, None, None]:
+        """The rows of ``select(after)`` (events after a seq, seq first, in
+        seq order, no LIMIT), read lazily; a driver that fetches a whole
+        result at once reads pages instead, each ``select(last seq read)``."""
+        ...
+
+    def events_source(self, flt: Filter | None, from_seq: int | None) -> str:
+        """The FROM of a filtered read of events: after ``from_seq`` in seq
+        order, or (None) from the newest back. SQLite names the index that
+        answers it (its planner guesses without statistics); PostgreSQL's
+        planner has them, so there it is ``events``."""
+        ...
+
+    def write(self, single: bool = False) -> AbstractContextManager[object]:
+        """One write transaction; ``single``: the block is one statement."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        """One read transaction: its statements see one state of the log."""
+        ...
+
+    def newest_seq(self, lock: bool = False) -> int:
+        """The newest seq ever given (deleted events still count); ``lock``:
+        inside a write, also keep other writers from giving one until it ends."""
+        ...
+
+    def lease_now(self, now_us: int) -> tuple[str, tuple[Any, ...]]:
+        """The lease clock as an SQL expression and its arguments."""
+        ...
+
+    def describe(self, exc: BaseException) -> str:
+        """A driver error in words, without secrets."""
+        ...

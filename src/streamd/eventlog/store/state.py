@@ -1,0 +1,151 @@
+"""State: the app's, the user's and the session's, current and as of a seq.
+
+Each scope keeps its current state in a row (``app_states``, ``user_states``,
+``sessions.state``) and its history as deltas in ``state_deltas``, each at the
+seq of the write that made it; a read "as of a seq" folds the deltas up to it.
+A delta is recorded and merged in the caller's transaction, with the event
+that carries it: the state never says what the log does not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamd.errors import invalid_params
+from streamd.eventlog.model import StateDelta, StateSnapshot
+from streamd.eventlog.store import rows, rules
+from streamd.eventlog.store.sql import Sql
+
+__all__ = ["apply_delta", "fold", "get_state", "session_exists", "shared_state"]
+
+_SESSION = "app_name = ? AND user_id = ? AND session_id = ?"
+
+
+def session_exists(db: Sql, app: str, user: str, session: str) -> bool:
+    return db.one(f"SELECT 1 FROM sessions WHERE {_SESSION}", (app, user, session)) is not None
+
+
+def shared_state(
+    db: Sql, app: str, user: str | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The app's current state, and the user's when ``user`` is given."""
+    found = db.one("SELECT state FROM app_states WHERE app_name = ?", (app,))
+    app_state = rows.state_or_empty(found[0] if found else None, f"app {app!r}")
+    if user is None:
+        return app_state, None
+    found = db.one("SELECT state FROM user_states WHERE app_name = ? AND user_id = ?", (app, user))
+    return app_state, rows.state_or_empty(found[0] if found else None, f"user {user!r}")
+
+
+def fold(db: Sql, scope: str, app: str, user: str, session: str, as_of_seq: int) -> dict[str, Any]:
+    """One scope's state as of a seq: its deltas up to that seq, in the order
+    they were written (``state_deltas_by_key`` holds them in that order)."""
+    state: dict[str, Any] = {}
+    for (text,) in db.rows(
+        "SELECT delta FROM state_deltas"
+        " WHERE scope = ? AND app_name = ? AND user_id = ? AND session_id = ? AND seq <= ?"
+        " ORDER BY seq, rev",
+        (scope, app, user, session, as_of_seq),
+    ):
+        state.update(rows.state_or_empty(text, f"{scope} delta"))
+    return state
+
+
+def get_state(
+    db: Sql, app: str, user: str | None, session: str | None, as_of_seq: int | None
+) -> StateSnapshot:
+    """The state of the app (and of the user, and the session, when named),
+    current or as of a seq, in one snapshot. A session never written is
+    ``session_not_found``; a session as of a seq before its creation has
+    ``{}``."""
+    if session is not None and user is None:
+        raise invalid_params("state.get of a session needs its user")
+    with db.snapshot():
+        if session is not None and not session_exists(db, app, user or "", session):
+            raise rules.not_found(app, user or "", session)
+        newest = db.newest_seq()
+        if as_of_seq is None or as_of_seq >= newest:
+            app_state, user_state = shared_state(db, app, user)
+            session_state = None
+            if session is not None:
+                found = db.one(f"SELECT state FROM sessions WHERE {_SESSION}", (app, user, session))
+                assert found is not None  # the session exists: checked above
+                session_state = rows.state_or_empty(found[0], f"session {session!r}")
+            return StateSnapshot(
+                seq=newest if as_of_seq is None else as_of_seq,
+                app=app_state,
+                user=user_state,
+                session=session_state,
+            )
+        return StateSnapshot(
+            seq=as_of_seq,
+            app=fold(db, "app", app, "", "", as_of_seq),
+            user=None if user is None else fold(db, "user", app, user, "", as_of_seq),
+            session=(
+                None
+                if session is None
+                else fold(db, "session", app, user or "", session, as_of_seq)
+            ),
+        )
+
+
+def apply_delta(
+    db: Sql, app: str, user: str, session: str, delta: StateDelta, at_seq: int, now_us: int
+) -> None:
+    """Record each scope's delta at ``at_seq`` and fold it into that scope's
+    current state; the caller's transaction holds both, and the event (and,
+    where writers run side by side, the counter's lock, so no other writer
+    merges into the same state meanwhile)."""
+    if delta.app:
+        _merge(db, "app_states", ("app_name",), (app,), f"app {app!r}", delta.app, now_us)
+        _record(db, "app", app, "", "", at_seq, delta.app)
+    if delta.user:
+        _merge(
+            db, "user_states", ("app_name", "user_id"), (app, user), f"user {user!r}",
+            delta.user, now_us,
+        )
+        _record(db, "user", app, user, "", at_seq, delta.user)
+    if delta.session:
+        found = db.one(f"SELECT state FROM sessions WHERE {_SESSION}", (app, user, session))
+        assert found is not None  # the caller wrote the session row
+        state = rules.parsed_for_merge(found[0], f"session {session!r}")
+        state.update(delta.session)
+        db.run(
+            f"UPDATE sessions SET state = ? WHERE {_SESSION}",
+            (rows.json_text(state), app, user, session),
+        )
+        _record(db, "session", app, user, session, at_seq, delta.session)
+
+
+def _merge(
+    db: Sql,
+    table: str,
+    columns: tuple[str, ...],
+    key: tuple[str, ...],
+    what: str,
+    delta: dict[str, Any],
+    now_us: int,
+) -> None:
+    where = " AND ".join(f"{c} = ?" for c in columns)
+    found = db.one(f"SELECT state FROM {table} WHERE {where}", key)
+    state = rules.parsed_for_merge(found[0], what) if found else {}
+    state.update(delta)
+    text = rows.json_text(state)
+    if found:
+        db.run(f"UPDATE {table} SET state = ?, updated_at = ? WHERE {where}", (text, now_us, *key))
+    else:
+        marks = ", ".join("?" * (len(key) + 2))
+        db.run(
+            f"INSERT INTO {table} ({', '.join(columns)}, state, updated_at) VALUES ({marks})",
+            (*key, text, now_us),
+        )
+
+
+def _record(
+    db: Sql, scope: str, app: str, user: str, session: str, at_seq: int, delta: dict[str, Any]
+) -> None:
+    db.run(
+        "INSERT INTO state_deltas (scope, app_name, user_id, session_id, seq, delta)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (scope, app, user, session, at_seq, rows.json_text(delta)),
+    )
