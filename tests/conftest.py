@@ -231,6 +231,20 @@ def postgres_db(postgres_cluster):
     postgres_cluster.drop_database(conninfo)
 
 
+_POSTGRES_FIXTURES = frozenset({"postgres_cluster", "postgres_conninfo", "postgres_db"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A test needs PostgreSQL when it asks for the cluster, directly or through
+    # a fixture, or runs as the postgres case of a per-backend fixture (fx):
+    # marking it here, from what it asks for, cannot miss a new test.
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        backend_ids = set(callspec.id.split("-")) if callspec is not None else set()
+        if _POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())) or "postgres" in backend_ids:
+            item.add_marker(pytest.mark.postgres)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     for message in _POSTGRES_SKIPPED:
         terminalreporter.write_line(message, red=True, bold=True)

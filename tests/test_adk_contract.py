@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
+
 pytest.importorskip("google.adk")
 
 ROOT = Path(__file__).resolve().parents[1]

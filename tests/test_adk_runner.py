@@ -28,6 +28,8 @@ from resident_support import World, make_world, point_clients_at
 from streamd.adk import StreamdSessionService
 from streamd.client import AsyncClient
 
+pytestmark = pytest.mark.subprocess
+
 
 class Scripted(BaseLlm):
     """A model that answers from a script and keeps what it was asked."""

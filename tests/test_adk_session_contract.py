@@ -28,6 +28,8 @@ from test_adk_session_service import Service, event, run
 
 from streamd.adk import EventConflictError, StreamdSessionService
 
+pytestmark = pytest.mark.subprocess
+
 MODES = pytest.mark.parametrize("write_behind", [False, True], ids=["durable", "write-behind"])
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.subprocess
+
 adk = pytest.importorskip("google.adk")
 
 from google.adk.errors import StaleSessionError  # noqa: E402

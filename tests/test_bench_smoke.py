@@ -12,7 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import streamd
+
+pytestmark = pytest.mark.subprocess
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "run_bench.py"
 

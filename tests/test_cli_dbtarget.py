@@ -27,6 +27,8 @@ from resident_support import World, make_world, wait_for
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import DbTargetError, EventLog
 
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 S = "s3cr3tPW"
 SERVED = ("a postgresql:// URL, a postgres:// URL, a libpq connection string, or a file path"

@@ -17,6 +17,8 @@ from resident_support import World, make_world
 
 from streamd.cli.terminal import waiting_line
 
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 
 

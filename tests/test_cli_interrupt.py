@@ -17,6 +17,8 @@ import pytest
 from streamd.cli import commands as cli
 from streamd.cli import main
 
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 
 

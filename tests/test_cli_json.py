@@ -15,6 +15,8 @@ import pytest
 
 from streamd.cli import main
 
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 AT = ["--app", "a", "--user", "u", "--session", "s"]
 

@@ -13,7 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from streamd.cli import commands as cli
+
+pytestmark = pytest.mark.subprocess
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

@@ -20,6 +20,8 @@ from test_conformance_replayer import (  # noqa: F401 (fixtures are used by name
 
 from streamd import conformance as c
 
+pytestmark = pytest.mark.subprocess
+
 # --------------------------------------------------------------------------
 # Pointers and masking
 # --------------------------------------------------------------------------

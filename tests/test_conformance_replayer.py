@@ -19,6 +19,8 @@ import trio
 
 from streamd import conformance as c
 
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_SUITE = REPO.parent / "shared" / "recall-conformance" / "stream"
 

@@ -25,6 +25,8 @@ import pytest
 
 from streamd import conformance
 
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 RECALL_SUITE = REPO / "conformance" / "stream"
 STREAMD_SUITE = REPO / "conformance" / "stream-streamd"

@@ -25,6 +25,8 @@ import pytest
 from streamd.eventlog.model import AppendParams, Event, StateDelta, checked
 from streamd.eventlog.sqlite import SqliteStore
 
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 NOW_US = 1_700_000_000_000_000
 

@@ -16,6 +16,8 @@ from streamd.eventlog.cli import main
 from streamd.eventlog.model import AppendParams, Event
 from streamd.eventlog.sqlite import SqliteStore
 
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

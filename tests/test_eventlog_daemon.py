@@ -31,6 +31,8 @@ from streamd.daemon import Config, Daemon
 from streamd.errors import RpcError, is_closed
 from streamd.eventlog.sqlite import SqliteStore
 
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 EVENTLOG_SUITE = REPO / "conformance" / "eventlog"
 EVENTLOG_CASES = 25

@@ -23,6 +23,8 @@ from streamd.eventlog import dbtarget
 from streamd.eventlog.dbtarget import DbTargetError, classify
 from streamd.eventlog.postgres import conninfo
 
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 S = "s3cr3tPW"  # every secret below holds these bytes, so one check finds any part
 

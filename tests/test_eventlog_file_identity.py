@@ -33,6 +33,8 @@ from streamd.eventlog.model import Event
 from streamd.eventlog.sqlite import SqliteStore
 from streamd.eventlog.sqlite.file_identity import FAULT_REASON
 
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 STOPPED = "EVENT LOG STOPPED"
 

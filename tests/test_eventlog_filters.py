@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from streamd.eventlog import filters
 from streamd.eventlog.model import Filter, SessionTree
 
+pytestmark = pytest.mark.slow
+
 
 def _table(rows: list[tuple[str, str, str, str, str]]) -> apsw.Connection:
     db = apsw.Connection(":memory:")

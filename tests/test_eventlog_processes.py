@@ -15,10 +15,13 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 import trio
 
 from streamd.eventlog import EventLog
 from streamd.eventlog.sqlite import SqliteStore
+
+pytestmark = pytest.mark.subprocess
 
 CHILD = textwrap.dedent(
     """

@@ -26,6 +26,8 @@ from streamd.eventlog import EventLog
 from streamd.eventlog.service import eventlog_methods
 from streamd.rpc import Method, MethodTable, Server
 
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 # Long enough that anything a watcher sees inside the test's bound came from
 # the in-process wake-up, never from the data_version poll.

@@ -26,6 +26,8 @@ from streamd.recall.index import build, native, streamfile
 from streamd.recall.index.index import Index
 from streamd.recall.index.streamfile import Cursor
 
+pytestmark = pytest.mark.slow
+
 _native = native._native
 needs_native = pytest.mark.skipif(_native is None, reason="streamd._native is not built")
 BENCH = Path(__file__).resolve().parent.parent / "bench"

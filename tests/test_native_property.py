@@ -31,7 +31,10 @@ from streamd.recall.index.streamfile import Cursor
 from streamd.recall.tokenize import fold, tokenize
 
 _native = native._native
-pytestmark = pytest.mark.skipif(_native is None, reason="streamd._native is not built")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(_native is None, reason="streamd._native is not built"),
+]
 
 EXAMPLES = int(os.environ.get("STREAMD_NATIVE_EXAMPLES", "150"))
 BUILT_AT = 1_800_000_000_123_456_789

@@ -25,6 +25,8 @@ from streamd.recall.index.parallel import drive
 from streamd.recall.persist import atomic
 from streamd.recall.persist import manifest as durable
 
+pytestmark = pytest.mark.subprocess
+
 WORDS = ["amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor"]
 
 

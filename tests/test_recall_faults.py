@@ -24,6 +24,8 @@ from recall_proc import Proc, req, spawn
 
 from streamd.recall.index import parallel
 
+pytestmark = pytest.mark.subprocess
+
 FAR = "2999-01-01T00:00:00Z"
 # Generous for a process start plus a few answers on a loaded 2-core machine;
 # a frozen daemon never answers at all.

@@ -26,6 +26,8 @@ from streamd.recall import oneshot
 from streamd.recall.index import build, native, parallel
 from streamd.recall.persist.lock import WorkdirLock
 
+pytestmark = pytest.mark.slow
+
 
 def in_seconds(s: float) -> str:
     """An RFC 3339 deadline ``s`` seconds from now, on the wall clock."""

@@ -19,6 +19,8 @@ from recall_proc import Proc, req, spawn
 
 from streamd import conformance
 
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_SUITE = REPO.parent / "shared" / "recall-conformance" / "stream"
 FAR = "2999-01-01T00:00:00Z"

@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 
 from streamd.recall.tokenize import tokenize
 
+pytestmark = pytest.mark.slow
+
 WORDS = ["cat", "cats", "box", "boxes", "city", "cities", "bus", "buses", "lens", "len",
          "news", "new", "alpha", "beta", "td-1", "v1/a1", "church", "churches"]
 QUERY_WORDS = [*WORDS, "a1", "A1", "v2/a2", "V1/A1", "corr-1", "zzz", "TD-1", "Cat", "CITY"]

@@ -27,6 +27,8 @@ from resident_support import (
 
 import streamd
 
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture
 def world():

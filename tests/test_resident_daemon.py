@@ -20,6 +20,8 @@ from resident_support import FAR_DEADLINE, World, make_world, req, wait_for
 
 import streamd
 
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture
 def world():

@@ -17,6 +17,8 @@ import time
 import pytest
 from resident_support import Attached, World, make_world, req
 
+pytestmark = pytest.mark.subprocess
+
 RECORDS = 500_000  # ~100 MB: about 7 s of build on the plain path on this 2-core machine
 
 

@@ -14,6 +14,8 @@ import sys
 import pytest
 from resident_support import World, make_world
 
+pytestmark = pytest.mark.subprocess
+
 REPORT = """
 import runpy, sys
 sys.argv = ["streamd", *sys.argv[1:]]

@@ -22,6 +22,8 @@ from streamd.errors import RpcError
 from streamd.eventlog.model import Event
 from streamd.resident import launch
 
+pytestmark = pytest.mark.subprocess
+
 APPEND = {"app": "app", "user": "u", "session": "s",
           "event": {"id": "e1", "author": "agent", "content": "hello"}}
 

@@ -29,6 +29,8 @@ from resident_support import Attached, World, make_world, pid_alive, point_clien
 from streamd.client import Client
 from streamd.errors import RpcError
 
+pytestmark = pytest.mark.subprocess
+
 SYS_CONNECT = 42  # x86_64
 
 

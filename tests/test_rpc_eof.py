@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from test_recall_rpc import Peer, error, initialized, req, search, world  # noqa: F401
@@ -29,6 +30,8 @@ from streamd.rpc import Method, MethodTable, Server
 from streamd.rpc.methods import Connection
 from streamd.rpc.outbox import Outbox
 from streamd.rpc.server import EOF_GRACE
+
+pytestmark = pytest.mark.subprocess
 
 REPO = Path(__file__).resolve().parents[1]
 

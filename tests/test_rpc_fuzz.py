@@ -29,6 +29,7 @@ import sys
 from typing import Any
 
 import msgspec
+import pytest
 import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
@@ -38,6 +39,8 @@ from streamd.daemon import Daemon
 from streamd.rpc import Connection, Server
 from streamd.rpc.framing import nests_deeper_than
 from streamd.rpc.protocol import SHUTDOWN_METHOD
+
+pytestmark = pytest.mark.slow
 
 EXAMPLES = int(os.environ.get("STREAMD_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(

@@ -37,6 +37,8 @@ from test_rpc_hostile import (
 
 from streamd.daemon import Config, Daemon, serve_socket
 
+pytestmark = pytest.mark.subprocess
+
 # --- the real process on pipes ------------------------------------------------------------
 
 
