@@ -6,7 +6,11 @@ The layers stack bottom-up:
   requests and their typed answers, watches and their byte budget, leases and
   their loss, the end of a connection; bytes in, events out, no I/O.
 * :mod:`~streamd.client.calls` - each ``eventlog/*`` method as a typed call
-  (params Struct in, result type known), bound as a method by every client.
+  (params Struct in, result type known), and the one method table
+  (``EventLogMethods``) every client inherits.
+* :mod:`~streamd.client.awaitable` - the async shell: what the asyncio and
+  Trio clients share (answers to waiters, watches, abandoning, leases), each
+  supplying only its I/O adapter.
 * :mod:`~streamd.client.transport` - where the bytes go: the resident daemon's
   socket (started when none runs, by :mod:`streamd.resident.attach`), a
   ``streamd serve --socket``, or a ``streamd`` spawned on stdio.

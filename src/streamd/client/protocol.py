@@ -3,7 +3,8 @@
 A :class:`ClientProtocol` is one connection's JSON-RPC state as a client sees it:
 which requests are in flight and what each answer decodes to, the watches and the
 entries they have buffered, and how each frame that arrives is classified. The
-transports (:mod:`.sync`, :mod:`.aio`, :mod:`.trio`) move bytes and wake
+clients (:mod:`.sync`, and :mod:`.asyncio_client` and :mod:`.trio_client`
+on the shell of :mod:`.awaitable`) move bytes and wake
 waiters; every rule lives here, tested without an event loop
 (``tests/test_client_protocol.py``). Its rules:
 
