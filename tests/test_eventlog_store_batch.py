@@ -1,5 +1,5 @@
 """The SQLite store's group commit skips a session's upsert after the first
-append of the batch that made it (``_append_one``): the batch must leave every
+append of the batch that made it (``sqlite.batch.append_one``): the batch must leave every
 session exactly as appending one by one would, refused items included."""
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ Rules kept here, beyond the SQLite store's
 * **A batch costs a handful of statements, not a handful per event.** The
   duplicate check is one ``event_id = ANY(...)`` query; the numbering, the
   duplicate and conflict decisions, ``expected_seq`` and the groups' all-or-none
-  are decided in Python (:class:`_Plan`); sessions and events are then written
-  with one ``unnest`` insert each, and the counter with its ``pg_notify`` with
-  one more. Should the database still refuse something (a value no check here
+  are decided in Python (:mod:`~streamd.eventlog.postgres.plan`); sessions and
+  events are then written with one ``unnest`` insert each, and the counter with
+  its ``pg_notify`` with one more. Should the database still refuse something (a value no check here
   foresaw), the transaction is rolled back and the batch is written again one
   event per savepoint, so that one event fails alone, as on SQLite.
 * **One notification per committed batch** on the schema's channel
@@ -68,14 +68,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
 from psycopg import sql as pgsql
 
-from streamd.errors import EVENT_CONFLICT, SOURCE_UNAVAILABLE, RpcError, invalid_params
-from streamd.eventlog.model import AppendParams, AppendResult, StateDelta
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
+from streamd.eventlog.model import AppendParams, AppendResult
+from streamd.eventlog.postgres import errors as pg_errors
 from streamd.eventlog.postgres.connection import (
     PostgresOptions,
     connect,
@@ -87,6 +87,7 @@ from streamd.eventlog.postgres.connection import (
     scrub,
     target_of,
 )
+from streamd.eventlog.postgres.plan import Plan, Planned, in_group
 from streamd.eventlog.postgres.schema import NOTIFY_CHANNEL, SCHEMA_VERSION, notify_channel
 from streamd.eventlog.postgres.sql import DB_NOW_US, PgSql
 from streamd.eventlog.store import rows, rules
@@ -135,107 +136,6 @@ def _translated(
     return wrapper
 
 
-# --- the plan of one batch -----------------------------------------------------------
-
-
-@dataclass
-class _Planned:
-    """One event the batch will insert, in :data:`rows.ENTRY_COLUMNS` order plus
-    its digest, and its state delta."""
-
-    row: tuple[Any, ...]
-    digest: bytes
-    delta: StateDelta | None
-
-
-_MISSING = object()
-
-
-@dataclass
-class _Plan:
-    """A batch decided in Python before anything is written: which events are
-    new and their seqs, which are duplicates or conflicts, what ``expected_seq``
-    says. ``mark``/``undo`` roll a refused group (or, in the one-by-one path, a
-    refused event) back out of the plan, as a savepoint would."""
-
-    last_seq: int
-    known: dict[str, tuple[int, bytes]]
-    """event id -> (seq, digest), stored or planned in this batch."""
-    session_seq: dict[tuple[str, str, str], int | None]
-    """sessions.last_seq of the sessions ``expected_seq`` asks about (None: no
-    such session), moved along by the planned events."""
-    events: list[_Planned] = field(default_factory=list)
-    _undo: list[tuple[dict[Any, Any], Any, Any]] = field(default_factory=list)
-
-    def mark(self) -> tuple[int, int, int]:
-        return self.last_seq, len(self.events), len(self._undo)
-
-    def undo(self, mark: tuple[int, int, int]) -> None:
-        self.last_seq, n_events, n_undo = mark
-        del self.events[n_events:]
-        while len(self._undo) > n_undo:
-            d, key, old = self._undo.pop()
-            if old is _MISSING:
-                d.pop(key, None)
-            else:
-                d[key] = old
-
-    def _set(self, d: dict[Any, Any], key: Any, value: Any) -> None:
-        self._undo.append((d, key, d.get(key, _MISSING)))
-        d[key] = value
-
-    def add(self, item: rows.Prepared) -> AppendResult:
-        p, ev = item.params, item.params.event
-        seen = self.known.get(ev.id)
-        if seen is not None:
-            seq, digest = seen
-            if digest == item.digest:
-                return AppendResult(seq=seq, duplicate=True)
-            raise RpcError(
-                EVENT_CONFLICT,
-                f"event {ev.id!r} was already appended with different content (seq {seq})",
-                {"event_id": ev.id, "seq": seq},
-            )
-        _refuse_nul(item)
-        key = (p.app, p.user, p.session)
-        if p.expected_seq is not None:
-            found = self.session_seq.get(key)
-            if found is None:
-                raise rules.not_found(*key)
-            if found != p.expected_seq:
-                raise rules.stale(p.session, p.expected_seq, found)
-        self.last_seq += 1
-        seq = self.last_seq
-        self._set(self.known, ev.id, (seq, item.digest))
-        if key in self.session_seq:
-            self._set(self.session_seq, key, seq)
-        self.events.append(
-            _Planned(
-                (seq, p.app, p.user, p.session, ev.id, ev.invocation_id, ev.author, ev.branch,
-                 item.event_time, item.content, item.metadata, item.state_delta_text),
-                item.digest,
-                item.state_delta,
-            )
-        )
-        return AppendResult(seq=seq, duplicate=False)
-
-
-def _refuse_nul(item: rows.Prepared) -> None:
-    """PostgreSQL text cannot hold U+0000 (SQLite's can): refused as the
-    database would refuse it, before anything is sent. JSON texts escape it."""
-    p, ev = item.params, item.params.event
-    for name, value in (
-        ("app", p.app), ("user", p.user), ("session", p.session), ("event.id", ev.id),
-        ("event.author", ev.author), ("event.branch", ev.branch),
-        ("event.invocation_id", ev.invocation_id),
-    ):
-        if "\x00" in value:
-            raise invalid_params(
-                f"event rejected by the database: {name} contains U+0000, which PostgreSQL"
-                " text cannot store"
-            )
-
-
 _REFUSALS = (RpcError, psycopg.DataError, psycopg.IntegrityError, UnicodeEncodeError)
 """What the database (or a state merge) may still refuse of one event."""
 
@@ -243,9 +143,6 @@ _REFUSALS = (RpcError, psycopg.DataError, psycopg.IntegrityError, UnicodeEncodeE
 class _Rewrite(Exception):
     """The bulk write was refused by the database (or by a state merge) for one
     event: write the batch again one event per savepoint."""
-
-
-# --- the store -----------------------------------------------------------------------
 
 
 class PostgresStore(SqlOperations):
@@ -442,14 +339,7 @@ class PostgresStore(SqlOperations):
             # Cut by sever(): the server stopped answering with this call in
             # flight. Not "closed" even when closing: that would say "not written".
             self._drop()
-            return RpcError(
-                SOURCE_UNAVAILABLE,
-                f"the event log's {self._where} did not answer (not even a request to"
-                " cancel), so its connection was cut. A write in flight may or may not"
-                " have committed; retrying an append with the same event id is safe (it"
-                " answers duplicate if it had)",
-                {"postgres_error": "unresponsive"},
-            )
+            return pg_errors.unresponsive(self._where)
         detail = self._scrub(exc)
         conn = self._conn
         if (
@@ -461,26 +351,12 @@ class PostgresStore(SqlOperations):
             # (a TCP timeout while closing, say) may have committed, and
             # "closed" would tell the caller it was not written.
             self._drop()
-            return RpcError(
-                SOURCE_UNAVAILABLE,
-                f"lost the connection to the event log's {self._where}: {detail}. A write in"
-                " flight may or may not have committed; retrying an append with the same"
-                " event id is safe (it answers duplicate if it had)",
-                {"postgres_error": state},
-            )
+            return pg_errors.connection_lost(self._where, detail, state)
         if self._aborted or self._closed:
             return closed_error()
         if connecting:
-            return RpcError(
-                SOURCE_UNAVAILABLE,
-                f"cannot connect to the event log's {self._where}: {detail}",
-                {"postgres_error": state},
-            )
-        return RpcError(
-            SOURCE_UNAVAILABLE,
-            f"event log database error: {detail}",
-            {"postgres_error": state},
-        )
+            return pg_errors.cannot_connect(self._where, detail, state)
+        return pg_errors.database_error(detail, state)
 
     # -- appends --
 
@@ -520,7 +396,7 @@ class PostgresStore(SqlOperations):
             row = db.execute("SELECT seq FROM seq_counter FOR UPDATE").fetchone()
             assert row is not None
             before = row[0]
-            plan = _Plan(before, *self._known(db, prepared))
+            plan = Plan(before, *self._known(db, prepared))
             for item in prepared:
                 if isinstance(item, RpcError):
                     out.append(item)
@@ -529,7 +405,7 @@ class PostgresStore(SqlOperations):
                 try:
                     if isinstance(item, list):
                         result: AppendResult | list[AppendResult] = [
-                            _in_group(plan, one, i) for i, one in enumerate(item)
+                            in_group(plan, one, i) for i, one in enumerate(item)
                         ]
                     else:
                         result = plan.add(item)
@@ -599,7 +475,7 @@ class PostgresStore(SqlOperations):
         return known, session_seq
 
     def _write_alone(
-        self, db: psycopg.Connection[Any], events: list[_Planned], now_us: int, group: bool
+        self, db: psycopg.Connection[Any], events: list[Planned], now_us: int, group: bool
     ) -> None:
         """Write one item's events in a savepoint, each in one of its own, so
         the database's refusal fails that item alone and names the event."""
@@ -614,7 +490,7 @@ class PostgresStore(SqlOperations):
                     )
                     raise rules.refused_in_group(error, i) if group else error from None
 
-    def _write(self, db: psycopg.Connection[Any], events: list[_Planned], now_us: int) -> None:
+    def _write(self, db: psycopg.Connection[Any], events: list[Planned], now_us: int) -> None:
         """Insert the planned events with their sessions, then fold their state
         deltas in seq order; inside the caller's transaction."""
         if not events:
@@ -720,14 +596,3 @@ class PostgresStore(SqlOperations):
         """2 (FULL) when commits wait for the server's disk, 1 (NORMAL) when not."""
         row = self._db.execute("SHOW synchronous_commit").fetchone()
         return 1 if row is not None and row[0] == "off" else 2
-
-
-# --- helpers (they take the connection, so steps compose in one transaction) --------
-
-
-def _in_group(plan: _Plan, item: rows.Prepared, index: int) -> AppendResult:
-    try:
-        return plan.add(item)
-    except RpcError as exc:
-        raise rules.refused_in_group(exc, index) from None
-
