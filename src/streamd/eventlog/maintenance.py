@@ -82,19 +82,16 @@ def _backup(path: Path | str, args: argparse.Namespace) -> int:
 
 
 def _verify(path: Path | str, args: argparse.Namespace) -> int:
-    from streamd.eventlog.store import verify
-
     if isinstance(path, str):
-        report = _verify_postgres(path)
+        from streamd.eventlog.postgres import checks as pg_checks
+
+        report = pg_checks.verify(path)
     else:
-        import apsw
+        from streamd.eventlog.sqlite import checks as sqlite_checks
 
         store = _open_sqlite(path)
         try:
-            db = store.connection
-            report = _driver_safe(
-                lambda: verify.verify(db.execute, "sqlite", (apsw.Error,)), "sqlite"
-            )
+            report = sqlite_checks.verify(store)
         finally:
             store.close()
     where = db_description(path)
@@ -113,44 +110,6 @@ def _verify(path: Path | str, args: argparse.Namespace) -> int:
         return 0
     print(f"streamd: {len(report.problems)} problems found in {where}", file=sys.stderr)
     return 1
-
-
-def _verify_postgres(url: str) -> Any:
-    import psycopg
-
-    from streamd.eventlog.postgres.store import PostgresStore
-    from streamd.eventlog.store import verify
-
-    store = PostgresStore.open(url, migrate=False)
-    try:
-        conn = store.connection
-
-        def query(sql: str) -> list[Any]:
-            cursor = conn.execute(sql)
-            return cursor.fetchall() if cursor.description else []  # BEGIN has no rows
-
-        return _driver_safe(
-            lambda: verify.verify(query, "postgres", (psycopg.Error,)), "postgres"
-        )
-    finally:
-        store.close()
-
-
-def _driver_safe(check: Any, dialect: str) -> Any:
-    """The checks run raw statements: a driver's error becomes ours."""
-    errors: tuple[type[BaseException], ...]
-    if dialect == "sqlite":
-        import apsw
-
-        errors = (apsw.Error,)
-    else:
-        import psycopg
-
-        errors = (psycopg.Error,)
-    try:
-        return check()
-    except errors as exc:
-        raise RpcError(SOURCE_UNAVAILABLE, f"the check could not read the log: {exc}") from None
 
 
 def _open_sqlite(path: Path) -> Any:

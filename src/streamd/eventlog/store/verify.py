@@ -27,7 +27,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["PER_CHECK", "Dialect", "Query", "Report", "verify"]
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+
+__all__ = ["PER_CHECK", "Dialect", "Query", "Report", "unreadable", "verify"]
 
 Dialect = Literal["sqlite", "postgres"]
 Query = Callable[[str], Iterable[Sequence[Any]]]
@@ -264,3 +266,9 @@ def _scopes(app: str, user: str, session: str) -> Iterator[tuple[str, Key]]:
 def _short(value: Any, width: int = 120) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def unreadable(exc: BaseException) -> RpcError:
+    """A log the checks could not read at all (the driver's error, translated
+    by the backend that caught it)."""
+    return RpcError(SOURCE_UNAVAILABLE, f"the check could not read the log: {exc}")
