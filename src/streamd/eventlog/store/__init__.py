@@ -6,8 +6,14 @@ Nothing here imports a driver or a backend; the backends import this.
   (the storage operations only), :class:`Runner` (a backend as the Trio layer
   drives it) and :class:`ChangeSource` (how a backend hears other processes'
   commits).
+* :mod:`~streamd.eventlog.store.sql` - the connection as the rules use it
+  (statements in, rows out, a dialect), and
+  :mod:`~streamd.eventlog.store.operations` - the Backend operations written
+  once over it, from the rules by concept: :mod:`.sessions`, :mod:`.state`,
+  :mod:`.leases`, :mod:`.boots`, :mod:`.retention`, :mod:`.reads`.
 * :mod:`~streamd.eventlog.store.steps` - what a bounded retention step may do
-  and did.
+  and did; :mod:`~streamd.eventlog.store.verify` - the checks of
+  ``streamd log verify``.
 * :mod:`~streamd.eventlog.store.rows` - values to columns and rows to Structs,
   total on damaged rows; :mod:`~streamd.eventlog.store.rules` - the checks and
   errors every backend gives alike.

@@ -1,4 +1,6 @@
-"""What the event log needs from storage, as two protocols.
+"""What the event log needs from storage, as three protocols: the seams every
+backend folder (:mod:`streamd.eventlog.sqlite`, :mod:`streamd.eventlog.postgres`)
+fills.
 
 * :class:`Backend` is the storage operations and nothing else. Each method is
   synchronous and one unit of work (a write is one transaction), takes typed
@@ -9,6 +11,8 @@
   run (a connection's worker thread, a thread pool, or inline) and how close
   reaches them. ``await runner.run(lambda store: store.since(...))`` is a typed
   call of one operation; a runner decides how its driver meets Trio.
+* :class:`ChangeSource` is how a backend hears that another process committed
+  (inotify on SQLite's files, LISTEN/NOTIFY on PostgreSQL), for the watchers.
 
 Once a backend is closed, or interrupted for close, every operation raises
 :func:`closed_error`.
