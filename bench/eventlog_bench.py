@@ -278,9 +278,17 @@ class Daemon:
             self.conn = Conn(self.proc.stdin, self.proc.stdout)
             nursery.start_soon(self.conn.run)
         else:
+            # The path exists from bind(); connections are accepted from
+            # listen(), a moment later: ready is when one connects.
             with trio.fail_after(30):
-                while not self.socket.exists():
-                    await trio.sleep(0.01)
+                while True:
+                    try:
+                        probe = await trio.open_unix_socket(str(self.socket))
+                    except (FileNotFoundError, ConnectionRefusedError):
+                        await trio.sleep(0.01)
+                        continue
+                    await probe.aclose()
+                    break
         return self
 
     async def connect(self, nursery: trio.Nursery) -> Conn:
