@@ -9,7 +9,7 @@ cannot wait for the write lock. The one writer at a time is also why
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -17,7 +17,7 @@ import apsw
 
 from streamd.eventlog import filters
 from streamd.eventlog.model import Filter
-from streamd.eventlog.store.sql import Args, Row
+from streamd.eventlog.store.sql import Args, Row, Rows
 
 __all__ = ["SqliteSql", "indexed_by", "newest_seq"]
 
@@ -74,18 +74,14 @@ class SqliteSql:
         self._db.execute(sql, args)
         return self._db.changes()
 
-    def scan(self, sql: str, args: Args = ()) -> Generator[Row, None, None]:
-        # The cursor is closed when the consumer closes the iterator, so rows
-        # past a cut are never read.
-        cursor = self._db.execute(sql, args)
-        try:
-            yield from cursor
-        finally:
-            cursor.close()
+    def scan(self, sql: str, args: Args = ()) -> Rows:
+        # The cursor itself: iterated in C, and closed by the consumer when it
+        # stops, so rows past a cut are never read.
+        return self._db.execute(sql, args)
 
     def scan_events(
         self, select: Callable[[int], tuple[str, Args]], after: int
-    ) -> Generator[Row, None, None]:
+    ) -> Rows:
         return self.scan(*select(after))
 
     def events_source(self, flt: Filter | None, from_seq: int | None) -> str:

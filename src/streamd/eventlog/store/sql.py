@@ -32,7 +32,7 @@ Values only: no Trio, no driver import.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -43,6 +43,18 @@ __all__ = ["MAX_SEQ", "Args", "Row", "Sql"]
 
 Row = tuple[Any, ...]
 Args = Sequence[Any]
+
+
+class Rows(Protocol):
+    """Rows read as far as they are used, and closed when their reader stops
+    early (a reply cut by bytes reads no row beyond the cut): a driver's cursor
+    or a generator."""
+
+    def __iter__(self) -> Iterator[Row]: ...
+
+    def __next__(self) -> Row: ...
+
+    def close(self) -> None: ...
 MAX_SEQ = 2**63 - 1
 """Larger than any seq: "keep nothing back"."""
 
@@ -77,7 +89,7 @@ class Sql(Protocol):
         """Run one statement; the rows it changed."""
         ...
 
-    def scan(self, sql: str, args: Args = ()) -> Generator[Row, None, None]:
+    def scan(self, sql: str, args: Args = ()) -> Rows:
         """The rows of one statement, read as the consumer takes them; closing
         the iterator stops the read (rows past a byte budget are never
         fetched where the driver allows)."""
@@ -85,7 +97,7 @@ class Sql(Protocol):
 
     def scan_events(
         self, select: Callable[[int], tuple[str, Args]], after: int
-    ) -> Generator[Row, None, None]:
+    ) -> Rows:
         """The rows of ``select(after)`` (events after a seq, seq first, in
         seq order, no LIMIT), read lazily; a driver that fetches a whole
         result at once reads pages instead, each ``select(last seq read)``."""
