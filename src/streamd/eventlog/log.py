@@ -90,7 +90,7 @@ from typing import Any, Literal, TypeVar
 
 import trio
 
-from streamd.errors import CLOSED, SOURCE_UNAVAILABLE, RpcError, is_closed
+from streamd.errors import CLOSED, RpcError, is_closed
 from streamd.eventlog import dbtarget, retention
 from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.lease import Lease, LeaseHost, new_holder_id
@@ -135,13 +135,13 @@ from streamd.eventlog.model import (
     checked,
     to_us,
 )
+from streamd.eventlog.opener import Dispatch, Role, opener_for
 from streamd.eventlog.retention import Step as RetentionStep
 from streamd.eventlog.retention import StepOp as RetentionStepOp
-from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
-from streamd.eventlog.sqlite.changes import SETTLE_HORIZON, FileChanges
-from streamd.eventlog.sqlite.connection import prepare_file
-from streamd.eventlog.sqlite.file_identity import DatabaseFile, is_file_fault
-from streamd.eventlog.sqlite.runner import NOT_RUN, ThreadRunner, WriterRunner
+from streamd.eventlog.sqlite import SqliteOptions
+from streamd.eventlog.sqlite.changes import SETTLE_HORIZON
+from streamd.eventlog.sqlite.file_identity import is_file_fault
+from streamd.eventlog.sqlite.runner import NOT_RUN, WriterRunner
 from streamd.eventlog.store import (
     AppendGroup,
     Backend,
@@ -186,8 +186,6 @@ _INLINE_SLOW_S = 0.02
 _INLINE_BACKOFF_S = 1.0
 # How long close lets work already inside SQLite finish before interrupting it.
 _CLOSE_GRACE = 0.5
-Dispatch = Literal["aio", "thread", "inline"]
-Role = Literal["writer", "reader"]
 
 
 def resolve_db_path(
@@ -301,14 +299,10 @@ class EventLog:
         self._compacting = trio.Lock()  # one compaction at a time
         self.last_compaction: CompactResult | None = None
         """What the latest compaction (background or asked for) did."""
-        self._dispatch = dispatch
-        on_postgres = self.target.kind == "postgres"
-        self._open_backend = open_backend or (
-            self._open_postgres if on_postgres else self._open_sqlite
-        )
+        self._opener = opener_for(self.target, self._options, dispatch, watch_interval)
+        self._open_backend = open_backend or self._opener.open
         self._open_changes = open_changes or (
-            self._postgres_changes if on_postgres
-            else lambda: FileChanges(Path(self.path), fallback_interval=self.watch_interval)
+            lambda: self._opener.changes(lambda: self._read(lambda store: store.newest_seq()))
         )
 
         self._nursery: trio.Nursery | None = None
@@ -333,8 +327,6 @@ class EventLog:
         self._watchers = 0  # watches reading now; the poller runs while there are any
         self._poller: trio.CancelScope | None = None
         self._watches: set[Watch] = set()
-
-        self._file_guard: DatabaseFile | None = None  # SQLite: see file_identity
 
         self._leases: dict[str, Lease] = {}
         self._lease_host = LeaseHost(
@@ -388,7 +380,7 @@ class EventLog:
         """Why the log has stopped serving for good, if it has: its database
         file was deleted or replaced under it (see
         :mod:`~streamd.eventlog.sqlite.file_identity`). A restart is the recovery."""
-        return None if self._file_guard is None else self._file_guard.fault
+        return self._opener.fault
 
     @property
     def opened(self) -> bool:
@@ -464,72 +456,6 @@ class EventLog:
     def where(self) -> str:
         """The database in words, for messages and logs: never a secret."""
         return self.target.description
-
-    async def _open_postgres(self, role: Role) -> Runner:
-        """A PostgreSQL store on a worker thread (see
-        :mod:`~streamd.eventlog.postgres.runner` for why); the writer migrates."""
-        from streamd import DISTRIBUTION
-
-        try:
-            from streamd.eventlog.postgres.runner import PostgresRunner
-        except ImportError as exc:
-            raise RpcError(
-                SOURCE_UNAVAILABLE,
-                f"the event log is in PostgreSQL, which needs psycopg ({exc}):"
-                f" pip install '{DISTRIBUTION}[postgres]'",
-            ) from None
-        if self.target.origin == "argument" and self.target.secret_keys:
-            # A caller's argument is, as often as not, a command line's.
-            raise RpcError(
-                SOURCE_UNAVAILABLE, dbtarget.password_refused(self.target, "the database given")
-            )
-        return await PostgresRunner.open(
-            str(self.path), self._pg_options(), migrate=role == "writer"
-        )
-
-    def _pg_options(self) -> Any:
-        """The PostgresOptions of the store and of its listener (the same schema,
-        so the same channel)."""
-        from streamd.eventlog.postgres.store import PostgresOptions
-
-        return PostgresOptions(synchronous=self._options.synchronous)
-
-    def _postgres_changes(self) -> AbstractAsyncContextManager[ChangeSource]:
-        """LISTEN for every host's commits; while that connection is down, poll
-        the newest seq on the reader (see :mod:`~streamd.eventlog.postgres.changes`)."""
-        from streamd.eventlog.postgres.changes import PgChanges
-
-        return PgChanges(
-            str(self.path),
-            fallback_interval=self.watch_interval,
-            poll=lambda: self._read(lambda store: store.newest_seq()),
-            options=self._pg_options(),
-        )
-
-    async def _open_sqlite(self, role: Role) -> Runner:
-        assert self.target.path is not None
-        path = str(self.path)
-        # One guard for both connections: what either finds fails both.
-        if self._file_guard is None:
-            self._file_guard = DatabaseFile(path)
-        guard = self._file_guard
-        guard.before_open()  # before prepare_file, which would create a file
-        if role == "writer":
-            if (refused := self.target.directory_error()) is not None:
-                raise RpcError(SOURCE_UNAVAILABLE, refused)
-            # Only the default location is made: a mistyped directory fails.
-            prepare_file(self.target.path, make_directory=self.target.origin == "default")
-        migrate = role == "writer"
-        if self._dispatch == "aio":
-            if role == "writer":
-                return await WriterRunner.open(path, self._options, guard=guard)
-            return await SqliteStore.open_async(path, self._options, migrate=migrate, guard=guard)
-        if self._dispatch == "thread":
-            store = await trio.to_thread.run_sync(
-                lambda: SqliteStore.open(path, self._options, migrate=migrate, guard=guard)
-            )
-            return ThreadRunner(store)
-        return SqliteStore.open(path, self._options, migrate=migrate, guard=guard)
 
     async def _ensure_open(self) -> tuple[Runner, Runner]:
         if self._closed:

@@ -1,0 +1,174 @@
+"""Choosing the log's backend from its target, and opening it: the one place
+above the backend folders that knows which exist.
+
+An :class:`Opener` gives the :class:`~streamd.eventlog.log.EventLog` what it
+needs of a backend and nothing more: a :class:`~streamd.eventlog.store.Runner`
+for each role (the writer, which migrates, and the reader), the
+:class:`~streamd.eventlog.store.ChangeSource` that hears other processes'
+commits, and why the storage has stopped serving for good, if it has.
+:func:`opener_for` picks one from the target
+(:mod:`~streamd.eventlog.dbtarget` has read the string). The PostgreSQL backend
+is imported only when a log is in PostgreSQL: its driver is an optional extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import trio
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog import dbtarget
+from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
+from streamd.eventlog.sqlite.changes import FileChanges
+from streamd.eventlog.sqlite.connection import prepare_file
+from streamd.eventlog.sqlite.file_identity import DatabaseFile
+from streamd.eventlog.sqlite.runner import ThreadRunner, WriterRunner
+from streamd.eventlog.store import ChangeSource, Runner
+
+if TYPE_CHECKING:
+    from streamd.eventlog.postgres.store import PostgresOptions
+
+__all__ = ["Dispatch", "Opener", "PostgresOpener", "Role", "SqliteOpener", "opener_for"]
+
+Dispatch = Literal["aio", "thread", "inline"]
+"""How SQLite's operations meet Trio: the writer's inline-or-thread runner and
+APSW's async reader (``aio``), a worker thread each, or inline (tests)."""
+Role = Literal["writer", "reader"]
+
+Poll = Callable[[], Awaitable[int]]
+"""The newest seq, read on the log's reader: a change source that cannot
+listen polls it."""
+
+
+class Opener(Protocol):
+    async def open(self, role: Role) -> Runner:
+        """A new connection for ``role``; the writer's migrates the schema."""
+        ...
+
+    def changes(self, poll: Poll) -> AbstractAsyncContextManager[ChangeSource]:
+        """How this backend hears other processes' commits."""
+        ...
+
+    @property
+    def fault(self) -> str | None:
+        """Why the storage has stopped serving for good (a file deleted or
+        replaced under the log), or None."""
+        ...
+
+
+def opener_for(
+    target: dbtarget.DbTarget, options: SqliteOptions, dispatch: Dispatch, watch_interval: float
+) -> Opener:
+    if target.kind == "postgres":
+        return PostgresOpener(target, options, watch_interval)
+    return SqliteOpener(target, options, dispatch, watch_interval)
+
+
+class SqliteOpener:
+    """A file's two connections, sharing one guard of its identity: what either
+    finds (the file deleted or replaced) fails both."""
+
+    def __init__(
+        self,
+        target: dbtarget.DbTarget,
+        options: SqliteOptions,
+        dispatch: Dispatch,
+        watch_interval: float,
+    ) -> None:
+        assert target.path is not None
+        self._target = target
+        self._path = str(target.target)
+        self._options = options
+        self._dispatch = dispatch
+        self._watch_interval = watch_interval
+        self._guard: DatabaseFile | None = None
+
+    @property
+    def fault(self) -> str | None:
+        return None if self._guard is None else self._guard.fault
+
+    async def open(self, role: Role) -> Runner:
+        assert self._target.path is not None
+        if self._guard is None:
+            self._guard = DatabaseFile(self._path)
+        guard, path, options = self._guard, self._path, self._options
+        guard.before_open()  # before prepare_file, which would create a file
+        if role == "writer":
+            if (refused := self._target.directory_error()) is not None:
+                raise RpcError(SOURCE_UNAVAILABLE, refused)
+            # Only the default location is made: a mistyped directory fails.
+            prepare_file(self._target.path, make_directory=self._target.origin == "default")
+        migrate = role == "writer"
+        if self._dispatch == "aio":
+            if role == "writer":
+                return await WriterRunner.open(path, options, guard=guard)
+            return await SqliteStore.open_async(path, options, migrate=migrate, guard=guard)
+        if self._dispatch == "thread":
+            store = await trio.to_thread.run_sync(
+                lambda: SqliteStore.open(path, options, migrate=migrate, guard=guard)
+            )
+            return ThreadRunner(store)
+        return SqliteStore.open(path, options, migrate=migrate, guard=guard)
+
+    def changes(self, poll: Poll) -> AbstractAsyncContextManager[ChangeSource]:
+        # The file source confirms its wakes itself (PRAGMA data_version).
+        return FileChanges(Path(self._path), fallback_interval=self._watch_interval)
+
+
+class PostgresOpener:
+    """Connections to a PostgreSQL database (each on a worker thread of its own,
+    see :mod:`~streamd.eventlog.postgres.runner` for why); the writer migrates."""
+
+    def __init__(
+        self, target: dbtarget.DbTarget, options: SqliteOptions, watch_interval: float
+    ) -> None:
+        self._target = target
+        self._synchronous = options.synchronous
+        self._watch_interval = watch_interval
+
+    @property
+    def fault(self) -> str | None:
+        return None  # a server that goes away comes back; nothing is for good
+
+    def _options(self) -> PostgresOptions:
+        """The options of the store and of its listener (the same schema, so
+        the same channel)."""
+        from streamd.eventlog.postgres.store import PostgresOptions
+
+        return PostgresOptions(synchronous=self._synchronous)
+
+    async def open(self, role: Role) -> Runner:
+        from streamd import DISTRIBUTION
+
+        try:
+            from streamd.eventlog.postgres.runner import PostgresRunner
+        except ImportError as exc:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"the event log is in PostgreSQL, which needs psycopg ({exc}):"
+                f" pip install '{DISTRIBUTION}[postgres]'",
+            ) from None
+        if self._target.origin == "argument" and self._target.secret_keys:
+            # A caller's argument is, as often as not, a command line's.
+            raise RpcError(
+                SOURCE_UNAVAILABLE, dbtarget.password_refused(self._target, "the database given")
+            )
+        return await PostgresRunner.open(
+            str(self._target.target), self._options(), migrate=role == "writer"
+        )
+
+    def changes(self, poll: Poll) -> AbstractAsyncContextManager[ChangeSource]:
+        """LISTEN for every host's commits; while that connection is down, poll
+        the newest seq on the reader (see :mod:`~streamd.eventlog.postgres.changes`)."""
+        from streamd.eventlog.postgres.changes import PgChanges
+
+        return PgChanges(
+            str(self._target.target),
+            fallback_interval=self._watch_interval,
+            poll=poll,
+            options=self._options(),
+        )
