@@ -82,8 +82,8 @@ import math
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -92,7 +92,6 @@ import trio
 
 from streamd.errors import CLOSED, RpcError, is_closed
 from streamd.eventlog import dbtarget, retention
-from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.lease import Lease, LeaseHost, new_holder_id
 from streamd.eventlog.model import (
     DEFAULT_SINCE_LIMIT,
@@ -139,7 +138,6 @@ from streamd.eventlog.opener import Dispatch, Role, opener_for
 from streamd.eventlog.retention import Step as RetentionStep
 from streamd.eventlog.retention import StepOp as RetentionStepOp
 from streamd.eventlog.sqlite import SqliteOptions
-from streamd.eventlog.sqlite.changes import SETTLE_HORIZON
 from streamd.eventlog.sqlite.file_identity import is_file_fault
 from streamd.eventlog.sqlite.runner import NOT_RUN, WriterRunner
 from streamd.eventlog.store import (
@@ -152,6 +150,8 @@ from streamd.eventlog.store import (
     closed_error,
 )
 from streamd.eventlog.watch import Watch
+from streamd.eventlog.watch_hub import SAFETY_POLL as SAFETY_POLL
+from streamd.eventlog.watch_hub import WatchHub
 
 __all__ = [
     "DEFAULT_WATCH_INTERVAL",
@@ -170,10 +170,6 @@ query when no app has a policy."""
 # Pages one incremental vacuum transaction gives back (retention's own steps
 # are bounded in streamd.eventlog.retention).
 _VACUUM_PAGES = 2000
-
-SAFETY_POLL = SETTLE_HORIZON
-"""Seconds between change checks that no notification asked for, while someone
-watches (a notification-driven source may miss a very slow commit's end)."""
 
 CHECKPOINT_PAGES = 1000
 """WAL pages after which the log checkpoints (SQLite's own default threshold)."""
@@ -236,10 +232,6 @@ class _PendingAppend:
                 # The writer calls this for a whole batch: one failing callback
                 # must not leave the others unanswered or stop the writer.
                 logger.exception("an append's completion callback failed")
-
-
-def _change_state(store: Backend) -> tuple[int, int]:
-    return store.change_counter(), store.newest_seq()
 
 
 def _never_written() -> RpcError:
@@ -320,13 +312,15 @@ class EventLog:
         self._writer_done = trio.Event()
         self._writer_started = False
 
-        self._fanout = Fanout()
-        # Set while a batch is being committed and fanned out: the poller waits
-        # for it before it calls a seq it read "another process's".
-        self._committing: trio.Event | None = None
-        self._watchers = 0  # watches reading now; the poller runs while there are any
-        self._poller: trio.CancelScope | None = None
-        self._watches: set[Watch] = set()
+        self._hub = WatchHub(
+            reader=self._open_reader,
+            open_changes=self._open_changes,
+            watch_interval=watch_interval,
+            capacity=watch_buffer,
+            budget_bytes=watch_buffer_bytes,
+            stall_timeout=watch_stall_timeout,
+            log_closed=lambda: self._closed,
+        )
 
         self._leases: dict[str, Lease] = {}
         self._lease_host = LeaseHost(
@@ -406,8 +400,7 @@ class EventLog:
     async def _close(self) -> None:
         for scope in list(self._op_scopes):
             scope.cancel()
-        for w in list(self._watches):
-            w.stop_reading()
+        self._hub.stop_reading()
         leases = list(self._leases.values())
         for lease in leases:
             lease.stop_heartbeat()
@@ -676,8 +669,7 @@ class EventLog:
                     for p in batch:
                         p.resolve(_never_written())
                     continue
-                self._committing = committing = trio.Event()
-                try:
+                with self._hub.committing():
                     outcome = await self._commit(writer, batch)
                     results = (
                         outcome.results if isinstance(outcome, CommitOutcome)
@@ -688,11 +680,8 @@ class EventLog:
                     # In the same step as the commit's return, so nothing this
                     # process does can see the commit before its watchers do.
                     if isinstance(outcome, CommitOutcome):
-                        self._fanout.committed(outcome)
+                        self._hub.fanout.committed(outcome)
                     self._checkpoint_if_due(writer)
-                finally:
-                    self._committing = None
-                    committing.set()
                 self.stats.batches += 1
                 self.stats.appends += len(batch)
                 self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
@@ -710,7 +699,7 @@ class EventLog:
         # Entries are captured (encoded for the watchers) only while someone
         # watches; a batch committed without them makes the fan-out drop every
         # watch, which then reads the store: correct, only slower.
-        capture = bool(self._watches)
+        capture = self._hub.watching
 
         def op(store: Backend) -> CommitOutcome:
             return store.append_commit(params, now_us, capture)
@@ -732,7 +721,7 @@ class EventLog:
         except RpcError as exc:
             # Interrupted by close means rolled back: say so precisely.
             if is_file_fault(exc):
-                self._end_watches()
+                self._hub.end_all()
             return _never_written() if is_closed(exc) else exc
 
     def _checkpoint_if_due(self, writer: Runner) -> None:
@@ -781,12 +770,6 @@ class EventLog:
         self.stats.inline_commits += 1
         if seconds > _INLINE_SLOW_S:
             self._inline_after = trio.current_time() + _INLINE_BACKOFF_S
-
-    def _end_watches(self) -> None:
-        """The file is gone: take every watch off the live stream, so each
-        reads the store, gets the error, and ends with it."""
-        for w in list(self._watches):
-            self._fanout.drop(w)
 
     def _fail_queued(self) -> None:
         while True:
@@ -874,17 +857,7 @@ class EventLog:
     def watch_params(self, p: WatchParams, *, buffer_bytes: int | None = None) -> Watch:
         self._check_watchable(buffer_bytes)
         assert self._nursery is not None
-        w = Watch(
-            p.from_seq,
-            p.filter,
-            capacity=self._watch_buffer,
-            budget_bytes=self._watch_buffer_bytes if buffer_bytes is None else buffer_bytes,
-            stall_timeout=self._stall_timeout,
-            log_closed=lambda: self._closed,
-        )
-        self._watches.add(w)
-        self._nursery.start_soon(self._run_watch, w)
-        return w
+        return self._hub.watch(p, self._nursery, buffer_bytes)
 
     def _check_watchable(self, buffer_bytes: int | None) -> None:
         if self._closed:
@@ -894,76 +867,9 @@ class EventLog:
         if buffer_bytes is not None and buffer_bytes < 1:
             raise ValueError("buffer_bytes must be positive")
 
-    async def _run_watch(self, w: Watch) -> None:
-        try:
-            await w.run(self._watch_feed)
-        finally:
-            self._watches.discard(w)
-
-    @asynccontextmanager
-    async def _watch_feed(self) -> AsyncIterator[tuple[Runner, Fanout]]:
-        """The reader and the fan-out, for one watch while it reads; the poller
-        starts with the first watch and ends after the last."""
+    async def _open_reader(self) -> Runner:
         _, reader = await self._ensure_open()
-        self._watchers += 1
-        if self._poller is None:
-            self._poller = trio.CancelScope()
-            assert self._nursery is not None
-            self._nursery.start_soon(self._poll_changes, reader, self._poller)
-        try:
-            yield reader, self._fanout
-        finally:
-            self._watchers -= 1
-            if self._watchers == 0 and self._poller is not None:
-                self._poller.cancel()
-                self._poller = None
-
-    async def _poll_changes(self, reader: Runner, scope: trio.CancelScope) -> None:
-        """Notice other processes' commits while anyone is watching: woken by
-        the change source (inotify on the database's directory, else a timer),
-        each wake confirmed by ``data_version`` and the newest seq, read in one
-        call on the reader."""
-        with scope:
-            async with self._open_changes() as changes:
-                # Entered before the baseline read, so a commit between the two
-                # still raises a wake; and one already writing when the watch
-                # was armed is rechecked for.
-                changes.expect_commit()
-                last: int | None = None
-                while True:
-                    try:
-                        version, newest = await reader.run(_change_state)
-                        if version != last:
-                            # Our own writer moves data_version too: the newest
-                            # seq tells whose commit it was, once ours up to it
-                            # are fanned out. The first reading is a baseline,
-                            # checked the same way, so a commit between a
-                            # watch's last query and it is not missed.
-                            await self._settled()
-                            self._fanout.external(newest)
-                            last = version
-                    except RpcError as exc:
-                        if is_closed(exc):
-                            return
-                        if is_file_fault(exc):
-                            self._end_watches()  # logged once, by the guard
-                            return
-                        logger.warning("event log change check failed (will retry): %s", exc)
-                        await trio.sleep(self.watch_interval)
-                    # A slow poll behind the notifications too: a commit whose
-                    # fsync outlasts the change source's rechecks is still seen.
-                    with trio.move_on_after(max(SAFETY_POLL, self.watch_interval)):
-                        await changes.wait()
-
-    async def _settled(self) -> None:
-        """Wait until the batch of ours that may be between its commit and its
-        fan-out now has been fanned out, so a seq read before now is either
-        fanned out or another process's. Only that one: a batch that starts
-        later committed after the read, and waiting for every next one would
-        starve the check under a steady writer."""
-        committing = self._committing
-        if committing is not None:
-            await committing.wait()
+        return reader
 
     # -- sessions --
 
@@ -1266,9 +1172,7 @@ class EventLog:
         return await self._write(lambda store: op(store, now_us, keep))
 
     def _keep_after_seq(self) -> int | None:
-        """The oldest position an open watch has reached: events after it are
-        what some watch (or a client resuming it) has still to be given."""
-        return min((w.last_seq for w in self._watches), default=None)
+        return self._hub.oldest_position()
 
     def _file_bytes(self) -> int:
         if self.target.kind != "sqlite":

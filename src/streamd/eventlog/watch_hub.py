@@ -1,0 +1,182 @@
+"""The watch hub: every live watch of one log, the fan-out that feeds them from
+this process's commits, and the poller that notices other processes'.
+
+A :class:`~streamd.eventlog.watch.Watch` reads the store until it has caught up,
+then follows the fan-out (:mod:`~streamd.eventlog.fanout`); the hub starts the
+change poller with the first watch that reads and ends it after the last. The
+log's writer tells the hub about its own commits: while a batch is between its
+commit and its fan-out (:meth:`WatchHub.committing`), the poller waits before
+it calls a seq it read another process's, so no commit of ours reaches a
+watcher twice or not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+
+import trio
+
+from streamd.errors import RpcError, is_closed
+from streamd.eventlog.fanout import Fanout
+from streamd.eventlog.model import WatchParams
+from streamd.eventlog.sqlite.changes import SETTLE_HORIZON
+from streamd.eventlog.sqlite.file_identity import is_file_fault
+from streamd.eventlog.store import Backend, ChangeSource, Runner
+from streamd.eventlog.watch import Watch
+
+__all__ = ["SAFETY_POLL", "WatchHub"]
+
+logger = logging.getLogger(__name__)
+
+SAFETY_POLL = SETTLE_HORIZON
+"""The longest the poller waits on its change source before it reads the newest
+seq anyway: a commit whose fsync outlasts the source's rechecks is still seen."""
+
+
+def _change_state(store: Backend) -> tuple[int, int]:
+    return store.change_counter(), store.newest_seq()
+
+
+class WatchHub:
+    def __init__(
+        self,
+        *,
+        reader: Callable[[], Awaitable[Runner]],
+        open_changes: Callable[[], AbstractAsyncContextManager[ChangeSource]],
+        watch_interval: float,
+        capacity: int,
+        budget_bytes: int,
+        stall_timeout: float,
+        log_closed: Callable[[], bool],
+    ) -> None:
+        self._reader = reader
+        self._open_changes = open_changes
+        self._watch_interval = watch_interval
+        self._capacity = capacity
+        self._budget_bytes = budget_bytes
+        self._stall_timeout = stall_timeout
+        self._log_closed = log_closed
+        self.fanout = Fanout()
+        """This process's commits, for the watches that have caught up."""
+        self._watches: set[Watch] = set()
+        self._watchers = 0  # watches reading now; the poller runs while there are any
+        self._poller: trio.CancelScope | None = None
+        self._committing: trio.Event | None = None
+
+    @property
+    def watching(self) -> bool:
+        """Whether any watch is open: a commit then captures its entries."""
+        return bool(self._watches)
+
+    def oldest_position(self) -> int | None:
+        """The oldest position an open watch has reached: events after it are
+        what some watch (or a client resuming it) has still to be given."""
+        return min((w.last_seq for w in self._watches), default=None)
+
+    def watch(
+        self, p: WatchParams, nursery: trio.Nursery, buffer_bytes: int | None = None
+    ) -> Watch:
+        w = Watch(
+            p.from_seq,
+            p.filter,
+            capacity=self._capacity,
+            budget_bytes=self._budget_bytes if buffer_bytes is None else buffer_bytes,
+            stall_timeout=self._stall_timeout,
+            log_closed=self._log_closed,
+        )
+        self._watches.add(w)
+        nursery.start_soon(self._run_watch, w, nursery)
+        return w
+
+    def stop_reading(self) -> None:
+        """The log is closing: every watch stops reading the store."""
+        for w in list(self._watches):
+            w.stop_reading()
+
+    def end_all(self) -> None:
+        """The file is gone: take every watch off the live stream, so each
+        reads the store, gets the error, and ends with it."""
+        for w in list(self._watches):
+            self.fanout.drop(w)
+
+    @contextmanager
+    def committing(self) -> Iterator[None]:
+        """Around one batch's commit and its fan-out (see the module's text)."""
+        self._committing = committing = trio.Event()
+        try:
+            yield
+        finally:
+            self._committing = None
+            committing.set()
+
+    async def _run_watch(self, w: Watch, nursery: trio.Nursery) -> None:
+        try:
+            await w.run(lambda: self._feed(nursery))
+        finally:
+            self._watches.discard(w)
+
+    @asynccontextmanager
+    async def _feed(self, nursery: trio.Nursery) -> AsyncIterator[tuple[Runner, Fanout]]:
+        """The reader and the fan-out, for one watch while it reads; the poller
+        starts with the first watch and ends after the last."""
+        reader = await self._reader()
+        self._watchers += 1
+        if self._poller is None:
+            self._poller = trio.CancelScope()
+            nursery.start_soon(self._poll_changes, reader, self._poller)
+        try:
+            yield reader, self.fanout
+        finally:
+            self._watchers -= 1
+            if self._watchers == 0 and self._poller is not None:
+                self._poller.cancel()
+                self._poller = None
+
+    async def _poll_changes(self, reader: Runner, scope: trio.CancelScope) -> None:
+        """Notice other processes' commits while anyone is watching: woken by
+        the change source (inotify on the database's directory, LISTEN on
+        PostgreSQL, else a timer), each wake confirmed by the change counter and
+        the newest seq, read in one call on the reader."""
+        with scope:
+            async with self._open_changes() as changes:
+                # Entered before the baseline read, so a commit between the two
+                # still raises a wake; and one already writing when the watch
+                # was armed is rechecked for.
+                changes.expect_commit()
+                last: int | None = None
+                while True:
+                    try:
+                        version, newest = await reader.run(_change_state)
+                        if version != last:
+                            # Our own writer moves the counter too: the newest
+                            # seq tells whose commit it was, once ours up to it
+                            # are fanned out. The first reading is a baseline,
+                            # checked the same way, so a commit between a
+                            # watch's last query and it is not missed.
+                            await self._settled()
+                            self.fanout.external(newest)
+                            last = version
+                    except RpcError as exc:
+                        if is_closed(exc):
+                            return
+                        if is_file_fault(exc):
+                            self.end_all()  # logged once, by the guard
+                            return
+                        logger.warning("event log change check failed (will retry): %s", exc)
+                        await trio.sleep(self._watch_interval)
+                    # A slow poll behind the notifications too: a commit whose
+                    # fsync outlasts the change source's rechecks is still seen.
+                    with trio.move_on_after(max(SAFETY_POLL, self._watch_interval)):
+                        await changes.wait()
+
+    async def _settled(self) -> None:
+        """Wait until the batch of ours that may be between its commit and its
+        fan-out now has been fanned out, so a seq read before now is either
+        fanned out or another process's. Only that one: a batch that starts
+        later committed after the read, and waiting for every next one would
+        starve the check under a steady writer."""
+        committing = self._committing
+        if committing is not None:
+            await committing.wait()
