@@ -92,6 +92,7 @@ import trio
 
 from streamd.errors import CLOSED, RpcError, is_closed
 from streamd.eventlog import dbtarget, retention
+from streamd.eventlog.compaction import Compactor
 from streamd.eventlog.lease import Lease, LeaseHost, new_holder_id
 from streamd.eventlog.model import (
     DEFAULT_SINCE_LIMIT,
@@ -135,8 +136,6 @@ from streamd.eventlog.model import (
     to_us,
 )
 from streamd.eventlog.opener import Dispatch, Role, opener_for
-from streamd.eventlog.retention import Step as RetentionStep
-from streamd.eventlog.retention import StepOp as RetentionStepOp
 from streamd.eventlog.sqlite import SqliteOptions
 from streamd.eventlog.sqlite.file_identity import is_file_fault
 from streamd.eventlog.sqlite.runner import NOT_RUN, WriterRunner
@@ -167,9 +166,6 @@ _T = TypeVar("_T")
 DEFAULT_RETENTION_INTERVAL = 600.0
 """Seconds between the background task's compactions (0: none). Each costs a
 query when no app has a policy."""
-# Pages one incremental vacuum transaction gives back (retention's own steps
-# are bounded in streamd.eventlog.retention).
-_VACUUM_PAGES = 2000
 
 CHECKPOINT_PAGES = 1000
 """WAL pages after which the log checkpoints (SQLite's own default threshold)."""
@@ -286,11 +282,6 @@ class EventLog:
         self._max_batch = max_batch
         self._wall_clock = wall_clock
         self._retention_interval = retention_interval
-        self._retention_bounds = retention_bounds
-        self._on_retention_step = on_retention_step
-        self._compacting = trio.Lock()  # one compaction at a time
-        self.last_compaction: CompactResult | None = None
-        """What the latest compaction (background or asked for) did."""
         self._opener = opener_for(self.target, self._options, dispatch, watch_interval)
         self._open_backend = open_backend or self._opener.open
         self._open_changes = open_changes or (
@@ -320,6 +311,15 @@ class EventLog:
             budget_bytes=watch_buffer_bytes,
             stall_timeout=watch_stall_timeout,
             log_closed=lambda: self._closed,
+        )
+        self._compactor = Compactor(
+            target=self.target,
+            read=self._read,
+            write=self._write,
+            now_us=self._now_us,
+            keep_after_seq=self._hub.oldest_position,
+            bounds=retention_bounds,
+            observer=on_retention_step,
         )
 
         self._leases: dict[str, Lease] = {}
@@ -475,7 +475,7 @@ class EventLog:
                 self._writer_started = True
                 self._nursery.start_soon(self._write_batches)
                 if self._retention_interval > 0:
-                    self._nursery.start_soon(self._retain)
+                    self._nursery.start_soon(self._compactor.run, self._retention_interval)
             if self._closed:
                 raise closed_error()
         assert self._writer is not None and self._reader is not None
@@ -1122,81 +1122,13 @@ class EventLog:
         return await self.compact_params(checked(CompactParams, app=app, vacuum=vacuum))
 
     async def compact_params(self, p: CompactParams) -> CompactResult:
-        """Rules kept here: every step is its own short transaction on the
-        writer (appends interleave); what an open watch of this log has not
-        been given yet is re-read before each step and never removed; leased
-        sessions are skipped whole by the store."""
-        async with self._compacting:
-            before = self._file_bytes()
-            policies = await self._read(lambda store: store.retention_policies(p.app))
-            events = sessions = leased = 0
-            for policy in policies:
-                e, s = await retention.apply(
-                    policy, self._retain_step, self._retention_bounds, self._on_retention_step
-                )
-                events += e
-                sessions += s
-                now_us = self._now_us()
+        """See :mod:`~streamd.eventlog.compaction` for the rules kept."""
+        return await self._compactor.compact(p)
 
-                def leased_now(store: Backend, a: str = policy.app, n: int = now_us) -> int:
-                    return store.leased_sessions(a, n)
-
-                leased += await self._read(leased_now)
-            freed = 0
-            if p.vacuum == "incremental":
-                while n := await self._write(lambda store: store.incremental_vacuum(_VACUUM_PAGES)):
-                    freed += n
-            elif p.vacuum == "full":
-                _, free, _ = await self._write(lambda store: store.pages())
-                await self._write(lambda store: store.full_vacuum())
-                freed = free
-            checkpointed = await self._write(lambda store: store.checkpoint())
-            result = CompactResult(
-                events_deleted=events,
-                sessions_deleted=sessions,
-                leased_sessions=leased,
-                keep_after_seq=self._keep_after_seq(),
-                pages_freed=freed,
-                bytes_before=before,
-                bytes_after=self._file_bytes(),
-                checkpointed=checkpointed,
-            )
-            self.last_compaction = result
-            return result
-
-    # Aliased types: in the class body, "retention" names the method.
-    async def _retain_step(self, op: RetentionStepOp) -> RetentionStep:
-        """A retention step on the writer, with the clock and the watch horizon
-        read just before it runs (a watch opened since the last step is counted)."""
-        now_us, keep = self._now_us(), self._keep_after_seq()
-        return await self._write(lambda store: op(store, now_us, keep))
-
-    def _keep_after_seq(self) -> int | None:
-        return self._hub.oldest_position()
-
-    def _file_bytes(self) -> int:
-        if self.target.kind != "sqlite":
-            return 0  # PostgreSQL: the server's files, not ours to measure
-        total = 0
-        for suffix in ("", "-wal"):
-            try:
-                total += os.stat(str(self.path) + suffix).st_size
-            except OSError:
-                pass
-        return total
-
-    async def _retain(self) -> None:
-        """The background task: compact every ``retention_interval`` seconds,
-        when some app has a policy."""
-        while True:
-            await trio.sleep(self._retention_interval)
-            try:
-                if await self._read(lambda store: store.retention_policies()):
-                    await self.compact()
-            except RpcError as exc:
-                if is_closed(exc) or is_file_fault(exc):
-                    return
-                logger.warning("event log retention failed (will retry): %s", exc)
+    @property
+    def last_compaction(self) -> CompactResult | None:
+        """What the latest compaction (background or asked for) did."""
+        return self._compactor.last
 
     # -- leases --
 

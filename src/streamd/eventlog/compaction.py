@@ -1,0 +1,135 @@
+"""Compaction: the retention policies applied step by step, and the space given
+back, on demand (``eventlog/compact``) or every ``retention_interval`` seconds.
+
+How a policy is cut into bounded steps, and why, is in
+:mod:`~streamd.eventlog.retention`; each step is a storage operation
+(:mod:`~streamd.eventlog.store.retention`). What this module adds is the
+order of a whole compaction and what it may not touch: every step is its own
+short transaction on the writer, so appends interleave; what an open watch of
+this log has not been given yet is read again before each step and never
+removed; leased sessions are skipped whole by the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+import trio
+
+from streamd.errors import RpcError, is_closed
+from streamd.eventlog import retention
+from streamd.eventlog.dbtarget import DbTarget
+from streamd.eventlog.model import CompactParams, CompactResult
+from streamd.eventlog.sqlite.file_identity import is_file_fault
+from streamd.eventlog.store import Backend
+
+__all__ = ["Compactor"]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+class Call(Protocol):
+    """One storage operation on the log's reader or writer (its ``_read`` or
+    ``_write``: opened on first use, ``closed`` once the log closes)."""
+
+    def __call__(self, op: Callable[[Backend], _T]) -> Awaitable[_T]: ...
+
+VACUUM_PAGES = 2000
+"""Pages one incremental vacuum transaction gives back (retention's own steps
+are bounded in :mod:`streamd.eventlog.retention`)."""
+
+
+class Compactor:
+    def __init__(
+        self,
+        *,
+        target: DbTarget,
+        read: Call,
+        write: Call,
+        now_us: Callable[[], int],
+        keep_after_seq: Callable[[], int | None],
+        bounds: retention.Bounds,
+        observer: retention.Observer | None,
+    ) -> None:
+        self._target = target
+        self._read = read
+        self._write = write
+        self._now_us = now_us
+        self._keep_after_seq = keep_after_seq
+        self._bounds = bounds
+        self._observer = observer
+        self._lock = trio.Lock()  # one compaction at a time
+        self.last: CompactResult | None = None
+        """What the latest compaction (background or asked for) did."""
+
+    async def compact(self, p: CompactParams) -> CompactResult:
+        async with self._lock:
+            before = self._file_bytes()
+            policies = await self._read(lambda store: store.retention_policies(p.app))
+            events = sessions = leased = 0
+            for policy in policies:
+                e, s = await retention.apply(policy, self._step, self._bounds, self._observer)
+                events += e
+                sessions += s
+                now_us = self._now_us()
+
+                def leased_now(store: Backend, a: str = policy.app, n: int = now_us) -> int:
+                    return store.leased_sessions(a, n)
+
+                leased += await self._read(leased_now)
+            freed = 0
+            if p.vacuum == "incremental":
+                while n := await self._write(lambda store: store.incremental_vacuum(VACUUM_PAGES)):
+                    freed += n
+            elif p.vacuum == "full":
+                _, free, _ = await self._write(lambda store: store.pages())
+                await self._write(lambda store: store.full_vacuum())
+                freed = free
+            checkpointed = await self._write(lambda store: store.checkpoint())
+            result = CompactResult(
+                events_deleted=events,
+                sessions_deleted=sessions,
+                leased_sessions=leased,
+                keep_after_seq=self._keep_after_seq(),
+                pages_freed=freed,
+                bytes_before=before,
+                bytes_after=self._file_bytes(),
+                checkpointed=checkpointed,
+            )
+            self.last = result
+            return result
+
+    async def run(self, interval: float) -> None:
+        """The background task: compact every ``interval`` seconds, when some
+        app has a policy."""
+        while True:
+            await trio.sleep(interval)
+            try:
+                if await self._read(lambda store: store.retention_policies()):
+                    await self.compact(CompactParams())
+            except RpcError as exc:
+                if is_closed(exc) or is_file_fault(exc):
+                    return
+                logger.warning("event log retention failed (will retry): %s", exc)
+
+    async def _step(self, op: retention.StepOp) -> retention.Step:
+        """A retention step on the writer, with the clock and the watch horizon
+        read just before it runs (a watch opened since the last step is counted)."""
+        now_us, keep = self._now_us(), self._keep_after_seq()
+        return await self._write(lambda store: op(store, now_us, keep))
+
+    def _file_bytes(self) -> int:
+        if self._target.kind != "sqlite":
+            return 0  # PostgreSQL: the server's files, not ours to measure
+        total = 0
+        for suffix in ("", "-wal"):
+            try:
+                total += os.stat(str(self._target.target) + suffix).st_size
+            except OSError:
+                pass
+        return total
