@@ -9,13 +9,20 @@ The layers stack bottom-up, each importing only the ones below it:
 * :mod:`~streamd.eventlog.model` - msgspec Structs for every param and result,
   and the time conversions (sans-I/O).
 * :mod:`~streamd.eventlog.filters` - a Filter as SQL conjuncts (sans-I/O).
-* :mod:`~streamd.eventlog.store` - the storage rules on one APSW connection,
-  synchronous, behind the :class:`Backend` protocol; driver errors stop here.
+* :mod:`~streamd.eventlog.store` - the storage core: the three seams
+  (``Backend``, ``Runner``, ``ChangeSource``) and the rules both backends share,
+  written once over a small connection protocol.
+* :mod:`~streamd.eventlog.sqlite` and :mod:`~streamd.eventlog.postgres` - one
+  folder per backend, each the only importer of its driver; driver errors stop
+  there.
 * :mod:`~streamd.eventlog.lease` and :mod:`~streamd.eventlog.watch` - a lease
   and its heartbeat; a watch and its reader.
-* :mod:`~streamd.eventlog.log` - :class:`EventLog`, the Trio API: group-commit
-  writer, the tasks of watches and leases, retention (``compact`` and its
-  background task), lazy open, close.
+* :mod:`~streamd.eventlog.opener`, :mod:`~streamd.eventlog.watch_hub` and
+  :mod:`~streamd.eventlog.compaction` - choosing and opening the backend; the
+  live watches, their fan-out and the change poller; retention applied and
+  space given back.
+* :mod:`~streamd.eventlog.log` - :class:`EventLog`, the Trio API: lazy open,
+  close, the group-commit writer, and the keyword methods over the jobs above.
 
 * :mod:`~streamd.eventlog.service` - the ``eventlog/*`` JSON-RPC methods over a
   shared :class:`EventLog` (imported by the daemon, not re-exported here, so the
