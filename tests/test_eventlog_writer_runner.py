@@ -14,7 +14,7 @@ import trio
 from eventlog_support import ev
 
 from streamd.eventlog import EventLog, SqliteStore
-from streamd.eventlog import log as log_module
+from streamd.eventlog import writer as writer_module
 from streamd.eventlog.model import AppendParams
 from streamd.eventlog.sqlite import SqliteOptions
 from streamd.eventlog.sqlite.runner import NOT_RUN, WriterRunner
@@ -24,7 +24,7 @@ from streamd.eventlog.sqlite.runner import NOT_RUN, WriterRunner
 def never_slow(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loaded test machine's slow fsync must not move appends off the inline
     path (that has a test of its own, below)."""
-    monkeypatch.setattr(log_module, "_INLINE_SLOW_S", float("inf"))
+    monkeypatch.setattr(writer_module, "_INLINE_SLOW_S", float("inf"))
 
 
 def _count(path: Path) -> int:
@@ -161,8 +161,8 @@ async def test_a_cancelled_call_is_interrupted_on_the_worker_and_the_next_one_ru
 async def test_a_slow_inline_commit_keeps_the_next_ones_on_the_worker_for_a_while(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(log_module, "_INLINE_SLOW_S", 0.0)  # every commit is "slow"
-    monkeypatch.setattr(log_module, "_INLINE_BACKOFF_S", 60.0)
+    monkeypatch.setattr(writer_module, "_INLINE_SLOW_S", 0.0)  # every commit is "slow"
+    monkeypatch.setattr(writer_module, "_INLINE_BACKOFF_S", 60.0)
     with trio.fail_after(20):
         async with EventLog(tmp_path / "events.db", synchronous="NORMAL") as log:
             for i in range(5):

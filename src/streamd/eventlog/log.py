@@ -78,19 +78,17 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import math
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import trio
 
-from streamd.errors import CLOSED, RpcError, is_closed
+from streamd.errors import RpcError, is_closed
 from streamd.eventlog import dbtarget, retention
 from streamd.eventlog.compaction import Compactor
 from streamd.eventlog.lease import Lease, LeaseHost, new_holder_id
@@ -137,13 +135,11 @@ from streamd.eventlog.model import (
 )
 from streamd.eventlog.opener import Dispatch, Role, opener_for
 from streamd.eventlog.sqlite import SqliteOptions
-from streamd.eventlog.sqlite.file_identity import is_file_fault
-from streamd.eventlog.sqlite.runner import NOT_RUN, WriterRunner
+from streamd.eventlog.sqlite.runner import WriterRunner
 from streamd.eventlog.store import (
     AppendGroup,
     Backend,
     ChangeSource,
-    CommitOutcome,
     Runner,
     Synchronous,
     closed_error,
@@ -151,6 +147,9 @@ from streamd.eventlog.store import (
 from streamd.eventlog.watch import Watch
 from streamd.eventlog.watch_hub import SAFETY_POLL as SAFETY_POLL
 from streamd.eventlog.watch_hub import WatchHub
+from streamd.eventlog.writer import AppendOutcome as AppendOutcome
+from streamd.eventlog.writer import EventLogStats as EventLogStats
+from streamd.eventlog.writer import GroupCommitWriter
 
 __all__ = [
     "DEFAULT_WATCH_INTERVAL",
@@ -169,13 +168,6 @@ query when no app has a policy."""
 
 CHECKPOINT_PAGES = 1000
 """WAL pages after which the log checkpoints (SQLite's own default threshold)."""
-# Inline commits (see _inline_fits): the largest group, how long one may take
-# before the next ones go to the worker thread, and for how long they do. An
-# fsync is 0.1-0.3 ms on an idle SSD and a few ms on a busy disk; past 20 ms
-# the disk is struggling, and the event loop should not wait on it.
-_INLINE_MAX_GROUP = 16
-_INLINE_SLOW_S = 0.02
-_INLINE_BACKOFF_S = 1.0
 # How long close lets work already inside SQLite finish before interrupting it.
 _CLOSE_GRACE = 0.5
 
@@ -189,49 +181,6 @@ def resolve_db_path(
     <streamd.eventlog.dbtarget.resolve>` says the same with its kind and a
     safe description; this raises its :class:`~streamd.eventlog.dbtarget.DbTargetError`."""
     return dbtarget.resolve(explicit, env).target
-
-
-@dataclass
-class EventLogStats:
-    """Counters for diagnostics and benchmarks (group commit at work)."""
-
-    appends: int = 0
-    batches: int = 0
-    largest_batch: int = 0
-    inline_commits: int = 0
-    """Batches committed on the event loop thread, without a thread hop."""
-    checkpoints: int = 0
-    """WAL checkpoints made beside the writes (SQLite)."""
-
-
-AppendOutcome = AppendResult | list[AppendResult] | RpcError
-"""What an append (an :class:`AppendResult`) or a batch (a list) came to, or
-why it was not written."""
-
-
-@dataclass(eq=False)
-class _PendingAppend:
-    params: AppendParams | AppendGroup
-    on_done: Callable[[AppendOutcome], None] | None = None
-    done: trio.Event = field(default_factory=trio.Event)
-    outcome: AppendOutcome | None = None
-
-    def resolve(self, outcome: AppendOutcome) -> None:
-        if self.outcome is None:
-            self.outcome = outcome
-            if self.on_done is None:
-                self.done.set()
-                return
-            try:
-                self.on_done(outcome)
-            except Exception:
-                # The writer calls this for a whole batch: one failing callback
-                # must not leave the others unanswered or stop the writer.
-                logger.exception("an append's completion callback failed")
-
-
-def _never_written() -> RpcError:
-    return RpcError(CLOSED, "event log closed before the append was written; it was not written")
 
 
 class EventLog:
@@ -279,7 +228,6 @@ class EventLog:
         self._watch_buffer = watch_buffer
         self._watch_buffer_bytes = watch_buffer_bytes
         self._stall_timeout = watch_stall_timeout
-        self._max_batch = max_batch
         self._wall_clock = wall_clock
         self._retention_interval = retention_interval
         self._opener = opener_for(self.target, self._options, dispatch, watch_interval)
@@ -293,15 +241,10 @@ class EventLog:
         self._open_lock = trio.Lock()
         self._writer: Runner | None = None
         self._reader: Runner | None = None
-        self._inline_after = -math.inf  # no inline commit before then (a slow disk)
         self._checkpointing = False
         self._closed = False
         self._close_done = trio.Event()
         self._op_scopes: set[trio.CancelScope] = set()
-
-        self._queue_send, self._queue_recv = trio.open_memory_channel[_PendingAppend](4 * max_batch)
-        self._writer_done = trio.Event()
-        self._writer_started = False
 
         self._hub = WatchHub(
             reader=self._open_reader,
@@ -311,6 +254,16 @@ class EventLog:
             budget_bytes=watch_buffer_bytes,
             stall_timeout=watch_stall_timeout,
             log_closed=lambda: self._closed,
+        )
+        self._appends = GroupCommitWriter(
+            max_batch=max_batch,
+            hub=self._hub,
+            stats=self.stats,
+            now_us=self._now_us,
+            open_log=self._ensure_open,
+            log_closed=lambda: self._closed,
+            cancelled_by_close=self._cancelled_by_close,
+            after_commit=self._checkpoint_if_due,
         )
         self._compactor = Compactor(
             target=self.target,
@@ -404,20 +357,10 @@ class EventLog:
         leases = list(self._leases.values())
         for lease in leases:
             lease.stop_heartbeat()
-        self._queue_send.close()
+        self._appends.close_queue()
         async with self._open_lock:
             pass  # an open in progress finishes, so its connections get closed too
-        if self._writer_started:
-            # The batch being committed normally lands in milliseconds and its
-            # callers then learn the truth; one stuck behind another process's
-            # lock is interrupted (rolled back, reported as not written).
-            with trio.move_on_after(_CLOSE_GRACE):
-                await self._writer_done.wait()
-            if not self._writer_done.is_set():
-                self._interrupt()
-                await self._writer_done.wait()
-        else:
-            self._fail_queued()
+        await self._appends.finish(_CLOSE_GRACE, self._interrupt)
         if self._writer is not None and leases:
             # Release what we hold so another process need not wait for
             # staleness; bounded, a wedged database must not hang close.
@@ -472,8 +415,7 @@ class EventLog:
                         await writer.aclose()
                         raise
                 self._writer, self._reader = writer, reader
-                self._writer_started = True
-                self._nursery.start_soon(self._write_batches)
+                self._appends.start(self._nursery, writer)
                 if self._retention_interval > 0:
                     self._nursery.start_soon(self._compactor.run, self._retention_interval)
             if self._closed:
@@ -494,6 +436,17 @@ class EventLog:
         finally:
             self._op_scopes.discard(scope)
         raise closed_error()
+
+    @contextmanager
+    def _cancelled_by_close(self) -> Iterator[trio.CancelScope]:
+        """A scope that close cancels (a wait that must not outlive the log)."""
+        scope = trio.CancelScope()
+        self._op_scopes.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._op_scopes.discard(scope)
 
     async def _read(self, op: Callable[[Backend], _T]) -> _T:
         return await self._call("reader", op)
@@ -548,7 +501,7 @@ class EventLog:
 
     async def append_params(self, params: AppendParams) -> AppendResult:
         """:meth:`append` for already-validated params (the JSON-RPC path)."""
-        outcome = await self._append_pending(_PendingAppend(params))
+        outcome = await self._appends.append(params)
         assert isinstance(outcome, AppendResult)
         return outcome
 
@@ -559,7 +512,7 @@ class EventLog:
         return await self.append_batch_params(checked(AppendBatchParams, appends=list(appends)))
 
     async def append_batch_params(self, p: AppendBatchParams) -> list[AppendResult]:
-        outcome = await self._append_pending(_PendingAppend(AppendGroup(p.appends)))
+        outcome = await self._appends.append(AppendGroup(p.appends))
         assert isinstance(outcome, list)
         return outcome
 
@@ -573,156 +526,7 @@ class EventLog:
         holds it (or with the error that kept it out). For callers that cannot
         cancel an append once sent and would otherwise pay a task, a cancel
         scope and an event per append just to wait: the JSON-RPC layer."""
-        pending = _PendingAppend(
-            AppendGroup(params.appends) if isinstance(params, AppendBatchParams) else params,
-            on_done,
-        )
-        if self._closed:
-            pending.resolve(closed_error())
-            return
-        if self._writer is not None:
-            try:
-                self._queue_send.send_nowait(pending)
-                return
-            except trio.ClosedResourceError:
-                pending.resolve(closed_error())
-                return
-            except trio.WouldBlock:
-                pass
-        # Not open yet, or the queue is full: wait for it in the background.
-        assert self._nursery is not None
-        self._nursery.start_soon(self._enqueue_later, pending)
-
-    async def _enqueue_later(self, pending: _PendingAppend) -> None:
-        try:
-            await self._enqueue(pending)
-        except RpcError as exc:
-            pending.resolve(exc)
-
-    async def _append_pending(
-        self, pending: _PendingAppend
-    ) -> AppendResult | list[AppendResult]:
-        if self._closed:
-            raise closed_error()
-        try:
-            # The common case, an open log with room in the queue, needs no
-            # scope for close to cancel: nothing here can block. A cancel scope
-            # costs about a tenth of the event loop's time per append.
-            if self._writer is None:
-                raise trio.WouldBlock
-            self._queue_send.send_nowait(pending)
-        except trio.ClosedResourceError:
-            raise closed_error() from None
-        except trio.WouldBlock:
-            await self._enqueue(pending)
-        # Outside the close-cancelled scope: once queued, the writer resolves
-        # every append, even at close, and the caller deserves the true outcome
-        # of a batch that was committing when close began.
-        await pending.done.wait()
-        assert pending.outcome is not None
-        if isinstance(pending.outcome, RpcError):
-            raise pending.outcome
-        return pending.outcome
-
-    async def _enqueue(self, pending: _PendingAppend) -> None:
-        """Queue an append, opening the log or waiting for room; close cancels it."""
-        scope = trio.CancelScope()
-        self._op_scopes.add(scope)
-        try:
-            with scope:
-                await self._ensure_open()
-                try:
-                    await self._queue_send.send(pending)
-                except trio.ClosedResourceError:
-                    raise closed_error() from None
-        finally:
-            self._op_scopes.discard(scope)
-        if scope.cancelled_caught:
-            raise closed_error()
-
-    async def _write_batches(self) -> None:
-        assert self._writer is not None
-        writer = self._writer
-        batch: list[_PendingAppend] = []
-        try:
-            while True:
-                try:
-                    # Under load appends are already queued when a commit returns:
-                    # take them at once, not after a turn of the event loop (a
-                    # channel's receive checkpoints), while the connection's
-                    # thread sits idle. The commit's await is the checkpoint.
-                    first = self._queue_recv.receive_nowait()
-                except trio.WouldBlock:
-                    try:
-                        first = await self._queue_recv.receive()
-                    except trio.EndOfChannel:
-                        break
-                except trio.EndOfChannel:
-                    break
-                batch = [first]
-                while len(batch) < self._max_batch:
-                    try:
-                        batch.append(self._queue_recv.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                if self._closed:
-                    for p in batch:
-                        p.resolve(_never_written())
-                    continue
-                with self._hub.committing():
-                    outcome = await self._commit(writer, batch)
-                    results = (
-                        outcome.results if isinstance(outcome, CommitOutcome)
-                        else [outcome] * len(batch)
-                    )
-                    for p, result in zip(batch, results, strict=True):
-                        p.resolve(result)
-                    # In the same step as the commit's return, so nothing this
-                    # process does can see the commit before its watchers do.
-                    if isinstance(outcome, CommitOutcome):
-                        self._hub.fanout.committed(outcome)
-                    self._checkpoint_if_due(writer)
-                self.stats.batches += 1
-                self.stats.appends += len(batch)
-                self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
-                batch = []
-        finally:
-            for p in batch:
-                p.resolve(_never_written())
-            self._fail_queued()
-            self._writer_done.set()
-
-    async def _commit(
-        self, writer: Runner, batch: list[_PendingAppend]
-    ) -> CommitOutcome | RpcError:
-        params, now_us = [p.params for p in batch], self._now_us()
-        # Entries are captured (encoded for the watchers) only while someone
-        # watches; a batch committed without them makes the fan-out drop every
-        # watch, which then reads the store: correct, only slower.
-        capture = self._hub.watching
-
-        def op(store: Backend) -> CommitOutcome:
-            return store.append_commit(params, now_us, capture)
-
-        try:
-            if isinstance(writer, WriterRunner) and self._inline_fits(params):
-                started = time.monotonic()
-                done = writer.try_inline(op)
-                if done is not NOT_RUN:
-                    # No await here: the writer's next receive, which finds
-                    # the queue empty (the batch was alone), is the checkpoint.
-                    self._inline_took(time.monotonic() - started)
-                    return done
-            # Not cancelled by close: the batch in flight finishes, so its
-            # callers hear whether it committed.
-            with trio.CancelScope(shield=True):  # never cancelled: it swallows nothing
-                outcome = await writer.run(op)
-            return outcome
-        except RpcError as exc:
-            # Interrupted by close means rolled back: say so precisely.
-            if is_file_fault(exc):
-                self._hub.end_all()
-            return _never_written() if is_closed(exc) else exc
+        self._appends.submit(params, on_done, self._nursery)
 
     def _checkpoint_if_due(self, writer: Runner) -> None:
         """Once the writer's WAL holds :data:`CHECKPOINT_PAGES`, copy it into
@@ -753,31 +557,6 @@ class EventLog:
                 logger.warning("checkpointing the event log: %s", exc)
         finally:
             self._checkpointing = False
-
-    def _inline_fits(self, params: list[AppendParams | AppendGroup]) -> bool:
-        """Whether a batch may commit on the event loop thread (see
-        :mod:`~streamd.eventlog.sqlite.runner`): it is one append (or one
-        small group), nothing else waits for the writer, and the disk has not
-        been slow lately (an inline commit that took long keeps the next ones
-        on the worker thread for a while, so a slow disk stalls the writer's
-        callers, never the whole event loop, more than once)."""
-        if len(params) != 1 or trio.current_time() < self._inline_after:
-            return False
-        item = params[0]
-        return not isinstance(item, AppendGroup) or len(item.appends) <= _INLINE_MAX_GROUP
-
-    def _inline_took(self, seconds: float) -> None:
-        self.stats.inline_commits += 1
-        if seconds > _INLINE_SLOW_S:
-            self._inline_after = trio.current_time() + _INLINE_BACKOFF_S
-
-    def _fail_queued(self) -> None:
-        while True:
-            try:
-                pending = self._queue_recv.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
-            pending.resolve(_never_written())
 
     # -- reads --
 
