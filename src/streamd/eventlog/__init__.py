@@ -17,12 +17,12 @@ The layers stack bottom-up, each importing only the ones below it:
   there.
 * :mod:`~streamd.eventlog.lease` and :mod:`~streamd.eventlog.watch` - a lease
   and its heartbeat; a watch and its reader.
-* :mod:`~streamd.eventlog.opener`, :mod:`~streamd.eventlog.watch_hub` and
-  :mod:`~streamd.eventlog.compaction` - choosing and opening the backend; the
-  live watches, their fan-out and the change poller; retention applied and
-  space given back.
+* :mod:`~streamd.eventlog.opener`, :mod:`~streamd.eventlog.writer`,
+  :mod:`~streamd.eventlog.watch_hub` and :mod:`~streamd.eventlog.compaction` -
+  choosing and opening the backend; the group-commit writer; the live watches,
+  their fan-out and the change poller; retention applied and space given back.
 * :mod:`~streamd.eventlog.log` - :class:`EventLog`, the Trio API: lazy open,
-  close, the group-commit writer, and the keyword methods over the jobs above.
+  close, checkpoints, leases, and the keyword methods over the jobs above.
 
 * :mod:`~streamd.eventlog.service` - the ``eventlog/*`` JSON-RPC methods over a
   shared :class:`EventLog` (imported by the daemon, not re-exported here, so the

@@ -23,7 +23,7 @@ and a durable append's whole commit (SQL and fsync) is 200-400 us. So:
   which waits for the lock as usual. The event loop is thus blocked for one
   small transaction and its fsync at most, never for another process's lock.
   Which appends qualify (alone, small, on a disk that syncs fast) is the
-  event log's decision (:meth:`streamd.eventlog.log.EventLog`).
+  event log's decision (:class:`streamd.eventlog.writer.GroupCommitWriter`).
 
 The connection is an ordinary (synchronous) APSW connection, used by one
 thread at a time: the event loop's only while the worker is idle, and the
