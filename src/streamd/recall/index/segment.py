@@ -162,7 +162,10 @@ class SegmentBuilder:
 
     def _flush(self) -> None:
         """Turn the pending token lists into (term, rec, meta) arrays."""
-        if not self._lens:
+        if not self._tokens:
+            # Records whose fields hold no token (only lone surrogates, say)
+            # add rows but no postings; an empty key array has no first start.
+            self._tokens, self._lens = [], []
             return
         vocab = self._vocab
         tokens = self._tokens
@@ -182,7 +185,7 @@ class SegmentBuilder:
         edges = np.flatnonzero(np.diff(key)) + 1
         starts = np.concatenate(([0], edges))
         counts = np.diff(np.concatenate((starts, [len(key)])))
-        best = np.maximum.reduceat(codes, starts) if len(key) else codes
+        best = np.maximum.reduceat(codes, starts)
         uniq = key[starts]
         self._parts.append(((uniq & 0xFFFFFFFF), (uniq >> 32), counts * 4 + best))
         self._tokens, self._lens = [], []
