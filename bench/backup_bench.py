@@ -69,7 +69,7 @@ def writer(db: str, appenders: int) -> None:
                 i = 0
                 while True:
                     p = msgspec.convert(append_params(f"live{k}", i), AppendParams)
-                    await log.append_params(p)
+                    await log.requests.append(p)
                     acks.append(time.monotonic())
                     i += 1
 

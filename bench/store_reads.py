@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from streamd.eventlog.model import AppendParams, Event
+from streamd.eventlog.model import AppendParams, Event, SessionGetParams, SinceParams
+from streamd.eventlog.store import DECODED, ReadShape
 
 try:
     from streamd.eventlog.sqlite import SqliteStore
@@ -39,18 +40,28 @@ def best(runs: int, call: Callable[[], Any]) -> float:
 
 def fill(store: SqliteStore, n: int, sessions: int, prefix: str) -> None:
     for first in range(0, n, 1000):
-        store.append_batch([
-            AppendParams(app="a", user="u", session=f"{prefix}{i % sessions}",
-                         event=Event(id=f"{prefix}-e{i}", author="agent",
-                                     content={"text": "hello world " * 5, "i": i}))
-            for i in range(first, min(n, first + 1000))
-        ], NOW_US)
+        store.append_batch(
+            [
+                AppendParams(
+                    app="a",
+                    user="u",
+                    session=f"{prefix}{i % sessions}",
+                    event=Event(
+                        id=f"{prefix}-e{i}",
+                        author="agent",
+                        content={"text": "hello world " * 5, "i": i},
+                    ),
+                )
+                for i in range(first, min(n, first + 1000))
+            ],
+            NOW_US,
+        )
 
 
-def read_all(store: SqliteStore, **shape: Any) -> None:
+def read_all(store: SqliteStore, shape: ReadShape = DECODED) -> None:
     after = 0
     while True:
-        page = store.since(after, None, 10_000, **shape)
+        page = store.since(SinceParams(from_seq=after, limit=10_000), shape)
         if len(page.entries) < 10_000:
             return
         after += len(page.entries)
@@ -63,12 +74,19 @@ def main() -> None:
         fill(store, 2_000, 1, "one")
         got = {
             "since_plain_ms": best(7, lambda: read_all(store)) * 1e3,
-            "since_encoded_ms": best(7, lambda: read_all(
-                store, encoded=True, max_bytes=16 << 20)) * 1e3,
-            "get_session_2000_ms": best(15, lambda: store.get_session(
-                "a", "u", "one0", 0, None)) * 1e3,
-            "get_session_recent_20_us": best(50, lambda: store.get_session(
-                "a", "u", "one0", 0, 20)) * 1e6,
+            "since_encoded_ms": best(7, lambda: read_all(store, ReadShape("encoded", 16 << 20)))
+            * 1e3,
+            "get_session_2000_ms": best(
+                15, lambda: store.get_session(SessionGetParams(app="a", user="u", session="one0"))
+            )
+            * 1e3,
+            "get_session_recent_20_us": best(
+                50,
+                lambda: store.get_session(
+                    SessionGetParams(app="a", user="u", session="one0", recent=20)
+                ),
+            )
+            * 1e6,
         }
         store.close()
     print(json.dumps({k: round(v, 2) for k, v in got.items()}))

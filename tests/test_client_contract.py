@@ -175,7 +175,7 @@ async def test_a_stolen_lease_signals_lost(daemon: Daemon, client: Driver) -> No
     with trio.fail_after(30):
         lease = await client.acquire_lock("app", "u", "s", heartbeat_ms=50, stale_after_ms=150)
         # Another process takes the row; the daemon's next heartbeat finds it gone.
-        await daemon.log._write(lambda store: store.connection.execute(
+        await daemon.log.connections.write(lambda store: store.connection.execute(
             "UPDATE leases SET holder = 'thief/1/00000000'"))
         await lease.wait_lost()
         assert client.held_leases == frozenset()

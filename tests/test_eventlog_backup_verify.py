@@ -22,7 +22,7 @@ from typing import Any
 import apsw
 import pytest
 
-from streamd.eventlog.model import AppendParams, Event, StateDelta, checked
+from streamd.eventlog.model import AppendParams, Event, SinceParams, StateDelta, checked
 from streamd.eventlog.sqlite import SqliteStore
 
 pytestmark = pytest.mark.subprocess
@@ -35,13 +35,19 @@ def streamd_log(db: Path | str, *args: str, timeout: float = 120) -> subprocess.
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO / "src"))}
     return subprocess.run(
         [sys.executable, "-m", "streamd", "log", "--db", str(db), *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
 
 
 def ap(event_id: str, session: str = "s", delta: StateDelta | None = None) -> AppendParams:
     return checked(
-        AppendParams, app="app", user="u", session=session,
+        AppendParams,
+        app="app",
+        user="u",
+        session=session,
         event=Event(id=event_id, author="agent", content={"text": event_id * 3}),
         state_delta=delta,
     )
@@ -75,7 +81,7 @@ def ids(path: Path) -> list[str]:
     try:
         out, cursor = [], 0
         while True:
-            page = store.since(cursor, None, 10_000)
+            page = store.since(SinceParams(from_seq=cursor, limit=10_000))
             out += [e.event.id for e in page.entries]
             cursor = page.next_seq
             if page.caught_up:
@@ -227,11 +233,14 @@ def _duplicate_an_id(db: Path) -> None:
         conn.execute("PRAGMA writable_schema = OFF")
     finally:
         conn.close()
-    _sql(db, "VACUUM",
-         "INSERT INTO events (app_name, user_id, session_id, event_id, invocation_id, author,"
-         " branch, event_time, content, metadata, digest)"
-         " SELECT app_name, user_id, session_id, event_id, invocation_id, author, branch,"
-         " event_time, content, metadata, digest FROM events WHERE event_id = 'e7'")
+    _sql(
+        db,
+        "VACUUM",
+        "INSERT INTO events (app_name, user_id, session_id, event_id, invocation_id, author,"
+        " branch, event_time, content, metadata, digest)"
+        " SELECT app_name, user_id, session_id, event_id, invocation_id, author, branch,"
+        " event_time, content, metadata, digest FROM events WHERE event_id = 'e7'",
+    )
 
 
 def _damage_an_index_page(db: Path) -> None:
@@ -260,8 +269,11 @@ PLANTED = {
         "seq: session app/u/s2 has last_seq 5, behind its newest event 1999",
     ),
     "session state tampered": (
-        lambda db: _sql(db, """UPDATE sessions SET state = '{"s": "forged"}'"""
-                        " WHERE session_id = 's0'"),
+        lambda db: _sql(
+            db,
+            """UPDATE sessions SET state = '{"s": "forged"}'"""
+            " WHERE session_id = 's0'",
+        ),
         'state: session app/u/s0 is {"s": "forged"}, but its deltas fold to',
     ),
     "app state tampered": (
@@ -269,13 +281,17 @@ PLANTED = {
         'state: app app is {"a": -1}, but its deltas fold to {"a": 1990}',
     ),
     "event delta unrecorded": (
-        lambda db: _sql(db, "DELETE FROM state_deltas WHERE seq = 1991 AND scope = 'user'",
-                        """UPDATE user_states SET state = '{"u": 1980}'"""),
+        lambda db: _sql(
+            db,
+            "DELETE FROM state_deltas WHERE seq = 1991 AND scope = 'user'",
+            """UPDATE user_states SET state = '{"u": 1980}'""",
+        ),
         'state: event seq 1991 set user state {"u": 1990}, which is not among the deltas',
     ),
     "orphan event": (
-        lambda db: _sql(db, "PRAGMA foreign_keys = OFF",
-                        "DELETE FROM sessions WHERE session_id = 's3'"),
+        lambda db: _sql(
+            db, "PRAGMA foreign_keys = OFF", "DELETE FROM sessions WHERE session_id = 's3'"
+        ),
         "session: event seq 4 belongs to a session that does not exist",
     ),
     "damaged page": (_damage_an_index_page, "integrity: "),
@@ -296,8 +312,12 @@ def test_verify_finds_each_planted_corruption(log_db: Path, planted: str) -> Non
 def test_verify_lists_at_most_fifty_findings_of_a_kind_then_counts_the_rest(
     log_db: Path,
 ) -> None:
-    _sql(log_db, "UPDATE sessions SET last_seq = 0",
-         """UPDATE user_states SET state = '{}'""", """UPDATE app_states SET state = '{}'""")
+    _sql(
+        log_db,
+        "UPDATE sessions SET last_seq = 0",
+        """UPDATE user_states SET state = '{}'""",
+        """UPDATE app_states SET state = '{}'""",
+    )
     _sql(log_db, "DELETE FROM state_deltas")
     done = streamd_log(log_db, "verify", "--json")
     assert done.returncode == 1
@@ -319,8 +339,10 @@ def pg_log(postgres_db: str, postgres_cluster: Any) -> Iterator[tuple[str, str]]
     store = PostgresStore.open(postgres_db)
     for start in range(0, 200, 50):
         store.append_batch(
-            [ap(f"e{i}", f"s{i % 4}", StateDelta(session={"n": i}) if i % 10 == 0 else None)
-             for i in range(start, start + 50)],
+            [
+                ap(f"e{i}", f"s{i % 4}", StateDelta(session={"n": i}) if i % 10 == 0 else None)
+                for i in range(start, start + 50)
+            ],
             NOW_US,
         )
     store.close()
@@ -341,11 +363,13 @@ def test_verify_on_postgresql_runs_the_logical_checks(pg_log: tuple[str, str]) -
     done = streamd_log(url, "verify")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "200 events, newest seq 200, 4 sessions" in done.stdout
-    _pg(conninfo,
+    _pg(
+        conninfo,
         "ALTER TABLE events DROP CONSTRAINT events_pkey",
         "ALTER TABLE events DROP CONSTRAINT events_event_id_key",
         "INSERT INTO events SELECT * FROM events WHERE seq = 7",
-        """UPDATE sessions SET state = '{"n": -1}' WHERE session_id = 's0'""")
+        """UPDATE sessions SET state = '{"n": -1}' WHERE session_id = 's0'""",
+    )
     done = streamd_log(url, "verify")
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
@@ -354,9 +378,7 @@ def test_verify_on_postgresql_runs_the_logical_checks(pg_log: tuple[str, str]) -
     assert any(line.startswith('state: session app/u/s0 is {"n": -1}') for line in lines)
 
 
-def test_backup_on_postgresql_points_at_pg_dump(
-    pg_log: tuple[str, str], tmp_path: Path
-) -> None:
+def test_backup_on_postgresql_points_at_pg_dump(pg_log: tuple[str, str], tmp_path: Path) -> None:
     done = streamd_log(pg_log[1], "backup", str(tmp_path / "copy.db"))
     assert done.returncode == 2
     assert "pg_dump --format=custom --schema=streamd" in done.stderr

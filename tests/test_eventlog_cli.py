@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from streamd.eventlog.cli import main
-from streamd.eventlog.model import AppendParams, Event
+from streamd.eventlog.model import AppendParams, Event, LeaseAcquireParams
 from streamd.eventlog.sqlite import SqliteStore
 
 pytestmark = pytest.mark.subprocess
@@ -113,8 +113,18 @@ def test_filters_map_to_the_log_filter(db: Path, capsys: pytest.CaptureFixture[s
         ("q", "bg.a", "model"),
         ("p", "bg", "model"),
     ]:
-        main(["append", *at("app", "u", session), "--author", author, "--branch", branch,
-              "--text", "hi"])
+        main(
+            [
+                "append",
+                *at("app", "u", session),
+                "--author",
+                author,
+                "--branch",
+                branch,
+                "--text",
+                "hi",
+            ]
+        )
     capsys.readouterr()
 
     def seqs(*flags: str) -> list[int]:
@@ -166,7 +176,11 @@ def test_sessions_locks_boots_and_ping(db: Path, capsys: pytest.CaptureFixture[s
     assert run(capsys, "sessions", "delete", *at("app", "u", "s1"))[1] == ["deleted app/u/s1"]
 
     store = SqliteStore.open(str(db))
-    store.acquire_lease("app", "u", "s2", "host/1/abcdef01", 30_000, 0)
+    store.acquire_lease(
+        LeaseAcquireParams(app="app", user="u", session="s2", stale_after_ms=30_000),
+        "host/1/abcdef01",
+        0,
+    )
     store.record_boot(4_102_444_800_000_000, ["s1", "s2"])  # 2100-01-01
     store.close()
     code, out, _ = run(capsys, "locks")

@@ -22,14 +22,23 @@ from streamd.errors import (
     is_stale_session,
 )
 from streamd.eventlog import EventLog
-from streamd.eventlog.model import AppendResult, StateDelta
+from streamd.eventlog.model import (
+    AppendResult,
+    SessionCreateParams,
+    SessionGetParams,
+    SinceParams,
+    StateDelta,
+)
 
 
 def test_an_append_at_the_sessions_last_seq_is_written(fx: Fixture) -> None:
-    fx.store.create_session("app", "u", "s", None, T0)
+    fx.store.create_session(SessionCreateParams(app="app", user="u", session="s"), T0)
     first = fx.store.append(ap(ev("e1"), expected_seq=0), T0)
     second = fx.store.append(ap(ev("e2"), expected_seq=first.seq), T0)
-    assert fx.store.get_session("app", "u", "s", 0, None).last_seq == second.seq
+    assert (
+        fx.store.get_session(SessionGetParams(app="app", user="u", session="s")).last_seq
+        == second.seq
+    )
 
 
 def test_an_append_computed_before_the_session_moved_on_is_refused_and_writes_nothing(
@@ -37,7 +46,7 @@ def test_an_append_computed_before_the_session_moved_on_is_refused_and_writes_no
 ) -> None:
     seen = fx.store.append(ap(ev("e1")), T0).seq
     moved = fx.store.append(ap(ev("e2", author="other writer")), T0).seq
-    before = fx.store.since(0, None, 100)
+    before = fx.store.since(SinceParams(from_seq=0, limit=100))
     with pytest.raises(RpcError) as info:
         fx.store.append(
             ap(ev("e3"), expected_seq=seen, state_delta=StateDelta(session={"lost": 1})), T0
@@ -45,7 +54,7 @@ def test_an_append_computed_before_the_session_moved_on_is_refused_and_writes_no
     assert info.value.code == STALE_SESSION and is_stale_session(info.value)
     assert info.value.data == {"expected_seq": seen, "last_seq": moved}
     assert "moved on" in info.value.message and "nothing was written" in info.value.message
-    assert fx.store.since(0, None, 100) == before
+    assert fx.store.since(SinceParams(from_seq=0, limit=100)) == before
     assert fx.store.get_state("app", "u", "s", None).session == {}
 
 
@@ -60,7 +69,7 @@ def test_expected_seq_says_the_session_exists(fx: Fixture) -> None:
         fx.store.append(ap(ev("e2"), expected_seq=r.seq), T0)
     assert is_session_not_found(gone.value)
     with pytest.raises(RpcError):
-        fx.store.get_session("app", "u", "s", 0, None)
+        fx.store.get_session(SessionGetParams(app="app", user="u", session="s"))
 
 
 def test_a_retry_of_an_appended_event_is_a_duplicate_even_after_the_session_moved_on(
@@ -75,10 +84,8 @@ def test_a_retry_of_an_appended_event_is_a_duplicate_even_after_the_session_move
 def test_two_appends_from_the_same_view_in_one_batch_let_only_the_first_in(
     fx: Fixture,
 ) -> None:
-    fx.store.create_session("app", "u", "s", None, T0)
-    results = fx.store.append_batch(
-        [ap(ev("a"), expected_seq=0), ap(ev("b"), expected_seq=0)], T0
-    )
+    fx.store.create_session(SessionCreateParams(app="app", user="u", session="s"), T0)
+    results = fx.store.append_batch([ap(ev("a"), expected_seq=0), ap(ev("b"), expected_seq=0)], T0)
     assert isinstance(results[0], AppendResult)
     assert isinstance(results[1], RpcError) and is_stale_session(results[1])
     assert results[1].data == {"expected_seq": 0, "last_seq": results[0].seq}
@@ -100,8 +107,9 @@ async def test_of_writers_racing_from_one_view_exactly_one_wins(tmp_path: Path) 
 
             async def writer(i: int) -> None:
                 try:
-                    outcomes.append(await log.append("app", "u", "s", ev(f"w{i}"),
-                                                     expected_seq=seen))
+                    outcomes.append(
+                        await log.append("app", "u", "s", ev(f"w{i}"), expected_seq=seen)
+                    )
                 except RpcError as exc:
                     outcomes.append(exc)
 
@@ -123,9 +131,7 @@ async def test_stale_session_over_the_wire(daemon: Daemonish) -> None:
         c = await daemon.connect()
         first = await c.result("eventlog/append", append("e1"))
         await c.result("eventlog/append", append("e2"))
-        err = await c.error(
-            "eventlog/append", {**append("e3"), "expected_seq": first["seq"]}
-        )
+        err = await c.error("eventlog/append", {**append("e3"), "expected_seq": first["seq"]})
         assert err["code"] == -32014
         assert err["data"] == {"expected_seq": 1, "last_seq": 2}
         ok = await c.result("eventlog/append", {**append("e3"), "expected_seq": 2})
@@ -142,11 +148,15 @@ def test_a_batch_commits_in_order_and_later_events_follow_the_first_expected_seq
 ) -> None:
     from streamd.eventlog.store import AppendGroup
 
-    fx.store.create_session("app", "u", "s", None, T0)
+    fx.store.create_session(SessionCreateParams(app="app", user="u", session="s"), T0)
     group = AppendGroup([ap(ev("a"), expected_seq=0), ap(ev("b")), ap(ev("c"))])
     (results,) = fx.store.append_batch([group], T0)
     assert isinstance(results, list) and [r.seq for r in results] == [1, 2, 3]
-    assert [e.event.id for e in fx.store.since(0, None, 10).entries] == ["a", "b", "c"]
+    assert [e.event.id for e in fx.store.since(SinceParams(from_seq=0, limit=10)).entries] == [
+        "a",
+        "b",
+        "c",
+    ]
 
 
 def test_a_batch_with_one_refused_append_writes_none_of_it_and_names_which(fx: Fixture) -> None:
@@ -155,8 +165,13 @@ def test_a_batch_with_one_refused_append_writes_none_of_it_and_names_which(fx: F
     fx.store.append(ap(ev("taken", 1)), T0)
     (refused, single) = fx.store.append_batch(
         [
-            AppendGroup([ap(ev("a"), state_delta=StateDelta(session={"a": 1})),
-                         ap(ev("taken", 2)), ap(ev("c"))]),
+            AppendGroup(
+                [
+                    ap(ev("a"), state_delta=StateDelta(session={"a": 1})),
+                    ap(ev("taken", 2)),
+                    ap(ev("c")),
+                ]
+            ),
             ap(ev("alone")),
         ],
         T0,
@@ -164,11 +179,12 @@ def test_a_batch_with_one_refused_append_writes_none_of_it_and_names_which(fx: F
     assert isinstance(refused, RpcError) and refused.data["index"] == 1
     assert refused.code == -32010 and "nothing of the batch was written" in refused.message
     assert isinstance(single, AppendResult)  # other appends of the group commit are kept
-    assert [e.event.id for e in fx.store.since(0, None, 10).entries] == ["taken", "alone"]
+    assert [e.event.id for e in fx.store.since(SinceParams(from_seq=0, limit=10)).entries] == [
+        "taken",
+        "alone",
+    ]
     assert fx.store.get_state("app", "u", "s", None).session == {}
-    (stale,) = fx.store.append_batch(
-        [AppendGroup([ap(ev("x"), expected_seq=1), ap(ev("y"))])], T0
-    )
+    (stale,) = fx.store.append_batch([AppendGroup([ap(ev("x"), expected_seq=1), ap(ev("y"))])], T0)
     assert isinstance(stale, RpcError) and is_stale_session(stale)
     assert stale.data == {"expected_seq": 1, "last_seq": 2, "index": 0}
 
@@ -183,8 +199,7 @@ async def test_pipelined_batches_over_the_wire_keep_their_order(daemon: Daemonis
             requests.append(await c.start("eventlog/append_batch", {"appends": batch}))
         for request_id in requests:
             assert "result" in await c.response(request_id)
-        got = await c.result("eventlog/sessions.get", {"app": "app", "user": "u",
-                                                       "session": "s"})
+        got = await c.result("eventlog/sessions.get", {"app": "app", "user": "u", "session": "s"})
         stored = [e["event"]["id"] for e in got["events"]]
         # Each batch is contiguous and in its own order (batches may commit in
         # any order: they were separate requests).

@@ -29,6 +29,7 @@ from streamd import conformance
 from streamd.cli.commands import _config, build_parser
 from streamd.daemon import Config, Daemon
 from streamd.errors import RpcError, is_closed
+from streamd.eventlog.model import SinceParams
 from streamd.eventlog.sqlite import SqliteStore
 
 pytestmark = pytest.mark.subprocess
@@ -229,7 +230,11 @@ async def test_the_process_closes_the_log_cleanly_at_eof_and_on_signals(
         assert await proc.wait() == 0
     assert not Path(f"{db}-wal").exists()  # closed, not abandoned
     store = SqliteStore.open(str(db))
-    assert [e.event.id for e in store.since(0, None, 100).entries] == ["e0", "e1", "e2"]
+    assert [e.event.id for e in store.since(SinceParams(from_seq=0, limit=100)).entries] == [
+        "e0",
+        "e1",
+        "e2",
+    ]
     store.close()
 
 

@@ -15,7 +15,15 @@ import trio
 from test_eventlog_service import Daemonish, append
 from test_eventlog_store import Fixture, ap, ev
 
-from streamd.eventlog.model import SessionKey, from_us, to_us
+from streamd.eventlog.model import (
+    SessionCreateParams,
+    SessionGetParams,
+    SessionKey,
+    SessionListParams,
+    SessionsGetParams,
+    from_us,
+    to_us,
+)
 from streamd.eventlog.sqlite import SqliteStore
 
 T0 = to_us(dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
@@ -30,36 +38,48 @@ def test_a_sessions_event_time_is_its_newest_events_timestamp_not_the_write_cloc
     fx: Fixture,
 ) -> None:
     store = fx.store
-    created = store.create_session("app", "u", "s", None, T0)
+    created = store.create_session(SessionCreateParams(app="app", user="u", session="s"), T0)
     assert created.last_event_time == at(T0)
-    assert store.get_session("app", "u", "s", 0, None).last_event_time == at(T0)
+    assert store.get_session(
+        SessionGetParams(app="app", user="u", session="s")
+    ).last_event_time == at(T0)
     # An event stamped an hour before it is written (a replayed or imported
     # one): the session's event time is the event's, its update time the clock.
     store.append(ap(ev("e1", timestamp=at(T0 - HOUR))), T0 + 5)
-    got = store.get_session("app", "u", "s", 0, None)
+    got = store.get_session(SessionGetParams(app="app", user="u", session="s"))
     assert got.last_event_time == at(T0 - HOUR)
     assert got.updated_at == at(T0 + 5)
     # In one batch, the newest event (by seq) sets it, whatever its timestamp.
     store.append_batch(
         [ap(ev("e2", timestamp=at(T0 + HOUR))), ap(ev("e3", timestamp=at(T0 + 7)))], T0 + 9
     )
-    assert store.get_session("app", "u", "s", 0, None).last_event_time == at(T0 + 7)
+    assert store.get_session(
+        SessionGetParams(app="app", user="u", session="s")
+    ).last_event_time == at(T0 + 7)
     # An event without a timestamp gets the append time, and so does the session.
     store.append(ap(ev("e4")), T0 + 11)
-    assert store.get_session("app", "u", "s", 0, None).last_event_time == at(T0 + 11)
+    assert store.get_session(
+        SessionGetParams(app="app", user="u", session="s")
+    ).last_event_time == at(T0 + 11)
     # A session created by its first append; another untouched.
     store.append(ap(ev("f1", timestamp=at(T0 + 3)), session="t"), T0 + 20)
-    store.create_session("app", "u", "empty", None, T0 + 21)
+    store.create_session(SessionCreateParams(app="app", user="u", session="empty"), T0 + 21)
     # Every read of sessions carries it.
-    listed = store.list_sessions_page("app", None, 10, None)
+    listed = store.list_sessions_page(SessionListParams(app="app", limit=10))
     assert {s.session: s.last_event_time for s in listed.sessions} == {
-        "s": at(T0 + 11), "t": at(T0 + 3), "empty": at(T0 + 21)
+        "s": at(T0 + 11),
+        "t": at(T0 + 3),
+        "empty": at(T0 + 21),
     }
-    many = store.get_sessions("app", [SessionKey(user="u", session="t")], None, None)
+    many = store.get_sessions(
+        SessionsGetParams(app="app", sessions=[SessionKey(user="u", session="t")])
+    )
     assert many.sessions[0].last_event_time == at(T0 + 3)
     # A duplicate append changes nothing.
     store.append(ap(ev("f1", timestamp=at(T0 + 3)), session="t"), T0 + 30)
-    assert store.get_session("app", "u", "t", 0, None).last_event_time == at(T0 + 3)
+    assert store.get_session(
+        SessionGetParams(app="app", user="u", session="t")
+    ).last_event_time == at(T0 + 3)
 
 
 def test_a_version_4_database_migrates_with_each_sessions_newest_event_time(
@@ -97,7 +117,9 @@ def test_a_version_4_database_migrates_with_each_sessions_newest_event_time(
         assert times == {"s": at(T0 - HOUR), "empty": at(T0 + 60), "gone": at(T0 + 70)}
         # And the trigger keeps it from then on.
         store.append(ap(ev("e9", timestamp=at(T0 + 2)), session="gone"), T0 + 80)
-        assert store.get_session("app", "u", "gone", 0, None).last_event_time == at(T0 + 2)
+        assert store.get_session(
+            SessionGetParams(app="app", user="u", session="gone")
+        ).last_event_time == at(T0 + 2)
     finally:
         store.close()
 
@@ -146,7 +168,9 @@ def test_a_version_1_postgresql_schema_migrates_with_each_sessions_newest_event_
             times = {s.session: s.last_event_time for s in store.list_sessions("app", None)}
             assert times == {"s": at(T0 - HOUR), "empty": at(T0 + 60)}
             store.append(ap(ev("e9", timestamp=at(T0 + 2))), T0 + 80)
-            assert store.get_session("app", "u", "s", 0, None).last_event_time == at(T0 + 2)
+            assert store.get_session(
+                SessionGetParams(app="app", user="u", session="s")
+            ).last_event_time == at(T0 + 2)
         finally:
             store.close()
     finally:
@@ -179,4 +203,3 @@ async def test_the_wire_carries_last_event_time_only_to_a_caller_that_asks(
         assert "last_event_time" not in got["sessions"][0]
         got = await c.result("eventlog/sessions.get_many", {**many, "event_time": True})
         assert got["sessions"][0]["last_event_time"] == "2001-02-03T04:05:06.123456Z"
-

@@ -147,7 +147,7 @@ async def test_a_live_watch_gets_this_processs_commits_without_reading_the_store
     with trio.fail_after(600):
         async with open_mocked(watch_interval=3600) as log:
             await log.append("app", "u", "s", ev("e0"))
-            reader = log._reader
+            reader = log.connections.reader
             assert isinstance(reader, SqliteStore)
             reads = count_calls(reader, "since_committed")
             async with log.watch(0) as w:

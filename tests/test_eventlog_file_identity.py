@@ -29,7 +29,7 @@ from resident_support import World, make_world
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import EventLog
-from streamd.eventlog.model import Event
+from streamd.eventlog.model import Event, SinceParams
 from streamd.eventlog.sqlite import SqliteStore
 from streamd.eventlog.sqlite.file_identity import FAULT_REASON
 
@@ -51,9 +51,7 @@ def remove_all(db: Path) -> None:
 def make_restorable(path: Path, n: int) -> None:
     """A closed, checkpointed log of ``n`` events: what a backup is."""
     store = SqliteStore.open(str(path))
-    store.append_batch(
-        [_params(f"r{i}") for i in range(n)], 1_700_000_000_000_000
-    )
+    store.append_batch([_params(f"r{i}") for i in range(n)], 1_700_000_000_000_000)
     store.close()
     assert not Path(f"{path}-wal").exists()
 
@@ -62,7 +60,10 @@ def _params(event_id: str) -> Any:
     from streamd.eventlog.model import AppendParams, checked
 
     return checked(
-        AppendParams, app="app", user="u", session="restored",
+        AppendParams,
+        app="app",
+        user="u",
+        session="restored",
         event=Event(id=event_id, author="agent", content=event_id),
     )
 
@@ -71,7 +72,7 @@ def event_ids(path: Path) -> list[str]:
     store = SqliteStore.open(str(path), migrate=False)
     try:
         assert store.connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-        return [e.event.id for e in store.since(0, None, 10_000).entries]
+        return [e.event.id for e in store.since(SinceParams(from_seq=0, limit=10_000)).entries]
     finally:
         store.close()
 
@@ -183,8 +184,12 @@ async def test_a_live_watch_ends_with_the_cause(tmp_path: Path) -> None:
 
 
 def _append(i: int | str) -> dict[str, Any]:
-    return {"app": "app", "user": "u", "session": "s",
-            "event": {"id": f"e{i}", "author": "agent", "content": f"c{i}"}}
+    return {
+        "app": "app",
+        "user": "u",
+        "session": "s",
+        "event": {"id": f"e{i}", "author": "agent", "content": f"c{i}"},
+    }
 
 
 class Stdio:
@@ -193,7 +198,9 @@ class Stdio:
     def __init__(self, db: Path) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamd", "-v", "--db", str(db)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO / "src"))},
         )
         self.ids = iter(range(1, 10**6))
@@ -305,7 +312,7 @@ def test_no_new_connection_opens_a_path_whose_file_was_replaced(tmp_path: Path) 
         SqliteStore.open(str(db), guard=guard)
     assert_fault(raised.value, "was replaced by another file")
     with pytest.raises(RpcError):
-        first.since(0, None, 10)  # the first connection has heard it too
+        first.since(SinceParams(from_seq=0, limit=10))  # the first connection has heard it too
     first.close()
     assert event_ids(db) == [f"r{i}" for i in range(300)]
 

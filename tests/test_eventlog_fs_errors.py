@@ -19,7 +19,7 @@ import apsw
 import pytest
 
 from streamd.errors import RpcError
-from streamd.eventlog.model import AppendParams, Event
+from streamd.eventlog.model import AppendParams, Event, SinceParams
 from streamd.eventlog.sqlite import errors as sqlite_errors
 from streamd.eventlog.sqlite.store import SqliteStore
 
@@ -78,7 +78,7 @@ def test_a_read_that_fails_with_eio_under_an_open_log_is_named(
     try:
         failing_vfs.failing = True
         with pytest.raises(RpcError) as info:
-            store.since(0, None, 1000)
+            store.since(SinceParams(from_seq=0, limit=1000))
         assert info.value.code == -32000
         assert EIO_NAMED in info.value.message, info.value.message
     finally:
@@ -87,9 +87,10 @@ def test_a_read_that_fails_with_eio_under_an_open_log_is_named(
 
 
 def test_corruption_sqlite_reports_for_a_failed_read_names_the_errno_first() -> None:
-    err = sqlite_errors.translate(apsw.CorruptError("database disk image is malformed"),
-                                  errno.EIO)
-    assert err.message == ("event log database error: the file system failed: Input/output "
-                           "error (EIO) (SQLite said: database disk image is malformed)")
+    err = sqlite_errors.translate(apsw.CorruptError("database disk image is malformed"), errno.EIO)
+    assert err.message == (
+        "event log database error: the file system failed: Input/output "
+        "error (EIO) (SQLite said: database disk image is malformed)"
+    )
     plain = sqlite_errors.translate(apsw.CorruptError("database disk image is malformed"), 0)
     assert plain.message == "event log database error: database disk image is malformed"

@@ -56,7 +56,8 @@ async def test_a_fresh_lease_is_session_locked_with_holder_and_heartbeat_age(
 def _pause_heartbeats(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
     """Make ``log``'s heartbeats fail (as a wedged disk would) while the returned
     flag's ``paused`` is true: its leases then age although their holder lives."""
-    writer = getattr(log._writer, "store", log._writer)  # the store under its runner
+    runner = log.connections.writer
+    writer = getattr(runner, "store", runner)  # the store under its runner
     real = writer.heartbeat_lease
     state = {"paused": True}
 
@@ -180,7 +181,7 @@ async def test_a_heartbeat_that_hits_a_database_error_is_retried_not_reported_lo
     with trio.fail_after(600):
         async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
             lease = await a.acquire_lock("app", "u", "s", nursery=nursery, heartbeat_ms=5000)
-            writer = a._writer
+            writer = a.connections.writer
             real = writer.heartbeat_lease
             failures = {"left": 3}
 

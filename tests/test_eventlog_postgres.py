@@ -34,7 +34,15 @@ from test_eventlog_filters import _ALPHABET, _filters, _Row, _text
 
 from streamd.errors import SESSION_LOCKED, SOURCE_UNAVAILABLE, RpcError, is_closed
 from streamd.eventlog import filters
-from streamd.eventlog.model import AppendParams, Event, Filter, SessionTree, to_us
+from streamd.eventlog.model import (
+    AppendParams,
+    Event,
+    Filter,
+    LeaseAcquireParams,
+    SessionTree,
+    SinceParams,
+    to_us,
+)
 from streamd.eventlog.postgres.changes import PgChanges
 from streamd.eventlog.postgres.runner import PostgresRunner
 from streamd.eventlog.postgres.schema import NOTIFY_CHANNEL
@@ -48,7 +56,9 @@ KEY = ("app", "u", "s")
 
 def ap(event_id: str, session: str = "s", content: Any = None) -> AppendParams:
     return AppendParams(
-        app="app", user="u", session=session,
+        app="app",
+        user="u",
+        session=session,
         event=Event(id=event_id, author="agent", content=content),
     )
 
@@ -113,7 +123,7 @@ def test_a_reader_never_sees_a_seq_before_every_lower_seq_is_visible(
     cursor, reads = 0, 0
     deadline = time.monotonic() + 60
     while len(seen) < total and time.monotonic() < deadline and not errors:
-        page = reader.since(cursor, None, 1000)
+        page = reader.since(SinceParams(from_seq=cursor, limit=1000))
         reads += 1
         for e in page.entries:
             # The next entry a reader sees is always the next seq: nothing
@@ -145,14 +155,23 @@ def test_each_batch_commits_as_one_run_of_seqs_even_with_two_writers(
 
 
 def test_lease_staleness_is_judged_by_the_databases_clock_not_the_hosts(
-    open_store: Callable[..., PostgresStore], postgres_db: str,
+    open_store: Callable[..., PostgresStore],
+    postgres_db: str,
 ) -> None:
     host_a, host_b = open_store(), open_store()
-    host_a.acquire_lease(*KEY, "a/1/aaaaaaaa", 30_000, T0)
+    host_a.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "a/1/aaaaaaaa",
+        T0,
+    )
     # Host B's clock runs an hour ahead: by its clock A's heartbeat is an hour
     # old, by the database's it is fresh.
     with pytest.raises(RpcError) as info:
-        host_b.acquire_lease(*KEY, "b/2/bbbbbbbb", 30_000, T0 + HOUR)
+        host_b.acquire_lease(
+            LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+            "b/2/bbbbbbbb",
+            T0 + HOUR,
+        )
     assert info.value.code == SESSION_LOCKED
     assert info.value.data["holder"] == "a/1/aaaaaaaa"
     assert info.value.data["heartbeat_age_ms"] < 30_000
@@ -163,7 +182,11 @@ def test_lease_staleness_is_judged_by_the_databases_clock_not_the_hosts(
     # its 30 s window although host B's clock now runs an hour *behind*.
     with psycopg.connect(postgres_db, autocommit=True) as db:
         db.execute("UPDATE streamd.leases SET heartbeat_at = heartbeat_at - 60000000")
-    host_b.acquire_lease(*KEY, "b/2/bbbbbbbb", 30_000, T0 - HOUR)
+    host_b.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "b/2/bbbbbbbb",
+        T0 - HOUR,
+    )
     assert [x.holder for x in host_b.list_leases()] == ["b/2/bbbbbbbb"]
     # A's next heartbeat matches no row: the lease was stolen (lock_lost).
     assert not host_a.heartbeat_lease(*KEY, "a/1/aaaaaaaa", T0)
@@ -181,7 +204,11 @@ def test_two_hosts_racing_for_a_new_lease_get_one_holder(
     def take(i: int) -> None:
         start.wait()
         try:
-            hosts[i].acquire_lease(*KEY, f"h{i}/1/0000000{i}", 30_000, T0)
+            hosts[i].acquire_lease(
+                LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+                f"h{i}/1/0000000{i}",
+                T0,
+            )
             won.append(f"h{i}/1/0000000{i}")
         except RpcError as exc:
             lost.append(exc)
@@ -199,7 +226,8 @@ def test_two_hosts_racing_for_a_new_lease_get_one_holder(
 
 
 def test_one_notification_per_committed_batch_carrying_its_newest_seq(
-    open_store: Callable[..., PostgresStore], postgres_db: str,
+    open_store: Callable[..., PostgresStore],
+    postgres_db: str,
 ) -> None:
     store = open_store()
     with psycopg.connect(postgres_db, autocommit=True) as listener:
@@ -213,7 +241,8 @@ def test_one_notification_per_committed_batch_carrying_its_newest_seq(
 
 
 async def test_a_listener_wakes_for_another_connections_commit(
-    postgres_db: str, open_store: Callable[..., PostgresStore],
+    postgres_db: str,
+    open_store: Callable[..., PostgresStore],
 ) -> None:
     writer = open_store()
     with trio.fail_after(10):
@@ -235,7 +264,8 @@ async def test_a_listener_wakes_for_another_connections_commit(
 
 
 async def test_a_dropped_listener_wakes_polls_and_listens_again(
-    postgres_db: str, open_store: Callable[..., PostgresStore],
+    postgres_db: str,
+    open_store: Callable[..., PostgresStore],
 ) -> None:
     writer = open_store()
     with trio.fail_after(20):
@@ -296,8 +326,7 @@ def test_a_crash_of_the_server_loses_no_acknowledged_append_and_errors_are_clear
     own_cluster: Any,
 ) -> None:
     conninfo = own_cluster.fresh_database()
-    store = PostgresStore.open(conninfo, PostgresOptions(reconnect_min_s=0.05,
-                                                         reconnect_max_s=0.2))
+    store = PostgresStore.open(conninfo, PostgresOptions(reconnect_min_s=0.05, reconnect_max_s=0.2))
     try:
         acked = [store.append(ap(f"e{i}"), T0).seq for i in range(100)]
         own_cluster.stop("immediate")  # a crash: no shutdown checkpoint
@@ -322,7 +351,9 @@ def test_a_crash_of_the_server_loses_no_acknowledged_append_and_errors_are_clear
             return True
 
         until(back, 30, "the store reconnects after the server is back")
-        assert [e.seq for e in store.since(0, None, 1000).entries][: len(acked)] == acked
+        assert [e.seq for e in store.since(SinceParams(from_seq=0, limit=1000)).entries][
+            : len(acked)
+        ] == acked
         # "during" may or may not have committed; a retry is safe either way.
         retried = store.append(ap("during"), T0)
         assert retried.seq > acked[-1]
@@ -358,7 +389,9 @@ def password_db(postgres_cluster: Any) -> Iterator[str]:
 
 
 def test_a_password_comes_from_a_passfile_and_never_shows(
-    password_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    password_db: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     params = psycopg.conninfo.conninfo_to_dict(password_db)
@@ -373,12 +406,15 @@ def test_a_password_comes_from_a_passfile_and_never_shows(
 
 
 def test_a_service_file_names_the_database(
-    password_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    password_db: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     params = psycopg.conninfo.conninfo_to_dict(password_db)
     services = tmp_path / "pg_service.conf"
     services.write_text(
-        "[streamd-test]\n" + "".join(f"{k}={v}\n" for k, v in params.items())
+        "[streamd-test]\n"
+        + "".join(f"{k}={v}\n" for k, v in params.items())
         + f"password={SECRET}\n"
     )
     monkeypatch.setenv("PGSERVICEFILE", str(services))
@@ -389,7 +425,8 @@ def test_a_service_file_names_the_database(
 
 
 def test_a_wrong_password_is_a_clear_error_that_names_no_password(
-    password_db: str, caplog: pytest.LogCaptureFixture,
+    password_db: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     wrong = "wrong-" + SECRET
@@ -426,12 +463,20 @@ class Host:
     @classmethod
     async def start(cls, url: str, home: Path) -> Host:
         home.mkdir()
-        env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HOME": str(home),
-               "XDG_STATE_HOME": str(home / "state"), "XDG_RUNTIME_DIR": str(home)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO / "src"),
+            "HOME": str(home),
+            "XDG_STATE_HOME": str(home / "state"),
+            "XDG_RUNTIME_DIR": str(home),
+        }
         env.pop("STREAMD_DB", None)
         proc = await trio.lowlevel.open_process(
             [sys.executable, "-m", "streamd", "--db", url],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
         )
         return cls(proc)
 
@@ -449,9 +494,12 @@ class Host:
     async def send(self, method: str, params: dict[str, Any]) -> int:
         assert self.proc.stdin is not None
         self.next_id += 1
-        await self.proc.stdin.send_all(json.dumps(
-            {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
-        ).encode() + b"\n")
+        await self.proc.stdin.send_all(
+            json.dumps(
+                {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+            ).encode()
+            + b"\n"
+        )
         return self.next_id
 
     async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -476,12 +524,18 @@ class Host:
 
 
 def _append(event_id: str, session: str = "s") -> dict[str, Any]:
-    return {"app": "app", "user": "u", "session": session,
-            "event": {"id": event_id, "author": "agent", "content": event_id}}
+    return {
+        "app": "app",
+        "user": "u",
+        "session": session,
+        "event": {"id": event_id, "author": "agent", "content": event_id},
+    }
 
 
 async def test_two_daemons_on_two_hosts_share_one_log(
-    postgres_cluster: Any, postgres_db: str, tmp_path: Path,
+    postgres_cluster: Any,
+    postgres_db: str,
+    tmp_path: Path,
 ) -> None:
     name = psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"]
     url = postgres_cluster.url(name)
@@ -504,11 +558,13 @@ async def test_two_daemons_on_two_hosts_share_one_log(
             again = await b.call("eventlog/append", _append("from-a"))
             assert again["result"] == {"seq": 2, "duplicate": True}
             # A lease held on one host is held on the other.
-            lock = await a.call("eventlog/lock.acquire", {"app": "app", "user": "u",
-                                                          "session": "s"})
+            lock = await a.call(
+                "eventlog/lock.acquire", {"app": "app", "user": "u", "session": "s"}
+            )
             assert "lock" in lock["result"]
-            taken = await b.call("eventlog/lock.acquire", {"app": "app", "user": "u",
-                                                           "session": "s"})
+            taken = await b.call(
+                "eventlog/lock.acquire", {"app": "app", "user": "u", "session": "s"}
+            )
             assert taken["error"]["code"] == SESSION_LOCKED
             assert taken["error"]["data"]["holder"] == lock["result"]["holder"]
             # Nothing of the log went to either host's own state directory.
@@ -523,15 +579,23 @@ async def test_two_daemons_on_two_hosts_share_one_log(
 
 
 def test_the_eventlog_conformance_suite_passes_on_postgres(
-    postgres_cluster: Any, postgres_db: str, capsys: pytest.CaptureFixture[str],
+    postgres_cluster: Any,
+    postgres_db: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # postgres_db made the migrated template the adapter copies for each case.
     from streamd import conformance
 
     suite = REPO / "conformance" / "eventlog"
     cases = len(conformance.discover_cases(suite))
-    adapter = shlex.join([sys.executable, str(REPO / "tests" / "pg_cluster.py"), "adapter",
-                          postgres_cluster.conninfo()])
+    adapter = shlex.join(
+        [
+            sys.executable,
+            str(REPO / "tests" / "pg_cluster.py"),
+            "adapter",
+            postgres_cluster.conninfo(),
+        ]
+    )
     assert conformance.main(["verify", str(suite), "--adapter", adapter]) == 0, (
         capsys.readouterr().out
     )
@@ -552,7 +616,8 @@ async def test_a_password_in_the_db_url_is_refused_and_never_shown(postgres_clus
 
 
 async def test_a_lease_stolen_by_another_host_is_reported_lost_to_its_holder(
-    postgres_cluster: Any, postgres_db: str,
+    postgres_cluster: Any,
+    postgres_db: str,
 ) -> None:
     from streamd.eventlog.log import EventLog
 
@@ -564,8 +629,9 @@ async def test_a_lease_stolen_by_another_host_is_reported_lost_to_its_holder(
 
     with trio.fail_after(20):
         async with EventLog(url) as host_a, EventLog(url) as host_b:
-            lease = await host_a.acquire_lock("app", "u", "s", stale_after_ms=150,
-                                              heartbeat_ms=50, on_lost=on_lost)
+            lease = await host_a.acquire_lock(
+                "app", "u", "s", stale_after_ms=150, heartbeat_ms=50, on_lost=on_lost
+            )
             with pytest.raises(RpcError) as info:
                 await host_b.acquire_lock("app", "u", "s")
             assert info.value.code == SESSION_LOCKED
@@ -583,7 +649,8 @@ async def test_a_lease_stolen_by_another_host_is_reported_lost_to_its_holder(
 
 
 async def test_a_commit_before_the_first_poll_wakes_a_listener_that_could_not_listen(
-    postgres_db: str, open_store: Callable[..., PostgresStore],
+    postgres_db: str,
+    open_store: Callable[..., PostgresStore],
 ) -> None:
     # LISTEN fails at entry (here: a database that does not exist), so it polls
     # from the start. The log's confirmation read came before this commit; the
@@ -641,7 +708,8 @@ async def test_a_listener_away_tries_to_listen_again_when_every_wait_is_cut_shor
 
 
 async def test_a_commit_in_one_schema_does_not_wake_the_listener_of_another(
-    postgres_db: str, open_store: Callable[..., PostgresStore],
+    postgres_db: str,
+    open_store: Callable[..., PostgresStore],
 ) -> None:
     from streamd.eventlog.postgres.schema import notify_channel
 
@@ -654,8 +722,9 @@ async def test_a_commit_in_one_schema_does_not_wake_the_listener_of_another(
     with trio.fail_after(20):
         async with (
             PgChanges(postgres_db, fallback_interval=0.2) as a,
-            PgChanges(postgres_db, fallback_interval=0.2,
-                      options=PostgresOptions(schema=other)) as b,
+            PgChanges(
+                postgres_db, fallback_interval=0.2, options=PostgresOptions(schema=other)
+            ) as b,
         ):
             assert a.mode == b.mode == "listen"
             await trio.to_thread.run_sync(lambda: second.append_batch([ap("in-b")], T0))
@@ -709,7 +778,8 @@ async def test_a_cancelled_call_on_a_stopped_server_returns_and_the_next_call_re
 
 
 async def test_close_does_not_hang_on_a_stopped_server_and_the_append_hears_maybe(
-    postgres_cluster: Any, postgres_db: str,
+    postgres_cluster: Any,
+    postgres_db: str,
 ) -> None:
     from streamd.eventlog.log import EventLog
 
@@ -725,8 +795,8 @@ async def test_close_does_not_hang_on_a_stopped_server_and_the_append_hears_mayb
     with trio.fail_after(30):
         async with EventLog(url) as log, trio.open_nursery() as nursery:
             await log.append("app", "u", "s", Event(id="first", author="agent", content=None))
-            assert log._writer is not None
-            pid = log._writer.store.connection.info.backend_pid
+            assert log.connections.writer is not None
+            pid = log.connections.writer.store.connection.info.backend_pid
             with stopped(pid):
                 nursery.start_soon(append_one, log)
                 # Every task blocked: the append is on the worker thread, whose
@@ -756,8 +826,9 @@ def test_tcp_connections_get_keepalives_and_a_user_timeout_unless_given() -> Non
     assert extra["keepalives"] == 1 and extra["keepalives_idle"] == 10
     assert extra["keepalives_interval"] == 5 and extra["keepalives_count"] == 3
     assert extra["tcp_user_timeout"] == 30_000
-    own = connect_params("postgresql://u@db.example/x?keepalives_idle=99&tcp_user_timeout=5",
-                         PostgresOptions())
+    own = connect_params(
+        "postgresql://u@db.example/x?keepalives_idle=99&tcp_user_timeout=5", PostgresOptions()
+    )
     assert "keepalives_idle" not in own and "tcp_user_timeout" not in own
 
 
@@ -765,7 +836,9 @@ def test_tcp_connections_get_keepalives_and_a_user_timeout_unless_given() -> Non
 
 
 def test_streamd_db_may_hold_a_password_for_the_log_commands(
-    postgres_cluster: Any, postgres_db: str, monkeypatch: pytest.MonkeyPatch,
+    postgres_cluster: Any,
+    postgres_db: str,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from streamd.eventlog.cli import main as log_main
@@ -775,8 +848,26 @@ def test_streamd_db_may_hold_a_password_for_the_log_commands(
     # never show.
     url = postgres_cluster.url(name).replace("streamd@", f"streamd:{SECRET}@")
     monkeypatch.setenv("STREAMD_DB", url)
-    assert log_main(["append", "--app", "a", "--user", "u", "--session", "s",
-                     "--author", "me", "--text", "hello", "--id", "e1"]) == 0
+    assert (
+        log_main(
+            [
+                "append",
+                "--app",
+                "a",
+                "--user",
+                "u",
+                "--session",
+                "s",
+                "--author",
+                "me",
+                "--text",
+                "hello",
+                "--id",
+                "e1",
+            ]
+        )
+        == 0
+    )
     assert log_main(["since", "--app", "a"]) == 0
     assert log_main(["ping"]) == 0
     out, err = capsys.readouterr()
@@ -784,26 +875,38 @@ def test_streamd_db_may_hold_a_password_for_the_log_commands(
     assert SECRET not in out and SECRET not in err
 
 
-@pytest.mark.parametrize("argv", [
-    ["--db", "{url}", "serve"],
-    ["serve", "--db", "{url}"],
-    ["daemon", "--db", "{url}"],
-    ["log", "--db", "{url}", "ping"],
-    ["--db", "{url}", "log", "ping"],
-    ["serve", "--db", "{query_url}"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--db", "{url}", "serve"],
+        ["serve", "--db", "{url}"],
+        ["daemon", "--db", "{url}"],
+        ["log", "--db", "{url}", "ping"],
+        ["--db", "{url}", "log", "ping"],
+        ["serve", "--db", "{query_url}"],
+    ],
+)
 def test_a_password_in_db_is_refused_as_the_command_line_is_read(
-    argv: list[str], tmp_path: Path,
+    argv: list[str],
+    tmp_path: Path,
 ) -> None:
     url = f"postgresql://streamd:{SECRET}@/x?host=/nowhere"
     query_url = f"postgresql://streamd@/x?host=/nowhere&password={SECRET}"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HOME": str(tmp_path),
-           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "src"),
+        "HOME": str(tmp_path),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_RUNTIME_DIR": str(tmp_path),
+    }
     env.pop("STREAMD_DB", None)
     done = subprocess.run(
-        [sys.executable, "-m", "streamd",
-         *(a.format(url=url, query_url=query_url) for a in argv)],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=30,
+        [sys.executable, "-m", "streamd", *(a.format(url=url, query_url=query_url) for a in argv)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
     )
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
@@ -823,9 +926,7 @@ def _joined_text() -> st.SearchStrategy[str]:
     return st.one_of(_text, st.builds(lambda a, s, b: a + s + b, _text, _SEPS, _text))
 
 
-_pg_rows = st.lists(
-    st.tuples(_text, _text, _joined_text(), _joined_text(), _text), max_size=25
-)
+_pg_rows = st.lists(st.tuples(_text, _text, _joined_text(), _joined_text(), _text), max_size=25)
 
 
 @pytest.fixture
@@ -838,12 +939,14 @@ def filter_db(postgres_db: str) -> Iterator[tuple[psycopg.Connection[Any], Postg
     admin.close()
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data(), rows=_pg_rows)
 def test_the_in_memory_match_agrees_with_since_on_postgres(
     filter_db: tuple[psycopg.Connection[Any], PostgresStore],
-    data: st.DataObject, rows: list[tuple[str, str, str, str, str]],
+    data: st.DataObject,
+    rows: list[tuple[str, str, str, str, str]],
 ) -> None:
     admin, store = filter_db
     flt = data.draw(st.none() | _filters(rows))
@@ -862,19 +965,27 @@ def test_the_in_memory_match_agrees_with_since_on_postgres(
             "INSERT INTO events (seq, app_name, user_id, session_id, event_id, invocation_id,"
             " author, branch, event_time, content, digest) VALUES"
             " (%s, %s, %s, %s, %s, '', %s, %s, 0, 'null', '')",
-            [(i + 1, app, user, session, f"e{i}", author, branch)
-             for i, (app, user, session, branch, author) in enumerate(rows)],
+            [
+                (i + 1, app, user, session, f"e{i}", author, branch)
+                for i, (app, user, session, branch, author) in enumerate(rows)
+            ],
         )
     in_memory = [i + 1 for i, row in enumerate(rows) if filters.matches(flt, _Row(row))]
-    assert [e.seq for e in store.since(0, flt, 1000).entries] == in_memory
+    assert [
+        e.seq for e in store.since(SinceParams(from_seq=0, filter=flt, limit=1000)).entries
+    ] == in_memory
     assert store.latest_seq(flt) == (in_memory[-1] if in_memory else 0)
 
 
 def test_filters_spell_each_rule_in_the_dialect_asked_for() -> None:
     # One set of rules, two spellings: a conjunct written in SQLite's spelling
     # only would fail here instead of silently on PostgreSQL.
-    flt = Filter(session_tree=SessionTree(app="a", user="u", parent="p"),
-                 branch_prefixes=["x"], author="me", author_suffix="é/x")
+    flt = Filter(
+        session_tree=SessionTree(app="a", user="u", parent="p"),
+        branch_prefixes=["x"],
+        author="me",
+        author_suffix="é/x",
+    )
     for dialect, param in ((filters.POSTGRES, "%s"), (filters.SQLITE, "?")):
         clauses = filters.where(flt, dialect)
         other = "?" if param == "%s" else "%s"

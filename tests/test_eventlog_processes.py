@@ -19,6 +19,7 @@ import pytest
 import trio
 
 from streamd.eventlog import EventLog
+from streamd.eventlog.model import SinceParams
 from streamd.eventlog.sqlite import SqliteStore
 
 pytestmark = pytest.mark.subprocess
@@ -112,7 +113,7 @@ async def test_appends_acknowledged_before_kill_9_all_survive(tmp_path: Path) ->
         await child.proc.wait()
     assert child.proc.returncode == -9
     store = SqliteStore.open(path)
-    stored = {e.event.id: e.seq for e in store.since(0, None, 10_000).entries}
+    stored = {e.event.id: e.seq for e in store.since(SinceParams(from_seq=0, limit=10_000)).entries}
     store.close()
     missing = {k: v for k, v in acknowledged.items() if stored.get(k) != v}
     assert not missing, f"{len(missing)} acknowledged appends lost after kill -9"
@@ -163,7 +164,9 @@ async def test_two_processes_appending_at_once_lose_nothing_and_seqs_increase(
     # before seq N, or its cursor would have skipped N.
     assert watched == sorted(everything)
     store = SqliteStore.open(str(path))
-    assert [(e.seq, e.event.id) for e in store.since(0, None, 10_000).entries] == sorted(everything)
+    assert [
+        (e.seq, e.event.id) for e in store.since(SinceParams(from_seq=0, limit=10_000)).entries
+    ] == sorted(everything)
     store.close()
 
 

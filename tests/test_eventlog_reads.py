@@ -19,8 +19,17 @@ from test_eventlog_service import HEAVY, Daemonish, append
 from test_eventlog_store import SECOND, T0, Fixture, ap, ev
 
 from streamd.errors import INVALID_PARAMS, RpcError
-from streamd.eventlog.model import SessionKey, StateDelta, from_us
+from streamd.eventlog.model import (
+    SessionCreateParams,
+    SessionGetParams,
+    SessionKey,
+    SessionListParams,
+    SessionsGetParams,
+    StateDelta,
+    from_us,
+)
 from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
+from streamd.eventlog.store import ReadShape
 
 
 def at(seconds: int) -> dt.datetime:
@@ -40,8 +49,17 @@ def event_ids(got: Any) -> list[str]:
 
 
 def get(fx: Fixture, after_seq: int = 0, recent: int | None = None, after: int | None = None):
-    after_us = None if after is None else T0 + after * SECOND
-    return fx.store.get_session("app", "u", "s", after_seq, recent, after_time_us=after_us)
+    after_time = None if after is None else from_us(T0 + after * SECOND)
+    return fx.store.get_session(
+        SessionGetParams(
+            app="app",
+            user="u",
+            session="s",
+            after_seq=after_seq,
+            recent=recent,
+            after_time=after_time,
+        )
+    )
 
 
 # --- one session, bounded ---------------------------------------------------
@@ -85,14 +103,17 @@ def test_a_negative_recent_is_invalid_params(fx: Fixture) -> None:
 def test_events_without_content_are_the_same_entries_with_content_null(fx: Fixture) -> None:
     timed(fx, [0, 1, 2])
     fx.store.append(ap(ev("big", {"x": "y" * 10_000}, timestamp=at(3))), T0)
-    full = fx.store.get_session("app", "u", "s", 0, None)
-    bare = fx.store.get_session("app", "u", "s", 0, None, content=False)
+    full = fx.store.get_session(SessionGetParams(app="app", user="u", session="s"))
+    bare = fx.store.get_session(SessionGetParams(app="app", user="u", session="s", content=False))
     assert [e.seq for e in bare.events] == [e.seq for e in full.events]
     assert all(e.event.content is None and e.damaged is None for e in bare.events)
     for b, f in zip(bare.events, full.events, strict=True):
         f.event.content = None
         assert b == f
-    budget = fx.store.get_session("app", "u", "s", 0, None, max_bytes=2000, content=False)
+    budget = fx.store.get_session(
+        SessionGetParams(app="app", user="u", session="s", content=False),
+        ReadShape.of(max_bytes=2000),
+    )
     assert len(budget.events) == 4 and not budget.truncated  # the content is not counted
 
 
@@ -102,8 +123,10 @@ def test_events_without_content_are_the_same_entries_with_content_null(fx: Fixtu
 def _sessions(fx: Fixture) -> list[tuple[str, str]]:
     keys = [(u, f"s{i}") for u in ("ann", "bob", "cy") for i in range(4)]
     for u, s in reversed(keys):
-        fx.store.create_session("app", u, s, {"n": s}, T0)
-    fx.store.create_session("other", "ann", "x", None, T0)
+        fx.store.create_session(
+            SessionCreateParams(app="app", user=u, session=s, state={"n": s}), T0
+        )
+    fx.store.create_session(SessionCreateParams(app="other", user="ann", session="x"), T0)
     return keys
 
 
@@ -113,7 +136,7 @@ def test_pages_cover_every_session_once_in_key_order(fx: Fixture) -> None:
     after = None
     pages = 0
     while True:
-        page = fx.store.list_sessions_page("app", None, 5, after)
+        page = fx.store.list_sessions_page(SessionListParams(app="app", limit=5, after=after))
         pages += 1
         seen += [(s.user, s.session) for s in page.sessions]
         if page.next is None:
@@ -122,19 +145,29 @@ def test_pages_cover_every_session_once_in_key_order(fx: Fixture) -> None:
         after = page.next
     assert seen == keys and pages == 3
     # Exactly a page's worth left is the last page: no empty page follows.
-    assert fx.store.list_sessions_page("app", None, 12, None).next is None
+    assert fx.store.list_sessions_page(SessionListParams(app="app", limit=12)).next is None
 
 
 def test_a_users_pages_stay_within_that_user(fx: Fixture) -> None:
     _sessions(fx)
-    first = fx.store.list_sessions_page("app", "bob", 3, None)
+    first = fx.store.list_sessions_page(SessionListParams(app="app", user="bob", limit=3))
     assert [s.session for s in first.sessions] == ["s0", "s1", "s2"]
-    rest = fx.store.list_sessions_page("app", "bob", 3, first.next)
+    rest = fx.store.list_sessions_page(
+        SessionListParams(app="app", user="bob", limit=3, after=first.next)
+    )
     assert [s.session for s in rest.sessions] == ["s3"] and rest.next is None
     # A cursor of another user: before bob's sessions, all of them; after, none.
-    early = fx.store.list_sessions_page("app", "bob", 10, SessionKey(user="ann", session="s9"))
+    early = fx.store.list_sessions_page(
+        SessionListParams(
+            app="app", user="bob", limit=10, after=SessionKey(user="ann", session="s9")
+        )
+    )
     assert len(early.sessions) == 4
-    late = fx.store.list_sessions_page("app", "bob", 10, SessionKey(user="cy", session="s0"))
+    late = fx.store.list_sessions_page(
+        SessionListParams(
+            app="app", user="bob", limit=10, after=SessionKey(user="cy", session="s0")
+        )
+    )
     assert late.sessions == [] and late.next is None
 
 
@@ -142,12 +175,19 @@ def test_a_page_with_scoped_state_has_the_app_and_each_of_its_users_state(
     fx: Fixture,
 ) -> None:
     _sessions(fx)
-    fx.store.append(ap(ev("e1"), user="ann", session="s0",
-                       state_delta=StateDelta(app={"a": 1}, user={"who": "ann"})), T0)
-    page = fx.store.list_sessions_page("app", None, 5, None, scoped_state=True)
+    fx.store.append(
+        ap(
+            ev("e1"),
+            user="ann",
+            session="s0",
+            state_delta=StateDelta(app={"a": 1}, user={"who": "ann"}),
+        ),
+        T0,
+    )
+    page = fx.store.list_sessions_page(SessionListParams(app="app", limit=5, scoped_state=True))
     assert page.app_state == {"a": 1}
     assert page.user_states == {"ann": {"who": "ann"}, "bob": {}}
-    assert fx.store.list_sessions_page("app", None, 5, None).user_states is None
+    assert fx.store.list_sessions_page(SessionListParams(app="app", limit=5)).user_states is None
 
 
 # --- many sessions at once ----------------------------------------------------
@@ -157,21 +197,26 @@ def test_a_bulk_read_answers_in_the_order_asked_and_names_the_missing(fx: Fixtur
     for session in ("a", "b", "c"):
         timed(fx, [0, 1, 2, 3], session=session)
     got = fx.store.get_sessions(
-        "app",
-        [
-            SessionKey(user="u", session="c"),
-            SessionKey(user="u", session="ghost"),
-            SessionKey(user="u", session="a", after_seq=2),
-        ],
-        None,
-        None,
+        SessionsGetParams(
+            app="app",
+            sessions=[
+                SessionKey(user="u", session="c"),
+                SessionKey(user="u", session="ghost"),
+                SessionKey(user="u", session="a", after_seq=2),
+            ],
+        )
     )
     assert [s.session for s in got.sessions] == ["c", "a"]
     assert event_ids(got.sessions[0]) == ["c-0", "c-1", "c-2", "c-3"]
     assert event_ids(got.sessions[1]) == ["a-2", "a-3"]
     assert got.missing == [SessionKey(user="u", session="ghost")]
     recent = fx.store.get_sessions(
-        "app", [SessionKey(user="u", session=s) for s in "abc"], 1, T0 + 3 * SECOND
+        SessionsGetParams(
+            app="app",
+            sessions=[SessionKey(user="u", session=s) for s in "abc"],
+            recent=1,
+            after_time=from_us(T0 + 3 * SECOND),
+        )
     )
     assert [event_ids(s) for s in recent.sessions] == [["a-3"], ["b-3"], ["c-3"]]
 
@@ -185,7 +230,10 @@ def test_a_bulk_read_shares_one_byte_budget_and_continues_exactly(fx: Fixture) -
     rounds = 0
     while keys:
         rounds += 1
-        got = fx.store.get_sessions("app", keys, None, None, raw_content=True, max_bytes=4000)
+        got = fx.store.get_sessions(
+            SessionsGetParams(app="app", sessions=keys),
+            ReadShape.of(raw_content=True, max_bytes=4000),
+        )
         assert got.missing == []
         keys = []
         for s in got.sessions:
@@ -203,7 +251,8 @@ def test_a_spent_budget_still_names_every_session_with_where_to_continue(fx: Fix
     for session in ("a", "b"):
         fx.store.append(ap(ev(f"{session}0", "x" * 5000), session=session), T0)
     got = fx.store.get_sessions(
-        "app", [SessionKey(user="u", session=s) for s in "ab"], None, None, max_bytes=1000
+        SessionsGetParams(app="app", sessions=[SessionKey(user="u", session=s) for s in "ab"]),
+        ReadShape.of(max_bytes=1000),
     )
     a, b = got.sessions
     # The first entry of the answer always comes back, so a reader makes progress.
@@ -223,7 +272,9 @@ def big(tmp_path: Path) -> Iterator[SqliteStore]:
     ]
     store.append_batch(batch, T0)
     for i in range(200):
-        store.create_session("app", f"u{i % 3}", f"extra{i}", None, T0)
+        store.create_session(
+            SessionCreateParams(app="app", user=f"u{i % 3}", session=f"extra{i}"), T0
+        )
     yield store
     store.close()
 
@@ -248,7 +299,15 @@ def test_every_bounded_session_read_is_an_index_search_never_a_scan(
     plan = big.explain_session_events("app", "u1", "s1", 0, recent, after_us)
     assert _uses(plan, index), plan
     assert not any(d.startswith("SCAN") for d in plan), plan
-    got = big.get_session("app", "u1", "s1", 0, recent, after_time_us=after_us)
+    got = big.get_session(
+        SessionGetParams(
+            app="app",
+            user="u1",
+            session="s1",
+            recent=recent,
+            after_time=None if after_us is None else from_us(after_us),
+        )
+    )
     expected = [
         i
         for i in range(4000)
@@ -279,13 +338,9 @@ async def test_sessions_get_after_time_and_recent_zero_over_the_wire(daemon: Dae
     with trio.fail_after(10):
         c = await daemon.connect()
         for i in range(3):
-            await c.result(
-                "eventlog/append", append(f"e{i}", timestamp=f"2025-01-01T00:00:0{i}Z")
-            )
+            await c.result("eventlog/append", append(f"e{i}", timestamp=f"2025-01-01T00:00:0{i}Z"))
         key = {"app": "app", "user": "u", "session": "s"}
-        got = await c.result(
-            "eventlog/sessions.get", {**key, "after_time": "2025-01-01T00:00:01Z"}
-        )
+        got = await c.result("eventlog/sessions.get", {**key, "after_time": "2025-01-01T00:00:01Z"})
         assert [e["event"]["id"] for e in got["events"]] == ["e1", "e2"]
         got = await c.result("eventlog/sessions.get", {**key, "recent": 0})
         assert got["events"] == [] and got["last_seq"] == 3

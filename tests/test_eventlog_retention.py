@@ -22,7 +22,15 @@ from test_eventlog_store import SECOND, T0, Fixture, ap, ev
 
 from streamd.errors import RpcError
 from streamd.eventlog import EventLog
-from streamd.eventlog.model import RetentionPolicy, StateDelta, from_us
+from streamd.eventlog.model import (
+    LeaseAcquireParams,
+    RetentionPolicy,
+    SessionCreateParams,
+    SessionGetParams,
+    SinceParams,
+    StateDelta,
+    from_us,
+)
 from streamd.eventlog.retention import Bounds, Step
 from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 
@@ -30,14 +38,12 @@ DAY = 86_400 * SECOND
 B = Bounds()
 
 
-
-
 def at(us: int) -> dt.datetime:
     return from_us(us)
 
 
 def ids(fx: Fixture) -> list[str]:
-    return [e.event.id for e in fx.store.since(0, None, 10_000).entries]
+    return [e.event.id for e in fx.store.since(SinceParams(from_seq=0, limit=10_000)).entries]
 
 
 # --- policies ---------------------------------------------------------------------
@@ -48,7 +54,8 @@ def test_a_policy_is_set_read_and_removed_per_app(fx: Fixture) -> None:
     fx.store.set_retention(RetentionPolicy(app="b", idle_s=3600), T0)
     fx.store.set_retention(RetentionPolicy(app="a", max_events=5), T0)  # replaces
     assert fx.store.retention_policies() == [
-        RetentionPolicy(app="a", max_events=5), RetentionPolicy(app="b", idle_s=3600)
+        RetentionPolicy(app="a", max_events=5),
+        RetentionPolicy(app="b", idle_s=3600),
     ]
     fx.store.set_retention(RetentionPolicy(app="b"), T0)  # no limits: removed
     assert fx.store.retention_policies("b") == []
@@ -60,7 +67,11 @@ def test_a_policy_is_set_read_and_removed_per_app(fx: Fixture) -> None:
 def test_old_events_go_by_their_timestamp_and_a_leased_session_keeps_all(fx: Fixture) -> None:
     for i, s in enumerate(["s", "s", "leased", "s"]):
         fx.store.append(ap(ev(f"e{i}", timestamp=at(T0 + i * DAY)), session=s), T0)
-    fx.store.acquire_lease("app", "u", "leased", "h/1/aaaaaaaa", 30_000, T0 + 3 * DAY)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app="app", user="u", session="leased", stale_after_ms=30_000),
+        "h/1/aaaaaaaa",
+        T0 + 3 * DAY,
+    )
     now = T0 + 3 * DAY
     assert fx.store.drop_old_events("app", now - DAY, None, now, None, B).events == 2
     assert ids(fx) == ["e2", "e3"]
@@ -76,10 +87,13 @@ def test_each_session_keeps_its_newest_events(fx: Fixture) -> None:
         fx.store.append(ap(ev(f"b{i}"), session="b"), T0)
     fx.store.append(ap(ev("c0"), session="c"), T0)
     assert fx.store.trim_sessions("app", 3, None, T0, None, B) == Step(events=14, rows=14)
-    got = fx.store.get_session("app", "u", "a", 0, None)
+    got = fx.store.get_session(SessionGetParams(app="app", user="u", session="a"))
     assert [e.event.id for e in got.events] == ["a7", "a8", "a9"]
     assert got.last_seq == 19  # history: it never goes back
-    assert [e.event.id for e in fx.store.get_session("app", "u", "c", 0, None).events] == ["c0"]
+    assert [
+        e.event.id
+        for e in fx.store.get_session(SessionGetParams(app="app", user="u", session="c")).events
+    ] == ["c0"]
     # A cursor pages through the sessions: the first one the next step looks at.
     two = Bounds(sessions=2)
     step = fx.store.trim_sessions("app", 1, None, T0, None, two)
@@ -90,14 +104,20 @@ def test_each_session_keeps_its_newest_events(fx: Fixture) -> None:
 def test_idle_sessions_go_with_their_events_and_own_state_but_shared_state_stays(
     fx: Fixture,
 ) -> None:
-    fx.store.append(ap(ev("old"), session="old",
-                       state_delta=StateDelta(session={"x": 1}, user={"u": 1})), T0)
+    fx.store.append(
+        ap(ev("old"), session="old", state_delta=StateDelta(session={"x": 1}, user={"u": 1})), T0
+    )
     fx.store.append(ap(ev("new"), session="new"), T0 + 10 * DAY)
-    fx.store.create_session("app", "u", "leased", None, T0)
-    fx.store.acquire_lease("app", "u", "leased", "h/1/aaaaaaaa", 30_000, T0 + 10 * DAY)
+    fx.store.create_session(SessionCreateParams(app="app", user="u", session="leased"), T0)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app="app", user="u", session="leased", stale_after_ms=30_000),
+        "h/1/aaaaaaaa",
+        T0 + 10 * DAY,
+    )
     now = T0 + 10 * DAY
     assert fx.store.drop_idle_sessions("app", now - DAY, None, now, None, B) == Step(
-        events=1, rows=2, sessions=1)  # its event and its one state delta
+        events=1, rows=2, sessions=1
+    )  # its event and its one state delta
     assert [s.session for s in fx.store.list_sessions("app", None)] == ["leased", "new"]
     assert fx.store.get_state("app", "u", None, None).user == {"u": 1}
 
@@ -126,8 +146,7 @@ def _fill(store: SqliteStore, n: int, sessions: int = 10) -> None:
     body = "x" * 1000
     for start in range(0, n, 1000):
         store.append_batch(
-            [ap(ev(f"e{i}", body), session=f"s{i % sessions}") for i in range(start,
-                                                                              start + 1000)],
+            [ap(ev(f"e{i}", body), session=f"s{i % sessions}") for i in range(start, start + 1000)],
             T0,
         )
 

@@ -25,7 +25,15 @@ from hypothesis import strategies as st
 from test_eventlog_store import SECOND, T0, Fixture, ap, ev
 
 from streamd.eventlog import EventLog
-from streamd.eventlog.model import RetentionPolicy, StateDelta, from_us
+from streamd.eventlog.model import (
+    LeaseAcquireParams,
+    RetentionPolicy,
+    SessionCreateParams,
+    SessionGetParams,
+    SinceParams,
+    StateDelta,
+    from_us,
+)
 from streamd.eventlog.retention import Bounds, Rule, Step, apply
 from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 from streamd.eventlog.store import Backend
@@ -52,14 +60,17 @@ def session_ids(store: Backend, app: str, session: str) -> list[str] | None:
     """The session's event ids, or None when the session is gone."""
     if session not in {s.session for s in store.list_sessions(app, None)}:
         return None
-    return [e.event.id for e in store.get_session(app, "u", session, 0, None).events]
+    return [
+        e.event.id
+        for e in store.get_session(SessionGetParams(app=app, user="u", session=session)).events
+    ]
 
 
 def fill(store: Backend, app: str, session: str, n: int, at_us: int = T0, **kw: Any) -> list[str]:
     made = [f"{app}-{session}-{i}" for i in range(n)]
     for start in range(0, n, 1000):
         store.append_batch(
-            [ap(ev(i, **kw), app=app, session=session) for i in made[start:start + 1000]], at_us
+            [ap(ev(i, **kw), app=app, session=session) for i in made[start : start + 1000]], at_us
         )
     return made
 
@@ -71,11 +82,12 @@ def test_a_long_session_is_trimmed_oldest_first_within_the_bound(fx: Fixture) ->
     made = fill(fx.store, "app", "s", 30)
     seen: list[Step] = []
     for step in until_done(
-            lambda prev: fx.store.trim_sessions("app", 3, None, T0, prev, Bounds(events=7))):
+        lambda prev: fx.store.trim_sessions("app", 3, None, T0, prev, Bounds(events=7))
+    ):
         seen.append(step)
         left = session_ids(fx.store, "app", "s")
         # A reader between steps sees a suffix: the oldest went first.
-        assert left is not None and left == made[len(made) - len(left):] and len(left) >= 3
+        assert left is not None and left == made[len(made) - len(left) :] and len(left) >= 3
     assert [s.rows for s in seen] == [7, 7, 7, 6]
     assert session_ids(fx.store, "app", "s") == made[-3:]
 
@@ -84,8 +96,9 @@ def test_finding_where_to_cut_is_bounded_too(fx: Fixture) -> None:
     for name in ("s0", "s1", "s2", "s3", "s4"):
         fill(fx.store, "app", name, 2)  # under the limit: nothing to cut, a walk each
     # Each session's cut point costs max_events + 1 = 5 index entries: two a step.
-    steps = list(until_done(
-        lambda prev: fx.store.trim_sessions("app", 4, None, T0, prev, Bounds(events=10))))
+    steps = list(
+        until_done(lambda prev: fx.store.trim_sessions("app", 4, None, T0, prev, Bounds(events=10)))
+    )
     assert [s.cursor for s in steps] == [("u", "s2"), ("u", "s4"), None]
     assert sum(s.events for s in steps) == 0
 
@@ -100,18 +113,24 @@ def test_an_idle_session_goes_from_its_old_end_and_its_row_with_its_newest_event
     fill(fx.store, "app", "new", 2, at_us=T0 + 10 * DAY)
     now = T0 + 10 * DAY
     steps = []
-    for step in until_done(lambda prev: fx.store.drop_idle_sessions(
-            "app", now - DAY, None, now, prev, Bounds(events=5))):
+    for step in until_done(
+        lambda prev: fx.store.drop_idle_sessions(
+            "app", now - DAY, None, now, prev, Bounds(events=5)
+        )
+    ):
         steps.append(step)
         assert step.rows <= 5
         left = session_ids(fx.store, "app", "old")
         # Never a session row without its newest event.
-        assert left is None or (left and left == made[len(made) - len(left):])
+        assert left is None or (left and left == made[len(made) - len(left) :])
         if left is not None:  # its current state is in its row until the row goes
             assert fx.store.get_state("app", "u", "old", None).session == {"k": 9}
     # 4 deltas and 12 events, 5 rows a step: the row goes in the 4th.
     assert [(s.rows, s.events, s.sessions) for s in steps] == [
-        (5, 1, 0), (5, 5, 0), (5, 5, 0), (1, 1, 1)
+        (5, 1, 0),
+        (5, 5, 0),
+        (5, 5, 0),
+        (1, 1, 1),
     ]
     assert session_ids(fx.store, "app", "old") is None
     assert session_ids(fx.store, "app", "new") == ["app-new-0", "app-new-1"]
@@ -121,9 +140,13 @@ def test_an_idle_session_goes_from_its_old_end_and_its_row_with_its_newest_event
 def test_old_events_go_within_the_bound(fx: Fixture) -> None:
     fill(fx.store, "app", "s", 23, timestamp=at(T0))
     now = T0 + DAY
-    steps = list(until_done(
-        lambda prev: fx.store.drop_old_events(
-            "app", now - SECOND, None, now, prev, Bounds(events=10))))
+    steps = list(
+        until_done(
+            lambda prev: fx.store.drop_old_events(
+                "app", now - SECOND, None, now, prev, Bounds(events=10)
+            )
+        )
+    )
     assert [s.events for s in steps] == [10, 10, 3]
     assert session_ids(fx.store, "app", "s") == []
 
@@ -136,9 +159,13 @@ def test_a_session_appended_to_while_being_dropped_stays_with_its_newest_events(
     first = fx.store.drop_idle_sessions("app", now - DAY, None, now, None, Bounds(events=4))
     assert (first.events, first.sessions, first.more) == (4, 0, True)
     fx.store.append(ap(ev("late"), session="s"), now)  # no longer idle
-    rest = list(until_done(
-        lambda prev: fx.store.drop_idle_sessions(
-            "app", now - DAY, None, now, prev or first, Bounds(events=4))))
+    rest = list(
+        until_done(
+            lambda prev: fx.store.drop_idle_sessions(
+                "app", now - DAY, None, now, prev or first, Bounds(events=4)
+            )
+        )
+    )
     assert [s.events for s in rest] == [0]
     assert session_ids(fx.store, "app", "s") == [*made[4:], "late"]
 
@@ -197,33 +224,49 @@ _policies = st.builds(
 ).filter(lambda p: not p.empty())
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), shape=_sessions, policy=_policies,
-       bounds=st.builds(Bounds, events=st.integers(1, 4), sessions=st.integers(1, 3)))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.data(),
+    shape=_sessions,
+    policy=_policies,
+    bounds=st.builds(Bounds, events=st.integers(1, 4), sessions=st.integers(1, 3)),
+)
 def test_the_steps_keep_what_one_transaction_per_rule_kept(
-    fx: Fixture, data: st.DataObject, shape: list[tuple[int, bool, list[int]]],
-    policy: RetentionPolicy, bounds: Bounds,
+    fx: Fixture,
+    data: st.DataObject,
+    shape: list[tuple[int, bool, list[int]]],
+    policy: RetentionPolicy,
+    bounds: Bounds,
 ) -> None:
     app = f"p{next(_apps)}"  # one app per example: nothing of another example counts
-    policy = RetentionPolicy(app=app, max_age_s=policy.max_age_s,
-                             max_events=policy.max_events, idle_s=policy.idle_s)
+    policy = RetentionPolicy(
+        app=app, max_age_s=policy.max_age_s, max_events=policy.max_events, idle_s=policy.idle_s
+    )
     now = T0 + 6 * DAY
     sessions: dict[str, _Session] = {}
     order = [(f"s{i}", age) for i, (_, _, ages) in enumerate(shape) for age in ages]
     order = data.draw(st.permutations(order))  # the sessions' events interleave in seq
     for i, (days, leased, _) in enumerate(shape):
         sessions[f"s{i}"] = _Session(now - days * DAY, leased)
-        fx.store.create_session(app, "u", f"s{i}", None, now - days * DAY)
+        fx.store.create_session(
+            SessionCreateParams(app=app, user="u", session=f"s{i}"), now - days * DAY
+        )
     for n, (name, age) in enumerate(order):
         s = sessions[name]
         event_time = now - age * DAY
-        seq = fx.store.append(ap(ev(f"{app}-{n}", timestamp=at(event_time)), app=app,
-                                 session=name), s.at_us).seq
+        seq = fx.store.append(
+            ap(ev(f"{app}-{n}", timestamp=at(event_time)), app=app, session=name), s.at_us
+        ).seq
         s.events.append((seq, f"{app}-{n}", event_time))
     for name, s in sessions.items():
         if s.leased:
-            fx.store.acquire_lease(app, "u", name, HOLDER, 30_000, now)
+            fx.store.acquire_lease(
+                LeaseAcquireParams(app=app, user="u", session=name, stale_after_ms=30_000),
+                HOLDER,
+                now,
+            )
     all_seqs = sorted(seq for s in sessions.values() for seq, _, _ in s.events)
     keep = data.draw(st.none() | st.sampled_from(all_seqs)) if all_seqs else None
     expected = _one_transaction_per_rule(sessions, policy, keep, now)
@@ -265,7 +308,7 @@ def log_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
 
 
 def _count(store: Backend) -> int:
-    return sum(1 for _ in store.since(0, None, 100_000).entries)
+    return sum(1 for _ in store.since(SinceParams(from_seq=0, limit=100_000)).entries)
 
 
 async def test_no_compaction_transaction_removes_more_than_the_bound(
@@ -279,8 +322,12 @@ async def test_no_compaction_transaction_removes_more_than_the_bound(
     before = _count(store)
     steps: list[tuple[str, Rule, Step]] = []
     with trio.fail_after(300):
-        async with EventLog(where, synchronous="NORMAL", retention_interval=0,
-                            on_retention_step=lambda *s: steps.append(s)) as log:
+        async with EventLog(
+            where,
+            synchronous="NORMAL",
+            retention_interval=0,
+            on_retention_step=lambda *s: steps.append(s),
+        ) as log:
             await log.set_retention("trim", max_events=10)
             await log.set_retention("idle", idle_s=60)
             await log.set_retention("age", max_age_s=60)
@@ -310,9 +357,13 @@ async def test_an_append_commits_between_the_steps_of_one_compaction(
         first_step.set()
 
     with trio.fail_after(300):
-        async with EventLog(where, synchronous="NORMAL", retention_interval=0,
-                            retention_bounds=Bounds(events=250),
-                            on_retention_step=observe) as log:
+        async with EventLog(
+            where,
+            synchronous="NORMAL",
+            retention_interval=0,
+            retention_bounds=Bounds(events=250),
+            on_retention_step=observe,
+        ) as log:
             await log.set_retention("app", max_events=1)
 
             async def compact() -> None:

@@ -270,7 +270,7 @@ async def test_a_stolen_lease_is_reported_as_lock_lost_on_its_connection(
             )
             # A's heartbeats fail (a wedged disk) until B has taken the lease, which
             # B can do only once A's beat is older than A's own 150 ms window.
-            writer = log._writer
+            writer = log.connections.writer
             real = writer.heartbeat_lease
             paused = {"holder": held["holder"]}
 

@@ -23,7 +23,13 @@ from streamd.errors import (
     RpcError,
     is_session_not_found,
 )
-from streamd.eventlog.model import AppendResult, StateDelta
+from streamd.eventlog.model import (
+    AppendResult,
+    SessionCreateParams,
+    SessionGetParams,
+    SinceParams,
+    StateDelta,
+)
 from streamd.eventlog.sqlite import SCHEMA_VERSION, SqliteStore
 
 
@@ -42,12 +48,14 @@ def test_a_delta_sets_each_scope_in_the_transaction_of_its_event(fx: Fixture) ->
     got = state(fx)
     assert (got.app, got.user, got.session) == ({"a": 1}, {"u": 2}, {"s": 3})
     assert got.seq == r.seq
-    (entry,) = fx.store.since(0, None, 10).entries
+    (entry,) = fx.store.since(SinceParams(from_seq=0, limit=10)).entries
     assert entry.state_delta == delta(app={"a": 1}, user={"u": 2}, session={"s": 3})
-    session = fx.store.get_session("app", "u", "s", 0, None, scoped_state=True)
+    session = fx.store.get_session(
+        SessionGetParams(app="app", user="u", session="s", scoped_state=True)
+    )
     assert (session.state, session.app_state, session.user_state) == ({"s": 3}, {"a": 1}, {"u": 2})
     # Without scoped_state the shared scopes are not read (and not on the wire).
-    plain = fx.store.get_session("app", "u", "s", 0, None)
+    plain = fx.store.get_session(SessionGetParams(app="app", user="u", session="s"))
     assert plain.app_state is None and plain.user_state is None
 
 
@@ -72,7 +80,7 @@ def test_user_state_is_shared_by_a_users_sessions_and_app_state_by_every_user(
 
 def test_empty_scopes_are_no_delta_at_all(fx: Fixture) -> None:
     fx.store.append(ap(ev("e1"), state_delta=delta(app={}, user={}, session={})), T0)
-    (entry,) = fx.store.since(0, None, 10).entries
+    (entry,) = fx.store.since(SinceParams(from_seq=0, limit=10)).entries
     assert entry.state_delta is None
     # And so it is not part of the event's identity: a retry without it is a duplicate.
     assert fx.store.append(ap(ev("e1")), T0).duplicate
@@ -81,7 +89,17 @@ def test_empty_scopes_are_no_delta_at_all(fx: Fixture) -> None:
 def test_state_as_of_a_seq_holds_every_write_up_to_it_and_none_after(fx: Fixture) -> None:
     s1 = fx.store.append(ap(ev("e1"), state_delta=delta(session={"n": 1}, app={"v": "a"})), T0)
     # A creation takes its place at the newest seq: as of s1 its state is there.
-    fx.store.create_session("app", "u", "t", {"t": 1}, T0, {"v": "b"}, {"w": 1})
+    fx.store.create_session(
+        SessionCreateParams(
+            app="app",
+            user="u",
+            session="t",
+            state={"t": 1},
+            app_state={"v": "b"},
+            user_state={"w": 1},
+        ),
+        T0,
+    )
     s2 = fx.store.append(ap(ev("e2"), state_delta=delta(session={"n": 2}, user={"w": 2})), T0)
     s3 = fx.store.append(ap(ev("e3"), session="t", state_delta=delta(session={"t": 3})), T0)
     assert state(fx, at=0).session == {} and state(fx, at=0).app == {}
@@ -129,13 +147,27 @@ def test_a_retry_is_a_duplicate_only_with_the_same_delta_and_applies_it_once(
 
 
 def test_create_merges_app_and_user_state_and_sets_the_sessions_own(fx: Fixture) -> None:
-    fx.store.create_session("app", "u", "s1", {"mine": 1}, T0, {"a": 1}, {"u": 1})
-    fx.store.create_session("app", "u", "s2", None, T0, {"b": 2}, None)
+    fx.store.create_session(
+        SessionCreateParams(
+            app="app",
+            user="u",
+            session="s1",
+            state={"mine": 1},
+            app_state={"a": 1},
+            user_state={"u": 1},
+        ),
+        T0,
+    )
+    fx.store.create_session(
+        SessionCreateParams(app="app", user="u", session="s2", app_state={"b": 2}), T0
+    )
     got = fx.store.get_state("app", "u", "s2", None)
     assert (got.app, got.user, got.session) == ({"a": 1, "b": 2}, {"u": 1}, {})
     assert fx.store.get_state("app", "u", "s1", None).session == {"mine": 1}
     with pytest.raises(RpcError) as info:
-        fx.store.create_session("app", "u", "s1", None, T0, {"a": "lost"}, None)
+        fx.store.create_session(
+            SessionCreateParams(app="app", user="u", session="s1", app_state={"a": "lost"}), T0
+        )
     assert info.value.code == INVALID_PARAMS
     assert info.value.data["reason"] == "session_exists"
     assert fx.store.get_state("app", None, None, None).app == {"a": 1, "b": 2}
@@ -184,7 +216,7 @@ def test_damaged_stored_state_is_refused_for_merging_and_read_as_empty(fx: Fixtu
     with pytest.raises(RpcError) as info:
         fx.store.append(ap(ev("e2"), state_delta=delta(app={"x": 1})), T0)
     assert info.value.code == SOURCE_UNAVAILABLE
-    assert [e.event.id for e in fx.store.since(0, None, 10).entries] == ["e1"]
+    assert [e.event.id for e in fx.store.since(SinceParams(from_seq=0, limit=10)).entries] == ["e1"]
     assert fx.store.get_state("app", None, None, None).app == {}  # a read never fails
     # Events without app state are still written.
     fx.store.append(ap(ev("e3"), state_delta=delta(session={"y": 1})), T0)
@@ -215,9 +247,9 @@ def test_a_version_2_database_migrates_keeping_state_and_finding_last_seqs(
     db.close()
     store = SqliteStore.open(path)
     assert store.connection.pragma("user_version") == SCHEMA_VERSION == 5
-    got = store.get_session("app", "u", "s", 0, None)
+    got = store.get_session(SessionGetParams(app="app", user="u", session="s"))
     assert (got.state, got.last_seq) == ({"kept": True}, 3)
-    assert store.get_session("app", "u", "empty", 0, None).last_seq == 0
+    assert store.get_session(SessionGetParams(app="app", user="u", session="empty")).last_seq == 0
     assert store.get_state("app", "u", "s", 0).session == {"kept": True}
     store.append(ap(ev("e9"), state_delta=delta(session={"new": 1})), T0 + SECOND)
     assert store.get_state("app", "u", "s", None).session == {"kept": True, "new": 1}

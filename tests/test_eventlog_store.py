@@ -36,13 +36,17 @@ from streamd.eventlog.model import (
     AppendResult,
     Event,
     Filter,
+    LeaseAcquireParams,
+    SessionCreateParams,
+    SessionGetParams,
     SessionTree,
+    SinceParams,
     StateDelta,
     from_us,
     to_us,
 )
 from streamd.eventlog.sqlite import SCHEMA_VERSION, SqliteOptions, SqliteStore
-from streamd.eventlog.store import AppendGroup, Backend
+from streamd.eventlog.store import AppendGroup, Backend, ReadShape
 
 T0 = to_us(dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
 SECOND = 1_000_000
@@ -109,7 +113,10 @@ def _postgres(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixtur
         return s
 
     yield Fixture(
-        store, store.close, raw, reopen,
+        store,
+        store.close,
+        raw,
+        reopen,
         not_json=(psycopg.errors.InvalidTextRepresentation, "invalid input syntax for type json"),
         unguard="ALTER TABLE events ALTER COLUMN content TYPE text",
     )
@@ -123,7 +130,6 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Iterator[Fixture]]] 
 }
 
 
-
 def ev(event_id: str, content: Any = None, **kw: Any) -> Event:
     return Event(id=event_id, author=kw.pop("author", "agent"), content=content, **kw)
 
@@ -135,11 +141,15 @@ def ap(
 
 
 def seqs(store: Backend, flt: Filter | None = None, from_seq: int = 0) -> list[int]:
-    return [e.seq for e in store.since(from_seq, flt, 10_000).entries]
+    return [
+        e.seq for e in store.since(SinceParams(from_seq=from_seq, filter=flt, limit=10_000)).entries
+    ]
 
 
 def ids(store: Backend, flt: Filter | None = None) -> list[str]:
-    return [e.event.id for e in store.since(0, flt, 10_000).entries]
+    return [
+        e.event.id for e in store.since(SinceParams(from_seq=0, filter=flt, limit=10_000)).entries
+    ]
 
 
 # --- append -------------------------------------------------------------------
@@ -150,13 +160,17 @@ def ids(store: Backend, flt: Filter | None = None) -> list[str]:
 )
 def test_raw_content_is_the_stored_json_of_the_decoded_content(fx: Fixture, content: Any) -> None:
     fx.store.append(ap(ev("e1", content)), T0)
-    decoded = fx.store.since(0, None, 10).entries[0]
-    raw = fx.store.since(0, None, 10, raw_content=True).entries[0]
+    decoded = fx.store.since(SinceParams(from_seq=0, limit=10)).entries[0]
+    raw = fx.store.since(SinceParams(from_seq=0, limit=10), ReadShape.of(raw_content=True)).entries[
+        0
+    ]
     assert isinstance(raw.event.content, msgspec.Raw)
     assert msgspec.json.decode(raw.event.content) == decoded.event.content == content
     # On the wire the two are the same bytes.
     assert msgspec.json.encode(raw) == msgspec.json.encode(decoded)
-    got = fx.store.get_session("app", "u", "s", 0, None, raw_content=True).events[0]
+    got = fx.store.get_session(
+        SessionGetParams(app="app", user="u", session="s"), ReadShape.of(raw_content=True)
+    ).events[0]
     assert msgspec.json.encode(got) == msgspec.json.encode(decoded)
 
 
@@ -199,17 +213,17 @@ def test_same_event_id_with_different_content_is_a_conflict_and_writes_nothing(
     fx: Fixture, changed: AppendParams
 ) -> None:
     original = fx.store.append(ap(ev("e1", {"k": 1})), T0)
-    before = fx.store.since(0, None, 100)
+    before = fx.store.since(SinceParams(from_seq=0, limit=100))
     with pytest.raises(RpcError) as info:
         fx.store.append(changed, T0 + SECOND)
     assert info.value.code == EVENT_CONFLICT and is_event_conflict(info.value)
     assert info.value.data == {"event_id": "e1", "seq": original.seq}
-    assert fx.store.since(0, None, 100) == before
+    assert fx.store.since(SinceParams(from_seq=0, limit=100)) == before
     assert fx.store.latest_seq(None) == original.seq
     if changed.session == "s2":
         # Not even the session row of the rejected append was written.
         with pytest.raises(RpcError) as nf:
-            fx.store.get_session("app", "u", "s2", 0, None)
+            fx.store.get_session(SessionGetParams(app="app", user="u", session="s2"))
         assert is_session_not_found(nf.value)
 
 
@@ -237,7 +251,7 @@ def test_event_without_timestamp_gets_the_append_time(fx: Fixture) -> None:
     fx.store.append(ap(ev("e1")), T0 + 123)
     given = dt.datetime(2021, 6, 7, 8, 9, 10, 11, tzinfo=dt.timezone(dt.timedelta(hours=2)))
     fx.store.append(ap(ev("e2", timestamp=given)), T0)
-    a, b = fx.store.since(0, None, 10).entries
+    a, b = fx.store.since(SinceParams(from_seq=0, limit=10)).entries
     assert a.event.timestamp == dt.datetime(2025, 1, 2, 3, 4, 5, 123, tzinfo=dt.UTC)
     assert b.event.timestamp == given
     assert b.event.timestamp.utcoffset() == dt.timedelta(0)  # normalised to UTC
@@ -252,7 +266,7 @@ def test_entries_round_trip_every_field(fx: Fixture) -> None:
         ),
         T0,
     )
-    (entry,) = fx.store.since(0, None, 10).entries
+    (entry,) = fx.store.since(SinceParams(from_seq=0, limit=10)).entries
     assert (entry.app, entry.user, entry.session) == ("app", "u", "s")
     assert entry.event.content == content
     assert (entry.event.author, entry.event.branch, entry.event.invocation_id) == (
@@ -266,7 +280,7 @@ def test_entries_round_trip_every_field(fx: Fixture) -> None:
 @pytest.mark.parametrize("metadata", [None, {}])
 def test_metadata_absent_or_empty_reads_back_as_null(fx: Fixture, metadata: Any) -> None:
     fx.store.append(ap(ev("e1"), metadata=metadata), T0)
-    assert fx.store.since(0, None, 10).entries[0].metadata is None
+    assert fx.store.since(SinceParams(from_seq=0, limit=10)).entries[0].metadata is None
 
 
 def test_seq_is_never_reused_after_the_newest_events_are_deleted(fx: Fixture) -> None:
@@ -298,27 +312,27 @@ def _populate(store: Backend) -> None:
 def test_since_pages_with_next_seq_and_caught_up(fx: Fixture) -> None:
     for i in range(5):
         fx.store.append(ap(ev(f"e{i}")), T0)
-    p1 = fx.store.since(0, None, 2)
+    p1 = fx.store.since(SinceParams(from_seq=0, limit=2))
     assert [e.event.id for e in p1.entries] == ["e0", "e1"] and not p1.caught_up
-    p2 = fx.store.since(p1.next_seq, None, 2)
+    p2 = fx.store.since(SinceParams(from_seq=p1.next_seq, limit=2))
     assert [e.event.id for e in p2.entries] == ["e2", "e3"] and not p2.caught_up
-    p3 = fx.store.since(p2.next_seq, None, 2)
+    p3 = fx.store.since(SinceParams(from_seq=p2.next_seq, limit=2))
     assert [e.event.id for e in p3.entries] == ["e4"] and p3.caught_up
-    p4 = fx.store.since(p3.next_seq, None, 2)
+    p4 = fx.store.since(SinceParams(from_seq=p3.next_seq, limit=2))
     assert p4.entries == [] and p4.caught_up and p4.next_seq == p3.next_seq
 
 
 def test_exactly_limit_remaining_entries_is_caught_up(fx: Fixture) -> None:
     for i in range(3):
         fx.store.append(ap(ev(f"e{i}")), T0)
-    assert fx.store.since(0, None, 3).caught_up
-    assert not fx.store.since(0, None, 2).caught_up
+    assert fx.store.since(SinceParams(from_seq=0, limit=3)).caught_up
+    assert not fx.store.since(SinceParams(from_seq=0, limit=2)).caught_up
 
 
 @pytest.mark.parametrize("limit", [0, -1])
 def test_since_rejects_a_limit_below_one(fx: Fixture, limit: int) -> None:
     with pytest.raises(RpcError) as info:
-        fx.store.since(0, None, limit)
+        fx.store.since(SinceParams(from_seq=0, limit=limit))
     assert info.value.code == INVALID_PARAMS
 
 
@@ -392,7 +406,7 @@ def test_branches_are_distinct_sorted_and_never_empty(fx: Fixture) -> None:
 
 def test_session_never_written_is_not_found_not_a_fault(fx: Fixture) -> None:
     with pytest.raises(RpcError) as info:
-        fx.store.get_session("app", "u", "ghost", 0, None)
+        fx.store.get_session(SessionGetParams(app="app", user="u", session="ghost"))
     assert info.value.code == SESSION_NOT_FOUND
     assert is_session_not_found(info.value)
     assert info.value.data == {"app": "app", "user": "u", "session": "ghost"}
@@ -404,34 +418,43 @@ def test_a_database_fault_while_getting_a_session_is_not_session_not_found(
     fx.store.append(ap(ev("e1")), T0)
     fx.raw("DROP TABLE events", ())  # the file is damaged under the store
     with pytest.raises(RpcError) as info:
-        fx.store.get_session("app", "u", "s", 0, None)
+        fx.store.get_session(SessionGetParams(app="app", user="u", session="s"))
     assert info.value.code == SOURCE_UNAVAILABLE
     assert not is_session_not_found(info.value)
 
 
 def test_appending_writes_the_session(fx: Fixture) -> None:
     fx.store.append(ap(ev("e1"), session="s1"), T0)
-    got = fx.store.get_session("app", "u", "s1", 0, None)
+    got = fx.store.get_session(SessionGetParams(app="app", user="u", session="s1"))
     assert got.state == {} and [e.event.id for e in got.events] == ["e1"]
     assert got.created_at == got.updated_at == dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     fx.store.append(ap(ev("e2"), session="s1"), T0 + SECOND)
-    assert fx.store.get_session("app", "u", "s1", 0, None).updated_at.second == 6
+    assert (
+        fx.store.get_session(SessionGetParams(app="app", user="u", session="s1")).updated_at.second
+        == 6
+    )
 
 
 def test_create_generates_an_id_and_keeps_state(fx: Fixture) -> None:
-    a = fx.store.create_session("app", "u", None, {"x": [1]}, T0)
-    b = fx.store.create_session("app", "u", None, None, T0)
+    a = fx.store.create_session(SessionCreateParams(app="app", user="u", state={"x": [1]}), T0)
+    b = fx.store.create_session(SessionCreateParams(app="app", user="u"), T0)
     assert a.session and b.session and a.session != b.session
-    got = fx.store.get_session("app", "u", a.session, 0, None)
+    got = fx.store.get_session(SessionGetParams(app="app", user="u", session=a.session))
     assert got.state == {"x": [1]} and got.events == []
 
 
 def test_creating_an_existing_session_is_invalid_params_and_changes_nothing(fx: Fixture) -> None:
-    fx.store.create_session("app", "u", "s", {"v": 1}, T0)
+    fx.store.create_session(
+        SessionCreateParams(app="app", user="u", session="s", state={"v": 1}), T0
+    )
     with pytest.raises(RpcError) as info:
-        fx.store.create_session("app", "u", "s", {"v": 2}, T0 + SECOND)
+        fx.store.create_session(
+            SessionCreateParams(app="app", user="u", session="s", state={"v": 2}), T0 + SECOND
+        )
     assert info.value.code == INVALID_PARAMS
-    assert fx.store.get_session("app", "u", "s", 0, None).state == {"v": 1}
+    assert fx.store.get_session(SessionGetParams(app="app", user="u", session="s")).state == {
+        "v": 1
+    }
 
 
 def test_get_session_after_seq_and_recent(fx: Fixture) -> None:
@@ -439,7 +462,12 @@ def test_get_session_after_seq_and_recent(fx: Fixture) -> None:
     fx.store.append(ap(ev("other"), session="t"), T0)
 
     def event_ids(after: int, recent: int | None) -> list[str]:
-        return [e.event.id for e in fx.store.get_session("app", "u", "s", after, recent).events]
+        return [
+            e.event.id
+            for e in fx.store.get_session(
+                SessionGetParams(app="app", user="u", session="s", after_seq=after, recent=recent)
+            ).events
+        ]
 
     assert event_ids(0, None) == [f"e{i}" for i in range(6)]
     assert event_ids(got[2], None) == ["e3", "e4", "e5"]
@@ -449,9 +477,9 @@ def test_get_session_after_seq_and_recent(fx: Fixture) -> None:
 
 def test_list_sessions_by_app_and_user_without_events(fx: Fixture) -> None:
     fx.store.append(ap(ev("e1"), user="bob", session="b1"), T0)
-    fx.store.create_session("app", "alice", "a2", None, T0)
-    fx.store.create_session("app", "alice", "a1", None, T0)
-    fx.store.create_session("other", "alice", "x", None, T0)
+    fx.store.create_session(SessionCreateParams(app="app", user="alice", session="a2"), T0)
+    fx.store.create_session(SessionCreateParams(app="app", user="alice", session="a1"), T0)
+    fx.store.create_session(SessionCreateParams(app="other", user="alice", session="x"), T0)
     listed = fx.store.list_sessions("app", None)
     assert [(s.user, s.session) for s in listed] == [
         ("alice", "a1"),
@@ -468,7 +496,7 @@ def test_delete_removes_the_session_and_its_events_and_is_idempotent(fx: Fixture
     fx.store.delete_session("app", "u", "s1")
     fx.store.delete_session("app", "u", "s1")
     with pytest.raises(RpcError) as info:
-        fx.store.get_session("app", "u", "s1", 0, None)
+        fx.store.get_session(SessionGetParams(app="app", user="u", session="s1"))
     assert is_session_not_found(info.value)
     assert ids(fx.store) == ["e2"]
     # The deleted event's id is free again.
@@ -481,16 +509,32 @@ KEY = ("app", "u", "s")
 
 
 def test_fresh_lease_is_session_locked_with_holder_and_age(fx: Fixture) -> None:
-    fx.store.acquire_lease(*KEY, "h/1/aaaaaaaa", 30_000, T0)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "h/1/aaaaaaaa",
+        T0,
+    )
     with pytest.raises(RpcError) as info:
-        fx.store.acquire_lease(*KEY, "h/2/bbbbbbbb", 30_000, T0 + 29 * SECOND)
+        fx.store.acquire_lease(
+            LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+            "h/2/bbbbbbbb",
+            T0 + 29 * SECOND,
+        )
     assert info.value.code == SESSION_LOCKED and is_session_locked(info.value)
     assert info.value.data == {"holder": "h/1/aaaaaaaa", "heartbeat_age_ms": 29_000}
 
 
 def test_stale_lease_is_stolen_and_old_holder_heartbeat_then_fails(fx: Fixture) -> None:
-    fx.store.acquire_lease(*KEY, "old", 30_000, T0)
-    fx.store.acquire_lease(*KEY, "new", 30_000, T0 + 30 * SECOND)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "old",
+        T0,
+    )
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "new",
+        T0 + 30 * SECOND,
+    )
     assert not fx.store.heartbeat_lease(*KEY, "old", T0 + 31 * SECOND)
     assert fx.store.heartbeat_lease(*KEY, "new", T0 + 31 * SECOND)
     (info,) = fx.store.list_leases()
@@ -498,10 +542,18 @@ def test_stale_lease_is_stolen_and_old_holder_heartbeat_then_fails(fx: Fixture) 
 
 
 def test_heartbeat_keeps_a_lease_fresh(fx: Fixture) -> None:
-    fx.store.acquire_lease(*KEY, "old", 30_000, T0)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "old",
+        T0,
+    )
     assert fx.store.heartbeat_lease(*KEY, "old", T0 + 25 * SECOND)
     with pytest.raises(RpcError) as info:
-        fx.store.acquire_lease(*KEY, "new", 30_000, T0 + 50 * SECOND)
+        fx.store.acquire_lease(
+            LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+            "new",
+            T0 + 50 * SECOND,
+        )
     assert info.value.data["heartbeat_age_ms"] == 25_000
 
 
@@ -513,8 +565,16 @@ def test_losing_the_steal_race_is_session_locked(fx: Fixture) -> None:
     from streamd.eventlog.sqlite.sql import SqliteSql
     from streamd.eventlog.store.leases import steal
 
-    fx.store.acquire_lease(*KEY, "stale", 30_000, T0)
-    fx.store.acquire_lease(*KEY, "first", 30_000, T0 + 60 * SECOND)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "stale",
+        T0,
+    )
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "first",
+        T0 + 60 * SECOND,
+    )
     db = fx.store.connection
     with db:
         assert not steal(SqliteSql(db), KEY, "stale", T0, "second", 30_000, T0 + 60 * SECOND)
@@ -522,34 +582,64 @@ def test_losing_the_steal_race_is_session_locked(fx: Fixture) -> None:
 
 
 def test_release_never_deletes_a_successors_lease(fx: Fixture) -> None:
-    fx.store.acquire_lease(*KEY, "old", 30_000, T0)
-    fx.store.acquire_lease(*KEY, "new", 30_000, T0 + 40 * SECOND)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "old",
+        T0,
+    )
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "new",
+        T0 + 40 * SECOND,
+    )
     assert not fx.store.release_lease(*KEY, "old")
     assert [i.holder for i in fx.store.list_leases()] == ["new"]
     assert fx.store.release_lease(*KEY, "new")
     assert not fx.store.release_lease(*KEY, "new")
-    fx.store.acquire_lease(*KEY, "third", 30_000, T0 + 41 * SECOND)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "third",
+        T0 + 41 * SECOND,
+    )
 
 
 def test_a_lease_is_judged_by_the_window_its_holder_declared(fx: Fixture) -> None:
-    fx.store.acquire_lease(*KEY, "patient", 30_000, T0)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "patient",
+        T0,
+    )
     with pytest.raises(RpcError) as info:
         # The requester's own 150 ms window does not make a 5 s old beat stale.
-        fx.store.acquire_lease(*KEY, "hasty", 150, T0 + 5 * SECOND)
+        fx.store.acquire_lease(
+            LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=150),
+            "hasty",
+            T0 + 5 * SECOND,
+        )
     assert is_session_locked(info.value)
     assert info.value.data == {"holder": "patient", "heartbeat_age_ms": 5000}
     assert fx.store.release_lease(*KEY, "patient")
     # And the other way round: a holder that promised 150 ms is stale after it,
     # even to a requester that would itself wait 30 s.
-    fx.store.acquire_lease(*KEY, "brief", 150, T0)
-    fx.store.acquire_lease(*KEY, "patient", 30_000, T0 + 200_000)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=150), "brief", T0
+    )
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000),
+        "patient",
+        T0 + 200_000,
+    )
     (info_row,) = fx.store.list_leases()
     assert (info_row.holder, info_row.stale_after_ms) == ("patient", 30_000)
 
 
 def test_leases_are_per_session(fx: Fixture) -> None:
-    fx.store.acquire_lease("app", "u", "s1", "a", 30_000, T0)
-    fx.store.acquire_lease("app", "u", "s2", "b", 30_000, T0)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app="app", user="u", session="s1", stale_after_ms=30_000), "a", T0
+    )
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app="app", user="u", session="s2", stale_after_ms=30_000), "b", T0
+    )
     assert [(i.session, i.holder) for i in fx.store.list_leases("app")] == [
         ("s1", "a"),
         ("s2", "b"),
@@ -598,7 +688,7 @@ def test_ping_succeeds_on_a_healthy_log(fx: Fixture) -> None:
 def test_damaged_metadata_reads_as_null_rather_than_failing_the_replay(fx: Fixture) -> None:
     fx.store.append(ap(ev("e1"), metadata={"caller": "a"}), T0)
     fx.raw("UPDATE events SET metadata = '[broken'", ())
-    (entry,) = fx.store.since(0, None, 10).entries
+    (entry,) = fx.store.since(SinceParams(from_seq=0, limit=10)).entries
     assert entry.metadata is None and entry.damaged == ["metadata"]
 
 
@@ -614,20 +704,22 @@ def test_rows_that_cannot_be_rendered_read_as_null_and_flagged_never_fail_or_van
         fx.store.append(ap(ev(f"e{i}", {"i": i}), metadata={"caller": "c"}), T0)
     fx.raw("UPDATE events SET event_time = ? WHERE event_id = 'e1'", (YEAR_10000_US,))
     fx.raw("UPDATE events SET metadata = '[broken' WHERE event_id = 'e2'", ())
-    kw = {"raw_content": shape == "raw", "encoded": shape == "encoded"}
+    how = ReadShape.of(raw_content=shape == "raw", encoded=shape == "encoded")
 
     def on_the_wire(entries: list[Any]) -> list[Any]:
         return [msgspec.json.decode(msgspec.json.encode(e)) for e in entries]
 
-    wire = on_the_wire(fx.store.since(0, None, 10, **kw).entries)
+    wire = on_the_wire(fx.store.since(SinceParams(limit=10), how).entries)
     assert [w["event"]["id"] for w in wire] == ["e0", "e1", "e2", "e3"]
     # Only a damaged row carries the flag; nothing else about it is lost.
     assert [w.get("damaged") for w in wire] == [None, ["event.timestamp"], ["metadata"], None]
     assert wire[1]["event"]["timestamp"] is None and wire[1]["event"]["content"] == {"i": 1}
     assert wire[2]["metadata"] is None and wire[2]["event"]["timestamp"].endswith("Z")
-    got = fx.store.get_session("app", "u", "s", 0, None, **kw).events
+    got = fx.store.get_session(SessionGetParams(app="app", user="u", session="s"), how).events
     assert on_the_wire(got) == wire
-    recent = fx.store.get_session("app", "u", "s", 0, 3, **kw).events
+    recent = fx.store.get_session(
+        SessionGetParams(app="app", user="u", session="s", recent=3), how
+    ).events
     assert on_the_wire(recent) == wire[1:]
 
 
@@ -648,38 +740,44 @@ def test_content_that_is_not_json_cannot_be_stored_even_by_hand(fx: Fixture) -> 
     # a decoded read reports the content instead of failing.
     fx.raw(fx.unguard, ())
     fx.raw("UPDATE events SET content = '{nope'", ())
-    (entry,) = fx.store.since(0, None, 10).entries
+    (entry,) = fx.store.since(SinceParams(from_seq=0, limit=10)).entries
     assert entry.event.content is None and entry.damaged == ["event.content"]
 
 
 def test_encoded_entries_are_the_bytes_the_entries_encode_to(fx: Fixture) -> None:
     for i in range(3):
         fx.store.append(ap(ev(f"e{i}", {"i": [i, "é"]}, branch="b.x")), T0 + i)
-    decoded = fx.store.since(0, None, 10)
-    encoded = fx.store.since(0, None, 10, encoded=True)
+    decoded = fx.store.since(SinceParams(from_seq=0, limit=10))
+    encoded = fx.store.since(SinceParams(from_seq=0, limit=10), ReadShape.of(encoded=True))
     assert all(isinstance(e, msgspec.Raw) for e in encoded.entries)
     assert msgspec.json.encode(encoded) == msgspec.json.encode(decoded)
     assert (encoded.next_seq, encoded.caught_up) == (3, True)
-    got = fx.store.get_session("app", "u", "s", 0, None, encoded=True)
+    got = fx.store.get_session(
+        SessionGetParams(app="app", user="u", session="s"), ReadShape.of(encoded=True)
+    )
     assert msgspec.json.encode(got) == msgspec.json.encode(
-        fx.store.get_session("app", "u", "s", 0, None)
+        fx.store.get_session(SessionGetParams(app="app", user="u", session="s"))
     )
 
 
 def test_a_session_boot_or_lease_with_unrenderable_values_reads_with_nulls(fx: Fixture) -> None:
     fx.store.append(ap(ev("e1")), T0)
-    fx.store.create_session("app", "u", "s2", {"k": 1}, T0)
+    fx.store.create_session(
+        SessionCreateParams(app="app", user="u", session="s2", state={"k": 1}), T0
+    )
     fx.raw(
         "UPDATE sessions SET state = 'oops', created_at = ? WHERE session_id = 's2'",
         (YEAR_10000_US,),
     )
-    got = fx.store.get_session("app", "u", "s2", 0, None)
+    got = fx.store.get_session(SessionGetParams(app="app", user="u", session="s2"))
     assert (got.state, got.created_at, got.updated_at) == (None, None, from_us(T0))
     assert [s.state for s in fx.store.list_sessions("app", None)] == [{}, None]
     boot = fx.store.record_boot(T0, ["s"])
     fx.raw("UPDATE boots SET boot_at = ? WHERE id = ?", (YEAR_10000_US, boot))
     assert [(b.id, b.boot_at) for b in fx.store.recent_boots(0)] == [(boot, None)]
-    fx.store.acquire_lease(*KEY, "h", 30_000, T0)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=30_000), "h", T0
+    )
     fx.raw("UPDATE leases SET acquired_at = ?", (YEAR_10000_US,))
     (lease,) = fx.store.list_leases()
     assert (lease.acquired_at, lease.heartbeat_at) == (None, from_us(T0))
@@ -695,7 +793,7 @@ def test_operations_on_a_closed_store_are_closed_errors(fx: Fixture) -> None:
 def test_reopening_keeps_everything(fx: Fixture) -> None:
     fx.store.append(ap(ev("e1")), T0)
     again = fx.reopen()
-    assert [e.event.id for e in again.since(0, None, 10).entries] == ["e1"]
+    assert [e.event.id for e in again.since(SinceParams(from_seq=0, limit=10)).entries] == ["e1"]
     assert again.append(ap(ev("e1")), T0).duplicate
 
 
@@ -738,9 +836,17 @@ def test_a_version_1_database_migrates_and_its_leases_keep_the_default_window(
     (info,) = store.list_leases()
     assert (info.holder, info.stale_after_ms) == ("old/1/aaaaaaaa", 30_000)
     with pytest.raises(RpcError) as raised:
-        store.acquire_lease(*KEY, "new", 150, T0 + 29 * SECOND)
+        store.acquire_lease(
+            LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=150),
+            "new",
+            T0 + 29 * SECOND,
+        )
     assert is_session_locked(raised.value)
-    store.acquire_lease(*KEY, "new", 150, T0 + 30 * SECOND)
+    store.acquire_lease(
+        LeaseAcquireParams(app=KEY[0], user=KEY[1], session=KEY[2], stale_after_ms=150),
+        "new",
+        T0 + 30 * SECOND,
+    )
     store.close()
 
 
@@ -862,7 +968,7 @@ def test_replaying_history_with_a_filter_is_an_index_range_scan(
     assert any(f"USING INDEX {index}" in d or f"COVERING INDEX {index}" in d for d in plan), plan
     assert not any(d.startswith("SCAN events") for d in plan), plan
     # And the plan answers correctly.
-    assert len(store.since(0, flt, 10_000).entries) == 100
+    assert len(store.since(SinceParams(from_seq=0, filter=flt, limit=10_000)).entries) == 100
     store.close()
 
 
@@ -872,7 +978,9 @@ def test_a_caught_up_cursor_reads_only_rows_past_it_by_primary_key(tmp_path: Pat
     tip = store.latest_seq(None)
     plan = store.explain_since(tip - 10, Filter(branch_prefixes=["b7"]), 1000)
     assert any("INTEGER PRIMARY KEY (rowid>?)" in d for d in plan), plan
-    got = store.since(tip - 60, Filter(branch_prefixes=["b7"]), 1000).entries
+    got = store.since(
+        SinceParams(from_seq=tip - 60, filter=Filter(branch_prefixes=["b7"]), limit=1000)
+    ).entries
     assert [e.event.branch for e in got] == ["b7.x"]
     store.close()
 
@@ -891,18 +999,30 @@ def test_append_commit_captures_each_new_event_as_since_encodes_it(fx: Fixture) 
             AppendGroup([ap(ev("g1", 1)), ap(ev("taken", 3))]),  # refused as a whole
             AppendGroup([ap(ev("g2", None, author="tool"), session="t")]),
             ap(ev("a", {"k": ["é", 1.5]}, branch="root.x", timestamp=given), metadata={"m": "1"}),
-            AppendParams(app="app", user="u", session="s", event=ev("d"),
-                state_delta=StateDelta(session={"x": 1})),
+            AppendParams(
+                app="app",
+                user="u",
+                session="s",
+                event=ev("d"),
+                state_delta=StateDelta(session={"x": 1}),
+            ),
         ],
         T0 + 7,
         capture=True,
     )
     assert [type(r).__name__ for r in out.results] == [
-        "AppendResult", "RpcError", "RpcError", "list", "AppendResult", "AppendResult"
+        "AppendResult",
+        "RpcError",
+        "RpcError",
+        "list",
+        "AppendResult",
+        "AppendResult",
     ]
     assert out.results[4] == AppendResult(seq=out.results[0].seq, duplicate=True)
     assert out.entries is not None
-    stored = fx.store.since(out.before_seq, None, 100, encoded=True).entries
+    stored = fx.store.since(
+        SinceParams(from_seq=out.before_seq, limit=100), ReadShape.of(encoded=True)
+    ).entries
     # Byte for byte what a reader gets, in seq order, and nothing rolled back.
     assert [c.wire for c in out.entries] == [bytes(e) for e in stored]
     assert [c.seq for c in out.entries] == seqs(fx.store, from_seq=out.before_seq)
@@ -936,10 +1056,14 @@ def test_since_committed_is_since_encoded_with_the_fields_a_filter_reads(fx: Fix
     _populate(fx.store)
     flt = Filter(branch_prefixes=["bg"])
     page, last = fx.store.since_committed(0, flt, 2, 1 << 20)
-    encoded = fx.store.since(0, flt, 2, encoded=True)
+    encoded = fx.store.since(
+        SinceParams(from_seq=0, filter=flt, limit=2), ReadShape.of(encoded=True)
+    )
     assert [c.wire for c in page] == [bytes(e) for e in encoded.entries]
-    assert [(c.branch, c.author) for c in page] == [("bg.cluster", "core/autonomous"),
-                                                    ("bg.cluster.child", "model")]
+    assert [(c.branch, c.author) for c in page] == [
+        ("bg.cluster", "core/autonomous"),
+        ("bg.cluster.child", "model"),
+    ]
     assert not last and not encoded.caught_up
     rest, last = fx.store.since_committed(page[-1].seq, flt, 10, 1 << 20)
     assert [c.branch for c in rest] == ["bg"] and last

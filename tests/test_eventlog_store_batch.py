@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from streamd.errors import EVENT_CONFLICT, RpcError
-from streamd.eventlog.model import AppendParams, to_us
+from streamd.eventlog.model import AppendParams, SessionGetParams, to_us
 from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 from streamd.eventlog.store import AppendGroup
 
@@ -20,10 +20,18 @@ NOW = 1_750_000_000 * 1_000_000
 
 def params(event_id: str, session: str, content: Any = None) -> AppendParams:
     return msgspec.json.decode(
-        msgspec.json.encode({
-            "app": "app", "user": "u", "session": session,
-            "event": {"id": event_id, "author": "agent", "content": content or {"id": event_id}},
-        }),
+        msgspec.json.encode(
+            {
+                "app": "app",
+                "user": "u",
+                "session": session,
+                "event": {
+                    "id": event_id,
+                    "author": "agent",
+                    "content": content or {"id": event_id},
+                },
+            }
+        ),
         type=AppendParams,
     )
 
@@ -41,12 +49,18 @@ def test_a_batch_of_appends_to_few_sessions_leaves_them_as_single_appends_would(
     results = store.append_batch(batch, NOW)
     assert [r.seq for r in results] == list(range(2, 12))
     for name, last in (("a", 10), ("b", 11)):
-        s = store.get_session("app", "u", name, 0, None)
+        s = store.get_session(SessionGetParams(app="app", user="u", session=name))
         assert s.last_seq == last
         assert to_us(s.updated_at) == NOW
         assert s.events[-1].event.id == f"e{last - 2}"
-    assert to_us(store.get_session("app", "u", "a", 0, None).created_at) == NOW - 10
-    assert to_us(store.get_session("app", "u", "b", 0, None).created_at) == NOW
+    assert (
+        to_us(store.get_session(SessionGetParams(app="app", user="u", session="a")).created_at)
+        == NOW - 10
+    )
+    assert (
+        to_us(store.get_session(SessionGetParams(app="app", user="u", session="b")).created_at)
+        == NOW
+    )
 
 
 def test_a_session_made_by_a_refused_group_is_made_again_by_a_later_append(store) -> None:
@@ -55,7 +69,7 @@ def test_a_session_made_by_a_refused_group_is_made_again_by_a_later_append(store
     outcome = store.append_commit([group, params("g2", "g")], NOW, capture=False)
     refused, single = outcome.results
     assert isinstance(refused, RpcError) and refused.code == EVENT_CONFLICT
-    s = store.get_session("app", "u", "g", 0, None)
+    s = store.get_session(SessionGetParams(app="app", user="u", session="g"))
     assert s.last_seq == single.seq
     assert [e.event.id for e in s.events] == ["g2"]
     assert to_us(s.created_at) == NOW
@@ -70,7 +84,9 @@ def test_a_refused_append_does_not_count_its_session_as_made(store) -> None:
     )
     refused, single = outcome.results
     assert isinstance(refused, RpcError) and refused.code == EVENT_CONFLICT
-    assert store.get_session("app", "u", "h", 0, None).last_seq == single.seq
+    assert (
+        store.get_session(SessionGetParams(app="app", user="u", session="h")).last_seq == single.seq
+    )
 
 
 def test_a_batch_that_holds_a_refusal_commits_the_rest_as_one_without_would(store) -> None:
@@ -85,6 +101,11 @@ def test_a_batch_that_holds_a_refusal_commits_the_rest_as_one_without_would(stor
     assert (first.seq, last.seq) == (2, 3)
     assert (outcome.before_seq, outcome.after_seq) == (1, 3)
     assert outcome.entries is not None and [e.seq for e in outcome.entries] == [2, 3]
-    assert [e.event.id for e in store.get_session("app", "u", "s", 0, None).events] == [
-        "x", "a", "b",
+    assert [
+        e.event.id
+        for e in store.get_session(SessionGetParams(app="app", user="u", session="s")).events
+    ] == [
+        "x",
+        "a",
+        "b",
     ]

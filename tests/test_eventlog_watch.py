@@ -118,7 +118,7 @@ async def test_other_connections_commits_are_noticed_by_data_version_within_the_
 
 
 def _count_reader_calls(log: EventLog, counts: dict[str, int]) -> None:
-    reader = log._reader
+    reader = log.connections.reader
     assert isinstance(reader, SqliteStore)
     for name in counts:
         real = getattr(reader, name)
@@ -355,7 +355,7 @@ async def test_many_watchers_see_many_writers_and_another_process_exactly_once_i
 
     async def local() -> None:
         i = next(counter)
-        record(i, (await log.append_params(params(i))).seq)
+        record(i, (await log.requests.append(params(i))).seq)
 
     def foreign(store: SqliteStore, n: int) -> list[tuple[int, int]]:
         done = []

@@ -178,7 +178,7 @@ async def test_the_wal_is_checkpointed_beside_the_writes_and_stays_bounded(tmp_p
         async with EventLog(db, synchronous="NORMAL") as log:
             for i in range(1500):
                 await log.append("a", "u", "s", ev(f"e{i}", body))
-            while log._checkpointing:  # the last one may still run
+            while log.checkpoints.running:  # the last one may still run
                 await trio.sleep(0.01)
             assert log.stats.checkpoints >= 1
             assert log.stats.inline_commits > 1400  # not while the writer catches up
@@ -211,7 +211,7 @@ async def test_writes_that_are_not_appends_keep_the_wal_bounded_too(tmp_path: Pa
         async with EventLog(db, synchronous="NORMAL") as log:
             for i in range(1500):
                 await log.create_session("a", "u", f"s{i}", state=state)
-            while log.stats.checkpoints == 0 or log._checkpointing:
+            while log.stats.checkpoints == 0 or log.checkpoints.running:
                 await trio.sleep(0.01)
             # Never checkpointed, the WAL of these writes would hold over 60 MB.
             assert Path(f"{db}-wal").stat().st_size < 16 << 20

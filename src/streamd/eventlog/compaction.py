@@ -39,6 +39,7 @@ class Call(Protocol):
 
     def __call__(self, op: Callable[[Backend], _T]) -> Awaitable[_T]: ...
 
+
 VACUUM_PAGES = 2000
 """Pages one incremental vacuum transaction gives back (retention's own steps
 are bounded in :mod:`streamd.eventlog.retention`)."""

@@ -32,9 +32,10 @@ from typing import Protocol, TypeVar
 import trio
 
 from streamd.errors import RpcError, is_closed
-from streamd.eventlog.store import Backend
+from streamd.eventlog.model import LeaseAcquireParams
+from streamd.eventlog.store import Backend, Runner
 
-__all__ = ["Lease", "LeaseHost", "Write", "new_holder_id"]
+__all__ = ["Lease", "LeaseHost", "LeaseKeeper", "Write", "new_holder_id"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,3 +158,88 @@ class Lease:
         return lambda store: store.heartbeat_lease(
             self.app, self.user, self.session, self.holder, now_us
         )
+
+
+class LeaseKeeper:
+    """The leases one log holds: taken, kept fresh, released at close.
+
+    A heartbeat runs in the nursery the caller names, or in the log's own
+    (then a failing ``on_lost`` is logged, not raised: the log's nursery
+    serves every client)."""
+
+    def __init__(self, *, write: Write, now_us: Callable[[], int], closed: Callable[[], bool]):
+        self._write = write
+        self._now_us = now_us
+        self._closed = closed
+        self._held: dict[str, Lease] = {}
+        self._host = LeaseHost(write=write, now_us=now_us, closed=closed, forget=self._forget)
+
+    async def acquire(
+        self,
+        p: LeaseAcquireParams,
+        *,
+        log_nursery: trio.Nursery,
+        nursery: trio.Nursery | None,
+        on_lost: Callable[[Lease], Awaitable[None]] | None,
+    ) -> Lease:
+        """Take the lease in the store (``session_locked`` if it is held and
+        fresh), then start its heartbeat."""
+        holder, now_us = new_holder_id(), self._now_us()
+        await self._write(lambda store: store.acquire_lease(p, holder, now_us))
+        lease = Lease(
+            self._host,
+            lock=secrets.token_hex(8),
+            holder=holder,
+            app=p.app,
+            user=p.user,
+            session=p.session,
+            heartbeat_ms=p.interval_ms,
+            on_lost=on_lost,
+        )
+        self._held[lease.lock] = lease
+        try:
+            if nursery is not None:
+                nursery.start_soon(lease.keep_alive)
+            else:
+                log_nursery.start_soon(self._keep_alive, lease)
+        except BaseException:
+            await lease.release()
+            raise
+        return lease
+
+    async def _keep_alive(self, lease: Lease) -> None:
+        try:
+            await lease.keep_alive()
+        except Exception:
+            logger.exception("lease %s: on_lost failed", lease.lock)
+
+    def _forget(self, lease: Lease) -> None:
+        self._held.pop(lease.lock, None)
+
+    def get(self, lock: str) -> Lease | None:
+        return self._held.get(lock)
+
+    async def release(self, lock: str) -> None:
+        """Release by lock id; unknown or already released ids are fine."""
+        lease = self._held.get(lock)
+        if lease is not None:
+            await lease.release()
+
+    def stop_heartbeats(self) -> list[Lease]:
+        """Close's first step: no beat from now on; the leases still held."""
+        leases = list(self._held.values())
+        for lease in leases:
+            lease.stop_heartbeat()
+        return leases
+
+    async def release_at_close(self, leases: list[Lease], writer: Runner, grace: float) -> None:
+        """Delete the rows of what we hold, so another process need not wait
+        for staleness; bounded by ``grace``, a wedged database must not hang
+        close."""
+        with trio.move_on_after(grace):
+            for lease in leases:
+                try:
+                    await writer.run(lease.release_op())
+                except RpcError as exc:
+                    logger.warning("releasing lease %s at close: %s", lease.lock, exc)
+        self._held.clear()

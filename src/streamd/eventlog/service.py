@@ -1,8 +1,9 @@
 """The event log's JSON-RPC methods: thin handlers over :class:`EventLog`.
 
 Each handler decodes and validates nothing (the RPC layer has already decoded
-its Struct with unknown fields forbidden, and hands it to the log's ``*_params``
-methods as it is) and builds no error frames (it raises ``RpcError``).
+its Struct with unknown fields forbidden, and hands it as it is to the log's
+:attr:`~streamd.eventlog.log.EventLog.requests`) and builds no error frames (it
+raises ``RpcError``).
 What this module adds is per-connection behaviour:
 
 * ``eventlog/append`` and ``eventlog/append_batch`` are *queued* methods
@@ -104,12 +105,16 @@ from streamd.eventlog.model import (
     WatchParams,
     WatchResult,
 )
-from streamd.eventlog.store import Committed
+from streamd.eventlog.store import Committed, ReadShape
 from streamd.rpc import Connection, Method, Request, encode_notification
 from streamd.rpc.methods import Reply
 from streamd.rpc.protocol import RequestId
 
 __all__ = ["ENTRY_NOTIFICATION", "LEASE_LOST_NOTIFICATION", "METHOD_NAMES", "eventlog_methods"]
+
+# Entries already encoded (the layer only copies them) and cut at the reply
+# budget, so every reply is a frame the client can read.
+_REPLY = ReadShape("encoded", REPLY_BUDGET_BYTES)
 
 logger = logging.getLogger(__name__)
 
@@ -148,10 +153,10 @@ class _Service:
     # -- appends and reads --
 
     async def append(self, p: AppendParams, request: Request) -> AppendResult:
-        return await (await self.log()).append_params(p)
+        return await (await self.log()).requests.append(p)
 
     async def append_batch(self, p: AppendBatchParams, request: Request) -> AppendBatchResult:
-        return AppendBatchResult(results=await (await self.log()).append_batch_params(p))
+        return AppendBatchResult(results=await (await self.log()).requests.append_batch(p))
 
     # The queued forms the RPC layer uses (Method.submit): same answers as the
     # two above, without a task per append. Once queued, an append is committed
@@ -186,15 +191,13 @@ class _Service:
         (await self.log()).submit_append(p, on_done)
 
     async def since(self, p: SinceParams, request: Request) -> SinceResult:
-        return await (await self.log()).since_params(
-            p, max_bytes=REPLY_BUDGET_BYTES, encoded=True
-        )
+        return await (await self.log()).requests.since(p, _REPLY)
 
     async def latest_seq(self, p: LatestSeqParams, request: Request) -> LatestSeqResult:
-        return LatestSeqResult(seq=await (await self.log()).latest_seq_params(p))
+        return LatestSeqResult(seq=await (await self.log()).requests.latest_seq(p))
 
     async def branches(self, p: BranchesParams, request: Request) -> BranchesResult:
-        return BranchesResult(branches=await (await self.log()).branches_params(p))
+        return BranchesResult(branches=await (await self.log()).requests.branches(p))
 
     async def watch(self, p: WatchParams, request: Request) -> WatchResult:
         log = await self.log()
@@ -206,7 +209,7 @@ class _Service:
         frames = _EntryFrames(request.id)
         last_sent = p.from_seq
         failure: RpcError | None = None
-        async with log.watch_params(p, buffer_bytes=read_ahead) as watch:
+        async with log.requests.watch(p, read_ahead) as watch:
             with trio.CancelScope() as until_closing:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_cancel_when_set, conn.closing, until_closing)
@@ -255,48 +258,44 @@ class _Service:
     # (event_time: true): the answers every other caller gets keep their keys.
 
     async def sessions_create(self, p: SessionCreateParams, request: Request) -> Session:
-        return _event_time(await (await self.log()).create_session_params(p), False)
+        return _event_time(await (await self.log()).requests.create_session(p), False)
 
     async def sessions_get(self, p: SessionGetParams, request: Request) -> SessionWithEvents:
-        got = await (await self.log()).get_session_params(
-            p, max_bytes=REPLY_BUDGET_BYTES, encoded=True
-        )
+        got = await (await self.log()).requests.get_session(p, _REPLY)
         return _event_time(got, p.event_time)
 
     async def sessions_get_many(self, p: SessionsGetParams, request: Request) -> SessionsResult:
-        got = await (await self.log()).get_sessions_params(
-            p, max_bytes=REPLY_BUDGET_BYTES, encoded=True
-        )
+        got = await (await self.log()).requests.get_sessions(p, _REPLY)
         if not p.event_time:
             got.sessions = [_event_time(s, False) for s in got.sessions]
         return got
 
     async def sessions_list(self, p: SessionListParams, request: Request) -> SessionListResult:
-        got = await (await self.log()).list_sessions_params(p)
+        got = await (await self.log()).requests.list_sessions_page(p)
         if not p.event_time:
             got.sessions = [_event_time(s, False) for s in got.sessions]
         return got
 
     async def sessions_delete(self, p: SessionDeleteParams, request: Request) -> Empty:
-        await (await self.log()).delete_session_params(p)
+        await (await self.log()).requests.delete_session(p)
         return Empty()
 
     # -- state --
 
     async def state_get(self, p: StateGetParams, request: Request) -> StateSnapshot:
-        return await (await self.log()).get_state_params(p)
+        return await (await self.log()).requests.get_state(p)
 
     # -- retention --
 
     async def retention_set(self, p: RetentionPolicy, request: Request) -> Empty:
-        await (await self.log()).set_retention_params(p)
+        await (await self.log()).requests.set_retention(p)
         return Empty()
 
     async def retention_get(self, p: RetentionGetParams, request: Request) -> RetentionResult:
-        return RetentionResult(policies=await (await self.log()).retention_params(p))
+        return RetentionResult(policies=await (await self.log()).requests.retention(p))
 
     async def compact(self, p: CompactParams, request: Request) -> CompactResult:
-        return await (await self.log()).compact_params(p)
+        return await (await self.log()).requests.compact(p)
 
     # -- leases --
 
@@ -310,7 +309,7 @@ class _Service:
                 LEASE_LOST_NOTIFICATION, LeaseLostNotification(lock=lease.lock, holder=lease.holder)
             )
 
-        lease = await log.acquire_lock_params(p, on_lost=on_lost)
+        lease = await log.requests.acquire_lock(p, on_lost=on_lost)
         held = self._held.get(conn)
         if held is None:
             held = self._held[conn] = {}
@@ -334,14 +333,14 @@ class _Service:
     # -- boots and health --
 
     async def boot_record(self, p: BootRecordParams, request: Request) -> BootRecordResult:
-        return BootRecordResult(id=await (await self.log()).record_boot_params(p))
+        return BootRecordResult(id=await (await self.log()).requests.record_boot(p))
 
     async def boot_update(self, p: BootUpdateParams, request: Request) -> Empty:
-        await (await self.log()).update_boot_params(p)
+        await (await self.log()).requests.update_boot(p)
         return Empty()
 
     async def boot_recent(self, p: BootRecentParams, request: Request) -> BootRecentResult:
-        return BootRecentResult(boots=await (await self.log()).recent_boots_params(p))
+        return BootRecentResult(boots=await (await self.log()).requests.recent_boots(p))
 
     async def ping(self, p: PingParams, request: Request) -> Empty:
         await (await self.log()).ping()
@@ -417,7 +416,9 @@ def eventlog_methods(get_log: LogFactory) -> list[Method]:
     methods = [
         Method("eventlog/append", AppendParams, s.append, submit=s.submit_append),
         Method(
-            "eventlog/append_batch", AppendBatchParams, s.append_batch,
+            "eventlog/append_batch",
+            AppendBatchParams,
+            s.append_batch,
             submit=s.submit_append_batch,
         ),
         Method("eventlog/since", SinceParams, s.since),

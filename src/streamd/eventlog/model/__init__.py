@@ -50,7 +50,6 @@ them all, so ``from streamd.eventlog.model import Event`` is the one way in.
 No I/O here, and no trio.
 """
 
-
 from __future__ import annotations
 
 from streamd.eventlog.model.base import (

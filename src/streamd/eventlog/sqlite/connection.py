@@ -30,6 +30,7 @@ __all__ = [
     "prepare_file",
 ]
 
+
 @dataclass(frozen=True)
 class SqliteOptions:
     synchronous: Synchronous = "FULL"

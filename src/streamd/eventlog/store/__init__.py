@@ -23,23 +23,29 @@ The backends are :mod:`streamd.eventlog.sqlite` and
 """
 
 from streamd.eventlog.store.backend import (
+    DECODED,
     AppendGroup,
     Backend,
     ChangeSource,
     CommitOutcome,
     Committed,
+    ReadShape,
     Runner,
+    Shape,
     Synchronous,
     closed_error,
 )
 
 __all__ = [
+    "DECODED",
     "AppendGroup",
     "Backend",
     "ChangeSource",
     "CommitOutcome",
     "Committed",
+    "ReadShape",
     "Runner",
+    "Shape",
     "Synchronous",
     "closed_error",
 ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 from streamd.errors import CLOSED, RpcError
 from streamd.eventlog.model import (
@@ -30,13 +30,18 @@ from streamd.eventlog.model import (
     AppendResult,
     Boot,
     Filter,
+    LeaseAcquireParams,
     LeaseInfo,
     RetentionPolicy,
     Session,
-    SessionKey,
+    SessionCreateParams,
+    SessionGetParams,
+    SessionListParams,
     SessionListResult,
+    SessionsGetParams,
     SessionsResult,
     SessionWithEvents,
+    SinceParams,
     SinceResult,
     StateSnapshot,
 )
@@ -48,7 +53,9 @@ __all__ = [
     "ChangeSource",
     "CommitOutcome",
     "Committed",
+    "ReadShape",
     "Runner",
+    "Shape",
     "Synchronous",
     "closed_error",
 ]
@@ -57,6 +64,34 @@ Synchronous = Literal["FULL", "NORMAL"]
 """How durable a commit is: FULL survives power loss, NORMAL a killed process."""
 
 _T = TypeVar("_T")
+
+
+Shape = Literal["decoded", "raw", "encoded", "committed"]
+"""How read entries come back: content decoded; content as its stored JSON text
+(``msgspec.Raw``); each whole entry as its JSON (``msgspec.Raw``), encoded
+where it is measured against the reply budget anyway, so the JSON-RPC layer
+only copies it; or as :class:`Committed`, the encoded entry with its seq and
+the fields a filter reads (what a watch buffers)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadShape:
+    """How a read answers: its entries' :data:`Shape`, and at most how many
+    bytes of them on the wire (at least one entry; the answer then says it was
+    cut). One value, so a read's signature carries no loose booleans."""
+
+    entries: Shape = "decoded"
+    max_bytes: int | None = None
+
+    @classmethod
+    def of(
+        cls, *, raw_content: bool = False, encoded: bool = False, max_bytes: int | None = None
+    ) -> ReadShape:
+        """The shape the keyword API's ``raw_content``/``encoded`` flags name."""
+        return cls("encoded" if encoded else "raw" if raw_content else "decoded", max_bytes)
+
+
+DECODED = ReadShape()
 
 
 def closed_error() -> RpcError:
@@ -107,7 +142,10 @@ class CommitOutcome:
 class Backend(Protocol):
     """The storage operations of the event log. Times are integer microseconds
     since the epoch (``now_us``, ``at_us``): the caller's clock, so a test can
-    say "30 seconds later" exactly."""
+    say "30 seconds later" exactly. An operation a wire method asks for with
+    more than a key takes that method's params whole (validated by whoever
+    built them: :func:`~streamd.eventlog.model.checked` or the wire) and a
+    read's :class:`ReadShape`; key-only operations take the key."""
 
     def append(self, params: AppendParams, now_us: int) -> AppendResult: ...
 
@@ -125,15 +163,7 @@ class Backend(Protocol):
         """The newest seq ever given and committed (a deleted event's still counts)."""
         ...
 
-    def since(
-        self,
-        from_seq: int,
-        flt: Filter | None,
-        limit: int,
-        raw_content: bool = False,
-        max_bytes: int | None = None,
-        encoded: bool = False,
-    ) -> SinceResult: ...
+    def since(self, p: SinceParams, shape: ReadShape = DECODED) -> SinceResult: ...
 
     def since_committed(
         self, from_seq: int, flt: Filter | None, limit: int, max_bytes: int
@@ -149,54 +179,19 @@ class Backend(Protocol):
 
     def branches(self, flt: Filter | None, limit: int | None) -> list[str]: ...
 
-    def create_session(
-        self,
-        app: str,
-        user: str,
-        session: str | None,
-        state: dict[str, Any] | None,
-        now_us: int,
-        app_state: dict[str, Any] | None = None,
-        user_state: dict[str, Any] | None = None,
-    ) -> Session: ...
+    def create_session(self, p: SessionCreateParams, now_us: int) -> Session: ...
 
-    def get_session(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        after_seq: int,
-        recent: int | None,
-        raw_content: bool = False,
-        max_bytes: int | None = None,
-        encoded: bool = False,
-        scoped_state: bool = False,
-        after_time_us: int | None = None,
-        content: bool = True,
-    ) -> SessionWithEvents: ...
+    def get_session(self, p: SessionGetParams, shape: ReadShape = DECODED) -> SessionWithEvents:
+        """``session_not_found`` if the session was never written."""
+        ...
 
-    def get_sessions(
-        self,
-        app: str,
-        keys: Sequence[SessionKey],
-        recent: int | None,
-        after_time_us: int | None,
-        raw_content: bool = False,
-        max_bytes: int | None = None,
-        encoded: bool = False,
-        scoped_state: bool = False,
-    ) -> SessionsResult: ...
+    def get_sessions(self, p: SessionsGetParams, shape: ReadShape = DECODED) -> SessionsResult:
+        """``shape.max_bytes`` is shared by the sessions, in the order asked."""
+        ...
 
     def list_sessions(self, app: str, user: str | None) -> list[Session]: ...
 
-    def list_sessions_page(
-        self,
-        app: str,
-        user: str | None,
-        limit: int,
-        after: SessionKey | None,
-        scoped_state: bool = False,
-    ) -> SessionListResult: ...
+    def list_sessions_page(self, p: SessionListParams) -> SessionListResult: ...
 
     def delete_session(self, app: str, user: str, session: str) -> None: ...
 
@@ -273,9 +268,7 @@ class Backend(Protocol):
         """(pages in use, free pages, page size) of the storage."""
         ...
 
-    def acquire_lease(
-        self, app: str, user: str, session: str, holder: str, stale_after_ms: int, now_us: int
-    ) -> None: ...
+    def acquire_lease(self, p: LeaseAcquireParams, holder: str, now_us: int) -> None: ...
 
     def heartbeat_lease(
         self, app: str, user: str, session: str, holder: str, now_us: int

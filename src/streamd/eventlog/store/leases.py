@@ -13,7 +13,7 @@ clock's (:meth:`~streamd.eventlog.store.sql.Sql.lease_now`).
 from __future__ import annotations
 
 from streamd.eventlog import filters
-from streamd.eventlog.model import LeaseInfo
+from streamd.eventlog.model import LeaseAcquireParams, LeaseInfo
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.sql import Sql
 
@@ -45,13 +45,12 @@ def leased_sessions(db: Sql, app: str, now_us: int) -> int:
     return row[0] if row else 0
 
 
-def acquire(
-    db: Sql, app: str, user: str, session: str, holder: str, stale_after_ms: int, now_us: int
-) -> None:
+def acquire(db: Sql, p: LeaseAcquireParams, holder: str, now_us: int) -> None:
     """Take the lease for ``holder``, who promises to beat more often than
     ``stale_after_ms``. An existing lease is judged by the window its own
     holder declared, never by ours."""
-    key = (app, user, session)
+    key = (p.app, p.user, p.session)
+    stale_after_ms = p.stale_after_ms
     now_sql, now_args = db.lease_now(now_us)
     d = db.dialect
     with db.write():
@@ -76,14 +75,14 @@ def acquire(
                     (*now_args, *key),
                 )
                 who, age = other if other else ("unknown", 0)
-                raise rules.locked(session, who, int(age), "was taken by another requester")
+                raise rules.locked(p.session, who, int(age), "was taken by another requester")
             return
         old_holder, old_beat, old_window_ms, now = row
         age_ms = max(0, (now - old_beat) // 1000)
         if age_ms < old_window_ms:
-            raise rules.locked(session, old_holder, age_ms, "is locked")
+            raise rules.locked(p.session, old_holder, age_ms, "is locked")
         if not steal(db, key, old_holder, old_beat, holder, stale_after_ms, now):
-            raise rules.locked(session, old_holder, age_ms, "was taken by another stealer")
+            raise rules.locked(p.session, old_holder, age_ms, "was taken by another stealer")
 
 
 def steal(
@@ -101,29 +100,38 @@ def steal(
     stated as a conditional update so that every backend (PostgreSQL under READ
     COMMITTED included) keeps it: of two stealers only one update matches.
     """
-    return db.run(
-        "UPDATE leases SET holder = ?, acquired_at = ?, heartbeat_at = ?, stale_after_ms = ?"
-        f" WHERE {_SESSION} AND holder = ? AND heartbeat_at = ?",
-        (new_holder, now_us, now_us, new_window_ms, *key, old_holder, old_beat),
-    ) == 1
+    return (
+        db.run(
+            "UPDATE leases SET holder = ?, acquired_at = ?, heartbeat_at = ?, stale_after_ms = ?"
+            f" WHERE {_SESSION} AND holder = ? AND heartbeat_at = ?",
+            (new_holder, now_us, now_us, new_window_ms, *key, old_holder, old_beat),
+        )
+        == 1
+    )
 
 
 def heartbeat(db: Sql, app: str, user: str, session: str, holder: str, now_us: int) -> bool:
     """True while we hold the lease; False means it was stolen (or released)."""
     now_sql, now_args = db.lease_now(now_us)
     with db.write(single=True):
-        return db.run(
-            f"UPDATE leases SET heartbeat_at = {now_sql} WHERE {_SESSION} AND holder = ?",
-            (*now_args, app, user, session, holder),
-        ) == 1
+        return (
+            db.run(
+                f"UPDATE leases SET heartbeat_at = {now_sql} WHERE {_SESSION} AND holder = ?",
+                (*now_args, app, user, session, holder),
+            )
+            == 1
+        )
 
 
 def release(db: Sql, app: str, user: str, session: str, holder: str) -> bool:
     # Conditional on our holder: never delete a successor's lease.
     with db.write(single=True):
-        return db.run(
-            f"DELETE FROM leases WHERE {_SESSION} AND holder = ?", (app, user, session, holder)
-        ) == 1
+        return (
+            db.run(
+                f"DELETE FROM leases WHERE {_SESSION} AND holder = ?", (app, user, session, holder)
+            )
+            == 1
+        )
 
 
 def listed(db: Sql, app: str | None = None, user: str | None = None) -> list[LeaseInfo]:

@@ -13,7 +13,7 @@ setup, change notification, error translation, and its own maintenance
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
@@ -21,19 +21,29 @@ from streamd.eventlog.model import (
     AppendResult,
     Boot,
     Filter,
+    LeaseAcquireParams,
     LeaseInfo,
     RetentionPolicy,
     Session,
-    SessionKey,
+    SessionCreateParams,
+    SessionGetParams,
+    SessionListParams,
     SessionListResult,
+    SessionsGetParams,
     SessionsResult,
     SessionWithEvents,
+    SinceParams,
     SinceResult,
     StateSnapshot,
 )
-from streamd.eventlog.store import boots, leases, reads, retention, rows, sessions, state
-from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, Committed
-from streamd.eventlog.store.sessions import EventBounds
+from streamd.eventlog.store import boots, leases, reads, retention, sessions, state
+from streamd.eventlog.store.backend import (
+    DECODED,
+    AppendGroup,
+    CommitOutcome,
+    Committed,
+    ReadShape,
+)
 from streamd.eventlog.store.sql import Sql
 from streamd.eventlog.store.steps import Bounds, Step
 
@@ -82,17 +92,8 @@ class SqlOperations:
         """The newest seq ever given and committed (deleted events still count)."""
         return self._call(lambda db: db.newest_seq())
 
-    def since(
-        self,
-        from_seq: int,
-        flt: Filter | None,
-        limit: int,
-        raw_content: bool = False,
-        max_bytes: int | None = None,
-        encoded: bool = False,
-    ) -> SinceResult:
-        shape = rows.shape(raw_content, encoded)
-        return self._call(lambda db: reads.since(db, from_seq, flt, limit, shape, max_bytes))
+    def since(self, p: SinceParams, shape: ReadShape = DECODED) -> SinceResult:
+        return self._call(lambda db: reads.since(db, p, shape))
 
     def since_committed(
         self, from_seq: int, flt: Filter | None, limit: int, max_bytes: int
@@ -110,66 +111,20 @@ class SqlOperations:
 
     # -- sessions --
 
-    def create_session(
-        self,
-        app: str,
-        user: str,
-        session: str | None,
-        state: dict[str, Any] | None,
-        now_us: int,
-        app_state: dict[str, Any] | None = None,
-        user_state: dict[str, Any] | None = None,
-    ) -> Session:
-        return self._call(lambda db: sessions.create_session(
-            db, app, user, session, state, now_us, app_state, user_state))
+    def create_session(self, p: SessionCreateParams, now_us: int) -> Session:
+        return self._call(lambda db: sessions.create_session(db, p, now_us))
 
-    def get_session(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        after_seq: int,
-        recent: int | None,
-        raw_content: bool = False,
-        max_bytes: int | None = None,
-        encoded: bool = False,
-        scoped_state: bool = False,
-        after_time_us: int | None = None,
-        content: bool = True,
-    ) -> SessionWithEvents:
-        bounds = EventBounds(after_seq, recent, after_time_us, content)
-        shape = rows.shape(raw_content, encoded)
-        return self._call(lambda db: sessions.get_session(
-            db, app, user, session, bounds, shape, max_bytes, scoped_state))
+    def get_session(self, p: SessionGetParams, shape: ReadShape = DECODED) -> SessionWithEvents:
+        return self._call(lambda db: sessions.get_session(db, p, shape))
 
-    def get_sessions(
-        self,
-        app: str,
-        keys: Sequence[SessionKey],
-        recent: int | None,
-        after_time_us: int | None,
-        raw_content: bool = False,
-        max_bytes: int | None = None,
-        encoded: bool = False,
-        scoped_state: bool = False,
-    ) -> SessionsResult:
-        shape = rows.shape(raw_content, encoded)
-        return self._call(lambda db: sessions.get_sessions(
-            db, app, keys, recent, after_time_us, shape, max_bytes, scoped_state))
+    def get_sessions(self, p: SessionsGetParams, shape: ReadShape = DECODED) -> SessionsResult:
+        return self._call(lambda db: sessions.get_sessions(db, p, shape))
 
     def list_sessions(self, app: str, user: str | None) -> list[Session]:
         return self._call(lambda db: sessions.list_sessions(db, app, user))
 
-    def list_sessions_page(
-        self,
-        app: str,
-        user: str | None,
-        limit: int,
-        after: SessionKey | None,
-        scoped_state: bool = False,
-    ) -> SessionListResult:
-        return self._call(lambda db: sessions.list_sessions_page(
-            db, app, user, limit, after, scoped_state))
+    def list_sessions_page(self, p: SessionListParams) -> SessionListResult:
+        return self._call(lambda db: sessions.list_sessions_page(db, p))
 
     def delete_session(self, app: str, user: str, session: str) -> None:
         self._call(lambda db: sessions.delete_session(db, app, user, session))
@@ -193,33 +148,54 @@ class SqlOperations:
         return self._call(lambda db: leases.leased_sessions(db, app, now_us))
 
     def drop_idle_sessions(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int,
-        previous: Step | None, bounds: Bounds,
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
     ) -> Step:
-        return self._call(lambda db: retention.drop_idle_sessions(
-            db, app, cutoff_us, keep_after_seq, now_us, previous, bounds))
+        return self._call(
+            lambda db: retention.drop_idle_sessions(
+                db, app, cutoff_us, keep_after_seq, now_us, previous, bounds
+            )
+        )
 
     def drop_old_events(
-        self, app: str, cutoff_us: int, keep_after_seq: int | None, now_us: int,
-        previous: Step | None, bounds: Bounds,
+        self,
+        app: str,
+        cutoff_us: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
     ) -> Step:
-        return self._call(lambda db: retention.drop_old_events(
-            db, app, cutoff_us, keep_after_seq, now_us, previous, bounds))
+        return self._call(
+            lambda db: retention.drop_old_events(
+                db, app, cutoff_us, keep_after_seq, now_us, previous, bounds
+            )
+        )
 
     def trim_sessions(
-        self, app: str, max_events: int, keep_after_seq: int | None, now_us: int,
-        previous: Step | None, bounds: Bounds,
+        self,
+        app: str,
+        max_events: int,
+        keep_after_seq: int | None,
+        now_us: int,
+        previous: Step | None,
+        bounds: Bounds,
     ) -> Step:
-        return self._call(lambda db: retention.trim_sessions(
-            db, app, max_events, keep_after_seq, now_us, previous, bounds))
+        return self._call(
+            lambda db: retention.trim_sessions(
+                db, app, max_events, keep_after_seq, now_us, previous, bounds
+            )
+        )
 
     # -- leases --
 
-    def acquire_lease(
-        self, app: str, user: str, session: str, holder: str, stale_after_ms: int, now_us: int
-    ) -> None:
-        self._call(lambda db: leases.acquire(
-            db, app, user, session, holder, stale_after_ms, now_us))
+    def acquire_lease(self, p: LeaseAcquireParams, holder: str, now_us: int) -> None:
+        self._call(lambda db: leases.acquire(db, p, holder, now_us))
 
     def heartbeat_lease(self, app: str, user: str, session: str, holder: str, now_us: int) -> bool:
         return self._call(lambda db: leases.heartbeat(db, app, user, session, holder, now_us))

@@ -11,9 +11,9 @@ from contextlib import closing
 
 from streamd.errors import invalid_params
 from streamd.eventlog import filters
-from streamd.eventlog.model import Filter, SinceResult
+from streamd.eventlog.model import Filter, SinceParams, SinceResult
 from streamd.eventlog.store import rows, rules
-from streamd.eventlog.store.backend import Committed
+from streamd.eventlog.store.backend import Committed, ReadShape
 from streamd.eventlog.store.sql import Args, Sql
 
 __all__ = ["branches", "latest_seq", "nth_newest_seq", "since", "since_committed", "since_query"]
@@ -29,16 +29,14 @@ def since_query(db: Sql, from_seq: int, flt: Filter | None, limit: int) -> tuple
     return sql, (*args, limit + 1)
 
 
-def since(
-    db: Sql, from_seq: int, flt: Filter | None, limit: int, shape: rows.Shape,
-    max_bytes: int | None,
-) -> SinceResult:
+def since(db: Sql, p: SinceParams, shape: ReadShape) -> SinceResult:
     """Up to ``limit`` matching entries after ``from_seq``, and (given
-    ``max_bytes``) no more than fit in that many bytes on the wire; a page
-    cut short by either has ``caught_up`` false."""
+    ``shape.max_bytes``) no more than fit in that many bytes on the wire; a
+    page cut short by either has ``caught_up`` false."""
+    from_seq, limit = p.from_seq, p.limit
     rules.check_limit(limit)
-    with closing(db.scan(*since_query(db, from_seq, flt, limit))) as found:
-        entries, last, more = rows.take(found, limit, shape, max_bytes)
+    with closing(db.scan(*since_query(db, from_seq, p.filter, limit))) as found:
+        entries, last, more = rows.take(found, limit, shape.entries, shape.max_bytes)
     return SinceResult(
         entries=entries, next_seq=from_seq if last is None else last, caught_up=not more
     )
@@ -59,8 +57,7 @@ def since_committed(
 def latest_seq(db: Sql, flt: Filter | None) -> int:
     where, args = filters.render(filters.where(flt, db.dialect))
     row = db.one(
-        f"SELECT seq FROM {db.events_source(flt, None)} WHERE {where}"
-        " ORDER BY seq DESC LIMIT 1",
+        f"SELECT seq FROM {db.events_source(flt, None)} WHERE {where} ORDER BY seq DESC LIMIT 1",
         args,
     )
     return row[0] if row else 0

@@ -15,7 +15,7 @@ import hashlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -34,7 +34,7 @@ from streamd.eventlog.model import (
     to_us,
     wire_size,
 )
-from streamd.eventlog.store.backend import Committed
+from streamd.eventlog.store.backend import Committed, Shape
 
 __all__ = [
     "ENTRY_COLUMNS",
@@ -42,12 +42,10 @@ __all__ = [
     "LEASE_COLUMNS",
     "SESSION_COLUMNS",
     "Prepared",
-    "Shape",
     "committed",
     "decode_state",
     "json_text",
     "prepare",
-    "shape",
     "state_or_empty",
     "take",
     "to_boot",
@@ -77,9 +75,7 @@ decoded events by seq and needs only the seqs (``sessions.get`` with
 SESSION_COLUMNS = (
     "app_name, user_id, session_id, state, created_at, updated_at, last_seq, last_event_time"
 )
-LEASE_COLUMNS = (
-    "app_name, user_id, session_id, holder, acquired_at, heartbeat_at, stale_after_ms"
-)
+LEASE_COLUMNS = "app_name, user_id, session_id, holder, acquired_at, heartbeat_at, stale_after_ms"
 
 # What a value that cannot be rendered raises on the way out (DecodeError is a
 # ValueError; TypeError is a column of the wrong type, written by hand).
@@ -236,18 +232,6 @@ def _built(
         damaged=damaged,
         state_delta=delta,
     )
-
-
-Shape = Literal["decoded", "raw", "encoded", "committed"]
-"""How read entries come back: content decoded; content as its stored JSON text
-(``msgspec.Raw``); each whole entry as its JSON (``msgspec.Raw``), encoded
-here where it is measured against the reply budget anyway, so the JSON-RPC
-layer only copies it; or as :class:`Committed`, the encoded entry with its seq
-and the fields a filter reads (what a watch buffers)."""
-
-
-def shape(raw_content: bool, encoded: bool) -> Shape:
-    return "encoded" if encoded else "raw" if raw_content else "decoded"
 
 
 def take(

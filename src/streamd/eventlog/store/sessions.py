@@ -10,8 +10,8 @@ then ``truncated`` with ``next_seq`` where to go on.
 
 from __future__ import annotations
 
+import datetime as _dt
 import uuid
-from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
@@ -20,14 +20,20 @@ from streamd.errors import INVALID_PARAMS, RpcError, invalid_params
 from streamd.eventlog import filters
 from streamd.eventlog.model import (
     Session,
+    SessionCreateParams,
+    SessionGetParams,
     SessionKey,
+    SessionListParams,
     SessionListResult,
+    SessionsGetParams,
     SessionsResult,
     SessionWithEvents,
     StateDelta,
+    to_us,
     wire_size,
 )
 from streamd.eventlog.store import rows, rules
+from streamd.eventlog.store.backend import ReadShape, Shape
 from streamd.eventlog.store.sql import Args, Sql
 from streamd.eventlog.store.state import apply_delta, shared_state
 
@@ -45,25 +51,21 @@ __all__ = [
 _SESSION = "app_name = ? AND user_id = ? AND session_id = ?"
 
 
-def create_session(
-    db: Sql,
-    app: str,
-    user: str,
-    session: str | None,
-    state: dict[str, Any] | None,
-    now_us: int,
-    app_state: dict[str, Any] | None = None,
-    user_state: dict[str, Any] | None = None,
-) -> Session:
+def _us_or_none(when: _dt.datetime | None) -> int | None:
+    return None if when is None else to_us(when)
+
+
+def create_session(db: Sql, p: SessionCreateParams, now_us: int) -> Session:
     """Create a session with its own state, merging ``app_state`` and
     ``user_state`` into the state its app and user share, in one
     transaction. The deltas are recorded at the newest seq (its counter
     locked, so they take their place after every seq committed and state
     merges never interleave), so a read as of that seq sees them."""
-    session_id = session if session is not None else uuid.uuid4().hex
+    app, user, state = p.app, p.user, p.state
+    session_id = p.session if p.session is not None else uuid.uuid4().hex
     try:
         state_json = rows.json_text(state or {})
-        delta = StateDelta(app=app_state, user=user_state, session=state).normalized()
+        delta = StateDelta(app=p.app_state, user=p.user_state, session=state).normalized()
         if delta is not None:
             rows.json_text(delta)
     except (TypeError, ValueError) as exc:
@@ -152,15 +154,16 @@ def session_with_events(
     user: str,
     session: str,
     bounds: EventBounds,
-    shape: rows.Shape,
+    shape: Shape,
     max_bytes: int | None,
     min_one: bool,
     scoped_state: bool,
 ) -> SessionWithEvents | None:
     """One session and its events within ``bounds`` (None if never written),
     inside the caller's snapshot; at most ``max_bytes`` on the wire in all."""
-    row = db.one(f"SELECT {rows.SESSION_COLUMNS} FROM sessions WHERE {_SESSION}",
-                 (app, user, session))
+    row = db.one(
+        f"SELECT {rows.SESSION_COLUMNS} FROM sessions WHERE {_SESSION}", (app, user, session)
+    )
     if row is None:
         return None
     base = rows.to_session(row)
@@ -209,38 +212,30 @@ def session_with_events(
     )
 
 
-def get_session(
-    db: Sql,
-    app: str,
-    user: str,
-    session: str,
-    bounds: EventBounds,
-    shape: rows.Shape,
-    max_bytes: int | None,
-    scoped_state: bool,
-) -> SessionWithEvents:
-    """The session and its events within ``bounds``, oldest first, from one
-    snapshot; ``scoped_state`` adds the app's and the user's state."""
-    rules.check_recent(bounds.recent)
+def get_session(db: Sql, p: SessionGetParams, shape: ReadShape) -> SessionWithEvents:
+    """The session and its events within the bounds ``p`` asks for, oldest
+    first, from one snapshot; ``scoped_state`` adds the app's and the user's
+    state."""
+    rules.check_recent(p.recent)
+    bounds = EventBounds(p.after_seq, p.recent, _us_or_none(p.after_time), p.content)
     with db.snapshot():
         got = session_with_events(
-            db, app, user, session, bounds, shape, max_bytes, True, scoped_state
+            db,
+            p.app,
+            p.user,
+            p.session,
+            bounds,
+            shape.entries,
+            shape.max_bytes,
+            True,
+            p.scoped_state,
         )
     if got is None:
-        raise rules.not_found(app, user, session)
+        raise rules.not_found(p.app, p.user, p.session)
     return got
 
 
-def get_sessions(
-    db: Sql,
-    app: str,
-    keys: Sequence[SessionKey],
-    recent: int | None,
-    after_time_us: int | None,
-    shape: rows.Shape,
-    max_bytes: int | None,
-    scoped_state: bool,
-) -> SessionsResult:
+def get_sessions(db: Sql, p: SessionsGetParams, shape: ReadShape) -> SessionsResult:
     """Many sessions with their events, in one snapshot, in the order asked.
 
     ``max_bytes`` is shared: each session gets what the ones before it
@@ -248,16 +243,25 @@ def get_sessions(
     gets past any entry); after that a session whose next entry does not
     fit is ``truncated`` where it stands, with no events if need be, and
     ``next_seq`` says where to continue it."""
-    rules.check_recent(recent)
+    rules.check_recent(p.recent)
     found: list[SessionWithEvents] = []
     missing: list[SessionKey] = []
-    left = max_bytes
+    left = shape.max_bytes
+    after_time_us = _us_or_none(p.after_time)
     taken_any = False
     with db.snapshot():
-        for key in keys:
-            bounds = EventBounds(key.after_seq, recent, after_time_us)
+        for key in p.sessions:
+            bounds = EventBounds(key.after_seq, p.recent, after_time_us)
             got = session_with_events(
-                db, app, key.user, key.session, bounds, shape, left, not taken_any, scoped_state
+                db,
+                p.app,
+                key.user,
+                key.session,
+                bounds,
+                shape.entries,
+                left,
+                not taken_any,
+                p.scoped_state,
             )
             if got is None:
                 missing.append(key)
@@ -305,19 +309,18 @@ def page_query(
     )
 
 
-def list_sessions_page(
-    db: Sql, app: str, user: str | None, limit: int, after: SessionKey | None, scoped_state: bool
-) -> SessionListResult:
+def list_sessions_page(db: Sql, p: SessionListParams) -> SessionListResult:
     """One page of sessions after the cursor, read as one range of the
     sessions' primary key; ``next`` is null on the last page."""
+    app, user, limit = p.app, p.user, p.limit
     rules.check_limit(limit)
-    sql, args = page_query(db.dialect, app, user, limit, after)
+    sql, args = page_query(db.dialect, app, user, limit, p.after)
     with db.snapshot():
         page = [rows.to_session(r) for r in db.rows(sql, args)]
         more = len(page) > limit
         page = page[:limit]
         app_state = user_states = None
-        if scoped_state:
+        if p.scoped_state:
             app_state, _ = shared_state(db, app, None)
             user_states = {}
             for u in dict.fromkeys(s.user for s in page):

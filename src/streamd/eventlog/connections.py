@@ -1,0 +1,183 @@
+"""The log's two connections: opened on first use, closed once, run one call at a time each.
+
+An :class:`~streamd.eventlog.log.EventLog` creates nothing until its first
+operation, and "not open yet" is answered here alone: :meth:`Connections.ensure_open`
+opens the writer's and the reader's connection under one lock (shielded, so a
+half-finished open never leaves a connection nobody closes) and tells the log
+once, so it can start the jobs that need the writer. Every store operation then
+runs through :meth:`Connections.read` or :meth:`Connections.write` inside a
+cancel scope that close cancels: an operation in flight when the log closes
+raises ``closed`` instead of finishing against a connection about to go.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import trio
+
+from streamd.errors import RpcError
+from streamd.eventlog.opener import Role
+from streamd.eventlog.store import Backend, Runner, closed_error
+
+__all__ = ["NOT_ENTERED", "Connections"]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+NOT_ENTERED = "use the EventLog as `async with EventLog(...) as log:`"
+
+
+class Connections:
+    """The writer's and the reader's :class:`~streamd.eventlog.store.Runner`.
+
+    ``open_backend`` opens one connection for a role; ``on_open`` is called once,
+    with the log's nursery and the writer, after both opened; ``after_write``
+    runs after every write (the WAL checkpoint policy: not only appends fill
+    the WAL)."""
+
+    def __init__(
+        self,
+        open_backend: Callable[[Role], Awaitable[Runner]],
+        *,
+        on_open: Callable[[trio.Nursery, Runner], None],
+        after_write: Callable[[Runner], None],
+    ) -> None:
+        self._open_backend = open_backend
+        self._on_open = on_open
+        self._after_write = after_write
+        self._nursery: trio.Nursery | None = None
+        self._lock = trio.Lock()
+        self._writer: Runner | None = None
+        self._reader: Runner | None = None
+        self._closed = False
+        self._scopes: set[trio.CancelScope] = set()
+
+    def serve_in(self, nursery: trio.Nursery | None) -> None:
+        """The nursery the log's jobs run in (``None`` once it has ended)."""
+        self._nursery = nursery
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        """The log's nursery; RuntimeError outside ``async with``."""
+        if self._nursery is None:
+            raise RuntimeError(NOT_ENTERED)
+        return self._nursery
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def opened(self) -> bool:
+        return self._writer is not None
+
+    @property
+    def writer(self) -> Runner | None:
+        """The writer's runner once open (close releases leases on it)."""
+        return self._writer
+
+    def check_open(self) -> None:
+        """``closed`` once the log closed; RuntimeError outside ``async with``."""
+        if self._closed:
+            raise closed_error()
+        self.nursery  # noqa: B018 - raises outside ``async with``
+
+    async def ensure_open(self) -> tuple[Runner, Runner]:
+        """The writer's and the reader's runner, opened by the first caller."""
+        if self._closed:
+            raise closed_error()
+        if self._writer is not None and self._reader is not None:
+            return self._writer, self._reader
+        nursery = self.nursery
+        async with self._lock:
+            if self._closed:
+                raise closed_error()
+            if self._writer is None:
+                # Shielded: a half-finished open could leave a connection (and
+                # its worker thread) that nobody closes. It is short, and close
+                # waits for it on the lock.
+                with trio.CancelScope(shield=True):
+                    writer = await self._open_backend("writer")
+                    try:
+                        reader = await self._open_backend("reader")
+                    except BaseException:
+                        await writer.aclose()
+                        raise
+                self._writer, self._reader = writer, reader
+                self._on_open(nursery, writer)
+            if self._closed:
+                raise closed_error()
+        assert self._writer is not None and self._reader is not None
+        return self._writer, self._reader
+
+    @property
+    def reader(self) -> Runner | None:
+        """The reader's runner once open."""
+        return self._reader
+
+    async def open_reader(self) -> Runner:
+        """The reader's runner, opened if need be (a watch reads history through it)."""
+        _, reader = await self.ensure_open()
+        return reader
+
+    async def read(self, op: Callable[[Backend], _T]) -> _T:
+        return await self._call("reader", op)
+
+    async def write(self, op: Callable[[Backend], _T]) -> _T:
+        try:
+            return await self._call("writer", op)
+        finally:
+            if self._writer is not None:
+                self._after_write(self._writer)
+
+    async def _call(self, role: Role, op: Callable[[Backend], _T]) -> _T:
+        """Run one store operation; if close interrupts it, raise ``closed``."""
+        if self._closed:
+            raise closed_error()
+        with self.cancelled_by_close():
+            writer, reader = await self.ensure_open()
+            return await (writer if role == "writer" else reader).run(op)
+        raise closed_error()
+
+    @contextmanager
+    def cancelled_by_close(self) -> Iterator[trio.CancelScope]:
+        """A scope that close cancels (a wait that must not outlive the log)."""
+        scope = trio.CancelScope()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._scopes.discard(scope)
+
+    def begin_close(self) -> None:
+        """Refuse new calls and cancel those in flight."""
+        self._closed = True
+        for scope in list(self._scopes):
+            scope.cancel()
+
+    async def opening_done(self) -> None:
+        """Wait out an open in progress (so its connections get closed too)."""
+        async with self._lock:
+            pass
+
+    def interrupt(self) -> None:
+        """Interrupt whatever either connection is running now."""
+        for runner in (self._reader, self._writer):
+            if runner is not None:
+                runner.interrupt()
+
+    async def aclose(self) -> None:
+        """Abandon what a connection is still doing and close both."""
+        self.interrupt()
+        for runner in (self._reader, self._writer):
+            if runner is not None:
+                try:
+                    await runner.aclose()
+                except RpcError as exc:
+                    logger.warning("closing event log connection: %s", exc)
