@@ -41,6 +41,9 @@ if TYPE_CHECKING:
     from streamd.eventlog.dbtarget import (
         DbTargetError as DbTargetError,
     )
+    from streamd.eventlog.dbtarget import (
+        resolve_db_path as resolve_db_path,
+    )
     from streamd.eventlog.lease import (
         Lease as Lease,
     )
@@ -52,9 +55,6 @@ if TYPE_CHECKING:
     )
     from streamd.eventlog.log import (
         EventLogStats as EventLogStats,
-    )
-    from streamd.eventlog.log import (
-        resolve_db_path as resolve_db_path,
     )
     from streamd.eventlog.model import (
         DEFAULT_WATCH_BUFFER_BYTES as DEFAULT_WATCH_BUFFER_BYTES,
@@ -178,7 +178,7 @@ _EXPORTS = {
     "Watch": "streamd.eventlog.watch",
     "closed_error": "streamd.eventlog.store",
     "new_holder_id": "streamd.eventlog.lease",
-    "resolve_db_path": "streamd.eventlog.log",
+    "resolve_db_path": "streamd.eventlog.dbtarget",
 }
 
 

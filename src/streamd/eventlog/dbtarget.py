@@ -57,6 +57,7 @@ __all__ = [
     "password_refused",
     "postgres_target",
     "resolve",
+    "resolve_db_path",
     "usage_error",
 ]
 
@@ -368,3 +369,13 @@ def named_in(message: str, value: str | os.PathLike[str] | None) -> str:
     if not message.startswith(_UNNAMED):
         return message
     return f"event log database {describe(value)}: {message.removeprefix(_UNNAMED)}"
+
+
+def resolve_db_path(
+    explicit: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None
+) -> Path | str:
+    """Where the log lives: an explicit path, else ``$STREAMD_DB``, else
+    ``$XDG_STATE_HOME/streamd/events.db``; a PostgreSQL URL or connection
+    string is returned as given (a ``str``). :func:`resolve` says the same
+    with its kind and a safe description; this raises its :class:`DbTargetError`."""
+    return resolve(explicit, env).target

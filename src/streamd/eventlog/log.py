@@ -32,79 +32,42 @@ rule lives in the store and every job in its own module:
   writer finishes the batch it is committing (so its callers learn the truth)
   and fails the rest as never written; leases are released; connections close.
 
-Two ways in: the keyword methods here (``since(from_seq, filter, limit)``)
-validate their values exactly as the wire would
-(:func:`~streamd.eventlog.model.checked`) and pass the params Struct whole to
-:attr:`EventLog.requests` (:class:`~streamd.eventlog.requests.LogRequests`),
-which the JSON-RPC layer calls directly with the Struct it decoded, so a
-request is validated once. Why the connections are dispatched through
-``apsw.aio`` and not ``trio.to_thread``: see the design notes in the docs.
+Two ways in: the keyword methods (:mod:`~streamd.eventlog.keywords`, which
+:class:`EventLog` inherits) validate their values exactly as the wire would and
+pass the params Struct whole to :attr:`EventLog.requests`
+(:class:`~streamd.eventlog.requests.LogRequests`), which the JSON-RPC layer
+calls with the Struct it decoded, so a request is validated once.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import trio
 
 from streamd.eventlog import dbtarget, retention
 from streamd.eventlog.compaction import Compactor
 from streamd.eventlog.connections import Connections
+from streamd.eventlog.dbtarget import resolve_db_path as resolve_db_path
+from streamd.eventlog.keywords import KeywordApi
 from streamd.eventlog.lease import Lease, LeaseKeeper
 from streamd.eventlog.model import (
-    DEFAULT_SINCE_LIMIT,
-    DEFAULT_STALE_AFTER_MS,
     DEFAULT_WATCH_BUFFER_BYTES,
     DEFAULT_WATCH_INTERVAL,
-    AppendBatchParams,
-    AppendParams,
-    AppendResult,
-    Boot,
-    BootRecentParams,
-    BootRecordParams,
-    BootUpdateParams,
-    BranchesParams,
-    CompactParams,
     CompactResult,
-    Event,
-    Filter,
-    LatestSeqParams,
-    LeaseAcquireParams,
     LeaseInfo,
-    RetentionGetParams,
-    RetentionPolicy,
-    Session,
-    SessionCreateParams,
-    SessionDeleteParams,
-    SessionGetParams,
-    SessionKey,
-    SessionListParams,
-    SessionListResult,
-    SessionsGetParams,
-    SessionsResult,
-    SessionWithEvents,
-    SinceParams,
-    SinceResult,
-    StateDelta,
-    StateGetParams,
-    StateSnapshot,
-    WatchParams,
-    checked,
 )
 from streamd.eventlog.opener import Dispatch, Role, opener_for
 from streamd.eventlog.requests import LogRequests
 from streamd.eventlog.sqlite import SqliteOptions
 from streamd.eventlog.sqlite.checkpoints import CHECKPOINT_PAGES as CHECKPOINT_PAGES
 from streamd.eventlog.sqlite.checkpoints import Checkpoints
-from streamd.eventlog.store import ChangeSource, ReadShape, Runner, Synchronous, closed_error
-from streamd.eventlog.watch import Watch
+from streamd.eventlog.store import ChangeSource, Runner, Synchronous, closed_error
 from streamd.eventlog.watch_hub import SAFETY_POLL as SAFETY_POLL
 from streamd.eventlog.watch_hub import WatchHub
 from streamd.eventlog.writer import AppendOutcome as AppendOutcome
@@ -128,18 +91,7 @@ query when no app has a policy."""
 _CLOSE_GRACE = 0.5
 
 
-def resolve_db_path(
-    explicit: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None
-) -> Path | str:
-    """Where the log lives: an explicit path, else ``$STREAMD_DB``, else
-    ``$XDG_STATE_HOME/streamd/events.db``; a PostgreSQL URL or connection
-    string is returned as given (a ``str``). :func:`dbtarget.resolve
-    <streamd.eventlog.dbtarget.resolve>` says the same with its kind and a
-    safe description; this raises its :class:`~streamd.eventlog.dbtarget.DbTargetError`."""
-    return dbtarget.resolve(explicit, env).target
-
-
-class EventLog:
+class EventLog(KeywordApi):
     """The durable event log, opened lazily on first use.
 
     ``async with EventLog(path) as log:`` creates no file; the database is opened
@@ -338,327 +290,12 @@ class EventLog:
         # (a cancelled call waiting on a lock) is abandoned, not waited out.
         await conns.aclose()
 
-    # -- appends --
-
-    async def append(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        event: Event,
-        metadata: dict[str, str] | None = None,
-        *,
-        state_delta: StateDelta | None = None,
-        expected_seq: int | None = None,
-    ) -> AppendResult:
-        """Append one event; returns its seq (and ``duplicate`` for a safe retry).
-
-        ``state_delta`` is applied to the app's, user's and session's state in
-        the same transaction as the event. ``expected_seq`` (the session's
-        ``last_seq`` as the caller saw it) refuses the append with
-        ``stale_session`` if the session moved on. The result is returned only
-        after the transaction holding the event has committed (durable per the
-        ``synchronous`` setting).
-        """
-        return await self.requests.append(
-            checked(
-                AppendParams,
-                app=app,
-                user=user,
-                session=session,
-                event=event,
-                metadata=metadata,
-                state_delta=state_delta,
-                expected_seq=expected_seq,
-            )
-        )
-
-    async def append_batch(self, appends: Sequence[AppendParams]) -> list[AppendResult]:
-        """Append in order, in one transaction, all or none (see
-        :class:`~streamd.eventlog.model.AppendBatchParams`); it shares the group
-        commit with every other append, as one unit."""
-        return await self.requests.append_batch(checked(AppendBatchParams, appends=list(appends)))
-
-    def submit_append(
-        self,
-        params: AppendParams | AppendBatchParams,
-        on_done: Callable[[AppendOutcome], None],
-    ) -> None:
-        """Queue an append (or a batch) without waiting: ``on_done`` is called
-        exactly once, on the event loop, with its outcome, after the commit that
-        holds it (or with the error that kept it out). For callers that cannot
-        cancel an append once sent and would otherwise pay a task, a cancel
-        scope and an event per append just to wait: the JSON-RPC layer."""
-        self.requests.submit_append(params, on_done)
-
-    # -- reads --
-
-    async def since(
-        self,
-        from_seq: int = 0,
-        filter: Filter | None = None,
-        limit: int = DEFAULT_SINCE_LIMIT,
-        *,
-        raw_content: bool = False,
-        max_bytes: int | None = None,
-        encoded: bool = False,
-    ) -> SinceResult:
-        """One page of matching entries after ``from_seq``, in seq order.
-
-        ``raw_content`` leaves each event's content as its JSON text
-        (``msgspec.Raw``), and ``encoded`` each whole entry, for callers that
-        only write them out; everyone else gets decoded values. ``max_bytes``
-        also ends the page before its entries pass that many bytes on the wire
-        (at least one entry; ``caught_up`` is then false). The three are one
-        :class:`~streamd.eventlog.store.ReadShape` inside."""
-        return await self.requests.since(
-            checked(SinceParams, from_seq=from_seq, filter=filter, limit=limit),
-            ReadShape.of(raw_content=raw_content, encoded=encoded, max_bytes=max_bytes),
-        )
-
-    async def latest_seq(self, filter: Filter | None = None) -> int:
-        """The newest matching seq, 0 when nothing matches."""
-        return await self.requests.latest_seq(checked(LatestSeqParams, filter=filter))
-
-    async def nth_newest_seq(self, offset: int, filter: Filter | None = None) -> int:
-        """The seq ``offset`` entries behind the newest match (0 = the newest), 0
-        when fewer match. Watching from the entry before it replays the last
-        ``offset + 1`` matches, as ``tail -n`` does."""
-        return await self.requests.nth_newest_seq(checked(LatestSeqParams, filter=filter), offset)
-
-    async def branches(self, filter: Filter | None = None, limit: int | None = None) -> list[str]:
-        """Distinct non-empty branch labels under the filter, sorted ascending."""
-        return await self.requests.branches(checked(BranchesParams, filter=filter, limit=limit))
-
-    def watch(
-        self,
-        from_seq: int = 0,
-        filter: Filter | None = None,
-        *,
-        buffer_bytes: int | None = None,
-    ) -> Watch:
-        """Follow the log from ``from_seq``: see :class:`~streamd.eventlog.watch.Watch`.
-        ``buffer_bytes`` overrides the log's ``watch_buffer_bytes`` for this
-        watch (the JSON-RPC watch reads ahead less, because the connection holds
-        the rest)."""
-        self.connections.check_open()
-        p = checked(WatchParams, from_seq=from_seq, filter=filter)
-        return self.requests.watch(p, buffer_bytes)
-
-    # -- sessions --
-
-    async def create_session(
-        self,
-        app: str,
-        user: str,
-        session: str | None = None,
-        state: dict[str, Any] | None = None,
-        *,
-        app_state: dict[str, Any] | None = None,
-        user_state: dict[str, Any] | None = None,
-    ) -> Session:
-        """Create a session (an id is generated when none is given) with its own
-        ``state``, merging ``app_state`` and ``user_state`` into the state its
-        app and user share; creating one that exists is invalid_params (data
-        ``reason: "session_exists"``)."""
-        return await self.requests.create_session(
-            checked(
-                SessionCreateParams,
-                app=app,
-                user=user,
-                session=session,
-                state=state,
-                app_state=app_state,
-                user_state=user_state,
-            )
-        )
-
-    async def get_session(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        after_seq: int = 0,
-        recent: int | None = None,
-        *,
-        after_time: _dt.datetime | None = None,
-        scoped_state: bool = False,
-        raw_content: bool = False,
-        max_bytes: int | None = None,
-        encoded: bool = False,
-    ) -> SessionWithEvents:
-        """The session with its events; ``session_not_found`` if never written.
-
-        ``after_seq``, ``after_time`` and ``recent`` bound the events (see
-        :class:`~streamd.eventlog.model.SessionGetParams`); ``scoped_state``
-        adds the app's and the user's state. ``raw_content``, ``max_bytes``
-        and ``encoded`` as for :meth:`since`; an answer cut by ``max_bytes`` is
-        ``truncated`` and continues after its ``next_seq``."""
-        p = checked(
-            SessionGetParams,
-            app=app,
-            user=user,
-            session=session,
-            after_seq=after_seq,
-            recent=recent,
-            after_time=after_time,
-            scoped_state=scoped_state,
-        )
-        return await self.requests.get_session(
-            p, ReadShape.of(raw_content=raw_content, encoded=encoded, max_bytes=max_bytes)
-        )
-
-    async def get_sessions(
-        self,
-        app: str,
-        sessions: Sequence[SessionKey | tuple[str, str]],
-        *,
-        recent: int | None = None,
-        after_time: _dt.datetime | None = None,
-        scoped_state: bool = False,
-        raw_content: bool = False,
-        max_bytes: int | None = None,
-        encoded: bool = False,
-    ) -> SessionsResult:
-        """Many sessions of one app with their events, in one snapshot; keys
-        are :class:`SessionKey` or ``(user, session)`` pairs."""
-        keys = [
-            k if isinstance(k, SessionKey) else SessionKey(user=k[0], session=k[1])
-            for k in sessions
-        ]
-        p = checked(
-            SessionsGetParams,
-            app=app,
-            sessions=keys,
-            recent=recent,
-            after_time=after_time,
-            scoped_state=scoped_state,
-        )
-        return await self.requests.get_sessions(
-            p, ReadShape.of(raw_content=raw_content, encoded=encoded, max_bytes=max_bytes)
-        )
-
-    async def list_sessions(self, app: str, user: str | None = None) -> list[Session]:
-        """Every session of the app (of one user), without events, in
-        ``(user, session)`` order; for a bounded read, :meth:`list_sessions_page`."""
-        return await self.requests.list_sessions(checked(SessionListParams, app=app, user=user))
-
-    async def list_sessions_page(
-        self,
-        app: str,
-        user: str | None = None,
-        *,
-        limit: int = DEFAULT_SINCE_LIMIT,
-        after: SessionKey | None = None,
-        scoped_state: bool = False,
-    ) -> SessionListResult:
-        """One page of sessions after ``after`` (the previous page's ``next``)."""
-        return await self.requests.list_sessions_page(
-            checked(
-                SessionListParams,
-                app=app,
-                user=user,
-                limit=limit,
-                after=after,
-                scoped_state=scoped_state,
-            )
-        )
-
-    async def delete_session(self, app: str, user: str, session: str) -> None:
-        """Delete a session and its events (idempotent)."""
-        await self.requests.delete_session(
-            checked(SessionDeleteParams, app=app, user=user, session=session)
-        )
-
-    # -- state --
-
-    async def get_state(
-        self,
-        app: str,
-        user: str | None = None,
-        session: str | None = None,
-        *,
-        as_of_seq: int | None = None,
-    ) -> StateSnapshot:
-        """The app's state, and the user's and the session's when named:
-        current, or as of ``as_of_seq`` (the state when that seq was the
-        newest). One snapshot, so the scopes agree with each other."""
-        return await self.requests.get_state(
-            checked(StateGetParams, app=app, user=user, session=session, as_of_seq=as_of_seq)
-        )
-
-    # -- retention --
-
-    async def set_retention(
-        self,
-        app: str,
-        *,
-        max_age_s: int | None = None,
-        max_events: int | None = None,
-        idle_s: int | None = None,
-    ) -> None:
-        """Set the app's retention policy (none of the limits: remove it). It is
-        applied by :meth:`compact` and by the background task."""
-        await self.requests.set_retention(
-            checked(
-                RetentionPolicy, app=app, max_age_s=max_age_s, max_events=max_events, idle_s=idle_s
-            )
-        )
-
-    async def retention(self, app: str | None = None) -> list[RetentionPolicy]:
-        return await self.requests.retention(checked(RetentionGetParams, app=app))
-
-    async def compact(
-        self,
-        app: str | None = None,
-        *,
-        vacuum: Literal["incremental", "full", "none"] = "incremental",
-    ) -> CompactResult:
-        """Apply the retention policies (of one app, or all) and give the space
-        back; see :class:`~streamd.eventlog.model.CompactParams`."""
-        return await self.requests.compact(checked(CompactParams, app=app, vacuum=vacuum))
+    # -- diagnostics --
 
     @property
     def last_compaction(self) -> CompactResult | None:
         """What the latest compaction (background or asked for) did."""
         return self._compactor.last
-
-    # -- leases --
-
-    async def acquire_lock(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        *,
-        nursery: trio.Nursery | None = None,
-        stale_after_ms: int = DEFAULT_STALE_AFTER_MS,
-        heartbeat_ms: int | None = None,
-        on_lost: Callable[[Lease], Awaitable[None]] | None = None,
-    ) -> Lease:
-        """Take the session's lease and start its heartbeat in ``nursery``, or in
-        the log's own nursery when none is given (then it beats until the lease is
-        released or lost, or the log closes).
-
-        ``stale_after_ms`` is our promise to others (how old our heartbeat may
-        get before the lease may be taken from us), stored with the lease;
-        ``heartbeat_ms`` defaults to a third of it, at most 5 s (see
-        :class:`~streamd.eventlog.model.LeaseAcquireParams` for the floors).
-        Raises ``session_locked`` (data: holder, heartbeat_age_ms) while the
-        current holder's heartbeat is fresher than the window *that holder*
-        declared; a staler lease is stolen. Leases are not re-entrant: a second
-        acquire of a held session is ``session_locked`` even from the same
-        process.
-        """
-        p = checked(
-            LeaseAcquireParams,
-            app=app,
-            user=user,
-            session=session,
-            stale_after_ms=stale_after_ms,
-            heartbeat_ms=heartbeat_ms,
-        )
-        return await self.requests.acquire_lock(p, nursery=nursery, on_lost=on_lost)
 
     async def release_lock(self, lock: str) -> None:
         """Release by lock id; unknown or already released ids are fine."""
@@ -671,29 +308,6 @@ class EventLog:
 
     async def list_locks(self, app: str | None = None, user: str | None = None) -> list[LeaseInfo]:
         return await self.connections.read(lambda store: store.list_leases(app, user))
-
-    # -- boots --
-
-    async def record_boot(self, at: _dt.datetime, attempted: Sequence[str]) -> int:
-        return await self.requests.record_boot(
-            checked(BootRecordParams, at=at, attempted=list(attempted))
-        )
-
-    async def update_boot(self, boot_id: int, attempted: Sequence[str]) -> None:
-        """Rewrite a boot's attempted list; an unknown id is invalid_params."""
-        await self.requests.update_boot(
-            checked(BootUpdateParams, id=boot_id, attempted=list(attempted))
-        )
-
-    async def recent_boots(self, since: _dt.datetime) -> list[Boot]:
-        """Boots at or after ``since``, oldest first."""
-        return await self.requests.recent_boots(checked(BootRecentParams, since=since))
-
-    # -- health --
-
-    async def ping(self) -> None:
-        """Succeeds only after a real, bounded read of the log."""
-        await self.connections.read(lambda store: store.ping())
 
     async def synchronous_level(self) -> int:
         """The writer's ``PRAGMA synchronous`` (2 = FULL, 1 = NORMAL)."""

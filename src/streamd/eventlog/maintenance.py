@@ -25,7 +25,7 @@ from streamd.cli import args as cliargs
 from streamd.cli.args import command
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.dbtarget import describe as db_description
-from streamd.eventlog.log import resolve_db_path
+from streamd.eventlog.dbtarget import resolve_db_path
 from streamd.eventlog.sqlite.schema import SCHEMA_VERSION
 
 __all__ = ["COMMANDS", "add_parsers", "run"]

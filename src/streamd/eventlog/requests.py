@@ -189,3 +189,8 @@ class LogRequests:
     async def recent_boots(self, p: BootRecentParams) -> list[Boot]:
         since_us = to_us(p.since)
         return await self._read(lambda store: store.recent_boots(since_us))
+
+    # -- health --
+
+    async def ping(self) -> None:
+        await self._read(lambda store: store.ping())
