@@ -17,12 +17,17 @@ The layers stack bottom-up, each importing only the ones below it:
   there.
 * :mod:`~streamd.eventlog.lease` and :mod:`~streamd.eventlog.watch` - a lease
   and its heartbeat; a watch and its reader.
-* :mod:`~streamd.eventlog.opener`, :mod:`~streamd.eventlog.writer`,
-  :mod:`~streamd.eventlog.watch_hub` and :mod:`~streamd.eventlog.compaction` -
-  choosing and opening the backend; the group-commit writer; the live watches,
-  their fan-out and the change poller; retention applied and space given back.
-* :mod:`~streamd.eventlog.log` - :class:`EventLog`, the Trio API: lazy open,
-  close, checkpoints, leases, and the keyword methods over the jobs above.
+* :mod:`~streamd.eventlog.opener`, :mod:`~streamd.eventlog.connections`,
+  :mod:`~streamd.eventlog.writer`, :mod:`~streamd.eventlog.watch_hub` and
+  :mod:`~streamd.eventlog.compaction` - choosing and opening the backend; the
+  two connections and their one "not open yet"; the group-commit writer; the
+  live watches, their fan-out and the change poller; retention applied and
+  space given back.
+* :mod:`~streamd.eventlog.requests` and :mod:`~streamd.eventlog.keywords` -
+  the operations by params Struct (the wire's way in), and the keyword methods
+  over them (the Python way in).
+* :mod:`~streamd.eventlog.log` - :class:`EventLog`, the Trio API: the jobs
+  above composed, lazy open and close.
 
 * :mod:`~streamd.eventlog.service` - the ``eventlog/*`` JSON-RPC methods over a
   shared :class:`EventLog` (imported by the daemon, not re-exported here, so the
