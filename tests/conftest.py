@@ -1,6 +1,6 @@
 """Shared fixtures.
 
-Recall stream adapter (tests/test_recall_*.py): ``recall_world`` is a scratch
+Recall stream adapter (tests/recall/): ``recall_world`` is a scratch
 source on disk (stream files under ``data/``, a workdir under ``work/``) with
 the few verbs those tests repeat: write and append records, initialize a
 StreamAdapter on them, catch up the way the refresh scanner does, search and
@@ -24,10 +24,10 @@ from streamd.recall.index import build
 from streamd.recall.wire import ExpandParams, InitializeParams, SearchParams
 
 # The event log's shared fixtures (fx: each storage backend; daemon: a served log).
-pytest_plugins = ["eventlog_fixtures"]
+pytest_plugins = ["support.eventlog_fixtures", "support.recall", "support.conformance"]
 
 # The shared JSON-RPC test client asserts too; keep pytest's detailed messages there.
-pytest.register_assert_rewrite("rpc_client", "eventlog_support")
+pytest.register_assert_rewrite("support")
 
 # A far-future deadline for params that require one; the adapter layer never
 # enforces it (the RPC layer does).
@@ -172,6 +172,20 @@ def slow_world(recall_world, monkeypatch):
     return w
 
 
+@pytest.fixture
+def gated_world(recall_world, monkeypatch):
+    """A stream of ``SLOW_RECORDS`` whose build waits at a gate after its
+    first step (``support.build_gate``): ``(world, gate)``. The gate is opened at
+    the end of the test, so no build thread outlives it."""
+    from support.build_gate import gate_builds  # after the assert rewrite is registered
+
+    w = recall_world
+    w.write("a.jsonl", *(w.rec(f"r-{i}", title=f"record {i}") for i in range(SLOW_RECORDS)))
+    gate = gate_builds(monkeypatch)
+    yield w, gate
+    gate.open()
+
+
 # --- PostgreSQL (tests/pg_cluster.py) ----------------------------------------------
 #
 # One throwaway cluster per test run, started on first use; each test that asks
@@ -190,8 +204,8 @@ def postgres_cluster():
     import warnings
 
     try:
-        import pg_cluster
         import psycopg  # noqa: F401  (the driver is part of the test install)
+        from support import pg_cluster
     except ImportError as exc:
         reason = f"the PostgreSQL driver is not installed ({exc})"
         cluster = None

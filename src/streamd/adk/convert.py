@@ -15,7 +15,7 @@ so encoded once, is :func:`streamd.adk.codec.log_event`).
   constrained field, a before-validator not known to leave a dict alone, a
   required field missing) sends that model's data, and only that one, to
   ``model_validate``, which gives the result or the error it always gave.
-  ``tests/test_adk_convert.py`` compares both ways on every kind of event.
+  ``tests/adk/test_convert.py`` compares both ways on every kind of event.
 """
 
 from __future__ import annotations

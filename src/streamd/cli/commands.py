@@ -8,7 +8,7 @@ Imports at the top are the standard library's lightest only: ``attach``,
 ``status`` and ``stop`` are dispatched before the parser is even built, and
 every command imports what it needs (Trio, msgspec, the daemon) inside the
 function that runs it, so ``streamd attach`` and ``streamd --help`` never load
-them (``tests/test_resident_imports.py``).
+them (``tests/resident/test_imports.py``).
 
 Options and errors follow :mod:`streamd.cli.args`: a mistake is one line
 ``streamd: ...`` naming the flag or path; exit 0 a match, 1 nothing found, 2

@@ -6,7 +6,7 @@ entries they have buffered, and how each frame that arrives is classified. The
 clients (:mod:`.sync`, and :mod:`.asyncio_client` and :mod:`.trio_client`
 on the shell of :mod:`.awaitable`) move bytes and wake
 waiters; every rule lives here, tested without an event loop
-(``tests/test_client_protocol.py``). Its rules:
+(``tests/client/test_protocol.py``). Its rules:
 
 * **A call is typed at the start.** :meth:`ClientProtocol.start` takes a
   :class:`Call` (method, params Struct, result type) and returns the request's

@@ -34,8 +34,9 @@ _T = TypeVar("_T")
 
 
 class Call(Protocol):
-    """One storage operation on the log's reader or writer (its ``_read`` or
-    ``_write``: opened on first use, ``closed`` once the log closes)."""
+    """One storage operation on the log's reader or writer
+    (:class:`~streamd.eventlog.connections.Connections`: opened on first use,
+    ``closed`` once the log closes)."""
 
     def __call__(self, op: Callable[[Backend], _T]) -> Awaitable[_T]: ...
 
@@ -52,6 +53,7 @@ class Compactor:
         target: DbTarget,
         read: Call,
         write: Call,
+        checkpoint: Callable[[], Awaitable[bool]],
         now_us: Callable[[], int],
         keep_after_seq: Callable[[], int | None],
         bounds: retention.Bounds,
@@ -60,6 +62,7 @@ class Compactor:
         self._target = target
         self._read = read
         self._write = write
+        self._checkpoint = checkpoint
         self._now_us = now_us
         self._keep_after_seq = keep_after_seq
         self._bounds = bounds
@@ -91,7 +94,7 @@ class Compactor:
                 _, free, _ = await self._write(lambda store: store.pages())
                 await self._write(lambda store: store.full_vacuum())
                 freed = free
-            checkpointed = await self._write(lambda store: store.checkpoint())
+            checkpointed = await self._checkpoint()
             result = CompactResult(
                 events_deleted=events,
                 sessions_deleted=sessions,

@@ -179,6 +179,7 @@ class EventLog(KeywordApi):
             target=self.target,
             read=conns.read,
             write=conns.write,
+            checkpoint=self.checkpoints.truncate,
             now_us=self._now_us,
             keep_after_seq=self._hub.oldest_position,
             bounds=retention_bounds,

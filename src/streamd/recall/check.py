@@ -19,7 +19,7 @@ first few, bounded in bytes read, so a stream whose only bad line is far down
 a large file does not cost every search a second full read.
 
 The compiled core's parser is the first look where it is installed (it agrees
-with the plain path, its oracle, line for line; ``tests/test_native_*``); the
+with the plain path, its oracle, line for line; ``tests/native/``); the
 plain path says why for the lines it refuses.
 """
 

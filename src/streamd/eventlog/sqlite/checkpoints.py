@@ -56,6 +56,9 @@ class Checkpoints:
         self._closed = closed
         self._stats = stats
         self._running = False
+        # One checkpoint at a time: the background one and a compaction's
+        # truncating one would otherwise find each other busy.
+        self._lock = trio.Lock()
 
     @property
     def running(self) -> bool:
@@ -74,10 +77,18 @@ class Checkpoints:
             self._running = True
             self._nursery().start_soon(self._checkpoint)
 
+    async def truncate(self) -> bool:
+        """Copy the whole WAL and truncate it (what a compaction ends with, so
+        the space it gave back shows), after a background checkpoint in
+        progress; false if a reader kept it from finishing."""
+        async with self._lock:
+            return await self._write(lambda store: store.checkpoint())
+
     async def _checkpoint(self) -> None:
         try:
-            await self._read(_checkpoint_passive)
-            await self._write(_checkpoint_passive)
+            async with self._lock:
+                await self._read(_checkpoint_passive)
+                await self._write(_checkpoint_passive)
             self._stats.checkpoints += 1
         except RpcError as exc:
             if not is_closed(exc):

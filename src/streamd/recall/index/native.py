@@ -14,7 +14,7 @@ used, and the builder that stands in for ``SegmentBuilder``.
 Rules:
 
 * The plain path is the oracle. Both paths must build byte-identical
-  segments from the same bytes (``tests/test_native_*`` hold them to it), so
+  segments from the same bytes (``tests/native/`` hold them to it), so
   which one built an index never shows: not on disk, not in an answer.
 * Reading keeps the plain reader's rules (``streamfile``): regular files
   only, complete lines only (a tail without a newline waits for the next

@@ -1,0 +1,98 @@
+"""The WAL checkpoint policy: one checkpoint at a time, on the connections it names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from streamd.eventlog.sqlite import SqliteStore, WriterRunner
+from streamd.eventlog.sqlite.checkpoints import CHECKPOINT_PAGES, Checkpoints
+from streamd.eventlog.store import Backend
+from streamd.eventlog.writer import EventLogStats
+
+
+class _FullWal(WriterRunner):
+    """A writer whose WAL is past the threshold (nothing else of it is used)."""
+
+    def __init__(self) -> None:
+        pass
+
+    @property
+    def wal_pages(self) -> int:
+        return CHECKPOINT_PAGES
+
+
+class _Recorder:
+    """The two connections as the policy sees them: each store call says which
+    connection ran which checkpoint; the reader's passive one waits for a gate."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.calls: list[str] = []
+        self.gate = trio.Event()
+        self.passive_started = trio.Event()
+        self._store = SqliteStore.open(str(tmp_path / "events.db"))
+
+    def store_for(self, role: str) -> Backend:
+        calls, real = self.calls, self._store
+
+        class Seen(SqliteStore):
+            def __init__(self) -> None:
+                pass
+
+            def checkpoint_passive(self) -> tuple[int, int]:
+                calls.append(f"{role}: passive")
+                return real.checkpoint_passive()
+
+            def checkpoint(self) -> bool:
+                calls.append(f"{role}: truncate")
+                return real.checkpoint()
+
+        return Seen()
+
+    async def read(self, op: Callable[[Backend], Any]) -> Any:
+        self.passive_started.set()
+        await self.gate.wait()
+        return op(self.store_for("reader"))
+
+    async def write(self, op: Callable[[Backend], Any]) -> Any:
+        return op(self.store_for("writer"))
+
+    def close(self) -> None:
+        self._store.close()
+
+
+async def test_a_compactions_truncating_checkpoint_waits_for_the_background_one(
+    tmp_path: Path,
+) -> None:
+    conns = _Recorder(tmp_path)
+    stats = EventLogStats()
+    async with trio.open_nursery() as nursery:
+        checkpoints = Checkpoints(
+            read=conns.read,
+            write=conns.write,
+            nursery=lambda: nursery,
+            closed=lambda: False,
+            stats=stats,
+        )
+        checkpoints.due(_FullWal())
+        checkpoints.due(_FullWal())  # one at a time: a second call while one runs starts none
+        await conns.passive_started.wait()
+        assert checkpoints.running
+        truncated: list[bool] = []
+
+        async def compaction_ends() -> None:
+            truncated.append(await checkpoints.truncate())
+
+        nursery.start_soon(compaction_ends)
+        await trio.testing.wait_all_tasks_blocked()
+        # Without the lock the truncate would have run now, beside the passive
+        # checkpoint, and found the WAL busy.
+        assert conns.calls == [] and truncated == []
+        conns.gate.set()
+    assert conns.calls == ["reader: passive", "writer: passive", "writer: truncate"]
+    assert truncated == [True] and stats.checkpoints == 1 and not checkpoints.running
+    conns.close()

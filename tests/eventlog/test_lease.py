@@ -1,0 +1,306 @@
+"""Leases: exclusive per session, judged by the holder's own window, kept by a
+heartbeat that notices a steal and survives a failing disk.
+
+Timing runs under the mock clock (``support.eventlog.mocked``), except one
+test on real time and real threads, which says why. Every test is bounded by
+``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from support.eventlog import mocked
+
+from streamd.errors import INVALID_PARAMS, SESSION_LOCKED, SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog import EventLog, Lease
+
+
+@pytest.fixture
+async def log(tmp_path: Path) -> AsyncIterator[EventLog]:
+    """The production dispatch (apsw.aio worker threads) on the real clock."""
+    async with EventLog(tmp_path / "events.db", synchronous="NORMAL") as log:
+        yield log
+
+
+@pytest.fixture
+def open_mocked(tmp_path: Path) -> Callable[..., EventLog]:
+    return functools.partial(mocked, tmp_path / "events.db")
+
+
+async def test_a_fresh_lease_is_session_locked_with_holder_and_heartbeat_age(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    with trio.fail_after(600):
+        async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
+            lease = await a.acquire_lock("app", "u", "s", nursery=nursery, heartbeat_ms=5000)
+            assert lease.holder.split("/")[1] == str(os.getpid())
+            assert len(lease.holder.split("/")[2]) == 8
+            await trio.sleep(103)  # 20 heartbeats; the last one 3 s ago
+            with pytest.raises(RpcError) as info:
+                await b.acquire_lock("app", "u", "s", nursery=nursery)
+            assert info.value.code == SESSION_LOCKED
+            assert info.value.data == {"holder": lease.holder, "heartbeat_age_ms": 3000}
+            assert lease.beats == 20 and not lease.lost.is_set()
+            await lease.release()
+
+
+def _pause_heartbeats(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
+    """Make ``log``'s heartbeats fail (as a wedged disk would) while the returned
+    flag's ``paused`` is true: its leases then age although their holder lives."""
+    runner = log.connections.writer
+    writer = getattr(runner, "store", runner)  # the store under its runner
+    real = writer.heartbeat_lease
+    state = {"paused": True}
+
+    def heartbeat(*args: Any) -> bool:
+        if state["paused"]:
+            raise RpcError(SOURCE_UNAVAILABLE, "disk I/O error")
+        return real(*args)
+
+    monkeypatch.setattr(writer, "heartbeat_lease", heartbeat)
+    return state
+
+
+async def test_a_lease_whose_holder_stops_beating_is_stolen_after_its_own_window_and_the_holder_learns_it(  # noqa: E501
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lost_calls: list[tuple[str, float]] = []
+
+    async def on_lost(lease: Lease) -> None:
+        lost_calls.append((lease.lock, trio.current_time()))
+
+    with trio.fail_after(600):
+        async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
+            t0 = trio.current_time()
+            # A promises a beat within 30 s (it beats every 5 s), then stalls.
+            old = await a.acquire_lock(
+                "app", "u", "s", nursery=nursery, stale_after_ms=30_000, on_lost=on_lost
+            )
+            assert old.heartbeat_ms == 5000
+            beats = _pause_heartbeats(a, monkeypatch)
+            await trio.sleep(29)
+            with pytest.raises(RpcError) as info:
+                # Within A's window: B's own short window does not shorten A's.
+                await b.acquire_lock("app", "u", "s", nursery=nursery, stale_after_ms=150)
+            assert info.value.code == SESSION_LOCKED
+            assert info.value.data["heartbeat_age_ms"] == 29_000
+            await trio.sleep(2)  # 31 s without a beat: past A's own 30 s
+            new = await b.acquire_lock("app", "u", "s", nursery=nursery)
+            beats["paused"] = False
+            await old.lost.wait()
+            assert trio.current_time() - t0 == pytest.approx(35)  # A's next beat
+            assert lost_calls == [(old.lock, trio.current_time())]
+            # A's release must not delete B's lease.
+            await old.release()
+            (info_row,) = await b.list_locks()
+            assert info_row.holder == new.holder and info_row.stale_after_ms == 30_000
+            await trio.sleep(62)  # B beats at 36, 41, ... 96 (B acquired at 31)
+            assert not new.lost.is_set() and new.beats == 13
+            await new.release()
+            assert await b.list_locks() == []
+
+
+async def test_a_healthy_lease_is_never_taken_by_a_requester_with_a_tiny_window(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    with trio.fail_after(600):
+        async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
+            held = await a.acquire_lock(
+                "app", "u", "s", nursery=nursery, stale_after_ms=30_000, heartbeat_ms=5000
+            )
+            await trio.sleep(4)  # the holder's last beat (at acquire) is 4 s old
+            with pytest.raises(RpcError) as info:
+                await b.acquire_lock(
+                    "app", "u", "s", nursery=nursery, stale_after_ms=150, heartbeat_ms=50
+                )
+            assert info.value.code == SESSION_LOCKED
+            assert info.value.data == {"holder": held.holder, "heartbeat_age_ms": 4000}
+            await trio.sleep(60)
+            assert not held.lost.is_set() and held.beats == 12
+            await held.release()
+
+
+async def test_a_short_window_without_a_heartbeat_derives_one_instead_of_refusing(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    with trio.fail_after(600):
+        async with open_mocked() as log, trio.open_nursery() as nursery:
+            lease = await log.acquire_lock("app", "u", "s", nursery=nursery, stale_after_ms=800)
+            assert lease.heartbeat_ms == 266  # a third of the window
+            await trio.sleep(2.7)
+            assert lease.beats == 10 and not lease.lost.is_set()
+            await lease.release()
+            lease = await log.acquire_lock("app", "u", "s", nursery=nursery, stale_after_ms=150)
+            assert lease.heartbeat_ms == 50  # the floor, a third of the smallest window
+            await lease.release()
+            lease = await log.acquire_lock("app", "u", "s", nursery=nursery)
+            assert lease.heartbeat_ms == 5000  # a third of 30 s, capped at 5 s
+            await lease.release()
+
+
+@pytest.mark.parametrize(
+    ("window", "heartbeat", "message"),
+    [
+        (30_000, 49, "heartbeat_ms must be at least 50, not 49"),
+        (149, None, "stale_after_ms must be at least 150, not 149"),
+        (149, 50, "stale_after_ms must be at least 150, not 149"),
+        (2, 1, "stale_after_ms must be at least 150, not 2"),
+        (300, 151, "stale_after_ms (300) must be at least twice heartbeat_ms (151)"),
+    ],
+)
+async def test_explicit_lease_values_below_the_floors_are_invalid_params_naming_the_floor(
+    log: EventLog, window: int, heartbeat: int | None, message: str
+) -> None:
+    with trio.fail_after(10), pytest.raises(RpcError) as info:
+        await log.acquire_lock(
+            "app", "u", "s", nursery=None, stale_after_ms=window, heartbeat_ms=heartbeat
+        )
+    assert info.value.code == INVALID_PARAMS
+    assert info.value.message == message
+    assert not log.opened
+
+
+async def test_a_heartbeat_that_hits_a_database_error_is_retried_not_reported_lost(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with trio.fail_after(600):
+        async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
+            lease = await a.acquire_lock("app", "u", "s", nursery=nursery, heartbeat_ms=5000)
+            writer = a.connections.writer
+            real = writer.heartbeat_lease
+            failures = {"left": 3}
+
+            def flaky(*args: Any) -> bool:
+                if failures["left"]:
+                    failures["left"] -= 1
+                    raise RpcError(SOURCE_UNAVAILABLE, "disk I/O error")
+                return real(*args)
+
+            monkeypatch.setattr(writer, "heartbeat_lease", flaky)
+            await trio.sleep(16)  # three failing beats
+            assert not lease.lost.is_set() and lease.beats == 0
+            await trio.sleep(5)  # the fourth succeeds
+            assert lease.beats == 1 and not lease.lost.is_set()
+            with pytest.raises(RpcError) as info:
+                await b.acquire_lock("app", "u", "s", nursery=nursery)
+            assert info.value.code == SESSION_LOCKED
+            await lease.release()
+
+
+async def test_release_frees_the_session_at_once_and_is_idempotent(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    with trio.fail_after(600):
+        async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
+            lease = await a.acquire_lock("app", "u", "s", nursery=nursery)
+            await a.release_lock(lease.lock)
+            await a.release_lock(lease.lock)
+            await a.release_lock("no-such-lock")
+            await lease.release()
+            other = await b.acquire_lock("app", "u", "s", nursery=nursery)
+            assert not lease.lost.is_set()
+            await other.release()
+
+
+async def test_leases_are_released_when_the_log_closes(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    with trio.fail_after(600):
+        async with open_mocked() as b, trio.open_nursery() as nursery:
+            async with open_mocked() as a:
+                lease = await a.acquire_lock("app", "u", "s", nursery=nursery)
+            # Closed: the heartbeat has stopped and the row is gone.
+            other = await b.acquire_lock("app", "u", "s", nursery=nursery)
+            await lease.release()  # after close: nothing to do, no error
+            await trio.sleep(60)
+            assert not other.lost.is_set()
+            await other.release()
+
+
+async def test_real_clock_steal_is_noticed_within_one_heartbeat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One test on real time and real threads with the shortest intervals the
+    # floors allow. A beats every 50 ms and promises 150 ms; its beats then fail
+    # (a wedged disk), so its lease ages past its own window and B takes it;
+    # A's next beat after the disk recovers must find the lease gone.
+    path = tmp_path / "e.db"
+    with trio.fail_after(10):
+        async with (
+            EventLog(path, synchronous="NORMAL") as a,
+            EventLog(path, synchronous="NORMAL") as b,
+            trio.open_nursery() as nursery,
+        ):
+            old = await a.acquire_lock(
+                "app", "u", "s", nursery=nursery, heartbeat_ms=50, stale_after_ms=150
+            )
+            beats = _pause_heartbeats(a, monkeypatch)
+            while True:  # each attempt is a real transaction: no sleep needed
+                try:
+                    new = await b.acquire_lock(
+                        "app", "u", "s", nursery=nursery, heartbeat_ms=50, stale_after_ms=150
+                    )
+                    break
+                except RpcError as exc:
+                    assert exc.code == SESSION_LOCKED
+            stolen_at = trio.current_time()
+            beats["paused"] = False
+            await old.lost.wait()
+            assert trio.current_time() - stolen_at < 0.05 + 0.5
+            assert not new.lost.is_set()
+            await new.release()
+
+
+
+async def test_a_lease_taken_without_a_nursery_beats_in_the_logs_until_released(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    with trio.fail_after(600):
+        async with open_mocked() as log:
+            lease = await log.acquire_lock("app", "u", "s", heartbeat_ms=5000)
+            await trio.sleep(21)
+            assert lease.beats == 4 and log.lease(lease.lock) is lease
+            await lease.release()
+            # A heartbeat still running would find the row gone and call it lost.
+            await trio.sleep(60)
+            assert lease.beats == 4 and not lease.lost.is_set()
+            assert log.lease(lease.lock) is None and await log.list_locks() == []
+
+
+async def test_an_on_lost_that_raises_in_the_logs_nursery_leaves_the_log_serving(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def on_lost(lease: Lease) -> None:
+        raise RuntimeError("a bug in the caller's callback")
+
+    with trio.fail_after(600):
+        async with open_mocked() as a, open_mocked() as b:
+            old = await a.acquire_lock("app", "u", "s", on_lost=on_lost)
+            beats = _pause_heartbeats(a, monkeypatch)
+            await trio.sleep(31)  # past its 30 s window without a beat
+            new = await b.acquire_lock("app", "u", "s")
+            beats["paused"] = False
+            await old.lost.wait()
+            await trio.testing.wait_all_tasks_blocked()  # on_lost has raised by now
+            assert await a.latest_seq() == 0  # the log still serves
+            await new.release()

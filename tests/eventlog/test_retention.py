@@ -1,0 +1,265 @@
+"""Retention: per-app policies (maximum age, maximum events per session, idle
+sessions) applied by ``compact`` and by the log's background task; nothing a live
+lease or an open watch needs is removed, seqs are never given again, and the file
+shrinks.
+
+Store-level rules run against every backend (``test_eventlog_store``'s ``fx``);
+the Trio layer runs under the mock clock (inline dispatch) where time matters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import apsw
+import pytest
+import trio
+import trio.testing
+from support.eventlog import mocked, take
+from support.service import Daemonish, append
+from support.store_contract import SECOND, T0, Fixture, ap, ev
+
+from streamd.errors import RpcError
+from streamd.eventlog import EventLog
+from streamd.eventlog.model import (
+    LeaseAcquireParams,
+    RetentionPolicy,
+    SessionCreateParams,
+    SessionGetParams,
+    SinceParams,
+    StateDelta,
+    from_us,
+)
+from streamd.eventlog.retention import Bounds, Step
+from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
+
+DAY = 86_400 * SECOND
+B = Bounds()
+
+
+def at(us: int) -> dt.datetime:
+    return from_us(us)
+
+
+def ids(fx: Fixture) -> list[str]:
+    return [e.event.id for e in fx.store.since(SinceParams(from_seq=0, limit=10_000)).entries]
+
+
+# --- policies ---------------------------------------------------------------------
+
+
+def test_a_policy_is_set_read_and_removed_per_app(fx: Fixture) -> None:
+    fx.store.set_retention(RetentionPolicy(app="a", max_age_s=60, max_events=10), T0)
+    fx.store.set_retention(RetentionPolicy(app="b", idle_s=3600), T0)
+    fx.store.set_retention(RetentionPolicy(app="a", max_events=5), T0)  # replaces
+    assert fx.store.retention_policies() == [
+        RetentionPolicy(app="a", max_events=5),
+        RetentionPolicy(app="b", idle_s=3600),
+    ]
+    fx.store.set_retention(RetentionPolicy(app="b"), T0)  # no limits: removed
+    assert fx.store.retention_policies("b") == []
+
+
+# --- each rule -----------------------------------------------------------------------
+
+
+def test_old_events_go_by_their_timestamp_and_a_leased_session_keeps_all(fx: Fixture) -> None:
+    for i, s in enumerate(["s", "s", "leased", "s"]):
+        fx.store.append(ap(ev(f"e{i}", timestamp=at(T0 + i * DAY)), session=s), T0)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app="app", user="u", session="leased", stale_after_ms=30_000),
+        "h/1/aaaaaaaa",
+        T0 + 3 * DAY,
+    )
+    now = T0 + 3 * DAY
+    assert fx.store.drop_old_events("app", now - DAY, None, now, None, B).events == 2
+    assert ids(fx) == ["e2", "e3"]
+    # Once the lease is stale (its holder stopped beating), its events may go.
+    later = now + 31 * SECOND
+    assert fx.store.drop_old_events("app", later - DAY + 2 * DAY, None, later, None, B).events == 2
+    assert ids(fx) == []
+
+
+def test_each_session_keeps_its_newest_events(fx: Fixture) -> None:
+    for i in range(10):
+        fx.store.append(ap(ev(f"a{i}"), session="a"), T0)
+        fx.store.append(ap(ev(f"b{i}"), session="b"), T0)
+    fx.store.append(ap(ev("c0"), session="c"), T0)
+    assert fx.store.trim_sessions("app", 3, None, T0, None, B) == Step(events=14, rows=14)
+    got = fx.store.get_session(SessionGetParams(app="app", user="u", session="a"))
+    assert [e.event.id for e in got.events] == ["a7", "a8", "a9"]
+    assert got.last_seq == 19  # history: it never goes back
+    assert [
+        e.event.id
+        for e in fx.store.get_session(SessionGetParams(app="app", user="u", session="c")).events
+    ] == ["c0"]
+    # A cursor pages through the sessions: the first one the next step looks at.
+    two = Bounds(sessions=2)
+    step = fx.store.trim_sessions("app", 1, None, T0, None, two)
+    assert step == Step(events=4, rows=4, more=True, cursor=("u", "c"))
+    assert fx.store.trim_sessions("app", 1, None, T0, step, two) == Step(events=0, rows=0)
+
+
+def test_idle_sessions_go_with_their_events_and_own_state_but_shared_state_stays(
+    fx: Fixture,
+) -> None:
+    fx.store.append(
+        ap(ev("old"), session="old", state_delta=StateDelta(session={"x": 1}, user={"u": 1})), T0
+    )
+    fx.store.append(ap(ev("new"), session="new"), T0 + 10 * DAY)
+    fx.store.create_session(SessionCreateParams(app="app", user="u", session="leased"), T0)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app="app", user="u", session="leased", stale_after_ms=30_000),
+        "h/1/aaaaaaaa",
+        T0 + 10 * DAY,
+    )
+    now = T0 + 10 * DAY
+    assert fx.store.drop_idle_sessions("app", now - DAY, None, now, None, B) == Step(
+        events=1, rows=2, sessions=1
+    )  # its event and its one state delta
+    assert [s.session for s in fx.store.list_sessions("app", None)] == ["leased", "new"]
+    assert fx.store.get_state("app", "u", None, None).user == {"u": 1}
+
+
+def test_nothing_after_what_a_watch_has_been_given_is_removed(fx: Fixture) -> None:
+    seqs = [fx.store.append(ap(ev(f"e{i}", timestamp=at(T0))), T0).seq for i in range(6)]
+    now = T0 + DAY
+    assert fx.store.drop_old_events("app", now, seqs[2], now, None, B).events == 3
+    assert ids(fx) == ["e3", "e4", "e5"]
+    assert fx.store.trim_sessions("app", 1, seqs[3], now, None, B) == Step(events=1, rows=1)
+    assert ids(fx) == ["e4", "e5"]
+    assert fx.store.drop_idle_sessions("app", now + DAY, seqs[3], now, None, B) == Step(0, 0)
+
+
+def test_seqs_are_never_given_again_after_the_newest_events_are_compacted(fx: Fixture) -> None:
+    last = [fx.store.append(ap(ev(f"e{i}", timestamp=at(T0))), T0).seq for i in range(5)][-1]
+    fx.store.drop_old_events("app", T0 + DAY, None, T0 + DAY, None, B)
+    assert fx.store.latest_seq(None) == 0
+    assert fx.store.append(ap(ev("next")), T0).seq == last + 1
+
+
+# --- the file gives the space back ---------------------------------------------------
+
+
+def _fill(store: SqliteStore, n: int, sessions: int = 10) -> None:
+    body = "x" * 1000
+    for start in range(0, n, 1000):
+        store.append_batch(
+            [ap(ev(f"e{i}", body), session=f"s{i % sessions}") for i in range(start, start + 1000)],
+            T0,
+        )
+
+
+def _bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+async def test_compacting_most_events_gives_most_of_their_space_back(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    store = SqliteStore.open(str(path), SqliteOptions(synchronous="NORMAL"))
+    _fill(store, 20_000)
+    store.checkpoint()
+    store.close()
+    with trio.fail_after(120):
+        async with EventLog(path, synchronous="NORMAL", retention_interval=0) as log:
+            await log.set_retention("app", max_events=100)
+            result = await log.compact()
+    assert result.events_deleted == 19_000 and result.checkpointed
+    assert result.pages_freed > 0
+    # The 19,000 events were about 95 % of the file; at least 80 % of that came back.
+    assert result.bytes_after <= result.bytes_before - 0.8 * 0.95 * result.bytes_before
+    assert _bytes(path) == result.bytes_after
+
+
+async def test_a_file_from_before_incremental_vacuum_shrinks_with_a_full_vacuum(
+    tmp_path: Path,
+) -> None:
+    from streamd.eventlog.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    db = apsw.Connection(str(path))
+    db.pragma("journal_mode", "wal")  # as streamd before this change: auto_vacuum NONE
+    with db:
+        for m in MIGRATIONS:
+            db.execute(m)
+        db.pragma("user_version", SCHEMA_VERSION)
+    db.close()
+    store = SqliteStore.open(str(path), SqliteOptions(synchronous="NORMAL"))
+    assert store.connection.pragma("auto_vacuum") == 0
+    _fill(store, 5000)
+    store.close()
+    with trio.fail_after(120):
+        async with EventLog(path, synchronous="NORMAL", retention_interval=0) as log:
+            await log.set_retention("app", max_events=10)
+            incremental = await log.compact()
+            assert incremental.pages_freed == 0  # nothing to give back incrementally
+            full = await log.compact(vacuum="full")
+    assert full.bytes_after < 0.2 * incremental.bytes_before
+    again = SqliteStore.open(str(path))
+    assert again.connection.pragma("auto_vacuum") == 2  # incremental from now on
+    again.close()
+
+
+# --- the Trio layer --------------------------------------------------------------------
+
+
+async def test_compact_keeps_what_an_open_watch_has_not_been_given(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    with trio.fail_after(60):
+        async with mocked(tmp_path / "e.db", retention_interval=0) as log:
+            for i in range(10):
+                await log.append("app", "u", "s", ev(f"e{i}"))
+            await log.set_retention("app", max_events=1)
+            async with log.watch(0) as w:
+                got = await take(w, 3)
+                result = await log.compact()
+                assert result.keep_after_seq == got[-1].seq == 3
+                rest = await take(w, 7)  # every entry it had not been given is there
+            assert [e.event.id for e in got + rest] == [f"e{i}" for i in range(10)]
+            assert result.events_deleted == 3
+            # With no watch open, the policy applies whole.
+            assert (await log.compact()).events_deleted == 6
+
+
+async def test_the_background_task_applies_the_policies(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    with trio.fail_after(3600):  # mock time
+        async with mocked(tmp_path / "e.db", retention_interval=600) as log:
+            for i in range(5):
+                await log.append("app", "u", "s", ev(f"e{i}"))
+            await log.set_retention("app", max_events=2)
+            await trio.sleep(601)
+            assert log.last_compaction is not None
+            assert log.last_compaction.events_deleted == 3
+            got = await log.get_session("app", "u", "s")
+            assert [e.event.id for e in got.events] == ["e3", "e4"]
+
+
+async def test_retention_over_the_wire(daemon: Daemonish) -> None:
+    with trio.fail_after(20):
+        c = await daemon.connect()
+        for i in range(5):
+            await c.result("eventlog/append", append(f"e{i}"))
+        assert await c.result("eventlog/retention.set", {"app": "app", "max_events": 2}) == {}
+        assert await c.result("eventlog/retention.get", {}) == {
+            "policies": [{"app": "app", "max_age_s": None, "max_events": 2, "idle_s": None}]
+        }
+        got = await c.result("eventlog/compact", {"app": "app"})
+        assert got["events_deleted"] == 3 and got["sessions_deleted"] == 0
+        assert got["keep_after_seq"] is None and got["checkpointed"] is True
+        err = await c.error("eventlog/retention.set", {"app": "app", "max_events": 0})
+        assert err["code"] == -32602
+        err = await c.error("eventlog/compact", {"vacuum": "always"})
+        assert err["code"] == -32602
+
+
+async def test_compact_after_close_is_closed(tmp_path: Path) -> None:
+    log = EventLog(tmp_path / "e.db", retention_interval=0)
+    async with log:
+        await log.ping()
+    with pytest.raises(RpcError) as info:
+        await log.compact()
+    assert info.value.code == -32013

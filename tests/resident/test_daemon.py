@@ -1,0 +1,262 @@
+"""``streamd daemon``: one per user, peers of this uid only, idle exit, retirement,
+and ``streamd status`` / ``streamd stop`` for people.
+
+Every test runs real processes in a private world (``support.resident``), each
+wait bounded by a subprocess timeout or a polled condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+
+import pytest
+from support.resident import FAR_DEADLINE, World, make_world, req, wait_for
+
+import streamd
+
+pytestmark = pytest.mark.subprocess
+
+
+@pytest.fixture
+def world():
+    yield from make_world()
+
+
+def test_a_second_daemon_exits_1_with_one_line_and_the_first_serves_on(world: World) -> None:
+    first = world.start_daemon()
+    second = world.run("daemon")
+    assert second.returncode == 1
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1, second.stderr
+    assert "another streamd daemon is already running" in lines[0]
+    assert f"pid {first.pid}" in lines[0]
+    assert world.daemon_pid() == first.pid
+    assert world.daemons() == [first.pid]
+
+
+def test_the_socket_directory_is_made_private_and_the_socket_is_0600(world: World) -> None:
+    world.start_daemon()
+    assert stat.S_IMODE(os.stat(world.runtime).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(world.socket).st_mode) == 0o600
+    assert (world.runtime / "streamd.lock").exists()
+
+
+def test_a_socket_directory_open_to_others_is_refused_not_repaired(world: World) -> None:
+    world.runtime.mkdir(mode=0o700)
+    os.chmod(world.runtime, 0o755)
+    daemon = world.run("daemon")
+    assert daemon.returncode == 1
+    assert "must be 0700" in daemon.stderr and len(daemon.stderr.strip().splitlines()) == 1
+    attach = world.run("attach", input="")
+    assert attach.returncode == 1 and "must be 0700" in attach.stderr
+    assert stat.S_IMODE(os.stat(world.runtime).st_mode) == 0o755
+    assert world.daemons() == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a peer as another uid")
+def test_a_peer_of_another_uid_is_closed_without_an_answer(world: World) -> None:
+    world.start_daemon()
+    # Open the way to the socket, as a careless admin might: the daemon must
+    # still refuse the peer by its credentials.
+    for d in (world.root, world.runtime):
+        os.chmod(d, 0o711)
+    os.chmod(world.socket, 0o666)
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(str(world.socket))
+            got = b""
+            try:
+                # The daemon may have closed already: then this write fails.
+                s.sendall(req(1, "streamd/hello", client_version="0"))
+                while chunk := s.recv(65536):
+                    got += chunk
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            os.write(write_end, f"closed after {len(got)} bytes".encode())
+        except BaseException as exc:
+            os.write(write_end, f"error {exc!r}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        outcome = f.read().decode()
+    os.waitpid(child, 0)
+    assert outcome == "closed after 0 bytes", outcome
+    wait_for(lambda: "refused a connection from uid 65534" in world.log.read_text(), 10,
+             "the refusal in the daemon's log")
+    assert world.hello()["version"] == streamd.__version__  # this uid is still served
+
+
+def test_a_daemon_without_clients_for_its_idle_time_exits_and_frees_its_name(
+    world: World,
+) -> None:
+    proc = world.start_daemon("--idle-exit", "0.5")
+    assert proc.wait(timeout=20) == 0
+    assert not world.socket.exists()
+    assert "no client for 0.5 s: exiting" in world.log.read_text()
+    world.start_daemon()  # the lock is free
+
+
+def test_a_connected_client_keeps_an_idle_daemon_running(world: World) -> None:
+    proc = world.start_daemon("--idle-exit", "1")
+    with world.connect() as conn:
+        conn.result("streamd/hello", client_version="0")
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2.5)
+        assert conn.result("streamd/status")["pid"] == proc.pid
+    assert proc.wait(timeout=20) == 0
+
+
+def test_recall_shutdown_ends_its_connection_and_never_the_daemon(world: World) -> None:
+    proc = world.start_daemon()
+    with world.connect() as conn:
+        conn.send(world.initialize(1))
+        assert conn.frame()["result"]["adapter_id"] == "recall-stream/1"
+        conn.send(req(2, "recall/shutdown"))
+        assert conn.frame() == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        assert conn.closed()
+    assert proc.poll() is None
+    assert world.daemon_pid() == proc.pid
+
+
+def test_status_and_stop_answer_people_with_systemctl_exit_codes(world: World) -> None:
+    status = world.run("status")
+    assert status.returncode == 3 and "not running" in status.stdout
+    stop = world.run("stop")
+    assert stop.returncode == 0 and "not running" in stop.stdout
+
+    proc = world.start_daemon()
+    with world.connect() as held:
+        held.result("streamd/hello", client_version="0")
+        status = world.run("status")
+        assert status.returncode == 0, status.stderr
+        assert f"pid {proc.pid}" in status.stdout and "1 connected" in status.stdout
+        info = json.loads(world.run("status", "--json").stdout)
+        assert info["running"] is True and info["pid"] == proc.pid
+        assert info["version"] == streamd.__version__
+        assert info["socket"] == str(world.socket)
+        assert info["log"] == str(world.log)
+        assert info["db"] == str(world.state / "streamd" / "events.db")
+        assert info["connections"] == 1 and info["sources"] == 0
+        assert info["uptime_s"] >= 0
+
+        stop = world.run("stop")
+        assert stop.returncode == 0 and f"stopped (pid {proc.pid})" in stop.stdout
+        assert held.closed()
+    assert proc.wait(timeout=10) == 0
+    assert not world.socket.exists()
+    assert world.run("status").returncode == 3
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_daemon_as_streamd_stop_does(world: World, signum: int) -> None:
+    proc = world.start_daemon()
+    with world.connect() as conn:
+        conn.send(world.initialize(1))
+        assert "result" in conn.frame()
+        proc.send_signal(signum)
+        assert conn.closed()
+    assert proc.wait(timeout=10) == 0
+    assert not world.socket.exists()
+    assert "stopping" in world.log.read_text()
+
+
+def test_retire_hands_over_the_name_at_once_and_serves_its_clients_to_their_end(
+    world: World,
+) -> None:
+    old = world.start_daemon()
+    with world.connect() as held:
+        held.send(world.initialize(1))
+        assert "result" in held.frame()
+        with world.connect() as retiring:
+            assert retiring.result("streamd/retire") == {}
+            # Released before the answer: the asker may start a successor now.
+            assert not world.socket.exists()
+        new = world.start_daemon()
+        assert world.daemon_pid() == new.pid
+        held.send(req(2, "recall/health", deadline=FAR_DEADLINE))
+        assert held.frame()["result"]["status"] == "healthy"
+        assert old.poll() is None
+    assert old.wait(timeout=10) == 0
+    # The old daemon left its successor's socket alone.
+    assert world.daemon_pid() == new.pid
+
+
+def test_the_control_methods_are_not_served_on_stdio(world: World) -> None:
+    done = subprocess.run(world.argv(), input=req(1, "streamd/hello", client_version="0"),
+                          env=world.env, capture_output=True, timeout=60)
+    assert done.returncode == 0
+    reply = json.loads(done.stdout)
+    assert reply["error"]["code"] == -32601
+
+
+def test_the_daemon_logs_to_its_rotated_file_under_the_state_dir(world: World) -> None:
+    proc = world.start_daemon("--idle-exit", "0")
+    text = wait_for(lambda: world.log.exists() and world.log.read_text(), 10, "the log")
+    assert f" {proc.pid} INFO streamd.resident: streamd daemon {streamd.__version__} started" \
+        in text
+    assert "idle exit never" in text
+    assert stat.S_IMODE(os.stat(world.state / "streamd").st_mode) == 0o700
+
+
+def test_daemon_options_are_checked_before_anything_starts(world: World) -> None:
+    bad = world.run("daemon", "--max-sources", "0")
+    assert bad.returncode == 2 and "--max-sources" in bad.stderr
+    bad = world.run("daemon", "--idle-exit", "-1")
+    assert bad.returncode == 2 and "--idle-exit" in bad.stderr
+    assert not world.runtime.exists()
+    assert sys.executable  # the same interpreter ran them
+
+
+def test_recall_sources_stay_open_after_their_connection_until_source_idle(
+    world: World,
+) -> None:
+    world.start_daemon("--source-idle", "1", "--max-sources", "2")
+    with world.connect() as conn:
+        conn.send(world.initialize(1))
+        assert "result" in conn.frame()
+        conn.send(req(2, "recall/shutdown"))
+        assert conn.frame()["result"] == {}
+    with world.connect() as conn:
+        # The source outlives the connection that opened it...
+        assert conn.result("streamd/status")["sources"] == 1
+        # ...until no connection has held it for --source-idle.
+        wait_for(lambda: conn.result("streamd/status")["sources"] == 0, 20,
+                 "the idle source to close")
+
+
+def test_a_file_in_the_sockets_place_is_refused_and_left_alone(world: World) -> None:
+    world.runtime.mkdir(mode=0o700)
+    world.socket.write_text("not a socket")
+    daemon = world.run("daemon")
+    assert daemon.returncode == 1
+    assert daemon.stderr.strip() == f"streamd daemon: {world.socket} exists and is not a socket"
+    assert world.socket.read_text() == "not a socket"
+    # The refusal let go of the lock: a daemon can start once the file is gone.
+    world.socket.unlink()
+    world.start_daemon()
+
+
+def test_the_event_log_is_served_and_shared_by_every_connection(world: World) -> None:
+    world.start_daemon()
+    event = {"app": "app", "user": "u", "session": "s",
+             "event": {"id": "e1", "author": "agent", "content": "hello"}}
+    with world.connect() as a, world.connect() as b:
+        assert a.result("eventlog/append", **event)["duplicate"] is False
+        page = b.result("eventlog/since", from_seq=0)
+        assert [e["event"]["id"] for e in page["entries"]] == ["e1"]
+    assert (world.state / "streamd" / "events.db").exists()

@@ -1,0 +1,44 @@
+"""A StreamdSessionService on a scratch daemon, and ADK events."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+
+from streamd.adk import StreamdSessionService
+from streamd.client import AsyncClient
+
+Service = StreamdSessionService
+
+
+def run(
+    tmp_path: Path, body: Callable[[Service], Awaitable[Any]], *, timeout: float = 60,
+    **options: Any,
+) -> Any:
+    """``body(service)`` on a fresh daemon and database, bounded."""
+
+    async def main() -> Any:
+        async with asyncio.timeout(timeout):
+            client = await AsyncClient.spawn(
+                ["--db", str(tmp_path / "events.db"), "--synchronous", "NORMAL"]
+            )
+            async with client:
+                return await body(StreamdSessionService(client, **options))
+
+    return asyncio.run(main())
+
+
+def event(author: str = "user", *, ts: float | None = None, delta: dict[str, Any] | None = None,
+          **kw: Any) -> Event:
+    fields: dict[str, Any] = {"invocation_id": "inv-1", "author": author, **kw}
+    if ts is not None:
+        fields["timestamp"] = ts
+    if delta is not None:
+        fields["actions"] = EventActions(state_delta=delta)
+    return Event(**fields)
+
