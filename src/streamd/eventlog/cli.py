@@ -74,38 +74,19 @@ def _common() -> argparse.ArgumentParser:
     # SUPPRESS: given after the subcommand, these override the same options given
     # before it; absent, they leave the earlier value alone.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--db",
-        default=argparse.SUPPRESS,
-        metavar="DB",
-        help="event log database: a file path, a postgresql:// URL or a"
-        " libpq string (default $STREAMD_DB, else "
-        "$XDG_STATE_HOME/streamd/events.db)",
-    )
-    common.add_argument(
-        "--json",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="print JSON objects (one per line) instead of lines for people",
-    )
-    common.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="log what happens to stderr",
-    )
+    common.add_argument("--db", default=argparse.SUPPRESS, metavar="DB",
+                        help="event log database: a file path, a postgresql:// URL or a"
+                        " libpq string (default $STREAMD_DB, else "
+                        "$XDG_STATE_HOME/streamd/events.db)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print JSON objects (one per line) instead of lines for people")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log what happens to stderr")
     return common
 
 
-def _address(
-    p: argparse.ArgumentParser,
-    *,
-    app: bool,
-    user: bool,
-    session: bool,
-    session_help: str = "the session id",
-) -> None:
+def _address(p: argparse.ArgumentParser, *, app: bool, user: bool, session: bool,
+             session_help: str = "the session id") -> None:
     """The session's address: the same three flags everywhere, required where
     the command needs them."""
     g = p.add_argument_group("the session")
@@ -120,9 +101,7 @@ def _filters(p: argparse.ArgumentParser) -> None:
     g.add_argument("--user", type=nonempty, help="only this user's entries")
     g.add_argument("--session", type=nonempty, help="only this session's entries")
     g.add_argument(
-        "--tree",
-        type=nonempty,
-        metavar="PARENT",
+        "--tree", type=nonempty, metavar="PARENT",
         help="PARENT and its PARENT:sub:* sessions (needs --app and --user)",
     )
     g.add_argument(
@@ -132,49 +111,30 @@ def _filters(p: argparse.ArgumentParser) -> None:
         help="branch PREFIX, PREFIX.* or PREFIX/* (repeat for any of several)",
     )
     g.add_argument("--author", help="only entries by exactly this author")
-    g.add_argument(
-        "--author-suffix",
-        default="",
-        metavar="SUFFIX",
-        help="only entries whose author ends with SUFFIX",
-    )
+    g.add_argument("--author-suffix", default="", metavar="SUFFIX",
+                   help="only entries whose author ends with SUFFIX")
 
 
 def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
     parser = cliargs.Parser(
-        prog=prog,
-        description="The durable event log, read and written in place.",
+        prog=prog, description="The durable event log, read and written in place.",
         epilog=f"One shape: {_SHAPE}, in every command that names one; the read "
         "commands take the same flags as filters. Exit 0 success, 1 the session asked for "
         "does not exist, 2 an error, 130 interrupted (tail: Ctrl-C; SIGTERM ends it with 0). "
         "--json prints JSON Lines, one compact object per line.",
     )
-    parser.add_argument(
-        "--db",
-        default=None,
-        metavar="DB",
-        help="event log database: a file path, a postgresql:// URL or a"
-        " libpq string (default $STREAMD_DB, else "
-        "$XDG_STATE_HOME/streamd/events.db)",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        default=False,
-        help="print JSON objects (one per line) instead of lines for people",
-    )
-    parser.add_argument(
-        "-v", "--verbose", action="store_true", default=False, help="log what happens to stderr"
-    )
+    parser.add_argument("--db", default=None, metavar="DB",
+                        help="event log database: a file path, a postgresql:// URL or a"
+                        " libpq string (default $STREAMD_DB, else "
+                        "$XDG_STATE_HOME/streamd/events.db)")
+    parser.add_argument("--json", action="store_true", default=False,
+                        help="print JSON objects (one per line) instead of lines for people")
+    parser.add_argument("-v", "--verbose", action="store_true", default=False,
+                        help="log what happens to stderr")
     # Accepted here for `streamd --watch-interval-ms 50 log tail`; tail's own wins.
-    parser.add_argument(
-        "--watch-interval-ms",
-        type=positive,
-        default=argparse.SUPPRESS,
-        metavar="MS",
-        help="how often tail polls for other processes' "
-        "appends without inotify (tail only; default 200)",
-    )
+    parser.add_argument("--watch-interval-ms", type=positive, default=argparse.SUPPRESS,
+                        metavar="MS", help="how often tail polls for other processes' "
+                        "appends without inotify (tail only; default 200)")
     common = _common()
     sub = parser.add_subparsers(dest="log_command", metavar="COMMAND", required=True)
 
@@ -184,73 +144,34 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
     g.add_argument("--author", required=True, help="who wrote it (user, agent, a tool...)")
     content = g.add_mutually_exclusive_group()
     content.add_argument("--text", help="content as a plain string (this or --content)")
-    content.add_argument(
-        "--content",
-        metavar="JSON",
-        help='content as JSON, such as \'{"text": "hi"}\' (this or --text)',
-    )
-    g.add_argument(
-        "--id", type=nonempty, help="event id, which makes a retry safe (default: a new random id)"
-    )
+    content.add_argument("--content", metavar="JSON", help="content as JSON, such as "
+                         "'{\"text\": \"hi\"}' (this or --text)")
+    g.add_argument("--id", type=nonempty, help="event id, which makes a retry safe "
+                   "(default: a new random id)")
     g.add_argument("--branch", default="", help="branch label (default: none)")
-    g.add_argument(
-        "--invocation-id",
-        default="",
-        metavar="ID",
-        help="the invocation that produced it (default: none)",
-    )
-    g.add_argument(
-        "--timestamp",
-        type=instant_utc,
-        metavar="TIME",
-        help="when it happened: RFC 3339, a date, 2h, yesterday (default: now)",
-    )
-    g.add_argument(
-        "--meta",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a metadata pair (repeat for several)",
-    )
+    g.add_argument("--invocation-id", default="", metavar="ID",
+                   help="the invocation that produced it (default: none)")
+    g.add_argument("--timestamp", type=instant_utc, metavar="TIME",
+                   help="when it happened: RFC 3339, a date, 2h, yesterday (default: now)")
+    g.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
+                   help="a metadata pair (repeat for several)")
 
     p = command(sub, "since", "print entries after a seq", parents=[common])
-    p.add_argument(
-        "--from",
-        dest="from_seq",
-        type=count,
-        default=0,
-        metavar="SEQ",
-        help="print entries after SEQ (default 0: from the start)",
-    )
+    p.add_argument("--from", dest="from_seq", type=count, default=0, metavar="SEQ",
+                   help="print entries after SEQ (default 0: from the start)")
     p.add_argument("--limit", type=positive, metavar="N", help="stop after N entries")
     _no_truncate(p)
     _filters(p)
 
-    p = command(
-        sub, "tail", "print the newest entries, then follow (Ctrl-C ends it)", parents=[common]
-    )
-    p.add_argument(
-        "-n",
-        "--lines",
-        type=count,
-        default=10,
-        metavar="N",
-        help="entries to show first (default 10)",
-    )
-    p.add_argument(
-        "--from",
-        dest="from_seq",
-        type=count,
-        metavar="SEQ",
-        help="start after SEQ instead (then -n is ignored)",
-    )
-    p.add_argument(
-        "--watch-interval-ms",
-        type=positive,
-        default=argparse.SUPPRESS,
-        metavar="MS",
-        help="how often to poll for other processes' appends without inotify (default 200)",
-    )
+    p = command(sub, "tail", "print the newest entries, then follow (Ctrl-C ends it)",
+                parents=[common])
+    p.add_argument("-n", "--lines", type=count, default=10, metavar="N",
+                   help="entries to show first (default 10)")
+    p.add_argument("--from", dest="from_seq", type=count, metavar="SEQ",
+                   help="start after SEQ instead (then -n is ignored)")
+    p.add_argument("--watch-interval-ms", type=positive, default=argparse.SUPPRESS,
+                   metavar="MS", help="how often to poll for other processes' appends "
+                   "without inotify (default 200)")
     _no_truncate(p)
     _filters(p)
 
@@ -262,35 +183,20 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
     ss = p.add_subparsers(dest="sessions_command", metavar="ACTION", required=True)
     q = command(ss, "list", "list an application's sessions", parents=[common], hint=_SHAPE)
     _address_list(q)
-    q = command(
-        ss, "get", "print a session, its state and its events", parents=[common], hint=_SHAPE
-    )
+    q = command(ss, "get", "print a session, its state and its events", parents=[common],
+                hint=_SHAPE)
     _address(q, app=True, user=True, session=True)
-    q.add_argument(
-        "--after-seq",
-        type=count,
-        default=0,
-        metavar="SEQ",
-        help="only events after SEQ (default 0)",
-    )
+    q.add_argument("--after-seq", type=count, default=0, metavar="SEQ",
+                   help="only events after SEQ (default 0)")
     q.add_argument("--recent", type=positive, metavar="N", help="only the newest N events")
     _no_truncate(q)
-    q = command(
-        ss,
-        "create",
-        "create a session (an id is made up unless --session)",
-        parents=[common],
-        hint=_SHAPE,
-    )
-    _address(
-        q,
-        app=True,
-        user=True,
-        session=False,
-        session_help="the session id (default: a new random id)",
-    )
+    q = command(ss, "create", "create a session (an id is made up unless --session)",
+                parents=[common], hint=_SHAPE)
+    _address(q, app=True, user=True, session=False,
+             session_help="the session id (default: a new random id)")
     q.add_argument("--state", metavar="JSON", help="initial state, a JSON object")
-    q = command(ss, "delete", "delete a session and its events", parents=[common], hint=_SHAPE)
+    q = command(ss, "delete", "delete a session and its events", parents=[common],
+                hint=_SHAPE)
     _address(q, app=True, user=True, session=True)
 
     p = command(sub, "locks", "list session leases", parents=[common])
@@ -298,12 +204,9 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
     p.add_argument("--user", type=nonempty, help="only this user's leases")
 
     p = command(sub, "boots", "list recorded boots", parents=[common])
-    p.add_argument(
-        "--since",
-        type=instant_utc,
-        metavar="TIME",
-        help="boots at or after TIME: RFC 3339, a date, 2h, yesterday (default: 24 hours ago)",
-    )
+    p.add_argument("--since", type=instant_utc, metavar="TIME",
+                   help="boots at or after TIME: RFC 3339, a date, 2h, yesterday "
+                   "(default: 24 hours ago)")
 
     command(sub, "ping", "check that the log can be read", parents=[common])
     maintenance.add_parsers(sub, common)
@@ -311,12 +214,9 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
 
 
 def _no_truncate(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--no-truncate",
-        action="store_true",
-        help=f"print long content whole (default: cut at {_CONTENT_WIDTH} "
-        "characters); --json never cuts",
-    )
+    p.add_argument("--no-truncate", action="store_true",
+                   help=f"print long content whole (default: cut at {_CONTENT_WIDTH} "
+                   "characters); --json never cuts")
     cliargs.renamed(p, "--full", "--no-truncate")
 
 
@@ -336,11 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.log_command == "append" and args.text is None and args.content is None:
         # An event without content is legal on the wire, but from a person it
         # is a forgotten flag far more often than a wish.
-        return cliargs.fail(
-            "log append needs the event's content: --text TEXT or "
-            "--content JSON (see 'streamd log append --help')",
-            2,
-        )
+        return cliargs.fail("log append needs the event's content: --text TEXT or "
+                            "--content JSON (see 'streamd log append --help')", 2)
     # Before anything opens: a password on the command line is in ps now, and
     # a database string that names nothing served must not become a file.
     if (refused := dbtarget.usage_error(args.db)) is not None:
@@ -348,11 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verbose:
         import logging
 
-        logging.basicConfig(
-            level=logging.INFO,
-            stream=sys.stderr,
-            format="streamd %(asctime)s %(levelname)s %(message)s",
-        )
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="streamd %(asctime)s %(levelname)s %(message)s")
     if args.log_command in maintenance.COMMANDS:
         return maintenance.run(args)
     return run(args)
@@ -392,32 +286,18 @@ def _ended(exc: BaseException, args: argparse.Namespace) -> int:
         # Creating the file (or its directory) failed before the log could say so.
         path = dbtarget.describe(args.db)
         where = f" ({exc.filename})" if exc.filename and str(exc.filename) != path else ""
-        return cliargs.fail(
-            f"cannot create the event log {path}: {exc.strerror or exc}"
-            f"{where}; give --db a path you can write",
-            2,
-        )
+        return cliargs.fail(f"cannot create the event log {path}: {exc.strerror or exc}"
+                            f"{where}; give --db a path you can write", 2)
     raise exc
 
 
 # The request fields a flag becomes, for the rare value only the log checks.
 _FLAG_OF = {
-    "app": "--app",
-    "user": "--user",
-    "session": "--session",
-    "id": "--id",
-    "author": "--author",
-    "timestamp": "--timestamp",
-    "from_seq": "--from",
-    "limit": "--limit",
-    "after_seq": "--after-seq",
-    "recent": "--recent",
-    "parent": "--tree",
-    "branch": "--branch",
-    "state": "--state",
+    "app": "--app", "user": "--user", "session": "--session", "id": "--id",
+    "author": "--author", "timestamp": "--timestamp", "from_seq": "--from",
+    "limit": "--limit", "after_seq": "--after-seq", "recent": "--recent",
+    "parent": "--tree", "branch": "--branch", "state": "--state",
 }
-
-
 def _human(exc: RpcError, db: str | None = None) -> tuple[str, int]:
     """An error of the log said the way a person would, and its exit status.
 
@@ -428,10 +308,8 @@ def _human(exc: RpcError, db: str | None = None) -> tuple[str, int]:
         return named, 2
     if is_session_not_found(exc) and isinstance(exc.data, dict):
         d = exc.data
-        return (
-            f"session {d.get('app')}/{d.get('user')}/{d.get('session')} not found",
-            cliargs.NOT_FOUND,
-        )
+        return (f"session {d.get('app')}/{d.get('user')}/{d.get('session')} not found",
+                cliargs.NOT_FOUND)
     if exc.code == INVALID_PARAMS and isinstance(exc.data, dict) and "session" in exc.data:
         d = exc.data  # sessions create of one that exists
         return f"session {d.get('app')}/{d.get('user')}/{d.get('session')} already exists", 2
@@ -582,7 +460,8 @@ async def _sessions(log: EventLog, args: argparse.Namespace) -> int:
         await log.get_session(args.app, args.user, args.session, recent=1)
         await log.delete_session(args.app, args.user, args.session)
         if args.json:
-            _json({"deleted": True, "app": args.app, "user": args.user, "session": args.session})
+            _json({"deleted": True, "app": args.app, "user": args.user,
+                   "session": args.session})
         else:
             _out(f"deleted {args.app}/{args.user}/{args.session}")
     return 0
@@ -621,14 +500,8 @@ async def _ping(log: EventLog, args: argparse.Namespace) -> int:
 
 
 _COMMANDS: dict[str, Callable[[EventLog, argparse.Namespace], Awaitable[int]]] = {
-    "append": _append,
-    "since": _since,
-    "tail": _tail,
-    "branches": _branches,
-    "sessions": _sessions,
-    "locks": _list_leases,
-    "boots": _boots,
-    "ping": _ping,
+    "append": _append, "since": _since, "tail": _tail, "branches": _branches,
+    "sessions": _sessions, "locks": _list_leases, "boots": _boots, "ping": _ping,
 }
 
 

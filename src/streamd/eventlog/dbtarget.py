@@ -142,10 +142,8 @@ class DbTarget:
         parent = self.path.parent
         if not parent.is_dir():
             what = "is not a directory" if parent.exists() else "does not exist"
-            return (
-                f"event log database {self.description}: directory {parent} {what}"
-                " (create it first: only the default location is created)"
-            )
+            return (f"event log database {self.description}: directory {parent} {what}"
+                    " (create it first: only the default location is created)")
         return None
 
 
@@ -183,20 +181,18 @@ def classify(value: str | os.PathLike[str], *, origin: Origin = "argument") -> D
     if "\0" in value:
         raise _refused("(a string)", "it holds a NUL character")
     if (m := _SCHEME.match(value)) is not None:
-        _check_scheme(m.group(1), value[m.end() :].startswith("//"))
+        _check_scheme(m.group(1), value[m.end():].startswith("//"))
         if value.startswith(URI_PREFIXES):
             return _server(value, origin)
     names = looks_like_keywords(value)
     known = [n for n in names if n in KEYWORDS or n == "requiressl"]
     if known:
         if unknown := [n for n in names if n not in known]:
-            shown = ", ".join(
-                f'"{n}"' if re.fullmatch(r"[a-z_]{1,40}", n) else "a word" for n in unknown
-            )
+            shown = ", ".join(f'"{n}"' if re.fullmatch(r"[a-z_]{1,40}", n) else "a word"
+                              for n in unknown)
             raise _refused(
-                f"{known[0]}=…",
-                f"not a valid libpq connection string: {shown} is not a"
-                ' libpq keyword (a file whose name holds "=" is named as ./NAME)',
+                f"{known[0]}=…", f"not a valid libpq connection string: {shown} is not a"
+                " libpq keyword (a file whose name holds \"=\" is named as ./NAME)"
             )
         # When it does not read whole as pairs, the parser says why.
         return _server(value, origin)
@@ -225,9 +221,8 @@ def _check_scheme(scheme: str, slashes: bool) -> None:
     for d in DIALECTS:
         if low in d.schemes:
             if not d.served:
-                raise _refused(
-                    shown, f"{low}:// is not served yet; the event log is served from {_served()}"
-                )
+                raise _refused(shown, f"{low}:// is not served yet; the event log is served"
+                               f" from {_served()}")
             if scheme != low or not slashes:
                 raise _refused(shown, f"a {low} URL starts with {low}:// in lower case")
             return
@@ -248,18 +243,14 @@ def _server(value: str, origin: Origin) -> DbTarget:
         parsed = parse(value)
     except ConninfoError as exc:
         if value.startswith(URI_PREFIXES):
-            shown = value[: value.index("//") + 2] + "…"
+            shown = value[:value.index("//") + 2] + "…"
             raise _refused(shown, f"not a valid libpq URL: {exc}") from None
         first = looks_like_keywords(value)[:1]
         shown = f"{first[0]}=…" if first and first[0] in KEYWORDS else "(a libpq string)"
         raise _refused(shown, f"not a valid libpq connection string: {exc}") from None
     return DbTarget(
-        "postgres",
-        _postgres_description(parsed.shown),
-        origin,
-        conninfo=value,
-        secret_keys=parsed.secret_keys,
-        secrets=parsed.secrets,
+        "postgres", _postgres_description(parsed.shown), origin, conninfo=value,
+        secret_keys=parsed.secret_keys, secrets=parsed.secrets,
     )
 
 
@@ -276,18 +267,14 @@ def _postgres_description(shown: Mapping[str, str]) -> str:
     dbname = rest.pop("dbname", None)
     netloc = quote(user, safe="") + "@" if user else ""
     host, port = rest.get("host"), rest.get("port")
-    if (
-        host is not None
-        and _PLAIN_HOST.fullmatch(host)
-        and (port is None or _PLAIN_PORT.fullmatch(port))
+    if host is not None and _PLAIN_HOST.fullmatch(host) and (
+        port is None or _PLAIN_PORT.fullmatch(port)
     ):
         netloc += rest.pop("host") + (f":{rest.pop('port')}" if port is not None else "")
     path = "/" + quote(dbname, safe="") if dbname else ""
     order = {k: i for i, k in enumerate(KEYWORDS)}
-    query = "&".join(
-        f"{k}={quote(v, safe='/,:@')}"
-        for k, v in sorted(rest.items(), key=lambda kv: order.get(kv[0], 999))
-    )
+    query = "&".join(f"{k}={quote(v, safe='/,:@')}"
+                     for k, v in sorted(rest.items(), key=lambda kv: order.get(kv[0], 999)))
     return f"postgresql://{netloc}{path}" + (f"?{query}" if query else "")
 
 
@@ -295,10 +282,8 @@ def password_refused(target: DbTarget, flag: str = "--db") -> str:
     """Why a credential on a command line is refused: it would show in ``ps``
     for the process's whole life. Names the keyword, never the value."""
     keys = ", ".join(target.secret_keys)
-    return (
-        f"{flag} holds a password ({keys}), which every user of this machine can read in"
-        f" the process list; {PASSWORD_WAYS}, or put the database in STREAMD_DB"
-    )
+    return (f"{flag} holds a password ({keys}), which every user of this machine can read in"
+            f" the process list; {PASSWORD_WAYS}, or put the database in STREAMD_DB")
 
 
 def command_line_error(value: str | None) -> str | None:

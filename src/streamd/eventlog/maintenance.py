@@ -34,18 +34,14 @@ COMMANDS = ("backup", "verify")
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = command(sub, "backup", "copy the live log, consistently, to a new file", parents=[common])
+    p = command(sub, "backup", "copy the live log, consistently, to a new file",
+                parents=[common])
     p.add_argument("dest", metavar="DEST", help="the new file (must not exist)")
     # For the bench that chose the default; not for people.
-    p.add_argument(
-        "--method", choices=("backup", "vacuum"), default="backup", help=argparse.SUPPRESS
-    )
-    command(
-        sub,
-        "verify",
-        "check that the log's seqs, event ids and state agree (exit 0 ok, 1 problems, 2 error)",
-        parents=[common],
-    )
+    p.add_argument("--method", choices=("backup", "vacuum"), default="backup",
+                   help=argparse.SUPPRESS)
+    command(sub, "verify", "check that the log's seqs, event ids and state agree "
+            "(exit 0 ok, 1 problems, 2 error)", parents=[common])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,9 +62,7 @@ def _backup(path: Path | str, args: argparse.Namespace) -> int:
             f"the event log is in PostgreSQL ({db_description(path)}): back it up with"
             " PostgreSQL's own tool, for example\n"
             "  pg_dump --format=custom --schema=streamd --file=events.dump 'DBNAME-OR-URL'\n"
-            "and restore it with pg_restore (see docs/operations.md)",
-            cliargs.ERROR,
-        )
+            "and restore it with pg_restore (see docs/operations.md)", cliargs.ERROR)
     from streamd.eventlog.sqlite import backup
 
     store = _open_sqlite(path)
@@ -77,22 +71,13 @@ def _backup(path: Path | str, args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        _out(
-            msgspec.json.encode(
-                {
-                    "dest": done.dest,
-                    "events": done.events,
-                    "newest_seq": done.newest_seq,
-                    "bytes": done.bytes,
-                    "seconds": round(done.seconds, 3),
-                }
-            ).decode()
-        )
+        _out(msgspec.json.encode({
+            "dest": done.dest, "events": done.events, "newest_seq": done.newest_seq,
+            "bytes": done.bytes, "seconds": round(done.seconds, 3),
+        }).decode())
     else:
-        _out(
-            f"backed up {done.events} events (newest seq {done.newest_seq}) to {done.dest}:"
-            f" {done.bytes / 2**20:.1f} MiB in {done.seconds:.2f} s"
-        )
+        _out(f"backed up {done.events} events (newest seq {done.newest_seq}) to {done.dest}:"
+             f" {done.bytes / 2**20:.1f} MiB in {done.seconds:.2f} s")
     return 0
 
 
@@ -111,26 +96,17 @@ def _verify(path: Path | str, args: argparse.Namespace) -> int:
             store.close()
     where = db_description(path)
     if args.json:
-        _out(
-            msgspec.json.encode(
-                {
-                    "ok": report.ok,
-                    "problems": report.problems,
-                    "events": report.events,
-                    "sessions": report.sessions,
-                    "newest_seq": report.newest_seq,
-                }
-            ).decode()
-        )
+        _out(msgspec.json.encode({
+            "ok": report.ok, "problems": report.problems, "events": report.events,
+            "sessions": report.sessions, "newest_seq": report.newest_seq,
+        }).decode())
     else:
         for line in report.problems:
             _out(line)
     if report.ok:
         if not args.json:
-            _out(
-                f"ok: {where}: {report.events} events, newest seq {report.newest_seq},"
-                f" {report.sessions} sessions"
-            )
+            _out(f"ok: {where}: {report.events} events, newest seq {report.newest_seq},"
+                 f" {report.sessions} sessions")
         return 0
     print(f"streamd: {len(report.problems)} problems found in {where}", file=sys.stderr)
     return 1
@@ -140,18 +116,14 @@ def _open_sqlite(path: Path) -> Any:
     from streamd.eventlog.sqlite import SqliteStore
 
     if not path.exists():
-        raise RpcError(
-            SOURCE_UNAVAILABLE, f"no event log at {path} (use --db PATH or set STREAMD_DB)"
-        )
+        raise RpcError(SOURCE_UNAVAILABLE, f"no event log at {path} (use --db PATH or set"
+                       " STREAMD_DB)")
     store = SqliteStore.open(str(path), migrate=False)
     version = store.connection.pragma("user_version")
     if version != SCHEMA_VERSION:
         store.close()
-        raise RpcError(
-            SOURCE_UNAVAILABLE,
-            f"{path} has schema version {version}, this streamd"
-            f" checks version {SCHEMA_VERSION}: open it with streamd once first",
-        )
+        raise RpcError(SOURCE_UNAVAILABLE, f"{path} has schema version {version}, this streamd"
+                       f" checks version {SCHEMA_VERSION}: open it with streamd once first")
     return store
 
 

@@ -80,31 +80,16 @@ async def apply(
 
     if (idle_s := policy.idle_s) is not None:
         idle_us = idle_s * 1_000_000
-        await until_done(
-            "idle_s",
-            lambda prev: (
-                lambda store, now, keep: store.drop_idle_sessions(
-                    app, now - idle_us, keep, now, prev, bounds
-                )
-            ),
-        )
+        await until_done("idle_s", lambda prev: lambda store, now, keep: store.drop_idle_sessions(
+            app, now - idle_us, keep, now, prev, bounds))
     if (max_age_s := policy.max_age_s) is not None:
         age_us = max_age_s * 1_000_000
-        await until_done(
-            "max_age_s",
-            lambda prev: (
-                lambda store, now, keep: store.drop_old_events(
-                    app, now - age_us, keep, now, prev, bounds
-                )
-            ),
-        )
+        await until_done("max_age_s", lambda prev: lambda store, now, keep: store.drop_old_events(
+            app, now - age_us, keep, now, prev, bounds))
     if (max_events := policy.max_events) is not None:
         await until_done(
             "max_events",
-            lambda prev: (
-                lambda store, now, keep: store.trim_sessions(
-                    app, max_events, keep, now, prev, bounds
-                )
-            ),
+            lambda prev: lambda store, now, keep: store.trim_sessions(
+                app, max_events, keep, now, prev, bounds),
         )
     return events, sessions

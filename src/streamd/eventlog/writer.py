@@ -239,8 +239,7 @@ class GroupCommitWriter:
                 with self._hub.committing():
                     outcome = await self._commit(writer, batch)
                     results = (
-                        outcome.results
-                        if isinstance(outcome, CommitOutcome)
+                        outcome.results if isinstance(outcome, CommitOutcome)
                         else [outcome] * len(batch)
                     )
                     for p, result in zip(batch, results, strict=True):

@@ -50,6 +50,7 @@ them all, so ``from streamd.eventlog.model import Event`` is the one way in.
 No I/O here, and no trio.
 """
 
+
 from __future__ import annotations
 
 from streamd.eventlog.model.base import (

@@ -84,7 +84,8 @@ def check_renderable(field: str, when: _dt.datetime | None) -> None:
         return  # absent, or naive (refused elsewhere with its own message)
     if not _MIN_TIME <= when <= _MAX_TIME:
         raise ValueError(
-            f"{field} must lie within {TIME_RANGE} once converted to UTC, not {when.isoformat()}"
+            f"{field} must lie within {TIME_RANGE} once converted to UTC,"
+            f" not {when.isoformat()}"
         )
 
 

@@ -141,7 +141,9 @@ class AppendBatchParams(Params, kw_only=True):
     (only the first needs ``expected_seq``) where separate requests on one
     connection are served concurrently and may commit in any order."""
 
-    appends: Annotated[list[AppendParams], msgspec.Meta(min_length=1, max_length=MAX_BATCH_APPENDS)]
+    appends: Annotated[
+        list[AppendParams], msgspec.Meta(min_length=1, max_length=MAX_BATCH_APPENDS)
+    ]
 
 
 class AppendBatchResult(Result):

@@ -57,7 +57,6 @@ logger = logging.getLogger(__name__)
 
 Mode = Literal["listen", "poll"]
 
-
 class PgChanges:
     """Wakes when another connection (any host) may have committed events."""
 
@@ -212,10 +211,8 @@ class PgChanges:
     def _poll_because(self, exc: BaseException) -> None:
         self.reason = scrub(str(exc).strip() or type(exc).__name__, self._secrets)
         logger.warning(
-            "event log watch: not listening on the %s (%s); polling every %g s while reconnecting",
-            self._where,
-            self.reason,
-            self._interval,
+            "event log watch: not listening on the %s (%s); polling every %g s while"
+            " reconnecting", self._where, self.reason, self._interval,
         )
 
     async def _while_away(self) -> None:

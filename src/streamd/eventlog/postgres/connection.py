@@ -136,7 +136,9 @@ def _set_search_path(conn: psycopg.Connection[Any], opts: PostgresOptions) -> No
 def _set_synchronous_commit(conn: psycopg.Connection[Any], opts: PostgresOptions) -> None:
     if opts.synchronous not in ("FULL", "NORMAL"):
         raise invalid_params(f"synchronous must be FULL or NORMAL, not {opts.synchronous!r}")
-    conn.execute("SET synchronous_commit = " + ("on" if opts.synchronous == "FULL" else "off"))
+    conn.execute(
+        "SET synchronous_commit = " + ("on" if opts.synchronous == "FULL" else "off")
+    )
 
 
 CONNECTION_SETUP: tuple[Callable[[psycopg.Connection[Any], PostgresOptions], None], ...] = (
@@ -150,12 +152,8 @@ CONNECTION_SETUP: tuple[Callable[[psycopg.Connection[Any], PostgresOptions], Non
 # TCP keepalives, used when the conninfo sets none: an idle connection (a LISTEN,
 # a query waiting on a lock) otherwise notices a vanished server only after the
 # kernel's default of two hours. libpq ignores them on a Unix socket.
-TCP_KEEPALIVES = {
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-}
+TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+                  "keepalives_count": 3}
 
 
 def connect_params(conninfo: str, opts: PostgresOptions) -> dict[str, Any]:
@@ -239,9 +237,8 @@ def migrate_schema(conn: psycopg.Connection[Any], schema: str) -> None:
                 ).format(ident)
             )
             conn.execute(
-                pgsql.SQL(
-                    "INSERT INTO {}.streamd_meta (application, version) VALUES (%s, 0)"
-                ).format(ident),
+                pgsql.SQL("INSERT INTO {}.streamd_meta (application, version) VALUES (%s, 0)")
+                .format(ident),
                 (APPLICATION,),
             )
             version = 0

@@ -44,71 +44,26 @@ __all__ = [
 URI_PREFIXES = ("postgresql://", "postgres://")
 
 KEYWORDS: tuple[str, ...] = (
-    "service",
-    "user",
-    "password",
-    "passfile",
-    "channel_binding",
-    "connect_timeout",
-    "dbname",
-    "host",
-    "hostaddr",
-    "port",
-    "client_encoding",
-    "options",
-    "application_name",
-    "fallback_application_name",
-    "keepalives",
-    "keepalives_idle",
-    "keepalives_interval",
-    "keepalives_count",
-    "tcp_user_timeout",
-    "sslmode",
-    "sslnegotiation",
-    "sslcompression",
-    "sslcert",
-    "sslkey",
-    "sslcertmode",
-    "sslpassword",
-    "sslrootcert",
-    "sslcrl",
-    "sslcrldir",
-    "sslsni",
-    "requirepeer",
-    "require_auth",
-    "min_protocol_version",
-    "max_protocol_version",
-    "ssl_min_protocol_version",
-    "ssl_max_protocol_version",
-    "gssencmode",
-    "krbsrvname",
-    "gsslib",
-    "gssdelegation",
-    "replication",
-    "target_session_attrs",
-    "load_balance_hosts",
-    "scram_client_key",
-    "scram_server_key",
-    "oauth_issuer",
-    "oauth_client_id",
-    "oauth_client_secret",
-    "oauth_scope",
-    "sslkeylogfile",
+    "service", "user", "password", "passfile", "channel_binding", "connect_timeout",
+    "dbname", "host", "hostaddr", "port", "client_encoding", "options",
+    "application_name", "fallback_application_name", "keepalives", "keepalives_idle",
+    "keepalives_interval", "keepalives_count", "tcp_user_timeout", "sslmode",
+    "sslnegotiation", "sslcompression", "sslcert", "sslkey", "sslcertmode",
+    "sslpassword", "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer",
+    "require_auth", "min_protocol_version", "max_protocol_version",
+    "ssl_min_protocol_version", "ssl_max_protocol_version", "gssencmode", "krbsrvname",
+    "gsslib", "gssdelegation", "replication", "target_session_attrs",
+    "load_balance_hosts", "scram_client_key", "scram_server_key", "oauth_issuer",
+    "oauth_client_id", "oauth_client_secret", "oauth_scope", "sslkeylogfile",
 )
 """libpq 18's connection keywords, in its order (``PQconndefaults``): what the
 pure parser accepts, and what makes a ``keyword=value`` string a connection
 string rather than a file name. libpq also takes ``requiressl`` (an old
 spelling of ``sslmode``)."""
 
-SECRET_KEYWORDS: frozenset[str] = frozenset(
-    {
-        "password",
-        "sslpassword",
-        "oauth_client_secret",
-        "scram_client_key",
-        "scram_server_key",
-    }
-)
+SECRET_KEYWORDS: frozenset[str] = frozenset({
+    "password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key",
+})
 """Keywords whose value is a credential. libpq marks the first three as
 passwords (display character ``*``); the SCRAM keys (``D``, "debug") are
 derived from the password and log in just as well, so they are secrets too.
@@ -176,7 +131,7 @@ def _keyword_pairs(text: str) -> list[tuple[str, str]]:
         while i < n and text[i] in _SPACE:
             i += 1
         if i >= n or text[i] != "=":
-            raise ConninfoError('a word is missing its "=" (keyword=value)')
+            raise ConninfoError("a word is missing its \"=\" (keyword=value)")
         i += 1
         while i < n and text[i] in _SPACE:
             i += 1
@@ -245,7 +200,7 @@ def _uri_decode(part: str) -> str:
             out.append(raw[i])
             i += 1
             continue
-        pair = raw[i + 1 : i + 3].decode("ascii", "replace")
+        pair = raw[i + 1:i + 3].decode("ascii", "replace")
         if len(pair) != 2 or any(c not in _HEX for c in pair):
             raise ConninfoError("a %-escape is not two hexadecimal digits")
         byte = int(pair, 16)
@@ -299,15 +254,14 @@ def _url_values(url: str) -> dict[str, str]:
         if p < len(url) and url[p] == "[":
             end = url.find("]", p)
             if end < 0:
-                raise ConninfoError('an IPv6 host has no closing "]"')
+                raise ConninfoError("an IPv6 host has no closing \"]\"")
             if end == p + 1:
                 raise ConninfoError("an IPv6 host is empty")
-            host = url[p + 1 : end]
+            host = url[p + 1:end]
             p = end + 1
             if p < len(url) and url[p] not in ":/?,":
-                raise ConninfoError(
-                    'an IPv6 host is followed by something other than ":", "/", "?" or ","'
-                )
+                raise ConninfoError("an IPv6 host is followed by something other than"
+                                    " \":\", \"/\", \"?\" or \",\"")
         else:
             start = p
             while p < len(url) and url[p] not in ":/?,":
@@ -328,9 +282,8 @@ def _url_values(url: str) -> dict[str, str]:
             break
         p += 1
     if any("@" in h for h in hosts):
-        raise ConninfoError(
-            'an "@" follows the user name and password: write an "@" inside either as %40'
-        )
+        raise ConninfoError("an \"@\" follows the user name and password: write an \"@\""
+                            " inside either as %40")
     # As libpq: a list that is only commas is still stored.
     if host_list := ",".join(hosts):
         values["host"] = _uri_decode(host_list)
@@ -342,21 +295,19 @@ def _url_values(url: str) -> dict[str, str]:
         end = len(url) if end < 0 else end
         dbname = url[start:end]
         if "@" in dbname:
-            raise ConninfoError(
-                'the database name holds an "@": write "@" and "/"'
-                " in a user name, password or database name as %40 and %2F"
-            )
+            raise ConninfoError("the database name holds an \"@\": write \"@\" and \"/\""
+                                " in a user name, password or database name as %40 and %2F")
         if dbname:
             values["dbname"] = _uri_decode(dbname)
         p, sep = end, "?" if end < len(url) else ""
     if sep == "?":
-        query = url[p + 1 :]
+        query = url[p + 1:]
         for param in query.split("&") if query else ():
             if "=" not in param:
-                raise ConninfoError('a query parameter has no "="')
+                raise ConninfoError("a query parameter has no \"=\"")
             key, _, value = param.partition("=")
             if "=" in value:
-                raise ConninfoError('a query parameter has more than one "="')
+                raise ConninfoError("a query parameter has more than one \"=\"")
             key, value = _uri_decode(key), _uri_decode(value)
             if key == "ssl" and value == "true":  # JDBC's spelling, as libpq takes it
                 key, value = "sslmode", "require"
@@ -369,7 +320,8 @@ def _checked(values: dict[str, str]) -> None:
     if "=" in dbname or dbname.startswith(URI_PREFIXES):
         # libpq would look for a database of that name, and the server's
         # "does not exist" would repeat it, password and all.
-        raise ConninfoError("its dbname is itself a connection string; give that string itself")
+        raise ConninfoError("its dbname is itself a connection string; give that string"
+                            " itself")
 
 
 def parse_pure(conninfo: str) -> Parsed:

@@ -93,20 +93,8 @@ class Plan:
             self._set(self.session_seq, key, seq)
         self.events.append(
             Planned(
-                (
-                    seq,
-                    p.app,
-                    p.user,
-                    p.session,
-                    ev.id,
-                    ev.invocation_id,
-                    ev.author,
-                    ev.branch,
-                    item.event_time,
-                    item.content,
-                    item.metadata,
-                    item.state_delta_text,
-                ),
+                (seq, p.app, p.user, p.session, ev.id, ev.invocation_id, ev.author, ev.branch,
+                 item.event_time, item.content, item.metadata, item.state_delta_text),
                 item.digest,
                 item.state_delta,
             )
@@ -119,12 +107,8 @@ def refuse_nul(item: rows.Prepared) -> None:
     database would refuse it, before anything is sent. JSON texts escape it."""
     p, ev = item.params, item.params.event
     for name, value in (
-        ("app", p.app),
-        ("user", p.user),
-        ("session", p.session),
-        ("event.id", ev.id),
-        ("event.author", ev.author),
-        ("event.branch", ev.branch),
+        ("app", p.app), ("user", p.user), ("session", p.session), ("event.id", ev.id),
+        ("event.author", ev.author), ("event.branch", ev.branch),
         ("event.invocation_id", ev.invocation_id),
     ):
         if "\x00" in value:
@@ -139,3 +123,4 @@ def in_group(plan: Plan, item: rows.Prepared, index: int) -> AppendResult:
         return plan.add(item)
     except RpcError as exc:
         raise rules.refused_in_group(exc, index) from None
+

@@ -109,13 +109,11 @@ class PostgresRunner:
         statement (if any) is cancelled, from a thread of its own so the event
         loop never waits on the network; a call still running after the grace
         has its connection cut (:meth:`PostgresStore.sever`)."""
-        threading.Thread(
-            target=self._store.interrupt, name="streamd-pg-cancel", daemon=True
-        ).start()
+        threading.Thread(target=self._store.interrupt, name="streamd-pg-cancel",
+                         daemon=True).start()
         if not self._idle.is_set():
-            threading.Thread(
-                target=self._sever_unless_idle, name="streamd-pg-sever", daemon=True
-            ).start()
+            threading.Thread(target=self._sever_unless_idle, name="streamd-pg-sever",
+                             daemon=True).start()
 
     def _sever_unless_idle(self) -> None:
         if not self._idle.wait(self._grace):

@@ -73,8 +73,6 @@ def notify_channel(schema: str) -> str:
     import hashlib
 
     return f"{NOTIFY_CHANNEL}#" + hashlib.blake2b(schema.encode(), digest_size=16).hexdigest()
-
-
 # Serializes migrations of concurrent openers (two daemons starting at once).
 MIGRATION_LOCK = 0x53544D44  # "STMD"
 

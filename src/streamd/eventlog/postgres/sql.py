@@ -74,7 +74,9 @@ class PgSql:
         # where iterating the cursor costs a Python call per row (400k rows/s).
         yield from self._db.execute(_marks(sql), args).fetchall()
 
-    def scan_events(self, select: Callable[[int], tuple[str, Args]], after: int) -> Rows:
+    def scan_events(
+        self, select: Callable[[int], tuple[str, Args]], after: int
+    ) -> Rows:
         """A page of rows at a time, so a consumer that stops (its byte budget
         is spent) stops the reads."""
         while True:

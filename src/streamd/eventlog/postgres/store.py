@@ -113,6 +113,7 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
+
 # --- error translation -----------------------------------------------------------
 
 
@@ -272,7 +273,8 @@ class PostgresStore(SqlOperations):
 
     def _ensure_connected(self) -> None:
         conn = self._conn
-        if conn is not None and conn is not self._severed and not conn.broken and not conn.closed:
+        if (conn is not None and conn is not self._severed and not conn.broken
+                and not conn.closed):
             return
         if self._conn is not None:
             self._drop()
@@ -408,9 +410,7 @@ class PostgresStore(SqlOperations):
                     else:
                         result = plan.add(item)
                     if one_by_one:
-                        self._write_alone(
-                            db, plan.events[mark[1] :], now_us, isinstance(item, list)
-                        )
+                        self._write_alone(db, plan.events[mark[1]:], now_us, isinstance(item, list))
                 except RpcError as exc:
                     plan.undo(mark)
                     out.append(exc)
@@ -485,10 +485,8 @@ class PostgresStore(SqlOperations):
                     with db.transaction():
                         self._write(db, [e], now_us)
                 except _REFUSALS as exc:
-                    error = (
-                        exc
-                        if isinstance(exc, RpcError)
-                        else invalid_params(f"event rejected by the database: {self._scrub(exc)}")
+                    error = exc if isinstance(exc, RpcError) else invalid_params(
+                        f"event rejected by the database: {self._scrub(exc)}"
                     )
                     raise rules.refused_in_group(error, i) if group else error from None
 
@@ -514,15 +512,9 @@ class PostgresStore(SqlOperations):
             " last_event_time = CASE WHEN excluded.last_seq > sessions.last_seq"
             " THEN excluded.last_event_time ELSE sessions.last_event_time END,"
             " last_seq = greatest(sessions.last_seq, excluded.last_seq)",
-            (
-                now_us,
-                now_us,
-                [k[0] for k in keys],
-                [k[1] for k in keys],
-                [k[2] for k in keys],
-                [v[0] for v in newest.values()],
-                [v[1] for v in newest.values()],
-            ),
+            (now_us, now_us, [k[0] for k in keys], [k[1] for k in keys],
+             [k[2] for k in keys], [v[0] for v in newest.values()],
+             [v[1] for v in newest.values()]),
         )
         # COPY: psycopg writes rows in C, where an unnest of text arrays
         # escapes every element in Python (measured: a third of a batch's time).

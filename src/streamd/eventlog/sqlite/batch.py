@@ -50,9 +50,8 @@ def append_items(
             continue
         if not careful:
             if isinstance(item, list):
-                out.append(
-                    [_in_group(sql, one, i, now_us, added, upserted) for i, one in enumerate(item)]
-                )
+                out.append([_in_group(sql, one, i, now_us, added, upserted)
+                            for i, one in enumerate(item)])
             else:
                 out.append(append_one(sql, item, now_us, added, upserted))
             continue
@@ -63,12 +62,8 @@ def append_items(
             with db:
                 if isinstance(item, list):
                     in_group = set(upserted)
-                    out.append(
-                        [
-                            _in_group(sql, one, i, now_us, pending, in_group)
-                            for i, one in enumerate(item)
-                        ]
-                    )
+                    out.append([_in_group(sql, one, i, now_us, pending, in_group)
+                                for i, one in enumerate(item)])
                     upserted = in_group
                 else:
                     out.append(append_one(sql, item, now_us, pending, upserted))
@@ -151,20 +146,8 @@ def append_one(
         apply_delta(sql, p.app, p.user, p.session, item.state_delta, seq, now_us)
     if added is not None:
         added.append(
-            (
-                seq,
-                p.app,
-                p.user,
-                p.session,
-                ev.id,
-                ev.invocation_id,
-                ev.author,
-                ev.branch,
-                item.event_time,
-                item.content,
-                item.metadata,
-                item.state_delta_text,
-            )
+            (seq, p.app, p.user, p.session, ev.id, ev.invocation_id, ev.author, ev.branch,
+             item.event_time, item.content, item.metadata, item.state_delta_text)
         )
     if upserted is not None:
         upserted.add(key)
@@ -202,3 +185,4 @@ def _in_group(
         raise rules.refused_in_group(
             invalid_params(f"event rejected by the database: {exc}"), index
         ) from None
+

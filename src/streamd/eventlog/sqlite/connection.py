@@ -30,7 +30,6 @@ __all__ = [
     "prepare_file",
 ]
 
-
 @dataclass(frozen=True)
 class SqliteOptions:
     synchronous: Synchronous = "FULL"

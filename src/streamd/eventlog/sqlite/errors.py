@@ -21,13 +21,8 @@ from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.store.backend import closed_error
 
 # The SQLite errors a failing file system can be behind.
-_FILE_SYSTEM_KINDS = (
-    apsw.IOError,
-    apsw.CorruptError,
-    apsw.NotADBError,
-    apsw.CantOpenError,
-    apsw.FullError,
-)
+_FILE_SYSTEM_KINDS = (apsw.IOError, apsw.CorruptError, apsw.NotADBError, apsw.CantOpenError,
+                      apsw.FullError)
 
 
 # The errnos of a read that SQLite reports as corruption (SQLITE_IOERR_CORRUPTFS).
@@ -109,6 +104,5 @@ def translate_os(exc: OSError) -> RpcError:
         data = {"errno": errno.errorcode.get(code, str(code))}
     else:
         why, data = str(exc), {}
-    return RpcError(
-        SOURCE_UNAVAILABLE, f"event log database error: the file system failed: {why}", data
-    )
+    return RpcError(SOURCE_UNAVAILABLE, f"event log database error: the file system failed: {why}",
+                    data)

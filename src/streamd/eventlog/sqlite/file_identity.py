@@ -148,10 +148,8 @@ class DatabaseFile:
         """A connection has just opened (and read, so its ``-wal`` is open):
         the first records the files' identity, later ones must match it."""
         if _has_moved(db):
-            self._trip(
-                f"the {_ROLE['']} {self.path} was replaced or deleted while it was being opened",
-                main_gone=False,
-            )
+            self._trip(f"the {_ROLE['']} {self.path} was replaced or deleted while it was"
+                       " being opened", main_gone=False)
         with self._lock:
             if self._recorded is None:
                 # The side files are where SQLite put them: beside the file
@@ -264,7 +262,5 @@ class DatabaseFile:
             logger.error(
                 "the old write-ahead log could not be emptied (%s): before starting"
                 " streamd again, remove %s-wal and %s-shm if they are still the old ones",
-                reason,
-                self.path,
-                self.path,
+                reason, self.path, self.path,
             )

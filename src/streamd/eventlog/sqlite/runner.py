@@ -55,7 +55,6 @@ __all__ = ["NOT_RUN", "ThreadRunner", "WriterRunner"]
 
 _T = TypeVar("_T")
 
-
 class _NotRun(enum.Enum):
     NOT_RUN = enum.auto()
 
@@ -91,7 +90,9 @@ class WriterRunner:
         self._current: _Call | None = None  # the worker's call, for the progress check
         self._stopped = trio.Event()
         store.set_progress_check(self._abandoned, _PROGRESS_STEPS)
-        self._thread = threading.Thread(target=self._work, name="streamd-log-writer", daemon=True)
+        self._thread = threading.Thread(
+            target=self._work, name="streamd-log-writer", daemon=True
+        )
         self._thread.start()
 
     @classmethod
@@ -99,7 +100,6 @@ class WriterRunner:
         cls, path: str, options: SqliteOptions, *, guard: DatabaseFile | None = None
     ) -> WriterRunner:
         """Open (and migrate) on a worker thread: migrations may take a while."""
-
         def opened() -> SqliteStore:
             store = SqliteStore.open(path, options, migrate=True, guard=guard)
             store.leave_checkpoints_to_others()

@@ -243,7 +243,9 @@ def refuse_foreign(db: apsw.Connection) -> None:
     path = db.db_filename("main") or ":memory:"
     held = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
     what = (
-        f"it holds tables {held}" if names else f"application_id {app_id}, user_version {version}"
+        f"it holds tables {held}"
+        if names
+        else f"application_id {app_id}, user_version {version}"
     )
     raise RpcError(
         SOURCE_UNAVAILABLE,
@@ -251,3 +253,4 @@ def refuse_foreign(db: apsw.Connection) -> None:
         " changed. Give --db (or STREAMD_DB) a new or empty file.",
         {"path": path},
     )
+

@@ -79,7 +79,9 @@ class SqliteSql:
         # stops, so rows past a cut are never read.
         return self._db.execute(sql, args)
 
-    def scan_events(self, select: Callable[[int], tuple[str, Args]], after: int) -> Rows:
+    def scan_events(
+        self, select: Callable[[int], tuple[str, Args]], after: int
+    ) -> Rows:
         return self.scan(*select(after))
 
     def events_source(self, flt: Filter | None, from_seq: int | None) -> str:

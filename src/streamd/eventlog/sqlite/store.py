@@ -138,6 +138,8 @@ def _translated(
     return wrapper
 
 
+
+
 # --- the store -------------------------------------------------------------------
 
 
@@ -422,12 +424,7 @@ class SqliteStore(SqlOperations):
 
     @_translated
     def explain_session_events(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        after_seq: int,
-        recent: int | None,
+        self, app: str, user: str, session: str, after_seq: int, recent: int | None,
         after_time_us: int | None,
     ) -> list[str]:
         """EXPLAIN QUERY PLAN details of the statements :meth:`get_session`

@@ -94,14 +94,11 @@ def drop_idle_sessions(
             if budget == 0:
                 cursor, after = (user, session), done
                 break
-            gone = [
-                seq
-                for (seq,) in db.rows(
-                    f"DELETE FROM events WHERE seq IN (SELECT seq FROM {by_session}"
-                    f" WHERE {_SESSION} AND seq > ? ORDER BY seq LIMIT ?) RETURNING seq",
-                    (*key, done, budget),
-                )
-            ]
+            gone = [seq for seq, in db.rows(
+                f"DELETE FROM events WHERE seq IN (SELECT seq FROM {by_session}"
+                f" WHERE {_SESSION} AND seq > ? ORDER BY seq LIMIT ?) RETURNING seq",
+                (*key, done, budget),
+            )]
             events, budget = events + len(gone), budget - len(gone)
             if budget == 0 and db.one(
                 f"SELECT 1 FROM events WHERE {_SESSION} AND seq > ? LIMIT 1", (*key, max(gone))
@@ -114,14 +111,8 @@ def drop_idle_sessions(
             if budget == 0:
                 break
     more = budget == 0 or len(idle) == bounds.sessions
-    return Step(
-        events=events,
-        rows=events + deltas,
-        sessions=sessions,
-        more=more,
-        cursor=cursor,
-        after_seq=after,
-    )
+    return Step(events=events, rows=events + deltas, sessions=sessions, more=more,
+                cursor=cursor, after_seq=after)
 
 
 def drop_old_events(
@@ -140,15 +131,12 @@ def drop_old_events(
     leased, largs = live_lease(db, "e", now_us)
     done = previous.after_seq if previous else 0
     with db.write(single=True):
-        gone = [
-            seq
-            for (seq,) in db.rows(
-                "DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE app_name = ?"
-                f" AND event_time < ? AND seq > ? AND seq <= ? AND NOT {leased}"
-                " ORDER BY seq LIMIT ?) RETURNING seq",
-                (app, cutoff_us, done, keep, *largs, bounds.events),
-            )
-        ]
+        gone = [seq for seq, in db.rows(
+            "DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE app_name = ?"
+            f" AND event_time < ? AND seq > ? AND seq <= ? AND NOT {leased}"
+            " ORDER BY seq LIMIT ?) RETURNING seq",
+            (app, cutoff_us, done, keep, *largs, bounds.events),
+        )]
     n = len(gone)
     return Step(events=n, rows=n, more=n == bounds.events, after_seq=max(gone, default=done))
 
@@ -196,27 +184,24 @@ def trim_sessions(
             walked += max_events + 1
             key = (app, user, session)
             cut = db.one(
-                f"SELECT seq FROM {by_session} WHERE {_SESSION} ORDER BY seq DESC LIMIT 1 OFFSET ?",
+                f"SELECT seq FROM {by_session} WHERE {_SESSION}"
+                " ORDER BY seq DESC LIMIT 1 OFFSET ?",
                 (*key, max_events),
             )
             if cut is None:
                 continue
             done = previous.after_seq if previous and start == (user, session) else 0
-            gone = [
-                seq
-                for (seq,) in db.rows(
-                    f"DELETE FROM events WHERE seq IN (SELECT seq FROM {by_session}"
-                    f" WHERE {_SESSION} AND seq > ? AND seq <= ? AND seq <= ? ORDER BY seq LIMIT ?)"
-                    " RETURNING seq",
-                    (*key, done, cut[0], keep, budget),
-                )
-            ]
+            gone = [seq for seq, in db.rows(
+                f"DELETE FROM events WHERE seq IN (SELECT seq FROM {by_session}"
+                f" WHERE {_SESSION} AND seq > ? AND seq <= ? AND seq <= ? ORDER BY seq LIMIT ?)"
+                " RETURNING seq",
+                (*key, done, cut[0], keep, budget),
+            )]
             budget -= len(gone)
             if budget == 0:
                 # It may have more to cut: again next step, after these.
                 cursor, after = (user, session), max(gone)
                 break
     deleted = bounds.events - budget
-    return Step(
-        events=deleted, rows=deleted, more=cursor is not None, cursor=cursor, after_seq=after
-    )
+    return Step(events=deleted, rows=deleted, more=cursor is not None, cursor=cursor,
+                after_seq=after)

@@ -84,8 +84,7 @@ def refused_in_group(exc: RpcError, index: int) -> RpcError:
     data = dict(exc.data) if isinstance(exc.data, dict) else {"error": exc.data}
     data["index"] = index
     return RpcError(
-        exc.code,
-        f"append {index} of the batch: {exc.message}; nothing of the batch was written",
+        exc.code, f"append {index} of the batch: {exc.message}; nothing of the batch was written",
         data,
     )
 

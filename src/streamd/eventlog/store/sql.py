@@ -55,8 +55,6 @@ class Rows(Protocol):
     def __next__(self) -> Row: ...
 
     def close(self) -> None: ...
-
-
 MAX_SEQ = 2**63 - 1
 """Larger than any seq: "keep nothing back"."""
 
@@ -97,7 +95,9 @@ class Sql(Protocol):
         fetched where the driver allows)."""
         ...
 
-    def scan_events(self, select: Callable[[int], tuple[str, Args]], after: int) -> Rows:
+    def scan_events(
+        self, select: Callable[[int], tuple[str, Args]], after: int
+    ) -> Rows:
         """The rows of ``select(after)`` (events after a seq, seq first, in
         seq order, no LIMIT), read lazily; a driver that fetches a whole
         result at once reads pages instead, each ``select(last seq read)``."""

@@ -101,13 +101,8 @@ def apply_delta(
         _record(db, "app", app, "", "", at_seq, delta.app)
     if delta.user:
         _merge(
-            db,
-            "user_states",
-            ("app_name", "user_id"),
-            (app, user),
-            f"user {user!r}",
-            delta.user,
-            now_us,
+            db, "user_states", ("app_name", "user_id"), (app, user), f"user {user!r}",
+            delta.user, now_us,
         )
         _record(db, "user", app, user, "", at_seq, delta.user)
     if delta.session:
