@@ -7,13 +7,13 @@ ours: see its README). This test copies that folder to a temporary directory
 and runs ADK's tests there, as an ADK user would check a new backend: in a
 subprocess, outside this repository's pytest configuration (which runs every
 async test on Trio; ADK's run on pytest-asyncio), with our plugin
-(``tests/adk_contract/streamd_adk_contract_plugin.py``) adding streamd as one
+(``tests/adk/adk_contract/streamd_adk_contract_plugin.py``) adding streamd as one
 more value of the fixture, and only streamd's cases selected. Every one must
 pass, by default and with ``write_behind=True``.
 
 The same by hand, from a copy ``C`` of the folder::
 
-    cd C && PYTHONPATH=<repo>/tests/adk_contract python -m pytest -p no:cacheprovider \\
+    cd C && PYTHONPATH=<repo>/tests/adk/adk_contract python -m pytest -p no:cacheprovider \\
         -p streamd_adk_contract_plugin -o asyncio_mode=auto \\
         tests/unittests/sessions/test_session_service.py -k streamd [--streamd-write-behind]
 """

@@ -16,7 +16,7 @@ itself (a test of one backend) is left alone.
 Use, from a copy of ADK's ``tests`` tree, outside streamd's own pytest
 configuration (which runs every async test on Trio)::
 
-    PYTHONPATH=<streamd>/tests/adk_contract python -m pytest \\
+    PYTHONPATH=<streamd>/tests/adk/adk_contract python -m pytest \\
         -p streamd_adk_contract_plugin -o asyncio_mode=auto \\
         tests/unittests/sessions/test_session_service.py -k streamd
 
