@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import trio
 
@@ -24,21 +24,13 @@ from streamd.eventlog import retention
 from streamd.eventlog.dbtarget import DbTarget
 from streamd.eventlog.model import CompactParams, CompactResult
 from streamd.eventlog.sqlite.file_identity import is_file_fault
-from streamd.eventlog.store import Backend
+from streamd.eventlog.store import Backend, StoreCall
 
 __all__ = ["Compactor"]
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-
-
-class Call(Protocol):
-    """One storage operation on the log's reader or writer
-    (:class:`~streamd.eventlog.connections.Connections`: opened on first use,
-    ``closed`` once the log closes)."""
-
-    def __call__(self, op: Callable[[Backend], _T]) -> Awaitable[_T]: ...
 
 
 VACUUM_PAGES = 2000
@@ -51,8 +43,8 @@ class Compactor:
         self,
         *,
         target: DbTarget,
-        read: Call,
-        write: Call,
+        read: StoreCall,
+        write: StoreCall,
         checkpoint: Callable[[], Awaitable[bool]],
         now_us: Callable[[], int],
         keep_after_seq: Callable[[], int | None],

@@ -27,13 +27,13 @@ import secrets
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import trio
 
 from streamd.errors import RpcError, is_closed
 from streamd.eventlog.model import LeaseAcquireParams
-from streamd.eventlog.store import Backend, Runner
+from streamd.eventlog.store import Backend, Runner, StoreCall
 
 __all__ = ["Lease", "LeaseHost", "LeaseKeeper", "Write", "new_holder_id"]
 
@@ -49,11 +49,8 @@ def new_holder_id() -> str:
     return f"{host}/{os.getpid()}/{secrets.token_hex(4)}"
 
 
-class Write(Protocol):
-    """Run one store operation on the log's writer; raises ``closed`` once the
-    log is closed (or closing)."""
-
-    async def __call__(self, op: Callable[[Backend], _T], /) -> _T: ...
+Write = StoreCall
+"""Run one store operation on the log's writer (the name leases know it by)."""
 
 
 @dataclass(frozen=True)

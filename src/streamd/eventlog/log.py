@@ -153,7 +153,7 @@ class EventLog(KeywordApi):
             write=conns.write,
             nursery=lambda: conns.nursery,
             closed=lambda: conns.closed,
-            stats=self.stats,
+            counted=self._count_checkpoint,
         )
         self._hub = WatchHub(
             reader=conns.open_reader,
@@ -203,6 +203,9 @@ class EventLog(KeywordApi):
         self._appends.start(nursery, writer)
         if self._retention_interval > 0:
             nursery.start_soon(self._compactor.run, self._retention_interval)
+
+    def _count_checkpoint(self) -> None:
+        self.stats.checkpoints += 1
 
     def _now_us(self) -> int:
         return int(self._wall_clock() * 1_000_000)

@@ -18,11 +18,9 @@ from collections.abc import Callable
 import trio
 
 from streamd.errors import RpcError, is_closed
-from streamd.eventlog.lease import Write
 from streamd.eventlog.sqlite.runner import WriterRunner
 from streamd.eventlog.sqlite.store import SqliteStore
-from streamd.eventlog.store import Backend, Runner
-from streamd.eventlog.writer import EventLogStats
+from streamd.eventlog.store import Backend, Runner, StoreCall
 
 __all__ = ["CHECKPOINT_PAGES", "Checkpoints"]
 
@@ -44,17 +42,17 @@ class Checkpoints:
     def __init__(
         self,
         *,
-        read: Write,
-        write: Write,
+        read: StoreCall,
+        write: StoreCall,
         nursery: Callable[[], trio.Nursery],
         closed: Callable[[], bool],
-        stats: EventLogStats,
+        counted: Callable[[], None],
     ) -> None:
         self._read = read
         self._write = write
         self._nursery = nursery
         self._closed = closed
-        self._stats = stats
+        self._counted = counted
         self._running = False
         # One checkpoint at a time: the background one and a compaction's
         # truncating one would otherwise find each other busy.
@@ -89,7 +87,7 @@ class Checkpoints:
             async with self._lock:
                 await self._read(_checkpoint_passive)
                 await self._write(_checkpoint_passive)
-            self._stats.checkpoints += 1
+            self._counted()
         except RpcError as exc:
             if not is_closed(exc):
                 logger.warning("checkpointing the event log: %s", exc)

@@ -32,6 +32,7 @@ from streamd.eventlog.store.backend import (
     ReadShape,
     Runner,
     Shape,
+    StoreCall,
     Synchronous,
     closed_error,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "ReadShape",
     "Runner",
     "Shape",
+    "StoreCall",
     "Synchronous",
     "closed_error",
 ]

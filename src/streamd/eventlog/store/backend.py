@@ -20,7 +20,7 @@ Once a backend is closed, or interrupted for close, every operation raises
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar
 
@@ -56,6 +56,7 @@ __all__ = [
     "ReadShape",
     "Runner",
     "Shape",
+    "StoreCall",
     "Synchronous",
     "closed_error",
 ]
@@ -320,3 +321,12 @@ class ChangeSource(Protocol):
         """A commit may be under way that will raise no notification of its
         own (one begun before the source was entered): look for it anyway."""
         ...
+
+
+class StoreCall(Protocol):
+    """Run one store operation on one of the log's connections, opened on
+    first use (:class:`~streamd.eventlog.connections.Connections`); raises
+    ``closed`` once the log is closed or closing. What a lease, the compactor
+    and the checkpoint policy are given to reach the store."""
+
+    def __call__(self, op: Callable[[Backend], _T], /) -> Awaitable[_T]: ...
