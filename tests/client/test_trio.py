@@ -10,13 +10,14 @@ seen from the daemon's side.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from support.client_pairs import Hang
 from support.eventlog import mocked
 
 from streamd.client import TrioClient
@@ -34,25 +35,11 @@ from streamd.eventlog.model import (
     PingParams,
 )
 from streamd.eventlog.service import eventlog_methods
-from streamd.rpc import Method, Request, Server
+from streamd.rpc import Method, Server
 
 
 def ev(event_id: str, content: Any = None, **kw: Any) -> Event:
     return Event(id=event_id, author=kw.pop("author", "agent"), content=content, **kw)
-
-
-@dataclass
-class Hang:
-    started: trio.Event = field(default_factory=trio.Event)
-    cancelled: trio.Event = field(default_factory=trio.Event)
-
-    async def handler(self, p: PingParams, request: Request) -> Empty:
-        self.started.set()
-        try:
-            await trio.sleep_forever()
-        finally:
-            self.cancelled.set()
-        raise AssertionError("unreachable")
 
 
 @dataclass

@@ -26,9 +26,25 @@ class _FullWal(WriterRunner):
         return CHECKPOINT_PAGES
 
 
+class _Seen(SqliteStore):
+    """A store that says which connection ran which checkpoint, then runs it
+    on the real one."""
+
+    def __init__(self, role: str, calls: list[str], real: SqliteStore) -> None:
+        self._role, self._calls, self._real = role, calls, real
+
+    def checkpoint_passive(self) -> tuple[int, int]:
+        self._calls.append(f"{self._role}: passive")
+        return self._real.checkpoint_passive()
+
+    def checkpoint(self) -> bool:
+        self._calls.append(f"{self._role}: truncate")
+        return self._real.checkpoint()
+
+
 class _Recorder:
-    """The two connections as the policy sees them: each store call says which
-    connection ran which checkpoint; the reader's passive one waits for a gate."""
+    """The two connections as the policy sees them; the reader's passive
+    checkpoint waits for a gate."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.calls: list[str] = []
@@ -36,30 +52,13 @@ class _Recorder:
         self.passive_started = trio.Event()
         self._store = SqliteStore.open(str(tmp_path / "events.db"))
 
-    def store_for(self, role: str) -> Backend:
-        calls, real = self.calls, self._store
-
-        class Seen(SqliteStore):
-            def __init__(self) -> None:
-                pass
-
-            def checkpoint_passive(self) -> tuple[int, int]:
-                calls.append(f"{role}: passive")
-                return real.checkpoint_passive()
-
-            def checkpoint(self) -> bool:
-                calls.append(f"{role}: truncate")
-                return real.checkpoint()
-
-        return Seen()
-
     async def read(self, op: Callable[[Backend], Any]) -> Any:
         self.passive_started.set()
         await self.gate.wait()
-        return op(self.store_for("reader"))
+        return op(_Seen("reader", self.calls, self._store))
 
     async def write(self, op: Callable[[Backend], Any]) -> Any:
-        return op(self.store_for("writer"))
+        return op(_Seen("writer", self.calls, self._store))
 
     def close(self) -> None:
         self._store.close()

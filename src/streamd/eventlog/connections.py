@@ -85,7 +85,8 @@ class Connections:
         """``closed`` once the log closed; RuntimeError outside ``async with``."""
         if self._closed:
             raise closed_error()
-        self.nursery  # noqa: B018 - raises outside ``async with``
+        if self._nursery is None:
+            raise RuntimeError(NOT_ENTERED)
 
     async def ensure_open(self) -> tuple[Runner, Runner]:
         """The writer's and the reader's runner, opened by the first caller."""

@@ -35,7 +35,7 @@ from streamd.errors import RpcError, is_closed
 from streamd.eventlog.model import LeaseAcquireParams
 from streamd.eventlog.store import Backend, Runner, StoreCall
 
-__all__ = ["Lease", "LeaseHost", "LeaseKeeper", "Write", "new_holder_id"]
+__all__ = ["Lease", "LeaseHost", "LeaseKeeper", "new_holder_id"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,15 +49,12 @@ def new_holder_id() -> str:
     return f"{host}/{os.getpid()}/{secrets.token_hex(4)}"
 
 
-Write = StoreCall
-"""Run one store operation on the log's writer (the name leases know it by)."""
-
-
 @dataclass(frozen=True)
 class LeaseHost:
     """What a lease needs from the log that granted it."""
 
-    write: Write
+    write: StoreCall
+    """Runs one store operation on the log's writer."""
     now_us: Callable[[], int]
     """The log's wall clock in microseconds (a test's mock clock, in tests)."""
     closed: Callable[[], bool]
@@ -164,10 +161,9 @@ class LeaseKeeper:
     (then a failing ``on_lost`` is logged, not raised: the log's nursery
     serves every client)."""
 
-    def __init__(self, *, write: Write, now_us: Callable[[], int], closed: Callable[[], bool]):
+    def __init__(self, *, write: StoreCall, now_us: Callable[[], int], closed: Callable[[], bool]):
         self._write = write
         self._now_us = now_us
-        self._closed = closed
         self._held: dict[str, Lease] = {}
         self._host = LeaseHost(write=write, now_us=now_us, closed=closed, forget=self._forget)
 
