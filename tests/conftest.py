@@ -10,9 +10,11 @@ expand. Expectations stay in the tests; nothing here computes one.
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 import pytest
@@ -192,17 +194,15 @@ def gated_world(recall_world, monkeypatch):
 # for ``postgres_db`` gets a database of its own, copied from a migrated
 # template. Where no cluster can be started (no binaries and no apt, no way to
 # run the server as a non-root user), the PostgreSQL tests alone are skipped,
-# loudly: a warning, a line on stderr at once, and a line in the summary.
+# loudly: a warning, a line on stderr at once, and a line in the summary; with
+# CI=true the run fails instead, so CI is never green with a backend untested.
 
-_POSTGRES_SKIPPED: list[str] = []
+_SERVERS_SKIPPED: list[str] = []
 
 
 @pytest.fixture(scope="session")
 def postgres_cluster():
     """The running cluster (``pg_cluster.Cluster``), or a loud skip."""
-    import sys
-    import warnings
-
     try:
         import psycopg  # noqa: F401  (the driver is part of the test install)
         from support import pg_cluster
@@ -215,13 +215,25 @@ def postgres_cluster():
         except pg_cluster.Unavailable as exc:
             reason, cluster = str(exc), None
     if cluster is None:
-        message = f"PostgreSQL tests SKIPPED: no PostgreSQL cluster could be started: {reason}"
-        _POSTGRES_SKIPPED.append(message)
-        print(f"\n*** {message}", file=sys.stderr, flush=True)
-        warnings.warn(message, pytest.PytestWarning, stacklevel=1)
-        pytest.skip(message)
+        _server_missing(
+            f"PostgreSQL tests SKIPPED: no PostgreSQL cluster could be started: {reason}"
+        )
     yield cluster
     cluster.destroy()
+
+
+def _server_missing(message: str) -> NoReturn:
+    """A loud skip; under CI (``CI=true``) a failure, so that CI is never green
+    with a backend untested."""
+    import sys
+    import warnings
+
+    _SERVERS_SKIPPED.append(message)
+    print(f"\n*** {message}", file=sys.stderr, flush=True)
+    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+        pytest.fail(f"{message} (CI=true: a database server the tests need must start)")
+    warnings.warn(message, pytest.PytestWarning, stacklevel=2)
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -248,6 +260,39 @@ def postgres_db(postgres_cluster):
 _POSTGRES_FIXTURES = frozenset({"postgres_cluster", "postgres_conninfo", "postgres_db"})
 
 
+# --- MariaDB (tests/support/mariadb_server.py) -------------------------------------
+#
+# The same arrangement for the MySQL backend: one throwaway server per run,
+# started on first use, a fresh database per test that asks for ``mysql_db``.
+
+
+@pytest.fixture(scope="session")
+def mysql_server():
+    """The running server (``mariadb_server.Server``), or a loud skip."""
+    try:
+        import MySQLdb  # noqa: F401  (the driver is part of the test install)
+        from support import mariadb_server
+    except ImportError as exc:
+        _server_missing(f"MySQL tests SKIPPED: the MySQL driver is not installed ({exc})")
+    try:
+        server = mariadb_server.start()
+    except mariadb_server.Unavailable as exc:
+        _server_missing(f"MySQL tests SKIPPED: no MariaDB server could be started: {exc}")
+    yield server
+    server.destroy()
+
+
+@pytest.fixture
+def mysql_db(mysql_server) -> Iterator[str]:
+    """The URL of a fresh, empty database of its own; dropped after the test."""
+    url = mysql_server.fresh_database()
+    yield url
+    mysql_server.drop_database(url)
+
+
+_MYSQL_FIXTURES = frozenset({"mysql_server", "mysql_db"})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A test needs PostgreSQL when it asks for the cluster, directly or through
     # a fixture, or runs as the postgres case of a per-backend fixture (fx):
@@ -255,10 +300,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
         backend_ids = set(callspec.id.split("-")) if callspec is not None else set()
-        if _POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())) or "postgres" in backend_ids:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if _POSTGRES_FIXTURES & fixtures or "postgres" in backend_ids:
             item.add_marker(pytest.mark.postgres)
+        if _MYSQL_FIXTURES & fixtures or "mysql" in backend_ids:
+            item.add_marker(pytest.mark.mysql)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    for message in _POSTGRES_SKIPPED:
+    for message in _SERVERS_SKIPPED:
         terminalreporter.write_line(message, red=True, bold=True)

@@ -97,9 +97,48 @@ def _postgres(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixtur
         s.close()
 
 
+def _mysql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
+    """A fresh database on the MariaDB server the tests start (``mysql_db`` in
+    conftest.py). Leases on the caller's clock, as for PostgreSQL."""
+    import MySQLdb
+
+    from streamd.eventlog.mysql.store import MysqlOptions, MysqlStore, connect
+    from streamd.eventlog.mysql.url import parse
+
+    url = request.getfixturevalue("mysql_db")
+    options = MysqlOptions(lease_clock="caller")
+    store = MysqlStore.open(url, options)
+    opened = [store]
+
+    def raw(sql: str, args: tuple[Any, ...] = ()) -> None:
+        db = connect(parse(url), options)
+        try:
+            db.cursor().execute(sql.replace("%", "%%").replace("?", "%s"), args)
+        finally:
+            db.close()
+
+    def reopen() -> Backend:
+        s = MysqlStore.open(url, options)
+        opened.append(s)
+        return s
+
+    yield Fixture(
+        store,
+        store.close,
+        raw,
+        reopen,
+        # An INSERT by hand without a seq is refused for that first.
+        not_json=(MySQLdb.DatabaseError, "events_content_is_json|'seq' doesn't have a default"),
+        unguard="ALTER TABLE events DROP CONSTRAINT events_content_is_json",
+    )
+    for s in opened:
+        s.close()
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Iterator[Fixture]]] = {
     "sqlite": _sqlite,
     "postgres": _postgres,
+    "mysql": _mysql,
 }
 
 

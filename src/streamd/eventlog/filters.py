@@ -31,8 +31,10 @@ The rules are written once; a :class:`Dialect` only spells them: SQLite's
 :data:`POSTGRES` spells the same conjuncts ``%s``, ``false`` and
 ``right(author, n) = %s`` for the PostgreSQL store, whose key columns are
 ``COLLATE "C"`` (locale collations do not order by bytes), so the ranges mean
-the same there. A new rule therefore reaches both stores, or fails to render on
-neither.
+the same there; :data:`MYSQL` spells them as PostgreSQL does, on columns whose
+collation is binary and pads nothing (MariaDB's ``utf8mb4_nopad_bin``, MySQL's
+``utf8mb4_0900_bin``). A new rule therefore reaches every store, or fails to
+render on none.
 
 Omitted versus empty
 --------------------
@@ -97,9 +99,18 @@ class Dialect:
         """``template`` with each ``{}`` a placeholder."""
         return template.replace("{}", self.param)
 
+    def on_conflict_update(self, key: str, columns: Sequence[str]) -> str:
+        """What ends an INSERT whose row, when ``key`` already holds one, sets
+        ``columns`` of that row to the values given instead."""
+        if self.name == "mysql":
+            # VALUES(): MariaDB has no row alias, MySQL 8 still takes this.
+            return " ON DUPLICATE KEY UPDATE " + ", ".join(f"{c} = VALUES({c})" for c in columns)
+        sets = ", ".join(f"{c} = excluded.{c}" for c in columns)
+        return f" ON CONFLICT ({key}) DO UPDATE SET {sets}"
+
     def ends_with(self, column: str, suffix: str) -> Clause:
         """``column`` ends with ``suffix`` (counted in characters, as len() is)."""
-        if self.name == "postgres":
+        if self.name in ("postgres", "mysql"):
             return f"right({column}, {self.param}) = {self.param}", (len(suffix), suffix)
         return f"substr({column}, {self.param}) = {self.param}", (-len(suffix), suffix)
 
@@ -107,6 +118,9 @@ class Dialect:
 SQLITE = Dialect("sqlite", param="?", false="0", index_hints=True)
 POSTGRES = Dialect(
     "postgres", param="%s", false="false", greatest="greatest", for_update=" FOR UPDATE"
+)
+MYSQL = Dialect(
+    "mysql", param="%s", false="FALSE", greatest="GREATEST", for_update=" FOR UPDATE"
 )
 
 # Every branch that continues a prefix at a segment boundary lies in

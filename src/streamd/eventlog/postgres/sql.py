@@ -69,6 +69,20 @@ class PgSql:
     def run(self, sql: str, args: Args = ()) -> int:
         return self._db.execute(_marks(sql), args).rowcount
 
+    def insert_id(self, sql: str, args: Args = ()) -> int:
+        row = self._db.execute(_marks(sql + " RETURNING id"), args).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def insert_absent(self, sql: str, args: Args = ()) -> bool:
+        done = self._db.execute(_marks(sql + " ON CONFLICT DO NOTHING RETURNING 1"), args)
+        return done.fetchone() is not None
+
+    def delete_returning(self, table: str, key: str, select: str, args: Args = ()) -> list[int]:
+        return [k for k, in self._db.execute(
+            _marks(f"DELETE FROM {table} WHERE {key} IN ({select}) RETURNING {key}"), args
+        ).fetchall()]
+
     def scan(self, sql: str, args: Args = ()) -> Rows:
         # fetchall: psycopg builds the rows in C in one go (900k rows/s here),
         # where iterating the cursor costs a Python call per row (400k rows/s).

@@ -21,7 +21,7 @@ Rules kept here, beyond the SQLite store's
 * **A batch costs a handful of statements, not a handful per event.** The
   duplicate check is one ``event_id = ANY(...)`` query; the numbering, the
   duplicate and conflict decisions, ``expected_seq`` and the groups' all-or-none
-  are decided in Python (:mod:`~streamd.eventlog.postgres.plan`); sessions and
+  are decided in Python (:mod:`~streamd.eventlog.store.plan`); sessions and
   events are then written with one ``unnest`` insert each, and the counter with
   its ``pg_notify`` with one more. Should the database still refuse something (a value no check here
   foresaw), the transaction is rolled back and the batch is written again one
@@ -87,12 +87,12 @@ from streamd.eventlog.postgres.connection import (
     scrub,
     target_of,
 )
-from streamd.eventlog.postgres.plan import Plan, Planned, in_group
 from streamd.eventlog.postgres.schema import NOTIFY_CHANNEL, SCHEMA_VERSION, notify_channel
 from streamd.eventlog.postgres.sql import DB_NOW_US, PgSql
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, closed_error
 from streamd.eventlog.store.operations import SqlOperations
+from streamd.eventlog.store.plan import Plan, Planned, in_group
 from streamd.eventlog.store.sql import Sql
 from streamd.eventlog.store.state import apply_delta
 
@@ -396,7 +396,7 @@ class PostgresStore(SqlOperations):
             row = db.execute("SELECT seq FROM seq_counter FOR UPDATE").fetchone()
             assert row is not None
             before = row[0]
-            plan = Plan(before, *self._known(db, prepared))
+            plan = Plan(before, *self._known(db, prepared), check=pg_errors.refuse_nul)
             for item in prepared:
                 if isinstance(item, RpcError):
                     out.append(item)

@@ -74,6 +74,18 @@ class SqliteSql:
         self._db.execute(sql, args)
         return self._db.changes()
 
+    def insert_id(self, sql: str, args: Args = ()) -> int:
+        self._db.execute(sql, args)
+        return self._db.last_insert_rowid()
+
+    def insert_absent(self, sql: str, args: Args = ()) -> bool:
+        return self._db.execute(sql + " ON CONFLICT DO NOTHING RETURNING 1", args).fetchone() is not None
+
+    def delete_returning(self, table: str, key: str, select: str, args: Args = ()) -> list[int]:
+        return [k for k, in self._db.execute(
+            f"DELETE FROM {table} WHERE {key} IN ({select}) RETURNING {key}", args
+        )]
+
     def scan(self, sql: str, args: Args = ()) -> Rows:
         # The cursor itself: iterated in C, and closed by the consumer when it
         # stops, so rows past a cut are never read.

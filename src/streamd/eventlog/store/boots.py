@@ -19,12 +19,10 @@ __all__ = ["recent_boots", "record_boot", "update_boot"]
 
 def record_boot(db: Sql, at_us: int, attempted: Sequence[str]) -> int:
     with db.write(single=True):
-        row = db.one(
-            "INSERT INTO boots (boot_at, attempted) VALUES (?, ?) RETURNING id",
+        return db.insert_id(
+            "INSERT INTO boots (boot_at, attempted) VALUES (?, ?)",
             (at_us, rows.json_text(list(attempted))),
         )
-    assert row is not None
-    return int(row[0])
 
 
 def update_boot(db: Sql, boot_id: int, attempted: Sequence[str]) -> None:

@@ -61,13 +61,13 @@ def acquire(db: Sql, p: LeaseAcquireParams, holder: str, now_us: int) -> None:
         )
         if row is None:
             # WHERE true: SQLite reads ON CONFLICT after a bare SELECT as a join's.
-            taken = db.one(
+            taken = db.insert_absent(
                 "INSERT INTO leases (app_name, user_id, session_id, holder, acquired_at,"
                 " heartbeat_at, stale_after_ms) SELECT ?, ?, ?, ?, n, n, ?"
-                f" FROM (SELECT {now_sql} AS n) t WHERE true ON CONFLICT DO NOTHING RETURNING 1",
+                f" FROM (SELECT {now_sql} AS n) t WHERE true",
                 (*key, holder, stale_after_ms, *now_args),
             )
-            if taken is None:
+            if not taken:
                 # Another host inserted it first, between our read and insert.
                 other = db.one(
                     f"SELECT holder, {d.greatest}(0, ({now_sql} - heartbeat_at) / 1000)"

@@ -35,9 +35,10 @@ def set_retention(db: Sql, policy: RetentionPolicy, now_us: int) -> None:
             return
         db.run(
             "INSERT INTO retention (app_name, max_age_s, max_events, idle_s, updated_at)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (app_name) DO UPDATE SET"
-            " max_age_s = excluded.max_age_s, max_events = excluded.max_events,"
-            " idle_s = excluded.idle_s, updated_at = excluded.updated_at",
+            " VALUES (?, ?, ?, ?, ?)"
+            + db.dialect.on_conflict_update(
+                "app_name", ("max_age_s", "max_events", "idle_s", "updated_at")
+            ),
             (policy.app, policy.max_age_s, policy.max_events, policy.idle_s, now_us),
         )
 
@@ -85,20 +86,21 @@ def drop_idle_sessions(
         for user, session in idle:
             key = (app, user, session)
             done = previous.after_seq if previous and previous.cursor == (user, session) else 0
-            n = db.run(
-                "DELETE FROM state_deltas WHERE rev IN (SELECT rev FROM state_deltas"
-                f" WHERE scope = 'session' AND {_SESSION} ORDER BY seq, rev LIMIT ?)",
+            n = len(db.delete_returning(
+                "state_deltas", "rev",
+                f"SELECT rev FROM state_deltas WHERE scope = 'session' AND {_SESSION}"
+                " ORDER BY seq, rev LIMIT ?",
                 (*key, budget),
-            )
+            ))
             deltas, budget = deltas + n, budget - n
             if budget == 0:
                 cursor, after = (user, session), done
                 break
-            gone = [seq for seq, in db.rows(
-                f"DELETE FROM events WHERE seq IN (SELECT seq FROM {by_session}"
-                f" WHERE {_SESSION} AND seq > ? ORDER BY seq LIMIT ?) RETURNING seq",
+            gone = db.delete_returning(
+                "events", "seq",
+                f"SELECT seq FROM {by_session} WHERE {_SESSION} AND seq > ? ORDER BY seq LIMIT ?",
                 (*key, done, budget),
-            )]
+            )
             events, budget = events + len(gone), budget - len(gone)
             if budget == 0 and db.one(
                 f"SELECT 1 FROM events WHERE {_SESSION} AND seq > ? LIMIT 1", (*key, max(gone))
@@ -131,12 +133,13 @@ def drop_old_events(
     leased, largs = live_lease(db, "e", now_us)
     done = previous.after_seq if previous else 0
     with db.write(single=True):
-        gone = [seq for seq, in db.rows(
-            "DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE app_name = ?"
+        gone = db.delete_returning(
+            "events", "seq",
+            "SELECT seq FROM events e WHERE app_name = ?"
             f" AND event_time < ? AND seq > ? AND seq <= ? AND NOT {leased}"
-            " ORDER BY seq LIMIT ?) RETURNING seq",
+            " ORDER BY seq LIMIT ?",
             (app, cutoff_us, done, keep, *largs, bounds.events),
-        )]
+        )
     n = len(gone)
     return Step(events=n, rows=n, more=n == bounds.events, after_seq=max(gone, default=done))
 
@@ -191,12 +194,12 @@ def trim_sessions(
             if cut is None:
                 continue
             done = previous.after_seq if previous and start == (user, session) else 0
-            gone = [seq for seq, in db.rows(
-                f"DELETE FROM events WHERE seq IN (SELECT seq FROM {by_session}"
-                f" WHERE {_SESSION} AND seq > ? AND seq <= ? AND seq <= ? ORDER BY seq LIMIT ?)"
-                " RETURNING seq",
+            gone = db.delete_returning(
+                "events", "seq",
+                f"SELECT seq FROM {by_session} WHERE {_SESSION}"
+                " AND seq > ? AND seq <= ? AND seq <= ? ORDER BY seq LIMIT ?",
                 (*key, done, cut[0], keep, budget),
-            )]
+            )
             budget -= len(gone)
             if budget == 0:
                 # It may have more to cut: again next step, after these.

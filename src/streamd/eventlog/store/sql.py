@@ -7,12 +7,15 @@ few calls. What the protocol asks for is what truly differs between the
 databases and nothing more:
 
 * **Statements are written with ``?``.** SQLite takes them as they are; the
-  PostgreSQL connection turns each into ``%s`` (once per statement text, then
-  from a cache), so a rule is one string for both. The rules never use ``?``
+  PostgreSQL and MySQL connections turn each into ``%s`` (once per statement
+  text, then from a cache), so a rule is one string for all three. The rules never use ``?``
   or ``%`` for anything else.
 * **Spellings** that differ go through :attr:`Sql.dialect`
   (:class:`~streamd.eventlog.filters.Dialect`: a false condition, ``max`` or
-  ``greatest``, row locks, index hints, a suffix test).
+  ``greatest``, row locks, index hints, a suffix test, an upsert); what is
+  more than a spelling is a method here (an insert's generated id, an insert
+  unless the key exists, a delete that says what it deleted: MySQL has no
+  ``RETURNING`` and cannot delete from a table it reads in a subquery).
 * **Transactions.** :meth:`Sql.write` is one write transaction (SQLite's
   ``BEGIN IMMEDIATE``, PostgreSQL's ``BEGIN``); ``single=True`` says the block
   is one statement, which PostgreSQL runs as its own transaction in autocommit
@@ -87,6 +90,24 @@ class Sql(Protocol):
 
     def run(self, sql: str, args: Args = ()) -> int:
         """Run one statement; the rows it changed."""
+        ...
+
+    def insert_id(self, sql: str, args: Args = ()) -> int:
+        """Run an INSERT of one row into a table keyed by a generated ``id``;
+        that id (``RETURNING id`` where the database has it, the driver's last
+        insert id where it does not)."""
+        ...
+
+    def insert_absent(self, sql: str, args: Args = ()) -> bool:
+        """Run an INSERT of at most one row unless a row with its key exists
+        (a unique key refuses it); whether it was inserted. Never an error
+        for the existing key, and the transaction goes on either way."""
+        ...
+
+    def delete_returning(self, table: str, key: str, select: str, args: Args = ()) -> list[int]:
+        """Delete the rows of ``table`` whose ``key`` is among the first column
+        of ``select``'s rows (which may be ordered and limited); the keys
+        deleted. Inside a write transaction."""
         ...
 
     def scan(self, sql: str, args: Args = ()) -> Rows:

@@ -1,23 +1,29 @@
-"""PostgreSQL's batch plan: a group commit decided in Python before anything is
-written.
+"""The batch plan of a server backend: a group commit decided in Python before
+anything is written.
 
-PostgreSQL gives seq from a counter row the writing transaction holds (commit
-order is seq order), so the batch can be planned whole, each event's seq,
-duplicate or conflict known from one read, and then written in one bulk
-statement; a refused group (or event) is rolled back out of the plan as a
-savepoint would roll it back out of the database.
+PostgreSQL and MySQL give seq from a counter row the writing transaction holds
+(commit order is seq order), so the batch can be planned whole, each event's
+seq, duplicate or conflict known from one read, and then written in bulk
+statements; a refused group (or event) is rolled back out of the plan as a
+savepoint would roll it back out of the database. What a database cannot
+store (U+0000 in PostgreSQL text, a key longer than a MySQL column) is the
+backend's ``check``, run on each new event before it is numbered.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamd.errors import EVENT_CONFLICT, RpcError, invalid_params
+from streamd.errors import EVENT_CONFLICT, RpcError
 from streamd.eventlog.model import AppendResult, StateDelta
 from streamd.eventlog.store import rows, rules
 
-__all__ = ["Plan", "Planned", "in_group", "refuse_nul"]
+__all__ = ["Check", "Plan", "Planned", "in_group"]
+
+Check = Callable[[rows.Prepared], None]
+"""Raises the database's refusal of an event it cannot store, before it is sent."""
 
 
 @dataclass
@@ -46,6 +52,7 @@ class Plan:
     session_seq: dict[tuple[str, str, str], int | None]
     """sessions.last_seq of the sessions ``expected_seq`` asks about (None: no
     such session), moved along by the planned events."""
+    check: Check | None = None
     events: list[Planned] = field(default_factory=list)
     _undo: list[tuple[dict[Any, Any], Any, Any]] = field(default_factory=list)
 
@@ -78,7 +85,8 @@ class Plan:
                 f"event {ev.id!r} was already appended with different content (seq {seq})",
                 {"event_id": ev.id, "seq": seq},
             )
-        refuse_nul(item)
+        if self.check is not None:
+            self.check(item)
         key = (p.app, p.user, p.session)
         if p.expected_seq is not None:
             found = self.session_seq.get(key)
@@ -100,22 +108,6 @@ class Plan:
             )
         )
         return AppendResult(seq=seq, duplicate=False)
-
-
-def refuse_nul(item: rows.Prepared) -> None:
-    """PostgreSQL text cannot hold U+0000 (SQLite's can): refused as the
-    database would refuse it, before anything is sent. JSON texts escape it."""
-    p, ev = item.params, item.params.event
-    for name, value in (
-        ("app", p.app), ("user", p.user), ("session", p.session), ("event.id", ev.id),
-        ("event.author", ev.author), ("event.branch", ev.branch),
-        ("event.invocation_id", ev.invocation_id),
-    ):
-        if "\x00" in value:
-            raise invalid_params(
-                f"event rejected by the database: {name} contains U+0000, which PostgreSQL"
-                " text cannot store"
-            )
 
 
 def in_group(plan: Plan, item: rows.Prepared, index: int) -> AppendResult:

@@ -1,0 +1,33 @@
+"""The MySQL store as the Trio layer drives it: the shared
+:class:`~streamd.eventlog.server_runner.ServerRunner`, for the reason the
+PostgreSQL store uses it (:mod:`~streamd.eventlog.postgres.runner`): mysqlclient
+is synchronous (it releases the GIL while it waits on the server), and the
+asyncio-only drivers do not run under Trio."""
+
+from __future__ import annotations
+
+import trio
+
+from streamd.eventlog.mysql.store import MysqlOptions, MysqlStore
+from streamd.eventlog.server_runner import ServerRunner
+
+__all__ = ["MysqlRunner"]
+
+
+class MysqlRunner(ServerRunner):
+    """A :class:`MysqlStore` opened for the Trio layer."""
+
+    def __init__(self, store: MysqlStore) -> None:
+        super().__init__(store, store.options.unresponsive_s)
+        self._mysql = store
+
+    @classmethod
+    async def open(
+        cls, url: str, options: MysqlOptions | None = None, *, migrate: bool = True
+    ) -> MysqlRunner:
+        store = await trio.to_thread.run_sync(lambda: MysqlStore.open(url, options, migrate=migrate))
+        return cls(store)
+
+    @property
+    def store(self) -> MysqlStore:
+        return self._mysql

@@ -1,0 +1,158 @@
+"""A mysqlclient connection as the storage rules use it
+(:class:`~streamd.eventlog.store.sql.Sql`).
+
+The rules write ``?``; mysqlclient takes ``%s`` (and formats the statement
+with ``%``, so a literal ``%`` is doubled), turned once per statement text.
+The connection is in autocommit with ``CLIENT_FOUND_ROWS`` (an UPDATE counts
+the rows it matched, as SQLite and PostgreSQL count them, not only those whose
+value changed); a write is ``BEGIN``/``COMMIT``, always, since what is one
+statement elsewhere (a delete that says what it deleted) is two here; a
+snapshot is ``START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY`` at
+REPEATABLE READ (writes run at READ COMMITTED, as PostgreSQL's do).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import MySQLdb
+
+from streamd.eventlog import filters
+from streamd.eventlog.model import Filter
+from streamd.eventlog.store.sql import Args, Row, Rows
+
+__all__ = ["DB_NOW_US", "DUPLICATE_ENTRY", "READ_PAGE", "MySql"]
+
+DB_NOW_US = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
+"""The database's clock in microseconds (the session's time zone is UTC, so no
+daylight-saving hour is ambiguous): what leases are stamped and judged by."""
+READ_PAGE = 1000
+"""Rows fetched per query by reads that have no limit of their own."""
+DUPLICATE_ENTRY = 1062
+
+_DIALECT = filters.MYSQL.marked("?")
+
+
+@functools.lru_cache(maxsize=1024)
+def _marks(sql: str) -> str:
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class MySql:
+    """One mysqlclient connection behind the storage rules' protocol."""
+
+    __slots__ = ("_cur", "_db", "_db_clock", "_describe")
+
+    dialect = _DIALECT
+    duplicate_key: tuple[type[BaseException], ...] = (MySQLdb.IntegrityError,)
+    bad_value: tuple[type[BaseException], ...] = (MySQLdb.DataError,)
+
+    def __init__(
+        self, db: Any, describe: Callable[[BaseException], str], db_clock: bool
+    ) -> None:
+        self._db = db
+        self._cur = db.cursor()
+        self._describe = describe
+        self._db_clock = db_clock
+
+    def _run(self, sql: str, args: Args) -> Any:
+        cur = self._cur
+        cur.execute(_marks(sql), tuple(args))
+        return cur
+
+    def rows(self, sql: str, args: Args = ()) -> list[Row]:
+        return list(self._run(sql, args).fetchall())
+
+    def one(self, sql: str, args: Args = ()) -> Row | None:
+        # The default cursor has read the whole result: nothing is left pending.
+        row: Row | None = self._run(sql, args).fetchone()
+        return row
+
+    def run(self, sql: str, args: Args = ()) -> int:
+        return int(self._run(sql, args).rowcount)
+
+    def insert_id(self, sql: str, args: Args = ()) -> int:
+        return int(self._run(sql, args).lastrowid)
+
+    def insert_absent(self, sql: str, args: Args = ()) -> bool:
+        # A refused statement is rolled back alone in InnoDB: the transaction
+        # goes on. (INSERT IGNORE would also turn a value too long into a
+        # warning and store it cut.)
+        try:
+            self._run(sql, args)
+        except MySQLdb.IntegrityError as exc:
+            if exc.args and exc.args[0] == DUPLICATE_ENTRY:
+                return False
+            raise
+        return True
+
+    def delete_returning(self, table: str, key: str, select: str, args: Args = ()) -> list[int]:
+        # MySQL has no RETURNING, and no subquery of the table a DELETE deletes
+        # from: the keys are read (locked) first, then deleted by value.
+        keys = [k for k, in self._run(select + " FOR UPDATE", args).fetchall()]
+        for start in range(0, len(keys), READ_PAGE):
+            part = keys[start:start + READ_PAGE]
+            self._run(f"DELETE FROM {table} WHERE {key} IN ({', '.join('?' * len(part))})", part)
+        return keys
+
+    def scan(self, sql: str, args: Args = ()) -> Rows:
+        yield from self._run(sql, args).fetchall()
+
+    def scan_events(
+        self, select: Callable[[int], tuple[str, Args]], after: int
+    ) -> Rows:
+        """A page of rows at a time, so a consumer that stops (its byte budget
+        is spent) stops the reads."""
+        while True:
+            sql, args = select(after)
+            page = self._run(sql + " LIMIT ?", (*args, READ_PAGE)).fetchall()
+            yield from page
+            if len(page) < READ_PAGE:
+                return
+            after = page[-1][0]
+
+    def events_source(self, flt: Filter | None, from_seq: int | None) -> str:
+        return "events"
+
+    @contextmanager
+    def write(self, single: bool = False) -> Iterator[object]:
+        db = self._db
+        db.query("BEGIN")
+        try:
+            yield None
+        except BaseException:
+            _rollback(db)
+            raise
+        db.query("COMMIT")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        db = self._db
+        db.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        db.query("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        try:
+            yield
+        except BaseException:
+            _rollback(db)
+            raise
+        db.query("COMMIT")
+
+    def newest_seq(self, lock: bool = False) -> int:
+        row = self.one("SELECT seq FROM seq_counter WHERE one = 1" + (" FOR UPDATE" if lock else ""))
+        return int(row[0]) if row else 0
+
+    def lease_now(self, now_us: int) -> tuple[str, tuple[Any, ...]]:
+        return (DB_NOW_US, ()) if self._db_clock else ("CAST(? AS SIGNED)", (now_us,))
+
+    def describe(self, exc: BaseException) -> str:
+        return self._describe(exc)
+
+
+def _rollback(db: Any) -> None:
+    try:
+        db.query("ROLLBACK")
+    except MySQLdb.Error:
+        pass  # the connection broke: the server rolls back on its own

@@ -1,0 +1,653 @@
+"""The synchronous MySQL/MariaDB store: the storage rules of the event log, on mysqlclient.
+
+One :class:`MysqlStore` wraps one connection and is a
+:class:`~streamd.eventlog.store.backend.Backend` with the same results as the
+SQLite and PostgreSQL stores (the contract tests run all three). The shared
+rules (:class:`~streamd.eventlog.store.operations.SqlOperations`) answer every
+read and every write but the append, which is the backend's own because of how
+seq is numbered. No driver exception leaves the store (:func:`_translated`),
+and no message names the password: the database is named by its URL without
+it, and every driver message is scrubbed of it.
+
+* **Commit-ordered seq**, as on PostgreSQL: an append locks the one row of
+  ``seq_counter``, numbers its events from it (the batch is planned in
+  Python, :mod:`~streamd.eventlog.store.plan`), writes them with one
+  multi-row insert per table and the counter back, and commits. Appenders on
+  any number of hosts commit one after another in seq order; group commit
+  makes them take turns per batch, not per event.
+* **Refused, never cut**: the session runs with ``STRICT_ALL_TABLES``, and a
+  key longer than its column (:data:`~streamd.eventlog.mysql.schema.KEY_LENGTHS`)
+  is refused with -32602 naming the field before anything is sent.
+* **Leases use the database's clock** (``NOW(6)``), with
+  ``lease_clock="caller"`` for tests that move time by hand.
+* **Outages**, as on PostgreSQL: a broken connection is dropped and the next
+  call reconnects, with backoff between failed attempts and
+  ``source_unavailable`` at once in between; a write whose connection broke
+  before the commit was acknowledged may or may not have committed, and says
+  so. A cancelled call has its statement killed (``KILL QUERY`` from a
+  connection of its own); a server that does not even answer that has the
+  connection cut (:meth:`MysqlStore.sever`).
+* **Durability is the server's**: MySQL has no per-session commit durability,
+  so ``synchronous()`` reports ``innodb_flush_log_at_trx_commit`` (1: every
+  commit is on disk when acknowledged).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+
+import MySQLdb
+from MySQLdb.constants import CLIENT
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
+from streamd.eventlog.model import AppendParams, AppendResult
+from streamd.eventlog.mysql import schema
+from streamd.eventlog.mysql.sql import DB_NOW_US, MySql
+from streamd.eventlog.mysql.url import MysqlUrl, connect_kwargs, parse
+from streamd.eventlog.store import outages, rows, rules
+from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, Synchronous, closed_error
+from streamd.eventlog.store.operations import SqlOperations
+from streamd.eventlog.store.plan import Plan, Planned, in_group
+from streamd.eventlog.store.sql import Sql
+from streamd.eventlog.store.state import apply_delta
+
+__all__ = ["MysqlOptions", "MysqlStore", "connect", "scrub"]
+
+logger = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+# Error codes: the client's own (2xxx) and the server's.
+_LOST = frozenset({2006, 2013, 2055, 4031})  # gone away, lost during query, closed by the server
+_KILLED = 1317  # the statement was interrupted (KILL QUERY)
+_VALUE_REFUSED = frozenset({1406, 1366, 4025, 3819})  # too long, bad text, a CHECK (MariaDB, MySQL)
+
+
+def _refusal(exc: BaseException) -> bool:
+    """Whether the database (or a state merge) refused a value of one event, as
+    opposed to failing itself."""
+    if isinstance(exc, RpcError | MySQLdb.DataError | MySQLdb.IntegrityError):
+        return True
+    return isinstance(exc, MySQLdb.Error) and _code(exc) in _VALUE_REFUSED
+
+
+@dataclass(frozen=True)
+class MysqlOptions:
+    synchronous: Synchronous = "FULL"
+    """Reported only: the server's ``innodb_flush_log_at_trx_commit`` decides."""
+    lease_clock: Literal["database", "caller"] = "database"
+    connect_timeout_s: int = 5
+    """Used when the URL gives no ``connect_timeout``."""
+    reconnect_min_s: float = 0.05
+    reconnect_max_s: float = 5.0
+    unresponsive_s: float = 2.0
+    """How long a cancelled call may go on after its statement was killed
+    before the connection is cut under it."""
+    lock_wait_timeout_s: int = 30
+    """``innodb_lock_wait_timeout`` of each connection."""
+
+
+def scrub(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def connect(url: MysqlUrl, opts: MysqlOptions) -> Any:
+    """A connection set up the way every rule expects: utf8mb4, autocommit,
+    matched-row counts, strict values, UTC, READ COMMITTED."""
+    kw = connect_kwargs(url)
+    kw.setdefault("connect_timeout", opts.connect_timeout_s)
+    conn = MySQLdb.connect(
+        **kw, charset="utf8mb4", autocommit=True, client_flag=CLIENT.FOUND_ROWS
+    )
+    try:
+        conn.query(
+            "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,"
+            "ERROR_FOR_DIVISION_BY_ZERO', time_zone = '+00:00',"
+            f" innodb_lock_wait_timeout = {int(opts.lock_wait_timeout_s)}"
+        )
+        conn.query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _code(exc: BaseException) -> int:
+    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+
+
+def _translated(
+    fn: Callable[Concatenate[MysqlStore, _P], _T],
+) -> Callable[Concatenate[MysqlStore, _P], _T]:
+    """The storage boundary: no driver exception escapes a decorated method,
+    and a broken connection is dropped so the next call reconnects."""
+
+    @functools.wraps(fn)
+    def wrapper(store: MysqlStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if store._aborted or store._closed:
+            raise closed_error()
+        store._ensure_connected()
+        try:
+            return fn(store, *args, **kwargs)
+        except MySQLdb.Error as exc:
+            raise store._translate(exc) from None
+
+    return wrapper
+
+
+class _Rewrite(Exception):
+    """The bulk write was refused for one event: write the batch again one
+    event per savepoint."""
+
+
+class MysqlStore(SqlOperations):
+    """The event log on one mysqlclient connection; see the module docstring."""
+
+    def __init__(self, url: str, options: MysqlOptions | None = None) -> None:
+        self._url = parse(url)
+        self._opts = options or MysqlOptions()
+        self._secrets = [self._url.password or "", os.environ.get("MYSQL_PWD", "")]
+        self._where = f"MySQL database {self._url.description}"
+        self._conn: Any = None
+        self._lock = threading.Lock()  # the connection slot, between worker and interrupt
+        self._severed: Any = None
+        self._broken = False
+        self._closed = False
+        self._aborted = False
+        self._failures = 0
+        self._retry_at = 0.0
+        self._last_error = ""
+        self._db_clock = self._opts.lease_clock == "database"
+
+    # -- lifecycle --
+
+    @classmethod
+    def open(
+        cls, url: str, options: MysqlOptions | None = None, *, migrate: bool = True
+    ) -> MysqlStore:
+        """Connect (and migrate, for the writer); an unreachable database or a
+        schema that is not ours fails the open with source_unavailable."""
+        store = cls(url, options)
+        try:
+            conn = connect(store._url, store._opts)
+            try:
+                if migrate:
+                    _migrate(conn, store._url.database)
+                else:
+                    _check_version(conn, store._where)
+            except BaseException:
+                conn.close()
+                raise
+        except MySQLdb.Error as exc:
+            raise store._translate(exc, connecting=True) from None
+        store._conn = conn
+        return store
+
+    @property
+    def where(self) -> str:
+        return self._where
+
+    @property
+    def options(self) -> MysqlOptions:
+        return self._opts
+
+    @property
+    def connection(self) -> Any:
+        """The raw connection, for tests."""
+        self._ensure_connected()
+        return self._conn
+
+    def interrupt(self) -> None:
+        self._aborted = True
+        self.cancel_running()
+
+    def cancel_running(self) -> None:
+        """Kill the statement running on the connection now, if any, from a
+        connection of its own (MySQL's cancel); blocks until it was sent."""
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            thread = conn.thread_id()
+            killer = connect(self._url, self._opts)
+            try:
+                killer.query(f"KILL QUERY {int(thread)}")
+            finally:
+                killer.close()
+        except MySQLdb.Error as exc:
+            logger.debug("cancel on the %s failed: %s", self._where, self._scrub(exc))
+
+    def sever(self) -> None:
+        """Cut the connection under the call using it (a server that does not
+        answer); never blocks: the socket is shut down on a duplicate of its
+        descriptor, the call fails at once, and the next one reconnects."""
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                return
+            self._severed = conn
+            try:
+                fd = os.dup(conn.fileno())
+            except (MySQLdb.Error, OSError):
+                return
+        with socket.socket(fileno=fd) as sock:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        logger.warning("event log: the %s did not answer; its connection was cut", self._where)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            conn, self._conn = self._conn, None
+            self._severed = None
+        if conn is not None:
+            try:
+                conn.close()
+            except MySQLdb.Error:
+                pass
+
+    # -- connection keeping --
+
+    def _ensure_connected(self) -> None:
+        if self._conn is not None and not self._broken and self._conn is not self._severed:
+            return
+        if self._conn is not None:
+            self._drop()
+        now = time.monotonic()
+        if now < self._retry_at:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"the event log's {self._where} is unreachable: {self._last_error} (next"
+                f" reconnect attempt in {int((self._retry_at - now) * 1000)} ms)",
+                {"mysql_error": "reconnecting"},
+            )
+        try:
+            conn = connect(self._url, self._opts)
+        except MySQLdb.Error as exc:
+            self._failures += 1
+            delay = min(self._opts.reconnect_max_s,
+                        self._opts.reconnect_min_s * 2 ** (self._failures - 1))
+            self._retry_at = time.monotonic() + delay
+            error = self._translate(exc, connecting=True)
+            self._last_error = error.message
+            raise error from None
+        with self._lock:
+            if self._closed or self._aborted:
+                conn.close()
+                raise closed_error()
+            self._conn, self._broken = conn, False
+        if self._failures:
+            logger.info("event log reconnected to the %s", self._where)
+        self._failures = 0
+
+    def _drop(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            self._severed, self._broken = None, False
+        if conn is not None:
+            try:
+                conn.close()
+            except MySQLdb.Error:
+                pass
+
+    def _sql(self) -> MySql:
+        if self._conn is None:
+            raise closed_error()
+        return MySql(self._conn, self._scrub, self._db_clock)
+
+    @_translated
+    def _call(self, op: Callable[[Sql], _T]) -> _T:
+        return op(self._sql())
+
+    def _scrub(self, exc: BaseException) -> str:
+        text = exc.args[1] if len(exc.args) > 1 else str(exc)
+        return scrub(str(text).strip(), self._secrets)
+
+    def _translate(self, exc: MySQLdb.Error, connecting: bool = False) -> RpcError:
+        code = _code(exc)
+        data = {"mysql_error": code}
+        if not connecting and self._conn is not None and self._conn is self._severed:
+            self._drop()
+            return outages.unresponsive(self._where, {"mysql_error": "unresponsive"})
+        detail = self._scrub(exc)
+        if not connecting and (code in _LOST or isinstance(exc, MySQLdb.InterfaceError)):
+            self._drop()
+            return outages.connection_lost(self._where, detail, data)
+        if self._aborted or self._closed:
+            return closed_error()
+        if connecting:
+            return outages.cannot_connect(self._where, detail, data)
+        if code in _VALUE_REFUSED:
+            return invalid_params(f"refused by the database: {detail}")
+        if code == _KILLED:
+            return outages.database_error("the statement was cancelled", data)
+        return outages.database_error(detail, data)
+
+    # -- appends --
+
+    @_translated
+    def append_commit(
+        self, batch: Sequence[AppendParams | AppendGroup], now_us: int, capture: bool
+    ) -> CommitOutcome:
+        """Write every append in one transaction (see the module docstring);
+        per-item outcomes in order, the newest seq before and after, and with
+        ``capture`` the new events as a reader gets them."""
+        prepared: list[rows.Prepared | list[rows.Prepared] | RpcError] = []
+        for p in batch:
+            try:
+                prepared.append(
+                    rules.prepare_group(p, now_us) if isinstance(p, AppendGroup)
+                    else rows.prepare(p, now_us)
+                )
+            except RpcError as exc:
+                prepared.append(exc)
+        try:
+            return self._commit(prepared, now_us, capture, one_by_one=False)
+        except _Rewrite:
+            return self._commit(prepared, now_us, capture, one_by_one=True)
+
+    def _commit(
+        self,
+        prepared: list[rows.Prepared | list[rows.Prepared] | RpcError],
+        now_us: int,
+        capture: bool,
+        one_by_one: bool,
+    ) -> CommitOutcome:
+        sql = self._sql()
+        out: list[AppendResult | list[AppendResult] | RpcError] = []
+        with sql.write():
+            before = sql.newest_seq(lock=True)
+            plan = Plan(before, *_known(sql, prepared), check=_refuse_too_long)
+            for i, item in enumerate(prepared):
+                if isinstance(item, RpcError):
+                    out.append(item)
+                    continue
+                mark = plan.mark()
+                try:
+                    result: AppendResult | list[AppendResult] = (
+                        [in_group(plan, one, j) for j, one in enumerate(item)]
+                        if isinstance(item, list) else plan.add(item)
+                    )
+                    if one_by_one:
+                        self._write_alone(sql, plan.events[mark[1]:], now_us, i,
+                                          isinstance(item, list))
+                except RpcError as exc:
+                    plan.undo(mark)
+                    out.append(exc)
+                    continue
+                out.append(result)
+            if not one_by_one:
+                try:
+                    _write(sql, plan.events, now_us)
+                except (RpcError, MySQLdb.Error) as exc:
+                    if not _refusal(exc):
+                        raise
+                    raise _Rewrite from exc
+            if plan.last_seq != before:
+                sql.run("UPDATE seq_counter SET seq = ? WHERE one = 1", (plan.last_seq,))
+        return CommitOutcome(
+            results=out,
+            before_seq=before,
+            after_seq=plan.last_seq,
+            entries=[rows.committed(e.row) for e in plan.events] if capture else None,
+        )
+
+    def _write_alone(
+        self, sql: MySql, events: list[Planned], now_us: int, item: int, group: bool
+    ) -> None:
+        """Write one item's events in a savepoint, so the database's refusal
+        fails that item alone and names the event."""
+        with _savepoint(sql, f"item{item}"):
+            for i, e in enumerate(events):
+                try:
+                    with _savepoint(sql, f"event{i}"):
+                        _write(sql, [e], now_us)
+                except (RpcError, MySQLdb.Error) as exc:
+                    if not _refusal(exc):
+                        raise
+                    error = exc if isinstance(exc, RpcError) else invalid_params(
+                        f"event rejected by the database: {self._scrub(exc)}"
+                    )
+                    raise rules.refused_in_group(error, i) if group else error from None
+
+    # -- maintenance --
+
+    def incremental_vacuum(self, pages: int) -> int:
+        """Nothing to do: InnoDB reuses deleted rows' space in its tablespace."""
+        return 0
+
+    def full_vacuum(self) -> None:
+        """Nothing: giving InnoDB's space back to the file system is ``OPTIMIZE
+        TABLE``, which rebuilds the table; that is an administrator's call."""
+
+    def checkpoint(self) -> bool:
+        """Nothing to do: the redo log is the server's to checkpoint."""
+        return True
+
+    @_translated
+    def pages(self) -> tuple[int, int, int]:
+        """(16 KiB pages of the log's tables and indexes, free pages, 16 KiB)."""
+        row = self._sql().one(
+            "SELECT coalesce(sum(data_length + index_length), 0), coalesce(sum(data_free), 0)"
+            " FROM information_schema.tables WHERE table_schema = DATABASE()"
+        )
+        used, free = (int(row[0]), int(row[1])) if row else (0, 0)
+        return used // 16384, free // 16384, 16384
+
+    @_translated
+    def database_now_us(self) -> int:
+        row = self._sql().one(f"SELECT {DB_NOW_US}")
+        assert row is not None
+        return int(row[0])
+
+    @_translated
+    def ping(self) -> None:
+        """A real, bounded read: the schema version and the newest seq."""
+        sql = self._sql()
+        with sql.snapshot():
+            _version_is_current(sql, self._where)
+            sql.rows("SELECT seq FROM events ORDER BY seq DESC LIMIT 1")
+
+    def change_counter(self) -> int:
+        return self.newest_seq()
+
+    @_translated
+    def synchronous(self) -> int:
+        """2 (FULL) when the server writes every commit to disk, else 1."""
+        row = self._sql().one("SELECT @@innodb_flush_log_at_trx_commit")
+        return 2 if row is not None and int(row[0]) == 1 else 1
+
+
+# --- the batch write ---------------------------------------------------------------
+
+
+def _known(
+    sql: MySql, prepared: list[rows.Prepared | list[rows.Prepared] | RpcError]
+) -> tuple[dict[str, tuple[int, bytes]], dict[tuple[str, str, str], int | None]]:
+    """What the plan needs from the database: the stored events with the
+    batch's ids, and ``last_seq`` of the sessions ``expected_seq`` names."""
+    items = [one for item in prepared if not isinstance(item, RpcError)
+             for one in (item if isinstance(item, list) else [item])]
+    known: dict[str, tuple[int, bytes]] = {}
+    ids = list(dict.fromkeys(one.params.event.id for one in items))
+    for start in range(0, len(ids), 1000):
+        part = ids[start:start + 1000]
+        for event_id, seq, digest in sql.rows(
+            f"SELECT event_id, seq, digest FROM events WHERE event_id IN ({_marks(part)})", part
+        ):
+            known[event_id] = (seq, bytes(digest))
+    keys = list(dict.fromkeys((one.params.app, one.params.user, one.params.session)
+                              for one in items if one.params.expected_seq is not None))
+    session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(keys)
+    for key in keys:
+        row = sql.one("SELECT last_seq FROM sessions WHERE app_name = ? AND user_id = ?"
+                      " AND session_id = ?", key)
+        if row is not None:
+            session_seq[key] = row[0]
+    return known, session_seq
+
+
+def _write(sql: MySql, events: list[Planned], now_us: int) -> None:
+    """Insert the planned events with their sessions, then fold their state
+    deltas in seq order; inside the caller's transaction."""
+    if not events:
+        return
+    newest: dict[tuple[str, str, str], tuple[int, int]] = {}
+    for e in events:
+        newest[(e.row[1], e.row[2], e.row[3])] = (e.row[0], e.row[8])
+    # Assignments run left to right: last_event_time reads last_seq before it moves.
+    sql.run(
+        "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at,"
+        " last_seq, last_event_time) VALUES "
+        + ", ".join(["(?, ?, ?, '{}', ?, ?, ?, ?)"] * len(newest))
+        + " ON DUPLICATE KEY UPDATE updated_at = GREATEST(updated_at, VALUES(updated_at)),"
+        " last_event_time = IF(VALUES(last_seq) > last_seq, VALUES(last_event_time),"
+        " last_event_time), last_seq = GREATEST(last_seq, VALUES(last_seq))",
+        [v for (a, u, s), (seq, at) in newest.items() for v in (a, u, s, now_us, now_us, seq, at)],
+    )
+    sql.run(
+        "INSERT INTO events (seq, app_name, user_id, session_id, event_id, invocation_id,"
+        " author, branch, event_time, content, metadata, state_delta, digest) VALUES "
+        + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(events)),
+        [v for e in events for v in (*e.row, e.digest)],
+    )
+    for e in events:
+        if e.delta is not None:
+            seq, app, user, session = e.row[:4]
+            apply_delta(sql, app, user, session, e.delta, seq, now_us)
+
+
+def _marks(values: Sequence[object]) -> str:
+    return ", ".join("?" * len(values))
+
+
+@contextmanager
+def _savepoint(sql: MySql, name: str) -> Iterator[None]:
+    sql.run(f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        sql.run(f"ROLLBACK TO SAVEPOINT {name}")
+        raise
+    sql.run(f"RELEASE SAVEPOINT {name}")
+
+
+_FIELDS = (("app", "app_name"), ("user", "user_id"), ("session", "session_id"))
+
+
+def _refuse_too_long(item: rows.Prepared) -> None:
+    """A key longer than its column is refused naming the field (strict mode
+    would refuse it too, naming the column, after a round trip)."""
+    p, ev = item.params, item.params.event
+    limits = schema.KEY_LENGTHS
+    for name, value, column in (
+        *((f, getattr(p, f), c) for f, c in _FIELDS),
+        ("event.id", ev.id, "event_id"), ("event.author", ev.author, "author"),
+        ("event.branch", ev.branch, "branch"),
+    ):
+        if len(value) > limits[column]:
+            raise invalid_params(
+                f"event rejected by the database: {name} is {len(value)} characters long,"
+                f" longer than the {limits[column]} a MySQL log holds"
+            )
+
+
+# --- the schema -----------------------------------------------------------------
+
+
+def _migrate(conn: Any, database: str) -> None:
+    """Bring the schema to :data:`~schema.SCHEMA_VERSION` under ``GET_LOCK``
+    (see :mod:`~streamd.eventlog.mysql.schema` for why not a transaction)."""
+    sql = MySql(conn, str, True)
+    lock = f"streamd-migrate:{database}"[:64]
+    row = sql.one("SELECT GET_LOCK(?, 60)", (lock,))
+    if row is None or row[0] != 1:
+        raise RpcError(SOURCE_UNAVAILABLE,
+                       "another process held the event log's migration lock for 60 s")
+    try:
+        version = _version(sql)
+        if version is None:
+            tables = sql.rows("SELECT table_name FROM information_schema.tables"
+                              " WHERE table_schema = DATABASE()")
+            if tables:
+                names = ", ".join(sorted(str(t[0]) for t in tables)[:5])
+                raise RpcError(SOURCE_UNAVAILABLE,
+                               f"the database holds tables that are not an event log's"
+                               f" ({names}); refusing to write to it")
+            sql.run("CREATE TABLE streamd_meta (one TINYINT PRIMARY KEY, application"
+                    " VARCHAR(64) NOT NULL, version INT NOT NULL) ENGINE=InnoDB")
+            sql.run("INSERT INTO streamd_meta VALUES (1, ?, 0)", (schema.APPLICATION,))
+            version = 0
+        _refuse_newer(version)
+        collation = _nopad_collation(sql)
+        for v in range(version, schema.SCHEMA_VERSION):
+            for statement in schema.migration_statements(v, collation):
+                sql.run(statement)
+            sql.run("UPDATE streamd_meta SET version = ?", (v + 1,))
+    finally:
+        sql.one("SELECT RELEASE_LOCK(?)", (lock,))
+
+
+def _version(sql: MySql) -> int | None:
+    row = sql.one("SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE()"
+                  " AND table_name = 'streamd_meta'")
+    if row is None:
+        return None
+    found = sql.one("SELECT application, version FROM streamd_meta")
+    if found is None or found[0] != schema.APPLICATION:
+        raise RpcError(SOURCE_UNAVAILABLE,
+                       "the database's streamd_meta is not an event log's; refusing it")
+    return int(found[1])
+
+
+def _refuse_newer(version: int) -> None:
+    if version > schema.SCHEMA_VERSION:
+        raise RpcError(
+            SOURCE_UNAVAILABLE,
+            f"event log database has schema version {version}, newer than this streamd"
+            f" understands ({schema.SCHEMA_VERSION}); refusing to open it",
+        )
+
+
+def _check_version(conn: Any, where: str) -> None:
+    _version_is_current(MySql(conn, str, True), where)
+
+
+def _version_is_current(sql: MySql, where: str) -> None:
+    version = _version(sql) or 0
+    _refuse_newer(version)
+    if version != schema.SCHEMA_VERSION:
+        raise RpcError(
+            SOURCE_UNAVAILABLE,
+            f"the event log schema in the {where} is at version {version}, expected"
+            f" {schema.SCHEMA_VERSION}; open it as a writer first",
+        )
+
+
+def _nopad_collation(sql: MySql) -> str:
+    found = {r[0] for r in sql.rows(
+        "SELECT collation_name FROM information_schema.collations WHERE collation_name IN"
+        f" ({_marks(schema.NOPAD_COLLATIONS)})", schema.NOPAD_COLLATIONS)}
+    for name in schema.NOPAD_COLLATIONS:
+        if name in found:
+            return name
+    raise RpcError(
+        SOURCE_UNAVAILABLE,
+        "the server has no binary no-pad utf8mb4 collation (utf8mb4_nopad_bin,"
+        " MariaDB 10.2 and later; utf8mb4_0900_bin, MySQL 8): the log needs one",
+    )

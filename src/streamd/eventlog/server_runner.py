@@ -1,0 +1,119 @@
+"""A server backend's store as the Trio layer drives it: one worker thread per
+call, one call at a time per connection, and a cancel that reaches the server.
+
+PostgreSQL's and MySQL's stores are synchronous (their drivers' blocking APIs:
+see :mod:`~streamd.eventlog.postgres.runner` for why), so each call runs on a
+worker thread while Trio waits. A call cancelled by Trio is not abandoned: its
+statement is cancelled on the server (:meth:`ServerStore.cancel_running`) and
+the call returns, so the next one never meets a connection still busy with the
+last. A server that does not answer at all (its backend stopped, the network
+partitioned) is not waited out either: a cancelled or interrupted call still
+running ``grace_s`` after the cancel request was sent has its connection cut
+(:meth:`ServerStore.sever`), so it returns at once with an error saying a write
+in flight may or may not have committed, and close never hangs on the database.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+import outcome
+import trio
+
+__all__ = ["ServerRunner", "ServerStore"]
+
+_T = TypeVar("_T")
+
+
+class ServerStore(Protocol):
+    """What the runner needs of a server backend's store (a
+    :class:`~streamd.eventlog.store.backend.Backend` besides)."""
+
+    def cancel_running(self) -> None:
+        """Ask the server to cancel the statement running now, if any; blocks
+        until the request was delivered."""
+        ...
+
+    def sever(self) -> None:
+        """Cut the connection under the call using it; never blocks."""
+        ...
+
+    def interrupt(self) -> None:
+        """For close: abort what runs; every later call fails with ``closed``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ServerRunner:
+    """A server backend's store opened for the Trio layer (a
+    :class:`~streamd.eventlog.store.backend.Runner`)."""
+
+    def __init__(self, store: ServerStore, grace_s: float) -> None:
+        self._store = store
+        self._limiter = trio.CapacityLimiter(1)
+        self._grace = grace_s
+        self._idle = threading.Event()  # no call on the worker thread now
+        self._idle.set()
+
+    @property
+    def store(self) -> ServerStore:
+        return self._store
+
+    async def run(self, op: Callable[[Any], _T]) -> _T:
+        """``op(store)`` on a worker thread. Cancelled while it runs, the
+        statement is cancelled on the server, the call is waited for (it
+        returns promptly then), and Cancelled is raised. A server that has not
+        answered within the grace (``unresponsive_s``) has the connection cut
+        under the call, which then returns at once."""
+        async with self._limiter:
+            token = trio.lowlevel.current_trio_token()
+            done = trio.Event()
+            box: list[outcome.Outcome[_T]] = []
+
+            def deliver(result: outcome.Outcome[_T]) -> None:
+                box.append(result)
+                self._idle.set()
+                token.run_sync_soon(done.set)
+
+            self._idle.clear()
+            trio.lowlevel.start_thread_soon(lambda: op(self._store), deliver)
+            try:
+                await done.wait()
+            except trio.Cancelled:
+                with trio.CancelScope(shield=True):
+                    delivered = False
+                    with trio.move_on_after(self._grace):
+                        await trio.to_thread.run_sync(
+                            self._store.cancel_running, abandon_on_cancel=True
+                        )
+                        delivered = True
+                        await done.wait()
+                    if not done.is_set() or not delivered:
+                        # No answer, or a cancel request still on its way (it
+                        # could hit the next statement): this connection is done.
+                        self._store.sever()
+                        await done.wait()
+                raise
+            return box[0].unwrap()
+
+    def interrupt(self) -> None:
+        """For close: every later call fails with ``closed``, and the running
+        statement (if any) is cancelled, from a thread of its own so the event
+        loop never waits on the network; a call still running after the grace
+        has its connection cut (:meth:`ServerStore.sever`)."""
+        threading.Thread(target=self._store.interrupt, name="streamd-pg-cancel",
+                         daemon=True).start()
+        if not self._idle.is_set():
+            threading.Thread(target=self._sever_unless_idle, name="streamd-pg-sever",
+                             daemon=True).start()
+
+    def _sever_unless_idle(self) -> None:
+        if not self._idle.wait(self._grace):
+            self._store.sever()
+
+    async def aclose(self) -> None:
+        async with self._limiter:
+            await trio.to_thread.run_sync(self._store.close)

@@ -1,0 +1,48 @@
+"""What a database server's fault says to a client, for every server backend:
+one ``source_unavailable`` error per kind of fault, each naming the database by
+its description (never its password) and, for a write that may have been in
+flight, that retrying an append with the same event id is safe. ``data`` is the
+backend's own detail (its driver's error code), under a key of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+
+__all__ = ["RETRY_IS_SAFE", "cannot_connect", "connection_lost", "database_error", "unresponsive"]
+
+RETRY_IS_SAFE = (
+    "A write in flight may or may not have committed; retrying an append with the"
+    " same event id is safe (it answers duplicate if it had)"
+)
+
+
+def unresponsive(where: str, data: dict[str, Any]) -> RpcError:
+    """The server stopped answering (not even a cancel request), so the
+    connection was cut with a call in flight."""
+    return RpcError(
+        SOURCE_UNAVAILABLE,
+        f"the event log's {where} did not answer (not even a request to cancel), so its"
+        f" connection was cut. {RETRY_IS_SAFE}",
+        data,
+    )
+
+
+def connection_lost(where: str, detail: str, data: dict[str, Any]) -> RpcError:
+    return RpcError(
+        SOURCE_UNAVAILABLE,
+        f"lost the connection to the event log's {where}: {detail}. {RETRY_IS_SAFE}",
+        data,
+    )
+
+
+def cannot_connect(where: str, detail: str, data: dict[str, Any]) -> RpcError:
+    return RpcError(
+        SOURCE_UNAVAILABLE, f"cannot connect to the event log's {where}: {detail}", data
+    )
+
+
+def database_error(detail: str, data: dict[str, Any]) -> RpcError:
+    return RpcError(SOURCE_UNAVAILABLE, f"event log database error: {detail}", data)

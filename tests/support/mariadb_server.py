@@ -1,0 +1,236 @@
+"""A throwaway MariaDB server for the tests: private, on a Unix socket only.
+
+:func:`start` finds ``mariadbd`` (installing Debian's ``mariadb-server``
+package with apt when it is missing and apt is usable), creates a fresh data
+directory with ``mariadb-install-db`` and starts the server with no TCP
+listener, its socket in that directory, every commit on disk
+(``innodb_flush_log_at_trx_commit=1``: the tests measure durability) and the
+server's root account reachable over the socket without a password. The server
+never runs as root: as root, it runs as the unprivileged system user
+``streamd-db``, created once. :meth:`Server.stop` stops it and deletes the
+directory; an ``atexit`` hook does it too.
+
+Anything that makes a server impossible raises :class:`Unavailable` with the
+reason in words; the conftest fixture turns that into a loud skip of the MySQL
+tests only (a failure with ``CI=true``).
+
+Run alone (``python tests/support/mariadb_server.py``) it starts a server,
+prints a URL of a fresh database and waits for Enter.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["SERVER_USER", "Server", "Unavailable", "start"]
+
+SERVER_USER = "streamd-db"
+PASSWORD_USER = "streamd_pw"
+"""An account that must give a password, for the credential tests."""
+PASSWORD = "s3cret?#&pw"
+"""Its password: the characters a URL would mangle."""
+
+
+class Unavailable(Exception):
+    """No server can be started here; the message says why."""
+
+
+def _binaries() -> tuple[str, str] | None:
+    server = shutil.which("mariadbd") or shutil.which("mariadbd", path="/usr/sbin:/usr/bin")
+    install = shutil.which("mariadb-install-db") or shutil.which(
+        "mariadb-install-db", path="/usr/bin:/usr/sbin")
+    return (server, install) if server and install else None
+
+
+def _install_with_apt() -> None:
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise Unavailable(
+            "no MariaDB server (mariadbd) was found, and apt-get is not usable here (it"
+            " needs root) to install the mariadb-server package"
+        )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "mariadb-server"]
+    print("mariadb_server: installing MariaDB with apt-get (no mariadbd found)", file=sys.stderr)
+    done = subprocess.run(install, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
+        done = subprocess.run(install, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise Unavailable("apt-get install mariadb-server failed: " + " / ".join(tail))
+
+
+def _server_user() -> pwd.struct_passwd | None:
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        pass
+    made = subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER],
+        capture_output=True, text=True,
+    )
+    try:
+        return pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        raise Unavailable(
+            f"running as root, and the unprivileged user {SERVER_USER} could not be created:"
+            f" {made.stderr.strip()}"
+        ) from None
+
+
+@dataclass
+class Server:
+    """A running server; :meth:`url` reaches a database on it as root."""
+
+    binary: str
+    install_db: str
+    root: Path
+    user: pwd.struct_passwd | None
+    proc: subprocess.Popen[bytes] | None = None
+    _databases: int = 0
+    data: Path = field(init=False)
+    socket: Path = field(init=False)
+    log: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.data = self.root / "data"
+        self.socket = self.root / "mysqld.sock"
+        self.log = self.root / "server.log"
+
+    def _as_server(self) -> dict[str, object]:
+        if self.user is None:
+            return {}
+        return {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []}
+
+    def init(self) -> None:
+        if self.user is not None:
+            os.chown(self.root, self.user.pw_uid, self.user.pw_gid)
+        done = subprocess.run(
+            [self.install_db, "--no-defaults", f"--datadir={self.data}",
+             "--auth-root-authentication-method=normal", "--skip-test-db",
+             "--skip-name-resolve"],
+            capture_output=True, text=True, cwd=self.root, **self._as_server(),  # type: ignore[call-overload]
+        )
+        if done.returncode != 0:
+            raise Unavailable(f"mariadb-install-db failed: {(done.stderr or done.stdout)[-1500:]}")
+
+    def start(self) -> None:
+        argv = [
+            self.binary, "--no-defaults", f"--datadir={self.data}", f"--socket={self.socket}",
+            "--skip-networking", f"--pid-file={self.root / 'mysqld.pid'}",
+            f"--log-error={self.log}", "--innodb-flush-log-at-trx-commit=1",
+            "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=48M",
+            "--character-set-server=utf8mb4", "--skip-name-resolve", "--max-connections=300",
+        ]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, cwd=self.root,
+                                     **self._as_server())  # type: ignore[call-overload]
+        deadline = time.monotonic() + 60
+        while not self._answers():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+                self.stop()
+                raise Unavailable(f"mariadbd did not start:\n{log}")
+            time.sleep(0.05)  # a process's start: there is no event to wait on
+        self.sql(f"CREATE USER IF NOT EXISTS '{PASSWORD_USER}'@'localhost'"
+                 f" IDENTIFIED BY '{PASSWORD}'")
+        self.sql(f"GRANT ALL ON *.* TO '{PASSWORD_USER}'@'localhost'")
+
+    def _answers(self) -> bool:
+        import MySQLdb
+
+        try:
+            MySQLdb.connect(unix_socket=str(self.socket), user="root", connect_timeout=2).close()
+        except MySQLdb.Error:
+            return False
+        return True
+
+    def sql(self, statement: str, database: str | None = None) -> list[tuple[object, ...]]:
+        """Run one statement as root; its rows."""
+        import MySQLdb
+
+        kw = {"database": database} if database else {}
+        conn = MySQLdb.connect(unix_socket=str(self.socket), user="root", autocommit=True, **kw)
+        try:
+            cur = conn.cursor()
+            cur.execute(statement)
+            return list(cur.fetchall() or ())
+        finally:
+            conn.close()
+
+    def url(self, database: str, user: str = "root") -> str:
+        return f"mysql://{user}@/{database}?unix_socket={self.socket}"
+
+    def fresh_database(self) -> str:
+        """A new empty database; its URL."""
+        self._databases += 1
+        name = f"t{self._databases}_{os.getpid()}"
+        self.sql(f"CREATE DATABASE {name}")
+        return self.url(name)
+
+    def drop_database(self, url: str) -> None:
+        name = url.split("/")[3].split("?")[0]
+        self.sql(f"DROP DATABASE IF EXISTS {name}")
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash), leaving its files for :meth:`start`."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+        self.proc = None
+
+    def destroy(self) -> None:
+        self.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def start(root: Path | None = None) -> Server:
+    """A new running server (see the module docstring); raises :class:`Unavailable`."""
+    found = _binaries()
+    if found is None:
+        _install_with_apt()
+        found = _binaries()
+        if found is None:
+            raise Unavailable("apt-get installed mariadb-server but no mariadbd was found")
+    user = _server_user()
+    base = Path(tempfile.mkdtemp(prefix="streamd-my-", dir=root))
+    server = Server(found[0], found[1], base, user)
+    atexit.register(server.destroy)
+    try:
+        server.init()
+        server.start()
+    except BaseException:
+        server.destroy()
+        raise
+    return server
+
+
+if __name__ == "__main__":
+    s = start()
+    print(s.fresh_database(), flush=True)
+    with contextlib.suppress(EOFError, KeyboardInterrupt):
+        input()
+    s.destroy()
