@@ -31,8 +31,8 @@ pytestmark = pytest.mark.subprocess
 
 REPO = Path(__file__).resolve().parents[2]
 S = "s3cr3tPW"
-SERVED = ("a postgresql:// URL, a postgres:// URL, a libpq connection string, or a file path"
-          " (SQLite)")
+SERVED = ("a postgresql:// URL, a postgres:// URL, a mysql:// URL, a mariadb:// URL, a libpq"
+          " connection string, or a file path (SQLite)")
 
 
 def streamd(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -64,12 +64,13 @@ APPEND = ("log", "append", "--app", "a", "--user", "u", "--session", "s", "--aut
 
 REFUSED = [
     ("", f"event log database '': empty; give {SERVED}"),
-    ("mysql://root@localhost/x",
-     f"event log database mysql://…: mysql:// is not served yet; the event log is served from"
-     f" {SERVED}"),
-    ("mariadb://root@localhost/x",
-     f"event log database mariadb://…: mariadb:// is not served yet; the event log is served"
-     f" from {SERVED}"),
+    ("mysql://root@localhost/",
+     "event log database mysql://…: not a usable MySQL URL: name one database as the path"
+     " (mysql://user@host/DATABASE)"),
+    ("mariadb://root@localhost/x?ssl=1",
+     "event log database mariadb://…: not a usable MySQL URL: 'ssl' is not a key this URL"
+     " takes (it takes unix_socket, read_default_file, read_default_group, connect_timeout;"
+     " a password goes in MYSQL_PWD or an option file)"),
     ("http://example.com/x.db", f"event log database http://…: http:// is not served; give"
      f" {SERVED}"),
     ("sqlite:///x.db", "event log database sqlite://…: a SQLite file is given as its plain"
@@ -153,7 +154,10 @@ def test_a_libpq_string_selects_postgresql_never_a_file(
      " user of this machine can read in the process list; give it the libpq way: PGPASSWORD,"
      " ~/.pgpass (or PGPASSFILE), or a service file (PGSERVICEFILE), or put the database in"
      " STREAMD_DB"),
-    ("mysql://root@localhost/x", f"--db: {REFUSED[1][1]}"),
+    ("mysql://root@localhost/", f"--db: {REFUSED[1][1]}"),
+    (f"mysql://root:{S}@localhost/x", "--db holds a password (password), which every user of"
+     " this machine can read in the process list; give it the MySQL way: MYSQL_PWD, or an"
+     " option file (~/.my.cnf, or ?read_default_file=PATH), or put the database in STREAMD_DB"),
 ])
 def test_attach_refuses_the_daemon_a_db_before_starting_one(
     db: str, message: str, cwd: Path, tmp_path: Path,
@@ -171,9 +175,9 @@ def test_attach_refuses_the_daemon_a_db_before_starting_one(
 
 def test_the_python_api_refuses_the_same_strings(tmp_path: Path) -> None:
     with pytest.raises(DbTargetError) as info:
-        EventLog("mysql://root@localhost/x")
-    assert str(info.value) == ("event log database mysql://…: mysql:// is not served yet; the"
-                               f" event log is served from {SERVED}")
+        EventLog("mysql://root@localhost/")
+    assert str(info.value) == ("event log database mysql://…: not a usable MySQL URL: name one"
+                               " database as the path (mysql://user@host/DATABASE)")
     with pytest.raises(DbTargetError):
         EventLog("")
     assert isinstance(info.value, ValueError)

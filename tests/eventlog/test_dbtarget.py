@@ -83,19 +83,27 @@ FILES = [
 ]
 
 REFUSED = [
-    ("", "event log database '': empty; give a postgresql:// URL, a postgres:// URL, a libpq"
-     " connection string, or a file path (SQLite)"),
+    ("", "event log database '': empty; give a postgresql:// URL, a postgres:// URL, a"
+     " mysql:// URL, a mariadb:// URL, a libpq connection string, or a file path (SQLite)"),
     ("   ", "event log database '   ': empty; give a postgresql:// URL, a postgres:// URL, a"
-     " libpq connection string, or a file path (SQLite)"),
-    (f"mysql://root:{S}@localhost/x", "event log database mysql://…: mysql:// is not served"
-     " yet; the event log is served from a postgresql:// URL, a postgres:// URL, a libpq"
-     " connection string, or a file path (SQLite)"),
-    (f"mariadb://root:{S}@localhost/x", "event log database mariadb://…: mariadb:// is not"
-     " served yet; the event log is served from a postgresql:// URL, a postgres:// URL, a"
-     " libpq connection string, or a file path (SQLite)"),
+     " mysql:// URL, a mariadb:// URL, a libpq connection string, or a file path (SQLite)"),
+    (f"mysql://root:{S}@localhost/", "event log database mysql://…: not a usable MySQL URL:"
+     " name one database as the path (mysql://user@host/DATABASE)"),
+    (f"mariadb://root:{S}@localhost/x?password={S}", "event log database mariadb://…: not a"
+     " usable MySQL URL: 'password' is not a key this URL takes (it takes unix_socket,"
+     " read_default_file, read_default_group, connect_timeout; a password goes in MYSQL_PWD"
+     " or an option file)"),
+    (f"mysql://root:{S}@h/x#frag", "event log database mysql://…: not a usable MySQL URL: a"
+     " MySQL URL has no #fragment (a # in a password is written %23)"),
+    (f"mysql://root:{S}@h:port/x", "event log database mysql://…: not a usable MySQL URL: not"
+     " a valid URL (a bad host or port)"),
+    (f"mysql://root:{S}@h/x?connect_timeout=soon", "event log database mysql://…: not a usable"
+     " MySQL URL: connect_timeout is a whole number of seconds"),
+    (f"MySQL://root:{S}@h/x", "event log database MySQL://…: a mysql URL starts with mysql://"
+     " in lower case"),
     (f"http://u:{S}@x/y", "event log database http://…: http:// is not served; give a"
-     " postgresql:// URL, a postgres:// URL, a libpq connection string, or a file path"
-     " (SQLite)"),
+     " postgresql:// URL, a postgres:// URL, a mysql:// URL, a mariadb:// URL, a libpq"
+     " connection string, or a file path (SQLite)"),
     ("sqlite:///x.db", "event log database sqlite://…: a SQLite file is given as its plain"
      " path, not a URL"),
     ("file:x.db", "event log database file:…: a SQLite file is given as its plain path, not a"
@@ -252,11 +260,31 @@ def test_a_string_that_names_nothing_served_is_refused_with_its_cause(
         assert dbtarget.usage_error(None, {"STREAMD_DB": value}) == f"STREAMD_DB: {message}"
 
 
-def test_an_unserved_dialect_is_one_entry_and_its_schemes_are_refused_as_not_yet() -> None:
+def test_every_dialect_is_one_entry_and_each_is_served() -> None:
     assert [(d.kind, d.schemes, d.served) for d in dbtarget.DIALECTS] == [
         ("postgres", ("postgresql", "postgres"), True),
-        ("mysql", ("mysql", "mariadb"), False),
+        ("mysql", ("mysql", "mariadb"), True),
     ]
+
+
+MYSQL = [
+    (f"mysql://agent:{S}@db.example:3307/events", "mysql://agent@db.example:3307/events"),
+    (f"mariadb://a%40b:{S}%3F%23@/ev?unix_socket=/run/my.sock",
+     "mariadb://a%40b@/ev?unix_socket=/run/my.sock"),
+    ("mysql://agent@localhost/events?read_default_file=~/.ev.cnf&read_default_group=ev",
+     "mysql://agent@localhost/events?read_default_file=~/.ev.cnf&read_default_group=ev"),
+]
+
+
+@pytest.mark.parametrize(("value", "described"), MYSQL)
+def test_a_mysql_url_is_described_without_its_password(value: str, described: str) -> None:
+    target = classify(value, origin="environment")
+    assert (target.kind, target.description, target.conninfo) == ("mysql", described, value)
+    assert S not in target.description and S not in repr(target)
+    assert target.secret_keys == (("password",) if S in value else ())
+    if S in value:
+        refused = dbtarget.command_line_error(value)
+        assert refused is not None and S not in refused and "MYSQL_PWD" in refused
 
 
 # --- where the string comes from, and the directory ------------------------------------

@@ -183,12 +183,15 @@ def test_every_spelling_of_a_path_option_is_made_absolute() -> None:
     assert launch.absolute_args(
         ["--db", "ev.db", "--log-file=logs/d.log", "--d", "../x.db", "--idle-exit", "5",
          "--runtime-dir", "~/run", "--log-file", "-", "-v",
-         "--db", "postgresql://u@/db?host=/tmp", "--synchronous", "NORMAL"],
+         "--db", "postgresql://u@/db?host=/tmp", "--synchronous", "NORMAL",
+         "--db", "mysql://u@/db?unix_socket=/run/my.sock", "--db", "host=/tmp dbname=x",
+         "--db", "./a=b.db"],
         cwd,
     ) == ["--db", "/home/me/project/ev.db", "--log-file=/home/me/project/logs/d.log",
           "--d", "/home/me/x.db", "--idle-exit", "5", "--runtime-dir", f"{home}/run",
           "--log-file", "-", "-v", "--db", "postgresql://u@/db?host=/tmp",
-          "--synchronous", "NORMAL"]
+          "--synchronous", "NORMAL", "--db", "mysql://u@/db?unix_socket=/run/my.sock",
+          "--db", "host=/tmp dbname=x", "--db", "/home/me/project/a=b.db"]
     env = launch.absolute_env({"STREAMD_DB": "a.db", "STREAMD_RUNTIME_DIR": "/abs",
                                "HOME": "h"}, cwd)
     assert env == {"STREAMD_DB": "/home/me/project/a.db", "STREAMD_RUNTIME_DIR": "/abs",

@@ -111,10 +111,11 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
     from streamd.cli import args as cliargs
 
     p.add_argument("--db", default=argparse.SUPPRESS, metavar="DB",
-                   help="event log database: a file path, a postgresql:// URL or a libpq"
-                   " string such as 'host=/run/pg dbname=events' (default $STREAMD_DB, else "
-                   "$XDG_STATE_HOME/streamd/events.db; a password goes in PGPASSWORD or"
-                   " ~/.pgpass, never here)")
+                   help="event log database: a file path, a postgresql:// or mysql:// URL, a"
+                   " libpq string such as 'host=/run/pg dbname=events' (default $STREAMD_DB,"
+                   " else "
+                   "$XDG_STATE_HOME/streamd/events.db; a password goes in PGPASSWORD,"
+                   " ~/.pgpass, MYSQL_PWD or ~/.my.cnf, never here)")
     p.add_argument("--watch-interval-ms", type=cliargs.positive, default=argparse.SUPPRESS,
                    metavar="MS",
                    help="how often watchers poll for other processes' appends where inotify"

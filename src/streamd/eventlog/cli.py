@@ -75,8 +75,8 @@ def _common() -> argparse.ArgumentParser:
     # before it; absent, they leave the earlier value alone.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=argparse.SUPPRESS, metavar="DB",
-                        help="event log database: a file path, a postgresql:// URL or a"
-                        " libpq string (default $STREAMD_DB, else "
+                        help="event log database: a file path, a postgresql:// or mysql://"
+                        " URL, or a libpq string (default $STREAMD_DB, else "
                         "$XDG_STATE_HOME/streamd/events.db)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print JSON objects (one per line) instead of lines for people")
@@ -124,8 +124,8 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
         "--json prints JSON Lines, one compact object per line.",
     )
     parser.add_argument("--db", default=None, metavar="DB",
-                        help="event log database: a file path, a postgresql:// URL or a"
-                        " libpq string (default $STREAMD_DB, else "
+                        help="event log database: a file path, a postgresql:// or mysql://"
+                        " URL, or a libpq string (default $STREAMD_DB, else "
                         "$XDG_STATE_HOME/streamd/events.db)")
     parser.add_argument("--json", action="store_true", default=False,
                         help="print JSON objects (one per line) instead of lines for people")

@@ -5,9 +5,9 @@ This module is the one place that reads such a string; the CLI, the daemon,
 the log, the clients and ``status`` all take its :class:`DbTarget`. The rules:
 
 - a ``scheme://`` URL is a database server, never a file: ``postgresql://``
-  and ``postgres://`` are served; a scheme in :data:`DIALECTS` that is not
-  served yet, or any other scheme, is refused naming what is served (so
-  ``mysql://root@localhost/x`` no longer becomes a directory ``mysql:``);
+  and ``postgres://`` are PostgreSQL, ``mysql://`` and ``mariadb://`` MySQL
+  or MariaDB (:mod:`streamd.eventlog.mysql.url`); any other scheme is refused
+  naming what is served (so a typo never becomes a directory ``mysq:``);
 - a string of ``keyword=value`` pairs whose keywords are all libpq's is a
   PostgreSQL connection string (``host=/tmp dbname=events``, ``service=x``);
   one whose first keyword is libpq's but that is not all libpq's is refused
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
+from streamd.eventlog.mysql import url as mysql_url
 from streamd.eventlog.postgres.conninfo import (
     KEYWORDS,
     URI_PREFIXES,
@@ -45,6 +46,7 @@ from streamd.eventlog.postgres.conninfo import (
 
 __all__ = [
     "DIALECTS",
+    "MYSQL_PASSWORD_WAYS",
     "PASSWORD_WAYS",
     "DbTarget",
     "DbTargetError",
@@ -61,7 +63,7 @@ __all__ = [
     "usage_error",
 ]
 
-Kind = Literal["sqlite", "postgres"]
+Kind = Literal["sqlite", "postgres", "mysql"]
 Origin = Literal["argument", "environment", "default"]
 """Where the string came from: a caller's argument (``--db``: on a command
 line, every user can read it in ``ps``), ``$STREAMD_DB``, or the default."""
@@ -79,7 +81,7 @@ class Dialect:
 
 DIALECTS: tuple[Dialect, ...] = (
     Dialect("postgres", ("postgresql", "postgres"), served=True),
-    Dialect("mysql", ("mysql", "mariadb"), served=False),
+    Dialect("mysql", mysql_url.SCHEMES, served=True),
 )
 """Adding a server is one entry here (and its parser in :func:`_server`)."""
 
@@ -93,6 +95,10 @@ PASSWORD_WAYS = (
     "give it the libpq way: PGPASSWORD, ~/.pgpass (or PGPASSFILE), or a service file"
     " (PGSERVICEFILE)"
 )
+MYSQL_PASSWORD_WAYS = (
+    "give it the MySQL way: MYSQL_PWD, or an option file (~/.my.cnf, or"
+    " ?read_default_file=PATH)"
+)
 
 
 class DbTargetError(ValueError):
@@ -103,7 +109,8 @@ class DbTargetError(ValueError):
 
 @dataclass(frozen=True)
 class DbTarget:
-    """A database, classified: a SQLite file or a PostgreSQL connection string."""
+    """A database, classified: a SQLite file, a PostgreSQL connection string or
+    a MySQL URL."""
 
     kind: Kind
     description: str
@@ -113,7 +120,7 @@ class DbTarget:
     path: Path | None = None
     """The SQLite file (``kind == "sqlite"``)."""
     conninfo: str = field(default="", repr=False)
-    """The string to connect with (``kind == "postgres"``), as given: it may
+    """The string to connect with (``kind`` a server's), as given: it may
     hold a password, so it is never shown."""
     secret_keys: tuple[str, ...] = ()
     """The libpq keywords that carried a credential (names, not values)."""
@@ -184,6 +191,8 @@ def classify(value: str | os.PathLike[str], *, origin: Origin = "argument") -> D
         _check_scheme(m.group(1), value[m.end():].startswith("//"))
         if value.startswith(URI_PREFIXES):
             return _server(value, origin)
+        if m.group(1) in mysql_url.SCHEMES:
+            return _mysql(value, origin)
     names = looks_like_keywords(value)
     known = [n for n in names if n in KEYWORDS or n == "requiressl"]
     if known:
@@ -254,6 +263,19 @@ def _server(value: str, origin: Origin) -> DbTarget:
     )
 
 
+def _mysql(value: str, origin: Origin) -> DbTarget:
+    try:
+        parsed = mysql_url.parse(value)
+    except mysql_url.MysqlUrlError as exc:
+        raise _refused(value[:value.index("//") + 2] + "…", f"not a usable MySQL URL: {exc}") \
+            from None
+    secret = parsed.password
+    return DbTarget(
+        "mysql", parsed.description, origin, conninfo=value,
+        secret_keys=("password",) if secret else (), secrets=(secret,) if secret else (),
+    )
+
+
 _PLAIN_HOST = re.compile(r"[A-Za-z0-9._~-]+")
 _PLAIN_PORT = re.compile(r"[0-9]+")
 
@@ -282,8 +304,9 @@ def password_refused(target: DbTarget, flag: str = "--db") -> str:
     """Why a credential on a command line is refused: it would show in ``ps``
     for the process's whole life. Names the keyword, never the value."""
     keys = ", ".join(target.secret_keys)
+    ways = MYSQL_PASSWORD_WAYS if target.kind == "mysql" else PASSWORD_WAYS
     return (f"{flag} holds a password ({keys}), which every user of this machine can read in"
-            f" the process list; {PASSWORD_WAYS}, or put the database in STREAMD_DB")
+            f" the process list; {ways}, or put the database in STREAMD_DB")
 
 
 def command_line_error(value: str | None) -> str | None:
@@ -360,7 +383,7 @@ def resolve_db_path(
     explicit: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None
 ) -> Path | str:
     """Where the log lives: an explicit path, else ``$STREAMD_DB``, else
-    ``$XDG_STATE_HOME/streamd/events.db``; a PostgreSQL URL or connection
+    ``$XDG_STATE_HOME/streamd/events.db``; a server's URL or connection
     string is returned as given (a ``str``). :func:`resolve` says the same
     with its kind and a safe description; this raises its :class:`DbTargetError`."""
     return resolve(explicit, env).target

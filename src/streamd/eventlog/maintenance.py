@@ -26,6 +26,7 @@ from streamd.cli.args import command
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.dbtarget import describe as db_description
 from streamd.eventlog.dbtarget import resolve_db_path
+from streamd.eventlog.mysql import url as mysql_url
 from streamd.eventlog.sqlite.schema import SCHEMA_VERSION
 
 __all__ = ["COMMANDS", "add_parsers", "run"]
@@ -57,6 +58,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _backup(path: Path | str, args: argparse.Namespace) -> int:
+    if isinstance(path, str) and path.startswith(mysql_url.SCHEMES):
+        return cliargs.fail(
+            f"the event log is in MySQL ({db_description(path)}): back it up with the"
+            " server's own tool, for example\n"
+            "  mariadb-dump --single-transaction DATABASE > events.sql"
+            " (mysqldump on MySQL)\nand restore it with the mariadb client", cliargs.ERROR)
     if isinstance(path, str):
         return cliargs.fail(
             f"the event log is in PostgreSQL ({db_description(path)}): back it up with"
@@ -82,7 +89,11 @@ def _backup(path: Path | str, args: argparse.Namespace) -> int:
 
 
 def _verify(path: Path | str, args: argparse.Namespace) -> int:
-    if isinstance(path, str):
+    if isinstance(path, str) and path.startswith(mysql_url.SCHEMES):
+        from streamd.eventlog.mysql import checks as mysql_checks
+
+        report = mysql_checks.verify(path)
+    elif isinstance(path, str):
         from streamd.eventlog.postgres import checks as pg_checks
 
         report = pg_checks.verify(path)

@@ -7,8 +7,9 @@ for each role (the writer, which migrates, and the reader), the
 :class:`~streamd.eventlog.store.ChangeSource` that hears other processes'
 commits, and why the storage has stopped serving for good, if it has.
 :func:`opener_for` picks one from the target
-(:mod:`~streamd.eventlog.dbtarget` has read the string). The PostgreSQL backend
-is imported only when a log is in PostgreSQL: its driver is an optional extra.
+(:mod:`~streamd.eventlog.dbtarget` has read the string). The PostgreSQL and
+MySQL backends are imported only when a log is in one: their drivers are
+optional extras.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from streamd.eventlog.store import ChangeSource, Runner
 if TYPE_CHECKING:
     from streamd.eventlog.postgres.store import PostgresOptions
 
-__all__ = ["Dispatch", "Opener", "PostgresOpener", "Role", "SqliteOpener", "opener_for"]
+__all__ = [
+    "Dispatch", "MysqlOpener", "Opener", "PostgresOpener", "Role", "SqliteOpener", "opener_for",
+]
 
 Dispatch = Literal["aio", "thread", "inline"]
 """How SQLite's operations meet Trio: the writer's inline-or-thread runner and
@@ -65,6 +68,8 @@ def opener_for(
 ) -> Opener:
     if target.kind == "postgres":
         return PostgresOpener(target, options, watch_interval)
+    if target.kind == "mysql":
+        return MysqlOpener(target, options, watch_interval)
     return SqliteOpener(target, options, dispatch, watch_interval)
 
 
@@ -172,3 +177,49 @@ class PostgresOpener:
             poll=poll,
             options=self._options(),
         )
+
+
+class MysqlOpener:
+    """Connections to a MySQL or MariaDB database, each on a worker thread of
+    its own (as PostgreSQL's); the writer migrates. Other hosts' commits are
+    heard by polling the newest seq (:mod:`~streamd.eventlog.mysql.changes`)."""
+
+    def __init__(
+        self, target: dbtarget.DbTarget, options: SqliteOptions, watch_interval: float
+    ) -> None:
+        self._target = target
+        self._synchronous = options.synchronous
+        self._watch_interval = watch_interval
+
+    @property
+    def fault(self) -> str | None:
+        return None  # a server that goes away comes back
+
+    async def open(self, role: Role) -> Runner:
+        from streamd import DISTRIBUTION
+
+        try:
+            from streamd.eventlog.mysql.runner import MysqlRunner
+            from streamd.eventlog.mysql.store import MysqlOptions
+        except ImportError as exc:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"the event log is in MySQL, which needs mysqlclient ({exc}):"
+                f" pip install '{DISTRIBUTION}[mysql]'",
+            ) from None
+        if self._target.origin == "argument" and self._target.secret_keys:
+            raise RpcError(
+                SOURCE_UNAVAILABLE, dbtarget.password_refused(self._target, "the database given")
+            )
+        return await MysqlRunner.open(
+            str(self._target.target), MysqlOptions(synchronous=self._synchronous),
+            migrate=role == "writer",
+        )
+
+    def changes(self, poll: Poll) -> AbstractAsyncContextManager[ChangeSource]:
+        """A poll of the newest seq on the reader, from 2 ms after a change up
+        to 50 ms (or the watch interval, when shorter) while idle."""
+        from streamd.eventlog.mysql.changes import CEILING_S, PolledChanges
+
+        ceiling = min(CEILING_S, self._watch_interval)
+        return PolledChanges(poll, ceiling=ceiling, floor=min(0.002, ceiling))

@@ -24,6 +24,7 @@ Standard library only (``streamd attach`` imports it on every spawn).
 from __future__ import annotations
 
 import os
+import re
 import select
 import sys
 from collections.abc import Mapping, Sequence
@@ -45,8 +46,15 @@ VALUE_OPTIONS = (
 FLAG_OPTIONS = ("--verbose", "-v", "--help", "-h")
 
 
+_SERVER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://|[a-z_]+\s*=")
+
+
 def _is_url(value: str) -> bool:
-    return value.startswith(("postgresql://", "postgres://"))
+    """A database server's address, not a path: a ``scheme://`` URL
+    (``postgresql://``, ``mysql://``...) or a libpq ``keyword=value`` string
+    (a file whose name holds ``=`` is written ``./NAME``, as the database
+    target asks)."""
+    return _SERVER.match(value) is not None
 
 
 def absolute(value: str, cwd: str) -> str:

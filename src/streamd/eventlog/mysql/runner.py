@@ -25,7 +25,9 @@ class MysqlRunner(ServerRunner):
     async def open(
         cls, url: str, options: MysqlOptions | None = None, *, migrate: bool = True
     ) -> MysqlRunner:
-        store = await trio.to_thread.run_sync(lambda: MysqlStore.open(url, options, migrate=migrate))
+        store = await trio.to_thread.run_sync(
+            lambda: MysqlStore.open(url, options, migrate=migrate)
+        )
         return cls(store)
 
     @property

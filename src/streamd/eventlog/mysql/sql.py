@@ -141,7 +141,8 @@ class MySql:
         db.query("COMMIT")
 
     def newest_seq(self, lock: bool = False) -> int:
-        row = self.one("SELECT seq FROM seq_counter WHERE one = 1" + (" FOR UPDATE" if lock else ""))
+        lock_it = " FOR UPDATE" if lock else ""
+        row = self.one("SELECT seq FROM seq_counter WHERE one = 1" + lock_it)
         return int(row[0]) if row else 0
 
     def lease_now(self, now_us: int) -> tuple[str, tuple[Any, ...]]:

@@ -79,7 +79,8 @@ class SqliteSql:
         return self._db.last_insert_rowid()
 
     def insert_absent(self, sql: str, args: Args = ()) -> bool:
-        return self._db.execute(sql + " ON CONFLICT DO NOTHING RETURNING 1", args).fetchone() is not None
+        done = self._db.execute(sql + " ON CONFLICT DO NOTHING RETURNING 1", args)
+        return done.fetchone() is not None
 
     def delete_returning(self, table: str, key: str, select: str, args: Args = ()) -> list[int]:
         return [k for k, in self._db.execute(

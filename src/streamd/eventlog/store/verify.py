@@ -31,7 +31,7 @@ from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 
 __all__ = ["PER_CHECK", "Dialect", "Query", "Report", "unreadable", "verify"]
 
-Dialect = Literal["sqlite", "postgres"]
+Dialect = Literal["sqlite", "postgres", "mysql"]
 Query = Callable[[str], Iterable[Sequence[Any]]]
 """Run one statement (no parameters) and give its rows."""
 
@@ -50,6 +50,12 @@ _DIALECT: dict[Dialect, dict[str, str]] = {
         "seqs": "SELECT seq FROM events ORDER BY seq",
         "counter": "SELECT seq FROM seq_counter",
         "duplicates": "SELECT event_id, count(*), string_agg(seq::text, ',' ORDER BY seq)"
+        " FROM events GROUP BY event_id HAVING count(*) > 1 ORDER BY min(seq)",
+    },    "mysql": {
+        "begin": "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+        "seqs": "SELECT seq FROM events ORDER BY seq",
+        "counter": "SELECT seq FROM seq_counter",
+        "duplicates": "SELECT event_id, count(*), GROUP_CONCAT(seq ORDER BY seq SEPARATOR ',')"
         " FROM events GROUP BY event_id HAVING count(*) > 1 ORDER BY min(seq)",
     },
 }
