@@ -228,7 +228,33 @@ def start(root: Path | None = None) -> Server:
     return server
 
 
+def adapter(argv: list[str]) -> int:
+    """``mariadb_server.py adapter SOCKET [streamd args...]``: run ``python -m
+    streamd`` on a new database of its own instead of the SQLite file a case
+    names (``--db ${WORKDIR}/events.db``, a fresh directory per run), so every
+    replayed case starts from an empty log on MariaDB as it would from a new
+    file. The database is named for the workdir."""
+    import hashlib
+
+    import MySQLdb
+
+    sock, rest = argv[0], argv[1:]
+    if "--db" in rest:
+        i = rest.index("--db")
+        name = "c" + hashlib.blake2b(rest[i + 1].encode(), digest_size=8).hexdigest()
+        conn = MySQLdb.connect(unix_socket=sock, user="root", autocommit=True)
+        try:
+            conn.query(f"CREATE DATABASE {name}")
+        finally:
+            conn.close()
+        rest[i + 1] = f"mysql://root@/{name}?unix_socket={sock}"
+    os.execv(sys.executable, [sys.executable, "-m", "streamd", *rest])
+    return 1  # not reached
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["adapter"]:
+        raise SystemExit(adapter(sys.argv[2:]))
     s = start()
     print(s.fresh_database(), flush=True)
     with contextlib.suppress(EOFError, KeyboardInterrupt):

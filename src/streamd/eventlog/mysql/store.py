@@ -162,6 +162,7 @@ class MysqlStore(SqlOperations):
         self._secrets = [self._url.password or "", os.environ.get("MYSQL_PWD", "")]
         self._where = f"MySQL database {self._url.description}"
         self._conn: Any = None
+        self._thread = 0  # the server's id of the connection's session, for KILL QUERY
         self._lock = threading.Lock()  # the connection slot, between worker and interrupt
         self._severed: Any = None
         self._broken = False
@@ -193,7 +194,7 @@ class MysqlStore(SqlOperations):
                 raise
         except MySQLdb.Error as exc:
             raise store._translate(exc, connecting=True) from None
-        store._conn = conn
+        store._conn, store._thread = conn, conn.thread_id()
         return store
 
     @property
@@ -217,11 +218,12 @@ class MysqlStore(SqlOperations):
     def cancel_running(self) -> None:
         """Kill the statement running on the connection now, if any, from a
         connection of its own (MySQL's cancel); blocks until it was sent."""
-        conn = self._conn
-        if conn is None:
+        # The id was read at connect: the driver refuses any use of a
+        # connection from a second thread while a call runs on it.
+        thread = self._thread
+        if self._conn is None or not thread:
             return
         try:
-            thread = conn.thread_id()
             killer = connect(self._url, self._opts)
             try:
                 killer.query(f"KILL QUERY {int(thread)}")
@@ -290,7 +292,7 @@ class MysqlStore(SqlOperations):
             if self._closed or self._aborted:
                 conn.close()
                 raise closed_error()
-            self._conn, self._broken = conn, False
+            self._conn, self._broken, self._thread = conn, False, conn.thread_id()
         if self._failures:
             logger.info("event log reconnected to the %s", self._where)
         self._failures = 0
@@ -335,7 +337,10 @@ class MysqlStore(SqlOperations):
         if code in _VALUE_REFUSED:
             return invalid_params(f"refused by the database: {detail}")
         if code == _KILLED:
-            return outages.database_error("the statement was cancelled", data)
+            # Killed (a cancel) while it may have been committing.
+            return outages.database_error(
+                f"the statement was cancelled. {outages.RETRY_IS_SAFE}", data
+            )
         return outages.database_error(detail, data)
 
     # -- appends --
