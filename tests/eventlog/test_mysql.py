@@ -11,6 +11,7 @@ skipped, loudly, where none can be started (a failure with ``CI=true``).
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import shlex
 import sys
 import threading
@@ -261,7 +262,7 @@ async def test_polling_backs_off_while_idle_and_wakes_on_a_change(
         assert polled == [pytest.approx(start + 0.002)]
         with trio.move_on_after(1):
             await changes.wait()  # nothing moves: from 2 ms after a wake, doubling to 50
-        gaps = [round(b - a, 4) for a, b in zip(polled, polled[1:], strict=False)]
+        gaps = [round(b - a, 4) for a, b in itertools.pairwise(polled)]
         assert gaps[:6] == [0.002, 0.004, 0.008, 0.016, 0.032, 0.05]
         assert set(gaps[6:]) == {0.05}
         newest[0] = 7
