@@ -41,7 +41,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
@@ -49,14 +49,14 @@ import MySQLdb
 from MySQLdb.constants import CLIENT
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
-from streamd.eventlog.model import AppendParams, AppendResult
+from streamd.eventlog.model import AppendParams
 from streamd.eventlog.mysql import schema
 from streamd.eventlog.mysql.sql import DB_NOW_US, MySql
 from streamd.eventlog.mysql.url import MysqlUrl, connect_kwargs, parse
 from streamd.eventlog.store import outages, rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, Synchronous, closed_error
 from streamd.eventlog.store.operations import SqlOperations
-from streamd.eventlog.store.plan import Plan, Planned, in_group
+from streamd.eventlog.store.plan import Known, Planned, commit_planned
 from streamd.eventlog.store.sql import Sql
 from streamd.eventlog.store.state import apply_delta
 
@@ -71,14 +71,6 @@ _T = TypeVar("_T")
 _LOST = frozenset({2006, 2013, 2055, 4031})  # gone away, lost during query, closed by the server
 _KILLED = 1317  # the statement was interrupted (KILL QUERY)
 _VALUE_REFUSED = frozenset({1406, 1366, 4025, 3819})  # too long, bad text, a CHECK (MariaDB, MySQL)
-
-
-def _refusal(exc: BaseException) -> bool:
-    """Whether the database (or a state merge) refused a value of one event, as
-    opposed to failing itself."""
-    if isinstance(exc, RpcError | MySQLdb.DataError | MySQLdb.IntegrityError):
-        return True
-    return isinstance(exc, MySQLdb.Error) and _code(exc) in _VALUE_REFUSED
 
 
 @dataclass(frozen=True)
@@ -146,11 +138,6 @@ def _translated(
             raise store._translate(exc) from None
 
     return wrapper
-
-
-class _Rewrite(Exception):
-    """The bulk write was refused for one event: write the batch again one
-    event per savepoint."""
 
 
 class MysqlStore(SqlOperations):
@@ -349,86 +336,11 @@ class MysqlStore(SqlOperations):
     def append_commit(
         self, batch: Sequence[AppendParams | AppendGroup], now_us: int, capture: bool
     ) -> CommitOutcome:
-        """Write every append in one transaction (see the module docstring);
-        per-item outcomes in order, the newest seq before and after, and with
-        ``capture`` the new events as a reader gets them."""
-        prepared: list[rows.Prepared | list[rows.Prepared] | RpcError] = []
-        for p in batch:
-            try:
-                prepared.append(
-                    rules.prepare_group(p, now_us) if isinstance(p, AppendGroup)
-                    else rows.prepare(p, now_us)
-                )
-            except RpcError as exc:
-                prepared.append(exc)
-        try:
-            return self._commit(prepared, now_us, capture, one_by_one=False)
-        except _Rewrite:
-            return self._commit(prepared, now_us, capture, one_by_one=True)
-
-    def _commit(
-        self,
-        prepared: list[rows.Prepared | list[rows.Prepared] | RpcError],
-        now_us: int,
-        capture: bool,
-        one_by_one: bool,
-    ) -> CommitOutcome:
+        """Write every append in one transaction (the shared planned commit,
+        :func:`~streamd.eventlog.store.plan.commit_planned`, on this connection)."""
         sql = self._sql()
-        out: list[AppendResult | list[AppendResult] | RpcError] = []
-        with sql.write():
-            before = sql.newest_seq(lock=True)
-            plan = Plan(before, *_known(sql, prepared), check=_refuse_too_long)
-            for i, item in enumerate(prepared):
-                if isinstance(item, RpcError):
-                    out.append(item)
-                    continue
-                mark = plan.mark()
-                try:
-                    result: AppendResult | list[AppendResult] = (
-                        [in_group(plan, one, j) for j, one in enumerate(item)]
-                        if isinstance(item, list) else plan.add(item)
-                    )
-                    if one_by_one:
-                        self._write_alone(sql, plan.events[mark[1]:], now_us, i,
-                                          isinstance(item, list))
-                except RpcError as exc:
-                    plan.undo(mark)
-                    out.append(exc)
-                    continue
-                out.append(result)
-            if not one_by_one:
-                try:
-                    _write(sql, plan.events, now_us)
-                except (RpcError, MySQLdb.Error) as exc:
-                    if not _refusal(exc):
-                        raise
-                    raise _Rewrite from exc
-            if plan.last_seq != before:
-                sql.run("UPDATE seq_counter SET seq = ? WHERE one = 1", (plan.last_seq,))
-        return CommitOutcome(
-            results=out,
-            before_seq=before,
-            after_seq=plan.last_seq,
-            entries=[rows.committed(e.row) for e in plan.events] if capture else None,
-        )
-
-    def _write_alone(
-        self, sql: MySql, events: list[Planned], now_us: int, item: int, group: bool
-    ) -> None:
-        """Write one item's events in a savepoint, so the database's refusal
-        fails that item alone and names the event."""
-        with _savepoint(sql, f"item{item}"):
-            for i, e in enumerate(events):
-                try:
-                    with _savepoint(sql, f"event{i}"):
-                        _write(sql, [e], now_us)
-                except (RpcError, MySQLdb.Error) as exc:
-                    if not _refusal(exc):
-                        raise
-                    error = exc if isinstance(exc, RpcError) else invalid_params(
-                        f"event rejected by the database: {self._scrub(exc)}"
-                    )
-                    raise rules.refused_in_group(error, i) if group else error from None
+        return commit_planned(_MysqlWrite(sql), rules.prepare_all(batch, now_us), now_us,
+                              capture, check=_refuse_too_long)
 
     # -- maintenance --
 
@@ -481,75 +393,96 @@ class MysqlStore(SqlOperations):
 # --- the batch write ---------------------------------------------------------------
 
 
-def _known(
-    sql: MySql, prepared: list[rows.Prepared | list[rows.Prepared] | RpcError]
-) -> tuple[dict[str, tuple[int, bytes]], dict[tuple[str, str, str], int | None]]:
-    """What the plan needs from the database: the stored events with the
-    batch's ids, and ``last_seq`` of the sessions ``expected_seq`` names."""
-    items = [one for item in prepared if not isinstance(item, RpcError)
-             for one in (item if isinstance(item, list) else [item])]
-    known: dict[str, tuple[int, bytes]] = {}
-    ids = list(dict.fromkeys(one.params.event.id for one in items))
-    for start in range(0, len(ids), 1000):
-        part = ids[start:start + 1000]
-        for event_id, seq, digest in sql.rows(
-            f"SELECT event_id, seq, digest FROM events WHERE event_id IN ({_marks(part)})", part
-        ):
-            known[event_id] = (seq, bytes(digest))
-    keys = list(dict.fromkeys((one.params.app, one.params.user, one.params.session)
-                              for one in items if one.params.expected_seq is not None))
-    session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(keys)
-    for key in keys:
-        row = sql.one("SELECT last_seq FROM sessions WHERE app_name = ? AND user_id = ?"
-                      " AND session_id = ?", key)
-        if row is not None:
-            session_seq[key] = row[0]
-    return known, session_seq
+class _MysqlWrite:
+    """The planned commit's statements on one connection
+    (:class:`~streamd.eventlog.store.plan.PlannedWrite`)."""
 
+    def __init__(self, sql: MySql) -> None:
+        self._sql = sql
+        self._savepoints = 0
 
-def _write(sql: MySql, events: list[Planned], now_us: int) -> None:
-    """Insert the planned events with their sessions, then fold their state
-    deltas in seq order; inside the caller's transaction."""
-    if not events:
-        return
-    newest: dict[tuple[str, str, str], tuple[int, int]] = {}
-    for e in events:
-        newest[(e.row[1], e.row[2], e.row[3])] = (e.row[0], e.row[8])
-    # Assignments run left to right: last_event_time reads last_seq before it moves.
-    sql.run(
-        "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at,"
-        " last_seq, last_event_time) VALUES "
-        + ", ".join(["(?, ?, ?, '{}', ?, ?, ?, ?)"] * len(newest))
-        + " ON DUPLICATE KEY UPDATE updated_at = GREATEST(updated_at, VALUES(updated_at)),"
-        " last_event_time = IF(VALUES(last_seq) > last_seq, VALUES(last_event_time),"
-        " last_event_time), last_seq = GREATEST(last_seq, VALUES(last_seq))",
-        [v for (a, u, s), (seq, at) in newest.items() for v in (a, u, s, now_us, now_us, seq, at)],
-    )
-    sql.run(
-        "INSERT INTO events (seq, app_name, user_id, session_id, event_id, invocation_id,"
-        " author, branch, event_time, content, metadata, state_delta, digest) VALUES "
-        + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(events)),
-        [v for e in events for v in (*e.row, e.digest)],
-    )
-    for e in events:
-        if e.delta is not None:
-            seq, app, user, session = e.row[:4]
-            apply_delta(sql, app, user, session, e.delta, seq, now_us)
+    def transaction(self) -> AbstractContextManager[object]:
+        return self._sql.write()
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        self._savepoints += 1
+        name = f"sp{self._savepoints}"
+        self._sql.run(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            self._sql.run(f"ROLLBACK TO SAVEPOINT {name}")
+            raise
+        self._sql.run(f"RELEASE SAVEPOINT {name}")
+
+    def locked_seq(self) -> int:
+        return self._sql.newest_seq(lock=True)
+
+    def known(self, items: list[rows.Prepared]) -> Known:
+        sql = self._sql
+        known: dict[str, tuple[int, bytes]] = {}
+        ids = list(dict.fromkeys(one.params.event.id for one in items))
+        for start in range(0, len(ids), 1000):
+            part = ids[start:start + 1000]
+            for event_id, seq, digest in sql.rows(
+                f"SELECT event_id, seq, digest FROM events WHERE event_id IN ({_marks(part)})",
+                part,
+            ):
+                known[event_id] = (seq, bytes(digest))
+        keys = list(dict.fromkeys((one.params.app, one.params.user, one.params.session)
+                                  for one in items if one.params.expected_seq is not None))
+        session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(keys)
+        for key in keys:
+            row = sql.one("SELECT last_seq FROM sessions WHERE app_name = ? AND user_id = ?"
+                          " AND session_id = ?", key)
+            if row is not None:
+                session_seq[key] = row[0]
+        return known, session_seq
+
+    def write(self, events: list[Planned], now_us: int) -> None:
+        if not events:
+            return
+        sql = self._sql
+        newest: dict[tuple[str, str, str], tuple[int, int]] = {}
+        for e in events:
+            newest[(e.row[1], e.row[2], e.row[3])] = (e.row[0], e.row[8])
+        # Assignments run left to right: last_event_time reads last_seq before it moves.
+        sql.run(
+            "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at,"
+            " last_seq, last_event_time) VALUES "
+            + ", ".join(["(?, ?, ?, '{}', ?, ?, ?, ?)"] * len(newest))
+            + " ON DUPLICATE KEY UPDATE updated_at = GREATEST(updated_at, VALUES(updated_at)),"
+            " last_event_time = IF(VALUES(last_seq) > last_seq, VALUES(last_event_time),"
+            " last_event_time), last_seq = GREATEST(last_seq, VALUES(last_seq))",
+            [v for (a, u, s), (seq, at) in newest.items()
+             for v in (a, u, s, now_us, now_us, seq, at)],
+        )
+        sql.run(
+            "INSERT INTO events (seq, app_name, user_id, session_id, event_id, invocation_id,"
+            " author, branch, event_time, content, metadata, state_delta, digest) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(events)),
+            [v for e in events for v in (*e.row, e.digest)],
+        )
+        for e in events:
+            if e.delta is not None:
+                seq, app, user, session = e.row[:4]
+                apply_delta(sql, app, user, session, e.delta, seq, now_us)
+
+    def advance(self, before: int, after: int) -> None:
+        self._sql.run("UPDATE seq_counter SET seq = ? WHERE one = 1", (after,))
+
+    def refusal(self, exc: BaseException) -> bool:
+        if isinstance(exc, RpcError | MySQLdb.DataError | MySQLdb.IntegrityError):
+            return True
+        return isinstance(exc, MySQLdb.Error) and _code(exc) in _VALUE_REFUSED
+
+    def describe(self, exc: BaseException) -> str:
+        return self._sql.describe(exc)
 
 
 def _marks(values: Sequence[object]) -> str:
     return ", ".join("?" * len(values))
-
-
-@contextmanager
-def _savepoint(sql: MySql, name: str) -> Iterator[None]:
-    sql.run(f"SAVEPOINT {name}")
-    try:
-        yield
-    except BaseException:
-        sql.run(f"ROLLBACK TO SAVEPOINT {name}")
-        raise
-    sql.run(f"RELEASE SAVEPOINT {name}")
 
 
 _FIELDS = (("app", "app_name"), ("user", "user_id"), ("session", "session_id"))

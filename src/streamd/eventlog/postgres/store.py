@@ -68,13 +68,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
 from psycopg import sql as pgsql
 
-from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
-from streamd.eventlog.model import AppendParams, AppendResult
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.model import AppendParams
 from streamd.eventlog.postgres import errors as pg_errors
 from streamd.eventlog.postgres.connection import (
     PostgresOptions,
@@ -92,7 +93,7 @@ from streamd.eventlog.postgres.sql import DB_NOW_US, PgSql
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, closed_error
 from streamd.eventlog.store.operations import SqlOperations
-from streamd.eventlog.store.plan import Plan, Planned, in_group
+from streamd.eventlog.store.plan import Known, Planned, commit_planned
 from streamd.eventlog.store.sql import Sql
 from streamd.eventlog.store.state import apply_delta
 
@@ -138,11 +139,6 @@ def _translated(
 
 _REFUSALS = (RpcError, psycopg.DataError, psycopg.IntegrityError, UnicodeEncodeError)
 """What the database (or a state merge) may still refuse of one event."""
-
-
-class _Rewrite(Exception):
-    """The bulk write was refused by the database (or by a state merge) for one
-    event: write the batch again one event per savepoint."""
 
 
 class PostgresStore(SqlOperations):
@@ -323,12 +319,15 @@ class PostgresStore(SqlOperations):
             raise closed_error()
         return conn
 
+    def _sql(self) -> PgSql:
+        return PgSql(self._db, self._scrub, self._db_clock)
+
     @_translated
     def _call(self, op: Callable[[Sql], _T]) -> _T:
         """The shared rules' way in (:class:`SqlOperations`): ``op`` on the
         connection (reconnecting first if need be), inside the storage
         boundary (:func:`_translated`)."""
-        return op(PgSql(self._db, self._scrub, self._db_clock))
+        return op(self._sql())
 
     def _scrub(self, exc: BaseException) -> str:
         return scrub(str(exc).strip(), self._secrets)
@@ -364,171 +363,17 @@ class PostgresStore(SqlOperations):
     def append_commit(
         self, batch: Sequence[AppendParams | AppendGroup], now_us: int, capture: bool
     ) -> CommitOutcome:
-        """Write every append in one transaction; per-item outcomes in order,
-        with the newest seq before and after (read under the counter's lock, so
-        no other writer's commit falls between them) and, with ``capture``, the
-        new events as a reader gets them."""
-        prepared: list[rows.Prepared | list[rows.Prepared] | RpcError] = []
-        for p in batch:
-            try:
-                if isinstance(p, AppendGroup):
-                    prepared.append(rules.prepare_group(p, now_us))
-                else:
-                    prepared.append(rows.prepare(p, now_us))
-            except RpcError as exc:
-                prepared.append(exc)
-        try:
-            outcome = self._commit(prepared, now_us, capture, one_by_one=False)
-        except _Rewrite:
-            outcome = self._commit(prepared, now_us, capture, one_by_one=True)
-        return outcome
-
-    def _commit(
-        self,
-        prepared: list[rows.Prepared | list[rows.Prepared] | RpcError],
-        now_us: int,
-        capture: bool,
-        one_by_one: bool,
-    ) -> CommitOutcome:
-        db = self._db
-        out: list[AppendResult | list[AppendResult] | RpcError] = []
-        with db.transaction():
-            row = db.execute("SELECT seq FROM seq_counter FOR UPDATE").fetchone()
-            assert row is not None
-            before = row[0]
-            plan = Plan(before, *self._known(db, prepared), check=pg_errors.refuse_nul)
-            for item in prepared:
-                if isinstance(item, RpcError):
-                    out.append(item)
-                    continue
-                mark = plan.mark()
-                try:
-                    if isinstance(item, list):
-                        result: AppendResult | list[AppendResult] = [
-                            in_group(plan, one, i) for i, one in enumerate(item)
-                        ]
-                    else:
-                        result = plan.add(item)
-                    if one_by_one:
-                        self._write_alone(db, plan.events[mark[1]:], now_us, isinstance(item, list))
-                except RpcError as exc:
-                    plan.undo(mark)
-                    out.append(exc)
-                    continue
-                out.append(result)
-            if not one_by_one:
-                try:
-                    self._write(db, plan.events, now_us)
-                except _REFUSALS as exc:
-                    raise _Rewrite from exc
-            after = plan.last_seq
-            if after != before:
-                db.execute(
-                    "WITH bumped AS (UPDATE seq_counter SET seq = %s RETURNING seq)"
-                    " SELECT pg_notify(%s, seq::text) FROM bumped",
-                    (after, self._channel),
-                )
-        return CommitOutcome(
-            results=out,
-            before_seq=before,
-            after_seq=after,
-            entries=[rows.committed(e.row) for e in plan.events] if capture else None,
+        """Write every append in one transaction (the shared planned commit,
+        :func:`~streamd.eventlog.store.plan.commit_planned`, on this
+        connection); per-item outcomes in order, with the newest seq before
+        and after (read under the counter's lock, so no other writer's commit
+        falls between them) and, with ``capture``, the new events as a reader
+        gets them."""
+        return commit_planned(
+            _PgWrite(self._db, self._sql(), self._channel, self._scrub),
+            rules.prepare_all(batch, now_us), now_us, capture,
+            check=pg_errors.refuse_nul,
         )
-
-    def _known(
-        self,
-        db: psycopg.Connection[Any],
-        prepared: list[rows.Prepared | list[rows.Prepared] | RpcError],
-    ) -> tuple[dict[str, tuple[int, bytes]], dict[tuple[str, str, str], int | None]]:
-        """What the plan needs from the database: the stored events with the
-        batch's ids, and ``last_seq`` of the sessions ``expected_seq`` names."""
-        items = [
-            one
-            for item in prepared
-            if not isinstance(item, RpcError)
-            for one in (item if isinstance(item, list) else [item])
-        ]
-        known: dict[str, tuple[int, bytes]] = {}
-        if items:
-            ids = list(dict.fromkeys(one.params.event.id for one in items))
-            for event_id, seq, digest in db.execute(
-                "SELECT event_id, seq, digest FROM events WHERE event_id = ANY(%s)", (ids,)
-            ):
-                known[event_id] = (seq, bytes(digest))
-        keys = list(
-            dict.fromkeys(
-                (one.params.app, one.params.user, one.params.session)
-                for one in items
-                if one.params.expected_seq is not None
-            )
-        )
-        session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(keys)
-        if keys:
-            found = db.execute(
-                "SELECT app_name, user_id, session_id, last_seq FROM sessions"
-                " WHERE (app_name, user_id, session_id) IN"
-                " (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))",
-                ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
-            )
-            for app, user, session, last in found:
-                session_seq[(app, user, session)] = last
-        return known, session_seq
-
-    def _write_alone(
-        self, db: psycopg.Connection[Any], events: list[Planned], now_us: int, group: bool
-    ) -> None:
-        """Write one item's events in a savepoint, each in one of its own, so
-        the database's refusal fails that item alone and names the event."""
-        with db.transaction():
-            for i, e in enumerate(events):
-                try:
-                    with db.transaction():
-                        self._write(db, [e], now_us)
-                except _REFUSALS as exc:
-                    error = exc if isinstance(exc, RpcError) else invalid_params(
-                        f"event rejected by the database: {self._scrub(exc)}"
-                    )
-                    raise rules.refused_in_group(error, i) if group else error from None
-
-    def _write(self, db: psycopg.Connection[Any], events: list[Planned], now_us: int) -> None:
-        """Insert the planned events with their sessions, then fold their state
-        deltas in seq order; inside the caller's transaction."""
-        if not events:
-            return
-        # The session rows first (the events' foreign key), one row per session:
-        # ON CONFLICT may touch a row only once per statement.
-        # Each session's newest event: its seq and its time (last_event_time).
-        newest: dict[tuple[str, str, str], tuple[int, int]] = {}
-        for e in events:
-            newest[(e.row[1], e.row[2], e.row[3])] = (e.row[0], e.row[8])
-        keys = list(newest)
-        db.execute(
-            "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at,"
-            " last_seq, last_event_time) SELECT a, u, s, '{}', %s, %s, l, t"
-            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
-            " AS x(a, u, s, l, t)"
-            " ON CONFLICT (app_name, user_id, session_id) DO UPDATE SET"
-            " updated_at = greatest(sessions.updated_at, excluded.updated_at),"
-            " last_event_time = CASE WHEN excluded.last_seq > sessions.last_seq"
-            " THEN excluded.last_event_time ELSE sessions.last_event_time END,"
-            " last_seq = greatest(sessions.last_seq, excluded.last_seq)",
-            (now_us, now_us, [k[0] for k in keys], [k[1] for k in keys],
-             [k[2] for k in keys], [v[0] for v in newest.values()],
-             [v[1] for v in newest.values()]),
-        )
-        # COPY: psycopg writes rows in C, where an unnest of text arrays
-        # escapes every element in Python (measured: a third of a batch's time).
-        with db.cursor().copy(
-            "COPY events (seq, app_name, user_id, session_id, event_id, invocation_id,"
-            " author, branch, event_time, content, metadata, state_delta, digest) FROM STDIN"
-        ) as copy:
-            for e in events:
-                copy.write_row((*e.row, e.digest))
-        sql = PgSql(db, self._scrub, self._db_clock)
-        for e in events:
-            if e.delta is not None:
-                seq, app, user, session = e.row[:4]
-                apply_delta(sql, app, user, session, e.delta, seq, now_us)
 
     # -- retention --
 
@@ -596,3 +441,113 @@ class PostgresStore(SqlOperations):
         """2 (FULL) when commits wait for the server's disk, 1 (NORMAL) when not."""
         row = self._db.execute("SHOW synchronous_commit").fetchone()
         return 1 if row is not None and row[0] == "off" else 2
+
+
+class _PgWrite:
+    """The planned commit's statements on one psycopg connection
+    (:class:`~streamd.eventlog.store.plan.PlannedWrite`)."""
+
+    def __init__(
+        self, db: psycopg.Connection[Any], sql: PgSql, channel: str,
+        describe: Callable[[BaseException], str],
+    ) -> None:
+        self._db = db
+        self._sql = sql  # the rules' view of the same connection, for state deltas
+        self._channel = channel
+        self._describe = describe
+
+    def transaction(self) -> AbstractContextManager[object]:
+        return self._db.transaction()
+
+    def savepoint(self) -> AbstractContextManager[object]:
+        return self._db.transaction()  # nested: a savepoint
+
+    def locked_seq(self) -> int:
+        row = self._db.execute("SELECT seq FROM seq_counter FOR UPDATE").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def known(self, items: list[rows.Prepared]) -> Known:
+        """What the plan needs from the database: the stored events with the
+        batch's ids, and ``last_seq`` of the sessions ``expected_seq`` names."""
+        known: dict[str, tuple[int, bytes]] = {}
+        if items:
+            ids = list(dict.fromkeys(one.params.event.id for one in items))
+            for event_id, seq, digest in self._db.execute(
+                "SELECT event_id, seq, digest FROM events WHERE event_id = ANY(%s)", (ids,)
+            ):
+                known[event_id] = (seq, bytes(digest))
+        keys = list(
+            dict.fromkeys(
+                (one.params.app, one.params.user, one.params.session)
+                for one in items
+                if one.params.expected_seq is not None
+            )
+        )
+        session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(keys)
+        if keys:
+            found = self._db.execute(
+                "SELECT app_name, user_id, session_id, last_seq FROM sessions"
+                " WHERE (app_name, user_id, session_id) IN"
+                " (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))",
+                ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
+            )
+            for app, user, session, last in found:
+                session_seq[(app, user, session)] = last
+        return known, session_seq
+
+    def write(self, events: list[Planned], now_us: int) -> None:
+        """Insert the planned events with their sessions, then fold their state
+        deltas in seq order; inside the caller's transaction."""
+        if not events:
+            return
+        db = self._db
+        # The session rows first (the events' foreign key), one row per session:
+        # ON CONFLICT may touch a row only once per statement.
+        # Each session's newest event: its seq and its time (last_event_time).
+        newest: dict[tuple[str, str, str], tuple[int, int]] = {}
+        for e in events:
+            newest[(e.row[1], e.row[2], e.row[3])] = (e.row[0], e.row[8])
+        keys = list(newest)
+        db.execute(
+            "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at,"
+            " last_seq, last_event_time) SELECT a, u, s, '{}', %s, %s, l, t"
+            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+            " AS x(a, u, s, l, t)"
+            " ON CONFLICT (app_name, user_id, session_id) DO UPDATE SET"
+            " updated_at = greatest(sessions.updated_at, excluded.updated_at),"
+            " last_event_time = CASE WHEN excluded.last_seq > sessions.last_seq"
+            " THEN excluded.last_event_time ELSE sessions.last_event_time END,"
+            " last_seq = greatest(sessions.last_seq, excluded.last_seq)",
+            (now_us, now_us, [k[0] for k in keys], [k[1] for k in keys],
+             [k[2] for k in keys], [v[0] for v in newest.values()],
+             [v[1] for v in newest.values()]),
+        )
+        # COPY: psycopg writes rows in C, where an unnest of text arrays
+        # escapes every element in Python (measured: a third of a batch's time).
+        with db.cursor().copy(
+            "COPY events (seq, app_name, user_id, session_id, event_id, invocation_id,"
+            " author, branch, event_time, content, metadata, state_delta, digest) FROM STDIN"
+        ) as copy:
+            for e in events:
+                copy.write_row((*e.row, e.digest))
+        sql = self._sql
+        for e in events:
+            if e.delta is not None:
+                seq, app, user, session = e.row[:4]
+                apply_delta(sql, app, user, session, e.delta, seq, now_us)
+
+
+    def advance(self, before: int, after: int) -> None:
+        # The NOTIFY goes out inside the transaction: delivered only if it commits.
+        self._db.execute(
+            "WITH bumped AS (UPDATE seq_counter SET seq = %s RETURNING seq)"
+            " SELECT pg_notify(%s, seq::text) FROM bumped",
+            (after, self._channel),
+        )
+
+    def refusal(self, exc: BaseException) -> bool:
+        return isinstance(exc, _REFUSALS)
+
+    def describe(self, exc: BaseException) -> str:
+        return self._describe(exc)

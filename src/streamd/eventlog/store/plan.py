@@ -8,19 +8,33 @@ statements; a refused group (or event) is rolled back out of the plan as a
 savepoint would roll it back out of the database. What a database cannot
 store (U+0000 in PostgreSQL text, a key longer than a MySQL column) is the
 backend's ``check``, run on each new event before it is numbered.
+
+:func:`commit_planned` is the whole group commit of such a backend, written
+once: the counter locked, the plan made from one read, the bulk write, and,
+should the database still refuse one event's value, the batch written again
+one event per savepoint so that event fails alone. A backend gives it a
+:class:`PlannedWrite`: its transaction, savepoint, counter and bulk statements.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from streamd.errors import EVENT_CONFLICT, RpcError
+from streamd.errors import EVENT_CONFLICT, RpcError, invalid_params
 from streamd.eventlog.model import AppendResult, StateDelta
 from streamd.eventlog.store import rows, rules
+from streamd.eventlog.store.backend import CommitOutcome
 
-__all__ = ["Check", "Plan", "Planned", "in_group"]
+__all__ = ["Check", "Plan", "Planned", "PlannedWrite", "Prepared", "commit_planned", "in_group"]
+
+Prepared = list[rows.Prepared | list[rows.Prepared] | RpcError]
+"""A batch as :func:`~streamd.eventlog.store.rules.prepare_all` gives it."""
+Known = tuple[dict[str, tuple[int, bytes]], dict[tuple[str, str, str], int | None]]
+"""What a plan starts from: stored (seq, digest) by event id, and ``last_seq``
+of the sessions whose ``expected_seq`` is checked (None: no such session)."""
 
 Check = Callable[[rows.Prepared], None]
 """Raises the database's refusal of an event it cannot store, before it is sent."""
@@ -116,3 +130,114 @@ def in_group(plan: Plan, item: rows.Prepared, index: int) -> AppendResult:
     except RpcError as exc:
         raise rules.refused_in_group(exc, index) from None
 
+
+
+class PlannedWrite(Protocol):
+    """What a server backend gives :func:`commit_planned`, on one connection."""
+
+    def transaction(self) -> AbstractContextManager[object]:
+        """One write transaction (rolled back when the block raises)."""
+        ...
+
+    def savepoint(self) -> AbstractContextManager[object]:
+        """A savepoint inside it (rolled back to when the block raises)."""
+        ...
+
+    def locked_seq(self) -> int:
+        """The newest seq given, its counter row locked until the commit."""
+        ...
+
+    def known(self, items: list[rows.Prepared]) -> Known:
+        """What the plan needs from the database about these appends."""
+        ...
+
+    def write(self, events: list[Planned], now_us: int) -> None:
+        """Insert the planned events, their sessions and their state deltas."""
+        ...
+
+    def advance(self, before: int, after: int) -> None:
+        """Write the counter's new newest seq (and whatever announces it)."""
+        ...
+
+    def refusal(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the database refusing a value (not failing)."""
+        ...
+
+    def describe(self, exc: BaseException) -> str:
+        """The database's words for ``exc``, without secrets."""
+        ...
+
+
+class _Rewrite(Exception):
+    """The bulk write was refused for one event: write it again one by one."""
+
+
+def commit_planned(
+    db: PlannedWrite, prepared: Prepared, now_us: int, capture: bool, check: Check | None
+) -> CommitOutcome:
+    """The group commit of a server backend (see the module docstring)."""
+    try:
+        return _commit(db, prepared, now_us, capture, check, one_by_one=False)
+    except _Rewrite:
+        return _commit(db, prepared, now_us, capture, check, one_by_one=True)
+
+
+def _commit(
+    db: PlannedWrite, prepared: Prepared, now_us: int, capture: bool, check: Check | None,
+    one_by_one: bool,
+) -> CommitOutcome:
+    out: list[AppendResult | list[AppendResult] | RpcError] = []
+    with db.transaction():
+        before = db.locked_seq()
+        items = [one for item in prepared if not isinstance(item, RpcError)
+                 for one in (item if isinstance(item, list) else [item])]
+        plan = Plan(before, *db.known(items), check=check)
+        for item in prepared:
+            if isinstance(item, RpcError):
+                out.append(item)
+                continue
+            mark = plan.mark()
+            try:
+                result: AppendResult | list[AppendResult] = (
+                    [in_group(plan, one, i) for i, one in enumerate(item)]
+                    if isinstance(item, list) else plan.add(item)
+                )
+                if one_by_one:
+                    _write_alone(db, plan.events[mark[1]:], now_us, isinstance(item, list))
+            except RpcError as exc:
+                plan.undo(mark)
+                out.append(exc)
+                continue
+            out.append(result)
+        if not one_by_one:
+            try:
+                db.write(plan.events, now_us)
+            except Exception as exc:
+                if not db.refusal(exc):
+                    raise
+                raise _Rewrite from exc
+        if plan.last_seq != before:
+            db.advance(before, plan.last_seq)
+    return CommitOutcome(
+        results=out,
+        before_seq=before,
+        after_seq=plan.last_seq,
+        entries=[rows.committed(e.row) for e in plan.events] if capture else None,
+    )
+
+
+def _write_alone(db: PlannedWrite, events: list[Planned], now_us: int, group: bool) -> None:
+    """One item's events in a savepoint, each in one of its own, so the
+    database's refusal fails that item alone and names the event."""
+    with db.savepoint():
+        for i, e in enumerate(events):
+            try:
+                with db.savepoint():
+                    db.write([e], now_us)
+            except Exception as exc:
+                if not db.refusal(exc):
+                    raise
+                error = exc if isinstance(exc, RpcError) else invalid_params(
+                    f"event rejected by the database: {db.describe(exc)}"
+                )
+                raise rules.refused_in_group(error, i) if group else error from None

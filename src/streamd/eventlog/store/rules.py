@@ -7,6 +7,7 @@ SQLite and PostgreSQL cannot drift apart in what a client reads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from streamd.errors import (
@@ -17,6 +18,7 @@ from streamd.errors import (
     RpcError,
     invalid_params,
 )
+from streamd.eventlog.model import AppendParams
 from streamd.eventlog.store import rows
 from streamd.eventlog.store.backend import AppendGroup
 
@@ -26,6 +28,7 @@ __all__ = [
     "locked",
     "not_found",
     "parsed_for_merge",
+    "prepare_all",
     "prepare_group",
     "refused_in_group",
     "stale",
@@ -77,6 +80,20 @@ def prepare_group(group: AppendGroup, now_us: int) -> list[rows.Prepared]:
             out.append(rows.prepare(p, now_us))
         except RpcError as exc:
             raise refused_in_group(exc, i) from None
+    return out
+
+
+def prepare_all(
+    batch: Sequence[AppendParams | AppendGroup], now_us: int
+) -> list[rows.Prepared | list[rows.Prepared] | RpcError]:
+    """Each append (or group) of a batch prepared, or its refusal in its place."""
+    out: list[rows.Prepared | list[rows.Prepared] | RpcError] = []
+    for p in batch:
+        try:
+            out.append(prepare_group(p, now_us) if isinstance(p, AppendGroup)
+                       else rows.prepare(p, now_us))
+        except RpcError as exc:
+            out.append(exc)
     return out
 
 
