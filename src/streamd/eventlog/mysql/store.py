@@ -37,9 +37,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -57,6 +54,7 @@ from streamd.eventlog.store import outages, rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, Synchronous, closed_error
 from streamd.eventlog.store.operations import SqlOperations
 from streamd.eventlog.store.plan import Known, Planned, commit_planned
+from streamd.eventlog.store.reconnecting import Reconnecting
 from streamd.eventlog.store.sql import Sql
 from streamd.eventlog.store.state import apply_delta
 
@@ -129,9 +127,7 @@ def _translated(
 
     @functools.wraps(fn)
     def wrapper(store: MysqlStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        if store._aborted or store._closed:
-            raise closed_error()
-        store._ensure_connected()
+        store._link.get()  # raises closed, or source_unavailable while reconnecting
         try:
             return fn(store, *args, **kwargs)
         except MySQLdb.Error as exc:
@@ -148,16 +144,19 @@ class MysqlStore(SqlOperations):
         self._opts = options or MysqlOptions()
         self._secrets = [self._url.password or "", os.environ.get("MYSQL_PWD", "")]
         self._where = f"MySQL database {self._url.description}"
-        self._conn: Any = None
         self._thread = 0  # the server's id of the connection's session, for KILL QUERY
-        self._lock = threading.Lock()  # the connection slot, between worker and interrupt
-        self._severed: Any = None
-        self._broken = False
-        self._closed = False
-        self._aborted = False
-        self._failures = 0
-        self._retry_at = 0.0
-        self._last_error = ""
+        self._link: Reconnecting[Any] = Reconnecting(
+            connect=self._connect,
+            usable=lambda c: bool(c.open),
+            fileno=lambda c: int(c.fileno()),
+            close=lambda c: c.close(),
+            refused=self._connect_refused,
+            errors=(MySQLdb.Error,),
+            where=self._where,
+            data_key="mysql_error",
+            min_s=self._opts.reconnect_min_s,
+            max_s=self._opts.reconnect_max_s,
+        )
         self._db_clock = self._opts.lease_clock == "database"
 
     # -- lifecycle --
@@ -170,7 +169,7 @@ class MysqlStore(SqlOperations):
         schema that is not ours fails the open with source_unavailable."""
         store = cls(url, options)
         try:
-            conn = connect(store._url, store._opts)
+            conn = store._connect()
             try:
                 if migrate:
                     _migrate(conn, store._url.database)
@@ -181,8 +180,15 @@ class MysqlStore(SqlOperations):
                 raise
         except MySQLdb.Error as exc:
             raise store._translate(exc, connecting=True) from None
-        store._conn, store._thread = conn, conn.thread_id()
+        store._link.adopt(conn)
         return store
+
+    def _connect(self) -> Any:
+        conn = connect(self._url, self._opts)
+        # Read now: the driver refuses any use of a connection from a second
+        # thread while a call runs on it, and KILL QUERY needs the id then.
+        self._thread = conn.thread_id()
+        return conn
 
     @property
     def where(self) -> str:
@@ -195,20 +201,17 @@ class MysqlStore(SqlOperations):
     @property
     def connection(self) -> Any:
         """The raw connection, for tests."""
-        self._ensure_connected()
-        return self._conn
+        return self._link.get()
 
     def interrupt(self) -> None:
-        self._aborted = True
+        self._link.aborted = True
         self.cancel_running()
 
     def cancel_running(self) -> None:
         """Kill the statement running on the connection now, if any, from a
         connection of its own (MySQL's cancel); blocks until it was sent."""
-        # The id was read at connect: the driver refuses any use of a
-        # connection from a second thread while a call runs on it.
         thread = self._thread
-        if self._conn is None or not thread:
+        if self._link.current is None or not thread:
             return
         try:
             killer = connect(self._url, self._opts)
@@ -220,88 +223,25 @@ class MysqlStore(SqlOperations):
             logger.debug("cancel on the %s failed: %s", self._where, self._scrub(exc))
 
     def sever(self) -> None:
-        """Cut the connection under the call using it (a server that does not
-        answer); never blocks: the socket is shut down on a duplicate of its
-        descriptor, the call fails at once, and the next one reconnects."""
-        with self._lock:
-            conn = self._conn
-            if conn is None:
-                return
-            self._severed = conn
-            try:
-                fd = os.dup(conn.fileno())
-            except (MySQLdb.Error, OSError):
-                return
-        with socket.socket(fileno=fd) as sock:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        logger.warning("event log: the %s did not answer; its connection was cut", self._where)
+        """Cut the connection under a call the server no longer answers."""
+        self._link.sever()
 
     def close(self) -> None:
-        self._closed = True
-        with self._lock:
-            conn, self._conn = self._conn, None
-            self._severed = None
-        if conn is not None:
-            try:
-                conn.close()
-            except MySQLdb.Error:
-                pass
-
-    # -- connection keeping --
-
-    def _ensure_connected(self) -> None:
-        if self._conn is not None and not self._broken and self._conn is not self._severed:
-            return
-        if self._conn is not None:
-            self._drop()
-        now = time.monotonic()
-        if now < self._retry_at:
-            raise RpcError(
-                SOURCE_UNAVAILABLE,
-                f"the event log's {self._where} is unreachable: {self._last_error} (next"
-                f" reconnect attempt in {int((self._retry_at - now) * 1000)} ms)",
-                {"mysql_error": "reconnecting"},
-            )
-        try:
-            conn = connect(self._url, self._opts)
-        except MySQLdb.Error as exc:
-            self._failures += 1
-            delay = min(self._opts.reconnect_max_s,
-                        self._opts.reconnect_min_s * 2 ** (self._failures - 1))
-            self._retry_at = time.monotonic() + delay
-            error = self._translate(exc, connecting=True)
-            self._last_error = error.message
-            raise error from None
-        with self._lock:
-            if self._closed or self._aborted:
-                conn.close()
-                raise closed_error()
-            self._conn, self._broken, self._thread = conn, False, conn.thread_id()
-        if self._failures:
-            logger.info("event log reconnected to the %s", self._where)
-        self._failures = 0
-
-    def _drop(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
-            self._severed, self._broken = None, False
-        if conn is not None:
-            try:
-                conn.close()
-            except MySQLdb.Error:
-                pass
+        self._link.close()
 
     def _sql(self) -> MySql:
-        if self._conn is None:
+        conn = self._link.current
+        if conn is None:
             raise closed_error()
-        return MySql(self._conn, self._scrub, self._db_clock)
+        return MySql(conn, self._scrub, self._db_clock)
 
     @_translated
     def _call(self, op: Callable[[Sql], _T]) -> _T:
         return op(self._sql())
+
+    def _connect_refused(self, exc: Exception) -> RpcError:
+        assert isinstance(exc, MySQLdb.Error)
+        return self._translate(exc, connecting=True)
 
     def _scrub(self, exc: BaseException) -> str:
         text = exc.args[1] if len(exc.args) > 1 else str(exc)
@@ -310,14 +250,15 @@ class MysqlStore(SqlOperations):
     def _translate(self, exc: MySQLdb.Error, connecting: bool = False) -> RpcError:
         code = _code(exc)
         data = {"mysql_error": code}
-        if not connecting and self._conn is not None and self._conn is self._severed:
-            self._drop()
+        link = self._link
+        if not connecting and link.cut():
+            link.drop()
             return outages.unresponsive(self._where, {"mysql_error": "unresponsive"})
         detail = self._scrub(exc)
         if not connecting and (code in _LOST or isinstance(exc, MySQLdb.InterfaceError)):
-            self._drop()
+            link.drop()
             return outages.connection_lost(self._where, detail, data)
-        if self._aborted or self._closed:
+        if link.aborted or link.closed:
             return closed_error()
         if connecting:
             return outages.cannot_connect(self._where, detail, data)

@@ -63,10 +63,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import socket
-import threading
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -94,6 +90,7 @@ from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, closed_error
 from streamd.eventlog.store.operations import SqlOperations
 from streamd.eventlog.store.plan import Known, Planned, commit_planned
+from streamd.eventlog.store.reconnecting import Reconnecting
 from streamd.eventlog.store.sql import Sql
 from streamd.eventlog.store.state import apply_delta
 
@@ -126,9 +123,7 @@ def _translated(
 
     @functools.wraps(fn)
     def wrapper(store: PostgresStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        if store._aborted or store._closed:
-            raise closed_error()
-        store._ensure_connected()
+        store._link.get()  # raises closed, or source_unavailable while reconnecting
         try:
             return fn(store, *args, **kwargs)
         except psycopg.Error as exc:
@@ -150,14 +145,18 @@ class PostgresStore(SqlOperations):
         target = target_of(conninfo)
         self._secrets = list(target.secrets)  # password, sslpassword and the like
         self._where = f"PostgreSQL database {target.description}"
-        self._conn: psycopg.Connection[Any] | None = None
-        self._lock = threading.Lock()  # the connection slot, between worker and interrupt
-        self._severed: psycopg.Connection[Any] | None = None  # cut by sever(): replace it
-        self._closed = False
-        self._aborted = False
-        self._failures = 0
-        self._retry_at = 0.0
-        self._last_error = ""
+        self._link: Reconnecting[psycopg.Connection[Any]] = Reconnecting(
+            connect=lambda: connect(conninfo, self._opts),
+            usable=lambda c: not c.broken and not c.closed,
+            fileno=lambda c: c.pgconn.socket,
+            close=lambda c: c.close(),
+            refused=self._connect_refused,
+            errors=(psycopg.Error,),
+            where=self._where,
+            data_key="postgres_error",
+            min_s=self._opts.reconnect_min_s,
+            max_s=self._opts.reconnect_max_s,
+        )
         self._db_clock = self._opts.lease_clock == "database"
         self._channel = notify_channel(self._opts.schema)
 
@@ -190,21 +189,21 @@ class PostgresStore(SqlOperations):
                 raise
         except psycopg.Error as exc:
             raise store._translate(exc, connecting=True) from None
-        store._conn = conn
+        store._link.adopt(conn)
         return store
 
     def interrupt(self) -> None:
         """Abort what the connection is doing, for close; callable from any
         thread and never blocking it: the cancel request goes out from a thread
         of its own. Every later call fails with ``closed``."""
-        self._aborted = True
+        self._link.aborted = True
         self.cancel_running()
 
     def cancel_running(self) -> None:
         """Ask the server to cancel the statement running now, if any (for a
         cancelled Trio call). Blocks until the request was delivered, so a
         later statement cannot be the one it cancels."""
-        conn = self._conn
+        conn = self._link.current
         if conn is None or conn.closed:
             return
         try:
@@ -215,46 +214,17 @@ class PostgresStore(SqlOperations):
     def sever(self) -> None:
         """Cut the connection under the call using it, for a server that does
         not answer (a stopped backend, a partition), which a cancel request
-        cannot reach. Callable from any thread, never blocking: the socket is
-        shut down (on a duplicate of its descriptor, so libpq's own stays
-        valid), the call waiting on it fails at once, saying a write in flight
-        may or may not have committed, and the next call reconnects."""
-        with self._lock:  # the slot cannot be closed (its descriptor reused) meanwhile
-            conn = self._conn
-            if conn is None or conn.closed:
-                return
-            self._severed = conn
-            try:
-                fd = os.dup(conn.pgconn.socket)
-            except (psycopg.Error, OSError):
-                return
-        try:
-            sock = socket.socket(fileno=fd)
-        except OSError:
-            os.close(fd)
-            return
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # already disconnected
-        finally:
-            sock.close()
-        logger.warning("event log: the %s did not answer; its connection was cut", self._where)
+        cannot reach: the call fails at once, saying a write in flight may or
+        may not have committed, and the next call reconnects."""
+        self._link.sever()
 
     def close(self) -> None:
-        self._closed = True
-        with self._lock:
-            conn, self._conn = self._conn, None
-            self._severed = None
-        if conn is not None:
-            conn.close()
+        self._link.close()
 
     @property
     def connection(self) -> psycopg.Connection[Any]:
         """The raw connection, for tests."""
-        self._ensure_connected()
-        assert self._conn is not None
-        return self._conn
+        return self._link.get()
 
     @property
     def where(self) -> str:
@@ -267,54 +237,9 @@ class PostgresStore(SqlOperations):
 
     # -- connection keeping --
 
-    def _ensure_connected(self) -> None:
-        conn = self._conn
-        if (conn is not None and conn is not self._severed and not conn.broken
-                and not conn.closed):
-            return
-        if self._conn is not None:
-            self._drop()
-        now = time.monotonic()
-        if now < self._retry_at:
-            raise RpcError(
-                SOURCE_UNAVAILABLE,
-                f"the event log's {self._where} is unreachable: {self._last_error} (next"
-                f" reconnect attempt in {int((self._retry_at - now) * 1000)} ms)",
-                {"postgres_error": "reconnecting"},
-            )
-        try:
-            conn = connect(self._conninfo, self._opts)
-        except (psycopg.Error, RpcError) as exc:
-            self._failures += 1
-            delay = min(
-                self._opts.reconnect_max_s, self._opts.reconnect_min_s * 2 ** (self._failures - 1)
-            )
-            self._retry_at = time.monotonic() + delay
-            error = exc if isinstance(exc, RpcError) else self._translate(exc, connecting=True)
-            self._last_error = error.message
-            raise error from None
-        with self._lock:
-            if self._closed or self._aborted:
-                conn.close()
-                raise closed_error()
-            self._conn = conn
-        if self._failures:
-            logger.info("event log reconnected to the %s", self._where)
-        self._failures = 0
-
-    def _drop(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
-            self._severed = None
-        if conn is not None:
-            try:
-                conn.close()
-            except psycopg.Error:
-                pass
-
     @property
     def _db(self) -> psycopg.Connection[Any]:
-        conn = self._conn
+        conn = self._link.current
         if conn is None:
             raise closed_error()
         return conn
@@ -332,15 +257,20 @@ class PostgresStore(SqlOperations):
     def _scrub(self, exc: BaseException) -> str:
         return scrub(str(exc).strip(), self._secrets)
 
+    def _connect_refused(self, exc: Exception) -> RpcError:
+        assert isinstance(exc, psycopg.Error)
+        return self._translate(exc, connecting=True)
+
     def _translate(self, exc: psycopg.Error, connecting: bool = False) -> RpcError:
         state = getattr(exc, "sqlstate", None) or type(exc).__name__
-        if not connecting and self._conn is not None and self._conn is self._severed:
+        link = self._link
+        if not connecting and link.cut():
             # Cut by sever(): the server stopped answering with this call in
             # flight. Not "closed" even when closing: that would say "not written".
-            self._drop()
+            link.drop()
             return pg_errors.unresponsive(self._where)
         detail = self._scrub(exc)
-        conn = self._conn
+        conn = link.current
         if (
             not connecting
             and isinstance(exc, psycopg.OperationalError)
@@ -349,9 +279,9 @@ class PostgresStore(SqlOperations):
             # Before the closing check: a connection that broke under a commit
             # (a TCP timeout while closing, say) may have committed, and
             # "closed" would tell the caller it was not written.
-            self._drop()
+            link.drop()
             return pg_errors.connection_lost(self._where, detail, state)
-        if self._aborted or self._closed:
+        if link.aborted or link.closed:
             return closed_error()
         if connecting:
             return pg_errors.cannot_connect(self._where, detail, state)

@@ -1,0 +1,169 @@
+"""One kept connection to a database server, for the server backends.
+
+A :class:`Reconnecting` holds the connection a store runs on and the rules of
+keeping it, written once for PostgreSQL and MySQL:
+
+* made on first use and made again after it broke; while the server stays
+  unreachable, attempts back off (``min_s`` doubling to ``max_s``) and calls in
+  between fail at once with ``source_unavailable`` saying when the next attempt
+  is, instead of each waiting out a connect timeout;
+* :meth:`sever` cuts the connection under a call that a server no longer
+  answers (callable from any thread, never blocking): its socket is shut down
+  on a duplicate of its descriptor, so the driver's own stays valid, and the
+  call waiting on it fails at once; :meth:`cut` says that this is what happened;
+* :meth:`close` and :meth:`abort` (for a close that interrupts) end it for good:
+  every later :meth:`get` raises ``closed``.
+
+What a driver's error means stays with the backend: it gives how to connect,
+whether a connection still works, its descriptor, and its words for a failed
+connect. No driver import here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.store.backend import closed_error
+
+__all__ = ["Reconnecting"]
+
+logger = logging.getLogger(__name__)
+
+C = TypeVar("C")
+
+
+class Reconnecting(Generic[C]):
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        connect: Callable[[], C],
+        usable: Callable[[C], bool],
+        fileno: Callable[[C], int],
+        close: Callable[[C], None],
+        refused: Callable[[Exception], RpcError],
+        errors: tuple[type[Exception], ...],
+        where: str,
+        data_key: str,
+        min_s: float,
+        max_s: float,
+    ) -> None:
+        self._connect, self._usable, self._fileno, self._close = connect, usable, fileno, close
+        self._refused = refused  # a failed connect, in the backend's words
+        self._errors = errors
+        self._where, self._data_key = where, data_key
+        self._min_s, self._max_s = min_s, max_s
+        self._conn: C | None = None
+        self._lock = threading.Lock()  # the slot, between the worker and sever/close
+        self._severed: C | None = None
+        self._failures = 0
+        self._retry_at = 0.0
+        self._last_error = ""
+        self.closed = False
+        """Closed (or aborted): every later get() raises ``closed``."""
+        self.aborted = False
+
+    @property
+    def current(self) -> C | None:
+        """The connection now, if any (for a cancel from another thread)."""
+        return self._conn
+
+    def adopt(self, conn: C) -> None:
+        """Hold ``conn``, opened by the caller (the store's first connection)."""
+        with self._lock:
+            self._conn = conn
+
+    def get(self) -> C:
+        """The connection, made (again) if need be; raises RpcError."""
+        if self.closed or self.aborted:
+            raise closed_error()
+        conn = self._conn
+        if conn is not None and conn is not self._severed and self._usable(conn):
+            return conn
+        if conn is not None:
+            self.drop()
+        now = time.monotonic()
+        if now < self._retry_at:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"the event log's {self._where} is unreachable: {self._last_error} (next"
+                f" reconnect attempt in {int((self._retry_at - now) * 1000)} ms)",
+                {self._data_key: "reconnecting"},
+            )
+        caught: tuple[type[Exception], ...] = (*self._errors, RpcError)
+        try:
+            conn = self._connect()
+        except caught as exc:
+            self._failures += 1
+            delay = min(self._max_s, self._min_s * 2 ** (self._failures - 1))
+            self._retry_at = time.monotonic() + delay
+            error = exc if isinstance(exc, RpcError) else self._refused(exc)
+            self._last_error = error.message
+            raise error from None
+        with self._lock:
+            if self.closed or self.aborted:
+                self._close_quietly(conn)
+                raise closed_error()
+            self._conn = conn
+        if self._failures:
+            logger.info("event log reconnected to the %s", self._where)
+        self._failures = 0
+        return conn
+
+    def cut(self) -> bool:
+        """Whether the connection now is one :meth:`sever` cut."""
+        return self._conn is not None and self._conn is self._severed
+
+    def drop(self) -> None:
+        """Close the connection (it broke, or was cut); the next get() makes one."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+            self._severed = None
+        if conn is not None:
+            self._close_quietly(conn)
+
+    def sever(self) -> None:
+        """Cut the connection under the call using it (see the module docstring)."""
+        with self._lock:  # the slot cannot be closed (its descriptor reused) meanwhile
+            conn = self._conn
+            if conn is None or not self._usable(conn):
+                return
+            self._severed = conn
+            caught: tuple[type[Exception], ...] = (*self._errors, OSError)
+            try:
+                fd = os.dup(self._fileno(conn))
+            except caught:
+                return
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            os.close(fd)
+            return
+        with sock:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already disconnected
+        logger.warning("event log: the %s did not answer; its connection was cut", self._where)
+
+    def close(self) -> None:
+        self.closed = True
+        with self._lock:
+            conn, self._conn = self._conn, None
+            self._severed = None
+        if conn is not None:
+            self._close_quietly(conn)
+
+    def _close_quietly(self, conn: C) -> None:
+        try:
+            self._close(conn)
+        except self._errors:
+            pass
