@@ -44,7 +44,16 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from server_daemons import Conn, appenders, daemon, since_rate, wait_socket, watch_latency
+from server_daemons import (
+    Conn,
+    Daemons,
+    append_rows,
+    since_rate,
+    stop,
+    two_daemons,
+    wait_socket,
+    watch_latency,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -70,8 +79,8 @@ def _fresh(url: str | None, server: Any, name: str) -> str:
     if server is None:
         assert url is not None
         return url
-    server.sql(f"DROP DATABASE IF EXISTS {name}")
-    server.sql(f"CREATE DATABASE {name}")
+    server.sql(f"DROP DATABASE IF EXISTS `{name}`")
+    server.sql(f"CREATE DATABASE `{name}`")
     return str(server.url(name))
 
 
@@ -101,31 +110,12 @@ def _daemons_bench(args: argparse.Namespace) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
 
-            def two_daemons(name: str) -> tuple[list[Path], list[subprocess.Popen[bytes]]]:
-                db = _fresh(url, server, name)
-                sockets, procs = [], []
-                for d in range(2):
-                    state = root / f"{name}-{d}"
-                    state.mkdir()
-                    sockets.append(state / "sock")
-                    procs.append(daemon(db, sockets[-1], state))
-                return sockets, procs
+            def start(name: str) -> Daemons:
+                return two_daemons(root, lambda n: _fresh(url, server, n), name)
 
             async def measure() -> None:
-                for clients in (1, 4, 16):
-                    sockets, procs = two_daemons(f"append{clients}")
-                    try:
-                        for s in sockets:
-                            await wait_socket(s)
-                        per = (2000 if quick else 10_000) // clients * (2 if clients == 1 else 1)
-                        await appenders(sockets, clients, 200)  # warm up
-                        out[f"append_{clients}_clients_2_daemons"] = await appenders(
-                            sockets, clients, per)
-                    finally:
-                        for p in procs:
-                            p.terminate()
-                            p.wait()
-                sockets, procs = two_daemons("reads")
+                out.update(await append_rows(start, quick))
+                sockets, procs = start("reads")
                 rng = random.Random(7)
                 try:
                     for s in sockets:
@@ -138,9 +128,7 @@ def _daemons_bench(args: argparse.Namespace) -> dict[str, Any]:
                                                 10 if quick else args.idle_s)
                         out["idle_server_cpu_percent"] = idle
                 finally:
-                    for p in procs:
-                        p.terminate()
-                        p.wait()
+                    stop(procs)
 
             trio.run(measure)
     finally:

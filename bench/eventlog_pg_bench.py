@@ -46,7 +46,15 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from server_daemons import appenders, daemon, since_rate, wait_socket, watch_latency
+from server_daemons import (
+    Daemons,
+    append_rows,
+    since_rate,
+    stop,
+    two_daemons,
+    wait_socket,
+    watch_latency,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -62,7 +70,7 @@ def _cluster_url(args: argparse.Namespace) -> tuple[str, Any]:
     """The database to measure on: ``--db``, or a fresh throwaway cluster."""
     if args.db:
         return args.db, None
-    import pg_cluster
+    from support import pg_cluster
 
     cluster = pg_cluster.start()
     return cluster.url(), cluster
@@ -250,40 +258,19 @@ def _daemons_bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
 
-        def two_daemons(name: str) -> tuple[list[Path], list[subprocess.Popen[bytes]]]:
-            db = _fresh_db(url, cluster, name)
-            sockets, procs = [], []
-            for d in range(2):
-                state = root / f"{name}-{d}"
-                state.mkdir()
-                sockets.append(state / "sock")
-                procs.append(daemon(db, sockets[-1], state))
-            return sockets, procs
+        def start(name: str) -> Daemons:
+            return two_daemons(root, lambda n: _fresh_db(url, cluster, n), name)
 
         async def measure() -> None:
-            for clients in (1, 4, 16):
-                sockets, procs = two_daemons(f"append{clients}")
-                try:
-                    for s in sockets:
-                        await wait_socket(s)
-                    per = (2000 if quick else 10_000) // clients * (2 if clients == 1 else 1)
-                    await appenders(sockets, clients, 200)  # warm up
-                    out[f"append_{clients}_clients_2_daemons"] = await appenders(
-                        sockets, clients, per)
-                finally:
-                    for p in procs:
-                        p.terminate()
-                        p.wait()
-            sockets, procs = two_daemons("reads")
+            out.update(await append_rows(start, quick))
+            sockets, procs = start("reads")
             try:
                 for s in sockets:
                     await wait_socket(s)
                 out["since"] = await since_rate(sockets[0], 20_000 if quick else 100_000)
                 out["watch_cross_daemon"] = await watch_latency(sockets, 50 if quick else 300)
             finally:
-                for p in procs:
-                    p.terminate()
-                    p.wait()
+                stop(procs)
 
         trio.run(measure)
     if cluster is not None:

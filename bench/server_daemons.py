@@ -18,8 +18,8 @@ import msgspec
 import trio
 
 __all__ = [
-    "INFLIGHT", "Conn", "append_params", "appenders", "daemon", "since_rate", "wait_socket",
-    "watch_latency",
+    "INFLIGHT", "Conn", "append_params", "append_rows", "appenders", "daemon", "since_rate",
+    "two_daemons", "wait_socket", "watch_latency",
 ]
 
 INFLIGHT = 200
@@ -163,3 +163,41 @@ async def watch_latency(
         await trio.sleep(gap(i))
     return {"p50_ms": statistics.median(lat), "p95_ms": statistics.quantiles(lat, n=20)[18],
             "max_ms": max(lat)}
+
+
+Daemons = tuple[list[Path], list[subprocess.Popen[bytes]]]
+
+
+def two_daemons(root: Path, fresh: Callable[[str], str], name: str) -> Daemons:
+    """Two ``streamd serve --socket`` daemons on ``fresh(name)`` (a new
+    database's URL), each with a state directory of its own under ``root``."""
+    db = fresh(name)
+    sockets, procs = [], []
+    for d in range(2):
+        state = root / f"{name}-{d}"
+        state.mkdir()
+        sockets.append(state / "sock")
+        procs.append(daemon(db, sockets[-1], state))
+    return sockets, procs
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        p.terminate()
+        p.wait()
+
+
+async def append_rows(start: Callable[[str], Daemons], quick: bool) -> dict[str, float]:
+    """Appends/s from 1, 4 and 16 clients spread over two new daemons each time."""
+    out: dict[str, float] = {}
+    for clients in (1, 4, 16):
+        sockets, procs = start(f"append{clients}")
+        try:
+            for s in sockets:
+                await wait_socket(s)
+            per = (2000 if quick else 10_000) // clients * (2 if clients == 1 else 1)
+            await appenders(sockets, clients, 200)  # warm up
+            out[f"append_{clients}_clients_2_daemons"] = await appenders(sockets, clients, per)
+        finally:
+            stop(procs)
+    return out

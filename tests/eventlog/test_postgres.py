@@ -29,6 +29,7 @@ import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.commit_order import race_writers_and_a_reader
 from support.filters import _ALPHABET, _filters, _Row, _text
 from support.hosts import Host
 from support.hosts import append_params as _append
@@ -94,49 +95,9 @@ def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
 def test_a_reader_never_sees_a_seq_before_every_lower_seq_is_visible(
     open_store: Callable[..., PostgresStore],
 ) -> None:
-    # Four writers on four connections append batches as fast as they can while
-    # a reader pages with since(). With numbers handed out at insert time (a
-    # sequence), a batch that got lower seqs but commits later would show as a
-    # gap the reader skips forever; the counter row makes commit order seq order.
-    writers, batches, per_batch = 4, 40, 8
-    stores = [open_store(synchronous="NORMAL") for _ in range(writers)]
-    reader = open_store()
-    start = threading.Barrier(writers + 1)
-    errors: list[BaseException] = []
-
-    def write(w: int) -> None:
-        try:
-            start.wait()
-            for b in range(batches):
-                got = stores[w].append_batch(
-                    [ap(f"w{w}-b{b}-{i}", session=f"s{w}") for i in range(per_batch)], T0
-                )
-                assert all(not isinstance(r, RpcError) for r in got), got
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
-    for t in threads:
-        t.start()
-    start.wait()
-    total = writers * batches * per_batch
-    seen: list[int] = []
-    cursor, reads = 0, 0
-    deadline = time.monotonic() + 60
-    while len(seen) < total and time.monotonic() < deadline and not errors:
-        page = reader.since(SinceParams(from_seq=cursor, limit=1000))
-        reads += 1
-        for e in page.entries:
-            # The next entry a reader sees is always the next seq: nothing
-            # lower can still appear behind it.
-            assert e.seq == cursor + 1, f"saw seq {e.seq} while {cursor + 1} was not visible"
-            cursor = e.seq
-            seen.append(e.seq)
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    assert seen == list(range(1, total + 1))
-    assert reads > writers * batches / 4, "the reader must have raced the writers"
+    writers = [open_store(synchronous="NORMAL") for _ in range(4)]
+    reads = race_writers_and_a_reader(writers, open_store(), lambda i, s: ap(i, session=s), T0)
+    assert reads > 4 * 40 / 4, "the reader must have raced the writers"
 
 
 def test_each_batch_commits_as_one_run_of_seqs_even_with_two_writers(

@@ -33,6 +33,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+if not __package__:  # run as a script (the conformance tests' adapter): find support/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.os_packages import Unavailable, apt_install, unprivileged_user
+
 __all__ = ["SERVER_USER", "Server", "Unavailable", "start"]
 
 SERVER_USER = "streamd-db"
@@ -42,53 +46,11 @@ PASSWORD = "s3cret?#&pw"
 """Its password: the characters a URL would mangle."""
 
 
-class Unavailable(Exception):
-    """No server can be started here; the message says why."""
-
-
 def _binaries() -> tuple[str, str] | None:
     server = shutil.which("mariadbd") or shutil.which("mariadbd", path="/usr/sbin:/usr/bin")
     install = shutil.which("mariadb-install-db") or shutil.which(
         "mariadb-install-db", path="/usr/bin:/usr/sbin")
     return (server, install) if server and install else None
-
-
-def _install_with_apt() -> None:
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise Unavailable(
-            "no MariaDB server (mariadbd) was found, and apt-get is not usable here (it"
-            " needs root) to install the mariadb-server package"
-        )
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "mariadb-server"]
-    print("mariadb_server: installing MariaDB with apt-get (no mariadbd found)", file=sys.stderr)
-    done = subprocess.run(install, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
-        done = subprocess.run(install, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise Unavailable("apt-get install mariadb-server failed: " + " / ".join(tail))
-
-
-def _server_user() -> pwd.struct_passwd | None:
-    if os.geteuid() != 0:
-        return None
-    try:
-        return pwd.getpwnam(SERVER_USER)
-    except KeyError:
-        pass
-    made = subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER],
-        capture_output=True, text=True,
-    )
-    try:
-        return pwd.getpwnam(SERVER_USER)
-    except KeyError:
-        raise Unavailable(
-            f"running as root, and the unprivileged user {SERVER_USER} could not be created:"
-            f" {made.stderr.strip()}"
-        ) from None
 
 
 @dataclass
@@ -211,11 +173,11 @@ def start(root: Path | None = None) -> Server:
     """A new running server (see the module docstring); raises :class:`Unavailable`."""
     found = _binaries()
     if found is None:
-        _install_with_apt()
+        apt_install("mariadb-server", "no MariaDB server (mariadbd)")
         found = _binaries()
         if found is None:
             raise Unavailable("apt-get installed mariadb-server but no mariadbd was found")
-    user = _server_user()
+    user = unprivileged_user(SERVER_USER, "MariaDB")
     base = Path(tempfile.mkdtemp(prefix="streamd-my-", dir=root))
     server = Server(found[0], found[1], base, user)
     atexit.register(server.destroy)

@@ -33,6 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+if not __package__:  # run as a script (the conformance tests' adapter): find support/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.os_packages import Unavailable, apt_install, unprivileged_user
+
 __all__ = ["CLUSTER_USER", "SUPERUSER", "Cluster", "Unavailable", "find_bindir", "start"]
 
 CLUSTER_USER = "streamd-pg"
@@ -42,10 +46,6 @@ SUPERUSER = "streamd"
 PORT = 5432  # only names the socket file inside the private directory: no TCP
 PASSWORD_ROLE = "streamd_pw"
 """A role that must give a password (scram-sha-256), for the credential tests."""
-
-
-class Unavailable(Exception):
-    """No cluster can be started here; the message says why."""
 
 
 def find_bindir() -> Path | None:
@@ -59,48 +59,6 @@ def find_bindir() -> Path | None:
         key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0,
     )
     return Path(found[-1]).parent if found else None
-
-
-def _install_with_apt() -> None:
-    """``apt-get install -y postgresql``, quietly; ``apt-get update`` once first
-    if the package is not known (a fresh machine has no package lists)."""
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise Unavailable(
-            "no PostgreSQL server binaries (initdb) were found, and apt-get is not usable"
-            " here (it needs root) to install the postgresql package"
-        )
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"]
-    print("pg_cluster: installing PostgreSQL with apt-get (no initdb found)", file=sys.stderr)
-    done = subprocess.run(install, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
-        done = subprocess.run(install, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise Unavailable("apt-get install postgresql failed: " + " / ".join(tail))
-
-
-def _cluster_user() -> pwd.struct_passwd | None:
-    """The user the server runs as: ourselves, or ``streamd-pg`` when we are root."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        return pwd.getpwnam(CLUSTER_USER)
-    except KeyError:
-        pass
-    made = subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", CLUSTER_USER],
-        capture_output=True,
-        text=True,
-    )
-    try:
-        return pwd.getpwnam(CLUSTER_USER)
-    except KeyError:
-        raise Unavailable(
-            f"running as root, and the unprivileged user {CLUSTER_USER} (PostgreSQL refuses"
-            f" to run as root) could not be created: {made.stderr.strip()}"
-        ) from None
 
 
 @dataclass
@@ -224,11 +182,11 @@ def start(root: Path | None = None) -> Cluster:
     """A new running cluster (see the module docstring); raises :class:`Unavailable`."""
     bindir = find_bindir()
     if bindir is None:
-        _install_with_apt()
+        apt_install("postgresql", "no PostgreSQL server binaries (initdb)")
         bindir = find_bindir()
         if bindir is None:
             raise Unavailable("apt-get installed postgresql but no initdb was found afterwards")
-    user = _cluster_user()
+    user = unprivileged_user(CLUSTER_USER, "PostgreSQL")
     base = Path(tempfile.mkdtemp(prefix="streamd-pg-", dir=root))
     cluster = Cluster(bindir, base, user)
     atexit.register(cluster.destroy)

@@ -124,9 +124,9 @@ class SqliteOpener:
         return FileChanges(Path(self._path), fallback_interval=self._watch_interval)
 
 
-class PostgresOpener:
-    """Connections to a PostgreSQL database (each on a worker thread of its own,
-    see :mod:`~streamd.eventlog.postgres.runner` for why); the writer migrates."""
+class _ServerOpener:
+    """What the server backends' openers share: a server that goes away comes
+    back (no fault is for good), and the checks before a connection is made."""
 
     def __init__(
         self, target: dbtarget.DbTarget, options: SqliteOptions, watch_interval: float
@@ -137,7 +137,31 @@ class PostgresOpener:
 
     @property
     def fault(self) -> str | None:
-        return None  # a server that goes away comes back; nothing is for good
+        return None
+
+    def _url(self) -> str:
+        """The address to connect with, once it may be: a password in a
+        caller's argument (as often as not a command line's) is refused."""
+        if self._target.origin == "argument" and self._target.secret_keys:
+            raise RpcError(
+                SOURCE_UNAVAILABLE, dbtarget.password_refused(self._target, "the database given")
+            )
+        return str(self._target.target)
+
+
+def _missing_driver(server: str, driver: str, extra: str, exc: ImportError) -> RpcError:
+    from streamd import DISTRIBUTION
+
+    return RpcError(
+        SOURCE_UNAVAILABLE,
+        f"the event log is in {server}, which needs {driver} ({exc}):"
+        f" pip install '{DISTRIBUTION}[{extra}]'",
+    )
+
+
+class PostgresOpener(_ServerOpener):
+    """Connections to a PostgreSQL database (each on a worker thread of its own,
+    see :mod:`~streamd.eventlog.postgres.runner` for why); the writer migrates."""
 
     def _options(self) -> PostgresOptions:
         """The options of the store and of its listener (the same schema, so
@@ -147,24 +171,11 @@ class PostgresOpener:
         return PostgresOptions(synchronous=self._synchronous)
 
     async def open(self, role: Role) -> Runner:
-        from streamd import DISTRIBUTION
-
         try:
             from streamd.eventlog.postgres.runner import PostgresRunner
         except ImportError as exc:
-            raise RpcError(
-                SOURCE_UNAVAILABLE,
-                f"the event log is in PostgreSQL, which needs psycopg ({exc}):"
-                f" pip install '{DISTRIBUTION}[postgres]'",
-            ) from None
-        if self._target.origin == "argument" and self._target.secret_keys:
-            # A caller's argument is, as often as not, a command line's.
-            raise RpcError(
-                SOURCE_UNAVAILABLE, dbtarget.password_refused(self._target, "the database given")
-            )
-        return await PostgresRunner.open(
-            str(self._target.target), self._options(), migrate=role == "writer"
-        )
+            raise _missing_driver("PostgreSQL", "psycopg", "postgres", exc) from None
+        return await PostgresRunner.open(self._url(), self._options(), migrate=role == "writer")
 
     def changes(self, poll: Poll) -> AbstractAsyncContextManager[ChangeSource]:
         """LISTEN for every host's commits; while that connection is down, poll
@@ -179,47 +190,25 @@ class PostgresOpener:
         )
 
 
-class MysqlOpener:
+class MysqlOpener(_ServerOpener):
     """Connections to a MySQL or MariaDB database, each on a worker thread of
     its own (as PostgreSQL's); the writer migrates. Other hosts' commits are
     heard by polling the newest seq (:mod:`~streamd.eventlog.mysql.changes`)."""
 
-    def __init__(
-        self, target: dbtarget.DbTarget, options: SqliteOptions, watch_interval: float
-    ) -> None:
-        self._target = target
-        self._synchronous = options.synchronous
-        self._watch_interval = watch_interval
-
-    @property
-    def fault(self) -> str | None:
-        return None  # a server that goes away comes back
-
     async def open(self, role: Role) -> Runner:
-        from streamd import DISTRIBUTION
-
         try:
             from streamd.eventlog.mysql.runner import MysqlRunner
             from streamd.eventlog.mysql.store import MysqlOptions
         except ImportError as exc:
-            raise RpcError(
-                SOURCE_UNAVAILABLE,
-                f"the event log is in MySQL, which needs mysqlclient ({exc}):"
-                f" pip install '{DISTRIBUTION}[mysql]'",
-            ) from None
-        if self._target.origin == "argument" and self._target.secret_keys:
-            raise RpcError(
-                SOURCE_UNAVAILABLE, dbtarget.password_refused(self._target, "the database given")
-            )
+            raise _missing_driver("MySQL", "mysqlclient", "mysql", exc) from None
         return await MysqlRunner.open(
-            str(self._target.target), MysqlOptions(synchronous=self._synchronous),
-            migrate=role == "writer",
+            self._url(), MysqlOptions(synchronous=self._synchronous), migrate=role == "writer"
         )
 
     def changes(self, poll: Poll) -> AbstractAsyncContextManager[ChangeSource]:
         """A poll of the newest seq on the reader, from 2 ms after a change up
         to 50 ms (or the watch interval, when shorter) while idle."""
-        from streamd.eventlog.mysql.changes import CEILING_S, PolledChanges
+        from streamd.eventlog.mysql.changes import CEILING_S, FLOOR_S, PolledChanges
 
         ceiling = min(CEILING_S, self._watch_interval)
-        return PolledChanges(poll, ceiling=ceiling, floor=min(0.002, ceiling))
+        return PolledChanges(poll, ceiling=ceiling, floor=min(FLOOR_S, ceiling))

@@ -22,7 +22,7 @@ import MySQLdb
 
 from streamd.eventlog import filters
 from streamd.eventlog.model import Filter
-from streamd.eventlog.store.sql import Args, Row, Rows
+from streamd.eventlog.store.sql import Args, Row, Rows, paged
 
 __all__ = ["DB_NOW_US", "DUPLICATE_ENTRY", "READ_PAGE", "MySql"]
 
@@ -106,13 +106,7 @@ class MySql:
     ) -> Rows:
         """A page of rows at a time, so a consumer that stops (its byte budget
         is spent) stops the reads."""
-        while True:
-            sql, args = select(after)
-            page = self._run(sql + " LIMIT ?", (*args, READ_PAGE)).fetchall()
-            yield from page
-            if len(page) < READ_PAGE:
-                return
-            after = page[-1][0]
+        return paged(self.rows, select, after, READ_PAGE)
 
     def events_source(self, flt: Filter | None, from_seq: int | None) -> str:
         return "events"

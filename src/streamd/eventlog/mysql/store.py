@@ -34,13 +34,12 @@ it, and every driver message is scrubbed of it.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import MySQLdb
 from MySQLdb.constants import CLIENT
@@ -54,7 +53,7 @@ from streamd.eventlog.store import outages, rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, Synchronous, closed_error
 from streamd.eventlog.store.operations import SqlOperations
 from streamd.eventlog.store.plan import Known, Planned, commit_planned
-from streamd.eventlog.store.reconnecting import Reconnecting
+from streamd.eventlog.store.reconnecting import Reconnecting, boundary
 from streamd.eventlog.store.sql import Sql
 from streamd.eventlog.store.state import apply_delta
 
@@ -119,21 +118,18 @@ def _code(exc: BaseException) -> int:
     return exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
 
 
-def _translated(
-    fn: Callable[Concatenate[MysqlStore, _P], _T],
-) -> Callable[Concatenate[MysqlStore, _P], _T]:
-    """The storage boundary: no driver exception escapes a decorated method,
-    and a broken connection is dropped so the next call reconnects."""
+def _store_link(store: MysqlStore) -> Reconnecting[Any]:
+    return store._link
 
-    @functools.wraps(fn)
-    def wrapper(store: MysqlStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        store._link.get()  # raises closed, or source_unavailable while reconnecting
-        try:
-            return fn(store, *args, **kwargs)
-        except MySQLdb.Error as exc:
-            raise store._translate(exc) from None
 
-    return wrapper
+def _store_error(store: MysqlStore, exc: Exception) -> RpcError:
+    assert isinstance(exc, MySQLdb.Error)
+    return store._translate(exc)
+
+
+_translated = boundary(MySQLdb.Error, _store_link, _store_error)
+"""The storage boundary (:func:`~streamd.eventlog.store.reconnecting.boundary`):
+no MySQLdb exception escapes a decorated method."""
 
 
 class MysqlStore(SqlOperations):

@@ -61,11 +61,10 @@ and in :mod:`~streamd.eventlog.postgres.runner`.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 from psycopg import sql as pgsql
@@ -90,7 +89,7 @@ from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, closed_error
 from streamd.eventlog.store.operations import SqlOperations
 from streamd.eventlog.store.plan import Known, Planned, commit_planned
-from streamd.eventlog.store.reconnecting import Reconnecting
+from streamd.eventlog.store.reconnecting import Reconnecting, boundary
 from streamd.eventlog.store.sql import Sql
 from streamd.eventlog.store.state import apply_delta
 
@@ -115,21 +114,18 @@ _T = TypeVar("_T")
 # --- error translation -----------------------------------------------------------
 
 
-def _translated(
-    fn: Callable[Concatenate[PostgresStore, _P], _T],
-) -> Callable[Concatenate[PostgresStore, _P], _T]:
-    """The storage boundary: no psycopg exception escapes a decorated method,
-    and a broken connection is dropped so the next call reconnects."""
+def _store_link(store: PostgresStore) -> Reconnecting[Any]:
+    return store._link
 
-    @functools.wraps(fn)
-    def wrapper(store: PostgresStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        store._link.get()  # raises closed, or source_unavailable while reconnecting
-        try:
-            return fn(store, *args, **kwargs)
-        except psycopg.Error as exc:
-            raise store._translate(exc) from None
 
-    return wrapper
+def _store_error(store: PostgresStore, exc: Exception) -> RpcError:
+    assert isinstance(exc, psycopg.Error)
+    return store._translate(exc)
+
+
+_translated = boundary(psycopg.Error, _store_link, _store_error)
+"""The storage boundary (:func:`~streamd.eventlog.store.reconnecting.boundary`):
+no psycopg exception escapes a decorated method."""
 
 
 _REFUSALS = (RpcError, psycopg.DataError, psycopg.IntegrityError, UnicodeEncodeError)

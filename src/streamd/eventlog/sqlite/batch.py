@@ -15,7 +15,6 @@ from typing import Any
 import apsw
 
 from streamd.errors import (
-    EVENT_CONFLICT,
     RpcError,
     invalid_params,
 )
@@ -100,14 +99,7 @@ def append_one(
     ev = p.event
     existing = db.execute("SELECT seq, digest FROM events WHERE event_id = ?", (ev.id,)).fetchone()
     if existing is not None:
-        seq, digest = existing
-        if digest == item.digest:
-            return AppendResult(seq=seq, duplicate=True)
-        raise RpcError(
-            EVENT_CONFLICT,
-            f"event {ev.id!r} was already appended with different content (seq {seq})",
-            {"event_id": ev.id, "seq": seq},
-        )
+        return rules.retried(item, *existing)
     if p.expected_seq is not None:
         _check_expected(db, p.app, p.user, p.session, p.expected_seq)
     # The session row exists from the first append on, so sessions.get can tell a

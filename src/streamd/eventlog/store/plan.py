@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from streamd.errors import EVENT_CONFLICT, RpcError, invalid_params
+from streamd.errors import RpcError, invalid_params
 from streamd.eventlog.model import AppendResult, StateDelta
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import CommitOutcome
@@ -91,14 +91,7 @@ class Plan:
         p, ev = item.params, item.params.event
         seen = self.known.get(ev.id)
         if seen is not None:
-            seq, digest = seen
-            if digest == item.digest:
-                return AppendResult(seq=seq, duplicate=True)
-            raise RpcError(
-                EVENT_CONFLICT,
-                f"event {ev.id!r} was already appended with different content (seq {seq})",
-                {"event_id": ev.id, "seq": seq},
-            )
+            return rules.retried(item, *seen)
         if self.check is not None:
             self.check(item)
         key = (p.app, p.user, p.session)

@@ -21,22 +21,51 @@ connect. No driver import here.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.store.backend import closed_error
 
-__all__ = ["Reconnecting"]
+__all__ = ["Reconnecting", "boundary"]
 
 logger = logging.getLogger(__name__)
 
 C = TypeVar("C")
+_S = TypeVar("_S")
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def boundary(
+    errors: type[Exception] | tuple[type[Exception], ...],
+    link: Callable[[_S], Reconnecting[Any]],
+    translate: Callable[[_S, Exception], RpcError],
+) -> Callable[[Callable[Concatenate[_S, _P], _T]], Callable[Concatenate[_S, _P], _T]]:
+    """A server store's storage boundary, as a decorator of its methods: the
+    store's connection made (or ``closed``, or ``source_unavailable`` while it
+    backs off) before the method runs, and no driver error (``errors``) out of
+    it but as ``translate`` words it (which drops a broken connection, so the
+    next call reconnects)."""
+
+    def decorate(fn: Callable[Concatenate[_S, _P], _T]) -> Callable[Concatenate[_S, _P], _T]:
+        @functools.wraps(fn)
+        def wrapper(store: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+            link(store).get()
+            try:
+                return fn(store, *args, **kwargs)
+            except errors as exc:
+                raise translate(store, exc) from None
+
+        return wrapper
+
+    return decorate
 
 
 class Reconnecting(Generic[C]):

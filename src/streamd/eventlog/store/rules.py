@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamd.errors import (
+    EVENT_CONFLICT,
     SESSION_LOCKED,
     SESSION_NOT_FOUND,
     SOURCE_UNAVAILABLE,
@@ -18,7 +19,7 @@ from streamd.errors import (
     RpcError,
     invalid_params,
 )
-from streamd.eventlog.model import AppendParams
+from streamd.eventlog.model import AppendParams, AppendResult
 from streamd.eventlog.store import rows
 from streamd.eventlog.store.backend import AppendGroup
 
@@ -31,6 +32,7 @@ __all__ = [
     "prepare_all",
     "prepare_group",
     "refused_in_group",
+    "retried",
     "stale",
 ]
 
@@ -95,6 +97,19 @@ def prepare_all(
         except RpcError as exc:
             out.append(exc)
     return out
+
+
+def retried(item: rows.Prepared, seq: int, stored_digest: bytes) -> AppendResult:
+    """An append whose event id is stored already (at ``seq``): a retry of the
+    same request is its duplicate; different content is ``event_conflict``."""
+    if stored_digest == item.digest:
+        return AppendResult(seq=seq, duplicate=True)
+    event_id = item.params.event.id
+    raise RpcError(
+        EVENT_CONFLICT,
+        f"event {event_id!r} was already appended with different content (seq {seq})",
+        {"event_id": event_id, "seq": seq},
+    )
 
 
 def refused_in_group(exc: RpcError, index: int) -> RpcError:

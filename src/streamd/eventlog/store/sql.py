@@ -35,14 +35,14 @@ Values only: no Trio, no driver import.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from streamd.eventlog.filters import Dialect
 from streamd.eventlog.model import Filter
 
-__all__ = ["MAX_SEQ", "Args", "Row", "Sql"]
+__all__ = ["MAX_SEQ", "Args", "Row", "Sql", "paged"]
 
 Row = tuple[Any, ...]
 Args = Sequence[Any]
@@ -151,3 +151,21 @@ class Sql(Protocol):
     def describe(self, exc: BaseException) -> str:
         """A driver error in words, without secrets."""
         ...
+
+
+def paged(
+    fetch: Callable[[str, Args], Sequence[Row]],
+    select: Callable[[int], tuple[str, Args]],
+    after: int,
+    page: int,
+) -> Generator[Row, None, None]:
+    """:meth:`Sql.scan_events` for a driver that reads a result whole: pages of
+    ``page`` rows, each ``select(last seq read) LIMIT page``, so a consumer
+    that stops (its byte budget spent) stops the reads."""
+    while True:
+        sql, args = select(after)
+        rows = fetch(sql + " LIMIT ?", (*args, page))
+        yield from rows
+        if len(rows) < page:
+            return
+        after = rows[-1][0]
