@@ -421,3 +421,63 @@ def test_the_eventlog_conformance_suite_passes_on_mysql(
         capsys.readouterr().out
     )
     assert f"{cases} passed, 0 failed" in capsys.readouterr().out
+
+
+async def test_a_lease_stolen_by_another_host_is_reported_lost_to_its_holder(
+    mysql_db: str,
+) -> None:
+    from streamd.eventlog.log import EventLog
+
+    lost = trio.Event()
+
+    async def on_lost(lease: Any) -> None:
+        lost.set()
+
+    with trio.fail_after(20):
+        async with EventLog(mysql_db) as host_a, EventLog(mysql_db) as host_b:
+            lease = await host_a.acquire_lock(
+                "app", "u", "s", stale_after_ms=150, heartbeat_ms=50, on_lost=on_lost
+            )
+            with pytest.raises(RpcError) as info:
+                await host_b.acquire_lock("app", "u", "s")
+            assert info.value.code == SESSION_LOCKED
+            # Host A's window shrinks to nothing, by hand: by the database's
+            # clock its lease is stale at once, and B takes it.
+            conn = raw(mysql_db)
+            conn.cursor().execute("UPDATE leases SET stale_after_ms = 0")
+            conn.close()
+            taken = await host_b.acquire_lock("app", "u", "s")
+            await lost.wait()
+            assert lease.lost.is_set() and taken.holder != lease.holder
+            assert [x.holder for x in await host_b.list_locks()] == [taken.holder]
+
+
+def test_a_password_in_streamd_db_works_for_the_log_commands_and_never_shows(
+    mysql_server: Any, mysql_db: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from urllib.parse import quote
+
+    from support import mariadb_server
+
+    from streamd.eventlog.cli import main as log_main
+
+    name = mysql_db.split("/")[3].split("?")[0]
+    secret = mariadb_server.PASSWORD  # holds ? # and &: written %-escaped in a URL
+    url = mysql_server.url(name, user=mariadb_server.PASSWORD_USER).replace(
+        "@/", f":{quote(secret, safe='')}@/"
+    )
+    monkeypatch.setenv("STREAMD_DB", url)
+    append = ["append", "--app", "a", "--user", "u", "--session", "s", "--author", "me",
+              "--text", "hello", "--id", "e1"]
+    assert log_main(append) == 0
+    assert log_main(["since", "--app", "a"]) == 0
+    assert log_main(["ping"]) == 0
+    out, err = capsys.readouterr()
+    assert "hello" in out and "ok: mysql://streamd_pw@/" in out
+    assert secret not in out + err and quote(secret, safe="") not in out + err
+    # On the command line the same URL is refused before anything runs.
+    monkeypatch.delenv("STREAMD_DB")
+    assert log_main(["--db", url, "ping"]) == 2
+    _, err = capsys.readouterr()
+    assert "MYSQL_PWD" in err and secret not in err and quote(secret, safe="") not in err
