@@ -481,3 +481,71 @@ def test_a_password_in_streamd_db_works_for_the_log_commands_and_never_shows(
     assert log_main(["--db", url, "ping"]) == 2
     _, err = capsys.readouterr()
     assert "MYSQL_PWD" in err and secret not in err and quote(secret, safe="") not in err
+
+
+async def test_a_cancelled_call_on_a_stopped_server_returns_and_the_next_call_reconnects(
+    mysql_server: Any, mysql_db: str,
+) -> None:
+    import os
+    import signal
+
+    runner = await MysqlRunner.open(mysql_db, MysqlOptions(unresponsive_s=0.5))
+    try:
+        await runner.run(lambda s: s.append(ap("first"), T0))
+        pid = mysql_server.proc.pid
+        os.kill(pid, signal.SIGSTOP)  # a server that no longer answers at all
+        try:
+            started = time.monotonic()
+            with trio.fail_after(20):
+                with trio.move_on_after(0.2) as scope:
+                    await runner.run(lambda s: s.newest_seq())
+            assert scope.cancelled_caught
+            # Neither the statement nor its KILL is answered: the connection
+            # is cut after the grace, and the call returns.
+            assert time.monotonic() - started < 5
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with trio.fail_after(30):
+            assert await runner.run(lambda s: s.newest_seq()) == 1  # a new connection
+    finally:
+        await runner.aclose()
+
+
+async def test_close_does_not_hang_on_a_stopped_server_and_the_append_hears_maybe(
+    mysql_server: Any, mysql_db: str,
+) -> None:
+    import os
+    import signal
+
+    from streamd.eventlog.log import EventLog
+
+    got: list[BaseException] = []
+
+    async def append_one(log: EventLog) -> None:
+        try:
+            await log.append("app", "u", "s", Event(id="in-flight", author="agent", content=None))
+        except RpcError as exc:
+            got.append(exc)
+
+    pid = mysql_server.proc.pid
+    with trio.fail_after(30):
+        async with EventLog(mysql_db) as log, trio.open_nursery() as nursery:
+            await log.append("app", "u", "s", Event(id="first", author="agent", content=None))
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                nursery.start_soon(append_one, log)
+                await trio.testing.wait_all_tasks_blocked()
+                started = time.monotonic()
+                await log.aclose()
+                took = time.monotonic() - started
+            finally:
+                os.kill(pid, signal.SIGCONT)
+    assert took < 6, f"close took {took:.1f} s with the server stopped"
+    (error,) = got
+    assert isinstance(error, RpcError) and error.code == SOURCE_UNAVAILABLE
+    assert "may or may not have committed" in error.message
+    store = MysqlStore.open(mysql_db)
+    try:
+        assert store.append(ap("in-flight"), T0).seq == 2  # whatever it came to, safe
+    finally:
+        store.close()

@@ -140,11 +140,16 @@ class MysqlStore(SqlOperations):
         self._opts = options or MysqlOptions()
         self._secrets = [self._url.password or "", os.environ.get("MYSQL_PWD", "")]
         self._where = f"MySQL database {self._url.description}"
-        self._thread = 0  # the server's id of the connection's session, for KILL QUERY
+        # Of the connection now, read when it is made: the driver refuses any
+        # use of a connection from a second thread while a call runs on it, and
+        # a cancel (KILL QUERY) or a cut (its socket) comes from another thread.
+        self._thread = 0  # the server's id of the connection's session
+        self._fd = -1  # its socket
         self._link: Reconnecting[Any] = Reconnecting(
             connect=self._connect,
-            usable=lambda c: bool(c.open),
-            fileno=lambda c: int(c.fileno()),
+            # A connection that failed is dropped by _translate; one held is usable.
+            usable=lambda c: True,
+            fileno=lambda c: self._fd,
             close=lambda c: c.close(),
             refused=self._connect_refused,
             errors=(MySQLdb.Error,),
@@ -181,9 +186,7 @@ class MysqlStore(SqlOperations):
 
     def _connect(self) -> Any:
         conn = connect(self._url, self._opts)
-        # Read now: the driver refuses any use of a connection from a second
-        # thread while a call runs on it, and KILL QUERY needs the id then.
-        self._thread = conn.thread_id()
+        self._thread, self._fd = conn.thread_id(), conn.fileno()
         return conn
 
     @property
