@@ -549,3 +549,14 @@ async def test_close_does_not_hang_on_a_stopped_server_and_the_append_hears_mayb
         assert store.append(ap("in-flight"), T0).seq == 2  # whatever it came to, safe
     finally:
         store.close()
+
+
+def test_durability_and_size_are_the_servers(
+    open_store: Callable[..., MysqlStore], mysql_server: Any,
+) -> None:
+    store = open_store(synchronous="NORMAL")  # not applied: the server's setting decides
+    # The tests' server writes every commit to disk (innodb_flush_log_at_trx_commit=1).
+    assert store.synchronous() == 2
+    store.append(ap("e1", content={"t": "x" * 1000}), T0)
+    used, free, page = store.pages()
+    assert page == 16384 and used > 0 and free >= 0

@@ -314,5 +314,7 @@ class EventLog(KeywordApi):
         return await self.connections.read(lambda store: store.list_leases(app, user))
 
     async def synchronous_level(self) -> int:
-        """The writer's ``PRAGMA synchronous`` (2 = FULL, 1 = NORMAL)."""
+        """How durable a commit is (2 = FULL, 1 = NORMAL): SQLite's ``PRAGMA
+        synchronous``, PostgreSQL's ``synchronous_commit``, MySQL's
+        ``innodb_flush_log_at_trx_commit``."""
         return await self.connections.write(lambda store: store.synchronous())
