@@ -33,10 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +46,7 @@ from server_daemons import (
     Conn,
     Daemons,
     append_rows,
+    machine,
     since_rate,
     stop,
     two_daemons,
@@ -207,14 +206,6 @@ def _drivers(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def _machine() -> dict[str, Any]:
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    return {"python": platform.python_version(), "cpus": os.cpu_count(),
-            "platform": platform.platform(), "commit": commit, "load": os.getloadavg(),
-            "date": time.strftime("%Y-%m-%d")}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", help="a mysql:// URL to measure on (default: a throwaway server)")
@@ -224,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    result: dict[str, Any] = {"machine": _machine()}
+    result: dict[str, Any] = {"machine": machine()}
     if args.drivers:
         result["drivers"] = _drivers(args)
         print(json.dumps(result, indent=2))

@@ -34,10 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +46,7 @@ import trio
 from server_daemons import (
     Daemons,
     append_rows,
+    machine,
     since_rate,
     stop,
     two_daemons,
@@ -278,17 +276,6 @@ def _daemons_bench(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _machine() -> dict[str, Any]:
-    try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = ""
-    return {"python": platform.python_version(), "cpus": os.cpu_count(),
-            "platform": platform.platform(), "commit": commit,
-            "load": os.getloadavg()}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", help="a postgresql:// URL to measure on (default: a throwaway cluster)")
@@ -297,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    result = {"machine": _machine()}
+    result = {"machine": machine()}
     if args.dispatch:
         result["dispatch_us"] = _dispatch(args)
         print(json.dumps(result, indent=2))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -18,8 +19,8 @@ import msgspec
 import trio
 
 __all__ = [
-    "INFLIGHT", "Conn", "append_params", "append_rows", "appenders", "daemon", "since_rate",
-    "two_daemons", "wait_socket", "watch_latency",
+    "INFLIGHT", "Conn", "append_params", "append_rows", "appenders", "daemon", "machine",
+    "since_rate", "two_daemons", "wait_socket", "watch_latency",
 ]
 
 INFLIGHT = 200
@@ -201,3 +202,16 @@ async def append_rows(start: Callable[[str], Daemons], quick: bool) -> dict[str,
         finally:
             stop(procs)
     return out
+
+
+def machine() -> dict[str, Any]:
+    """Where and when a bench ran: Python, cores, platform, commit, load, date."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(Path(__file__).resolve().parents[1]), "rev-parse", "--short",
+             "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = ""
+    return {"python": platform.python_version(), "cpus": os.cpu_count(),
+            "platform": platform.platform(), "commit": commit, "load": os.getloadavg(),
+            "date": time.strftime("%Y-%m-%d")}

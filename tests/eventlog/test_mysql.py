@@ -163,7 +163,7 @@ def test_lease_staleness_is_judged_by_the_databases_clock_not_the_callers(
 # --- the schema ---------------------------------------------------------------------------
 
 
-def test_openers_that_start_at_once_migrate_once(mysql_db: str) -> None:
+def test_openers_that_start_at_once_leave_one_schema_at_the_current_version(mysql_db: str) -> None:
     stores: list[MysqlStore] = []
     errors: list[BaseException] = []
     start = threading.Barrier(4)

@@ -39,10 +39,26 @@ class Fixture:
     """SQL that lets content that is not JSON in, as a file changed by other means."""
 
 
+def _kept(
+    first: Backend, reopen: Callable[[], Backend], raw: Callable[[str, tuple[Any, ...]], None],
+    **kw: Any,
+) -> Iterator[Fixture]:
+    """The fixture of ``first``, whose ``reopen`` opens more stores on the
+    same database; every one is closed after the test."""
+    opened = [first]
+
+    def again() -> Backend:
+        opened.append(reopen())
+        return opened[-1]
+
+    yield Fixture(first, first.close, raw, again, **kw)
+    for s in opened:
+        s.close()
+
+
 def _sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
     path = str(tmp_path / "events.db")
     store = SqliteStore.open(path, SqliteOptions(synchronous="NORMAL"))
-    opened = [store]
 
     def raw(sql: str, args: tuple[Any, ...] = ()) -> None:
         db = apsw.Connection(path)
@@ -51,14 +67,7 @@ def _sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]
         finally:
             db.close()
 
-    def reopen() -> Backend:
-        s = SqliteStore.open(path)
-        opened.append(s)
-        return s
-
-    yield Fixture(store, store.close, raw, reopen)
-    for s in opened:
-        s.close()
+    yield from _kept(store, lambda: SqliteStore.open(path), raw)
 
 
 def _postgres(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
@@ -73,28 +82,17 @@ def _postgres(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixtur
     conninfo = request.getfixturevalue("postgres_db")
     options = PostgresOptions(synchronous="NORMAL", lease_clock="caller")
     store = PostgresStore.open(conninfo, options)
-    opened = [store]
 
     def raw(sql: str, args: tuple[Any, ...] = ()) -> None:
         with psycopg.connect(conninfo, autocommit=True) as db:
             db.execute("SET search_path = streamd")
             db.execute(sql.replace("?", "%s").replace("x'00'", "'\\x00'"), args)
 
-    def reopen() -> Backend:
-        s = PostgresStore.open(conninfo, options)
-        opened.append(s)
-        return s
-
-    yield Fixture(
-        store,
-        store.close,
-        raw,
-        reopen,
+    yield from _kept(
+        store, lambda: PostgresStore.open(conninfo, options), raw,
         not_json=(psycopg.errors.InvalidTextRepresentation, "invalid input syntax for type json"),
         unguard="ALTER TABLE events ALTER COLUMN content TYPE text",
     )
-    for s in opened:
-        s.close()
 
 
 def _mysql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
@@ -108,7 +106,6 @@ def _mysql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
     url = request.getfixturevalue("mysql_db")
     options = MysqlOptions(lease_clock="caller")
     store = MysqlStore.open(url, options)
-    opened = [store]
 
     def raw(sql: str, args: tuple[Any, ...] = ()) -> None:
         db = connect(parse(url), options)
@@ -117,22 +114,12 @@ def _mysql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
         finally:
             db.close()
 
-    def reopen() -> Backend:
-        s = MysqlStore.open(url, options)
-        opened.append(s)
-        return s
-
-    yield Fixture(
-        store,
-        store.close,
-        raw,
-        reopen,
+    yield from _kept(
+        store, lambda: MysqlStore.open(url, options), raw,
         # An INSERT by hand without a seq is refused for that first.
         not_json=(MySQLdb.DatabaseError, "events_content_is_json|'seq' doesn't have a default"),
         unguard="ALTER TABLE events DROP CONSTRAINT events_content_is_json",
     )
-    for s in opened:
-        s.close()
 
 
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Iterator[Fixture]]] = {

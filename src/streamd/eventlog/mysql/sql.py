@@ -14,7 +14,7 @@ REPEATABLE READ (writes run at READ COMMITTED, as PostgreSQL's do).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,7 +24,7 @@ from streamd.eventlog import filters
 from streamd.eventlog.model import Filter
 from streamd.eventlog.store.sql import Args, Row, Rows, paged
 
-__all__ = ["DB_NOW_US", "DUPLICATE_ENTRY", "READ_PAGE", "MySql"]
+__all__ = ["DB_NOW_US", "DUPLICATE_ENTRY", "READ_PAGE", "MySql", "placeholders"]
 
 DB_NOW_US = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
 """The database's clock in microseconds (the session's time zone is UTC, so no
@@ -34,6 +34,11 @@ READ_PAGE = 1000
 DUPLICATE_ENTRY = 1062
 
 _DIALECT = filters.MYSQL.marked("?")
+
+
+def placeholders(values: Sequence[object]) -> str:
+    """``?, ?, ...``, one per value: the list of an ``IN (...)``."""
+    return ", ".join("?" * len(values))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -95,7 +100,7 @@ class MySql:
         keys = [k for k, in self._run(select + " FOR UPDATE", args).fetchall()]
         for start in range(0, len(keys), READ_PAGE):
             part = keys[start:start + READ_PAGE]
-            self._run(f"DELETE FROM {table} WHERE {key} IN ({', '.join('?' * len(part))})", part)
+            self._run(f"DELETE FROM {table} WHERE {key} IN ({placeholders(part)})", part)
         return keys
 
     def scan(self, sql: str, args: Args = ()) -> Rows:

@@ -39,7 +39,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, TypeVar
 
 import MySQLdb
 from MySQLdb.constants import CLIENT
@@ -47,21 +47,27 @@ from MySQLdb.constants import CLIENT
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
 from streamd.eventlog.model import AppendParams
 from streamd.eventlog.mysql import schema
-from streamd.eventlog.mysql.sql import DB_NOW_US, MySql
+from streamd.eventlog.mysql.sql import DB_NOW_US, READ_PAGE, MySql, placeholders
 from streamd.eventlog.mysql.url import MysqlUrl, connect_kwargs, parse
 from streamd.eventlog.store import outages, rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, Synchronous, closed_error
 from streamd.eventlog.store.operations import SqlOperations
-from streamd.eventlog.store.plan import Known, Planned, commit_planned
+from streamd.eventlog.store.plan import (
+    Known,
+    Planned,
+    commit_planned,
+    event_ids,
+    expected_sessions,
+    fold_deltas,
+    session_heads,
+)
 from streamd.eventlog.store.reconnecting import Reconnecting, boundary
 from streamd.eventlog.store.sql import Sql
-from streamd.eventlog.store.state import apply_delta
 
-__all__ = ["MysqlOptions", "MysqlStore", "connect", "scrub"]
+__all__ = ["MysqlOptions", "MysqlStore", "connect"]
 
 logger = logging.getLogger(__name__)
 
-_P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 # Error codes: the client's own (2xxx) and the server's.
@@ -84,13 +90,6 @@ class MysqlOptions:
     before the connection is cut under it."""
     lock_wait_timeout_s: int = 30
     """``innodb_lock_wait_timeout`` of each connection."""
-
-
-def scrub(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
 
 
 def connect(url: MysqlUrl, opts: MysqlOptions) -> Any:
@@ -203,7 +202,7 @@ class MysqlStore(SqlOperations):
         return self._link.get()
 
     def interrupt(self) -> None:
-        self._link.aborted = True
+        self._link.abort()
         self.cancel_running()
 
     def cancel_running(self) -> None:
@@ -244,7 +243,7 @@ class MysqlStore(SqlOperations):
 
     def _scrub(self, exc: BaseException) -> str:
         text = exc.args[1] if len(exc.args) > 1 else str(exc)
-        return scrub(str(text).strip(), self._secrets)
+        return outages.scrub(str(text), self._secrets)
 
     def _translate(self, exc: MySQLdb.Error, connecting: bool = False) -> RpcError:
         code = _code(exc)
@@ -257,7 +256,7 @@ class MysqlStore(SqlOperations):
         if not connecting and (code in _LOST or isinstance(exc, MySQLdb.InterfaceError)):
             link.drop()
             return outages.connection_lost(self._where, detail, data)
-        if link.aborted or link.closed:
+        if link.closed:
             return closed_error()
         if connecting:
             return outages.cannot_connect(self._where, detail, data)
@@ -362,16 +361,15 @@ class _MysqlWrite:
     def known(self, items: list[rows.Prepared]) -> Known:
         sql = self._sql
         known: dict[str, tuple[int, bytes]] = {}
-        ids = list(dict.fromkeys(one.params.event.id for one in items))
-        for start in range(0, len(ids), 1000):
-            part = ids[start:start + 1000]
+        ids = event_ids(items)
+        for start in range(0, len(ids), READ_PAGE):
+            part = ids[start:start + READ_PAGE]
             for event_id, seq, digest in sql.rows(
-                f"SELECT event_id, seq, digest FROM events WHERE event_id IN ({_marks(part)})",
-                part,
+                "SELECT event_id, seq, digest FROM events WHERE event_id IN"
+                f" ({placeholders(part)})", part,
             ):
                 known[event_id] = (seq, bytes(digest))
-        keys = list(dict.fromkeys((one.params.app, one.params.user, one.params.session)
-                                  for one in items if one.params.expected_seq is not None))
+        keys = expected_sessions(items)
         session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(keys)
         for key in keys:
             row = sql.one("SELECT last_seq FROM sessions WHERE app_name = ? AND user_id = ?"
@@ -384,9 +382,7 @@ class _MysqlWrite:
         if not events:
             return
         sql = self._sql
-        newest: dict[tuple[str, str, str], tuple[int, int]] = {}
-        for e in events:
-            newest[(e.row[1], e.row[2], e.row[3])] = (e.row[0], e.row[8])
+        newest = session_heads(events)
         # Assignments run left to right: last_event_time reads last_seq before it moves.
         sql.run(
             "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at,"
@@ -404,13 +400,10 @@ class _MysqlWrite:
             + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(events)),
             [v for e in events for v in (*e.row, e.digest)],
         )
-        for e in events:
-            if e.delta is not None:
-                seq, app, user, session = e.row[:4]
-                apply_delta(sql, app, user, session, e.delta, seq, now_us)
+        fold_deltas(sql, events, now_us)
 
-    def advance(self, before: int, after: int) -> None:
-        self._sql.run("UPDATE seq_counter SET seq = ? WHERE one = 1", (after,))
+    def advance(self, newest: int) -> None:
+        self._sql.run("UPDATE seq_counter SET seq = ? WHERE one = 1", (newest,))
 
     def refusal(self, exc: BaseException) -> bool:
         if isinstance(exc, RpcError | MySQLdb.DataError | MySQLdb.IntegrityError):
@@ -419,10 +412,6 @@ class _MysqlWrite:
 
     def describe(self, exc: BaseException) -> str:
         return self._sql.describe(exc)
-
-
-def _marks(values: Sequence[object]) -> str:
-    return ", ".join("?" * len(values))
 
 
 _FIELDS = (("app", "app_name"), ("user", "user_id"), ("session", "session_id"))
@@ -520,7 +509,7 @@ def _version_is_current(sql: MySql, where: str) -> None:
 def _nopad_collation(sql: MySql) -> str:
     found = {r[0] for r in sql.rows(
         "SELECT collation_name FROM information_schema.collations WHERE collation_name IN"
-        f" ({_marks(schema.NOPAD_COLLATIONS)})", schema.NOPAD_COLLATIONS)}
+        f" ({placeholders(schema.NOPAD_COLLATIONS)})", schema.NOPAD_COLLATIONS)}
     for name in schema.NOPAD_COLLATIONS:
         if name in found:
             return name

@@ -9,8 +9,7 @@ the passwords the address holds.
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,6 +28,7 @@ from streamd.eventlog.postgres.schema import (
     migration_sql,
 )
 from streamd.eventlog.store.backend import Synchronous
+from streamd.eventlog.store.outages import scrub
 
 __all__ = [
     "CONNECTION_SETUP",
@@ -68,16 +68,6 @@ def target_of(conninfo: str) -> DbTarget:
         return postgres_target(conninfo)
     except DbTargetError as exc:
         raise RpcError(SOURCE_UNAVAILABLE, str(exc)) from None
-
-
-def scrub(message: str, secrets: Sequence[str]) -> str:
-    """``message`` with every secret replaced (libpq does not quote passwords,
-    but a message built from a malformed conninfo could), on one line: libpq
-    adds a tab-indented hint line, and a CLI error or a log entry is one line."""
-    for s in secrets:
-        if s:
-            message = message.replace(s, "***")
-    return re.sub(r"\s*\n\s*", " ", message.strip())
 
 
 # --- options and connection setup ------------------------------------------------

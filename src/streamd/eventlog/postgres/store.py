@@ -64,7 +64,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql as pgsql
@@ -88,10 +88,17 @@ from streamd.eventlog.postgres.sql import DB_NOW_US, PgSql
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, closed_error
 from streamd.eventlog.store.operations import SqlOperations
-from streamd.eventlog.store.plan import Known, Planned, commit_planned
+from streamd.eventlog.store.plan import (
+    Known,
+    Planned,
+    commit_planned,
+    event_ids,
+    expected_sessions,
+    fold_deltas,
+    session_heads,
+)
 from streamd.eventlog.store.reconnecting import Reconnecting, boundary
 from streamd.eventlog.store.sql import Sql
-from streamd.eventlog.store.state import apply_delta
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -106,9 +113,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_P = ParamSpec("_P")
 _T = TypeVar("_T")
-
 
 
 # --- error translation -----------------------------------------------------------
@@ -192,7 +197,7 @@ class PostgresStore(SqlOperations):
         """Abort what the connection is doing, for close; callable from any
         thread and never blocking it: the cancel request goes out from a thread
         of its own. Every later call fails with ``closed``."""
-        self._link.aborted = True
+        self._link.abort()
         self.cancel_running()
 
     def cancel_running(self) -> None:
@@ -277,7 +282,7 @@ class PostgresStore(SqlOperations):
             # "closed" would tell the caller it was not written.
             link.drop()
             return pg_errors.connection_lost(self._where, detail, state)
-        if link.aborted or link.closed:
+        if link.closed:
             return closed_error()
         if connecting:
             return pg_errors.cannot_connect(self._where, detail, state)
@@ -389,27 +394,19 @@ class _PgWrite:
         return self._db.transaction()  # nested: a savepoint
 
     def locked_seq(self) -> int:
-        row = self._db.execute("SELECT seq FROM seq_counter FOR UPDATE").fetchone()
-        assert row is not None
-        return int(row[0])
+        return self._sql.newest_seq(lock=True)
 
     def known(self, items: list[rows.Prepared]) -> Known:
         """What the plan needs from the database: the stored events with the
         batch's ids, and ``last_seq`` of the sessions ``expected_seq`` names."""
         known: dict[str, tuple[int, bytes]] = {}
         if items:
-            ids = list(dict.fromkeys(one.params.event.id for one in items))
             for event_id, seq, digest in self._db.execute(
-                "SELECT event_id, seq, digest FROM events WHERE event_id = ANY(%s)", (ids,)
+                "SELECT event_id, seq, digest FROM events WHERE event_id = ANY(%s)",
+                (event_ids(items),),
             ):
                 known[event_id] = (seq, bytes(digest))
-        keys = list(
-            dict.fromkeys(
-                (one.params.app, one.params.user, one.params.session)
-                for one in items
-                if one.params.expected_seq is not None
-            )
-        )
+        keys = expected_sessions(items)
         session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(keys)
         if keys:
             found = self._db.execute(
@@ -428,12 +425,8 @@ class _PgWrite:
         if not events:
             return
         db = self._db
-        # The session rows first (the events' foreign key), one row per session:
-        # ON CONFLICT may touch a row only once per statement.
-        # Each session's newest event: its seq and its time (last_event_time).
-        newest: dict[tuple[str, str, str], tuple[int, int]] = {}
-        for e in events:
-            newest[(e.row[1], e.row[2], e.row[3])] = (e.row[0], e.row[8])
+        # The session rows first (the events' foreign key).
+        newest = session_heads(events)
         keys = list(newest)
         db.execute(
             "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at,"
@@ -457,19 +450,14 @@ class _PgWrite:
         ) as copy:
             for e in events:
                 copy.write_row((*e.row, e.digest))
-        sql = self._sql
-        for e in events:
-            if e.delta is not None:
-                seq, app, user, session = e.row[:4]
-                apply_delta(sql, app, user, session, e.delta, seq, now_us)
+        fold_deltas(self._sql, events, now_us)
 
-
-    def advance(self, before: int, after: int) -> None:
+    def advance(self, newest: int) -> None:
         # The NOTIFY goes out inside the transaction: delivered only if it commits.
         self._db.execute(
             "WITH bumped AS (UPDATE seq_counter SET seq = %s RETURNING seq)"
             " SELECT pg_notify(%s, seq::text) FROM bumped",
-            (after, self._channel),
+            (newest, self._channel),
         )
 
     def refusal(self, exc: BaseException) -> bool:

@@ -7,16 +7,30 @@ backend's own detail (its driver's error code), under a key of its own.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 
-__all__ = ["RETRY_IS_SAFE", "cannot_connect", "connection_lost", "database_error", "unresponsive"]
+__all__ = [
+    "RETRY_IS_SAFE", "cannot_connect", "connection_lost", "database_error", "scrub", "unresponsive",
+]
 
 RETRY_IS_SAFE = (
     "A write in flight may or may not have committed; retrying an append with the"
     " same event id is safe (it answers duplicate if it had)"
 )
+
+
+def scrub(message: str, secrets: Sequence[str]) -> str:
+    """``message`` with every secret replaced (drivers do not quote passwords,
+    but a message built from a malformed address could), on one line: libpq
+    adds a tab-indented hint line, and a CLI error or a log entry is one line."""
+    for s in secrets:
+        if s:
+            message = message.replace(s, "***")
+    return re.sub(r"\s*\n\s*", " ", message.strip())
 
 
 def unresponsive(where: str, data: dict[str, Any]) -> RpcError:

@@ -27,8 +27,14 @@ from streamd.errors import RpcError, invalid_params
 from streamd.eventlog.model import AppendResult, StateDelta
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import CommitOutcome
+from streamd.eventlog.store.sql import Sql
+from streamd.eventlog.store.state import apply_delta
 
-__all__ = ["Check", "Plan", "Planned", "PlannedWrite", "Prepared", "commit_planned", "in_group"]
+__all__ = [
+    "Check", "Known", "Plan", "Planned", "PlannedWrite", "Prepared", "SessionKey",
+    "commit_planned", "event_ids", "expected_sessions", "fold_deltas", "in_group",
+    "session_heads",
+]
 
 Prepared = list[rows.Prepared | list[rows.Prepared] | RpcError]
 """A batch as :func:`~streamd.eventlog.store.rules.prepare_all` gives it."""
@@ -124,6 +130,36 @@ def in_group(plan: Plan, item: rows.Prepared, index: int) -> AppendResult:
         raise rules.refused_in_group(exc, index) from None
 
 
+# --- what every backend's statements derive from a plan ---------------------------
+
+SessionKey = tuple[str, str, str]
+
+
+def event_ids(items: list[rows.Prepared]) -> list[str]:
+    """The batch's event ids, once each, in order: what ``known`` looks up."""
+    return list(dict.fromkeys(one.params.event.id for one in items))
+
+
+def expected_sessions(items: list[rows.Prepared]) -> list[SessionKey]:
+    """The sessions whose ``last_seq`` an ``expected_seq`` checks, once each."""
+    return list(dict.fromkeys((one.params.app, one.params.user, one.params.session)
+                              for one in items if one.params.expected_seq is not None))
+
+
+def session_heads(events: list[Planned]) -> dict[SessionKey, tuple[int, int]]:
+    """Each session's newest planned event: its seq and its time (what the
+    session row's ``last_seq`` and ``last_event_time`` become), one per
+    session, as an upsert may touch a row only once per statement."""
+    return {(e.row[1], e.row[2], e.row[3]): (e.row[0], e.row[8]) for e in events}
+
+
+def fold_deltas(sql: Sql, events: list[Planned], now_us: int) -> None:
+    """The planned events' state deltas, folded in seq order."""
+    for e in events:
+        if e.delta is not None:
+            seq, app, user, session = e.row[:4]
+            apply_delta(sql, app, user, session, e.delta, seq, now_us)
+
 
 class PlannedWrite(Protocol):
     """What a server backend gives :func:`commit_planned`, on one connection."""
@@ -148,7 +184,7 @@ class PlannedWrite(Protocol):
         """Insert the planned events, their sessions and their state deltas."""
         ...
 
-    def advance(self, before: int, after: int) -> None:
+    def advance(self, newest: int) -> None:
         """Write the counter's new newest seq (and whatever announces it)."""
         ...
 
@@ -210,7 +246,7 @@ def _commit(
                     raise
                 raise _Rewrite from exc
         if plan.last_seq != before:
-            db.advance(before, plan.last_seq)
+            db.advance(plan.last_seq)
     return CommitOutcome(
         results=out,
         before_seq=before,

@@ -11,7 +11,7 @@ keeping it, written once for PostgreSQL and MySQL:
   answers (callable from any thread, never blocking): its socket is shut down
   on a duplicate of its descriptor, so the driver's own stays valid, and the
   call waiting on it fails at once; :meth:`cut` says that this is what happened;
-* :meth:`close` and :meth:`abort` (for a close that interrupts) end it for good:
+* :meth:`close`, and :meth:`abort` for a close that interrupts, end it for good:
   every later :meth:`get` raises ``closed``.
 
 What a driver's error means stays with the backend: it gives how to connect,
@@ -97,8 +97,7 @@ class Reconnecting(Generic[C]):
         self._retry_at = 0.0
         self._last_error = ""
         self.closed = False
-        """Closed (or aborted): every later get() raises ``closed``."""
-        self.aborted = False
+        """Closed, or aborted for a close: every later get() raises ``closed``."""
 
     @property
     def current(self) -> C | None:
@@ -112,7 +111,7 @@ class Reconnecting(Generic[C]):
 
     def get(self) -> C:
         """The connection, made (again) if need be; raises RpcError."""
-        if self.closed or self.aborted:
+        if self.closed:
             raise closed_error()
         conn = self._conn
         if conn is not None and conn is not self._severed and self._usable(conn):
@@ -138,7 +137,7 @@ class Reconnecting(Generic[C]):
             self._last_error = error.message
             raise error from None
         with self._lock:
-            if self.closed or self.aborted:
+            if self.closed:
                 self._close_quietly(conn)
                 raise closed_error()
             self._conn = conn
@@ -182,6 +181,11 @@ class Reconnecting(Generic[C]):
             except OSError:
                 pass  # already disconnected
         logger.warning("event log: the %s did not answer; its connection was cut", self._where)
+
+    def abort(self) -> None:
+        """End it for a close while a call may still run on the connection
+        (which is left to that call, or to :meth:`sever`)."""
+        self.closed = True
 
     def close(self) -> None:
         self.closed = True
