@@ -16,7 +16,7 @@ operation on the writer's or the reader's connection.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
@@ -54,7 +54,7 @@ from streamd.eventlog.model import (
     WatchParams,
     to_us,
 )
-from streamd.eventlog.store import DECODED, AppendGroup, ReadShape
+from streamd.eventlog.store import DECODED, AppendGroup, EventRow, ReadShape
 from streamd.eventlog.watch import Watch
 from streamd.eventlog.watch_hub import WatchHub
 from streamd.eventlog.writer import AppendOutcome, GroupCommitWriter
@@ -114,6 +114,20 @@ class LogRequests:
 
     async def branches(self, p: BranchesParams) -> list[str]:
         return await self._read(lambda store: store.branches(p.filter, p.limit))
+
+    # -- what an index of the log reads (the Recall event-log source) --
+
+    async def event_rows(self, from_seq: int, limit: int) -> list[EventRow]:
+        return await self._read(lambda store: store.event_rows(from_seq, limit))
+
+    async def event_rows_at(self, seqs: Sequence[int]) -> list[EventRow]:
+        return await self._read(lambda store: store.event_rows_at(seqs))
+
+    async def removed_after(self, mark: int, limit: int) -> list[tuple[int, int]]:
+        return await self._read(lambda store: store.removed_after(mark, limit))
+
+    async def newest_removal(self) -> tuple[int, int]:
+        return await self._read(lambda store: store.newest_removal())
 
     def watch(self, p: WatchParams, buffer_bytes: int | None = None) -> Watch:
         self._connections.check_open()

@@ -135,6 +135,18 @@ class CandidateMetadata(Struct, kw_only=True):
     upstream_revision: str | UnsetType = UNSET
 
 
+class LogCandidateMetadata(Struct, kw_only=True):
+    """A candidate of the event-log source: where its event lives in the log."""
+
+    actor: str | UnsetType = UNSET
+    app: str
+    branch: str | UnsetType = UNSET
+    invocation: str | UnsetType = UNSET
+    seq: int
+    session: str
+    user: str
+
+
 class Candidate(Struct, kw_only=True):
     candidate_id: str
     source_uid: str = ""
@@ -154,7 +166,7 @@ class Candidate(Struct, kw_only=True):
     event_time: str
     source_revision: str
     sensitivity: str
-    metadata: CandidateMetadata
+    metadata: CandidateMetadata | LogCandidateMetadata
 
 
 class Indexing(Struct, kw_only=True):
@@ -198,6 +210,15 @@ class HealthDiagnostics(Struct, kw_only=True):
     stream_rewritten: bool | UnsetType = UNSET
 
 
+class LogHealthDiagnostics(Struct, kw_only=True):
+    """The event-log source's probe: how far the index has read the log."""
+
+    behind: int | UnsetType = UNSET
+    checkpoint_unwritable: bool | UnsetType = UNSET
+    removed: int | UnsetType = UNSET
+    seq: int
+
+
 class FailureDiagnostics(Struct, kw_only=True):
     reason: str
 
@@ -214,7 +235,7 @@ class Health(Struct, kw_only=True):
     indexed_count: int | UnsetType = UNSET
     failed_count: int | UnsetType = UNSET
     coverage: str
-    diagnostics: HealthDiagnostics | FailureDiagnostics
+    diagnostics: HealthDiagnostics | LogHealthDiagnostics | FailureDiagnostics
 
 
 class Expansion(Struct, kw_only=True):

@@ -147,8 +147,21 @@ CREATE TABLE IF NOT EXISTS retention (
 ) ENGINE=InnoDB
 """
 
+# Version 2: the deletion signal, as in SQLite's version 6 (see there).
+# InnoDB fires no trigger for a foreign key's cascade, which is why deleting
+# a session deletes its events first, explicitly (``store.sessions``).
+_V2 = """
+CREATE TABLE IF NOT EXISTS removed_events (
+    mark BIGINT AUTO_INCREMENT PRIMARY KEY,
+    seq BIGINT NOT NULL
+) ENGINE=InnoDB;
+DROP TRIGGER IF EXISTS events_record_removal;
+CREATE TRIGGER events_record_removal AFTER DELETE ON events FOR EACH ROW
+    INSERT INTO removed_events (seq) VALUES (OLD.seq)
+"""
+
 # Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1,)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -199,8 +199,24 @@ CREATE TRIGGER events_advance_session AFTER INSERT ON events
     END;
 """
 
+# Version 6: the deletion signal. Seqs never move, so an index of the log
+# (the Recall event-log source) learns what retention and session deletes
+# removed from this table: one row per removed event, ``mark`` in removal
+# order, written by the trigger in the deleting transaction itself, so no
+# delete path (a cascade included) can forget it.
+_V6 = """
+CREATE TABLE removed_events (
+    mark INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq  INTEGER NOT NULL
+);
+CREATE TRIGGER events_record_removal AFTER DELETE ON events
+    BEGIN
+        INSERT INTO removed_events (seq) VALUES (OLD.seq);
+    END;
+"""
+
 # Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

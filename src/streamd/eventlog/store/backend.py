@@ -53,6 +53,7 @@ __all__ = [
     "ChangeSource",
     "CommitOutcome",
     "Committed",
+    "EventRow",
     "ReadShape",
     "Runner",
     "Shape",
@@ -93,6 +94,13 @@ class ReadShape:
 
 
 DECODED = ReadShape()
+
+
+EventRow = tuple[int, str, str, str, str, str, str, str, int, str, str | None]
+"""One event as an index of the log reads it: seq, app, user, session, event
+id, invocation id, author, branch, event time (microseconds), content and
+state delta (as stored JSON text, the delta None when it set none). Plain
+tuples, because a build reads a million of them and decodes only content."""
 
 
 def closed_error() -> RpcError:
@@ -175,6 +183,23 @@ class Backend(Protocol):
         ...
 
     def latest_seq(self, flt: Filter | None) -> int: ...
+
+    def event_rows(self, from_seq: int, limit: int) -> list[EventRow]:
+        """Up to ``limit`` events after ``from_seq`` as rows, in seq order."""
+        ...
+
+    def event_rows_at(self, seqs: Sequence[int]) -> list[EventRow]:
+        """The events still stored at ``seqs`` (at most 500), in seq order."""
+        ...
+
+    def removed_after(self, mark: int, limit: int) -> list[tuple[int, int]]:
+        """(mark, seq) of the events removed after ``mark``, oldest first: the
+        deletion signal an index of the log reads at each catch-up."""
+        ...
+
+    def newest_removal(self) -> tuple[int, int]:
+        """The newest and oldest removal mark still recorded; (0, 0) for none."""
+        ...
 
     def nth_newest_seq(self, flt: Filter | None, offset: int) -> int: ...
 

@@ -42,6 +42,7 @@ from streamd.eventlog.store.backend import (
     AppendGroup,
     CommitOutcome,
     Committed,
+    EventRow,
     ReadShape,
 )
 from streamd.eventlog.store.sql import Sql
@@ -102,6 +103,18 @@ class SqlOperations:
 
     def latest_seq(self, flt: Filter | None) -> int:
         return self._call(lambda db: reads.latest_seq(db, flt))
+
+    def event_rows(self, from_seq: int, limit: int) -> list[EventRow]:
+        return self._call(lambda db: reads.event_rows(db, from_seq, limit))
+
+    def event_rows_at(self, seqs: Sequence[int]) -> list[EventRow]:
+        return self._call(lambda db: reads.event_rows_at(db, seqs))
+
+    def removed_after(self, mark: int, limit: int) -> list[tuple[int, int]]:
+        return self._call(lambda db: reads.removed_after(db, mark, limit))
+
+    def newest_removal(self) -> tuple[int, int]:
+        return self._call(lambda db: reads.newest_removal(db))
 
     def nth_newest_seq(self, flt: Filter | None, offset: int) -> int:
         return self._call(lambda db: reads.nth_newest_seq(db, flt, offset))

@@ -7,16 +7,38 @@ business (:meth:`~streamd.eventlog.store.sql.Sql.events_source`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import closing
 
 from streamd.errors import invalid_params
 from streamd.eventlog import filters
 from streamd.eventlog.model import Filter, SinceParams, SinceResult
 from streamd.eventlog.store import rows, rules
-from streamd.eventlog.store.backend import Committed, ReadShape
+from streamd.eventlog.store.backend import Committed, EventRow, ReadShape
 from streamd.eventlog.store.sql import Args, Sql
 
-__all__ = ["branches", "latest_seq", "nth_newest_seq", "since", "since_committed", "since_query"]
+__all__ = [
+    "EVENT_ROW_COLUMNS",
+        "branches",
+    "event_rows",
+    "event_rows_at",
+    "latest_seq",
+    "newest_removal",
+    "nth_newest_seq",
+    "removed_after",
+    "since",
+    "since_committed",
+    "since_query",
+]
+
+EVENT_ROW_COLUMNS = (
+    "seq, app_name, user_id, session_id, event_id, invocation_id, author, branch, "
+    "event_time, content, state_delta"
+)
+
+# How many seqs one ``IN`` list names: far below every server's limit on
+# placeholders, and an answer renders tens.
+_AT_MOST = 500
 
 
 def since_query(db: Sql, from_seq: int, flt: Filter | None, limit: int) -> tuple[str, Args]:
@@ -88,3 +110,40 @@ def branches(db: Sql, flt: Filter | None, limit: int | None) -> list[str]:
         sql += " LIMIT ?"
         args = (*args, limit)
     return [r[0] for r in db.rows(sql, args)]
+
+
+def event_rows(db: Sql, from_seq: int, limit: int) -> list[EventRow]:
+    """Up to ``limit`` events after ``from_seq``, in seq order, as rows."""
+    rules.check_limit(limit)
+    return db.rows(
+        f"SELECT {EVENT_ROW_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+        (from_seq, limit),
+    )
+
+
+def event_rows_at(db: Sql, seqs: Sequence[int]) -> list[EventRow]:
+    """The events still stored at ``seqs`` (at most 500), in seq order."""
+    if len(seqs) > _AT_MOST:
+        raise invalid_params(f"at most {_AT_MOST} seqs at once, not {len(seqs)}")
+    if not seqs:
+        return []
+    marks = ", ".join("?" * len(seqs))
+    return db.rows(
+        f"SELECT {EVENT_ROW_COLUMNS} FROM events WHERE seq IN ({marks}) ORDER BY seq",
+        tuple(seqs),
+    )
+
+
+def removed_after(db: Sql, mark: int, limit: int) -> list[tuple[int, int]]:
+    """(mark, seq) of up to ``limit`` removed events recorded after ``mark``:
+    what retention and session deletes took, in the order they took it."""
+    rules.check_limit(limit)
+    return db.rows(
+        "SELECT mark, seq FROM removed_events WHERE mark > ? ORDER BY mark LIMIT ?", (mark, limit)
+    )
+
+
+def newest_removal(db: Sql) -> tuple[int, int]:
+    """The newest and the oldest mark still recorded (0, 0 when none is)."""
+    row = db.one("SELECT max(mark), min(mark) FROM removed_events")
+    return (row[0] or 0, row[1] or 0) if row else (0, 0)

@@ -335,7 +335,10 @@ def list_sessions_page(db: Sql, p: SessionListParams) -> SessionListResult:
 
 
 def delete_session(db: Sql, app: str, user: str, session: str) -> None:
-    # Idempotent; the foreign key cascades to the session's events so no
-    # orphan row can later fail a replay.
-    with db.write(single=True):
-        db.run(f"DELETE FROM sessions WHERE {_SESSION}", (app, user, session))
+    # Idempotent. The events go first, by name: InnoDB's cascade fires no
+    # trigger, and the deletion signal (``removed_events``) is a trigger.
+    # The foreign key's cascade stays, so no orphan row can fail a replay.
+    key = (app, user, session)
+    with db.write():
+        db.run(f"DELETE FROM events WHERE {_SESSION}", key)
+        db.run(f"DELETE FROM sessions WHERE {_SESSION}", key)

@@ -116,6 +116,11 @@ class Index:
         # compiled path feeds whole blocks of lines (``native_builder``). A
         # NativeBuilder's ids reach ``ids`` when it is sealed.
         self._builder: SegmentBuilder | NativeBuilder | None = None
+        # Exact identifiers a source adds beyond a record's own id, ref and
+        # correlation (the event log's app, user, branch and invocation), for
+        # records of the open builder: merged into the segment it seals.
+        self._more_recs: list[int] = []
+        self._more_keys: list[str] = []
 
     def __len__(self) -> int:
         b = self._builder
@@ -138,6 +143,15 @@ class Index:
         if self._builder.count >= SEGMENT_RECORDS:
             self.seal()
 
+    def add_identifiers(self, rec: int, keys: tuple[str, ...]) -> None:
+        """More exact identifiers of record ``rec``, which the open builder
+        holds (empty keys are skipped)."""
+        for key in keys:
+            folded = fold(key)
+            if folded:
+                self._more_recs.append(rec)
+                self._more_keys.append(folded)
+
     def native_builder(self) -> NativeBuilder:
         """The open builder for the compiled path (see ``native``); the caller
         seals the index once it holds ``SEGMENT_RECORDS``."""
@@ -156,6 +170,9 @@ class Index:
             self.ids.extend(built.id_list())
         else:
             built = builder.seal()
+        if self._more_keys:
+            built = seg.with_identifiers(built, self._more_recs, self._more_keys)
+            self._more_recs, self._more_keys = [], []
         # Columns from the copy in memory: reading the mapped one would pull
         # its pages into this process's resident set for nothing.
         self.columns.extend(built.columns)
@@ -225,6 +242,7 @@ class Index:
         """Forget records ``>= n`` that a failed pass added but never sealed
         into a published View."""
         self._builder = None
+        self._more_recs, self._more_keys = [], []
         if len(self.ids) <= n:
             return
         del self.ids[n:]

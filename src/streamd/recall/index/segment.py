@@ -227,6 +227,18 @@ class SegmentBuilder:
         )
 
 
+def with_identifiers(s: Segment, recs: list[int], keys: list[str]) -> Segment:
+    """``s`` with more exact identifiers (each ``keys[i]``, folded, naming
+    record ``recs[i]``), kept sorted by hash then record, each pair once."""
+    h = np.concatenate([s.ident_hash, hashes(keys)])
+    r = np.concatenate([s.ident_rec, np.array(recs, dtype=np.int64)])
+    order = np.lexsort((r, h))
+    h, r = h[order], r[order]
+    keep = np.ones(len(h), dtype=bool)
+    keep[1:] = (h[1:] != h[:-1]) | (r[1:] != r[:-1])
+    return replace(s, ident_hash=h[keep], ident_rec=r[keep])
+
+
 def merge(segments: list[Segment]) -> Segment:
     """One segment equal to ``segments`` (adjacent, in order) built together."""
     hash_lists = [s.hashes_by_local() for s in segments]

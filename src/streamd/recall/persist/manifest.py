@@ -38,7 +38,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from streamd.recall.index import segment as seg
 from streamd.recall.index.fingerprint import fingerprint
@@ -58,6 +59,9 @@ class Loaded:
     kinds: list[str]
     latest: int
     records: int
+    # What a source other than stream files saved of where it stands
+    # (``save_position``): the event log's seq and removal mark.
+    position: dict[str, Any] = field(default_factory=dict)
 
 
 def _print(c: Cursor, prints: dict[str, str] | None) -> str:
@@ -104,6 +108,13 @@ class DurableIndex:
     def save(self, segments: tuple[Segment, ...], files: list[Cursor], kinds: list[str],
              latest: int, records: int, prints: dict[str, str] | None = None) -> None:
         """``prints``: the files' fingerprints, when the caller has just taken them."""
+        files_spec = [cursors.encode(c, head=_print(c, prints)) for c in files]
+        self.save_position(segments, kinds, latest, records, {"files": files_spec})
+
+    def save_position(self, segments: tuple[Segment, ...], kinds: list[str], latest: int,
+                      records: int, position: dict[str, Any]) -> None:
+        """:meth:`save` for a source that is not stream files: ``position``
+        (JSON) says where it stands, and its loader judges it."""
         names = [os.path.basename(s.path) for s in segments]
         if any(not n for n in names):
             raise OSError("a segment was never written")
@@ -117,7 +128,7 @@ class DurableIndex:
             "latest": latest,
             "kinds": kinds,
             "segments": names,
-            "files": [cursors.encode(c, head=_print(c, prints)) for c in files],
+            **position,
         }
         # The directory fsync covers the segments' renames too.
         write_atomic(os.path.join(self.dir, MANIFEST), [json.dumps(body).encode()],
@@ -129,12 +140,10 @@ class DurableIndex:
         """The last saved index if it is still valid for these files, and
         whether a file it read was rewritten since (shorter than what was
         consumed, or a consumed head that no longer matches)."""
-        self._seen = self._stamp()
+        body = self._body()
+        if body is None:
+            return None, False
         try:
-            with open(os.path.join(self.dir, MANIFEST)) as f:
-                body = json.load(f)
-            if body.get("format") != FORMAT or body.get("config") != self.config:
-                return None, False
             files = [cursors.decode(c) for c in body["files"]]
             if [c.path for c in files] != paths:
                 return None, False
@@ -144,17 +153,48 @@ class DurableIndex:
                 size = os.stat(c.path).st_size if os.path.exists(c.path) else -1
                 if size < c.offset or fingerprint(c.path, c.offset) != spec["head"]:
                     return None, True
-            segments = [seg.read(os.path.join(self.dir, n)) for n in body["segments"]]
         except (OSError, ValueError, KeyError, TypeError):
             return None, False
+        loaded = self._segments(body)
+        if loaded is not None:
+            loaded.files = files
+        return loaded, False
+
+    def load_position(self) -> Loaded | None:
+        """The last index :meth:`save_position` saved, whole, with its
+        ``position`` for the caller to judge; None when there is none."""
+        body = self._body()
+        return self._segments(body) if body is not None else None
+
+    def _body(self) -> dict[str, Any] | None:
+        self._seen = self._stamp()
+        try:
+            with open(os.path.join(self.dir, MANIFEST)) as f:
+                body = json.load(f)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(body, dict):
+            return None
+        if body.get("format") != FORMAT or body.get("config") != self.config:
+            return None
+        return body
+
+    def _segments(self, body: dict[str, Any]) -> Loaded | None:
+        try:
+            segments = [seg.read(os.path.join(self.dir, n)) for n in body["segments"]]
+            records, kinds, latest = int(body["records"]), list(body["kinds"]), int(body["latest"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
         expected = 0
         for s in segments:
             if s.base != expected:
-                return None, False
+                return None
             expected += s.count
-        if expected != int(body["records"]):
-            return None, False
-        return Loaded(segments, files, list(body["kinds"]), int(body["latest"]), expected), False
+        if expected != records:
+            return None
+        known = {"format", "config", "records", "latest", "kinds", "segments", "files"}
+        position = {k: v for k, v in body.items() if k not in known}
+        return Loaded(segments, [], kinds, latest, expected, position)
 
     def _remove_unlisted(self, keep: set[str], keep_manifest: bool = False) -> None:
         try:

@@ -40,6 +40,9 @@ class Query:
     until: int | None = None
     as_of: int | None = None
     record_types: tuple[str, ...] = ()
+    # Records a source has taken back (the event log's deleted events), True
+    # by record number; records past its end are kept. Never matched.
+    removed: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,11 @@ def _window_mask(view: View, recs: np.ndarray | None, q: Query) -> np.ndarray | 
         if recs is not None:
             kinds = kinds[recs]
         both(np.isin(kinds, codes))
+    if q.removed is not None and q.removed.any():
+        gone = np.zeros(view.n, dtype=bool)
+        upto = min(view.n, len(q.removed))
+        gone[:upto] = q.removed[:upto]
+        both(~(gone if recs is None else gone[recs]))
     return mask
 
 

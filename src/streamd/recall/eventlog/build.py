@@ -1,0 +1,192 @@
+"""The index of one event log: events in by seq, deletions out, generations published.
+
+Sans-I/O: rows come in (read by the Trio layer, ``source``), generations go
+out. Each admitted event becomes one record (``project``) in the same
+:class:`~streamd.recall.index.index.Index` a JSONL stream builds, through the
+compiled core when it is installed. A record's ``offset`` column holds its
+event's seq, so records are in seq order and a seq finds its record by a
+binary search.
+
+Rules:
+
+* ``seq`` is how far the log has been read: every event at or below it is
+  indexed or was not admitted by the settings. Seqs never move, so an
+  incremental pass reads only what comes after.
+* Deletes do not move seq. The log records each removed event's seq in
+  removal order (``mark``); a catch-up reads the marks after its own and
+  marks the records they name as removed, in a mask every search applies.
+  An event removed before it was ever read names no record and is skipped.
+* One thread mutates at a time (the source serializes its catch-ups), while
+  searches read published generations: as in the stream index, a
+  generation's view and mask never change after it is published (a new mask
+  is a new array).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamd.eventlog.store import EventRow
+from streamd.golang import gotime
+from streamd.recall.eventlog.project import identifiers, project
+from streamd.recall.eventlog.settings import LogSettings
+from streamd.recall.index import index as index_module
+from streamd.recall.index import native
+from streamd.recall.index.build import Consumer
+from streamd.recall.index.index import Index, View
+from streamd.recall.index.streamfile import Cursor, Line
+
+__all__ = ["LogGeneration", "LogIndex"]
+
+
+@dataclass(slots=True)
+class LogGeneration:
+    """One published state of the index; never changed once published."""
+
+    gen: int
+    view: View
+    seq: int
+    mark: int
+    removed: np.ndarray  # bool per record: taken back by a delete
+    removed_count: int
+    failed: int
+    built_at: int
+    latest: int
+    behind: int = 0  # events known to be past ``seq`` when published (a prefix)
+
+    @property
+    def name(self) -> str:
+        return f"gen-{self.gen}"
+
+    @property
+    def indexed(self) -> int:
+        return self.view.n - self.removed_count
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and not self.behind
+
+    @property
+    def coverage(self) -> str:
+        return "complete" if self.complete else "partial"
+
+    @property
+    def watermark(self) -> str:
+        shown = "-" if self.latest == gotime.ZERO_TIME else gotime.format_seconds(self.latest)
+        return f"seq={self.seq} events={self.indexed} latest={shown}"
+
+    def record_of(self, seq: int) -> int | None:
+        """The record of the event at ``seq``, if it was indexed."""
+        seqs = self.view.rows()["offset"]
+        i = int(np.searchsorted(seqs, seq))
+        return i if i < len(seqs) and int(seqs[i]) == seq else None
+
+    def seq_of(self, rec: int) -> int:
+        return self.view.index.column("offset", rec)
+
+
+class LogIndex:
+    """What one source has built of its log (see the module docstring)."""
+
+    def __init__(self, settings: LogSettings, clock: Callable[[], int],
+                 sink: Callable | None = None) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.index = Index(sink)
+        self.seq = 0
+        self.mark = 0
+        self.failed = 0
+        self.latest = gotime.ZERO_TIME
+        self.gen = 0
+        self.removed = np.zeros(0, dtype=bool)
+        self.removed_count = 0
+        self._pending_removals: list[int] = []
+        self.generation: LogGeneration | None = None
+        # The plain path's per-line rules, for builds without the compiled core.
+        self._consumer = Consumer(self.index, 0, gotime.ZERO_TIME)
+        self._cursor = Cursor("")
+
+    def adopt(self, loaded_segments: list, kinds: list[str], seq: int, mark: int,
+              removed: Iterable[int], latest: int, failed: int, gen: int) -> None:
+        """Start from an index a previous process saved."""
+        self.index.adopt(loaded_segments, kinds)
+        self.seq, self.mark, self.latest, self.failed, self.gen = seq, mark, latest, failed, gen
+        mask = np.zeros(len(self.index.ids), dtype=bool)
+        recs = np.fromiter(removed, dtype=np.int64)
+        mask[recs[recs < len(mask)]] = True
+        self.removed, self.removed_count = mask, int(mask.sum())
+
+    def consume(self, rows: list[EventRow]) -> None:
+        """Index the admitted events of ``rows`` (in seq order, all after
+        ``seq``); ``seq`` moves to the last row's."""
+        built_at = self.clock()
+        admits = self.settings.admits
+        compiled = native.enabled()
+        index = self.index
+        for row in rows:
+            if row[0] <= self.seq:
+                continue  # read twice (a watch and a catch-up crossed): once is enough
+            self.seq = row[0]
+            if not admits(row):
+                continue
+            p = project(row)
+            if compiled:
+                builder = index.native_builder()
+                _, _, records, failed, latest = builder.feed(
+                    p.line, 0, p.seq, 1, 1, 0, built_at)
+                if records:
+                    index.add_identifiers(len(index) - 1, identifiers(p))
+                    if latest is not None and latest > self.latest:
+                        self.latest = latest
+                self.failed += failed
+                if builder.count >= index_module.SEGMENT_RECORDS:
+                    index.seal()
+            else:
+                before = self._cursor.records
+                self._cursor.failed = 0
+                self._consumer.consume(self._cursor, 0, Line(p.seq, p.line, len(p.line)))
+                self.failed += self._cursor.failed
+                if self._cursor.records > before:
+                    # The plain builder's ids reach the index as they are added.
+                    index.add_identifiers(len(index.ids) - 1, identifiers(p))
+                    self.latest = max(self.latest, self._consumer.latest)
+
+    def remove(self, removals: list[tuple[int, int]]) -> None:
+        """The log's deletion signal since ``mark``: (mark, seq) pairs."""
+        if removals:
+            self._pending_removals.extend(seq for _, seq in removals)
+            self.mark = max(self.mark, removals[-1][0])
+
+    def publish(self, behind: int = 0) -> LogGeneration:
+        """Seal what was consumed, apply the removals read, and publish."""
+        view = self.index.view(merge=not behind)
+        mask = self.removed
+        if len(mask) < view.n or self._pending_removals:
+            grown = np.zeros(view.n, dtype=bool)
+            grown[: len(mask)] = mask
+            mask = grown
+        if self._pending_removals:
+            seqs = view.rows()["offset"]
+            wanted = np.array(self._pending_removals, dtype=np.int64)
+            at = np.searchsorted(seqs, wanted)
+            inside = at < len(seqs)
+            hit = at[inside][seqs[at[inside]] == wanted[inside]]
+            mask[hit] = True
+            self._pending_removals = []
+        self.removed, self.removed_count = mask, int(mask.sum())
+        self.gen += 1
+        self.generation = LogGeneration(
+            gen=self.gen, view=view, seq=self.seq, mark=self.mark, removed=mask,
+            removed_count=self.removed_count, failed=self.failed, built_at=self.clock(),
+            latest=self.latest, behind=behind,
+        )
+        return self.generation
+
+    def forget(self, rec: int) -> None:
+        """A record whose event is gone though no mark said so (read back
+        missing): masked from the next generation on."""
+        if self.generation is not None and rec < self.generation.view.n:
+            self._pending_removals.append(self.generation.seq_of(rec))
