@@ -76,7 +76,7 @@ async def test_the_next_connection_finds_the_source_warm_and_generations_continu
             assert result["diagnostics"]["generation"] == "gen-2"
             assert [c["source_record_id"] for c in result["candidates"]] == ["c"]
             (source,) = connect.registry.sources
-            assert source.scanner.builds == 2  # one first build, one catch-up
+            assert source.served.scanner.builds == 2  # one first build, one catch-up
 
 
 async def test_two_connections_on_one_source_share_one_build(world):
@@ -119,7 +119,7 @@ async def test_a_build_goes_on_after_the_connection_that_started_it_is_gone(gate
             assert done["coverage"] == "complete" and done["indexed_count"] == 3_000  # gated_world
             # One build, which the first connection started: nothing started over.
             (source,) = connect.registry.sources
-            assert source.scanner.builds == 1
+            assert source.served.scanner.builds == 1
 
 
 async def test_an_idle_source_is_closed_after_its_idle_time(world, autojump_clock):
@@ -148,5 +148,5 @@ async def test_past_max_open_the_least_recently_used_idle_source_is_closed(world
             await handshake(b, world, files=["b.jsonl"])
             registry = connect.registry
             assert registry.open_count == 1
-            ((_, _, path, _),) = [s.key for s in registry.sources]
+            ((_, _, _, path, _),) = [s.key for s in registry.sources]
             assert path.endswith("b.jsonl")

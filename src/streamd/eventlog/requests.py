@@ -129,6 +129,11 @@ class LogRequests:
     async def newest_removal(self) -> tuple[int, int]:
         return await self._read(lambda store: store.newest_removal())
 
+    async def index_position(self) -> tuple[int, int, int]:
+        """Where the log stands for an index, in one hop: the newest seq ever
+        given, and the newest and oldest removal mark recorded."""
+        return await self._read(lambda store: (store.newest_seq(), *store.newest_removal()))
+
     def watch(self, p: WatchParams, buffer_bytes: int | None = None) -> Watch:
         self._connections.check_open()
         if buffer_bytes is not None and buffer_bytes < 1:

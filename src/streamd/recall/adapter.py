@@ -50,7 +50,7 @@ from streamd.errors import (
     RpcError,
 )
 from streamd.golang import gotime
-from streamd.recall.answers import INDEX_CONFIG, PROTOCOL_VERSION, Answers, manifest
+from streamd.recall.answers import INDEX_CONFIG, Answers, check_protocol, manifest
 from streamd.recall.changes import Change, change, needs_fingerprint
 from streamd.recall.generation import Generation, Progress
 from streamd.recall.index import parallel, streamfile
@@ -170,13 +170,7 @@ class StreamAdapter(Answers):
     # handshake
 
     def initialize(self, p: InitializeParams) -> AdapterManifest:
-        offered = min(PROTOCOL_VERSION, p.protocol_version_max)
-        if not p.protocol_version_min <= offered <= p.protocol_version_max:
-            raise RpcError(
-                INVALID_PARAMS,
-                f"protocol version {offered} is outside the requested range "
-                f"{p.protocol_version_min}..{p.protocol_version_max}",
-            )
+        check_protocol(p)
         settings = parse_settings(p.settings)
         paths = resolve_files(p.location, settings.files)
         if not p.workdir.strip():

@@ -23,6 +23,7 @@ from msgspec import UNSET, UnsetType
 
 from streamd.errors import (
     DEADLINE_EXCEEDED,
+    INVALID_PARAMS,
     LOCATOR_EXPIRED,
     LOCATOR_UNKNOWN,
     SOURCE_UNAVAILABLE,
@@ -49,6 +50,7 @@ from streamd.recall.wire import (
     Health,
     HealthDiagnostics,
     Indexing,
+    InitializeParams,
     SearchDiagnostics,
     SearchParams,
     SearchResult,
@@ -59,6 +61,17 @@ DISPLAY_NAME = "JSONL Stream"
 INDEX_CONFIG = "jsonl/1 tokenizer=ident-runs scoring=term-coverage"
 EPISODE_WINDOW_NS = 15 * 60 * gotime.NS
 PROTOCOL_VERSION = 1
+
+
+def check_protocol(p: InitializeParams) -> None:
+    """Refuse a handshake whose version range excludes the one this speaks."""
+    offered = min(PROTOCOL_VERSION, p.protocol_version_max)
+    if not p.protocol_version_min <= offered <= p.protocol_version_max:
+        raise RpcError(
+            INVALID_PARAMS,
+            f"protocol version {offered} is outside the requested range "
+            f"{p.protocol_version_min}..{p.protocol_version_max}",
+        )
 
 
 def manifest() -> AdapterManifest:

@@ -20,7 +20,7 @@ from streamd.errors import INVALID_PARAMS, RpcError
 from streamd.recall.adapter import StreamAdapter
 from streamd.recall.index.streamfile import Span, read_spans
 from streamd.recall.scanner import Offload, Scanner, to_thread
-from streamd.recall.sources import Source, SourceRegistry
+from streamd.recall.sources import Source, SourceRegistry, StreamSource
 from streamd.recall.wire import (
     AdapterManifest,
     ExpandParams,
@@ -59,7 +59,7 @@ class RecallService:
         self.adapter = adapter or StreamAdapter()
         self.scanner = Scanner(self.adapter, offload)
         # The shared source this connection holds, in a resident daemon.
-        self.source: Source | None = None
+        self.source: Source[StreamSource] | None = None
         if sources is None:
             conn.start_soon(self.scanner.run)
         conn.on_close(self._close)
@@ -89,7 +89,8 @@ class RecallService:
         source, manifest = self.sources.open(p)
         if self.source is not None:
             self.sources.release(self.source)  # a second handshake names a new source
-        self.source, self.adapter, self.scanner = source, source.adapter, source.scanner
+        self.source = source
+        self.adapter, self.scanner = source.served.adapter, source.served.scanner
         return manifest
 
     async def _stall(self) -> None:

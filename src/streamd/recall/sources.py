@@ -26,8 +26,10 @@ import json
 import logging
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
@@ -41,11 +43,36 @@ DEFAULT_IDLE_CLOSE = 600.0
 DEFAULT_MAX_OPEN = 8
 
 
+class Hosted(Protocol):
+    """What a registry hosts for a source: its tasks, and how it refuses
+    requests once closed."""
+
+    async def run(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+H = TypeVar("H", bound=Hosted)
+
+
 @dataclass(eq=False, slots=True)
-class Source:
-    key: tuple[str, ...]
+class StreamSource:
+    """A stream source: its adapter and the scanner that builds for it."""
+
     adapter: StreamAdapter
     scanner: Scanner
+
+    async def run(self) -> None:
+        await self.scanner.run()
+
+    def close(self) -> None:
+        self.adapter.close()
+
+
+@dataclass(eq=False, slots=True)
+class Source(Generic[H]):
+    key: tuple[str, ...]
+    served: H
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     users: int = 0
     idle_since: float = math.inf  # Trio time when the last user left
@@ -63,7 +90,7 @@ class SourceRegistry:
         self.max_open = max_open
         self.offload = offload
         # Least recently used first.
-        self._open: OrderedDict[tuple[str, ...], Source] = OrderedDict()
+        self._open: OrderedDict[tuple[str, ...], Source[Any]] = OrderedDict()
         self._nursery_cm: contextlib.AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
         self._changed = trio.Event()
@@ -73,7 +100,7 @@ class SourceRegistry:
         return len(self._open)
 
     @property
-    def sources(self) -> list[Source]:
+    def sources(self) -> list[Source[Any]]:
         """The open sources, least recently used first."""
         return list(self._open.values())
 
@@ -96,36 +123,42 @@ class SourceRegistry:
         self._nursery = None
         return await self._nursery_cm.__aexit__(exc_type, exc, tb)
 
-    def open(self, p: InitializeParams) -> tuple[Source, AdapterManifest]:
-        """The source this handshake names, opened if it is not yet, and held
-        for the caller until :meth:`release`. Raises what the handshake's
-        validation raises (RpcError), opening nothing."""
-        if self._nursery is None:
-            raise RuntimeError("SourceRegistry.open outside `async with registry`")
+    def open(self, p: InitializeParams) -> tuple[Source[StreamSource], AdapterManifest]:
+        """The stream source this handshake names, opened if it is not yet,
+        and held for the caller until :meth:`release`. Raises what the
+        handshake's validation raises (RpcError), opening nothing."""
         adapter = StreamAdapter()
         manifest = adapter.initialize(p)
-        key = (p.workdir, p.source_id, *adapter.paths,
+        key = ("stream", p.workdir, p.source_id, *adapter.paths,
                json.dumps(p.settings, sort_keys=True, default=str))
+        return self.hold(key, lambda: StreamSource(adapter, Scanner(adapter, self.offload))), \
+            manifest
+
+    def hold(self, key: tuple[str, ...], make: Callable[[], H]) -> Source[H]:
+        """The source of ``key``, made and hosted if it is not open yet, and
+        held for the caller until :meth:`release`."""
+        if self._nursery is None:
+            raise RuntimeError("SourceRegistry.hold outside `async with registry`")
         source = self._open.get(key)
         if source is None:
             self._make_room()
-            source = Source(key, adapter, Scanner(adapter, self.offload))
+            source = Source(key, make())
             self._open[key] = source
             self._nursery.start_soon(self._host, source)
         self._open.move_to_end(key)
         source.users += 1
         source.idle_since = math.inf
-        return source, manifest
+        return source
 
-    def release(self, source: Source) -> None:
+    def release(self, source: Source[Any]) -> None:
         source.users -= 1
         if source.users == 0:
             source.idle_since = trio.current_time()
             self._changed.set()
 
-    async def _host(self, source: Source) -> None:
+    async def _host(self, source: Source[Any]) -> None:
         with source.scope:
-            await source.scanner.run()
+            await source.served.run()
 
     def _make_room(self) -> None:
         while len(self._open) >= self.max_open:
@@ -135,14 +168,14 @@ class SourceRegistry:
                 return
             self._close(idle)
 
-    def _close(self, source: Source) -> None:
+    def _close(self, source: Source[Any]) -> None:
         if self._open.get(source.key) is source:
             del self._open[source.key]
         # The scanner's build (if any) is told to stop, saves its progress
         # and kills its workers; the adapter refuses further requests.
         source.scope.cancel()
-        source.adapter.close()
-        log.info("closed Recall source %s", source.key[1])
+        source.served.close()
+        log.info("closed Recall source %s", source.key[2])
 
     async def _close_idle(self) -> None:
         while True:

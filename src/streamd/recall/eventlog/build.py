@@ -24,9 +24,10 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from streamd.eventlog.store import EventRow
@@ -36,10 +37,23 @@ from streamd.recall.eventlog.settings import LogSettings
 from streamd.recall.index import index as index_module
 from streamd.recall.index import native
 from streamd.recall.index.build import Consumer
-from streamd.recall.index.index import Index, View
+from streamd.recall.index.index import Index, Sink, View
+from streamd.recall.index.segment import Segment
 from streamd.recall.index.streamfile import Cursor, Line
 
-__all__ = ["LogGeneration", "LogIndex"]
+__all__ = ["LogGeneration", "LogIndex", "SavedPosition"]
+
+
+class SavedPosition(msgspec.Struct, kw_only=True):
+    """What a saved index says of where it stood (in the workdir's manifest)."""
+
+    seq: int
+    mark: int
+    last_id: str
+    latest: int
+    failed: int
+    gen: int
+    removed: bytes  # the removed mask, packed a bit per record
 
 
 @dataclass(slots=True)
@@ -92,7 +106,7 @@ class LogIndex:
     """What one source has built of its log (see the module docstring)."""
 
     def __init__(self, settings: LogSettings, clock: Callable[[], int],
-                 sink: Callable | None = None) -> None:
+                 sink: Sink | None = None) -> None:
         self.settings = settings
         self.clock = clock
         self.index = Index(sink)
@@ -103,21 +117,34 @@ class LogIndex:
         self.gen = 0
         self.removed = np.zeros(0, dtype=bool)
         self.removed_count = 0
+        self.last_id = ""  # the event id at ``seq``: what a restart checks the log still holds
+        # Something changed since the last publication (seq moved, a removal
+        # or a record found gone): the next catch-up publishes.
+        self.dirty = False
         self._pending_removals: list[int] = []
         self.generation: LogGeneration | None = None
         # The plain path's per-line rules, for builds without the compiled core.
         self._consumer = Consumer(self.index, 0, gotime.ZERO_TIME)
         self._cursor = Cursor("")
 
-    def adopt(self, loaded_segments: list, kinds: list[str], seq: int, mark: int,
-              removed: Iterable[int], latest: int, failed: int, gen: int) -> None:
+    def adopt(self, segments: list[Segment], kinds: list[str], at: SavedPosition) -> None:
         """Start from an index a previous process saved."""
-        self.index.adopt(loaded_segments, kinds)
-        self.seq, self.mark, self.latest, self.failed, self.gen = seq, mark, latest, failed, gen
-        mask = np.zeros(len(self.index.ids), dtype=bool)
-        recs = np.fromiter(removed, dtype=np.int64)
-        mask[recs[recs < len(mask)]] = True
+        self.index.adopt(segments, kinds)
+        self.seq, self.mark, self.last_id = at.seq, at.mark, at.last_id
+        self.latest, self.failed, self.gen = at.latest, at.failed, at.gen
+        n = len(self.index.ids)
+        mask = np.unpackbits(np.frombuffer(at.removed, dtype=np.uint8), count=n).astype(bool)
+        if len(mask) < n:
+            mask = np.concatenate([mask, np.zeros(n - len(mask), dtype=bool)])
         self.removed, self.removed_count = mask, int(mask.sum())
+        self.dirty = True
+
+    def position(self) -> SavedPosition:
+        """Where the published generation stands, for a restart to adopt."""
+        g = self.generation
+        assert g is not None
+        return SavedPosition(seq=g.seq, mark=g.mark, last_id=self.last_id, latest=g.latest,
+                             failed=g.failed, gen=g.gen, removed=np.packbits(g.removed).tobytes())
 
     def consume(self, rows: list[EventRow]) -> None:
         """Index the admitted events of ``rows`` (in seq order, all after
@@ -128,8 +155,8 @@ class LogIndex:
         index = self.index
         for row in rows:
             if row[0] <= self.seq:
-                continue  # read twice (a watch and a catch-up crossed): once is enough
-            self.seq = row[0]
+                continue  # read twice: once is enough
+            self.seq, self.last_id, self.dirty = row[0], row[4], True
             if not admits(row):
                 continue
             p = project(row)
@@ -159,6 +186,7 @@ class LogIndex:
         if removals:
             self._pending_removals.extend(seq for _, seq in removals)
             self.mark = max(self.mark, removals[-1][0])
+            self.dirty = True
 
     def publish(self, behind: int = 0) -> LogGeneration:
         """Seal what was consumed, apply the removals read, and publish."""
@@ -178,6 +206,7 @@ class LogIndex:
             self._pending_removals = []
         self.removed, self.removed_count = mask, int(mask.sum())
         self.gen += 1
+        self.dirty = False
         self.generation = LogGeneration(
             gen=self.gen, view=view, seq=self.seq, mark=self.mark, removed=mask,
             removed_count=self.removed_count, failed=self.failed, built_at=self.clock(),
@@ -190,3 +219,4 @@ class LogIndex:
         missing): masked from the next generation on."""
         if self.generation is not None and rec < self.generation.view.n:
             self._pending_removals.append(self.generation.seq_of(rec))
+            self.dirty = True
