@@ -51,6 +51,9 @@ from streamd.signals import cancel_on_signal
 
 if TYPE_CHECKING:
     from streamd.eventlog import EventLog
+    from streamd.eventlog.dbtarget import DbTarget
+    from streamd.eventlog.requests import LogRequests
+    from streamd.recall.eventlog.service import Hosting, LogRecallService
 
 log = logging.getLogger("streamd")
 EVENTLOG_PREFIX = "eventlog/"
@@ -61,12 +64,19 @@ EVENTLOG_PREFIX = "eventlog/"
 SIGNAL_GRACE = 1.0
 
 
+RecallKind = Literal["stream", "eventlog"]
+
+
 @dataclass(slots=True)
 class Config:
     db: str | None = None  # None: $STREAMD_DB, else $XDG_STATE_HOME/streamd/events.db
     watch_interval: float = DEFAULT_WATCH_INTERVAL  # seconds between change polls without inotify
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     watch_buffer_bytes: int = DEFAULT_WATCH_BUFFER_BYTES  # what one stalled watch may hold
+    # What the recall/* methods index: JSONL streams (the reference adapter),
+    # or an event log (``--eventlog``). A resident daemon serves each peer
+    # what its hello asks.
+    recall_source: RecallKind = "stream"
 
 
 class Daemon:
@@ -93,14 +103,62 @@ class Daemon:
         self._opening: trio.Lock | None = None
 
     def methods_for(
-        self, conn: Connection, client_dir: Callable[[], str | None] | None = None
+        self,
+        conn: Connection,
+        client_dir: Callable[[], str | None] | None = None,
+        recall_source: Callable[[], RecallKind] | None = None,
+        control: Mapping[str, Method] | None = None,
     ) -> MethodTable:
         """``client_dir``: the peer's working directory, for its relative paths
-        (see :class:`~streamd.recall.service.RecallService`)."""
-        recall = RecallService(
-            conn, offload=self.offload, sources=self.sources, client_dir=client_dir
+        (see :class:`~streamd.recall.service.RecallService`); ``recall_source``:
+        what its recall/* methods index, asked at each call (a resident peer
+        says it in its hello), else the configured one; ``control``: methods
+        of the transport's own (the resident daemon's ``streamd/*``)."""
+        configured = self.config.recall_source
+        kind = recall_source or (lambda: configured)
+        tables: dict[RecallKind, dict[str, Method]] = {}
+
+        def recall() -> dict[str, Method]:
+            # Each kind's service is made on first use: a connection that
+            # only appends never imports either.
+            which = kind()
+            if which not in tables:
+                service: RecallService | LogRecallService
+                if which == "eventlog":
+                    from streamd.recall.eventlog.service import LogRecallService
+
+                    service = LogRecallService(conn, self.log_for, offload=self.offload,
+                                               sources=self.sources, client_dir=client_dir)
+                else:
+                    service = RecallService(conn, offload=self.offload, sources=self.sources,
+                                            client_dir=client_dir)
+                tables[which] = {m.name: m for m in service.methods()}
+            return tables[which]
+
+        if configured == "stream" and recall_source is None:
+            recall()  # the stream adapter's scanner starts with the connection, as it did
+        return _Methods(recall, self._eventlog_table, control or {})
+
+    async def log_for(self, target: DbTarget) -> tuple[LogRequests, Hosting | None]:
+        """The log an event-log Recall source reads: this daemon's own when the
+        target is its database, else one of its own, hosted by the source,
+        that runs no retention (a reader must never delete)."""
+        from streamd.eventlog import EventLog, dbtarget
+        from streamd.recall.eventlog.service import same_log
+
+        try:
+            own = dbtarget.resolve(self.config.db)
+        except ValueError:
+            own = None
+        if own is not None and same_log(own, target):
+            return (await self.eventlog()).requests, None
+        cfg = self.config
+        eventlog = EventLog(
+            target.path if target.path is not None else target.conninfo,
+            watch_interval=cfg.watch_interval,
+            retention_interval=0,
         )
-        return _Methods({m.name: m for m in recall.methods()}, self._eventlog_table)
+        return eventlog.requests, lambda: eventlog
 
     def _eventlog_table(self) -> dict[str, Method]:
         if self._eventlog_methods is None:
@@ -177,21 +235,26 @@ class _Methods(Mapping[str, Method]):
     """A connection's method table: its Recall methods, and the event log's,
     looked up (and so imported) only when a name under ``eventlog/`` is."""
 
-    def __init__(self, recall: dict[str, Method], eventlog: Callable[[], dict[str, Method]]):
+    def __init__(self, recall: Callable[[], dict[str, Method]],
+                 eventlog: Callable[[], dict[str, Method]], control: Mapping[str, Method]):
         self._recall = recall
         self._eventlog = eventlog
+        self._control = control
 
     def __getitem__(self, name: str) -> Method:
+        if name in self._control:
+            return self._control[name]
         if name.startswith(EVENTLOG_PREFIX):
             return self._eventlog()[name]
-        return self._recall[name]
+        return self._recall()[name]
 
     def __iter__(self) -> Iterator[str]:
-        yield from self._recall
+        yield from self._control
+        yield from self._recall()
         yield from self._eventlog()
 
     def __len__(self) -> int:
-        return len(self._recall) + len(self._eventlog())
+        return len(self._control) + len(self._recall()) + len(self._eventlog())
 
 
 async def _host(eventlog: EventLog, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -57,11 +57,11 @@ DAEMON_LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s
 # something to. `streamd --db X log ping` is `streamd log --db X ping`.
 _VALUE_GLOBALS = ("--db", "--watch-interval-ms", "--watch-buffer-bytes", "--synchronous")
 _VERBOSE = frozenset(("-v", "--verbose"))
-_FLAG_GLOBALS = (*_VERBOSE, "--json")
+_FLAG_GLOBALS = (*_VERBOSE, "--json", "--eventlog")
 _DAEMON_GLOBALS = frozenset(_VALUE_GLOBALS) | _VERBOSE
 _APPLIES = {
-    None: _DAEMON_GLOBALS,
-    "serve": _DAEMON_GLOBALS,
+    None: _DAEMON_GLOBALS | {"--eventlog"},
+    "serve": _DAEMON_GLOBALS | {"--eventlog"},
     "daemon": _DAEMON_GLOBALS,
     "log": frozenset({"--db", "--watch-interval-ms", "--json", *_VERBOSE}),
     "search": _VERBOSE | {"--json"},
@@ -137,7 +137,16 @@ def _config(args: argparse.Namespace) -> Config:
     return Config(db=getattr(args, "db", None),
                   watch_interval=getattr(args, "watch_interval_ms", 200) / 1000,
                   synchronous=getattr(args, "synchronous", "FULL"),
-                  watch_buffer_bytes=getattr(args, "watch_buffer_bytes", 4 << 20))
+                  watch_buffer_bytes=getattr(args, "watch_buffer_bytes", 4 << 20),
+                  recall_source="eventlog" if getattr(args, "eventlog", False) else "stream")
+
+
+def _eventlog_flag(p: argparse.ArgumentParser) -> None:
+    import argparse
+
+    p.add_argument("--eventlog", action="store_true", default=argparse.SUPPRESS,
+                   help="serve the Recall adapter over an event log (the handshake's "
+                   "location is the log) instead of JSONL streams")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"streamd {__version__}",
                         help="print the version and exit")
     _daemon_options(parser)
+    _eventlog_flag(parser)
     # Only for the commands that print for people (search, expand, check; log
     # and status read it in their own parsers): before any other, refused.
     parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
@@ -161,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = command(sub, "serve", "serve JSON-RPC on stdio, or on a Unix socket")
     _daemon_options(serve)
+    _eventlog_flag(serve)
     serve.add_argument("--socket", metavar="PATH",
                        help="serve many clients on this Unix socket path (mode 0600)")
 

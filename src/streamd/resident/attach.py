@@ -78,13 +78,17 @@ START_TIMEOUT = 5.0
 START_POLL = 0.01
 READ_CHUNK = 1 << 16
 
-USAGE = f"""usage: streamd attach [--runtime-dir DIR] [--start-timeout S] [-- DAEMON-ARGS...]
+USAGE = f"""usage: streamd attach [--eventlog] [--runtime-dir DIR] [--start-timeout S]
+                      [-- DAEMON-ARGS...]
 
 Speak the adapter protocol on stdin/stdout and relay it to the resident
 streamd daemon, starting one (`streamd daemon DAEMON-ARGS...`) when none
-answers. Recall config: command = ".../streamd", args = ["attach"].
+answers. Recall config: command = ".../streamd", args = ["attach"] (JSONL
+streams) or ["attach", "--eventlog"] (an event log).
 
 options:
+  --eventlog           the Recall source is an event log (the handshake's location
+                       is the log) instead of JSONL streams
   --runtime-dir DIR    the daemon's socket directory (default $STREAMD_RUNTIME_DIR,
                        else $XDG_RUNTIME_DIR/streamd, else $XDG_STATE_HOME/streamd/run)
   --start-timeout S    how long a daemon it starts gets to answer (default {START_TIMEOUT:g})
@@ -106,7 +110,7 @@ def main(argv: Sequence[str]) -> int:
     if opts is None:
         print(USAGE)
         return 0
-    directory, timeout, daemon_args = opts
+    directory, timeout, daemon_args, recall_source = opts
     if any(a == "--db" or a.startswith("--db=") for a in daemon_args):
         # Only then: attach imports nothing beyond the standard library.
         from streamd.eventlog.dbtarget import argv_error
@@ -118,15 +122,16 @@ def main(argv: Sequence[str]) -> int:
 
     terminal.notice("attach")
     try:
-        conn = connect(directory, daemon_args, timeout)
+        conn = connect(directory, daemon_args, timeout, recall_source=recall_source)
     except AttachError as exc:
         print(f"streamd attach: {exc}", file=sys.stderr)
         return 1
     return Relay(conn).run()
 
 
-def _parse(argv: Sequence[str]) -> tuple[str, float, list[str]] | None:
+def _parse(argv: Sequence[str]) -> tuple[str, float, list[str], str] | None:
     args = list(argv)
+    recall_source = "stream"
     directory = None
     timeout = START_TIMEOUT
     daemon_args: list[str] = []
@@ -137,6 +142,9 @@ def _parse(argv: Sequence[str]) -> tuple[str, float, list[str]] | None:
             break
         if arg in ("-h", "--help"):
             return None
+        if arg == "--eventlog":
+            recall_source = "eventlog"
+            continue
         name, eq, value = arg.partition("=")
         if name not in ("--runtime-dir", "--start-timeout"):
             raise AttachError(f"unrecognized argument {arg!r}")
@@ -155,7 +163,7 @@ def _parse(argv: Sequence[str]) -> tuple[str, float, list[str]] | None:
                 raise AttachError(f"--start-timeout must be a number of seconds, not {value!r}")
     if directory is not None:
         daemon_args = ["--runtime-dir", directory, *daemon_args]
-    return directory or paths.runtime_dir(), timeout, daemon_args
+    return directory or paths.runtime_dir(), timeout, daemon_args, recall_source
 
 
 def _exit_on_signals() -> None:
@@ -230,10 +238,12 @@ def _probe(
 
 
 def connect(
-    directory: str, daemon_args: Sequence[str], timeout: float, *, start: bool = True
+    directory: str, daemon_args: Sequence[str], timeout: float, *, start: bool = True,
+    recall_source: str = "stream",
 ) -> DaemonConnection:
     """Find this directory's daemon (or, with ``start``, start one), all within
-    ``timeout``; AttachError says why not."""
+    ``timeout``; AttachError says why not. ``recall_source``: what this
+    client's recall/* methods index (said in the hello)."""
     deadline = _Deadline(timeout)
     sock_path = paths.socket_path(directory)
     try:
@@ -246,6 +256,8 @@ def connect(
                           f"{exc.strerror or exc}") from None
     cwd = launch.caller_cwd()
     asks = launch.asks(daemon_args, os.environ, cwd)
+    if recall_source != "stream":
+        asks["recall_source"] = recall_source
     found = _probe(directory, sock_path, asks, deadline)
     if found is not None:
         conn, info = found

@@ -47,7 +47,7 @@ import msgspec
 import trio
 
 from streamd import __version__
-from streamd.daemon import SIGNAL_GRACE, Daemon
+from streamd.daemon import SIGNAL_GRACE, Daemon, RecallKind
 from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import dbtarget
 from streamd.resident import paths
@@ -80,15 +80,19 @@ class HelloParams(msgspec.Struct):
     client_version: str = ""
     cwd: str = ""  # the client's working directory: where its relative paths start
     db: str = ""  # the event log the client was told to use ("": whichever this serves)
+    # What the client's recall/* methods index: "stream" (JSONL files, the
+    # reference adapter) or "eventlog" (``streamd attach --eventlog``).
+    recall_source: str = "stream"
 
 
 class _Peer:
     """What one connection's client said of itself in its hello."""
 
-    __slots__ = ("cwd",)
+    __slots__ = ("cwd", "recall_source")
 
     def __init__(self) -> None:
         self.cwd: str | None = None
+        self.recall_source: RecallKind = "stream"
 
 
 class NoParams(msgspec.Struct):
@@ -254,19 +258,17 @@ class ResidentDaemon:
 
     def _methods_for(self, conn: Connection) -> MethodTable:
         peer = _Peer()
-        table = dict(self.daemon.methods_for(conn, lambda: peer.cwd))
-
         async def hello(p: HelloParams, req: Request) -> Hello:
             return await self._hello(p, peer)
 
-        for m in (
+        control = {m.name: m for m in (
             Method("streamd/hello", HelloParams, hello),
             Method("streamd/status", NoParams, self._status),
             Method("streamd/stop", NoParams, self._stop_method),
             Method("streamd/retire", NoParams, self._retire),
-        ):
-            table[m.name] = m
-        return table
+        )}
+        return self.daemon.methods_for(conn, lambda: peer.cwd, lambda: peer.recall_source,
+                                       control=control)
 
     # --- control methods -----------------------------------------------------
 
@@ -276,6 +278,10 @@ class ResidentDaemon:
             if not os.path.isabs(p.cwd):
                 raise RpcError(INVALID_PARAMS, "streamd/hello: cwd must be an absolute path")
             peer.cwd = p.cwd
+        if p.recall_source not in ("stream", "eventlog"):
+            raise RpcError(INVALID_PARAMS, "streamd/hello: recall_source is \"stream\" or "
+                           f"\"eventlog\", not {p.recall_source!r}")
+        peer.recall_source = "eventlog" if p.recall_source == "eventlog" else "stream"
         if p.db:
             mismatch = db_mismatch(self.daemon.config.db, p.db)
             if mismatch is not None:

@@ -223,6 +223,16 @@ class LogAnswers:
             ),
         )
 
+    def while_building(self, generation: LogGeneration | None, now: int) -> Health:
+        """A probe answered while a round runs longer than a probe waits: the
+        published generation, if any, degraded and partial."""
+        if generation is None:
+            return Health(status="degraded", checked_at=gotime.format_nano(now),
+                          coverage="partial", diagnostics=LogHealthDiagnostics(seq=0))
+        h = self.health(generation, now, False)
+        h.status, h.coverage = "degraded", "partial"
+        return h
+
     def unhealthy(self, err: RpcError, now: int, generation: LogGeneration | None) -> Health:
         """An unreachable log is unavailable, never an empty success; the
         generation that would answer is still named."""

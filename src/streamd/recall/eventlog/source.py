@@ -113,6 +113,7 @@ class LogSource:
         self._wake = trio.Event()
         self._published = trio.Event()
         self._publish_requested = False
+        self._full_requested = False
 
     @property
     def generation(self) -> LogGeneration | None:
@@ -120,10 +121,11 @@ class LogSource:
 
     # -- what requests ask --
 
-    async def current(self, deadline: float = math.inf) -> LogGeneration:
+    async def current(self, full: bool = False, deadline: float = math.inf) -> LogGeneration:
         """A generation caught up with everything committed before the call,
         or, once ``deadline`` (Trio time) is near, the prefix the running round
-        publishes."""
+        publishes. ``full``: index the whole log again, from nothing."""
+        self._full_requested |= full
         keep = self.reserve.seconds
         ask = await self._ask(deadline - keep - PUBLISH_ALLOWANCE)
         while not ask.done.is_set():
@@ -149,6 +151,10 @@ class LogSource:
         if ask.error is not None:
             raise ask.error
         return ask.result
+
+    def close(self) -> None:
+        """Refuse requests from now on (the tasks end with their scope)."""
+        self.closed = True
 
     def answered(self, seconds: float) -> None:
         self.reserve.observe(seconds)
@@ -243,10 +249,15 @@ class LogSource:
         if not self._started:
             await self._start()
         newest, removal_max, removal_min = await requests.index_position()
-        if self._replaced(newest, removal_max, removal_min):
+        replaced = self._replaced(newest, removal_max, removal_min)
+        if replaced:
             log.warning("the event log is not the one indexed (restored or replaced): "
                         "indexing it again")
+        if replaced or self._full_requested:
+            self._full_requested = False
+            gen = index.gen  # generation names continue: one never names two builds
             self.index = index = LogIndex(self.settings, self.clock, self.durable.sink)
+            index.gen = gen
         while True:
             rows = await requests.event_rows(index.seq, PAGE)
             if rows:
