@@ -152,6 +152,10 @@ class LogSource:
             raise ask.error
         return ask.result
 
+    async def next_publication(self) -> None:
+        """Return once the next generation (or a round's end) is published."""
+        await self._published.wait()
+
     def close(self) -> None:
         """Refuse requests from now on (the tasks end with their scope)."""
         self.closed = True
