@@ -73,7 +73,7 @@ def test_an_event_that_says_nothing_but_sets_state_is_a_state_change():
 
 
 def test_titles_and_texts_are_bounded():
-    kind, title, text = describe(json.dumps("w" * (TEXT_BYTES + 5000)), "u", None)
+    _, title, text = describe(json.dumps("w" * (TEXT_BYTES + 5000)), "u", None)
     mark = len("…".encode())  # a cut says so
     assert len(title.encode()) == TITLE_BYTES + mark and title.endswith("…")
     assert len(text.encode()) <= TEXT_BYTES + mark
