@@ -30,6 +30,9 @@ pytestmark = pytest.mark.subprocess
 REPO = Path(__file__).resolve().parents[2]
 RECALL_SUITE = REPO / "conformance" / "stream"
 STREAMD_SUITE = REPO / "conformance" / "stream-streamd"
+# The event log as a Recall source: Recall's format only (its doctor replays
+# it), against ``streamd --eventlog``.
+EVENTLOG_SOURCE_SUITE = REPO / "conformance" / "eventlog-source"
 REFERENCE = os.environ.get("STREAMD_REFERENCE_ADAPTER")
 
 # The manifest keys of Recall's transcript format; streamd's extensions
@@ -39,6 +42,7 @@ PLACEHOLDER = re.compile(rb"\$\{([A-Za-z_]+)\}")
 
 RECALL_CASES = 16
 STREAMD_CASES = 4
+EVENTLOG_SOURCE_CASES = 12
 
 
 def _cases(suite: Path) -> list[Path]:
@@ -53,7 +57,12 @@ def test_the_streamd_suite_holds_exactly_its_cases():
     assert len(_cases(STREAMD_SUITE)) == STREAMD_CASES
 
 
-@pytest.mark.parametrize("case", _cases(RECALL_SUITE), ids=lambda p: p.name)
+def test_the_eventlog_source_suite_holds_exactly_its_cases():
+    assert len(_cases(EVENTLOG_SOURCE_SUITE)) == EVENTLOG_SOURCE_CASES
+
+
+@pytest.mark.parametrize("case", _cases(RECALL_SUITE) + _cases(EVENTLOG_SOURCE_SUITE),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_recall_suite_case_is_one_recalls_replayer_accepts(case):
     manifest = json.loads((case / "manifest.json").read_bytes())
     assert set(manifest) <= RECALL_MANIFEST_KEYS, "a streamd extension belongs in stream-streamd"
@@ -76,6 +85,18 @@ def test_every_streamd_only_case_says_which_difference_it_shows(case):
 @pytest.mark.parametrize("suite", [RECALL_SUITE, STREAMD_SUITE], ids=lambda p: p.name)
 def test_the_suite_replays_against_streamd(suite, capsys):
     assert conformance.main(["verify", str(suite)]) == 0, capsys.readouterr().out
+
+
+def test_the_eventlog_source_suite_replays_against_streamd_eventlog(capsys):
+    adapter = shlex.join([sys.executable, "-m", "streamd", "--eventlog"])
+    verdict = conformance.main(["verify", str(EVENTLOG_SOURCE_SUITE), "--adapter", adapter])
+    assert verdict == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", _cases(EVENTLOG_SOURCE_SUITE), ids=lambda p: p.name)
+def test_an_eventlog_source_case_writes_nothing_into_its_fixture(case):
+    # Its log is built at initialize from the fixture's JSONL into WORKDIR.
+    assert sorted(p.name for p in (case / "fixture").iterdir()) == ["events.jsonl"]
 
 
 @pytest.mark.skipif(REFERENCE is None, reason="STREAMD_REFERENCE_ADAPTER is not set")
