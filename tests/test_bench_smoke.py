@@ -92,3 +92,19 @@ def test_the_load_bench_says_loudly_when_a_watcher_loses_an_entry(tmp_path):
     assert not first["exactly_once"] and first["missing"] == 1
     assert second["exactly_once"] and not row["exactly_once_ok"] and not report["ok"]
     assert "EXACTLY-ONCE VIOLATED" in done.stdout
+
+
+SOURCE_BENCH = BENCH.parent / "eventlog_source_bench.py"
+
+
+def test_the_eventlog_source_bench_measures_every_phase(tmp_path):
+    out = tmp_path / "source.json"
+    done = subprocess.run([sys.executable, str(SOURCE_BENCH), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["index"]["events"] == 3000
+    assert set(report["search"]) == {"event_id", "rare_term", "common_term"}
+    # Freshness is counted, not timed: every query found its event.
+    for trials in report["freshness"].values():
+        assert trials["found"] == trials["of"] > 0

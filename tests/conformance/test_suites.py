@@ -130,3 +130,21 @@ def test_the_readmes_recall_config_names_paths_that_exist_in_a_clone():
     (source,) = config["sources"]
     assert source["adapter"] == "streamd"
     assert re.fullmatch(r"[A-Za-z0-9_-]{4,64}", source["source_uid"])
+
+
+def test_the_eventlog_source_docs_recall_config_names_paths_that_exist_in_a_clone():
+    page = (REPO / "docs" / "eventlog-source.md").read_text()
+    pattern = (r"<!-- eventlog-recall-config -->\n```toml\n(.*?)```\n"
+               r"<!-- /eventlog-recall-config -->")
+    block = re.search(pattern, page, re.S)
+    assert block, "the event-log source's Recall config block is gone"
+    config = tomllib.loads(block.group(1).replace("/home/me/streamd", str(REPO)))
+    adapter = config["adapters"]["streamd-eventlog"]
+    assert adapter["args"] == ["attach", "--eventlog"]
+    assert adapter["freshness_modes"] == ["indexed"]
+    assert Path(adapter["conformance"]) == EVENTLOG_SOURCE_SUITE
+    assert Path(adapter["command"]) == REPO / ".venv" / "bin" / "streamd"
+    (source,) = config["sources"]
+    assert source["adapter"] == "streamd-eventlog"
+    assert re.fullmatch(r"[A-Za-z0-9_-]{4,64}", source["source_uid"])
+    assert source["location"].endswith("/streamd/events.db")  # the daemon's default log
