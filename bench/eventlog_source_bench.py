@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import statistics
 import subprocess
@@ -34,6 +32,7 @@ from typing import Any
 
 import trio
 import trio.testing
+from server_daemons import machine
 
 from streamd.daemon import Config, Daemon
 from streamd.eventlog.model import AppendParams, Event
@@ -171,13 +170,6 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                                for name, runs in fresh.items() if runs}
         await call("recall/shutdown")
     return report
-
-
-def machine() -> dict[str, Any]:
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    return {"python": platform.python_version(), "cpus": os.cpu_count(),
-            "load": os.getloadavg(), "platform": platform.platform(), "commit": commit}
 
 
 def main(argv: list[str] | None = None) -> int:
