@@ -185,7 +185,8 @@ def test_openers_that_start_at_once_leave_one_schema_at_the_current_version(mysq
         conn = raw(mysql_db)
         cur = conn.cursor()
         cur.execute("SELECT version FROM streamd_meta")
-        assert cur.fetchall() == ((1,),)
+        # Version 2 added the deletion signal (removed_events).
+        assert cur.fetchall() == ((2,),)
         cur.execute("SELECT count(*) FROM seq_counter")
         assert cur.fetchall() == ((1,),)
         conn.close()
