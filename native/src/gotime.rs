@@ -46,6 +46,19 @@ pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// The civil date of a day since 1970-01-01 (the inverse of [`days_from_civil`]).
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let days = days + 719_468;
+    let era = days.div_euclid(146_097);
+    let doe = days - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = mp + if mp < 10 { 3 } else { -9 };
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
 fn is_leap(year: i64) -> bool {
     year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
 }
@@ -200,5 +213,15 @@ mod tests {
         assert!(printable(parse(b"9999-12-31T23:59:59Z").unwrap()));
         assert!(!printable(parse(b"9999-12-31T23:59:59-00:01").unwrap()));
         assert_eq!(parse(b"0001-01-01T01:00:00+01:00"), Some(ZERO_TIME));
+    }
+
+    #[test]
+    fn civil_dates_round_trip() {
+        for days in [-719_528, -1, 0, 59, 60, 11_016, 2_932_896] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days, "{y}-{m}-{d}");
+        }
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
     }
 }

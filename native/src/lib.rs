@@ -10,12 +10,14 @@
 //! * [`gotime`]: Go's RFC 3339 parser;
 //! * [`unicode`]: the pinned Unicode tables (generated from `gounicode.py`);
 //! * [`tokenize`]: identifier-run tokens, Go lowercasing and folding;
-//! * [`postings`]: the segment arrays.
+//! * [`postings`]: the segment arrays;
+//! * [`events`]: an event-log row as a record (`recall/eventlog/project.py`).
 //!
 //! The Python module (`streamd._native`, feature `python`) is a thin layer
 //! in [`python`]: it releases the GIL for the work and turns a panic into a
 //! Python exception instead of letting it cross the FFI boundary.
 
+pub mod events;
 pub mod gotime;
 pub mod json;
 pub mod lines;

@@ -21,7 +21,10 @@
 
 use ahash::AHashMap;
 
-use crate::gotime::Instant;
+use std::borrow::Cow;
+
+use crate::events::{self, Described, Row};
+use crate::gotime::{self, Instant};
 use crate::json::{parse_record, Record};
 use crate::lines::{next_line, trim_space, HOLD_LIMIT, MAX_LINE_BYTES};
 use crate::tokenize::{fold, Tokenizer};
@@ -207,6 +210,9 @@ pub struct Builder {
     p_count: Vec<u32>,
     p_code: Vec<u8>,
     idents: Vec<(u64, i64)>,
+    // Identifiers came from more than a record's own fields, so a pair can
+    // repeat (an app equal to a session, say): kept once at seal.
+    shared_idents: bool,
     columns: Vec<u8>,
     ids: Vec<u8>,
     kinds: Vec<String>,
@@ -225,6 +231,7 @@ impl Builder {
             p_count: Vec::new(),
             p_code: Vec::new(),
             idents: Vec::new(),
+            shared_idents: false,
             columns: Vec::new(),
             ids: vec![b'['],
             kinds: Vec::new(),
@@ -341,6 +348,43 @@ impl Builder {
         self.count += 1;
     }
 
+    /// Add the record of one event-log row (see [`crate::events`]): its line
+    /// is `size` bytes long (the size column), its offset the row's seq, and `more` are
+    /// exact identifiers beyond the record's own. Returns whether a record
+    /// was added; a row the line format refuses counts as failed.
+    pub fn add_event(&mut self, row: &Row<'_>, d: &Described, size: usize, at: Origin,
+                     more: [&str; 4]) -> Option<Instant> {
+        let when = events::instant_of(row.at_us);
+        if row.id.is_empty() || when == gotime::ZERO_TIME || !gotime::printable(when)
+            || size > HOLD_LIMIT || size - 1 > MAX_LINE_BYTES {
+            return None;
+        }
+        let rec = Record {
+            schema: 2,
+            id: Cow::Borrowed(row.id),
+            kind: Cow::Borrowed(d.kind),
+            event_time: when,
+            observed_at: Some(when),
+            system: Cow::Borrowed(row.app),
+            reference: Cow::Borrowed(""),
+            correlation: Cow::Borrowed(row.session),
+            title: Cow::Borrowed(&d.title),
+            text: Cow::Borrowed(&d.text),
+            actor: Cow::Borrowed(row.author),
+            revision: Cow::Borrowed(""),
+        };
+        let number = self.base + self.count as u64;
+        self.add(&rec, at, row.seq as u64, size as u32);
+        for key in more {
+            let key = fold(key);
+            if !key.is_empty() {
+                self.idents.push((term_hash(&key), number as i64));
+                self.shared_idents = true;
+            }
+        }
+        Some(when)
+    }
+
     /// The segment's arrays. The builder is spent afterwards.
     pub fn seal(mut self) -> Sealed {
         let n_terms = self.terms.hashes.len();
@@ -376,6 +420,9 @@ impl Builder {
         let mut order: Vec<u32> = (0..n_terms as u32).collect();
         order.sort_unstable_by_key(|&t| hashes[t as usize]);
         self.idents.sort_unstable();
+        if self.shared_idents {
+            self.idents.dedup();
+        }
         self.ids.push(b']');
         Sealed {
             count: self.count,

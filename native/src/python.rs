@@ -12,8 +12,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
+use crate::events::{self, Row};
 use crate::gotime::Instant;
 use crate::postings::{Builder, Origin, Sealed};
 use crate::{json, lines, postings, tokenize, unicode};
@@ -95,6 +96,49 @@ impl ChunkBuilder {
         }
     }
 
+    /// Add the records of event-log rows `rows[start:]` (tuples shaped as
+    /// `LogRequests.event_rows` gives them, all admitted), at most
+    /// `max_records` of them. Returns `(next, records, failed,
+    /// latest_event_time_ns_or_None, declined)`: rows before `next` are
+    /// consumed; when `declined`, `rows[next]` is one only the plain path
+    /// projects (the caller does, then calls again from `next + 1`).
+    fn feed_events(
+        &mut self,
+        py: Python<'_>,
+        rows: &Bound<'_, PyList>,
+        start: usize,
+        max_records: u64,
+        built_at: i128,
+    ) -> PyResult<(usize, u64, u64, Option<i128>, bool)> {
+        let end = rows.len().min(start.saturating_add(max_records as usize));
+        // Copied out under the GIL, so the work below can run without it.
+        let mut owned: Vec<OwnedRow> = Vec::with_capacity(end.saturating_sub(start));
+        let mut declined = false;
+        for i in start..end {
+            match OwnedRow::extract(&rows.get_item(i)?)? {
+                Some(row) => owned.push(row),
+                None => {
+                    declined = true;
+                    break;
+                }
+            }
+        }
+        let at = Origin { base_offset: 0, file_no: 0, built_at: Instant::from_nanos(built_at) };
+        let builder = self.builder()?;
+        let result = py.allow_threads(|| {
+            guarded("feed_events", || feed_rows(builder, &owned, at))
+        });
+        match result {
+            Ok((done, records, failed, latest, refused)) => {
+                Ok((start + done, records, failed, latest.map(Instant::nanos), declined || refused))
+            }
+            Err(e) => {
+                self.inner = None;
+                Err(e)
+            }
+        }
+    }
+
     /// The segment's arrays as bytes (little-endian, the plain Segment's
     /// dtypes), its local kind table and record count. The builder is spent.
     fn seal<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -104,6 +148,97 @@ impl ChunkBuilder {
         let sealed = py.allow_threads(|| guarded("seal", || builder.seal()))?;
         sealed_dict(py, sealed)
     }
+}
+
+/// A row's fields, owned (strings a Python caller could not otherwise lend
+/// across the released GIL).
+struct OwnedRow {
+    seq: i64,
+    text: [String; 8],
+    at_us: i64,
+    delta: Option<String>,
+}
+
+impl OwnedRow {
+    /// None for a row whose strings are not valid UTF-8 (lone surrogates):
+    /// the plain path decides what becomes of it.
+    fn extract(item: &Bound<'_, PyAny>) -> PyResult<Option<OwnedRow>> {
+        let t = item.downcast::<PyTuple>()?;
+        if t.len() != 11 {
+            return Err(PyValueError::new_err("an event row has 11 fields"));
+        }
+        let text_at = |i: usize| -> PyResult<Option<String>> {
+            Ok(t.get_item(i)?.extract::<String>().ok())
+        };
+        let mut text: [String; 8] = Default::default();
+        for (slot, i) in [1, 2, 3, 4, 5, 6, 7, 9].into_iter().enumerate() {
+            let Some(s) = text_at(i)? else { return Ok(None) };
+            text[slot] = s;
+        }
+        let delta_item = t.get_item(10)?;
+        let delta = if delta_item.is_none() {
+            None
+        } else {
+            let Some(s) = text_at(10)? else { return Ok(None) };
+            Some(s)
+        };
+        Ok(Some(OwnedRow { seq: t.get_item(0)?.extract()?, text, at_us: t.get_item(8)?.extract()?, delta }))
+    }
+
+    fn row(&self) -> Row<'_> {
+        let [app, user, session, id, invocation, author, branch, content] = &self.text;
+        Row {
+            seq: self.seq,
+            app,
+            user,
+            session,
+            id,
+            invocation,
+            author,
+            branch,
+            at_us: self.at_us,
+            content,
+            delta: self.delta.as_deref(),
+        }
+    }
+}
+
+/// (rows consumed, records, failed, latest, stopped at a declined row).
+fn feed_rows(builder: &mut Builder, rows: &[OwnedRow], at: Origin)
+             -> (usize, u64, u64, Option<Instant>, bool) {
+    let (mut records, mut failed, mut latest) = (0u64, 0u64, None::<Instant>);
+    for (done, owned) in rows.iter().enumerate() {
+        let row = owned.row();
+        let Some(d) = events::describe(row.content, row.author, row.delta) else {
+            return (done, records, failed, latest, true);
+        };
+        let when = events::instant_of(row.at_us);
+        // An unprintable time fails the row whatever the line's length.
+        let size = if crate::gotime::printable(when) { events::line_len(&row, &d, when) } else { 0 };
+        match builder.add_event(&row, &d, size, at, [row.app, row.user, row.branch, row.invocation]) {
+            Some(t) => {
+                records += 1;
+                latest = Some(latest.map_or(t, |l| l.max(t)));
+            }
+            None => failed += 1,
+        }
+    }
+    (rows.len(), records, failed, latest, false)
+}
+
+/// An event-log row's projection, `(kind, title, text, line)`, or None
+/// where the plain path must project it. For tests against `project.py`.
+#[pyfunction]
+#[pyo3(name = "project_event")]
+fn py_project_event<'py>(py: Python<'py>, row: &Bound<'py, PyAny>)
+                         -> PyResult<Option<(String, String, String, Bound<'py, PyBytes>)>> {
+    let Some(owned) = OwnedRow::extract(row)? else { return Ok(None) };
+    let row = owned.row();
+    let Some(d) = events::describe(row.content, row.author, row.delta) else { return Ok(None) };
+    let when = events::instant_of(row.at_us);
+    let mut line = Vec::new();
+    events::write_line(&mut line, &row, &d, &events::format_nano(when));
+    Ok(Some((d.kind.to_owned(), d.title, d.text, PyBytes::new(py, &line))))
 }
 
 fn le_bytes<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
@@ -195,7 +330,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Bumped whenever a call's arguments or results change: `index/native.py`
     // refuses a module built from older sources (an editable install whose
     // extension was not rebuilt) instead of failing mid-build.
-    m.add("INTERFACE", 1)?;
+    m.add("INTERFACE", 2)?;
     m.add("UNICODE_VERSION", unicode::UNICODE_VERSION)?;
     m.add("MAX_LINE_BYTES", lines::MAX_LINE_BYTES)?;
     m.add("HOLD_LIMIT", lines::HOLD_LIMIT)?;
@@ -204,6 +339,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NativeError", m.py().get_type::<NativeError>())?;
     m.add_class::<ChunkBuilder>()?;
     m.add_function(wrap_pyfunction!(py_parse_record, m)?)?;
+    m.add_function(wrap_pyfunction!(py_project_event, m)?)?;
     m.add_function(wrap_pyfunction!(py_trim_space, m)?)?;
     m.add_function(wrap_pyfunction!(py_tokenize, m)?)?;
     m.add_function(wrap_pyfunction!(py_fold, m)?)?;

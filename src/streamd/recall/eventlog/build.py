@@ -24,6 +24,7 @@ Rules:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,7 +33,7 @@ import numpy as np
 
 from streamd.eventlog.store import EventRow
 from streamd.golang import gotime
-from streamd.recall.eventlog.project import identifiers, project
+from streamd.recall.eventlog.project import Projected, identifiers, project
 from streamd.recall.eventlog.settings import LogSettings
 from streamd.recall.index import index as index_module
 from streamd.recall.index import native
@@ -42,6 +43,10 @@ from streamd.recall.index.segment import Segment
 from streamd.recall.index.streamfile import Cursor, Line
 
 __all__ = ["LogGeneration", "LogIndex", "SavedPosition"]
+
+
+def _seq_of(row: EventRow) -> int:
+    return row[0]
 
 
 class SavedPosition(msgspec.Struct, kw_only=True):
@@ -147,39 +152,54 @@ class LogIndex:
                              failed=g.failed, gen=g.gen, removed=np.packbits(g.removed).tobytes())
 
     def consume(self, rows: list[EventRow]) -> None:
-        """Index the admitted events of ``rows`` (in seq order, all after
-        ``seq``); ``seq`` moves to the last row's."""
-        built_at = self.clock()
+        """Index the admitted events of ``rows`` (in seq order); ``seq`` moves
+        to the last row's. Rows at or below ``seq`` were read already."""
+        fresh = rows[bisect.bisect_right(rows, self.seq, key=_seq_of):]
+        if not fresh:
+            return
+        self.seq, self.last_id, self.dirty = fresh[-1][0], fresh[-1][4], True
         admits = self.settings.admits
-        compiled = native.enabled()
+        admitted = fresh if self.settings.admits_all else [r for r in fresh if admits(r)]
+        if native.enabled():
+            self._consume_compiled(admitted)
+        else:
+            for row in admitted:
+                self._consume_plain(project(row))
+
+    def _consume_compiled(self, rows: list[EventRow]) -> None:
+        # The compiled core projects and indexes whole runs of rows; a row it
+        # leaves to the plain projection is fed to it as a line.
+        built_at = self.clock()
         index = self.index
-        for row in rows:
-            if row[0] <= self.seq:
-                continue  # read twice: once is enough
-            self.seq, self.last_id, self.dirty = row[0], row[4], True
-            if not admits(row):
-                continue
-            p = project(row)
-            if compiled:
-                builder = index.native_builder()
-                _, _, records, failed, latest = builder.feed(
-                    p.line, 0, p.seq, 1, 1, 0, built_at)
+        i = 0
+        while i < len(rows):
+            builder = index.native_builder()
+            room = index_module.SEGMENT_RECORDS - builder.count
+            i, _, failed, latest, declined = builder.feed_events(rows, i, room, built_at)
+            self.failed += failed
+            if latest is not None and latest > self.latest:
+                self.latest = latest
+            if declined:
+                p = project(rows[i])
+                _, _, records, failed, latest = builder.feed(p.line, 0, p.seq, 1, 1, 0, built_at)
                 if records:
                     index.add_identifiers(len(index) - 1, identifiers(p))
                     if latest is not None and latest > self.latest:
                         self.latest = latest
                 self.failed += failed
-                if builder.count >= index_module.SEGMENT_RECORDS:
-                    index.seal()
-            else:
-                before = self._cursor.records
-                self._cursor.failed = 0
-                self._consumer.consume(self._cursor, 0, Line(p.seq, p.line, len(p.line)))
-                self.failed += self._cursor.failed
-                if self._cursor.records > before:
-                    # The plain builder's ids reach the index as they are added.
-                    index.add_identifiers(len(index.ids) - 1, identifiers(p))
-                    self.latest = max(self.latest, self._consumer.latest)
+                i += 1
+            if builder.count >= index_module.SEGMENT_RECORDS:
+                index.seal()
+
+    def _consume_plain(self, p: Projected) -> None:
+        before = self._cursor.records
+        self._cursor.failed = 0
+        self._consumer.consume(self._cursor, 0, Line(p.seq, p.line, len(p.line)))
+        self.failed += self._cursor.failed
+        if self._cursor.records > before:
+            # The plain builder's ids reach the index as they are added.
+            self.index.add_identifiers(len(self.index.ids) - 1, identifiers(p))
+            self.latest = max(self.latest, self._consumer.latest)
 
     def remove(self, removals: list[tuple[int, int]]) -> None:
         """The log's deletion signal since ``mark``: (mark, seq) pairs."""

@@ -54,6 +54,12 @@ class LogSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     def limit(self) -> int:
         return self.max_candidates or DEFAULT_MAX_CANDIDATES
 
+    @property
+    def admits_all(self) -> bool:
+        """No list narrows what is indexed."""
+        return (self.apps is None and self.users is None and self.authors is None
+                and self.branch_prefixes is None)
+
     def admits(self, row: EventRow) -> bool:
         """Whether the event is one this source indexes (every list given
         must name it; a branch prefix list admits a branch starting with any)."""

@@ -262,15 +262,12 @@ class LogSource:
             gen = index.gen  # generation names continue: one never names two builds
             self.index = index = LogIndex(self.settings, self.clock, self.durable.sink)
             index.gen = gen
-        while True:
-            rows = await requests.event_rows(index.seq, PAGE)
-            if rows:
-                # Shielded: a page is short, and a cancelled thread left
-                # running would race the last save for the index.
-                with trio.CancelScope(shield=True):
-                    await self.offload(index.consume, rows)
+        rows = await requests.event_rows(index.seq, PAGE)
+        while rows:
+            following = await self._consume_reading_on(index, rows)
             if len(rows) < PAGE:
                 break
+            rows = following
             if self._publish_requested:
                 self._publish_requested = False
                 index.publish(behind=max(0, newest - index.seq))
@@ -289,6 +286,24 @@ class LogSource:
         generation = index.generation
         assert generation is not None
         return generation
+
+    async def _consume_reading_on(self, index: LogIndex, rows: list[EventRow]) -> list[EventRow]:
+        """Index ``rows`` while the page after them is read (the compiled
+        core and the database both work without the GIL, so the two share
+        the cores); the page read, empty after a short page."""
+        following: list[EventRow] = []
+
+        async def read_on() -> None:
+            following.extend(await self.requests.event_rows(rows[-1][0], PAGE))
+
+        async with trio.open_nursery() as nursery:
+            if len(rows) == PAGE:
+                nursery.start_soon(read_on)
+            # Shielded: a page is short, and a cancelled thread left running
+            # would race the last save for the index.
+            with trio.CancelScope(shield=True):
+                await self.offload(index.consume, rows)
+        return following
 
     def _replaced(self, newest: int, removal_max: int, removal_min: int) -> bool:
         index = self.index

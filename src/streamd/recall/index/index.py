@@ -135,13 +135,15 @@ class Index:
 
     def add(self, record_id: str, row: tuple, text: list[str], fields: list[str],
             title: list[str], idents: set[str]) -> None:
-        if not isinstance(self._builder, SegmentBuilder):
-            self.seal()  # a compiled builder's records come first
+        # A full segment is sealed when the next record comes (or at the next
+        # view), not as its last record goes in: until then that record can
+        # still be given identifiers (``add_identifiers``).
+        if not isinstance(self._builder, SegmentBuilder) or \
+                self._builder.count >= SEGMENT_RECORDS:
+            self.seal()  # a compiled builder's records, or a full segment
             self._builder = SegmentBuilder(len(self.ids))
         self.ids.append(record_id)
         self._builder.add(record_id, row, text, fields, title, idents)
-        if self._builder.count >= SEGMENT_RECORDS:
-            self.seal()
 
     def add_identifiers(self, rec: int, keys: tuple[str, ...]) -> None:
         """More exact identifiers of record ``rec``, which the open builder

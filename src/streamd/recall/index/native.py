@@ -40,9 +40,10 @@ from streamd.recall.index.segment import COLUMNS, Segment
 
 if TYPE_CHECKING:
     from streamd._native import ChunkBuilder, _Record
+    from streamd.eventlog.store import EventRow
 
 # The calls this module makes of streamd._native (its INTERFACE).
-INTERFACE = 1
+INTERFACE = 2
 
 
 class _Core(Protocol):
@@ -54,6 +55,8 @@ class _Core(Protocol):
     def ChunkBuilder(self) -> type[ChunkBuilder]: ...
 
     def parse_record(self, line: bytes) -> _Record | None: ...
+
+    def project_event(self, row: EventRow) -> tuple[str, str, str, bytes] | None: ...
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +129,14 @@ def accepts(trimmed: bytes) -> bool | None:
     return _native.parse_record(trimmed) is not None
 
 
+def project_event(row: EventRow) -> tuple[str, str, str, bytes] | None:
+    """The compiled projection of one event-log row (kind, title, text,
+    line), or None where it leaves the row to the plain path: for tests
+    against ``recall/eventlog/project.py``. Needs the compiled core."""
+    assert _native is not None
+    return _native.project_event(row)
+
+
 class NativeBuilder:
     """One segment in the making, built by the compiled core. It stands in
     for ``SegmentBuilder`` as an Index's open builder; unlike it, the ids it
@@ -145,6 +156,12 @@ class NativeBuilder:
         """See ``ChunkBuilder.feed``: (next start, lines, records, failed,
         latest event time or None)."""
         return self._b.feed(data, start, offset, max_records, max_lines, file_no, built_at)
+
+    def feed_events(self, rows: list[EventRow], start: int, max_records: int,
+                    built_at: int) -> tuple[int, int, int, int | None, bool]:
+        """See ``ChunkBuilder.feed_events``: (next, records, failed, latest
+        event time or None, whether ``rows[next]`` is left to the plain path)."""
+        return self._b.feed_events(rows, start, max_records, built_at)
 
     def seal(self, kind_code: Callable[[str], int]) -> Segment:
         """The segment, its kind codes mapped onto the index's table by
@@ -174,4 +191,5 @@ class NativeBuilder:
         )
 
 
-__all__ = ["INTERFACE", "NativeBuilder", "accepts", "enabled", "quiet", "unavailable"]
+__all__ = ["INTERFACE", "NativeBuilder", "accepts", "enabled", "project_event", "quiet",
+           "unavailable"]
