@@ -27,8 +27,8 @@ pytestmark = pytest.mark.skipif(native._native is None, reason="streamd._native 
 
 # Text that reaches every rule: spaces Python and Go disagree on (U+001C..F,
 # U+0085, U+2028), escapes, multi-byte characters at cut points, newlines.
-_CHARS = st.sampled_from(list("ab Z9-_.\n\t\"\\/") + ["\x00", "\x1c", "\x1f", "\x7f", "\x85",
-                                                     "\u2028", "\u3000", "é", "ſ", "🙂"])
+_CHARS = st.sampled_from([*"ab Z9-_.\n\t\"\\/", "\x00", "\x1c", "\x1f", "\x7f", "\x85",
+                          "\u2028", "\u3000", "é", "ſ", "🙂"])
 _TEXT = st.lists(_CHARS, max_size=40).map("".join) | st.builds(
     lambda c, n: c * n, _CHARS, st.integers(100, 70_000))
 _SCALAR = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | _TEXT | st.floats(
