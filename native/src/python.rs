@@ -39,6 +39,15 @@ struct ChunkBuilder {
 }
 
 impl ChunkBuilder {
+    /// A builder whose work panicked could be half-way through a record:
+    /// it is spent.
+    fn spent_on_error<T>(&mut self, result: PyResult<T>) -> PyResult<T> {
+        if result.is_err() {
+            self.inner = None;
+        }
+        result
+    }
+
     fn builder(&mut self) -> PyResult<&mut Builder> {
         self.inner
             .as_mut()
@@ -85,15 +94,8 @@ impl ChunkBuilder {
         let at = Origin { base_offset: offset, file_no, built_at: Instant::from_nanos(built_at) };
         let builder = self.builder()?;
         let result = py.allow_threads(|| guarded("feed", || builder.feed(buf, start, at, max_records, max_lines)));
-        match result {
-            Ok(fed) => {
-                Ok((fed.pos, fed.lines, fed.records, fed.failed, fed.latest.map(Instant::nanos)))
-            }
-            Err(e) => {
-                self.inner = None;
-                Err(e)
-            }
-        }
+        let fed = self.spent_on_error(result)?;
+        Ok((fed.pos, fed.lines, fed.records, fed.failed, fed.latest.map(Instant::nanos)))
     }
 
     /// Add the records of event-log rows `rows[start:]` (tuples shaped as
@@ -128,15 +130,8 @@ impl ChunkBuilder {
         let result = py.allow_threads(|| {
             guarded("feed_events", || feed_rows(builder, &owned, at))
         });
-        match result {
-            Ok((done, records, failed, latest, refused)) => {
-                Ok((start + done, records, failed, latest.map(Instant::nanos), declined || refused))
-            }
-            Err(e) => {
-                self.inner = None;
-                Err(e)
-            }
-        }
+        let (done, records, failed, latest, refused) = self.spent_on_error(result)?;
+        Ok((start + done, records, failed, latest.map(Instant::nanos), declined || refused))
     }
 
     /// The segment's arrays as bytes (little-endian, the plain Segment's
@@ -226,12 +221,15 @@ fn feed_rows(builder: &mut Builder, rows: &[OwnedRow], at: Origin)
     (rows.len(), records, failed, latest, false)
 }
 
+/// `(kind, title, text, line)`.
+type Projection<'py> = (String, String, String, Bound<'py, PyBytes>);
+
 /// An event-log row's projection, `(kind, title, text, line)`, or None
 /// where the plain path must project it. For tests against `project.py`.
 #[pyfunction]
 #[pyo3(name = "project_event")]
 fn py_project_event<'py>(py: Python<'py>, row: &Bound<'py, PyAny>)
-                         -> PyResult<Option<(String, String, String, Bound<'py, PyBytes>)>> {
+                         -> PyResult<Option<Projection<'py>>> {
     let Some(owned) = OwnedRow::extract(row)? else { return Ok(None) };
     let row = owned.row();
     let Some(d) = events::describe(row.content, row.author, row.delta) else { return Ok(None) };
