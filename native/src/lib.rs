@@ -11,7 +11,8 @@
 //! * [`unicode`]: the pinned Unicode tables (generated from `gounicode.py`);
 //! * [`tokenize`]: identifier-run tokens, Go lowercasing and folding;
 //! * [`postings`]: the segment arrays;
-//! * [`events`]: an event-log row as a record (`recall/eventlog/project.py`).
+//! * [`events`]: an event-log row as a record (`recall/eventlog/project.py`);
+//! * [`rank`]: a search's scores and its top-k cut (`recall/query/rank.py`).
 //!
 //! The Python module (`streamd._native`, feature `python`) is a thin layer
 //! in [`python`]: it releases the GIL for the work and turns a panic into a
@@ -22,6 +23,7 @@ pub mod gotime;
 pub mod json;
 pub mod lines;
 pub mod postings;
+pub mod rank;
 pub mod tokenize;
 pub mod unicode;
 

@@ -19,6 +19,8 @@ use crate::gotime::Instant;
 use crate::postings::{Builder, Origin, Sealed};
 use crate::{json, lines, postings, tokenize, unicode};
 
+mod search;
+
 create_exception!(_native, NativeError, PyRuntimeError, "The compiled indexing core failed (a bug: please report it).");
 
 fn guarded<T>(what: &str, work: impl FnOnce() -> T) -> PyResult<T> {
@@ -328,7 +330,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Bumped whenever a call's arguments or results change: `index/native.py`
     // refuses a module built from older sources (an editable install whose
     // extension was not rebuilt) instead of failing mid-build.
-    m.add("INTERFACE", 2)?;
+    m.add("INTERFACE", 3)?;
     m.add("UNICODE_VERSION", unicode::UNICODE_VERSION)?;
     m.add("MAX_LINE_BYTES", lines::MAX_LINE_BYTES)?;
     m.add("HOLD_LIMIT", lines::HOLD_LIMIT)?;
@@ -342,5 +344,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_tokenize, m)?)?;
     m.add_function(wrap_pyfunction!(py_fold, m)?)?;
     m.add_function(wrap_pyfunction!(py_term_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(search::rank_search, m)?)?;
     Ok(())
 }

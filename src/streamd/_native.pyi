@@ -1,7 +1,10 @@
 # The compiled indexing core (native/src/python.rs), as type checkers see it.
 # Kept by hand beside python.rs: a change there that bumps INTERFACE changes
 # this file too.
+from collections.abc import Sequence
 from typing import Final, TypedDict, final
+
+import numpy as np
 
 INTERFACE: Final[int]
 UNICODE_VERSION: Final[str]
@@ -76,4 +79,25 @@ def trim_space(line: bytes) -> bytes: ...
 def tokenize(s: str) -> list[str]: ...
 def fold(s: str) -> str: ...
 def term_hash(term: str) -> int: ...
+def rank_search(
+    n: int,
+    terms: Sequence[tuple[float, Sequence[Sequence[tuple[np.ndarray, np.ndarray]]]]],
+    order: Sequence[int],
+    positions: int,
+    exact: np.ndarray,
+    browse: bool,
+    weights: tuple[float, float, float, float],
+    columns: np.ndarray,
+    layout: tuple[int, int, int, int],
+    upper: tuple[int, int] | None,
+    lower: tuple[int, int] | None,
+    kinds: Sequence[bool] | None,
+    removed: np.ndarray | None,
+    ranks: Sequence[np.ndarray],
+    block: int,
+    sec_max: np.ndarray,
+    covered: int,
+    time_block: int,
+    limit: int,
+) -> tuple[list[int], list[float], list[bool], int, bool]: ...
 def _panic_for_tests() -> None: ...

@@ -109,6 +109,11 @@ class IdOrder:
         # One assignment: a reader never finds a block of its records missing.
         self._blocks[b:] = kept
 
+    def block_ranks(self) -> list[np.ndarray]:
+        """Each block's ranks (int32, by local record number), for the
+        compiled ranking, which keeps the best of each block itself."""
+        return [b.ranks for b in self._blocks]
+
     def best(self, recs: np.ndarray, k: int) -> np.ndarray:
         """Positions in ``recs`` (record numbers, ascending, all ranked) of the
         ``k`` best records of each block by (id, record number): a set that

@@ -48,6 +48,8 @@ SEGMENT_RECORDS = 65_536
 # so a merge costs at most about MERGE_FANOUT * MERGE_CEILING records.
 MERGE_FANOUT = 8
 MERGE_CEILING = 32_768
+# Records per block of Columns.sec_max.
+TIME_BLOCK = 128
 # Indexed by weight code; the exact constants the reference multiplies by.
 WEIGHTS = np.array([0.0, TEXT_WEIGHT, FIELD_WEIGHT, TITLE_WEIGHT])
 
@@ -65,11 +67,19 @@ class Postings:
 
 
 class Columns:
-    """Growable structured array of COLUMNS rows; ``view(n)`` is the first n."""
+    """Growable structured array of COLUMNS rows; ``view(n)`` is the first n.
+
+    Beside the rows it keeps the greatest event second of every
+    ``TIME_BLOCK`` records: a search whose best so far are all newer than a
+    block skips reading that block's times (the rows are the largest memory
+    a search over a common term would otherwise stream through)."""
 
     def __init__(self) -> None:
         self._data = np.zeros(1024, dtype=COLUMNS)
         self.n = 0
+        # (maxima, m): maxima[b] >= sec of every record r < m of block b.
+        # Replaced whole, never edited, like the rows' array.
+        self._sec_max: tuple[np.ndarray, int] = (np.zeros(0, dtype=np.int64), 0)
 
     def extend(self, rows: np.ndarray) -> None:
         need = self.n + len(rows)
@@ -79,10 +89,23 @@ class Columns:
             # Published views keep the old array; their rows are unchanged.
             self._data = grown
         self._data[self.n : need] = rows
+        first = self.n // TIME_BLOCK
         self.n = need
+        sec = self._data["sec"][first * TIME_BLOCK : need]
+        if len(sec):
+            tail = np.maximum.reduceat(sec, np.arange(0, len(sec), TIME_BLOCK))
+            maxima = np.concatenate([self._sec_max[0][:first], tail])
+            self._sec_max = (maxima, need)
 
     def truncate(self, n: int) -> None:
         self.n = min(self.n, n)
+        maxima, m = self._sec_max
+        self._sec_max = (maxima, min(m, n))
+
+    def sec_max(self) -> tuple[np.ndarray, int]:
+        """``(maxima, m)``: ``maxima[b]`` is at least the event second of
+        every record ``r < m`` in block ``b`` of ``TIME_BLOCK`` records."""
+        return self._sec_max
 
     def view(self, n: int) -> np.ndarray:
         return self._data[:n]
@@ -331,6 +354,17 @@ class View:
             return Postings(recs_parts[0], w_parts[0], c_parts[0])
         return Postings(np.concatenate(recs_parts), np.concatenate(w_parts),
                         np.concatenate(c_parts))
+
+    def lists(self, term: str) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``term``'s raw postings, ``(recs, meta)`` per segment in segment
+        order, borrowed from the segments (for the compiled ranking, which
+        cuts them at ``n`` itself)."""
+        out = []
+        for s, local in self._hits(term):
+            recs, meta, _ = s.postings(local)
+            if len(recs):
+                out.append((recs, meta))
+        return out
 
     def count(self, term: str, rec: int) -> int:
         for s, local in self._hits(term):

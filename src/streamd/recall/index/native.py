@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -43,10 +43,10 @@ if TYPE_CHECKING:
     from streamd.eventlog.store import EventRow
 
 # The calls this module makes of streamd._native (its INTERFACE).
-INTERFACE = 2
+INTERFACE = 3
 
 
-class _Core(Protocol):
+class Core(Protocol):
     """What this module calls of ``streamd._native`` (typed in its stub): a
     protocol, so the module or None (not built, or built from other sources)
     can be held in one name."""
@@ -58,11 +58,22 @@ class _Core(Protocol):
 
     def project_event(self, row: EventRow) -> tuple[str, str, str, bytes] | None: ...
 
+    def rank_search(
+        self, n: int,
+        terms: Sequence[tuple[float, Sequence[Sequence[tuple[np.ndarray, np.ndarray]]]]],
+        order: Sequence[int], positions: int, exact: np.ndarray, browse: bool,
+        weights: tuple[float, float, float, float], columns: np.ndarray,
+        layout: tuple[int, int, int, int], upper: tuple[int, int] | None,
+        lower: tuple[int, int] | None, kinds: Sequence[bool] | None,
+        removed: np.ndarray | None, ranks: Sequence[np.ndarray], block: int,
+        sec_max: np.ndarray, covered: int, time_block: int, limit: int,
+    ) -> tuple[list[int], list[float], list[bool], int, bool]: ...
+
 log = logging.getLogger(__name__)
 
 _missing = ""  # why the compiled module cannot be used, when it cannot
 _native_absent = False
-_native: _Core | None
+_native: Core | None
 try:
     import streamd._native as _loaded
 except ImportError:  # built without a Rust toolchain: the plain path it is
@@ -129,6 +140,15 @@ def accepts(trimmed: bytes) -> bool | None:
     return _native.parse_record(trimmed) is not None
 
 
+def search_core() -> Core | None:
+    """The compiled core for scoring searches (``query/compiled.py``), or
+    None where searches take the plain path: as for builds, without the
+    module or with ``STREAMD_NATIVE=0``. Never warns (the build does)."""
+    if _native is None or os.environ.get("STREAMD_NATIVE", "").strip() == "0":
+        return None
+    return _native
+
+
 def project_event(row: EventRow) -> tuple[str, str, str, bytes] | None:
     """The compiled projection of one event-log row (kind, title, text,
     line), or None where it leaves the row to the plain path: for tests
@@ -192,4 +212,4 @@ class NativeBuilder:
 
 
 __all__ = ["INTERFACE", "NativeBuilder", "accepts", "enabled", "project_event", "quiet",
-           "unavailable"]
+           "search_core", "unavailable"]

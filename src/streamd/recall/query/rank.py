@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamd.golang.gotime import NS
+from streamd.recall.index import native
 from streamd.recall.index.index import View
+from streamd.recall.query import compiled
 from streamd.recall.query import variants as numvar
 from streamd.recall.query.relevance import relevance_over_counts
 from streamd.recall.tokenize import tokenize
@@ -113,6 +115,27 @@ def _term_weights(view: View, term: str, resolved: dict[str, list[str]]):
 
 
 def rank(view: View, q: Query, limit: int) -> Ranked:
+    """The best ``limit`` matches of ``q``, ordered; by the compiled core
+    where it is built (``compiled``), else by the plain path below, which
+    defines the answer."""
+    core = native.search_core()
+    if core is None:
+        return rank_plain(view, q, limit)
+    terms = tokenize(q.text)
+    resolved = numvar.resolve(terms, view.holds)
+    exact: set[int] = set()
+    for t in set(terms):
+        exact |= view.exact_hits(t)
+    upper = min((t for t in (q.as_of, q.until) if t is not None), default=None)
+    recs, scores, is_exact, matched, any_exact = compiled.candidates(
+        core, view, terms, resolved, exact, q.since, upper, q.record_types, q.removed, limit)
+    sec, nsec = view.columns()
+    hits = _sorted_hits(view, recs, scores, is_exact, sec[recs].tolist(), nsec[recs].tolist(),
+                        limit)
+    return Ranked(terms, resolved, hits, matched, any_exact)
+
+
+def rank_plain(view: View, q: Query, limit: int) -> Ranked:
     terms = tokenize(q.text)
     resolved = numvar.resolve(terms, view.holds)
     if not terms:
@@ -196,17 +219,23 @@ def _order(view: View, terms, resolved, recs, scores, is_exact, limit: int) -> R
             return tied[view.index.id_order.best(recs[tied], k)]
 
         pick = _top([is_exact.astype(np.int8), scores, rsec, rnsec], limit, pick, by_id)
-    ids = view.index.ids
-    rows = [
-        (
-            not is_exact[i], -float(scores[i]), -int(rsec[i]), -int(rnsec[i]),
-            ids[recs[i]], int(recs[i]),
-        )
-        for i in pick.tolist()
-    ]
-    rows.sort()
-    hits = [Hit(rec=row[5], score=-row[1], exact=not row[0]) for row in rows[:limit]]
+    picked = pick.tolist()
+    hits = _sorted_hits(
+        view, recs[picked].tolist(), scores[picked].tolist(), is_exact[picked].tolist(),
+        rsec[picked].tolist(), rnsec[picked].tolist(), limit)
     return Ranked(terms, resolved, hits, matched, any_exact)
+
+
+def _sorted_hits(view: View, recs: list[int], scores: list[float], is_exact: list[bool],
+                 sec: list[int], nsec: list[int], limit: int) -> list[Hit]:
+    """The best ``limit`` of a few candidates, in the full order (ids
+    compared as strings: code points, the reference's byte order)."""
+    ids = view.index.ids
+    rows = sorted(
+        zip((not e for e in is_exact), (-s for s in scores), (-s for s in sec),
+            (-n for n in nsec), (ids[r] for r in recs), recs, strict=True)
+    )
+    return [Hit(rec=row[5], score=-row[1], exact=not row[0]) for row in rows[:limit]]
 
 
 def relevance_of(view: View, rec: int, terms: list[str], resolved: dict[str, list[str]]) -> float:
