@@ -36,7 +36,7 @@ from streamd.recall.index.build import Consumer
 from streamd.recall.index.streamfile import Span
 from streamd.recall.persist.checkpoint import Checkpoint
 from streamd.recall.query import render
-from streamd.recall.query.rank import Hit, Query, Ranked, rank, relevance_of
+from streamd.recall.query.rank import Hit, Query, Ranked, rank, relevances
 from streamd.recall.query.rank import query_mode as mode_of
 from streamd.recall.records import LineError, Record, parse_line, trim_space
 from streamd.recall.settings import SETTINGS_SCHEMA, Settings
@@ -169,9 +169,11 @@ class Answers:
     ) -> SearchResult:
         """``lines``: the lines of ``self.spans(generation, [hit.rec ...])``, in order."""
         candidates = []
-        for position, (hit, line) in enumerate(zip(ranked.hits, lines, strict=True), start=1):
+        rels = relevances(generation.view, [h.rec for h in ranked.hits], ranked.terms,
+                          ranked.variants)
+        for position, (hit, line, rel) in enumerate(
+                zip(ranked.hits, lines, rels, strict=True), start=1):
             rec = self.reread(generation, hit.rec, line)
-            rel = relevance_of(generation.view, hit.rec, ranked.terms, ranked.variants)
             candidates.append(self._candidate(generation, hit, rec, position, rel, ranked.terms))
         diagnostics = SearchDiagnostics(
             coverage=generation.coverage,

@@ -29,7 +29,7 @@ from streamd.recall.eventlog.build import LogGeneration
 from streamd.recall.eventlog.project import line
 from streamd.recall.eventlog.settings import INDEX_CONFIG, SENSITIVITY, LogSettings
 from streamd.recall.query import render
-from streamd.recall.query.rank import Hit, Query, Ranked, rank, relevance_of
+from streamd.recall.query.rank import Hit, Query, Ranked, rank, relevances
 from streamd.recall.query.rank import query_mode as mode_of
 from streamd.recall.records import Record, parse_line, trim_space
 from streamd.recall.tokenize import fold
@@ -103,9 +103,10 @@ class LogAnswers:
                       rows: dict[int, EventRow], elapsed_ms: int) -> SearchResult:
         """``rows``: the hits' rows by seq, every one present (see ``gone``)."""
         candidates = []
-        for position, hit in enumerate(ranked.hits, start=1):
+        rels = relevances(generation.view, [h.rec for h in ranked.hits], ranked.terms,
+                          ranked.variants)
+        for position, (hit, rel) in enumerate(zip(ranked.hits, rels, strict=True), start=1):
             row = rows[generation.seq_of(hit.rec)]
-            rel = relevance_of(generation.view, hit.rec, ranked.terms, ranked.variants)
             candidates.append(self._candidate(generation, hit, row, position, rel, ranked.terms))
         return SearchResult(
             candidates=candidates,

@@ -296,6 +296,20 @@ class Index:
         return int(self.columns.view(rec + 1)[rec][name])
 
 
+def _covering(segments: tuple[Segment, ...], recs: np.ndarray,
+              n: int) -> list[tuple[Segment, tuple[int, int]]]:
+    """The segments holding some of ``recs`` (ascending, below ``n`` where
+    they count), each with the slice of ``recs`` it covers."""
+    out = []
+    for s in segments:
+        if s.base >= n:
+            break
+        lo, hi = np.searchsorted(recs, [s.base, min(s.base + s.count, n)]).tolist()
+        if lo < hi:
+            out.append((s, (lo, hi)))
+    return out
+
+
 def _tier(count: int) -> int:
     tier = 0
     while count >= MERGE_FANOUT:
@@ -366,15 +380,32 @@ class View:
                 out.append((recs, meta))
         return out
 
-    def count(self, term: str, rec: int) -> int:
-        for s, local in self._hits(term):
-            if not s.base <= rec < s.base + s.count:
+    def counts(self, term: str, recs: list[int]) -> list[int]:
+        """How often each record of ``recs`` (ascending) holds ``term``: one
+        term lookup per segment that covers some of them."""
+        out = [0] * len(recs)
+        if not recs:
+            return out
+        h = np.uint64(seg.term_hash(term))
+        at = np.asarray(recs, dtype=np.int64)
+        for s, (lo, hi) in _covering(self.segments, at, self.n):
+            local = s.find(h)
+            if local < 0:
                 continue
-            recs, meta, lo = s.postings(local)
-            i = int(np.searchsorted(recs, rec))
-            if i < len(recs) and int(recs[i]) == rec:
-                return int(s.exact_count(np.array([lo + i]), meta[i : i + 1])[0])
-        return 0
+            srecs, meta, first = s.postings(local)
+            want = at[lo:hi]
+            pos = np.minimum(np.searchsorted(srecs, want), max(len(srecs) - 1, 0))
+            held = (srecs[pos] == want) if len(srecs) else np.zeros(len(want), dtype=bool)
+            if held.any():
+                where = pos[held]
+                found = s.exact_count(first + where, meta[where])
+                for i, c in zip(np.flatnonzero(held).tolist(), found.tolist(), strict=True):
+                    out[lo + i] = c
+        return out
+
+    def count(self, term: str, rec: int) -> int:
+        """How often record ``rec`` holds ``term``."""
+        return self.counts(term, [rec])[0]
 
     def with_identifier(self, key: str) -> list[int]:
         h = np.uint64(seg.term_hash(key))

@@ -238,11 +238,22 @@ def _sorted_hits(view: View, recs: list[int], scores: list[float], is_exact: lis
     return [Hit(rec=row[5], score=-row[1], exact=not row[0]) for row in rows[:limit]]
 
 
-def relevance_of(view: View, rec: int, terms: list[str], resolved: dict[str, list[str]]) -> float:
-    counts: dict[str, int] = {}
+def relevances(view: View, recs: list[int], terms: list[str],
+               resolved: dict[str, list[str]]) -> list[float]:
+    """The relevance of each record of ``recs`` to the query's terms."""
+    order = sorted(range(len(recs)), key=recs.__getitem__)
+    ascending = [recs[i] for i in order]
+    per_term: dict[str, list[int]] = {}
     for t in set(terms):
-        counts[t] = view.count(t, rec) + sum(view.count(v, rec) for v in resolved.get(t, ()))
-    return relevance_over_counts(terms, counts, view.index.column("length", rec))
+        total = view.counts(t, ascending)
+        for v in resolved.get(t, ()):
+            total = [a + b for a, b in zip(total, view.counts(v, ascending), strict=True)]
+        per_term[t] = total
+    out = [0.0] * len(recs)
+    for k, i in enumerate(order):
+        counts = {t: c[k] for t, c in per_term.items()}
+        out[i] = relevance_over_counts(terms, counts, view.index.column("length", recs[i]))
+    return out
 
 
 def query_mode(terms: list[str], any_exact: bool) -> str:
