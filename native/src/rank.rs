@@ -270,7 +270,18 @@ pub fn rank(q: &Query<'_>, cols: &Columns<'_>, window: &Window<'_>, ids: &IdRank
         top.offer(Key { exact, score, sec, nsec }, Hit { rec, score, exact });
     };
     if q.browse {
-        for rec in (0..q.n).rev() {
+        // Every record is a candidate; a block whose greatest second lies
+        // before the window's start holds none that passes, unread.
+        let times = &cols.times;
+        let mut rec = q.n;
+        while rec > 0 {
+            rec -= 1;
+            if let Some((sec, _)) = window.lower {
+                if times.older(rec, sec) {
+                    rec &= !((1u32 << times.shift) - 1);
+                    continue;
+                }
+            }
             offer(rec, 0.0, false);
         }
     } else {
