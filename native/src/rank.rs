@@ -307,9 +307,7 @@ fn merge(q: &Query<'_>, offer: &mut impl FnMut(u32, f64, bool)) {
         .map(|t| t.chains.iter().map(|c| Cursor::new(c, q.n)).collect())
         .collect();
     let mut exact_end = q.exact.partition_point(|&r| r < i64::from(q.n));
-    let divisor = q.positions as f64;
-    // (bits of a sum, the sum / divisor), by a hash of the bits.
-    let mut quotients = [(0u64, 0.0 / divisor); 16];
+    let mut quotients = Quotients::new(q.positions as f64);
     let win = WINDOW as usize;
     let mut sums = vec![0.0f64; win];
     let mut seen = vec![false; win];
@@ -362,11 +360,7 @@ fn merge(q: &Query<'_>, offer: &mut impl FnMut(u32, f64, bool)) {
             // its hits are the candidates, already newest first, and a sum
             // of one weight is that weight.
             for &(i, w) in &term_hits[*t] {
-                let slot = &mut quotients[(w.to_bits().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize];
-                if slot.0 != w.to_bits() {
-                    *slot = (w.to_bits(), w / divisor);
-                }
-                offer(lo + i, slot.1, false);
+                offer(lo + i, quotients.of(w), false);
             }
             continue;
         }
@@ -396,13 +390,7 @@ fn merge(q: &Query<'_>, offer: &mut impl FnMut(u32, f64, bool)) {
         }
         // Newest first.
         let mut emit = |i: usize, sum: f64, is_exact: bool| {
-            // Sums take few distinct values (sums of a few weights), and a
-            // division per record was a third of a common term's time.
-            let slot = &mut quotients[(sum.to_bits().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize];
-            if slot.0 != sum.to_bits() {
-                *slot = (sum.to_bits(), sum / divisor);
-            }
-            offer(lo + i as u32, slot.1, is_exact);
+            offer(lo + i as u32, quotients.of(sum), is_exact);
         };
         if dense {
             for i in (0..span).rev() {
@@ -420,6 +408,31 @@ fn merge(q: &Query<'_>, offer: &mut impl FnMut(u32, f64, bool)) {
             }
         }
         touched.clear();
+    }
+}
+
+/// A record's score: its sum divided by the query's number of terms. Sums
+/// take few distinct values (sums of a few weights), and a division per
+/// record was a third of a common term's time, so quotients are kept by a
+/// hash of the sum's bits.
+struct Quotients {
+    divisor: f64,
+    slots: [(u64, f64); 16],
+}
+
+impl Quotients {
+    fn new(divisor: f64) -> Self {
+        // 0.0 has bits 0: the empty slots already hold its quotient.
+        Quotients { divisor, slots: [(0, 0.0 / divisor); 16] }
+    }
+
+    fn of(&mut self, sum: f64) -> f64 {
+        let bits = sum.to_bits();
+        let slot = &mut self.slots[(bits.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize];
+        if slot.0 != bits {
+            *slot = (bits, sum / self.divisor);
+        }
+        slot.1
     }
 }
 
