@@ -44,6 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 
+from streamd import heap
 from streamd.errors import (
     INVALID_PARAMS,
     SOURCE_UNAVAILABLE,
@@ -236,11 +237,15 @@ class StreamAdapter(Answers):
             while not self._try_lock(lock):
                 time.sleep(LOCK_POLL_S)
                 yield None
+        before = self.generation.indexed if self.generation is not None else 0
         try:
-            return (yield from self._build(full))
+            generation = yield from self._build(full)
         finally:
             if lock is not None:
                 lock.release()
+        # A rebuild counts from nothing: all its records were allocated anew.
+        heap.after_build(generation.indexed - (0 if full else min(before, generation.indexed)))
+        return generation
 
     def _try_lock(self, lock: WorkdirLock) -> bool:
         try:

@@ -179,3 +179,22 @@ async def test_a_restart_adopts_the_saved_index_and_reads_only_what_came_after(t
             assert h["index_generation"] == "gen-3"
             assert h["diagnostics"] == {"seq": 3}
             assert sorted(ids(await result(peer, search(3, "restart")))) == ["e1", "e2", "e3"]
+
+
+async def test_a_round_that_indexes_many_events_trims_the_heap(tmp_path, monkeypatch):
+    from streamd import heap
+
+    trims: list[None] = []
+    monkeypatch.setattr(heap, "TRIM_RECORDS", 3)
+    monkeypatch.setattr(heap, "release", lambda: trims.append(None) or True)
+    db = tmp_path / "events.db"
+    with trio.fail_after(20):
+        async with served(db) as (peer, log):
+            for i in range(4):
+                await say(log, f"e{i}", f"note number {i}", at=at(i))
+            await result(peer, init(db, tmp_path))
+            await result(peer, search(2, "note"))
+            assert len(trims) == 1  # four events from nothing
+            await say(log, "e9", "one more note", at=at(9))
+            assert "e9" in ids(await result(peer, search(3, "note")))
+            assert len(trims) == 1  # one event: not worth a trim

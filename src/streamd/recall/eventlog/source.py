@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import msgspec
 import trio
 
+from streamd import heap
 from streamd.errors import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from streamd.eventlog.model import AppendParams, WatchParams
 from streamd.eventlog.requests import LogRequests
@@ -262,6 +263,7 @@ class LogSource:
             gen = index.gen  # generation names continue: one never names two builds
             self.index = index = LogIndex(self.settings, self.clock, self.durable.sink)
             index.gen = gen
+        before = index.generation.indexed if index.generation is not None else 0
         rows = await requests.event_rows(index.seq, PAGE)
         while rows:
             following = await self._consume_reading_on(index, rows)
@@ -279,7 +281,8 @@ class LogSource:
                 break
         if index.dirty or index.generation is None:
             with trio.CancelScope(shield=True):
-                await self.offload(index.publish)
+                published = await self.offload(index.publish)
+            heap.after_build(published.indexed - before)
             self._unsaved = True
             if self.clock() - self._saved_at >= SAVE_EVERY_NS:
                 await self.offload(self._save)
