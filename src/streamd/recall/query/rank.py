@@ -11,6 +11,10 @@ A search touches only the postings of its terms and variants. Only the top
 ``limit`` matches are fully ordered: the rest are cut by partitioning on the
 sort keys in priority order, the id by the index's ranks of ids (``idorder``),
 which keeps a term held by most records cheap, even when they all tie.
+
+That is the plain path (``rank_plain``): the definition of every answer,
+and the oracle of the compiled one (``compiled``), which ``rank`` takes
+where the compiled core is built.
 """
 
 from __future__ import annotations
@@ -136,6 +140,7 @@ def rank(view: View, q: Query, limit: int) -> Ranked:
 
 
 def rank_plain(view: View, q: Query, limit: int) -> Ranked:
+    """``rank`` in numpy: the definition (see the module's rules)."""
     terms = tokenize(q.text)
     resolved = numvar.resolve(terms, view.holds)
     if not terms:
