@@ -103,25 +103,25 @@ fn adk(parts: &[Value], role: String, author: &str) -> Option<(&'static str, Str
         if let Some(Value::String(t)) = part.get("text") {
             texts.push(t.clone());
         }
-        if let Some(Value::Object(call)) = either(part, "function_call", "functionCall") {
-            let name = py_str_or_empty(call.get("name"))?;
-            texts.push(format!("{name}({})", short(call.get("args"), ARGS_BYTES)?));
+        // The first tool part of either kind names the event's kind and title.
+        let mut tool = |found: &'static str, named: String, text: String| {
+            texts.push(text);
             if kind.is_empty() {
-                kind = "tool_call";
+                kind = found;
             }
             if title.is_empty() {
-                title = format!("call {name}");
+                title = named;
             }
+        };
+        if let Some(Value::Object(call)) = either(part, "function_call", "functionCall") {
+            let name = py_str_or_empty(call.get("name"))?;
+            let args = short(call.get("args"), ARGS_BYTES)?;
+            tool("tool_call", format!("call {name}"), format!("{name}({args})"));
         }
         if let Some(Value::Object(resp)) = either(part, "function_response", "functionResponse") {
             let name = py_str_or_empty(resp.get("name"))?;
-            texts.push(format!("{name} -> {}", short(resp.get("response"), RESPONSE_BYTES)?));
-            if kind.is_empty() {
-                kind = "tool_result";
-            }
-            if title.is_empty() {
-                title = format!("result of {name}");
-            }
+            let shown = short(resp.get("response"), RESPONSE_BYTES)?;
+            tool("tool_result", format!("result of {name}"), format!("{name} -> {shown}"));
         }
     }
     if kind.is_empty() {

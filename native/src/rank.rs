@@ -418,6 +418,19 @@ mod tests {
 
     const NO_TIMES: TimeBlocks<'static> = TimeBlocks { maxima: &[], covered: 0, shift: 0 };
 
+    /// A query of one term whose postings are one list.
+    fn one_term<'a>(n: u32, recs: &'a [u32], meta: &'a [u8], exact: &'a [i64]) -> Query<'a> {
+        Query {
+            n,
+            terms: vec![Term { chains: vec![vec![List { recs, meta }]], scale: 1.0 }],
+            order: vec![0],
+            positions: 1,
+            exact,
+            browse: false,
+            weights: W,
+        }
+    }
+
     #[test]
     fn sums_in_query_order_and_keeps_the_newest_of_equals() {
         // Two segments of one term, records 0..4; a second term on 1 and 3.
@@ -458,15 +471,7 @@ mod tests {
         let meta = [1u8; 8];
         let bytes = cols(&[(5, 0); 8]);
         let c = columns(&bytes);
-        let q = Query {
-            n: 8,
-            terms: vec![Term { chains: vec![vec![List { recs: &recs, meta: &meta }]], scale: 1.0 }],
-            order: vec![0],
-            positions: 1,
-            exact: &[3],
-            browse: false,
-            weights: W,
-        };
+        let q = one_term(8, &recs, &meta, &[3]);
         // Blocks of 4: ranks put record 2 first in block 0, record 7 in block 1.
         let ids = IdRanks { ranks: vec![&[3, 1, 0, 2], &[3, 2, 1, 0]], block: 4 };
         let r = rank(&q, &c, &Window::default(), &ids, 2);
@@ -484,15 +489,7 @@ mod tests {
         let meta = [1u8; 4];
         let bytes = cols(&[(1, 0), (2, 0), (2, 7), (3, 0)]);
         let c = columns(&bytes);
-        let q = Query {
-            n: 4,
-            terms: vec![Term { chains: vec![vec![List { recs: &recs, meta: &meta }]], scale: 1.0 }],
-            order: vec![0],
-            positions: 1,
-            exact: &[],
-            browse: false,
-            weights: W,
-        };
+        let q = one_term(4, &recs, &meta, &[]);
         let removed = [0u8, 0, 1];
         let w = Window { upper: Some((2, 7)), lower: Some((2, 0)), kinds: None, removed: Some(&removed) };
         let ids = IdRanks { ranks: vec![&[0, 1, 2, 3]], block: 4 };

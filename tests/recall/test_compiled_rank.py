@@ -99,15 +99,15 @@ def test_the_compiled_ranking_answers_as_the_plain_one(records, published, text,
 @settings(max_examples=60, deadline=None)
 @given(records=st.lists(_RECORD, min_size=1, max_size=60), segment=st.sampled_from([3, 8, 64]))
 def test_a_records_term_count_is_found_in_the_segment_that_holds_it(records, segment):
-    # Relevance counts a hit's terms one record at a time (``View.count``).
+    # Relevance counts the hits' terms segment by segment (``View.counts``).
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(index_module, "SEGMENT_RECORDS", segment)
         _, view, _ = _build(records, 0)
-    for rec, r in enumerate(records):
-        tokens = r["text"] + r["fields"] + r["title"]
-        for term in ("cat", "cats", "gamma", "absent"):
-            assert view.count(term, rec) == tokens.count(term)
-    assert view.count("cat", len(records)) == 0
+    recs = list(range(len(records)))
+    for term in ("cat", "cats", "gamma", "absent"):
+        expected = [(r["text"] + r["fields"] + r["title"]).count(term) for r in records]
+        assert view.counts(term, recs) == expected
+    assert view.counts("cat", [len(records)]) == [0]
 
 
 def test_a_common_term_tied_everywhere_is_cut_by_id_across_blocks():

@@ -403,10 +403,6 @@ class View:
                     out[lo + i] = c
         return out
 
-    def count(self, term: str, rec: int) -> int:
-        """How often record ``rec`` holds ``term``."""
-        return self.counts(term, [rec])[0]
-
     def with_identifier(self, key: str) -> list[int]:
         h = np.uint64(seg.term_hash(key))
         out: list[int] = []
