@@ -19,6 +19,8 @@ import msgspec
 import pytest
 import trio
 import trio.testing
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from support.eventlog import ev, mocked, take
 
 from streamd.eventlog import AppendParams, EventLog, Filter, SqliteStore
@@ -44,7 +46,8 @@ class Recorder:
         self.got: list[int] = []
         self.drops = 0
 
-    def deliver(self, entries: Sequence[Committed]) -> None:
+    def deliver(self, entries: Sequence[Committed], nbytes: int) -> None:
+        assert nbytes == sum(len(c.wire) for c in entries)
         self.got += [c.seq for c in entries]
 
     def dropped(self) -> None:
@@ -270,3 +273,62 @@ async def test_a_commit_no_notification_reported_is_seen_by_the_safety_check(
                 other.close()
     assert entry.event.id == "theirs"
     assert trio.current_time() - start <= SAFETY_POLL + 1e-6
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    commits=st.lists(
+        st.lists(st.integers(0, 3_000), min_size=1, max_size=6), min_size=1, max_size=8
+    ),  # the content sizes of each commit's events
+    budget=st.integers(1, 12_000) | st.just(100_000),
+    capacity=st.integers(1, 10),
+)
+# The edges: a commit one entry past the capacity, and one just past the budget.
+@example(commits=[[10, 10], [10, 10]], budget=100_000, capacity=3)
+@example(commits=[[10], [10]], budget=300, capacity=10)
+async def test_a_whole_log_watch_takes_a_commit_at_once_exactly_as_one_by_one_would(
+    tmp_path_factory: pytest.TempPathFactory,
+    commits: list[list[int]],
+    budget: int,
+    capacity: int,
+) -> None:
+    # A whole-log watch takes a commit that fits in one step; a filter that
+    # matches everything takes the same entries one by one, which is the
+    # definition. After every commit both must hold the same entries, the same
+    # bytes, and be live or sent back to the store alike.
+    path = tmp_path_factory.mktemp("bulk") / "events.db"
+    with trio.fail_after(600):
+        async with mocked(
+            path, watch_interval=3600, watch_buffer=capacity, watch_buffer_bytes=budget
+        ) as log:
+            await log.append("app", "u", "s", ev("warm-up"))
+            whole, everything = log.watch(0), log.watch(0, Filter())
+            async with whole, everything:
+                await take(whole, 1)
+                await take(everything, 1)
+                await log.append("app", "u", "s", ev("joined"))  # the first is reread
+                await take(whole, 1)
+                await take(everything, 1)
+                await trio.testing.wait_all_tasks_blocked()
+                assert whole.live and everything.live
+                for n, sizes in enumerate(commits):
+                    await log.append_batch([
+                        AppendParams(app="app", user="u", session="s",
+                                     event=ev(f"c{n}-{i}", "x" * size))
+                        for i, size in enumerate(sizes)
+                    ])
+                    seen = [
+                        (w.buffered, w.buffered_bytes, w.live) for w in (whole, everything)
+                    ]
+                    assert seen[0] == seen[1], (n, seen)
+                    assert seen[0][1] <= budget or seen[0][0] == 1
+                    # Drain both (and let a watch sent back to the store catch up),
+                    # so the next commit meets an empty buffer or a full one alike.
+                    if n % 2:
+                        await take(whole, whole.buffered)
+                        await take(everything, everything.buffered)
+                        await trio.testing.wait_all_tasks_blocked()

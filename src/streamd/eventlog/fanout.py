@@ -32,8 +32,9 @@ __all__ = ["Fanout", "Subscriber"]
 class Subscriber(Protocol):
     """A watch, as the fan-out sees it."""
 
-    def deliver(self, entries: Sequence[Committed]) -> None:
-        """Take the matching ones of a commit's entries; never blocks, and drops
+    def deliver(self, entries: Sequence[Committed], nbytes: int) -> None:
+        """Take the matching ones of a commit's entries (``nbytes``: their
+        ``wire`` sizes added up, once for every watch); never blocks, and drops
         itself (see :meth:`Fanout.drop`) when it cannot take them."""
         ...
 
@@ -71,9 +72,11 @@ class Fanout:
         """A commit of this process's writer, on the event loop right after it."""
         if outcome.entries is not None and outcome.before_seq == self.tail:
             self.tail = outcome.after_seq
-            if outcome.entries:
+            entries = outcome.entries
+            if entries:
+                nbytes = sum(len(c.wire) for c in entries)
                 for sub in list(self._subscribers):
-                    sub.deliver(outcome.entries)
+                    sub.deliver(entries, nbytes)
             return
         # Someone else committed before this batch (or its entries were not
         # captured): only the store knows everything now.

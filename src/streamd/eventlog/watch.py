@@ -43,6 +43,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from typing import NamedTuple
 
 import msgspec
 import trio
@@ -53,7 +54,7 @@ from streamd.eventlog.filters import matches
 from streamd.eventlog.model import Entry, Filter
 from streamd.eventlog.store import Backend, Committed, Runner, closed_error
 
-__all__ = ["Feed", "Watch"]
+__all__ = ["Batch", "Feed", "Watch"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,14 @@ Feed = Callable[[], AbstractAsyncContextManager[tuple[Runner, Fanout]]]
 """Where a watch reads from: the log opens its reader (lazily) and counts the
 watch in while the context is entered, so it watches for other processes'
 commits only while someone watches."""
+
+
+class Batch(NamedTuple):
+    """What :meth:`Watch.receive_batch` takes: the entries, and their ``wire``
+    sizes added up (what the buffer held), so a sender need not add them again."""
+
+    entries: list[Committed]
+    nbytes: int
 
 
 class _Mode(enum.Enum):
@@ -125,13 +134,13 @@ class Watch:
         self._took(len(c.wire), c.seq)
         return _decode_entry(c.wire)
 
-    async def receive_batch(self) -> list[Committed]:
+    async def receive_batch(self) -> Batch:
         """Everything buffered, at least one entry, encoded; raises as the
         iterator does (``StopAsyncIteration`` once the watch has ended)."""
         await self._wait_buffered()
-        batch = list(self._buffer)
+        batch = Batch(list(self._buffer), self._held)
         self._buffer.clear()
-        self._took(sum(len(c.wire) for c in batch), batch[-1].seq)
+        self._took(batch.nbytes, batch.entries[-1].seq)
         return batch
 
     async def _wait_buffered(self) -> None:
@@ -189,7 +198,7 @@ class Watch:
 
     # -- the fan-out's side (see streamd.eventlog.fanout.Subscriber) --
 
-    def deliver(self, entries: Sequence[Committed]) -> None:
+    def deliver(self, entries: Sequence[Committed], nbytes: int) -> None:
         flt = self.filter
         if self._mode is _Mode.JOINING:
             for c in entries:
@@ -201,17 +210,33 @@ class Watch:
             return
         # Live. Only this method moves the cursor while live, and only to what
         # the commit added, which is past it.
+        buffer = self._buffer
+        if (
+            flt is None
+            and entries[0].seq > self._cursor
+            and (self._held + nbytes <= self._budget or (not buffer and len(entries) == 1))
+            and len(buffer) + len(entries) <= self._capacity
+        ):
+            # A whole-log watch with room for the whole commit takes it in one
+            # step: the same outcome as the loop below (entries are in seq
+            # order and each would fit), without a Python step per entry for
+            # each of the watches a commit is handed to.
+            buffer.extend(entries)
+            self._held += nbytes
+            self._cursor = entries[-1].seq
+            self._arrived.set()
+            return
         took = False
         for c in entries:
             if c.seq <= self._cursor or (flt is not None and not matches(flt, c)):
                 continue
             size = len(c.wire)
-            if self._buffer and (
-                self._held + size > self._budget or len(self._buffer) >= self._capacity
+            if buffer and (
+                self._held + size > self._budget or len(buffer) >= self._capacity
             ):
                 self._let_go()  # the producer continues from the cursor, from the store
                 break
-            self._buffer.append(c)
+            buffer.append(c)
             self._held += size
             self._cursor = c.seq
             took = True

@@ -23,7 +23,7 @@ from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.model import WatchParams
 from streamd.eventlog.sqlite.changes import SETTLE_HORIZON
 from streamd.eventlog.sqlite.file_identity import is_file_fault
-from streamd.eventlog.store import Backend, ChangeSource, Runner
+from streamd.eventlog.store import Backend, ChangeSource, CommitOutcome, Runner
 from streamd.eventlog.watch import Watch
 
 __all__ = ["SAFETY_POLL", "WatchHub"]
@@ -64,6 +64,10 @@ class WatchHub:
         self._watchers = 0  # watches reading now; the poller runs while there are any
         self._poller: trio.CancelScope | None = None
         self._committing: trio.Event | None = None
+        # Commits of this process's writer: how many have begun, and the number
+        # of the newest whose outcome reached the fan-out (see _covered).
+        self._begun = 0
+        self._fanned_out = 0
 
     @property
     def watching(self) -> bool:
@@ -104,12 +108,19 @@ class WatchHub:
     @contextmanager
     def committing(self) -> Iterator[None]:
         """Around one batch's commit and its fan-out (see the module's text)."""
+        self._begun += 1
         self._committing = committing = trio.Event()
         try:
             yield
         finally:
             self._committing = None
             committing.set()
+
+    def committed(self, outcome: CommitOutcome) -> None:
+        """The outcome of the commit :meth:`committing` is around, for the
+        fan-out, in the step the commit returned in."""
+        self.fanout.committed(outcome)
+        self._fanned_out = self._begun
 
     async def _run_watch(self, w: Watch, nursery: trio.Nursery) -> None:
         try:
@@ -148,16 +159,10 @@ class WatchHub:
                 last: int | None = None
                 while True:
                     try:
-                        version, newest = await reader.run(_change_state)
-                        if version != last:
-                            # Our own writer moves the counter too: the newest
-                            # seq tells whose commit it was, once ours up to it
-                            # are fanned out. The first reading is a baseline,
-                            # checked the same way, so a commit between a
-                            # watch's last query and it is not missed.
-                            await self._settled()
-                            self.fanout.external(newest)
-                            last = version
+                        # Under a steady writer of our own, each wake is covered
+                        # by its next commit (_covered) and needs no read.
+                        if last is None or not await self._covered():
+                            last = await self._confirm(reader, last)
                     except RpcError as exc:
                         if is_closed(exc):
                             return
@@ -170,6 +175,41 @@ class WatchHub:
                     # fsync outlasts the change source's rechecks is still seen.
                     with trio.move_on_after(max(SAFETY_POLL, self._watch_interval)):
                         await changes.wait()
+
+    async def _confirm(self, reader: Runner, last: int | None) -> int:
+        """Read the change counter and the newest seq (one call on the reader);
+        returns the counter, to compare the next reading with."""
+        version, newest = await reader.run(_change_state)
+        if version != last:
+            # Our own writer moves the counter too: the newest seq tells whose
+            # commit it was, once ours up to it are fanned out. The first
+            # reading is a baseline, checked the same way, so a commit between
+            # a watch's last query and it is not missed.
+            await self._settled()
+            self.fanout.external(newest)
+        return version
+
+    async def _covered(self) -> bool:
+        """Whether, now that the change source woke the poller, a commit of this
+        process's writer that began after the wake has reached the fan-out,
+        waiting for it while the writer keeps committing; False as soon as the
+        writer is idle (then the poller reads for itself).
+
+        Why a commit covers the wake: a commit reads the newest seq inside its
+        transaction (:attr:`~streamd.eventlog.store.CommitOutcome.before_seq`),
+        after any commit that had begun writing before it (one writer at a
+        time: SQLite's write lock, the counter row elsewhere), and the fan-out
+        drops every watch to the store when that seq is past its tail. Under a
+        steady writer every wake is one of its own commits' writes, and each
+        confirmation read was a thread hop and two queries per commit, paid
+        only while someone watches."""
+        mark = self._begun
+        while self._fanned_out <= mark:
+            committing = self._committing
+            if committing is None:
+                return False
+            await committing.wait()
+        return True
 
     async def _settled(self) -> None:
         """Wait until the batch of ours that may be between its commit and its

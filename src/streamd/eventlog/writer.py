@@ -247,7 +247,7 @@ class GroupCommitWriter:
                     # In the same step as the commit's return, so nothing this
                     # process does can see the commit before its watchers do.
                     if isinstance(outcome, CommitOutcome):
-                        self._hub.fanout.committed(outcome)
+                        self._hub.committed(outcome)
                     self._after_commit(writer)
                 self._stats.batches += 1
                 self._stats.appends += len(batch)

@@ -45,7 +45,10 @@ For the log that wires it in
   (its commits write the same WAL, and ``data_version`` moves for them as seen
   from the reader), so compare the newest seq with what the writer has already
   fanned out (:meth:`~streamd.eventlog.fanout.Fanout.external`) and wake nobody
-  for your own commits.
+  for your own commits. A wake that a commit of your own writer covers (one
+  begun after the wake, whose seq read inside its transaction shows any other
+  process's commit to the fan-out) needs no read at all: under a steady writer
+  that is every wake (:class:`~streamd.eventlog.watch_hub.WatchHub`).
 * **Arm before the baseline.** Enter ``FileChanges`` *before* the first
   confirmation read: a commit between that read and ``add_watch`` would
   otherwise raise no event and go unseen. Entered first, such a commit queues
