@@ -17,9 +17,10 @@ import trio
 
 from streamd.cli.args import INTERRUPTED, interrupted
 from streamd.conformance.cancel.live import DEFAULT_TIMEOUT, make_place, observe, run_scenario
-from streamd.conformance.cancel.matrix import RACE_TRIALS, Scenario, matrix, offers_stall, probe
+from streamd.conformance.cancel.matrix import matrix, offers_stall, probe
 from streamd.conformance.cancel.record import record_scenarios
 from streamd.conformance.cancel.report import Row, format_row, row_json
+from streamd.conformance.cancel.scenario import RACE_TRIALS, Scenario
 from streamd.conformance.cli import format_result
 
 

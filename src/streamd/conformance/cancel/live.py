@@ -29,7 +29,7 @@ from pathlib import Path
 import trio
 
 from streamd.conformance.cancel.judging import answers
-from streamd.conformance.cancel.matrix import FIXTURE_FILES, Scenario
+from streamd.conformance.cancel.scenario import FIXTURE_FILES, Scenario
 from streamd.conformance.cancel.script import (
     Await,
     Close,

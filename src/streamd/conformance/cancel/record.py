@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from streamd.conformance.cancel.matrix import FIXTURE_FILES, Scenario
+from streamd.conformance.cancel.scenario import FIXTURE_FILES, Scenario
 from streamd.conformance.driver import CaseResult, record_case
 from streamd.conformance.transcript import FLOW_LOCKSTEP
 

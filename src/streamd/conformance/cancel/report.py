@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from streamd.conformance.cancel.judging import Judgement, describe, is_response
-from streamd.conformance.cancel.matrix import Scenario
+from streamd.conformance.cancel.scenario import Scenario
 from streamd.conformance.cancel.script import Observation
 
 #: Lines of a long conversation (the race) shown before the rest is counted.
