@@ -52,13 +52,17 @@ EOF_RULE = "streamd end of input (wire-eof.md); the protocol only asks for exit 
 SEARCH_VOLATILE = ("/result/candidates/*/confirmed_at", "/result/diagnostics/elapsed_ms")
 HEALTH_VOLATILE = ("/result/checked_at", "/result/last_success_at")
 
+#: observed_at is given, so no answer depends on the time the index was built.
 FIXTURE_FILES = {
     "signals.jsonl": (
         b'{"schema":1,"id":"sig-1","kind":"event","event_time":"2026-05-02T09:12:00Z",'
-        b'"system":"deploys","title":"deploy 41 started","body":"Rolling deploy of the indexer."}\n'
+        b'"observed_at":"2026-05-02T09:12:04Z","system":"deploys",'
+        b'"title":"deploy 41 started","body":"Rolling deploy of the indexer."}\n'
         b'{"schema":1,"id":"sig-2","kind":"event","event_time":"2026-05-02T09:20:00Z",'
-        b'"system":"deploys","title":"deploy 41 finished","body":"Every host is healthy."}\n'
+        b'"observed_at":"2026-05-02T09:20:03Z","system":"deploys",'
+        b'"title":"deploy 41 finished","body":"Every host is healthy."}\n'
         b'{"schema":2,"id":"sig-3","kind":"message","event_time":"2026-05-02T09:25:00Z",'
+        b'"observed_at":"2026-05-02T09:25:02Z",'
         b'"title":"Release notes","text":"The deploy is done; notes follow.","actor":"ana"}\n'
     )
 }
