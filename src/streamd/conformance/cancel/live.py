@@ -45,9 +45,9 @@ from streamd.conformance.cancel.script import (
 from streamd.conformance.driver import (
     STDERR_SETTLE,
     STDERR_TAIL_BYTES,
-    _describe_exit,
-    _kill,
-    _Tail,
+    Tail,
+    describe_exit,
+    kill_group,
 )
 from streamd.conformance.transcript import FrameLines
 
@@ -124,8 +124,9 @@ async def observe(
     watch = _Watch()
     sent: list[Sent] = []
     closed_at: list[float] = []
-    tail = _Tail(STDERR_TAIL_BYTES)
+    tail = Tail(STDERR_TAIL_BYTES)
     problem: str | None = None
+    killed = False
     try:
         async with trio.open_nursery() as nursery:
             stderr_done = trio.Event()
@@ -146,7 +147,8 @@ async def observe(
             if overall.cancelled_caught:
                 problem = f"timed out after {timeout:g} s {doing[0]}"
             if proc.returncode is None:
-                _kill(proc)
+                kill_group(proc)
+                killed = True
                 problem = f"{problem}; killed it"
             await proc.wait()
             with trio.move_on_after(STDERR_SETTLE):
@@ -155,17 +157,18 @@ async def observe(
     finally:
         with trio.CancelScope(shield=True):
             if proc.returncode is None:
-                _kill(proc)
+                kill_group(proc)
             await proc.wait()
             for stream in (proc.stdin, proc.stdout, proc.stderr):
                 await stream.aclose()
-    code = proc.returncode
-    if problem and code is not None and code != 0 and "killed" not in problem:
-        problem = f"{problem}; it {_describe_exit(code)}"
+    # A status we caused by killing it says nothing about the adapter.
+    code = None if killed else proc.returncode
+    if problem and code:
+        problem = f"{problem}; it {describe_exit(code)}"
     return Observation(
         sent=tuple(sent),
         received=tuple(watch.received),
-        exit_code=None if problem and "killed" in problem else code,
+        exit_code=code,
         exited_at=watch.exited_at,
         closed_at=closed_at[0] if closed_at else None,
         problem=problem,
@@ -235,7 +238,7 @@ async def _pump_frames(stream: trio.abc.ReceiveStream, watch: _Watch, started: f
     watch.poke()
 
 
-async def _pump_stderr(stream: trio.abc.ReceiveStream, tail: _Tail, done: trio.Event) -> None:
+async def _pump_stderr(stream: trio.abc.ReceiveStream, tail: Tail, done: trio.Event) -> None:
     # Always drained: an adapter blocked on a full stderr pipe would look hung.
     while chunk := await stream.receive_some(65536):
         tail.add(chunk)
