@@ -52,6 +52,9 @@ def cancel_inflight(held_ms: int, held: bool) -> Scenario:
         "cancel-inflight", "1", "A search held in flight, then recall/cancel",
         "a cancelled request answers -32007, never a result, exactly once", RECALL,
         lines, 2, (), judge,
+        "A search held in flight by debug_stall_ms, then recall/cancel for it. It is "
+        "answered once, -32007 context canceled, and never with a result: the request was "
+        "abandoned in flight. The reference answers the same.",
     )
 
 
@@ -115,6 +118,10 @@ def cancel_not_inflight() -> Scenario:
         "recall/cancel for an id already answered, and for ids never sent",
         "a notification is never answered, so no frame; the adapter keeps serving", JSONRPC,
         lines, 4, SEARCH_VOLATILE + HEALTH_VOLATILE, judge,
+        "Search 2 is answered; health 3, a request, makes the flow wait for that answer, so "
+        "the cancels after it name an id already answered (2) and two never sent (99, "
+        '"never-sent"). A notification is never answered: no frame for any of them, and '
+        "health 4 shows the adapter still serving. The reference answers the same.",
     )
 
 
@@ -132,6 +139,10 @@ def cancel_twice(held_ms: int, held: bool) -> Scenario:
         "cancel-twice", "4", "The same recall/cancel sent twice for a held search",
         "one answer (-32007); the second cancel names a request no longer in flight", RECALL,
         lines, 3, HEALTH_VOLATILE, judge,
+        "A search held in flight, then the same recall/cancel twice. The first ends it: "
+        "-32007 context canceled, once. The second names a request no longer in flight "
+        "and, a notification, is not answered; health 3 after it is served. The "
+        "reference answers the same.",
     )
 
 
@@ -305,8 +316,11 @@ def cancel_lsp_spelling(held_ms: int, held: bool) -> Scenario:
         "LSP spelling, not in the Recall adapter protocol", steps, judge,
         case=tuple(lines), responses=2, volatile=(),
         description=(
-            "A held search cancelled with $/cancelRequest, the LSP spelling of recall/cancel, "
-            "which streamd honours as it does recall/cancel: -32007, once."
+            "Deliberate difference: the reference ignores $/cancelRequest (it answers this "
+            "search with a result once the 5 s hold ends). A held search cancelled with "
+            "$/cancelRequest, the LSP spelling of recall/cancel, which streamd honours as it "
+            "does recall/cancel: -32007 context canceled, once. Rule (LSP spelling, not in "
+            "the Recall adapter protocol)."
         ),
     )
 

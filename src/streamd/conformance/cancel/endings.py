@@ -59,7 +59,21 @@ def deadline_past(method: str) -> Scenario:
         f"deadline-past-{method}", "7" + "abcd"[list(_BUILDERS).index(method)],
         f"recall/{method} with a deadline already past at arrival",
         "a request that has run out of time answers -32007 (the reference: search only)",
-        RECALL, lines, 2, (), judge,
+        RECALL, lines, 2, (), judge, _past_why(method),
+    )
+
+
+def _past_why(method: str) -> str:
+    what = (
+        f"recall/{method} with a deadline in 2000, already past when it arrives, answers "
+        "-32007 context deadline exceeded: a request that has run out of time is not "
+        "worked on."
+    )
+    if method == "search":
+        return what + " The reference answers the same."
+    return (
+        "Deliberate difference: the reference enforces a request's deadline only for "
+        f"search, and serves this {method}. " + what
     )
 
 

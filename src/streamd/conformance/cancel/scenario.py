@@ -136,12 +136,14 @@ def time_answer(
 def lockstep_scenario(
     name: str, number: str, title: str, rule: str, source: str,
     lines: Sequence[str], responses: int, volatile: tuple[str, ...],
-    judge: Callable[[Observation], Judgement],
+    judge: Callable[[Observation], Judgement], why: str,
 ) -> Scenario:
+    """A scenario the lockstep flow expresses: its live run is its case's
+    conversation. ``why`` is the case's description: why the answer is right."""
     return Scenario(
         name, number, title, rule, source,
         script=lambda place: s.lockstep(lines, place),
         judge=judge, case=tuple(lines), responses=responses, volatile=volatile,
-        description=f"{title}. Rule ({source}): {rule}",
+        description=f"{why} Rule ({source}): {rule}.",
     )
 
