@@ -353,3 +353,13 @@ def test_a_row_prints_the_rule_and_its_source_and_json_carries_the_frames():
     assert line["rule"] == sc.rule and line["source"] == sc.source
     assert [r["frame"]["id"] for r in line["received"]] == [1, 2]
     assert "cancel_to_answer_ms" in line["times"]
+
+
+@pytest.mark.parametrize("argv", [["no-such-scenario"], ["--trials", "0"], ["--adapter", ""],
+                                  ["--timeout", "0"], ["--adapter", "'unclosed"]])
+def test_a_usage_error_is_one_line_and_exit_2_before_any_adapter_runs(argv, capsys):
+    from streamd.conformance.cancel.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("streamd conformance cancel: ")
