@@ -193,11 +193,15 @@ async def _follow(
             if step.deadline_in is not None:
                 at = time.time_ns() + int(step.deadline_in * 1e9)
                 data = data.replace(b"${DEADLINE}", rfc3339(at).encode())
+            # Stamped as the write begins: a frame stamped earlier was read
+            # before this line existed, so it cannot be the line's effect (the
+            # order the malformed-cancel and LSP rows judge by).
+            at = trio.current_time() - started
             try:
                 await proc.stdin.send_all(data + b"\n")
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return f"the adapter stopped reading stdin before {step.label}"
-            sent.append(Sent(trio.current_time() - started, step.label, data))
+            sent.append(Sent(at, step.label, data))
         elif isinstance(step, Await):
             label = f"request {step.id!r}"
             doing[0] = f"waiting for the answer to {label}"

@@ -116,7 +116,9 @@ def cancelled(found: Findings, obs: Observation, rid: s.RequestId, label: str, h
 
 def arrived_before(obs: Observation, rid: s.RequestId, label: str) -> bool | None:
     """Whether the answer to ``rid`` arrived before the line ``label`` was
-    written: an order of events, not a measured time."""
+    written: an order of events, not a measured time. A frame is stamped
+    after it was read and a line as its write begins, so "before" means the
+    answer existed before the line did."""
     got = answers(obs, rid)
     at = obs.sent_at(label)
     if not got or at is None:
