@@ -191,8 +191,8 @@ async def _follow(
             doing[0] = f"writing {step.label}"
             data = step.data
             if step.deadline_in is not None:
-                at = time.time_ns() + int(step.deadline_in * 1e9)
-                data = data.replace(b"${DEADLINE}", rfc3339(at).encode())
+                wall = time.time_ns() + int(step.deadline_in * 1e9)
+                data = data.replace(b"${DEADLINE}", rfc3339(wall).encode())
             # Stamped as the write begins: a frame stamped earlier was read
             # before this line existed, so it cannot be the line's effect (the
             # order the malformed-cancel and LSP rows judge by).
