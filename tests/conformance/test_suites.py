@@ -24,6 +24,7 @@ import msgspec
 import pytest
 
 from streamd import conformance
+from streamd.conformance.cancel import matrix as cancel_matrix
 
 pytestmark = pytest.mark.subprocess
 
@@ -33,6 +34,9 @@ STREAMD_SUITE = REPO / "conformance" / "stream-streamd"
 # The event log as a Recall source: Recall's format only (its doctor replays
 # it), against ``streamd --eventlog``.
 EVENTLOG_SOURCE_SUITE = REPO / "conformance" / "eventlog-source"
+# The cancellation kit's lockstep scenarios (streamd conformance cancel
+# --record), recorded from streamd; Recall's format only.
+CANCEL_SUITE = REPO / "conformance" / "cancel"
 REFERENCE = os.environ.get("STREAMD_REFERENCE_ADAPTER")
 
 # The manifest keys of Recall's transcript format; streamd's extensions
@@ -43,6 +47,13 @@ PLACEHOLDER = re.compile(rb"\$\{([A-Za-z_]+)\}")
 RECALL_CASES = 16
 STREAMD_CASES = 4
 EVENTLOG_SOURCE_CASES = 12
+CANCEL_CASES = 9
+# The cancel cases the reference passes too; the others show where streamd
+# differs (a past deadline on expand, health, refresh; $/cancelRequest).
+CANCEL_CASES_THE_REFERENCE_PASSES = {
+    "cancel-inflight", "cancel-malformed", "cancel-not-inflight", "cancel-twice",
+    "deadline-past-search",
+}
 
 
 def _cases(suite: Path) -> list[Path]:
@@ -61,8 +72,16 @@ def test_the_eventlog_source_suite_holds_exactly_its_cases():
     assert len(_cases(EVENTLOG_SOURCE_SUITE)) == EVENTLOG_SOURCE_CASES
 
 
-@pytest.mark.parametrize("case", _cases(RECALL_SUITE) + _cases(EVENTLOG_SOURCE_SUITE),
-                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_cancel_suite_holds_exactly_the_kits_recordable_scenarios():
+    recordable = {sc.name for sc in cancel_matrix() if sc.case is not None}
+    assert {p.name for p in _cases(CANCEL_SUITE)} == recordable
+    assert len(recordable) == CANCEL_CASES
+
+
+@pytest.mark.parametrize(
+    "case", _cases(RECALL_SUITE) + _cases(EVENTLOG_SOURCE_SUITE) + _cases(CANCEL_SUITE),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
 def test_every_recall_suite_case_is_one_recalls_replayer_accepts(case):
     manifest = json.loads((case / "manifest.json").read_bytes())
     assert set(manifest) <= RECALL_MANIFEST_KEYS, "a streamd extension belongs in stream-streamd"
@@ -82,7 +101,8 @@ def test_every_streamd_only_case_says_which_difference_it_shows(case):
     assert description.startswith("Deliberate difference: ")
 
 
-@pytest.mark.parametrize("suite", [RECALL_SUITE, STREAMD_SUITE], ids=lambda p: p.name)
+@pytest.mark.parametrize("suite", [RECALL_SUITE, STREAMD_SUITE, CANCEL_SUITE],
+                         ids=lambda p: p.name)
 def test_the_suite_replays_against_streamd(suite, capsys):
     assert conformance.main(["verify", str(suite)]) == 0, capsys.readouterr().out
 
@@ -112,6 +132,15 @@ def test_every_streamd_only_case_differs_from_the_reference(case, capsys):
     assert REFERENCE is not None
     argv = ["verify", str(STREAMD_SUITE), case.name, "--adapter", shlex.join([REFERENCE])]
     assert conformance.main(argv) == 1, capsys.readouterr().out
+
+
+@pytest.mark.skipif(REFERENCE is None, reason="STREAMD_REFERENCE_ADAPTER is not set")
+@pytest.mark.parametrize("case", _cases(CANCEL_SUITE), ids=lambda p: p.name)
+def test_the_cancel_suite_against_the_reference_passes_exactly_where_it_agrees(case, capsys):
+    assert REFERENCE is not None
+    argv = ["verify", str(CANCEL_SUITE), case.name, "--adapter", shlex.join([REFERENCE])]
+    want = 0 if case.name in CANCEL_CASES_THE_REFERENCE_PASSES else 1
+    assert conformance.main(argv) == want, capsys.readouterr().out
 
 
 def test_the_readmes_recall_config_names_paths_that_exist_in_a_clone():

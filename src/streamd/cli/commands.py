@@ -205,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = command(sub, "demo", "index a bundled sample stream and show what streamd does")
     _verbose(demo)
-    sub.add_parser("conformance", help="verify or record conformance transcripts",
+    sub.add_parser("conformance", help="verify or record conformance transcripts; "
+                   "run the cancellation matrix",
                    add_help=False)
     sub.add_parser("log", help="the durable event log (see 'streamd log --help')",
                    add_help=False)

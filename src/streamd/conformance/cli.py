@@ -1,6 +1,7 @@
 """``streamd conformance {verify,record}``: argument parsing, one line per case,
 and an exit status. Everything it reports comes from
-:mod:`streamd.conformance.driver`.
+:mod:`streamd.conformance.driver`. ``streamd conformance cancel`` is handed to
+:mod:`streamd.conformance.cancel.cli`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ STDERR_TAIL_LINES = 20
 
 USAGE = """\
 usage: streamd conformance verify DIR [--adapter 'CMD'] [--timeout SECONDS] [CASE ...]
-       streamd conformance record DIR [--adapter 'CMD'] [--timeout SECONDS] [CASE ...]"""
+       streamd conformance record DIR [--adapter 'CMD'] [--timeout SECONDS] [CASE ...]
+       streamd conformance cancel [--adapter 'CMD'] [--json] [--record DIR] [--trials N]
+                                  [SCENARIO ...]"""
 
 
 def format_result(result: CaseResult, *, recording: bool = False) -> str:
@@ -42,11 +45,16 @@ def format_result(result: CaseResult, *, recording: bool = False) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``streamd conformance {verify,record} ...``; argv excludes "conformance".
+    """``streamd conformance {verify,record,cancel} ...``; argv excludes "conformance".
 
     Exit status: 0 when every case passed (or was recorded), 1 when any case
     failed, 2 for a usage error, 130 when interrupted (Ctrl-C).
     """
+    if argv[:1] == ["cancel"]:
+        # The cancellation kit: its own parser, rows instead of cases.
+        from streamd.conformance.cancel.cli import main as cancel_main
+
+        return cancel_main(argv[1:])
     if not argv or argv[0] not in ("verify", "record"):
         print(USAGE, file=sys.stderr)
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2

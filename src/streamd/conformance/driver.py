@@ -78,7 +78,7 @@ class Run:
     returncode: int | None
 
 
-class _Tail:
+class Tail:
     """The last ``limit`` bytes of a stream: enough to explain a failure,
     bounded so a chatty adapter cannot exhaust memory."""
 
@@ -103,7 +103,7 @@ async def run_transcript(
 ) -> Run:
     """Start ``command``, play ``lines`` in lockstep, and collect every frame."""
     frames: list[bytes] = []
-    tail = _Tail(STDERR_TAIL_BYTES)
+    tail = Tail(STDERR_TAIL_BYTES)
     try:
         # A session of its own, so a kill reaches whatever the adapter spawned
         # and no grandchild keeps our pipes (or the suite) waiting.
@@ -133,7 +133,7 @@ async def run_transcript(
             if overall.cancelled_caught:
                 problem = f"timed out after {timeout:g} s {doing[0]}"
             if proc.returncode is None:
-                _kill(proc)
+                kill_group(proc)
                 problem = f"{problem}; killed it"
             await proc.wait()
             with trio.move_on_after(STDERR_SETTLE):
@@ -142,7 +142,7 @@ async def run_transcript(
     finally:
         with trio.CancelScope(shield=True):
             if proc.returncode is None:
-                _kill(proc)
+                kill_group(proc)
             await proc.wait()
             for stream in (proc.stdin, proc.stdout, proc.stderr):
                 if stream is not None:
@@ -221,7 +221,7 @@ async def _converse(
     code = proc.returncode
     assert code is not None  # waited for above, within the grace
     if code != 0:
-        return f"the adapter {_describe_exit(code)} after stdin closed"
+        return f"the adapter {describe_exit(code)} after stdin closed"
     return None
 
 
@@ -232,10 +232,10 @@ async def _ended_early(proc: trio.Process, what: str, exit_grace: float) -> str:
         await proc.wait()
     if proc.returncode is None:
         return what
-    return f"{what}; it {_describe_exit(proc.returncode)}"
+    return f"{what}; it {describe_exit(proc.returncode)}"
 
 
-def _describe_exit(returncode: int) -> str:
+def describe_exit(returncode: int) -> str:
     if returncode >= 0:
         return f"exited with status {returncode}"
     try:
@@ -254,7 +254,7 @@ def _place(source: str, target: str) -> None:
     os.replace(scratch, target)
 
 
-def _kill(proc: trio.Process) -> None:
+def kill_group(proc: trio.Process) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError, AttributeError):
@@ -275,7 +275,7 @@ async def _pump_frames(
             frame_tx.send_nowait(frame)
 
 
-async def _pump_stderr(stream: trio.abc.ReceiveStream, tail: _Tail, done: trio.Event) -> None:
+async def _pump_stderr(stream: trio.abc.ReceiveStream, tail: Tail, done: trio.Event) -> None:
     # Always drained: an adapter blocked on a full stderr pipe would look hung.
     while chunk := await stream.receive_some(65536):
         tail.add(chunk)

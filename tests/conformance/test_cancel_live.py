@@ -1,0 +1,104 @@
+"""The kit's Trio layer against tiny adapter scripts, each misbehaving in one way.
+
+What is claimed: every frame counts (one written after stdin closed is in the
+observation, and fails the row), a hang is killed and said, the ``${DEADLINE}``
+of a line is bound when it is written, and a process that cannot start is a
+problem, not a traceback. Every run is bounded by the runner's own limits
+(small here) and by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from streamd.conformance.cancel import Await, Close, Scenario, Send, matrix, observe, run_scenario
+from streamd.conformance.cancel.judging import answers
+
+pytestmark = pytest.mark.subprocess
+
+# Answers initialize with an empty manifest and search 2 with -32007 when its
+# cancel arrives; then, once stdin ends, writes a second answer for 2.
+LATE_SECOND_ANSWER = r"""
+import json, sys
+for raw in sys.stdin:
+    msg = json.loads(raw)
+    if msg.get("id") == 1:
+        print(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}), flush=True)
+    elif msg.get("method") == "recall/cancel":
+        print(json.dumps({"jsonrpc": "2.0", "id": 2,
+                          "error": {"code": -32007, "message": "context canceled"}}), flush=True)
+print(json.dumps({"jsonrpc": "2.0", "id": 2, "result": {"late": True}}), flush=True)
+"""
+
+# Reads everything, answers nothing, and never exits on end of input.
+DEAF = r"""
+import sys, time
+sys.stdin.read()
+time.sleep(600)
+"""
+
+# Echoes each line's params back as the result of its id.
+ECHO = r"""
+import json, sys
+for raw in sys.stdin:
+    msg = json.loads(raw)
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": msg["params"]}), flush=True)
+"""
+
+
+def _adapter(tmp_path: Path, body: str) -> list[str]:
+    script = tmp_path / "adapter.py"
+    script.write_text(body)
+    return [sys.executable, str(script)]
+
+
+def _cancel_inflight() -> Scenario:
+    return next(sc for sc in matrix(trials=1) if sc.name == "cancel-inflight")
+
+
+async def test_a_second_answer_written_after_end_of_input_is_seen_and_fails(tmp_path: Path):
+    with trio.fail_after(60):
+        obs = await run_scenario(_cancel_inflight(), _adapter(tmp_path, LATE_SECOND_ANSWER))
+    assert len(answers(obs, 2)) == 2
+    assert obs.exit_code == 0 and obs.problem is None
+    judgement = _cancel_inflight().judge(obs)
+    assert judgement.verdict == "fail" and "answered 2 times" in judgement.detail
+
+
+async def test_an_adapter_that_never_answers_nor_exits_is_killed_and_said(tmp_path: Path):
+    steps = [Send(b'{"jsonrpc":"2.0","id":1,"method":"recall/health","params":{}}', "health 1"),
+             Await(1), Close()]
+    with trio.fail_after(60):
+        obs = await observe(_adapter(tmp_path, DEAF), steps, timeout=2, exit_grace=1)
+    assert obs.problem is not None
+    assert "waiting for the answer" in obs.problem and "killed it" in obs.problem
+    assert obs.exit_code is None  # a status we caused says nothing about it
+    assert _cancel_inflight().judge(obs).verdict == "fail"
+
+
+async def test_a_deadline_is_bound_when_its_line_is_written(tmp_path: Path):
+    line = b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"deadline":"${DEADLINE}"}}'
+    steps = [Send(line, "x 1", deadline_in=30.0), Await(1), Close()]
+    before = dt.datetime.now(dt.UTC)
+    with trio.fail_after(60):
+        obs = await observe(_adapter(tmp_path, ECHO), steps, timeout=30)
+    assert obs.problem is None, obs.problem
+    deadline = answers(obs, 1)[0].frame["result"]["deadline"]
+    at = dt.datetime.strptime(deadline, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+    # 30 s after the write, which came after `before`: never before before + 30 s.
+    assert at >= before.replace(microsecond=before.microsecond // 1000 * 1000) \
+        + dt.timedelta(seconds=30)
+    assert json.loads(obs.sent[0].data)["params"]["deadline"] == deadline
+
+
+async def test_a_command_that_cannot_start_is_a_problem_not_a_traceback(tmp_path: Path):
+    with trio.fail_after(10):
+        obs = await observe([str(tmp_path / "no-such-adapter")], [Close()])
+    assert obs.problem is not None and obs.problem.startswith("cannot start")
+    assert _cancel_inflight().judge(obs).verdict == "fail"
