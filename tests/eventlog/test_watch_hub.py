@@ -123,51 +123,48 @@ def world() -> World:
     return World()
 
 
-async def _watching(world: World, nursery: trio.Nursery) -> None:
-    world.hub.watch(WatchParams(from_seq=0), nursery)
-    await trio.testing.wait_all_tasks_blocked()
-    assert world.store.confirmations == 1  # the poller's baseline
+@asynccontextmanager
+async def watching(world: World) -> AsyncIterator[None]:
+    """One watch open on the hub (so its poller runs), for the block."""
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            world.hub.watch(WatchParams(from_seq=0), nursery)
+            await trio.testing.wait_all_tasks_blocked()
+            assert world.store.confirmations == 1  # the poller's baseline
+            yield
+            nursery.cancel_scope.cancel()
 
 
 async def test_a_wake_covered_by_the_writers_next_commit_costs_no_confirmation_read(
     world: World, autojump_clock: trio.testing.MockClock
 ) -> None:
-    with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            await _watching(world, nursery)
-            # Back to back, as under load: each commit begins in the step the
-            # previous one ends in. A wake during the second is covered by the
-            # third, which began after it.
-            for n in range(5):
-                await world.commit(0.1, world.changes.wake if n == 1 else None)
-            await trio.testing.wait_all_tasks_blocked()
-            assert world.store.confirmations == 1
-            nursery.cancel_scope.cancel()
+    async with watching(world):
+        # Back to back, as under load: each commit begins in the step the
+        # previous one ends in. A wake during the second is covered by the
+        # third, which began after it.
+        for n in range(5):
+            await world.commit(0.1, world.changes.wake if n == 1 else None)
+        await trio.testing.wait_all_tasks_blocked()
+        assert world.store.confirmations == 1
 
 
 async def test_a_wake_during_the_writers_last_commit_is_confirmed_once_it_is_idle(
     world: World, autojump_clock: trio.testing.MockClock
 ) -> None:
-    with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            await _watching(world, nursery)
-            await world.commit(0.1)
-            await world.commit(0.1, world.changes.wake)  # nothing follows it
-            await trio.testing.wait_all_tasks_blocked()
-            assert world.store.confirmations == 2
-            nursery.cancel_scope.cancel()
+    async with watching(world):
+        await world.commit(0.1)
+        await world.commit(0.1, world.changes.wake)  # nothing follows it
+        await trio.testing.wait_all_tasks_blocked()
+        assert world.store.confirmations == 2
 
 
 async def test_a_wake_while_the_writer_is_idle_is_confirmed_at_once(
     world: World, autojump_clock: trio.testing.MockClock
 ) -> None:
-    with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            await _watching(world, nursery)
-            world.changes.wake()
-            await trio.testing.wait_all_tasks_blocked()
-            assert world.store.confirmations == 2
-            nursery.cancel_scope.cancel()
+    async with watching(world):
+        world.changes.wake()
+        await trio.testing.wait_all_tasks_blocked()
+        assert world.store.confirmations == 2
 
 
 async def test_another_processs_commit_seen_by_our_next_commit_sends_watches_to_the_store(
@@ -176,21 +173,18 @@ async def test_another_processs_commit_seen_by_our_next_commit_sends_watches_to_
     # The wake for another process's commit is covered by our writer's next
     # commit, whose before_seq shows it: the watch then reads the store, which
     # holds it, without the poller having read anything.
-    with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            await _watching(world, nursery)
-            await world.commit(0.1)
-            await trio.testing.wait_all_tasks_blocked()
-            pages = world.store.pages
+    async with watching(world):
+        await world.commit(0.1)
+        await trio.testing.wait_all_tasks_blocked()
+        pages = world.store.pages
 
-            def foreign_commit() -> None:
-                world.store.newest += 1
-                world.store.version += 1
-                world.changes.wake()
+        def foreign_commit() -> None:
+            world.store.newest += 1
+            world.store.version += 1
+            world.changes.wake()
 
-            await world.commit(0.1, foreign_commit)
-            await world.commit(0.1)
-            await trio.testing.wait_all_tasks_blocked()
-            assert world.store.confirmations == 1
-            assert world.store.pages > pages
-            nursery.cancel_scope.cancel()
+        await world.commit(0.1, foreign_commit)
+        await world.commit(0.1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert world.store.confirmations == 1
+        assert world.store.pages > pages

@@ -27,6 +27,20 @@ usage: streamd conformance verify DIR [--adapter 'CMD'] [--timeout SECONDS] [CAS
                                   [SCENARIO ...]"""
 
 
+def adapter_command(adapter: str | None) -> list[str]:
+    """``--adapter``'s command line, split as a shell would; this streamd on
+    stdio when it is not given. ValueError says what is wrong with it."""
+    if adapter is None:
+        return [sys.executable, "-m", "streamd"]
+    try:
+        command = shlex.split(adapter)
+    except ValueError as exc:
+        raise ValueError(f"--adapter: {exc}") from None
+    if not command:
+        raise ValueError("--adapter is empty")
+    return command
+
+
 def format_result(result: CaseResult, *, recording: bool = False) -> str:
     if result.ok:
         return f"RECORDED {result.name} ({result.detail})" if recording else f"PASS {result.name}"
@@ -93,15 +107,10 @@ def main(argv: list[str]) -> int:
         print(f"streamd conformance {action}: {message}", file=sys.stderr)
         return 2
 
-    if args.adapter is None:
-        command = [sys.executable, "-m", "streamd"]
-    else:
-        try:
-            command = shlex.split(args.adapter)
-        except ValueError as exc:
-            return usage_error(f"--adapter: {exc}")
-        if not command:
-            return usage_error("--adapter is empty")
+    try:
+        command = adapter_command(args.adapter)
+    except ValueError as exc:
+        return usage_error(str(exc))
     if not args.timeout > 0:
         return usage_error("--timeout must be positive")
 

@@ -124,7 +124,7 @@ async def run_transcript(
             frame_tx, frame_rx = trio.open_memory_channel[bytes](math.inf)
             stderr_done = trio.Event()
             nursery.start_soon(_pump_frames, proc.stdout, frame_tx)
-            nursery.start_soon(_pump_stderr, proc.stderr, tail, stderr_done)
+            nursery.start_soon(pump_stderr, proc.stderr, tail, stderr_done)
 
             doing = ["starting the adapter"]
             with trio.move_on_after(timeout) as overall:
@@ -140,13 +140,7 @@ async def run_transcript(
                 await stderr_done.wait()
             nursery.cancel_scope.cancel()
     finally:
-        with trio.CancelScope(shield=True):
-            if proc.returncode is None:
-                kill_group(proc)
-            await proc.wait()
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                if stream is not None:
-                    await stream.aclose()
+        await reap(proc)
     return Run(frames, problem, bytes(tail.data), proc.returncode)
 
 
@@ -254,6 +248,18 @@ def _place(source: str, target: str) -> None:
     os.replace(scratch, target)
 
 
+async def reap(proc: trio.Process) -> None:
+    """However a run ended: the adapter's process group killed if it still
+    runs, its status collected and its pipes closed, even under cancellation."""
+    with trio.CancelScope(shield=True):
+        if proc.returncode is None:
+            kill_group(proc)
+        await proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                await stream.aclose()
+
+
 def kill_group(proc: trio.Process) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -275,7 +281,7 @@ async def _pump_frames(
             frame_tx.send_nowait(frame)
 
 
-async def _pump_stderr(stream: trio.abc.ReceiveStream, tail: Tail, done: trio.Event) -> None:
+async def pump_stderr(stream: trio.abc.ReceiveStream, tail: Tail, done: trio.Event) -> None:
     # Always drained: an adapter blocked on a full stderr pipe would look hung.
     while chunk := await stream.receive_some(65536):
         tail.add(chunk)

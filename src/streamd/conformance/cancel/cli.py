@@ -21,7 +21,7 @@ from streamd.conformance.cancel.matrix import matrix, offers_stall, probe
 from streamd.conformance.cancel.record import record_scenarios
 from streamd.conformance.cancel.report import Row, format_row, row_json
 from streamd.conformance.cancel.scenario import RACE_TRIALS, Scenario
-from streamd.conformance.cli import format_result
+from streamd.conformance.cli import adapter_command, format_result
 
 
 def main(argv: list[str]) -> int:
@@ -55,15 +55,10 @@ def main(argv: list[str]) -> int:
         print(f"streamd conformance cancel: {message}", file=sys.stderr)
         return 2
 
-    if args.adapter is None:
-        command = [sys.executable, "-m", "streamd"]
-    else:
-        try:
-            command = shlex.split(args.adapter)
-        except ValueError as exc:
-            return usage_error(f"--adapter: {exc}")
-        if not command:
-            return usage_error("--adapter is empty")
+    try:
+        command = adapter_command(args.adapter)
+    except ValueError as exc:
+        return usage_error(str(exc))
     if args.trials < 1:
         return usage_error("--trials must be at least 1")
     if not args.timeout > 0:

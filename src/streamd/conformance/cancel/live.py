@@ -48,6 +48,8 @@ from streamd.conformance.driver import (
     Tail,
     describe_exit,
     kill_group,
+    pump_stderr,
+    reap,
 )
 from streamd.conformance.transcript import FrameLines
 
@@ -131,8 +133,8 @@ async def observe(
         async with trio.open_nursery() as nursery:
             stderr_done = trio.Event()
             nursery.start_soon(_pump_frames, proc.stdout, watch, started)
-            nursery.start_soon(_pump_stderr, proc.stderr, tail, stderr_done)
-            nursery.start_soon(_reap, proc, watch, started)
+            nursery.start_soon(pump_stderr, proc.stderr, tail, stderr_done)
+            nursery.start_soon(_note_exit, proc, watch, started)
             doing = ["starting the adapter"]
             with trio.move_on_after(timeout) as overall:
                 problem = await _follow(proc, steps, watch, sent, closed_at, started, doing)
@@ -155,12 +157,7 @@ async def observe(
                 await stderr_done.wait()
             nursery.cancel_scope.cancel()
     finally:
-        with trio.CancelScope(shield=True):
-            if proc.returncode is None:
-                kill_group(proc)
-            await proc.wait()
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                await stream.aclose()
+        await reap(proc)
     # A status we caused by killing it says nothing about the adapter.
     code = None if killed else proc.returncode
     if problem and code:
@@ -242,14 +239,7 @@ async def _pump_frames(stream: trio.abc.ReceiveStream, watch: _Watch, started: f
     watch.poke()
 
 
-async def _pump_stderr(stream: trio.abc.ReceiveStream, tail: Tail, done: trio.Event) -> None:
-    # Always drained: an adapter blocked on a full stderr pipe would look hung.
-    while chunk := await stream.receive_some(65536):
-        tail.add(chunk)
-    done.set()
-
-
-async def _reap(proc: trio.Process, watch: _Watch, started: float) -> None:
+async def _note_exit(proc: trio.Process, watch: _Watch, started: float) -> None:
     await proc.wait()
     watch.exited_at = trio.current_time() - started
     watch.poke()
