@@ -77,6 +77,7 @@ import selectors
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -793,17 +794,41 @@ def fmt_ms(v: float | None) -> str:
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
 
 
+def pairs(table_rows: list[dict[str, Any]], watchers: int) -> list[dict[str, float]]:
+    """Each round's row with ``watchers`` against its own no-watcher row: the
+    rate and the daemon's CPU per append, as ratios."""
+    out = []
+    by_round: dict[int, dict[int, dict[str, Any]]] = {}
+    for r in table_rows:
+        if "appends_per_s" in r:
+            by_round.setdefault(r.get("round", 0), {})[r["watchers"]] = r
+    for rows in by_round.values():
+        if 0 in rows and watchers in rows:
+            alone, watched = rows[0], rows[watchers]
+            out.append({
+                "rate": watched["appends_per_s"] / alone["appends_per_s"],
+                "cpu": watched["daemon_cpu_us_per_append"] / alone["daemon_cpu_us_per_append"],
+            })
+    return out
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
-    table = {r["watchers"]: r for r in results.get("table", []) if "appends_per_s" in r}
-    base = table.get(0, {}).get("appends_per_s")
-    if base is not None:
-        out.append({"target": f"{table[0]['writers']} writers, no watcher: appends/s >= 25,000",
-                    "value": base, "bound": 25_000, "op": ">="})
-    if base is not None and 8 in table:
-        out.append({"target": "8 watchers: >= 80% of the no-watcher rate",
-                    "value": 100 * table[8]["appends_per_s"] / base, "bound": 80, "op": ">=",
-                    "unit": "%"})
+    rows = results.get("table", [])
+    alone = [r["appends_per_s"] for r in rows if "appends_per_s" in r and r["watchers"] == 0]
+    if alone:
+        out.append({"target": f"{rows[0]['writers']} writers, no watcher: appends/s >= 25,000"
+                              f" (median of {len(alone)})",
+                    "value": statistics.median(alone), "bound": 25_000, "op": ">="})
+    eight = pairs(rows, 8)
+    if eight:
+        n = f"median of {len(eight)} pair{'s' if len(eight) != 1 else ''}"
+        out.append({"target": f"8 watchers: >= 80% of the no-watcher rate ({n})",
+                    "value": 100 * statistics.median(p["rate"] for p in eight), "bound": 80,
+                    "op": ">=", "unit": "%"})
+        out.append({"target": f"8 watchers: daemon CPU per append <= 1.2x without ({n})",
+                    "value": statistics.median(p["cpu"] for p in eight), "bound": 1.2,
+                    "op": "<=", "unit": "x"})
     p99 = results.get("p99")
     if p99 and "append" in p99:
         w = p99["watchers"]
@@ -824,8 +849,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 def report(results: dict[str, Any], tgs: list[dict[str, Any]], a: argparse.Namespace) -> str:
     rows = [*results.get("table", [])]
     rows += [results[k] for k in ("p99", "burst") if k in results]
-    base = next((r.get("appends_per_s") for r in rows
-                 if r["scenario"].startswith("table") and r["watchers"] == 0), None)
+    bases = {r.get("round", 0): r.get("appends_per_s") for r in reversed(rows)
+             if r["scenario"].startswith("table") and r["watchers"] == 0}
     head = ["scenario", "writers x in flight", "watchers", "appends/s", "% of no-watcher",
             "append p50 / p99 / max ms", "watcher lag p50 / p99 ms",
             "watchers done after last ack s", "daemon peak MiB",
@@ -837,6 +862,7 @@ def report(results: dict[str, Any], tgs: list[dict[str, Any]], a: argparse.Names
                          f"{r['watchers']} | failed: {r.get('error', '?')} |")
             continue
         rel = "-"
+        base = bases.get(r.get("round", 0))
         if base and r["scenario"].startswith("table"):
             rel = f"{100 * r['appends_per_s'] / base:.0f}%"
         lag = r["watcher_lag"]
@@ -877,7 +903,8 @@ def report(results: dict[str, Any], tgs: list[dict[str, Any]], a: argparse.Names
     t_lines = ["targets:"]
     for t in tgs:
         unit = t.get("unit", "")
-        v = f"{t['value']:,.1f}" if unit else f"{t['value']:,.0f}"
+        v = f"{t['value']:,.2f}" if unit == "x" else (
+            f"{t['value']:,.1f}" if unit else f"{t['value']:,.0f}")
         t_lines.append(f"  {t['target']}: {v}{' ' + unit if unit else ''} "
                        f"{'met' if t['met'] else 'MISSED'}")
     out.append("\n".join(t_lines))
@@ -914,6 +941,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--writers", type=int, default=4, help="writers in the table (default 4)")
     p.add_argument("--inflight", type=int, default=50, help="in flight per writer (default 50)")
     p.add_argument("--events", type=int, default=5_000, help="events per writer (default 5000)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the table's rows this many times, alternating; the watcher"
+                        " targets are judged on the median of the rounds' pairs (default 1)")
     p.add_argument("--watchers", type=int, nargs="+", default=[0, 1, 2, 8],
                    help="watcher counts of the table rows (default 0 1 2 8)")
     p.add_argument("--many-writers", type=int, default=32, help="writers of p99/burst (32)")
@@ -997,9 +1027,12 @@ def main() -> int:
 
     try:
         if "table" in a.scenarios:
+            # Rounds alternate the rows (0, 8, 0, 8, ...), so a change in the
+            # machine's load falls on both sides of each pair alike.
             results["table"] = [
-                attempt("table", f"table-{m}w", writers=a.writers, inflight=a.inflight,
-                        events=a.events, watchers=m, warmup=a.warmup)
+                {**attempt("table", f"table-{m}w", writers=a.writers, inflight=a.inflight,
+                           events=a.events, watchers=m, warmup=a.warmup), "round": n}
+                for n in range(a.rounds)
                 for m in a.watchers
             ]
         for key, inflight in (("p99", a.p99_inflight), ("burst", a.burst_inflight)):
