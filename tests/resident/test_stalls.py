@@ -35,8 +35,8 @@ SYS_CONNECT = 42  # x86_64
 
 
 @pytest.fixture
-def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    for w in make_world():
+def world(monkeypatch: pytest.MonkeyPatch, attach_kind: str) -> Iterator[World]:
+    for w in make_world(attach_kind):
         point_clients_at(w, monkeypatch)
         yield w
 
@@ -118,6 +118,7 @@ def test_attach_waits_for_a_full_listen_queue_and_is_served_once_it_drains(
     assert world.daemons() == [daemon.pid]  # it waited for that one: no second daemon
 
 
+@pytest.mark.no_attach
 def test_client_connect_waits_for_a_full_listen_queue_without_starting_a_daemon(
     world: World, stopped
 ) -> None:
