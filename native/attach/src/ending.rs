@@ -123,6 +123,25 @@ mod tests {
     }
 
     #[test]
+    fn a_request_is_read_across_chunks_and_among_other_lines() {
+        let mut end = SessionEnd::default();
+        end.sent(b"{\"id\":1,\"method\":\"recall/health\"}\n{\"id\":\"s\",\"meth");
+        assert!(!end.answered(br#"{"id":"s","result":{}}"#)); // not sent whole yet
+        end.sent(b"od\":\"recall/shutdown\"}\n{\"id\":3,\"method\":\"recall/search\"}\n");
+        assert!(end.answered(br#"{"jsonrpc":"2.0","id":"s","error":{"code":1}}"#));
+        assert!(!end.answered(br#"{"id":"s"}"#)); // neither a result nor an error
+        assert!(!end.answered(b"not json"));
+    }
+
+    #[test]
+    fn a_shutdown_sent_as_a_notification_is_answered_only_by_a_null_id() {
+        let mut end = SessionEnd::default();
+        end.sent(b"{\"jsonrpc\":\"2.0\",\"method\":\"recall/shutdown\"}\n");
+        assert!(end.answered(br#"{"id":null,"result":{}}"#));
+        assert!(!end.answered(br#"{"result":{}}"#));
+    }
+
+    #[test]
     fn last_line_is_the_final_whole_line() {
         assert_eq!(last_line(b"a\nbc\n"), b"bc");
         assert_eq!(last_line(b"bc\n"), b"bc");

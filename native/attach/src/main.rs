@@ -41,11 +41,11 @@ fn run() -> i32 {
     let opts = match options::parse(&argv) {
         Ok(Parsed::Run(opts)) => opts,
         Ok(Parsed::Help) => {
-            println!("{}", options::USAGE);
+            sys::say(1, options::USAGE);
             return 0;
         }
         Err(mistake) => {
-            eprintln!("streamd: {mistake} (see 'streamd-attach --help')");
+            sys::say(2, &format!("streamd: {mistake} (see 'streamd-attach --help')"));
             return 2;
         }
     };
@@ -53,11 +53,11 @@ fn run() -> i32 {
         match dbcheck::argv_error(&opts.daemon_args) {
             Ok(None) => {}
             Ok(Some(refused)) => {
-                eprintln!("streamd: {refused}");
+                sys::say(2, &format!("streamd: {refused}"));
                 return 2;
             }
             Err(why) => {
-                eprintln!("streamd attach: {why}");
+                sys::say(2, &format!("streamd attach: {why}"));
                 return 1;
             }
         }
@@ -65,12 +65,12 @@ fn run() -> i32 {
     // A person who types the command at a terminal is told what it waits
     // for; a spawning program never gives a terminal.
     if sys::isatty(0) {
-        eprintln!("{WAITING_LINE}");
+        sys::say(2, WAITING_LINE);
     }
     match connect::connect(&opts.directory, &opts.daemon_args, opts.timeout, opts.recall_source) {
         Ok(conn) => relay::run(conn.sock, conn.buffer),
         Err(why) => {
-            eprintln!("streamd attach: {why}");
+            sys::say(2, &format!("streamd attach: {why}"));
             1
         }
     }

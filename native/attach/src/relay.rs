@@ -57,7 +57,7 @@ pub fn run(sock: UnixStream, first: Vec<u8>) -> i32 {
 }
 
 fn fail(why: &str) -> ! {
-    eprintln!("streamd attach: {why}");
+    sys::say(2, &format!("streamd attach: {why}"));
     std::process::exit(1)
 }
 
@@ -149,7 +149,7 @@ fn pump_socket(mut sock: UnixStream, first: Vec<u8>, shared: &Shared) -> i32 {
     } else {
         "the daemon closed the connection".to_owned()
     };
-    eprintln!("streamd attach: {why}; the session is over");
+    sys::say(2, &format!("streamd attach: {why}; the session is over"));
     1
 }
 

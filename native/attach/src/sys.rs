@@ -247,3 +247,17 @@ fn home_of(user: Option<&[u8]>) -> Option<Vec<u8>> {
         Some(CStr::from_ptr((*entry).pw_dir).to_bytes().to_vec())
     }
 }
+
+/// Write `text` and a newline to stdout (1) or stderr (2) in one write where
+/// it fits, ignoring failure: a reader that went away must not turn a
+/// message into a panic (std's `eprintln!` panics on a broken pipe).
+pub fn say(fd: RawFd, text: &str) {
+    use std::io::Write;
+    let mut line = Vec::with_capacity(text.len() + 1);
+    line.extend_from_slice(text.as_bytes());
+    line.push(b'\n');
+    // SAFETY: the descriptor is borrowed for one write; ManuallyDrop keeps
+    // it open.
+    let mut file = std::mem::ManuallyDrop::new(unsafe { fs::File::from_raw_fd(fd) });
+    let _ = file.write_all(&line);
+}
