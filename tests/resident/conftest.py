@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from support.resident import ATTACHES, native_attach
@@ -27,10 +28,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def attach_kind(request: pytest.FixtureRequest) -> str:
     kind = getattr(request, "param", "python")
-    if kind == "native" and native_attach() is None:
+    if kind == "native":
+        _native_or_skip()
+    return kind
+
+
+@pytest.fixture
+def streamd_attach() -> Path:
+    """The installed ``streamd-attach``, for a test of it alone."""
+    return _native_or_skip()
+
+
+def _native_or_skip() -> Path:
+    path = native_attach()
+    if path is None:
         why = ("streamd-attach is not installed beside this Python (pip builds it only when "
                "cargo is present; `streamd attach` serves without it)")
         if os.environ.get("CI", "").lower() in ("true", "1", "yes") and shutil.which("cargo"):
             pytest.fail(f"{why}; under CI=true with cargo present it must be built")
         pytest.skip(why)
-    return kind
+    return path

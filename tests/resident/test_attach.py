@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from support.resident import (
@@ -311,3 +313,29 @@ def test_a_db_it_may_use_reaches_the_daemon_it_starts(world: World) -> None:
     proc.stdin.close()
     assert session.at_eof() and proc.wait(timeout=30) == 0
     assert db.exists()
+
+
+@pytest.mark.no_attach
+def test_streamd_attach_without_streamd_beside_it_uses_a_running_daemon_and_starts_none(
+    world: World, streamd_attach: Path,
+) -> None:
+    # The daemon is started with the Python of the `streamd` script beside the
+    # binary. A copy without one still relays to a running daemon (it needs
+    # no Python for that) and, with none running, says why it cannot start one.
+    alone = world.root / "bin" / "streamd-attach"
+    alone.parent.mkdir()
+    shutil.copy2(streamd_attach, alone)
+    done = subprocess.run([str(alone)], env=world.env, input=world.initialize(1),
+                          capture_output=True, timeout=60)
+    assert (done.returncode, done.stdout) == (1, b"")
+    assert done.stderr.decode().splitlines() == [
+        f"streamd attach: cannot start a daemon: no 'streamd' script or 'python3' beside "
+        f"{alone} to run it with (streamd-attach belongs in the bin directory of a streamd "
+        "install)"]
+    assert world.daemons() == []
+    world.start_daemon()
+    proc = subprocess.Popen([str(alone)], env=world.env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = world.lockstep(proc)
+    assert proc.returncode == 0, err
+    check_session(out)

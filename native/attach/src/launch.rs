@@ -185,8 +185,8 @@ pub fn interpreter() -> io::Result<Vec<OsString>> {
     Err(io::Error::new(
         io::ErrorKind::NotFound,
         format!(
-            "no Python for streamd beside {} (neither a 'streamd' script nor 'python3'); \
-             run the 'streamd attach' this bridge belongs to",
+            "no 'streamd' script or 'python3' beside {} to run it with (streamd-attach \
+             belongs in the bin directory of a streamd install)",
             exe.display()
         ),
     ))
