@@ -189,9 +189,11 @@ def test_a_stray_listener_on_the_socket_is_replaced_and_never_waited_on(world: W
     stray.bind(str(world.socket))
     stray.listen(8)  # and never accepts, never answers
     try:
-        # The default start timeout: each of the old 5 s hellos used all of it.
-        proc = world.attach()
-        out, err = world.lockstep(proc)
+        # A start timeout far past the session's bound (60 s): attach must not
+        # wait on the stray's queue, which fills with its probes and never
+        # drains, until the timeout lets connect(2) look the path up again.
+        proc = world.attach("--start-timeout", "600")
+        out, err = world.lockstep(proc, timeout=60)
         assert proc.returncode == 0, err
         check_session(out)
         (pid,) = world.daemons()

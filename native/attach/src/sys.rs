@@ -118,10 +118,17 @@ fn set_send_timeout(fd: RawFd, seconds: f64) -> io::Result<()> {
     Ok(())
 }
 
+/// How long one connect(2) sleeps on a full queue before it looks the path up again.
+const CONNECT_SLICE: f64 = 0.05;
+
 /// connect(2) to a Unix socket, waiting up to `timeout` for room in a full
 /// listen queue. A Unix socket's non-blocking connect fails at once with
 /// EAGAIN when the queue is full; a blocking connect with SO_SNDTIMEO is the
-/// kernel's own bounded wait, EAGAIN only when the time is up.
+/// kernel's own bounded wait, EAGAIN only when the time is up. The wait is
+/// taken in slices of [`CONNECT_SLICE`]: a sleeping connect looks the path up
+/// again only when it wakes, so a listener that never accepts (a stray whose
+/// queue our probes filled) would hold it for the whole timeout though a
+/// daemon had meanwhile put its socket in its place.
 pub fn connect_waiting(path: &OsStr, timeout: f64) -> io::Result<UnixStream> {
     let bytes = path.as_bytes();
     // SAFETY: sockaddr_un is plain data; zeroed is a valid value.
@@ -141,16 +148,32 @@ pub fn connect_waiting(path: &OsStr, timeout: f64) -> io::Result<UnixStream> {
     // SAFETY: fd is a fresh socket nobody else owns.
     let sock = unsafe { UnixStream::from_raw_fd(fd) };
     let waiting = timeout >= MIN_WAIT;
-    if waiting {
-        set_send_timeout(fd, timeout)?;
-    } else {
+    if !waiting {
         sock.set_nonblocking(true)?;
     }
     let len = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
-    // SAFETY: addr is a valid sockaddr_un and len does not exceed it.
-    let rc = unsafe { libc::connect(fd, (&addr as *const libc::sockaddr_un).cast(), len) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+    // None: too far off for an Instant, as good as forever.
+    let deadline = Duration::try_from_secs_f64(timeout.max(0.0))
+        .ok()
+        .and_then(|d| std::time::Instant::now().checked_add(d));
+    let left = || {
+        deadline.map_or(f64::INFINITY, |at| {
+            at.saturating_duration_since(std::time::Instant::now()).as_secs_f64()
+        })
+    };
+    loop {
+        if waiting {
+            set_send_timeout(fd, left().clamp(MIN_WAIT, CONNECT_SLICE))?;
+        }
+        // SAFETY: addr is a valid sockaddr_un and len does not exceed it.
+        let rc = unsafe { libc::connect(fd, (&addr as *const libc::sockaddr_un).cast(), len) };
+        if rc == 0 {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if !waiting || err.raw_os_error() != Some(libc::EAGAIN) || left() < MIN_WAIT {
+            return Err(err);
+        }
     }
     if waiting {
         // No longer wanted: later sends are bounded by the stream's timeouts.
