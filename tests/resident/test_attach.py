@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from support.resident import (
@@ -31,8 +33,8 @@ pytestmark = pytest.mark.subprocess
 
 
 @pytest.fixture
-def world():
-    yield from make_world()
+def world(attach_kind: str):
+    yield from make_world(attach_kind)
 
 
 def check_session(out: bytes) -> None:
@@ -271,3 +273,69 @@ def test_a_frame_of_many_chunks_is_relayed_whole_and_unchanged(world: World) -> 
     assert entry["event"]["content"] == content
     proc.stdin.close()
     assert session.at_eof() and proc.wait(timeout=10) == 0
+
+
+SECRET = "s3cr3t-pw"
+
+
+@pytest.mark.parametrize(("db", "said"), [
+    (f"postgresql://u:{SECRET}@/x?host=/nowhere", "--db holds a password (password), which"),
+    (f"mysql://root:{SECRET}@localhost/x", "--db holds a password (password), which"),
+    ("{root}/no-such-dir/e.db", "--db: event log database {root}/no-such-dir/e.db: directory "
+     "{root}/no-such-dir does not exist (create it first: only the default location is "
+     "created)"),
+    ("{root}", "--db: event log database {root}: is a directory; give a file path"),
+])
+def test_a_db_the_daemon_must_not_be_started_with_is_refused_before_any_daemon(
+    world: World, db: str, said: str,
+) -> None:
+    # The compiled attach checks a plain file name itself and hands anything
+    # else to streamd's own parser: both must say what `streamd attach` says.
+    db, said = db.format(root=world.root), said.format(root=world.root)
+    for args in (("--", "--db", db), ("--", f"--db={db}")):
+        done = subprocess.run(world.argv("attach", *args), env=world.env, input=b"",
+                              capture_output=True, timeout=60)
+        err = done.stderr.decode()
+        assert (done.returncode, done.stdout) == (2, b""), err
+        (line,) = err.splitlines()
+        assert line.startswith(f"streamd: {said}"), line
+        assert SECRET not in err
+    assert world.daemons() == [] and not world.runtime.exists()
+
+
+def test_a_db_it_may_use_reaches_the_daemon_it_starts(world: World) -> None:
+    db = world.root / "e.db"
+    proc = world.attach("--", "--db", str(db))
+    session = Attached(proc)
+    event = {"app": "a", "user": "u", "session": "s",
+             "event": {"id": "e1", "author": "agent", "content": "hi"}}
+    assert session.ask(req(1, "eventlog/append", **event))["result"]["duplicate"] is False
+    proc.stdin.close()
+    assert session.at_eof() and proc.wait(timeout=30) == 0
+    assert db.exists()
+
+
+@pytest.mark.no_attach
+def test_streamd_attach_without_streamd_beside_it_uses_a_running_daemon_and_starts_none(
+    world: World, streamd_attach: Path,
+) -> None:
+    # The daemon is started with the Python of the `streamd` script beside the
+    # binary. A copy without one still relays to a running daemon (it needs
+    # no Python for that) and, with none running, says why it cannot start one.
+    alone = world.root / "bin" / "streamd-attach"
+    alone.parent.mkdir()
+    shutil.copy2(streamd_attach, alone)
+    done = subprocess.run([str(alone)], env=world.env, input=world.initialize(1),
+                          capture_output=True, timeout=60)
+    assert (done.returncode, done.stdout) == (1, b"")
+    assert done.stderr.decode().splitlines() == [
+        f"streamd attach: cannot start a daemon: no 'streamd' script or 'python3' beside "
+        f"{alone} to run it with (streamd-attach belongs in the bin directory of a streamd "
+        "install)"]
+    assert world.daemons() == []
+    world.start_daemon()
+    proc = subprocess.Popen([str(alone)], env=world.env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = world.lockstep(proc)
+    assert proc.returncode == 0, err
+    check_session(out)

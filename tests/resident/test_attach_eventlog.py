@@ -17,8 +17,8 @@ pytestmark = pytest.mark.subprocess
 
 
 @pytest.fixture
-def world():
-    yield from make_world()
+def world(attach_kind: str):
+    yield from make_world(attach_kind)
 
 
 def append(world: World, event_id: str, text: str, session: str = "s1") -> None:

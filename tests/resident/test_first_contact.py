@@ -23,8 +23,8 @@ RECORDS = 500_000  # ~100 MB: about 7 s of build on the plain path on this 2-cor
 
 
 @pytest.fixture
-def world():
-    yield from make_world()
+def world(attach_kind: str):
+    yield from make_world(attach_kind)
 
 
 def deadline_in(seconds: float) -> str:

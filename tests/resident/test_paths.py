@@ -29,8 +29,8 @@ APPEND = {"app": "app", "user": "u", "session": "s",
 
 
 @pytest.fixture
-def world():
-    yield from make_world()
+def world(attach_kind: str):
+    yield from make_world(attach_kind)
 
 
 def attach_here(world: World, cwd: Path, *args: str, env: dict | None = None) -> Attached:
@@ -79,6 +79,7 @@ def test_a_relative_event_log_lands_beside_the_caller(world: World, how: str) ->
     assert (world.root / "proc" / "events.db").exists()
 
 
+@pytest.mark.no_attach
 def test_a_client_connect_with_a_relative_db_writes_it_beside_the_caller(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -131,6 +132,7 @@ def test_a_relative_location_and_workdir_mean_the_same_through_attach_as_on_stdi
         [c["candidate_id"] for c in on_stdio]
 
 
+@pytest.mark.no_attach
 def test_a_relative_location_from_a_client_that_never_said_its_directory_is_refused(
     world: World,
 ) -> None:
@@ -164,6 +166,7 @@ def test_a_running_daemon_refuses_an_attach_told_to_use_another_event_log(
     assert end(session) == 0
 
 
+@pytest.mark.no_attach
 def test_client_connect_told_to_use_another_event_log_raises_naming_both(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

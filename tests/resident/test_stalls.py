@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from support.resident import Attached, World, make_world, pid_alive, point_clients_at, req, wait_for
 
+import streamd
 from streamd.client import Client
 from streamd.errors import RpcError
 
@@ -35,8 +36,8 @@ SYS_CONNECT = 42  # x86_64
 
 
 @pytest.fixture
-def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    for w in make_world():
+def world(monkeypatch: pytest.MonkeyPatch, attach_kind: str) -> Iterator[World]:
+    for w in make_world(attach_kind):
         point_clients_at(w, monkeypatch)
         yield w
 
@@ -118,6 +119,7 @@ def test_attach_waits_for_a_full_listen_queue_and_is_served_once_it_drains(
     assert world.daemons() == [daemon.pid]  # it waited for that one: no second daemon
 
 
+@pytest.mark.no_attach
 def test_client_connect_waits_for_a_full_listen_queue_without_starting_a_daemon(
     world: World, stopped
 ) -> None:
@@ -187,9 +189,11 @@ def test_a_stray_listener_on_the_socket_is_replaced_and_never_waited_on(world: W
     stray.bind(str(world.socket))
     stray.listen(8)  # and never accepts, never answers
     try:
-        # The default start timeout: each of the old 5 s hellos used all of it.
-        proc = world.attach()
-        out, err = world.lockstep(proc)
+        # A start timeout far past the session's bound (60 s): attach must not
+        # wait on the stray's queue, which fills with its probes and never
+        # drains, until the timeout lets connect(2) look the path up again.
+        proc = world.attach("--start-timeout", "600")
+        out, err = world.lockstep(proc, timeout=60)
         assert proc.returncode == 0, err
         check_session(out)
         (pid,) = world.daemons()
@@ -215,6 +219,60 @@ def test_the_words_recall_shutdown_in_a_query_do_not_make_a_dying_daemon_a_clean
     assert session.proc.wait(timeout=30) == 1
     (line,) = session.stderr().strip().splitlines()
     assert line.startswith("streamd attach: the daemon closed the connection"), line
+
+
+class ScriptedDaemon:
+    """This test process as the directory's daemon: its pid is in the lock
+    file and it listens on the socket, so attach speaks to it. It answers the
+    hello as a daemon of this version, reads one request, then sends
+    ``reply`` and closes."""
+
+    def __init__(self, world: World, reply: bytes) -> None:
+        world.runtime.mkdir(mode=0o700)
+        (world.runtime / "streamd.lock").write_text(f"{os.getpid()}\n")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(world.socket))
+        self.listener.listen(8)
+        self.listener.settimeout(60)
+        self.reply = reply
+        self.requests: list[dict] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            conn.settimeout(60)
+            lines = conn.makefile("rb")
+            hello = json.loads(lines.readline())
+            conn.sendall(json.dumps({"jsonrpc": "2.0", "id": hello["id"], "result": {
+                "version": streamd.__version__, "pid": os.getpid(),
+                "started_at": "2026-01-01T00:00:00Z"}}).encode() + b"\n")
+            self.requests.append(json.loads(lines.readline()))
+            conn.sendall(self.reply)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_daemon_that_closes_in_the_middle_of_a_frame_gets_nothing_of_it_shown(
+    world: World,
+) -> None:
+    whole = b'{"jsonrpc":"2.0","id":0,"result":{}}\n'
+    daemon = ScriptedDaemon(world, whole + b'{"jsonrpc":"2.0","id":1,"result":{"candi')
+    try:
+        session = Attached(world.attach())
+        session.send(req(1, "recall/health", deadline="2999-01-01T00:00:00Z"))
+        assert session.line() == whole  # the whole frame before it, and nothing after
+        assert session.at_eof()
+        assert session.proc.wait(timeout=30) == 1
+        assert session.stderr().splitlines() == [
+            "streamd attach: the daemon closed the connection in the middle of a frame; "
+            "the session is over"]
+        daemon.thread.join(30)
+        assert daemon.requests[0]["method"] == "recall/health"
+    finally:
+        daemon.close()
 
 
 def unread(pipe_fd: int) -> int:

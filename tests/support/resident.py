@@ -10,6 +10,11 @@ started in sessions of their own are found that way too.
 
 Waiting is on conditions, never on sleeps: :func:`wait_for` polls a predicate
 until a deadline and fails the test with what it was waiting for.
+
+A world runs one of the two attach implementations (:data:`ATTACHES`): the
+Python ``streamd attach`` or the compiled ``streamd-attach`` installed beside
+the interpreter; ``world.argv("attach", ...)`` names the world's, so one test
+of attach runs over both (``tests/resident/conftest.py`` parametrizes them).
 """
 
 from __future__ import annotations
@@ -58,11 +63,29 @@ def pid_alive(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
-class World:
-    """A socket directory, a state directory, a stream and a workdir."""
+ATTACHES = ("python", "native")
+"""The attach implementations: ``streamd attach`` and ``streamd-attach``."""
 
-    def __init__(self, root: Path) -> None:
+
+def native_attach() -> Path | None:
+    """The compiled ``streamd-attach`` pip installed beside this interpreter
+    (beside the ``streamd`` script), or None where it was not built."""
+    path = Path(sys.executable).parent / "streamd-attach"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+class World:
+    """A socket directory, a state directory, a stream and a workdir; and
+    which attach (:data:`ATTACHES`) its ``attach`` commands run."""
+
+    def __init__(self, root: Path, attach: str = "python") -> None:
         self.root = root
+        native = native_attach() if attach == "native" else None
+        if attach == "native" and native is None:
+            raise AssertionError("streamd-attach is not installed beside this Python")
+        self.attach_kind = attach
+        self.attach_argv = [str(native)] if native else [sys.executable, "-m", "streamd",
+                                                         "attach"]
         self.runtime = root / "run"
         self.state = root / "state"
         self.data = root / "data"
@@ -86,6 +109,8 @@ class World:
     # commands
 
     def argv(self, *args: str) -> list[str]:
+        if args[:1] == ("attach",):
+            return [*self.attach_argv, *args[1:]]
         return [sys.executable, "-m", "streamd", *args]
 
     def run(self, *args: str, timeout: float = 30, **kw: Any) -> subprocess.CompletedProcess:
@@ -333,10 +358,10 @@ def point_clients_at(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(world.state))
 
 
-def make_world() -> Iterator[World]:
+def make_world(attach: str = "python") -> Iterator[World]:
     """The body of each test module's ``world`` fixture (``yield from``)."""
     root = Path(tempfile.mkdtemp(prefix="sdr-", dir="/tmp"))
-    w = World(root)
+    w = World(root, attach)
     try:
         yield w
     finally:

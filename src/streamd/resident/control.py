@@ -206,14 +206,28 @@ def _connect_waiting(sock: socket.socket, path: str, timeout: float) -> None:
     connect then fails at once with EAGAIN when the listener's queue is full
     (it never reports "in progress" the way TCP does). A blocking connect
     with SO_SNDTIMEO is the kernel's own bounded wait: it sleeps until the
-    listener accepts someone, and gives EAGAIN only when the time is up."""
+    listener accepts someone, and gives EAGAIN only when the time is up.
+
+    The wait is taken in slices of :data:`_CONNECT_SLICE`: a sleeping connect
+    looks the path up again only when it wakes, so a listener that never
+    accepts (a stray whose queue our probes filled) would hold it for the
+    whole timeout though a daemon had meanwhile put its socket in its place."""
     if timeout < _MIN_WAIT:
         sock.setblocking(False)
         sock.connect(path)
         return
     sock.setblocking(True)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(timeout))
-    sock.connect(path)
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                        _timeval(max(min(left, _CONNECT_SLICE), _MIN_WAIT)))
+        try:
+            sock.connect(path)
+            break
+        except BlockingIOError:
+            if deadline - time.monotonic() < _MIN_WAIT:
+                raise
     # No longer wanted: every later send is bounded by the Python timeout.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(0))
     # Interrupted by a signal whose handler returned, connect may report
@@ -224,6 +238,8 @@ def _connect_waiting(sock: socket.socket, path: str, timeout: float) -> None:
 
 # Below this a wait is not worth a system call; SO_SNDTIMEO 0 would mean "forever".
 _MIN_WAIT = 0.001
+# How long one connect(2) sleeps on a full queue before it looks the path up again.
+_CONNECT_SLICE = 0.05
 
 
 def _timeval(seconds: float) -> bytes:

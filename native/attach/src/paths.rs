@@ -1,0 +1,212 @@
+//! Where the resident daemon lives, and the rules for its directory: the
+//! same as `streamd.resident.paths`, which the daemon itself follows.
+//!
+//! Paths stay bytes (`OsString`) throughout, as the kernel sees them.
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+use crate::sys;
+
+pub const SOCKET_NAME: &str = "streamd.sock";
+pub const LOCK_NAME: &str = "streamd.lock";
+pub const LOG_NAME: &str = "daemon.log";
+/// sun_path is 108 bytes on Linux, the terminating NUL included.
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// The socket directory exists but is not private to this user (the message).
+pub struct UnsafeDirectory(pub String);
+
+/// What a failed check of the runtime directory is.
+pub enum DirError {
+    Unsafe(UnsafeDirectory),
+    Io(io::Error),
+}
+
+pub fn show(path: &OsStr) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// `a/b`, or `b` when it is absolute (`os.path.join`).
+pub fn join(a: &OsStr, b: &OsStr) -> OsString {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if b.starts_with(b"/") || a.is_empty() {
+        return OsString::from_vec(b.to_vec());
+    }
+    let mut out = a.to_vec();
+    if !out.ends_with(b"/") {
+        out.push(b'/');
+    }
+    out.extend_from_slice(b);
+    OsString::from_vec(out)
+}
+
+/// `os.path.normpath` for POSIX: `.` and empty parts dropped, `..` folded,
+/// two leading slashes kept (POSIX leaves their meaning open), more made one.
+pub fn normpath(path: &OsStr) -> OsString {
+    let bytes = path.as_bytes();
+    if bytes.is_empty() {
+        return OsString::from(".");
+    }
+    let lead: &[u8] = if bytes.starts_with(b"//") && !bytes.starts_with(b"///") {
+        b"//"
+    } else if bytes.starts_with(b"/") {
+        b"/"
+    } else {
+        b""
+    };
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for part in bytes.split(|&b| b == b'/') {
+        match part {
+            b"" | b"." => {}
+            b".." if !lead.is_empty() && parts.is_empty() => {}
+            b".." if parts.last().is_some_and(|p| *p != b"..") => {
+                parts.pop();
+            }
+            _ => parts.push(part),
+        }
+    }
+    let mut out = lead.to_vec();
+    out.extend_from_slice(&parts.join(&b'/'));
+    if out.is_empty() {
+        out.push(b'.');
+    }
+    OsString::from_vec(out)
+}
+
+/// `os.path.abspath`: against this process's working directory.
+pub fn abspath(path: &OsStr) -> io::Result<OsString> {
+    if path.as_bytes().starts_with(b"/") {
+        return Ok(normpath(path));
+    }
+    let cwd = std::env::current_dir()?;
+    Ok(normpath(&join(cwd.as_os_str(), path)))
+}
+
+fn xdg(name: &str) -> Option<OsString> {
+    std::env::var_os(name).filter(|v| v.as_bytes().starts_with(b"/"))
+}
+
+/// `$XDG_STATE_HOME/streamd` (`~/.local/state/streamd`).
+pub fn state_dir() -> OsString {
+    let base = xdg("XDG_STATE_HOME").unwrap_or_else(|| {
+        let home = sys::expand_user(OsStr::new("~"));
+        join(&join(&home, OsStr::new(".local")), OsStr::new("state"))
+    });
+    join(&base, OsStr::new("streamd"))
+}
+
+/// `$STREAMD_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/streamd`, else
+/// `$XDG_STATE_HOME/streamd/run`.
+pub fn runtime_dir() -> io::Result<OsString> {
+    if let Some(dir) = std::env::var_os("STREAMD_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        return abspath(&sys::expand_user(&dir));
+    }
+    if let Some(dir) = xdg("XDG_RUNTIME_DIR") {
+        return Ok(join(&dir, OsStr::new("streamd")));
+    }
+    Ok(join(&state_dir(), OsStr::new("run")))
+}
+
+pub fn socket_path(directory: &OsStr) -> OsString {
+    join(directory, OsStr::new(SOCKET_NAME))
+}
+
+pub fn lock_path(directory: &OsStr) -> OsString {
+    join(directory, OsStr::new(LOCK_NAME))
+}
+
+pub fn log_path() -> OsString {
+    join(&state_dir(), OsStr::new(LOG_NAME))
+}
+
+/// True if `directory` is private to this user, false if it does not exist.
+pub fn check_private_dir(directory: &OsStr) -> Result<bool, DirError> {
+    let meta = match fs::symlink_metadata(directory) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(DirError::Io(e)),
+    };
+    let name = show(directory);
+    let refuse = |msg: String| Err(DirError::Unsafe(UnsafeDirectory(msg)));
+    if !meta.file_type().is_dir() {
+        return refuse(format!("{name} is not a directory"));
+    }
+    let me = sys::geteuid();
+    if meta.uid() != me {
+        return refuse(format!(
+            "{name} belongs to uid {}, not to this user (uid {me})",
+            meta.uid()
+        ));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return refuse(format!(
+            "{name} has mode {mode:04o}; it must be 0700 (no group or other access)"
+        ));
+    }
+    Ok(true)
+}
+
+pub fn check_socket_path(path: &OsStr) -> Result<(), UnsafeDirectory> {
+    if path.as_bytes().len() > MAX_SOCKET_PATH {
+        return Err(UnsafeDirectory(format!(
+            "socket path {} is longer than the {MAX_SOCKET_PATH} bytes a Unix socket address \
+             can hold; set STREAMD_RUNTIME_DIR to a shorter directory",
+            show(path)
+        )));
+    }
+    Ok(())
+}
+
+/// The pid the lock file names, if that process is alive. Read only: taking
+/// the lock, even briefly, could make a daemon starting right then give up.
+pub fn lock_holder(directory: &OsStr) -> Option<i32> {
+    use std::io::Read;
+    let mut head = [0u8; 32];
+    let mut file = fs::File::open(lock_path(directory)).ok()?;
+    let n = file.read(&mut head).ok()?;
+    let text = std::str::from_utf8(&head[..n]).ok()?;
+    let pid: i32 = text.split_whitespace().next()?.parse().ok()?;
+    sys::pid_alive(pid).then_some(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(s: &str) -> String {
+        show(&normpath(OsStr::new(s)))
+    }
+
+    #[test]
+    fn normpath_folds_as_python_does() {
+        // Each right side is what CPython's posixpath.normpath answers.
+        let cases = [
+            ("", "."),
+            ("/", "/"),
+            ("//", "//"),
+            ("///", "/"),
+            ("//a/../b", "//b"),
+            ("a/./b/", "a/b"),
+            ("/a/b/../../..", "/"),
+            ("../a/..", ".."),
+            ("a/../..", ".."),
+            ("./", "."),
+            ("/x/./y//z", "/x/y/z"),
+        ];
+        for (given, want) in cases {
+            assert_eq!(norm(given), want, "normpath({given:?})");
+        }
+    }
+
+    #[test]
+    fn join_takes_an_absolute_second_part_whole() {
+        assert_eq!(show(&join(OsStr::new("/a"), OsStr::new("/b"))), "/b");
+        assert_eq!(show(&join(OsStr::new("/a/"), OsStr::new("b"))), "/a/b");
+        assert_eq!(show(&join(OsStr::new("/a"), OsStr::new("b"))), "/a/b");
+    }
+}
