@@ -379,8 +379,12 @@ class _EntryFrames:
 
     def encode(self, entries: list[Committed]) -> bytes:
         # One join in C over the entries, each frame's tail and the next one's
-        # head being one separator: no Python step per part.
-        return self._head + self._between.join([c.wire for c in entries]) + self._tail
+        # head being one separator: no Python step per part, and the batch
+        # (some 50 KB for a commit of 100) copied once.
+        parts = [c.wire for c in entries]
+        parts[0] = self._head + parts[0]
+        parts[-1] = parts[-1] + self._tail
+        return self._between.join(parts)
 
 
 # A placeholder entry that cannot occur in an id or a method name.

@@ -259,8 +259,9 @@ class _Session:
         broken = False
         while frames := await outbox.take():
             # Whatever is queued goes out in one write: the replies of one
-            # commit, produced in one step of the event loop, in one send.
-            data = b"".join(frames)
+            # commit, produced in one step of the event loop, in one send. A
+            # lone frame (a watch's whole batch) goes as it is, uncopied.
+            data = frames[0] if len(frames) == 1 else b"".join(frames)
             del frames
             if broken:
                 self.conn.done_with(len(data))
