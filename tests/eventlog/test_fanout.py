@@ -120,7 +120,8 @@ def test_entry_frames_are_the_bytes_of_an_encoded_notification() -> None:
             ENTRY_NOTIFICATION, EntryNotification(watch=watch_id, entry=msgspec.Raw(entry))
         )
         c = Committed(7, "a", "u", "s", "", "x", entry)
-        assert frames.encode([c, c]) == expected * 2
+        assert frames.encode([c]) == expected
+        assert frames.encode([c, c, c]) == expected * 3
     assert expected.startswith(b'{"jsonrpc":"2.0","method":"eventlog/entry","params":{"watch":')
 
 
