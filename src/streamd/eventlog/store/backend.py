@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar
 
+import msgspec
+
 from streamd.errors import CLOSED, RpcError
 from streamd.eventlog.model import (
     AppendParams,
@@ -115,12 +117,13 @@ class AppendGroup:
     appends: Sequence[AppendParams]
 
 
-@dataclass(frozen=True, slots=True)
-class Committed:
+class Committed(msgspec.Struct, frozen=True):
     """One event a commit added, as the watchers need it: the fields a filter
     looks at, and the entry encoded once, byte for byte what ``since`` with
     ``encoded=True`` returns for it, so a watch fed from memory and one that
-    reads the store send the same frames."""
+    reads the store send the same frames. A msgspec Struct, not a frozen
+    dataclass: one is made per event a watched commit adds, and a frozen
+    dataclass's ``__init__`` costs about 1.2 us against 0.1 us."""
 
     seq: int
     app: str

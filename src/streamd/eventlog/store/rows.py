@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -90,9 +89,9 @@ def json_text(value: Any) -> str:
     return _encode(value).decode()
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """An append with everything computed that needs no database."""
+class Prepared(msgspec.Struct, frozen=True):
+    """An append with everything computed that needs no database. (One per
+    append: a Struct is made in a tenth of a frozen dataclass's time.)"""
 
     params: AppendParams
     event_time: int
