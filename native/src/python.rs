@@ -250,27 +250,31 @@ fn py_project_event<'py>(py: Python<'py>, row: &Bound<'py, PyAny>)
     Ok(Some((d.kind.to_owned(), d.title.into_owned(), d.text.into_owned(), PyBytes::new(py, &line))))
 }
 
-fn le_bytes<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(v.len() * N);
-    for &x in v {
-        out.extend_from_slice(&f(x));
-    }
-    out
+/// `v` as little-endian bytes, written straight into a new Python bytes
+/// object (a segment's arrays are tens of MB: no second copy on the way).
+fn le_bytes<'py, T: Copy, const N: usize>(py: Python<'py>, v: &[T], f: impl Fn(T) -> [u8; N])
+                                          -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, v.len() * N, |out| {
+        for (to, &x) in out.chunks_exact_mut(N).zip(v) {
+            to.copy_from_slice(&f(x));
+        }
+        Ok(())
+    })
 }
 
 fn sealed_dict(py: Python<'_>, s: Sealed) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     let put = |name: &str, bytes: &[u8]| d.set_item(name, PyBytes::new(py, bytes));
     d.set_item("count", s.count)?;
-    put("term_hash", &le_bytes(&s.term_hash, u64::to_le_bytes))?;
-    put("term_local", &le_bytes(&s.term_local, i32::to_le_bytes))?;
-    put("starts", &le_bytes(&s.starts, i64::to_le_bytes))?;
-    put("recs", &le_bytes(&s.recs, u32::to_le_bytes))?;
+    d.set_item("term_hash", le_bytes(py, &s.term_hash, u64::to_le_bytes)?)?;
+    d.set_item("term_local", le_bytes(py, &s.term_local, i32::to_le_bytes)?)?;
+    d.set_item("starts", le_bytes(py, &s.starts, i64::to_le_bytes)?)?;
+    d.set_item("recs", le_bytes(py, &s.recs, u32::to_le_bytes)?)?;
     put("meta", &s.meta)?;
-    put("big_pos", &le_bytes(&s.big_pos, i64::to_le_bytes))?;
-    put("big_count", &le_bytes(&s.big_count, i64::to_le_bytes))?;
-    put("ident_hash", &le_bytes(&s.ident_hash, u64::to_le_bytes))?;
-    put("ident_rec", &le_bytes(&s.ident_rec, i64::to_le_bytes))?;
+    d.set_item("big_pos", le_bytes(py, &s.big_pos, i64::to_le_bytes)?)?;
+    d.set_item("big_count", le_bytes(py, &s.big_count, i64::to_le_bytes)?)?;
+    d.set_item("ident_hash", le_bytes(py, &s.ident_hash, u64::to_le_bytes)?)?;
+    d.set_item("ident_rec", le_bytes(py, &s.ident_rec, i64::to_le_bytes)?)?;
     put("columns", &s.columns)?;
     put("ids", &s.ids)?;
     d.set_item("kinds", s.kinds)?;
