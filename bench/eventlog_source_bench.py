@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import statistics
@@ -138,11 +139,15 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         init = dict(protocol_version_min=1, protocol_version_max=1, workdir=str(idx),
                     source_id="log", location=str(db), settings={})
         await call("recall/initialize", **init)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         h = await call("recall/refresh", deadline=FAR)
-        took = time.perf_counter() - started
+        took, cpu = time.perf_counter() - started, time.process_time() - cpu
+        # The CPU time of every thread of the process over the build (the
+        # daemon runs in it): what other jobs on the machine move least.
         report["index"] = {"events": h.get("indexed_count", 0), "seconds": round(took, 2),
-                           "events_per_s": round(args.events / took)}
+                           "events_per_s": round(args.events / took),
+                           "cpu_us_per_event": round(1e6 * cpu / args.events, 2),
+                           "load_average": [round(x, 2) for x in os.getloadavg()]}
 
         async def timed(query: str) -> tuple[float, list[str]]:
             t = time.perf_counter()
