@@ -30,12 +30,18 @@ use crate::json::{parse_record, Record};
 use crate::lines::{next_line, trim_space, HOLD_LIMIT, MAX_LINE_BYTES};
 use crate::tokenize::{fold, Tokenizer};
 
+mod parts;
+
+pub use parts::{feed_rows, RowsFed};
+
 pub const COUNT_CAP: u32 = 63;
 const TEXT: u8 = 1;
 const FIELDS: u8 = 2;
 const TITLE: u8 = 3;
 /// Bytes per `COLUMNS` row (packed little-endian, in the dtype's order).
 pub const ROW_BYTES: usize = 52;
+/// Where a row's kind code lies (after two times and the schema).
+const KIND_AT: usize = 28;
 
 pub use crate::hashes::term_hash;
 
@@ -76,11 +82,15 @@ impl Vocab {
     /// The id of `token`, and whether it is new. Ids count up from 0.
     #[inline]
     fn intern(&mut self, token: &str) -> (u32, bool) {
+        self.intern_bytes(token.as_bytes())
+    }
+
+    #[inline]
+    fn intern_bytes(&mut self, token: &[u8]) -> (u32, bool) {
         if self.starts.is_empty() {
             self.starts.push(0);
         }
         // Hashed as bytes, the same way the table rehashes what it holds.
-        let token = token.as_bytes();
         let h = self.hasher.hash_one(token);
         let (bytes, starts) = (&self.bytes, &self.starts);
         if let Some(&t) = self.table.find(h, |&t| same_bytes(term_of(bytes, starts, t), token)) {
@@ -106,13 +116,16 @@ struct Terms {
     slot: Vec<u32>,
     /// The record being added: (term, occurrences, strongest field code).
     current: Vec<(u32, u32, u8)>,
+    /// This builder is a part (see `parts`), whose terms are never sealed.
+    part: bool,
 }
 
 impl Terms {
     fn touch(&mut self, token: &str, record: u32, code: u8) {
         let (t, new) = self.vocab.intern(token);
         if new {
-            self.hashes.push(cached_term_hash(token));
+            // A part's terms are hashed by the builder that absorbs it.
+            self.hashes.push(if self.part { 0 } else { cached_term_hash(token) });
             self.seen_in.push(0);
             self.slot.push(0);
         }

@@ -133,7 +133,8 @@ impl ChunkBuilder {
         let result = py.allow_threads(|| {
             guarded("feed_events", || {
                 builder.reserve_records(max_records);
-                feed_rows(builder, &owned, at)
+                let rows: Vec<Row<'_>> = owned.iter().map(HeldRow::row).collect();
+                postings::feed_rows(builder, &rows, at)
             })
         });
         let (done, records, failed, latest, refused) = self.spent_on_error(result)?;
@@ -207,29 +208,6 @@ impl HeldRow {
             delta: self.delta.as_deref(),
         }
     }
-}
-
-/// (rows consumed, records, failed, latest, stopped at a declined row).
-fn feed_rows(builder: &mut Builder, rows: &[HeldRow], at: Origin)
-             -> (usize, u64, u64, Option<Instant>, bool) {
-    let (mut records, mut failed, mut latest) = (0u64, 0u64, None::<Instant>);
-    for (done, owned) in rows.iter().enumerate() {
-        let row = owned.row();
-        let Some(d) = events::describe(row.content, row.author, row.delta) else {
-            return (done, records, failed, latest, true);
-        };
-        let when = events::instant_of(row.at_us);
-        // An unprintable time fails the row whatever the line's length.
-        let size = if crate::gotime::printable(when) { events::line_len(&row, &d, when) } else { 0 };
-        match builder.add_event(&row, &d, size, at, [row.app, row.user, row.branch, row.invocation]) {
-            Some(t) => {
-                records += 1;
-                latest = Some(latest.map_or(t, |l| l.max(t)));
-            }
-            None => failed += 1,
-        }
-    }
-    (rows.len(), records, failed, latest, false)
 }
 
 /// `(kind, title, text, line)`.

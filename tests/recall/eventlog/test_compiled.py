@@ -177,11 +177,15 @@ def test_rows_read_twice_and_settings_narrowing_them_index_the_same_on_both_path
 
 def test_identifiers_recurring_across_pages_and_segments_index_alike_on_both_paths(monkeypatch):
     # The compiled core keeps recent identifiers' hashes (1,024 slots a
-    # thread) and reserves a segment's arrays once 1,024 records are in:
+    # thread), reserves a segment's arrays once 1,024 records are in, and
+    # cuts a run of 2,048 rows or more in two halves indexed on two threads:
     # 3,000 sessions recurring out of order evict each other from the slots,
-    # some too long to be kept, some folded; contents with escapes and a
-    # repeated key are decoded into borrowed and copied strings alike.
-    monkeypatch.setattr(index_module, "SEGMENT_RECORDS", 2_500)
+    # some too long to be kept, some folded; pages of 3,000 rows in segments
+    # of 5,000 are cut at every length; declined rows fall in either half,
+    # and new terms and a new kind first appear in a second half; contents
+    # with escapes and a repeated key are decoded into borrowed and copied
+    # strings alike.
+    monkeypatch.setattr(index_module, "SEGMENT_RECORDS", 5_000)
     contents = [
         '{"role":"model","parts":[{"text":"words about the drill"}]}',
         '{"role":"user","parts":[{"text":"quoted \\"drill\\"\\nsecond line"}]}',
@@ -190,17 +194,22 @@ def test_identifiers_recurring_across_pages_and_segments_index_alike_on_both_pat
         '"just text"',
     ]
     rows = []
-    for n in range(1, 7_001):
+    for n in range(1, 14_001):
         session = (f"Séss-{n * 7919 % 3_000}" if n % 5 else
                    f"a-session-id-well-past-forty-bytes-long-{n % 50}")
+        content = contents[n % len(contents)]
+        if n % 1_301 == 0:
+            content = '{"parts":[{"function_call":{"name":7}}]}'  # declined
+        elif n % 3_000 > 2_200 and n % 7 == 0:
+            content = f'{{"parts":[{{"function_response":{{"name":"late{n}","response":1}}}}]}}'
         rows.append((n, f"app-{n % 3}", f"U{n % 60}", session, f"ev-{n}", f"inv-{n // 4}",
                      "model", "" if n % 2 else f"br.{n % 7}", 1_777_680_000_000_000 + n,
-                     contents[n % len(contents)], None))
-    pages = [rows[i:i + 1_000] for i in range(0, len(rows), 1_000)]
+                     content, None))
+    pages = [rows[i:i + 3_000] for i in range(0, len(rows), 3_000)]
     plain, compiled = _build(False, pages), _build(True, pages)
     assert plain.failed == compiled.failed == 0
     a, b = plain.index, compiled.index
-    assert a.ids == b.ids and len(a.segments) == len(b.segments) == 3
+    assert a.ids == b.ids and a.kinds == b.kinds and len(a.segments) == len(b.segments) == 3
     for sa, sb in zip(a.segments, b.segments, strict=True):
         for name, arr in sa.arrays().items():
             assert arr.tobytes() == sb.arrays()[name].tobytes(), name
