@@ -9,7 +9,9 @@ plain path's, declined and failing rows included.
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
 from typing import Any
 
 import pytest
@@ -213,3 +215,50 @@ def test_identifiers_recurring_across_pages_and_segments_index_alike_on_both_pat
     for sa, sb in zip(a.segments, b.segments, strict=True):
         for name, arr in sa.arrays().items():
             assert arr.tobytes() == sb.arrays()[name].tobytes(), name
+
+
+def test_a_segment_sealed_behind_joins_the_index_in_order_and_its_failure_is_not_lost(
+    monkeypatch,
+):
+    # A full compiled builder is sealed on a thread of its own while the
+    # next pages are added (Index.seal_behind); the segment joins the index
+    # at the next call that needs it. Small segments, so several seals run
+    # behind a page, with a sink that writes slowly.
+    monkeypatch.setattr(index_module, "SEGMENT_RECORDS", 300)
+    rows = _rows()
+    kept: list[int] = []
+
+    def slow_sink(segment):
+        time.sleep(0.01)
+        kept.append(segment.base)
+        return segment
+
+    with path_taken(True):
+        idx = LogIndex(LogSettings(), lambda: 1_800_000_000_000_000_000, slow_sink)
+        idx.consume(rows[:1_000])
+        assert len(idx.index) == 1_000 - idx.failed == 981  # records sealed behind count
+        idx.consume(rows[1_000:])
+        generation = idx.publish()
+    assert kept[:3] == [0, 300, 600]  # each written once sealed, in order
+    segments = generation.view.segments
+    assert all(a.base + a.count == b.base for a, b in itertools.pairwise(segments))
+    plain = _build(False, [rows[:1_000], rows[1_000:]])
+    assert idx.index.ids == plain.index.ids and idx.failed == plain.failed
+    for sa, sb in zip(plain.index.segments, segments, strict=True):
+        for name, arr in sa.arrays().items():
+            assert arr.tobytes() == sb.arrays()[name].tobytes(), name
+
+    # A seal that fails behind is raised by the next call that needs its
+    # segment; one a failed pass truncates is dropped.
+    def failing_sink(segment):
+        raise RuntimeError("the sealing thread failed")
+
+    with path_taken(True):
+        idx = LogIndex(LogSettings(), lambda: 0, failing_sink)
+        with pytest.raises(RuntimeError, match="the sealing thread failed"):
+            idx.consume(rows[:1_000])
+            idx.publish()
+        idx = LogIndex(LogSettings(), lambda: 0, failing_sink)
+        idx.consume(rows[:400])
+        idx.index.truncate(0)
+        assert len(idx.index) == 0 and idx.index.segments == ()
