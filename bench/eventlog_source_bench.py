@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +32,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import apsw
 import trio
 import trio.testing
 from server_daemons import machine
@@ -106,6 +109,15 @@ async def wire(db: Path):
                 await client.send_stream.aclose()
 
 
+def save_log(db: Path, to: Path) -> None:
+    """A copy of the filled log, for later runs to start from (``--log``)."""
+    con = apsw.Connection(str(db))
+    try:
+        con.execute("VACUUM INTO ?", (str(to),))
+    finally:
+        con.close()
+
+
 def _ms(xs: list[float]) -> dict[str, float]:
     xs = sorted(xs)
     return {"p50_ms": round(1000 * statistics.median(xs), 2),
@@ -116,17 +128,26 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     db = work / "events.db"
     report: dict[str, Any] = {}
     async with wire(db) as (call, log):
-        report["fill_s"] = round(await fill(log, args.events, args.seed), 1)
+        if args.prefilled:
+            report["fill_s"] = 0.0
+        else:
+            report["fill_s"] = round(await fill(log, args.events, args.seed), 1)
+            if args.log is not None:
+                await trio.to_thread.run_sync(save_log, db, args.log)
         idx = work / "index-work"
         idx.mkdir()
         init = dict(protocol_version_min=1, protocol_version_max=1, workdir=str(idx),
                     source_id="log", location=str(db), settings={})
         await call("recall/initialize", **init)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         h = await call("recall/refresh", deadline=FAR)
-        took = time.perf_counter() - started
+        took, cpu = time.perf_counter() - started, time.process_time() - cpu
+        # The CPU time of every thread of the process over the build (the
+        # daemon runs in it): what other jobs on the machine move least.
         report["index"] = {"events": h.get("indexed_count", 0), "seconds": round(took, 2),
-                           "events_per_s": round(args.events / took)}
+                           "events_per_s": round(args.events / took),
+                           "cpu_us_per_event": round(1e6 * cpu / args.events, 2),
+                           "load_average": [round(x, 2) for x in os.getloadavg()]}
 
         async def timed(query: str) -> tuple[float, list[str]]:
             t = time.perf_counter()
@@ -180,12 +201,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh-processes", type=int, default=5,
                    help="freshness trials appended by another process")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--log", type=Path,
+                   help="a filled log to start from (copied; nothing is appended to it); "
+                        "when it does not exist, the log filled is saved there")
     p.add_argument("--quick", action="store_true", help="small sizes, to check the harness")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
     if args.quick:
         args.events, args.queries, args.fresh, args.fresh_processes = 3000, 5, 3, 1
     work = Path(tempfile.mkdtemp(prefix="eventlog-source-bench-"))
+    args.prefilled = args.log is not None and args.log.exists()
+    if args.prefilled:
+        con = apsw.Connection(str(args.log), flags=apsw.SQLITE_OPEN_READONLY)
+        held = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+        con.close()
+        if held != args.events:
+            p.error(f"{args.log} holds {held} events, not --events {args.events}")
+        shutil.copyfile(args.log, work / "events.db")
     try:
         report = {"machine": machine(), "events": args.events,
                   **trio.run(measure, args, work)}

@@ -10,11 +10,15 @@
 //! (streamd writes the content itself, and ADK's names and roles are
 //! strings), and they keep every answer identical to the plain path's.
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 use crate::gotime::{self, Instant};
 use crate::postings::json_string;
 use crate::unicode;
+
+mod content;
+
+use content::{Map, Value};
 
 /// A title is cut here, the text there (`project.TITLE_BYTES`, `TEXT_BYTES`).
 pub const TITLE_BYTES: usize = 120;
@@ -37,51 +41,79 @@ pub struct Row<'a> {
     pub delta: Option<&'a str>,
 }
 
-/// What an event says: its record kind, title and text.
+/// What an event says: its record kind, title and text (slices of the
+/// stored content where they are that, copies only where they are made).
 #[derive(Debug, PartialEq, Eq)]
-pub struct Described {
+pub struct Described<'a> {
     pub kind: &'static str,
-    pub title: String,
-    pub text: String,
+    pub title: Cow<'a, str>,
+    pub text: Cow<'a, str>,
 }
 
 /// Kind, title and text of stored content, or `None` for a row the plain
 /// path must project (see the module docs).
-pub fn describe(content: &str, author: &str, delta: Option<&str>) -> Option<Described> {
-    let value: Value = serde_json::from_str(content).ok()?;
+pub fn describe<'a>(content: &'a str, author: &str, delta: Option<&str>) -> Option<Described<'a>> {
+    let value = content::parse(content)?;
     let (mut kind, mut title, mut text) = match parts_of(&value)? {
         Some((parts, role)) => adk(parts, role, author)?,
         None => match &value {
-            Value::String(s) => ("message", String::new(), s.clone()),
+            Value::String(s) => ("message", Cow::Borrowed(""), lend(s)),
             Value::Object(m) if matches!(m.get("text"), Some(Value::String(_))) => {
                 let Some(Value::String(s)) = m.get("text") else { unreachable!() };
-                ("message", String::new(), s.clone())
+                ("message", Cow::Borrowed(""), lend(s))
             }
             other => {
                 let mut out = Vec::new();
                 strings(other, &mut out);
-                ("event", String::new(), out.join("\n"))
+                ("event", Cow::Borrowed(""), joined(out))
             }
         },
     };
     if let Some(delta) = delta {
         if py_strip(&text).is_empty() {
             kind = "state_change";
-            text = state_keys(delta);
-            title = format!("state: {text}");
+            let keys = state_keys(delta);
+            title = Cow::Owned(format!("state: {keys}"));
+            text = Cow::Owned(keys);
         }
     }
-    let text = clip(&text, TEXT_BYTES);
+    let text = clipped(text, TEXT_BYTES);
     if title.is_empty() {
-        let stripped = py_strip(&text);
-        title = stripped.split('\n').next().unwrap_or("").to_owned();
+        title = match &text {
+            Cow::Borrowed(t) => Cow::Borrowed(first_line(t)),
+            Cow::Owned(t) => Cow::Owned(first_line(t).to_owned()),
+        };
     }
-    Some(Described { kind, title: clip(&title, TITLE_BYTES), text })
+    Some(Described { kind, title: clipped(title, TITLE_BYTES), text })
+}
+
+/// The first line of the text stripped as Python strips.
+fn first_line(text: &str) -> &str {
+    py_strip(text).split('\n').next().unwrap_or("")
+}
+
+/// A string of the decoded content, for as long as the content lives: a
+/// slice of it when the parser lent one, else a copy.
+fn lend<'a>(s: &Cow<'a, str>) -> Cow<'a, str> {
+    match s {
+        Cow::Borrowed(b) => Cow::Borrowed(b),
+        Cow::Owned(o) => Cow::Owned(o.clone()),
+    }
+}
+
+/// Python's `"\n".join(parts)`, without a copy for a single part.
+fn joined(mut parts: Vec<Cow<'_, str>>) -> Cow<'_, str> {
+    match parts.len() {
+        0 => Cow::Borrowed(""),
+        1 => parts.pop().unwrap_or_default(),
+        _ => Cow::Owned(parts.join("\n")),
+    }
 }
 
 /// The parts and role of ADK-shaped content (`parts` at the top, or under
 /// `content`); `Some(None)` for other content, `None` to decline.
-fn parts_of(value: &Value) -> Option<Option<(&Vec<Value>, String)>> {
+#[allow(clippy::type_complexity)]
+fn parts_of<'v, 'a>(value: &'v Value<'a>) -> Option<Option<(&'v Vec<Value<'a>>, Cow<'a, str>)>> {
     let Value::Object(m) = value else { return Some(None) };
     if let Some(Value::Array(parts)) = m.get("parts") {
         return Some(Some((parts, py_str_or_empty(m.get("role"))?)));
@@ -94,18 +126,20 @@ fn parts_of(value: &Value) -> Option<Option<(&Vec<Value>, String)>> {
     Some(None)
 }
 
-fn adk(parts: &[Value], role: String, author: &str) -> Option<(&'static str, String, String)> {
-    let mut texts: Vec<String> = Vec::new();
+#[allow(clippy::type_complexity)]
+fn adk<'a>(parts: &[Value<'a>], role: Cow<'a, str>, author: &str)
+           -> Option<(&'static str, Cow<'a, str>, Cow<'a, str>)> {
+    let mut texts: Vec<Cow<'a, str>> = Vec::new();
     let mut kind = "";
     let mut title = String::new();
     for part in parts {
         let Value::Object(part) = part else { continue };
         if let Some(Value::String(t)) = part.get("text") {
-            texts.push(t.clone());
+            texts.push(lend(t));
         }
         // The first tool part of either kind names the event's kind and title.
         let mut tool = |found: &'static str, named: String, text: String| {
-            texts.push(text);
+            texts.push(Cow::Owned(text));
             if kind.is_empty() {
                 kind = found;
             }
@@ -128,25 +162,24 @@ fn adk(parts: &[Value], role: String, author: &str) -> Option<(&'static str, Str
         let who = if role.is_empty() { author } else { &role };
         kind = if who == "user" { "user_message" } else { "model_message" };
     }
-    Some((kind, title, texts.join("\n")))
+    Some((kind, Cow::Owned(title), joined(texts)))
 }
 
 /// Python's `part.get(a, part.get(b))`: `a` when present, even as null.
-fn either<'v>(m: &'v Map<String, Value>, a: &str, b: &str) -> Option<&'v Value> {
+fn either<'v, 'a>(m: &'v Map<'a>, a: &str, b: &str) -> Option<&'v Value<'a>> {
     m.get(a).or_else(|| m.get(b))
 }
 
 /// Python's `str(v or "")` where it is ours to compute: a string, or
 /// anything falsy; `None` (decline) for another truthy value.
-fn py_str_or_empty(v: Option<&Value>) -> Option<String> {
+fn py_str_or_empty<'a>(v: Option<&Value<'a>>) -> Option<Cow<'a, str>> {
+    let empty = Some(Cow::Borrowed(""));
     match v {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => Some(String::new()),
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Array(a)) if a.is_empty() => Some(String::new()),
-        Some(Value::Object(o)) if o.is_empty() => Some(String::new()),
-        Some(Value::Number(n)) if n.as_i64() == Some(0) || n.as_u64() == Some(0) => {
-            Some(String::new())
-        }
+        None | Some(Value::Null) | Some(Value::Bool(false)) => empty,
+        Some(Value::String(s)) => Some(lend(s)),
+        Some(Value::Array(a)) if a.is_empty() => empty,
+        Some(Value::Object(o)) if o.is_empty() => empty,
+        Some(Value::Number(n)) if n.as_i64() == Some(0) || n.as_u64() == Some(0) => empty,
         _ => None,
     }
 }
@@ -158,7 +191,7 @@ fn short(v: Option<&Value>, limit: usize) -> Option<String> {
     let mut out = Vec::new();
     encode(v, &mut out)?;
     let s = String::from_utf8(out).ok()?;
-    Some(clip(&s, limit))
+    Some(clipped(Cow::Owned(s), limit).into_owned())
 }
 
 fn encode(v: &Value, out: &mut Vec<u8>) -> Option<()> {
@@ -202,9 +235,9 @@ fn encode(v: &Value, out: &mut Vec<u8>) -> Option<()> {
 }
 
 /// Every string value, depth first, in stored order.
-fn strings(v: &Value, out: &mut Vec<String>) {
+fn strings<'a>(v: &Value<'a>, out: &mut Vec<Cow<'a, str>>) {
     match v {
-        Value::String(s) => out.push(s.clone()),
+        Value::String(s) => out.push(lend(s)),
         Value::Array(items) => items.iter().for_each(|i| strings(i, out)),
         Value::Object(m) => m.values().for_each(|i| strings(i, out)),
         _ => {}
@@ -213,11 +246,11 @@ fn strings(v: &Value, out: &mut Vec<String>) {
 
 fn state_keys(delta: &str) -> String {
     let mut keys: Vec<String> = Vec::new();
-    if let Ok(Value::Object(scopes)) = serde_json::from_str::<Value>(delta) {
+    if let Some(Value::Object(scopes)) = content::parse(delta) {
         for scope in ["app", "user", "session"] {
             if let Some(Value::Object(values)) = scopes.get(scope) {
-                for k in values.keys() {
-                    keys.push(if scope == "session" { k.clone() } else { format!("{scope}:{k}") });
+                for (k, _) in values.iter() {
+                    keys.push(if scope == "session" { k.to_owned() } else { format!("{scope}:{k}") });
                 }
             }
         }
@@ -235,6 +268,11 @@ fn py_space(c: char) -> bool {
 
 fn py_strip(s: &str) -> &str {
     s.trim_matches(py_space)
+}
+
+/// [`clip`], keeping a string that fits as it is.
+fn clipped(s: Cow<'_, str>, limit: usize) -> Cow<'_, str> {
+    if s.len() <= limit { s } else { Cow::Owned(clip(&s, limit)) }
 }
 
 /// `render.clip`: within `limit` UTF-8 bytes, else cut at a character
@@ -267,7 +305,7 @@ pub fn write_line(out: &mut Vec<u8>, row: &Row<'_>, d: &Described, when: &str) {
     json_string(out, row.session);
     out.extend_from_slice(b",\"system\":");
     json_string(out, row.app);
-    for (name, value) in [("actor", row.author), ("title", &d.title), ("text", &d.text)] {
+    for (name, value) in [("actor", row.author), ("title", &*d.title), ("text", &*d.text)] {
         if !value.is_empty() {
             out.extend_from_slice(b",\"");
             out.extend_from_slice(name.as_bytes());
@@ -285,7 +323,7 @@ pub fn line_len(row: &Row<'_>, d: &Described, when: Instant) -> usize {
         .len() + 1;
     n += json_len(row.id) + json_len(d.kind) + json_len(row.session) + json_len(row.app);
     n += 2 * (2 + nano_len(when));
-    for (name, value) in [("actor", row.author), ("title", d.title.as_str()), ("text", &d.text)] {
+    for (name, value) in [("actor", row.author), ("title", &*d.title), ("text", &*d.text)] {
         if !value.is_empty() {
             n += name.len() + 4 + json_len(value);
         }
@@ -296,6 +334,9 @@ pub fn line_len(row: &Row<'_>, d: &Described, when: Instant) -> usize {
 /// The length of `json_string`'s output for `s`.
 fn json_len(s: &str) -> usize {
     let mut n = s.len() + 2;
+    if !needs_escape(s.as_bytes()) {
+        return n;
+    }
     for &c in s.as_bytes() {
         if c < 0x20 {
             n += if matches!(c, 0x08 | 0x0c | b'\n' | b'\r' | b'\t') { 1 } else { 5 };
@@ -304,6 +345,20 @@ fn json_len(s: &str) -> usize {
         }
     }
     n
+}
+
+/// Whether `b` holds a byte JSON escapes. Most strings hold none: this
+/// says so 32 bytes at a time (a chunk without an early exit is compiled to
+/// vector compares), where the count above goes byte by byte.
+fn needs_escape(b: &[u8]) -> bool {
+    let hit = |c: u8| (c < 0x20) | (c == b'"') | (c == b'\\');
+    let mut chunks = b.chunks_exact(32);
+    for chunk in &mut chunks {
+        if chunk.iter().fold(false, |any, &c| any | hit(c)) {
+            return true;
+        }
+    }
+    chunks.remainder().iter().any(|&c| hit(c))
 }
 
 /// The length of [`format_nano`]'s text for a printable instant.
@@ -359,7 +414,7 @@ pub fn instant_of(at_us: i64) -> Instant {
 mod tests {
     use super::*;
 
-    fn d(content: &str) -> Option<Described> {
+    fn d(content: &str) -> Option<Described<'_>> {
         describe(content, "model", None)
     }
 

@@ -20,6 +20,7 @@
 
 pub mod events;
 pub mod gotime;
+pub mod hashes;
 pub mod json;
 pub mod lines;
 pub mod postings;

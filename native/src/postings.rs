@@ -24,10 +24,15 @@ use ahash::AHashMap;
 use std::borrow::Cow;
 
 use crate::events::{self, Described, Row};
+use crate::hashes::{cached_term_hash, ident_hash};
 use crate::gotime::{self, Instant};
 use crate::json::{parse_record, Record};
 use crate::lines::{next_line, trim_space, HOLD_LIMIT, MAX_LINE_BYTES};
 use crate::tokenize::{fold, Tokenizer};
+
+mod parts;
+
+pub use parts::{feed_rows, RowsFed};
 
 pub const COUNT_CAP: u32 = 63;
 const TEXT: u8 = 1;
@@ -35,38 +40,10 @@ const FIELDS: u8 = 2;
 const TITLE: u8 = 3;
 /// Bytes per `COLUMNS` row (packed little-endian, in the dtype's order).
 pub const ROW_BYTES: usize = 52;
+/// Where a row's kind code lies (after two times and the schema).
+const KIND_AT: usize = 28;
 
-/// The stable 64-bit term hash: BLAKE2b with an 8-byte digest, little-endian.
-pub fn term_hash(term: &str) -> u64 {
-    let digest = blake2b_simd::Params::new().hash_length(8).hash(term.as_bytes());
-    u64::from_le_bytes(digest.as_bytes().try_into().expect("an 8-byte digest"))
-}
-
-/// Terms recur from segment to segment (Zipf), and a small catch-up meets
-/// thousands of them at once: their hashes are remembered per thread. The
-/// cache is dropped whole when it reaches its bound: 64k terms, about 4 MB
-/// a thread (a full build, which meets millions, gains little from more).
-const HASH_CACHE_MAX: usize = 1 << 16;
-
-thread_local! {
-    static HASH_CACHE: std::cell::RefCell<AHashMap<Box<str>, u64>> =
-        std::cell::RefCell::new(AHashMap::new());
-}
-
-fn cached_term_hash(term: &str) -> u64 {
-    HASH_CACHE.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        if let Some(&h) = cache.get(term) {
-            return h;
-        }
-        if cache.len() >= HASH_CACHE_MAX {
-            cache.clear();
-        }
-        let h = term_hash(term);
-        cache.insert(term.into(), h);
-        h
-    })
-}
+pub use crate::hashes::term_hash;
 
 /// A segment's terms by local id, in one arena; the table holds only ids,
 /// so a lookup touches the table and one slice of the arena, not a heap
@@ -105,11 +82,15 @@ impl Vocab {
     /// The id of `token`, and whether it is new. Ids count up from 0.
     #[inline]
     fn intern(&mut self, token: &str) -> (u32, bool) {
+        self.intern_bytes(token.as_bytes())
+    }
+
+    #[inline]
+    fn intern_bytes(&mut self, token: &[u8]) -> (u32, bool) {
         if self.starts.is_empty() {
             self.starts.push(0);
         }
         // Hashed as bytes, the same way the table rehashes what it holds.
-        let token = token.as_bytes();
         let h = self.hasher.hash_one(token);
         let (bytes, starts) = (&self.bytes, &self.starts);
         if let Some(&t) = self.table.find(h, |&t| same_bytes(term_of(bytes, starts, t), token)) {
@@ -135,13 +116,16 @@ struct Terms {
     slot: Vec<u32>,
     /// The record being added: (term, occurrences, strongest field code).
     current: Vec<(u32, u32, u8)>,
+    /// This builder is a part (see `parts`), whose terms are never sealed.
+    part: bool,
 }
 
 impl Terms {
     fn touch(&mut self, token: &str, record: u32, code: u8) {
         let (t, new) = self.vocab.intern(token);
         if new {
-            self.hashes.push(cached_term_hash(token));
+            // A part's terms are hashed by the builder that absorbs it.
+            self.hashes.push(if self.part { 0 } else { cached_term_hash(token) });
             self.seen_in.push(0);
             self.slot.push(0);
         }
@@ -204,11 +188,14 @@ pub struct Builder {
     count: u32,
     terms: Terms,
     tokenizer: Tokenizer,
-    // Postings in record order: term, record number, occurrences, field code.
+    // Postings in record order: the term, and its occurrences << 2 | its
+    // field code (a record's line is at most 1 MiB, so far fewer than 2^30
+    // occurrences); record r's are `rec_starts[r]..rec_starts[r + 1]`.
     p_term: Vec<u32>,
-    p_rec: Vec<u32>,
-    p_count: Vec<u32>,
-    p_code: Vec<u8>,
+    p_meta: Vec<u32>,
+    rec_starts: Vec<usize>,
+    // Whether the arrays were given room for the rest of the segment.
+    reserved: bool,
     idents: Vec<(u64, i64)>,
     // Identifiers came from more than a record's own fields, so a pair can
     // repeat (an app equal to a session, say): kept once at seal.
@@ -227,9 +214,9 @@ impl Builder {
             terms: Terms::default(),
             tokenizer: Tokenizer::default(),
             p_term: Vec::new(),
-            p_rec: Vec::new(),
-            p_count: Vec::new(),
-            p_code: Vec::new(),
+            p_meta: Vec::new(),
+            rec_starts: vec![0],
+            reserved: false,
             idents: Vec::new(),
             shared_idents: false,
             columns: Vec::new(),
@@ -243,6 +230,29 @@ impl Builder {
         self.count
     }
 
+    /// Give the arrays room for `more` records like the ones added so far,
+    /// once enough of them say what that is: the arrays of a segment then
+    /// grow once, instead of doubling their way up and copying all they
+    /// hold each time. Room the records never use is never touched, so it
+    /// costs address space, not memory.
+    pub fn reserve_records(&mut self, more: u64) {
+        const SAMPLE: u32 = 1024;
+        if self.reserved || self.count < SAMPLE {
+            return;
+        }
+        self.reserved = true;
+        // A segment is 65,536 records; a caller may not say how many are to come.
+        let more = more.min(1 << 17) as usize;
+        let n = self.count as usize;
+        let ahead = |len: usize| len * more / n * 5 / 4 + 64;
+        self.p_term.reserve_exact(ahead(self.p_term.len()));
+        self.p_meta.reserve_exact(ahead(self.p_meta.len()));
+        self.rec_starts.reserve_exact(more);
+        self.idents.reserve_exact(ahead(self.idents.len()));
+        self.columns.reserve_exact(more * ROW_BYTES);
+        self.ids.reserve_exact(ahead(self.ids.len()));
+    }
+
     /// Consume the complete lines of `buf` from `start` on (the byte at
     /// `buf[0]` is at `at.base_offset` of file number `at.file_no`), adding
     /// at most `max_records` records and consuming at most `max_lines` lines;
@@ -251,6 +261,7 @@ impl Builder {
     pub fn feed(&mut self, buf: &[u8], start: usize, at: Origin, max_records: u64,
                 max_lines: u64) -> Fed {
         let mut fed = Fed { pos: start, ..Fed::default() };
+        self.reserve_records(max_records);
         while fed.records < max_records && fed.lines < max_lines {
             let Some(line) = next_line(buf, fed.pos) else { break };
             fed.pos += line.size;
@@ -311,19 +322,18 @@ impl Builder {
                 terms.touch(t, local, code);
             });
         }
-        // Record numbers are stored as uint32, as the plain path's astype does.
-        let rec_u32 = number as u32;
         for &(tid, n, code) in &self.terms.current {
             self.p_term.push(tid);
-            self.p_rec.push(rec_u32);
-            self.p_count.push(n);
-            self.p_code.push(code);
+            self.p_meta.push(n << 2 | u32::from(code));
         }
+        self.rec_starts.push(self.p_term.len());
 
         let keys = [fold(&rec.id), fold(&rec.reference), fold(&rec.correlation)];
         for (i, key) in keys.iter().enumerate() {
             if !key.is_empty() && !keys[..i].contains(key) {
-                self.idents.push((term_hash(key), number as i64));
+                // An id is new with every record; a ref or a correlation recurs.
+                let hash = if i == 0 { term_hash(key) } else { ident_hash(key) };
+                self.idents.push((hash, number as i64));
             }
         }
 
@@ -378,7 +388,7 @@ impl Builder {
         for key in more {
             let key = fold(key);
             if !key.is_empty() {
-                self.idents.push((term_hash(&key), number as i64));
+                self.idents.push((ident_hash(&key), number as i64));
                 self.shared_idents = true;
             }
         }
@@ -402,18 +412,22 @@ impl Builder {
         // Saturated counts are rare: gather them, then put them in position order.
         let mut big: Vec<(i64, i64)> = Vec::new();
         // Records were added in order, so each term's postings come out ascending.
-        for k in 0..total {
-            let t = self.p_term[k] as usize;
-            let at = next[t] as usize;
-            next[t] += 1;
-            recs[at] = self.p_rec[k];
-            let count = self.p_count[k];
-            meta[at] = ((count.min(COUNT_CAP) << 2) as u8) | self.p_code[k];
-            if count >= COUNT_CAP {
-                big.push((at as i64, count as i64));
+        for (local, span) in self.rec_starts.windows(2).enumerate() {
+            // Record numbers are stored as uint32, as the plain path's astype does.
+            let rec = (self.base + local as u64) as u32;
+            for k in span[0]..span[1] {
+                let t = self.p_term[k] as usize;
+                let at = next[t] as usize;
+                next[t] += 1;
+                recs[at] = rec;
+                let (count, code) = (self.p_meta[k] >> 2, (self.p_meta[k] & 3) as u8);
+                meta[at] = ((count.min(COUNT_CAP) << 2) as u8) | code;
+                if count >= COUNT_CAP {
+                    big.push((at as i64, count as i64));
+                }
             }
         }
-        drop((self.p_term, self.p_rec, self.p_count, self.p_code));
+        drop((self.p_term, self.p_meta, self.rec_starts));
         big.sort_unstable();
         let (big_pos, big_count) = big.into_iter().unzip();
         let hashes = &self.terms.hashes;
@@ -503,12 +517,6 @@ mod tests {
         for (i, t) in terms.iter().enumerate().rev() {
             assert_eq!(v.intern(t), (i as u32, false));
         }
-    }
-
-    #[test]
-    fn the_term_hash_is_blake2b_64() {
-        // hashlib.blake2b(b"hello", digest_size=8).digest() read little-endian.
-        assert_eq!(term_hash("hello"), u64::from_le_bytes([167, 182, 237, 168, 1, 229, 52, 125]));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::events::{self, Row};
@@ -115,11 +116,11 @@ impl ChunkBuilder {
         built_at: i128,
     ) -> PyResult<(usize, u64, u64, Option<i128>, bool)> {
         let end = rows.len().min(start.saturating_add(max_records as usize));
-        // Copied out under the GIL, so the work below can run without it.
-        let mut owned: Vec<OwnedRow> = Vec::with_capacity(end.saturating_sub(start));
+        // Held under the GIL, so the work below can run without it.
+        let mut owned: Vec<HeldRow> = Vec::with_capacity(end.saturating_sub(start));
         let mut declined = false;
         for i in start..end {
-            match OwnedRow::extract(&rows.get_item(i)?)? {
+            match HeldRow::extract(&rows.get_item(i)?)? {
                 Some(row) => owned.push(row),
                 None => {
                     declined = true;
@@ -130,7 +131,11 @@ impl ChunkBuilder {
         let at = Origin { base_offset: 0, file_no: 0, built_at: Instant::from_nanos(built_at) };
         let builder = self.builder()?;
         let result = py.allow_threads(|| {
-            guarded("feed_events", || feed_rows(builder, &owned, at))
+            guarded("feed_events", || {
+                builder.reserve_records(max_records);
+                let rows: Vec<Row<'_>> = owned.iter().map(HeldRow::row).collect();
+                postings::feed_rows(builder, &rows, at)
+            })
         });
         let (done, records, failed, latest, refused) = self.spent_on_error(result)?;
         Ok((start + done, records, failed, latest.map(Instant::nanos), declined || refused))
@@ -147,30 +152,31 @@ impl ChunkBuilder {
     }
 }
 
-/// A row's fields, owned (strings a Python caller could not otherwise lend
-/// across the released GIL).
-struct OwnedRow {
+/// A row's fields, held: its strings are the Python objects' own UTF-8,
+/// which a Python str never changes and the list keeps alive for the call,
+/// so the work can read them without the GIL and without a copy.
+struct HeldRow {
     seq: i64,
-    text: [String; 8],
+    text: [PyBackedStr; 8],
     at_us: i64,
-    delta: Option<String>,
+    delta: Option<PyBackedStr>,
 }
 
-impl OwnedRow {
+impl HeldRow {
     /// None for a row whose strings are not valid UTF-8 (lone surrogates):
     /// the plain path decides what becomes of it.
-    fn extract(item: &Bound<'_, PyAny>) -> PyResult<Option<OwnedRow>> {
+    fn extract(item: &Bound<'_, PyAny>) -> PyResult<Option<HeldRow>> {
         let t = item.downcast::<PyTuple>()?;
         if t.len() != 11 {
             return Err(PyValueError::new_err("an event row has 11 fields"));
         }
-        let text_at = |i: usize| -> PyResult<Option<String>> {
-            Ok(t.get_item(i)?.extract::<String>().ok())
+        let text_at = |i: usize| -> PyResult<Option<PyBackedStr>> {
+            Ok(t.get_item(i)?.extract::<PyBackedStr>().ok())
         };
-        let mut text: [String; 8] = Default::default();
+        let mut text: [Option<PyBackedStr>; 8] = Default::default();
         for (slot, i) in [1, 2, 3, 4, 5, 6, 7, 9].into_iter().enumerate() {
             let Some(s) = text_at(i)? else { return Ok(None) };
-            text[slot] = s;
+            text[slot] = Some(s);
         }
         let delta_item = t.get_item(10)?;
         let delta = if delta_item.is_none() {
@@ -179,7 +185,11 @@ impl OwnedRow {
             let Some(s) = text_at(10)? else { return Ok(None) };
             Some(s)
         };
-        Ok(Some(OwnedRow { seq: t.get_item(0)?.extract()?, text, at_us: t.get_item(8)?.extract()?, delta }))
+        let seq = t.get_item(0)?.extract()?;
+        let at_us = t.get_item(8)?.extract()?;
+        // Every slot was filled above.
+        let text = text.map(|s| s.expect("a held string"));
+        Ok(Some(HeldRow { seq, text, at_us, delta }))
     }
 
     fn row(&self) -> Row<'_> {
@@ -200,29 +210,6 @@ impl OwnedRow {
     }
 }
 
-/// (rows consumed, records, failed, latest, stopped at a declined row).
-fn feed_rows(builder: &mut Builder, rows: &[OwnedRow], at: Origin)
-             -> (usize, u64, u64, Option<Instant>, bool) {
-    let (mut records, mut failed, mut latest) = (0u64, 0u64, None::<Instant>);
-    for (done, owned) in rows.iter().enumerate() {
-        let row = owned.row();
-        let Some(d) = events::describe(row.content, row.author, row.delta) else {
-            return (done, records, failed, latest, true);
-        };
-        let when = events::instant_of(row.at_us);
-        // An unprintable time fails the row whatever the line's length.
-        let size = if crate::gotime::printable(when) { events::line_len(&row, &d, when) } else { 0 };
-        match builder.add_event(&row, &d, size, at, [row.app, row.user, row.branch, row.invocation]) {
-            Some(t) => {
-                records += 1;
-                latest = Some(latest.map_or(t, |l| l.max(t)));
-            }
-            None => failed += 1,
-        }
-    }
-    (rows.len(), records, failed, latest, false)
-}
-
 /// `(kind, title, text, line)`.
 type Projection<'py> = (String, String, String, Bound<'py, PyBytes>);
 
@@ -232,36 +219,40 @@ type Projection<'py> = (String, String, String, Bound<'py, PyBytes>);
 #[pyo3(name = "project_event")]
 fn py_project_event<'py>(py: Python<'py>, row: &Bound<'py, PyAny>)
                          -> PyResult<Option<Projection<'py>>> {
-    let Some(owned) = OwnedRow::extract(row)? else { return Ok(None) };
+    let Some(owned) = HeldRow::extract(row)? else { return Ok(None) };
     let row = owned.row();
     let Some(d) = events::describe(row.content, row.author, row.delta) else { return Ok(None) };
     let when = events::instant_of(row.at_us);
     let mut line = Vec::new();
     events::write_line(&mut line, &row, &d, &events::format_nano(when));
-    Ok(Some((d.kind.to_owned(), d.title, d.text, PyBytes::new(py, &line))))
+    Ok(Some((d.kind.to_owned(), d.title.into_owned(), d.text.into_owned(), PyBytes::new(py, &line))))
 }
 
-fn le_bytes<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(v.len() * N);
-    for &x in v {
-        out.extend_from_slice(&f(x));
-    }
-    out
+/// `v` as little-endian bytes, written straight into a new Python bytes
+/// object (a segment's arrays are tens of MB: no second copy on the way).
+fn le_bytes<'py, T: Copy, const N: usize>(py: Python<'py>, v: &[T], f: impl Fn(T) -> [u8; N])
+                                          -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, v.len() * N, |out| {
+        for (to, &x) in out.chunks_exact_mut(N).zip(v) {
+            to.copy_from_slice(&f(x));
+        }
+        Ok(())
+    })
 }
 
 fn sealed_dict(py: Python<'_>, s: Sealed) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     let put = |name: &str, bytes: &[u8]| d.set_item(name, PyBytes::new(py, bytes));
     d.set_item("count", s.count)?;
-    put("term_hash", &le_bytes(&s.term_hash, u64::to_le_bytes))?;
-    put("term_local", &le_bytes(&s.term_local, i32::to_le_bytes))?;
-    put("starts", &le_bytes(&s.starts, i64::to_le_bytes))?;
-    put("recs", &le_bytes(&s.recs, u32::to_le_bytes))?;
+    d.set_item("term_hash", le_bytes(py, &s.term_hash, u64::to_le_bytes)?)?;
+    d.set_item("term_local", le_bytes(py, &s.term_local, i32::to_le_bytes)?)?;
+    d.set_item("starts", le_bytes(py, &s.starts, i64::to_le_bytes)?)?;
+    d.set_item("recs", le_bytes(py, &s.recs, u32::to_le_bytes)?)?;
     put("meta", &s.meta)?;
-    put("big_pos", &le_bytes(&s.big_pos, i64::to_le_bytes))?;
-    put("big_count", &le_bytes(&s.big_count, i64::to_le_bytes))?;
-    put("ident_hash", &le_bytes(&s.ident_hash, u64::to_le_bytes))?;
-    put("ident_rec", &le_bytes(&s.ident_rec, i64::to_le_bytes))?;
+    d.set_item("big_pos", le_bytes(py, &s.big_pos, i64::to_le_bytes)?)?;
+    d.set_item("big_count", le_bytes(py, &s.big_count, i64::to_le_bytes)?)?;
+    d.set_item("ident_hash", le_bytes(py, &s.ident_hash, u64::to_le_bytes)?)?;
+    d.set_item("ident_rec", le_bytes(py, &s.ident_rec, i64::to_le_bytes)?)?;
     put("columns", &s.columns)?;
     put("ids", &s.ids)?;
     d.set_item("kinds", s.kinds)?;

@@ -45,9 +45,17 @@ impl Tokenizer {
     pub fn tokens(&mut self, s: &str, mut emit: impl FnMut(&str)) {
         if s.is_ascii() {
             self.ascii(s, &mut emit);
-        } else {
-            self.unicode(s, &mut emit);
+            return;
         }
+        // No token spans a separator, so the ASCII text up to the last
+        // separator before the first other character takes the fast path
+        // and only the rest goes character by character (a title cut short
+        // ends in '…', which used to send all of it the slow way).
+        let b = s.as_bytes();
+        let first = b.iter().position(|&c| c >= 0x80).unwrap_or(b.len());
+        let split = b[..first].iter().rposition(|&c| ASCII_CLASS[c as usize] == 0).map_or(0, |p| p + 1);
+        self.ascii(&s[..split], &mut emit);
+        self.unicode(&s[split..], &mut emit);
     }
 
     fn ascii(&mut self, s: &str, emit: &mut impl FnMut(&str)) {
@@ -145,6 +153,17 @@ mod tests {
         assert_eq!(tokenize("İSTANBUL ΟΔΟΣ"), ["istanbul", "οδοσ"]);
         assert_eq!(tokenize("Straße-1"), ["straße-1"]);
         assert_eq!(tokenize("a\u{1e900}b😀c"), ["a\u{1e922}b", "c"]);
+    }
+
+    #[test]
+    fn text_with_some_non_ascii_tokenizes_as_if_all_of_it_went_character_by_character() {
+        let texts = ["w0001 W0002 abc…", "abc…", "…abc", "x-y/Z:é.b", "a b-é c", "AB CD ÉF gh",
+                     "one two\tthree\nfour…five", "--x-- ½ y", "tail-_", "é"];
+        for text in texts {
+            let mut whole = Vec::new();
+            Tokenizer::default().unicode(text, &mut |t: &str| whole.push(t.to_owned()));
+            assert_eq!(tokenize(text), whole, "{text}");
+        }
     }
 
     #[test]

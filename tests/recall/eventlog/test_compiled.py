@@ -9,7 +9,9 @@ plain path's, declined and failing rows included.
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
 from typing import Any
 
 import pytest
@@ -173,3 +175,90 @@ def test_rows_read_twice_and_settings_narrowing_them_index_the_same_on_both_path
     # have no id, 101 and 202 are in year 10000).
     assert plain.view.n == comp.view.n == 196
     assert plain.seq == comp.seq == 300
+
+
+def test_identifiers_recurring_across_pages_and_segments_index_alike_on_both_paths(monkeypatch):
+    # The compiled core keeps recent identifiers' hashes (1,024 slots a
+    # thread), reserves a segment's arrays once 1,024 records are in, and
+    # cuts a run of 2,048 rows or more in two halves indexed on two threads:
+    # 3,000 sessions recurring out of order evict each other from the slots,
+    # some too long to be kept, some folded; pages of 3,000 rows in segments
+    # of 5,000 are cut at every length; declined rows fall in either half,
+    # and new terms and a new kind first appear in a second half; contents
+    # with escapes and a repeated key are decoded into borrowed and copied
+    # strings alike.
+    monkeypatch.setattr(index_module, "SEGMENT_RECORDS", 5_000)
+    contents = [
+        '{"role":"model","parts":[{"text":"words about the drill"}]}',
+        '{"role":"user","parts":[{"text":"quoted \\"drill\\"\\nsecond line"}]}',
+        '{"parts":[{"text":"first"}],"parts":[{"text":"kept, in first place"}]}',
+        '{"content":{"parts":[{"function_call":{"name":"search","args":{"q":"x\\u00e9"}}}]}}',
+        '"just text"',
+    ]
+    rows = []
+    for n in range(1, 14_001):
+        session = (f"Séss-{n * 7919 % 3_000}" if n % 5 else
+                   f"a-session-id-well-past-forty-bytes-long-{n % 50}")
+        content = contents[n % len(contents)]
+        if n % 1_301 == 0:
+            content = '{"parts":[{"function_call":{"name":7}}]}'  # declined
+        elif n % 3_000 > 2_200 and n % 7 == 0:
+            content = f'{{"parts":[{{"function_response":{{"name":"late{n}","response":1}}}}]}}'
+        rows.append((n, f"app-{n % 3}", f"U{n % 60}", session, f"ev-{n}", f"inv-{n // 4}",
+                     "model", "" if n % 2 else f"br.{n % 7}", 1_777_680_000_000_000 + n,
+                     content, None))
+    pages = [rows[i:i + 3_000] for i in range(0, len(rows), 3_000)]
+    plain, compiled = _build(False, pages), _build(True, pages)
+    assert plain.failed == compiled.failed == 0
+    a, b = plain.index, compiled.index
+    assert a.ids == b.ids and a.kinds == b.kinds and len(a.segments) == len(b.segments) == 3
+    for sa, sb in zip(a.segments, b.segments, strict=True):
+        for name, arr in sa.arrays().items():
+            assert arr.tobytes() == sb.arrays()[name].tobytes(), name
+
+
+def test_a_segment_sealed_behind_joins_the_index_in_order_and_its_failure_is_not_lost(
+    monkeypatch,
+):
+    # A full compiled builder is sealed on a thread of its own while the
+    # next pages are added (Index.seal_behind); the segment joins the index
+    # at the next call that needs it. Small segments, so several seals run
+    # behind a page, with a sink that writes slowly.
+    monkeypatch.setattr(index_module, "SEGMENT_RECORDS", 300)
+    rows = _rows()
+    kept: list[int] = []
+
+    def slow_sink(segment):
+        time.sleep(0.01)
+        kept.append(segment.base)
+        return segment
+
+    with path_taken(True):
+        idx = LogIndex(LogSettings(), lambda: 1_800_000_000_000_000_000, slow_sink)
+        idx.consume(rows[:1_000])
+        assert len(idx.index) == 1_000 - idx.failed == 981  # records sealed behind count
+        idx.consume(rows[1_000:])
+        generation = idx.publish()
+    assert kept[:3] == [0, 300, 600]  # each written once sealed, in order
+    segments = generation.view.segments
+    assert all(a.base + a.count == b.base for a, b in itertools.pairwise(segments))
+    plain = _build(False, [rows[:1_000], rows[1_000:]])
+    assert idx.index.ids == plain.index.ids and idx.failed == plain.failed
+    for sa, sb in zip(plain.index.segments, segments, strict=True):
+        for name, arr in sa.arrays().items():
+            assert arr.tobytes() == sb.arrays()[name].tobytes(), name
+
+    # A seal that fails behind is raised by the next call that needs its
+    # segment; one a failed pass truncates is dropped.
+    def failing_sink(segment):
+        raise RuntimeError("the sealing thread failed")
+
+    with path_taken(True):
+        idx = LogIndex(LogSettings(), lambda: 0, failing_sink)
+        with pytest.raises(RuntimeError, match="the sealing thread failed"):
+            idx.consume(rows[:1_000])
+            idx.publish()
+        idx = LogIndex(LogSettings(), lambda: 0, failing_sink)
+        idx.consume(rows[:400])
+        idx.index.truncate(0)
+        assert len(idx.index) == 0 and idx.index.segments == ()

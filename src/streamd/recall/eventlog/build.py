@@ -189,7 +189,8 @@ class LogIndex:
                 self.failed += failed
                 i += 1
             if builder.count >= index_module.SEGMENT_RECORDS:
-                index.seal()
+                # Sealed beside the next pages (``Index.seal_behind``).
+                index.seal_behind()
 
     def _consume_plain(self, p: Projected) -> None:
         before = self._cursor.records

@@ -27,6 +27,7 @@ segments stay exactly as they were when it was published.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -114,6 +115,17 @@ class Columns:
 Sink = Callable[[Segment], Segment]
 
 
+class _Sealing:
+    """A compiled builder being sealed on a thread of its own (``seal_behind``)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.built: Segment | None = None  # the segment as sealed, in memory
+        self.kept: Segment | None = None  # what ``_keep`` handed back
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+
 class Index:
     """``sink``, when given, persists each sealed segment and returns the
     copy to keep (mapped from disk).
@@ -144,10 +156,17 @@ class Index:
         # records of the open builder: merged into the segment it seals.
         self._more_recs: list[int] = []
         self._more_keys: list[str] = []
+        # A full compiled builder whose seal runs beside the next records
+        # (``seal_behind``): its records come right after ``ids``.
+        self._sealing: _Sealing | None = None
+
+    def _held(self) -> int:
+        """Records in ``ids`` and in a builder being sealed behind."""
+        return len(self.ids) + (self._sealing.count if self._sealing is not None else 0)
 
     def __len__(self) -> int:
         b = self._builder
-        return len(self.ids) + (b.count if isinstance(b, NativeBuilder) else 0)
+        return self._held() + (b.count if isinstance(b, NativeBuilder) else 0)
 
     def kind_code(self, kind: str) -> int:
         code = self._kind_codes.get(kind)
@@ -181,12 +200,14 @@ class Index:
         """The open builder for the compiled path (see ``native``); the caller
         seals the index once it holds ``SEGMENT_RECORDS``."""
         if not isinstance(self._builder, NativeBuilder):
-            self.seal()
-            self._builder = NativeBuilder(len(self.ids))
+            if self._builder is not None:
+                self.seal()  # a plain builder's records
+            self._builder = NativeBuilder(self._held())
         return self._builder
 
     def seal(self) -> None:
         """Make every added record searchable (by the next published View)."""
+        self._settle()
         builder, self._builder = self._builder, None
         if builder is None or builder.count == 0:
             return
@@ -202,6 +223,52 @@ class Index:
         # its pages into this process's resident set for nothing.
         self.columns.extend(built.columns)
         self.segments = (*self.segments, self._keep(built))
+
+    def seal_behind(self) -> None:
+        """``seal`` a full compiled builder on a thread of its own, while the
+        caller goes on adding records to the next one: sealing (the arrays
+        laid out, the segment written) is a third of a compiled build's
+        time, and it needs nothing of the records after it. The segment
+        joins ``ids``, ``columns`` and ``segments`` at the next call of this
+        thread that needs them (``_settle``), in order, so nothing about it
+        differs from ``seal``'s; readers of published views never see it
+        before. At most one seal runs behind."""
+        self._settle()
+        builder = self._builder
+        if not isinstance(builder, NativeBuilder) or builder.count == 0:
+            self.seal()
+            return
+        self._builder = None
+        recs, keys = self._more_recs, self._more_keys
+        self._more_recs, self._more_keys = [], []
+        sealing = _Sealing(builder.count)
+
+        def work() -> None:
+            try:
+                built = builder.seal(self.kind_code)
+                if keys:
+                    built = seg.with_identifiers(built, recs, keys)
+                sealing.built, sealing.kept = built, self._keep(built)
+            except BaseException as exc:  # raised again by ``_settle``
+                sealing.error = exc
+
+        sealing.thread = threading.Thread(target=work, name="streamd-seal", daemon=True)
+        self._sealing = sealing
+        sealing.thread.start()
+
+    def _settle(self) -> None:
+        """Wait for a seal running behind and take its segment in."""
+        sealing, self._sealing = self._sealing, None
+        if sealing is None:
+            return
+        assert sealing.thread is not None
+        sealing.thread.join()
+        if sealing.error is not None:
+            raise sealing.error
+        assert sealing.built is not None and sealing.kept is not None
+        self.ids.extend(sealing.built.id_list())
+        self.columns.extend(sealing.built.columns)
+        self.segments = (*self.segments, sealing.kept)
 
     def _merge_tail(self) -> None:
         while self.segments and self.segments[-1].count < MERGE_CEILING:
@@ -242,6 +309,7 @@ class Index:
         """Write every segment still held only in memory, swapping each for
         its copy on disk as it goes; stop at the first failure (the ones
         written stay written). True when every segment is on disk."""
+        self._settle()
         if self.sink is None:
             return False
         self._sink_paused = False
@@ -268,6 +336,11 @@ class Index:
         into a published View."""
         self._builder = None
         self._more_recs, self._more_keys = [], []
+        sealing, self._sealing = self._sealing, None
+        if sealing is not None and sealing.thread is not None:
+            # Its records all come after the published ones: dropped, and
+            # its file (if it was written) is never listed in a manifest.
+            sealing.thread.join()
         if len(self.ids) <= n:
             return
         del self.ids[n:]

@@ -303,10 +303,11 @@ def rebased(s: Segment, base: int, kind_map: np.ndarray) -> Segment:
 # --- files ------------------------------------------------------------------
 
 
-def encode(seg: Segment) -> Iterator[bytes]:
+def encode(seg: Segment) -> Iterator[bytes | memoryview]:
     """One file per segment: a JSON header, then the arrays, 8-byte aligned.
-    The bytes come in pieces (one array at a time) so a big segment is
-    never copied whole; ``durable`` writes them atomically."""
+    The bytes come in pieces (one array at a time, each a view of the
+    array's own memory) so a segment is never copied on its way to the
+    file; ``durable`` writes them atomically."""
     arrays = {name: np.ascontiguousarray(arr) for name, arr in seg.arrays().items()}
     layout = []
     offset = 0
@@ -317,9 +318,8 @@ def encode(seg: Segment) -> Iterator[bytes]:
     head = _MAGIC + len(header).to_bytes(8, "little") + header
     yield head + b"\0" * ((len(head) + 7) // 8 * 8 - len(head))
     for arr in arrays.values():
-        data = arr.tobytes()
-        yield data
-        yield b"\0" * ((len(data) + 7) // 8 * 8 - len(data))
+        yield arr.view(np.uint8).data
+        yield b"\0" * ((arr.nbytes + 7) // 8 * 8 - arr.nbytes)
 
 
 def read(path: str) -> Segment:

@@ -6,7 +6,8 @@ import os
 from collections.abc import Iterable
 
 
-def write_atomic(path: str, chunks: Iterable[bytes], *, sync_dir: bool = False) -> None:
+def write_atomic(path: str, chunks: Iterable[bytes | memoryview], *,
+                 sync_dir: bool = False) -> None:
     """The one way a file of the workdir is written: to ``<path>.tmp``,
     fsynced, then renamed over ``path``, so a file that exists is whole.
     ``sync_dir`` also fsyncs the directory, which makes this rename (and every
