@@ -2,9 +2,11 @@
 # Kept by hand beside python.rs: a change there that bumps INTERFACE changes
 # this file too.
 from collections.abc import Callable, Sequence
-from typing import Any, Final, TypedDict, final
+from typing import Any, Final, TypedDict, TypeVar, final
 
 import numpy as np
+
+_M = TypeVar("_M")
 
 INTERFACE: Final[int]
 REBUILD_INTERFACE: Final[int]
@@ -120,3 +122,5 @@ class ModelPlan:
     ) -> None: ...
     def build(self, data: object) -> Any | None: ...
     def build_all(self, datas: list[Any]) -> list[Any | None]: ...
+
+def copy_models(models: list[_M]) -> list[_M]: ...

@@ -24,6 +24,7 @@ from google.genai import types  # noqa: E402
 from streamd.adk import codec, convert  # noqa: E402
 
 _decode = msgspec.json.Decoder().decode
+_compiled = pytest.mark.skipif(convert._core is None, reason="streamd._native is not built")
 
 
 def _events() -> list[Event]:
@@ -147,6 +148,20 @@ def test_a_copy_is_pydantics_shallow_copy(event: Any) -> None:
                                                                          "prompt_token_count")
 
 
+@_compiled
+@pytest.mark.parametrize("event", [*_events(), _USAGE], ids=lambda e: type(e).__name__)
+def test_the_compiled_copy_is_the_python_copy(event: Any) -> None:
+    [ours] = convert.copied_all([event])
+    theirs = convert.copied(event)
+    _same_tree(ours, theirs)
+    assert ours.__pydantic_extra__ == theirs.__pydantic_extra__
+    assert ours.__pydantic_private__ == theirs.__pydantic_private__
+    assert ours is not event and ours.__dict__ is not event.__dict__
+    assert ours.__pydantic_fields_set__ is not event.__pydantic_fields_set__
+    for name in type(event).model_fields:  # nested values shared, as model_copy shares them
+        assert getattr(ours, name) is getattr(event, name)
+
+
 def test_the_collector_is_paused_within_and_restored_after() -> None:
     import gc
 
@@ -168,9 +183,6 @@ def test_the_collector_is_paused_within_and_restored_after() -> None:
 # exactly where the Python plan refuses, and otherwise build a model equal in
 # every respect (types all the way down, fields set, private values, dump),
 # nested fallbacks to validation included; an error must be the same error.
-
-_compiled = pytest.mark.skipif(convert._core is None, reason="streamd._native is not built")
-
 
 def _python_rebuild(cls: Any, data: Any) -> Any:
     """``convert.rebuild`` on the Python plans only (nested models included:
@@ -315,3 +327,6 @@ def test_without_the_compiled_module_the_python_plans_run(
     assert convert.compiled_plan(Event) is None
     for ours, theirs in zip(convert.events_from_json(stored), expected, strict=True):
         _same_tree(ours, theirs)
+    for ours, theirs in zip(convert.copied_all(expected), expected, strict=True):
+        _same_tree(ours, theirs)
+        assert ours is not theirs

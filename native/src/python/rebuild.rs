@@ -331,11 +331,62 @@ impl ModelPlan {
     }
 }
 
-/// Adds `ModelPlan` and `REBUILD_INTERFACE` (bumped whenever `ModelPlan`'s
+/// Adds `ModelPlan`, `copy_models` and `REBUILD_INTERFACE` (bumped whenever `ModelPlan`'s
 /// arguments or results change: `streamd/adk/convert.py` takes the Python
 /// path with a module built from older sources). Kept apart from the
 /// indexing core's `INTERFACE`, which says nothing about this class.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("REBUILD_INTERFACE", 1)?;
+    m.add_function(wrap_pyfunction!(copy_models, m)?)?;
     m.add_class::<ModelPlan>()
+}
+
+/// `pydantic_core.PydanticUndefined`, looked up once.
+static UNDEFINED: GILOnceCell<PyObject> = GILOnceCell::new();
+
+/// `convert.copied` of each model (pydantic's shallow `model_copy`: its own
+/// `__dict__`, fields set, extra and private values, nested values shared):
+/// a session load hands out a copy of every cached event, and made here a
+/// copy costs no interpreted bytecode.
+#[pyfunction]
+pub fn copy_models<'py>(models: &Bound<'py, PyList>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let py = models.py();
+    let undefined = UNDEFINED
+        .get_or_try_init(py, || -> PyResult<_> {
+            Ok(py.import("pydantic_core")?.getattr("PydanticUndefined")?.unbind())
+        })?
+        .bind(py);
+    guarded("copy_models", || models.iter().map(|m| copy_model(&m, undefined)).collect())?
+}
+
+fn copy_model<'py>(model: &Bound<'py, PyAny>, undefined: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = model.py();
+    let cls = model.get_type();
+    let new = cls.getattr(intern!(py, "__new__"))?.call1((&cls,))?;
+    let dict = model.getattr(intern!(py, "__dict__"))?.downcast_into::<PyDict>()?.copy()?;
+    set_slot(&new, intern!(py, "__dict__"), &dict)?;
+    let extra = model.getattr(intern!(py, "__pydantic_extra__"))?;
+    let extra = if extra.is_none() { extra } else { extra.downcast_into::<PyDict>()?.copy()?.into_any() };
+    set_slot(&new, intern!(py, "__pydantic_extra__"), &extra)?;
+    let given = model.getattr(intern!(py, "__pydantic_fields_set__"))?.downcast_into::<PySet>()?;
+    set_slot(&new, intern!(py, "__pydantic_fields_set__"), PySet::new(py, given.iter())?.as_any())?;
+    // getattr(model, "__pydantic_private__", None): an unset slot reads as absent.
+    let private = match model.getattr(intern!(py, "__pydantic_private__")) {
+        Ok(p) => p,
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => py.None().into_bound(py),
+        Err(e) => return Err(e),
+    };
+    let private = if private.is_none() {
+        private
+    } else {
+        let kept = PyDict::new(py);
+        for (k, v) in private.downcast_into::<PyDict>()?.iter() {
+            if !v.is(undefined) {
+                kept.set_item(k, v)?;
+            }
+        }
+        kept.into_any()
+    };
+    set_slot(&new, intern!(py, "__pydantic_private__"), &private)?;
+    Ok(new)
 }

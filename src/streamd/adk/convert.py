@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from streamd._native import ModelPlan
 
 __all__ = [
-    "collector_paused", "copied", "event_from_json", "events_from_json", "rebuild",
+    "collector_paused", "compiled_plan", "copied", "copied_all", "event_from_json",
+    "events_from_json", "rebuild",
 ]
 
 _M = TypeVar("_M", bound=pydantic.BaseModel)
@@ -106,6 +107,13 @@ def copied(model: _M) -> _M:
     setattr_(new, "__pydantic_private__", None if private is None else {
         k: v for k, v in private.items() if v is not PydanticUndefined})
     return new
+
+
+def copied_all(models: list[_M]) -> list[_M]:
+    """:func:`copied` of each (by the compiled core where it runs)."""
+    if _core is None or os.environ.get("STREAMD_NATIVE", "").strip() == "0":
+        return [copied(model) for model in models]
+    return _core.copy_models(models)
 
 
 def rebuild(cls: type[pydantic.BaseModel], data: Any) -> Any:
