@@ -177,6 +177,30 @@ def test_the_collector_is_paused_within_and_restored_after() -> None:
     assert gc.isenabled()
 
 
+def test_what_a_pause_made_is_filed_with_the_oldest_objects_unless_some_are_frozen() -> None:
+    import gc
+
+    class Made:  # tracked by the collector
+        pass
+
+    with convert.collector_paused():
+        made = Made()
+    assert gc.is_tracked(made)
+    assert any(o is made for o in gc.get_objects(generation=2))
+    assert gc.get_freeze_count() == 0
+    kept = Made()
+    gc.freeze()  # someone's frozen heap: left frozen
+    try:
+        frozen = gc.get_freeze_count()
+        with convert.collector_paused():
+            young = Made()
+        assert gc.get_freeze_count() == frozen
+        assert not any(o is young for o in gc.get_objects(generation=2))
+        assert not any(o is kept for o in gc.get_objects(generation=2))
+    finally:
+        gc.unfreeze()
+
+
 # --- the compiled builder (streamd._native.ModelPlan) against the Python plans ---
 #
 # The Python plans are the oracle: for any data, the compiled copy must refuse
