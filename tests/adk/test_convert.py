@@ -330,6 +330,18 @@ def test_the_compiled_builder_agrees_with_the_python_plan_on_any_data(data: Any)
 
 
 @_compiled
+@pytest.mark.parametrize("depth", [1, 60, 200])
+def test_deep_data_is_built_alike(depth: int) -> None:
+    # The compiled builder hands models nested past its limit back to the
+    # Python plans, which recurse with the interpreter's checks.
+    data: dict[str, Any] = {"type": "STRING"}
+    for _ in range(depth):
+        data = {"type": "ARRAY", "items": data}
+    _agree(types.Schema, data)
+    _same_tree(convert.rebuild(types.Schema, data), types.Schema.model_validate(data))
+
+
+@_compiled
 def test_the_compiled_builder_refuses_what_is_not_a_dict() -> None:
     compiled = convert.compiled_plan(Event)
     assert compiled is not None

@@ -59,6 +59,12 @@ struct Nested {
     no: PyObject,
 }
 
+/// How many models deep a build goes before it hands the data back (the
+/// Python path decides, and validation's own limits apply): the builder
+/// recurses on the native stack, which, unlike the interpreter's, has no
+/// recursion check, and data nested this deep is no event the service wrote.
+const MAX_NESTING: usize = 64;
+
 /// One field's rule: its conversion and whether None is kept.
 struct Field {
     spec: Spec,
@@ -121,7 +127,7 @@ fn set_slot(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, value: &Bound<'_
 }
 
 /// A value as the rule converts it; None: it cannot (validation decides).
-fn convert<'py>(spec: &Spec, value: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+fn convert<'py>(spec: &Spec, value: &Bound<'py, PyAny>, depth: usize) -> PyResult<Option<Bound<'py, PyAny>>> {
     let py = value.py();
     Ok(match spec {
         Spec::Same => Some(value.clone()),
@@ -139,7 +145,7 @@ fn convert<'py>(spec: &Spec, value: &Bound<'py, PyAny>) -> PyResult<Option<Bound
                 Ok(if got.is_none() { None } else { Some(got.downcast::<ModelPlan>()?.clone().unbind()) })
             })?;
             if let Some(plan) = plan {
-                if let Some(built) = plan.get().build_in(value)? {
+                if let Some(built) = plan.get().build_in(value, depth + 1)? {
                     return Ok(Some(built));
                 }
             }
@@ -152,7 +158,7 @@ fn convert<'py>(spec: &Spec, value: &Bound<'py, PyAny>) -> PyResult<Option<Bound
             if !value.is_exact_instance_of::<PyList>() {
                 return Ok(None);
             }
-            items(item, *nullable, value.downcast::<PyList>()?.iter())?
+            items(item, *nullable, value.downcast::<PyList>()?.iter(), depth)?
                 .map(|out| PyList::new(py, out))
                 .transpose()?
                 .map(Bound::into_any)
@@ -161,7 +167,7 @@ fn convert<'py>(spec: &Spec, value: &Bound<'py, PyAny>) -> PyResult<Option<Bound
             if !value.is_exact_instance_of::<PyList>() {
                 return Ok(None);
             }
-            items(item, *nullable, value.downcast::<PyList>()?.iter())?
+            items(item, *nullable, value.downcast::<PyList>()?.iter(), depth)?
                 .map(|out| PySet::new(py, out))
                 .transpose()?
                 .map(Bound::into_any)
@@ -171,7 +177,7 @@ fn convert<'py>(spec: &Spec, value: &Bound<'py, PyAny>) -> PyResult<Option<Bound
                 return Ok(None);
             }
             let d = value.downcast::<PyDict>()?;
-            let Some(out) = items(item, *nullable, d.values().iter())? else {
+            let Some(out) = items(item, *nullable, d.values().iter(), depth)? else {
                 return Ok(None);
             };
             let made = PyDict::new(py);
@@ -181,7 +187,7 @@ fn convert<'py>(spec: &Spec, value: &Bound<'py, PyAny>) -> PyResult<Option<Bound
             Some(made.into_any())
         }
         Spec::Then(inner, checks) => {
-            let Some(mut v) = convert(inner, value)? else {
+            let Some(mut v) = convert(inner, value, depth)? else {
                 return Ok(None);
             };
             for check in checks {
@@ -206,6 +212,7 @@ fn items<'py>(
     item: &Spec,
     nullable: bool,
     values: impl Iterator<Item = Bound<'py, PyAny>>,
+    depth: usize,
 ) -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
     let mut out = Vec::with_capacity(values.size_hint().0);
     for v in values {
@@ -215,7 +222,7 @@ fn items<'py>(
             }
             out.push(v);
         } else {
-            match convert(item, &v)? {
+            match convert(item, &v, depth)? {
                 Some(c) => out.push(c),
                 None => return Ok(None),
             }
@@ -226,8 +233,11 @@ fn items<'py>(
 
 impl ModelPlan {
     /// `_Plan.build`: the model, or None where the Python path decides.
-    fn build_in<'py>(&self, data: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn build_in<'py>(&self, data: &Bound<'py, PyAny>, depth: usize) -> PyResult<Option<Bound<'py, PyAny>>> {
         let py = data.py();
+        if depth > MAX_NESTING {
+            return Ok(None);
+        }
         let Ok(data) = data.downcast_exact::<PyDict>() else {
             return Ok(None);
         };
@@ -244,7 +254,7 @@ impl ModelPlan {
                 }
                 value
             } else {
-                match convert(&field.spec, &value)? {
+                match convert(&field.spec, &value, depth)? {
                     Some(v) => v,
                     None => return Ok(None),
                 }
@@ -322,12 +332,12 @@ impl ModelPlan {
 
     /// The model built from `data`, or None where the Python path must decide.
     fn build<'py>(&self, data: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        guarded("ModelPlan.build", || self.build_in(data))?
+        guarded("ModelPlan.build", || self.build_in(data, 0))?
     }
 
     /// `build` of each, None where the Python path must decide.
     fn build_all<'py>(&self, datas: &Bound<'py, PyList>) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
-        guarded("ModelPlan.build_all", || datas.iter().map(|d| self.build_in(&d)).collect())?
+        guarded("ModelPlan.build_all", || datas.iter().map(|d| self.build_in(&d, 0)).collect())?
     }
 }
 
