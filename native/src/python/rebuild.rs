@@ -85,7 +85,9 @@ pub struct ModelPlan {
     factories: Vec<(Py<PyString>, PyObject)>,
     required: Vec<Py<PyString>>,
     after: Vec<PyObject>,
-    post_init: bool,
+    /// The class's `model_post_init`, where the plan calls it (as
+    /// `model.model_post_init(None)`: the class's function, the model first).
+    post_init: Option<PyObject>,
 }
 
 fn spec_of(obj: &Bound<'_, PyAny>, no: &PyObject) -> PyResult<Spec> {
@@ -243,6 +245,7 @@ impl ModelPlan {
         };
         let index = self.index.bind(py);
         let full = self.template.bind(py).copy()?; // in the fields' order, as validation makes it
+        let given = PySet::empty(py)?;
         for (key, value) in data.iter() {
             let Some(i) = index.get_item(&key)? else {
                 return Ok(None); // not a field (by this name): validation decides
@@ -259,6 +262,7 @@ impl ModelPlan {
                     None => return Ok(None),
                 }
             };
+            given.add(&key)?;
             full.set_item(key, value)?;
         }
         for name in &self.required {
@@ -275,12 +279,11 @@ impl ModelPlan {
         let cls = self.cls.bind(py);
         let mut model = self.new.bind(py).call1((cls,))?;
         set_slot(&model, intern!(py, "__dict__"), &full)?;
-        let given = PySet::new(py, data.keys())?;
         set_slot(&model, intern!(py, "__pydantic_fields_set__"), &given)?;
         set_slot(&model, intern!(py, "__pydantic_extra__"), &py.None().into_bound(py))?;
         set_slot(&model, intern!(py, "__pydantic_private__"), &py.None().into_bound(py))?;
-        if self.post_init {
-            model.call_method1(intern!(py, "model_post_init"), (py.None(),))?;
+        if let Some(post_init) = &self.post_init {
+            post_init.bind(py).call1((&model, py.None()))?;
         }
         for check in &self.after {
             match check.bind(py).call1((model,)) {
@@ -326,7 +329,11 @@ impl ModelPlan {
             factories: factories.into_iter().map(|(n, f)| (n.unbind(), f)).collect(),
             required: required.into_iter().map(Bound::unbind).collect(),
             after,
-            post_init,
+            post_init: if post_init {
+                Some(cls.getattr(intern!(py, "model_post_init"))?.unbind())
+            } else {
+                None
+            },
         })
     }
 
