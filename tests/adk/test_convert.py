@@ -341,6 +341,38 @@ def test_deep_data_is_built_alike(depth: int) -> None:
     _same_tree(convert.rebuild(types.Schema, data), types.Schema.model_validate(data))
 
 
+_CHECKED: list[int] = []
+
+
+class _Inner(pydantic.BaseModel):
+    x: int = 0
+
+    @pydantic.field_validator("x")
+    @classmethod
+    def _seen(cls, value: int) -> int:
+        _CHECKED.append(value)
+        return value
+
+
+class _Outer(pydantic.BaseModel):
+    inner: _Inner | None = None
+
+
+@_compiled
+def test_validators_run_as_often_on_both_paths() -> None:
+    # The inner model's plan runs its validator, then refuses (an unknown
+    # key): validation decides, and the validator is not run a third time.
+    for data in ({"inner": {"x": 1}}, {"inner": {"x": 2, "other": 0}}, {"inner": {"x": "3"}}):
+        _CHECKED.clear()
+        theirs = _python_rebuild(_Outer, data)
+        python_calls = list(_CHECKED)
+        _CHECKED.clear()
+        ours = convert.rebuild(_Outer, data)
+        compiled_calls = list(_CHECKED)
+        assert compiled_calls == python_calls
+        _same_tree(ours, theirs)
+
+
 @_compiled
 def test_the_compiled_builder_refuses_what_is_not_a_dict() -> None:
     compiled = convert.compiled_plan(Event)

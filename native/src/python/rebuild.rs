@@ -49,8 +49,9 @@ enum Spec {
 
 /// A nested model: its own plan, found at first use (plans nest, even
 /// themselves, so it cannot be asked for while the parent's is made), and
-/// the Python conversion that decides when that plan cannot build it (which
-/// validates the value alone, as the parent's validation would).
+/// what decides when that plan cannot build it: the value validated alone,
+/// as the parent's validation would (the Python plan's `_model` does the
+/// same after its own plan refuses).
 struct Nested {
     resolve: PyObject,
     plan: GILOnceCell<Option<Py<ModelPlan>>>,
@@ -151,8 +152,7 @@ fn convert<'py>(spec: &Spec, value: &Bound<'py, PyAny>, depth: usize) -> PyResul
                     return Ok(Some(built));
                 }
             }
-            // The Python conversion: its plan refuses too, so it validates
-            // this value alone and says whether that gave a model.
+            // Validated alone; `no` if that failed (the parent is validated then).
             let got = nested.fallback.bind(py).call1((value,))?;
             (!got.is(&nested.no)).then_some(got)
         }

@@ -17,7 +17,7 @@ so encoded once, is :func:`streamd.adk.codec.log_event`).
   result or the error it always gave.
 * The plans are compiled here, in Python, from pydantic's metadata, and
   this module's plan interpreter is their definition; the compiled core
-  (``streamd._native.ModelPlan``) runs a copy of each, about three times
+  (``streamd._native.ModelPlan``) runs a copy of each, two to three times
   faster, and hands back to the Python path whatever it cannot build (see
   "the compiled builder" below). ``tests/adk/test_convert.py`` compares the
   plans with ``model_validate``, and the compiled copies with the plans, on
@@ -144,7 +144,8 @@ def rebuild(cls: type[pydantic.BaseModel], data: Any) -> Any:
 # The plans below are the definition; ``streamd._native.ModelPlan`` (the Rust
 # core, native/src/python/rebuild.rs) runs a compiled copy of each, building
 # the same models without interpreting Python per object (the plan
-# interpreter below costs ~20 us an event, most of a cold session load).
+# interpreter below costs 12-17 us an event in a tight loop, most of a cold
+# session load).
 # Where it cannot build, it says so (None) and the Python path decides as it
 # always did. Without the compiled module (an install without a Rust
 # toolchain, or one built from other sources), or with ``STREAMD_NATIVE=0``,
@@ -437,20 +438,22 @@ def _model(cls: type[pydantic.BaseModel]) -> Convert:
     parent to validation too, so the error raised is the parent's."""
     found: list[_Plan] = []
 
-    def convert(value: Any) -> Any:
-        if not found:
-            found.append(_plan(cls))
-        built = found[0].build(value)
-        if built is not _NO:
-            return built
+    def validated(value: Any) -> Any:
         try:
             return cls.model_validate(value)
         except (pydantic.ValidationError, ValueError, TypeError):
             return _NO
 
+    def convert(value: Any) -> Any:
+        if not found:
+            found.append(_plan(cls))
+        built = found[0].build(value)
+        return validated(value) if built is _NO else built
+
     # Compiled: the nested plan's compiled copy, asked for at first use (plans
-    # nest), and this conversion for what that copy cannot build.
-    return _noted(convert, ("model", functools.partial(_compiled_of, cls), convert))
+    # nest), and validation for what that copy cannot build (where this plan
+    # refuses too: validators are not run twice).
+    return _noted(convert, ("model", functools.partial(_compiled_of, cls), validated))
 
 
 def _enum(cls: type[enum.Enum]) -> Convert:
