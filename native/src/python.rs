@@ -20,6 +20,7 @@ use crate::gotime::Instant;
 use crate::postings::{Builder, Origin, Sealed};
 use crate::{json, lines, postings, tokenize, unicode};
 
+mod rebuild;
 mod search;
 
 create_exception!(_native, NativeError, PyRuntimeError, "The compiled indexing core failed (a bug: please report it).");
@@ -336,5 +337,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_fold, m)?)?;
     m.add_function(wrap_pyfunction!(py_term_hash, m)?)?;
     m.add_function(wrap_pyfunction!(search::rank_search, m)?)?;
+    rebuild::register(m)?;
     Ok(())
 }

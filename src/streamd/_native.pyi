@@ -1,12 +1,15 @@
 # The compiled indexing core (native/src/python.rs), as type checkers see it.
 # Kept by hand beside python.rs: a change there that bumps INTERFACE changes
 # this file too.
-from collections.abc import Sequence
-from typing import Final, TypedDict, final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypedDict, TypeVar, final
 
 import numpy as np
 
+_M = TypeVar("_M")
+
 INTERFACE: Final[int]
+REBUILD_INTERFACE: Final[int]
 UNICODE_VERSION: Final[str]
 MAX_LINE_BYTES: Final[int]
 HOLD_LIMIT: Final[int]
@@ -101,3 +104,23 @@ def rank_search(
     limit: int,
 ) -> tuple[list[int], list[float], list[bool], int, bool]: ...
 def _panic_for_tests() -> None: ...
+
+@final
+class ModelPlan:
+    """A pydantic model class's rebuild plan, compiled (``streamd/adk/convert.py``)."""
+
+    def __init__(
+        self,
+        cls: type,
+        template: dict[str, Any],
+        fields: list[tuple[str, tuple[Any, ...], bool]],
+        factories: list[tuple[str, Callable[[], Any]]],
+        required: list[str],
+        after: list[Callable[[Any], Any]],
+        post_init: bool,
+        no: object,
+    ) -> None: ...
+    def build(self, data: object) -> Any | None: ...
+    def build_all(self, datas: list[Any]) -> list[Any | None]: ...
+
+def copy_models(models: list[_M]) -> list[_M]: ...

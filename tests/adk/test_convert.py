@@ -5,9 +5,12 @@ No daemon: pure conversion."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 adk = pytest.importorskip("google.adk")
 
@@ -21,6 +24,7 @@ from google.genai import types  # noqa: E402
 from streamd.adk import codec, convert  # noqa: E402
 
 _decode = msgspec.json.Decoder().decode
+_compiled = pytest.mark.skipif(convert._core is None, reason="streamd._native is not built")
 
 
 def _events() -> list[Event]:
@@ -116,6 +120,7 @@ def test_data_the_plan_does_not_know_is_validated_and_refused_as_before() -> Non
         {**data, "timestamp": "soon"},  # a value of another type
         {**data, "content": {"parts": [{"text": "x", "no_such_field": 1}]}},  # forbidden extra
         {**data, "actions": {"compaction": {"start_timestamp": 1.0}}},  # required fields missing
+        {**data, "actions": {"requested_auth_configs": {"c": {}}}},  # an after-validator refuses
     ):
         with pytest.raises(pydantic.ValidationError) as ours:
             convert.rebuild(Event, bad)
@@ -143,6 +148,20 @@ def test_a_copy_is_pydantics_shallow_copy(event: Any) -> None:
                                                                          "prompt_token_count")
 
 
+@_compiled
+@pytest.mark.parametrize("event", [*_events(), _USAGE], ids=lambda e: type(e).__name__)
+def test_the_compiled_copy_is_the_python_copy(event: Any) -> None:
+    [ours] = convert.copied_all([event])
+    theirs = convert.copied(event)
+    _same_tree(ours, theirs)
+    assert ours.__pydantic_extra__ == theirs.__pydantic_extra__
+    assert ours.__pydantic_private__ == theirs.__pydantic_private__
+    assert ours is not event and ours.__dict__ is not event.__dict__
+    assert ours.__pydantic_fields_set__ is not event.__pydantic_fields_set__
+    for name in type(event).model_fields:  # nested values shared, as model_copy shares them
+        assert getattr(ours, name) is getattr(event, name)
+
+
 def test_the_collector_is_paused_within_and_restored_after() -> None:
     import gc
 
@@ -156,3 +175,226 @@ def test_the_collector_is_paused_within_and_restored_after() -> None:
     with pytest.raises(ZeroDivisionError), convert.collector_paused():
         raise ZeroDivisionError
     assert gc.isenabled()
+
+
+def test_what_a_pause_made_is_filed_with_the_oldest_objects_unless_some_are_frozen() -> None:
+    import gc
+
+    class Made:  # tracked by the collector
+        pass
+
+    with convert.collector_paused():
+        made = Made()
+    assert gc.is_tracked(made)
+    assert any(o is made for o in gc.get_objects(generation=2))
+    assert gc.get_freeze_count() == 0
+    kept = Made()
+    gc.freeze()  # someone's frozen heap: left frozen
+    try:
+        frozen = gc.get_freeze_count()
+        with convert.collector_paused():
+            young = Made()
+        assert gc.get_freeze_count() == frozen
+        assert not any(o is young for o in gc.get_objects(generation=2))
+        assert not any(o is kept for o in gc.get_objects(generation=2))
+    finally:
+        gc.unfreeze()
+
+
+# --- the compiled builder (streamd._native.ModelPlan) against the Python plans ---
+#
+# The Python plans are the oracle: for any data, the compiled copy must refuse
+# exactly where the Python plan refuses, and otherwise build a model equal in
+# every respect (types all the way down, fields set, private values, dump),
+# nested fallbacks to validation included; an error must be the same error.
+
+def _python_rebuild(cls: Any, data: Any) -> Any:
+    """``convert.rebuild`` on the Python plans only (nested models included:
+    their conversions never reach the compiled copies)."""
+    built = convert._plan(cls).build(data)
+    return cls.model_validate(data) if built is convert._NO else built
+
+
+def _same_tree(a: Any, b: Any, where: str = "") -> None:
+    assert type(a) is type(b), where
+    if isinstance(a, pydantic.BaseModel):
+        _same_model(a, b)
+        for name in type(a).model_fields:
+            _same_tree(getattr(a, name), getattr(b, name), f"{where}.{name}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _same_tree(x, y, f"{where}[{i}]")
+    elif isinstance(a, dict):
+        assert list(a) == list(b), where
+        for k in a:
+            _same_tree(a[k], b[k], f"{where}[{k!r}]")
+    else:
+        assert a == b, where
+
+
+def _outcome(build: Any) -> tuple[Any, Exception | None]:
+    try:
+        return build(), None
+    except Exception as exc:  # compared with the other path's
+        return None, exc
+
+
+def _agree(cls: Any, data: Any) -> None:
+    compiled = convert.compiled_plan(cls)
+    assert compiled is not None
+    refused, _ = _outcome(lambda: compiled.build(copy.deepcopy(data)) is None)
+    python_refused, _ = _outcome(
+        lambda: convert._plan(cls).build(copy.deepcopy(data)) is convert._NO)
+    assert refused == python_refused
+    ours, our_error = _outcome(lambda: convert.rebuild(cls, copy.deepcopy(data)))
+    theirs, their_error = _outcome(lambda: _python_rebuild(cls, copy.deepcopy(data)))
+    if their_error is not None:
+        assert type(our_error) is type(their_error)
+        if isinstance(their_error, pydantic.ValidationError):
+            assert isinstance(our_error, pydantic.ValidationError)
+            assert our_error.errors() == their_error.errors()
+        else:
+            assert str(our_error) == str(their_error)
+        return
+    assert our_error is None, our_error
+    _same_tree(ours, theirs)
+
+
+@_compiled
+@pytest.mark.parametrize("event", _events(), ids=lambda e: e.invocation_id)
+def test_the_compiled_builder_builds_what_the_python_plan_builds(event: Event) -> None:
+    data = _decode(codec.log_event(event).content)
+    _agree(Event, data)
+    assert convert.compiled_plan(Event) is not None
+    _same_tree(convert.events_from_json([codec.log_event(event).content])[0],
+               _python_rebuild(Event, data))
+
+
+_DUMPED = [_decode(codec.log_event(e).content) for e in _events()]
+# Names of fields anywhere in the sample events' classes, for keys added.
+_NAMES = sorted({name for cls in (Event, EventActions, types.Content, types.Part,
+                                  types.FunctionCall, types.FunctionResponse, types.Blob,
+                                  types.GroundingMetadata, ToolConfirmation, EventCompaction)
+                 for name in cls.model_fields} | {"no_such_field"})
+_SCALAR = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+           | st.floats(allow_nan=False) | st.text(max_size=4)
+           | st.sampled_from(["user", "model", "STOP", "SAFETY", "1", "", "t1"]))
+_JSON = st.recursive(_SCALAR, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+    st.sampled_from(_NAMES) | st.text(max_size=3), inner, max_size=3), max_leaves=8)
+# An empty id is replaced by a random one and a missing timestamp is now: both
+# paths do so, with values that cannot be compared.
+_KEEP = {"id", "timestamp"}
+
+
+@st.composite
+def _mutated(draw: st.DrawFn) -> Any:
+    data = copy.deepcopy(draw(st.sampled_from(_DUMPED)))
+    for _ in range(draw(st.integers(1, 4))):
+        node: Any = data
+        while True:  # down a random path of containers
+            inner = [v for v in (node.values() if isinstance(node, dict) else node)
+                     if isinstance(v, (dict, list))]
+            if not inner or draw(st.booleans()):
+                break
+            node = draw(st.sampled_from(inner))
+        action = draw(st.sampled_from(["set", "drop", "add"]))
+        if isinstance(node, dict):
+            keys = [k for k in node if node is not data or k not in _KEEP]
+            if action == "add" or not keys:
+                key = draw(st.sampled_from(_NAMES))
+                if node is data and key in _KEEP:
+                    continue
+                node[key] = draw(_JSON)
+            elif action == "set":
+                node[draw(st.sampled_from(keys))] = draw(_JSON)
+            else:
+                del node[draw(st.sampled_from(keys))]
+        elif action == "add" or not node:
+            node.append(draw(_JSON))
+        elif action == "set":
+            node[draw(st.integers(0, len(node) - 1))] = draw(_JSON)
+        else:
+            del node[draw(st.integers(0, len(node) - 1))]
+    return data
+
+
+@_compiled
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_mutated())
+def test_the_compiled_builder_agrees_with_the_python_plan_on_any_data(data: Any) -> None:
+    _agree(Event, data)
+    for key, cls in (("content", types.Content), ("actions", EventActions)):
+        if key in data:
+            _agree(cls, data[key])
+
+
+@_compiled
+@pytest.mark.parametrize("depth", [1, 60, 200])
+def test_deep_data_is_built_alike(depth: int) -> None:
+    # The compiled builder hands models nested past its limit back to the
+    # Python plans, which recurse with the interpreter's checks.
+    data: dict[str, Any] = {"type": "STRING"}
+    for _ in range(depth):
+        data = {"type": "ARRAY", "items": data}
+    _agree(types.Schema, data)
+    _same_tree(convert.rebuild(types.Schema, data), types.Schema.model_validate(data))
+
+
+_CHECKED: list[int] = []
+
+
+class _Inner(pydantic.BaseModel):
+    x: int = 0
+
+    @pydantic.field_validator("x")
+    @classmethod
+    def _seen(cls, value: int) -> int:
+        _CHECKED.append(value)
+        return value
+
+
+class _Outer(pydantic.BaseModel):
+    inner: _Inner | None = None
+
+
+@_compiled
+def test_validators_run_as_often_on_both_paths() -> None:
+    # The inner model's plan runs its validator, then refuses (an unknown
+    # key): validation decides, and the validator is not run a third time.
+    for data in ({"inner": {"x": 1}}, {"inner": {"x": 2, "other": 0}}, {"inner": {"x": "3"}}):
+        _CHECKED.clear()
+        theirs = _python_rebuild(_Outer, data)
+        python_calls = list(_CHECKED)
+        _CHECKED.clear()
+        ours = convert.rebuild(_Outer, data)
+        compiled_calls = list(_CHECKED)
+        assert compiled_calls == python_calls
+        _same_tree(ours, theirs)
+
+
+@_compiled
+def test_the_compiled_builder_refuses_what_is_not_a_dict() -> None:
+    compiled = convert.compiled_plan(Event)
+    assert compiled is not None
+    for odd in (None, [], "x", 1, msgspec.Struct()):
+        assert compiled.build(odd) is None
+
+
+def test_without_the_compiled_module_the_python_plans_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stored = [codec.log_event(e).content for e in _events()]
+    expected = [_python_rebuild(Event, _decode(c)) for c in stored]
+    monkeypatch.setenv("STREAMD_NATIVE", "0")
+    assert convert.compiled_plan(Event) is None
+    for ours, theirs in zip(convert.events_from_json(stored), expected, strict=True):
+        _same_tree(ours, theirs)
+    monkeypatch.delenv("STREAMD_NATIVE")
+    monkeypatch.setattr(convert, "_core", None)
+    assert convert.compiled_plan(Event) is None
+    for ours, theirs in zip(convert.events_from_json(stored), expected, strict=True):
+        _same_tree(ours, theirs)
+    for ours, theirs in zip(convert.copied_all(expected), expected, strict=True):
+        _same_tree(ours, theirs)
+        assert ours is not theirs

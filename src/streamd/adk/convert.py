@@ -4,18 +4,24 @@ so encoded once, is :func:`streamd.adk.codec.log_event`).
 
 * ``Event.model_validate`` costs 31-38 us a typical event on a 2-core VM
   (``model_validate_json`` the same), for data that pydantic itself produced
-  from a valid Event; rebuilt here it costs about half.
-  :func:`event_from_json` rebuilds such data the way ``model_construct``
-  does (defaults, ``model_post_init``, private attributes, the set of
-  fields given), model by model, from a plan compiled
+  from a valid Event. :func:`event_from_json` rebuilds such data the way
+  ``model_construct`` does (defaults, ``model_post_init``, private
+  attributes, the set of fields given), model by model, from a plan compiled
   once per class, converting each value as validation would (enums by value,
   lists to sets, nested models), and running the after-validators the
   classes declare. Anything the plan does not know for certain how to treat
   (an unknown key, a value of an unexpected type, bytes, a union, a
   constrained field, a before-validator not known to leave a dict alone, a
-  required field missing) sends that model's data, and only that one, to
-  ``model_validate``, which gives the result or the error it always gave.
-  ``tests/adk/test_convert.py`` compares both ways on every kind of event.
+  required field missing, an after-validator refusing a value) sends that
+  model's data, and only that one, to ``model_validate``, which gives the
+  result or the error it always gave.
+* The plans are compiled here, in Python, from pydantic's metadata, and
+  this module's plan interpreter is their definition; the compiled core
+  (``streamd._native.ModelPlan``) runs a copy of each, two to three times
+  faster, and hands back to the Python path whatever it cannot build (see
+  "the compiled builder" below). ``tests/adk/test_convert.py`` compares the
+  plans with ``model_validate``, and the compiled copies with the plans, on
+  every kind of event and on random data.
 """
 
 from __future__ import annotations
@@ -24,18 +30,23 @@ import contextlib
 import enum
 import functools
 import gc
+import os
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import pydantic
 from google.adk.events.event import Event
 from pydantic_core import PydanticUndefined
 
+if TYPE_CHECKING:
+    from streamd._native import ModelPlan
+
 __all__ = [
-    "collector_paused", "copied", "event_from_json", "events_from_json", "rebuild",
+    "collector_paused", "compiled_plan", "copied", "copied_all", "event_from_json",
+    "events_from_json", "rebuild",
 ]
 
 _M = TypeVar("_M", bound=pydantic.BaseModel)
@@ -52,25 +63,43 @@ def events_from_json(contents: Iterable[bytes | msgspec.Raw]) -> list[Event]:
     """:func:`event_from_json` of each, with the cyclic garbage collector
     paused meanwhile (see :func:`collector_paused`)."""
     with collector_paused():
-        return [rebuild(Event, _decode(content)) for content in contents]
+        compiled = compiled_plan(Event)
+        if compiled is None:
+            return [rebuild(Event, _decode(content)) for content in contents]
+        datas = [_decode(content) for content in contents]
+        built = compiled.build_all(datas)
+        return [Event.model_validate(data) if model is None else model
+                for data, model in zip(datas, built, strict=True)]
 
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a stretch of synchronous work.
+    """Pause the cyclic garbage collector for a stretch of synchronous work,
+    and file what the stretch made with the oldest objects.
 
-    A session's load makes tens of thousands of small objects, none of them
-    garbage, and every collection their allocation triggers walks the whole
-    heap again, which in a process that has imported ADK (pydantic schemas,
-    genai types) holds some 90,000 objects: measured, a cold 2,000-event
-    load spent about a third of its time in the collector. Nothing here
-    awaits, so the pause ends with the work; the collector's state is
-    restored, and its next run collects whatever the stretch left."""
+    A session's load makes tens of thousands of small objects (17 tracked
+    ones an event), none of them garbage, and every collection their
+    allocation triggers walks the whole heap again, which in a process that
+    has imported ADK (pydantic schemas, genai types) holds some 90,000
+    objects: measured, a cold 2,000-event load spent about a third of its
+    time in the collector. Nothing here awaits, so the pause ends with the
+    work. Then the young collection that the first allocation after it runs
+    would walk every object the stretch made (~10 ms for 2,000 events, half
+    a cold load once rebuilding is compiled) only to move them to the next
+    generation: they are long-lived (the event cache holds them), so they
+    are moved to the oldest one at once (``gc.freeze`` then ``gc.unfreeze``,
+    which splice lists and walk nothing), where full collections see them
+    as they would have later. Not done when something in the process keeps
+    objects frozen (``gc.get_freeze_count()``, a pre-fork server's heap):
+    unfreezing would undo that, so the young collection runs as before."""
     paused = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
         if paused:
             gc.enable()
 
@@ -92,11 +121,77 @@ def copied(model: _M) -> _M:
     return new
 
 
+def copied_all(models: list[_M]) -> list[_M]:
+    """:func:`copied` of each (by the compiled core where it runs)."""
+    if _core is None or os.environ.get("STREAMD_NATIVE", "").strip() == "0":
+        return [copied(model) for model in models]
+    return _core.copy_models(models)
+
+
 def rebuild(cls: type[pydantic.BaseModel], data: Any) -> Any:
     """``cls.model_validate(data)`` for data a ``cls`` was dumped to, built
     without validation where that gives the same model."""
-    built = _plan(cls).build(data)
-    return cls.model_validate(data) if built is _NO else built
+    compiled = compiled_plan(cls)
+    if compiled is None:
+        built = _plan(cls).build(data)
+        return cls.model_validate(data) if built is _NO else built
+    built = compiled.build(data)
+    return cls.model_validate(data) if built is None else built
+
+
+# --- the compiled builder --------------------------------------------------
+#
+# The plans below are the definition; ``streamd._native.ModelPlan`` (the Rust
+# core, native/src/python/rebuild.rs) runs a compiled copy of each, building
+# the same models without interpreting Python per object (the plan
+# interpreter below costs 12-17 us an event in a tight loop, most of a cold
+# session load).
+# Where it cannot build, it says so (None) and the Python path decides as it
+# always did. Without the compiled module (an install without a Rust
+# toolchain, or one built from other sources), or with ``STREAMD_NATIVE=0``,
+# the Python plans run: the same models, slower.
+
+# The ModelPlan calls this module makes (the module's REBUILD_INTERFACE).
+REBUILD_INTERFACE = 1
+
+try:
+    from streamd import _native as _core
+except ImportError:  # built without a Rust toolchain: the Python plans it is
+    _core = None  # type: ignore[assignment]
+if getattr(_core, "REBUILD_INTERFACE", None) != REBUILD_INTERFACE:
+    _core = None  # type: ignore[assignment]  # an extension older than these sources
+
+_compiled: dict[type, ModelPlan | None] = {}
+
+
+def compiled_plan(cls: type[pydantic.BaseModel]) -> ModelPlan | None:
+    """The compiled copy of ``cls``'s plan; None where the Python plans run
+    (no usable compiled module, ``STREAMD_NATIVE=0``, a plan that cannot build)."""
+    if _core is None or os.environ.get("STREAMD_NATIVE", "").strip() == "0":
+        return None
+    return _compiled_of(cls)
+
+
+def _compiled_of(cls: type[pydantic.BaseModel]) -> ModelPlan | None:
+    try:
+        return _compiled[cls]
+    except KeyError:
+        pass
+    plan = _plan(cls)
+    compiled = None
+    if plan.usable and _core is not None:
+        compiled = _core.ModelPlan(
+            cls,
+            plan.template,
+            [(name, _spec(rule), rule[2]) for name, rule in plan.fields.items()],
+            plan.factories,
+            sorted(plan.required),
+            plan.after,
+            plan.post_init,
+            _NO,
+        )
+    _compiled[cls] = compiled
+    return compiled
 
 
 # --- plans -----------------------------------------------------------------
@@ -113,6 +208,10 @@ Convert = Callable[[Any], Any]
 # refused as an unknown key before it gets here.
 _HARMLESS_BEFORE = frozenset({"_check_field_type_mismatches", "_accept_convenience_kwargs"})
 _IMMUTABLE = (type(None), bool, int, float, str, enum.Enum, tuple, frozenset)
+# What an after-validator raises to refuse a value (a ValidationError is a
+# ValueError): validation turns it into the model's ValidationError, with the
+# value's place in it, so data refused so goes to validation.
+_REFUSALS = (ValueError, AssertionError)
 
 _plans: dict[type, _Plan] = {}
 
@@ -217,8 +316,11 @@ class _Plan:
         setattr_(model, "__pydantic_private__", None)
         if self.post_init:
             model.model_post_init(None)
-        for check in self.after:
-            model = check(model)
+        try:
+            for check in self.after:
+                model = check(model)
+        except _REFUSALS:
+            return _NO  # validation reports it, as its own error and in its place
         return model
 
 
@@ -240,11 +342,34 @@ def _then(convert: Convert, checks: list[Callable[[Any], Any]]) -> Convert:
         value = convert(value)
         if value is _NO:
             return value
-        for check in checks:
-            value = check(value)
+        try:
+            for check in checks:
+                value = check(value)
+        except _REFUSALS:
+            return _NO  # validation reports it, as its own error and in its place
         return value
 
-    return checked
+    return _noted(checked, ("then", _specs[convert], tuple(checks)))
+
+
+# What each conversion below is, for the compiled builder: a tuple naming
+# its kind and what it needs (read by native/src/python/rebuild.rs).
+Spec = tuple[Any, ...]
+_specs: dict[Convert, Spec] = {}
+
+
+def _spec(rule: Rule) -> Spec:
+    kind, arg, _ = rule
+    if kind is _SAME:
+        return ("same",)
+    if kind is _TYPE:
+        return ("type", arg)
+    return _specs[arg]
+
+
+def _noted(convert: Convert, spec: Spec) -> Convert:
+    _specs[convert] = spec
+    return convert
 
 
 # A field's rule: (kind, arg, nullable). _SAME keeps the value, _TYPE keeps
@@ -258,15 +383,15 @@ def _never(value: Any) -> Any:
     return _NO
 
 
-_NEVER: Rule = (_CALL, _never, False)
+_NEVER: Rule = (_CALL, _noted(_never, ("never",)), False)
 
 
 def _as_call(rule: Rule) -> Convert:
     kind, arg, _ = rule
     if kind is _SAME:
-        return lambda value: value
+        return _noted(lambda value: value, _spec(rule))
     if kind is _TYPE:
-        return lambda value: value if type(value) is arg else _NO
+        return _noted(lambda value: value if type(value) is arg else _NO, _spec(rule))
     return arg
 
 
@@ -313,18 +438,22 @@ def _model(cls: type[pydantic.BaseModel]) -> Convert:
     parent to validation too, so the error raised is the parent's."""
     found: list[_Plan] = []
 
-    def convert(value: Any) -> Any:
-        if not found:
-            found.append(_plan(cls))
-        built = found[0].build(value)
-        if built is not _NO:
-            return built
+    def validated(value: Any) -> Any:
         try:
             return cls.model_validate(value)
         except (pydantic.ValidationError, ValueError, TypeError):
             return _NO
 
-    return convert
+    def convert(value: Any) -> Any:
+        if not found:
+            found.append(_plan(cls))
+        built = found[0].build(value)
+        return validated(value) if built is _NO else built
+
+    # Compiled: the nested plan's compiled copy, asked for at first use (plans
+    # nest), and validation for what that copy cannot build (where this plan
+    # refuses too: validators are not run twice).
+    return _noted(convert, ("model", functools.partial(_compiled_of, cls), validated))
 
 
 def _enum(cls: type[enum.Enum]) -> Convert:
@@ -335,7 +464,7 @@ def _enum(cls: type[enum.Enum]) -> Convert:
             return _NO
         return members.get(value, _NO)
 
-    return convert
+    return _noted(convert, ("enum", members))
 
 
 def _items(item: Convert, nullable: bool, values: Any) -> list[Any] | None:
@@ -353,11 +482,11 @@ def _items(item: Convert, nullable: bool, values: Any) -> list[Any] | None:
 
 
 def _list(item: Convert, nullable: bool) -> Convert:
-    return _sequence(item, nullable, None)
+    return _noted(_sequence(item, nullable, None), ("list", _specs[item], nullable))
 
 
 def _set(item: Convert, nullable: bool) -> Convert:
-    return _sequence(item, nullable, set)
+    return _noted(_sequence(item, nullable, set), ("set", _specs[item], nullable))
 
 
 def _sequence(
@@ -383,4 +512,4 @@ def _dict(item: Convert, nullable: bool) -> Convert:
         out = _items(item, nullable, value.values())
         return _NO if out is None else dict(zip(value, out, strict=True))
 
-    return convert
+    return _noted(convert, ("dict", _specs[item], nullable))

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import typing
 import uuid
 import weakref
 from collections import OrderedDict
@@ -362,11 +363,8 @@ class StreamdSessionService(BaseSessionService):
                     found[i] = cache[seq] = event
                 while len(cache) > self._cache_size:
                     cache.popitem(last=False)
-        copies = []
-        for hit in found:
-            assert hit is not None  # every miss was rebuilt above
-            copies.append(convert.copied(hit))
-        return copies
+        assert all(hit is not None for hit in found)  # every miss was rebuilt above
+        return convert.copied_all(typing.cast("list[Event]", found))
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
