@@ -26,6 +26,7 @@ import trio.testing
 from support.rpc_client import Client, rpc
 
 from streamd import conformance
+from streamd import daemon as daemon_module
 from streamd.cli.commands import _config, build_parser
 from streamd.daemon import Config, Daemon
 from streamd.errors import RpcError, is_closed
@@ -74,6 +75,30 @@ async def test_no_database_exists_until_the_first_eventlog_call(tmp_path: Path) 
             assert not db.exists() and not daemon.eventlog_opened
             assert (await peer.call("eventlog/ping", {}))["result"] == {}
             assert db.exists() and daemon.eventlog_opened
+
+
+async def test_a_connection_that_only_uses_the_log_makes_no_recall_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[object] = []
+    real = daemon_module.RecallService
+
+    def counted(*args: Any, **kwargs: Any) -> object:
+        service = real(*args, **kwargs)
+        made.append(service)
+        return service
+
+    monkeypatch.setattr(daemon_module, "RecallService", counted)
+    daemon = Daemon(Config(db=str(tmp_path / "events.db"), synchronous="NORMAL"))
+    with trio.fail_after(10):
+        async with serving(daemon) as (_, connect):
+            peer = await connect()
+            assert (await peer.call("eventlog/ping", {}))["result"] == {}
+            assert made == []
+            reply = await peer.call("recall/health", {"deadline": "2999-01-01T00:00:00Z"})
+            assert reply["result"]["status"] == "unavailable" and len(made) == 1  # made when asked
+            await peer.call("recall/health", {"deadline": "2999-01-01T00:00:00Z"})
+            assert len(made) == 1  # and kept for the connection
 
 
 async def test_every_connection_shares_one_log(tmp_path: Path) -> None:

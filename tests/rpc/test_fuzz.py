@@ -58,9 +58,12 @@ def _method_names() -> list[str]:
     async def names() -> list[str]:
         async with trio.open_nursery() as nursery:
             conn = Connection(nursery, trio.open_memory_channel[bytes](1)[0])
+            # Listed while the connection lives: the Recall side of the table
+            # is made when it is first looked at.
             table = Daemon().methods_for(conn)
+            listed = sorted(name for name in table if name != SHUTDOWN_METHOD)
             nursery.cancel_scope.cancel()
-        return sorted(name for name in table if name != SHUTDOWN_METHOD)
+        return listed
 
     return trio.run(names)
 
