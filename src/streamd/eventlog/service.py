@@ -204,10 +204,8 @@ class _Service:
         conn = request.connection
         budget = log.watch_buffer_bytes
         read_ahead = max(budget // 8, 1)
-        queued_budget = max(budget - read_ahead, 1)
-        timeout = log.watch_stall_timeout
-        frames = _EntryFrames(request.id)
-        last_sent = p.from_seq
+        sender = _WatchSender(conn, _EntryFrames(request.id), budget, read_ahead,
+                              log.watch_stall_timeout, p.from_seq)
         failure: RpcError | None = None
         async with log.requests.watch(p, read_ahead) as watch:
             with trio.CancelScope() as until_closing:
@@ -219,33 +217,7 @@ class _Service:
                                 batch, nbytes = await watch.receive_batch()
                             except StopAsyncIteration:
                                 break
-                            # One send per batch: a commit of many entries costs
-                            # this watch one wake and one write, not one per entry.
-                            start = 0
-                            while start < len(batch):
-                                with trio.move_on_after(timeout) as stalled:
-                                    # Connection-wide: other traffic on this
-                                    # connection also counts, so the watch never
-                                    # adds to a backlog past its budget.
-                                    while True:
-                                        room = queued_budget - conn.unwritten_bytes
-                                        if not start and frames.size(batch, nbytes) <= room:
-                                            end = len(batch)  # the usual case: all of it
-                                        else:
-                                            end = frames.fit(batch, start, room)
-                                        if end > start or not conn.unwritten_bytes:
-                                            break
-                                        await conn.progress()
-                                    # An entry larger than the budget still goes
-                                    # out alone, once the connection is drained.
-                                    end = max(end, start + 1)
-                                    await conn.send(frames.encode(batch[start:end]))
-                                if stalled.cancelled_caught:
-                                    raise _client_stalled(
-                                        last_sent, conn.unwritten_bytes, budget, timeout
-                                    )
-                                last_sent = batch[end - 1].seq
-                                start = end
+                            await sender.send(batch, nbytes)
                     except RpcError as exc:
                         # Raised outside the nursery, so it reaches the RPC layer
                         # as itself and not inside an exception group.
@@ -253,7 +225,7 @@ class _Service:
                     nursery.cancel_scope.cancel()
         if failure is not None:
             raise failure
-        return WatchResult(last_seq=last_sent)
+        return WatchResult(last_seq=sender.last_sent)
 
     # -- sessions --
 
@@ -348,6 +320,54 @@ class _Service:
     async def ping(self, p: PingParams, request: Request) -> Empty:
         await (await self.log()).ping()
         return Empty()
+
+
+class _WatchSender:
+    """A JSON-RPC watch's way out: each batch the watch hands over goes to the
+    connection as one send, within the watch's byte budget (what the
+    connection holds unwritten counts against it, so the watch never adds to a
+    backlog past its budget); a consumer that leaves no room for the stall
+    timeout ends the watch with ``budget_exceeded``."""
+
+    def __init__(
+        self, conn: Connection, frames: _EntryFrames, budget: int, read_ahead: int,
+        timeout: float, from_seq: int,
+    ) -> None:
+        self._conn = conn
+        self._frames = frames
+        self._budget = budget
+        self._queued_budget = max(budget - read_ahead, 1)
+        self._timeout = timeout
+        self.last_sent = from_seq
+        """The seq of the last entry given to the connection."""
+
+    async def send(self, batch: list[Committed], nbytes: int) -> None:
+        conn, frames = self._conn, self._frames
+        if frames.size(batch, nbytes) <= self._queued_budget - conn.unwritten_bytes:
+            # The usual case, the whole batch within the budget: queued at
+            # once, with no wait to bound (the watch's next receive is the
+            # checkpoint). Every watch pays this for every commit it follows.
+            conn.send_nowait(frames.encode(batch))
+            self.last_sent = batch[-1].seq
+            return
+        start = 0
+        while start < len(batch):
+            with trio.move_on_after(self._timeout) as stalled:
+                while True:
+                    end = frames.fit(batch, start, self._queued_budget - conn.unwritten_bytes)
+                    if end > start or not conn.unwritten_bytes:
+                        break
+                    await conn.progress()
+                # An entry larger than the budget still goes out alone, once
+                # the connection is drained.
+                end = max(end, start + 1)
+                await conn.send(frames.encode(batch[start:end]))
+            if stalled.cancelled_caught:
+                raise _client_stalled(
+                    self.last_sent, conn.unwritten_bytes, self._budget, self._timeout
+                )
+            self.last_sent = batch[end - 1].seq
+            start = end
 
 
 class _EntryFrames:
