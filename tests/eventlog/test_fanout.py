@@ -333,3 +333,56 @@ async def test_a_whole_log_watch_takes_a_commit_at_once_exactly_as_one_by_one_wo
                         await take(whole, whole.buffered)
                         await take(everything, everything.buffered)
                         await trio.testing.wait_all_tasks_blocked()
+
+
+async def test_a_sink_takes_live_commits_only_while_the_consumer_waits_on_nothing(
+    open_mocked: Callable[..., EventLog], autojump_clock: trio.testing.MockClock
+) -> None:
+    # The sink is the JSON-RPC watch's shortcut past its consumer's wake. It
+    # may take a commit only when nothing is buffered ahead of it and the
+    # consumer is waiting; a commit it refuses, or one that comes while the
+    # consumer is busy, goes to the buffer, in order.
+    sunk: list[int] = []
+    accept = [True]
+
+    def sink(entries: Sequence[Committed], nbytes: int) -> bool:
+        assert nbytes == sum(len(c.wire) for c in entries)
+        if accept[0]:
+            sunk.extend(c.seq for c in entries)
+        return accept[0]
+
+    with trio.fail_after(600):
+        async with open_mocked(watch_interval=3600) as log:
+            await log.append("app", "u", "s", ev("warm-up"))
+            async with log.watch(0) as w:
+                await take(w, 1)
+                await log.append("app", "u", "s", ev("joined"))  # the first is reread
+                await take(w, 1)
+                w.sink(sink)
+                got: list[int] = []
+
+                async def consume() -> None:
+                    while True:
+                        batch, _ = await w.receive_batch()
+                        got.extend(c.seq for c in batch)
+
+                async with trio.open_nursery() as nursery:
+                    # Not waiting yet: the commit is buffered, not sunk.
+                    first = (await log.append("app", "u", "s", ev("buffered"))).seq
+                    assert (sunk, w.buffered) == ([], 1)
+                    nursery.start_soon(consume)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert got == [first]
+                    # Waiting on an empty buffer: sunk, and the consumer sleeps on.
+                    seqs = [r.seq for r in await log.append_batch([
+                        AppendParams(app="app", user="u", session="s", event=ev(f"b{i}"))
+                        for i in range(3)
+                    ])]
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert (sunk, got, w.last_seq) == (seqs, [first], seqs[-1])
+                    # Refused: the consumer gets it.
+                    accept[0] = False
+                    refused = (await log.append("app", "u", "s", ev("refused"))).seq
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert (sunk, got) == (seqs, [first, refused])
+                    nursery.cancel_scope.cancel()

@@ -54,7 +54,7 @@ import dataclasses
 import inspect
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import msgspec
@@ -208,6 +208,7 @@ class _Service:
                               log.watch_stall_timeout, p.from_seq)
         failure: RpcError | None = None
         async with log.requests.watch(p, read_ahead) as watch:
+            watch.sink(sender.offer)
             with trio.CancelScope() as until_closing:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_cancel_when_set, conn.closing, until_closing)
@@ -341,15 +342,21 @@ class _WatchSender:
         self.last_sent = from_seq
         """The seq of the last entry given to the connection."""
 
+    def offer(self, batch: Sequence[Committed], nbytes: int) -> bool:
+        """Queue the whole batch at once if it is within the budget: the usual
+        case, with no wait to bound. Every watch pays this for every commit it
+        follows, so it is also the watch's sink (:meth:`Watch.sink`)."""
+        conn = self._conn
+        if self._frames.size(batch, nbytes) > self._queued_budget - conn.unwritten_bytes:
+            return False
+        conn.send_nowait(self._frames.encode(batch))
+        self.last_sent = batch[-1].seq
+        return True
+
     async def send(self, batch: list[Committed], nbytes: int) -> None:
+        if self.offer(batch, nbytes):
+            return  # the watch's next receive is the checkpoint
         conn, frames = self._conn, self._frames
-        if frames.size(batch, nbytes) <= self._queued_budget - conn.unwritten_bytes:
-            # The usual case, the whole batch within the budget: queued at
-            # once, with no wait to bound (the watch's next receive is the
-            # checkpoint). Every watch pays this for every commit it follows.
-            conn.send_nowait(frames.encode(batch))
-            self.last_sent = batch[-1].seq
-            return
         start = 0
         while start < len(batch):
             with trio.move_on_after(self._timeout) as stalled:
@@ -383,7 +390,7 @@ class _EntryFrames:
         self._head, self._tail, self._between = head, tail, tail + head
         self._overhead = len(head) + len(tail)
 
-    def size(self, batch: list[Committed], nbytes: int) -> int:
+    def size(self, batch: Sequence[Committed], nbytes: int) -> int:
         """The bytes of the whole batch's frames, given its entries' ``nbytes``."""
         return nbytes + len(batch) * self._overhead
 
@@ -397,7 +404,7 @@ class _EntryFrames:
             end += 1
         return end
 
-    def encode(self, entries: list[Committed]) -> bytes:
+    def encode(self, entries: Sequence[Committed]) -> bytes:
         # One join in C over the entries, each frame's tail and the next one's
         # head being one separator: no Python step per part, and the batch
         # (some 50 KB for a commit of 100) copied once.

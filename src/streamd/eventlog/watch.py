@@ -54,7 +54,7 @@ from streamd.eventlog.filters import matches
 from streamd.eventlog.model import Entry, Filter
 from streamd.eventlog.store import Backend, Committed, Runner, closed_error
 
-__all__ = ["Batch", "Feed", "Watch"]
+__all__ = ["Batch", "Feed", "Sink", "Watch"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,10 @@ Feed = Callable[[], AbstractAsyncContextManager[tuple[Runner, Fanout]]]
 """Where a watch reads from: the log opens its reader (lazily) and counts the
 watch in while the context is entered, so it watches for other processes'
 commits only while someone watches."""
+
+
+Sink = Callable[[Sequence[Committed], int], bool]
+"""Takes a commit's entries (and their wire bytes) on, or says it cannot."""
 
 
 class Batch(NamedTuple):
@@ -112,6 +116,8 @@ class Watch:
         self._held = 0  # bytes in the buffer
         self._cursor = from_seq  # seq of the newest entry buffered
         self._arrived = trio.Event()  # set when the buffer gains entries or the watch ends
+        self._waiting = False  # the consumer waits in receive_batch on an empty buffer
+        self._sink: Sink | None = None
         self._taken = trio.Event()  # set (and replaced) whenever the consumer takes some
         self._ended = False
         self._error: RpcError | None = None
@@ -143,6 +149,14 @@ class Watch:
         self._took(batch.nbytes, batch.entries[-1].seq)
         return batch
 
+    def sink(self, sink: Sink) -> None:
+        """Let ``sink`` take a live commit's entries directly, when the consumer
+        waits in :meth:`receive_batch` with nothing buffered (so nothing is
+        ahead of them); it returns False to leave them to the buffer. For the
+        JSON-RPC watch, whose sink queues the frames on its connection when
+        they fit its budget."""
+        self._sink = sink
+
     async def _wait_buffered(self) -> None:
         if self._log_closed():
             raise closed_error()
@@ -154,7 +168,11 @@ class Watch:
                     raise self._error
                 raise StopAsyncIteration
             self._arrived = trio.Event()
-            await self._arrived.wait()
+            self._waiting = True
+            try:
+                await self._arrived.wait()
+            finally:
+                self._waiting = False
 
     def _took(self, size: int, seq: int) -> None:
         self._held -= size
@@ -220,7 +238,12 @@ class Watch:
             # A whole-log watch with room for the whole commit takes it in one
             # step: the same outcome as the loop below (entries are in seq
             # order and each would fit), without a Python step per entry for
-            # each of the watches a commit is handed to.
+            # each of the watches a commit is handed to. And while its consumer
+            # waits on an empty buffer, the sink may send the commit on at once
+            # (nothing is ahead of it), sparing the consumer a wake per commit.
+            if self._waiting and self._sink is not None and self._sink(entries, nbytes):
+                self._cursor = self.last_seq = entries[-1].seq
+                return
             buffer.extend(entries)
             self._held += nbytes
             self._cursor = entries[-1].seq
