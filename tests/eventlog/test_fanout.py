@@ -385,4 +385,11 @@ async def test_a_sink_takes_live_commits_only_while_the_consumer_waits_on_nothin
                     refused = (await log.append("app", "u", "s", ev("refused"))).seq
                     await trio.testing.wait_all_tasks_blocked()
                     assert (sunk, got) == (seqs, [first, refused])
+                    # Two commits in one step, the first refused: the consumer is
+                    # woken but has not run, so the second may not overtake it.
+                    w.deliver([committed(refused + 1)], len(committed(refused + 1).wire))
+                    accept[0] = True
+                    w.deliver([committed(refused + 2)], len(committed(refused + 2).wire))
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert (sunk, got[-2:]) == (seqs, [refused + 1, refused + 2])
                     nursery.cancel_scope.cancel()

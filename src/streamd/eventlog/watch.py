@@ -241,7 +241,12 @@ class Watch:
             # each of the watches a commit is handed to. And while its consumer
             # waits on an empty buffer, the sink may send the commit on at once
             # (nothing is ahead of it), sparing the consumer a wake per commit.
-            if self._waiting and self._sink is not None and self._sink(entries, nbytes):
+            # Empty, not only waiting: a consumer woken for the commit before
+            # this one is still "waiting" until it runs, and that commit is
+            # still buffered ahead of this one.
+            if not buffer and self._waiting and self._sink is not None and self._sink(
+                entries, nbytes
+            ):
                 self._cursor = self.last_seq = entries[-1].seq
                 return
             buffer.extend(entries)
