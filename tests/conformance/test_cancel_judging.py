@@ -363,3 +363,18 @@ def test_a_usage_error_is_one_line_and_exit_2_before_any_adapter_runs(argv, caps
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("streamd conformance cancel: ")
+
+
+def test_without_debug_stall_ms_a_malformed_cancel_row_never_blames_a_search_that_won():
+    # Unheld, search 2 may finish on its own before any cancel: a result is no
+    # cancel's doing, whichever write it came before (how soon it came is the
+    # machine's speed, which must not turn the row into a failure).
+    unheld = next(sc for sc in matrix(stall=False, trials=1) if sc.name == "cancel-malformed")
+    for at in (0.015, 0.065):  # before the request-form cancel, or after it
+        frames = sorted([(0.001, INIT), (at, result(2)), (0.055, result(8)),
+                         (0.066, error(9, NOT_FOUND)), (0.075, result(10))],
+                        key=lambda p: p[0])
+        obs = _malformed([f for _, f in frames], [t for t, _ in frames])
+        j = unheld.judge(obs)
+        assert j.verdict == "observed", j.detail
+        assert "finished before its cancel" in j.detail

@@ -9,8 +9,11 @@ problem, not a traceback. Every run is bounded by the runner's own limits
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -102,3 +105,50 @@ async def test_a_command_that_cannot_start_is_a_problem_not_a_traceback(tmp_path
         obs = await observe([str(tmp_path / "no-such-adapter")], [Close()])
     assert obs.problem is not None and obs.problem.startswith("cannot start")
     assert _cancel_inflight().judge(obs).verdict == "fail"
+
+
+# Forks a helper that stays in the adapter's process group, holding the FIFO
+# named by argv[1] open (and writing its pid there), then answers and exits
+# at end of input, leaving the helper running.
+LEAVES_A_HELPER = r"""
+import json, os, signal, sys
+fifo = os.open(sys.argv[1], os.O_WRONLY)
+if os.fork() == 0:
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.write(fifo, f"{os.getpid()}\n".encode())
+    while True:
+        signal.pause()
+os.close(fifo)
+for raw in sys.stdin:
+    msg = json.loads(raw)
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {}}), flush=True)
+"""
+
+
+async def test_nothing_the_adapter_left_in_its_process_group_outlives_the_run(tmp_path: Path):
+    fifo = tmp_path / "helper"
+    os.mkfifo(fifo)
+    # Opened first, without waiting for a writer: it reaches end of file once
+    # every process holding the write end (the helper, last) has gone.
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    steps = [Send(b'{"jsonrpc":"2.0","id":1,"method":"recall/health","params":{}}', "health 1"),
+             Await(1), Close()]
+    said, gone = b"", False
+    try:
+        with trio.fail_after(60):
+            obs = await observe([*_adapter(tmp_path, LEAVES_A_HELPER), str(fifo)], steps,
+                                timeout=30)
+            assert obs.problem is None and obs.exit_code == 0, obs
+            while not gone:
+                await trio.lowlevel.wait_readable(reader)
+                chunk = os.read(reader, 64)
+                said += chunk
+                gone = not chunk  # end of file: the helper is gone
+    finally:
+        if not gone and said.strip():  # the run left it: it must not outlive the test
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(said), signal.SIGKILL)
+        os.close(reader)
+    assert said.strip().isdigit()

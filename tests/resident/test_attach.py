@@ -339,3 +339,27 @@ def test_streamd_attach_without_streamd_beside_it_uses_a_running_daemon_and_star
     out, err = world.lockstep(proc)
     assert proc.returncode == 0, err
     check_session(out)
+
+
+@pytest.mark.no_attach
+def test_the_compiled_db_check_never_imports_from_the_callers_working_directory(
+    world: World, streamd_attach: Path,
+) -> None:
+    # streamd-attach asks streamd's own parser about a --db that is not a
+    # plain file name, in a Python it starts. That Python must read the
+    # installed streamd, as the `streamd` script does: a `streamd` package in
+    # whatever directory the caller runs from would be handed the --db (and
+    # its password) and decide the check.
+    planted = world.work / "streamd" / "eventlog"
+    planted.mkdir(parents=True)
+    (planted.parent / "__init__.py").write_text("")
+    (planted / "__init__.py").write_text("")
+    (planted / "dbtarget.py").write_text("def argv_error(argv):\n    return 'PLANTED'\n")
+    done = subprocess.run([str(streamd_attach), "--", "--db", f"mysql://root:{SECRET}@h/x"],
+                          env=world.env, cwd=world.work, input=b"", capture_output=True,
+                          timeout=60)
+    err = done.stderr.decode()
+    assert (done.returncode, done.stdout) == (2, b""), err
+    assert "PLANTED" not in err
+    assert err.startswith("streamd: --db holds a password (password), which"), err
+    assert world.daemons() == []

@@ -40,9 +40,32 @@ impl Deadline {
     }
 }
 
-/// How Python's `{seconds:g}` shows a timeout for the usual values.
+/// A timeout as Python's `{seconds:g}` shows it in `streamd attach`'s
+/// messages: six significant digits, trailing zeros dropped, and scientific
+/// notation for an exponent below -4 or from 6 on (`1e-05`, `1.23457e+06`).
 fn secs(seconds: f64) -> String {
-    format!("{seconds}")
+    fn trimmed(digits: &str) -> &str {
+        if digits.contains('.') {
+            digits.trim_end_matches('0').trim_end_matches('.')
+        } else {
+            digits
+        }
+    }
+    if seconds == 0.0 {
+        return "0".to_owned();
+    }
+    // Rounded to six significant digits first: the rounding decides the
+    // exponent (999999.5 is 1e+06).
+    let scientific = format!("{seconds:.5e}");
+    let (mantissa, exp) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if (-4..6).contains(&exp) {
+        let decimals = usize::try_from(5 - exp).unwrap_or(0);
+        trimmed(&format!("{seconds:.decimals$}")).to_owned()
+    } else {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trimmed(mantissa), exp.abs())
+    }
 }
 
 fn not_answering(pid: i32, what: &str, deadline: &Deadline) -> String {
@@ -201,6 +224,25 @@ fn wait_for_daemon(
                 return Err(format!("{}; nothing serves on {}", daemon.reason(), show(sock_path)));
             }
             std::thread::sleep(Duration::from_secs_f64(START_POLL.min(deadline.left())));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_is_shown_as_pythons_g_format_shows_it() {
+        // Right sides: format(x, "g") on CPython 3.11.
+        let cases = [
+            (5.0, "5"), (2.5, "2.5"), (30.0, "30"), (0.0, "0"), (0.0001, "0.0001"),
+            (0.00001, "1e-05"), (1234567.0, "1.23457e+06"), (0.1234567, "0.123457"),
+            (100000.0, "100000"), (1e6, "1e+06"), (999999.5, "1e+06"), (1e300, "1e+300"),
+            (1e-300, "1e-300"),
+        ];
+        for (seconds, shown) in cases {
+            assert_eq!(secs(seconds), shown, "{seconds}");
         }
     }
 }

@@ -117,7 +117,13 @@ impl DaemonConnection {
                 return Ok(Some(line));
             }
             let mut chunk = vec![0u8; READ_CHUNK];
-            let n = self.sock.read(&mut chunk)?;
+            // A read with SO_RCVTIMEO fails with EINTR when the process is
+            // stopped and continued; Python's recv retries it (PEP 475), and
+            // an interrupted hello is no daemon gone.
+            let n = match self.sock.read(&mut chunk) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => other?,
+            };
             if n == 0 {
                 return Ok(None);
             }
@@ -241,5 +247,36 @@ mod tests {
         assert_eq!(version_key("0.2.0.dev1"), vec![0, 2]);
         assert!(version_key("0.10.0") > version_key("0.9.9"));
         assert_eq!(version_key("1.0"), version_key("1"));
+    }
+}
+
+#[cfg(test)]
+mod interrupted {
+    use super::*;
+    use crate::sys::interrupting;
+
+    #[test]
+    fn a_call_interrupted_while_it_waits_for_its_answer_goes_on_waiting() {
+        let (ours, mut daemon) = UnixStream::pair().unwrap();
+        sys::set_timeouts(&ours, 60.0).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let caller = std::thread::spawn(move || {
+            tx.send(interrupting::tid()).unwrap();
+            let mut conn = DaemonConnection { sock: ours, buffer: Vec::new() };
+            conn.call("streamd/hello", "{}", HELLO_ID).map_err(|e| match e {
+                ControlError::Refused(m) => format!("refused: {m}"),
+                ControlError::NoAnswer => "no answer".to_owned(),
+                ControlError::Failed => "failed".to_owned(),
+            })
+        });
+        let tid = rx.recv().unwrap();
+        let mut request = [0u8; 256];
+        let n = daemon.read(&mut request).unwrap(); // the request is out: it reads now
+        assert!(request[..n].ends_with(b"\n"));
+        interrupting::interrupt_in(&caller, tid, libc::SYS_recvfrom, 3);
+        // Fails when the call gave up and closed: the assertion says so.
+        let _ = daemon.write_all(b"{\"id\": \"streamd-attach-hello\", \"result\": {\"version\": \"9\"}}\n");
+        let got = caller.join().unwrap();
+        assert_eq!(got.ok().and_then(|r| r.get("version").cloned()), Some(Value::from("9")));
     }
 }

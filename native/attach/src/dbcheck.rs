@@ -115,7 +115,12 @@ fn ask_streamd(args: &[OsString]) -> Result<Option<String>, String> {
                                        python[0].to_string_lossy());
     let mut child = Command::new(&python[0])
         .args(&python[1..])
-        .args(["-c", CHECK])
+        // -P: `-c` would put the working directory first on sys.path, and a
+        // `streamd` package there would be run, handed the arguments and any
+        // password in them. The `streamd` script reads the installed streamd;
+        // so must this. (The working directory is kept: a relative --db is
+        // checked against it.)
+        .args(["-P", "-c", CHECK])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

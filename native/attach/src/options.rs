@@ -104,7 +104,16 @@ pub fn parse(argv: &[OsString]) -> Result<Parsed, String> {
 /// (surrounding whitespace allowed).
 fn seconds(value: &OsStr) -> Option<f64> {
     let text = std::str::from_utf8(value.as_bytes()).ok()?.trim();
-    let n: f64 = text.parse().ok()?;
+    // Python's float takes `_` between two digits (`1_000`); Rust's parse
+    // takes none.
+    let bytes = text.as_bytes();
+    let grouped = |i: usize| {
+        i > 0 && bytes[i - 1].is_ascii_digit() && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)
+    };
+    if (0..bytes.len()).any(|i| bytes[i] == b'_' && !grouped(i)) {
+        return None;
+    }
+    let n: f64 = text.replace('_', "").parse().ok()?;
     (n.is_finite() && n >= 0.0).then_some(n)
 }
 
@@ -205,6 +214,17 @@ mod tests {
             );
         }
         assert_eq!(run(&["--start-timeout=0"]).timeout, 0.0);
+    }
+
+    #[test]
+    fn a_timeout_is_read_as_pythons_float_reads_it() {
+        // Right sides: float(x) on CPython 3.11.
+        for (given, want) in [("1_0", 10.0), ("2_5.0_0", 25.0), ("1e1_0", 1e10), (" 1_0 ", 10.0)] {
+            assert_eq!(run(&["--start-timeout", given]).timeout, want, "{given}");
+        }
+        for bad in ["_1", "1_", "1__0", "1_.5"] {
+            assert!(parse(&args(&["--start-timeout", bad])).is_err(), "{bad}");
+        }
     }
 
     #[test]

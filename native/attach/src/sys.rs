@@ -171,6 +171,12 @@ pub fn connect_waiting(path: &OsStr, timeout: f64) -> io::Result<UnixStream> {
             break;
         }
         let err = io::Error::last_os_error();
+        // A connect waiting with SO_SNDTIMEO fails with EINTR when the process
+        // is stopped and continued (Ctrl-Z, SIGSTOP), handler or not. Python's
+        // attach retries it (PEP 475); so does this, rather than give up.
+        if err.kind() == io::ErrorKind::Interrupted && left() >= MIN_WAIT {
+            continue;
+        }
         if !waiting || err.raw_os_error() != Some(libc::EAGAIN) || left() < MIN_WAIT {
             return Err(err);
         }
@@ -283,4 +289,90 @@ pub fn say(fd: RawFd, text: &str) {
     // it open.
     let mut file = std::mem::ManuallyDrop::new(unsafe { fs::File::from_raw_fd(fd) });
     let _ = file.write_all(&line);
+}
+
+/// Interrupting a thread in the middle of a blocking call, as a stop and
+/// continue of the process does (a handler that returns, without
+/// SA_RESTART, makes the call fail with EINTR the same way).
+#[cfg(test)]
+pub mod interrupting {
+    use std::os::unix::thread::JoinHandleExt;
+    use std::sync::Once;
+    use std::thread::JoinHandle;
+
+    extern "C" fn nothing(_signum: libc::c_int) {}
+
+    fn install() {
+        static ONCE: Once = Once::new();
+        // SAFETY: a zeroed sigaction is valid; the handler does nothing.
+        ONCE.call_once(|| unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = nothing as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut());
+        });
+    }
+
+    /// This thread's kernel id, for [`interrupt_in`].
+    pub fn tid() -> libc::pid_t {
+        // SAFETY: gettid takes nothing and cannot fail.
+        unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t }
+    }
+
+    /// Whether thread `tid` of this process is blocked in system call `nr`.
+    fn blocked_in(tid: libc::pid_t, nr: libc::c_long) -> bool {
+        let path = format!("/proc/self/task/{tid}/syscall");
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<libc::c_long>().ok())
+            == Some(nr)
+    }
+
+    /// Signal `thread` `times` times, each once it is seen blocked in system
+    /// call `nr`; stops early if the thread has ended (the call gave up).
+    pub fn interrupt_in<T>(thread: &JoinHandle<T>, tid: libc::pid_t, nr: libc::c_long, times: usize) {
+        install();
+        for _ in 0..times {
+            while !blocked_in(tid, nr) {
+                if thread.is_finished() {
+                    return;
+                }
+                std::thread::yield_now();
+            }
+            // SAFETY: the thread has not been joined, so its pthread_t is live.
+            unsafe { libc::pthread_kill(thread.as_pthread_t(), libc::SIGUSR1) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn a_connect_interrupted_while_it_waits_for_room_goes_on_waiting() {
+        let dir = std::env::temp_dir().join(format!("sda-eintr-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir(&dir).unwrap();
+        let path = dir.join("s");
+        let listener = UnixListener::bind(&path).unwrap();
+        // A backlog of 0 holds one pending connection: `filler` takes it, so
+        // the next connect waits for room.
+        // SAFETY: listen on a socket we own only changes its backlog.
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let _filler = UnixStream::connect(&path).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let target = path.clone().into_os_string();
+        let waiter = std::thread::spawn(move || {
+            tx.send(interrupting::tid()).unwrap();
+            connect_waiting(&target, 60.0).map(drop)
+        });
+        let tid = rx.recv().unwrap();
+        interrupting::interrupt_in(&waiter, tid, libc::SYS_connect, 3);
+        let _taken = listener.accept().unwrap(); // room: the waiting connect goes in
+        let got = waiter.join().unwrap();
+        let _ = fs::remove_dir_all(&dir);
+        assert!(got.is_ok(), "{got:?}");
+    }
 }

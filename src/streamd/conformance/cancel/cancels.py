@@ -250,9 +250,14 @@ def cancel_malformed(held_ms: int, held: bool) -> Scenario:
         if not lockstep:
             for rid in (8, 10):
                 check_answered_once(found, obs, rid, f"health {rid}")
-            if arrived_before(obs, 2, "cancel as request 9"):
+            # Only a -32007 is a cancel's doing. Unheld, search 2 may finish
+            # with a result before any cancel is written, and how soon it does
+            # is the machine's speed, not the adapter's fault.
+            got = answers(obs, 2)
+            ended_by_cancel = bool(got) and is_cancelled(got[0].frame)
+            if ended_by_cancel and arrived_before(obs, 2, "cancel as request 9"):
                 found.fail("search 2 ended before any well-formed cancel: a malformed one ended it")
-            elif arrived_before(obs, 2, "recall/cancel 2"):
+            elif ended_by_cancel and arrived_before(obs, 2, "recall/cancel 2"):
                 found.observe("the cancel sent as a request (id 9) cancelled search 2")
         cancelled(found, obs, 2, "search 2", held)
         return found.judgement()

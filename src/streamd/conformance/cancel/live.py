@@ -14,11 +14,14 @@ is the judge's. Its rules, and why:
   relative to the process start. They are reported, never judged.
 - Nothing hangs: the whole run has a deadline, the exit a grace after stdin
   closes; a process still alive after either is killed with its process group
-  and the observation says so.
+  and the observation says so. Nothing outlives a run: the adapter's process
+  group is killed at its end however it ended, so what the adapter left
+  running there goes too.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import tempfile
@@ -95,6 +98,7 @@ class _Watch:
         self.changed = trio.Event()
         self.eof = False
         self.exited_at: float | None = None
+        self.reaped = False  # by _note_exit: its pid may name another group now
 
     def poke(self) -> None:
         self.changed.set()
@@ -129,6 +133,7 @@ async def observe(
     tail = Tail(STDERR_TAIL_BYTES)
     problem: str | None = None
     killed = False
+    reaped = False
     try:
         async with trio.open_nursery() as nursery:
             stderr_done = trio.Event()
@@ -148,15 +153,24 @@ async def observe(
                     problem = f"the adapter had not exited {exit_grace:g} s after stdin closed"
             if overall.cancelled_caught:
                 problem = f"timed out after {timeout:g} s {doing[0]}"
-            if proc.returncode is None:
+            # The group is killed whether or not the adapter has exited: what
+            # it left running there (a helper, a grandchild) must not outlive
+            # the scenario. Only before the adapter is reaped (``returncode``
+            # reaps it, so it is not read here) is its pid sure to name that
+            # group and no other.
+            killed = watch.exited_at is None
+            if killed or not watch.reaped:
                 kill_group(proc)
-                killed = True
+            if killed:
                 problem = f"{problem}; killed it"
             await proc.wait()
+            reaped = True
             with trio.move_on_after(STDERR_SETTLE):
                 await stderr_done.wait()
             nursery.cancel_scope.cancel()
     finally:
+        if not (reaped or watch.reaped):  # cancelled, or failed: the group goes all the same
+            kill_group(proc)
         await reap(proc)
     # A status we caused by killing it says nothing about the adapter.
     code = None if killed else proc.returncode
@@ -240,6 +254,19 @@ async def _pump_frames(stream: trio.abc.ReceiveStream, watch: _Watch, started: f
 
 
 async def _note_exit(proc: trio.Process, watch: _Watch, started: float) -> None:
-    await proc.wait()
+    # Exited, not reaped: observe() kills the process group once the run is
+    # over, and until the reap the adapter's pid names that group only. A
+    # pidfd is readable at the exit and reaps nothing; without one (not
+    # Linux, or before 5.3) the wait reaps, and the group is then left be.
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        await proc.wait()
+        watch.reaped = True
+    else:
+        try:
+            await trio.lowlevel.wait_readable(pidfd)
+        finally:
+            os.close(pidfd)
     watch.exited_at = trio.current_time() - started
     watch.poke()
