@@ -74,8 +74,7 @@ def events_from_json(contents: Iterable[bytes | msgspec.Raw]) -> list[Event]:
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a stretch of synchronous work,
-    and file what the stretch made with the oldest objects.
+    """Pause the cyclic garbage collector for a stretch of synchronous work.
 
     A session's load makes tens of thousands of small objects (17 tracked
     ones an event), none of them garbage, and every collection their
@@ -83,23 +82,16 @@ def collector_paused() -> Iterator[None]:
     has imported ADK (pydantic schemas, genai types) holds some 90,000
     objects: measured, a cold 2,000-event load spent about a third of its
     time in the collector. Nothing here awaits, so the pause ends with the
-    work. Then the young collection that the first allocation after it runs
-    would walk every object the stretch made (~10 ms for 2,000 events, half
-    a cold load once rebuilding is compiled) only to move them to the next
-    generation: they are long-lived (the event cache holds them), so they
-    are moved to the oldest one at once (``gc.freeze`` then ``gc.unfreeze``,
-    which splice lists and walk nothing), where full collections see them
-    as they would have later. Not done when something in the process keeps
-    objects frozen (``gc.get_freeze_count()``, a pre-fork server's heap):
-    unfreezing would undo that, so the young collection runs as before."""
+    work, and the collector's state is restored. (The young collection that
+    follows walks what the load made, ~10 ms for 2,000 events; filing those
+    objects with the oldest at once, through ``gc.freeze``/``gc.unfreeze``,
+    was tried and dropped: it moves every object of the user's process, and
+    another thread's freeze could be undone between the calls.)"""
     paused = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
         if paused:
             gc.enable()
 
