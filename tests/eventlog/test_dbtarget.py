@@ -318,3 +318,15 @@ def test_an_explicit_file_needs_its_directory_and_the_default_does_not(tmp_path:
     default = dbtarget.resolve(None, {"XDG_STATE_HOME": str(tmp_path / "none")})
     assert default.directory_error() is None
     assert list(tmp_path.iterdir()) == [tmp_path / "f"]  # nothing was created
+
+
+@pytest.mark.parametrize("spelling", [["--db", "{v}"], ["--db={v}"], ["--d", "{v}"], ["--d={v}"]])
+def test_a_secret_in_a_daemons_arguments_is_refused_in_every_spelling_argparse_takes(
+    spelling: list[str],
+) -> None:
+    # The daemon's parser takes "--d" for "--db": a password given that way
+    # would sit in the daemon's command line, for ps to show, all its life.
+    value = f"postgresql://u:{S}@h/db"
+    argv = ["--idle-exit", "60", *(part.format(v=value) for part in spelling)]
+    refused = dbtarget.argv_error(argv)
+    assert refused is not None and "password" in refused and S not in refused

@@ -36,7 +36,9 @@ impl Deadline {
     }
 
     fn left(&self) -> f64 {
-        self.at.saturating_duration_since(Instant::now()).as_secs_f64()
+        self.at
+            .saturating_duration_since(Instant::now())
+            .as_secs_f64()
     }
 }
 
@@ -103,24 +105,29 @@ fn probe(
         }
         Err(OpenError::Foreign(message)) => return Err(message),
         Err(OpenError::Io(e)) => {
-            return Err(format!("cannot connect to {}: {}", show(sock_path), sys::strerror(&e)))
+            return Err(format!(
+                "cannot connect to {}: {}",
+                show(sock_path),
+                sys::strerror(&e)
+            ))
         }
     };
     // Only the lock holder is this directory's daemon. Whatever else listens
     // there (a stray server, a test's socket) is never spoken to: the daemon
     // that takes the lock replaces its socket file.
-    let Some(holder) = paths::lock_holder(directory).filter(|&h| conn.peer_pid() == Some(h))
-    else {
+    let Some(holder) = paths::lock_holder(directory).filter(|&h| conn.peer_pid() == Some(h)) else {
         return Ok(None);
     };
     match control::hello(&mut conn, asks) {
         Ok(version) => Ok(Some((conn, version))),
-        Err(ControlError::Refused(message)) => {
-            Err(format!("the daemon (pid {holder}) refused this client: {message}"))
-        }
-        Err(ControlError::NoAnswer) => {
-            Err(not_answering(holder, "did not answer streamd/hello", deadline))
-        }
+        Err(ControlError::Refused(message)) => Err(format!(
+            "the daemon (pid {holder}) refused this client: {message}"
+        )),
+        Err(ControlError::NoAnswer) => Err(not_answering(
+            holder,
+            "did not answer streamd/hello",
+            deadline,
+        )),
         // Closed or reset under us: a daemon retiring or dying. Nobody answers.
         Err(ControlError::Failed) => Ok(None),
     }
@@ -162,12 +169,22 @@ pub fn connect(
         // Gone already is as good.
         let _ = conn.call("streamd/retire", "{}", control::RETIRE_ID);
     }
-    start(directory, &sock_path, daemon_args, cwd.as_deref(), &asks, &deadline)
+    start(
+        directory,
+        &sock_path,
+        daemon_args,
+        cwd.as_deref(),
+        &asks,
+        &deadline,
+    )
 }
 
 /// The connection, its waits unbounded from now on: the relay blocks.
 fn ready(conn: DaemonConnection) -> Result<DaemonConnection, String> {
-    let cleared = conn.sock.set_read_timeout(None).and(conn.sock.set_write_timeout(None));
+    let cleared = conn
+        .sock
+        .set_read_timeout(None)
+        .and(conn.sock.set_write_timeout(None));
     cleared.map_err(|e| format!("cannot use the connection: {}", sys::strerror(&e)))?;
     Ok(conn)
 }
@@ -188,7 +205,11 @@ fn start(
         Ok(Some(conn)) => ready(conn),
         Err(why) => Err(why),
         Ok(None) => {
-            let why = if daemon.exited() { "it exited" } else { "it still runs" };
+            let why = if daemon.exited() {
+                "it exited"
+            } else {
+                "it still runs"
+            };
             Err(format!(
                 "started a daemon (pid {}) but nothing answered on {} within {} s ({why}); see \
                  {} or run `streamd daemon` to see why",
@@ -221,7 +242,11 @@ fn wait_for_daemon(
             // Its pipe has ended: it serves (the next probe finds it), or it
             // exited, and then only a lost race is worth waiting on.
             if daemon.exited() && paths::lock_holder(directory).is_none() {
-                return Err(format!("{}; nothing serves on {}", daemon.reason(), show(sock_path)));
+                return Err(format!(
+                    "{}; nothing serves on {}",
+                    daemon.reason(),
+                    show(sock_path)
+                ));
             }
             std::thread::sleep(Duration::from_secs_f64(START_POLL.min(deadline.left())));
         }
@@ -236,9 +261,18 @@ mod tests {
     fn a_timeout_is_shown_as_pythons_g_format_shows_it() {
         // Right sides: format(x, "g") on CPython 3.11.
         let cases = [
-            (5.0, "5"), (2.5, "2.5"), (30.0, "30"), (0.0, "0"), (0.0001, "0.0001"),
-            (0.00001, "1e-05"), (1234567.0, "1.23457e+06"), (0.1234567, "0.123457"),
-            (100000.0, "100000"), (1e6, "1e+06"), (999999.5, "1e+06"), (1e300, "1e+300"),
+            (5.0, "5"),
+            (2.5, "2.5"),
+            (30.0, "30"),
+            (0.0, "0"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (1234567.0, "1.23457e+06"),
+            (0.1234567, "0.123457"),
+            (100000.0, "100000"),
+            (1e6, "1e+06"),
+            (999999.5, "1e+06"),
+            (1e300, "1e+300"),
             (1e-300, "1e-300"),
         ];
         for (seconds, shown) in cases {

@@ -63,7 +63,10 @@ impl DaemonConnection {
                 show(path)
             )));
         }
-        Ok(Some(Self { sock, buffer: Vec::new() }))
+        Ok(Some(Self {
+            sock,
+            buffer: Vec::new(),
+        }))
     }
 
     /// The process that listens on the socket (it called listen(2)).
@@ -77,7 +80,10 @@ impl DaemonConnection {
             "{{\"jsonrpc\": \"2.0\", \"id\": \"{id}\", \"method\": \"{method}\", \"params\": {params}}}\n"
         );
         let failed = |e: io::Error| {
-            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) {
                 ControlError::NoAnswer
             } else {
                 ControlError::Failed
@@ -142,7 +148,10 @@ pub struct Asks {
 
 /// Say hello; the daemon's answer (its version string), or why not.
 pub fn hello(conn: &mut DaemonConnection, asks: &Asks) -> Result<String, ControlError> {
-    let mut params = format!("{{\"client_version\": {}", json_str(env!("STREAMD_VERSION").as_bytes()));
+    let mut params = format!(
+        "{{\"client_version\": {}",
+        json_str(env!("STREAMD_VERSION").as_bytes())
+    );
     for (key, value) in [
         ("cwd", asks.cwd.as_deref().map(OsStr::as_bytes)),
         ("db", asks.db.as_deref().map(OsStr::as_bytes)),
@@ -262,12 +271,16 @@ mod interrupted {
         let (tx, rx) = std::sync::mpsc::channel();
         let caller = std::thread::spawn(move || {
             tx.send(interrupting::tid()).unwrap();
-            let mut conn = DaemonConnection { sock: ours, buffer: Vec::new() };
-            conn.call("streamd/hello", "{}", HELLO_ID).map_err(|e| match e {
-                ControlError::Refused(m) => format!("refused: {m}"),
-                ControlError::NoAnswer => "no answer".to_owned(),
-                ControlError::Failed => "failed".to_owned(),
-            })
+            let mut conn = DaemonConnection {
+                sock: ours,
+                buffer: Vec::new(),
+            };
+            conn.call("streamd/hello", "{}", HELLO_ID)
+                .map_err(|e| match e {
+                    ControlError::Refused(m) => format!("refused: {m}"),
+                    ControlError::NoAnswer => "no answer".to_owned(),
+                    ControlError::Failed => "failed".to_owned(),
+                })
         });
         let tid = rx.recv().unwrap();
         let mut request = [0u8; 256];
@@ -275,8 +288,12 @@ mod interrupted {
         assert!(request[..n].ends_with(b"\n"));
         interrupting::interrupt_in(&caller, tid, libc::SYS_recvfrom, 3);
         // Fails when the call gave up and closed: the assertion says so.
-        let _ = daemon.write_all(b"{\"id\": \"streamd-attach-hello\", \"result\": {\"version\": \"9\"}}\n");
+        let _ = daemon
+            .write_all(b"{\"id\": \"streamd-attach-hello\", \"result\": {\"version\": \"9\"}}\n");
         let got = caller.join().unwrap();
-        assert_eq!(got.ok().and_then(|r| r.get("version").cloned()), Some(Value::from("9")));
+        assert_eq!(
+            got.ok().and_then(|r| r.get("version").cloned()),
+            Some(Value::from("9"))
+        );
     }
 }

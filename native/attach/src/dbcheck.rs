@@ -24,18 +24,26 @@ from streamd.eventlog.dbtarget import argv_error\n\
 args = [os.fsdecode(a) for a in sys.stdin.buffer.read().split(b'\\0')]\n\
 sys.stdout.buffer.write((argv_error(args) or '').encode('utf-8', 'surrogateescape'))\n";
 
-/// The `--db` values `argv_error` reads: `--db VALUE` and `--db=VALUE`
-/// (other spellings reach the daemon, which checks them itself).
+/// The `--db` values `argv_error` reads: `--db VALUE` and `--db=VALUE`, and
+/// the same with `--d`, the prefix argparse also takes for it.
 fn db_values(args: &[OsString]) -> Vec<&[u8]> {
     let mut out = Vec::new();
     for (i, arg) in args.iter().enumerate() {
         let arg = arg.as_bytes();
-        if arg == b"--db" {
-            if let Some(value) = args.get(i + 1) {
-                out.push(value.as_bytes());
+        let (name, value) = match arg.iter().position(|&b| b == b'=') {
+            Some(at) => (&arg[..at], Some(&arg[at + 1..])),
+            None => (arg, None),
+        };
+        if name != b"--db" && name != b"--d" {
+            continue;
+        }
+        match value {
+            Some(value) => out.push(value),
+            None => {
+                if let Some(next) = args.get(i + 1) {
+                    out.push(next.as_bytes());
+                }
             }
-        } else if let Some(value) = arg.strip_prefix(b"--db=") {
-            out.push(value);
         }
     }
     out
@@ -54,9 +62,8 @@ pub fn argv_error(args: &[OsString]) -> Result<Option<String>, String> {
 /// Read by dbtarget's rules as a SQLite file, whatever else it says: no
 /// scheme (`:`), no keyword (`=`), not blank, no NUL, UTF-8.
 fn plain_file(value: &[u8]) -> bool {
-    std::str::from_utf8(value).is_ok_and(|text| {
-        !text.trim().is_empty() && !text.contains([':', '=', '\0'])
-    })
+    std::str::from_utf8(value)
+        .is_ok_and(|text| !text.trim().is_empty() && !text.contains([':', '=', '\0']))
 }
 
 /// `DbTarget.directory_error` of a file given as an argument: it is a
@@ -76,7 +83,11 @@ fn sqlite_error(value: &[u8]) -> Option<String> {
     if parent_path.is_dir() {
         return None;
     }
-    let what = if parent_path.exists() { "is not a directory" } else { "does not exist" };
+    let what = if parent_path.exists() {
+        "is not a directory"
+    } else {
+        "does not exist"
+    };
     Some(format!(
         "--db: event log database {described}: directory {} {what} (create it first: only \
          the default location is created)",
@@ -94,8 +105,10 @@ fn pure_path(p: &[u8]) -> (Vec<u8>, Vec<u8>) {
     } else {
         b""
     };
-    let parts: Vec<&[u8]> =
-        p.split(|&b| b == b'/').filter(|part| !part.is_empty() && *part != b".").collect();
+    let parts: Vec<&[u8]> = p
+        .split(|&b| b == b'/')
+        .filter(|part| !part.is_empty() && *part != b".")
+        .collect();
     let show = |parts: &[&[u8]]| {
         let mut out = root.to_vec();
         out.extend_from_slice(&parts.join(&b'/'));
@@ -111,8 +124,12 @@ fn pure_path(p: &[u8]) -> (Vec<u8>, Vec<u8>) {
 /// `argv_error(args)` asked of streamd itself, the arguments on a pipe.
 fn ask_streamd(args: &[OsString]) -> Result<Option<String>, String> {
     let python = launch::interpreter().map_err(|e| sys::strerror(&e))?;
-    let cannot = |why: String| format!("cannot check the daemon's --db with {}: {why}",
-                                       python[0].to_string_lossy());
+    let cannot = |why: String| {
+        format!(
+            "cannot check the daemon's --db with {}: {why}",
+            python[0].to_string_lossy()
+        )
+    };
     let mut child = Command::new(&python[0])
         .args(&python[1..])
         // -P: `-c` would put the working directory first on sys.path, and a
@@ -125,13 +142,21 @@ fn ask_streamd(args: &[OsString]) -> Result<Option<String>, String> {
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| cannot(sys::strerror(&e)))?;
-    let input = args.iter().map(|a| a.as_bytes()).collect::<Vec<_>>().join(&0u8);
+    let input = args
+        .iter()
+        .map(|a| a.as_bytes())
+        .collect::<Vec<_>>()
+        .join(&0u8);
     if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(&input).map_err(|e| cannot(sys::strerror(&e)))?;
+        stdin
+            .write_all(&input)
+            .map_err(|e| cannot(sys::strerror(&e)))?;
     }
     let mut said = Vec::new();
     if let Some(mut stdout) = child.stdout.take() {
-        stdout.read_to_end(&mut said).map_err(|e| cannot(sys::strerror(&e)))?;
+        stdout
+            .read_to_end(&mut said)
+            .map_err(|e| cannot(sys::strerror(&e)))?;
     }
     let status = child.wait().map_err(|e| cannot(sys::strerror(&e)))?;
     if !status.success() {
@@ -163,21 +188,33 @@ mod tests {
     }
 
     #[test]
+    fn every_spelling_argparse_takes_for_db_is_read() {
+        let args: Vec<OsString> = [
+            "--db", "a", "--db=b", "--d", "c", "--d=d", "--dbx", "e", "--db",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        let got: Vec<&[u8]> = db_values(&args);
+        assert_eq!(got, [b"a" as &[u8], b"b", b"c", b"d"]);
+    }
+
+    #[test]
     fn only_names_without_a_scheme_or_a_keyword_are_plain_files() {
         for plain in ["events.db", "~/e.db", "/a b/e.db", "x y"] {
             assert!(plain_file(plain.as_bytes()), "{plain}");
         }
-        for other in ["", "  ", "postgresql://u:p@h/x", "host=h", "notes:2024.db", "a\0b"] {
+        for other in [
+            "",
+            "  ",
+            "postgresql://u:p@h/x",
+            "host=h",
+            "notes:2024.db",
+            "a\0b",
+        ] {
             assert!(!plain_file(other.as_bytes()), "{other}");
         }
         assert!(!plain_file(b"\xff.db"));
-    }
-
-    #[test]
-    fn both_spellings_of_db_are_read_and_no_others() {
-        let args: Vec<OsString> =
-            ["--db", "a", "--db=b", "--d", "c", "--db"].iter().map(OsString::from).collect();
-        assert_eq!(db_values(&args), [b"a".as_slice(), b"b"]);
     }
 
     #[test]

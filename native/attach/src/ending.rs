@@ -53,7 +53,8 @@ impl SessionEnd {
         };
         if frame.get("method").and_then(Value::as_str) == Some(METHOD) {
             // A request without an id is noted as null, as Python's .get does.
-            self.ids.push(frame.get("id").cloned().unwrap_or(Value::Null));
+            self.ids
+                .push(frame.get("id").cloned().unwrap_or(Value::Null));
         }
     }
 
@@ -75,7 +76,9 @@ impl SessionEnd {
         // An answer without an id answers nothing; serde's equality tells an
         // integer from a float and a boolean from a number, as Python's
         // "equal and of one type" does.
-        frame.get("id").is_some_and(|id| self.ids.iter().any(|sent| sent == id))
+        frame
+            .get("id")
+            .is_some_and(|id| self.ids.iter().any(|sent| sent == id))
     }
 }
 

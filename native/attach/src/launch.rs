@@ -23,8 +23,16 @@ pub const STARTUP_PIPE_ENV: &str = "STREAMD_STARTUP_PIPE";
 const MAX_SAID: usize = 1 << 16;
 const PATH_OPTIONS: [&str; 3] = ["--db", "--log-file", "--runtime-dir"];
 const VALUE_OPTIONS: [&str; 10] = [
-    "--db", "--log-file", "--runtime-dir", "--watch-interval-ms", "--watch-buffer-bytes",
-    "--synchronous", "--idle-exit", "--source-idle", "--max-sources", "--announce-version",
+    "--db",
+    "--log-file",
+    "--runtime-dir",
+    "--watch-interval-ms",
+    "--watch-buffer-bytes",
+    "--synchronous",
+    "--idle-exit",
+    "--source-idle",
+    "--max-sources",
+    "--announce-version",
 ];
 const FLAG_OPTIONS: [&str; 4] = ["--verbose", "-v", "--help", "-h"];
 
@@ -39,7 +47,10 @@ fn is_url(value: &[u8]) -> bool {
         value[n..].starts_with(b"://")
     };
     let keyword = {
-        let n = value.iter().take_while(|b| b.is_ascii_lowercase() || **b == b'_').count();
+        let n = value
+            .iter()
+            .take_while(|b| b.is_ascii_lowercase() || **b == b'_')
+            .count();
         n > 0 && value[n..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'=')
     };
     scheme || keyword
@@ -203,7 +214,10 @@ fn shebang(script: &[u8]) -> Option<Vec<OsString>> {
         .filter(|w| !w.is_empty())
         .map(|w| OsStr::from_bytes(w).to_owned())
         .collect();
-    if words.first().is_some_and(|w| w.as_bytes().ends_with(b"/sh")) {
+    if words
+        .first()
+        .is_some_and(|w| w.as_bytes().ends_with(b"/sh"))
+    {
         let exec = lines.next()?.strip_prefix(b"'''exec' \"")?;
         let end = exec.iter().position(|&b| b == b'"')?;
         return Some(vec![OsStr::from_bytes(&exec[..end]).to_owned()]);
@@ -255,13 +269,21 @@ impl Launched {
         let mut child = command.spawn()?;
         let pid = child.id();
         let pipe = child.stderr.take();
-        Ok(Self { child, pid, pipe, said: Vec::new(), status: None })
+        Ok(Self {
+            child,
+            pid,
+            pipe,
+            said: Vec::new(),
+            status: None,
+        })
     }
 
     /// Wait up to `timeout` for the daemon to say something or detach; true
     /// once its pipe has ended (it serves, or it exited: [`Self::exited`]).
     pub fn wait(&mut self, timeout: f64) -> bool {
-        let Some(pipe) = self.pipe.as_mut() else { return true };
+        let Some(pipe) = self.pipe.as_mut() else {
+            return true;
+        };
         if !sys::readable(pipe.as_raw_fd(), timeout).unwrap_or(true) {
             return false;
         }
@@ -329,7 +351,12 @@ mod tests {
 
     #[test]
     fn urls_and_keyword_strings_are_not_paths() {
-        for url in ["postgresql://u@h/db", "mysql://h/db", "host=db1 dbname=x", "a_b =1"] {
+        for url in [
+            "postgresql://u@h/db",
+            "mysql://h/db",
+            "host=db1 dbname=x",
+            "a_b =1",
+        ] {
             assert!(is_url(url.as_bytes()), "{url}");
         }
         for path in ["log.db", "./host=x", "/a/b", "1x://y", "Host=x", ""] {
@@ -340,18 +367,41 @@ mod tests {
     #[test]
     fn every_spelling_of_a_path_option_is_made_absolute() {
         let args = os(&[
-            "--db", "a.db", "--log-file=l.txt", "--run", "r", "--idle-exit", "x.db",
-            "--log-file", "-", "--", "--db", "b.db",
+            "--db",
+            "a.db",
+            "--log-file=l.txt",
+            "--run",
+            "r",
+            "--idle-exit",
+            "x.db",
+            "--log-file",
+            "-",
+            "--",
+            "--db",
+            "b.db",
         ]);
         assert_eq!(
             strs(&absolute_args(&args, OsStr::new("/home/u"))),
             [
-                "--db", "/home/u/a.db", "--log-file=/home/u/l.txt", "--run", "/home/u/r",
-                "--idle-exit", "x.db", "--log-file", "-", "--", "--db", "b.db",
+                "--db",
+                "/home/u/a.db",
+                "--log-file=/home/u/l.txt",
+                "--run",
+                "/home/u/r",
+                "--idle-exit",
+                "x.db",
+                "--log-file",
+                "-",
+                "--",
+                "--db",
+                "b.db",
             ]
         );
         let url = os(&["--d", "postgresql://h/x"]);
-        assert_eq!(strs(&absolute_args(&url, OsStr::new("/c"))), ["--d", "postgresql://h/x"]);
+        assert_eq!(
+            strs(&absolute_args(&url, OsStr::new("/c"))),
+            ["--d", "postgresql://h/x"]
+        );
     }
 
     #[test]

@@ -45,11 +45,18 @@ fn run() -> i32 {
             return 0;
         }
         Err(mistake) => {
-            sys::say(2, &format!("streamd: {mistake} (see 'streamd-attach --help')"));
+            sys::say(
+                2,
+                &format!("streamd: {mistake} (see 'streamd-attach --help')"),
+            );
             return 2;
         }
     };
-    if opts.daemon_args.iter().any(|a| a == "--db" || a.as_encoded_bytes().starts_with(b"--db=")) {
+    if opts
+        .daemon_args
+        .iter()
+        .any(|a| a == "--db" || a.as_encoded_bytes().starts_with(b"--db="))
+    {
         match dbcheck::argv_error(&opts.daemon_args) {
             Ok(None) => {}
             Ok(Some(refused)) => {
@@ -67,7 +74,12 @@ fn run() -> i32 {
     if sys::isatty(0) {
         sys::say(2, WAITING_LINE);
     }
-    match connect::connect(&opts.directory, &opts.daemon_args, opts.timeout, opts.recall_source) {
+    match connect::connect(
+        &opts.directory,
+        &opts.daemon_args,
+        opts.timeout,
+        opts.recall_source,
+    ) {
         Ok(conn) => relay::run(conn.sock, conn.buffer),
         Err(why) => {
             sys::say(2, &format!("streamd attach: {why}"));

@@ -85,7 +85,10 @@ pub fn parse(argv: &[OsString]) -> Result<Parsed, String> {
             directory = Some(absolute);
         } else {
             timeout = seconds(value).ok_or_else(|| {
-                format!("--start-timeout must be a number of seconds, not {}", py_repr(value))
+                format!(
+                    "--start-timeout must be a number of seconds, not {}",
+                    py_repr(value)
+                )
             })?;
         }
     }
@@ -97,7 +100,12 @@ pub fn parse(argv: &[OsString]) -> Result<Parsed, String> {
         None => paths::runtime_dir()
             .map_err(|e| format!("the runtime directory: {}", crate::sys::strerror(&e)))?,
     };
-    Ok(Parsed::Run(Options { directory, timeout, daemon_args, recall_source }))
+    Ok(Parsed::Run(Options {
+        directory,
+        timeout,
+        daemon_args,
+        recall_source,
+    }))
 }
 
 /// A finite number of seconds, zero or more, as Python's `float` reads it
@@ -158,7 +166,12 @@ fn decode(mut bytes: &[u8]) -> Vec<Result<char, u8>> {
             Err(e) => {
                 let good = e.valid_up_to();
                 // The prefix up to valid_up_to is UTF-8 by definition.
-                out.extend(std::str::from_utf8(&bytes[..good]).unwrap_or("").chars().map(Ok));
+                out.extend(
+                    std::str::from_utf8(&bytes[..good])
+                        .unwrap_or("")
+                        .chars()
+                        .map(Ok),
+                );
                 let bad = e.error_len().unwrap_or(bytes.len() - good);
                 out.extend(bytes[good..good + bad].iter().map(|&b| Err(b)));
                 bytes = &bytes[good + bad..];
@@ -187,9 +200,15 @@ mod tests {
     fn a_runtime_dir_is_absolute_and_goes_to_the_daemon_first() {
         let opts = run(&["--runtime-dir=/r/./x", "--eventlog", "--", "--db", "e.db"]);
         assert_eq!(opts.directory, OsString::from("/r/x"));
-        assert_eq!(opts.daemon_args, args(&["--runtime-dir", "/r/x", "--db", "e.db"]));
+        assert_eq!(
+            opts.daemon_args,
+            args(&["--runtime-dir", "/r/x", "--db", "e.db"])
+        );
         assert_eq!(opts.recall_source, Some("eventlog"));
-        assert_eq!(run(&["--runtime-dir", "/a"]).daemon_args, args(&["--runtime-dir", "/a"]));
+        assert_eq!(
+            run(&["--runtime-dir", "/a"]).daemon_args,
+            args(&["--runtime-dir", "/a"])
+        );
     }
 
     #[test]
@@ -198,14 +217,20 @@ mod tests {
         assert_eq!(opts.timeout, 2.5);
         assert_eq!(opts.daemon_args, args(&["--help", "--bogus"]));
         assert_eq!(opts.recall_source, None);
-        assert_eq!(parse(&args(&["--eventlog", "-h", "--bogus"])), Ok(Parsed::Help));
+        assert_eq!(
+            parse(&args(&["--eventlog", "-h", "--bogus"])),
+            Ok(Parsed::Help)
+        );
     }
 
     #[test]
     fn mistakes_are_said_as_streamd_attach_says_them() {
         let err = |v: &[&str]| parse(&args(v)).unwrap_err();
         assert_eq!(err(&["--bogus"]), "unrecognized argument '--bogus'");
-        assert_eq!(err(&["--eventlog=1"]), "unrecognized argument '--eventlog=1'");
+        assert_eq!(
+            err(&["--eventlog=1"]),
+            "unrecognized argument '--eventlog=1'"
+        );
         assert_eq!(err(&["--runtime-dir"]), "--runtime-dir needs a value");
         for bad in ["x", "-1", "inf", "nan", ""] {
             assert_eq!(
@@ -219,7 +244,12 @@ mod tests {
     #[test]
     fn a_timeout_is_read_as_pythons_float_reads_it() {
         // Right sides: float(x) on CPython 3.11.
-        for (given, want) in [("1_0", 10.0), ("2_5.0_0", 25.0), ("1e1_0", 1e10), (" 1_0 ", 10.0)] {
+        for (given, want) in [
+            ("1_0", 10.0),
+            ("2_5.0_0", 25.0),
+            ("1e1_0", 1e10),
+            (" 1_0 ", 10.0),
+        ] {
             assert_eq!(run(&["--start-timeout", given]).timeout, want, "{given}");
         }
         for bad in ["_1", "1_", "1__0", "1_.5"] {

@@ -84,7 +84,8 @@ fn pump_stdin(mut sock: UnixStream, shared: &Shared) {
 
 fn lock(end: &Mutex<SessionEnd>) -> std::sync::MutexGuard<'_, SessionEnd> {
     // A panic aborts this program (panic = "abort"), so no lock is poisoned.
-    end.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    end.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The last frame written to stdout, when it is short enough to be a

@@ -52,7 +52,9 @@ pub fn exit_on_signals() {
 /// Mark every descriptor above stderr close-on-exec, so that the daemon this
 /// process may start inherits none of them (whatever our parent left open).
 pub fn close_inherited_on_exec() {
-    let Ok(entries) = fs::read_dir("/proc/self/fd") else { return };
+    let Ok(entries) = fs::read_dir("/proc/self/fd") else {
+        return;
+    };
     let fds: Vec<RawFd> = entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .filter(|&fd| fd > 2)
@@ -71,7 +73,11 @@ pub fn close_inherited_on_exec() {
 
 /// The pid and uid of the process that listens on the other end.
 pub fn peer_cred(sock: &UnixStream) -> io::Result<(i32, u32)> {
-    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: cred and len are valid for writes of the sizes given.
     let rc = unsafe {
@@ -158,7 +164,8 @@ pub fn connect_waiting(path: &OsStr, timeout: f64) -> io::Result<UnixStream> {
         .and_then(|d| std::time::Instant::now().checked_add(d));
     let left = || {
         deadline.map_or(f64::INFINITY, |at| {
-            at.saturating_duration_since(std::time::Instant::now()).as_secs_f64()
+            at.saturating_duration_since(std::time::Instant::now())
+                .as_secs_f64()
         })
     };
     loop {
@@ -216,7 +223,11 @@ pub fn pid_alive(pid: i32) -> bool {
 
 /// Wait up to `timeout` seconds for `fd` to be readable (or at its end).
 pub fn readable(fd: RawFd, timeout: f64) -> io::Result<bool> {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     let ms = (timeout.max(0.0) * 1000.0).ceil().min(i32::MAX as f64) as libc::c_int;
     loop {
         // SAFETY: one valid pollfd.
@@ -248,7 +259,9 @@ pub fn expand_user(path: &OsStr) -> OsString {
     } else {
         home_of(Some(user))
     };
-    let Some(mut home) = home else { return path.to_owned() };
+    let Some(mut home) = home else {
+        return path.to_owned();
+    };
     while home.ends_with(b"/") {
         home.pop();
     }
@@ -330,7 +343,12 @@ pub mod interrupting {
 
     /// Signal `thread` `times` times, each once it is seen blocked in system
     /// call `nr`; stops early if the thread has ended (the call gave up).
-    pub fn interrupt_in<T>(thread: &JoinHandle<T>, tid: libc::pid_t, nr: libc::c_long, times: usize) {
+    pub fn interrupt_in<T>(
+        thread: &JoinHandle<T>,
+        tid: libc::pid_t,
+        nr: libc::c_long,
+        times: usize,
+    ) {
         install();
         for _ in 0..times {
             while !blocked_in(tid, nr) {

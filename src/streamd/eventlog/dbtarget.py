@@ -324,15 +324,23 @@ def command_line_error(value: str | None) -> str | None:
     return _said_of("--db", target.directory_error())
 
 
+_DB_SPELLINGS = ("--d", "--db")
+
+
 def argv_error(argv: Sequence[str]) -> str | None:
     """:func:`command_line_error` of every ``--db`` in a command line about to
     be run (a daemon's or a server's arguments): checked before the process
     starts, which would show a password in ``ps`` before refusing it."""
     for i, arg in enumerate(argv):
-        if arg == "--db" and i + 1 < len(argv):
-            value: str | None = argv[i + 1]
-        elif arg.startswith("--db="):
-            value = arg.removeprefix("--db=")
+        # argparse takes an unambiguous prefix of an option, so ``--d`` is a
+        # spelling of ``--db`` as well.
+        name, eq, given = arg.partition("=")
+        if name not in _DB_SPELLINGS:
+            continue
+        if eq:
+            value: str | None = given
+        elif i + 1 < len(argv):
+            value = argv[i + 1]
         else:
             continue
         if (refused := command_line_error(value)) is not None:
