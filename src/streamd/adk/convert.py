@@ -30,7 +30,6 @@ import contextlib
 import enum
 import functools
 import gc
-import os
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
@@ -40,6 +39,8 @@ import msgspec
 import pydantic
 from google.adk.events.event import Event
 from pydantic_core import PydanticUndefined
+
+from streamd import plain
 
 if TYPE_CHECKING:
     from streamd._native import ModelPlan
@@ -115,7 +116,7 @@ def copied(model: _M) -> _M:
 
 def copied_all(models: list[_M]) -> list[_M]:
     """:func:`copied` of each (by the compiled core where it runs)."""
-    if _core is None or os.environ.get("STREAMD_NATIVE", "").strip() == "0":
+    if _core is None or plain.asked():
         return [copied(model) for model in models]
     return _core.copy_models(models)
 
@@ -159,7 +160,7 @@ _compiled: dict[type, ModelPlan | None] = {}
 def compiled_plan(cls: type[pydantic.BaseModel]) -> ModelPlan | None:
     """The compiled copy of ``cls``'s plan; None where the Python plans run
     (no usable compiled module, ``STREAMD_NATIVE=0``, a plan that cannot build)."""
-    if _core is None or os.environ.get("STREAMD_NATIVE", "").strip() == "0":
+    if _core is None or plain.asked():
         return None
     return _compiled_of(cls)
 

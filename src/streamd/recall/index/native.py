@@ -28,14 +28,13 @@ Rules:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from streamd import DISTRIBUTION
+from streamd import DISTRIBUTION, plain
 from streamd.recall.index.segment import COLUMNS, Segment
 
 if TYPE_CHECKING:
@@ -93,7 +92,7 @@ _warned = threading.Event()
 def enabled() -> bool:
     """Whether builds take the compiled path. The first build that cannot
     (no compiled module) logs one warning for the life of the process."""
-    if os.environ.get("STREAMD_NATIVE", "").strip() == "0":
+    if plain.asked():
         return False
     if _native is None:
         if not _warned.is_set():
@@ -120,7 +119,7 @@ def unavailable() -> str | None:
     take the plain path because the compiled module cannot be used (then
     this process's log warning is not repeated); None when they will not
     (compiled, or ``STREAMD_NATIVE=0`` asked for the plain path)."""
-    if _native is not None or os.environ.get("STREAMD_NATIVE", "").strip() == "0":
+    if _native is not None or plain.asked():
         return None
     quiet()
     why = (f"is not installed (cargo was not on the PATH when {DISTRIBUTION} was installed)"
@@ -144,7 +143,7 @@ def search_core() -> Core | None:
     """The compiled core for scoring searches (``query/compiled.py``), or
     None where searches take the plain path: as for builds, without the
     module or with ``STREAMD_NATIVE=0``. Never warns (the build does)."""
-    if _native is None or os.environ.get("STREAMD_NATIVE", "").strip() == "0":
+    if _native is None or plain.asked():
         return None
     return _native
 
