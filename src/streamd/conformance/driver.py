@@ -105,15 +105,7 @@ async def run_transcript(
     frames: list[bytes] = []
     tail = Tail(STDERR_TAIL_BYTES)
     try:
-        # A session of its own, so a kill reaches whatever the adapter spawned
-        # and no grandchild keeps our pipes (or the suite) waiting.
-        proc = await trio.lowlevel.open_process(
-            list(command),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        proc = await spawn(command)
     except OSError as exc:
         return Run([], f"cannot start the adapter {shlex.join(command)}: {exc}", b"", None)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -246,6 +238,20 @@ def _place(source: str, target: str) -> None:
     with open(source, "rb") as src, open(scratch, "wb") as dst:
         dst.write(src.read())
     os.replace(scratch, target)
+
+
+async def spawn(command: Sequence[str], env: Mapping[str, str] | None = None) -> trio.Process:
+    """The adapter, its three streams piped, in a session of its own, so a
+    kill reaches whatever it spawned and no grandchild keeps our pipes (or
+    the suite) waiting. OSError when it cannot be started."""
+    return await trio.lowlevel.open_process(
+        list(command),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=None if env is None else dict(env),
+    )
 
 
 async def reap(proc: trio.Process) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -53,6 +52,7 @@ from streamd.conformance.driver import (
     kill_group,
     pump_stderr,
     reap,
+    spawn,
 )
 from streamd.conformance.transcript import FrameLines
 
@@ -115,14 +115,7 @@ async def observe(
 ) -> Observation:
     """Start ``command``, follow ``steps``, and collect every frame, timed."""
     try:
-        proc = await trio.lowlevel.open_process(
-            list(command),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            env=None if env is None else dict(env),
-        )
+        proc = await spawn(command, env)
     except OSError as exc:
         return Observation((), (), None, None, None, f"cannot start {shlex.join(command)}: {exc}")
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
