@@ -17,6 +17,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::launch;
+use crate::paths;
 use crate::sys;
 
 const CHECK: &str = "import os, sys\n\
@@ -98,27 +99,13 @@ fn sqlite_error(value: &[u8]) -> Option<String> {
 /// `str(Path(p))` and `str(Path(p).parent)`, by pathlib's rules: repeated
 /// slashes and `.` parts dropped, `..` kept, exactly two leading slashes kept.
 fn pure_path(p: &[u8]) -> (Vec<u8>, Vec<u8>) {
-    let root: &[u8] = if p.starts_with(b"//") && !p.starts_with(b"///") {
-        b"//"
-    } else if p.starts_with(b"/") {
-        b"/"
-    } else {
-        b""
-    };
+    let root = paths::root(p);
     let parts: Vec<&[u8]> = p
         .split(|&b| b == b'/')
         .filter(|part| !part.is_empty() && *part != b".")
         .collect();
-    let show = |parts: &[&[u8]]| {
-        let mut out = root.to_vec();
-        out.extend_from_slice(&parts.join(&b'/'));
-        if out.is_empty() {
-            out.push(b'.');
-        }
-        out
-    };
     let parent = &parts[..parts.len().saturating_sub(1)];
-    (show(&parts), show(parent))
+    (paths::rooted(root, &parts), paths::rooted(root, parent))
 }
 
 /// `argv_error(args)` asked of streamd itself, the arguments on a pipe.

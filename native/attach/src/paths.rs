@@ -51,13 +51,7 @@ pub fn normpath(path: &OsStr) -> OsString {
     if bytes.is_empty() {
         return OsString::from(".");
     }
-    let lead: &[u8] = if bytes.starts_with(b"//") && !bytes.starts_with(b"///") {
-        b"//"
-    } else if bytes.starts_with(b"/") {
-        b"/"
-    } else {
-        b""
-    };
+    let lead = root(bytes);
     let mut parts: Vec<&[u8]> = Vec::new();
     for part in bytes.split(|&b| b == b'/') {
         match part {
@@ -69,12 +63,30 @@ pub fn normpath(path: &OsStr) -> OsString {
             _ => parts.push(part),
         }
     }
-    let mut out = lead.to_vec();
+    OsString::from_vec(rooted(lead, &parts))
+}
+
+/// A path's root as both `os.path` and `pathlib` keep it: exactly two
+/// leading slashes stay two (POSIX leaves their meaning open), one or three
+/// and more are one.
+pub fn root(path: &[u8]) -> &'static [u8] {
+    if path.starts_with(b"//") && !path.starts_with(b"///") {
+        b"//"
+    } else if path.starts_with(b"/") {
+        b"/"
+    } else {
+        b""
+    }
+}
+
+/// `root` and the parts joined by slashes; `.` for nothing at all.
+pub fn rooted(root: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    let mut out = root.to_vec();
     out.extend_from_slice(&parts.join(&b'/'));
     if out.is_empty() {
         out.push(b'.');
     }
-    OsString::from_vec(out)
+    out
 }
 
 /// `os.path.abspath`: against this process's working directory.
