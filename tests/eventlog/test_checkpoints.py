@@ -9,13 +9,13 @@ from typing import Any
 import trio
 import trio.testing
 
-from streamd.eventlog.sqlite import SqliteStore, WriterRunner
+from streamd.eventlog.sqlite import ConnectionRunner, SqliteStore
 from streamd.eventlog.sqlite.checkpoints import CHECKPOINT_PAGES, Checkpoints
 from streamd.eventlog.store import Backend
 from streamd.eventlog.writer import EventLogStats
 
 
-class _FullWal(WriterRunner):
+class _FullWal(ConnectionRunner):
     """A writer whose WAL is past the threshold (nothing else of it is used)."""
 
     def __init__(self) -> None:

@@ -17,7 +17,7 @@ from streamd.eventlog import EventLog, SqliteStore
 from streamd.eventlog import writer as writer_module
 from streamd.eventlog.model import AppendParams
 from streamd.eventlog.sqlite import SqliteOptions
-from streamd.eventlog.sqlite.runner import NOT_RUN, WriterRunner
+from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner
 
 
 @pytest.fixture(autouse=True)
@@ -100,7 +100,7 @@ async def test_an_inline_attempt_on_a_locked_database_writes_nothing_and_says_so
 ) -> None:
     db = tmp_path / "events.db"
     with trio.fail_after(30):
-        runner = await WriterRunner.open(str(db), SqliteOptions())
+        runner = await ConnectionRunner.open(str(db), SqliteOptions())
         try:
             other = apsw.Connection(str(db))
             other.execute("BEGIN IMMEDIATE")
@@ -119,7 +119,7 @@ async def test_an_inline_attempt_on_a_locked_database_writes_nothing_and_says_so
 
 async def test_nothing_runs_inline_while_the_worker_has_a_call(tmp_path: Path) -> None:
     with trio.fail_after(30):
-        runner = await WriterRunner.open(str(tmp_path / "events.db"), SqliteOptions())
+        runner = await ConnectionRunner.open(str(tmp_path / "events.db"), SqliteOptions())
         try:
             release = threading.Event()
             async with trio.open_nursery() as nursery:
@@ -146,7 +146,7 @@ async def test_a_cancelled_call_is_interrupted_on_the_worker_and_the_next_one_ru
         return store.connection.execute(count).fetchone()[0]
 
     with trio.fail_after(30):
-        runner = await WriterRunner.open(str(tmp_path / "events.db"), SqliteOptions())
+        runner = await ConnectionRunner.open(str(tmp_path / "events.db"), SqliteOptions())
         try:
             with trio.move_on_after(0.2) as scope:
                 await runner.run(endless)
@@ -191,7 +191,7 @@ async def test_the_wal_is_checkpointed_beside_the_writes_and_stays_bounded(tmp_p
 
 async def test_the_writer_makes_no_checkpoint_of_its_own(tmp_path: Path) -> None:
     with trio.fail_after(60):
-        runner = await WriterRunner.open(str(tmp_path / "events.db"), SqliteOptions("NORMAL"))
+        runner = await ConnectionRunner.open(str(tmp_path / "events.db"), SqliteOptions("NORMAL"))
         try:
             for i in range(300):
                 params = AppendParams(app="a", user="u", session="s",

@@ -8,11 +8,17 @@ once, so it can start the jobs that need the writer. Every store operation then
 runs through :meth:`Connections.read` or :meth:`Connections.write` inside a
 cancel scope that close cancels: an operation in flight when the log closes
 raises ``closed`` instead of finishing against a connection about to go.
+
+A read its caller calls small (a few rows: a ping, a state, a session's
+newest events) runs inline on the event loop thread when the reader's worker
+is idle (see :mod:`~streamd.eventlog.sqlite.runner`): two thread wake-ups
+cost more than such a read, and a cold session load is a few of them.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -20,8 +26,8 @@ from typing import TypeVar
 import trio
 
 from streamd.errors import RpcError
-from streamd.eventlog.opener import Role
-from streamd.eventlog.store import Backend, Runner, closed_error
+from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner, InlineGate
+from streamd.eventlog.store import Backend, Role, Runner, closed_error
 
 __all__ = ["NOT_ENTERED", "Connections"]
 
@@ -30,6 +36,12 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 NOT_ENTERED = "use the EventLog as `async with EventLog(...) as log:`"
+
+# A small read made inline that took longer than this (a cold page cache, a
+# slow disk) keeps the next ones on the worker thread for a while: the event
+# loop serves every connection, and one read must not stall them twice.
+_INLINE_READ_SLOW_S = 0.005
+_INLINE_READ_BACKOFF_S = 1.0
 
 
 class Connections:
@@ -56,6 +68,7 @@ class Connections:
         self._reader: Runner | None = None
         self._closed = False
         self._scopes: set[trio.CancelScope] = set()
+        self._inline_reads = InlineGate(_INLINE_READ_SLOW_S, _INLINE_READ_BACKOFF_S)
 
     def serve_in(self, nursery: trio.Nursery | None) -> None:
         """The nursery the log's jobs run in (``None`` once it has ended)."""
@@ -126,7 +139,21 @@ class Connections:
         _, reader = await self.ensure_open()
         return reader
 
-    async def read(self, op: Callable[[Backend], _T]) -> _T:
+    async def read(self, op: Callable[[Backend], _T], *, small: bool = False) -> _T:
+        """``op`` on the reader's connection. ``small``: the caller knows the
+        answer is a few rows, so it may run inline (see the module docstring)."""
+        reader = self._reader
+        if (
+            small
+            and isinstance(reader, ConnectionRunner)
+            and not self._closed
+            and self._inline_reads.open
+        ):
+            started = time.monotonic()
+            done = reader.try_inline(op)
+            if done is not NOT_RUN:
+                self._inline_reads.took(time.monotonic() - started)
+                return done
         return await self._call("reader", op)
 
     async def write(self, op: Callable[[Backend], _T]) -> _T:

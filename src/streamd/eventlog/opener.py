@@ -27,8 +27,8 @@ from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 from streamd.eventlog.sqlite.changes import FileChanges
 from streamd.eventlog.sqlite.connection import prepare_file
 from streamd.eventlog.sqlite.file_identity import DatabaseFile
-from streamd.eventlog.sqlite.runner import ThreadRunner, WriterRunner
-from streamd.eventlog.store import ChangeSource, Runner
+from streamd.eventlog.sqlite.runner import ConnectionRunner, ThreadRunner
+from streamd.eventlog.store import ChangeSource, Role, Runner
 
 if TYPE_CHECKING:
     from streamd.eventlog.postgres.store import PostgresOptions
@@ -40,7 +40,6 @@ __all__ = [
 Dispatch = Literal["aio", "thread", "inline"]
 """How SQLite's operations meet Trio: the writer's inline-or-thread runner and
 APSW's async reader (``aio``), a worker thread each, or inline (tests)."""
-Role = Literal["writer", "reader"]
 
 Poll = Callable[[], Awaitable[int]]
 """The newest seq, read on the log's reader: a change source that cannot
@@ -109,9 +108,7 @@ class SqliteOpener:
             prepare_file(self._target.path, make_directory=self._target.origin == "default")
         migrate = role == "writer"
         if self._dispatch == "aio":
-            if role == "writer":
-                return await WriterRunner.open(path, options, guard=guard)
-            return await SqliteStore.open_async(path, options, migrate=migrate, guard=guard)
+            return await ConnectionRunner.open(path, options, guard=guard, role=role)
         if self._dispatch == "thread":
             store = await trio.to_thread.run_sync(
                 lambda: SqliteStore.open(path, options, migrate=migrate, guard=guard)

@@ -15,7 +15,6 @@ written. The watch hub is told of every commit in the step its callers are.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
@@ -26,7 +25,7 @@ import trio
 from streamd.errors import CLOSED, RpcError, is_closed
 from streamd.eventlog.model import AppendBatchParams, AppendParams, AppendResult
 from streamd.eventlog.sqlite.file_identity import is_file_fault
-from streamd.eventlog.sqlite.runner import NOT_RUN, WriterRunner
+from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner, InlineGate
 from streamd.eventlog.store import AppendGroup, Backend, CommitOutcome, Runner, closed_error
 from streamd.eventlog.watch_hub import WatchHub
 
@@ -111,7 +110,7 @@ class GroupCommitWriter:
         self._send, self._recv = trio.open_memory_channel[_Pending](4 * max_batch)
         self._started = False
         self._done = trio.Event()
-        self._inline_after = -math.inf  # no inline commit before then (a slow disk)
+        self._inline = InlineGate(_INLINE_SLOW_S, _INLINE_BACKOFF_S)
 
     # -- the callers' side --
 
@@ -239,7 +238,8 @@ class GroupCommitWriter:
                 with self._hub.committing():
                     outcome = await self._commit(writer, batch)
                     results = (
-                        outcome.results if isinstance(outcome, CommitOutcome)
+                        outcome.results
+                        if isinstance(outcome, CommitOutcome)
                         else [outcome] * len(batch)
                     )
                     for p, result in zip(batch, results, strict=True):
@@ -270,7 +270,7 @@ class GroupCommitWriter:
             return store.append_commit(params, now_us, capture)
 
         try:
-            if isinstance(writer, WriterRunner) and self._inline_fits(params):
+            if isinstance(writer, ConnectionRunner) and self._inline_fits(params):
                 started = time.monotonic()
                 done = writer.try_inline(op)
                 if done is not NOT_RUN:
@@ -296,15 +296,14 @@ class GroupCommitWriter:
         been slow lately (an inline commit that took long keeps the next ones
         on the worker thread for a while, so a slow disk stalls the writer's
         callers, never the whole event loop, more than once)."""
-        if len(params) != 1 or trio.current_time() < self._inline_after:
+        if len(params) != 1 or not self._inline.open:
             return False
         item = params[0]
         return not isinstance(item, AppendGroup) or len(item.appends) <= _INLINE_MAX_GROUP
 
     def _inline_took(self, seconds: float) -> None:
         self._stats.inline_commits += 1
-        if seconds > _INLINE_SLOW_S:
-            self._inline_after = trio.current_time() + _INLINE_BACKOFF_S
+        self._inline.took(seconds)
 
     def _fail_queued(self) -> None:
         while True:

@@ -5,7 +5,7 @@ The public face is the backend's three seams and its options:
 * :class:`SqliteStore` - the :class:`~streamd.eventlog.store.backend.Backend`
   (and, opened synchronously, its own inline
   :class:`~streamd.eventlog.store.backend.Runner`);
-* :class:`WriterRunner` - the log's writer connection as a Runner, and
+* :class:`ConnectionRunner` - either of the log's connections as a Runner, and
   :class:`ThreadRunner` - a synchronously opened store on a worker thread;
 * :class:`FileChanges` - the :class:`~streamd.eventlog.store.backend.ChangeSource`
   (inotify on the database and its WAL, else a poll);
@@ -20,15 +20,15 @@ The storage rules both backends share are in :mod:`streamd.eventlog.store`.
 
 from streamd.eventlog.sqlite.changes import FileChanges
 from streamd.eventlog.sqlite.connection import SqliteOptions
-from streamd.eventlog.sqlite.runner import ThreadRunner, WriterRunner
+from streamd.eventlog.sqlite.runner import ConnectionRunner, ThreadRunner
 from streamd.eventlog.sqlite.schema import SCHEMA_VERSION
 from streamd.eventlog.sqlite.store import SqliteStore
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ConnectionRunner",
     "FileChanges",
     "SqliteOptions",
     "SqliteStore",
     "ThreadRunner",
-    "WriterRunner",
 ]

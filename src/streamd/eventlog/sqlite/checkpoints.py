@@ -18,7 +18,7 @@ from collections.abc import Callable
 import trio
 
 from streamd.errors import RpcError, is_closed
-from streamd.eventlog.sqlite.runner import WriterRunner
+from streamd.eventlog.sqlite.runner import ConnectionRunner
 from streamd.eventlog.sqlite.store import SqliteStore
 from streamd.eventlog.store import Backend, Runner, StoreCall
 
@@ -31,7 +31,7 @@ CHECKPOINT_PAGES = 1000
 
 
 def _checkpoint_passive(store: Backend) -> tuple[int, int]:
-    # Only a WriterRunner's log gets here, and both its connections are SQLite.
+    # Only a ConnectionRunner's log gets here, and both its connections are SQLite.
     assert isinstance(store, SqliteStore)
     return store.checkpoint_passive()
 
@@ -67,7 +67,7 @@ class Checkpoints:
         """Start a checkpoint if the writer's WAL has grown past the threshold
         and none is running (one at a time)."""
         if (
-            isinstance(writer, WriterRunner)
+            isinstance(writer, ConnectionRunner)
             and writer.wal_pages >= CHECKPOINT_PAGES
             and not self._running
             and not self._closed()

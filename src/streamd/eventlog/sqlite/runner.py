@@ -1,43 +1,49 @@
-"""The SQLite writer's connection as the Trio layer drives it: a worker thread
-of its own, and a lone append committed on the event loop thread.
+"""An SQLite connection as the Trio layer drives it: a worker thread of its
+own, and short calls made inline on the event loop thread.
 
-Why not ``apsw.aio`` for the writer too
----------------------------------------
+Why not ``apsw.aio``
+--------------------
 An agent loop appends one event, waits for it, and only then produces the
-next: every append is alone in its group commit, and its latency is the rate.
-Each hop to a worker thread and back wakes a sleeping thread twice and costs
-the event loop two turns; measured on a 2-core VM, an ``apsw.aio`` call that
-does nothing takes about 95 us, where the same call made inline takes 4 us,
-and a durable append's whole commit (SQL and fsync) is 200-400 us. So:
+next; a cold session load is a handful of small reads, each awaited. Each hop
+to a worker thread and back wakes a sleeping thread twice and costs the event
+loop two turns; measured on a 2-core VM, an ``apsw.aio`` call that does
+nothing takes about 95 us, where the same call made inline takes 4 us, and a
+durable append's whole commit (SQL and fsync) is 200-400 us. A ``ping``
+through the daemon cost about 100 us more CPU on the thread than inline. So
+the writer's and the reader's connection are both a :class:`ConnectionRunner`:
 
 * **Every operation may run on the worker thread**, in the order submitted
-  (:meth:`WriterRunner.run`), as with ``apsw.aio``: a call whose caller is
+  (:meth:`ConnectionRunner.run`), as with ``apsw.aio``: a call whose caller is
   cancelled before it starts is skipped, and one already running is
   interrupted at SQLite's next progress check (its transaction rolls back).
-* **A lone append may run inline** (:meth:`WriterRunner.try_inline`), on the
-  event loop thread, when nothing is queued or running on the worker (so the
-  connection is free and nothing submitted before it is overtaken). The
-  busy handler does not wait there: a database whose write lock another
-  process holds makes the inline attempt give up at ``BEGIN IMMEDIATE``,
-  before anything is written, and the append goes to the worker thread,
-  which waits for the lock as usual. The event loop is thus blocked for one
-  small transaction and its fsync at most, never for another process's lock.
-  Which appends qualify (alone, small, on a disk that syncs fast) is the
-  event log's decision (:class:`streamd.eventlog.writer.GroupCommitWriter`).
+* **A short one may run inline** (:meth:`ConnectionRunner.try_inline`), on
+  the event loop thread, when nothing is queued or running on the worker (so
+  the connection is free and nothing submitted before it is overtaken). The
+  busy handler does not wait there: a lock another connection holds makes
+  the inline attempt give up (a write at ``BEGIN IMMEDIATE``, before anything
+  is written) and the call goes to the worker thread, which waits for the
+  lock as usual. The event loop is thus blocked for one small transaction
+  (and, for a write, its fsync) at most, never for another process's lock.
+  Which calls qualify is the caller's decision: a lone append
+  (:class:`streamd.eventlog.writer.GroupCommitWriter`), a read whose answer is
+  a few rows (:meth:`streamd.eventlog.connections.Connections.read`). An
+  inline call that took long (a disk that has turned slow) keeps the next
+  ones on the worker for a while (:class:`InlineGate`).
 
 The connection is an ordinary (synchronous) APSW connection, used by one
 thread at a time: the event loop's only while the worker is idle, and the
-worker's otherwise. It makes no checkpoints of its own: SQLite's automatic
-one runs inside the commit that takes the WAL past 1,000 pages (some hundred
-appends), and that commit's caller (and, inline, the event loop) would wait
-for the copy and its fsyncs; the event log checkpoints from its reader's
-connection instead, beside the writes (:attr:`WriterRunner.wal_pages` says
+worker's otherwise. The writer's makes no checkpoints of its own: SQLite's
+automatic one runs inside the commit that takes the WAL past 1,000 pages (some
+hundred appends), and that commit's caller (and, inline, the event loop) would
+wait for the copy and its fsyncs; the event log checkpoints from its reader's
+connection instead, beside the writes (:attr:`ConnectionRunner.wal_pages` says
 when).
 """
 
 from __future__ import annotations
 
 import enum
+import math
 import queue
 import threading
 from collections.abc import Callable
@@ -49,18 +55,19 @@ import trio
 from streamd.eventlog.sqlite.connection import SqliteOptions
 from streamd.eventlog.sqlite.file_identity import DatabaseFile
 from streamd.eventlog.sqlite.store import SqliteStore
-from streamd.eventlog.store.backend import Backend
+from streamd.eventlog.store.backend import Backend, Role
 
-__all__ = ["NOT_RUN", "ThreadRunner", "WriterRunner"]
+__all__ = ["NOT_RUN", "ConnectionRunner", "InlineGate", "ThreadRunner"]
 
 _T = TypeVar("_T")
+
 
 class _NotRun(enum.Enum):
     NOT_RUN = enum.auto()
 
 
 NOT_RUN: Final = _NotRun.NOT_RUN
-"""What :meth:`WriterRunner.try_inline` returns when the call was not made."""
+"""What :meth:`ConnectionRunner.try_inline` returns when the call was not made."""
 
 # SQLite steps between checks for a cancelled caller: apsw.aio's default
 # (some ten checks a second on a long statement).
@@ -77,12 +84,33 @@ class _Call:
         self.result: outcome.Outcome[Any] | None = None
 
 
-class WriterRunner:
+class InlineGate:
+    """Whether inline calls are allowed now: after one that took longer than
+    ``slow_s`` (the disk or the machine has turned slow), none for
+    ``backoff_s``, so a slow disk stalls the event loop once, not on every
+    call. Times are Trio's clock (a test's mock clock moves it)."""
+
+    def __init__(self, slow_s: float, backoff_s: float) -> None:
+        self._slow_s = slow_s
+        self._backoff_s = backoff_s
+        self._closed_until = -math.inf
+
+    @property
+    def open(self) -> bool:
+        return trio.current_time() >= self._closed_until
+
+    def took(self, seconds: float) -> None:
+        """An inline call took ``seconds`` (of the wall clock: it blocked the loop)."""
+        if seconds > self._slow_s:
+            self._closed_until = trio.current_time() + self._backoff_s
+
+
+class ConnectionRunner:
     """A :class:`~streamd.eventlog.sqlite.store.SqliteStore` opened for the
     Trio layer (a :class:`~streamd.eventlog.store.backend.Runner`), with a
     worker thread of its own and an inline path (see the module docstring)."""
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: SqliteStore, role: Role = "writer") -> None:
         self._store = store
         self._token = trio.lowlevel.current_trio_token()
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
@@ -90,22 +118,30 @@ class WriterRunner:
         self._current: _Call | None = None  # the worker's call, for the progress check
         self._stopped = trio.Event()
         store.set_progress_check(self._abandoned, _PROGRESS_STEPS)
-        self._thread = threading.Thread(
-            target=self._work, name="streamd-log-writer", daemon=True
-        )
+        self._thread = threading.Thread(target=self._work, name=f"streamd-log-{role}", daemon=True)
         self._thread.start()
 
     @classmethod
     async def open(
-        cls, path: str, options: SqliteOptions, *, guard: DatabaseFile | None = None
-    ) -> WriterRunner:
-        """Open (and migrate) on a worker thread: migrations may take a while."""
+        cls,
+        path: str,
+        options: SqliteOptions,
+        *,
+        guard: DatabaseFile | None = None,
+        role: Role = "writer",
+    ) -> ConnectionRunner:
+        """Open on a worker thread: the writer's connection migrates the
+        schema (which may take a while) and leaves checkpoints to the
+        reader's."""
+        writer = role == "writer"
+
         def opened() -> SqliteStore:
-            store = SqliteStore.open(path, options, migrate=True, guard=guard)
-            store.leave_checkpoints_to_others()
+            store = SqliteStore.open(path, options, migrate=writer, guard=guard)
+            if writer:
+                store.leave_checkpoints_to_others()
             return store
 
-        return cls(await trio.to_thread.run_sync(opened))
+        return cls(await trio.to_thread.run_sync(opened), role)
 
     @property
     def store(self) -> SqliteStore:

@@ -65,7 +65,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Concatenate, Literal, ParamSpec, TypeVar, cast
+from typing import Concatenate, Literal, ParamSpec, TypeVar
 
 import apsw
 
@@ -138,35 +138,28 @@ def _translated(
     return wrapper
 
 
-
-
 # --- the store -------------------------------------------------------------------
 
 
 class SqliteStore(SqlOperations):
     """The event log on one APSW connection; see the module docstring for the rules.
 
-    Open it synchronously with :meth:`open` (tests, the CLI, tools) or with
-    :meth:`open_async` for the Trio layer, where the connection lives in APSW's
-    async mode and :meth:`run` executes an operation on the connection's own
-    worker thread. It is both a :class:`~streamd.eventlog.store.backend.Backend`
-    and a :class:`~streamd.eventlog.store.backend.Runner`.
+    Opened with :meth:`open`. It is a
+    :class:`~streamd.eventlog.store.backend.Backend`, and its own inline
+    :class:`~streamd.eventlog.store.backend.Runner` (tests under a mock clock,
+    the CLI, tools); the Trio layer drives it through
+    :class:`~streamd.eventlog.sqlite.runner.ConnectionRunner`, a worker thread
+    of its own.
     """
 
     def __init__(
         self,
-        db: apsw.Connection | apsw.AsyncConnection,
+        db: apsw.Connection,
         busy: BusyWait,
         *,
-        is_async: bool,
         guard: DatabaseFile | None = None,
     ) -> None:
-        # APSW's stub gives a connection in async mode a class of its own,
-        # AsyncConnection, that exists for type checkers only: at run time it
-        # is the same apsw.Connection, and on its worker thread, where every
-        # operation runs, its calls are synchronous. Two names, two faces.
-        self._db = cast("apsw.Connection", db)
-        self._aio = cast("apsw.AsyncConnection", db) if is_async else None
+        self._db = db
         self._busy = busy
         self._guard = guard
         self._sql = SqliteSql(self._db)
@@ -211,57 +204,13 @@ class SqliteStore(SqlOperations):
                 raise
         except apsw.Error as exc:
             raise _translate(exc, path=path) from exc
-        return cls(db, busy, is_async=False, guard=guard)
-
-    @classmethod
-    async def open_async(
-        cls,
-        path: str,
-        options: SqliteOptions | None = None,
-        *,
-        migrate: bool = True,
-        guard: DatabaseFile | None = None,
-    ) -> SqliteStore:
-        """Open in APSW async mode (``apsw.aio``; the controller is picked from the
-        running event loop, Trio here). The caller must ``await aclose()``: the
-        connection's worker thread keeps the process alive until then."""
-        opts = options or SqliteOptions()
-        busy = BusyWait(opts.busy_timeout_ms)
-        guard = guard or guard_for(path)
-        if guard is not None:
-            guard.before_open()
-        try:
-            db = await apsw.Connection.as_async(path)
-        except apsw.Error as exc:
-            raise _translate(exc, path=path) from exc
-        try:
-            await db.async_run(configure, db, opts, busy, migrate)
-            if guard is not None:
-                await db.async_run(guard.opened, db)
-        except BaseException as exc:
-            if guard is not None:
-                await db.async_run(guard.closing, db)
-            await db.aclose()
-            if isinstance(exc, apsw.Error):
-                raise _translate(exc, path=path) from exc
-            raise
-        return cls(db, busy, is_async=True, guard=guard)
+        return cls(db, busy, guard=guard)
 
     async def run(self, op: Callable[[Backend], _T]) -> _T:
-        """``op(self)`` where the connection may be used.
-
-        In async mode that is the connection's worker thread; APSW honours Trio
-        cancellation and deadlines there (a call not yet started is skipped, a
-        running statement is interrupted). A synchronously opened store runs
-        ``op`` inline, which blocks the event loop: that is for tests under a mock
-        clock, where a real thread would let the clock jump while SQLite works.
-        """
-        if self._aio is None:
-            return op(self)
-        try:
-            return await self._aio.async_run(op, self)
-        except apsw.Error as exc:
-            raise _translate(exc) from exc
+        """``op(self)`` inline, which blocks the event loop: for tests under a
+        mock clock, where a real thread would let the clock jump while SQLite
+        works, and for tools."""
+        return op(self)
 
     def interrupt(self) -> None:
         """Abort whatever this connection is doing, for close; callable from any
@@ -333,14 +282,7 @@ class SqliteStore(SqlOperations):
             raise _translate(exc) from exc
 
     async def aclose(self) -> None:
-        if self._aio is None:
-            self.close()
-            return
-        try:
-            await self._aio.async_run(self._before_close)
-            await self._aio.aclose()
-        except apsw.Error as exc:
-            raise _translate(exc) from exc
+        self.close()
 
     def _before_close(self) -> None:
         self._clear_interrupt()
@@ -424,7 +366,12 @@ class SqliteStore(SqlOperations):
 
     @_translated
     def explain_session_events(
-        self, app: str, user: str, session: str, after_seq: int, recent: int | None,
+        self,
+        app: str,
+        user: str,
+        session: str,
+        after_seq: int,
+        recent: int | None,
         after_time_us: int | None,
     ) -> list[str]:
         """EXPLAIN QUERY PLAN details of the statements :meth:`get_session`

@@ -57,6 +57,7 @@ __all__ = [
     "Committed",
     "EventRow",
     "ReadShape",
+    "Role",
     "Runner",
     "Shape",
     "StoreCall",
@@ -318,6 +319,11 @@ class Backend(Protocol):
     def change_counter(self) -> int: ...
 
     def synchronous(self) -> int: ...
+
+
+Role = Literal["writer", "reader"]
+"""Which of a log's two connections: the writer's (appends, migrations) or
+the reader's (reads, checkpoints)."""
 
 
 class Runner(Protocol):
