@@ -23,6 +23,7 @@ from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.model import WatchParams
 from streamd.eventlog.sqlite.changes import SETTLE_HORIZON
 from streamd.eventlog.sqlite.file_identity import is_file_fault
+from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner
 from streamd.eventlog.store import Backend, ChangeSource, CommitOutcome, Runner
 from streamd.eventlog.watch import Watch
 
@@ -179,7 +180,12 @@ class WatchHub:
     async def _confirm(self, reader: Runner, last: int | None) -> int:
         """Read the change counter and the newest seq (one call on the reader);
         returns the counter, to compare the next reading with."""
-        version, newest = await reader.run(_change_state)
+        # Two one-row reads: inline when the reader's worker is idle (a thread
+        # hop costs more than they do, and a busy log polls often).
+        found = (
+            reader.try_inline(_change_state) if isinstance(reader, ConnectionRunner) else NOT_RUN
+        )
+        version, newest = await reader.run(_change_state) if found is NOT_RUN else found
         if version != last:
             # Our own writer moves the counter too: the newest seq tells whose
             # commit it was, once ours up to it are fanned out. The first
