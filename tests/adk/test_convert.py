@@ -162,6 +162,42 @@ def test_the_compiled_copy_is_the_python_copy(event: Any) -> None:
         assert getattr(ours, name) is getattr(event, name)
 
 
+def _models(root: Any) -> list[Any]:
+    """``root`` and every model nested in its fields, lists and dicts."""
+    found, todo = [], [root]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, pydantic.BaseModel):
+            found.append(value)
+            todo.extend(getattr(value, name) for name in type(value).model_fields)
+        elif isinstance(value, (list, tuple, set)):
+            todo.extend(value)
+        elif isinstance(value, dict):
+            todo.extend(value.values())
+    return found
+
+
+@_compiled
+def test_built_and_copied_models_leave_their_fields_sets_to_refcounting() -> None:
+    import gc
+
+    built = convert.events_from_json([codec.log_event(e).content for e in _events()])
+    copies = convert.copied_all(built)
+    # Every event and copy, and the models of a plain text event (a model the
+    # plan hands to validation, such as a Blob's, is pydantic's own).
+    models = [*built, *copies, *_models(built[0])]
+    assert len(models) == 2 * len(built) + 5  # the event, its content, part, actions, node
+    for model in models:
+        names = model.__pydantic_fields_set__
+        assert type(names) is set and not gc.is_tracked(names), type(model).__name__
+    # A set someone put more than names into since stays tracked in a copy.
+    odd = built[0].model_copy()
+    odd.__pydantic_fields_set__.add(("not", "a", "name"))
+    [copied] = convert.copied_all([odd])
+    assert gc.is_tracked(copied.__pydantic_fields_set__)
+    assert copied.__pydantic_fields_set__ == odd.__pydantic_fields_set__
+
+
 def test_the_collector_is_paused_within_and_restored_after() -> None:
     import gc
 
