@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "collector_paused", "compiled_plan", "copied", "copied_all", "event_from_json",
-    "events_from_json", "rebuild",
+    "events_from_data", "events_from_json", "rebuild",
 ]
 
 _M = TypeVar("_M", bound=pydantic.BaseModel)
@@ -61,13 +61,19 @@ def event_from_json(content: bytes | msgspec.Raw) -> Event:
 
 
 def events_from_json(contents: Iterable[bytes | msgspec.Raw]) -> list[Event]:
-    """:func:`event_from_json` of each, with the cyclic garbage collector
-    paused meanwhile (see :func:`collector_paused`)."""
+    """:func:`event_from_json` of each (see :func:`events_from_data`)."""
+    with collector_paused():
+        return events_from_data([_decode(content) for content in contents])
+
+
+def events_from_data(datas: list[Any]) -> list[Event]:
+    """The ADK events stored as these contents, already decoded from JSON,
+    with the cyclic garbage collector paused meanwhile (see
+    :func:`collector_paused`)."""
     with collector_paused():
         compiled = compiled_plan(Event)
         if compiled is None:
-            return [rebuild(Event, _decode(content)) for content in contents]
-        datas = [_decode(content) for content in contents]
+            return [rebuild(Event, data) for data in datas]
         built = compiled.build_all(datas)
         return [Event.model_validate(data) if model is None else model
                 for data, model in zip(datas, built, strict=True)]

@@ -346,7 +346,7 @@ class StreamdSessionService(BaseSessionService):
 
     def _events_of(self, entries: list[RawEntry]) -> list[Event]:
         if self._cache_size <= 0:
-            return convert.events_from_json(e.event.content for e in entries)
+            return convert.events_from_data([e.event.content for e in entries])
         cache = self._cache
         with self._lock:
             found = [cache.get(e.seq) for e in entries]
@@ -356,7 +356,7 @@ class StreamdSessionService(BaseSessionService):
         missing = [(i, e) for i, (e, hit) in enumerate(zip(entries, found, strict=True))
                    if hit is None]
         if missing:
-            rebuilt = convert.events_from_json(e.event.content for _, e in missing)
+            rebuilt = convert.events_from_data([e.event.content for _, e in missing])
             decoded = [(i, e.seq, event) for (i, e), event in zip(missing, rebuilt, strict=True)]
             with self._lock:
                 for i, seq, event in decoded:
