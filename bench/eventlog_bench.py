@@ -27,7 +27,7 @@ Clock: ``time.perf_counter`` in this process, taken when a frame's line arrives,
 before it is decoded.
 
 ``--dispatch`` measures instead how each ``EventLog`` dispatch moves store calls
-off the event loop, in this process (the daemon offers only ``aio``), and prints
+off the event loop, in this process (the daemon offers only ``worker``), and prints
 JSON: per dispatch, the median over ``--rounds`` rounds (rounds interleave the
 dispatches so drift in disk or CPU load hits all of them alike) of a trivial read
 (``ping``), one ``since`` page of 100 entries, one append waited for alone (one
@@ -675,7 +675,7 @@ async def main_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 # --- --dispatch: the EventLog's ways of calling the store, in process -----------
 
-DISPATCHES = ("inline", "thread", "aio")
+DISPATCHES = ("inline", "thread", "worker")
 
 
 async def _dispatch_once(path: str, dispatch: str) -> dict[str, float]:

@@ -118,7 +118,7 @@ class EventLog(KeywordApi):
         retention_interval: float = DEFAULT_RETENTION_INTERVAL,
         retention_bounds: retention.Bounds = retention.DEFAULT_BOUNDS,
         on_retention_step: retention.Observer | None = None,
-        dispatch: Dispatch = "aio",
+        dispatch: Dispatch = "worker",
         open_backend: Callable[[Role], Awaitable[Runner]] | None = None,
         open_changes: Callable[[], AbstractAsyncContextManager[ChangeSource]] | None = None,
     ) -> None:

@@ -37,9 +37,11 @@ __all__ = [
     "Dispatch", "MysqlOpener", "Opener", "PostgresOpener", "Role", "SqliteOpener", "opener_for",
 ]
 
-Dispatch = Literal["aio", "thread", "inline"]
-"""How SQLite's operations meet Trio: the writer's inline-or-thread runner and
-APSW's async reader (``aio``), a worker thread each, or inline (tests)."""
+Dispatch = Literal["worker", "thread", "inline"]
+"""How SQLite's operations meet Trio: each connection's own worker thread with
+an inline path for short calls (``worker``, see
+:mod:`~streamd.eventlog.sqlite.runner`), ``trio.to_thread``, or inline on the
+event loop (tests under a mock clock)."""
 
 Poll = Callable[[], Awaitable[int]]
 """The newest seq, read on the log's reader: a change source that cannot
@@ -107,7 +109,7 @@ class SqliteOpener:
             # Only the default location is made: a mistyped directory fails.
             prepare_file(self._target.path, make_directory=self._target.origin == "default")
         migrate = role == "writer"
-        if self._dispatch == "aio":
+        if self._dispatch == "worker":
             return await ConnectionRunner.open(path, options, guard=guard, role=role)
         if self._dispatch == "thread":
             store = await trio.to_thread.run_sync(
