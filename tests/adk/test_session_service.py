@@ -214,49 +214,6 @@ def test_get_session_config_bounds_the_events_it_returns(tmp_path: Path) -> None
     run(tmp_path, body)
 
 
-def test_a_session_longer_than_a_load_page_loads_whole_and_as_of_its_first_page(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from streamd.adk import session_service
-
-    monkeypatch.setattr(session_service, "_LOAD_PAGE", 3)
-
-    async def body(svc: Service) -> None:
-        s = await svc.create_session(app_name="app", user_id="u", session_id="s",
-                                     state={"k": 0})
-        for i in range(1, 11):
-            await svc.append_event(s, event(ts=float(i), content=text(f"m{i}"),
-                                            delta={"k": i}))
-        client = await svc._client()
-        pages: list[int | None] = []
-        call = client.call
-
-        async def spied(c: Any) -> Any:
-            got = await call(c)
-            if c.method == "eventlog/sessions.get":
-                pages.append(c.params.limit)
-                if len(pages) == 1:  # between the first page and the next
-                    await svc.append_event(s, event(ts=11.0, delta={"k": 11}))
-            return got
-
-        monkeypatch.setattr(client, "call", spied)
-        cold = StreamdSessionService(client)  # nothing cached: read in pages
-        got = await cold.get_session(app_name="app", user_id="u", session_id="s")
-        assert got is not None
-        # Whole, in order, and as the first page saw it: not the later append.
-        assert [e.timestamp for e in got.events] == [float(i) for i in range(1, 11)]
-        assert got.state == {"k": 10}
-        assert [e.id for e in got.events] == [e.id for e in s.events[:10]]
-        assert pages == [3, 3, 3, 3]  # 3 + 3 + 3 + 1
-        recent = await StreamdSessionService(client).get_session(
-            app_name="app", user_id="u", session_id="s",
-            config=GetSessionConfig(num_recent_events=7))
-        assert recent is not None
-        assert [e.timestamp for e in recent.events] == [float(i) for i in range(5, 12)]
-
-    run(tmp_path, body)
-
-
 # --- list / delete -------------------------------------------------------------------
 
 

@@ -502,36 +502,6 @@ async def test_sessions_get_stops_before_4_mib_with_truncated_and_continues_from
         assert answers == [[3, 4], [5, 6, 7]]
 
 
-async def test_sessions_get_pages_by_limit_and_continues_from_next_seq(
-    daemon: Daemonish,
-) -> None:
-    key = {"app": "app", "user": "u", "session": "s"}
-    with trio.fail_after(30):
-        c = await daemon.connect()
-        for i in range(7):
-            await c.result("eventlog/append", append(f"e{i}"))
-        answers, params = [], {**key, "limit": 3}
-        while True:
-            got = await c.result("eventlog/sessions.get", params)
-            answers.append(([e["seq"] for e in got["events"]], got.get("truncated")))
-            if "next_seq" not in got:
-                break
-            params = {**key, "limit": 3, "after_seq": got["next_seq"]}
-        assert answers == [([1, 2, 3], True), ([4, 5, 6], True), ([7], None)]
-        # Exactly a page left: the last full page is not truncated.
-        got = await c.result("eventlog/sessions.get", {**key, "limit": 7})
-        assert [e["seq"] for e in got["events"]] == list(range(1, 8))
-        assert "truncated" not in got
-        # With `recent`, the window is paged: the newest 5 are 3..7.
-        got = await c.result("eventlog/sessions.get", {**key, "recent": 5, "limit": 2})
-        assert [e["seq"] for e in got["events"]] == [3, 4] and got["next_seq"] == 4
-        got = await c.result("eventlog/sessions.get", {**key, "recent": 2, "limit": 9})
-        assert [e["seq"] for e in got["events"]] == [6, 7] and "truncated" not in got
-        for bad in (0, -1, 10_001, "3"):
-            err = await c.error("eventlog/sessions.get", {**key, "limit": bad})
-            assert err["code"] == -32602, bad
-
-
 async def test_boots_over_the_wire(daemon: Daemonish) -> None:
     with trio.fail_after(10):
         c = await daemon.connect()

@@ -105,11 +105,6 @@ __all__ = ["StreamdSessionService"]
 
 DEFAULT_EVENT_CACHE = 20_000
 _SEEN_SESSIONS = 10_000
-# A session not seen yet is read in pages of this many events, each page's
-# successor asked for before the page is rebuilt: the daemon reads the next
-# page while this process builds events (a 2,000-event load was the daemon's
-# ~6 ms and then this process's ~28 ms, one after the other).
-_LOAD_PAGE = 500
 _LIST_PAGE = 1000
 
 
@@ -278,16 +273,10 @@ class StreamdSessionService(BaseSessionService):
         after_time = codec.utc(after)
         with self._lock:
             seen = self._cache_size > 0 and key in self._seen
-        if not seen:
-            loaded = await self._read_built(client, key, recent, after_time)
-            if loaded is None:
-                return None
-            raw, events = loaded
-        else:
-            seqs = await self._read(client, key, recent, after_time, 0, content=False)
-            if seqs is None:
-                return None
-            raw = seqs
+        raw = await self._read(client, key, recent, after_time, 0, content=not seen)
+        if raw is None:
+            return None
+        if seen:
             with self._lock:
                 missing = [e.seq for e in raw.events if e.seq not in self._cache]
             if missing:
@@ -298,7 +287,7 @@ class StreamdSessionService(BaseSessionService):
                 # A seq gone between the two reads was deleted meanwhile (retention).
                 raw.events = [fetched.get(e.seq, e) for e in raw.events
                               if e.seq in fetched or e.seq not in wanted]
-            events = self._events(raw.events)
+        events = self._events(raw.events)
         with self._lock:
             self._seen[key] = None
             self._seen.move_to_end(key)
@@ -334,52 +323,6 @@ class StreamdSessionService(BaseSessionService):
                 return None
             raise
         return whole.result
-
-    async def _read_built(
-        self,
-        client: AsyncClient,
-        key: tuple[str, str, str],
-        recent: int | None,
-        after_time: datetime | None,
-    ) -> tuple[RawSession, list[Event]] | None:
-        """A session with its events rebuilt, read in pages of
-        :data:`_LOAD_PAGE`: each page's successor is sent before the page is
-        rebuilt, so the daemon reads while this process builds. The events are
-        those up to the first page's ``last_seq`` (see
-        :class:`~streamd.client.calls.SessionAssembler`). None: no session."""
-        app_name, user_id, session_id = key
-        first = Call(
-            "eventlog/sessions.get",
-            calls.get_session(
-                app_name, user_id, session_id, recent=recent, after_time=after_time,
-                scoped_state=True, event_time=True, limit=_LOAD_PAGE,
-            ).params,
-            RawSession,
-        )
-        whole = calls.SessionAssembler(first)
-        events: list[Event] = []
-        pending: asyncio.Task[RawSession] | None = asyncio.ensure_future(client.call(first))
-        try:
-            while pending is not None:
-                try:
-                    part = await pending
-                except RpcError as exc:
-                    if errors.is_session_not_found(exc):
-                        return None
-                    raise
-                horizon = part.last_seq if whole.result is None else whole.result.last_seq
-                page = [e for e in part.events if e.seq <= horizon]
-                after = whole.feed(part)
-                pending = None
-                if after is not None:
-                    pending = asyncio.ensure_future(client.call(after))
-                    await asyncio.sleep(0)  # its frame goes out now, not after the rebuild
-                events += self._events(page)
-        finally:
-            if pending is not None:
-                pending.cancel()  # the caller was cancelled: so is the page in flight
-        assert whole.result is not None  # fed at least once above
-        return whole.result, events
 
     def _session(
         self, app_name: str, user_id: str, raw: Any, events: list[Event]

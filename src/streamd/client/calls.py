@@ -164,16 +164,14 @@ def get_session(
     scoped_state: bool = False,
     content: bool = True,
     event_time: bool = False,
-    limit: int | None = None,
 ) -> Call[SessionWithEvents]:
-    """One answer of at most 4 MiB (and ``limit`` events): a session whose
-    events do not fit is ``truncated``; the clients' ``get_session`` methods
-    continue it for you. ``event_time`` adds the session's
-    ``last_event_time``."""
+    """One answer of at most 4 MiB: a session whose events do not fit is
+    ``truncated``; the clients' ``get_session`` methods continue it for you.
+    ``event_time`` adds the session's ``last_event_time``."""
     params = SessionGetParams(
         app=app, user=user, session=session, after_seq=after_seq, recent=recent,
         after_time=after_time, scoped_state=scoped_state, content=content,
-        event_time=event_time, limit=limit,
+        event_time=event_time,
     )
     return Call("eventlog/sessions.get", params, SessionWithEvents)
 
@@ -317,7 +315,7 @@ class SessionAssembler:
             p = self._params
             rest = SessionGetParams(
                 app=p.app, user=p.user, session=p.session, after_seq=part.next_seq,
-                after_time=p.after_time, content=p.content, limit=p.limit,
+                after_time=p.after_time, content=p.content,
             )
             return Call("eventlog/sessions.get", rest, self._result_type)
         whole.truncated = False

@@ -99,11 +99,6 @@ class SessionGetParams(Params, kw_only=True):
     decoded events by seq (a seq names one stored event forever) and asks for
     the content of the ones it lacks; a read of 2,000 events then moves a
     fifth of the bytes."""
-    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_SINCE_LIMIT)] | None = None
-    """At most this many events in this answer (the oldest of those the other
-    bounds admit): a session with more is ``truncated`` as by the reply
-    budget, and continued the same way. For a client that turns each page of
-    a large session into its own objects while the daemon reads the next."""
 
 
 class SessionKey(Params, kw_only=True, omit_defaults=True):

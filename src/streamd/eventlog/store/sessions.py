@@ -158,11 +158,9 @@ def session_with_events(
     max_bytes: int | None,
     min_one: bool,
     scoped_state: bool,
-    limit: int | None = None,
 ) -> SessionWithEvents | None:
     """One session and its events within ``bounds`` (None if never written),
-    inside the caller's snapshot; at most ``limit`` of them, and at most
-    ``max_bytes`` on the wire in all."""
+    inside the caller's snapshot; at most ``max_bytes`` on the wire in all."""
     row = db.one(
         f"SELECT {rows.SESSION_COLUMNS} FROM sessions WHERE {_SESSION}", (app, user, session)
     )
@@ -196,8 +194,7 @@ def session_with_events(
             if budget is not None and budget <= 0 and not min_one:
                 more = next(found, None) is not None
             else:
-                most = bounds.recent if limit is None else min(limit, bounds.recent or limit)
-                events, last, more = rows.take(found, most, shape, budget, min_one)
+                events, last, more = rows.take(found, bounds.recent, shape, budget, min_one)
     return SessionWithEvents(
         app=base.app,
         user=base.user,
@@ -232,7 +229,6 @@ def get_session(db: Sql, p: SessionGetParams, shape: ReadShape) -> SessionWithEv
             shape.max_bytes,
             True,
             p.scoped_state,
-            p.limit,
         )
     if got is None:
         raise rules.not_found(p.app, p.user, p.session)
