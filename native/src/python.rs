@@ -20,8 +20,12 @@ use crate::gotime::Instant;
 use crate::postings::{Builder, Origin, Sealed};
 use crate::{json, lines, postings, tokenize, unicode};
 
+mod page;
 mod rebuild;
 mod search;
+mod sqlite;
+
+use page::EventPage;
 
 create_exception!(_native, NativeError, PyRuntimeError, "The compiled indexing core failed (a bug: please report it).");
 
@@ -102,20 +106,37 @@ impl ChunkBuilder {
         Ok((fed.pos, fed.lines, fed.records, fed.failed, fed.latest.map(Instant::nanos)))
     }
 
-    /// Add the records of event-log rows `rows[start:]` (tuples shaped as
-    /// `LogRequests.event_rows` gives them, all admitted), at most
-    /// `max_records` of them. Returns `(next, records, failed,
+    /// Add the records of event-log rows `rows[start:]` (a list of tuples
+    /// shaped as `LogRequests.event_rows` gives them, or an `EventPage`;
+    /// all admitted), at most `max_records` of them. Returns `(next, records, failed,
     /// latest_event_time_ns_or_None, declined)`: rows before `next` are
     /// consumed; when `declined`, `rows[next]` is one only the plain path
     /// projects (the caller does, then calls again from `next + 1`).
     fn feed_events(
         &mut self,
         py: Python<'_>,
-        rows: &Bound<'_, PyList>,
+        rows: &Bound<'_, PyAny>,
         start: usize,
         max_records: u64,
         built_at: i128,
     ) -> PyResult<(usize, u64, u64, Option<i128>, bool)> {
+        let at = Origin { base_offset: 0, file_no: 0, built_at: Instant::from_nanos(built_at) };
+        if let Ok(page) = rows.downcast::<EventPage>() {
+            // Its rows are read in place, without the GIL.
+            let page = page.get();
+            let end = page.len().min(start.saturating_add(max_records as usize)).max(start);
+            let builder = self.builder()?;
+            let result = py.allow_threads(|| {
+                guarded("feed_events", || {
+                    builder.reserve_records(max_records);
+                    let rows: Vec<Row<'_>> = (start..end).map(|i| page.row(i)).collect();
+                    postings::feed_rows(builder, &rows, at)
+                })
+            });
+            let (done, records, failed, latest, refused) = self.spent_on_error(result)?;
+            return Ok((start + done, records, failed, latest.map(Instant::nanos), refused));
+        }
+        let rows = rows.downcast::<PyList>()?;
         let end = rows.len().min(start.saturating_add(max_records as usize));
         // Held under the GIL, so the work below can run without it.
         let mut owned: Vec<HeldRow> = Vec::with_capacity(end.saturating_sub(start));
@@ -129,7 +150,6 @@ impl ChunkBuilder {
                 }
             }
         }
-        let at = Origin { base_offset: 0, file_no: 0, built_at: Instant::from_nanos(built_at) };
         let builder = self.builder()?;
         let result = py.allow_threads(|| {
             guarded("feed_events", || {
@@ -322,7 +342,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Bumped whenever a call's arguments or results change: `index/native.py`
     // refuses a module built from older sources (an editable install whose
     // extension was not rebuilt) instead of failing mid-build.
-    m.add("INTERFACE", 3)?;
+    m.add("INTERFACE", 4)?;
     m.add("UNICODE_VERSION", unicode::UNICODE_VERSION)?;
     m.add("MAX_LINE_BYTES", lines::MAX_LINE_BYTES)?;
     m.add("HOLD_LIMIT", lines::HOLD_LIMIT)?;
@@ -330,6 +350,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("NativeError", m.py().get_type::<NativeError>())?;
     m.add_class::<ChunkBuilder>()?;
+    m.add_class::<EventPage>()?;
+    m.add_function(wrap_pyfunction!(page::read_event_page, m)?)?;
+    m.add_function(wrap_pyfunction!(page::sqlite_extension_loaded, m)?)?;
     m.add_function(wrap_pyfunction!(py_parse_record, m)?)?;
     m.add_function(wrap_pyfunction!(py_project_event, m)?)?;
     m.add_function(wrap_pyfunction!(py_trim_space, m)?)?;

@@ -34,6 +34,18 @@ class _Sealed(TypedDict):
     ids: bytes
     kinds: list[str]
 
+_EventRow = tuple[int, str, str, str, str, str, str, str, int, str, str | None]
+
+@final
+class EventPage:
+    """Event-log rows read into one buffer (``read_event_page``)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int, /) -> _EventRow: ...
+
+def read_event_page(db: int, sql: str, from_seq: int, limit: int) -> EventPage | None: ...
+def sqlite_extension_loaded() -> bool: ...
+
 class _Record(TypedDict):
     schema: int
     id: str
@@ -67,7 +79,7 @@ class ChunkBuilder:
     ) -> tuple[int, int, int, int, int | None]: ...
     def feed_events(
         self,
-        rows: list[tuple[int, str, str, str, str, str, str, str, int, str, str | None]],
+        rows: list[_EventRow] | EventPage,
         start: int,
         max_records: int,
         built_at: int,

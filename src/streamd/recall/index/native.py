@@ -38,11 +38,11 @@ from streamd import DISTRIBUTION, plain
 from streamd.recall.index.segment import COLUMNS, Segment
 
 if TYPE_CHECKING:
-    from streamd._native import ChunkBuilder, _Record
-    from streamd.eventlog.store import EventRow
+    from streamd._native import ChunkBuilder, EventPage, _Record
+    from streamd.eventlog.store import EventRow, EventRows
 
 # The calls this module makes of streamd._native (its INTERFACE).
-INTERFACE = 3
+INTERFACE = 4
 
 
 class Core(Protocol):
@@ -52,6 +52,9 @@ class Core(Protocol):
 
     @property
     def ChunkBuilder(self) -> type[ChunkBuilder]: ...
+
+    @property
+    def EventPage(self) -> type[EventPage]: ...
 
     def parse_record(self, line: bytes) -> _Record | None: ...
 
@@ -176,11 +179,15 @@ class NativeBuilder:
         latest event time or None)."""
         return self._b.feed(data, start, offset, max_records, max_lines, file_no, built_at)
 
-    def feed_events(self, rows: list[EventRow], start: int, max_records: int,
+    def feed_events(self, rows: EventRows, start: int, max_records: int,
                     built_at: int) -> tuple[int, int, int, int | None, bool]:
         """See ``ChunkBuilder.feed_events``: (next, records, failed, latest
-        event time or None, whether ``rows[next]`` is left to the plain path)."""
-        return self._b.feed_events(rows, start, max_records, built_at)
+        event time or None, whether ``rows[next]`` is left to the plain path).
+        ``rows`` is a list, or a page the compiled core read (``EventPage``)."""
+        assert _native is not None
+        held = (rows if isinstance(rows, list | _native.EventPage)
+                else [rows[i] for i in range(len(rows))])
+        return self._b.feed_events(held, start, max_records, built_at)
 
     def seal(self, kind_code: Callable[[str], int]) -> Segment:
         """The segment, its kind codes mapped onto the index's table by
