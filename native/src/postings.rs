@@ -45,16 +45,34 @@ const KIND_AT: usize = 28;
 
 pub use crate::hashes::term_hash;
 
-/// A segment's terms by local id, in one arena; the table holds only ids,
-/// so a lookup touches the table and one slice of the arena, not a heap
-/// object per term (the lookup is most of a record's cost, and memory-bound).
+/// A segment's terms by local id, in one arena; the table holds where
+/// each term lies in the arena (and its id), so a lookup touches the table
+/// and one slice of the arena, not a heap object per term (the lookup is
+/// most of a record's cost, and memory-bound).
 #[derive(Default)]
 struct Vocab {
-    table: hashbrown::HashTable<u32>,
+    table: hashbrown::HashTable<Entry>,
     hasher: ahash::RandomState,
     /// Term t is `bytes[starts[t]..starts[t + 1]]`.
     starts: Vec<usize>,
     bytes: Vec<u8>,
+}
+
+/// A term in the table: its place in the arena beside its id, so that a
+/// probe compares lengths without a load, and bytes after one (through
+/// `starts` it was a load more, a cache miss for a rare term).
+#[derive(Clone, Copy)]
+struct Entry {
+    start: usize,
+    len: u32,
+    id: u32,
+}
+
+impl Entry {
+    #[inline]
+    fn term<'v>(&self, bytes: &'v [u8]) -> &'v [u8] {
+        &bytes[self.start..self.start + self.len as usize]
+    }
 }
 
 fn term_of<'v>(bytes: &'v [u8], starts: &[usize], t: u32) -> &'v [u8] {
@@ -92,16 +110,22 @@ impl Vocab {
         }
         // Hashed as bytes, the same way the table rehashes what it holds.
         let h = self.hasher.hash_one(token);
-        let (bytes, starts) = (&self.bytes, &self.starts);
-        if let Some(&t) = self.table.find(h, |&t| same_bytes(term_of(bytes, starts, t), token)) {
-            return (t, false);
+        let bytes = &self.bytes;
+        let len = token.len();
+        if let Some(e) = self.table.find(h, |e| e.len as usize == len && same_bytes(e.term(bytes), token)) {
+            return (e.id, false);
         }
-        let t = (self.starts.len() - 1) as u32;
+        // A term lies within one record's line (at most 1 MiB).
+        let entry = Entry {
+            start: self.bytes.len(),
+            len: u32::try_from(len).expect("a term shorter than 4 GiB"),
+            id: (self.starts.len() - 1) as u32,
+        };
         self.bytes.extend_from_slice(token);
         self.starts.push(self.bytes.len());
-        let (hasher, bytes, starts) = (&self.hasher, &self.bytes, &self.starts);
-        self.table.insert_unique(h, t, |&t| hasher.hash_one(term_of(bytes, starts, t)));
-        (t, true)
+        let (hasher, bytes) = (&self.hasher, &self.bytes);
+        self.table.insert_unique(h, entry, |e| hasher.hash_one(e.term(bytes)));
+        (entry.id, true)
     }
 }
 
