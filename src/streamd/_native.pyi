@@ -18,20 +18,28 @@ MAX_DEPTH: Final[int]
 class NativeError(RuntimeError):
     """The compiled indexing core failed (a bug: please report it)."""
 
+@final
+class SealedArray:
+    """One array of a sealed segment: read-only little-endian bytes, lent
+    through the buffer protocol (``numpy.frombuffer``) without a copy."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
 class _Sealed(TypedDict):
     # The segment's arrays as little-endian bytes, in the plain Segment's dtypes.
     count: int
-    term_hash: bytes
-    term_local: bytes
-    starts: bytes
-    recs: bytes
-    meta: bytes
-    big_pos: bytes
-    big_count: bytes
-    ident_hash: bytes
-    ident_rec: bytes
-    columns: bytes
-    ids: bytes
+    term_hash: SealedArray
+    term_local: SealedArray
+    starts: SealedArray
+    recs: SealedArray
+    meta: SealedArray
+    big_pos: SealedArray
+    big_count: SealedArray
+    ident_hash: SealedArray
+    ident_rec: SealedArray
+    columns: SealedArray
+    ids: SealedArray
     kinds: list[str]
 
 _EventRow = tuple[int, str, str, str, str, str, str, str, int, str, str | None]

@@ -30,9 +30,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from streamd import DISTRIBUTION, plain
 from streamd.recall.index.segment import COLUMNS, Segment
@@ -41,8 +42,12 @@ if TYPE_CHECKING:
     from streamd._native import ChunkBuilder, EventPage, _Record
     from streamd.eventlog.store import EventRow, EventRows
 
+# The arrays of a sealed segment, by name (``ChunkBuilder.seal``).
+_SealedName = Literal["term_hash", "term_local", "starts", "recs", "meta", "big_pos",
+                      "big_count", "ident_hash", "ident_rec", "columns", "ids"]
+
 # The calls this module makes of streamd._native (its INTERFACE).
-INTERFACE = 4
+INTERFACE = 5
 
 
 class Core(Protocol):
@@ -194,7 +199,12 @@ class NativeBuilder:
         ``kind_code`` (which registers kinds it has not seen, in the order
         the records first used them, as the plain path does)."""
         d = self._b.seal()
-        columns = np.frombuffer(d["columns"], dtype=COLUMNS)
+
+        def lent(name: _SealedName, dtype: DTypeLike) -> np.ndarray:
+            # Viewed where the seal made it (``SealedArray``), not copied.
+            return np.frombuffer(memoryview(d[name]), dtype=dtype)
+
+        columns = lent("columns", COLUMNS)
         kinds = d["kinds"]
         kind_map = np.array([kind_code(k) for k in kinds], dtype=np.int32)
         if len(kind_map) and not np.array_equal(kind_map, np.arange(len(kind_map))):
@@ -203,17 +213,17 @@ class NativeBuilder:
         return Segment(
             base=self.base,
             count=d["count"],
-            term_hash=np.frombuffer(d["term_hash"], dtype=np.uint64),
-            term_local=np.frombuffer(d["term_local"], dtype=np.int32),
-            starts=np.frombuffer(d["starts"], dtype=np.int64),
-            recs=np.frombuffer(d["recs"], dtype=np.uint32),
-            meta=np.frombuffer(d["meta"], dtype=np.uint8),
-            big_pos=np.frombuffer(d["big_pos"], dtype=np.int64),
-            big_count=np.frombuffer(d["big_count"], dtype=np.int64),
-            ident_hash=np.frombuffer(d["ident_hash"], dtype=np.uint64),
-            ident_rec=np.frombuffer(d["ident_rec"], dtype=np.int64),
+            term_hash=lent("term_hash", np.uint64),
+            term_local=lent("term_local", np.int32),
+            starts=lent("starts", np.int64),
+            recs=lent("recs", np.uint32),
+            meta=lent("meta", np.uint8),
+            big_pos=lent("big_pos", np.int64),
+            big_count=lent("big_count", np.int64),
+            ident_hash=lent("ident_hash", np.uint64),
+            ident_rec=lent("ident_rec", np.int64),
             columns=columns,
-            ids=np.frombuffer(d["ids"], dtype=np.uint8),
+            ids=lent("ids", np.uint8),
         )
 
 
