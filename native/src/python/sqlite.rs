@@ -67,8 +67,11 @@ static API: AtomicPtr<*const c_void> = AtomicPtr::new(std::ptr::null_mut());
 #[no_mangle]
 pub unsafe extern "C" fn sqlite3_streamd_init(_db: *mut c_void, _err: *mut *mut c_char,
                                               api: *const *const c_void) -> c_int {
+    // The first table is kept: only APSW's connections load this library,
+    // and a table must never change under a reader that holds it.
     if !api.is_null() {
-        API.store(api.cast_mut(), Ordering::Release);
+        let _ = API.compare_exchange(std::ptr::null_mut(), api.cast_mut(), Ordering::AcqRel,
+                                     Ordering::Acquire);
     }
     SQLITE_OK
 }
