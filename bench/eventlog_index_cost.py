@@ -13,6 +13,9 @@ thread (the build's critical path), the wall clock and the rate.
 
 For ``perf record``, ``--rounds 1 --pause`` waits for a newline after the
 rows are read, so the profile can be started on the indexing alone.
+``--pages`` holds the rows as the SQLite store's reader hands them to a
+source (``SqliteStore.event_page``: pages the compiled core read, where it
+can) instead of APSW's tuples.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import trio
 from eventlog_source_bench import BATCH, event
 
 from streamd.daemon import Config, Daemon
+from streamd.eventlog.sqlite.store import SqliteStore
+from streamd.eventlog.store import EventRows
 from streamd.eventlog.store.reads import EVENT_ROW_COLUMNS
 from streamd.recall.eventlog.build import LogIndex
 from streamd.recall.eventlog.settings import LogSettings
@@ -65,13 +70,25 @@ def rows_of(db: Path) -> list[tuple]:
         con.close()
 
 
-def build(rows: list[tuple]) -> tuple[float, float, float, int]:
+def pages_of(db: Path) -> list[EventRows]:
+    """Every row, in the pages a source's reader gets from the SQLite store."""
+    store = SqliteStore.open(str(db))
+    try:
+        pages: list[EventRows] = []
+        while page := store.event_page(pages[-1][len(pages[-1]) - 1][0] if pages else 0, PAGE):
+            pages.append(page)
+        return pages
+    finally:
+        store.close()
+
+
+def build(pages: list[EventRows]) -> tuple[float, float, float, int]:
     """(CPU seconds of the process and of the calling thread, wall seconds,
     records) of one first build."""
     index = LogIndex(LogSettings(), time.time_ns)
     cpu, own, wall = time.process_time(), time.thread_time(), time.perf_counter()
-    for lo in range(0, len(rows), PAGE):
-        index.consume(rows[lo:lo + PAGE])
+    for page in pages:
+        index.consume(page)
     generation = index.publish()
     return (time.process_time() - cpu, time.thread_time() - own, time.perf_counter() - wall,
             generation.indexed)
@@ -84,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--pause", action="store_true", help="wait for a newline before building")
+    p.add_argument("--pages", action="store_true",
+                   help="rows as the SQLite store's event_page reads them, not APSW's tuples")
     args = p.parse_args(argv)
     if not native.enabled():
         print("the compiled core is not in use", file=sys.stderr)
@@ -91,20 +110,25 @@ def main(argv: list[str] | None = None) -> int:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{args.db}{suffix}").unlink(missing_ok=True)
         trio.run(fill, args.db, args.events, args.seed)
-    rows = rows_of(args.db)
+    if args.pages:
+        pages = pages_of(args.db)
+    else:
+        rows = rows_of(args.db)
+        pages = [rows[lo:lo + PAGE] for lo in range(0, len(rows), PAGE)]
+    n = sum(len(page) for page in pages)
     if args.pause:
-        print(f"{len(rows)} rows read; press enter", file=sys.stderr)
+        print(f"{n} rows read; press enter", file=sys.stderr)
         sys.stdin.readline()
     runs = []
     for _ in range(args.rounds):
-        cpu, own, wall, records = build(rows)
-        runs.append({"cpu_us_per_event": round(1e6 * cpu / len(rows), 3),
-                     "calling_thread_cpu_us_per_event": round(1e6 * own / len(rows), 3),
-                     "wall_s": round(wall, 3), "events_per_s": round(len(rows) / wall),
+        cpu, own, wall, records = build(pages)
+        runs.append({"cpu_us_per_event": round(1e6 * cpu / n, 3),
+                     "calling_thread_cpu_us_per_event": round(1e6 * own / n, 3),
+                     "wall_s": round(wall, 3), "events_per_s": round(n / wall),
                      "records": records})
         print(json.dumps(runs[-1]), file=sys.stderr)
     print(json.dumps({
-        "events": len(rows),
+        "events": n,
         "cpu_us_per_event_median": statistics.median(r["cpu_us_per_event"] for r in runs),
         "events_per_s_median": statistics.median(r["events_per_s"] for r in runs),
         "runs": runs,

@@ -20,8 +20,14 @@ use crate::gotime::Instant;
 use crate::postings::{Builder, Origin, Sealed};
 use crate::{json, lines, postings, tokenize, unicode};
 
+mod lent;
+mod page;
 mod rebuild;
 mod search;
+mod sqlite;
+
+use lent::SealedArray;
+use page::EventPage;
 
 create_exception!(_native, NativeError, PyRuntimeError, "The compiled indexing core failed (a bug: please report it).");
 
@@ -102,20 +108,37 @@ impl ChunkBuilder {
         Ok((fed.pos, fed.lines, fed.records, fed.failed, fed.latest.map(Instant::nanos)))
     }
 
-    /// Add the records of event-log rows `rows[start:]` (tuples shaped as
-    /// `LogRequests.event_rows` gives them, all admitted), at most
-    /// `max_records` of them. Returns `(next, records, failed,
+    /// Add the records of event-log rows `rows[start:]` (a list of tuples
+    /// shaped as `LogRequests.event_rows` gives them, or an `EventPage`;
+    /// all admitted), at most `max_records` of them. Returns `(next, records, failed,
     /// latest_event_time_ns_or_None, declined)`: rows before `next` are
     /// consumed; when `declined`, `rows[next]` is one only the plain path
     /// projects (the caller does, then calls again from `next + 1`).
     fn feed_events(
         &mut self,
         py: Python<'_>,
-        rows: &Bound<'_, PyList>,
+        rows: &Bound<'_, PyAny>,
         start: usize,
         max_records: u64,
         built_at: i128,
     ) -> PyResult<(usize, u64, u64, Option<i128>, bool)> {
+        let at = Origin { base_offset: 0, file_no: 0, built_at: Instant::from_nanos(built_at) };
+        if let Ok(page) = rows.downcast::<EventPage>() {
+            // Its rows are read in place, without the GIL.
+            let page = page.get();
+            let end = page.len().min(start.saturating_add(max_records as usize)).max(start);
+            let builder = self.builder()?;
+            let result = py.allow_threads(|| {
+                guarded("feed_events", || {
+                    builder.reserve_records(max_records);
+                    let rows: Vec<Row<'_>> = (start..end).map(|i| page.row(i)).collect();
+                    postings::feed_rows(builder, &rows, at)
+                })
+            });
+            let (done, records, failed, latest, refused) = self.spent_on_error(result)?;
+            return Ok((start + done, records, failed, latest.map(Instant::nanos), refused));
+        }
+        let rows = rows.downcast::<PyList>()?;
         let end = rows.len().min(start.saturating_add(max_records as usize));
         // Held under the GIL, so the work below can run without it.
         let mut owned: Vec<HeldRow> = Vec::with_capacity(end.saturating_sub(start));
@@ -129,7 +152,6 @@ impl ChunkBuilder {
                 }
             }
         }
-        let at = Origin { base_offset: 0, file_no: 0, built_at: Instant::from_nanos(built_at) };
         let builder = self.builder()?;
         let result = py.allow_threads(|| {
             guarded("feed_events", || {
@@ -229,33 +251,22 @@ fn py_project_event<'py>(py: Python<'py>, row: &Bound<'py, PyAny>)
     Ok(Some((d.kind.to_owned(), d.title.into_owned(), d.text.into_owned(), PyBytes::new(py, &line))))
 }
 
-/// `v` as little-endian bytes, written straight into a new Python bytes
-/// object (a segment's arrays are tens of MB: no second copy on the way).
-fn le_bytes<'py, T: Copy, const N: usize>(py: Python<'py>, v: &[T], f: impl Fn(T) -> [u8; N])
-                                          -> PyResult<Bound<'py, PyBytes>> {
-    PyBytes::new_with(py, v.len() * N, |out| {
-        for (to, &x) in out.chunks_exact_mut(N).zip(v) {
-            to.copy_from_slice(&f(x));
-        }
-        Ok(())
-    })
-}
-
+/// The sealed segment's arrays, each lent as it lies (`SealedArray`).
 fn sealed_dict(py: Python<'_>, s: Sealed) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
-    let put = |name: &str, bytes: &[u8]| d.set_item(name, PyBytes::new(py, bytes));
+    let put = |name: &str, a: SealedArray| d.set_item(name, Py::new(py, a)?);
     d.set_item("count", s.count)?;
-    d.set_item("term_hash", le_bytes(py, &s.term_hash, u64::to_le_bytes)?)?;
-    d.set_item("term_local", le_bytes(py, &s.term_local, i32::to_le_bytes)?)?;
-    d.set_item("starts", le_bytes(py, &s.starts, i64::to_le_bytes)?)?;
-    d.set_item("recs", le_bytes(py, &s.recs, u32::to_le_bytes)?)?;
-    put("meta", &s.meta)?;
-    d.set_item("big_pos", le_bytes(py, &s.big_pos, i64::to_le_bytes)?)?;
-    d.set_item("big_count", le_bytes(py, &s.big_count, i64::to_le_bytes)?)?;
-    d.set_item("ident_hash", le_bytes(py, &s.ident_hash, u64::to_le_bytes)?)?;
-    d.set_item("ident_rec", le_bytes(py, &s.ident_rec, i64::to_le_bytes)?)?;
-    put("columns", &s.columns)?;
-    put("ids", &s.ids)?;
+    put("term_hash", SealedArray::of_u64(s.term_hash))?;
+    put("term_local", SealedArray::of_i32(s.term_local))?;
+    put("starts", SealedArray::of_i64(s.starts))?;
+    put("recs", SealedArray::of_u32(s.recs))?;
+    put("meta", SealedArray::of_bytes(s.meta))?;
+    put("big_pos", SealedArray::of_i64(s.big_pos))?;
+    put("big_count", SealedArray::of_i64(s.big_count))?;
+    put("ident_hash", SealedArray::of_u64(s.ident_hash))?;
+    put("ident_rec", SealedArray::of_i64(s.ident_rec))?;
+    put("columns", SealedArray::of_bytes(s.columns))?;
+    put("ids", SealedArray::of_bytes(s.ids))?;
     d.set_item("kinds", s.kinds)?;
     Ok(d)
 }
@@ -322,7 +333,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Bumped whenever a call's arguments or results change: `index/native.py`
     // refuses a module built from older sources (an editable install whose
     // extension was not rebuilt) instead of failing mid-build.
-    m.add("INTERFACE", 3)?;
+    m.add("INTERFACE", 5)?;
     m.add("UNICODE_VERSION", unicode::UNICODE_VERSION)?;
     m.add("MAX_LINE_BYTES", lines::MAX_LINE_BYTES)?;
     m.add("HOLD_LIMIT", lines::HOLD_LIMIT)?;
@@ -330,6 +341,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("NativeError", m.py().get_type::<NativeError>())?;
     m.add_class::<ChunkBuilder>()?;
+    m.add_class::<EventPage>()?;
+    m.add_class::<SealedArray>()?;
+    m.add_function(wrap_pyfunction!(page::read_event_page, m)?)?;
+    m.add_function(wrap_pyfunction!(page::sqlite_extension_loaded, m)?)?;
     m.add_function(wrap_pyfunction!(py_parse_record, m)?)?;
     m.add_function(wrap_pyfunction!(py_project_event, m)?)?;
     m.add_function(wrap_pyfunction!(py_trim_space, m)?)?;

@@ -43,6 +43,15 @@ pub struct Tokenizer {
 impl Tokenizer {
     /// Call `emit` with each token of `s`, in order.
     pub fn tokens(&mut self, s: &str, mut emit: impl FnMut(&str)) {
+        self.tokens_ended(s, |t, _| emit(t));
+    }
+
+    /// [`Tokenizer::tokens`], with where each token's run stopped: for a
+    /// token of the ASCII text on the fast path, the index of the separator
+    /// that ended it (`s.len()` at the end of `s`); for any other token,
+    /// `usize::MAX`. A token whose separator lies at `i` is a token of
+    /// every string that shares `s[..=i]`.
+    pub fn tokens_ended(&mut self, s: &str, mut emit: impl FnMut(&str, usize)) {
         if s.is_ascii() {
             self.ascii(s, &mut emit);
             return;
@@ -55,10 +64,10 @@ impl Tokenizer {
         let first = b.iter().position(|&c| c >= 0x80).unwrap_or(b.len());
         let split = b[..first].iter().rposition(|&c| ASCII_CLASS[c as usize] == 0).map_or(0, |p| p + 1);
         self.ascii(&s[..split], &mut emit);
-        self.unicode(&s[split..], &mut emit);
+        self.unicode(&s[split..], &mut |t: &str| emit(t, usize::MAX));
     }
 
-    fn ascii(&mut self, s: &str, emit: &mut impl FnMut(&str)) {
+    fn ascii(&mut self, s: &str, emit: &mut impl FnMut(&str, usize)) {
         let b = s.as_bytes();
         let mut i = 0;
         while i < b.len() {
@@ -89,9 +98,9 @@ impl Tokenizer {
                     self.buf.clear();
                     self.buf.push_str(run);
                     self.buf.make_ascii_lowercase();
-                    emit(&self.buf);
+                    emit(&self.buf, end);
                 } else {
-                    emit(run);
+                    emit(run, end);
                 }
             }
             i = end;
@@ -162,6 +171,9 @@ mod tests {
         for text in texts {
             let mut whole = Vec::new();
             Tokenizer::default().unicode(text, &mut |t: &str| whole.push(t.to_owned()));
+            let mut ended = Vec::new();
+            Tokenizer::default().tokens_ended(text, |t, _| ended.push(t.to_owned()));
+            assert_eq!(ended, whole, "{text}");
             assert_eq!(tokenize(text), whole, "{text}");
         }
     }

@@ -18,21 +18,41 @@ MAX_DEPTH: Final[int]
 class NativeError(RuntimeError):
     """The compiled indexing core failed (a bug: please report it)."""
 
+@final
+class SealedArray:
+    """One array of a sealed segment: read-only little-endian bytes, lent
+    through the buffer protocol (``numpy.frombuffer``) without a copy."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
 class _Sealed(TypedDict):
     # The segment's arrays as little-endian bytes, in the plain Segment's dtypes.
     count: int
-    term_hash: bytes
-    term_local: bytes
-    starts: bytes
-    recs: bytes
-    meta: bytes
-    big_pos: bytes
-    big_count: bytes
-    ident_hash: bytes
-    ident_rec: bytes
-    columns: bytes
-    ids: bytes
+    term_hash: SealedArray
+    term_local: SealedArray
+    starts: SealedArray
+    recs: SealedArray
+    meta: SealedArray
+    big_pos: SealedArray
+    big_count: SealedArray
+    ident_hash: SealedArray
+    ident_rec: SealedArray
+    columns: SealedArray
+    ids: SealedArray
     kinds: list[str]
+
+_EventRow = tuple[int, str, str, str, str, str, str, str, int, str, str | None]
+
+@final
+class EventPage:
+    """Event-log rows read into one buffer (``read_event_page``)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int, /) -> _EventRow: ...
+
+def read_event_page(db: int, sql: str, from_seq: int, limit: int) -> EventPage | None: ...
+def sqlite_extension_loaded() -> bool: ...
 
 class _Record(TypedDict):
     schema: int
@@ -67,7 +87,7 @@ class ChunkBuilder:
     ) -> tuple[int, int, int, int, int | None]: ...
     def feed_events(
         self,
-        rows: list[tuple[int, str, str, str, str, str, str, str, int, str, str | None]],
+        rows: list[_EventRow] | EventPage,
         start: int,
         max_records: int,
         built_at: int,

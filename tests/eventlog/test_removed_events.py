@@ -4,7 +4,7 @@ Deletes never move seq, so each one is recorded in ``removed_events`` (a
 trigger on ``events``): a session delete and each retention rule record what
 they took, in removal order, and ``removed_after`` hands out the marks after
 the one an index has read. The rows an index reads (``event_rows``,
-``event_rows_at``) are the events as stored.
+``event_page``, ``event_rows_at``) are the events as stored.
 """
 
 from __future__ import annotations
@@ -59,3 +59,6 @@ def test_rows_are_the_events_as_stored(fx: Fixture) -> None:
     assert row[9].replace(" ", "") == '{"text":"hi"}' and row[10] is None
     assert fx.store.event_rows_at([seq, seq + 1]) == [row]
     assert fx.store.event_rows(seq, 10) == []
+    # What an index reads: the same rows, in a page of the backend's own.
+    page = fx.store.event_page(0, 10)
+    assert len(page) == 1 and page[0] == row and len(fx.store.event_page(seq, 10)) == 0

@@ -17,7 +17,7 @@
 use std::sync::OnceLock;
 use std::thread;
 
-use super::{term_of, Builder, Origin, KIND_AT, ROW_BYTES};
+use super::{Builder, Origin, KIND_AT, ROW_BYTES};
 use crate::events::{self, Row};
 use crate::gotime::{self, Instant};
 use crate::hashes::cached_term_hash;
@@ -99,10 +99,10 @@ impl Builder {
     fn absorb(&mut self, part: Builder) {
         let first_posting = self.p_term.len();
         let vocab = &part.terms.vocab;
-        let n_terms = vocab.starts.len().saturating_sub(1);
+        let n_terms = vocab.len();
         let mut ours = Vec::with_capacity(n_terms);
         for t in 0..n_terms as u32 {
-            let term = term_of(&vocab.bytes, &vocab.starts, t);
+            let term = vocab.term(t);
             let (id, new) = self.terms.vocab.intern_bytes(term);
             if new {
                 let term = std::str::from_utf8(term).expect("a term is text");

@@ -54,7 +54,7 @@ from streamd.eventlog.model import (
     WatchParams,
     to_us,
 )
-from streamd.eventlog.store import DECODED, AppendGroup, EventRow, ReadShape
+from streamd.eventlog.store import DECODED, AppendGroup, EventRow, EventRows, ReadShape
 from streamd.eventlog.watch import Watch
 from streamd.eventlog.watch_hub import WatchHub
 from streamd.eventlog.writer import AppendOutcome, GroupCommitWriter
@@ -126,6 +126,9 @@ class LogRequests:
 
     async def event_rows(self, from_seq: int, limit: int) -> list[EventRow]:
         return await self._read(lambda store: store.event_rows(from_seq, limit))
+
+    async def event_page(self, from_seq: int, limit: int) -> EventRows:
+        return await self._read(lambda store: store.event_page(from_seq, limit))
 
     async def event_rows_at(self, seqs: Sequence[int]) -> list[EventRow]:
         return await self._read(lambda store: store.event_rows_at(seqs))

@@ -75,13 +75,20 @@ from streamd.errors import (
 )
 from streamd.eventlog.model import AppendParams, Filter, SessionKey
 from streamd.eventlog.sqlite import errors as sqlite_errors
+from streamd.eventlog.sqlite import pages
 from streamd.eventlog.sqlite.batch import append_items
 from streamd.eventlog.sqlite.connection import BusyWait, SqliteOptions, configure
 from streamd.eventlog.sqlite.file_identity import DatabaseFile, guard_for
 from streamd.eventlog.sqlite.schema import SCHEMA_VERSION
 from streamd.eventlog.sqlite.sql import SqliteSql, newest_seq
 from streamd.eventlog.store import reads, rows, rules, sessions
-from streamd.eventlog.store.backend import AppendGroup, Backend, CommitOutcome, closed_error
+from streamd.eventlog.store.backend import (
+    AppendGroup,
+    Backend,
+    CommitOutcome,
+    EventRows,
+    closed_error,
+)
 from streamd.eventlog.store.operations import SqlOperations
 from streamd.eventlog.store.sessions import EventBounds
 from streamd.eventlog.store.sql import Sql
@@ -307,6 +314,14 @@ class SqliteStore(SqlOperations):
     def connection(self) -> apsw.Connection:
         """The raw connection, for tests that inspect query plans or pragmas."""
         return self._db
+
+    @_translated
+    def event_page(self, from_seq: int, limit: int) -> EventRows:
+        """:meth:`event_rows`, read by the compiled core into one buffer where
+        it can be (``pages``)."""
+        rules.check_limit(limit)
+        page = pages.read_page(self._db, reads.EVENT_ROWS_AFTER, from_seq, limit)
+        return page if page is not None else reads.event_rows(self._sql, from_seq, limit)
 
     @_translated
     def _call(self, op: Callable[[Sql], _T]) -> _T:

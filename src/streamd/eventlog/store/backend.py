@@ -106,6 +106,16 @@ state delta (as stored JSON text, the delta None when it set none). Plain
 tuples, because a build reads a million of them and decodes only content."""
 
 
+class EventRows(Protocol):
+    """A page of :data:`EventRow` by position: a list of them, or a page the
+    compiled core read in one buffer (``streamd._native.EventPage``), whose
+    rows become tuples only where they are asked for."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int, /) -> EventRow: ...
+
+
 def closed_error() -> RpcError:
     return RpcError(CLOSED, "event log is closed")
 
@@ -190,6 +200,11 @@ class Backend(Protocol):
 
     def event_rows(self, from_seq: int, limit: int) -> list[EventRow]:
         """Up to ``limit`` events after ``from_seq`` as rows, in seq order."""
+        ...
+
+    def event_page(self, from_seq: int, limit: int) -> EventRows:
+        """:meth:`event_rows`, for an index that reads the log's rows once:
+        in one buffer where the backend can (SQLite, with the compiled core)."""
         ...
 
     def event_rows_at(self, seqs: Sequence[int]) -> list[EventRow]:

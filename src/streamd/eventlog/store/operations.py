@@ -43,6 +43,7 @@ from streamd.eventlog.store.backend import (
     CommitOutcome,
     Committed,
     EventRow,
+    EventRows,
     ReadShape,
 )
 from streamd.eventlog.store.sql import Sql
@@ -106,6 +107,9 @@ class SqlOperations:
 
     def event_rows(self, from_seq: int, limit: int) -> list[EventRow]:
         return self._call(lambda db: reads.event_rows(db, from_seq, limit))
+
+    def event_page(self, from_seq: int, limit: int) -> EventRows:
+        return self.event_rows(from_seq, limit)
 
     def event_rows_at(self, seqs: Sequence[int]) -> list[EventRow]:
         return self._call(lambda db: reads.event_rows_at(db, seqs))

@@ -18,6 +18,7 @@ from streamd.eventlog.store.backend import Committed, EventRow, ReadShape
 from streamd.eventlog.store.sql import Args, Sql
 
 __all__ = [
+    "EVENT_ROWS_AFTER",
     "EVENT_ROW_COLUMNS",
         "branches",
     "event_rows",
@@ -35,6 +36,9 @@ EVENT_ROW_COLUMNS = (
     "seq, app_name, user_id, session_id, event_id, invocation_id, author, branch, "
     "event_time, content, state_delta"
 )
+
+# ``event_rows``' statement: (from_seq, limit).
+EVENT_ROWS_AFTER = f"SELECT {EVENT_ROW_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
 
 # How many seqs one ``IN`` list names: far below every server's limit on
 # placeholders, and an answer renders tens.
@@ -115,10 +119,7 @@ def branches(db: Sql, flt: Filter | None, limit: int | None) -> list[str]:
 def event_rows(db: Sql, from_seq: int, limit: int) -> list[EventRow]:
     """Up to ``limit`` events after ``from_seq``, in seq order, as rows."""
     rules.check_limit(limit)
-    return db.rows(
-        f"SELECT {EVENT_ROW_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
-        (from_seq, limit),
-    )
+    return db.rows(EVENT_ROWS_AFTER, (from_seq, limit))
 
 
 def event_rows_at(db: Sql, seqs: Sequence[int]) -> list[EventRow]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from streamd.eventlog.store import EventRow
+from streamd.eventlog.store import EventRow, EventRows
 from streamd.golang import gotime
 from streamd.recall.eventlog.project import Projected, identifiers, project
 from streamd.recall.eventlog.settings import LogSettings
@@ -151,27 +151,34 @@ class LogIndex:
         return SavedPosition(seq=g.seq, mark=g.mark, last_id=self.last_id, latest=g.latest,
                              failed=g.failed, gen=g.gen, removed=np.packbits(g.removed).tobytes())
 
-    def consume(self, rows: list[EventRow]) -> None:
+    def consume(self, rows: EventRows) -> None:
         """Index the admitted events of ``rows`` (in seq order); ``seq`` moves
         to the last row's. Rows at or below ``seq`` were read already."""
-        fresh = rows[bisect.bisect_right(rows, self.seq, key=_seq_of):]
-        if not fresh:
+        start = bisect.bisect_right(rows, self.seq, key=_seq_of)
+        if start == len(rows):
             return
-        self.seq, self.last_id, self.dirty = fresh[-1][0], fresh[-1][4], True
+        last = rows[len(rows) - 1]
+        self.seq, self.last_id, self.dirty = last[0], last[4], True
+        compiled = native.enabled()
+        if compiled and self.settings.admits_all:
+            # A page the compiled core read stays in its buffer.
+            self._consume_compiled(rows, start)
+            return
+        fresh = [rows[i] for i in range(start, len(rows))]
         admits = self.settings.admits
         admitted = fresh if self.settings.admits_all else [r for r in fresh if admits(r)]
-        if native.enabled():
-            self._consume_compiled(admitted)
+        if compiled:
+            self._consume_compiled(admitted, 0)
         else:
             for row in admitted:
                 self._consume_plain(project(row))
 
-    def _consume_compiled(self, rows: list[EventRow]) -> None:
+    def _consume_compiled(self, rows: EventRows, start: int) -> None:
         # The compiled core projects and indexes whole runs of rows; a row it
         # leaves to the plain projection is fed to it as a line.
         built_at = self.clock()
         index = self.index
-        i = 0
+        i = start
         while i < len(rows):
             builder = index.native_builder()
             room = index_module.SEGMENT_RECORDS - builder.count

@@ -45,7 +45,7 @@ from streamd import heap
 from streamd.errors import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from streamd.eventlog.model import AppendParams, WatchParams
 from streamd.eventlog.requests import LogRequests
-from streamd.eventlog.store import EventRow
+from streamd.eventlog.store import EventRow, EventRows
 from streamd.golang import gotime
 from streamd.recall.eventlog.build import LogGeneration, LogIndex, SavedPosition
 from streamd.recall.eventlog.settings import INDEX_CONFIG, LogSettings
@@ -264,7 +264,7 @@ class LogSource:
             self.index = index = LogIndex(self.settings, self.clock, self.durable.sink)
             index.gen = gen
         before = index.generation.indexed if index.generation is not None else 0
-        rows = await requests.event_rows(index.seq, PAGE)
+        rows = await requests.event_page(index.seq, PAGE)
         while rows:
             following = await self._consume_reading_on(index, rows)
             if len(rows) < PAGE:
@@ -290,14 +290,14 @@ class LogSource:
         assert generation is not None
         return generation
 
-    async def _consume_reading_on(self, index: LogIndex, rows: list[EventRow]) -> list[EventRow]:
+    async def _consume_reading_on(self, index: LogIndex, rows: EventRows) -> EventRows:
         """Index ``rows`` while the page after them is read (the compiled
         core and the database both work without the GIL, so the two share
         the cores); the page read, empty after a short page."""
-        following: list[EventRow] = []
+        following: list[EventRows] = [[]]
 
         async def read_on() -> None:
-            following.extend(await self.requests.event_rows(rows[-1][0], PAGE))
+            following[0] = await self.requests.event_page(rows[len(rows) - 1][0], PAGE)
 
         async with trio.open_nursery() as nursery:
             if len(rows) == PAGE:
@@ -306,7 +306,7 @@ class LogSource:
             # would race the last save for the index.
             with trio.CancelScope(shield=True):
                 await self.offload(index.consume, rows)
-        return following
+        return following[0]
 
     def _replaced(self, newest: int, removal_max: int, removal_min: int) -> bool:
         index = self.index

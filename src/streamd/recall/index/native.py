@@ -30,19 +30,24 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from streamd import DISTRIBUTION, plain
 from streamd.recall.index.segment import COLUMNS, Segment
 
 if TYPE_CHECKING:
-    from streamd._native import ChunkBuilder, _Record
-    from streamd.eventlog.store import EventRow
+    from streamd._native import ChunkBuilder, EventPage, _Record
+    from streamd.eventlog.store import EventRow, EventRows
+
+# The arrays of a sealed segment, by name (``ChunkBuilder.seal``).
+_SealedName = Literal["term_hash", "term_local", "starts", "recs", "meta", "big_pos",
+                      "big_count", "ident_hash", "ident_rec", "columns", "ids"]
 
 # The calls this module makes of streamd._native (its INTERFACE).
-INTERFACE = 3
+INTERFACE = 5
 
 
 class Core(Protocol):
@@ -52,6 +57,9 @@ class Core(Protocol):
 
     @property
     def ChunkBuilder(self) -> type[ChunkBuilder]: ...
+
+    @property
+    def EventPage(self) -> type[EventPage]: ...
 
     def parse_record(self, line: bytes) -> _Record | None: ...
 
@@ -176,18 +184,27 @@ class NativeBuilder:
         latest event time or None)."""
         return self._b.feed(data, start, offset, max_records, max_lines, file_no, built_at)
 
-    def feed_events(self, rows: list[EventRow], start: int, max_records: int,
+    def feed_events(self, rows: EventRows, start: int, max_records: int,
                     built_at: int) -> tuple[int, int, int, int | None, bool]:
         """See ``ChunkBuilder.feed_events``: (next, records, failed, latest
-        event time or None, whether ``rows[next]`` is left to the plain path)."""
-        return self._b.feed_events(rows, start, max_records, built_at)
+        event time or None, whether ``rows[next]`` is left to the plain path).
+        ``rows`` is a list, or a page the compiled core read (``EventPage``)."""
+        assert _native is not None
+        held = (rows if isinstance(rows, list | _native.EventPage)
+                else [rows[i] for i in range(len(rows))])
+        return self._b.feed_events(held, start, max_records, built_at)
 
     def seal(self, kind_code: Callable[[str], int]) -> Segment:
         """The segment, its kind codes mapped onto the index's table by
         ``kind_code`` (which registers kinds it has not seen, in the order
         the records first used them, as the plain path does)."""
         d = self._b.seal()
-        columns = np.frombuffer(d["columns"], dtype=COLUMNS)
+
+        def lent(name: _SealedName, dtype: DTypeLike) -> np.ndarray:
+            # Viewed where the seal made it (``SealedArray``), not copied.
+            return np.frombuffer(memoryview(d[name]), dtype=dtype)
+
+        columns = lent("columns", COLUMNS)
         kinds = d["kinds"]
         kind_map = np.array([kind_code(k) for k in kinds], dtype=np.int32)
         if len(kind_map) and not np.array_equal(kind_map, np.arange(len(kind_map))):
@@ -196,17 +213,17 @@ class NativeBuilder:
         return Segment(
             base=self.base,
             count=d["count"],
-            term_hash=np.frombuffer(d["term_hash"], dtype=np.uint64),
-            term_local=np.frombuffer(d["term_local"], dtype=np.int32),
-            starts=np.frombuffer(d["starts"], dtype=np.int64),
-            recs=np.frombuffer(d["recs"], dtype=np.uint32),
-            meta=np.frombuffer(d["meta"], dtype=np.uint8),
-            big_pos=np.frombuffer(d["big_pos"], dtype=np.int64),
-            big_count=np.frombuffer(d["big_count"], dtype=np.int64),
-            ident_hash=np.frombuffer(d["ident_hash"], dtype=np.uint64),
-            ident_rec=np.frombuffer(d["ident_rec"], dtype=np.int64),
+            term_hash=lent("term_hash", np.uint64),
+            term_local=lent("term_local", np.int32),
+            starts=lent("starts", np.int64),
+            recs=lent("recs", np.uint32),
+            meta=lent("meta", np.uint8),
+            big_pos=lent("big_pos", np.int64),
+            big_count=lent("big_count", np.int64),
+            ident_hash=lent("ident_hash", np.uint64),
+            ident_rec=lent("ident_rec", np.int64),
             columns=columns,
-            ids=np.frombuffer(d["ids"], dtype=np.uint8),
+            ids=lent("ids", np.uint8),
         )
 
 
