@@ -326,7 +326,7 @@ class Index:
         """Start from segments loaded from disk (already durable)."""
         for s in segments:
             self.ids.extend(s.id_list())
-            self.columns.extend(s.columns)
+            self.columns.extend(s.rows())
         self.segments = tuple(segments)
         self.kinds = list(kinds)
         self._kind_codes = {k: i for i, k in enumerate(kinds)}

@@ -1,0 +1,75 @@
+"""A segment on disk answers a search's reads from its file, not its mapping."""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+from streamd.recall.index import segment as seg
+from streamd.recall.persist.atomic import write_atomic
+
+
+def _built() -> seg.Segment:
+    b = seg.SegmentBuilder(base=100)
+    for i in range(300):
+        text = [f"w{i % 17}", f"w{i % 5}", "common"] + ["many"] * (70 if i % 50 == 0 else 1)
+        b.add(f"id-{i}", (i, 0, i, 0, 1, 0, 0, i * 10, 9), text, [f"f{i % 3}"], ["t"],
+              {f"ref-{i % 7}", f"id-{i}"})
+    return b.seal()
+
+
+def _mapped(arr: np.ndarray) -> bool:
+    base = arr
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return True
+        base = getattr(base, "base", None) if isinstance(base, np.ndarray) else getattr(
+            base, "obj", None)
+    return False
+
+
+def _on_disk(tmp_path, s: seg.Segment) -> seg.Segment:
+    path = str(tmp_path / "s.seg")
+    write_atomic(path, seg.encode(s))
+    return seg.read(path)
+
+
+def test_a_segment_read_from_disk_answers_as_the_one_in_memory(tmp_path):
+    mem = _built()
+    disk = _on_disk(tmp_path, mem)
+    assert disk.file is not None
+    assert len(mem.big_pos)  # "many" 70 times saturates its count
+    for h in mem.term_hash.tolist():
+        local = disk.find(np.uint64(h))
+        assert local == mem.find(np.uint64(h)) >= 0
+        got, want = disk.postings(local), mem.postings(local)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        assert got[2] == want[2]
+        pos = got[2] + np.arange(len(got[0]))
+        assert np.array_equal(disk.exact_count(pos, got[1]), mem.exact_count(pos, want[1]))
+    assert disk.find(np.uint64(seg.term_hash("absent"))) == -1
+    for key in ["ref-3", "id-7", "nothing"]:
+        h = np.uint64(seg.term_hash(key))
+        assert np.array_equal(disk.identified(h), mem.identified(h))
+    assert disk.id_list() == mem.id_list()
+    assert np.array_equal(disk.rows(), mem.columns)
+
+
+def test_what_a_search_reads_of_a_segment_on_disk_is_not_the_mapping(tmp_path):
+    disk = _on_disk(tmp_path, _built())
+    assert _mapped(disk.recs)  # the mapping is still there for whole-array passes
+    local = disk.find(np.uint64(seg.term_hash("common")))
+    recs, meta, _ = disk.postings(local)
+    assert len(recs) == 300
+    assert not _mapped(recs) and not _mapped(meta)
+    assert not _mapped(disk.identified(np.uint64(seg.term_hash("ref-3"))))
+    assert not _mapped(disk.rows())
+
+
+def test_a_segment_file_removed_while_held_is_still_read(tmp_path):
+    disk = _on_disk(tmp_path, _built())
+    os.unlink(disk.path)  # a merge retired it while an older View reads it
+    recs, _, _ = disk.postings(disk.find(np.uint64(seg.term_hash("common"))))
+    assert len(recs) == 300
