@@ -1,4 +1,4 @@
-"""A segment on disk answers a search's reads from its file, not its mapping."""
+"""A segment on disk: what a search reads of it, and what stays mapped."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import mmap
 import os
 
 import numpy as np
+import pytest
 
+from streamd.recall.index import segfile
 from streamd.recall.index import segment as seg
 from streamd.recall.persist.atomic import write_atomic
 
@@ -31,6 +33,7 @@ def _mapped(arr: np.ndarray) -> bool:
 
 
 def _on_disk(tmp_path, s: seg.Segment) -> seg.Segment:
+    tmp_path.mkdir(exist_ok=True)
     path = str(tmp_path / "s.seg")
     write_atomic(path, seg.encode(s))
     return seg.read(path)
@@ -57,15 +60,41 @@ def test_a_segment_read_from_disk_answers_as_the_one_in_memory(tmp_path):
     assert np.array_equal(disk.rows(), mem.columns)
 
 
-def test_what_a_search_reads_of_a_segment_on_disk_is_not_the_mapping(tmp_path):
+def test_identifier_records_and_columns_of_a_segment_on_disk_are_read_not_mapped(tmp_path):
     disk = _on_disk(tmp_path, _built())
     assert _mapped(disk.recs)  # the mapping is still there for whole-array passes
-    local = disk.find(np.uint64(seg.term_hash("common")))
-    recs, meta, _ = disk.postings(local)
-    assert len(recs) == 300
-    assert not _mapped(recs) and not _mapped(meta)
     assert not _mapped(disk.identified(np.uint64(seg.term_hash("ref-3"))))
     assert not _mapped(disk.rows())
+
+
+def _resident_pages(arr: np.ndarray) -> int:
+    """Pages of ``arr`` mapped into this process (Linux's pagemap)."""
+    page = mmap.PAGESIZE
+    first = arr.ctypes.data // page
+    last = (arr.ctypes.data + arr.nbytes - 1) // page
+    with open("/proc/self/pagemap", "rb", buffering=0) as f:
+        f.seek(first * 8)
+        entries = np.frombuffer(f.read((last - first + 1) * 8), dtype=np.uint64)
+    return int((entries >> np.uint64(63)).sum())
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/pagemap"), reason="Linux's /proc")
+def test_postings_read_through_the_mapping_are_dropped_past_the_budget(tmp_path, monkeypatch):
+    one = _on_disk(tmp_path, _built())
+    assert one.file is not None
+    h = np.uint64(seg.term_hash("common"))
+    recs, _, _ = one.postings(one.find(h))
+    assert int(recs.sum()) == sum(range(100, 400))
+    assert _resident_pages(recs) > 0
+    monkeypatch.setattr(segfile, "MAPPED_BUDGET", 1 << 40)
+    assert not segfile.keep_within([one.file])
+    assert _resident_pages(recs) > 0  # within the budget: left mapped
+    monkeypatch.setattr(segfile, "MAPPED_BUDGET", -1)
+    drops = segfile._mapped.drops
+    assert segfile.keep_within([one.file])
+    assert segfile._mapped.drops == drops + 1
+    assert _resident_pages(recs) == 0  # dropped from the process...
+    assert int(recs.sum()) == sum(range(100, 400))  # ...and read again from the page cache
 
 
 def test_a_segment_file_removed_while_held_is_still_read(tmp_path):

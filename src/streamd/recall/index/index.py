@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamd.golang import gotime
+from streamd.recall.index import segfile
 from streamd.recall.index import segment as seg
 from streamd.recall.index.idorder import IdOrder
 from streamd.recall.index.native import NativeBuilder
@@ -398,6 +399,11 @@ class View:
     index: Index
     n: int
     segments: tuple[Segment, ...]
+
+    def keep_mapped_within_budget(self) -> None:
+        """Before a search: bound the segments' pages it finds mapped in
+        this process (``segfile.keep_within``)."""
+        segfile.keep_within(s.file for s in self.segments if s.file is not None)
 
     @property
     def on_disk(self) -> bool:

@@ -1,26 +1,39 @@
-"""A segment file's postings read for a search with ``pread``, not through its mapping.
+"""What a search leaves mapped of a segment file, and what it reads instead.
 
 Segment files are mapped (``segment.read``), and a search reading a few
-kilobytes of one through the mapping left far more than that mapped in the
-process: the kernel maps the whole page-cache folio around each fault (64
-pages, 256 KB, on the machine the bench runs on; ``MADV_RANDOM`` does not
-change it). After the bench's 140 searches of a 1M-record index, 189 of the
-index's 262 MB were mapped into the daemon and counted in its resident set,
-though each search had read little; 140 MB of it were postings (record
-numbers and their counts) and identifier records. Read with ``pread``, what
-a search reads is copied from the page cache into arrays that live as long
-as the search: the file's pages stay in the page cache (shared,
-reclaimable) and out of the process.
+kilobytes of one through the mapping leaves far more than that mapped in
+the process: the kernel maps the whole page-cache folio around each fault
+(64 pages, 256 KB, on the machine the bench runs on; ``MADV_RANDOM`` does
+not change it). After the bench's 140 searches of a 1M-record index, 189 of
+the index's 262 MB were mapped into the daemon and counted in its resident
+set (and PSS), though each search had read little; 140 MB of it were
+postings (record numbers and their counts) and identifier records. The
+pages are the page cache's either way; what this module bounds is how many
+of them the process holds mapped.
 
 Rules:
 
-* Postings and the records of an exact identifier are read from the file;
-  the sorted tables that locate them (term and identifier hashes, local ids,
-  posting starts: about a fifth of an index) are still searched through the
-  mapping. Reading those too (a fence of every 128th hash in memory, one
-  block read per lookup) kept them out of the process as well, but made a
-  search 1.7-2.5 times slower in process: five reads per segment and term,
-  each a system call and a few Python steps.
+* A term's postings are read through the mapping, as fast as before, and
+  before each search (``keep_within``) the file pages the process has
+  mapped since the last drop are measured (``/proc/self/statm``, a few
+  microseconds). Past ``MAPPED_BUDGET``, the posting pages of every segment
+  of the index are dropped from the process (``MADV_DONTNEED``: a read-only
+  file mapping faults them back in from the page cache when they are read
+  again). So a daemon holds about ``MAPPED_BUDGET`` of postings mapped at
+  most, whatever it was asked. Reading postings with ``pread`` instead
+  (copies that die with the search) kept them out too, but cost a search
+  6-21 % more in process: two system calls per segment and term, and the
+  copy of a long list; so did counting each read's bytes against the
+  budget, which dropped them after almost every search of three middling
+  terms (a loose bound: a read through the mapping maps a whole folio).
+* The records of an exact identifier are read from the file (``read``):
+  one read in the few segments that hold the identifier.
+* The sorted tables that locate postings (term and identifier hashes,
+  local ids, posting starts: about a fifth of an index) are searched
+  through the mapping and stay mapped. Reading those too (a fence of every
+  128th hash in memory, one block read per lookup) kept them out of the
+  process as well, but made a search 1.7-2.5 times slower in process: five
+  reads per segment and term, each a system call and a few Python steps.
 * The tiny arrays every lookup of a saturated count needs are read once,
   when the file is opened.
 * The file stays open as long as the segment is referenced: a merged or
@@ -31,19 +44,69 @@ Rules:
 
 from __future__ import annotations
 
+import mmap
 import os
+import threading
+from collections.abc import Iterable
 
 import numpy as np
+
+# File pages a search may find mapped (since the last drop) before the
+# postings of every segment are dropped.
+MAPPED_BUDGET = 32 << 20
+_PAGE = mmap.PAGESIZE
+
+
+class _Mapped:
+    """File pages this process had mapped after its last drop."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.base: int | None = None
+        self.drops = 0  # how many times the budget was passed (for tests)
+
+
+_mapped = _Mapped()
+
+
+def _mapped_file_bytes() -> int | None:
+    """Bytes of files this process has mapped and resident (Linux), or None."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[2]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def keep_within(files: Iterable[SegmentFile]) -> bool:
+    """Before a search: drop the posting pages of ``files`` (an index's
+    segments) from this process if it has mapped more than ``MAPPED_BUDGET``
+    of files since the last drop. Whether it dropped them."""
+    now = _mapped_file_bytes()
+    if now is None:
+        return False
+    with _mapped.lock:
+        if _mapped.base is None or now < _mapped.base:
+            _mapped.base = now
+        if now - _mapped.base <= MAPPED_BUDGET:
+            return False
+        for f in files:
+            f.drop_postings()
+        _mapped.base = _mapped_file_bytes()
+        _mapped.drops += 1
+        return True
 
 
 class SegmentFile:
     """The open file of one segment and where each of its arrays lies."""
 
-    def __init__(self, path: str, layout: dict[str, tuple[np.dtype, int, int]]) -> None:
+    def __init__(self, path: str, layout: dict[str, tuple[np.dtype, int, int]],
+                 mapped: mmap.mmap) -> None:
         # Unbuffered: every read is one pread of exactly what was asked.
         self._file = open(path, "rb", buffering=0)  # noqa: SIM115 (lives with the segment)
         self._fd = self._file.fileno()
         self._layout = layout
+        self._mapped = mapped
         self.big_pos = self.read("big_pos")
         self.big_count = self.read("big_count")
 
@@ -60,5 +123,15 @@ class SegmentFile:
             raise OSError(f"{self._file.name} is shorter than its header says")
         return np.frombuffer(data, dtype=dtype)
 
+    def drop_postings(self) -> None:
+        """Drop the pages of this file's postings (record numbers and
+        their counts, adjacent in the file) from this process's mapping."""
+        _, _, start = self._layout["recs"]
+        dtype, count, offset = self._layout["meta"]
+        start = start // _PAGE * _PAGE
+        end = min(offset + count * dtype.itemsize, len(self._mapped))
+        if end > start and not self._mapped.closed:
+            self._mapped.madvise(mmap.MADV_DONTNEED, start, end - start)
 
-__all__ = ["SegmentFile"]
+
+__all__ = ["MAPPED_BUDGET", "SegmentFile", "keep_within"]

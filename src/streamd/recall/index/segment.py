@@ -93,8 +93,6 @@ class Segment:
 
     def postings(self, local: int) -> tuple[np.ndarray, np.ndarray, int]:
         lo, hi = int(self.starts[local]), int(self.starts[local + 1])
-        if self.file is not None:
-            return self.file.read("recs", lo, hi), self.file.read("meta", lo, hi), lo
         return self.recs[lo:hi], self.meta[lo:hi], lo
 
     def exact_count(self, pos: np.ndarray, meta: np.ndarray) -> np.ndarray:
@@ -364,7 +362,7 @@ def read(path: str) -> Segment:
         )
         layout[spec["name"]] = (dtype, spec["len"], head_len + spec["offset"])
     return Segment(base=header["base"], count=header["count"], path=path,
-                   file=SegmentFile(path, layout), **arrays)
+                   file=SegmentFile(path, layout, mapped), **arrays)
 
 
 __all__ = ["Segment", "SegmentBuilder", "encode", "hashes", "merge", "read", "term_hash"]
