@@ -67,6 +67,17 @@ def test_identifier_records_and_columns_of_a_segment_on_disk_are_read_not_mapped
     assert not _mapped(disk.rows())
 
 
+def test_short_postings_are_read_and_long_ones_mapped(tmp_path, monkeypatch):
+    disk = _on_disk(tmp_path, _built())
+    local = disk.find(np.uint64(seg.term_hash("common")))
+    recs, meta, _ = disk.postings(local)
+    assert len(recs) == 300 < segfile.READ_POSTINGS
+    assert not _mapped(recs) and not _mapped(meta)
+    monkeypatch.setattr(seg, "READ_POSTINGS", 300)
+    recs, meta, _ = disk.postings(local)
+    assert _mapped(recs) and _mapped(meta)
+
+
 def _resident_pages(arr: np.ndarray) -> int:
     """Pages of ``arr`` mapped into this process (Linux's pagemap)."""
     page = mmap.PAGESIZE
@@ -80,6 +91,7 @@ def _resident_pages(arr: np.ndarray) -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/pagemap"), reason="Linux's /proc")
 def test_postings_read_through_the_mapping_are_dropped_past_the_budget(tmp_path, monkeypatch):
+    monkeypatch.setattr(seg, "READ_POSTINGS", 0)  # every list is long
     one = _on_disk(tmp_path, _built())
     assert one.file is not None
     h = np.uint64(seg.term_hash("common"))

@@ -51,6 +51,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
+# A term's postings in a segment shorter than this are read (``read``), not
+# mapped: 32 KB of record numbers.
+READ_POSTINGS = 8_192
 # File pages a search may find mapped (since the last drop) before the
 # postings of every segment are dropped.
 MAPPED_BUDGET = 32 << 20
@@ -134,4 +137,4 @@ class SegmentFile:
             self._mapped.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
-__all__ = ["MAPPED_BUDGET", "SegmentFile", "keep_within"]
+__all__ = ["MAPPED_BUDGET", "READ_POSTINGS", "SegmentFile", "keep_within"]

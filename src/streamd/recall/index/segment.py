@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import msgspec
 import numpy as np
 
-from streamd.recall.index.segfile import SegmentFile
+from streamd.recall.index.segfile import READ_POSTINGS, SegmentFile
 
 COUNT_CAP = 63
 _FIELD_CODES = np.array([1, 2, 3], dtype=np.uint8)  # text, short fields, title
@@ -93,6 +93,10 @@ class Segment:
 
     def postings(self, local: int) -> tuple[np.ndarray, np.ndarray, int]:
         lo, hi = int(self.starts[local]), int(self.starts[local + 1])
+        if self.file is not None and hi - lo < READ_POSTINGS:
+            # A short list costs two reads; through the mapping it would
+            # map a folio of each array, a hundred times its size.
+            return self.file.read("recs", lo, hi), self.file.read("meta", lo, hi), lo
         return self.recs[lo:hi], self.meta[lo:hi], lo
 
     def exact_count(self, pos: np.ndarray, meta: np.ndarray) -> np.ndarray:
