@@ -27,6 +27,7 @@ Rules:
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,7 +57,7 @@ def _block(sorted_ids: np.ndarray, order: np.ndarray) -> _Block:
     return _Block(ranks, sorted_ids, order)
 
 
-def _grown(block: _Block | None, ids: list[str], start: int) -> _Block:
+def _grown(block: _Block | None, ids: Sequence[str], start: int) -> _Block:
     """``block`` (local records ``[0, start)``) with ``ids`` appended after them."""
     new = np.empty(len(ids), dtype=object)
     new[:] = ids
@@ -83,7 +84,7 @@ class IdOrder:
             return 0
         return (len(self._blocks) - 1) * BLOCK + self._blocks[-1].count
 
-    def extend(self, ids: list[str]) -> None:
+    def extend(self, ids: Sequence[str]) -> None:
         """Rank the records of ``ids`` (every record of the index, in order)
         past those ranked already."""
         done = self.count
@@ -98,7 +99,7 @@ class IdOrder:
                 self._blocks[b] = grown
             done = upto
 
-    def truncate(self, ids: list[str]) -> None:
+    def truncate(self, ids: Sequence[str]) -> None:
         """Forget the ranks of records past ``ids`` (the index was truncated
         to them); a later extend ranks whatever records come there instead."""
         n = len(ids)

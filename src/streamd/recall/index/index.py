@@ -36,6 +36,7 @@ import numpy as np
 from streamd.golang import gotime
 from streamd.recall.index import segfile
 from streamd.recall.index import segment as seg
+from streamd.recall.index.idlist import IdList
 from streamd.recall.index.idorder import IdOrder
 from streamd.recall.index.native import NativeBuilder
 from streamd.recall.index.segment import COLUMNS, Segment, SegmentBuilder
@@ -142,7 +143,7 @@ class Index:
         self.sink = sink
         # Set by a failed write; cleared when a flush tries again.
         self._sink_paused = False
-        self.ids: list[str] = []
+        self.ids = IdList()  # compact: 15 MB for a million ids, not 65
         self.id_order = IdOrder()  # ranks by id, brought up to date at each view
         self.columns = Columns()
         self.kinds: list[str] = []
@@ -344,7 +345,7 @@ class Index:
             sealing.thread.join()
         if len(self.ids) <= n:
             return
-        del self.ids[n:]
+        self.ids.truncate(n)
         self.id_order.truncate(self.ids)
         self.columns.truncate(n)
         self.segments = tuple(s for s in self.segments if s.base + s.count <= n)
