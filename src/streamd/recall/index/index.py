@@ -425,8 +425,9 @@ class View:
     def holds(self, term: str) -> bool:
         """Store-wide membership: does any visible record use ``term``?"""
         for s, local in self._hits(term):
-            recs, _, _ = s.postings(local)
-            if len(recs) and int(recs[0]) < self.n:
+            # Only the segment that the view cuts needs its first record read.
+            first = s.first(local) if s.base + s.count > self.n else s.base
+            if s.holds(local) and first is not None and first < self.n:
                 return True
         return False
 

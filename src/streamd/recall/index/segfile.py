@@ -112,6 +112,13 @@ class SegmentFile:
         self._mapped = mapped
         self.big_pos = self.read("big_pos")
         self.big_count = self.read("big_count")
+        # Where postings lie, looked up once (``postings`` is a search's
+        # most frequent read).
+        self._recs_at = layout["recs"][2]
+        self._recs_size = layout["recs"][0].itemsize
+        self._recs_dtype = layout["recs"][0]
+        self._meta_at = layout["meta"][2]
+        self._meta_dtype = layout["meta"][0]
 
     def read(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """Elements ``[lo, hi)`` of array ``name`` (a fresh array, not a view
@@ -125,6 +132,16 @@ class SegmentFile:
         if len(data) != (hi - lo) * size:
             raise OSError(f"{self._file.name} is shorter than its header says")
         return np.frombuffer(data, dtype=dtype)
+
+    def postings(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Record numbers and metadata of postings ``[lo, hi)`` (``read``'s
+        two reads, without its checks: the caller has them from ``starts``)."""
+        fd, n = self._fd, hi - lo
+        recs = os.pread(fd, n * self._recs_size, self._recs_at + lo * self._recs_size)
+        meta = os.pread(fd, n, self._meta_at + lo)
+        if len(recs) != n * self._recs_size or len(meta) != n:
+            raise OSError(f"{self._file.name} is shorter than its header says")
+        return np.frombuffer(recs, dtype=self._recs_dtype), np.frombuffer(meta, self._meta_dtype)
 
     def drop_postings(self) -> None:
         """Drop the pages of this file's postings (record numbers and

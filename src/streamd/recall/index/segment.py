@@ -96,8 +96,19 @@ class Segment:
         if self.file is not None and hi - lo < READ_POSTINGS:
             # A short list costs two reads; through the mapping it would
             # map a folio of each array, a hundred times its size.
-            return self.file.read("recs", lo, hi), self.file.read("meta", lo, hi), lo
+            return (*self.file.postings(lo, hi), lo)
         return self.recs[lo:hi], self.meta[lo:hi], lo
+
+    def holds(self, local: int) -> bool:
+        """Whether local term ``local`` has any posting."""
+        return int(self.starts[local + 1]) > int(self.starts[local])
+
+    def first(self, local: int) -> int | None:
+        """The first record holding local term ``local``, or None."""
+        lo, hi = int(self.starts[local]), int(self.starts[local + 1])
+        if lo == hi:
+            return None
+        return int(self.recs[lo] if self.file is None else self.file.read("recs", lo, lo + 1)[0])
 
     def exact_count(self, pos: np.ndarray, meta: np.ndarray) -> np.ndarray:
         counts = (meta >> 2).astype(np.int64)
