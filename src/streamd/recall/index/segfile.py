@@ -13,19 +13,23 @@ of them the process holds mapped.
 
 Rules:
 
-* A term's postings are read through the mapping, as fast as before, and
-  before each search (``keep_within``) the file pages the process has
-  mapped since the last drop are measured (``/proc/self/statm``, a few
-  microseconds). Past ``MAPPED_BUDGET``, the posting pages of every segment
-  of the index are dropped from the process (``MADV_DONTNEED``: a read-only
-  file mapping faults them back in from the page cache when they are read
-  again). So a daemon holds about ``MAPPED_BUDGET`` of postings mapped at
-  most, whatever it was asked. Reading postings with ``pread`` instead
-  (copies that die with the search) kept them out too, but cost a search
-  6-21 % more in process: two system calls per segment and term, and the
-  copy of a long list; so did counting each read's bytes against the
-  budget, which dropped them after almost every search of three middling
-  terms (a loose bound: a read through the mapping maps a whole folio).
+* A term's postings in a segment are read (``postings``: two ``pread``s
+  into arrays that die with the search) when they are short, under
+  ``READ_POSTINGS``: through the mapping they would map a folio of each
+  array, up to a hundred times what is read. Long ones (a term most records
+  hold) are read through the mapping, where a copy would cost more than the
+  faults, and so may stay mapped: before each search (``keep_within``) the
+  file pages the process has mapped since the last drop are measured
+  (``/proc/self/statm``, a few microseconds), and past ``MAPPED_BUDGET`` the
+  posting pages of every segment of the index are dropped from the process
+  (``MADV_DONTNEED``: a read-only file mapping faults them back in from the
+  page cache when they are read again).
+* Tried and left: every postings read through ``pread`` (a search over a
+  common term 11 % slower in process, the copy of its long lists); every one
+  through the mapping under the budget (the budget passed after a few
+  searches of middling terms, whose short lists each mapped two folios);
+  counting each mapped read against the budget instead of measuring (a loose
+  bound: it dropped after almost every search of three terms).
 * The records of an exact identifier are read from the file (``read``):
   one read in the few segments that hold the identifier.
 * The sorted tables that locate postings (term and identifier hashes,
