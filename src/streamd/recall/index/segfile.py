@@ -43,7 +43,8 @@ Rules:
 * The file stays open as long as the segment is referenced: a merged or
   rewritten index removes files that an older published View may still be
   reading, and an open descriptor keeps an unlinked file readable, as the
-  mapping does.
+  mapping does: a segment holds two descriptors (its own and the mapping's),
+  about 50 for a 1M-record index.
 """
 
 from __future__ import annotations
