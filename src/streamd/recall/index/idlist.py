@@ -4,8 +4,8 @@ An index keeps every record's id (ranking ties, exact matches, answers), and
 as a ``list[str]`` a million ids of 11 characters took 65 MB: a string object
 is 49 bytes before its first character, and the list 8 bytes a record more.
 Here ids are held in blocks: one string of the block's ids end to end (one
-byte a character for ASCII ids) and the end of each id in it (4 bytes), about
-15 MB for the same million. An id read back is a new string, sliced out of
+byte a character for ASCII ids) and the end of each id in it (8 bytes), 18
+MB for the same million. An id read back is a new string, sliced out of
 its block (about half a microsecond), so the hot loops that read many ids
 (a search's few candidates, an episode's window) read at most thousands.
 

@@ -143,7 +143,7 @@ class Index:
         self.sink = sink
         # Set by a failed write; cleared when a flush tries again.
         self._sink_paused = False
-        self.ids = IdList()  # compact: 15 MB for a million ids, not 65
+        self.ids = IdList()  # compact: 18 MB for a million ids, not 65
         self.id_order = IdOrder()  # ranks by id, brought up to date at each view
         self.columns = Columns()
         self.kinds: list[str] = []
