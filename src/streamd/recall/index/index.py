@@ -215,7 +215,7 @@ class Index:
             return
         if isinstance(builder, NativeBuilder):
             built = builder.seal(self.kind_code)
-            self.ids.extend(built.id_list())
+            self._extend_ids(built.id_list())
         else:
             built = builder.seal()
         if self._more_keys:
@@ -268,7 +268,7 @@ class Index:
         if sealing.error is not None:
             raise sealing.error
         assert sealing.built is not None and sealing.kept is not None
-        self.ids.extend(sealing.built.id_list())
+        self._extend_ids(sealing.built.id_list())
         self.columns.extend(sealing.built.columns)
         self.segments = (*self.segments, sealing.kept)
 
@@ -294,9 +294,15 @@ class Index:
             moved = seg.rebased(s, len(self.ids), kind_map)
             # Ids and columns from the copy in memory, before it is written
             # and mapped back (see ``seal``).
-            self.ids.extend(moved.id_list())
+            self._extend_ids(moved.id_list())
             self.columns.extend(moved.columns)
             self.segments = (*self.segments, self._keep(moved))
+
+    def _extend_ids(self, new: list[str]) -> None:
+        """Append a segment's ids, and rank them while they are at hand as
+        strings (``IdOrder.extend_new``)."""
+        self.ids.extend(new)
+        self.id_order.extend_new(self.ids, new)
 
     def _keep(self, segment: Segment) -> Segment:
         if self.sink is None or self._sink_paused:
@@ -327,7 +333,7 @@ class Index:
     def adopt(self, segments: list[Segment], kinds: list[str]) -> None:
         """Start from segments loaded from disk (already durable)."""
         for s in segments:
-            self.ids.extend(s.id_list())
+            self._extend_ids(s.id_list())
             self.columns.extend(s.rows())
         self.segments = tuple(segments)
         self.kinds = list(kinds)
