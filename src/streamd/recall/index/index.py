@@ -334,7 +334,8 @@ class Index:
         """Start from segments loaded from disk (already durable)."""
         for s in segments:
             self._extend_ids(s.id_list())
-            self.columns.extend(s.rows())
+            self.columns.extend(s.columns)
+            s.copied()
         self.segments = tuple(segments)
         self.kinds = list(kinds)
         self._kind_codes = {k: i for i, k in enumerate(kinds)}

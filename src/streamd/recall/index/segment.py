@@ -128,14 +128,13 @@ class Segment:
         return self.ident_rec[lo:hi]
 
     def id_list(self) -> list[str]:
-        ids = self.ids if self.file is None else self.file.read("ids")
-        return msgspec.json.decode(ids.tobytes(), type=list[str])
+        return msgspec.json.decode(self.ids.tobytes(), type=list[str])
 
-    def rows(self) -> np.ndarray:
-        """``columns``, read from the file when the segment is on disk: a
-        copy for the index's own column table, which leaves the mapping
-        untouched (see ``segfile``)."""
-        return self.columns if self.file is None else self.file.read("columns")
+    def copied(self) -> None:
+        """Its ids and columns were copied out (an index adopting it): drop
+        their pages from this process's mapping (see ``segfile``)."""
+        if self.file is not None:
+            self.file.drop("ids", "columns")
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {name: getattr(self, name) for name in _ARRAYS}
