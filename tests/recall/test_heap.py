@@ -38,3 +38,18 @@ def test_a_pass_that_adds_many_records_trims_and_a_small_one_does_not(tmp_path, 
     generation = oneshot.current(adapter, full=True)
     assert generation.indexed == 90
     assert len(trims) == 2  # a full rebuild allocated all 90 anew
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_a_building_process_fixes_the_allocator_thresholds_where_glibc_offers_mallopt():
+    heap.tune.cache_clear()
+    assert heap.tune() is True
+
+
+def test_the_commands_that_build_tune_the_allocator_and_clients_do_not():
+    from streamd.cli import commands
+
+    for argv in ([], ["serve"], ["daemon"], ["index", "s.jsonl"], ["search", "x", "s.jsonl"]):
+        assert commands._builds(argv), argv
+    for argv in (["log", "tail"], ["status"], ["check", "s.jsonl"]):
+        assert not commands._builds(argv), argv

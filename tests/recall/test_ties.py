@@ -64,6 +64,30 @@ def test_ranks_after_a_truncation_are_those_of_the_records_that_replace_the_cut_
     assert brute_best(again, best, 3) == [13, 14, 15]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_ranks_taken_from_each_new_batch_equal_those_read_back_from_the_ids(
+    monkeypatch, seed
+):
+    monkeypatch.setattr(idorder, "BLOCK", 16)
+    rng = random.Random(seed)
+    ids = random_ids(rng, 120)
+    whole, batched = IdOrder(), IdOrder()
+    held: list[str] = []
+    while len(held) < len(ids):
+        new = ids[len(held) : len(held) + rng.randint(1, 40)]
+        held.extend(new)
+        if rng.random() < 0.3:
+            # Records no batch brought (the plain path's, one by one) are
+            # ranked at the next publish; later batches wait for it.
+            continue
+        batched.extend_new(held, new)
+    batched.extend(held)  # what the publish does: ranks what is left
+    whole.extend(ids)
+    assert [b.tolist() for b in batched.block_ranks()] == [
+        b.tolist() for b in whole.block_ranks()
+    ]
+
+
 class CountingIds(list):
     """An index's ids that count how many are looked at."""
 

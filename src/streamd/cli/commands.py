@@ -75,6 +75,8 @@ _APPLIES = {
 _OWN_PARSERS = ("attach", "status", "stop", "conformance", "log")
 # The commands that serve: SIGINT and SIGTERM stop them, with exit 0.
 _SERVERS = (None, "serve", "daemon")
+# The commands whose process builds an index: it owns its allocator (``heap.tune``).
+_BUILDERS = (*_SERVERS, "index", "search", "expand", "demo")
 
 
 def _log_level(verbose: bool) -> int:
@@ -271,6 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     serving = _serves(argv)
     if serving:
         _stop_quietly_until_serving()
+    if _builds(argv):
+        from streamd import heap
+
+        heap.tune()
     try:
         return _main(argv)
     except BaseException as exc:
@@ -286,6 +292,12 @@ def _serves(argv: list[str]) -> bool:
     """Whether ``argv`` runs a server (plain ``streamd``, ``serve``, ``daemon``)."""
     split = _split_globals(argv)  # None: help, a version, a usage error
     return split is not None and split[1] in _SERVERS
+
+
+def _builds(argv: list[str]) -> bool:
+    """Whether ``argv`` runs a command that builds an index."""
+    split = _split_globals(argv)
+    return split is not None and split[1] in _BUILDERS
 
 
 def _stop_quietly_until_serving() -> None:

@@ -299,7 +299,7 @@ class Answers:
         )
         ids = generation.view.index.ids
         own = ids[rec]
-        return [int(r) for r in np.flatnonzero(mask) if ids[r] != own]
+        return [r for r in np.flatnonzero(mask).tolist() if ids[r] != own]
 
     # health
 

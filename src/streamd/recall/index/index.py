@@ -34,7 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamd.golang import gotime
+from streamd.recall.index import segfile
 from streamd.recall.index import segment as seg
+from streamd.recall.index.idlist import IdList
 from streamd.recall.index.idorder import IdOrder
 from streamd.recall.index.native import NativeBuilder
 from streamd.recall.index.segment import COLUMNS, Segment, SegmentBuilder
@@ -141,7 +143,7 @@ class Index:
         self.sink = sink
         # Set by a failed write; cleared when a flush tries again.
         self._sink_paused = False
-        self.ids: list[str] = []
+        self.ids = IdList()  # compact: 18 MB for a million ids, not 65
         self.id_order = IdOrder()  # ranks by id, brought up to date at each view
         self.columns = Columns()
         self.kinds: list[str] = []
@@ -213,7 +215,7 @@ class Index:
             return
         if isinstance(builder, NativeBuilder):
             built = builder.seal(self.kind_code)
-            self.ids.extend(built.id_list())
+            self._extend_ids(built.id_list())
         else:
             built = builder.seal()
         if self._more_keys:
@@ -266,7 +268,7 @@ class Index:
         if sealing.error is not None:
             raise sealing.error
         assert sealing.built is not None and sealing.kept is not None
-        self.ids.extend(sealing.built.id_list())
+        self._extend_ids(sealing.built.id_list())
         self.columns.extend(sealing.built.columns)
         self.segments = (*self.segments, sealing.kept)
 
@@ -292,9 +294,15 @@ class Index:
             moved = seg.rebased(s, len(self.ids), kind_map)
             # Ids and columns from the copy in memory, before it is written
             # and mapped back (see ``seal``).
-            self.ids.extend(moved.id_list())
+            self._extend_ids(moved.id_list())
             self.columns.extend(moved.columns)
             self.segments = (*self.segments, self._keep(moved))
+
+    def _extend_ids(self, new: list[str]) -> None:
+        """Append a segment's ids, and rank them while they are at hand as
+        strings (``IdOrder.extend_new``)."""
+        self.ids.extend(new)
+        self.id_order.extend_new(self.ids, new)
 
     def _keep(self, segment: Segment) -> Segment:
         if self.sink is None or self._sink_paused:
@@ -325,8 +333,9 @@ class Index:
     def adopt(self, segments: list[Segment], kinds: list[str]) -> None:
         """Start from segments loaded from disk (already durable)."""
         for s in segments:
-            self.ids.extend(s.id_list())
+            self._extend_ids(s.id_list())
             self.columns.extend(s.columns)
+            s.copied()
         self.segments = tuple(segments)
         self.kinds = list(kinds)
         self._kind_codes = {k: i for i, k in enumerate(kinds)}
@@ -343,7 +352,7 @@ class Index:
             sealing.thread.join()
         if len(self.ids) <= n:
             return
-        del self.ids[n:]
+        self.ids.truncate(n)
         self.id_order.truncate(self.ids)
         self.columns.truncate(n)
         self.segments = tuple(s for s in self.segments if s.base + s.count <= n)
@@ -399,6 +408,11 @@ class View:
     n: int
     segments: tuple[Segment, ...]
 
+    def keep_mapped_within_budget(self) -> None:
+        """Before a search: bound the segments' pages it finds mapped in
+        this process (``segfile.keep_within``)."""
+        segfile.keep_within(s.file for s in self.segments if s.file is not None)
+
     @property
     def on_disk(self) -> bool:
         """Whether every segment was written (and is mapped back from disk)."""
@@ -418,8 +432,9 @@ class View:
     def holds(self, term: str) -> bool:
         """Store-wide membership: does any visible record use ``term``?"""
         for s, local in self._hits(term):
-            recs, _, _ = s.postings(local)
-            if len(recs) and int(recs[0]) < self.n:
+            # Only the segment that the view cuts needs its first record read.
+            first = s.first(local) if s.base + s.count > self.n else s.base
+            if s.holds(local) and first is not None and first < self.n:
                 return True
         return False
 

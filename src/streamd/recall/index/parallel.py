@@ -57,6 +57,7 @@ from concurrent.futures.process import BrokenProcessPool  # cf.process is import
 from dataclasses import dataclass
 from typing import TypeVar
 
+from streamd import heap
 from streamd.golang import gotime
 from streamd.recall.index import native, streamfile
 from streamd.recall.index.build import Consumer
@@ -123,6 +124,7 @@ def init_worker(parent: int) -> None:
     the compiled core is missing to the parent, which already has."""
     die_with_parent(parent)
     native.quiet()
+    heap.tune()  # this process is ours too
 
 
 def _watch_parent(parent: int) -> None:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, replace
 import msgspec
 import numpy as np
 
+from streamd.recall.index.segfile import READ_POSTINGS, SegmentFile
+
 COUNT_CAP = 63
 _FIELD_CODES = np.array([1, 2, 3], dtype=np.uint8)  # text, short fields, title
 _MAGIC = b"STRMSEG1"
@@ -73,6 +75,9 @@ class Segment:
     columns: np.ndarray  # structured, one row per record (COLUMNS)
     ids: np.ndarray  # uint8: the records' ids as a JSON array
     path: str = ""  # the file it was read from; empty while only in memory
+    # The file open for searches' reads, which leave the mapping untouched
+    # (see ``segfile``); None while only in memory.
+    file: SegmentFile | None = None
 
     def find(self, h: np.uint64) -> int:
         """Local id of the term with hash ``h``, or -1."""
@@ -88,23 +93,48 @@ class Segment:
 
     def postings(self, local: int) -> tuple[np.ndarray, np.ndarray, int]:
         lo, hi = int(self.starts[local]), int(self.starts[local + 1])
+        if self.file is not None and hi - lo < READ_POSTINGS:
+            # A short list costs two reads; through the mapping it would
+            # map a folio of each array, a hundred times its size.
+            return (*self.file.postings(lo, hi), lo)
         return self.recs[lo:hi], self.meta[lo:hi], lo
+
+    def holds(self, local: int) -> bool:
+        """Whether local term ``local`` has any posting."""
+        return int(self.starts[local + 1]) > int(self.starts[local])
+
+    def first(self, local: int) -> int | None:
+        """The first record holding local term ``local``, or None."""
+        lo, hi = int(self.starts[local]), int(self.starts[local + 1])
+        if lo == hi:
+            return None
+        return int(self.recs[lo] if self.file is None else self.file.read("recs", lo, lo + 1)[0])
 
     def exact_count(self, pos: np.ndarray, meta: np.ndarray) -> np.ndarray:
         counts = (meta >> 2).astype(np.int64)
         saturated = np.flatnonzero(counts == COUNT_CAP)
         if len(saturated):
-            where = np.searchsorted(self.big_pos, pos[saturated])
-            counts[saturated] = self.big_count[where]
+            big_pos, big_count = ((self.big_pos, self.big_count) if self.file is None
+                                  else (self.file.big_pos, self.file.big_count))
+            where = np.searchsorted(big_pos, pos[saturated])
+            counts[saturated] = big_count[where]
         return counts
 
     def identified(self, h: np.uint64) -> np.ndarray:
         lo = np.searchsorted(self.ident_hash, h, side="left")
         hi = np.searchsorted(self.ident_hash, h, side="right")
+        if self.file is not None:
+            return self.file.read("ident_rec", int(lo), int(hi))
         return self.ident_rec[lo:hi]
 
     def id_list(self) -> list[str]:
         return msgspec.json.decode(self.ids.tobytes(), type=list[str])
+
+    def copied(self) -> None:
+        """Its ids and columns were copied out (an index adopting it): drop
+        their pages from this process's mapping (see ``segfile``)."""
+        if self.file is not None:
+            self.file.drop("ids", "columns")
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {name: getattr(self, name) for name in _ARRAYS}
@@ -236,7 +266,7 @@ def with_identifiers(s: Segment, recs: list[int], keys: list[str]) -> Segment:
     h, r = h[order], r[order]
     keep = np.ones(len(h), dtype=bool)
     keep[1:] = (h[1:] != h[:-1]) | (r[1:] != r[:-1])
-    return replace(s, ident_hash=h[keep], ident_rec=r[keep])
+    return replace(s, ident_hash=h[keep], ident_rec=r[keep], file=None)
 
 
 def merge(segments: list[Segment]) -> Segment:
@@ -297,6 +327,7 @@ def rebased(s: Segment, base: int, kind_map: np.ndarray) -> Segment:
         ident_rec=s.ident_rec + shift,
         columns=columns,
         path="",
+        file=None,
     )
 
 
@@ -323,15 +354,19 @@ def encode(seg: Segment) -> Iterator[bytes | memoryview]:
 
 
 def read(path: str) -> Segment:
-    """Map a segment file; its pages are loaded as searches touch them."""
+    """Map a segment file, and open it for searches' reads of postings
+    (``segfile``). The header is read from the file, not the mapping, which
+    would map the first of the term table's pages with it."""
     with open(path, "rb") as f:
+        head = f.read(len(_MAGIC) + 8)
+        if head[: len(_MAGIC)] != _MAGIC:
+            raise ValueError(f"{path} is not a segment file")
+        size = int.from_bytes(head[len(_MAGIC):], "little")
+        header = json.loads(f.read(size))
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    if mapped[: len(_MAGIC)] != _MAGIC:
-        raise ValueError(f"{path} is not a segment file")
-    size = int.from_bytes(mapped[len(_MAGIC): len(_MAGIC) + 8], "little")
-    header = json.loads(mapped[len(_MAGIC) + 8: len(_MAGIC) + 8 + size])
     head_len = (len(_MAGIC) + 8 + size + 7) // 8 * 8
     arrays = {}
+    layout = {}
     for spec in header["arrays"]:
         dtype = np.dtype(spec["dtype"])
         if spec["name"] == "columns":
@@ -339,7 +374,9 @@ def read(path: str) -> Segment:
         arrays[spec["name"]] = np.frombuffer(
             mapped, dtype=dtype, count=spec["len"], offset=head_len + spec["offset"]
         )
-    return Segment(base=header["base"], count=header["count"], path=path, **arrays)
+        layout[spec["name"]] = (dtype, spec["len"], head_len + spec["offset"])
+    return Segment(base=header["base"], count=header["count"], path=path,
+                   file=SegmentFile(path, layout, mapped), **arrays)
 
 
 __all__ = ["Segment", "SegmentBuilder", "encode", "hashes", "merge", "read", "term_hash"]

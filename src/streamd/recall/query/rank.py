@@ -122,6 +122,7 @@ def rank(view: View, q: Query, limit: int) -> Ranked:
     """The best ``limit`` matches of ``q``, ordered; by the compiled core
     where it is built (``compiled``), else by the plain path below, which
     defines the answer."""
+    view.keep_mapped_within_budget()
     core = native.search_core()
     if core is None:
         return rank_plain(view, q, limit)
