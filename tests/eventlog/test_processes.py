@@ -32,14 +32,18 @@ CHILD = textwrap.dedent(
     path, mode, tag = sys.argv[1:4]
     count, tasks = int(sys.argv[4]), int(sys.argv[5])
 
-    async def appender(log, k):
-        i = 0
-        while count == 0 or i < count:
+    async def appender(log, k, i=0, stop=count):
+        while stop == 0 or i < stop:
             event_id = f"{tag}-{k}-{i}"
             event = Event(id=event_id, author=tag, content=i)
             result = await log.append("app", "u", f"s-{tag}", event)
             print(result.seq, event_id, flush=True)
             i += 1
+
+    async def appenders(log, start, stop):
+        async with trio.open_nursery() as nursery:
+            for k in range(tasks):
+                nursery.start_soon(appender, log, k, start, stop)
 
     async def on_cue(log):
         # One append per line on stdin; report the monotonic time of the ack.
@@ -59,10 +63,17 @@ CHILD = textwrap.dedent(
                 await on_cue(log)
                 return
             if mode == "append-on-go":
-                await trio.wrap_file(sys.stdin).readline()
-            async with trio.open_nursery() as nursery:
-                for k in range(tasks):
-                    nursery.start_soon(appender, log, k)
+                # Half, then wait for the cue that the other writer is halfway
+                # too: its first half and ours then both precede both second
+                # halves, so the two interleave however the machine schedules.
+                stdin = trio.wrap_file(sys.stdin)
+                await stdin.readline()
+                await appenders(log, 0, count // 2)
+                print("half", flush=True)
+                await stdin.readline()
+                await appenders(log, count // 2, count)
+                return
+            await appenders(log, 0, count)
 
     trio.run(main)
     """
@@ -126,12 +137,24 @@ async def test_two_processes_appending_at_once_lose_nothing_and_seqs_increase(
     path = tmp_path / "events.db"
     per_child, tasks = 300, 3
     lines: dict[str, list[tuple[int, str]]] = {"a": [], "b": []}
+    halfway = {"a": trio.Event(), "b": trio.Event()}
 
     async def collect(child: Child, tag: str) -> None:
-        for _ in range(per_child * tasks):
-            seq, event_id = (await child.line()).split()
+        while len(lines[tag]) < per_child * tasks:
+            line = await child.line()
+            if line == "half":
+                halfway[tag].set()
+                continue
+            seq, event_id = line.split()
             lines[tag].append((int(seq), event_id))
         assert await child.proc.wait() == 0
+
+    async def second_halves(*children: Child) -> None:
+        for tag in halfway:
+            await halfway[tag].wait()
+        for child in children:
+            assert child.proc.stdin is not None
+            await child.proc.stdin.send_all(b"go\n")
 
     with trio.fail_after(120):
         # A watcher in this process follows both writers from seq 0.
@@ -146,6 +169,7 @@ async def test_two_processes_appending_at_once_lose_nothing_and_seqs_increase(
             async with log.watch(0) as w, trio.open_nursery() as nursery:
                 nursery.start_soon(collect, a, "a")
                 nursery.start_soon(collect, b, "b")
+                nursery.start_soon(second_halves, a, b)
                 async for entry in w:
                     watched.append((entry.seq, entry.event.id))
                     if len(watched) == 2 * per_child * tasks:
@@ -157,9 +181,12 @@ async def test_two_processes_appending_at_once_lose_nothing_and_seqs_increase(
         for k in range(tasks):
             mine = [seq for seq, eid in lines[tag] if eid.startswith(f"{tag}-{k}-")]
             assert mine == sorted(mine) and len(mine) == per_child
-    # Both writers really interleaved (otherwise the test proves little).
+    # Both writers really interleaved (otherwise the test proves little): each
+    # half of the log (in seq order) holds both writers' appends.
     order = [eid[0] for _, eid in sorted(everything)]
-    assert sum(1 for x, y in itertools.pairwise(order) if x != y) > 2
+    assert sum(1 for x, y in itertools.pairwise(order) if x != y) >= 2
+    half = len(order) // 2
+    assert set(order[:half]) == set(order[half:]) == {"a", "b"}
     # The watcher saw every entry once, in seq order: it never saw seq N+k
     # before seq N, or its cursor would have skipped N.
     assert watched == sorted(everything)
