@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from support.eventlog import ev
 
 from streamd.eventlog import EventLog, SqliteStore
@@ -111,24 +112,16 @@ async def test_a_small_read_behind_queued_work_waits_its_turn_on_the_worker(
                 release.wait(10)
                 return "held"
 
-            order: list[str] = []
-
-            async def hold() -> None:
-                order.append(await log.connections.read(held))
-
-            async def ping() -> None:
-                await log.requests.ping()
-                order.append("ping")
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(hold)
+                nursery.start_soon(log.connections.read, held)
                 await started.wait()
-                nursery.start_soon(ping)
-                # The ping must not overtake the held read on the event loop.
-                await trio.sleep(0.05)
-                assert order == []
+                nursery.start_soon(log.requests.ping)
+                # Every task now waits: the ping is queued behind the held
+                # read, not run on the event loop ahead of it.
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(pings) == 1
                 release.set()
-            assert order == ["held", "ping"]
+            assert len(pings) == 2
     assert pings[0] == loop_thread
     assert pings[1] != loop_thread
 
