@@ -181,7 +181,7 @@ def _models(root: Any) -> list[Any]:
 def test_built_and_copied_models_leave_their_fields_sets_to_refcounting() -> None:
     import gc
 
-    built = convert.events_from_json([codec.log_event(e).content for e in _events()])
+    built = convert.events_from_data([_decode(codec.log_event(e).content) for e in _events()])
     copies = convert.copied_all(built)
     # Every event and copy, and the models of a plain text event (a model the
     # plan hands to validation, such as a Blob's, is pydantic's own).
@@ -303,7 +303,7 @@ def test_the_compiled_builder_builds_what_the_python_plan_builds(event: Event) -
     data = _decode(codec.log_event(event).content)
     _agree(Event, data)
     assert convert.compiled_plan(Event) is not None
-    _same_tree(convert.events_from_json([codec.log_event(event).content])[0],
+    _same_tree(convert.events_from_data([_decode(codec.log_event(event).content)])[0],
                _python_rebuild(Event, data))
 
 
@@ -420,16 +420,16 @@ def test_the_compiled_builder_refuses_what_is_not_a_dict() -> None:
 def test_without_the_compiled_module_the_python_plans_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    stored = [codec.log_event(e).content for e in _events()]
-    expected = [_python_rebuild(Event, _decode(c)) for c in stored]
+    stored = [_decode(codec.log_event(e).content) for e in _events()]
+    expected = [_python_rebuild(Event, copy.deepcopy(data)) for data in stored]
     monkeypatch.setenv("STREAMD_NATIVE", "0")
     assert convert.compiled_plan(Event) is None
-    for ours, theirs in zip(convert.events_from_json(stored), expected, strict=True):
+    for ours, theirs in zip(convert.events_from_data(copy.deepcopy(stored)), expected, strict=True):
         _same_tree(ours, theirs)
     monkeypatch.delenv("STREAMD_NATIVE")
     monkeypatch.setattr(convert, "_core", None)
     assert convert.compiled_plan(Event) is None
-    for ours, theirs in zip(convert.events_from_json(stored), expected, strict=True):
+    for ours, theirs in zip(convert.events_from_data(copy.deepcopy(stored)), expected, strict=True):
         _same_tree(ours, theirs)
     for ours, theirs in zip(convert.copied_all(expected), expected, strict=True):
         _same_tree(ours, theirs)

@@ -32,7 +32,7 @@ import functools
 import gc
 import types
 import typing
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "collector_paused", "compiled_plan", "copied", "copied_all", "event_from_json",
-    "events_from_data", "events_from_json", "rebuild",
+    "events_from_data", "rebuild",
 ]
 
 _M = TypeVar("_M", bound=pydantic.BaseModel)
@@ -58,12 +58,6 @@ _decode = msgspec.json.Decoder().decode
 def event_from_json(content: bytes | msgspec.Raw) -> Event:
     """The ADK event stored as ``content`` (see the module docstring)."""
     return rebuild(Event, _decode(content))
-
-
-def events_from_json(contents: Iterable[bytes | msgspec.Raw]) -> list[Event]:
-    """:func:`event_from_json` of each (see :func:`events_from_data`)."""
-    with collector_paused():
-        return events_from_data([_decode(content) for content in contents])
 
 
 def events_from_data(datas: list[Any]) -> list[Event]:
