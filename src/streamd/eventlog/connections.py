@@ -18,7 +18,6 @@ cost more than such a read, and a cold session load is a few of them.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -143,16 +142,9 @@ class Connections:
         """``op`` on the reader's connection. ``small``: the caller knows the
         answer is a few rows, so it may run inline (see the module docstring)."""
         reader = self._reader
-        if (
-            small
-            and isinstance(reader, ConnectionRunner)
-            and not self._closed
-            and self._inline_reads.open
-        ):
-            started = time.monotonic()
-            done = reader.try_inline(op)
+        if small and isinstance(reader, ConnectionRunner) and not self._closed:
+            done = self._inline_reads.attempt(reader, op)
             if done is not NOT_RUN:
-                self._inline_reads.took(time.monotonic() - started)
                 return done
         return await self._call("reader", op)
 

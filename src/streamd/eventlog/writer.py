@@ -15,7 +15,6 @@ written. The watch hub is told of every commit in the step its callers are.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -271,12 +270,11 @@ class GroupCommitWriter:
 
         try:
             if isinstance(writer, ConnectionRunner) and self._inline_fits(params):
-                started = time.monotonic()
-                done = writer.try_inline(op)
+                done = self._inline.attempt(writer, op)
                 if done is not NOT_RUN:
                     # No await here: the writer's next receive, which finds
                     # the queue empty (the batch was alone), is the checkpoint.
-                    self._inline_took(time.monotonic() - started)
+                    self._stats.inline_commits += 1
                     return done
             # Not cancelled by close: the batch in flight finishes, so its
             # callers hear whether it committed.
@@ -292,18 +290,15 @@ class GroupCommitWriter:
     def _inline_fits(self, params: list[AppendParams | AppendGroup]) -> bool:
         """Whether a batch may commit on the event loop thread (see
         :mod:`~streamd.eventlog.sqlite.runner`): it is one append (or one
-        small group), nothing else waits for the writer, and the disk has not
-        been slow lately (an inline commit that took long keeps the next ones
-        on the worker thread for a while, so a slow disk stalls the writer's
-        callers, never the whole event loop, more than once)."""
-        if len(params) != 1 or not self._inline.open:
+        small group). Whether nothing else waits for the writer is the
+        runner's to say, and whether the disk has been slow lately the
+        gate's (an inline commit that took long keeps the next ones on the
+        worker thread for a while, so a slow disk stalls the writer's callers,
+        never the whole event loop, more than once)."""
+        if len(params) != 1:
             return False
         item = params[0]
         return not isinstance(item, AppendGroup) or len(item.appends) <= _INLINE_MAX_GROUP
-
-    def _inline_took(self, seconds: float) -> None:
-        self._stats.inline_commits += 1
-        self._inline.took(seconds)
 
     def _fail_queued(self) -> None:
         while True:

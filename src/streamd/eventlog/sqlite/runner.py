@@ -46,6 +46,7 @@ import enum
 import math
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Final, Literal, TypeVar
 
@@ -99,10 +100,18 @@ class InlineGate:
     def open(self) -> bool:
         return trio.current_time() >= self._closed_until
 
-    def took(self, seconds: float) -> None:
-        """An inline call took ``seconds`` (of the wall clock: it blocked the loop)."""
-        if seconds > self._slow_s:
+    def attempt(
+        self, runner: ConnectionRunner, op: Callable[[Backend], _T]
+    ) -> _T | Literal[_NotRun.NOT_RUN]:
+        """``runner.try_inline(op)`` if the gate is open, timed (of the wall
+        clock: it blocks the loop) to close the gate after a slow one."""
+        if not self.open:
+            return NOT_RUN
+        started = time.monotonic()
+        done = runner.try_inline(op)
+        if done is not NOT_RUN and time.monotonic() - started > self._slow_s:
             self._closed_until = trio.current_time() + self._backoff_s
+        return done
 
 
 class ConnectionRunner:
