@@ -19,7 +19,7 @@ import trio.testing
 
 from streamd.eventlog.model import WatchParams
 from streamd.eventlog.store import CommitOutcome, Committed
-from streamd.eventlog.watch_hub import WatchHub
+from streamd.eventlog.watch_hub import WatchHub, change_state
 
 _T = TypeVar("_T")
 
@@ -94,6 +94,7 @@ class World:
 
         self.hub = WatchHub(
             reader=get_reader,
+            read_change_state=lambda: reader.run(change_state),
             open_changes=open_changes,
             watch_interval=0.2,
             capacity=100,

@@ -69,7 +69,7 @@ from streamd.eventlog.sqlite.checkpoints import CHECKPOINT_PAGES as CHECKPOINT_P
 from streamd.eventlog.sqlite.checkpoints import Checkpoints
 from streamd.eventlog.store import ChangeSource, Runner, Synchronous, closed_error
 from streamd.eventlog.watch_hub import SAFETY_POLL as SAFETY_POLL
-from streamd.eventlog.watch_hub import WatchHub
+from streamd.eventlog.watch_hub import WatchHub, change_state
 from streamd.eventlog.writer import AppendOutcome as AppendOutcome
 from streamd.eventlog.writer import EventLogStats as EventLogStats
 from streamd.eventlog.writer import GroupCommitWriter
@@ -157,6 +157,7 @@ class EventLog(KeywordApi):
         )
         self._hub = WatchHub(
             reader=conns.open_reader,
+            read_change_state=lambda: conns.read(change_state, small=True),
             open_changes=open_changes
             or (lambda: self._opener.changes(lambda: conns.read(lambda store: store.newest_seq()))),
             watch_interval=watch_interval,

@@ -23,11 +23,10 @@ from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.model import WatchParams
 from streamd.eventlog.sqlite.changes import SETTLE_HORIZON
 from streamd.eventlog.sqlite.file_identity import is_file_fault
-from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner
 from streamd.eventlog.store import Backend, ChangeSource, CommitOutcome, Runner
 from streamd.eventlog.watch import Watch
 
-__all__ = ["SAFETY_POLL", "WatchHub"]
+__all__ = ["SAFETY_POLL", "WatchHub", "change_state"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +35,9 @@ SAFETY_POLL = SETTLE_HORIZON
 seq anyway: a commit whose fsync outlasts the source's rechecks is still seen."""
 
 
-def _change_state(store: Backend) -> tuple[int, int]:
+def change_state(store: Backend) -> tuple[int, int]:
+    """The change counter and the newest seq: what the poller confirms a
+    wake with (two one-row reads, a small read for the log's reader)."""
     return store.change_counter(), store.newest_seq()
 
 
@@ -45,6 +46,7 @@ class WatchHub:
         self,
         *,
         reader: Callable[[], Awaitable[Runner]],
+        read_change_state: Callable[[], Awaitable[tuple[int, int]]],
         open_changes: Callable[[], AbstractAsyncContextManager[ChangeSource]],
         watch_interval: float,
         capacity: int,
@@ -53,6 +55,7 @@ class WatchHub:
         log_closed: Callable[[], bool],
     ) -> None:
         self._reader = reader
+        self._read_change_state = read_change_state
         self._open_changes = open_changes
         self._watch_interval = watch_interval
         self._capacity = capacity
@@ -137,7 +140,7 @@ class WatchHub:
         self._watchers += 1
         if self._poller is None:
             self._poller = trio.CancelScope()
-            nursery.start_soon(self._poll_changes, reader, self._poller)
+            nursery.start_soon(self._poll_changes, self._poller)
         try:
             yield reader, self.fanout
         finally:
@@ -146,7 +149,7 @@ class WatchHub:
                 self._poller.cancel()
                 self._poller = None
 
-    async def _poll_changes(self, reader: Runner, scope: trio.CancelScope) -> None:
+    async def _poll_changes(self, scope: trio.CancelScope) -> None:
         """Notice other processes' commits while anyone is watching: woken by
         the change source (inotify on the database's directory, LISTEN on
         PostgreSQL, else a timer), each wake confirmed by the change counter and
@@ -163,7 +166,7 @@ class WatchHub:
                         # Under a steady writer of our own, each wake is covered
                         # by its next commit (_covered) and needs no read.
                         if last is None or not await self._covered():
-                            last = await self._confirm(reader, last)
+                            last = await self._confirm(last)
                     except RpcError as exc:
                         if is_closed(exc):
                             return
@@ -177,15 +180,10 @@ class WatchHub:
                     with trio.move_on_after(max(SAFETY_POLL, self._watch_interval)):
                         await changes.wait()
 
-    async def _confirm(self, reader: Runner, last: int | None) -> int:
-        """Read the change counter and the newest seq (one call on the reader);
+    async def _confirm(self, last: int | None) -> int:
+        """Read the change counter and the newest seq (one small read);
         returns the counter, to compare the next reading with."""
-        # Two one-row reads: inline when the reader's worker is idle (a thread
-        # hop costs more than they do, and a busy log polls often).
-        found = (
-            reader.try_inline(_change_state) if isinstance(reader, ConnectionRunner) else NOT_RUN
-        )
-        version, newest = await reader.run(_change_state) if found is NOT_RUN else found
+        version, newest = await self._read_change_state()
         if version != last:
             # Our own writer moves the counter too: the newest seq tells whose
             # commit it was, once ours up to it are fanned out. The first
