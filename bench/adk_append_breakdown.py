@@ -19,6 +19,17 @@ measured alone (median of ``--n`` runs, microseconds), on a ``streamd serve
   fsync per commit): the daemon's write path with and without the fsync.
 * ``service_append_full``: ``StreamdSessionService.append_event`` on FULL, all
   of it.
+* ``sqlite_commit_2_pages`` / ``sqlite_commit_8_pages``: a bare APSW commit in
+  WAL mode, ``synchronous=FULL``, of one row into each of one or four indexed
+  tables (2 or 8 dirty pages, an append writes about 8.5): whether the pages an
+  append dirties, rather than its one fsync, set the commit's cost.
+* ``ping_warm``, ``daemon_cpu_per_ping``: ``eventlog/ping`` on the open
+  connection, its wall time and the daemon's CPU for it (``/proc``): the
+  cheapest round trip through the daemon.
+* ``floor_append``: ``sqlite_commit_8_pages`` + ``ping_warm``, what an awaited
+  durable append through the daemon would cost if everything but the commit
+  and the bare round trip were free, and ``floor_append_per_s`` the rate it
+  allows.
 
     .venv/bin/python bench/adk_append_breakdown.py [--n 500]
 """
@@ -95,6 +106,36 @@ def fdatasync_overwrite_us(directory: Path, n: int) -> float:
         return median_us(once, n)
 
 
+def bare_commit_us(directory: Path, tables: int, n: int) -> float:
+    """A bare WAL commit (FULL) of one row into each of ``tables`` indexed tables."""
+    import apsw
+
+    db = apsw.Connection(str(directory / f"bare{tables}.db"))
+    db.pragma("journal_mode", "wal")
+    db.pragma("synchronous", "FULL")
+    for t in range(tables):
+        db.execute(f"CREATE TABLE t{t} (id INTEGER PRIMARY KEY, k TEXT, v TEXT)")
+        db.execute(f"CREATE INDEX t{t}_k ON t{t} (k)")
+    value = "v" * 400
+
+    def once() -> None:
+        with db:
+            for t in range(tables):
+                db.execute(f"INSERT INTO t{t} (k, v) VALUES (?, ?)", (os.urandom(8).hex(), value))
+
+    try:
+        return median_us(once, n)
+    finally:
+        db.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU of process ``pid`` so far (``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def serve(db: Path, synchronous: str) -> tuple[subprocess.Popen[bytes], AsyncClient]:
     sock = str(db.with_suffix(".sock"))
     proc = subprocess.Popen(
@@ -133,6 +174,11 @@ async def one_mode(work: Path, mode: str, n: int) -> dict[str, float]:
             out[f"rpc_round_trip_{mode.lower()}"] = await amedian_us(
                 lambda i: client.latest_seq(flt), n)
             if mode == "FULL":
+                out["ping_warm"] = await amedian_us(lambda i: client.ping(), n)
+                before = cpu_seconds(proc.pid)
+                for _ in range(n * 4):  # clock ticks are 10 ms: enough pings to count
+                    await client.ping()
+                out["daemon_cpu_per_ping"] = (cpu_seconds(proc.pid) - before) / (n * 4) * 1e6
                 svc = StreamdSessionService(client)
                 session = await svc.create_session(app_name="bench", user_id="u")
                 adk_events = [make_event(i) for i in range(n)]
@@ -164,11 +210,16 @@ def main(argv: list[str] | None = None) -> int:
             "split_state": median_us(lambda: codec.split_state(delta), args.n),
             "encode": median_us(lambda: encode(params), args.n),
         }
+        rows["sqlite_commit_2_pages"] = bare_commit_us(work, 1, args.n)
+        rows["sqlite_commit_8_pages"] = bare_commit_us(work, 4, args.n)
         rows.update(asyncio.run(daemon_rows(work, args.n)))
+        rows["floor_append"] = rows["sqlite_commit_8_pages"] + rows["ping_warm"]
+        rows["floor_append_per_s"] = 1e6 / rows["floor_append"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    for name, us in rows.items():
-        print(f"{name:22} {us:9.1f} us")
+    for name, value in rows.items():
+        unit = "/s" if name.endswith("_per_s") else " us"
+        print(f"{name:22} {value:9.1f}{unit}")
     print(f"{'load':22} {os.getloadavg()}")
     return 0
 
