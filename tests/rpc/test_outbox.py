@@ -28,7 +28,7 @@ from support.rpc_client import Client
 
 from streamd.rpc import Method, Server
 from streamd.rpc.methods import Connection, Reply
-from streamd.rpc.outbox import Gathered, Outbox, gathered
+from streamd.rpc.outbox import Outbox, gathered
 
 
 class FakeSocket:
@@ -78,13 +78,12 @@ async def test_a_steps_frames_for_an_idle_connection_leave_as_one_write_at_its_e
     sock = FakeSocket()
     outbox = Outbox(8, sock.write_now)
     async with writer_for(outbox) as writer:
-        held = Gathered()
-        with held.collecting():
+        with gathered():
             assert outbox.put_nowait(b"a\n")
-            assert outbox.put_nowait(b"b\n")
-        assert sock.writes == []  # held until the step's end
-        outbox.put_nowait(b"c\n")  # outside collecting, but behind held frames: held too
-        held.write()
+            with gathered():  # nested: the outer one writes
+                assert outbox.put_nowait(b"b\n")
+            assert outbox.put_nowait(b"c\n")
+            assert sock.writes == []  # held until the step's end
         assert sock.writes == [b"a\nb\nc\n"]
         await trio.testing.wait_all_tasks_blocked()
         assert writer.taken == []  # the writer task was never woken

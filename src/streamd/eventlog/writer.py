@@ -27,7 +27,7 @@ from streamd.eventlog.sqlite.file_identity import is_file_fault
 from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner, InlineGate
 from streamd.eventlog.store import AppendGroup, Backend, CommitOutcome, Runner, closed_error
 from streamd.eventlog.watch_hub import WatchHub
-from streamd.rpc.outbox import Gathered
+from streamd.rpc.outbox import gathered
 
 __all__ = ["AppendOutcome", "EventLogStats", "GroupCommitWriter", "never_written"]
 
@@ -210,11 +210,6 @@ class GroupCommitWriter:
 
     async def _run(self, writer: Runner) -> None:
         batch: list[_Pending] = []
-        # The last commit's answers and its watchers' notifications, for the
-        # connections that were idle: written in one write each, once the next
-        # batch is on the worker thread (or before anything awaits), without a
-        # wake of each connection's writer task (rpc.outbox).
-        held = Gathered()
         try:
             while True:
                 try:
@@ -224,13 +219,11 @@ class GroupCommitWriter:
                     # thread sits idle. The commit's await is the checkpoint.
                     first = self._recv.receive_nowait()
                 except trio.WouldBlock:
-                    held.write()
                     try:
                         first = await self._recv.receive()
                     except trio.EndOfChannel:
                         break
                 except trio.EndOfChannel:
-                    held.write()
                     break
                 batch = [first]
                 while len(batch) < self._max_batch:
@@ -239,13 +232,17 @@ class GroupCommitWriter:
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                 if self._log_closed():
-                    held.write()
                     for p in batch:
                         p.resolve(never_written())
                     continue
                 with self._hub.committing():
-                    outcome = await self._commit(writer, batch, held.write)
-                    with held.collecting():
+                    outcome = await self._commit(writer, batch)
+                    # The commit's answers and its watchers' notifications
+                    # leave as one write per idle connection at the block's
+                    # end, with no wake of each one's writer task (rpc.outbox).
+                    # Before the next batch goes to the worker thread: written
+                    # beside it, each write would hand the GIL back and forth.
+                    with gathered():
                         self._answer(batch, outcome)
                     self._after_commit(writer)
                 self._stats.batches += 1
@@ -253,7 +250,6 @@ class GroupCommitWriter:
                 self._stats.largest_batch = max(self._stats.largest_batch, len(batch))
                 batch = []
         finally:
-            held.write()
             for p in batch:
                 p.resolve(never_written())
             self._fail_queued()
@@ -268,11 +264,7 @@ class GroupCommitWriter:
         if isinstance(outcome, CommitOutcome):
             self._hub.committed(outcome)
 
-    async def _commit(
-        self, writer: Runner, batch: list[_Pending], started: Callable[[], None]
-    ) -> CommitOutcome | RpcError:
-        """Commit ``batch``; ``started()`` is called before anything awaits or
-        blocks, once the commit is on the worker thread where it can be."""
+    async def _commit(self, writer: Runner, batch: list[_Pending]) -> CommitOutcome | RpcError:
         params, now_us = [p.params for p in batch], self._now_us()
         # Entries are captured (encoded for the watchers) only while someone
         # watches; a batch committed without them makes the fan-out drop every
@@ -283,10 +275,7 @@ class GroupCommitWriter:
             return store.append_commit(params, now_us, capture)
 
         try:
-            if not isinstance(writer, ConnectionRunner):
-                started()
-            elif self._inline_fits(params):
-                started()  # an inline commit blocks the event loop
+            if isinstance(writer, ConnectionRunner) and self._inline_fits(params):
                 done = self._inline.attempt(writer, op)
                 if done is not NOT_RUN:
                     # No await here: the writer's next receive, which finds
@@ -296,10 +285,7 @@ class GroupCommitWriter:
             # Not cancelled by close: the batch in flight finishes, so its
             # callers hear whether it committed.
             with trio.CancelScope(shield=True):  # never cancelled: it swallows nothing
-                if isinstance(writer, ConnectionRunner):
-                    outcome = await writer.run(op, started)
-                else:
-                    outcome = await writer.run(op)
+                outcome = await writer.run(op)
             return outcome
         except RpcError as exc:
             # Interrupted by close means rolled back: say so precisely.

@@ -5,8 +5,8 @@ writer, after a commit: its callers' replies and its watchers' notifications)
 may run inside :func:`gathered`. A connection whose writer task is parked with
 nothing queued then keeps that step's frames, and when the step ends they go
 out as one non-blocking write on the spot, without waking the writer task:
-with eight watchers and four writers that wake (and its checkpoints) was a
-fifth of the event loop's work per commit. One write per connection and step,
+with eight watchers and four writers, twelve task wakes a commit (each with
+its checkpoints) are spared. One write per connection and step,
 as the writer task would make, so small answers keep their batching: each
 write is a buffer of its own in the kernel, and a peer that stops reading must
 still be sent about as many bytes as the socket holds before anything waits.
@@ -20,65 +20,39 @@ from contextvars import ContextVar
 
 import trio
 
-__all__ = ["Gathered", "Outbox", "WriteNow", "gathered"]
+__all__ = ["Outbox", "WriteNow", "gathered"]
 
 WriteNow = Callable[[bytes], int]
 """Writes what it can of the bytes without blocking and says how many it wrote
 (0 when there is no room); an ``OSError`` (a broken peer) leaves the bytes to
 the writer task, which meets the error itself and reports it."""
 
-# The outboxes holding a step's frames; None outside Gathered.collecting().
+# The outboxes holding a step's frames; None outside gathered().
 _gathering: ContextVar[list[Outbox] | None] = ContextVar("streamd_outbox_gathering", default=None)
-
-
-class Gathered:
-    """The outboxes whose frames one step holds (see the module's text):
-    frames for an idle connection queued inside :meth:`collecting` stay there
-    until :meth:`write`, which writes each such connection's frames in one
-    non-blocking write and gives what does not fit to its writer task.
-
-    Between the two, nothing may await: a connection's held frames must be
-    written before anything else can write to it, or its writer task (parked,
-    not woken for them) would be overtaken. The event log's writer collects a
-    commit's answers and writes them after handing the next batch to its
-    worker thread, so the writes overlap that commit instead of delaying it.
-    """
-
-    __slots__ = ("_outboxes",)
-
-    def __init__(self) -> None:
-        self._outboxes: list[Outbox] = []
-
-    @contextmanager
-    def collecting(self) -> Iterator[None]:
-        """Hold the frames queued inside for idle connections (synchronous
-        code only). Inside another's collecting, frames for a connection the
-        outer one already holds stay with it."""
-        token = _gathering.set(self._outboxes)
-        try:
-            yield
-        finally:
-            _gathering.reset(token)
-
-    def write(self) -> None:
-        """Write what is held, each connection's in one write, in the order of
-        their first frames; a no-op when nothing is."""
-        outboxes, self._outboxes = self._outboxes, []
-        for outbox in outboxes:
-            outbox.write_held()
 
 
 @contextmanager
 def gathered() -> Iterator[None]:
-    """Collect a step's frames and write them at its end (:class:`Gathered`),
-    also when the block raises: a held frame whose writer task stays parked
-    would never leave."""
-    held = Gathered()
+    """Within: frames for an idle connection (its writer task parked, nothing
+    queued) wait for the end of the block, and then each such connection's
+    go out in one direct write, in the order of their first frames (see the
+    module's text); what does not fit goes to the writer task. Synchronous
+    code only: no await inside, so that nothing else writes to those
+    connections meanwhile. A nested block writes at the end of the outermost.
+    """
+    if _gathering.get() is not None:
+        yield
+        return
+    held: list[Outbox] = []
+    token = _gathering.set(held)
     try:
-        with held.collecting():
-            yield
+        yield
     finally:
-        held.write()
+        _gathering.reset(token)
+        # Even if the block raised: a held frame whose writer task stays
+        # parked would never leave.
+        for outbox in held:
+            outbox.write_held()
 
 
 class Outbox:
@@ -92,7 +66,7 @@ class Outbox:
     flight already allows. The writer takes everything queued in one go.
 
     ``write_now``, when given, is the connection's non-blocking write, used
-    for the frames a step holds (:class:`Gathered`); only while the writer task
+    for the frames a :func:`gathered` step holds; only while the writer task
     is parked on an empty outbox, so no write is in progress and nothing
     queued is overtaken.
     """
@@ -136,8 +110,8 @@ class Outbox:
         return True
 
     def write_held(self) -> None:
-        """Write the frames a step held (:meth:`Gathered.write`) in one
-        non-blocking write, and wake the writer task for any rest."""
+        """At the end of a :func:`gathered` step: write the frames it held in
+        one non-blocking write, and wake the writer task for any rest."""
         self._held = False
         frames = self._frames
         if not frames or not self._writer or self._closed or self._write_now is None:

@@ -166,17 +166,11 @@ class ConnectionRunner:
         """Nothing queued or running on the worker thread."""
         return self._outstanding == 0
 
-    async def run(
-        self, op: Callable[[Backend], _T], started: Callable[[], None] | None = None
-    ) -> _T:
-        """``op(store)`` on the worker thread, after every call submitted before it;
-        ``started`` is called once the worker has it, before the first wait (the
-        event log's writer writes the last commit's answers there, beside it)."""
+    async def run(self, op: Callable[[Backend], _T]) -> _T:
+        """``op(store)`` on the worker thread, after every call submitted before it."""
         call = _Call(op)
         self._outstanding += 1
         self._queue.put(call)
-        if started is not None:
-            started()
         try:
             await call.done.wait()
         except BaseException:
