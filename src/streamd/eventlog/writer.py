@@ -219,6 +219,7 @@ class GroupCommitWriter:
                     # thread sits idle. The commit's await is the checkpoint.
                     first = self._recv.receive_nowait()
                 except trio.WouldBlock:
+                    self._hub.writer_idle()
                     try:
                         first = await self._recv.receive()
                     except trio.EndOfChannel:
@@ -250,6 +251,7 @@ class GroupCommitWriter:
                 self._stats.largest_batch = max(self._stats.largest_batch, len(batch))
                 batch = []
         finally:
+            self._hub.writer_idle()
             for p in batch:
                 p.resolve(never_written())
             self._fail_queued()
