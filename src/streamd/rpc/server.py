@@ -25,7 +25,11 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   concurrent replies never interleave and a slow peer pushes back on whoever
   is producing (a watch stream, for instance) instead of growing a buffer
   without limit; the writer takes everything queued and writes it in one
-  send, so the replies of one commit leave together.
+  send, so the replies of one commit leave together. On a socket, a step
+  that answers many connections at once (the event log's writer after a
+  commit, :func:`~streamd.rpc.outbox.gathered`) writes each idle
+  connection's frames itself, in one non-blocking write, and leaves the rest
+  to the writer task: never while that task has frames or is writing.
 * Work in flight is bounded per connection, in requests (``max_inflight``)
   and in bytes of their frames (``max_inflight_bytes``). A request counts
   from its dispatch until its answer is queued for the writer; while the
