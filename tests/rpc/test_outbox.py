@@ -35,8 +35,8 @@ class FakeSocket:
     """``write_now`` for an outbox: takes at most ``room`` bytes a call (all
     when None), or raises ``fail``."""
 
-    def __init__(self, room: int | None = None) -> None:
-        self.writes: list[bytes] = []
+    def __init__(self, room: int | None = None, writes: list[bytes] | None = None) -> None:
+        self.writes: list[bytes] = [] if writes is None else writes
         self.room = room
         self.fail: OSError | None = None
 
@@ -92,6 +92,20 @@ async def test_a_steps_frames_for_an_idle_connection_leave_as_one_write_at_its_e
         await trio.testing.wait_all_tasks_blocked()
         assert writer.taken == [[b"d\n"]]
         assert sock.writes == [b"a\nb\nc\n"]
+
+
+async def test_the_connections_a_step_holds_are_written_last_first() -> None:
+    # A commit's watchers (fanned out after its callers are answered) hear of
+    # it before the callers' acknowledgements leave.
+    order: list[bytes] = []
+    first, second = FakeSocket(writes=order), FakeSocket(writes=order)
+    caller, watcher = Outbox(8, first.write_now), Outbox(8, second.write_now)
+    async with writer_for(caller), writer_for(watcher):
+        with gathered():
+            caller.put_nowait(b"ack\n")
+            watcher.put_nowait(b"entry\n")
+            caller.put_nowait(b"ack2\n")
+        assert order == [b"entry\n", b"ack\nack2\n"]
 
 
 async def test_what_does_not_fit_goes_to_the_writer_task_in_order() -> None:
