@@ -94,9 +94,9 @@ async def test_a_steps_frames_for_an_idle_connection_leave_as_one_write_at_its_e
         assert sock.writes == [b"a\nb\nc\n"]
 
 
-async def test_the_connections_a_step_holds_are_written_last_first() -> None:
-    # A commit's watchers (fanned out after its callers are answered) hear of
-    # it before the callers' acknowledgements leave.
+async def test_the_connections_a_step_holds_are_written_in_order_of_their_first_frames() -> None:
+    # A commit's callers (answered before its watchers are handed it) get
+    # their acknowledgements first: the writers' rate is the target.
     order: list[bytes] = []
     first, second = FakeSocket(writes=order), FakeSocket(writes=order)
     caller, watcher = Outbox(8, first.write_now), Outbox(8, second.write_now)
@@ -105,7 +105,7 @@ async def test_the_connections_a_step_holds_are_written_last_first() -> None:
             caller.put_nowait(b"ack\n")
             watcher.put_nowait(b"entry\n")
             caller.put_nowait(b"ack2\n")
-        assert order == [b"entry\n", b"ack\nack2\n"]
+        assert order == [b"ack\nack2\n", b"entry\n"]
 
 
 async def test_what_does_not_fit_goes_to_the_writer_task_in_order() -> None:

@@ -40,11 +40,11 @@ def gathered() -> Iterator[None]:
     nothing else writes to those connections meanwhile. A nested block writes
     at the end of the outermost.
 
-    The connections are written last first. The event log answers a commit's
-    callers, then hands it to its watchers: this way a watcher hears of a
-    commit before its writer's acknowledgement leaves, not after the writers'
-    writes and the wake-ups they cause (watcher lag p50 0.4-0.5 ms, writing
-    the callers first; about 0.1 ms so).
+    The connections are written in the order of their first frames: the
+    event log answers a commit's callers, then hands it to its watchers, so
+    the writers' acknowledgements leave first. Watchers first made a watcher
+    hear of a commit sooner (lag p50 about 0.1 ms instead of 0.4-0.5) but
+    cost the writers about a point of their rate beside 8 watchers.
     """
     if _gathering.get() is not None:
         yield
@@ -57,7 +57,7 @@ def gathered() -> Iterator[None]:
         _gathering.reset(token)
         # Even if the block raised: a held frame whose writer task stays
         # parked would never leave.
-        for outbox in reversed(held):
+        for outbox in held:
             outbox.write_held()
 
 
