@@ -63,10 +63,12 @@ class Reader:
 
 
 class Changes:
-    """A change source whose wakes the test fires."""
+    """A change source whose wakes the test fires; ``waits`` counts the
+    poller's returns from it."""
 
     def __init__(self) -> None:
         self._woken = trio.Event()
+        self.waits = 0
 
     def wake(self) -> None:
         self._woken.set()
@@ -77,6 +79,7 @@ class Changes:
     async def wait(self) -> None:
         await self._woken.wait()
         self._woken = trio.Event()
+        self.waits += 1
 
 
 class World:
@@ -189,3 +192,58 @@ async def test_another_processs_commit_seen_by_our_next_commit_sends_watches_to_
         await trio.testing.wait_all_tasks_blocked()
         assert world.store.confirmations == 1
         assert world.store.pages > pages
+
+
+async def test_a_steady_writer_wakes_the_poller_once_not_once_a_commit(
+    world: World, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Each of our commits writes the WAL and so wakes the change source, as
+    # inotify does: while the writer keeps committing, the poller follows it
+    # without looking again, and confirms once when the writer is idle.
+    async with watching(world):
+        for _ in range(20):
+            await world.commit(0.1, world.changes.wake)
+        await trio.testing.wait_all_tasks_blocked()
+        assert world.changes.waits == 1
+        assert world.store.confirmations == 1
+        world.hub.writer_idle()
+        await trio.testing.wait_all_tasks_blocked()
+        assert world.changes.waits == 2  # what the last commits left waiting
+        assert world.store.confirmations == 2
+
+
+async def test_another_processs_commit_after_our_writer_went_idle_is_confirmed(
+    world: World, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with watching(world):
+        for _ in range(3):
+            await world.commit(0.1, world.changes.wake)
+        world.hub.writer_idle()
+        await trio.testing.wait_all_tasks_blocked()
+        confirmations, pages = world.store.confirmations, world.store.pages
+        world.store.newest += 1
+        world.store.version += 1
+        world.changes.wake()
+        await trio.testing.wait_all_tasks_blocked()
+        assert world.store.confirmations == confirmations + 1
+        assert world.store.pages > pages  # the watch reads it from the store
+
+
+async def test_a_poller_ended_while_it_followed_the_writer_leaves_the_next_one_working(
+    world: World, autojump_clock: trio.testing.MockClock
+) -> None:
+    with trio.fail_after(60):
+        for round_ in range(2):
+            async with trio.open_nursery() as nursery:
+                world.hub.watch(WatchParams(from_seq=0), nursery)
+                await trio.testing.wait_all_tasks_blocked()
+                for _ in range(3):
+                    await world.commit(0.1, world.changes.wake)
+                await trio.testing.wait_all_tasks_blocked()
+                if round_:
+                    confirmations = world.store.confirmations
+                    world.hub.writer_idle()
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert world.store.confirmations == confirmations + 1
+                # The watch leaves while its poller follows the writer.
+                nursery.cancel_scope.cancel()

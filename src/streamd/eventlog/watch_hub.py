@@ -72,6 +72,9 @@ class WatchHub:
         # of the newest whose outcome reached the fan-out (see _covered).
         self._begun = 0
         self._fanned_out = 0
+        # Set (and dropped) when the writer next waits for appends, for a
+        # poller following a steady writer (see _covered).
+        self._idle: trio.Event | None = None
 
     @property
     def watching(self) -> bool:
@@ -119,6 +122,13 @@ class WatchHub:
         finally:
             self._committing = None
             committing.set()
+
+    def writer_idle(self) -> None:
+        """This process's writer has nothing to commit and waits for appends
+        (or has stopped): a poller following it looks for itself again."""
+        idle, self._idle = self._idle, None
+        if idle is not None:
+            idle.set()
 
     def committed(self, outcome: CommitOutcome) -> None:
         """The outcome of the commit :meth:`committing` is around, for the
@@ -197,7 +207,8 @@ class WatchHub:
         """Whether, now that the change source woke the poller, a commit of this
         process's writer that began after the wake has reached the fan-out,
         waiting for it while the writer keeps committing; False as soon as the
-        writer is idle (then the poller reads for itself).
+        writer is idle (then the poller reads for itself). Once covered, it
+        returns when the writer is next idle (:meth:`writer_idle`).
 
         Why a commit covers the wake: a commit reads the newest seq inside its
         transaction (:attr:`~streamd.eventlog.store.CommitOutcome.before_seq`),
@@ -213,6 +224,16 @@ class WatchHub:
             if committing is None:
                 return False
             await committing.wait()
+        if self._committing is not None:
+            # Still committing: each of its commits would wake the change
+            # source (its own WAL write) and be covered by the next, a wake
+            # and a change source's read per commit for nothing. Every commit
+            # until the writer is idle covers whatever woke the source
+            # meanwhile, so the poller sleeps until then; what it finds
+            # waiting afterwards is confirmed by one read.
+            if self._idle is None:
+                self._idle = trio.Event()
+            await self._idle.wait()
         return True
 
     async def _settled(self) -> None:

@@ -27,6 +27,7 @@ from streamd.eventlog.sqlite.file_identity import is_file_fault
 from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner, InlineGate
 from streamd.eventlog.store import AppendGroup, Backend, CommitOutcome, Runner, closed_error
 from streamd.eventlog.watch_hub import WatchHub
+from streamd.rpc.outbox import gathered
 
 __all__ = ["AppendOutcome", "EventLogStats", "GroupCommitWriter", "never_written"]
 
@@ -218,6 +219,7 @@ class GroupCommitWriter:
                     # thread sits idle. The commit's await is the checkpoint.
                     first = self._recv.receive_nowait()
                 except trio.WouldBlock:
+                    self._hub.writer_idle()
                     try:
                         first = await self._recv.receive()
                     except trio.EndOfChannel:
@@ -236,27 +238,33 @@ class GroupCommitWriter:
                     continue
                 with self._hub.committing():
                     outcome = await self._commit(writer, batch)
-                    results = (
-                        outcome.results
-                        if isinstance(outcome, CommitOutcome)
-                        else [outcome] * len(batch)
-                    )
-                    for p, result in zip(batch, results, strict=True):
-                        p.resolve(result)
-                    # In the same step as the commit's return, so nothing this
-                    # process does can see the commit before its watchers do.
-                    if isinstance(outcome, CommitOutcome):
-                        self._hub.committed(outcome)
+                    # The commit's answers and its watchers' notifications
+                    # leave as one write per idle connection at the block's
+                    # end, with no wake of each one's writer task (rpc.outbox).
+                    # Before the next batch goes to the worker thread: written
+                    # beside it, each write would hand the GIL back and forth.
+                    with gathered():
+                        self._answer(batch, outcome)
                     self._after_commit(writer)
                 self._stats.batches += 1
                 self._stats.appends += len(batch)
                 self._stats.largest_batch = max(self._stats.largest_batch, len(batch))
                 batch = []
         finally:
+            self._hub.writer_idle()
             for p in batch:
                 p.resolve(never_written())
             self._fail_queued()
             self._done.set()
+
+    def _answer(self, batch: list[_Pending], outcome: CommitOutcome | RpcError) -> None:
+        results = outcome.results if isinstance(outcome, CommitOutcome) else [outcome] * len(batch)
+        for p, result in zip(batch, results, strict=True):
+            p.resolve(result)
+        # In the same step as the commit's return, so nothing this process
+        # does can see the commit before its watchers do.
+        if isinstance(outcome, CommitOutcome):
+            self._hub.committed(outcome)
 
     async def _commit(self, writer: Runner, batch: list[_Pending]) -> CommitOutcome | RpcError:
         params, now_us = [p.params for p in batch], self._now_us()

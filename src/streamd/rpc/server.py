@@ -25,7 +25,11 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   concurrent replies never interleave and a slow peer pushes back on whoever
   is producing (a watch stream, for instance) instead of growing a buffer
   without limit; the writer takes everything queued and writes it in one
-  send, so the replies of one commit leave together.
+  send, so the replies of one commit leave together. On a socket, a step
+  that answers many connections at once (the event log's writer after a
+  commit, :func:`~streamd.rpc.outbox.gathered`) writes each idle
+  connection's frames itself, in one non-blocking write, and leaves the rest
+  to the writer task: never while that task has frames or is writing.
 * Work in flight is bounded per connection, in requests (``max_inflight``)
   and in bytes of their frames (``max_inflight_bytes``). A request counts
   from its dispatch until its answer is queued for the writer; while the
@@ -70,6 +74,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -80,7 +85,7 @@ from streamd import errors
 from streamd.errors import RpcError
 from streamd.rpc.framing import MAX_DEPTH, MAX_FRAME_BYTES, Oversized
 from streamd.rpc.methods import Connection, Method, MethodTable, Request, Submit
-from streamd.rpc.outbox import Outbox
+from streamd.rpc.outbox import Outbox, WriteNow
 from streamd.rpc.protocol import (
     Call,
     Cancel,
@@ -235,7 +240,7 @@ class _Session:
         self._grace.cancel()
 
     async def run(self) -> None:
-        outbox = Outbox(OUTBOX_FRAMES)
+        outbox = Outbox(OUTBOX_FRAMES, self._write_now())
         async with self.send, trio.open_nursery() as writer_nursery:
             writer_nursery.start_soon(self._write, outbox)
             try:
@@ -254,6 +259,28 @@ class _Session:
             finally:
                 # Ends the writer once it has flushed everything.
                 outbox.close()
+
+    def _write_now(self) -> WriteNow | None:
+        """The connection's non-blocking write, for the outbox's gathered
+        steps (:func:`~streamd.rpc.outbox.gathered`): on a socket only."""
+        stream = self.send
+        if not isinstance(stream, trio.SocketStream):
+            return None
+        sock = stream.socket
+
+        def write_now(data: bytes) -> int:
+            fd = sock.fileno()
+            if fd < 0 or sock.did_shutdown_SHUT_WR:
+                return 0  # closed: the writer task says so
+            try:
+                # The socket is non-blocking (Trio's): what fits, or nothing.
+                written = os.write(fd, data)
+            except BlockingIOError:
+                return 0
+            self.conn.done_with(written)
+            return written
+
+        return write_now
 
     async def _write(self, outbox: Outbox) -> None:
         broken = False

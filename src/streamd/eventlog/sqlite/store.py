@@ -368,7 +368,7 @@ class SqliteStore(SqlOperations):
             results=out,
             before_seq=before,
             after_seq=after,
-            entries=None if added is None else [rows.committed(row) for row in added],
+            entries=None if added is None else rows.just_written(added),
         )
 
     # -- query plans --

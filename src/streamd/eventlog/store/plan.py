@@ -251,7 +251,7 @@ def _commit(
         results=out,
         before_seq=before,
         after_seq=plan.last_seq,
-        entries=[rows.committed(e.row) for e in plan.events] if capture else None,
+        entries=rows.just_written(e.row for e in plan.events) if capture else None,
     )
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "committed",
     "decode_state",
     "json_text",
+    "just_written",
     "prepare",
     "state_or_empty",
     "take",
@@ -283,6 +284,67 @@ def committed(row: tuple[Any, ...]) -> Committed:
         author=row[6],
         wire=_encode(to_entry(row, raw_content=True)),
     )
+
+
+class _WireEntry(msgspec.Struct, omit_defaults=True):
+    """:class:`~streamd.eventlog.model.Entry` as it encodes, with the metadata
+    and the state delta carried as JSON text (the same fields, in the same
+    order, with the same defaults: the same bytes)."""
+
+    seq: int
+    app: str
+    user: str
+    session: str
+    event: Event
+    metadata: msgspec.Raw | None
+    damaged: list[str] | None = None
+    state_delta: msgspec.Raw | None = None
+
+
+def just_written(added: Iterable[tuple[Any, ...]]) -> list[Committed]:
+    """Rows a commit of this process just wrote, values as :func:`prepare`
+    made them (:data:`ENTRY_COLUMNS` order), as the watchers get them: the
+    same as :func:`committed` of each, for less. An event time is converted
+    once for a run of rows that share it (a batch's events mostly carry the
+    commit's), and the metadata and state delta are the JSON text this
+    module encoded, which decoding and encoding again would give back
+    unchanged, so it goes out as it is. Every watched commit pays this per
+    event, on the writer's thread; a row that is not so (a time it cannot
+    render) goes the general way."""
+    out: list[Committed] = []
+    last_us: Any = None
+    last_time: Any = None
+    raw = msgspec.Raw
+    for row in added:
+        seq, app, user, session, event_id, invocation_id, author, branch, t, content, md, sd = row
+        try:
+            if t != last_us:
+                last_time, last_us = from_us(t), t
+        except _UNRENDERABLE:
+            out.append(committed(row))
+            continue
+        event = Event(
+            id=event_id,
+            author=author,
+            content=raw(content),
+            branch=branch,
+            invocation_id=invocation_id,
+            timestamp=last_time,
+        )
+        wire = _encode(
+            _WireEntry(
+                seq,
+                app,
+                user,
+                session,
+                event,
+                None if md is None else raw(md),
+                None,
+                None if sd is None else raw(sd),
+            )
+        )
+        out.append(Committed(seq, app, user, session, branch, author, wire))
+    return out
 
 
 def to_session(row: tuple[Any, ...]) -> Session:
