@@ -323,3 +323,96 @@ async def test_a_peer_that_stops_reading_holds_as_much_as_with_the_writer_task()
 def unread(sock: socket.socket) -> int:
     """Bytes waiting unread on this end of a socket."""
     return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0])
+
+
+# --- a request's own answer ----------------------------------------------------------
+
+
+class Gate:
+    """A plain (not queued) method that answers ``{"n": n}`` once the test opens it."""
+
+    def __init__(self) -> None:
+        self.open = trio.Event()
+        self.waiting = 0
+
+    async def handler(self, params: Params, request: Any) -> Any:
+        self.waiting += 1
+        await self.open.wait()
+        return {"n": params.n}
+
+
+class WriterSteps(trio.abc.Instrument):
+    """Counts the steps of the connections' writer tasks."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name.endswith("_Session._write"):
+            self.steps += 1
+
+
+@asynccontextmanager
+async def gated_session(gate: Gate) -> AsyncIterator[socket.socket]:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.setblocking(False)
+    server = Server(lambda conn: {"h": Method("h", Params, gate.handler)})
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.serve, stream, stream)
+        await trio.testing.wait_all_tasks_blocked()
+        try:
+            yield ours
+        finally:
+            nursery.cancel_scope.cancel()
+            ours.close()
+
+
+def calls(*ns: int) -> bytes:
+    call = b'{"jsonrpc":"2.0","id":%d,"method":"h","params":{"n":%d}}\n'
+    return b"".join(call % (n, n) for n in ns)
+
+
+def answers(*ns: int) -> bytes:
+    return b"".join(b'{"jsonrpc":"2.0","id":%d,"result":{"n":%d}}\n' % (n, n) for n in ns)
+
+
+async def test_the_answer_to_a_lone_request_leaves_without_the_writer_task() -> None:
+    gate, steps = Gate(), WriterSteps()
+    with trio.fail_after(5):
+        async with gated_session(gate) as sock:
+            sock.sendall(calls(1))
+            while gate.waiting < 1:  # the server reads the real socket
+                await trio.testing.wait_all_tasks_blocked()
+                await trio.sleep(0)
+            trio.lowlevel.add_instrument(steps)
+            try:
+                gate.open.set()
+                await trio.testing.wait_all_tasks_blocked()
+            finally:
+                trio.lowlevel.remove_instrument(steps)
+            assert pending(sock) == answers(1)
+            assert steps.steps == 0
+
+
+async def test_answers_of_requests_in_flight_together_leave_through_the_writer_task() -> None:
+    # A peer that pipelines gets what one step answered in one write, as
+    # before: one write a frame would fill its socket with overhead.
+    gate, steps = Gate(), WriterSteps()
+    with trio.fail_after(5):
+        async with gated_session(gate) as sock:
+            sock.sendall(calls(1, 2, 3))
+            while gate.waiting < 3:
+                await trio.testing.wait_all_tasks_blocked()
+                await trio.sleep(0)
+            trio.lowlevel.add_instrument(steps)
+            try:
+                gate.open.set()
+                await trio.testing.wait_all_tasks_blocked()
+            finally:
+                trio.lowlevel.remove_instrument(steps)
+            got = pending(sock)
+            assert sorted(got.splitlines(keepends=True)) == sorted(
+                answers(1, 2, 3).splitlines(keepends=True)
+            )
+            assert steps.steps > 0

@@ -115,6 +115,12 @@ class Outbox:
                 held.append(self)
         return True
 
+    @property
+    def writes_now(self) -> bool:
+        """Whether a frame put now, inside :func:`gathered`, would be written
+        directly: the writer task is parked on an empty outbox."""
+        return self._write_now is not None and bool(self._writer) and not self._frames
+
     def write_held(self) -> None:
         """At the end of a :func:`gathered` step: write the frames it held in
         one non-blocking write, and wake the writer task for any rest."""

@@ -29,7 +29,9 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   that answers many connections at once (the event log's writer after a
   commit, :func:`~streamd.rpc.outbox.gathered`) writes each idle
   connection's frames itself, in one non-blocking write, and leaves the rest
-  to the writer task: never while that task has frames or is writing.
+  to the writer task: never while that task has frames or is writing. So is
+  the answer of a connection's only request in flight (a client that waits
+  for each answer); answers of pipelined requests go through the writer task.
 * Work in flight is bounded per connection, in requests (``max_inflight``)
   and in bytes of their frames (``max_inflight_bytes``). A request counts
   from its dispatch until its answer is queued for the writer; while the
@@ -85,7 +87,7 @@ from streamd import errors
 from streamd.errors import RpcError
 from streamd.rpc.framing import MAX_DEPTH, MAX_FRAME_BYTES, Oversized
 from streamd.rpc.methods import Connection, Method, MethodTable, Request, Submit
-from streamd.rpc.outbox import Outbox, WriteNow
+from streamd.rpc.outbox import Outbox, WriteNow, gathered
 from streamd.rpc.protocol import (
     Call,
     Cancel,
@@ -241,6 +243,7 @@ class _Session:
 
     async def run(self) -> None:
         outbox = Outbox(OUTBOX_FRAMES, self._write_now())
+        self.outbox = outbox
         async with self.send, trio.open_nursery() as writer_nursery:
             writer_nursery.start_soon(self._write, outbox)
             try:
@@ -467,7 +470,18 @@ class _Session:
             # The answer may wait for the writer; the request's params (and the
             # frame bytes a Raw member holds) need not wait with it.
             del params
-            await self.conn.send(frame)
+            if self.pending == 1 and self.outbox.writes_now:
+                # The only request in flight: a client that waits for each
+                # answer (ADK's session service, a Recall core through
+                # attach), and the writer task idle: the answer leaves at
+                # once, sparing the task's wake-up and its turns of the loop.
+                # With more in flight they go through the writer task, which
+                # joins what one step answered into one write (see Outbox),
+                # and a busy writer task keeps the outbox's bound.
+                with gathered():
+                    self.conn.send_nowait(frame)
+            else:
+                await self.conn.send(frame)
         finally:
             self._release(size)
 
