@@ -170,6 +170,62 @@ pub fn parse(raw: &[u8]) -> Option<Instant> {
     Some(Instant { sec: secs, nsec: nanos as u32 })
 }
 
+/// A UTC time to the microsecond, within the years Python's `datetime` has
+/// (the event log's stored times, written as its Python path writes them).
+pub struct Utc {
+    year: i64,
+    month: i64,
+    day: i64,
+    second_of_day: i64,
+    micros: i64,
+}
+
+impl Utc {
+    /// The time `us` microseconds after the epoch, or None outside years
+    /// 0001-9999 (where the Python path reads the row as damaged).
+    pub fn of(us: i64) -> Option<Utc> {
+        let secs = us.div_euclid(1_000_000);
+        let micros = us.rem_euclid(1_000_000);
+        if secs < days_from_civil(1, 1, 1) * 86_400 || secs >= days_from_civil(10_000, 1, 1) * 86_400 {
+            return None;
+        }
+        let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
+        Some(Utc { year, month, day, second_of_day: secs.rem_euclid(86_400), micros })
+    }
+
+    /// As msgspec writes an aware UTC `datetime`: the fraction only when
+    /// there is one, always six digits.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        let s = self.second_of_day;
+        digits(out, self.year, 4);
+        out.push(b'-');
+        digits(out, self.month, 2);
+        out.push(b'-');
+        digits(out, self.day, 2);
+        out.push(b'T');
+        digits(out, s / 3600, 2);
+        out.push(b':');
+        digits(out, s / 60 % 60, 2);
+        out.push(b':');
+        digits(out, s % 60, 2);
+        if self.micros != 0 {
+            out.push(b'.');
+            digits(out, self.micros, 6);
+        }
+        out.push(b'Z');
+    }
+}
+
+/// `v` (not negative) in `width` decimal digits, zero-padded (at most six).
+fn digits(out: &mut Vec<u8>, mut v: i64, width: usize) {
+    let mut buf = [b'0'; 6];
+    for d in buf[..width].iter_mut().rev() {
+        *d = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    out.extend_from_slice(&buf[..width]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +279,27 @@ mod tests {
         }
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    fn written(us: i64) -> Option<String> {
+        Utc::of(us).map(|t| {
+            let mut out = Vec::new();
+            t.write(&mut out);
+            String::from_utf8(out).unwrap()
+        })
+    }
+
+    #[test]
+    fn times_are_written_as_msgspec_writes_them() {
+        assert_eq!(written(0).as_deref(), Some("1970-01-01T00:00:00Z"));
+        assert_eq!(written(1).as_deref(), Some("1970-01-01T00:00:00.000001Z"));
+        assert_eq!(written(-1).as_deref(), Some("1969-12-31T23:59:59.999999Z"));
+        assert_eq!(written(1_796_544_599_477_460).as_deref(), Some("2026-12-06T08:09:59.477460Z"));
+        let first = days_from_civil(1, 1, 1) * 86_400 * 1_000_000;
+        let past = days_from_civil(10_000, 1, 1) * 86_400 * 1_000_000;
+        assert_eq!(written(first).as_deref(), Some("0001-01-01T00:00:00Z"));
+        assert_eq!(written(past - 1).as_deref(), Some("9999-12-31T23:59:59.999999Z"));
+        assert_eq!(written(first - 1), None);
+        assert_eq!(written(past), None);
     }
 }

@@ -20,6 +20,7 @@ use crate::gotime::Instant;
 use crate::postings::{Builder, Origin, Sealed};
 use crate::{json, lines, postings, tokenize, unicode};
 
+mod entry;
 mod lent;
 mod page;
 mod rebuild;
@@ -343,6 +344,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ChunkBuilder>()?;
     m.add_class::<EventPage>()?;
     m.add_class::<SealedArray>()?;
+    m.add_function(wrap_pyfunction!(entry::encode_entry, m)?)?;
     m.add_function(wrap_pyfunction!(page::read_event_page, m)?)?;
     m.add_function(wrap_pyfunction!(page::sqlite_extension_loaded, m)?)?;
     m.add_function(wrap_pyfunction!(py_parse_record, m)?)?;

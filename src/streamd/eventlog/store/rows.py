@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
 
+from streamd import plain
 from streamd.errors import invalid_params
 from streamd.eventlog.model import (
     AppendParams,
@@ -43,6 +44,8 @@ __all__ = [
     "Prepared",
     "committed",
     "decode_state",
+    "encode_entry",
+    "entry_encoder",
     "json_text",
     "just_written",
     "prepare",
@@ -63,6 +66,14 @@ _decode_metadata = msgspec.json.Decoder(dict[str, str]).decode
 _decode_state = msgspec.json.Decoder(dict[str, Any]).decode
 _decode_attempted = msgspec.json.Decoder(list[str]).decode
 _decode_delta = msgspec.json.Decoder(StateDelta).decode
+
+_compiled_entry: Callable[[tuple[Any, ...]], bytes | None] | None
+try:
+    import streamd._native as _core
+except ImportError:  # built without a Rust toolchain
+    _compiled_entry = None
+else:
+    _compiled_entry = _core.encode_entry
 
 ENTRY_COLUMNS = (
     "seq, app_name, user_id, session_id, event_id, invocation_id, author, branch, "
@@ -249,20 +260,21 @@ def take(
     entries: list[Any] = []
     used = 0
     last = None
+    wire = entry_encoder()
     for row in rows:
         if limit is not None and len(entries) == limit:
             return entries, last, True
         entry: Any
         if shape == "committed":
-            entry = committed(row)
+            entry = committed(row, wire)
             size = len(entry.wire)
+        elif shape == "encoded":
+            entry = msgspec.Raw(wire(row))
+            size = len(entry)
         else:
             entry = to_entry(row, shape != "decoded")
-        if shape == "encoded":
-            entry = msgspec.Raw(_encode(entry))
-            size = len(entry)
-        elif max_bytes is not None:
-            size = wire_size(entry)
+            if max_bytes is not None:
+                size = wire_size(entry)
         if max_bytes is not None:
             used += size + 1  # and its comma
             if used > max_bytes and (entries or not min_one):
@@ -272,9 +284,12 @@ def take(
     return entries, last, False
 
 
-def committed(row: tuple[Any, ...]) -> Committed:
+def committed(
+    row: tuple[Any, ...], wire: Callable[[tuple[Any, ...]], bytes] | None = None
+) -> Committed:
     """A row just written (:data:`ENTRY_COLUMNS` order) as the watchers get it:
-    rendered and encoded exactly as :func:`take` does for an ``encoded`` read."""
+    rendered and encoded exactly as :func:`take` does for an ``encoded`` read
+    (``wire``: :func:`entry_encoder`'s, when the caller has it)."""
     return Committed(
         seq=row[0],
         app=row[1],
@@ -282,8 +297,30 @@ def committed(row: tuple[Any, ...]) -> Committed:
         session=row[3],
         branch=row[7],
         author=row[6],
-        wire=_encode(to_entry(row, raw_content=True)),
+        wire=(wire or entry_encoder())(row),
     )
+
+
+def encode_entry(row: tuple[Any, ...]) -> bytes:
+    """The entry of ``row`` (:data:`ENTRY_COLUMNS` order) as the log answers
+    with it: the definition, which the compiled encoder must match byte for
+    byte."""
+    return _encode(to_entry(row, raw_content=True))
+
+
+def entry_encoder() -> Callable[[tuple[Any, ...]], bytes]:
+    """:func:`encode_entry`, or its compiled twin where there is one and
+    ``STREAMD_NATIVE=0`` is not set: asked once a read, not once a row. The
+    compiled one writes the common row (no metadata, no state delta, nothing
+    damaged) in about a tenth of the time, and hands any other back."""
+    compiled = _compiled_entry
+    if compiled is None or plain.asked():
+        return encode_entry
+
+    def wire(row: tuple[Any, ...]) -> bytes:
+        return compiled(row) or encode_entry(row)
+
+    return wire
 
 
 class _WireEntry(msgspec.Struct, omit_defaults=True):
