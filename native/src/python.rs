@@ -344,6 +344,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ChunkBuilder>()?;
     m.add_class::<EventPage>()?;
     m.add_class::<SealedArray>()?;
+    // Bumped whenever `encode_entry`'s call or output changes (`eventlog/store/rows.py`).
+    m.add("ENTRY_INTERFACE", 1)?;
     m.add_function(wrap_pyfunction!(entry::encode_entry, m)?)?;
     m.add_function(wrap_pyfunction!(page::read_event_page, m)?)?;
     m.add_function(wrap_pyfunction!(page::sqlite_extension_loaded, m)?)?;

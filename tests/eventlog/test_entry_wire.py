@@ -6,6 +6,8 @@ the same bytes with ``STREAMD_NATIVE=0`` as without."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from typing import Any
 
 import msgspec
@@ -146,3 +148,23 @@ def test_reads_answer_the_same_bytes_with_and_without_the_compiled_encoder(
     assert [bytes(e) for e in fast[0]] == [bytes(e) for e in plain[0]]
     assert [bytes(e) for e in fast[1]] == [bytes(e) for e in plain[1]]
     assert len(fast[0]) == 6
+
+
+@pytest.mark.parametrize("interface", ["", "ENTRY_INTERFACE = 0"])
+def test_an_extension_of_another_interface_leaves_reads_on_the_python_path(
+    interface: str,
+) -> None:
+    # An editable install whose extension predates the Python beside it:
+    # its encoder (if any) may write other bytes, so it is not called.
+    script = "\n".join([
+        "import sys, types",
+        "fake = types.ModuleType('streamd._native')",
+        "fake.encode_entry = lambda row: b'{}'",
+        f"exec({interface!r}, fake.__dict__)",
+        "sys.modules['streamd._native'] = fake",
+        "from streamd.eventlog.store import rows",
+        "print(rows.entry_encoder() is rows.encode_entry)",
+    ])  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    assert out.stdout.strip() == "True"

@@ -67,13 +67,18 @@ _decode_state = msgspec.json.Decoder(dict[str, Any]).decode
 _decode_attempted = msgspec.json.Decoder(list[str]).decode
 _decode_delta = msgspec.json.Decoder(StateDelta).decode
 
-_compiled_entry: Callable[[tuple[Any, ...]], bytes | None] | None
+# The compiled encoder's call and output this module expects (the module's
+# ENTRY_INTERFACE): an editable install whose extension predates these
+# sources, or was built from others, leaves reads on the Python path.
+ENTRY_INTERFACE = 1
+_compiled_entry: Callable[[tuple[Any, ...]], bytes | None] | None = None
 try:
     import streamd._native as _core
 except ImportError:  # built without a Rust toolchain
-    _compiled_entry = None
+    pass
 else:
-    _compiled_entry = _core.encode_entry
+    if getattr(_core, "ENTRY_INTERFACE", None) == ENTRY_INTERFACE:
+        _compiled_entry = _core.encode_entry
 
 ENTRY_COLUMNS = (
     "seq, app_name, user_id, session_id, event_id, invocation_id, author, branch, "
