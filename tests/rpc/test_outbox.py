@@ -377,12 +377,15 @@ def answers(*ns: int) -> bytes:
     return b"".join(b'{"jsonrpc":"2.0","id":%d,"result":{"n":%d}}\n' % (n, n) for n in ns)
 
 
-async def test_the_answer_to_a_lone_request_leaves_without_the_writer_task() -> None:
+async def answered(*ns: int) -> tuple[bytes, int]:
+    """Requests ``ns`` sent at once, held by the gate until all are in flight,
+    then released in one step: what the peer's socket holds once everything
+    has run, and how many steps the connection's writer task took for it."""
     gate, steps = Gate(), WriterSteps()
     with trio.fail_after(5):
         async with gated_session(gate) as sock:
-            sock.sendall(calls(1))
-            while gate.waiting < 1:  # the server reads the real socket
+            sock.sendall(calls(*ns))
+            while gate.waiting < len(ns):  # the server reads the real socket
                 await trio.testing.wait_all_tasks_blocked()
                 await trio.sleep(0)
             trio.lowlevel.add_instrument(steps)
@@ -391,28 +394,20 @@ async def test_the_answer_to_a_lone_request_leaves_without_the_writer_task() -> 
                 await trio.testing.wait_all_tasks_blocked()
             finally:
                 trio.lowlevel.remove_instrument(steps)
-            assert pending(sock) == answers(1)
-            assert steps.steps == 0
+            return pending(sock), steps.steps
+
+
+async def test_the_answer_to_a_lone_request_leaves_without_the_writer_task() -> None:
+    got, writer_steps = await answered(1)
+    assert got == answers(1)
+    assert writer_steps == 0
 
 
 async def test_answers_of_requests_in_flight_together_leave_through_the_writer_task() -> None:
     # A peer that pipelines gets what one step answered in one write, as
     # before: one write a frame would fill its socket with overhead.
-    gate, steps = Gate(), WriterSteps()
-    with trio.fail_after(5):
-        async with gated_session(gate) as sock:
-            sock.sendall(calls(1, 2, 3))
-            while gate.waiting < 3:
-                await trio.testing.wait_all_tasks_blocked()
-                await trio.sleep(0)
-            trio.lowlevel.add_instrument(steps)
-            try:
-                gate.open.set()
-                await trio.testing.wait_all_tasks_blocked()
-            finally:
-                trio.lowlevel.remove_instrument(steps)
-            got = pending(sock)
-            assert sorted(got.splitlines(keepends=True)) == sorted(
-                answers(1, 2, 3).splitlines(keepends=True)
-            )
-            assert steps.steps > 0
+    got, writer_steps = await answered(1, 2, 3)
+    assert sorted(got.splitlines(keepends=True)) == sorted(
+        answers(1, 2, 3).splitlines(keepends=True)
+    )
+    assert writer_steps > 0
