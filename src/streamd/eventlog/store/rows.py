@@ -317,7 +317,8 @@ def entry_encoder() -> Callable[[tuple[Any, ...]], bytes]:
     """:func:`encode_entry`, or its compiled twin where there is one and
     ``STREAMD_NATIVE=0`` is not set: asked once a read, not once a row. The
     compiled one writes the common row (no metadata, no state delta, nothing
-    damaged) in about a tenth of the time, and hands any other back."""
+    damaged) in about a third of the time (0.38 against 1.18 us for an ADK
+    event of 500 bytes), and hands any other back."""
     compiled = _compiled_entry
     if compiled is None or plain.asked():
         return encode_entry
