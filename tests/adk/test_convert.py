@@ -434,3 +434,18 @@ def test_without_the_compiled_module_the_python_plans_run(
     for ours, theirs in zip(convert.copied_all(expected), expected, strict=True):
         _same_tree(ours, theirs)
         assert ours is not theirs
+
+
+def test_a_loads_decoded_wrappers_are_left_to_reference_counting() -> None:
+    import gc
+
+    # The young collection after a load's decode walks what is tracked; the
+    # wrappers of each event can be in no cycle, the content they hold is.
+    answer = (
+        b'{"session":"s","state":{},"updated_at":null,"last_seq":1,'
+        b'"events":[{"seq":1,"event":{"id":"e","content":{"parts":[{"text":"hi"}]}}}]}'
+    )
+    raw = msgspec.json.decode(answer, type=codec.RawSession)
+    (entry,) = raw.events
+    assert not gc.is_tracked(entry) and not gc.is_tracked(entry.event)
+    assert gc.is_tracked(entry.event.content)
