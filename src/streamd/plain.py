@@ -1,9 +1,10 @@
 """``STREAMD_NATIVE=0``: the plain Python paths on purpose.
 
 Every part that has a compiled twin (index builds, search scoring, the ADK
-service's model rebuild, the event log's entries on the wire) keeps its plain path as the definition, and takes
-it when this is set, for tests, benches and a user who suspects the compiled
-core. Read at each use, so a test can set it for one call.
+service's model rebuild, the event log's entries on the wire) keeps its
+plain path as the definition, and takes it when this is set, for tests,
+benches and a user who suspects the compiled core. Read at each use, so a
+test can set it for one call.
 """
 
 from __future__ import annotations
