@@ -130,3 +130,28 @@ def test_the_readme_is_a_front_door_and_no_user_doc_names_the_tracker_or_one_mac
              for page in pages
              for n, line in enumerate(page.read_text().splitlines(), 1) if banned.search(line)]
     assert found == []
+
+
+def _anchor(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped,
+    spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_docs_reaches_its_page_and_heading():
+    pages = [REPO / "README.md", REPO / "bench" / "README.md", REPO / "native" / "README.md",
+             *sorted((REPO / "docs").glob("*.md"))]  # fmt: skip
+    headings = {
+        page.resolve(): {_anchor(line.lstrip("#")) for line in page.read_text().splitlines()
+                         if line.startswith("#")}
+        for page in pages
+    }  # fmt: skip
+    broken = []
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(([^)#\s:]+\.md)(?:#([^)\s]+))?\)", page.read_text()):
+            linked = (page.parent / target).resolve()
+            if not linked.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target} does not exist")
+            elif anchor and anchor not in headings.get(linked, set()):
+                broken.append(f"{page.relative_to(REPO)}: {target} has no heading #{anchor}")
+    assert broken == []
