@@ -10,6 +10,7 @@ _M = TypeVar("_M")
 
 INTERFACE: Final[int]
 REBUILD_INTERFACE: Final[int]
+ENTRY_INTERFACE: Final[int]
 UNICODE_VERSION: Final[str]
 MAX_LINE_BYTES: Final[int]
 HOLD_LIMIT: Final[int]
@@ -52,8 +53,6 @@ class EventPage:
     def __getitem__(self, i: int, /) -> _EventRow: ...
 
 def read_event_page(db: int, sql: str, from_seq: int, limit: int) -> EventPage | None: ...
-ENTRY_INTERFACE: Final[int]
-
 def encode_entry(row: tuple[Any, ...], /) -> bytes | None: ...
 def sqlite_extension_loaded() -> bool: ...
 
