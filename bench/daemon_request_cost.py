@@ -32,16 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from adk_append_breakdown import cpu_seconds
 from adk_bench import Daemon, fill_fast
 
 from streamd.adk import StreamdSessionService
 from streamd.client import AsyncClient
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def frame(method: str, params: dict[str, object]) -> bytes:
