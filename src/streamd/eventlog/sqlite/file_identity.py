@@ -44,13 +44,13 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import threading
 from dataclasses import dataclass
 
 import apsw
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.sqlite.inode import device_and_inode
 
 __all__ = ["FAULT_REASON", "DatabaseFile", "FileId", "guard_for", "is_file_fault"]
 
@@ -73,11 +73,11 @@ class FileId:
 
 
 def _identity(path: str) -> FileId | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return FileId(st.st_dev, st.st_ino)
+    # Not os.stat: asking for a file's times makes its next write take a
+    # fine-grained one, and the WAL's every commit write its inode too (see
+    # streamd.eventlog.sqlite.inode).
+    found = device_and_inode(path)
+    return None if found is None else FileId(*found)
 
 
 def is_file_fault(exc: BaseException) -> bool:
