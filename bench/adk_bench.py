@@ -177,71 +177,77 @@ class Daemon:
 
 
 async def side_by_side(work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """The three targets, streamd (FULL) and ADK's SqliteSessionService in
-    alternating rounds."""
+    """The three targets, streamd (FULL) through its daemon and in process, and
+    ADK's SqliteSessionService, in alternating rounds."""
     from google.adk.sessions.sqlite_session_service import SqliteSessionService
 
     adk_db = str(work / "adk.db")
+    local_db = str(work / "local.db")
     n, r = args.events, args.reference_appends
-    ours: dict[str, list[float]] = {"append": [], "cold": [], "recent": []}
-    theirs: dict[str, list[float]] = {"append": [], "cold": [], "recent": []}
+    names = ("streamd", "local", "adk_sqlite")
+    got: dict[str, dict[str, list[float]]] = {
+        name: {"append": [], "cold": [], "recent": []} for name in names}
     recent = GetSessionConfig(num_recent_events=20)
     async with Daemon(work / "full.db", "FULL") as daemon:
         client = await AsyncClient.connect_socket(daemon.sock)
-        svc = StreamdSessionService(client)
-        adk = SqliteSessionService(adk_db)
-        mine = await svc.create_session(app_name="bench", user_id="u", session_id="s")
-        ref = await adk.create_session(app_name="bench", user_id="u", session_id="s")
-        # Rounds alternate so that the machine's load falls on both alike.
+        services: dict[str, BaseSessionService] = {
+            "streamd": StreamdSessionService(client),
+            "local": StreamdSessionService(database=local_db),
+            "adk_sqlite": SqliteSessionService(adk_db),
+        }
+        sessions = {name: await svc.create_session(app_name="bench", user_id="u", session_id="s")
+                    for name, svc in services.items()}
+        # Rounds alternate so that the machine's load falls on all alike.
         per_round = max(1, n // args.rounds)
         for rnd in range(args.rounds):
             base = rnd * per_round
-            events = [make_event(base + i) for i in range(per_round)]
-            ours["append"].append(await append_rate(svc, mine, events))
-            ref_events = [make_event(base + i) for i in range(min(r, per_round))]
-            theirs["append"].append(await append_rate(adk, ref, ref_events))
-        # The rest of each session, unmeasured, so both read the same length.
-        done = per_round * args.rounds
-        for i in range(done, n):
-            await svc.append_event(mine, make_event(i))
-        for i in range(len(ref.events), n):
-            await adk.append_event(ref, make_event(i))
+            for name, svc in services.items():
+                count = min(r, per_round) if name == "adk_sqlite" else per_round
+                events = [make_event(base + i) for i in range(count)]
+                got[name]["append"].append(await append_rate(svc, sessions[name], events))
+        # The rest of each session, unmeasured, so all read the same length.
+        for name, svc in services.items():
+            for i in range(len(sessions[name].events), n):
+                await svc.append_event(sessions[name], make_event(i))
 
         async def new_streamd() -> tuple[BaseSessionService, Callable[[], Awaitable[None]]]:
             c = await AsyncClient.connect_socket(daemon.sock)
             return StreamdSessionService(c), c.aclose
 
+        async def new_local() -> tuple[BaseSessionService, Callable[[], Awaitable[None]]]:
+            s = StreamdSessionService(database=local_db)
+            return s, s.close
+
         async def new_adk() -> tuple[BaseSessionService, Callable[[], Awaitable[None]]]:
             s = SqliteSessionService(adk_db)
             return s, s.close
 
+        makers = {"streamd": new_streamd, "local": new_local, "adk_sqlite": new_adk}
         for _ in range(args.rounds):
-            ours["cold"].append(await cold_get(new_streamd, "s", None, n))
-            theirs["cold"].append(await cold_get(new_adk, "s", None, n))
-            ours["recent"].append(await cold_get(new_streamd, "s", recent, 20))
-            theirs["recent"].append(await cold_get(new_adk, "s", recent, 20))
-        warm = summary(await timed_gets(svc, "s", args.reads, None, n))
+            for name, make in makers.items():
+                got[name]["cold"].append(await cold_get(make, "s", None, n))
+            for name, make in makers.items():
+                got[name]["recent"].append(await cold_get(make, "s", recent, 20))
+        warm = summary(await timed_gets(services["streamd"], "s", args.reads, None, n))
+        await services["local"].close()  # type: ignore[attr-defined]
         await client.aclose()
     med = statistics.median
-    result = {
-        "rounds": args.rounds,
-        "streamd": {"append_events_per_s": round(med(ours["append"]), 1),
-                    "append_rounds": [round(x) for x in ours["append"]],
-                    "get_session_cold": summary(ours["cold"]),
-                    "recent20_cold": summary(ours["recent"]),
-                    "get_session_warm": warm},
-        "adk_sqlite": {"append_events_per_s": round(med(theirs["append"]), 1),
-                       "append_rounds": [round(x) for x in theirs["append"]],
-                       "appends_per_round": min(r, per_round),
-                       "get_session_cold": summary(theirs["cold"]),
-                       "recent20_cold": summary(theirs["recent"])},
-    }
-    result["ratios"] = {
-        "append_rate": round(result["streamd"]["append_events_per_s"]
-                             / result["adk_sqlite"]["append_events_per_s"], 2),
-        "get_session_cold_time": round(med(ours["cold"]) / med(theirs["cold"]), 3),
-        "recent20_cold_time": round(med(ours["recent"]) / med(theirs["recent"]), 3),
-    }
+    result: dict[str, Any] = {"rounds": args.rounds}
+    for name in names:
+        result[name] = {"append_events_per_s": round(med(got[name]["append"]), 1),
+                        "append_rounds": [round(x) for x in got[name]["append"]],
+                        "get_session_cold": summary(got[name]["cold"]),
+                        "recent20_cold": summary(got[name]["recent"])}
+    result["streamd"]["get_session_warm"] = warm
+    result["adk_sqlite"]["appends_per_round"] = min(r, per_round)
+    theirs = got["adk_sqlite"]
+    for name, key in (("streamd", "ratios"), ("local", "ratios_in_process")):
+        ours = got[name]
+        result[key] = {
+            "append_rate": round(med(ours["append"]) / med(theirs["append"]), 2),
+            "get_session_cold_time": round(med(ours["cold"]) / med(theirs["cold"]), 3),
+            "recent20_cold_time": round(med(ours["recent"]) / med(theirs["recent"]), 3),
+        }
     return result
 
 
@@ -427,19 +433,24 @@ def print_table(report: dict[str, Any]) -> None:
           f" commit, synchronous=FULL, p50 {d['sqlite_wal_full_commit']['p50_ms']:.3f} ms"
           f" ({d['sqlite_commit_allows_per_s']:,}/s)")
     sb = report["side_by_side"]
-    ours, theirs, ratio = sb["streamd"], sb["adk_sqlite"], sb["ratios"]
-    print(f"side by side, {sb['rounds']} alternating rounds, medians; streamd synchronous=FULL")
-    print(f"{'measure':44} {'streamd':>16} {'ADK Sqlite':>16} {'ratio':>8}   target")
+    ours, local, theirs = sb["streamd"], sb["local"], sb["adk_sqlite"]
+    ratio, ratio_local = sb["ratios"], sb["ratios_in_process"]
+    print(f"side by side, {sb['rounds']} alternating rounds, medians; streamd synchronous=FULL,"
+          " through its daemon and in process (database=)")
+    print(f"{'measure':44} {'streamd':>16} {'in process':>16} {'ADK Sqlite':>16}"
+          f" {'ratio':>7} {'in proc':>7}   target")
     rows = [
-        ("append_event/s, in order, each awaited", "append_events_per_s",
-         f"{ratio['append_rate']:.2f}x", ">= 5x"),
-        (f"get_session, {n} events, cold", "get_session_cold",
-         f"{ratio['get_session_cold_time']:.2f}", "<= 0.25"),
-        ("get_session, num_recent_events=20, cold", "recent20_cold",
-         f"{ratio['recent20_cold_time']:.2f}", "<= 0.25"),
+        ("append_event/s, in order, each awaited", "append_events_per_s", "append_rate", "x",
+         ">= 5x"),
+        (f"get_session, {n} events, cold", "get_session_cold", "get_session_cold_time", "",
+         "<= 0.25"),
+        ("get_session, num_recent_events=20, cold", "recent20_cold", "recent20_cold_time", "",
+         "<= 0.25"),
     ]
-    for label, key, r, target in rows:
-        print(f"{label:44} {_cell(ours[key]):>16} {_cell(theirs[key]):>16} {r:>8}   {target}")
+    for label, key, rkey, unit, target in rows:
+        print(f"{label:44} {_cell(ours[key]):>16} {_cell(local[key]):>16}"
+              f" {_cell(theirs[key]):>16} {ratio[rkey]:>6.2f}{unit or ' '}"
+              f" {ratio_local[rkey]:>6.2f}{unit or ' '}   {target}")
     print(f"{'get_session, ' + str(n) + ' events, warm':44} {_cell(ours['get_session_warm']):>16}")
     for mode, row in report["streamd"].items():
         print(f"streamd {mode}: append {_cell(row['append_events_per_s'])}, write-behind"

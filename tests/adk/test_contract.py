@@ -9,7 +9,8 @@ subprocess, outside this repository's pytest configuration (which runs every
 async test on Trio; ADK's run on pytest-asyncio), with our plugin
 (``tests/adk/adk_contract/streamd_adk_contract_plugin.py``) adding streamd as one
 more value of the fixture, and only streamd's cases selected. Every one must
-pass, by default and with ``write_behind=True``.
+pass, by default and with ``write_behind=True``, through the daemon and on a
+log in the test's own process (``database=``).
 
 The same by hand, from a copy ``C`` of the folder::
 
@@ -86,7 +87,10 @@ def _run_contract(tmp_path: Path, *options: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    "options", [(), ("--streamd-write-behind",)], ids=["durable", "write-behind"]
+    "options",
+    [(), ("--streamd-write-behind",), ("--streamd-in-process",),
+     ("--streamd-in-process", "--streamd-write-behind")],
+    ids=["durable", "write-behind", "in-process", "in-process-write-behind"],
 )
 def test_streamd_passes_adks_own_session_service_contract(
     tmp_path: Path, options: tuple[str, ...]

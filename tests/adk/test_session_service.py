@@ -1,5 +1,6 @@
 """``streamd.adk.StreamdSessionService`` states ADK's documented session-service
-behaviour, test by test, against a real ``streamd`` spawned on stdio.
+behaviour, test by test, against a real ``streamd`` spawned on stdio and again
+on a log in the test's own process (``database=``).
 
 The facts come from ADK's public source (google-adk 2.13): ``BaseSessionService``
 and ``GetSessionConfig`` (their docstrings), ``State``'s prefixes, and what
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.subprocess
 
 adk = pytest.importorskip("google.adk")
 
+import support.adk  # noqa: E402
 from google.adk.errors import StaleSessionError  # noqa: E402
 from google.adk.errors.already_exists_error import AlreadyExistsError  # noqa: E402
 from google.adk.errors.session_not_found_error import SessionNotFoundError  # noqa: E402
@@ -37,6 +39,13 @@ from google.genai import types  # noqa: E402
 from support.adk import Service, event, run  # noqa: E402
 
 from streamd.adk import StreamdSessionService  # noqa: E402
+
+
+@pytest.fixture(autouse=True, params=support.adk.MODES)
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: through a daemon, and on a log in this process."""
+    monkeypatch.setattr(support.adk, "mode", request.param)
+    return str(request.param)
 
 
 def text(t: str, role: str = "user") -> types.Content:

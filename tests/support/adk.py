@@ -1,4 +1,5 @@
-"""A StreamdSessionService on a scratch daemon, and ADK events."""
+"""A StreamdSessionService on a scratch daemon (or on a log in this process),
+and ADK events."""
 
 from __future__ import annotations
 
@@ -15,18 +16,30 @@ from streamd.client import AsyncClient
 
 Service = StreamdSessionService
 
+MODES = ("daemon", "in-process")
+"""Where the service's log is: a ``streamd`` spawned on stdio, or this
+process (``database=``). A test module's fixture may set :data:`mode`."""
+
+mode = "daemon"
+
 
 def run(
     tmp_path: Path, body: Callable[[Service], Awaitable[Any]], *, timeout: float = 60,
     **options: Any,
 ) -> Any:
-    """``body(service)`` on a fresh daemon and database, bounded."""
+    """``body(service)`` on a fresh database, through a daemon of its own or
+    in this process (:data:`mode`), bounded."""
+    db = tmp_path / "events.db"
 
     async def main() -> Any:
         async with asyncio.timeout(timeout):
-            client = await AsyncClient.spawn(
-                ["--db", str(tmp_path / "events.db"), "--synchronous", "NORMAL"]
-            )
+            if mode == "in-process":
+                service = StreamdSessionService(database=db, synchronous="NORMAL", **options)
+                try:
+                    return await body(service)
+                finally:
+                    await service.close()
+            client = await AsyncClient.spawn(["--db", str(db), "--synchronous", "NORMAL"])
             async with client:
                 return await body(StreamdSessionService(client, **options))
 

@@ -63,12 +63,16 @@ How ADK's session model maps onto the log, and why:
 The service talks to the daemon through :class:`streamd.client.AsyncClient`:
 given one, it uses it (on the loop that opened it); given none, it connects on
 first use, one client per event loop (``Runner.run`` runs its own loop in a
-thread), starting the resident daemon if none runs.
+thread), starting the resident daemon if none runs. Given ``database=`` (a
+SQLite file), it runs the log in this process instead, one
+:class:`streamd.client.local.LocalClient` per event loop: no daemon, no socket,
+the same store and rules, the file shared with any daemon serving it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import typing
 import uuid
@@ -96,16 +100,21 @@ from streamd.adk.errors import adk_error, stale_error
 from streamd.adk.write_behind import PENDING, Pipeline, Queued, encode
 from streamd.client import calls
 from streamd.client.asyncio_client import AsyncClient
+from streamd.client.local import LocalClient
 from streamd.client.protocol import Call
 from streamd.client.transport import START_TIMEOUT
 from streamd.errors import RpcError
 from streamd.eventlog.model import AppendParams, SessionKey
+from streamd.eventlog.store.backend import Synchronous
 
 __all__ = ["StreamdSessionService"]
 
 DEFAULT_EVENT_CACHE = 20_000
 _SEEN_SESSIONS = 10_000
 _LIST_PAGE = 1000
+
+_Client = AsyncClient | LocalClient
+"""The daemon's client, or the log in this process (the same methods)."""
 
 
 class StreamdSessionService(BaseSessionService):
@@ -122,11 +131,19 @@ class StreamdSessionService(BaseSessionService):
         start_timeout: float = START_TIMEOUT,
         event_cache: int = DEFAULT_EVENT_CACHE,
         write_behind: bool = False,
+        database: str | os.PathLike[str] | None = None,
+        synchronous: Synchronous = "FULL",
     ) -> None:
         """``write_behind``: ``append_event`` returns once the event is queued
         (see the module docstring); call :meth:`flush` (``Runner.close`` does)
-        to know the events are stored."""
+        to know the events are stored. ``database``: a SQLite file to keep the
+        log in, in this process, with no daemon (``synchronous`` as the
+        daemon's ``--synchronous``); not with ``client``."""
+        if database is not None and client is not None:
+            raise ValueError("give a client (the daemon's) or a database (in process), not both")
         self._given = client
+        self._database = database
+        self._synchronous: Synchronous = synchronous
         self._write_behind = write_behind
         self._pipes: dict[tuple[str, str, str], Pipeline] = {}
         self._owed: dict[str, int] = {}  # queued appends, by session copy (token)
@@ -140,7 +157,7 @@ class StreamdSessionService(BaseSessionService):
             "daemon_args": daemon_args,
             "start_timeout": start_timeout,
         }
-        self._owned: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = (
+        self._owned: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Client] = (
             weakref.WeakKeyDictionary()
         )
         self._opening: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
@@ -154,7 +171,7 @@ class StreamdSessionService(BaseSessionService):
 
     # -- the client --
 
-    async def _client(self) -> AsyncClient:
+    async def _client(self) -> _Client:
         if self._given is not None:
             return self._given
         loop = asyncio.get_running_loop()
@@ -167,10 +184,15 @@ class StreamdSessionService(BaseSessionService):
             with self._lock:
                 client = self._owned.get(loop)
             if client is None:
-                client = await AsyncClient.connect(**self._connect_args)
+                client = await self._open()
                 with self._lock:
                     self._owned[loop] = client
         return client
+
+    async def _open(self) -> _Client:
+        if self._database is not None:
+            return await LocalClient.open(self._database, synchronous=self._synchronous)
+        return await AsyncClient.connect(**self._connect_args)
 
     async def close(self) -> None:
         """Close the client this service opened on the running loop (a client
@@ -236,7 +258,7 @@ class StreamdSessionService(BaseSessionService):
         return await self._load(client, app_name, user_id, stored_as, recent, after)
 
     async def _stored_id(
-        self, client: AsyncClient, app_name: str, user_id: str, session_id: str
+        self, client: _Client, app_name: str, user_id: str, session_id: str
     ) -> str | None:
         """The id a session given as ``session_id`` is stored under: its
         stripped form (see :func:`~streamd.adk.codec.session_id`), unless a
@@ -256,7 +278,7 @@ class StreamdSessionService(BaseSessionService):
 
     async def _load(
         self,
-        client: AsyncClient,
+        client: _Client,
         app_name: str,
         user_id: str,
         session_id: str,
@@ -297,7 +319,7 @@ class StreamdSessionService(BaseSessionService):
 
     async def _read(
         self,
-        client: AsyncClient,
+        client: _Client,
         key: tuple[str, str, str],
         recent: int | None,
         after_time: datetime | None,
@@ -437,7 +459,7 @@ class StreamdSessionService(BaseSessionService):
 
     # -- write-behind --
 
-    async def _append_behind(self, client: AsyncClient, session: Session, event: Event) -> Event:
+    async def _append_behind(self, client: _Client, session: Session, event: Event) -> Event:
         """Queue the event behind this session copy's earlier ones and return.
 
         Each session object (copy) gets a token in its marker; the pipeline of
@@ -486,7 +508,7 @@ class StreamdSessionService(BaseSessionService):
             pipe.task = asyncio.get_running_loop().create_task(self._send(pipe, client))
         return event
 
-    async def _send(self, pipe: Pipeline, client: AsyncClient) -> None:
+    async def _send(self, pipe: Pipeline, client: _Client) -> None:
         try:
             while pipe.queue:
                 run = pipe.take_run()
@@ -539,7 +561,7 @@ class StreamdSessionService(BaseSessionService):
         if self._unreported:
             raise self._refused[self._unreported.pop(0)]
 
-    async def _expected_seq(self, client: AsyncClient, session: Session) -> int:
+    async def _expected_seq(self, client: _Client, session: Session) -> int:
         marker = session._storage_update_marker
         if marker is not None:
             try:

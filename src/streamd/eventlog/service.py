@@ -55,7 +55,6 @@ import inspect
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
 
 import msgspec
 import trio
@@ -104,6 +103,7 @@ from streamd.eventlog.model import (
     StateSnapshot,
     WatchParams,
     WatchResult,
+    with_event_time,
 )
 from streamd.eventlog.store import Committed, ReadShape
 from streamd.rpc import Connection, Method, Request, encode_notification
@@ -122,16 +122,6 @@ ENTRY_NOTIFICATION = "eventlog/entry"
 LEASE_LOST_NOTIFICATION = "eventlog/lock_lost"
 
 LogFactory = Callable[[], EventLog | Awaitable[EventLog]]
-
-_S = TypeVar("_S", bound=Session)
-
-
-def _event_time(session: _S, wanted: bool) -> _S:
-    """``session`` as sent: without its ``last_event_time`` unless ``wanted``."""
-    if wanted or session.last_event_time is None:
-        return session
-    return msgspec.structs.replace(session, last_event_time=None)
-
 
 class _Service:
     def __init__(self, get_log: LogFactory) -> None:
@@ -234,22 +224,22 @@ class _Service:
     # (event_time: true): the answers every other caller gets keep their keys.
 
     async def sessions_create(self, p: SessionCreateParams, request: Request) -> Session:
-        return _event_time(await (await self.log()).requests.create_session(p), False)
+        return with_event_time(await (await self.log()).requests.create_session(p), False)
 
     async def sessions_get(self, p: SessionGetParams, request: Request) -> SessionWithEvents:
         got = await (await self.log()).requests.get_session(p, _REPLY)
-        return _event_time(got, p.event_time)
+        return with_event_time(got, p.event_time)
 
     async def sessions_get_many(self, p: SessionsGetParams, request: Request) -> SessionsResult:
         got = await (await self.log()).requests.get_sessions(p, _REPLY)
         if not p.event_time:
-            got.sessions = [_event_time(s, False) for s in got.sessions]
+            got.sessions = [with_event_time(s, False) for s in got.sessions]
         return got
 
     async def sessions_list(self, p: SessionListParams, request: Request) -> SessionListResult:
         got = await (await self.log()).requests.list_sessions_page(p)
         if not p.event_time:
-            got.sessions = [_event_time(s, False) for s in got.sessions]
+            got.sessions = [with_event_time(s, False) for s in got.sessions]
         return got
 
     async def sessions_delete(self, p: SessionDeleteParams, request: Request) -> Empty:

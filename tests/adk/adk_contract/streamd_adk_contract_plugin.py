@@ -21,8 +21,10 @@ configuration (which runs every async test on Trio)::
         tests/unittests/sessions/test_session_service.py -k streamd
 
 Options: ``--streamd-write-behind`` runs the service with ``write_behind=True``
-(each test's events flushed before the service closes); ``--streamd-daemon-arg``
-(repeatable) is passed to each daemon (``--synchronous NORMAL``, say).
+(each test's events flushed before the service closes); ``--streamd-in-process``
+runs it on the log in the test's own process (``database=``, no daemon);
+``--streamd-daemon-arg`` (repeatable) is passed to each daemon
+(``--synchronous NORMAL``, say).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("streamd", "streamd as an ADK session backend")
     group.addoption("--streamd-write-behind", action="store_true",
                     help="run StreamdSessionService with write_behind=True")
+    group.addoption("--streamd-in-process", action="store_true",
+                    help="run StreamdSessionService on a log in this process (database=)")
     group.addoption("--streamd-daemon-arg", action="append", default=[],
                     help="an argument for each streamd daemon (repeatable)")
 
@@ -61,6 +65,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _backend(config: pytest.Config) -> StreamdBackend:
     write_behind = bool(config.getoption("streamd_write_behind"))
     daemon_args = list(config.getoption("streamd_daemon_arg"))
+    in_process = bool(config.getoption("streamd_in_process"))
 
     @contextlib.asynccontextmanager
     async def make(tmp_path: pathlib.Path) -> AsyncIterator[Any]:
@@ -69,7 +74,16 @@ def _backend(config: pytest.Config) -> StreamdBackend:
         from streamd.adk import StreamdSessionService
         from streamd.client import AsyncClient
 
-        client = await AsyncClient.spawn(["--db", str(tmp_path / "streamd.db"), *daemon_args])
+        database = tmp_path / "streamd.db"
+        if in_process:
+            service = StreamdSessionService(database=database, write_behind=write_behind)
+            try:
+                yield service
+                await service.flush()
+            finally:
+                await service.close()
+            return
+        client = await AsyncClient.spawn(["--db", str(database), *daemon_args])
         try:
             service = StreamdSessionService(client, write_behind=write_behind)
             yield service

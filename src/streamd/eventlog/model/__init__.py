@@ -284,6 +284,9 @@ from streamd.eventlog.model.sessions import (
 from streamd.eventlog.model.sessions import (
     SessionWithEvents as SessionWithEvents,
 )
+from streamd.eventlog.model.sessions import (
+    with_event_time as with_event_time,
+)
 from streamd.eventlog.model.state import (
     StateGetParams as StateGetParams,
 )
@@ -363,4 +366,5 @@ __all__ = [
     "to_us",
     "validated",
     "wire_size",
+    "with_event_time",
 ]

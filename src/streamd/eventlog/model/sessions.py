@@ -6,7 +6,7 @@ No I/O here, and no trio.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
@@ -168,3 +168,15 @@ class SessionDeleteParams(Params, kw_only=True):
     app: NonEmpty
     user: NonEmpty
     session: NonEmpty
+
+
+_S = TypeVar("_S", bound=Session)
+
+
+def with_event_time(session: _S, wanted: bool) -> _S:
+    """``session`` as answered: without its ``last_event_time`` unless the
+    caller asked for it (``event_time: true``), so the answers of every other
+    caller keep the keys they always had."""
+    if wanted or session.last_event_time is None:
+        return session
+    return msgspec.structs.replace(session, last_event_time=None)

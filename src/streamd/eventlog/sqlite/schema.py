@@ -221,6 +221,11 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def migrate(db: apsw.Connection) -> None:
+    if db.pragma("user_version") == SCHEMA_VERSION:
+        # Current (the common open): no write transaction, so no wait for
+        # another process's write lock. One that is behind is checked again
+        # inside the transaction below, where no other migration can race.
+        return
     with db:
         current = db.pragma("user_version")
         if current > SCHEMA_VERSION:

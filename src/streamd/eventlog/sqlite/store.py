@@ -187,8 +187,37 @@ class SqliteStore(SqlOperations):
     ) -> SqliteStore:
         """``guard``: the path's :class:`DatabaseFile`, shared by the
         connections of one log (default: one of this store's own)."""
+        store = cls._open(path, options, migrate, guard, wait=True)
+        assert store is not None  # only an open that may not wait gives up
+        return store
+
+    @classmethod
+    def try_open_without_waiting(
+        cls,
+        path: str,
+        options: SqliteOptions | None = None,
+        *,
+        migrate: bool = True,
+        guard: DatabaseFile | None = None,
+    ) -> SqliteStore | None:
+        """:meth:`open`, or None at once where it would wait for another
+        connection's lock (a migration, a WAL being recovered): what an
+        event loop may call, falling back to :meth:`open` on a thread."""
+        return cls._open(path, options, migrate, guard, wait=False)
+
+    @classmethod
+    def _open(
+        cls,
+        path: str,
+        options: SqliteOptions | None,
+        migrate: bool,
+        guard: DatabaseFile | None,
+        *,
+        wait: bool,
+    ) -> SqliteStore | None:
         opts = options or SqliteOptions()
         busy = BusyWait(opts.busy_timeout_ms)
+        busy.waits = wait
         guard = guard or guard_for(path)
         if guard is not None:
             guard.before_open()
@@ -203,14 +232,19 @@ class SqliteStore(SqlOperations):
                 if guard is not None:
                     guard.closing(db)
                 db.close()
+                if busy.refused:
+                    return None
                 raise err from exc
             except BaseException:
                 if guard is not None:
                     guard.closing(db)
                 db.close()
+                if busy.refused:
+                    return None
                 raise
         except apsw.Error as exc:
             raise _translate(exc, path=path) from exc
+        busy.waits = True
         return cls(db, busy, guard=guard)
 
     async def run(self, op: Callable[[Backend], _T]) -> _T:

@@ -1,0 +1,340 @@
+"""The event log in this process (:class:`streamd.client.local.LocalClient`).
+
+It must answer as the daemon answers: the same calls are made on a real
+``streamd serve`` and on a local client of a file of its own, and the answers
+compared (times of writing aside). Then what is its own: a write that would
+wait for another process's lock waits on the worker thread while the event
+loop runs on; a cancelled caller's append still lands and its retry is a
+duplicate; a daemon serving the same file sees what it commits; server
+addresses, a missing directory and the methods only a running log has are
+refused with words that say why. Each test runs its own ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import apsw
+import msgspec
+import pytest
+
+from streamd import errors
+from streamd.client import AsyncClient
+from streamd.client.local import LocalClient
+from streamd.errors import RpcError
+from streamd.eventlog.model import Event, Filter, StateDelta
+
+pytestmark = pytest.mark.subprocess
+
+T0 = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
+
+
+def ev(event_id: str, content: Any = None, **kw: Any) -> Event:
+    at = T0 + dt.timedelta(seconds=int(event_id.strip("e") or 0))
+    return Event(id=event_id, author=kw.pop("author", "agent"), content=content,
+                 timestamp=at, **kw)
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    async def bounded() -> Any:
+        async with asyncio.timeout(60):
+            return await coro
+
+    return asyncio.run(bounded())
+
+
+@pytest.fixture
+def daemon_socket(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A ``streamd serve --socket`` of a database of its own: (socket, database)."""
+    with tempfile.TemporaryDirectory(prefix="sdl-", dir="/tmp") as run_dir:
+        sock, db = str(Path(run_dir) / "s.sock"), tmp_path / "served.db"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamd", "serve", "--socket", sock, "--db", str(db),
+             "--synchronous", "NORMAL"], stdin=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                probe = socket.socket(socket.AF_UNIX)
+                try:
+                    probe.connect(sock)
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise AssertionError("streamd serve did not listen") from None
+                    time.sleep(0.01)  # a process's start-up: there is no event to wait on
+                finally:
+                    probe.close()
+            yield sock, db
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+_WRITTEN_AT = {"created_at", "updated_at"}
+
+
+def comparable(value: Any) -> Any:
+    """An answer as builtins, with the times the log stamps at writing
+    (which differ between two logs written a moment apart) blanked."""
+    if isinstance(value, RpcError):
+        return ("error", value.code, value.message, value.data)
+    built = msgspec.to_builtins(value)
+
+    def blank(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: ("T" if k in _WRITTEN_AT and v is not None else blank(v))
+                    for k, v in x.items()}
+        if isinstance(x, list):
+            return [blank(v) for v in x]
+        return x
+
+    return blank(built)
+
+
+Step = Callable[[Any], Awaitable[Any]]
+
+# One scenario, every kind of answer and refusal the ADK service and a
+# simple agent rely on, in order.
+SCENARIO: list[tuple[str, Step]] = [
+    ("create", lambda c: c.create_session("app", "u", "s", {"n": 0}, app_state={"a": 1},
+                                          user_state={"lang": "en"})),
+    ("create again", lambda c: c.create_session("app", "u", "s")),
+    ("append", lambda c: c.append("app", "u", "s", ev("e1", {"k": 1}),
+                                  state_delta=StateDelta(session={"n": 1}, user={"seen": 1}),
+                                  expected_seq=0)),
+    ("duplicate", lambda c: c.append("app", "u", "s", ev("e1", {"k": 1}),
+                                     state_delta=StateDelta(session={"n": 1}, user={"seen": 1}))),
+    ("conflict", lambda c: c.append("app", "u", "s", ev("e1", {"k": 2}))),
+    ("stale", lambda c: c.append("app", "u", "s", ev("e2", {"k": 2}), expected_seq=0)),
+    ("invalid", lambda c: c.append("", "u", "s", ev("e2"))),
+    ("no session", lambda c: c.append("app", "u", "nope", ev("e9"), expected_seq=3)),
+    ("batch", lambda c: c.append_batch([
+        c_params("s", "e2", {"k": 2}, branch="b"), c_params("s", "e3", [1, "x"]),
+        c_params("t", "e4", None)])),
+    ("since", lambda c: c.since(0, Filter(session="s"))),
+    ("latest", lambda c: c.latest_seq()),
+    ("latest of t", lambda c: c.latest_seq(Filter(session="t"))),
+    ("branches", lambda c: c.branches()),
+    ("get", lambda c: c.get_session("app", "u", "s")),
+    ("get recent", lambda c: c.get_session("app", "u", "s", recent=2, scoped_state=True,
+                                           event_time=True)),
+    ("get after", lambda c: c.get_session("app", "u", "s", after_seq=1,
+                                          after_time=T0 + dt.timedelta(seconds=2))),
+    ("get missing", lambda c: c.get_session("app", "u", "missing")),
+    ("get many", lambda c: c.get_sessions("app", [("u", "s"), ("u", "x")],
+                                          recent=1)),
+    ("list", lambda c: c.list_sessions("app", event_time=True)),
+    ("state", lambda c: c.get_state("app", "u", "s")),
+    ("state then", lambda c: c.get_state("app", "u", "s", as_of_seq=1)),
+    ("retention", lambda c: c.set_retention("app", max_events=100)),
+    ("retention read", lambda c: c.retention("app")),
+    ("delete", lambda c: c.delete_session("app", "u", "t")),
+    ("deleted", lambda c: c.get_session("app", "u", "t")),
+    ("ping", lambda c: c.ping()),
+]
+
+
+def c_params(session: str, event_id: str, content: Any, **kw: Any) -> Any:
+    from streamd.client import calls
+
+    return calls.append("app", "u", session, ev(event_id, content, **kw)).params
+
+
+async def play(client: Any) -> list[tuple[str, Any]]:
+    out = []
+    for name, step in SCENARIO:
+        try:
+            out.append((name, comparable(await step(client))))
+        except RpcError as exc:
+            out.append((name, comparable(exc)))
+    return out
+
+
+def test_it_answers_every_call_as_the_daemon_answers_it(
+    daemon_socket: tuple[str, Path], tmp_path: Path
+) -> None:
+    sock, _ = daemon_socket
+
+    async def both() -> tuple[list[Any], list[Any]]:
+        async with await AsyncClient.connect_socket(sock) as remote:
+            theirs = await play(remote)
+        async with await LocalClient.open(tmp_path / "local.db") as local:
+            ours = await play(local)
+        return theirs, ours
+
+    theirs, ours = run(both())
+    assert [name for name, _ in ours] == [name for name, _ in SCENARIO]
+    for (name, expected), (_, got) in zip(theirs, ours, strict=True):
+        assert got == expected, name
+    # The scenario did reach each kind of answer it names.
+    answers = dict(ours)
+    assert answers["duplicate"]["duplicate"] is True
+    for refused in ("create again", "conflict", "stale", "invalid", "no session",
+                    "get missing", "deleted"):
+        assert answers[refused][0] == "error", refused
+
+
+def test_a_write_that_would_wait_for_a_lock_waits_off_the_event_loop(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+
+    async def scenario() -> None:
+        async with await LocalClient.open(db) as client:
+            await client.create_session("app", "u", "s")
+            other = apsw.Connection(str(db))
+            other.execute("BEGIN IMMEDIATE")  # another process's write lock
+            append = asyncio.ensure_future(client.append("app", "u", "s", ev("e1")))
+            ticks = 0
+            while client.in_flight == 0:  # the append is handed to the worker ...
+                await asyncio.sleep(0)
+                ticks += 1
+            for _ in range(3):  # ... and the loop goes on meanwhile
+                await asyncio.sleep(0)
+            assert not append.done()
+            # A read made now queues behind it (the connection is the worker's).
+            ping = asyncio.ensure_future(client.ping())
+            await asyncio.sleep(0)
+            assert client.in_flight == 2 and not ping.done()
+            other.execute("COMMIT")
+            result = await append
+            await ping
+            assert result.seq == 1 and not result.duplicate
+            assert client.in_flight == 0
+            other.close()
+
+    run(scenario())
+
+
+def test_a_cancelled_append_may_still_land_and_its_retry_is_a_duplicate(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+
+    async def scenario() -> None:
+        async with await LocalClient.open(db) as client:
+            await client.create_session("app", "u", "s")
+            other = apsw.Connection(str(db))
+            other.execute("BEGIN IMMEDIATE")
+            append = asyncio.ensure_future(client.append("app", "u", "s", ev("e1")))
+            while client.in_flight == 0:
+                await asyncio.sleep(0)
+            append.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await append
+            # The call is still the worker's: nothing may run inline beside it.
+            assert client.in_flight == 1
+            other.execute("COMMIT")
+            while client.in_flight:
+                await asyncio.sleep(0.001)  # the worker's commit: a thread, no event to await
+            retry = await client.append("app", "u", "s", ev("e1"))
+            assert retry.seq == 1 and retry.duplicate
+            other.close()
+
+    run(scenario())
+
+
+def test_an_open_that_would_wait_for_a_lock_waits_off_the_event_loop(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+    db.touch()
+    other = apsw.Connection(str(db))
+    other.execute("BEGIN IMMEDIATE")  # the new file's first open must write its schema
+
+    async def scenario() -> None:
+        opening = asyncio.ensure_future(LocalClient.open(db, busy_timeout_ms=60_000))
+        await asyncio.sleep(0)  # an open that waited here would block the loop
+        assert not opening.done()
+        other.execute("COMMIT")
+        async with await opening as client:
+            assert (await client.append("app", "u", "s", ev("e1"))).seq == 1
+
+    run(scenario())
+    other.close()
+
+
+def test_a_daemon_serving_the_same_file_sees_its_commits(
+    daemon_socket: tuple[str, Path]
+) -> None:
+    sock, db = daemon_socket
+
+    async def scenario() -> None:
+        async with (
+            await AsyncClient.connect_socket(sock) as remote,
+            await LocalClient.open(db) as local,
+        ):
+            await remote.create_session("app", "u", "s")
+            async with await remote.watch(0, Filter(session="s")) as watch:
+                await local.append("app", "u", "s", ev("e1", "from this process"))
+                entry = await anext(watch)
+                assert entry.event.content == "from this process" and entry.seq == 1
+            assert (await remote.append("app", "u", "s", ev("e2"))).seq == 2
+            assert [e.event.id for e in (await local.get_session("app", "u", "s")).events] == [
+                "e1", "e2"]
+
+    run(scenario())
+
+
+def test_a_new_file_is_private_and_a_closed_client_says_closed(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+
+    async def scenario() -> LocalClient:
+        client = await LocalClient.open(db)
+        await client.append("app", "u", "s", ev("e1"))
+        await client.aclose()
+        await client.aclose()  # idempotent
+        with pytest.raises(RpcError) as closed:
+            await client.ping()
+        assert closed.value.code == errors.CLOSED
+        return client
+
+    run(scenario())
+    assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
+    # The connection is closed: SQLite removed the WAL as the last one closed.
+    assert not Path(f"{db}-wal").exists()
+
+
+@pytest.mark.parametrize("target", ["postgresql://db.example/events", "mysql://h/events",
+                                    "host=/tmp dbname=events"])
+def test_a_server_address_is_refused_naming_the_daemon(target: str) -> None:
+    with pytest.raises(RpcError) as refused:
+        run(LocalClient.open(target))
+    assert refused.value.code == errors.INVALID_PARAMS
+    assert "served by the daemon" in refused.value.message
+
+
+def test_a_missing_directory_is_refused_and_nothing_is_made(tmp_path: Path) -> None:
+    with pytest.raises(RpcError) as refused:
+        run(LocalClient.open(tmp_path / "nowhere" / "events.db"))
+    assert refused.value.code == errors.SOURCE_UNAVAILABLE
+    assert "does not exist" in refused.value.message
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_what_only_a_running_log_does_is_refused_naming_the_daemon(tmp_path: Path) -> None:
+    async def scenario() -> list[RpcError]:
+        refusals = []
+        async with await LocalClient.open(tmp_path / "events.db") as client:
+            for call in (client.compact("app"), client.call(_lock_call())):
+                try:
+                    await call
+                except RpcError as exc:
+                    refusals.append(exc)
+        return refusals
+
+    refusals = run(scenario())
+    assert [r.code for r in refusals] == [errors.METHOD_NOT_FOUND] * 2
+    assert all("daemon" in r.message for r in refusals)
+
+
+def _lock_call() -> Any:
+    from streamd.client import calls
+
+    return calls.lock_acquire("app", "u", "s")
