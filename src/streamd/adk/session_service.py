@@ -177,9 +177,9 @@ class StreamdSessionService(BaseSessionService):
         loop = asyncio.get_running_loop()
         with self._lock:
             client = self._owned.get(loop)
+            if client is not None:
+                return client
             opening = self._opening.setdefault(loop, asyncio.Lock())
-        if client is not None:
-            return client
         async with opening:
             with self._lock:
                 client = self._owned.get(loop)
