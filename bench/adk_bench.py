@@ -8,8 +8,10 @@ nothing: it prints a table (the issue's targets beside the numbers) and writes
 JSON. Rows:
 
 * The three targets, side by side with ADK's own ``SqliteSessionService``
-  (aiosqlite) in one run, in alternating rounds (``--rounds``, medians), on a
-  streamd daemon with ``synchronous=FULL``:
+  (aiosqlite) in one run, in alternating rounds (``--rounds``, medians), for
+  streamd through a daemon with ``synchronous=FULL`` and for streamd in the
+  bench's own process (``StreamdSessionService(database=...)``, FULL; its cold
+  service opens the file inside the timed call):
 
   - append_event/s: one session, events appended in order, each awaited
     before the next (as the runner does: it appends an event, yields it, goes
