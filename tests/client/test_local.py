@@ -338,3 +338,12 @@ def _lock_call() -> Any:
     from streamd.client import calls
 
     return calls.lock_acquire("app", "u", "s")
+
+
+def test_a_fifo_at_the_path_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    fifo = tmp_path / "events.db"
+    os.mkfifo(fifo)
+    with pytest.raises(RpcError) as refused:
+        run(LocalClient.open(fifo))
+    assert "the file system failed" in refused.value.message
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # left as it was
