@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +15,7 @@ from typing import Any
 
 import apsw
 import pytest
+from support.serve_socket import serving
 
 from streamd.client import AsyncClient
 from streamd.client.protocol import Call
@@ -35,38 +33,12 @@ class Served:
     db: Path
 
 
-def _wait_connectable(path: str, proc: subprocess.Popen, timeout: float = 30) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while True:
-        s = socket.socket(socket.AF_UNIX)
-        try:
-            s.connect(path)
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"streamd serve did not listen on {path}") from None
-            time.sleep(0.01)  # polling a process's start-up: there is no event to wait on
-        finally:
-            s.close()
-
-
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
     root = Path(tempfile.mkdtemp(prefix="sdc-", dir="/tmp"))
     sock, db = str(root / "s.sock"), root / "events.db"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamd", "serve", "--socket", sock, "--db", str(db),
-         "--synchronous", "NORMAL"],
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        _wait_connectable(sock, proc)
+    with serving(sock, db, "--synchronous", "NORMAL"):
         yield Served(sock, db)
-    finally:
-        proc.terminate()
-        proc.wait(20)
 
 
 def run(coro_fn: Any, *args: Any, timeout: float = 30) -> Any:

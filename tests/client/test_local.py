@@ -15,12 +15,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
-import socket
 import stat
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +24,7 @@ from typing import Any
 import apsw
 import msgspec
 import pytest
+from support.serve_socket import serving
 
 from streamd import errors
 from streamd.client import AsyncClient
@@ -59,27 +56,8 @@ def daemon_socket(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A ``streamd serve --socket`` of a database of its own: (socket, database)."""
     with tempfile.TemporaryDirectory(prefix="sdl-", dir="/tmp") as run_dir:
         sock, db = str(Path(run_dir) / "s.sock"), tmp_path / "served.db"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamd", "serve", "--socket", sock, "--db", str(db),
-             "--synchronous", "NORMAL"], stdin=subprocess.DEVNULL,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                probe = socket.socket(socket.AF_UNIX)
-                try:
-                    probe.connect(sock)
-                    break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise AssertionError("streamd serve did not listen") from None
-                    time.sleep(0.01)  # a process's start-up: there is no event to wait on
-                finally:
-                    probe.close()
+        with serving(sock, db, "--synchronous", "NORMAL"):
             yield sock, db
-        finally:
-            proc.terminate()
-            proc.wait(30)
 
 
 _WRITTEN_AT = {"created_at", "updated_at"}
