@@ -77,10 +77,11 @@ __all__ = ["LocalClient"]
 T = TypeVar("T")
 
 # The daemon's numbers (streamd.eventlog.writer, .requests): an inline call
-# slower than this closes the inline path for the backoff; a read of at most
-# this many rows is small.
+# slower than this closes the inline path for the backoff; a batch of at most
+# this many appends may commit inline; a read of at most this many rows is small.
 _INLINE_SLOW_S = 0.02
 _INLINE_BACKOFF_S = 1.0
+_INLINE_MAX_GROUP = 16
 _SMALL_READ_ROWS = 100
 
 # The answers' shape: entries encoded once (by the compiled core where it can),
@@ -108,7 +109,7 @@ def _append_batch(p: Any, now_us: int) -> tuple[_Op, bool]:
     def op(store: SqliteStore) -> AppendBatchResult:
         return AppendBatchResult(results=_first(store.append_commit([group], now_us, False)))
 
-    return op, len(p.appends) <= 16
+    return op, len(p.appends) <= _INLINE_MAX_GROUP
 
 
 def _sessions_get(p: Any, now_us: int) -> tuple[_Op, bool]:
@@ -189,17 +190,10 @@ class LocalClient(calls.EventLogMethods):
     docstring). Open with :meth:`open`; use on the event loop that opened it;
     close with :meth:`aclose` (or ``async with``)."""
 
-    def __init__(
-        self,
-        store: SqliteStore,
-        pool: concurrent.futures.ThreadPoolExecutor,
-        *,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, store: SqliteStore, pool: concurrent.futures.ThreadPoolExecutor) -> None:
         self._store = store
         self._pool = pool
         self._loop = asyncio.get_running_loop()
-        self._wall_clock = wall_clock
         self._outstanding = 0  # calls submitted to the worker and not finished
         self._inline_closed_until = -math.inf
         self._closed = False
@@ -282,7 +276,7 @@ class LocalClient(calls.EventLogMethods):
         params = decode_params(
             call.method, msgspec.Raw(_encoder.encode(call.params)), type(call.params)
         )
-        op, small = make(params, int(self._wall_clock() * 1_000_000))
+        op, small = make(params, int(time.time() * 1_000_000))
         value = await self._run(op, small)
         if isinstance(value, call.result) and call.method not in _ENCODED_ANSWERS:
             return value
