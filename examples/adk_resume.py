@@ -9,8 +9,10 @@ first left it, history and state included::
     python examples/adk_resume.py --db /tmp/demo.db "what do you remember?"
 
 ``--db PATH`` runs a streamd daemon of this process's own on that file, ended
-on exit; without it the example uses the resident daemon (started if none
-runs) and the default event log. Needs ``pip install 'recall-streamd[adk]'``.
+on exit; ``--in-process PATH`` keeps the log in this process instead, no
+daemon at all (``StreamdSessionService(database=PATH)``); with neither the
+example uses the resident daemon (started if none runs) and the default event
+log. Needs ``pip install 'recall-streamd[adk]'``.
 """
 
 from __future__ import annotations
@@ -88,9 +90,9 @@ def remember(fact: str, tool_context: ToolContext) -> dict[str, Any]:
     return {"remembered": fact}
 
 
-async def main(message: str, db: str | None) -> None:
+async def main(message: str, db: str | None, in_process: str | None = None) -> None:
     client = await AsyncClient.spawn(["--db", db]) if db else None
-    service = StreamdSessionService(client)
+    service = StreamdSessionService(client, database=in_process)
     agent = LlmAgent(name="helper", model=RuleModel(), instruction="Help.", tools=[remember])
     runner = Runner(app_name=APP, agent=agent, session_service=service)
     try:
@@ -121,6 +123,9 @@ async def main(message: str, db: str | None) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("message", nargs="?", default="what do you remember?")
-    parser.add_argument("--db", help="an event log file of this run's own daemon")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--db", help="an event log file of this run's own daemon")
+    where.add_argument("--in-process", metavar="PATH",
+                       help="an event log file opened by this process, no daemon")
     args = parser.parse_args()
-    asyncio.run(main(args.message, args.db))
+    asyncio.run(main(args.message, args.db, args.in_process))

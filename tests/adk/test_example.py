@@ -1,6 +1,7 @@
 """``examples/adk_resume.py`` runs as docs/agent-builders.md says: with no model
 API key, each run a new process (with a new daemon) on the same event log, the
-second resuming the session the first stored, its history and state with it."""
+second resuming the session the first stored, its history and state with it;
+and the same with the log in each run's own process (``--in-process``)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,13 @@ EXAMPLE = ROOT / "examples" / "adk_resume.py"
 DOC = ROOT / "docs" / "agent-builders.md"
 
 
-def _run(db: Path, message: str) -> str:
+def _run(db: Path, message: str, where: str = "--db") -> str:
     env = {k: v for k, v in os.environ.items() if "API_KEY" not in k and "GOOGLE" not in k}
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--db", str(db), message], env=env,
+        [sys.executable, str(EXAMPLE), where, str(db), message], env=env,
         capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr
@@ -34,17 +35,18 @@ def _run(db: Path, message: str) -> str:
     return done.stdout
 
 
+@pytest.mark.parametrize("where", ["--db", "--in-process"])
 def test_the_example_resumes_its_session_in_a_new_process_without_an_api_key(
-    tmp_path: Path,
+    tmp_path: Path, where: str
 ) -> None:
     db = tmp_path / "demo.db"
-    first = _run(db, "remember: my name is Ada")
+    first = _run(db, "remember: my name is Ada", where)
     assert first.splitlines() == [
         "new session 'demo'",
         "helper: Noted.",
         "stored: 4 events, state {'user:facts': ['my name is Ada']}",
     ]
-    second = _run(db, "what do you remember?")
+    second = _run(db, "what do you remember?", where)
     assert second.splitlines() == [
         "resumed session 'demo' with 4 events",
         "helper: This is message 2 of our conversation. You told me: my name is Ada.",
