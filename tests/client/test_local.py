@@ -325,3 +325,15 @@ def test_a_fifo_at_the_path_is_refused_with_a_clear_error(tmp_path: Path) -> Non
         run(LocalClient.open(fifo))
     assert "the file system failed" in refused.value.message
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # left as it was
+
+
+def test_another_event_loop_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+
+    async def opened() -> LocalClient:
+        return await LocalClient.open(db)
+
+    client = run(opened())
+    with pytest.raises(RuntimeError, match="event loop that opened it"):
+        run(client.ping())
+    run(client.aclose())  # closing needs no loop of its own

@@ -264,6 +264,10 @@ class LocalClient(calls.EventLogMethods):
         """One request, answered as the daemon answers it (see the module docstring)."""
         if self._closed:
             raise closed_error()
+        if asyncio.get_running_loop() is not self._loop:
+            # Its worker reports to the loop that opened it, and its
+            # connection is that loop's: one client per event loop.
+            raise RuntimeError("a LocalClient is used on the event loop that opened it")
         make = _METHODS.get(call.method)
         if make is None:
             raise RpcError(
