@@ -17,6 +17,7 @@ import datetime as dt
 import os
 import stat
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from streamd.client import AsyncClient
 from streamd.client.local import LocalClient
 from streamd.errors import RpcError
 from streamd.eventlog.model import Event, Filter, StateDelta
+from streamd.eventlog.sqlite import SqliteStore
 
 pytestmark = pytest.mark.subprocess
 
@@ -173,10 +175,8 @@ def test_a_write_that_would_wait_for_a_lock_waits_off_the_event_loop(tmp_path: P
             other = apsw.Connection(str(db))
             other.execute("BEGIN IMMEDIATE")  # another process's write lock
             append = asyncio.ensure_future(client.append("app", "u", "s", ev("e1")))
-            ticks = 0
             while client.in_flight == 0:  # the append is handed to the worker ...
                 await asyncio.sleep(0)
-                ticks += 1
             for _ in range(3):  # ... and the loop goes on meanwhile
                 await asyncio.sleep(0)
             assert not append.done()
@@ -194,8 +194,19 @@ def test_a_write_that_would_wait_for_a_lock_waits_off_the_event_loop(tmp_path: P
     run(scenario())
 
 
-def test_a_cancelled_append_may_still_land_and_its_retry_is_a_duplicate(tmp_path: Path) -> None:
+def test_a_cancelled_append_may_still_land_and_its_retry_is_a_duplicate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = tmp_path / "events.db"
+    committing = threading.Event()  # the worker has started the append
+    commit = SqliteStore.append_commit
+
+    def signalled(store: SqliteStore, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            committing.set()
+        return commit(store, *args, **kwargs)
+
+    monkeypatch.setattr(SqliteStore, "append_commit", signalled)
 
     async def scenario() -> None:
         async with await LocalClient.open(db) as client:
@@ -203,8 +214,7 @@ def test_a_cancelled_append_may_still_land_and_its_retry_is_a_duplicate(tmp_path
             other = apsw.Connection(str(db))
             other.execute("BEGIN IMMEDIATE")
             append = asyncio.ensure_future(client.append("app", "u", "s", ev("e1")))
-            while client.in_flight == 0:
-                await asyncio.sleep(0)
+            await asyncio.to_thread(committing.wait, 30)
             append.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await append
@@ -337,3 +347,45 @@ def test_another_event_loop_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="event loop that opened it"):
         run(client.ping())
     run(client.aclose())  # closing needs no loop of its own
+
+
+def test_params_are_read_as_the_daemon_reads_them_whatever_their_python_type(
+    tmp_path: Path,
+) -> None:
+    from streamd.client.protocol import Call
+    from streamd.eventlog.model import Session
+
+    async def scenario() -> tuple[Any, RpcError]:
+        async with await LocalClient.open(tmp_path / "events.db") as client:
+            made = await client.call(Call("eventlog/sessions.create",
+                                          {"app": "app", "user": "u", "session": "s"}, Session))
+            try:
+                await client.call(Call("eventlog/sessions.create", {"app": "app"}, Session))
+            except RpcError as exc:
+                return made, exc
+        raise AssertionError("a create without a user was accepted")
+
+    made, refused = run(scenario())
+    assert (made.app, made.user, made.session, made.last_seq) == ("app", "u", "s", 0)
+    assert refused.code == errors.INVALID_PARAMS
+    assert "eventlog/sessions.create params" in refused.message and "user" in refused.message
+
+
+def test_the_wal_is_checkpointed_beside_the_appends(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+    body = "x" * 3000  # about one page an event, so 1,000 pages come soon
+
+    async def scenario() -> tuple[int, int]:
+        async with await LocalClient.open(db, synchronous="NORMAL") as client:
+            for i in range(1, 2501):
+                await client.append("app", "u", "s", ev(f"e{i}", body))
+            while client.in_flight:
+                await asyncio.sleep(0.001)  # a checkpoint on the worker: no event to await
+            # Measured while open: closing the last connection checkpoints anyway.
+            return os.path.getsize(db), os.path.getsize(f"{db}-wal")
+
+    database, wal = run(scenario())
+    # Without checkpoints the WAL would hold every page written (~10 MB) and
+    # the database file none of them.
+    assert database > 5_000_000
+    assert wal < 6_000_000

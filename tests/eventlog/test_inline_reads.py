@@ -16,8 +16,7 @@ import trio
 import trio.testing
 from support.eventlog import ev
 
-from streamd.eventlog import EventLog, SqliteStore
-from streamd.eventlog import connections as connections_module
+from streamd.eventlog import EventLog, SqliteStore, inline
 from streamd.eventlog.model import (
     Filter,
     LatestSeqParams,
@@ -31,7 +30,7 @@ from streamd.eventlog.model import (
 def never_slow(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loaded test machine's slow read must not move reads off the inline
     path (that has a test of its own, below)."""
-    monkeypatch.setattr(connections_module, "_INLINE_READ_SLOW_S", float("inf"))
+    monkeypatch.setattr(inline, "SLOW_READ_S", float("inf"))
 
 
 def _record_threads(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
@@ -129,8 +128,8 @@ async def test_a_small_read_behind_queued_work_waits_its_turn_on_the_worker(
 async def test_a_slow_inline_read_keeps_the_next_ones_on_the_worker_for_a_while(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(connections_module, "_INLINE_READ_SLOW_S", 0.0)  # every one "slow"
-    monkeypatch.setattr(connections_module, "_INLINE_READ_BACKOFF_S", 60.0)
+    monkeypatch.setattr(inline, "SLOW_READ_S", 0.0)  # every one "slow"
+    monkeypatch.setattr(inline, "BACKOFF_S", 60.0)
     loop_thread = threading.get_ident()
     pings = _record_threads(monkeypatch, "ping")
     with trio.fail_after(20):

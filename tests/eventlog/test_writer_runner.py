@@ -13,8 +13,7 @@ import pytest
 import trio
 from support.eventlog import ev
 
-from streamd.eventlog import EventLog, SqliteStore
-from streamd.eventlog import writer as writer_module
+from streamd.eventlog import EventLog, SqliteStore, inline
 from streamd.eventlog.model import AppendParams
 from streamd.eventlog.sqlite import SqliteOptions
 from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner
@@ -24,7 +23,7 @@ from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner
 def never_slow(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loaded test machine's slow fsync must not move appends off the inline
     path (that has a test of its own, below)."""
-    monkeypatch.setattr(writer_module, "_INLINE_SLOW_S", float("inf"))
+    monkeypatch.setattr(inline, "SLOW_WRITE_S", float("inf"))
 
 
 def _count(path: Path) -> int:
@@ -161,8 +160,8 @@ async def test_a_cancelled_call_is_interrupted_on_the_worker_and_the_next_one_ru
 async def test_a_slow_inline_commit_keeps_the_next_ones_on_the_worker_for_a_while(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(writer_module, "_INLINE_SLOW_S", 0.0)  # every commit is "slow"
-    monkeypatch.setattr(writer_module, "_INLINE_BACKOFF_S", 60.0)
+    monkeypatch.setattr(inline, "SLOW_WRITE_S", 0.0)  # every commit is "slow"
+    monkeypatch.setattr(inline, "BACKOFF_S", 60.0)
     with trio.fail_after(20):
         async with EventLog(tmp_path / "events.db", synchronous="NORMAL") as log:
             for i in range(5):

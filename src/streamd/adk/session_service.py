@@ -123,7 +123,7 @@ class StreamdSessionService(BaseSessionService):
 
     def __init__(
         self,
-        client: AsyncClient | None = None,
+        client: _Client | None = None,
         *,
         runtime_dir: str | None = None,
         start_daemon: bool = True,
@@ -132,18 +132,21 @@ class StreamdSessionService(BaseSessionService):
         event_cache: int = DEFAULT_EVENT_CACHE,
         write_behind: bool = False,
         database: str | os.PathLike[str] | None = None,
-        synchronous: Synchronous = "FULL",
+        synchronous: Synchronous | None = None,
     ) -> None:
         """``write_behind``: ``append_event`` returns once the event is queued
         (see the module docstring); call :meth:`flush` (``Runner.close`` does)
         to know the events are stored. ``database``: a SQLite file to keep the
         log in, in this process, with no daemon (``synchronous`` as the
-        daemon's ``--synchronous``); not with ``client``."""
+        daemon's ``--synchronous``, FULL by default); not with ``client``."""
         if database is not None and client is not None:
             raise ValueError("give a client (the daemon's) or a database (in process), not both")
+        if synchronous is not None and database is None:
+            raise ValueError("synchronous is the in-process log's (database=); the daemon's is"
+                             " its --synchronous")
         self._given = client
         self._database = database
-        self._synchronous: Synchronous = synchronous
+        self._synchronous: Synchronous = synchronous or "FULL"
         self._write_behind = write_behind
         self._pipes: dict[tuple[str, str, str], Pipeline] = {}
         self._owed: dict[str, int] = {}  # queued appends, by session copy (token)
@@ -184,10 +187,26 @@ class StreamdSessionService(BaseSessionService):
             with self._lock:
                 client = self._owned.get(loop)
             if client is None:
+                self._forget_ended_loops()
                 client = await self._open()
                 with self._lock:
                     self._owned[loop] = client
         return client
+
+    def _forget_ended_loops(self) -> None:
+        """Drop the clients of event loops that have ended: ``Runner.run``
+        runs each turn on a loop of its own, and a client holding its loop
+        (the daemon's, through its transport) would keep both, and their
+        socket or file, for ever. A local client's file is closed here; a
+        daemon client's socket closes with its transport, collected."""
+        with self._lock:
+            ended = [loop for loop in self._owned if loop.is_closed()]
+            gone = [self._owned.pop(loop) for loop in ended]
+            for loop in ended:
+                self._opening.pop(loop, None)
+        for client in gone:
+            if isinstance(client, LocalClient):
+                client.abandon()
 
     async def _open(self) -> _Client:
         if self._database is not None:

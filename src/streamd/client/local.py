@@ -27,16 +27,22 @@ How a call runs, and why:
   cancelled meanwhile does not stop a call already running: an append may
   still commit, as with the daemon, and a retry with the same event id is
   answered ``duplicate``.
-* **A slow inline call** (over 20 ms: the disk or the machine has turned slow)
-  sends the next ones to the worker for a second, so a slow disk stalls the
-  event loop once, not at every call (the daemon's rule).
+* **A slow inline call** (a write over 20 ms, a read over 5 ms: the disk or the
+  machine has turned slow) sends the next ones of its kind to the worker for a
+  second, so a slow disk stalls the event loop once, not at every call (the
+  daemon's rules, :mod:`streamd.eventlog.inline`). Long work never starts
+  inline: a session read whole, a deleted session's cascade, a migration.
 * **Answers are the daemon's**: each method is the store operation the daemon
   runs for it, and a result whose type is not the one the call asked for (a
   caller's own leaner type) is encoded and decoded into it, as from the wire.
+* **Checkpoints on the worker**: once the WAL holds 1,000 pages after a write,
+  a passive checkpoint copies it into the database on the worker thread
+  (SQLite's automatic one would run inside the commit that crossed the line,
+  inline on the event loop, with its fsync).
 * **Not here**: ``watch``, leases and ``compact`` are jobs of a running log
   (a producer per watch, a heartbeat per lease, the compactor's steps); they
-  answer ``method_not_found`` naming the daemon. SQLite's own automatic
-  checkpoint runs inside the commit that takes the WAL past 1,000 pages.
+  answer ``method_not_found`` naming the daemon. Retention policies are kept
+  (``retention.set``), and applied by a daemon's compactor.
 """
 
 from __future__ import annotations
@@ -46,7 +52,9 @@ import concurrent.futures
 import math
 import os
 import time
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
@@ -55,17 +63,38 @@ from streamd import errors
 from streamd.client import calls
 from streamd.client.protocol import Call
 from streamd.errors import RpcError
-from streamd.eventlog import dbtarget
+from streamd.eventlog import dbtarget, inline
 from streamd.eventlog.model import (
+    AppendBatchParams,
     AppendBatchResult,
+    AppendParams,
+    BootRecentParams,
+    BootRecentResult,
+    BootRecordParams,
+    BootRecordResult,
+    BootUpdateParams,
+    BranchesParams,
     BranchesResult,
     Empty,
+    LatestSeqParams,
     LatestSeqResult,
+    PingParams,
+    RetentionGetParams,
+    RetentionPolicy,
     RetentionResult,
+    SessionCreateParams,
+    SessionDeleteParams,
+    SessionGetParams,
+    SessionListParams,
+    SessionsGetParams,
     SessionWithEvents,
+    SinceParams,
+    StateGetParams,
+    to_us,
     with_event_time,
 )
 from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
+from streamd.eventlog.sqlite.checkpoints import CHECKPOINT_PAGES
 from streamd.eventlog.sqlite.connection import prepare_file
 from streamd.eventlog.sqlite.file_identity import DatabaseFile
 from streamd.eventlog.store import AppendGroup, ReadShape, closed_error
@@ -76,20 +105,27 @@ __all__ = ["LocalClient"]
 
 T = TypeVar("T")
 
-# The daemon's numbers (streamd.eventlog.writer, .requests): an inline call
-# slower than this closes the inline path for the backoff; a batch of at most
-# this many appends may commit inline; a read of at most this many rows is small.
-_INLINE_SLOW_S = 0.02
-_INLINE_BACKOFF_S = 1.0
-_INLINE_MAX_GROUP = 16
-_SMALL_READ_ROWS = 100
-
 # The answers' shape: entries encoded once (by the compiled core where it can),
 # the whole session at once (there is no frame to keep small in process).
 _ENCODED = ReadShape("encoded")
 
 _Op = Callable[[SqliteStore], Any]
 _encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, slots=True)
+class _Method:
+    """One wire method in process: its params type (what the daemon decodes
+    them into), the store operation for decoded params and the time, whether
+    the call may start inline, and whether it writes."""
+
+    params: type
+    plan: Callable[[Any, int], _Op]
+    small: Callable[[Any], bool]
+    writes: bool
+    encoded: bool = False
+    """The answer's entries are encoded already (``msgspec.Raw``): always
+    decoded into the caller's type."""
 
 
 def _first(outcome: CommitOutcome) -> Any:
@@ -99,44 +135,25 @@ def _first(outcome: CommitOutcome) -> Any:
     return result
 
 
-def _append(p: Any, now_us: int) -> tuple[_Op, bool]:
-    return (lambda store: _first(store.append_commit([p], now_us, False))), True
+def _append(p: AppendParams, now_us: int) -> _Op:
+    return lambda store: _first(store.append_commit([p], now_us, False))
 
 
-def _append_batch(p: Any, now_us: int) -> tuple[_Op, bool]:
+def _append_batch(p: AppendBatchParams, now_us: int) -> _Op:
     group = AppendGroup(p.appends)
-
-    def op(store: SqliteStore) -> AppendBatchResult:
-        return AppendBatchResult(results=_first(store.append_commit([group], now_us, False)))
-
-    return op, len(p.appends) <= _INLINE_MAX_GROUP
+    return lambda store: AppendBatchResult(
+        results=_first(store.append_commit([group], now_us, False))
+    )
 
 
-def _sessions_get(p: Any, now_us: int) -> tuple[_Op, bool]:
-    def op(store: SqliteStore) -> SessionWithEvents:
-        return with_event_time(store.get_session(p, _ENCODED), p.event_time)
-
-    return op, p.recent is not None and p.recent <= _SMALL_READ_ROWS
+def _sessions_get(p: SessionGetParams, now_us: int) -> _Op:
+    return lambda store: with_event_time(store.get_session(p, _ENCODED), p.event_time)
 
 
-def _sessions_list(p: Any, now_us: int) -> tuple[_Op, bool]:
-    def op(store: SqliteStore) -> Any:
-        got = store.list_sessions_page(p)
-        if not p.event_time:
-            got.sessions = [with_event_time(s, False) for s in got.sessions]
-        return got
-
-    return op, p.limit <= _SMALL_READ_ROWS
-
-
-def _sessions_get_many(p: Any, now_us: int) -> tuple[_Op, bool]:
-    def op(store: SqliteStore) -> Any:
-        got = store.get_sessions(p, _ENCODED)
-        if not p.event_time:
-            got.sessions = [with_event_time(s, False) for s in got.sessions]
-        return got
-
-    return op, False
+def _listed(p: Any, got: Any) -> Any:
+    if not p.event_time:
+        got.sessions = [with_event_time(s, False) for s in got.sessions]
+    return got
 
 
 def _empty(run: Callable[[SqliteStore], object]) -> _Op:
@@ -147,56 +164,125 @@ def _empty(run: Callable[[SqliteStore], object]) -> _Op:
     return op
 
 
-# Answers whose entries are encoded already (msgspec.Raw): always decoded.
-_ENCODED_ANSWERS = frozenset({"eventlog/since", "eventlog/sessions.get",
-                              "eventlog/sessions.get_many"})
+def _always(p: Any) -> bool:
+    return True
 
-# Each wire method: what it runs on the store, and whether it may run inline.
-_METHODS: dict[str, Callable[[Any, int], tuple[_Op, bool]]] = {
-    "eventlog/append": _append,
-    "eventlog/append_batch": _append_batch,
-    "eventlog/since": lambda p, now: ((lambda store: store.since(p, _ENCODED)), False),
-    "eventlog/latest_seq": lambda p, now: (
-        (lambda store: LatestSeqResult(seq=store.latest_seq(p.filter))), p.filter is None
+
+def _never(p: Any) -> bool:
+    return False
+
+
+# What the daemon's request layer runs for each method (streamd.eventlog.requests
+# and .service), and which calls it lets start inline.
+_METHODS: dict[str, _Method] = {
+    "eventlog/append": _Method(AppendParams, _append, _always, writes=True),
+    "eventlog/append_batch": _Method(
+        AppendBatchParams, _append_batch,
+        lambda p: len(p.appends) <= inline.MAX_INLINE_GROUP, writes=True,
     ),
-    "eventlog/branches": lambda p, now: (
-        (lambda store: BranchesResult(branches=store.branches(p.filter, p.limit))), False
+    "eventlog/since": _Method(
+        SinceParams, lambda p, now: lambda store: store.since(p, _ENCODED), _never,
+        writes=False, encoded=True,
     ),
-    "eventlog/sessions.create": lambda p, now: (
-        (lambda store: with_event_time(store.create_session(p, now), False)), True
+    "eventlog/latest_seq": _Method(
+        LatestSeqParams,
+        lambda p, now: lambda store: LatestSeqResult(seq=store.latest_seq(p.filter)),
+        lambda p: p.filter is None, writes=False,
     ),
-    "eventlog/sessions.get": _sessions_get,
-    "eventlog/sessions.get_many": _sessions_get_many,
-    "eventlog/sessions.list": _sessions_list,
-    "eventlog/sessions.delete": lambda p, now: (
-        _empty(lambda store: store.delete_session(p.app, p.user, p.session)), True
+    "eventlog/branches": _Method(
+        BranchesParams,
+        lambda p, now: lambda store: BranchesResult(branches=store.branches(p.filter, p.limit)),
+        _never, writes=False,
     ),
-    "eventlog/state.get": lambda p, now: (
-        (lambda store: store.get_state(p.app, p.user, p.session, p.as_of_seq)),
-        p.as_of_seq is None,
+    "eventlog/sessions.create": _Method(
+        SessionCreateParams,
+        lambda p, now: lambda store: with_event_time(store.create_session(p, now), False),
+        _always, writes=True,
     ),
-    "eventlog/retention.set": lambda p, now: (
-        _empty(lambda store: store.set_retention(p, now)), True
+    "eventlog/sessions.get": _Method(
+        SessionGetParams, _sessions_get,
+        lambda p: p.recent is not None and p.recent <= inline.SMALL_READ_ROWS,
+        writes=False, encoded=True,
     ),
-    "eventlog/retention.get": lambda p, now: (
-        (lambda store: RetentionResult(policies=store.retention_policies(p.app))), True
+    "eventlog/sessions.get_many": _Method(
+        SessionsGetParams,
+        lambda p, now: lambda store: _listed(p, store.get_sessions(p, _ENCODED)),
+        _never, writes=False, encoded=True,
     ),
-    "eventlog/ping": lambda p, now: (_empty(lambda store: store.ping()), True),
+    "eventlog/sessions.list": _Method(
+        SessionListParams,
+        lambda p, now: lambda store: _listed(p, store.list_sessions_page(p)),
+        lambda p: p.limit <= inline.SMALL_READ_ROWS, writes=False,
+    ),
+    # A session's events go with it (a cascade, as long as the session): never inline.
+    "eventlog/sessions.delete": _Method(
+        SessionDeleteParams,
+        lambda p, now: _empty(lambda store: store.delete_session(p.app, p.user, p.session)),
+        _never, writes=True,
+    ),
+    "eventlog/state.get": _Method(
+        StateGetParams,
+        lambda p, now: lambda store: store.get_state(p.app, p.user, p.session, p.as_of_seq),
+        lambda p: p.as_of_seq is None, writes=False,
+    ),
+    "eventlog/retention.set": _Method(
+        RetentionPolicy,
+        lambda p, now: _empty(lambda store: store.set_retention(p, now)),
+        _always, writes=True,
+    ),
+    "eventlog/retention.get": _Method(
+        RetentionGetParams,
+        lambda p, now: lambda store: RetentionResult(policies=store.retention_policies(p.app)),
+        _never, writes=False,
+    ),
+    "eventlog/boot.record": _Method(
+        BootRecordParams,
+        lambda p, now: lambda store: BootRecordResult(
+            id=store.record_boot(to_us(p.at), p.attempted)
+        ),
+        _always, writes=True,
+    ),
+    "eventlog/boot.update": _Method(
+        BootUpdateParams,
+        lambda p, now: _empty(lambda store: store.update_boot(p.id, p.attempted)),
+        _always, writes=True,
+    ),
+    "eventlog/boot.recent": _Method(
+        BootRecentParams,
+        lambda p, now: lambda store: BootRecentResult(boots=store.recent_boots(to_us(p.since))),
+        _never, writes=False,
+    ),
+    "eventlog/ping": _Method(
+        PingParams, lambda p, now: _empty(lambda store: store.ping()), _always, writes=False,
+    ),
 }
+
+
+def _release(store: SqliteStore, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    """Close a client's file after whatever its worker still runs, with no
+    event loop (its own has ended, or the client was dropped unclosed)."""
+    pool.submit(store.close)
+    pool.shutdown(wait=False)
 
 
 class LocalClient(calls.EventLogMethods):
     """The event log in a SQLite file opened by this process (see the module
     docstring). Open with :meth:`open`; use on the event loop that opened it;
-    close with :meth:`aclose` (or ``async with``)."""
+    close with :meth:`aclose` (or ``async with``). One dropped unclosed is
+    closed when it is collected."""
 
     def __init__(self, store: SqliteStore, pool: concurrent.futures.ThreadPoolExecutor) -> None:
         self._store = store
         self._pool = pool
-        self._loop = asyncio.get_running_loop()
+        # Weakly: a service keeps its clients by loop in a WeakKeyDictionary,
+        # which a client holding its loop would keep alive for ever.
+        self._loop = weakref.ref(asyncio.get_running_loop())
         self._outstanding = 0  # calls submitted to the worker and not finished
-        self._inline_closed_until = -math.inf
+        self._inline_closed_until = {True: -math.inf, False: -math.inf}  # by writes
+        self._checkpointing = False
         self._closed = False
+        self._finalizer = weakref.finalize(self, _release, store, pool)
+        store.leave_checkpoints_to_others()
 
     @classmethod
     async def open(
@@ -217,26 +303,28 @@ class LocalClient(calls.EventLogMethods):
                 f"an in-process event log is a SQLite file; {target.description} is served"
                 " by the daemon (streamd serve, or StreamdSessionService without database=)",
             )
+        if str(database) == ":memory:":
+            raise RpcError(errors.INVALID_PARAMS, "an in-process event log is a file: give a path")
         if (refused := target.directory_error()) is not None:
             raise RpcError(errors.SOURCE_UNAVAILABLE, refused)
         file = target.path
         path = os.path.abspath(file)
         options = SqliteOptions(synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
-
         guard = DatabaseFile(path)
         prepare_file(file, make_directory=False)
+        # On the event loop, unless that would wait for another process's
+        # lock or migrate the schema: then on the worker.
+        store = SqliteStore.try_open_without_waiting(path, options, guard=guard)
         pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="streamd-local")
-        try:
-            # On the event loop, unless that would wait for another process's
-            # lock (a migration, a WAL being recovered): then on the worker.
-            store = SqliteStore.try_open_without_waiting(path, options, guard=guard)
-            if store is None:
-                store = await asyncio.get_running_loop().run_in_executor(
-                    pool, lambda: SqliteStore.open(path, options, guard=guard)
-                )
-        except BaseException:
-            pool.shutdown(wait=False)
-            raise
+        if store is None:
+            opening = pool.submit(SqliteStore.open, path, options, guard=guard)
+            try:
+                store = await asyncio.wrap_future(opening)
+            except BaseException:
+                # Cancelled while the worker opens: close what it opens.
+                opening.add_done_callback(_close_opened)
+                pool.shutdown(wait=False)
+                raise
         return cls(store, pool)
 
     async def __aenter__(self) -> LocalClient:
@@ -247,13 +335,21 @@ class LocalClient(calls.EventLogMethods):
 
     async def aclose(self) -> None:
         """Close the file once the calls already submitted have run; later
-        calls raise ``closed``. Idempotent."""
+        calls raise ``closed``. Idempotent; a cancelled close still closes."""
         if self._closed:
             return
         self._closed = True
-        store = self._store
-        await asyncio.wrap_future(self._pool.submit(store.close))
+        self._finalizer.detach()
+        closing = self._pool.submit(self._store.close)
         self._pool.shutdown(wait=False)
+        await asyncio.shield(asyncio.wrap_future(closing))
+
+    def abandon(self) -> None:
+        """Close without an event loop (its own has ended): the file is closed
+        on the worker after what it still runs; later calls raise ``closed``."""
+        if not self._closed:
+            self._closed = True
+            self._finalizer()
 
     @property
     def in_flight(self) -> int:
@@ -264,25 +360,28 @@ class LocalClient(calls.EventLogMethods):
         """One request, answered as the daemon answers it (see the module docstring)."""
         if self._closed:
             raise closed_error()
-        if asyncio.get_running_loop() is not self._loop:
+        if asyncio.get_running_loop() is not self._loop():
             # Its worker reports to the loop that opened it, and its
             # connection is that loop's: one client per event loop.
             raise RuntimeError("a LocalClient is used on the event loop that opened it")
-        make = _METHODS.get(call.method)
-        if make is None:
+        method = _METHODS.get(call.method)
+        if method is None:
             raise RpcError(
                 errors.METHOD_NOT_FOUND,
                 f"{call.method} is served by the daemon, not by an in-process log"
                 " (watches, leases and compaction are jobs of a running log)",
             )
-        # Checked as the daemon checks what it decodes: the builders check
-        # nothing, and a Struct built in Python skips its constraints.
+        # Decoded as the daemon decodes what it reads, into its params type:
+        # the builders check nothing, and a Struct built in Python skips its
+        # constraints.
         params = decode_params(
-            call.method, msgspec.Raw(_encoder.encode(call.params)), type(call.params)
+            call.method, msgspec.Raw(_encoder.encode(call.params)), method.params
         )
-        op, small = make(params, int(time.time() * 1_000_000))
-        value = await self._run(op, small)
-        if isinstance(value, call.result) and call.method not in _ENCODED_ANSWERS:
+        op = method.plan(params, int(time.time() * 1_000_000))
+        value = await self._run(op, method.small(params), method.writes)
+        if method.writes:
+            self._checkpoint_if_due()
+        if isinstance(value, call.result) and not method.encoded:
             return value
         return msgspec.json.decode(msgspec.json.encode(value), type=call.result)
 
@@ -304,21 +403,52 @@ class LocalClient(calls.EventLogMethods):
             scoped_state=scoped_state, event_time=event_time,
         ))
 
-    async def _run(self, op: _Op, small: bool) -> Any:
-        if small and self._outstanding == 0 and time.monotonic() >= self._inline_closed_until:
+    async def _run(self, op: _Op, small: bool, writes: bool) -> Any:
+        gate = self._inline_closed_until
+        if small and self._outstanding == 0 and time.monotonic() >= gate[writes]:
             started = time.monotonic()
             ran, value = self._store.try_without_waiting(op)
             if ran:
-                if time.monotonic() - started > _INLINE_SLOW_S:
-                    self._inline_closed_until = time.monotonic() + _INLINE_BACKOFF_S
+                slow = inline.SLOW_WRITE_S if writes else inline.SLOW_READ_S
+                if time.monotonic() - started > slow:
+                    gate[writes] = time.monotonic() + inline.BACKOFF_S
                 return value
+        return await asyncio.wrap_future(self._submit(op))
+
+    def _submit(self, op: _Op) -> concurrent.futures.Future[Any]:
         # Counted until the worker has finished it, not until its caller stops
         # waiting: a cancelled caller's call may still be running, and nothing
         # may run inline beside it on the same connection.
         self._outstanding += 1
         done = self._pool.submit(op, self._store)
-        done.add_done_callback(lambda _: self._loop.call_soon_threadsafe(self._finished))
-        return await asyncio.wrap_future(done)
+        done.add_done_callback(self._finished_on_worker)
+        return done
+
+    def _finished_on_worker(self, _: concurrent.futures.Future[Any]) -> None:
+        loop = self._loop()
+        if loop is None:
+            return  # the loop is gone, and this client with it
+        try:
+            loop.call_soon_threadsafe(self._finished)
+        except RuntimeError:
+            pass  # the loop has closed: nothing runs on it any more
 
     def _finished(self) -> None:
         self._outstanding -= 1
+
+    def _checkpoint_if_due(self) -> None:
+        if self._checkpointing or self._closed or self._store.wal_pages < CHECKPOINT_PAGES:
+            return
+        self._checkpointing = True
+        done = self._submit(lambda store: store.checkpoint_passive())
+        done.add_done_callback(self._checkpointed)
+
+    def _checkpointed(self, done: concurrent.futures.Future[Any]) -> None:
+        # A checkpoint that failed (the disk, a fault the guard found) is
+        # tried again after the next write; the writes themselves say why.
+        self._checkpointing = False
+
+
+def _close_opened(opening: concurrent.futures.Future[SqliteStore]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().close()

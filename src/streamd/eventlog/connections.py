@@ -25,6 +25,7 @@ from typing import TypeVar
 import trio
 
 from streamd.errors import RpcError
+from streamd.eventlog import inline
 from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner, InlineGate
 from streamd.eventlog.store import Backend, Role, Runner, closed_error
 
@@ -36,11 +37,6 @@ _T = TypeVar("_T")
 
 NOT_ENTERED = "use the EventLog as `async with EventLog(...) as log:`"
 
-# A small read made inline that took longer than this (a cold page cache, a
-# slow disk) keeps the next ones on the worker thread for a while: the event
-# loop serves every connection, and one read must not stall them twice.
-_INLINE_READ_SLOW_S = 0.005
-_INLINE_READ_BACKOFF_S = 1.0
 
 
 class Connections:
@@ -67,7 +63,7 @@ class Connections:
         self._reader: Runner | None = None
         self._closed = False
         self._scopes: set[trio.CancelScope] = set()
-        self._inline_reads = InlineGate(_INLINE_READ_SLOW_S, _INLINE_READ_BACKOFF_S)
+        self._inline_reads = InlineGate(inline.SLOW_READ_S, inline.BACKOFF_S)
 
     def serve_in(self, nursery: trio.Nursery | None) -> None:
         """The nursery the log's jobs run in (``None`` once it has ended)."""

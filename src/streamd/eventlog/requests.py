@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
+from streamd.eventlog import inline
 from streamd.eventlog.compaction import Compactor
 from streamd.eventlog.connections import Connections
 from streamd.eventlog.lease import Lease, LeaseKeeper
@@ -61,11 +62,6 @@ from streamd.eventlog.writer import AppendOutcome, GroupCommitWriter
 
 __all__ = ["LogRequests"]
 
-# Reads that answer at most this many rows are small (see
-# Connections.read): a session's newest events as an agent's turn loads them,
-# a page of sessions. Measured on a 2-core VM, a 20-event read took ~100 us
-# inline; the two thread wake-ups it saves cost about as much again.
-_SMALL_READ_ROWS = 100
 
 
 class LogRequests:
@@ -159,7 +155,7 @@ class LogRequests:
     async def get_session(
         self, p: SessionGetParams, shape: ReadShape = DECODED
     ) -> SessionWithEvents:
-        small = p.recent is not None and p.recent <= _SMALL_READ_ROWS
+        small = p.recent is not None and p.recent <= inline.SMALL_READ_ROWS
         return await self._read(lambda store: store.get_session(p, shape), small=small)
 
     async def get_sessions(
@@ -172,7 +168,7 @@ class LogRequests:
 
     async def list_sessions_page(self, p: SessionListParams) -> SessionListResult:
         return await self._read(
-            lambda store: store.list_sessions_page(p), small=p.limit <= _SMALL_READ_ROWS
+            lambda store: store.list_sessions_page(p), small=p.limit <= inline.SMALL_READ_ROWS
         )
 
     async def delete_session(self, p: SessionDeleteParams) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import trio
 
 from streamd.errors import CLOSED, RpcError, is_closed
+from streamd.eventlog import inline
 from streamd.eventlog.model import AppendBatchParams, AppendParams, AppendResult
 from streamd.eventlog.sqlite.file_identity import is_file_fault
 from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner, InlineGate
@@ -33,14 +34,6 @@ __all__ = ["AppendOutcome", "EventLogStats", "GroupCommitWriter", "never_written
 
 logger = logging.getLogger(__name__)
 
-# Inline commits (see GroupCommitWriter._inline_fits): the largest group, how
-# long one may take before the next ones go to the worker thread, and for how
-# long they do. An fsync is 0.1-0.3 ms on an idle SSD and a few ms on a busy
-# disk; past 20 ms the disk is struggling, and the event loop should not wait
-# on it.
-_INLINE_MAX_GROUP = 16
-_INLINE_SLOW_S = 0.02
-_INLINE_BACKOFF_S = 1.0
 
 
 @dataclass
@@ -110,7 +103,7 @@ class GroupCommitWriter:
         self._send, self._recv = trio.open_memory_channel[_Pending](4 * max_batch)
         self._started = False
         self._done = trio.Event()
-        self._inline = InlineGate(_INLINE_SLOW_S, _INLINE_BACKOFF_S)
+        self._inline = InlineGate(inline.SLOW_WRITE_S, inline.BACKOFF_S)
 
     # -- the callers' side --
 
@@ -306,7 +299,7 @@ class GroupCommitWriter:
         if len(params) != 1:
             return False
         item = params[0]
-        return not isinstance(item, AppendGroup) or len(item.appends) <= _INLINE_MAX_GROUP
+        return not isinstance(item, AppendGroup) or len(item.appends) <= inline.MAX_INLINE_GROUP
 
     def _fail_queued(self) -> None:
         while True:

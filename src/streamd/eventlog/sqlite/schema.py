@@ -220,8 +220,13 @@ MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+def schema_is_current(db: apsw.Connection) -> bool:
+    """Whether the database's schema is this streamd's (nothing to migrate)."""
+    return bool(db.pragma("user_version") == SCHEMA_VERSION)
+
+
 def migrate(db: apsw.Connection) -> None:
-    if db.pragma("user_version") == SCHEMA_VERSION:
+    if schema_is_current(db):
         # Current (the common open): no write transaction, so no wait for
         # another process's write lock. One that is behind is checked again
         # inside the transaction below, where no other migration can race.

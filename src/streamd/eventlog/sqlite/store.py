@@ -79,7 +79,7 @@ from streamd.eventlog.sqlite import pages
 from streamd.eventlog.sqlite.batch import append_items
 from streamd.eventlog.sqlite.connection import BusyWait, SqliteOptions, configure
 from streamd.eventlog.sqlite.file_identity import DatabaseFile, guard_for
-from streamd.eventlog.sqlite.schema import SCHEMA_VERSION
+from streamd.eventlog.sqlite.schema import SCHEMA_VERSION, schema_is_current
 from streamd.eventlog.sqlite.sql import SqliteSql, newest_seq
 from streamd.eventlog.store import reads, rows, rules, sessions
 from streamd.eventlog.store.backend import (
@@ -201,8 +201,10 @@ class SqliteStore(SqlOperations):
         guard: DatabaseFile | None = None,
     ) -> SqliteStore | None:
         """:meth:`open`, or None at once where it would wait for another
-        connection's lock (a migration, a WAL being recovered): what an
-        event loop may call, falling back to :meth:`open` on a thread."""
+        connection's lock (a WAL being recovered) or, with ``migrate``, where
+        the schema is not current (a migration can take as long as the log
+        is big): what an event loop may call, falling back to :meth:`open`
+        on a thread."""
         return cls._open(path, options, migrate, guard, wait=False)
 
     @classmethod
@@ -224,23 +226,21 @@ class SqliteStore(SqlOperations):
         try:
             db = apsw.Connection(path)
             try:
-                configure(db, opts, busy, migrate)
+                configure(db, opts, busy, migrate and wait)
+                if migrate and not wait and not schema_is_current(db):
+                    busy.refused = True  # a migration may be long: as if it had to wait
+                    raise _NotNow
                 if guard is not None:
                     guard.opened(db)
-            except apsw.Error as exc:
-                err = _translate(exc, db, path)
+            except BaseException as exc:
+                err = _translate(exc, db, path) if isinstance(exc, apsw.Error) else None
                 if guard is not None:
                     guard.closing(db)
                 db.close()
-                if busy.refused:
-                    return None
-                raise err from exc
-            except BaseException:
-                if guard is not None:
-                    guard.closing(db)
-                db.close()
-                if busy.refused:
-                    return None
+                if busy.refused and isinstance(exc, Exception):
+                    return None  # it would have waited: the caller opens where it may
+                if err is not None:
+                    raise err from exc
                 raise
         except apsw.Error as exc:
             raise _translate(exc, path=path) from exc
@@ -500,3 +500,7 @@ class SqliteStore(SqlOperations):
     def synchronous(self) -> int:
         """The connection's ``PRAGMA synchronous`` (2 = FULL, 1 = NORMAL)."""
         return self._db.pragma("synchronous")
+
+
+class _NotNow(Exception):
+    """An open that may not wait has found work it would wait for."""

@@ -1,0 +1,65 @@
+"""What is the in-process ADK service's own (``database=``): its arguments,
+and the connections of event loops that have ended.
+
+Everything else it shares with the daemon's service: test_session_service.py
+and ADK's own contract (test_contract.py) run on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("google.adk")
+
+from streamd.adk import StreamdSessionService
+from streamd.client.local import LocalClient
+
+
+def open_files(path: Path) -> int:
+    """How many descriptors this process holds on ``path``."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                count += 1
+        except OSError:
+            pass  # closed meanwhile (the listing's own descriptor)
+    return count
+
+
+def test_a_service_used_on_loop_after_loop_keeps_one_connection(tmp_path: Path) -> None:
+    # ADK's Runner.run runs each turn on an event loop of its own.
+    db = tmp_path / "events.db"
+    service = StreamdSessionService(database=db)
+    asyncio.run(service.create_session(app_name="app", user_id="u", session_id="s"))
+    for _ in range(40):
+        got = asyncio.run(service.get_session(app_name="app", user_id="u", session_id="s"))
+        assert got is not None
+    gc.collect()
+    assert open_files(db) <= 1  # the last loop's; each earlier one's was closed
+
+
+def test_a_client_dropped_unclosed_closes_its_file(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+
+    async def scenario() -> None:
+        client = await LocalClient.open(db)
+        await client.ping()
+        assert open_files(db) == 1
+        del client
+
+    asyncio.run(scenario())
+    gc.collect()
+    assert open_files(db) == 0
+
+
+def test_its_arguments_say_which_log_they_are_for(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not both"):
+        StreamdSessionService(object(), database=tmp_path / "x.db")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="synchronous"):
+        StreamdSessionService(synchronous="NORMAL")
