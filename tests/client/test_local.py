@@ -16,6 +16,8 @@ import asyncio
 import datetime as dt
 import os
 import stat
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -412,3 +414,21 @@ def test_a_caller_awaiting_append_after_append_lets_the_loop_turn(tmp_path: Path
             return turns - before
 
     assert run(scenario()) >= 1
+
+
+def test_a_client_left_open_at_exit_closes_quietly(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+    script = (
+        "import asyncio, sys\n"
+        "from streamd.client.local import LocalClient\n"
+        "kept = []\n"
+        "async def main():\n"
+        "    client = await LocalClient.open(sys.argv[1])\n"
+        "    await client.ping()\n"
+        "    kept.append(client)\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(db)], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert not Path(f"{db}-wal").exists()  # closed: the last connection removed its WAL

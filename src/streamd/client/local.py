@@ -267,7 +267,12 @@ _METHODS: dict[str, _Method] = {
 def _release(store: SqliteStore, pool: concurrent.futures.ThreadPoolExecutor) -> None:
     """Close a client's file after whatever its worker still runs, with no
     event loop (its own has ended, or the client was dropped unclosed)."""
-    pool.submit(store.close)
+    try:
+        pool.submit(store.close)
+    except RuntimeError:
+        # The interpreter is exiting: its threads have finished their work
+        # and take no more, so nothing else uses the connection now.
+        store.close()
     pool.shutdown(wait=False)
 
 
