@@ -38,7 +38,6 @@ _T = TypeVar("_T")
 NOT_ENTERED = "use the EventLog as `async with EventLog(...) as log:`"
 
 
-
 class Connections:
     """The writer's and the reader's :class:`~streamd.eventlog.store.Runner`.
 

@@ -63,7 +63,6 @@ from streamd.eventlog.writer import AppendOutcome, GroupCommitWriter
 __all__ = ["LogRequests"]
 
 
-
 class LogRequests:
     """Every operation of one log, by params Struct (see the module docstring)."""
 

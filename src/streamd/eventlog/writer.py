@@ -35,7 +35,6 @@ __all__ = ["AppendOutcome", "EventLogStats", "GroupCommitWriter", "never_written
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass
 class EventLogStats:
     """Counters for diagnostics and benchmarks (group commit at work)."""
