@@ -432,3 +432,21 @@ def test_a_client_left_open_at_exit_closes_quietly(tmp_path: Path) -> None:
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert not Path(f"{db}-wal").exists()  # closed: the last connection removed its WAL
+
+
+def test_every_method_of_the_daemon_is_served_here_or_refused_naming_it() -> None:
+    from streamd.client.local import served_methods
+    from streamd.eventlog.service import eventlog_methods
+
+    def no_log() -> Any:
+        raise AssertionError("the table is read, never served")
+
+    daemons = {m.name: m.params for m in eventlog_methods(no_log)}
+    ours = served_methods()
+    assert set(ours) <= set(daemons)
+    for name, params in ours.items():
+        assert params is daemons[name], name
+    # What only a running log does: its jobs (a producer per watch, a
+    # heartbeat per lease, the compactor's steps).
+    assert set(daemons) - set(ours) == {
+        "eventlog/watch", "eventlog/compact", "eventlog/lock.acquire", "eventlog/lock.release"}

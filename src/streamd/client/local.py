@@ -104,7 +104,7 @@ from streamd.eventlog.store import AppendGroup, ReadShape, closed_error
 from streamd.eventlog.store.backend import CommitOutcome, Synchronous
 from streamd.rpc.protocol import decode_params
 
-__all__ = ["LocalClient"]
+__all__ = ["LocalClient", "served_methods"]
 
 T = TypeVar("T")
 
@@ -262,6 +262,13 @@ _METHODS: dict[str, _Method] = {
         PingParams, lambda p, now: _empty(lambda store: store.ping()), _always, writes=False,
     ),
 }
+
+
+def served_methods() -> dict[str, type]:
+    """The wire methods an in-process log answers, each with the params type
+    its params are read into (the daemon's: a test holds the two tables
+    together)."""
+    return {name: method.params for name, method in _METHODS.items()}
 
 
 def _release(store: SqliteStore, pool: concurrent.futures.ThreadPoolExecutor) -> None:
