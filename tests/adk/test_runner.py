@@ -5,6 +5,8 @@ of the daemon, resumes from it with the whole conversation and its state."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
@@ -214,3 +216,34 @@ def test_the_sync_runner_on_a_service_that_starts_the_resident_daemon(
 
     stored = asyncio.run(check())
     assert stored is not None and [e.author for e in stored.events] == ["user", "helper"]
+
+
+def _open_sockets() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                count += 1
+        except OSError:
+            pass  # closed meanwhile (the listing's own descriptor)
+    return count
+
+
+def test_turn_after_turn_the_sync_runner_keeps_one_connection(
+    world: World, tmp_path: Path
+) -> None:
+    """Each ``Runner.run`` runs on an event loop of its own; the client of a
+    loop that has ended is dropped when the next loop opens one (it held its
+    loop, so before that it lived, socket and all, as long as the service)."""
+    db = tmp_path / "events.db"
+    service = StreamdSessionService(daemon_args=["--db", str(db), "--synchronous", "NORMAL"])
+    model = Scripted(script=[say(f"reply {i}") for i in range(12)])
+    runner = Runner(app_name="app", agent=agent(model, []), session_service=service,
+                    auto_create_session=True)
+    list(runner.run(user_id="u", session_id="s1", new_message=user("hi")))
+    gc.collect()
+    before = _open_sockets()
+    for i in range(10):
+        list(runner.run(user_id="u", session_id="s1", new_message=user(f"turn {i}")))
+    gc.collect()
+    assert _open_sockets() <= before + 1
