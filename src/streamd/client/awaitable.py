@@ -26,7 +26,6 @@ client's state.
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 from collections.abc import AsyncIterator, Generator
 from typing import Any, Generic, Protocol, Self, TypeVar
@@ -45,7 +44,6 @@ from streamd.eventlog.model import (
     DEFAULT_STALE_AFTER_MS,
     Entry,
     Filter,
-    SessionWithEvents,
     WatchParams,
     WatchResult,
 )
@@ -108,7 +106,7 @@ class AwaitableLease:
 L = TypeVar("L", bound=AwaitableLease)
 
 
-class AwaitableCalls(calls.EventLogMethods, Generic[L]):
+class AwaitableCalls(calls.AwaitedEventLogMethods, Generic[L]):
     """The async shell; see the module docstring."""
 
     _lease_type: type[L]
@@ -257,31 +255,6 @@ class AwaitableCalls(calls.EventLogMethods, Generic[L]):
         self._leases.pop(lease.lock, None)
         self._core.lease_released(lease.lock)
         await self.call(calls.lock_release(lease.lock))
-
-    async def get_session(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        *,
-        after_seq: int = 0,
-        recent: int | None = None,
-        after_time: _dt.datetime | None = None,
-        scoped_state: bool = False,
-        event_time: bool = False,
-    ) -> SessionWithEvents:
-        """The session with its events, whole (an answer cut by the reply
-        budget is continued)."""
-        first = calls.get_session(
-            app, user, session, after_seq=after_seq, recent=recent, after_time=after_time,
-            scoped_state=scoped_state, event_time=event_time,
-        )
-        whole = calls.SessionAssembler(first)
-        call: Call[SessionWithEvents] | None = first
-        while call is not None:
-            call = whole.feed(await self.call(call))
-        assert whole.result is not None
-        return whole.result
 
 
 class AwaitableWatch:

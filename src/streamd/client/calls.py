@@ -62,6 +62,7 @@ from streamd.eventlog.model import (
 )
 
 __all__ = [
+    "AwaitedEventLogMethods",
     "AwaitingCaller",
     "EventLogMethods",
     "SessionAssembler",
@@ -374,8 +375,9 @@ class method(Generic[P, T]):
 class EventLogMethods:
     """The ``eventlog/*`` methods every client has, written once: name, and
     through its builder the wire method, params Struct and result type.
-    ``get_session`` (continued when cut), ``watch`` and ``acquire_lock`` are
-    the clients' own: they wait their loop's way."""
+    ``get_session`` (continued when cut) is the blocking client's own and the
+    awaited clients' shared one (:class:`AwaitedEventLogMethods`); ``watch``
+    and ``acquire_lock`` are each client's own: they wait their loop's way."""
 
     append = method(append)
     append_batch = method(append_batch)
@@ -394,3 +396,37 @@ class EventLogMethods:
     set_retention = method(set_retention)
     retention = method(retention)
     compact = method(compact)
+
+
+class AwaitedEventLogMethods(EventLogMethods):
+    """The method table of a client whose ``call`` is awaited (the asyncio and
+    Trio clients, the in-process one), with ``get_session`` whole, written
+    once for all of them."""
+
+    async def call(self, call: Call[T]) -> T:
+        raise NotImplementedError
+
+    async def get_session(
+        self,
+        app: str,
+        user: str,
+        session: str,
+        *,
+        after_seq: int = 0,
+        recent: int | None = None,
+        after_time: _dt.datetime | None = None,
+        scoped_state: bool = False,
+        event_time: bool = False,
+    ) -> SessionWithEvents:
+        """The session with its events, whole (an answer cut by the reply
+        budget is continued)."""
+        first = get_session(
+            app, user, session, after_seq=after_seq, recent=recent, after_time=after_time,
+            scoped_state=scoped_state, event_time=event_time,
+        )
+        whole = SessionAssembler(first)
+        call: Call[SessionWithEvents] | None = first
+        while call is not None:
+            call = whole.feed(await self.call(call))
+        assert whole.result is not None
+        return whole.result

@@ -1,7 +1,7 @@
 """The event log in this process, for asyncio code: no daemon, one SQLite file.
 
 :class:`LocalClient` has the asyncio client's methods (the same
-:class:`~streamd.client.calls.EventLogMethods`, the same ``get_session``) and
+:class:`~streamd.client.calls.AwaitedEventLogMethods`) and
 answers them from a SQLite file it opens itself, through the same store the
 daemon runs (:class:`~streamd.eventlog.sqlite.SqliteStore`: every storage rule
 is there, none here). It is for one process that owns its agent's sessions, as
@@ -91,7 +91,6 @@ from streamd.eventlog.model import (
     SessionGetParams,
     SessionListParams,
     SessionsGetParams,
-    SessionWithEvents,
     SinceParams,
     StateGetParams,
     to_us,
@@ -283,7 +282,7 @@ def _release(store: SqliteStore, pool: concurrent.futures.ThreadPoolExecutor) ->
     pool.shutdown(wait=False)
 
 
-class LocalClient(calls.EventLogMethods):
+class LocalClient(calls.AwaitedEventLogMethods):
     """The event log in a SQLite file opened by this process (see the module
     docstring). Open with :meth:`open`; use on the event loop that opened it;
     close with :meth:`aclose` (or ``async with``). One dropped unclosed is
@@ -399,24 +398,6 @@ class LocalClient(calls.EventLogMethods):
         if isinstance(value, call.result) and not method.encoded:
             return value
         return msgspec.json.decode(msgspec.json.encode(value), type=call.result)
-
-    async def get_session(
-        self,
-        app: str,
-        user: str,
-        session: str,
-        *,
-        after_seq: int = 0,
-        recent: int | None = None,
-        after_time: Any = None,
-        scoped_state: bool = False,
-        event_time: bool = False,
-    ) -> SessionWithEvents:
-        """The session with its events (whole: nothing here cuts an answer)."""
-        return await self.call(calls.get_session(
-            app, user, session, after_seq=after_seq, recent=recent, after_time=after_time,
-            scoped_state=scoped_state, event_time=event_time,
-        ))
 
     async def _run(self, op: _Op, small: bool, writes: bool) -> Any:
         gate = self._inline_closed_until
