@@ -24,9 +24,10 @@ pytest.importorskip("google.adk")
 
 from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
-from support.adk import Service, event, run
+from support.adk import Service, event, run, run_with_client
 
 from streamd.adk import EventConflictError, StreamdSessionService
+from streamd.adk.clients import Client
 
 pytestmark = pytest.mark.subprocess
 
@@ -40,7 +41,7 @@ MODES = pytest.mark.parametrize("write_behind", [False, True], ids=["durable", "
 def test_a_session_read_back_equals_what_append_returned_its_time_the_events(
     tmp_path: Path, write_behind: bool
 ) -> None:
-    async def body(svc: Service) -> None:
+    async def body(svc: Service, client: Client) -> None:
         session = await svc.create_session(app_name="app", user_id="u")
         assert session == await svc.get_session(app_name="app", user_id="u", session_id=session.id)
         # A timestamp in the past, finer than the microseconds the log keeps.
@@ -49,11 +50,11 @@ def test_a_session_read_back_equals_what_append_returned_its_time_the_events(
         got = await svc.get_session(app_name="app", user_id="u", session_id=session.id)
         assert got == session
         # A new service (no cache, its own reads) reads the same time.
-        fresh = StreamdSessionService(svc._given)
+        fresh = StreamdSessionService(client)
         again = await fresh.get_session(app_name="app", user_id="u", session_id=session.id)
         assert again is not None and again.last_update_time == session.last_update_time
 
-    run(tmp_path, body, write_behind=write_behind)
+    run_with_client(tmp_path, body, write_behind=write_behind)
 
 
 def test_list_sessions_is_ordered_by_the_last_events_timestamp(tmp_path: Path) -> None:
@@ -101,15 +102,15 @@ def test_padded_ids_reach_the_stripped_session_and_a_blank_id_is_generated(
 def test_a_session_stored_under_a_padded_id_before_is_still_reached_by_it(
     tmp_path: Path,
 ) -> None:
-    async def body(svc: Service) -> None:
+    async def body(svc: Service, client: Client) -> None:
         # As a streamd that kept ids verbatim stored it (straight through the log).
-        await svc._given.create_session("app", "u", " old ", {"k": "v"})
+        await client.create_session("app", "u", " old ", {"k": "v"})
         got = await svc.get_session(app_name="app", user_id="u", session_id=" old ")
         assert got is not None and got.id == " old " and got.state == {"k": "v"}
         await svc.delete_session(app_name="app", user_id="u", session_id=" old ")
         assert await svc.get_session(app_name="app", user_id="u", session_id=" old ") is None
 
-    run(tmp_path, body)
+    run_with_client(tmp_path, body)
 
 
 # --- write-behind ordering --------------------------------------------------------
@@ -138,8 +139,8 @@ class _Recording:
 
 
 def test_write_behind_a_create_waits_for_the_appends_queued_before_it(tmp_path: Path) -> None:
-    async def body(svc: Service) -> None:
-        recording = _Recording(svc._given)
+    async def body(svc: Service, client: Client) -> None:
+        recording = _Recording(client)
         svc = StreamdSessionService(recording, write_behind=True)  # type: ignore[arg-type]
         first = await svc.create_session(app_name="app", user_id="u", session_id="first")
         for i in range(3):
@@ -150,7 +151,7 @@ def test_write_behind_a_create_waits_for_the_appends_queued_before_it(tmp_path: 
             assert (other.state.get("app:n"), other.state.get("user:n")) == (i, i)
         await svc.flush()
 
-    run(tmp_path, body)
+    run_with_client(tmp_path, body)
 
 
 def test_write_behind_a_copy_without_a_marker_is_checked_after_its_own_appends(

@@ -12,7 +12,9 @@ from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 
 from streamd.adk import StreamdSessionService
+from streamd.adk.clients import Client
 from streamd.client import AsyncClient
+from streamd.client.local import LocalClient
 
 Service = StreamdSessionService
 
@@ -42,6 +44,27 @@ def run(
             client = await AsyncClient.spawn(["--db", str(db), "--synchronous", "NORMAL"])
             async with client:
                 return await body(StreamdSessionService(client, **options))
+
+    return asyncio.run(main())
+
+
+def run_with_client(
+    tmp_path: Path, body: Callable[[Service, Client], Awaitable[Any]], *,
+    timeout: float = 60, **options: Any,
+) -> Any:
+    """``body(service, client)``: as :func:`run`, the service given its
+    client, which the body may also use straight (the log under the service)."""
+    db = tmp_path / "events.db"
+
+    async def main() -> Any:
+        async with asyncio.timeout(timeout):
+            client: Client
+            if mode == "in-process":
+                client = await LocalClient.open(db, synchronous="NORMAL")
+            else:
+                client = await AsyncClient.spawn(["--db", str(db), "--synchronous", "NORMAL"])
+            async with client:
+                return await body(StreamdSessionService(client, **options), client)
 
     return asyncio.run(main())
 

@@ -95,12 +95,11 @@ from google.adk.sessions.session import Session
 
 from streamd import errors
 from streamd.adk import codec, convert
+from streamd.adk.clients import Client, LoopClients
 from streamd.adk.codec import RawEntry, RawSession
 from streamd.adk.errors import adk_error, stale_error
 from streamd.adk.write_behind import PENDING, Pipeline, Queued, encode
 from streamd.client import calls
-from streamd.client.asyncio_client import AsyncClient
-from streamd.client.local import LocalClient
 from streamd.client.protocol import Call
 from streamd.client.transport import START_TIMEOUT
 from streamd.errors import RpcError
@@ -113,17 +112,13 @@ DEFAULT_EVENT_CACHE = 20_000
 _SEEN_SESSIONS = 10_000
 _LIST_PAGE = 1000
 
-_Client = AsyncClient | LocalClient
-"""The daemon's client, or the log in this process (the same methods)."""
-
-
 class StreamdSessionService(BaseSessionService):
     """ADK sessions, events and state in the streamd event log (see the module
     docstring for the mapping)."""
 
     def __init__(
         self,
-        client: _Client | None = None,
+        client: Client | None = None,
         *,
         runtime_dir: str | None = None,
         start_daemon: bool = True,
@@ -144,9 +139,11 @@ class StreamdSessionService(BaseSessionService):
         if synchronous is not None and database is None:
             raise ValueError("synchronous is the in-process log's (database=); the daemon's is"
                              " its --synchronous")
-        self._given = client
-        self._database = database
-        self._synchronous: Synchronous = synchronous or "FULL"
+        self._clients = LoopClients(
+            client, database=database, synchronous=synchronous or "FULL",
+            runtime_dir=runtime_dir, start_daemon=start_daemon, daemon_args=daemon_args,
+            start_timeout=start_timeout,
+        )
         self._write_behind = write_behind
         self._pipes: dict[tuple[str, str, str], Pipeline] = {}
         self._owed: dict[str, int] = {}  # queued appends, by session copy (token)
@@ -154,18 +151,6 @@ class StreamdSessionService(BaseSessionService):
         self._copies: dict[str, weakref.ref[Session]] = {}  # the copy of each token
         self._refused: dict[str, Exception] = {}  # a copy's refusal, raised at each append
         self._unreported: list[str] = []  # copies whose refusal no append has raised yet
-        self._connect_args: dict[str, Any] = {
-            "runtime_dir": runtime_dir,
-            "start_daemon": start_daemon,
-            "daemon_args": daemon_args,
-            "start_timeout": start_timeout,
-        }
-        self._owned: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Client] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._opening: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
         self._cache_size = event_cache
         self._cache: OrderedDict[int, Event] = OrderedDict()
         self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
@@ -174,53 +159,13 @@ class StreamdSessionService(BaseSessionService):
 
     # -- the client --
 
-    async def _client(self) -> _Client:
-        if self._given is not None:
-            return self._given
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._owned.get(loop)
-            if client is not None:
-                return client
-            opening = self._opening.setdefault(loop, asyncio.Lock())
-        async with opening:
-            with self._lock:
-                client = self._owned.get(loop)
-            if client is None:
-                self._forget_ended_loops()
-                client = await self._open()
-                with self._lock:
-                    self._owned[loop] = client
-        return client
-
-    def _forget_ended_loops(self) -> None:
-        """Drop the clients of event loops that have ended: ``Runner.run``
-        runs each turn on a loop of its own, and a client holding its loop
-        (the daemon's, through its transport) would keep both, and their
-        socket or file, for ever. A local client's file is closed here; a
-        daemon client's socket closes with its transport, collected."""
-        with self._lock:
-            ended = [loop for loop in self._owned if loop.is_closed()]
-            gone = [self._owned.pop(loop) for loop in ended]
-            for loop in ended:
-                self._opening.pop(loop, None)
-        for client in gone:
-            if isinstance(client, LocalClient):
-                client.abandon()
-
-    async def _open(self) -> _Client:
-        if self._database is not None:
-            return await LocalClient.open(self._database, synchronous=self._synchronous)
-        return await AsyncClient.connect(**self._connect_args)
+    async def _client(self) -> Client:
+        return await self._clients.get()
 
     async def close(self) -> None:
         """Close the client this service opened on the running loop (a client
         it was given is the caller's to close)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._owned.pop(loop, None)
-        if client is not None:
-            await client.aclose()
+        await self._clients.close()
 
     # -- sessions --
 
@@ -277,7 +222,7 @@ class StreamdSessionService(BaseSessionService):
         return await self._load(client, app_name, user_id, stored_as, recent, after)
 
     async def _stored_id(
-        self, client: _Client, app_name: str, user_id: str, session_id: str
+        self, client: Client, app_name: str, user_id: str, session_id: str
     ) -> str | None:
         """The id a session given as ``session_id`` is stored under: its
         stripped form (see :func:`~streamd.adk.codec.session_id`), unless a
@@ -297,7 +242,7 @@ class StreamdSessionService(BaseSessionService):
 
     async def _load(
         self,
-        client: _Client,
+        client: Client,
         app_name: str,
         user_id: str,
         session_id: str,
@@ -338,7 +283,7 @@ class StreamdSessionService(BaseSessionService):
 
     async def _read(
         self,
-        client: _Client,
+        client: Client,
         key: tuple[str, str, str],
         recent: int | None,
         after_time: datetime | None,
@@ -478,7 +423,7 @@ class StreamdSessionService(BaseSessionService):
 
     # -- write-behind --
 
-    async def _append_behind(self, client: _Client, session: Session, event: Event) -> Event:
+    async def _append_behind(self, client: Client, session: Session, event: Event) -> Event:
         """Queue the event behind this session copy's earlier ones and return.
 
         Each session object (copy) gets a token in its marker; the pipeline of
@@ -527,7 +472,7 @@ class StreamdSessionService(BaseSessionService):
             pipe.task = asyncio.get_running_loop().create_task(self._send(pipe, client))
         return event
 
-    async def _send(self, pipe: Pipeline, client: _Client) -> None:
+    async def _send(self, pipe: Pipeline, client: Client) -> None:
         try:
             while pipe.queue:
                 run = pipe.take_run()
@@ -580,7 +525,7 @@ class StreamdSessionService(BaseSessionService):
         if self._unreported:
             raise self._refused[self._unreported.pop(0)]
 
-    async def _expected_seq(self, client: _Client, session: Session) -> int:
+    async def _expected_seq(self, client: Client, session: Session) -> int:
         marker = session._storage_update_marker
         if marker is not None:
             try:

@@ -1,0 +1,112 @@
+"""The ADK service's clients: the one it was given, or one per event loop.
+
+ADK calls a session service from more than one event loop: ``Runner.run``
+runs each turn on a loop of its own, in a thread. A client belongs to the
+loop that opened it, so the service opens one per loop, at the loop's first
+call: the daemon's (:class:`~streamd.client.AsyncClient`, the resident daemon
+started if none answers) or, given a database, the log in this process
+(:class:`~streamd.client.local.LocalClient`). The clients of loops that have
+ended are dropped as the next one opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+
+from streamd.client.asyncio_client import AsyncClient
+from streamd.client.local import LocalClient
+from streamd.eventlog.store.backend import Synchronous
+
+__all__ = ["Client", "LoopClients"]
+
+Client = AsyncClient | LocalClient
+"""The daemon's client, or the log in this process (the same methods)."""
+
+
+class LoopClients:
+    """The client of each event loop a service is used on (see the module
+    docstring), or the one client it was given. Thread-safe: each loop runs in
+    a thread of its own."""
+
+    def __init__(
+        self,
+        given: Client | None,
+        *,
+        database: str | os.PathLike[str] | None,
+        synchronous: Synchronous,
+        runtime_dir: str | None,
+        start_daemon: bool,
+        daemon_args: Sequence[str],
+        start_timeout: float,
+    ) -> None:
+        self._given = given
+        self._database = database
+        self._synchronous: Synchronous = synchronous
+        self._runtime_dir = runtime_dir
+        self._start_daemon = start_daemon
+        self._daemon_args = daemon_args
+        self._start_timeout = start_timeout
+        self._owned: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Client] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._opening: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    async def get(self) -> Client:
+        """The running loop's client, opened at its first call."""
+        if self._given is not None:
+            return self._given
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._owned.get(loop)
+            if client is not None:
+                return client
+            opening = self._opening.setdefault(loop, asyncio.Lock())
+        async with opening:
+            with self._lock:
+                client = self._owned.get(loop)
+            if client is None:
+                self._forget_ended_loops()
+                client = await self._open()
+                with self._lock:
+                    self._owned[loop] = client
+        return client
+
+    async def close(self) -> None:
+        """Close the client opened on the running loop (one given is the
+        caller's to close)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._owned.pop(loop, None)
+        if client is not None:
+            await client.aclose()
+
+    async def _open(self) -> Client:
+        if self._database is not None:
+            return await LocalClient.open(self._database, synchronous=self._synchronous)
+        return await AsyncClient.connect(
+            self._runtime_dir,
+            start_daemon=self._start_daemon,
+            daemon_args=self._daemon_args,
+            start_timeout=self._start_timeout,
+        )
+
+    def _forget_ended_loops(self) -> None:
+        """Drop the clients of event loops that have ended: a client holding
+        its loop (the daemon's, through its transport) would keep both, and
+        their socket or file, for ever. A local client's file is closed here;
+        a daemon client's socket closes with its transport, collected."""
+        with self._lock:
+            ended = [loop for loop in self._owned if loop.is_closed()]
+            gone = [self._owned.pop(loop) for loop in ended]
+            for loop in ended:
+                self._opening.pop(loop, None)
+        for client in gone:
+            if isinstance(client, LocalClient):
+                client.abandon()
