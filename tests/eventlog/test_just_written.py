@@ -10,6 +10,7 @@ import datetime as dt
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,15 @@ from streamd.eventlog.model import AppendParams
 from streamd.eventlog.store import rows
 
 NOW_US = 1_765_000_000_123_456
+
+
+@pytest.fixture(autouse=True, params=["compiled", "plain"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a row is encoded: the compiled core's (where it is built) and
+    the Python one (``STREAMD_NATIVE=0``)."""
+    if request.param == "plain":
+        monkeypatch.setenv("STREAMD_NATIVE", "0")
+    return str(request.param)
 
 # JSON values the wire can carry back unchanged (msgspec's floats, any text).
 _text = st.text(max_size=12)

@@ -352,14 +352,19 @@ def just_written(added: Iterable[tuple[Any, ...]]) -> list[Committed]:
     commit's), and the metadata and state delta are the JSON text this
     module encoded, which decoding and encoding again would give back
     unchanged, so it goes out as it is. Every watched commit pays this per
-    event, on the writer's thread; a row that is not so (a time it cannot
+    event, on the writer's thread; the compiled encoder writes the common row
+    (0.5 against 0.7-1.2 us), and a row that is neither (a time it cannot
     render) goes the general way."""
+    compiled = None if plain.asked() else _compiled_entry
     out: list[Committed] = []
     last_us: Any = None
     last_time: Any = None
     raw = msgspec.Raw
     for row in added:
         seq, app, user, session, event_id, invocation_id, author, branch, t, content, md, sd = row
+        if compiled is not None and (encoded := compiled(row)) is not None:
+            out.append(Committed(seq, app, user, session, branch, author, encoded))
+            continue
         try:
             if t != last_us:
                 last_time, last_us = from_us(t), t
