@@ -236,14 +236,14 @@ class _Session:
         # of input gives (a signal after end of input cuts it short).
         self._reading = trio.CancelScope()
         self._grace = trio.CancelScope()
+        self.outbox = Outbox(OUTBOX_FRAMES, self._write_now())
 
     def stop(self) -> None:
         self._reading.cancel()
         self._grace.cancel()
 
     async def run(self) -> None:
-        outbox = Outbox(OUTBOX_FRAMES, self._write_now())
-        self.outbox = outbox
+        outbox = self.outbox
         async with self.send, trio.open_nursery() as writer_nursery:
             writer_nursery.start_soon(self._write, outbox)
             try:
