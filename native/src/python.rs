@@ -21,6 +21,7 @@ use crate::postings::{Builder, Origin, Sealed};
 use crate::{json, lines, postings, tokenize, unicode};
 
 mod entry;
+mod inode;
 mod lent;
 mod page;
 mod rebuild;
@@ -356,6 +357,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_fold, m)?)?;
     m.add_function(wrap_pyfunction!(py_term_hash, m)?)?;
     m.add_function(wrap_pyfunction!(search::rank_search, m)?)?;
+    // Bumped whenever `devices_and_inodes`'s call or results change
+    // (`eventlog/sqlite/inode.py`).
+    m.add("INODE_INTERFACE", 1)?;
+    m.add_function(wrap_pyfunction!(inode::devices_and_inodes, m)?)?;
     rebuild::register(m)?;
     Ok(())
 }

@@ -11,6 +11,7 @@ _M = TypeVar("_M")
 INTERFACE: Final[int]
 REBUILD_INTERFACE: Final[int]
 ENTRY_INTERFACE: Final[int]
+INODE_INTERFACE: Final[int]
 UNICODE_VERSION: Final[str]
 MAX_LINE_BYTES: Final[int]
 HOLD_LIMIT: Final[int]
@@ -55,6 +56,7 @@ class EventPage:
 def read_event_page(db: int, sql: str, from_seq: int, limit: int) -> EventPage | None: ...
 def encode_entry(row: tuple[Any, ...], /) -> bytes | None: ...
 def sqlite_extension_loaded() -> bool: ...
+def devices_and_inodes(paths: list[bytes], /) -> list[tuple[int, int] | int | None]: ...
 
 class _Record(TypedDict):
     schema: int

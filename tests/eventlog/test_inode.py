@@ -81,3 +81,63 @@ def test_a_refused_statx_falls_back_to_os_stat(
     assert inode.device_and_inode(str(f)) == stat_id(f)
     assert inode.device_and_inode(str(tmp_path / "gone")) is None
     assert len(calls) == 1  # refused once, then stat alone
+
+
+# --- identities: the guard's three paths in one call ------------------------
+
+both_ways = pytest.mark.parametrize("native", ["1", "0"], ids=["compiled", "plain"])
+
+
+@both_ways
+def test_identities_name_each_path_as_os_stat_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str
+) -> None:
+    monkeypatch.setenv("STREAMD_NATIVE", native)
+    db, wal = tmp_path / "events.db", tmp_path / "events.db-wal"
+    db.write_bytes(b"x")
+    wal.write_bytes(b"y")
+    paths = [inode.encoded(str(p)) for p in (db, wal, tmp_path / "events.db-shm")]
+    assert inode.identities(paths) == [stat_id(db), stat_id(wal), None]
+    os.replace(wal, db)
+    assert inode.identities(paths) == [stat_id(db), None, None]
+
+
+@both_ways
+def test_identities_raise_as_os_stat_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str
+) -> None:
+    monkeypatch.setenv("STREAMD_NATIVE", native)
+    f = tmp_path / "plain"
+    f.write_bytes(b"x")
+    with pytest.raises(NotADirectoryError) as raised:
+        inode.identities([inode.encoded(str(f)), inode.encoded(str(f / "child"))])
+    assert raised.value.filename == str(f / "child")
+    with pytest.raises(ValueError):
+        inode.encoded(str(tmp_path / "nul\0byte"))
+
+
+def test_the_compiled_lookup_is_used_where_built(tmp_path: Path) -> None:
+    from streamd import _native
+
+    if getattr(_native, "INODE_INTERFACE", None) != inode.INODE_INTERFACE:
+        pytest.skip("no compiled core built from these sources")
+    assert inode._compiled is _native.devices_and_inodes
+
+
+def test_a_refused_compiled_lookup_falls_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[bytes]] = []
+
+    def refused(paths: list[bytes]) -> list[int]:
+        calls.append(paths)
+        return [errno.EPERM for _ in paths]  # a seccomp filter's answer
+
+    monkeypatch.setenv("STREAMD_NATIVE", "1")
+    monkeypatch.setattr(inode, "_compiled", refused)
+    f = tmp_path / "events.db"
+    f.write_bytes(b"x")
+    paths = [inode.encoded(str(f)), inode.encoded(str(tmp_path / "gone"))]
+    assert inode.identities(paths) == [stat_id(f), None]
+    assert inode.identities(paths) == [stat_id(f), None]
+    assert len(calls) == 1  # refused once, then the other lookups alone

@@ -65,7 +65,7 @@ import msgspec
 
 from streamd import errors
 from streamd.client import calls
-from streamd.client.protocol import Call
+from streamd.client.protocol import Call, decode_result
 from streamd.errors import RpcError
 from streamd.eventlog import dbtarget, inline
 from streamd.eventlog.model import (
@@ -397,7 +397,7 @@ class LocalClient(calls.AwaitedEventLogMethods):
         value = await self._run(op, method.small(params), method.writes)
         if isinstance(value, call.result) and not method.encoded:
             return value
-        return msgspec.json.decode(msgspec.json.encode(value), type=call.result)
+        return decode_result(_encoder.encode(value), call.result)
 
     async def _run(self, op: _Op, small: bool, writes: bool) -> Any:
         gate = self._inline_closed_until

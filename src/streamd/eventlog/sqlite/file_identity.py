@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import apsw
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
-from streamd.eventlog.sqlite.inode import device_and_inode
+from streamd.eventlog.sqlite import inode
 
 __all__ = ["FAULT_REASON", "DatabaseFile", "FileId", "guard_for", "is_file_fault"]
 
@@ -72,12 +72,12 @@ class FileId:
         return f"device {self.dev} inode {self.ino}"
 
 
-def _identity(path: str) -> FileId | None:
+def _identities(paths: list[bytes]) -> list[tuple[int, int] | None]:
     # Not os.stat: asking for a file's times makes its next write take a
     # fine-grained one, and the WAL's every commit write its inode too (see
-    # streamd.eventlog.sqlite.inode).
-    found = device_and_inode(path)
-    return None if found is None else FileId(*found)
+    # streamd.eventlog.sqlite.inode). Plain tuples, compared after every
+    # store call: a FileId is made only to be named in an error.
+    return inode.identities(paths)
 
 
 def is_file_fault(exc: BaseException) -> bool:
@@ -115,7 +115,7 @@ class DatabaseFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._recorded: dict[str, FileId | None] | None = None
+        self._recorded: dict[str, tuple[int, int] | None] | None = None
         self._fault: RpcError | None = None
         self._lock = threading.Lock()
         # Connections that opened the recorded files: only those may empty
@@ -124,7 +124,7 @@ class DatabaseFile:
         self._main_gone = False
         self._wal_emptied = False
         self._real = path
-
+        self._paths: list[bytes] = []  # the three files' paths, encoded once
     @property
     def fault(self) -> str | None:
         """Why the log stopped serving, once the guard has tripped."""
@@ -155,7 +155,8 @@ class DatabaseFile:
                 # The side files are where SQLite put them: beside the file
                 # the path resolves to (a symlinked path's are not beside it).
                 self._real = db.db_filename("main") or self.path
-                self._recorded = {s: _identity(self._file(s)) for s in _SUFFIXES}
+                self._paths = [inode.encoded(self._file(s)) for s in _SUFFIXES]
+                self._recorded = dict(zip(_SUFFIXES, _identities(self._paths), strict=True))
                 self._ours.add(id(db))
                 return
         self._compare()
@@ -200,19 +201,16 @@ class DatabaseFile:
     def _compare(self) -> None:
         recorded = self._recorded
         assert recorded is not None
-        for suffix in _SUFFIXES:
+        for suffix, now in zip(_SUFFIXES, _identities(self._paths), strict=True):
             was = recorded[suffix]
-            if was is None:
-                continue  # it did not exist when we opened (never expected)
-            now = _identity(self._file(suffix))
-            if now == was:
-                continue
+            if was is None or now == was:
+                continue  # None: it did not exist when we opened (never expected)
             what = f"the {_ROLE[suffix]} {self._file(suffix)}"
             cause = (
                 f"{what} was deleted while streamd had it open"
                 if now is None
                 else f"{what} was replaced by another file while streamd had it open"
-                f" ({was} is now {now})"
+                f" ({FileId(*was)} is now {FileId(*now)})"
             )
             self._trip(cause, main_gone=suffix == "")
 
