@@ -124,11 +124,11 @@ def decode_result(data: bytes, kind: type[T]) -> T:
     imported ADK). Raises ``msgspec.DecodeError``."""
     decoder = _decoder(kind)
     if len(data) < _LARGE:
-        return decoder.decode(data)  # type: ignore[no-any-return]
+        return decoder.decode(data)
     paused = gc.isenabled()
     gc.disable()
     try:
-        return decoder.decode(data)  # type: ignore[no-any-return]
+        return decoder.decode(data)
     finally:
         if paused:
             gc.enable()
