@@ -380,6 +380,40 @@ def test_a_reloaded_session_is_what_a_fresh_service_reads_whatever_the_cache_hol
     run(tmp_path, body, event_cache=cache)
 
 
+@pytest.mark.parametrize("cache", [20_000, 0])
+def test_a_session_longer_than_one_answer_loads_whole(tmp_path: Path, cache: int) -> None:
+    """The daemon cuts a session's answer at its reply budget (4 MiB); the
+    service reads on from where each part ends, cold and again warm (where
+    the content the cache lacks is itself longer than one answer)."""
+    from streamd.eventlog.model import REPLY_BUDGET_BYTES
+
+    big = REPLY_BUDGET_BYTES * 3 // 8  # three of these pass the budget
+
+    async def body(svc: Service) -> None:
+        other = StreamdSessionService(await svc._client(), event_cache=0)
+        s = await svc.create_session(app_name="app", user_id="u", session_id="s")
+        for i in range(4):
+            await svc.append_event(s, event(ts=float(i + 1), content=text(f"{i}" * big)))
+        cold = await StreamdSessionService(await svc._client()).get_session(
+            app_name="app", user_id="u", session_id="s")
+        assert cold is not None
+        assert [e.content.parts[0].text for e in cold.events if e.content and e.content.parts] \
+            == [f"{i}" * big for i in range(4)]
+        first = await svc.get_session(app_name="app", user_id="u", session_id="s")
+        assert first is not None and len(first.events) == 4
+        moved = await other.get_session(app_name="app", user_id="u", session_id="s")
+        assert moved is not None
+        for i in range(4, 7):
+            await other.append_event(moved, event(ts=float(i + 1), content=text(f"{i}" * big)))
+        again = await svc.get_session(app_name="app", user_id="u", session_id="s")
+        assert again is not None
+        assert [e.content.parts[0].text for e in again.events if e.content and e.content.parts] \
+            == [f"{i}" * big for i in range(7)]
+        assert again._storage_update_marker == moved._storage_update_marker
+
+    run(tmp_path, body, event_cache=cache, timeout=120)
+
+
 def test_loaded_events_are_copies_that_a_caller_may_reassign(tmp_path: Path) -> None:
     async def body(svc: Service) -> None:
         s = await svc.create_session(app_name="app", user_id="u", session_id="s")

@@ -21,6 +21,7 @@ from streamd.client.protocol import (
     LockLost,
     Reply,
     WatchUpdated,
+    decode_result,
 )
 from streamd.errors import BUDGET_EXCEEDED, CLOSED, INTERNAL_ERROR, RpcError
 from streamd.eventlog.model import (
@@ -95,6 +96,43 @@ def test_an_answer_is_decoded_to_the_calls_result_type() -> None:
     events, out = core.receive(answer(request_id, {"seq": 7, "duplicate": False}))
     assert events == [Reply(request_id, value=AppendResult(seq=7, duplicate=False))]
     assert out == [] and core.in_flight == 0
+
+
+def test_an_answer_asked_for_raw_is_its_result_as_sent() -> None:
+    core = ClientProtocol()
+    request_id, _ = core.start(Call("eventlog/sessions.get", {}, msgspec.Raw))
+    frame = b'{"jsonrpc":"2.0","id":%d,"result":{"b": [1, 2],"a":"x"}}\n' % request_id
+    (event,), _ = core.receive(frame)
+    assert isinstance(event, Reply) and isinstance(event.value, msgspec.Raw)
+    assert bytes(event.value) == b'{"b": [1, 2],"a":"x"}'
+
+
+def test_a_large_answer_is_decoded_with_the_collector_paused_and_resumed() -> None:
+    """A session's events are thousands of objects: no collection walks them
+    while they are decoded (each one would walk the heap), and the collector
+    runs again afterwards."""
+    import gc
+
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    data = json.dumps([{"n": i, "list": [i]} for i in range(20_000)]).encode()
+    kind = list[dict[str, Any]]
+    decode_result(b"[]", kind)  # its decoder made and kept, before counting
+    assert len(data) > 64 << 10 and gc.isenabled()
+    gc.collect()  # from an empty young generation: a collection seen is the decode's
+    gc.callbacks.append(count)
+    try:
+        decoded = decode_result(data, kind)
+        during = len(collections)  # read with no allocation: the next one collects
+    finally:
+        gc.callbacks.remove(count)
+    assert len(decoded) == 20_000
+    assert during == 0  # 40,000 containers made, and no collection meanwhile
+    assert gc.isenabled()
 
 
 def test_an_error_answer_is_the_daemons_code_message_and_data() -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "log_event",
     "merged",
     "session_id",
+    "session_of",
     "split_state",
     "stored_time",
     "utc",
@@ -58,6 +59,15 @@ class RawSession(msgspec.Struct, kw_only=True):
     next_seq: int | None = None
     app_state: dict[str, Any] | None = None
     user_state: dict[str, Any] | None = None
+
+
+_session = msgspec.json.Decoder(RawSession)
+
+
+def session_of(answer: msgspec.Raw) -> RawSession:
+    """An answer to ``sessions.get``, decoded (the caller pauses the cyclic
+    collector: see ``StreamdSessionService._read``)."""
+    return _session.decode(answer)
 
 
 def session_id(given: str | None) -> str | None:
