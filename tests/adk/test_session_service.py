@@ -182,7 +182,7 @@ def test_every_field_of_an_event_round_trips(tmp_path: Path) -> None:
     async def body(svc: Service) -> None:
         s = await svc.create_session(app_name="app", user_id="u", session_id="s")
         await svc.append_event(s, rich)
-        svc._cache.clear()  # decoded from storage, not the cache
+        svc._loader.forget()  # decoded from storage, not the cache
         got = await svc.get_session(app_name="app", user_id="u", session_id="s")
         assert got is not None
         (stored,) = got.events

@@ -107,6 +107,15 @@ def test_an_answer_asked_for_raw_is_its_result_as_sent() -> None:
     assert bytes(event.value) == b'{"b": [1, 2],"a":"x"}'
 
 
+def test_a_result_asked_for_raw_is_not_read_again() -> None:
+    """It was read as JSON already (the envelope's decode): handed over as
+    the same object, not decoded into a new one (which reads all of it)."""
+    read = msgspec.Raw(b'{"events": [1, 2, 3]}')
+    assert decode_result(read, msgspec.Raw) is read
+    made = decode_result(b'{"a": 1}', msgspec.Raw)
+    assert isinstance(made, msgspec.Raw) and bytes(made) == b'{"a": 1}'
+
+
 def test_a_large_answer_is_decoded_with_the_collector_paused_and_resumed() -> None:
     """A session's events are thousands of objects: no collection walks them
     while they are decoded (each one would walk the heap), and the collector
@@ -127,11 +136,13 @@ def test_a_large_answer_is_decoded_with_the_collector_paused_and_resumed() -> No
     gc.callbacks.append(count)
     try:
         decoded = decode_result(data, kind)
-        during = len(collections)  # read with no allocation: the next one collects
+        during = len(collections)
     finally:
         gc.callbacks.remove(count)
     assert len(decoded) == 20_000
-    assert during == 0  # 40,000 containers made, and no collection meanwhile
+    # 40,000 containers made: dozens of collections without the pause; with
+    # it, at most the one its end sets off.
+    assert during <= 1
     assert gc.isenabled()
 
 

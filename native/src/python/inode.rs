@@ -44,13 +44,17 @@ fn lookup(path: &[u8]) -> Found {
 }
 
 /// For each path: a `(dev, ino)` tuple, None when nothing is there, or the
-/// error number (an int) of a lookup that failed otherwise.
+/// error number (an int) of a lookup that failed otherwise. The lookups run
+/// with the GIL released, as ctypes' calls do: on a network or FUSE file
+/// system one can block, and must not stop the process's other threads.
 #[pyfunction]
 pub fn devices_and_inodes<'py>(py: Python<'py>, paths: Vec<PyBackedBytes>) -> PyResult<Vec<PyObject>> {
-    paths
-        .iter()
-        .map(|path| {
-            Ok(match lookup(path) {
+    let owned: Vec<Vec<u8>> = paths.iter().map(|p| p.to_vec()).collect();
+    let found: Vec<Found> = py.allow_threads(|| owned.iter().map(|p| lookup(p)).collect());
+    found
+        .into_iter()
+        .map(|found| {
+            Ok(match found {
                 Found::Id(dev, ino) => PyTuple::new(py, [dev, ino])?.into_any().unbind(),
                 Found::Missing => py.None(),
                 Found::Errno(code) => code.into_pyobject(py)?.into_any().unbind(),

@@ -29,10 +29,9 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
-import gc
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -40,7 +39,7 @@ import pydantic
 from google.adk.events.event import Event
 from pydantic_core import PydanticUndefined
 
-from streamd import plain
+from streamd import collector, plain
 
 if TYPE_CHECKING:
     from streamd._native import ModelPlan
@@ -73,28 +72,20 @@ def events_from_data(datas: list[Any]) -> list[Event]:
                 for data, model in zip(datas, built, strict=True)]
 
 
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a stretch of synchronous work.
+def collector_paused() -> contextlib.AbstractContextManager[None]:
+    """Pause the cyclic garbage collector for a stretch of synchronous work
+    (:func:`streamd.collector.paused`: one pause shared by every thread).
 
-    A session's load makes tens of thousands of small objects (17 tracked
-    ones an event), none of them garbage, and every collection their
-    allocation triggers walks the whole heap again, which in a process that
-    has imported ADK (pydantic schemas, genai types) holds some 90,000
-    objects: measured, a cold 2,000-event load spent about a third of its
-    time in the collector. Nothing here awaits, so the pause ends with the
-    work, and the collector's state is restored. (The young collection that
-    follows walks what the load made, ~10 ms for 2,000 events; filing those
-    objects with the oldest at once, through ``gc.freeze``/``gc.unfreeze``,
-    was tried and dropped: it moves every object of the user's process, and
-    another thread's freeze could be undone between the calls.)"""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
+    A session's load makes tens of thousands of small objects, none of them
+    garbage, and every collection their allocation triggers walks the whole
+    heap again, which in a process that has imported ADK (pydantic schemas,
+    genai types) holds some 90,000 objects: measured, a cold 2,000-event load
+    spent about a third of its time in the collector. (The young collection
+    that follows walks what the load made; filing those objects with the
+    oldest at once, through ``gc.freeze``/``gc.unfreeze``, was tried and
+    dropped: it moves every object of the user's process, and another
+    thread's freeze could be undone between the calls.)"""
+    return collector.paused()
 
 
 def copied(model: _M) -> _M:

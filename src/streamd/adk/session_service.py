@@ -49,12 +49,11 @@ How ADK's session model maps onto the log, and why:
   queued is stored, its marker becomes the seq of the last, as after a durable
   append. Until ``flush`` returns,
   a crash of this process loses what was queued, never what was acknowledged.
-* **Decoded events are cached by seq.** Rebuilding an ADK Event costs about 20-30 us
-  even without pydantic's validation (:mod:`~streamd.adk.convert`; validation
-  doubles it), which for a 2,000-event session is most of a load. A seq names one
-  stored event forever (seqs are never reused and an event id's content never
-  changes), so decoded events are kept in an LRU (``event_cache`` events; 0 turns it
-  off) and each load hands out shallow copies of them: fields assigned on a loaded
+* **Built events are cached by seq** (:mod:`~streamd.adk.loading`, which also
+  says how a session is read). A seq names one stored event forever (seqs are
+  never reused and an event id's content never changes), so built events are
+  kept in an LRU (``event_cache`` events; 0 turns it off) and each load hands
+  out shallow copies of them: fields assigned on a loaded
   event stay with that session object, while its nested Content is shared with later
   loads in this process, as in ADK's light-copy in-memory service. ADK itself never
   mutates session events in place (its request builder copies what it changes); code
@@ -74,13 +73,10 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import typing
 import uuid
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from datetime import datetime
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -94,13 +90,11 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 
 from streamd import errors
-from streamd.adk import codec, convert
+from streamd.adk import codec
 from streamd.adk.clients import Client, LoopClients
-from streamd.adk.codec import RawEntry, RawSession
 from streamd.adk.errors import adk_error, stale_error
+from streamd.adk.loading import DEFAULT_EVENT_CACHE, ListedSession, SessionLoader, adk_session
 from streamd.adk.write_behind import PENDING, Pipeline, Queued, encode
-from streamd.client import calls
-from streamd.client.protocol import Call
 from streamd.client.transport import START_TIMEOUT
 from streamd.errors import RpcError
 from streamd.eventlog.model import AppendParams, SessionKey
@@ -108,11 +102,8 @@ from streamd.eventlog.store.backend import Synchronous
 
 __all__ = ["StreamdSessionService"]
 
-_T = TypeVar("_T")
-
-DEFAULT_EVENT_CACHE = 20_000
-_SEEN_SESSIONS = 10_000
 _LIST_PAGE = 1000
+
 
 class StreamdSessionService(BaseSessionService):
     """ADK sessions, events and state in the streamd event log (see the module
@@ -153,11 +144,8 @@ class StreamdSessionService(BaseSessionService):
         self._copies: dict[str, weakref.ref[Session]] = {}  # the copy of each token
         self._refused: dict[str, Exception] = {}  # a copy's refusal, raised at each append
         self._unreported: list[str] = []  # copies whose refusal no append has raised yet
-        self._cache_size = event_cache
-        self._cache: OrderedDict[int, Event] = OrderedDict()
-        self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
-        """Sessions loaded before: worth reading seqs first (see _load)."""
         self._lock = threading.Lock()  # the tables above, shared by every loop's thread
+        self._loader = SessionLoader(event_cache)
 
     # -- the client --
 
@@ -197,7 +185,7 @@ class StreamdSessionService(BaseSessionService):
                 ) from None
             raise
         # Read back with the state the app and the user share (merged in).
-        loaded = await self._load(client, app_name, user_id, created.session, 0, None)
+        loaded = await self._loader.load(client, app_name, user_id, created.session, 0, None)
         if loaded is None:  # deleted by someone else in between
             raise SessionNotFoundError(f"Session {created.session} not found.")
         return loaded
@@ -221,7 +209,7 @@ class StreamdSessionService(BaseSessionService):
         stored_as = await self._stored_id(client, app_name, user_id, session_id)
         if stored_as is None:
             return None
-        return await self._load(client, app_name, user_id, stored_as, recent, after)
+        return await self._loader.load(client, app_name, user_id, stored_as, recent, after)
 
     async def _stored_id(
         self, client: Client, app_name: str, user_id: str, session_id: str
@@ -242,151 +230,6 @@ class StreamdSessionService(BaseSessionService):
             raise
         return session_id
 
-    async def _load(
-        self,
-        client: Client,
-        app_name: str,
-        user_id: str,
-        session_id: str,
-        recent: int | None,
-        after: float | None,
-    ) -> Session | None:
-        """A session as ADK sees it. A session this service has loaded before
-        is read in two steps: its events' seqs only (``content: false``, a
-        fifth of the bytes), then the content of those not in the cache (a new
-        turn's few events, as a rule), read after the first of them up to the
-        first read's ``last_seq`` so both reads describe one moment. A session
-        not seen yet is read whole at once."""
-        key = (app_name, user_id, session_id)
-        after_time = codec.utc(after)
-        with self._lock:
-            seen = self._cache_size > 0 and key in self._seen
-        loaded: tuple[RawSession, list[Event]] | None
-        if not seen:
-            loaded = await self._read(client, key, recent, after_time, 0, True, self._built)
-        else:
-            listed = await self._read(client, key, recent, after_time, 0, False, _as_read)
-            if listed is None:
-                return None
-            with self._lock:
-                missing = {e.seq for e in listed.events if e.seq not in self._cache}
-
-            def merged(rest: RawSession | None) -> tuple[RawSession, list[Event]]:
-                fetched = {e.seq: e for e in (rest.events if rest else [])
-                           if e.seq in missing and e.seq <= listed.last_seq}
-                # A seq gone between the two reads was deleted meanwhile (retention).
-                listed.events = [fetched.get(e.seq, e) for e in listed.events
-                                 if e.seq in fetched or e.seq not in missing]
-                return self._built(listed)
-
-            if not missing:
-                with convert.collector_paused():
-                    loaded = self._built(listed)
-            else:
-                after_seq = min(missing) - 1
-                loaded = await self._read(client, key, None, after_time, after_seq, True, merged)
-                if loaded is None:  # the session was deleted after the first read
-                    with convert.collector_paused():
-                        loaded = merged(None)
-        if loaded is None:
-            return None
-        raw, events = loaded
-        with self._lock:
-            self._seen[key] = None
-            self._seen.move_to_end(key)
-            while len(self._seen) > _SEEN_SESSIONS:
-                self._seen.popitem(last=False)
-        return self._session(app_name, user_id, raw, events)
-
-    async def _read(
-        self,
-        client: Client,
-        key: tuple[str, str, str],
-        recent: int | None,
-        after_time: datetime | None,
-        after_seq: int,
-        content: bool,
-        then: Callable[[RawSession], _T],
-    ) -> _T | None:
-        """``then`` of the session read, put together from as many answers
-        as a reply budget cut it into; None when there is no such session.
-
-        The client hands each answer over undecoded; it is decoded here with
-        the cyclic collector paused, and the last one decoded and ``then``
-        run (building the events) in one pause: a pause of its own ended with
-        a collection that walked every object just decoded (0.6-1.3 ms for
-        2,000 events), garbage a moment later."""
-        app_name, user_id, session_id = key
-        call: Call[msgspec.Raw] | None = Call(
-            "eventlog/sessions.get",
-            calls.get_session(
-                app_name, user_id, session_id, recent=recent, after_time=after_time,
-                after_seq=after_seq, scoped_state=True, content=content, event_time=True,
-            ).params,
-            msgspec.Raw,
-        )
-        assert call is not None
-        whole = calls.SessionAssembler(call)
-        while call is not None:
-            try:
-                answer = await client.call(call)
-            except RpcError as exc:
-                if errors.is_session_not_found(exc):
-                    return None
-                raise
-            with convert.collector_paused():
-                call = whole.feed(codec.session_of(answer))
-                if call is None:
-                    return then(whole.result)
-        raise AssertionError("unreachable: the loop returns once the session is whole")
-
-    def _built(self, raw: RawSession) -> tuple[RawSession, list[Event]]:
-        """The session read and its events, built (called with the collector
-        paused). The entries are dropped before the pause ends, so the
-        collector never walks them."""
-        events = self._events_of(raw.events)
-        raw.events = []
-        return raw, events
-
-    def _session(
-        self, app_name: str, user_id: str, raw: Any, events: list[Event]
-    ) -> Session:
-        session = Session(
-            id=raw.session,
-            app_name=app_name,
-            user_id=user_id,
-            state=codec.merged(raw.state or {}, raw.app_state or {}, raw.user_state or {}),
-            events=events,
-            last_update_time=_update_time(raw),
-        )
-        session._storage_update_marker = str(raw.last_seq)
-        return session
-
-    def _events_of(self, entries: list[RawEntry]) -> list[Event]:
-        """The loaded session's events: cached ones copied, the rest built
-        (outside the lock: building is the slow part) and cached; called
-        with the cyclic collector paused."""
-        if self._cache_size <= 0:
-            return convert.events_from_data([e.event.content for e in entries])
-        cache = self._cache
-        with self._lock:
-            found = [cache.get(e.seq) for e in entries]
-            for e, hit in zip(entries, found, strict=True):
-                if hit is not None:
-                    cache.move_to_end(e.seq)
-        missing = [(i, e) for i, (e, hit) in enumerate(zip(entries, found, strict=True))
-                   if hit is None]
-        if missing:
-            rebuilt = convert.events_from_data([e.event.content for _, e in missing])
-            decoded = [(i, e.seq, event) for (i, e), event in zip(missing, rebuilt, strict=True)]
-            with self._lock:
-                for i, seq, event in decoded:
-                    found[i] = cache[seq] = event
-                while len(cache) > self._cache_size:
-                    cache.popitem(last=False)
-        assert all(hit is not None for hit in found)  # every miss was rebuilt above
-        return convert.copied_all(typing.cast("list[Event]", found))
-
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
@@ -404,8 +247,8 @@ class StreamdSessionService(BaseSessionService):
             )
             users = page.user_states or {}
             for s in page.sessions:
-                view = _ListedSession(s, page.app_state, users.get(s.user))
-                found.append(self._session(app_name, s.user, view, []))
+                view = ListedSession(s, page.app_state, users.get(s.user))
+                found.append(adk_session(app_name, s.user, view, []))
             if page.next is None:
                 break
             after = page.next
@@ -569,7 +412,9 @@ class StreamdSessionService(BaseSessionService):
                 pass  # another service's marker: check as for a session built by hand
         # A session without our marker is current when its last event is the
         # stored last event (or neither has one): ADK's own fallback.
-        stored = await self._load(client, session.app_name, session.user_id, session.id, 1, None)
+        stored = await self._loader.load(
+            client, session.app_name, session.user_id, session.id, 1, None
+        )
         if stored is None:
             raise SessionNotFoundError(f"Session {session.id} not found.")
         mine = session.events[-1].id if session.events else None
@@ -577,27 +422,3 @@ class StreamdSessionService(BaseSessionService):
         if mine != theirs:
             raise stale_error(f"its last event is {mine!r}, storage's is {theirs!r}")
         return int(stored._storage_update_marker or 0)
-
-
-def _as_read(raw: RawSession) -> RawSession:
-    return raw
-
-
-class _ListedSession:
-    """A listed session in the shape :meth:`StreamdSessionService._session` reads."""
-
-    def __init__(self, s: Any, app_state: dict[str, Any] | None, user_state: Any) -> None:
-        self.session = s.session
-        self.state = s.state
-        self.updated_at = s.updated_at
-        self.last_event_time = s.last_event_time
-        self.last_seq = s.last_seq
-        self.app_state = app_state
-        self.user_state = user_state
-
-
-def _update_time(raw: Any) -> float:
-    """ADK's ``last_update_time``: the session's event time (its newest event's
-    timestamp, or its creation), else (a daemon before it was kept) its last write."""
-    when = raw.last_event_time or raw.updated_at
-    return when.timestamp() if when is not None else 0.0

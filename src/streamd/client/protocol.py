@@ -40,7 +40,6 @@ frame is skipped without being held) and routed through
 
 from __future__ import annotations
 
-import gc
 import itertools
 import logging
 import typing
@@ -51,7 +50,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from streamd import errors
+from streamd import collector, errors
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
     Entry,
@@ -131,13 +130,8 @@ def decode_result(data: bytes | msgspec.Raw, kind: type[T]) -> T:
     decoder = _decoder(kind)
     if len(data) < _LARGE:
         return decoder.decode(data)
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with collector.paused():
         return decoder.decode(data)
-    finally:
-        if paused:
-            gc.enable()
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,7 @@ class DatabaseFile:
         self._wal_emptied = False
         self._real = path
         self._paths: list[bytes] = []  # the three files' paths, encoded once
+
     @property
     def fault(self) -> str | None:
         """Why the log stopped serving, once the guard has tripped."""

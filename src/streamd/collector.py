@@ -1,0 +1,48 @@
+"""One pause of the cyclic garbage collector, shared by every thread.
+
+A session's load makes tens of thousands of small objects, none of them
+garbage, and every collection their allocation triggers walks them again (and,
+in a process that has imported ADK, some 90,000 objects besides): the clients
+decode a large answer, and the ADK service builds a session's events, with the
+collector paused. Nothing awaits inside a pause, so it ends with the work.
+
+The collector's switch is the process's, and the clients run on several
+threads (ADK runs each turn on an event loop of its own). A pause that
+remembered ``gc.isenabled()`` for itself could be undone by another's: one
+thread pauses, a second sees the collector off and remembers that, the first
+resumes it, the second pauses it again and, remembering it off, never resumes
+it; the collector stayed off for good. So the pauses are counted under one
+lock: the first one turns the collector off (if it was on), the last one to end
+turns it back on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import threading
+from collections.abc import Iterator
+
+__all__ = ["paused"]
+
+_lock = threading.Lock()
+_depth = 0
+_resume = False  # whether the last pause to end turns the collector back on
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """The cyclic collector off for the block (see the module docstring)."""
+    global _depth, _resume
+    with _lock:
+        if _depth == 0:
+            _resume = gc.isenabled()
+            gc.disable()
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _resume:
+                gc.enable()

@@ -1,0 +1,96 @@
+"""How the ADK service loads a session: what it does when the log's answer is
+not a session, and when the cached events it counts on are evicted while it
+reads the rest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+pytestmark = pytest.mark.subprocess
+
+adk = pytest.importorskip("google.adk")
+
+import asyncio  # noqa: E402
+
+import support.adk  # noqa: E402
+from google.genai import types  # noqa: E402
+from support.adk import Service, event, run  # noqa: E402
+
+from streamd import errors  # noqa: E402
+from streamd.adk import StreamdSessionService  # noqa: E402
+from streamd.adk.loading import SessionLoader  # noqa: E402
+from streamd.client.protocol import Call  # noqa: E402
+from streamd.errors import RpcError  # noqa: E402
+
+
+@pytest.fixture(params=support.adk.MODES)
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(support.adk, "mode", request.param)
+    return str(request.param)
+
+
+def text(t: str) -> types.Content:
+    return types.Content(role="user", parts=[types.Part(text=t)])
+
+
+class _Garbled:
+    """A client whose every answer is JSON but not a session."""
+
+    async def call(self, call: Call[Any]) -> Any:
+        return msgspec.Raw(b'{"session": 5, "events": "none"}')
+
+
+def test_an_answer_that_is_not_a_session_is_an_internal_error_not_a_crash() -> None:
+    service = StreamdSessionService(_Garbled())  # type: ignore[arg-type]
+
+    async def main() -> None:
+        with pytest.raises(RpcError) as raised:
+            await service.get_session(app_name="app", user_id="u", session_id="s")
+        assert raised.value.code == errors.INTERNAL_ERROR
+        assert "eventlog/sessions.get: the answer does not decode" in raised.value.message
+
+    asyncio.run(main())
+
+
+class _Evicting:
+    """The service's client, emptying a loader's cache while it reads an
+    answer with content: another load evicting the events meanwhile."""
+
+    def __init__(self, client: Any, loader: SessionLoader) -> None:
+        self.client, self.loader = client, loader
+
+    async def call(self, call: Call[Any]) -> Any:
+        if call.method == "eventlog/sessions.get" and call.params.content:
+            self.loader.forget()
+        return await self.client.call(call)
+
+
+def test_cached_events_evicted_while_the_rest_is_read_are_still_loaded(
+    tmp_path: Path, mode: str
+) -> None:
+    """A reload reads the seqs, then the content the cache lacks; another
+    load may evict the cached ones meanwhile (on the same loop between the
+    two reads, or on another loop's thread): the reload still has them."""
+
+    async def body(svc: Service) -> None:
+        client = await svc._client()
+        s = await svc.create_session(app_name="app", user_id="u", session_id="s")
+        for i in range(5):
+            await svc.append_event(s, event(ts=float(i + 1), content=text(f"m{i}")))
+        loader = SessionLoader()
+        evicting = _Evicting(client, loader)
+        first = await loader.load(evicting, "app", "u", "s", None, None)  # type: ignore[arg-type]
+        assert first is not None and len(first.events) == 5
+        await svc.append_event(first, event(ts=9.0, content=text("new")))
+        again = await loader.load(evicting, "app", "u", "s", None, None)  # type: ignore[arg-type]
+        truth = await svc.get_session(app_name="app", user_id="u", session_id="s")
+        assert again is not None and truth is not None
+        assert [e.model_dump() for e in again.events] == [e.model_dump() for e in truth.events]
+        assert [e.content.parts[0].text for e in again.events  # type: ignore[union-attr,index]
+                ] == ["m0", "m1", "m2", "m3", "m4", "new"]
+
+    run(tmp_path, body)
