@@ -76,12 +76,8 @@ class SessionLoader:
         recent: int | None,
         after: float | None,
     ) -> Session | None:
-        """A session as ADK sees it. A session this service has loaded before
-        is read in two steps: its events' seqs only (``content: false``, a
-        fifth of the bytes), then the content of those not in the cache (a new
-        turn's few events, as a rule), read after the first of them up to the
-        first read's ``last_seq`` so both reads describe one moment. A session
-        not seen yet is read whole at once."""
+        """The session as ADK sees it, None when there is none (read in one
+        step or two: see the module docstring)."""
         key = (app_name, user_id, session_id)
         after_time = codec.utc(after)
         with self._lock:
