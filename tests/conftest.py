@@ -26,7 +26,9 @@ from streamd.recall.index import build
 from streamd.recall.wire import ExpandParams, InitializeParams, SearchParams
 
 # The event log's shared fixtures (fx: each storage backend; daemon: a served log).
-pytest_plugins = ["support.eventlog_fixtures", "support.recall", "support.conformance"]
+pytest_plugins = [
+    "support.eventlog_fixtures", "support.recall", "support.conformance", "support.full_disk",
+]
 
 # The shared JSON-RPC test client asserts too; keep pytest's detailed messages there.
 pytest.register_assert_rewrite("support")

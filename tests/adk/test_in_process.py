@@ -16,6 +16,8 @@ import pytest
 
 pytest.importorskip("google.adk")
 
+from support.full_disk import FullVFS
+
 from streamd.adk import StreamdSessionService
 from streamd.client.local import LocalClient
 
@@ -63,3 +65,44 @@ def test_its_arguments_say_which_log_they_are_for(tmp_path: Path) -> None:
         StreamdSessionService(object(), database=tmp_path / "x.db")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="synchronous"):
         StreamdSessionService(synchronous="NORMAL")
+
+
+def test_a_full_disk_fails_append_event_and_the_session_goes_on_when_space_returns(
+    tmp_path: Path, full_disk: FullVFS
+) -> None:
+    """The event that found the disk full is refused, the session object is
+    left as it was (ADK adds an event only once it is stored), nothing stored
+    is lost, and the next append after space returns continues the session."""
+    from google.adk.events.event import Event
+    from google.genai import types
+
+    from streamd.errors import RpcError
+
+    def said(text: str) -> Event:
+        return Event(author="user", invocation_id="i",
+                     content=types.Content(role="user", parts=[types.Part(text=text)]))
+
+    async def main() -> None:
+        service = StreamdSessionService(database=tmp_path / "events.db")
+        try:
+            s = await service.create_session(app_name="app", user_id="u", session_id="s")
+            await service.append_event(s, said("before"))
+            full_disk.full = True
+            with pytest.raises(RpcError, match="database or disk is full"):
+                await service.append_event(s, said("on a full disk"))
+            assert [e.content.parts[0].text for e in s.events] == ["before"]  # type: ignore[union-attr,index]
+            full_disk.full = False
+            await service.append_event(s, said("after"))
+            fresh = StreamdSessionService(database=tmp_path / "events.db")
+            try:
+                got = await fresh.get_session(app_name="app", user_id="u", session_id="s")
+            finally:
+                await fresh.close()
+            assert got is not None
+            assert [e.content.parts[0].text for e in got.events  # type: ignore[union-attr,index]
+                    ] == ["before", "after"]
+        finally:
+            full_disk.full = False
+            await service.close()
+
+    asyncio.run(main())

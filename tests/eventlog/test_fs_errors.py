@@ -1,6 +1,7 @@
 """A file system that fails under the event log is named as that, not as a
 database fault ("database disk image is malformed", or a bare "disk I/O
-error"), and no OSError leaves the store.
+error"), and no OSError leaves the store. A full disk fails the write that
+found it, loses nothing acknowledged, and leaves the log serving.
 
 A real EIO from the kernel: ``/proc/self/mem`` read at offset 0 fails with
 EIO, so opening it as a database fails in SQLite's own read. A failure on a
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import apsw
 import pytest
+from support.full_disk import FullVFS
 
 from streamd.errors import RpcError
 from streamd.eventlog.model import AppendParams, Event, SinceParams
@@ -94,3 +96,33 @@ def test_corruption_sqlite_reports_for_a_failed_read_names_the_errno_first() -> 
     )
     plain = sqlite_errors.translate(apsw.CorruptError("database disk image is malformed"), 0)
     assert plain.message == "event log database error: database disk image is malformed"
+
+
+def _event(event_id: str) -> AppendParams:
+    return AppendParams(
+        app="app", user="u", session="s", event=Event(id=event_id, author="a", content="x" * 300)
+    )
+
+
+def test_a_full_disk_fails_the_append_that_finds_it_and_loses_nothing(
+    tmp_path: Path, full_disk: FullVFS
+) -> None:
+    store = SqliteStore.open(str(tmp_path / "events.db"))
+    try:
+        for i in range(5):
+            store.append(_event(f"e{i}"), i + 1)
+        full_disk.full = True
+        for attempt in range(3):  # and again, while the disk stays full
+            with pytest.raises(RpcError) as info:
+                store.append(_event("on-a-full-disk"), 10 + attempt)
+            assert info.value.code == -32000
+            assert "database or disk is full" in info.value.message, info.value.message
+            read = store.since(SinceParams(from_seq=0, limit=100))
+            assert [e.event.id for e in read.entries] == [f"e{i}" for i in range(5)]
+        full_disk.full = False
+        assert store.append(_event("after"), 20).seq == 6
+        read = store.since(SinceParams(from_seq=0, limit=100))
+        assert [e.event.id for e in read.entries] == [*(f"e{i}" for i in range(5)), "after"]
+    finally:
+        full_disk.full = False
+        store.close()
