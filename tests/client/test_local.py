@@ -335,7 +335,7 @@ def test_a_fifo_at_the_path_is_refused_with_a_clear_error(tmp_path: Path) -> Non
     os.mkfifo(fifo)
     with pytest.raises(RpcError) as refused:
         run(LocalClient.open(fifo))
-    assert "the file system failed" in refused.value.message
+    assert "is a named pipe (FIFO), not a regular file" in refused.value.message
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # left as it was
 
 

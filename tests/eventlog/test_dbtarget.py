@@ -301,23 +301,25 @@ def test_the_flag_wins_then_the_environment_then_the_default() -> None:
 
 def test_an_explicit_file_needs_its_directory_and_the_default_does_not(tmp_path: Path) -> None:
     missing = tmp_path / "no" / "such" / "x.db"
-    assert classify(str(missing)).directory_error() == (
+    assert classify(str(missing)).file_error() == (
         f"event log database {missing}: directory {missing.parent} does not exist"
         " (create it first: only the default location is created)"
     )
-    assert classify(str(tmp_path)).directory_error() == (
+    assert classify(str(tmp_path)).file_error() == (
         f"event log database {tmp_path}: is a directory; give a file path"
     )
     (tmp_path / "f").write_text("")
     under_file = tmp_path / "f" / "x.db"
-    assert classify(str(under_file)).directory_error() == (
+    assert classify(str(under_file)).file_error() == (
         f"event log database {under_file}: directory {tmp_path / 'f'} is not a directory"
         " (create it first: only the default location is created)"
     )
-    assert classify(str(tmp_path / "x.db")).directory_error() is None
+    assert classify(str(tmp_path / "x.db")).file_error() is None
+    (tmp_path / "x.db").write_text("")
+    assert classify(str(tmp_path / "x.db")).file_error() is None  # an existing file
     default = dbtarget.resolve(None, {"XDG_STATE_HOME": str(tmp_path / "none")})
-    assert default.directory_error() is None
-    assert list(tmp_path.iterdir()) == [tmp_path / "f"]  # nothing was created
+    assert default.file_error() is None
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "f", tmp_path / "x.db"]  # nothing made
 
 
 @pytest.mark.parametrize("spelling", [["--db", "{v}"], ["--db={v}"], ["--d", "{v}"], ["--d={v}"]])
@@ -330,3 +332,29 @@ def test_a_secret_in_a_daemons_arguments_is_refused_in_every_spelling_argparse_t
     argv = ["--idle-exit", "60", *(part.format(v=value) for part in spelling)]
     refused = dbtarget.argv_error(argv)
     assert refused is not None and "password" in refused and S not in refused
+
+
+def test_a_device_a_named_pipe_or_a_socket_is_refused_naming_what_it_is(tmp_path: Path) -> None:
+    """SQLite would fail on each with only "disk I/O error" to say."""
+    import os
+    import socket
+
+    fifo = tmp_path / "pipe.db"
+    os.mkfifo(fifo)
+    assert classify(str(fifo)).file_error() == (
+        f"event log database {fifo}: is a named pipe (FIFO), not a regular file;"
+        " give a file path"
+    )
+    assert classify("/dev/null").file_error() == (
+        "event log database /dev/null: is a character device, not a regular file;"
+        " give a file path"
+    )
+    sock_path = tmp_path / "s.db"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(sock_path))
+        assert classify(str(sock_path)).file_error() == (
+            f"event log database {sock_path}: is a socket, not a regular file; give a file path"
+        )
+    link = tmp_path / "link.db"
+    link.symlink_to("/dev/null")
+    assert "is a character device" in (classify(str(link)).file_error() or "")

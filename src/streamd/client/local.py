@@ -321,7 +321,7 @@ class LocalClient(calls.AwaitedEventLogMethods):
             )
         if str(database) == ":memory:":
             raise RpcError(errors.INVALID_PARAMS, "an in-process event log is a file: give a path")
-        if (refused := target.directory_error()) is not None:
+        if (refused := target.file_error()) is not None:
             raise RpcError(errors.SOURCE_UNAVAILABLE, refused)
         file = target.path
         path = os.path.abspath(file)

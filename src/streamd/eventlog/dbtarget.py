@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,20 +139,41 @@ class DbTarget:
         """What the store opens: the path, or the connection string."""
         return self.path if self.path is not None else self.conninfo
 
-    def directory_error(self) -> str | None:
+    def file_error(self) -> str | None:
         """Why this file cannot be the log, without creating anything: its
-        directory is missing (only the default's is created) or it is a
-        directory. None when it may be opened (or created)."""
+        directory is missing (only the default's is created), or something
+        other than a regular file is at the path (a directory, a device, a
+        named pipe, a socket: SQLite would fail on it with only "disk I/O
+        error" to say). None when it may be opened (or created)."""
         if self.path is None or self.origin == "default":
             return None
-        if self.path.is_dir():
+        try:
+            mode: int | None = self.path.stat().st_mode
+        except OSError:
+            mode = None  # nothing there (or no way there: the directory check says why)
+        if mode is not None and stat.S_ISDIR(mode):
             return f"event log database {self.description}: is a directory; give a file path"
+        if mode is not None and not stat.S_ISREG(mode):
+            return (f"event log database {self.description}: is a {_special_kind(mode)}, not a"
+                    " regular file; give a file path")
         parent = self.path.parent
         if not parent.is_dir():
             what = "is not a directory" if parent.exists() else "does not exist"
             return (f"event log database {self.description}: directory {parent} {what}"
                     " (create it first: only the default location is created)")
         return None
+
+
+def _special_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "named pipe (FIFO)"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
 
 
 def default_path(env: Mapping[str, str] | None = None) -> Path:
@@ -323,7 +345,7 @@ def command_line_error(value: str | None) -> str | None:
         return f"--db: {exc}"
     if target.secret_keys:
         return password_refused(target)
-    return _said_of("--db", target.directory_error())
+    return _said_of("--db", target.file_error())
 
 
 _DB_SPELLINGS = ("--d", "--db")
@@ -360,7 +382,7 @@ def usage_error(flag: str | None, env: Mapping[str, str] | None = None) -> str |
         target = resolve(None, env)
     except DbTargetError as exc:
         return f"STREAMD_DB: {exc}"
-    return _said_of("STREAMD_DB", target.directory_error())
+    return _said_of("STREAMD_DB", target.file_error())
 
 
 def _said_of(setting: str, problem: str | None) -> str | None:

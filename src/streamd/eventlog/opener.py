@@ -104,7 +104,7 @@ class SqliteOpener:
         guard, path, options = self._guard, self._path, self._options
         guard.before_open()  # before prepare_file, which would create a file
         if role == "writer":
-            if (refused := self._target.directory_error()) is not None:
+            if (refused := self._target.file_error()) is not None:
                 raise RpcError(SOURCE_UNAVAILABLE, refused)
             # Only the default location is made: a mistyped directory fails.
             prepare_file(self._target.path, make_directory=self._target.origin == "default")

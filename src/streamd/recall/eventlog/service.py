@@ -89,7 +89,7 @@ def log_target(location: str, base: str | None, settings: LogSettings) -> DbTarg
     target = dbtarget.classify(os.fspath(os.path.normpath(path)), origin="argument")
     assert target.path is not None
     if settings.debug_seed:
-        problem = target.directory_error()
+        problem = target.file_error()
         if problem:
             raise RpcError(INVALID_PARAMS, f"eventlog location: {problem}")
     elif not target.path.is_file():
