@@ -225,7 +225,8 @@ class DatabaseFile:
                     f"event log unavailable: {cause}. What was committed after that is"
                     f" not in the log at {self.path} (an append answered with this error"
                     " was not added to it), and streamd neither recreates nor touches"
-                    " that path any more: restart streamd to serve what is there now",
+                    " that path any more: restart streamd (or, in process, open the log"
+                    " again) to serve what is there now",
                     {"reason": FAULT_REASON, "path": self.path},
                 )
         fault = self._fault
