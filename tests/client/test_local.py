@@ -291,6 +291,39 @@ def test_a_new_file_is_private_and_a_closed_client_says_closed(tmp_path: Path) -
     assert not Path(f"{db}-wal").exists()
 
 
+def test_a_file_restored_under_the_client_stops_it_and_is_left_as_restored(
+    tmp_path: Path,
+) -> None:
+    """A restore done under a running in-process log (another file renamed
+    over the path): the next call fails naming the cause, every later call
+    too, nothing is written to the restored file, and closing works."""
+    db = tmp_path / "events.db"
+
+    async def scenario() -> None:
+        client = await LocalClient.open(db)
+        await client.append("app", "u", "s", ev("e1"))
+        backup = tmp_path / "backup.db"
+        source = apsw.Connection(str(db))
+        target = apsw.Connection(str(backup))
+        with target.backup("main", source, "main") as copy:
+            copy.step()
+        source.close()
+        target.close()
+        os.replace(backup, db)
+        for call in (lambda: client.append("app", "u", "s", ev("e2")), client.ping):
+            with pytest.raises(RpcError) as stopped:
+                await call()
+            assert stopped.value.code == errors.SOURCE_UNAVAILABLE
+            assert stopped.value.data["reason"] == "database_file_replaced"
+            assert "open the log again" in stopped.value.message
+        await client.aclose()
+
+    run(scenario())
+    restored = apsw.Connection(str(db))
+    assert restored.execute("SELECT event_id FROM events").fetchall() == [("e1",)]
+    restored.close()
+
+
 @pytest.mark.parametrize("target", ["postgresql://db.example/events", "mysql://h/events",
                                     "host=/tmp dbname=events"])
 def test_a_server_address_is_refused_naming_the_daemon(target: str) -> None:
