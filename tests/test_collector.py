@@ -32,7 +32,7 @@ def test_overlapping_pauses_on_two_threads_resume_the_collector_when_the_last_en
     remembered the collector's state for itself: one thread pauses, a second
     pauses (finding it off), the first ends, the second ends."""
     seen: dict[str, bool] = {}
-    second_in, first_out, second_may_end = threading.Event(), threading.Event(), threading.Event()
+    second_in, second_may_end = threading.Event(), threading.Event()
 
     def second() -> None:
         with collector.paused():
@@ -41,13 +41,14 @@ def test_overlapping_pauses_on_two_threads_resume_the_collector_when_the_last_en
             seen["second, after the first ended"] = gc.isenabled()
 
     other = threading.Thread(target=second)
-    with collector.paused():
-        other.start()
-        assert second_in.wait(10)
-    first_out.set()
-    seen["after the first ended"] = gc.isenabled()
-    second_may_end.set()
-    other.join(10)
+    try:
+        with collector.paused():
+            other.start()
+            assert second_in.wait(10)
+        seen["after the first ended"] = gc.isenabled()
+    finally:
+        second_may_end.set()  # never left holding a pause into later tests
+        other.join(10)
     assert seen == {"after the first ended": False, "second, after the first ended": False}
     assert gc.isenabled()
 

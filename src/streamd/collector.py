@@ -32,17 +32,21 @@ _resume = False  # whether the last pause to end turns the collector back on
 
 @contextlib.contextmanager
 def paused() -> Iterator[None]:
-    """The cyclic collector off for the block (see the module docstring)."""
+    """The cyclic collector off for the block (see the module docstring). A
+    ``gc.disable()`` made meanwhile by other code is undone when the last
+    pause ends, as it would be by any pause."""
     global _depth, _resume
-    with _lock:
-        if _depth == 0:
-            _resume = gc.isenabled()
-            gc.disable()
-        _depth += 1
+    counted = False
     try:
+        with _lock:
+            if _depth == 0:
+                _resume = gc.isenabled()
+                gc.disable()
+            _depth, counted = _depth + 1, True
         yield
     finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and _resume:
-                gc.enable()
+        if counted:
+            with _lock:
+                _depth -= 1
+                if _depth == 0 and _resume:
+                    gc.enable()

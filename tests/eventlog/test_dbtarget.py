@@ -338,6 +338,7 @@ def test_a_device_a_named_pipe_or_a_socket_is_refused_naming_what_it_is(tmp_path
     """SQLite would fail on each with only "disk I/O error" to say."""
     import os
     import socket
+    import tempfile
 
     fifo = tmp_path / "pipe.db"
     os.mkfifo(fifo)
@@ -349,12 +350,19 @@ def test_a_device_a_named_pipe_or_a_socket_is_refused_naming_what_it_is(tmp_path
         "event log database /dev/null: is a character device, not a regular file;"
         " give a file path"
     )
-    sock_path = tmp_path / "s.db"
+    # A socket's path is bounded (108 bytes): made in a short directory.
+    short = Path(tempfile.mkdtemp(prefix="sd"))
+    sock_path = short / "s.db"
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(sock_path))
         assert classify(str(sock_path)).file_error() == (
             f"event log database {sock_path}: is a socket, not a regular file; give a file path"
         )
+    sock_path.unlink()
+    short.rmdir()
     link = tmp_path / "link.db"
     link.symlink_to("/dev/null")
     assert "is a character device" in (classify(str(link)).file_error() or "")
+    (tmp_path / "real.db").write_text("")
+    (tmp_path / "to-real.db").symlink_to(tmp_path / "real.db")
+    assert classify(str(tmp_path / "to-real.db")).file_error() is None

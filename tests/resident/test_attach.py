@@ -285,6 +285,10 @@ SECRET = "s3cr3t-pw"
      "{root}/no-such-dir does not exist (create it first: only the default location is "
      "created)"),
     ("{root}", "--db: event log database {root}: is a directory; give a file path"),
+    ("/dev/null", "--db: event log database /dev/null: is a character device, not a regular"
+     " file; give a file path"),
+    ("{root}/pipe.db", "--db: event log database {root}/pipe.db: is a named pipe (FIFO), not a"
+     " regular file; give a file path"),
 ])
 def test_a_db_the_daemon_must_not_be_started_with_is_refused_before_any_daemon(
     world: World, db: str, said: str,
@@ -292,6 +296,8 @@ def test_a_db_the_daemon_must_not_be_started_with_is_refused_before_any_daemon(
     # The compiled attach checks a plain file name itself and hands anything
     # else to streamd's own parser: both must say what `streamd attach` says.
     db, said = db.format(root=world.root), said.format(root=world.root)
+    if db.endswith("pipe.db"):
+        os.mkfifo(db)
     for args in (("--", "--db", db), ("--", f"--db={db}")):
         done = subprocess.run(world.argv("attach", *args), env=world.env, input=b"",
                               capture_output=True, timeout=60)

@@ -67,17 +67,28 @@ fn plain_file(value: &[u8]) -> bool {
         .is_ok_and(|text| !text.trim().is_empty() && !text.contains([':', '=', '\0']))
 }
 
-/// `DbTarget.directory_error` of a file given as an argument: it is a
-/// directory, or the directory it would be made in is missing.
+/// `DbTarget.file_error` of a file given as an argument: it is a directory
+/// or another file that is not a regular one (a device, a named pipe, a
+/// socket), or the directory it would be made in is missing.
 fn sqlite_error(value: &[u8]) -> Option<String> {
     let shown = sys::expand_user(OsStr::from_bytes(value));
     let (whole, parent) = pure_path(shown.as_bytes());
     let described = String::from_utf8_lossy(shown.as_bytes()).into_owned();
     let whole = OsString::from_vec(whole);
-    if Path::new(&whole).is_dir() {
-        return Some(format!(
-            "--db: event log database {described}: is a directory; give a file path"
-        ));
+    if let Ok(meta) = std::fs::metadata(&whole) {
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            return Some(format!(
+                "--db: event log database {described}: is a directory; give a file path"
+            ));
+        }
+        if !kind.is_file() {
+            return Some(format!(
+                "--db: event log database {described}: is a {}, not a regular file; give a \
+                 file path",
+                special_kind(&kind)
+            ));
+        }
     }
     let parent_path = OsString::from_vec(parent);
     let parent_path = Path::new(&parent_path);
@@ -94,6 +105,23 @@ fn sqlite_error(value: &[u8]) -> Option<String> {
          the default location is created)",
         parent_path.display()
     ))
+}
+
+/// What dbtarget's `_special_kind` calls a file that is neither a regular
+/// file nor a directory.
+fn special_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "named pipe (FIFO)"
+    } else if kind.is_char_device() {
+        "character device"
+    } else if kind.is_block_device() {
+        "block device"
+    } else if kind.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
 }
 
 /// `str(Path(p))` and `str(Path(p).parent)`, by pathlib's rules: repeated

@@ -49,8 +49,7 @@ fn lookup(path: &[u8]) -> Found {
 /// system one can block, and must not stop the process's other threads.
 #[pyfunction]
 pub fn devices_and_inodes<'py>(py: Python<'py>, paths: Vec<PyBackedBytes>) -> PyResult<Vec<PyObject>> {
-    let owned: Vec<Vec<u8>> = paths.iter().map(|p| p.to_vec()).collect();
-    let found: Vec<Found> = py.allow_threads(|| owned.iter().map(|p| lookup(p)).collect());
+    let found: Vec<Found> = py.allow_threads(|| paths.iter().map(|p| lookup(p)).collect());
     found
         .into_iter()
         .map(|found| {

@@ -66,7 +66,7 @@ _session = msgspec.json.Decoder(RawSession)
 
 def session_of(answer: msgspec.Raw) -> RawSession:
     """An answer to ``sessions.get``, decoded (the caller pauses the cyclic
-    collector: see ``StreamdSessionService._read``)."""
+    collector: see :mod:`streamd.adk.loading`)."""
     return _session.decode(answer)
 
 

@@ -171,6 +171,8 @@ class SessionLoader:
                         f"eventlog/sessions.get: the answer does not decode: {exc}",
                     ) from None
                 call = whole.feed(part)
+                if part is not whole.result:
+                    part.events = []  # merged into the whole: held there alone
                 if call is None:
                     return then(whole.result)
         raise AssertionError("unreachable: the loop returns once the session is whole")
