@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("google.adk")
 
-from support.full_disk import FullVFS
+from support.faulty_disk import FaultyVFS
 
 from streamd.adk import StreamdSessionService
 from streamd.client.local import LocalClient
@@ -68,7 +68,7 @@ def test_its_arguments_say_which_log_they_are_for(tmp_path: Path) -> None:
 
 
 def test_a_full_disk_fails_append_event_and_the_session_goes_on_when_space_returns(
-    tmp_path: Path, full_disk: FullVFS
+    tmp_path: Path, faulty_disk: FaultyVFS
 ) -> None:
     """The event that found the disk full is refused, the session object is
     left as it was (ADK adds an event only once it is stored), nothing stored
@@ -87,11 +87,11 @@ def test_a_full_disk_fails_append_event_and_the_session_goes_on_when_space_retur
         try:
             s = await service.create_session(app_name="app", user_id="u", session_id="s")
             await service.append_event(s, said("before"))
-            full_disk.full = True
+            faulty_disk.full = True
             with pytest.raises(RpcError, match="database or disk is full"):
                 await service.append_event(s, said("on a full disk"))
             assert [e.content.parts[0].text for e in s.events] == ["before"]  # type: ignore[union-attr,index]
-            full_disk.full = False
+            faulty_disk.full = False
             await service.append_event(s, said("after"))
             fresh = StreamdSessionService(database=tmp_path / "events.db")
             try:
@@ -102,7 +102,7 @@ def test_a_full_disk_fails_append_event_and_the_session_goes_on_when_space_retur
             assert [e.content.parts[0].text for e in got.events  # type: ignore[union-attr,index]
                     ] == ["before", "after"]
         finally:
-            full_disk.full = False
+            faulty_disk.full = False
             await service.close()
 
     asyncio.run(main())

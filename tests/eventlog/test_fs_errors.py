@@ -13,12 +13,11 @@ for the test), since a disk that fails on demand takes root-only device tricks.
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
 import pytest
-from support.full_disk import FullVFS
+from support.faulty_disk import FaultyVFS
 
 from streamd.errors import RpcError
 from streamd.eventlog.model import AppendParams, Event, SinceParams
@@ -36,39 +35,8 @@ def test_a_database_the_kernel_cannot_read_is_named_by_its_errno() -> None:
     assert info.value.data["errno"] == "EIO"
 
 
-class _FailingFile(apsw.VFSFile):
-    def __init__(self, vfs: _FailingVFS, name: apsw.URIFilename | str | None, flags: list[int]):
-        super().__init__("unix", name, flags)
-        self.vfs = vfs
-
-    def xRead(self, amount: int, offset: int) -> bytes:
-        if self.vfs.failing and offset > 0:
-            raise OSError(errno.EIO, "Input/output error")
-        return super().xRead(amount, offset)
-
-
-class _FailingVFS(apsw.VFS):
-    """The default VFS, whose reads past the first page fail with EIO on demand."""
-
-    def __init__(self) -> None:
-        self.failing = False
-        super().__init__("streamd-test-eio", "unix", makedefault=True)
-
-    def xOpen(self, name: apsw.URIFilename | str | None, flags: list[int]) -> apsw.VFSFile:
-        return _FailingFile(self, name, flags)
-
-
-@pytest.fixture
-def failing_vfs() -> Iterator[_FailingVFS]:
-    vfs = _FailingVFS()
-    try:
-        yield vfs
-    finally:
-        vfs.unregister()
-
-
 def test_a_read_that_fails_with_eio_under_an_open_log_is_named(
-    tmp_path: Path, failing_vfs: _FailingVFS
+    tmp_path: Path, faulty_disk: FaultyVFS
 ) -> None:
     path = str(tmp_path / "events.db")
     store = SqliteStore.open(path)
@@ -78,13 +46,13 @@ def test_a_read_that_fails_with_eio_under_an_open_log_is_named(
     store.close()
     store = SqliteStore.open(path)  # nothing of the events cached
     try:
-        failing_vfs.failing = True
+        faulty_disk.reads_fail = True
         with pytest.raises(RpcError) as info:
             store.since(SinceParams(from_seq=0, limit=1000))
         assert info.value.code == -32000
         assert EIO_NAMED in info.value.message, info.value.message
     finally:
-        failing_vfs.failing = False
+        faulty_disk.reads_fail = False
         store.close()
 
 
@@ -105,13 +73,13 @@ def _event(event_id: str) -> AppendParams:
 
 
 def test_a_full_disk_fails_the_append_that_finds_it_and_loses_nothing(
-    tmp_path: Path, full_disk: FullVFS
+    tmp_path: Path, faulty_disk: FaultyVFS
 ) -> None:
     store = SqliteStore.open(str(tmp_path / "events.db"))
     try:
         for i in range(5):
             store.append(_event(f"e{i}"), i + 1)
-        full_disk.full = True
+        faulty_disk.full = True
         for attempt in range(3):  # and again, while the disk stays full
             with pytest.raises(RpcError) as info:
                 store.append(_event("on-a-full-disk"), 10 + attempt)
@@ -119,10 +87,10 @@ def test_a_full_disk_fails_the_append_that_finds_it_and_loses_nothing(
             assert "database or disk is full" in info.value.message, info.value.message
             read = store.since(SinceParams(from_seq=0, limit=100))
             assert [e.event.id for e in read.entries] == [f"e{i}" for i in range(5)]
-        full_disk.full = False
+        faulty_disk.full = False
         assert store.append(_event("after"), 20).seq == 6
         read = store.since(SinceParams(from_seq=0, limit=100))
         assert [e.event.id for e in read.entries] == [*(f"e{i}" for i in range(5)), "after"]
     finally:
-        full_disk.full = False
+        faulty_disk.full = False
         store.close()

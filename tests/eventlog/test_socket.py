@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import trio
-from support.full_disk import FullVFS
+from support.faulty_disk import FaultyVFS
 from support.rpc_client import Client
 
 from streamd.daemon import Config, Daemon, serve_socket
@@ -305,7 +305,7 @@ async def test_a_watch_whose_client_stops_reading_is_bounded_in_bytes_and_says_w
 
 
 async def test_a_full_disk_fails_the_appends_that_meet_it_and_the_daemon_goes_on(
-    tmp_path: Path, full_disk: FullVFS
+    tmp_path: Path, faulty_disk: FaultyVFS
 ) -> None:
     """Every client hears its append refused while the disk is full, reads go
     on, nothing acknowledged is lost, and appends succeed once space is back."""
@@ -313,7 +313,7 @@ async def test_a_full_disk_fails_the_appends_that_meet_it_and_the_daemon_goes_on
         async with socket_server(tmp_path) as path:
             writer, reader = await connect(path), await connect(path)
             assert (await writer.result("eventlog/append", append("kept")))["seq"] == 1
-            full_disk.full = True
+            faulty_disk.full = True
             try:
                 for i in range(3):
                     answer = await writer.response(
@@ -324,7 +324,7 @@ async def test_a_full_disk_fails_the_appends_that_meet_it_and_the_daemon_goes_on
                     page = await reader.result("eventlog/since", {"from_seq": 0})
                     assert [e["event"]["id"] for e in page["entries"]] == ["kept"]
             finally:
-                full_disk.full = False
+                faulty_disk.full = False
             assert (await writer.result("eventlog/append", append("after")))["seq"] == 2
             page = await reader.result("eventlog/since", {"from_seq": 0})
             assert [e["event"]["id"] for e in page["entries"]] == ["kept", "after"]
