@@ -356,6 +356,8 @@ def _mutated(draw: st.DrawFn) -> Any:
 
 
 @_compiled
+# Random data holds enum values genai does not know, which it validates with a warning.
+@pytest.mark.filterwarnings("ignore:.* is not a valid :UserWarning")
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_mutated())
 def test_the_compiled_builder_agrees_with_the_python_plan_on_any_data(data: Any) -> None:
