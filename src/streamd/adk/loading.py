@@ -196,7 +196,8 @@ class SessionLoader:
             return convert.events_from_data([e.event.content for e in entries])
         cache = self._cache
         with self._lock:
-            found = [held.get(e.seq) or cache.get(e.seq) for e in entries]
+            found = [hit if (hit := held.get(e.seq)) is not None else cache.get(e.seq)
+                     for e in entries]
             for e, hit in zip(entries, found, strict=True):
                 if hit is not None and e.seq in cache:
                     cache.move_to_end(e.seq)
