@@ -236,7 +236,12 @@ def test_an_open_that_would_wait_for_a_lock_waits_off_the_event_loop(tmp_path: P
     db = tmp_path / "events.db"
     db.touch()
     other = apsw.Connection(str(db))
-    other.execute("BEGIN IMMEDIATE")  # the new file's first open must write its schema
+    # The new file's first open must write (WAL mode, its schema). Held
+    # exclusively, so the opener waits for its very first (shared) lock and
+    # holds none meanwhile: with a reserved lock held here instead, the
+    # opener's shared lock, taken before it waits, could refuse our COMMIT
+    # below (both wanting the exclusive lock of a rollback-journal file).
+    other.execute("BEGIN EXCLUSIVE")
 
     async def scenario() -> None:
         opening = asyncio.ensure_future(LocalClient.open(db, busy_timeout_ms=60_000))
