@@ -198,45 +198,6 @@ def test_built_and_copied_models_leave_their_fields_sets_to_refcounting() -> Non
     assert copied.__pydantic_fields_set__ == odd.__pydantic_fields_set__
 
 
-def test_the_collector_is_paused_within_and_restored_after() -> None:
-    import gc
-
-    assert gc.isenabled()
-    with convert.collector_paused():
-        assert not gc.isenabled()
-        with convert.collector_paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()  # an inner pause does not end the outer one
-    assert gc.isenabled()
-    with pytest.raises(ZeroDivisionError), convert.collector_paused():
-        raise ZeroDivisionError
-    assert gc.isenabled()
-
-
-def test_a_pause_leaves_the_processs_frozen_objects_and_generations_alone() -> None:
-    # A library must not move the objects of the process it runs in: what a
-    # load made, and what the process froze, stay where the collector put them.
-    import gc
-
-    class Made:  # tracked by the collector
-        pass
-
-    kept = Made()
-    gc.freeze()  # someone's frozen heap
-    try:
-        frozen = gc.get_freeze_count()
-        with convert.collector_paused():
-            young = Made()
-        assert gc.get_freeze_count() == frozen
-        assert not any(o is young for o in gc.get_objects(generation=2))
-        assert not any(o is kept for o in gc.get_objects(generation=2))
-    finally:
-        gc.unfreeze()
-    with convert.collector_paused():
-        made = Made()
-    assert not any(o is made for o in gc.get_objects(generation=2))
-
-
 # --- the compiled builder (streamd._native.ModelPlan) against the Python plans ---
 #
 # The Python plans are the oracle: for any data, the compiled copy must refuse

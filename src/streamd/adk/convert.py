@@ -26,7 +26,6 @@ so encoded once, is :func:`streamd.adk.codec.log_event`).
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import functools
 import types
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
     from streamd._native import ModelPlan
 
 __all__ = [
-    "collector_paused", "compiled_plan", "copied", "copied_all", "event_from_json",
+    "compiled_plan", "copied", "copied_all", "event_from_json",
     "events_from_data", "rebuild",
 ]
 
@@ -62,30 +61,14 @@ def event_from_json(content: bytes | msgspec.Raw) -> Event:
 def events_from_data(datas: list[Any]) -> list[Event]:
     """The ADK events stored as these contents, already decoded from JSON,
     with the cyclic garbage collector paused meanwhile (see
-    :func:`collector_paused`)."""
-    with collector_paused():
+    :mod:`streamd.collector`)."""
+    with collector.paused():
         compiled = compiled_plan(Event)
         if compiled is None:
             return [rebuild(Event, data) for data in datas]
         built = compiled.build_all(datas)
         return [Event.model_validate(data) if model is None else model
                 for data, model in zip(datas, built, strict=True)]
-
-
-def collector_paused() -> contextlib.AbstractContextManager[None]:
-    """Pause the cyclic garbage collector for a stretch of synchronous work
-    (:func:`streamd.collector.paused`: one pause shared by every thread).
-
-    A session's load makes tens of thousands of small objects, none of them
-    garbage, and every collection their allocation triggers walks the whole
-    heap again, which in a process that has imported ADK (pydantic schemas,
-    genai types) holds some 90,000 objects: measured, a cold 2,000-event load
-    spent about a third of its time in the collector. (The young collection
-    that follows walks what the load made; filing those objects with the
-    oldest at once, through ``gc.freeze``/``gc.unfreeze``, was tried and
-    dropped: it moves every object of the user's process, and another
-    thread's freeze could be undone between the calls.)"""
-    return collector.paused()
 
 
 def copied(model: _M) -> _M:

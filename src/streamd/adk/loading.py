@@ -33,7 +33,7 @@ import msgspec
 from google.adk.events.event import Event
 from google.adk.sessions.session import Session
 
-from streamd import errors
+from streamd import collector, errors
 from streamd.adk import codec, convert
 from streamd.adk.clients import Client
 from streamd.adk.codec import RawEntry, RawSession
@@ -107,13 +107,13 @@ class SessionLoader:
                 return self._built(listed, held)
 
             if not missing:
-                with convert.collector_paused():
+                with collector.paused():
                     loaded = self._built(listed, held)
             else:
                 after_seq = min(missing) - 1
                 loaded = await self._read(client, key, None, after_time, after_seq, True, merged)
                 if loaded is None:  # the session was deleted after the first read
-                    with convert.collector_paused():
+                    with collector.paused():
                         loaded = merged(None)
         if loaded is None:
             return None
@@ -161,7 +161,7 @@ class SessionLoader:
                 if errors.is_session_not_found(exc):
                     return None
                 raise
-            with convert.collector_paused():
+            with collector.paused():
                 try:
                     part = codec.session_of(answer)
                 except msgspec.DecodeError as exc:

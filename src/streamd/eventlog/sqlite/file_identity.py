@@ -72,14 +72,6 @@ class FileId:
         return f"device {self.dev} inode {self.ino}"
 
 
-def _identities(paths: list[bytes]) -> list[tuple[int, int] | None]:
-    # Not os.stat: asking for a file's times makes its next write take a
-    # fine-grained one, and the WAL's every commit write its inode too (see
-    # streamd.eventlog.sqlite.inode). Plain tuples, compared after every
-    # store call: a FileId is made only to be named in an error.
-    return inode.identities(paths)
-
-
 def is_file_fault(exc: BaseException) -> bool:
     """Whether ``exc`` is the error of a tripped :class:`DatabaseFile`."""
     return (
@@ -157,7 +149,8 @@ class DatabaseFile:
                 # the path resolves to (a symlinked path's are not beside it).
                 self._real = db.db_filename("main") or self.path
                 self._paths = [inode.encoded(self._file(s)) for s in _SUFFIXES]
-                self._recorded = dict(zip(_SUFFIXES, _identities(self._paths), strict=True))
+                found = inode.identities(self._paths)
+                self._recorded = dict(zip(_SUFFIXES, found, strict=True))
                 self._ours.add(id(db))
                 return
         self._compare()
@@ -202,7 +195,9 @@ class DatabaseFile:
     def _compare(self) -> None:
         recorded = self._recorded
         assert recorded is not None
-        for suffix, now in zip(_SUFFIXES, _identities(self._paths), strict=True):
+        # statx for the inode alone, not os.stat (see streamd.eventlog.sqlite.inode);
+        # plain tuples compared, a FileId made only to be named in an error.
+        for suffix, now in zip(_SUFFIXES, inode.identities(self._paths), strict=True):
             was = recorded[suffix]
             if was is None or now == was:
                 continue  # None: it did not exist when we opened (never expected)

@@ -115,15 +115,15 @@ def identities(paths: Sequence[bytes]) -> list[tuple[int, int] | None]:
     compiled core in one call where it runs."""
     global _compiled
     fn = _compiled
-    if fn is None or plain.asked():
-        return [device_and_inode(os.fsdecode(p)) for p in paths]
-    found = fn(list(paths))
-    out: list[tuple[int, int] | None] = []
-    for path, got in zip(paths, found, strict=True):
-        if isinstance(got, int):
-            if got in _UNSUPPORTED:
-                _compiled = None  # refused by the kernel or a sandbox: ctypes or stat
-                return [device_and_inode(os.fsdecode(p)) for p in paths]
-            raise OSError(got, os.strerror(got), os.fsdecode(path))
-        out.append(got)
-    return out
+    if fn is not None and not plain.asked():
+        out: list[tuple[int, int] | None] = []
+        for path, got in zip(paths, fn(list(paths)), strict=True):
+            if isinstance(got, int):
+                if got in _UNSUPPORTED:
+                    _compiled = None  # refused by the kernel or a sandbox: ctypes or stat
+                    break
+                raise OSError(got, os.strerror(got), os.fsdecode(path))
+            out.append(got)
+        else:
+            return out
+    return [device_and_inode(os.fsdecode(p)) for p in paths]
