@@ -2,7 +2,7 @@
 
 :class:`LocalClient` has the asyncio client's methods (the same
 :class:`~streamd.client.calls.AwaitedEventLogMethods`) and
-answers them from a SQLite file it opens itself, through the same store the
+answers them from a SQLite file this process opens, through the same store the
 daemon runs (:class:`~streamd.eventlog.sqlite.SqliteStore`: every storage rule
 is there, none here). It is for one process that owns its agent's sessions, as
 ADK's own ``SqliteSessionService`` does: an awaited durable append is then one
@@ -12,17 +12,21 @@ serve``, ``attach``) may serve the same log beside it, and its watchers hear
 these commits as any other process's (SQLite's WAL and locks, the daemon's
 change source).
 
+The clients of one event loop on one file (with the same options) share its
+connection and worker thread (:mod:`streamd.client.local_log`): a second
+service on the file costs no second open and no fight for its write lock.
+
 How a call runs, and why:
 
-* **On the event loop when the connection is free**: nothing of this client is
-  queued or running on its worker thread, and the call can run without waiting
+* **On the event loop when the connection is free**: nothing is queued or
+  running on its worker thread, and the call can run without waiting
   for another process's lock (:meth:`SqliteStore.try_without_waiting`: a write
   that finds the lock taken gives up at ``BEGIN IMMEDIATE``, before anything is
   written). A durable append then blocks the loop for its commit (a few hundred
   microseconds); a hop to a thread and back costs about half as much again on
   a 2-core VM. Reads whose answer is small (a ping, state, a session's newest
   events) do the same; a session read whole goes to the worker.
-* **Otherwise on the client's one worker thread**, in the order submitted, where
+* **Otherwise on the file's one worker thread**, in the order submitted, where
   SQLite's busy handler waits for the lock (``busy_timeout_ms``). A caller
   cancelled meanwhile does not stop a call already running: an append may
   still commit, as with the daemon, and a retry with the same event id is
@@ -52,8 +56,6 @@ How a call runs, and why:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import math
 import os
 import time
 import weakref
@@ -65,6 +67,7 @@ import msgspec
 
 from streamd import errors
 from streamd.client import calls
+from streamd.client.local_log import OpenLog, open_log
 from streamd.client.protocol import Call, decode_result
 from streamd.errors import RpcError
 from streamd.eventlog import dbtarget, inline
@@ -97,8 +100,6 @@ from streamd.eventlog.model import (
     with_event_time,
 )
 from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
-from streamd.eventlog.sqlite.connection import prepare_file
-from streamd.eventlog.sqlite.file_identity import DatabaseFile
 from streamd.eventlog.store import AppendGroup, ReadShape, closed_error
 from streamd.eventlog.store.backend import CommitOutcome, Synchronous
 from streamd.rpc.protocol import decode_params
@@ -270,16 +271,9 @@ def served_methods() -> dict[str, type]:
     return {name: method.params for name, method in _METHODS.items()}
 
 
-def _release(store: SqliteStore, pool: concurrent.futures.ThreadPoolExecutor) -> None:
-    """Close a client's file after whatever its worker still runs, with no
-    event loop (its own has ended, or the client was dropped unclosed)."""
-    try:
-        pool.submit(store.close)
-    except RuntimeError:
-        # The interpreter is exiting: its threads have finished their work
-        # and take no more, so nothing else uses the connection now.
-        store.close()
-    pool.shutdown(wait=False)
+def _let_go(log: OpenLog) -> None:
+    """A collected or abandoned client's hold, released with no event loop."""
+    log.release()
 
 
 class LocalClient(calls.AwaitedEventLogMethods):
@@ -288,17 +282,13 @@ class LocalClient(calls.AwaitedEventLogMethods):
     close with :meth:`aclose` (or ``async with``). One dropped unclosed is
     closed when it is collected."""
 
-    def __init__(self, store: SqliteStore, pool: concurrent.futures.ThreadPoolExecutor) -> None:
-        self._store = store
-        self._pool = pool
+    def __init__(self, log: OpenLog) -> None:
+        self._log = log
         # Weakly: a service keeps its clients by loop in a WeakKeyDictionary,
         # which a client holding its loop would keep alive for ever.
         self._loop = weakref.ref(asyncio.get_running_loop())
-        self._outstanding = 0  # calls submitted to the worker and not finished
-        self._inline_closed_until = {True: -math.inf, False: -math.inf}  # by writes
-        self._turned = time.monotonic()  # when the caller last let the loop turn
         self._closed = False
-        self._finalizer = weakref.finalize(self, _release, store, pool)
+        self._finalizer = weakref.finalize(self, _let_go, log)
 
     @classmethod
     async def open(
@@ -323,25 +313,9 @@ class LocalClient(calls.AwaitedEventLogMethods):
             raise RpcError(errors.INVALID_PARAMS, "an in-process event log is a file: give a path")
         if (refused := target.file_error()) is not None:
             raise RpcError(errors.SOURCE_UNAVAILABLE, refused)
-        file = target.path
-        path = os.path.abspath(file)
+        # The loop's open log of this file, shared (streamd.client.local_log).
         options = SqliteOptions(synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
-        guard = DatabaseFile(path)
-        prepare_file(file, make_directory=False)
-        # On the event loop, unless that would wait for another process's
-        # lock or migrate the schema: then on the worker.
-        store = SqliteStore.try_open_without_waiting(path, options, guard=guard)
-        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="streamd-local")
-        if store is None:
-            opening = pool.submit(SqliteStore.open, path, options, guard=guard)
-            try:
-                store = await asyncio.wrap_future(opening)
-            except BaseException:
-                # Cancelled while the worker opens: close what it opens.
-                opening.add_done_callback(_close_opened)
-                pool.shutdown(wait=False)
-                raise
-        return cls(store, pool)
+        return cls(await open_log(os.path.abspath(target.path), options))
 
     async def __aenter__(self) -> LocalClient:
         return self
@@ -350,27 +324,30 @@ class LocalClient(calls.AwaitedEventLogMethods):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the file once the calls already submitted have run; later
-        calls raise ``closed``. Idempotent; a cancelled close still closes."""
+        """Let go of the file once the calls already submitted have run (the
+        last of the loop's clients of it closes it); later calls raise
+        ``closed``. Idempotent; a cancelled close still lets go."""
         if self._closed:
             return
         self._closed = True
         self._finalizer.detach()
-        closing = self._pool.submit(self._store.close)
-        self._pool.shutdown(wait=False)
-        await asyncio.shield(asyncio.wrap_future(closing))
+        closing = self._log.release()
+        await (self._log.drained() if closing is None
+               else asyncio.shield(asyncio.wrap_future(closing)))
 
     def abandon(self) -> None:
-        """Close without an event loop (its own has ended): the file is closed
-        on the worker after what it still runs; later calls raise ``closed``."""
+        """Let go without an event loop (its own has ended): the file is
+        closed on the worker after what it still runs, if this was its last
+        client; later calls raise ``closed``."""
         if not self._closed:
             self._closed = True
             self._finalizer()
 
     @property
     def in_flight(self) -> int:
-        """Calls waiting for the worker thread or running there."""
-        return self._outstanding
+        """Calls waiting for the worker thread or running there (this
+        client's and those of the loop's other clients of the file)."""
+        return self._log.outstanding
 
     async def call(self, call: Call[T]) -> T:
         """One request, answered as the daemon answers it (see the module docstring)."""
@@ -400,10 +377,11 @@ class LocalClient(calls.AwaitedEventLogMethods):
         return decode_result(_encoder.encode(value), call.result)
 
     async def _run(self, op: _Op, small: bool, writes: bool) -> Any:
-        gate = self._inline_closed_until
-        if small and self._outstanding == 0 and time.monotonic() >= gate[writes]:
+        log = self._log
+        gate = log.inline_closed_until
+        if small and log.outstanding == 0 and time.monotonic() >= gate[writes]:
             started = time.monotonic()
-            ran, value = self._store.try_without_waiting(op)
+            ran, value = log.store.try_without_waiting(op)
             if ran:
                 slow = inline.SLOW_WRITE_S if writes else inline.SLOW_READ_S
                 if time.monotonic() - started > slow:
@@ -413,35 +391,9 @@ class LocalClient(calls.AwaitedEventLogMethods):
                 # tasks, and the callbacks the threads queue on it: one turn
                 # of the loop every few milliseconds of them (a turn on every
                 # call cost a tenth of an append's time).
-                if time.monotonic() - self._turned >= _TURN_EVERY_S:
-                    self._turned = time.monotonic()
+                if time.monotonic() - log.turned >= _TURN_EVERY_S:
+                    log.turned = time.monotonic()
                     await asyncio.sleep(0)
                 return value
-        self._turned = time.monotonic()  # the worker's answer is awaited: a turn
-        return await asyncio.wrap_future(self._submit(op))
-
-    def _submit(self, op: _Op) -> concurrent.futures.Future[Any]:
-        # Counted until the worker has finished it, not until its caller stops
-        # waiting: a cancelled caller's call may still be running, and nothing
-        # may run inline beside it on the same connection.
-        self._outstanding += 1
-        done = self._pool.submit(op, self._store)
-        done.add_done_callback(self._finished_on_worker)
-        return done
-
-    def _finished_on_worker(self, _: concurrent.futures.Future[Any]) -> None:
-        loop = self._loop()
-        if loop is None:
-            return  # the loop is gone, and this client with it
-        try:
-            loop.call_soon_threadsafe(self._finished)
-        except RuntimeError:
-            pass  # the loop has closed: nothing runs on it any more
-
-    def _finished(self) -> None:
-        self._outstanding -= 1
-
-
-def _close_opened(opening: concurrent.futures.Future[SqliteStore]) -> None:
-    if not opening.cancelled() and opening.exception() is None:
-        opening.result().close()
+        log.turned = time.monotonic()  # the worker's answer is awaited: a turn
+        return await asyncio.wrap_future(log.submit(op))

@@ -168,6 +168,21 @@ class DatabaseFile:
             self._empty_old_wal(db)
             raise
 
+    def unchanged(self) -> bool:
+        """Whether the path still names the files the log opened, asked
+        without tripping (a new client deciding whether to share the log's
+        connection or open the path anew)."""
+        if self._fault is not None:
+            return False
+        recorded = self._recorded
+        if recorded is None:
+            return True
+        found = inode.identities(self._paths)
+        return all(
+            was is None or now == was
+            for was, now in zip(recorded.values(), found, strict=True)
+        )
+
     def closing(self, db: apsw.Connection) -> None:
         """Before a connection closes: a path that is no longer ours must not
         be locked, checkpointed into or unlinked by SQLite's close."""

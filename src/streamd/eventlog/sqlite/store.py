@@ -315,6 +315,20 @@ class SqliteStore(SqlOperations):
         a worker thread abandons a call whose caller was cancelled."""
         self._db.set_progress_handler(check, steps)
 
+    def file_unchanged(self) -> bool:
+        """Whether the path still names the file this store has open (always,
+        for a store without a guard). Asks only the file system: any thread."""
+        return self._guard is None or self._guard.unchanged()
+
+    def check_file(self) -> None:
+        """Fail as a call would if the path no longer names this store's
+        file; the first such check empties the old ``-wal`` into the old
+        file (see :mod:`~streamd.eventlog.sqlite.file_identity`), so that a
+        new opener of the path cannot apply it to the file now there. On the
+        connection's thread, as a call."""
+        if self._guard is not None:
+            self._guard.check(self._db)
+
     def close(self) -> None:
         try:
             self._before_close()
