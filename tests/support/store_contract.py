@@ -129,6 +129,10 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Iterator[Fixture]]] 
 }
 
 
+KEY = ("app", "u", "s")
+"""The (app, user, session) of the contract tests' leases."""
+
+
 def ev(event_id: str, content: Any = None, **kw: Any) -> Event:
     return Event(id=event_id, author=kw.pop("author", "agent"), content=content, **kw)
 
