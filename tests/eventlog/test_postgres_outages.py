@@ -1,0 +1,171 @@
+"""PostgreSQL servers that crash or stop answering: no acknowledged append is
+lost, a cancelled call returns, close does not hang, and TCP connections are
+set up to notice a silent server. Each needs a cluster of its own or stops
+one (``postgres_cluster`` in conftest.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+import trio.testing
+from support.postgres_store import T0, ap, until
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.model import (
+    Event,
+    SinceParams,
+)
+from streamd.eventlog.postgres.runner import PostgresRunner
+from streamd.eventlog.postgres.store import PostgresOptions, PostgresStore
+
+# --- outages ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_cluster(postgres_cluster: Any) -> Iterator[Any]:
+    """A cluster of the test's own, for stopping and starting it."""
+    from support import pg_cluster
+
+    cluster = pg_cluster.start()
+    yield cluster
+    cluster.destroy()
+
+
+def test_a_crash_of_the_server_loses_no_acknowledged_append_and_errors_are_clear(
+    own_cluster: Any,
+) -> None:
+    conninfo = own_cluster.fresh_database()
+    store = PostgresStore.open(conninfo, PostgresOptions(reconnect_min_s=0.05, reconnect_max_s=0.2))
+    try:
+        acked = [store.append(ap(f"e{i}"), T0).seq for i in range(100)]
+        own_cluster.stop("immediate")  # a crash: no shutdown checkpoint
+        with pytest.raises(RpcError) as lost:
+            store.append(ap("during"), T0)
+        assert lost.value.code == SOURCE_UNAVAILABLE
+        assert "the database" in lost.value.message or "PostgreSQL database" in lost.value.message
+        # While it is down, calls fail at once rather than each waiting to connect.
+        failing = time.monotonic()
+        for _ in range(5):
+            with pytest.raises(RpcError) as down:
+                store.latest_seq(None)
+            assert down.value.code == SOURCE_UNAVAILABLE
+        assert time.monotonic() - failing < 2
+        own_cluster.start()
+
+        def back() -> bool:
+            try:
+                store.ping()
+            except RpcError:
+                return False
+            return True
+
+        until(back, 30, "the store reconnects after the server is back")
+        assert [e.seq for e in store.since(SinceParams(from_seq=0, limit=1000)).entries][
+            : len(acked)
+        ] == acked
+        # "during" may or may not have committed; a retry is safe either way.
+        retried = store.append(ap("during"), T0)
+        assert retried.seq > acked[-1]
+    finally:
+        store.close()
+
+
+# --- a server that does not answer -------------------------------------------------------
+
+
+@contextlib.contextmanager
+def stopped(pid: int, most: float = 15.0) -> Iterator[None]:
+    """The server process ``pid`` stopped (SIGSTOP) for the block, and at most
+    ``most`` seconds whatever the code under test does: continued in a finally,
+    so the cluster can always stop."""
+    os.kill(pid, signal.SIGSTOP)
+    watchdog = threading.Timer(most, os.kill, (pid, signal.SIGCONT))
+    watchdog.start()
+    try:
+        yield
+    finally:
+        watchdog.cancel()
+        os.kill(pid, signal.SIGCONT)
+
+
+async def test_a_cancelled_call_on_a_stopped_server_returns_and_the_next_call_reconnects(
+    postgres_db: str,
+) -> None:
+    runner = await PostgresRunner.open(postgres_db, PostgresOptions(unresponsive_s=0.5))
+    try:
+        pid = runner.store.connection.info.backend_pid
+        with stopped(pid):
+            started = time.monotonic()
+            with trio.move_on_after(0.2):
+                await runner.run(lambda s: s.newest_seq())
+            # A cancel request reaches a stopped backend only when it runs again.
+            assert time.monotonic() - started < 5
+            assert await runner.run(lambda s: s.newest_seq()) == 0  # a new connection
+            assert runner.store.connection.info.backend_pid != pid
+    finally:
+        await runner.aclose()
+
+
+async def test_close_does_not_hang_on_a_stopped_server_and_the_append_hears_maybe(
+    postgres_cluster: Any,
+    postgres_db: str,
+) -> None:
+    from streamd.eventlog.log import EventLog
+
+    url = postgres_cluster.url(psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"])
+    got: list[BaseException] = []
+
+    async def append_one(log: EventLog) -> None:
+        try:
+            await log.append("app", "u", "s", Event(id="in-flight", author="agent", content=None))
+        except RpcError as exc:
+            got.append(exc)
+
+    with trio.fail_after(30):
+        async with EventLog(url) as log, trio.open_nursery() as nursery:
+            await log.append("app", "u", "s", Event(id="first", author="agent", content=None))
+            assert log.connections.writer is not None
+            pid = log.connections.writer.store.connection.info.backend_pid
+            with stopped(pid):
+                nursery.start_soon(append_one, log)
+                # Every task blocked: the append is on the worker thread, whose
+                # statement the stopped backend will not answer.
+                await trio.testing.wait_all_tasks_blocked()
+                started = time.monotonic()
+                await log.aclose()
+                took = time.monotonic() - started
+    assert took < 6, f"close took {took:.1f} s with the server stopped"
+    (error,) = got
+    assert isinstance(error, RpcError) and error.code == SOURCE_UNAVAILABLE
+    assert "may or may not have committed" in error.message
+    assert "same event id is safe" in error.message
+    # Whatever it came to, the retry is safe.
+    store = PostgresStore.open(postgres_db)
+    try:
+        retried = store.append(ap("in-flight"), T0)
+        assert retried.seq == 2
+    finally:
+        store.close()
+
+
+def test_tcp_connections_get_keepalives_and_a_user_timeout_unless_given() -> None:
+    from streamd.eventlog.postgres.store import connect_params
+
+    extra = connect_params("host=db.example port=5432 dbname=x", PostgresOptions())
+    assert extra["keepalives"] == 1 and extra["keepalives_idle"] == 10
+    assert extra["keepalives_interval"] == 5 and extra["keepalives_count"] == 3
+    assert extra["tcp_user_timeout"] == 30_000
+    own = connect_params(
+        "postgresql://u@db.example/x?keepalives_idle=99&tcp_user_timeout=5", PostgresOptions()
+    )
+    assert "keepalives_idle" not in own and "tcp_user_timeout" not in own
