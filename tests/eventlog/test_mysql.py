@@ -1,5 +1,5 @@
 """What the MySQL backend promises beyond the contract tests it shares with
-SQLite and PostgreSQL (tests/eventlog/test_store.py): commit-ordered seq under
+SQLite and PostgreSQL (tests/eventlog/test_store*.py): commit-ordered seq under
 writers on several connections, text stored and compared as it is sent (4-byte
 characters, code-point order, nothing cut), leases on the database's clock,
 migrations serialized between openers, a wake by polling that backs off,

@@ -3,7 +3,7 @@
 One :class:`PostgresStore` wraps one connection (autocommit; every unit of work
 opens its own ``BEGIN``/``COMMIT``), and is a
 :class:`~streamd.eventlog.store.backend.Backend` with the same results as the
-SQLite store: the contract tests in ``tests/eventlog/test_store.py`` run both.
+SQLite store: the contract tests in ``tests/eventlog/test_store*.py`` run both.
 No ``psycopg`` exception leaves it (:func:`_translated`), and no message it
 writes names the password of the database: every driver message is scrubbed of
 it, and the database is named by :func:`describe` (its keywords without secrets) only.

@@ -6,7 +6,7 @@ fills.
   synchronous and one unit of work (a write is one transaction), takes typed
   values and raises only :class:`~streamd.errors.RpcError`: a driver's own errors
   are translated inside the backend. Contract tests run every implementation
-  through it (``tests/eventlog/test_store.py``).
+  through it (``tests/eventlog/test_store*.py``).
 * :class:`Runner` is a backend as the Trio layer holds it: where its operations
   run (a connection's worker thread, a thread pool, or inline) and how close
   reaches them. ``await runner.run(lambda store: store.since(...))`` is a typed
