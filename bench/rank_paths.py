@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import run_bench  # noqa: E402
+import query_plan  # noqa: E402
 
 from streamd.golang import gotime  # noqa: E402
 from streamd.recall import oneshot  # noqa: E402
@@ -54,7 +54,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     cfg = ap.parse_args()
     meta = json.loads(Path(cfg.stream + ".meta.json").read_text())
-    plan = run_bench.QueryPlan(meta, cfg.queries, cfg.seed)
+    plan = query_plan.QueryPlan(meta, cfg.queries, cfg.seed)
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         _, generation = oneshot.open_adapter([cfg.stream], cfg.workdir or tmp)
@@ -62,7 +62,7 @@ def main() -> int:
         print(f"{view.n:,} records, index ready in {time.perf_counter() - t:.1f} s")
         print(f"{'class':<18} {'plain p50 ms':>13} {'compiled p50 ms':>16} {'ratio':>7}")
         bad = 0
-        for cls in run_bench.CLASSES:
+        for cls in query_plan.CLASSES:
             plain, compiled = [], []
             for text, filters, _ in getattr(plan, cls)():
                 q = _query(text, filters)
