@@ -1,6 +1,6 @@
 """The event log under load: N writers and M watchers on one daemon's Unix socket.
 
-What it measures (issue 14), each scenario on a fresh ``python -m streamd serve
+What it measures, each scenario on a fresh ``python -m streamd serve
 --socket S --db D --synchronous FULL`` daemon and a fresh database:
 
 * ``table``: ``--writers`` writers (default 4), each appending ``--events`` events
@@ -32,7 +32,7 @@ beside them; nothing is asserted. JSON goes to ``--out``.
 
 How: the machine has two cores shared by the daemon and the load, so the load must
 cost as little per request as possible or the bench measures itself. Every writer
-and watcher is its own OS process (this script re-invoked with a hidden ``--role``)
+and watcher is its own OS process (``load_roles.py``)
 on a plain blocking socket: writers send request frames encoded before the clock
 starts (only the request id, the event id and its session vary) and keep
 ``--inflight`` of them unanswered; replies are decoded a whole ``recv`` at a time as
@@ -68,16 +68,12 @@ CLOCK_MONOTONIC, system-wide on Linux, so stamps of different processes compare.
 from __future__ import annotations
 
 import argparse
-import array
 import json
 import os
 import platform
-import random
 import selectors
 import shutil
 import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,320 +81,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import msgspec
-from workload import append_params
+from load_report import report, targets
+from load_roles import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "eventlog_load.json"
 SCENARIOS = ("table", "p99", "burst", "cross")
-
-# The issue's baseline (appends/s with 0, 1, 2, 8 watchers), printed for comparison.
-BASELINE = {0: 9_756, 1: 4_143, 2: 2_860, 8: 1_368}
-
-
-# --- the load processes ----------------------------------------------------------------
-# Only the standard library and msgspec: a load process must start fast and cost
-# little per frame.
-
-
-class Ack(msgspec.Struct):
-    """An append's result (latest_seq's too: its ``duplicate`` is absent)."""
-
-    seq: int
-    duplicate: bool = False
-
-
-class Reply(msgspec.Struct):
-    id: int | None = None
-    result: Ack | None = None
-    error: Any = None
-
-
-class EntrySeq(msgspec.Struct):
-    seq: int
-
-
-class NoteParams(msgspec.Struct):
-    watch: int | str | None = None
-    entry: EntrySeq | None = None
-
-
-class Message(msgspec.Struct):
-    """A frame on a watcher's socket: a notification (method, params) or a reply.
-    Everything but the seq is skipped by the decoder, not built."""
-
-    id: int | None = None
-    method: str | None = None
-    params: NoteParams | None = None
-    result: msgspec.Raw = msgspec.Raw(b"")
-    error: Any = None
-
-
-# One recv may hold many frames: joined with commas into one array they decode in a
-# single call, instead of one Python-level decode per frame.
-_replies = msgspec.json.Decoder(list[Reply]).decode
-_messages = msgspec.json.Decoder(list[Message]).decode
-_encode = msgspec.json.Encoder().encode
-
-def append_frames(tag: str, count: int) -> list[bytes]:
-    """Every request frame of one writer, encoded before anything is timed.
-    Request id i is frame i; event ids are unique over the whole run."""
-    return [
-        _encode(
-            {"jsonrpc": "2.0", "id": i, "method": "eventlog/append",
-             "params": append_params(tag, i)}
-        )
-        + b"\n"
-        for i in range(count)
-    ]
-
-
-def request(request_id: int, method: str, params: dict[str, Any]) -> bytes:
-    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-    return _encode(body) + b"\n"
-
-
-def connect(path: str) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(path)
-    return sock
-
-
-def pipeline(
-    sock: socket.socket, frames: list[bytes], inflight: int, pause_ms: float, rng: random.Random
-) -> tuple[array.array, array.array, array.array, int, Any]:
-    """Send ``frames`` keeping ``inflight`` unanswered; per frame its send time, its
-    reply time and its seq (-1 for an error). ``pause_ms`` > 0 waits a random
-    0..2*pause_ms after each reply before sending again (the cross-process row)."""
-    n = len(frames)
-    sent = array.array("q", bytes(8 * n))
-    acked = array.array("q", bytes(8 * n))
-    seqs = array.array("q", bytes(8 * n))
-    errors, first_error, duplicates = 0, None, 0
-    monotonic_ns = time.monotonic_ns
-    recv = sock.recv
-    sendall = sock.sendall
-    nxt = min(inflight, n)
-    t = monotonic_ns()
-    sendall(b"".join(frames[:nxt]))
-    for i in range(nxt):
-        sent[i] = t
-    done = 0
-    buf = b""
-    while done < n:
-        chunk = recv(1 << 18)
-        now = monotonic_ns()
-        if not chunk:
-            raise ConnectionError(f"the daemon closed the socket after {done} of {n} replies")
-        buf += chunk
-        cut = buf.rfind(b"\n")
-        if cut < 0:
-            continue
-        replies = _replies(b"[" + buf[:cut].replace(b"\n", b",") + b"]")
-        buf = buf[cut + 1 :]
-        for r in replies:
-            i = r.id
-            if i is None:  # a frame the daemon could not tie to a request
-                raise RuntimeError(f"a reply without an id: {r.error}")
-            acked[i] = now
-            if r.result is None:
-                seqs[i] = -1
-                errors += 1
-                if first_error is None:
-                    first_error = r.error
-            else:
-                seqs[i] = r.result.seq
-                duplicates += r.result.duplicate
-        done += len(replies)
-        if nxt < n:
-            if pause_ms > 0:
-                time.sleep(rng.uniform(0, 2 * pause_ms) / 1000)
-            upto = min(nxt + len(replies), n)
-            t = monotonic_ns()
-            sendall(b"".join(frames[nxt:upto]))
-            for i in range(nxt, upto):
-                sent[i] = t
-            nxt = upto
-    if duplicates:  # every event id is new: the log must never call one a retry
-        first_error = first_error or f"{duplicates} appends answered duplicate"
-        errors += duplicates
-    return sent, acked, seqs, errors, first_error
-
-
-def run_writer(a: argparse.Namespace) -> int:
-    rng = random.Random(a.seed)
-    warm = append_frames(f"{a.tag}-warm", a.warmup)
-    frames = append_frames(a.tag, a.count)
-    sock = connect(a.socket)
-    if warm:
-        pipeline(sock, warm, a.inflight, 0, rng)
-    print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":
-        return 3  # the parent went away before the start
-    cpu = time.process_time()
-    sent, acked, seqs, errors, first_error = pipeline(
-        sock, frames, a.inflight, a.pause_ms, rng
-    )
-    cpu = time.process_time() - cpu
-    sock.close()
-    with open(a.result, "wb") as f:
-        for column in (sent, acked, seqs):
-            column.tofile(f)
-    summary = {"count": a.count, "errors": errors, "first_error": first_error, "cpu_s": cpu}
-    print(json.dumps(summary), flush=True)
-    return 0
-
-
-class _Stop(Exception):
-    pass
-
-
-def run_watcher(a: argparse.Namespace) -> int:
-    sock = connect(a.socket)
-    seqs = array.array("q")
-    received = array.array("q")
-    state = {"last": -1, "out_of_order": 0, "examples": [], "errors": [], "ended": False}
-    replies: dict[int, Any] = {}
-    buf = b""
-    fault = [a.fault]
-
-    def take(chunk: bytes, now: int) -> None:
-        nonlocal buf
-        buf += chunk
-        cut = buf.rfind(b"\n")
-        if cut < 0:
-            return
-        messages = _messages(b"[" + buf[:cut].replace(b"\n", b",") + b"]")
-        buf = buf[cut + 1 :]
-        if fault[0] is not None:
-            inject(fault, messages)
-        last = state["last"]
-        for m in messages:
-            p = m.params
-            if p is not None and p.entry is not None:
-                s = p.entry.seq
-                if s <= last:
-                    # A duplicate or a step back: counted, and the first few kept.
-                    state["out_of_order"] += 1
-                    if len(state["examples"]) < 10:
-                        state["examples"].append([last, s])
-                last = s
-                seqs.append(s)
-                received.append(now)
-            elif m.id is not None:
-                if m.error is not None:
-                    state["errors"].append(m.error)
-                    if m.id == 2:
-                        state["ended"] = True  # the watch itself ended
-                replies[m.id] = m.result
-        state["last"] = last
-
-    def until_reply(request_id: int) -> msgspec.Raw:
-        while request_id not in replies:
-            chunk = sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("the daemon closed the socket")
-            take(chunk, time.monotonic_ns())
-        return replies[request_id]
-
-    sock.sendall(request(1, "eventlog/latest_seq", {}))
-    tip = msgspec.json.decode(until_reply(1), type=Ack).seq
-    # The watch, then one more round trip on the same socket: its reply comes after
-    # the daemon has read the watch request and started serving it.
-    sock.sendall(request(2, "eventlog/watch", {"from_seq": tip}))
-    sock.sendall(request(3, "eventlog/latest_seq", {}))
-    until_reply(3)
-    # The parent's SIGUSR1 means "stop waiting, report what you have"; only while
-    # the loop runs, so a late one cannot interrupt the report.
-    listening = [True]
-
-    def stop(signum: int, frame: Any) -> None:
-        if listening[0]:
-            raise _Stop
-
-    signal.signal(signal.SIGUSR1, stop)
-    print(f"ready {tip}", flush=True)
-
-    # Done at the expected count, or at the last seq (so a watcher that missed an
-    # entry ends when the log's end reaches it, not at the drain timeout).
-    final = tip + a.expect
-    cpu = time.process_time()
-    stopped = False
-    reads = 0
-    recv = sock.recv
-    monotonic_ns = time.monotonic_ns
-    batch_s = a.batch_ms / 1000
-    try:
-        while len(seqs) < a.expect and state["last"] < final and not state["ended"]:
-            chunk = recv(1 << 20)
-            now = monotonic_ns()
-            if not chunk:
-                state["errors"].append("the daemon closed the socket")
-                stopped = True
-                break
-            reads += 1
-            take(chunk, now)
-            # The daemon writes one frame per entry; woken for each, eight watchers
-            # cost about as much CPU as the daemon (~40-60 us a wake on this machine).
-            # A short nap after a small read lets frames gather, at the price of
-            # stamping some of them up to batch_ms late.
-            if batch_s and len(chunk) < 65536:
-                time.sleep(batch_s)
-        listening[0] = False
-    except _Stop:
-        stopped = True
-    listening[0] = False
-    cpu = time.process_time() - cpu
-    # A stop can land between the two appends of one entry.
-    n = min(len(seqs), len(received))
-    del seqs[n:], received[n:]
-    sock.close()
-    with open(a.result, "wb") as f:
-        seqs.tofile(f)
-        received.tofile(f)
-    summary = {
-        "tip": tip,
-        "count": len(seqs),
-        "expected": a.expect,
-        "out_of_order": state["out_of_order"],
-        "out_of_order_examples": state["examples"],
-        "errors": state["errors"][:5],
-        "stopped_early": stopped or bool(state["ended"]),
-        "cpu_s": cpu,
-        "reads": reads,
-    }
-    print(json.dumps(summary), flush=True)
-    return 0
-
-
-def inject(fault: list[str | None], messages: list[Message]) -> None:
-    """--inject-fault: lose or repeat the first entry, to show the checks catch it."""
-    for i, m in enumerate(messages):
-        if m.params is not None and m.params.entry is not None:
-            if fault[0] == "drop":
-                del messages[i]
-            else:
-                messages.insert(i, m)
-            fault[0] = None
-            return
-
-
-def child_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="eventlog_load.py --role")
-    p.add_argument("role", choices=("writer", "watcher"))
-    p.add_argument("--socket", required=True)
-    p.add_argument("--result", required=True)
-    p.add_argument("--tag", default="w")
-    p.add_argument("--count", type=int, default=0)
-    p.add_argument("--inflight", type=int, default=1)
-    p.add_argument("--warmup", type=int, default=0)
-    p.add_argument("--pause-ms", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--expect", type=int, default=0)
-    p.add_argument("--fault", choices=("drop", "dup"))
-    p.add_argument("--batch-ms", type=float, default=0.0)
-    a = p.parse_args(argv)
-    return run_writer(a) if a.role == "writer" else run_watcher(a)
 
 
 # --- the parent: daemons, children, joins ----------------------------------------------
@@ -523,7 +211,7 @@ class Child:
         self.name = name
         self.result = work / f"{name}.bin"
         self.log = work / f"{name}.log"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--role", role]
+        cmd = [sys.executable, str(Path(__file__).resolve().parent / "load_roles.py"), role]
         cmd += [*args, "--result", str(self.result)]
         self.proc = spawn(cmd, self.log, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         self._buf = b""
@@ -785,147 +473,6 @@ def run_scenario(
     return row
 
 
-# --- report -------------------------------------------------------------------------------
-
-
-def fmt_ms(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
-
-
-def pairs(table_rows: list[dict[str, Any]], watchers: int) -> list[dict[str, float]]:
-    """Each round's row with ``watchers`` against its own no-watcher row: the
-    rate and the daemon's CPU per append, as ratios."""
-    out = []
-    by_round: dict[int, dict[int, dict[str, Any]]] = {}
-    for r in table_rows:
-        if "appends_per_s" in r:
-            by_round.setdefault(r.get("round", 0), {})[r["watchers"]] = r
-    for rows in by_round.values():
-        if 0 in rows and watchers in rows:
-            alone, watched = rows[0], rows[watchers]
-            out.append({
-                "rate": watched["appends_per_s"] / alone["appends_per_s"],
-                "cpu": watched["daemon_cpu_us_per_append"] / alone["daemon_cpu_us_per_append"],
-            })
-    return out
-
-
-def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    rows = results.get("table", [])
-    alone = [r["appends_per_s"] for r in rows if "appends_per_s" in r and r["watchers"] == 0]
-    if alone:
-        out.append({"target": f"{rows[0]['writers']} writers, no watcher: appends/s >= 25,000"
-                              f" (median of {len(alone)})",
-                    "value": statistics.median(alone), "bound": 25_000, "op": ">="})
-    eight = pairs(rows, 8)
-    if eight:
-        n = f"median of {len(eight)} pair{'s' if len(eight) != 1 else ''}"
-        out.append({"target": f"8 watchers: >= 80% of the no-watcher rate ({n})",
-                    "value": 100 * statistics.median(p["rate"] for p in eight), "bound": 80,
-                    "op": ">=", "unit": "%"})
-        out.append({"target": f"8 watchers: daemon CPU per append <= 1.2x without ({n})",
-                    "value": statistics.median(p["cpu"] for p in eight), "bound": 1.2,
-                    "op": "<=", "unit": "x"})
-    p99 = results.get("p99")
-    if p99 and "append" in p99:
-        w = p99["watchers"]
-        out.append({"target": f"{p99['writers']} x {p99['inflight']} + {w} "
-                              f"watcher{'s' if w != 1 else ''}: append p99 <= 50 ms",
-                    "value": p99["append"]["p99_ms"], "bound": 50, "op": "<=", "unit": "ms"})
-    cross = results.get("cross")
-    if cross and cross.get("watcher_lag"):
-        out.append({"target": "cross-process watch latency p50 <= 10 ms",
-                    "value": cross["watcher_lag"]["p50_ms"], "bound": 10, "op": "<=",
-                    "unit": "ms"})
-    for t in out:
-        v, b = t["value"], t["bound"]
-        t["met"] = bool(v >= b if t["op"] == ">=" else v <= b)
-    return out
-
-
-def report(results: dict[str, Any], tgs: list[dict[str, Any]], a: argparse.Namespace) -> str:
-    rows = [*results.get("table", [])]
-    rows += [results[k] for k in ("p99", "burst") if k in results]
-    bases = {r.get("round", 0): r.get("appends_per_s") for r in reversed(rows)
-             if r["scenario"].startswith("table") and r["watchers"] == 0}
-    head = ["scenario", "writers x in flight", "watchers", "appends/s", "% of no-watcher",
-            "append p50 / p99 / max ms", "watcher lag p50 / p99 ms",
-            "watchers done after last ack s", "daemon peak MiB",
-            "CPU us/append daemon / writers / watchers", "exactly-once"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
-    for r in rows:
-        if "appends_per_s" not in r:
-            lines.append(f"| {r['scenario']} | {r['writers']} x {r['inflight']} | "
-                         f"{r['watchers']} | failed: {r.get('error', '?')} |")
-            continue
-        rel = "-"
-        base = bases.get(r.get("round", 0))
-        if base and r["scenario"].startswith("table"):
-            rel = f"{100 * r['appends_per_s'] / base:.0f}%"
-        lag = r["watcher_lag"]
-        ap = r["append"]
-        lines.append(
-            "| " + " | ".join([
-                r["scenario"],
-                f"{r['writers']} x {r['inflight']}",
-                str(r["watchers"]),
-                f"{r['appends_per_s']:,.0f}",
-                rel,
-                f"{fmt_ms(ap['p50_ms'])} / {fmt_ms(ap['p99_ms'])} / {fmt_ms(ap['max_ms'])}",
-                f"{fmt_ms(lag['p50_ms'])} / {fmt_ms(lag['p99_ms'])}" if lag else "-",
-                "-" if r["watchers_done_after_last_ack_s"] is None
-                else f"{r['watchers_done_after_last_ack_s']:.2f}",
-                f"{r['daemon_peak_mib']:.0f}",
-                f"{r['daemon_cpu_us_per_append']:.0f} / {r['clients_cpu_us_per_append']:.0f}"
-                f" / {r['watchers_cpu_us_per_append']:.0f}",
-                ("yes" if r["exactly_once_ok"] else "**NO**") if r["watchers"] else "-",
-            ]) + " |"
-        )
-    out = ["\n".join(lines)]
-    c = results.get("cross")
-    if c:
-        if c.get("watcher_lag"):
-            lag = c["watcher_lag"]
-            poll = a.watch_interval_ms if a.watch_interval_ms is not None else "default (200)"
-            out.append(
-                f"cross-process watch latency (append to daemon A, watcher on daemon B, poll "
-                f"{poll} ms, {c['appends']} samples): p50 {fmt_ms(lag['p50_ms'])} ms, p99 "
-                f"{fmt_ms(lag['p99_ms'])} ms, max {fmt_ms(lag['max_ms'])} ms; append ack p50 "
-                f"{fmt_ms(c['append']['p50_ms'])} ms; exactly-once "
-                f"{'yes' if c['exactly_once_ok'] else 'NO'}; peak MiB "
-                f"{' / '.join(f'{m:.0f}' for m in c['daemon_peak_mib_each'])}"
-            )
-        else:
-            out.append(f"cross-process: failed: {c.get('error', '?')}")
-    t_lines = ["targets:"]
-    for t in tgs:
-        unit = t.get("unit", "")
-        v = f"{t['value']:,.2f}" if unit == "x" else (
-            f"{t['value']:,.1f}" if unit else f"{t['value']:,.0f}")
-        t_lines.append(f"  {t['target']}: {v}{' ' + unit if unit else ''} "
-                       f"{'met' if t['met'] else 'MISSED'}")
-    out.append("\n".join(t_lines))
-    if results.get("table"):
-        out.append("baseline before (issue 14, 0/1/2/8 watchers): "
-                   + " / ".join(f"{v:,}" for v in BASELINE.values()) + " appends/s")
-    watched = [r for r in [*rows, *([c] if c else [])] if r.get("watchers")]
-    bad = [r["scenario"] for r in watched if not r.get("exactly_once_ok", False)]
-    if bad:
-        out.append(f"EXACTLY-ONCE VIOLATED (or not checked: the run failed) in: {', '.join(bad)}")
-    elif watched:
-        out.append("exactly-once: every watcher received every acknowledged seq once, in order")
-    notes = []
-    for r in [*rows, *([c] if c else [])]:
-        for n in r.get("notes", []):
-            notes.append(f"  {r['scenario']}: {n}")
-    if notes:
-        out.append("notes:\n" + "\n".join(notes))
-    return "\n\n".join(out)
-
-
 def machine() -> dict[str, Any]:
     from eventlog_bench import machine as base  # commit, cpus, python, platform, load
 
@@ -992,8 +539,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "--role":
-        return child_main(sys.argv[2:])
     a = parse_args(sys.argv[1:])
     global SRC
     SRC = a.src.resolve()
