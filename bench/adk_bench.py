@@ -267,14 +267,14 @@ async def side_by_side(work: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def copy_database(source: str, target: str) -> None:
-    """A copy of a log file (its WAL's pages included), through SQLite's backup."""
+    """A copy of a log file as of one commit (``streamd log backup``'s)."""
     import apsw
 
-    src, dst = apsw.Connection(source), apsw.Connection(target)
-    with dst.backup("main", src, "main") as copy:
-        copy.step()
-    src.close()
-    dst.close()
+    from streamd.eventlog.sqlite.backup import snapshot
+
+    live = apsw.Connection(source)
+    snapshot(live, target)
+    live.close()
 
 
 async def secondary(db: Path, synchronous: str, args: argparse.Namespace) -> dict[str, Any]:

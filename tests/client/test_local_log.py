@@ -26,6 +26,7 @@ from streamd import errors
 from streamd.client.local import LocalClient
 from streamd.errors import RpcError
 from streamd.eventlog.model import Event
+from streamd.eventlog.sqlite.backup import snapshot
 
 T0 = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
@@ -176,11 +177,8 @@ def test_a_file_restored_under_shared_clients_is_opened_anew_without_the_old_wal
         await old.append("app", "u", "s", ev("e1"))
         backup = tmp_path / "backup.db"
         source = apsw.Connection(str(db))
-        target = apsw.Connection(str(backup))
-        with target.backup("main", source, "main") as copy:
-            copy.step()
+        snapshot(source, backup)  # as `streamd log backup` makes one
         source.close()
-        target.close()
         await old.append("app", "u", "s", ev("e2"))  # in the old -wal only
         os.replace(backup, db)
         new = await LocalClient.open(db)
