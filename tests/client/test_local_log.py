@@ -15,6 +15,8 @@ import asyncio
 import datetime as dt
 import gc
 import os
+import threading
+import weakref
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,10 @@ import pytest
 
 from streamd import errors
 from streamd.client.local import LocalClient
+from streamd.client.local_log import OLD_WAL_LEFT
 from streamd.errors import RpcError
 from streamd.eventlog.model import Event
+from streamd.eventlog.sqlite import SqliteStore
 from streamd.eventlog.sqlite.backup import snapshot
 
 T0 = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
@@ -196,3 +200,192 @@ def test_a_file_restored_under_shared_clients_is_opened_anew_without_the_old_wal
         ("e1",), ("e3",)
     ]
     restored.close()
+
+
+def streamd_workers() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("streamd-local")]
+
+
+def restore_backup_over(db: Path, backup: Path) -> None:
+    """A backup of ``db`` as of now, renamed over it later by the caller."""
+    source = apsw.Connection(str(db))
+    snapshot(source, backup)
+    source.close()
+
+
+def test_an_open_cancelled_while_it_checks_a_replaced_file_leaves_nothing_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, backup = tmp_path / "events.db", tmp_path / "backup.db"
+    checking, go_on = threading.Event(), threading.Event()
+    check = SqliteStore.check_file
+
+    def held_check(store: SqliteStore) -> None:
+        checking.set()
+        go_on.wait(30)
+        check(store)
+
+    monkeypatch.setattr(SqliteStore, "check_file", held_check)
+
+    async def scenario() -> None:
+        old = await LocalClient.open(db)
+        await old.append("app", "u", "s", ev("e1"))
+        restore_backup_over(db, backup)
+        os.replace(backup, db)
+        opening = asyncio.ensure_future(LocalClient.open(db))
+        await asyncio.to_thread(checking.wait, 30)
+        opening.cancel()
+        go_on.set()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        await old.aclose()
+        assert descriptors_on(db) == 0
+
+    run(scenario())
+    assert streamd_workers() == []
+
+
+def test_a_path_that_cannot_be_looked_up_fails_the_open_clearly_and_holds_nothing(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "events.db"
+
+    async def scenario() -> None:
+        first = await LocalClient.open(db)
+        await first.ping()
+        shm = Path(f"{db}-shm")
+        shm.unlink()
+        shm.symlink_to(shm.name)  # a link to itself: ELOOP for every look-up
+        with pytest.raises(RpcError) as failed:
+            await LocalClient.open(db)
+        assert failed.value.code == errors.SOURCE_UNAVAILABLE
+        assert "symbolic links" in failed.value.message
+        await first.aclose()
+        assert descriptors_on(db) == 0
+
+    run(scenario())
+    assert streamd_workers() == []
+
+
+def test_opens_that_wait_for_one_another_do_not_keep_their_event_loop(tmp_path: Path) -> None:
+    """A new file's first open migrates it on the worker; a second open
+    waits for it, which binds its lock to the loop. The loop must still go
+    with its run."""
+    loops = []
+
+    async def scenario(db: Path) -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        clients = await asyncio.gather(LocalClient.open(db), LocalClient.open(db))
+        for client in clients:
+            await client.aclose()
+
+    for i in range(3):
+        run(scenario(tmp_path / f"events{i}.db"))
+    gc.collect()
+    assert [loop() for loop in loops] == [None, None, None]
+
+
+def test_a_file_reached_through_a_linked_directory_is_the_same_file(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+
+    async def scenario() -> None:
+        direct = await LocalClient.open(real / "events.db")
+        one = descriptors_on(real / "events.db")
+        linked = await LocalClient.open(tmp_path / "link" / "events.db")
+        assert descriptors_on(real / "events.db") == one
+        await direct.aclose()
+        await linked.aclose()
+
+    run(scenario())
+
+
+def test_a_restore_noticed_on_one_loop_stops_the_other_loops_logs_before_they_write(
+    tmp_path: Path,
+) -> None:
+    """Two event loops (ADK runs turns on loops of their own) with the file
+    open, then a restore: the log reopened on one loop keeps what it is
+    acknowledged; the other loop's old log refuses, and its refusal loses
+    nothing of the new one's."""
+    db, backup = tmp_path / "events.db", tmp_path / "backup.db"
+    first_loop, second_loop = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        a = first_loop.run_until_complete(LocalClient.open(db))
+        b = second_loop.run_until_complete(LocalClient.open(db))
+        first_loop.run_until_complete(a.append("app", "u", "s", ev("e1")))
+        restore_backup_over(db, backup)
+        first_loop.run_until_complete(a.append("app", "u", "s", ev("e2")))
+        os.replace(backup, db)
+        renewed = first_loop.run_until_complete(LocalClient.open(db))
+        assert first_loop.run_until_complete(renewed.append("app", "u", "s", ev("e3"))).seq == 2
+        with pytest.raises(RpcError) as stopped:
+            second_loop.run_until_complete(b.append("app", "u", "s", ev("e4")))
+        assert stopped.value.data["reason"] == "database_file_replaced"
+        assert first_loop.run_until_complete(event_ids(renewed)) == ["e1", "e3"]
+        for loop, client in ((first_loop, a), (second_loop, b), (first_loop, renewed)):
+            loop.run_until_complete(client.aclose())
+    finally:
+        first_loop.close()
+        second_loop.close()
+    restored = apsw.Connection(str(db))
+    assert restored.execute("SELECT event_id FROM events ORDER BY seq").fetchall() == [
+        ("e1",), ("e3",)
+    ]
+    restored.close()
+
+
+def test_a_restored_file_is_not_opened_while_the_old_wal_cannot_be_emptied(
+    tmp_path: Path,
+) -> None:
+    db, backup = tmp_path / "events.db", tmp_path / "backup.db"
+
+    async def scenario() -> None:
+        old = await LocalClient.open(db)
+        await old.append("app", "u", "s", ev("e1"))
+        restore_backup_over(db, backup)
+        await old.append("app", "u", "s", ev("e2"))
+        reader = apsw.Connection(str(db))  # another connection reading the old log
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM events").fetchall() == [(2,)]
+        os.replace(backup, db)
+        with pytest.raises(RpcError) as refused:
+            await LocalClient.open(db)
+        assert refused.value.code == errors.SOURCE_UNAVAILABLE
+        assert refused.value.data["reason"] == OLD_WAL_LEFT
+        reader.execute("COMMIT")
+        reader.close()
+        renewed = await LocalClient.open(db)  # the old -wal emptied now
+        assert await event_ids(renewed) == ["e1"]
+        await renewed.aclose()
+        await old.aclose()
+
+    run(scenario())
+
+
+def test_a_change_gone_by_the_time_the_worker_looks_keeps_the_log_shared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file renamed away and back between the first look and the
+    worker's check: the log is still the file's, and still shared."""
+    db = tmp_path / "events.db"
+    looks = []
+    unchanged = SqliteStore.file_unchanged
+
+    def first_look_sees_a_change(store: SqliteStore) -> bool:
+        looks.append(store)
+        return len(looks) > 1 and unchanged(store)
+
+    monkeypatch.setattr(SqliteStore, "file_unchanged", first_look_sees_a_change)
+
+    async def scenario() -> None:
+        first = await LocalClient.open(db)
+        one = descriptors_on(db)
+        second = await LocalClient.open(db)
+        assert descriptors_on(db) == one and len(looks) == 1
+        assert (await first.append("app", "u", "s", ev("e1"))).seq == 1
+        assert await event_ids(second) == ["e1"]
+        await first.aclose()
+        await second.aclose()
+
+    run(scenario())

@@ -100,8 +100,9 @@ class LoopClients:
     def _forget_ended_loops(self) -> None:
         """Drop the clients of event loops that have ended: a client holding
         its loop (the daemon's, through its transport) would keep both, and
-        their socket or file, for ever. A local client's file is closed here;
-        a daemon client's socket closes with its transport, collected."""
+        their socket or file, for ever. A local client lets go of its file here
+        (closed with the last of that loop's clients of it); a daemon client's
+        socket closes with its transport, collected."""
         with self._lock:
             ended = [loop for loop in self._owned if loop.is_closed()]
             gone = [self._owned.pop(loop) for loop in ended]

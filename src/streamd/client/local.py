@@ -279,8 +279,9 @@ def _let_go(log: OpenLog) -> None:
 class LocalClient(calls.AwaitedEventLogMethods):
     """The event log in a SQLite file opened by this process (see the module
     docstring). Open with :meth:`open`; use on the event loop that opened it;
-    close with :meth:`aclose` (or ``async with``). One dropped unclosed is
-    closed when it is collected."""
+    close with :meth:`aclose` (or ``async with``). One dropped unclosed lets
+    go when it is collected; the file closes with the last of its loop's
+    clients (:mod:`streamd.client.local_log`)."""
 
     def __init__(self, log: OpenLog) -> None:
         self._log = log
@@ -315,7 +316,7 @@ class LocalClient(calls.AwaitedEventLogMethods):
             raise RpcError(errors.SOURCE_UNAVAILABLE, refused)
         # The loop's open log of this file, shared (streamd.client.local_log).
         options = SqliteOptions(synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
-        return cls(await open_log(os.path.abspath(target.path), options))
+        return cls(await open_log(target.path, options))
 
     async def __aenter__(self) -> LocalClient:
         return self
@@ -355,7 +356,7 @@ class LocalClient(calls.AwaitedEventLogMethods):
             raise closed_error()
         if asyncio.get_running_loop() is not self._loop():
             # Its worker reports to the loop that opened it, and its
-            # connection is that loop's: one client per event loop.
+            # connection is that loop's clients': a client is its loop's.
             raise RuntimeError("a LocalClient is used on the event loop that opened it")
         method = _METHODS.get(call.method)
         if method is None:

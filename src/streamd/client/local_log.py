@@ -16,10 +16,19 @@ What is shared is what belongs to the connection: the store, its worker
 thread, the count of calls handed to the worker (nothing runs inline beside
 them) and the inline gate. Each client keeps what is its own: being closed.
 The file closes with its last client (or when the last is collected). A file
-restored or deleted under the log is not shared again: the old connection
-first empties its ``-wal`` into the old file (which a new opener of the path
-would otherwise apply to the restored one), and the new client opens the
-path anew (see :mod:`streamd.eventlog.sqlite.file_identity`).
+is known by its real path (symbolic links resolved); a file reached through
+two hard links is two files here, as it is to SQLite, which does not support
+it.
+
+Every log of one file in the process, whatever its loop, has one guard
+(:class:`~streamd.eventlog.sqlite.file_identity.DatabaseFile`): a restore
+noticed on one loop stops the logs of the others at once, before they write
+into the ``-wal`` the restored file's connection will use. A file restored or
+deleted under the log is not shared again: the old connection first empties
+its ``-wal`` into the old file (which a new opener of the path would
+otherwise apply to the restored one), and only then is the path opened
+anew, with a guard of its own; an open that finds the old ``-wal`` cannot be
+emptied yet (another connection is reading it) is refused, saying so.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import math
+import os
 import threading
 import time
 import weakref
@@ -35,14 +45,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamd import errors
 from streamd.errors import RpcError
 from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 from streamd.eventlog.sqlite.connection import prepare_file
-from streamd.eventlog.sqlite.file_identity import DatabaseFile
+from streamd.eventlog.sqlite.file_identity import DatabaseFile, is_file_fault
 
-__all__ = ["OpenLog", "open_log"]
+__all__ = ["OLD_WAL_LEFT", "OpenLog", "open_log"]
 
 Op = Callable[[SqliteStore], Any]
+
+OLD_WAL_LEFT = "old_wal_left"
+"""``data.reason`` of an open refused because a replaced file's old ``-wal``
+is still at the path, not emptied yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +76,12 @@ class OpenLog:
         pool: concurrent.futures.ThreadPoolExecutor,
         loop: asyncio.AbstractEventLoop,
         key: _Key,
+        guard: DatabaseFile,
     ) -> None:
         self.store = store
         self._pool = pool
         self._key = key
+        self._guard = guard
         # Weakly: the registry is keyed by loop, weakly, and a log holding
         # its loop would keep the loop, and this file, for ever.
         self._loop = weakref.ref(loop)
@@ -76,13 +93,20 @@ class OpenLog:
         inline call closes the gate for a while)."""
         self.turned = time.monotonic()
         """When a caller last let the loop turn."""
-        self._holders = 0  # clients holding the file open; under _registry_lock
-        self._released = False  # the last let go: never held again
+        # Under _registry_lock: clients holding the file open, and the close
+        # submitted once the last has let go (never held again after it).
+        self._holders = 0
+        self._closing: concurrent.futures.Future[None] | None = None
+
+    @property
+    def path(self) -> str:
+        """The file's real path."""
+        return self._key.path
 
     def hold(self) -> bool:
         """One more client, unless the last has let go already. Under
         ``_registry_lock``."""
-        if self._released:
+        if self._closing is not None:
             return False
         self._holders += 1
         return True
@@ -118,8 +142,12 @@ class OpenLog:
 
     async def drained(self) -> None:
         """Once what is queued on the worker now has run."""
-        if self.outstanding:
-            await asyncio.shield(asyncio.wrap_future(self._pool.submit(_nothing)))
+        if not self.outstanding:
+            return
+        with _registry_lock:
+            # Under the lock: the last client's release shuts the pool down.
+            after = self._closing or self._pool.submit(_nothing)
+        await asyncio.shield(asyncio.wrap_future(after))
 
     def release(self) -> concurrent.futures.Future[None] | None:
         """One client lets go; with the last, the file closes on the worker
@@ -129,17 +157,19 @@ class OpenLog:
             self._holders -= 1
             if self._holders > 0:
                 return None
-            self._released = True
             self.forget()
-        try:
-            closing = self._pool.submit(self.store.close)
-        except RuntimeError:
-            # The interpreter is exiting: its threads have finished their
-            # work and take no more, so nothing else uses the connection now.
-            self.store.close()
-            closing = None
-        self._pool.shutdown(wait=False)
-        return closing
+            _let_guard_go(self._key.path, self._guard)
+            try:
+                self._closing = self._pool.submit(self.store.close)
+            except RuntimeError:
+                # The interpreter is exiting (only this shuts the pool down,
+                # after this submit): its threads take no more work, so
+                # nothing else uses the connection now.
+                self.store.close()
+                self._closing = concurrent.futures.Future()
+                self._closing.set_result(None)
+            self._pool.shutdown(wait=False)
+            return self._closing
 
 
 def _nothing() -> None:
@@ -153,11 +183,14 @@ _registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Key, OpenL
     weakref.WeakKeyDictionary()
 )
 _registry_lock = threading.RLock()
-# One open of a file at a time on a loop, so that two clients opening at once
-# share one connection.
-_opening: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-    weakref.WeakKeyDictionary()
-)
+# Each file's guard, shared by its open logs on every loop, with how many
+# there are: a guard outlives no log (it holds the identities of files that
+# SQLite deletes when the last connection closes).
+_guards: dict[str, tuple[DatabaseFile, int]] = {}
+# One open of a file (and options) at a time on a loop, so that clients
+# opening together share one connection. An entry lives while opens use it:
+# a lock keeps its loop, and a loop kept by its own entry would never go.
+_opening: dict[tuple[asyncio.AbstractEventLoop, _Key], tuple[asyncio.Lock, int]] = {}
 
 
 def _held(loop: asyncio.AbstractEventLoop, key: _Key) -> OpenLog | None:
@@ -166,46 +199,110 @@ def _held(loop: asyncio.AbstractEventLoop, key: _Key) -> OpenLog | None:
         return log if log is not None and log.hold() else None
 
 
-async def open_log(path: str, options: SqliteOptions) -> OpenLog:
-    """The loop's open log of the SQLite file ``path`` (absolute, checked to
-    be a file by the caller) with ``options``, held once more; opened if none
-    is (created if new, its schema migrated)."""
+async def open_log(database: str | os.PathLike[str], options: SqliteOptions) -> OpenLog:
+    """The loop's open log of the SQLite file ``database`` (checked to be a
+    file, or absent, by the caller) with ``options``, held once more; opened
+    if none is (created if new, its schema migrated)."""
     loop = asyncio.get_running_loop()
-    key = _Key(path, options)
+    key = _Key(os.path.realpath(database), options)
     with _registry_lock:
-        opening = _opening.setdefault(loop, asyncio.Lock())
-    async with opening:
-        log = _held(loop, key)
-        if log is not None:
-            if log.store.file_unchanged():
-                return log
-            await _retire(log)
-        log = await _open(path, options, loop, key)
+        lock, users = _opening.get((loop, key)) or (asyncio.Lock(), 0)
+        _opening[(loop, key)] = (lock, users + 1)
+    try:
+        async with lock:
+            log = _held(loop, key)
+            if log is not None:
+                ours, closing = False, None
+                try:
+                    ours = await _still_ours(log)
+                finally:
+                    if not ours:  # replaced, or the check failed: the hold just taken goes
+                        closing = log.release()
+                if ours:
+                    return log
+                if closing is not None:
+                    await asyncio.shield(asyncio.wrap_future(closing))
+            log = await _open(key, loop)
+            with _registry_lock:
+                log.hold()
+                _registry.setdefault(loop, {})[key] = log
+            return log
+    finally:
         with _registry_lock:
-            log.hold()
-            _registry.setdefault(loop, {})[key] = log
-        return log
+            lock, users = _opening[(loop, key)]
+            if users == 1:
+                del _opening[(loop, key)]
+            else:
+                _opening[(loop, key)] = (lock, users - 1)
 
 
-async def _retire(log: OpenLog) -> None:
-    """A log whose file has left the path: its connection empties its ``-wal``
-    into the old file before the path is opened anew, and it is shared no
-    more. Its clients keep it (their calls fail, naming the cause)."""
+async def _still_ours(log: OpenLog) -> bool:
+    """Whether ``log``'s file is still the one at its path; when not, the
+    log is shared no more, after its connection has emptied its ``-wal``
+    into the old file (raises ``source_unavailable`` if it cannot yet). Its
+    clients keep it: their calls fail, naming the cause."""
+    if log.store.file_unchanged():
+        return True
+    # The worker's check trips the guard (every log of the file stops) and
+    # empties the old -wal; a change gone by now (renamed away and back)
+    # leaves the log as it was, and still ours.
     try:
         await asyncio.wrap_future(log.submit(SqliteStore.check_file))
-    except RpcError:
-        pass  # the fault, as expected: its clients hear it at their next call
+        return True
+    except RpcError as exc:
+        if not is_file_fault(exc):
+            raise
+    if log.store.old_wal_left:
+        raise _old_wal_left(log.path)
     with _registry_lock:
         log.forget()
-    closing = log.release()  # the hold just taken
-    if closing is not None:
-        await asyncio.wrap_future(closing)
+    return False
 
 
-async def _open(
-    path: str, options: SqliteOptions, loop: asyncio.AbstractEventLoop, key: _Key
+def _old_wal_left(path: str) -> RpcError:
+    return RpcError(
+        errors.SOURCE_UNAVAILABLE,
+        f"{path} was replaced or deleted under a log this process has open, and that"
+        " log's write-ahead log beside it is not emptied yet (another connection is"
+        " reading it, or the log's other clients have not made a call or closed since):"
+        " the file there is not opened until it is, which would apply the old log to"
+        " it. Close the services still open on the old file and try again",
+        {"reason": OLD_WAL_LEFT, "path": path},
+    )
+
+
+async def _open(key: _Key, loop: asyncio.AbstractEventLoop) -> OpenLog:
+    path = key.path
+    with _registry_lock:
+        guard, logs = _guards.get(path) or (None, 0)
+        if guard is not None and guard.old_wal_left:
+            raise _old_wal_left(path)
+        if guard is None or guard.error is not None:
+            guard, logs = DatabaseFile(path), 0
+        _guards[path] = (guard, logs + 1)  # counted now; let go if the open fails
+    try:
+        return await _open_store(key, loop, guard)
+    except BaseException:
+        _let_guard_go(path, guard)
+        raise
+
+
+def _let_guard_go(path: str, guard: DatabaseFile) -> None:
+    """A log of ``guard`` has closed (or failed to open)."""
+    with _registry_lock:
+        held, logs = _guards.get(path) or (None, 0)
+        if held is not guard:
+            return  # replaced after it tripped: the entry is the new guard's
+        if logs > 1:
+            _guards[path] = (guard, logs - 1)
+        else:
+            del _guards[path]
+
+
+async def _open_store(
+    key: _Key, loop: asyncio.AbstractEventLoop, guard: DatabaseFile
 ) -> OpenLog:
-    guard = DatabaseFile(path)
+    path, options = key.path, key.options
     prepare_file(Path(path), make_directory=False)
     # On the event loop, unless that would wait for another process's lock
     # or migrate the schema: then on the worker.
@@ -220,7 +317,7 @@ async def _open(
             opening.add_done_callback(_close_opened)
             pool.shutdown(wait=False)
             raise
-    return OpenLog(store, pool, loop, key)
+    return OpenLog(store, pool, loop, key, guard)
 
 
 def _close_opened(opening: concurrent.futures.Future[SqliteStore]) -> None:

@@ -171,28 +171,46 @@ class DatabaseFile:
     def unchanged(self) -> bool:
         """Whether the path still names the files the log opened, asked
         without tripping (a new client deciding whether to share the log's
-        connection or open the path anew)."""
+        connection or open the path anew); False when the path cannot be
+        looked up (the connection's own check then says why)."""
         if self._fault is not None:
             return False
         recorded = self._recorded
         if recorded is None:
             return True
-        found = inode.identities(self._paths)
+        try:
+            found = inode.identities(self._paths)
+        except OSError:
+            return False
         return all(
             was is None or now == was
             for was, now in zip(recorded.values(), found, strict=True)
         )
 
+    @property
+    def old_wal_left(self) -> bool:
+        """Tripped because the database file left the path, and the old
+        ``-wal`` beside it not emptied yet (its checkpoint found another
+        connection reading): opening the path now would apply it to the
+        file there."""
+        with self._lock:
+            return self._fault is not None and self._main_gone and not self._wal_emptied
+
     def closing(self, db: apsw.Connection) -> None:
         """Before a connection closes: a path that is no longer ours must not
-        be locked, checkpointed into or unlinked by SQLite's close."""
+        be locked, checkpointed into or unlinked by SQLite's close; nor
+        must one that cannot be looked up (a close never fails for it)."""
+        unknown = False
         if self._fault is None and self._recorded is not None:
             try:
                 self._compare()
             except RpcError:
                 pass  # tripped: handled below
-        if self._fault is not None:
-            self._empty_old_wal(db)
+            except OSError:
+                unknown = True
+        if self._fault is not None or unknown:
+            if self._fault is not None:
+                self._empty_old_wal(db)
             try:
                 db.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
             except apsw.Error:

@@ -322,12 +322,23 @@ class SqliteStore(SqlOperations):
 
     def check_file(self) -> None:
         """Fail as a call would if the path no longer names this store's
-        file; the first such check empties the old ``-wal`` into the old
-        file (see :mod:`~streamd.eventlog.sqlite.file_identity`), so that a
-        new opener of the path cannot apply it to the file now there. On the
-        connection's thread, as a call."""
-        if self._guard is not None:
+        file. Once the database file has left the path, the check also tries
+        to empty the old ``-wal`` into the old file (see
+        :mod:`~streamd.eventlog.sqlite.file_identity`; :attr:`old_wal_left`
+        says whether it could), so that a new opener of the path does not
+        apply it to the file now there. On the connection's thread, as a call."""
+        if self._guard is None:
+            return
+        try:
             self._guard.check(self._db)
+        except OSError as exc:  # the path could not be looked up
+            raise sqlite_errors.translate_os(exc) from exc
+
+    @property
+    def old_wal_left(self) -> bool:
+        """The guard has tripped on a replaced or deleted database file and
+        the old ``-wal`` is not emptied yet."""
+        return self._guard is not None and self._guard.old_wal_left
 
     def close(self) -> None:
         try:
