@@ -26,7 +26,7 @@ import pytest
 
 from streamd import errors
 from streamd.client.local import LocalClient
-from streamd.client.local_log import OLD_WAL_LEFT
+from streamd.client.local_log import OLD_FILE_OPEN, OLD_WAL_LEFT
 from streamd.errors import RpcError
 from streamd.eventlog.model import Event
 from streamd.eventlog.sqlite import SqliteStore
@@ -166,32 +166,33 @@ def test_a_close_waits_for_the_calls_its_client_handed_the_worker(tmp_path: Path
     run(scenario())
 
 
-def test_a_file_restored_under_shared_clients_is_opened_anew_without_the_old_wal(
+def test_a_restored_file_is_opened_anew_once_the_old_clients_close_without_the_old_wal(
     tmp_path: Path,
 ) -> None:
-    """A restore (another file renamed over the path) under an open log: a
-    client opened after it serves the restored file, as restored (the old
-    connection's -wal, still at the path, is emptied into the old file
-    first, not applied to the new one); the old clients fail naming the
-    cause."""
-    db = tmp_path / "events.db"
+    """A restore (another file renamed over the path) under an open log: an
+    open is refused while the old file's clients hold it, they fail naming
+    the cause, and once they are closed the path opens as restored (the old
+    -wal, still at the path, was emptied into the old file at their close,
+    not applied to the new one)."""
+    db, backup = tmp_path / "events.db", tmp_path / "backup.db"
 
     async def scenario() -> None:
         old = await LocalClient.open(db)
         await old.append("app", "u", "s", ev("e1"))
-        backup = tmp_path / "backup.db"
-        source = apsw.Connection(str(db))
-        snapshot(source, backup)  # as `streamd log backup` makes one
-        source.close()
+        restore_backup_over(db, backup)
         await old.append("app", "u", "s", ev("e2"))  # in the old -wal only
         os.replace(backup, db)
-        new = await LocalClient.open(db)
-        assert await event_ids(new) == ["e1"]
-        assert (await new.append("app", "u", "s", ev("e3"))).seq == 2
+        with pytest.raises(RpcError) as refused:
+            await LocalClient.open(db)
+        assert refused.value.data["reason"] == OLD_FILE_OPEN
+        assert "Close the services or clients still open on it" in refused.value.message
         with pytest.raises(RpcError) as stopped:
             await old.ping()
         assert stopped.value.data["reason"] == "database_file_replaced"
         await old.aclose()
+        new = await LocalClient.open(db)
+        assert await event_ids(new) == ["e1"]
+        assert (await new.append("app", "u", "s", ev("e3"))).seq == 2
         await new.aclose()
 
     run(scenario())
@@ -301,13 +302,14 @@ def test_a_file_reached_through_a_linked_directory_is_the_same_file(tmp_path: Pa
     run(scenario())
 
 
-def test_a_restore_noticed_on_one_loop_stops_the_other_loops_logs_before_they_write(
+def test_a_restore_under_two_loops_logs_opens_anew_only_once_both_have_closed(
     tmp_path: Path,
 ) -> None:
     """Two event loops (ADK runs turns on loops of their own) with the file
-    open, then a restore: the log reopened on one loop keeps what it is
-    acknowledged; the other loop's old log refuses, and its refusal loses
-    nothing of the new one's."""
+    open, then a restore: an open on either is refused while the other
+    loop's old log lives (a new connection would share the old -wal it
+    writes into); once both are closed the restored file opens as restored
+    and keeps what it acknowledges."""
     db, backup = tmp_path / "events.db", tmp_path / "backup.db"
     first_loop, second_loop = asyncio.new_event_loop(), asyncio.new_event_loop()
     try:
@@ -317,14 +319,21 @@ def test_a_restore_noticed_on_one_loop_stops_the_other_loops_logs_before_they_wr
         restore_backup_over(db, backup)
         first_loop.run_until_complete(a.append("app", "u", "s", ev("e2")))
         os.replace(backup, db)
-        renewed = first_loop.run_until_complete(LocalClient.open(db))
-        assert first_loop.run_until_complete(renewed.append("app", "u", "s", ev("e3"))).seq == 2
+        with pytest.raises(RpcError) as refused:
+            first_loop.run_until_complete(LocalClient.open(db))
+        assert refused.value.data["reason"] == OLD_FILE_OPEN
         with pytest.raises(RpcError) as stopped:
             second_loop.run_until_complete(b.append("app", "u", "s", ev("e4")))
         assert stopped.value.data["reason"] == "database_file_replaced"
+        first_loop.run_until_complete(a.aclose())
+        with pytest.raises(RpcError) as still:
+            first_loop.run_until_complete(LocalClient.open(db))
+        assert still.value.data["reason"] == OLD_FILE_OPEN  # b still holds it
+        second_loop.run_until_complete(b.aclose())
+        renewed = first_loop.run_until_complete(LocalClient.open(db))
+        assert first_loop.run_until_complete(renewed.append("app", "u", "s", ev("e3"))).seq == 2
         assert first_loop.run_until_complete(event_ids(renewed)) == ["e1", "e3"]
-        for loop, client in ((first_loop, a), (second_loop, b), (first_loop, renewed)):
-            loop.run_until_complete(client.aclose())
+        first_loop.run_until_complete(renewed.aclose())
     finally:
         first_loop.close()
         second_loop.close()
@@ -335,30 +344,78 @@ def test_a_restore_noticed_on_one_loop_stops_the_other_loops_logs_before_they_wr
     restored.close()
 
 
+def test_an_open_after_a_restore_waits_for_the_old_logs_close_under_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ADK's next turn on a new loop: the old loop's client is let go (its
+    file's close queued on its worker), and the new loop opens at once. The
+    open waits for that close, then serves the restored file as restored."""
+    db, backup = tmp_path / "events.db", tmp_path / "backup.db"
+    closing, go_on = threading.Event(), threading.Event()
+    close = SqliteStore.close
+
+    def held_close(store: SqliteStore) -> None:
+        closing.set()
+        go_on.wait(30)
+        close(store)
+
+    old_loop, new_loop = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        old = old_loop.run_until_complete(LocalClient.open(db))
+        old_loop.run_until_complete(old.append("app", "u", "s", ev("e1")))
+        restore_backup_over(db, backup)
+        old_loop.run_until_complete(old.append("app", "u", "s", ev("e2")))
+        os.replace(backup, db)
+        monkeypatch.setattr(SqliteStore, "close", held_close)
+        old.abandon()  # as the service does with an ended loop's client
+
+        async def next_turn() -> list[str]:
+            opening = asyncio.ensure_future(LocalClient.open(db))
+            await asyncio.to_thread(closing.wait, 30)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            assert not opening.done()  # waiting for the old connection's close
+            go_on.set()
+            async with await opening as client:
+                return await event_ids(client)
+
+        assert new_loop.run_until_complete(next_turn()) == ["e1"]
+    finally:
+        old_loop.close()
+        new_loop.close()
+
+
 def test_a_restored_file_is_not_opened_while_the_old_wal_cannot_be_emptied(
     tmp_path: Path,
 ) -> None:
+    """The old log's close cannot empty its -wal while another connection
+    reads the old file from before the last write: until that -wal is gone
+    from the path, an open is refused, saying so."""
     db, backup = tmp_path / "events.db", tmp_path / "backup.db"
 
     async def scenario() -> None:
         old = await LocalClient.open(db)
         await old.append("app", "u", "s", ev("e1"))
         restore_backup_over(db, backup)
-        await old.append("app", "u", "s", ev("e2"))
         reader = apsw.Connection(str(db))  # another connection reading the old log
         reader.execute("BEGIN")
-        assert reader.execute("SELECT count(*) FROM events").fetchall() == [(2,)]
+        assert reader.execute("SELECT count(*) FROM events").fetchall() == [(1,)]
+        await old.append("app", "u", "s", ev("e2"))  # past the reader's snapshot
         os.replace(backup, db)
-        with pytest.raises(RpcError) as refused:
-            await LocalClient.open(db)
-        assert refused.value.code == errors.SOURCE_UNAVAILABLE
-        assert refused.value.data["reason"] == OLD_WAL_LEFT
+        await old.aclose()
+        for _ in range(2):  # refused as long as the old -wal is there
+            with pytest.raises(RpcError) as refused:
+                await LocalClient.open(db)
+            assert refused.value.code == errors.SOURCE_UNAVAILABLE
+            assert refused.value.data["reason"] == OLD_WAL_LEFT
         reader.execute("COMMIT")
         reader.close()
-        renewed = await LocalClient.open(db)  # the old -wal emptied now
+        # What the refusal says to do (the reader's own close may have done it).
+        for suffix in ("-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        renewed = await LocalClient.open(db)
         assert await event_ids(renewed) == ["e1"]
         await renewed.aclose()
-        await old.aclose()
 
     run(scenario())
 

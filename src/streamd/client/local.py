@@ -67,7 +67,7 @@ import msgspec
 
 from streamd import errors
 from streamd.client import calls
-from streamd.client.local_log import OpenLog, open_log
+from streamd.client.local_log import OpenLog, open_log, release_later
 from streamd.client.protocol import Call, decode_result
 from streamd.errors import RpcError
 from streamd.eventlog import dbtarget, inline
@@ -272,8 +272,8 @@ def served_methods() -> dict[str, type]:
 
 
 def _let_go(log: OpenLog) -> None:
-    """A collected or abandoned client's hold, released with no event loop."""
-    log.release()
+    """A collected client's hold, released with no event loop."""
+    release_later(log)
 
 
 class LocalClient(calls.AwaitedEventLogMethods):
@@ -342,7 +342,8 @@ class LocalClient(calls.AwaitedEventLogMethods):
         client; later calls raise ``closed``."""
         if not self._closed:
             self._closed = True
-            self._finalizer()
+            self._finalizer.detach()
+            self._log.release()
 
     @property
     def in_flight(self) -> int:

@@ -16,19 +16,25 @@ What is shared is what belongs to the connection: the store, its worker
 thread, the count of calls handed to the worker (nothing runs inline beside
 them) and the inline gate. Each client keeps what is its own: being closed.
 The file closes with its last client (or when the last is collected). A file
-is known by its real path (symbolic links resolved); a file reached through
-two hard links is two files here, as it is to SQLite, which does not support
-it.
+is known by its real path (symbolic links resolved), and watched by the
+path its first client gave; a file reached through two hard links is two
+files here, as it is to SQLite, which does not support it.
 
-Every log of one file in the process, whatever its loop, has one guard
-(:class:`~streamd.eventlog.sqlite.file_identity.DatabaseFile`): a restore
-noticed on one loop stops the logs of the others at once, before they write
-into the ``-wal`` the restored file's connection will use. A file restored or
-deleted under the log is not shared again: the old connection first empties
-its ``-wal`` into the old file (which a new opener of the path would
-otherwise apply to the restored one), and only then is the path opened
-anew, with a guard of its own; an open that finds the old ``-wal`` cannot be
-emptied yet (another connection is reading it) is refused, saying so.
+A file deleted or replaced under the process (a restore) is the delicate
+case: the old connections still hold the old ``-wal`` and ``-shm``, which
+sit at the path beside the restored file, and a new connection there would
+have SQLite apply the old ``-wal`` to the restored file, share that ``-wal``
+with old connections still writing into it, or share the ``-shm`` with a
+connection whose close drops its locks. So the logs of each file are known
+across every loop, and the path is opened anew only once every old
+connection has closed (each log's guard,
+:class:`~streamd.eventlog.sqlite.file_identity.DatabaseFile`, trips and
+empties the old ``-wal`` into the old file as it closes): an open waits for
+closes under way, and is refused, saying what to do, while clients still
+hold the old file (``old_file_open``) or while an old ``-wal`` that could not
+be emptied is still at the path (``old_wal_left``). Each log has a guard of
+its own, recorded at its open: a guard shared with a log that closes would
+hold the identity of a ``-wal`` SQLite deletes at that close.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,19 +57,35 @@ from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 from streamd.eventlog.sqlite.connection import prepare_file
 from streamd.eventlog.sqlite.file_identity import DatabaseFile, is_file_fault
 
-__all__ = ["OLD_WAL_LEFT", "OpenLog", "open_log"]
+__all__ = ["OLD_FILE_OPEN", "OLD_WAL_LEFT", "OpenLog", "open_log", "release_later"]
 
 Op = Callable[[SqliteStore], Any]
 
+OLD_FILE_OPEN = "old_file_open"
+"""``data.reason`` of an open refused because the file was replaced while
+clients in this process still hold the old one."""
 OLD_WAL_LEFT = "old_wal_left"
-"""``data.reason`` of an open refused because a replaced file's old ``-wal``
-is still at the path, not emptied yet."""
+"""``data.reason`` of an open refused because a replaced file's old ``-wal``,
+not emptied, is still at the path."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Key:
     path: str
     options: SqliteOptions
+
+
+@dataclass(eq=False)
+class _File:
+    """One database file's logs in the process, on every loop. Under ``_lock``."""
+
+    logs: set[OpenLog] = field(default_factory=set)
+    """Open, or closing: a log leaves once its store has closed."""
+    opening: int = 0
+    """Opens under way."""
+    stale: DatabaseFile | None = None
+    """The guard of a closed log that left the old ``-wal`` of a replaced
+    file at the path, not emptied."""
 
 
 class OpenLog:
@@ -76,11 +98,13 @@ class OpenLog:
         pool: concurrent.futures.ThreadPoolExecutor,
         loop: asyncio.AbstractEventLoop,
         key: _Key,
+        file: _File,
         guard: DatabaseFile,
     ) -> None:
         self.store = store
         self._pool = pool
         self._key = key
+        self._file = file
         self._guard = guard
         # Weakly: the registry is keyed by loop, weakly, and a log holding
         # its loop would keep the loop, and this file, for ever.
@@ -93,27 +117,21 @@ class OpenLog:
         inline call closes the gate for a while)."""
         self.turned = time.monotonic()
         """When a caller last let the loop turn."""
-        # Under _registry_lock: clients holding the file open, and the close
-        # submitted once the last has let go (never held again after it).
+        # Under _lock: clients holding the file open, and the close submitted
+        # once the last has let go (never held again after it).
         self._holders = 0
-        self._closing: concurrent.futures.Future[None] | None = None
-
-    @property
-    def path(self) -> str:
-        """The file's real path."""
-        return self._key.path
+        self.closing: concurrent.futures.Future[None] | None = None
 
     def hold(self) -> bool:
-        """One more client, unless the last has let go already. Under
-        ``_registry_lock``."""
-        if self._closing is not None:
+        """One more client, unless the last has let go already. Under ``_lock``."""
+        if self.closing is not None:
             return False
         self._holders += 1
         return True
 
     def forget(self) -> None:
-        """Shared no more: later opens of the path open it anew. Under
-        ``_registry_lock``."""
+        """Shared no more on its loop: later opens there do not join it.
+        Under ``_lock``."""
         loop = self._loop()
         logs = None if loop is None else _registry.get(loop)
         if logs is not None and logs.get(self._key) is self:
@@ -141,60 +159,86 @@ class OpenLog:
         self.outstanding -= 1
 
     async def drained(self) -> None:
-        """Once what is queued on the worker now has run."""
+        """Once what is queued on the worker now (any client's) has run."""
         if not self.outstanding:
             return
-        with _registry_lock:
+        with _lock:
             # Under the lock: the last client's release shuts the pool down.
-            after = self._closing or self._pool.submit(_nothing)
+            after = self.closing or self._pool.submit(_nothing)
         await asyncio.shield(asyncio.wrap_future(after))
 
     def release(self) -> concurrent.futures.Future[None] | None:
         """One client lets go; with the last, the file closes on the worker
         after what it still runs (the returned future). Any thread, loop or
-        none (a collected client's finalizer)."""
-        with _registry_lock:
+        none; never from inside a collection (see :func:`release_later`)."""
+        with _lock:
             self._holders -= 1
             if self._holders > 0:
                 return None
             self.forget()
-            _let_guard_go(self._key.path, self._guard)
             try:
-                self._closing = self._pool.submit(self.store.close)
+                closing = self._pool.submit(self.store.close)
             except RuntimeError:
                 # The interpreter is exiting (only this shuts the pool down,
                 # after this submit): its threads take no more work, so
                 # nothing else uses the connection now.
                 self.store.close()
-                self._closing = concurrent.futures.Future()
-                self._closing.set_result(None)
+                closing = concurrent.futures.Future()
+                closing.set_result(None)
+            self.closing = closing
             self._pool.shutdown(wait=False)
-            return self._closing
+        closing.add_done_callback(self._closed)
+        return closing
+
+    def _closed(self, _: concurrent.futures.Future[None]) -> None:
+        with _lock:
+            self._file.logs.discard(self)
+            if self._guard.old_wal_at_path():
+                self._file.stale = self._guard
+            _drop_if_unused(self._key.path, self._file)
+
+
+def release_later(log: OpenLog) -> None:
+    """:meth:`OpenLog.release` for a client collected unclosed: its
+    finalizer may run inside a collection, which may come at any allocation,
+    even one made holding this module's lock or the worker pool's own; so
+    the release runs on a thread of its own, which waits for them."""
+    try:
+        threading.Thread(target=log.release, name="streamd-release").start()
+    except RuntimeError:
+        log.release()  # the interpreter is exiting: no thread starts, nothing else runs
 
 
 def _nothing() -> None:
     pass
 
 
+_lock = threading.Lock()
 # The open logs by loop, then by file and options. A loop's entry goes with
-# the loop; a log leaves it when its last client lets go. Reentrant: a
-# collected client's finalizer may let go on a thread already inside.
+# the loop; a log leaves it when its last client lets go.
 _registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Key, OpenLog]] = (
     weakref.WeakKeyDictionary()
 )
-_registry_lock = threading.RLock()
-# Each file's guard, shared by its open logs on every loop, with how many
-# there are: a guard outlives no log (it holds the identities of files that
-# SQLite deletes when the last connection closes).
-_guards: dict[str, tuple[DatabaseFile, int]] = {}
+# Each file's logs on every loop, by real path. An entry goes with its last
+# log's close, unless that left an old -wal at the path.
+_files: dict[str, _File] = {}
 # One open of a file (and options) at a time on a loop, so that clients
 # opening together share one connection. An entry lives while opens use it:
 # a lock keeps its loop, and a loop kept by its own entry would never go.
 _opening: dict[tuple[asyncio.AbstractEventLoop, _Key], tuple[asyncio.Lock, int]] = {}
 
 
+def _drop_if_unused(path: str, file: _File) -> None:
+    """Under ``_lock``: forget ``file`` once nothing uses it, unless it must
+    go on refusing opens (an old ``-wal`` left at the path)."""
+    if file.logs or file.opening or _files.get(path) is not file:
+        return
+    if file.stale is None or not file.stale.old_wal_at_path():
+        del _files[path]
+
+
 def _held(loop: asyncio.AbstractEventLoop, key: _Key) -> OpenLog | None:
-    with _registry_lock:
+    with _lock:
         log = _registry.get(loop, {}).get(key)
         return log if log is not None and log.hold() else None
 
@@ -205,7 +249,7 @@ async def open_log(database: str | os.PathLike[str], options: SqliteOptions) -> 
     if none is (created if new, its schema migrated)."""
     loop = asyncio.get_running_loop()
     key = _Key(os.path.realpath(database), options)
-    with _registry_lock:
+    with _lock:
         lock, users = _opening.get((loop, key)) or (asyncio.Lock(), 0)
         _opening[(loop, key)] = (lock, users + 1)
     try:
@@ -222,13 +266,13 @@ async def open_log(database: str | os.PathLike[str], options: SqliteOptions) -> 
                     return log
                 if closing is not None:
                     await asyncio.shield(asyncio.wrap_future(closing))
-            log = await _open(key, loop)
-            with _registry_lock:
+            log = await _open(key, os.path.abspath(database), loop)
+            with _lock:
                 log.hold()
                 _registry.setdefault(loop, {})[key] = log
             return log
     finally:
-        with _registry_lock:
+        with _lock:
             lock, users = _opening[(loop, key)]
             if users == 1:
                 del _opening[(loop, key)]
@@ -238,71 +282,108 @@ async def open_log(database: str | os.PathLike[str], options: SqliteOptions) -> 
 
 async def _still_ours(log: OpenLog) -> bool:
     """Whether ``log``'s file is still the one at its path; when not, the
-    log is shared no more, after its connection has emptied its ``-wal``
-    into the old file (raises ``source_unavailable`` if it cannot yet). Its
-    clients keep it: their calls fail, naming the cause."""
+    log is shared no more (its clients keep it: their calls fail, naming
+    the cause)."""
     if log.store.file_unchanged():
         return True
-    # The worker's check trips the guard (every log of the file stops) and
-    # empties the old -wal; a change gone by now (renamed away and back)
-    # leaves the log as it was, and still ours.
+    # The worker's check trips the guard and empties the old -wal; a change
+    # gone by now (renamed away and back) leaves the log as it was, and
+    # still ours.
     try:
         await asyncio.wrap_future(log.submit(SqliteStore.check_file))
         return True
     except RpcError as exc:
         if not is_file_fault(exc):
             raise
-    if log.store.old_wal_left:
-        raise _old_wal_left(log.path)
-    with _registry_lock:
+    with _lock:
         log.forget()
     return False
+
+
+async def _open(key: _Key, given: str, loop: asyncio.AbstractEventLoop) -> OpenLog:
+    """A new log of the file, beside its open logs on other loops or options,
+    or once every log of a replaced file has closed (see the module
+    docstring)."""
+    path = key.path
+    while True:
+        with _lock:
+            file, closing = _file_to_open(path, given)
+            if not closing:
+                file.opening += 1
+                break
+        # The old file's last connections are closing: each empties the old
+        # -wal as it closes, and then the path is free.
+        await asyncio.gather(*(asyncio.shield(asyncio.wrap_future(c)) for c in closing))
+    try:
+        log = await _open_store(key, given, loop, file)
+    except BaseException:
+        with _lock:
+            file.opening -= 1
+            _drop_if_unused(path, file)
+        raise
+    with _lock:
+        file.opening -= 1
+        file.logs.add(log)
+    return log
+
+
+def _file_to_open(
+    path: str, given: str
+) -> tuple[_File, list[concurrent.futures.Future[None]]]:
+    """Under ``_lock``: the file entry a new log of ``path`` joins, or the
+    closes to wait for first; raises what refuses the open."""
+    file = _files.get(path)
+    if file is None:
+        file = _files[path] = _File()
+        return file, []
+    live = [log for log in file.logs if log.closing is None]
+    if live:
+        if all(log.store.file_unchanged() for log in live):
+            return file, []
+        raise _old_file_open(path, len(live) + file.opening)
+    closing = [log.closing for log in file.logs if log.closing is not None]
+    if closing:
+        # Closing with nothing live: SQLite may delete the -wal at the last
+        # close, under a new connection's first look at it.
+        return file, closing
+    if file.stale is not None:
+        if file.stale.old_wal_at_path():
+            raise _old_wal_left(path)
+        file.stale = None
+    return file, []
+
+
+def _old_file_open(path: str, held: int) -> RpcError:
+    return RpcError(
+        errors.SOURCE_UNAVAILABLE,
+        f"{path} was replaced or deleted while this process had it open, and"
+        f" {held} {'log' if held == 1 else 'logs'} here still hold the old file"
+        " (their calls answer database_file_replaced): the path is opened anew once"
+        " they are closed. Close the services or clients still open on it, then open"
+        " the log again",
+        {"reason": OLD_FILE_OPEN, "path": path},
+    )
 
 
 def _old_wal_left(path: str) -> RpcError:
     return RpcError(
         errors.SOURCE_UNAVAILABLE,
-        f"{path} was replaced or deleted under a log this process has open, and that"
-        " log's write-ahead log beside it is not emptied yet (another connection is"
-        " reading it, or the log's other clients have not made a call or closed since):"
-        " the file there is not opened until it is, which would apply the old log to"
-        " it. Close the services still open on the old file and try again",
+        f"{path} was replaced or deleted while this process had it open, and the old"
+        f" write-ahead log left at {path}-wal could not be emptied into the old file"
+        " (another connection was reading it): opening the path would apply it to the"
+        f" file there. If {path}-wal and {path}-shm are still the old ones, remove"
+        " them, then open the log again",
         {"reason": OLD_WAL_LEFT, "path": path},
     )
 
 
-async def _open(key: _Key, loop: asyncio.AbstractEventLoop) -> OpenLog:
-    path = key.path
-    with _registry_lock:
-        guard, logs = _guards.get(path) or (None, 0)
-        if guard is not None and guard.old_wal_left:
-            raise _old_wal_left(path)
-        if guard is None or guard.error is not None:
-            guard, logs = DatabaseFile(path), 0
-        _guards[path] = (guard, logs + 1)  # counted now; let go if the open fails
-    try:
-        return await _open_store(key, loop, guard)
-    except BaseException:
-        _let_guard_go(path, guard)
-        raise
-
-
-def _let_guard_go(path: str, guard: DatabaseFile) -> None:
-    """A log of ``guard`` has closed (or failed to open)."""
-    with _registry_lock:
-        held, logs = _guards.get(path) or (None, 0)
-        if held is not guard:
-            return  # replaced after it tripped: the entry is the new guard's
-        if logs > 1:
-            _guards[path] = (guard, logs - 1)
-        else:
-            del _guards[path]
-
-
 async def _open_store(
-    key: _Key, loop: asyncio.AbstractEventLoop, guard: DatabaseFile
+    key: _Key, given: str, loop: asyncio.AbstractEventLoop, file: _File
 ) -> OpenLog:
-    path, options = key.path, key.options
+    # Opened, and watched, by the path as given: the one a replacement
+    # would be made at.
+    path, options = given, key.options
+    guard = DatabaseFile(path)
     prepare_file(Path(path), make_directory=False)
     # On the event loop, unless that would wait for another process's lock
     # or migrate the schema: then on the worker.
@@ -317,7 +398,7 @@ async def _open_store(
             opening.add_done_callback(_close_opened)
             pool.shutdown(wait=False)
             raise
-    return OpenLog(store, pool, loop, key, guard)
+    return OpenLog(store, pool, loop, key, file, guard)
 
 
 def _close_opened(opening: concurrent.futures.Future[SqliteStore]) -> None:

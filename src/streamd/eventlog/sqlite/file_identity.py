@@ -187,14 +187,22 @@ class DatabaseFile:
             for was, now in zip(recorded.values(), found, strict=True)
         )
 
-    @property
-    def old_wal_left(self) -> bool:
-        """Tripped because the database file left the path, and the old
-        ``-wal`` beside it not emptied yet (its checkpoint found another
-        connection reading): opening the path now would apply it to the
-        file there."""
+    def old_wal_at_path(self) -> bool:
+        """Tripped because the database file left the path, with the old
+        ``-wal`` not emptied (its checkpoint found another connection
+        reading) and still at the path: opening the path now would apply it
+        to the file there. True when the path cannot be looked up."""
         with self._lock:
-            return self._fault is not None and self._main_gone and not self._wal_emptied
+            if self._fault is None or not self._main_gone or self._wal_emptied:
+                return False
+            recorded = self._recorded
+        if recorded is None or recorded["-wal"] is None:
+            return False
+        try:
+            (now,) = inode.identities(self._paths[1:2])
+        except OSError:
+            return True
+        return now == recorded["-wal"]
 
     def closing(self, db: apsw.Connection) -> None:
         """Before a connection closes: a path that is no longer ours must not
@@ -253,8 +261,8 @@ class DatabaseFile:
                     f"event log unavailable: {cause}. What was committed after that is"
                     f" not in the log at {self.path} (an append answered with this error"
                     " was not added to it), and streamd neither recreates nor touches"
-                    " that path any more: restart streamd (or, in process, open the log"
-                    " again) to serve what is there now",
+                    " that path any more: restart streamd (or, in process, close the"
+                    " log's clients and open the log again) to serve what is there now",
                     {"reason": FAULT_REASON, "path": self.path},
                 )
         fault = self._fault

@@ -139,7 +139,10 @@ def _translated(
         if guard is not None:
             # Before the caller hears of it: a commit into a file that is no
             # longer at the path must not be acknowledged (see file_identity).
-            guard.check(store._db)
+            try:
+                guard.check(store._db)
+            except OSError as exc:  # the path could not be looked up
+                raise sqlite_errors.translate_os(exc) from exc
         return result
 
     return wrapper
@@ -334,11 +337,6 @@ class SqliteStore(SqlOperations):
         except OSError as exc:  # the path could not be looked up
             raise sqlite_errors.translate_os(exc) from exc
 
-    @property
-    def old_wal_left(self) -> bool:
-        """The guard has tripped on a replaced or deleted database file and
-        the old ``-wal`` is not emptied yet."""
-        return self._guard is not None and self._guard.old_wal_left
 
     def close(self) -> None:
         try:
