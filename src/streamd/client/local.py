@@ -325,9 +325,10 @@ class LocalClient(calls.AwaitedEventLogMethods):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Let go of the file once the calls already submitted have run (the
-        last of the loop's clients of it closes it); later calls raise
-        ``closed``. Idempotent; a cancelled close still lets go."""
+        """Let go of the file once the calls already on its worker have run
+        (this client's, and those of the loop's other clients of the file,
+        which share it); the last of those clients closes the file. Later
+        calls raise ``closed``. Idempotent; a cancelled close still lets go."""
         if self._closed:
             return
         self._closed = True
