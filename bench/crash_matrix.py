@@ -41,7 +41,7 @@ from typing import Any
 
 import msgspec
 import trio
-from eventlog_bench import Conn, Daemon, Frame, kill_leftovers
+from eventlog_wire import Conn, Daemon, Frame, kill_leftovers
 
 
 class StoredEvent(msgspec.Struct):
