@@ -26,7 +26,7 @@ import pytest
 
 from streamd import errors
 from streamd.client.local import LocalClient
-from streamd.client.local_log import OLD_FILE_OPEN, OLD_WAL_LEFT
+from streamd.client.local_log import OLD_FILE_OPEN, OLD_WAL_LEFT, OpenLog
 from streamd.errors import RpcError
 from streamd.eventlog.model import Event
 from streamd.eventlog.sqlite import SqliteStore
@@ -204,6 +204,11 @@ def test_a_restored_file_is_opened_anew_once_the_old_clients_close_without_the_o
 
 
 def streamd_workers() -> list[str]:
+    """The workers still running once those told to stop have stopped (a
+    closed file's worker ends just after the close it ran)."""
+    for thread in threading.enumerate():
+        if thread.name.startswith("streamd-local"):
+            thread.join(timeout=30)
     return [t.name for t in threading.enumerate() if t.name.startswith("streamd-local")]
 
 
@@ -282,6 +287,7 @@ def test_opens_that_wait_for_one_another_do_not_keep_their_event_loop(tmp_path: 
 
     for i in range(3):
         run(scenario(tmp_path / f"events{i}.db"))
+    assert streamd_workers() == []  # a closed file's worker holds its last work a moment
     gc.collect()
     assert [loop() for loop in loops] == [None, None, None]
 
@@ -446,3 +452,133 @@ def test_a_change_gone_by_the_time_the_worker_looks_keeps_the_log_shared(
         await second.aclose()
 
     run(scenario())
+
+
+def test_a_client_collected_in_a_reference_cycle_lets_go_of_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its finalizer runs inside a collection, where a release could
+    deadlock: the release is handed to a thread, which closes the file."""
+    db = tmp_path / "events.db"
+    released = threading.Event()
+    release = OpenLog.release
+
+    def noted(log: OpenLog) -> Any:
+        closing = release(log)
+        if closing is not None:
+            closing.result(30)
+            released.set()
+        return closing
+
+    monkeypatch.setattr(OpenLog, "release", noted)
+
+    async def scenario() -> None:
+        client = await LocalClient.open(db)
+        await client.append("app", "u", "s", ev("e1"))
+        cycle: list[Any] = [client]
+        cycle.append(cycle)
+        del client, cycle
+        gc.collect()
+        assert await asyncio.to_thread(released.wait, 30)
+        assert descriptors_on(db) == 0
+
+    run(scenario())
+
+
+def test_an_open_cancelled_on_the_worker_keeps_a_replaced_file_from_opening_until_it_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open cancelled while the worker opens may still open: until that
+    connection has closed, a replaced file is not opened beside it (its
+    close would move the new connection's commits into the old file)."""
+    db, backup = tmp_path / "events.db", tmp_path / "backup.db"
+    opened, go_on = threading.Event(), threading.Event()
+    open_store = SqliteStore.open
+    calls: list[str] = []
+
+    def held_open(path: str, *args: Any, **kwargs: Any) -> SqliteStore:
+        store = open_store(path, *args, **kwargs)
+        calls.append(path)
+        if len(calls) == 1:
+            opened.set()
+            go_on.wait(30)
+        return store
+
+    monkeypatch.setattr(SqliteStore, "try_open_without_waiting", lambda *a, **k: None)
+    monkeypatch.setattr(SqliteStore, "open", held_open)
+
+    async def scenario() -> None:
+        opening = asyncio.ensure_future(LocalClient.open(db))
+        await asyncio.to_thread(opened.wait, 30)
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        restore_backup_over(db, backup)
+        os.replace(backup, db)
+        with pytest.raises(RpcError) as refused:
+            await LocalClient.open(db)
+        assert refused.value.data["reason"] == OLD_FILE_OPEN
+        go_on.set()
+        assert await asyncio.to_thread(streamd_workers) == []  # the orphan has closed
+        async with await LocalClient.open(db) as renewed:
+            assert (await renewed.append("app", "u", "s", ev("e1"))).seq == 1
+
+    run(scenario())
+
+
+def test_an_old_wal_gone_from_the_path_stops_refusing_though_a_new_one_is_made(
+    tmp_path: Path,
+) -> None:
+    """The restore kept the old file (renamed aside): once the old -wal is
+    gone, a new -wal made by another process (which may get the old one's
+    inode number, were it free) does not pass for it."""
+    db, backup = tmp_path / "events.db", tmp_path / "backup.db"
+
+    async def scenario() -> None:
+        old = await LocalClient.open(db)
+        await old.append("app", "u", "s", ev("e1"))
+        restore_backup_over(db, backup)
+        reader = apsw.Connection(str(db))
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchall()
+        await old.append("app", "u", "s", ev("e2"))
+        os.rename(db, tmp_path / "events.db.before-restore")
+        os.rename(backup, db)
+        await old.aclose()  # cannot empty its -wal past the reader
+        with pytest.raises(RpcError) as refused:
+            await LocalClient.open(db)
+        assert refused.value.data["reason"] == OLD_WAL_LEFT
+        reader.execute("COMMIT")
+        reader.close()
+        for suffix in ("-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        other = apsw.Connection(str(db))  # another process's new -wal
+        other.pragma("journal_mode", "wal")
+        other.execute("CREATE TABLE IF NOT EXISTS probe (x)")
+        async with await LocalClient.open(db) as renewed:
+            assert await event_ids(renewed) == ["e1"]
+        other.close()
+
+    run(scenario())
+
+
+def test_a_path_that_cannot_be_looked_up_is_a_clear_error_on_another_loop_too(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "events.db"
+    first_loop, second_loop = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first = first_loop.run_until_complete(LocalClient.open(db))
+        first_loop.run_until_complete(first.ping())
+        shm = Path(f"{db}-shm")
+        shm.unlink()
+        shm.symlink_to(shm.name)
+        with pytest.raises(RpcError) as failed:
+            second_loop.run_until_complete(LocalClient.open(db))
+        assert failed.value.code == errors.SOURCE_UNAVAILABLE
+        assert "symbolic links" in failed.value.message
+        assert failed.value.data.get("reason") != OLD_FILE_OPEN
+        first_loop.run_until_complete(first.aclose())
+    finally:
+        first_loop.close()
+        second_loop.close()

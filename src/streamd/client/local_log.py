@@ -41,8 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
+import gc
 import math
 import os
+import queue
 import threading
 import time
 import weakref
@@ -54,6 +57,7 @@ from typing import Any
 from streamd import errors
 from streamd.errors import RpcError
 from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
+from streamd.eventlog.sqlite import errors as sqlite_errors
 from streamd.eventlog.sqlite.connection import prepare_file
 from streamd.eventlog.sqlite.file_identity import DatabaseFile, is_file_fault
 
@@ -81,11 +85,20 @@ class _File:
 
     logs: set[OpenLog] = field(default_factory=set)
     """Open, or closing: a log leaves once its store has closed."""
-    opening: int = 0
-    """Opens under way."""
+    opening: set[DatabaseFile] = field(default_factory=set)
+    """The guards of opens under way (an open cancelled while the worker
+    opens stays here until the worker's connection has closed)."""
     stale: DatabaseFile | None = None
     """The guard of a closed log that left the old ``-wal`` of a replaced
     file at the path, not emptied."""
+    stale_pin: int | None = None
+    """A descriptor on that ``-wal``, so that its inode stays its own."""
+
+    def unstale(self) -> None:
+        """Under ``_lock``: the old ``-wal`` is gone; stop asking."""
+        if self.stale_pin is not None:
+            os.close(self.stale_pin)
+        self.stale = self.stale_pin = None
 
 
 class OpenLog:
@@ -105,7 +118,8 @@ class OpenLog:
         self._pool = pool
         self._key = key
         self._file = file
-        self._guard = guard
+        self.guard = guard
+        """The log's own guard of its file."""
         # Weakly: the registry is keyed by loop, weakly, and a log holding
         # its loop would keep the loop, and this file, for ever.
         self._loop = weakref.ref(loop)
@@ -191,22 +205,54 @@ class OpenLog:
         return closing
 
     def _closed(self, _: concurrent.futures.Future[None]) -> None:
+        file = self._file
         with _lock:
-            self._file.logs.discard(self)
-            if self._guard.old_wal_at_path():
-                self._file.stale = self._guard
-            _drop_if_unused(self._key.path, self._file)
+            file.logs.discard(self)
+            if file.stale is None:
+                pin = self.guard.old_wal_pin()
+                if pin is not None:
+                    file.stale, file.stale_pin = self.guard, pin
+            _drop_if_unused(self._key.path, file)
 
 
 def release_later(log: OpenLog) -> None:
-    """:meth:`OpenLog.release` for a client collected unclosed: its
-    finalizer may run inside a collection, which may come at any allocation,
-    even one made holding this module's lock or the worker pool's own; so
-    the release runs on a thread of its own, which waits for them."""
-    try:
-        threading.Thread(target=log.release, name="streamd-release").start()
-    except RuntimeError:
-        log.release()  # the interpreter is exiting: no thread starts, nothing else runs
+    """:meth:`OpenLog.release` for a client collected unclosed. Dropped by
+    its last reference it is released at once. Inside a collection, which
+    may come at any allocation, even one made holding this module's lock,
+    the worker pool's or threading's own (a release or a thread started
+    there could deadlock), it is queued for a thread started beforehand. At
+    exit (the main thread done, threads being stopped) it is released here."""
+    if _collecting and threading.main_thread().is_alive():
+        _releases.put(log)
+    else:
+        log.release()
+
+
+_collecting = False
+
+
+def _note_collection(phase: str, info: dict[str, int]) -> None:
+    global _collecting
+    _collecting = phase == "start"
+
+
+gc.callbacks.append(_note_collection)
+_releases: queue.SimpleQueue[OpenLog] = queue.SimpleQueue()
+_releaser: threading.Thread | None = None
+
+
+def _release_queued() -> None:
+    while True:
+        _releases.get().release()
+
+
+def _start_releaser() -> None:
+    """The thread that releases collected clients' logs, started with the
+    first log (never from a finalizer). Under ``_lock``."""
+    global _releaser
+    if _releaser is None:
+        _releaser = threading.Thread(target=_release_queued, name="streamd-release", daemon=True)
+        _releaser.start()
 
 
 def _nothing() -> None:
@@ -234,6 +280,7 @@ def _drop_if_unused(path: str, file: _File) -> None:
     if file.logs or file.opening or _files.get(path) is not file:
         return
     if file.stale is None or not file.stale.old_wal_at_path():
+        file.unstale()
         del _files[path]
 
 
@@ -305,25 +352,21 @@ async def _open(key: _Key, given: str, loop: asyncio.AbstractEventLoop) -> OpenL
     or once every log of a replaced file has closed (see the module
     docstring)."""
     path = key.path
+    guard = DatabaseFile(given)
     while True:
         with _lock:
             file, closing = _file_to_open(path, given)
             if not closing:
-                file.opening += 1
+                file.opening.add(guard)
                 break
         # The old file's last connections are closing: each empties the old
         # -wal as it closes, and then the path is free.
         await asyncio.gather(*(asyncio.shield(asyncio.wrap_future(c)) for c in closing))
-    try:
-        log = await _open_store(key, given, loop, file)
-    except BaseException:
-        with _lock:
-            file.opening -= 1
-            _drop_if_unused(path, file)
-        raise
+    log = await _open_store(key, given, loop, file, guard)
     with _lock:
-        file.opening -= 1
+        file.opening.discard(guard)
         file.logs.add(log)
+        _start_releaser()
     return log
 
 
@@ -336,11 +379,15 @@ def _file_to_open(
     if file is None:
         file = _files[path] = _File()
         return file, []
-    live = [log for log in file.logs if log.closing is None]
-    if live:
-        if all(log.store.file_unchanged() for log in live):
-            return file, []
-        raise _old_file_open(path, len(live) + file.opening)
+    # The connections the file has now: its logs' and the opens' under way.
+    holding = [log.guard for log in file.logs if log.closing is None] + list(file.opening)
+    if holding:
+        try:
+            if all(guard.unchanged() for guard in holding):
+                return file, []
+        except OSError as exc:  # the path cannot be looked up
+            raise sqlite_errors.translate_os(exc) from exc
+        raise _old_file_open(path, len(holding))
     closing = [log.closing for log in file.logs if log.closing is not None]
     if closing:
         # Closing with nothing live: SQLite may delete the -wal at the last
@@ -349,7 +396,7 @@ def _file_to_open(
     if file.stale is not None:
         if file.stale.old_wal_at_path():
             raise _old_wal_left(path)
-        file.stale = None
+        file.unstale()
     return file, []
 
 
@@ -357,10 +404,10 @@ def _old_file_open(path: str, held: int) -> RpcError:
     return RpcError(
         errors.SOURCE_UNAVAILABLE,
         f"{path} was replaced or deleted while this process had it open, and"
-        f" {held} {'log' if held == 1 else 'logs'} here still hold the old file"
-        " (their calls answer database_file_replaced): the path is opened anew once"
-        " they are closed. Close the services or clients still open on it, then open"
-        " the log again",
+        f" {held} {'connection here still holds' if held == 1 else 'connections here still hold'}"
+        " the old file (the calls of its clients answer database_file_replaced): the path is"
+        " opened anew once they are closed. Close the services or clients still open"
+        " on it, then open the log again",
         {"reason": OLD_FILE_OPEN, "path": path},
     )
 
@@ -378,29 +425,56 @@ def _old_wal_left(path: str) -> RpcError:
 
 
 async def _open_store(
-    key: _Key, given: str, loop: asyncio.AbstractEventLoop, file: _File
+    key: _Key, given: str, loop: asyncio.AbstractEventLoop, file: _File, guard: DatabaseFile
 ) -> OpenLog:
+    """The new log's store and worker. If the open fails, its count in
+    ``file`` goes: at once, or, for an open cancelled while the worker opens,
+    once the worker's connection (it may open after all) has closed: till
+    then it is a connection to the file, which a replaced file's new open
+    must not go beside."""
     # Opened, and watched, by the path as given: the one a replacement
     # would be made at.
     path, options = given, key.options
-    guard = DatabaseFile(path)
-    prepare_file(Path(path), make_directory=False)
-    # On the event loop, unless that would wait for another process's lock
-    # or migrate the schema: then on the worker.
-    store = SqliteStore.try_open_without_waiting(path, options, guard=guard)
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="streamd-local")
-    if store is None:
-        opening = pool.submit(SqliteStore.open, path, options, guard=guard)
-        try:
-            store = await asyncio.wrap_future(opening)
-        except BaseException:
-            # Cancelled while the worker opens: close what it opens.
-            opening.add_done_callback(_close_opened)
-            pool.shutdown(wait=False)
-            raise
-    return OpenLog(store, pool, loop, key, file, guard)
+    orphaned = False
+    try:
+        prepare_file(Path(path), make_directory=False)
+        # On the event loop, unless that would wait for another process's
+        # lock or migrate the schema: then on the worker.
+        store = SqliteStore.try_open_without_waiting(path, options, guard=guard)
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="streamd-local")
+        if store is None:
+            opening = pool.submit(SqliteStore.open, path, options, guard=guard)
+            try:
+                store = await asyncio.wrap_future(opening)
+            except BaseException:
+                # Cancelled while the worker opens: close what it opens.
+                orphaned = True
+                opening.add_done_callback(
+                    functools.partial(_close_orphan, key.path, file, guard)
+                )
+                pool.shutdown(wait=False)
+                raise
+        return OpenLog(store, pool, loop, key, file, guard)
+    except BaseException:
+        if not orphaned:
+            _open_failed(key.path, file, guard)
+        raise
 
 
-def _close_opened(opening: concurrent.futures.Future[SqliteStore]) -> None:
-    if not opening.cancelled() and opening.exception() is None:
-        opening.result().close()
+def _open_failed(path: str, file: _File, guard: DatabaseFile) -> None:
+    with _lock:
+        file.opening.discard(guard)
+        _drop_if_unused(path, file)
+
+
+def _close_orphan(
+    path: str,
+    file: _File,
+    guard: DatabaseFile,
+    opening: concurrent.futures.Future[SqliteStore],
+) -> None:
+    try:
+        if not opening.cancelled() and opening.exception() is None:
+            opening.result().close()
+    finally:
+        _open_failed(path, file, guard)

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 from dataclasses import dataclass
 
@@ -171,17 +172,14 @@ class DatabaseFile:
     def unchanged(self) -> bool:
         """Whether the path still names the files the log opened, asked
         without tripping (a new client deciding whether to share the log's
-        connection or open the path anew); False when the path cannot be
-        looked up (the connection's own check then says why)."""
+        connection or open the path anew); raises the ``OSError`` of a path
+        that cannot be looked up."""
         if self._fault is not None:
             return False
         recorded = self._recorded
         if recorded is None:
             return True
-        try:
-            found = inode.identities(self._paths)
-        except OSError:
-            return False
+        found = inode.identities(self._paths)
         return all(
             was is None or now == was
             for was, now in zip(recorded.values(), found, strict=True)
@@ -203,6 +201,26 @@ class DatabaseFile:
         except OSError:
             return True
         return now == recorded["-wal"]
+
+    def old_wal_pin(self) -> int | None:
+        """A descriptor on the old ``-wal`` while :meth:`old_wal_at_path`
+        says it is at the path, else None. Held by whoever goes on asking
+        after every connection has closed: its inode cannot be given to
+        another file meanwhile (a new ``-wal`` made by another process would
+        otherwise take the number, and pass for the old one)."""
+        if not self.old_wal_at_path():
+            return None
+        recorded = self._recorded
+        assert recorded is not None  # tripped on a comparison: recorded
+        try:
+            fd = os.open(self._file("-wal"), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        found = os.fstat(fd)
+        if (found.st_dev, found.st_ino) != recorded["-wal"]:
+            os.close(fd)  # replaced since the look-up
+            return None
+        return fd
 
     def closing(self, db: apsw.Connection) -> None:
         """Before a connection closes: a path that is no longer ours must not

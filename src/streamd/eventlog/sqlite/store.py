@@ -320,23 +320,26 @@ class SqliteStore(SqlOperations):
 
     def file_unchanged(self) -> bool:
         """Whether the path still names the file this store has open (always,
-        for a store without a guard). Asks only the file system: any thread."""
-        return self._guard is None or self._guard.unchanged()
+        for a store without a guard). Asks only the file system: any thread.
+        A path that cannot be looked up raises ``source_unavailable``."""
+        try:
+            return self._guard is None or self._guard.unchanged()
+        except OSError as exc:
+            raise sqlite_errors.translate_os(exc) from exc
 
     def check_file(self) -> None:
         """Fail as a call would if the path no longer names this store's
         file. Once the database file has left the path, the check also tries
         to empty the old ``-wal`` into the old file (see
-        :mod:`~streamd.eventlog.sqlite.file_identity`; :attr:`old_wal_left`
-        says whether it could), so that a new opener of the path does not
-        apply it to the file now there. On the connection's thread, as a call."""
+        :mod:`~streamd.eventlog.sqlite.file_identity`), so that a new opener
+        of the path does not apply it to the file now there. On the
+        connection's thread, as a call."""
         if self._guard is None:
             return
         try:
             self._guard.check(self._db)
         except OSError as exc:  # the path could not be looked up
             raise sqlite_errors.translate_os(exc) from exc
-
 
     def close(self) -> None:
         try:
