@@ -582,3 +582,50 @@ def test_a_path_that_cannot_be_looked_up_is_a_clear_error_on_another_loop_too(
     finally:
         first_loop.close()
         second_loop.close()
+
+
+def test_an_orphaned_open_that_leaves_the_old_wal_keeps_refusing_the_restored_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open cancelled on the worker, the file restored, and the orphan's
+    close unable to empty the old -wal (a reader from before the last
+    write): the restored file is refused as for an old log's close, not
+    opened with the old -wal applied."""
+    db, backup = tmp_path / "events.db", tmp_path / "backup.db"
+    opened, go_on = threading.Event(), threading.Event()
+    open_store = SqliteStore.open
+
+    def held_open(path: str, *args: Any, **kwargs: Any) -> SqliteStore:
+        store = open_store(path, *args, **kwargs)
+        opened.set()
+        go_on.wait(30)
+        return store
+
+    async def scenario() -> None:
+        async with await LocalClient.open(db) as first:
+            await first.append("app", "u", "s", ev("e1"))
+        restore_backup_over(db, backup)
+        with monkeypatch.context() as patched:
+            patched.setattr(SqliteStore, "try_open_without_waiting", lambda *a, **k: None)
+            patched.setattr(SqliteStore, "open", held_open)
+            opening = asyncio.ensure_future(LocalClient.open(db))
+            await asyncio.to_thread(opened.wait, 30)
+            opening.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await opening
+        reader = apsw.Connection(str(db))
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchall()
+        writer = apsw.Connection(str(db))  # a write past the reader's snapshot
+        writer.execute("CREATE TABLE written_to_the_old_file (x)")
+        writer.close()
+        os.replace(backup, db)
+        go_on.set()
+        assert await asyncio.to_thread(streamd_workers) == []  # the orphan has closed
+        with pytest.raises(RpcError) as refused:
+            await LocalClient.open(db)
+        assert refused.value.data["reason"] == OLD_WAL_LEFT
+        reader.execute("COMMIT")
+        reader.close()
+
+    run(scenario())

@@ -43,6 +43,7 @@ import asyncio
 import concurrent.futures
 import functools
 import gc
+import logging
 import math
 import os
 import queue
@@ -62,6 +63,8 @@ from streamd.eventlog.sqlite.connection import prepare_file
 from streamd.eventlog.sqlite.file_identity import DatabaseFile, is_file_fault
 
 __all__ = ["OLD_FILE_OPEN", "OLD_WAL_LEFT", "OpenLog", "open_log", "release_later"]
+
+logger = logging.getLogger(__name__)
 
 Op = Callable[[SqliteStore], Any]
 
@@ -93,6 +96,13 @@ class _File:
     file at the path, not emptied."""
     stale_pin: int | None = None
     """A descriptor on that ``-wal``, so that its inode stays its own."""
+
+    def closed(self, guard: DatabaseFile) -> None:
+        """Under ``_lock``: a connection watched by ``guard`` has closed; if
+        it left the old ``-wal`` of a replaced file at the path, opens are
+        refused until that is gone."""
+        if self.stale is None and guard.old_wal_at_path():
+            self.stale, self.stale_pin = guard, guard.old_wal_pin()
 
     def unstale(self) -> None:
         """Under ``_lock``: the old ``-wal`` is gone; stop asking."""
@@ -208,21 +218,18 @@ class OpenLog:
         file = self._file
         with _lock:
             file.logs.discard(self)
-            if file.stale is None:
-                pin = self.guard.old_wal_pin()
-                if pin is not None:
-                    file.stale, file.stale_pin = self.guard, pin
+            file.closed(self.guard)
             _drop_if_unused(self._key.path, file)
 
 
 def release_later(log: OpenLog) -> None:
     """:meth:`OpenLog.release` for a client collected unclosed. Dropped by
-    its last reference it is released at once. Inside a collection, which
-    may come at any allocation, even one made holding this module's lock,
-    the worker pool's or threading's own (a release or a thread started
-    there could deadlock), it is queued for a thread started beforehand. At
-    exit (the main thread done, threads being stopped) it is released here."""
-    if _collecting and threading.main_thread().is_alive():
+    its last reference (or at exit) it is released at once. Inside a
+    collection, which may come at any allocation, even one made holding this
+    module's lock, the worker pool's or threading's own (a release or a
+    thread started there could deadlock), it is queued for a thread started
+    beforehand, with the first log."""
+    if _collecting:
         _releases.put(log)
     else:
         log.release()
@@ -237,20 +244,39 @@ def _note_collection(phase: str, info: dict[str, int]) -> None:
 
 
 gc.callbacks.append(_note_collection)
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's logs are not the child's (SQLite
+    connections must not cross a fork, and their worker threads did not):
+    the child opens its own, with a lock and a releaser of its own."""
+    global _lock, _releases, _releaser
+    _lock = threading.Lock()
+    _releases, _releaser = queue.SimpleQueue(), None
+    _registry.clear()
+    _files.clear()
+    _opening.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 _releases: queue.SimpleQueue[OpenLog] = queue.SimpleQueue()
 _releaser: threading.Thread | None = None
 
 
 def _release_queued() -> None:
     while True:
-        _releases.get().release()
+        log = _releases.get()
+        try:
+            log.release()
+        except Exception:  # the thread must go on for the next ones
+            logger.exception("releasing a collected in-process client's log failed")
 
 
 def _start_releaser() -> None:
     """The thread that releases collected clients' logs, started with the
     first log (never from a finalizer). Under ``_lock``."""
     global _releaser
-    if _releaser is None:
+    if _releaser is None or not _releaser.is_alive():
         _releaser = threading.Thread(target=_release_queued, name="streamd-release", daemon=True)
         _releaser.start()
 
@@ -355,6 +381,7 @@ async def _open(key: _Key, given: str, loop: asyncio.AbstractEventLoop) -> OpenL
     guard = DatabaseFile(given)
     while True:
         with _lock:
+            _start_releaser()
             file, closing = _file_to_open(path, given)
             if not closing:
                 file.opening.add(guard)
@@ -366,7 +393,6 @@ async def _open(key: _Key, given: str, loop: asyncio.AbstractEventLoop) -> OpenL
     with _lock:
         file.opening.discard(guard)
         file.logs.add(log)
-        _start_releaser()
     return log
 
 
@@ -477,4 +503,6 @@ def _close_orphan(
         if not opening.cancelled() and opening.exception() is None:
             opening.result().close()
     finally:
+        with _lock:
+            file.closed(guard)
         _open_failed(path, file, guard)
