@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,10 @@ def test_a_client_dropped_unclosed_closes_its_file(tmp_path: Path) -> None:
 
     asyncio.run(scenario())
     gc.collect()
+    # The file closes on its worker thread, which ends once it has.
+    for thread in threading.enumerate():
+        if thread.name.startswith("streamd-local"):
+            thread.join(timeout=30)
     assert open_files(db) == 0
 
 
