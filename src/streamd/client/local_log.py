@@ -244,21 +244,6 @@ def _note_collection(phase: str, info: dict[str, int]) -> None:
 
 
 gc.callbacks.append(_note_collection)
-
-
-def _forget_after_fork() -> None:
-    """In a forked child: the parent's logs are not the child's (SQLite
-    connections must not cross a fork, and their worker threads did not):
-    the child opens its own, with a lock and a releaser of its own."""
-    global _lock, _releases, _releaser
-    _lock = threading.Lock()
-    _releases, _releaser = queue.SimpleQueue(), None
-    _registry.clear()
-    _files.clear()
-    _opening.clear()
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
 _releases: queue.SimpleQueue[OpenLog] = queue.SimpleQueue()
 _releaser: threading.Thread | None = None
 
@@ -298,6 +283,21 @@ _files: dict[str, _File] = {}
 # opening together share one connection. An entry lives while opens use it:
 # a lock keeps its loop, and a loop kept by its own entry would never go.
 _opening: dict[tuple[asyncio.AbstractEventLoop, _Key], tuple[asyncio.Lock, int]] = {}
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's logs are not the child's (SQLite
+    connections must not cross a fork, and their worker threads did not):
+    the child opens its own, with a lock and a releaser of its own."""
+    global _lock, _releases, _releaser
+    _lock = threading.Lock()
+    _releases, _releaser = queue.SimpleQueue(), None
+    _registry.clear()
+    _files.clear()
+    _opening.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _drop_if_unused(path: str, file: _File) -> None:
