@@ -271,11 +271,6 @@ def served_methods() -> dict[str, type]:
     return {name: method.params for name, method in _METHODS.items()}
 
 
-def _let_go(log: OpenLog) -> None:
-    """A collected client's hold, released with no event loop."""
-    release_later(log)
-
-
 class LocalClient(calls.AwaitedEventLogMethods):
     """The event log in a SQLite file opened by this process (see the module
     docstring). Open with :meth:`open`; use on the event loop that opened it;
@@ -289,7 +284,8 @@ class LocalClient(calls.AwaitedEventLogMethods):
         # which a client holding its loop would keep alive for ever.
         self._loop = weakref.ref(asyncio.get_running_loop())
         self._closed = False
-        self._finalizer = weakref.finalize(self, _let_go, log)
+        # Collected unclosed: its hold is let go with no event loop.
+        self._finalizer = weakref.finalize(self, release_later, log)
 
     @classmethod
     async def open(
