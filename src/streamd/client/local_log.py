@@ -382,7 +382,7 @@ async def _open(key: _Key, given: str, loop: asyncio.AbstractEventLoop) -> OpenL
     while True:
         with _lock:
             _start_releaser()
-            file, closing = _file_to_open(path, given)
+            file, closing = _file_to_open(path)
             if not closing:
                 file.opening.add(guard)
                 break
@@ -396,9 +396,7 @@ async def _open(key: _Key, given: str, loop: asyncio.AbstractEventLoop) -> OpenL
     return log
 
 
-def _file_to_open(
-    path: str, given: str
-) -> tuple[_File, list[concurrent.futures.Future[None]]]:
+def _file_to_open(path: str) -> tuple[_File, list[concurrent.futures.Future[None]]]:
     """Under ``_lock``: the file entry a new log of ``path`` joins, or the
     closes to wait for first; raises what refuses the open."""
     file = _files.get(path)
