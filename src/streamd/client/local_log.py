@@ -312,7 +312,8 @@ def _drop_if_unused(path: str, file: _File) -> None:
 
 def _held(loop: asyncio.AbstractEventLoop, key: _Key) -> OpenLog | None:
     with _lock:
-        log = _registry.get(loop, {}).get(key)
+        logs = _registry.get(loop)
+        log = None if logs is None else logs.get(key)
         return log if log is not None and log.hold() else None
 
 

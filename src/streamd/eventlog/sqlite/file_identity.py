@@ -176,14 +176,9 @@ class DatabaseFile:
         that cannot be looked up."""
         if self._fault is not None:
             return False
-        recorded = self._recorded
-        if recorded is None:
+        if self._recorded is None:
             return True
-        found = inode.identities(self._paths)
-        return all(
-            was is None or now == was
-            for was, now in zip(recorded.values(), found, strict=True)
-        )
+        return self._first_change() is None
 
     def old_wal_at_path(self) -> bool:
         """Tripped because the database file left the path, with the old
@@ -251,15 +246,25 @@ class DatabaseFile:
         # side files as SQLite named them.
         return self.path if not suffix else self._real + suffix
 
-    def _compare(self) -> None:
+    def _first_change(
+        self,
+    ) -> tuple[str, tuple[int, int], tuple[int, int] | None] | None:
+        """The first of the three files whose identity at the path is not the
+        recorded one: (suffix, recorded, now), or None."""
         recorded = self._recorded
         assert recorded is not None
         # statx for the inode alone, not os.stat (see streamd.eventlog.sqlite.inode);
         # plain tuples compared, a FileId made only to be named in an error.
         for suffix, now in zip(_SUFFIXES, inode.identities(self._paths), strict=True):
             was = recorded[suffix]
-            if was is None or now == was:
-                continue  # None: it did not exist when we opened (never expected)
+            if was is not None and now != was:  # None: absent at the open (never expected)
+                return suffix, was, now
+        return None
+
+    def _compare(self) -> None:
+        change = self._first_change()
+        if change is not None:
+            suffix, was, now = change
             what = f"the {_ROLE[suffix]} {self._file(suffix)}"
             cause = (
                 f"{what} was deleted while streamd had it open"
