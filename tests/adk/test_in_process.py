@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -18,21 +16,10 @@ import pytest
 pytest.importorskip("google.adk")
 
 from support.faulty_disk import FaultyVFS
+from support.local_files import descriptors_on, local_workers
 
 from streamd.adk import StreamdSessionService
 from streamd.client.local import LocalClient
-
-
-def open_files(path: Path) -> int:
-    """How many descriptors this process holds on ``path``."""
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
-                count += 1
-        except OSError:
-            pass  # closed meanwhile (the listing's own descriptor)
-    return count
 
 
 def test_a_service_used_on_loop_after_loop_keeps_one_connection(tmp_path: Path) -> None:
@@ -44,7 +31,7 @@ def test_a_service_used_on_loop_after_loop_keeps_one_connection(tmp_path: Path) 
         got = asyncio.run(service.get_session(app_name="app", user_id="u", session_id="s"))
         assert got is not None
     gc.collect()
-    assert open_files(db) <= 1  # the last loop's; each earlier one's was closed
+    assert descriptors_on(db) <= 1  # the last loop's; each earlier one's was closed
 
 
 def test_a_client_dropped_unclosed_closes_its_file(tmp_path: Path) -> None:
@@ -53,16 +40,13 @@ def test_a_client_dropped_unclosed_closes_its_file(tmp_path: Path) -> None:
     async def scenario() -> None:
         client = await LocalClient.open(db)
         await client.ping()
-        assert open_files(db) == 1
+        assert descriptors_on(db) == 1
         del client
 
     asyncio.run(scenario())
     gc.collect()
-    # The file closes on its worker thread, which ends once it has.
-    for thread in threading.enumerate():
-        if thread.name.startswith("streamd-local"):
-            thread.join(timeout=30)
-    assert open_files(db) == 0
+    assert local_workers() == []  # the file closes on its worker, which ends once it has
+    assert descriptors_on(db) == 0
 
 
 def test_its_arguments_say_which_log_they_are_for(tmp_path: Path) -> None:

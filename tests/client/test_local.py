@@ -27,6 +27,7 @@ from typing import Any
 import apsw
 import msgspec
 import pytest
+from support.local_files import backup_of
 from support.serve_socket import serving
 
 from streamd import errors
@@ -35,7 +36,6 @@ from streamd.client.local import LocalClient
 from streamd.errors import RpcError
 from streamd.eventlog.model import Event, Filter, StateDelta
 from streamd.eventlog.sqlite import SqliteStore
-from streamd.eventlog.sqlite.backup import snapshot
 
 pytestmark = pytest.mark.subprocess
 
@@ -309,9 +309,7 @@ def test_a_file_restored_under_the_client_stops_it_and_is_left_as_restored(
         client = await LocalClient.open(db)
         await client.append("app", "u", "s", ev("e1"))
         backup = tmp_path / "backup.db"
-        source = apsw.Connection(str(db))
-        snapshot(source, backup)  # as `streamd log backup` makes one
-        source.close()
+        backup_of(db, backup)
         os.replace(backup, db)
         for call in (lambda: client.append("app", "u", "s", ev("e2")), client.ping):
             with pytest.raises(RpcError) as stopped:

@@ -23,6 +23,7 @@ from typing import Any
 
 import apsw
 import pytest
+from support.local_files import backup_of, descriptors_on, local_workers
 
 from streamd import errors
 from streamd.client.local import LocalClient
@@ -30,7 +31,6 @@ from streamd.client.local_log import OLD_FILE_OPEN, OLD_WAL_LEFT, OpenLog
 from streamd.errors import RpcError
 from streamd.eventlog.model import Event
 from streamd.eventlog.sqlite import SqliteStore
-from streamd.eventlog.sqlite.backup import snapshot
 
 T0 = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
@@ -45,19 +45,6 @@ def run(coro: Awaitable[Any]) -> Any:
             return await coro
 
     return asyncio.run(bounded())
-
-
-def descriptors_on(path: Path) -> int:
-    """This process's open descriptors on ``path`` itself (not its -wal)."""
-    fds = Path("/proc/self/fd")
-    count = 0
-    for fd in fds.iterdir():
-        try:
-            if os.readlink(fd) == str(path):
-                count += 1
-        except OSError:
-            continue  # closed while listed
-    return count
 
 
 async def event_ids(client: LocalClient) -> list[str]:
@@ -179,7 +166,7 @@ def test_a_restored_file_is_opened_anew_once_the_old_clients_close_without_the_o
     async def scenario() -> None:
         old = await LocalClient.open(db)
         await old.append("app", "u", "s", ev("e1"))
-        restore_backup_over(db, backup)
+        backup_of(db, backup)
         await old.append("app", "u", "s", ev("e2"))  # in the old -wal only
         os.replace(backup, db)
         with pytest.raises(RpcError) as refused:
@@ -203,22 +190,6 @@ def test_a_restored_file_is_opened_anew_once_the_old_clients_close_without_the_o
     restored.close()
 
 
-def streamd_workers() -> list[str]:
-    """The workers still running once those told to stop have stopped (a
-    closed file's worker ends just after the close it ran)."""
-    for thread in threading.enumerate():
-        if thread.name.startswith("streamd-local"):
-            thread.join(timeout=30)
-    return [t.name for t in threading.enumerate() if t.name.startswith("streamd-local")]
-
-
-def restore_backup_over(db: Path, backup: Path) -> None:
-    """A backup of ``db`` as of now, renamed over it later by the caller."""
-    source = apsw.Connection(str(db))
-    snapshot(source, backup)
-    source.close()
-
-
 def test_an_open_cancelled_while_it_checks_a_replaced_file_leaves_nothing_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -236,7 +207,7 @@ def test_an_open_cancelled_while_it_checks_a_replaced_file_leaves_nothing_open(
     async def scenario() -> None:
         old = await LocalClient.open(db)
         await old.append("app", "u", "s", ev("e1"))
-        restore_backup_over(db, backup)
+        backup_of(db, backup)
         os.replace(backup, db)
         opening = asyncio.ensure_future(LocalClient.open(db))
         await asyncio.to_thread(checking.wait, 30)
@@ -248,7 +219,7 @@ def test_an_open_cancelled_while_it_checks_a_replaced_file_leaves_nothing_open(
         assert descriptors_on(db) == 0
 
     run(scenario())
-    assert streamd_workers() == []
+    assert local_workers() == []
 
 
 def test_a_path_that_cannot_be_looked_up_fails_the_open_clearly_and_holds_nothing(
@@ -270,7 +241,7 @@ def test_a_path_that_cannot_be_looked_up_fails_the_open_clearly_and_holds_nothin
         assert descriptors_on(db) == 0
 
     run(scenario())
-    assert streamd_workers() == []
+    assert local_workers() == []
 
 
 def test_opens_that_wait_for_one_another_do_not_keep_their_event_loop(tmp_path: Path) -> None:
@@ -287,7 +258,7 @@ def test_opens_that_wait_for_one_another_do_not_keep_their_event_loop(tmp_path: 
 
     for i in range(3):
         run(scenario(tmp_path / f"events{i}.db"))
-    assert streamd_workers() == []  # a closed file's worker holds its last work a moment
+    assert local_workers() == []  # a closed file's worker holds its last work a moment
     gc.collect()
     assert [loop() for loop in loops] == [None, None, None]
 
@@ -322,7 +293,7 @@ def test_a_restore_under_two_loops_logs_opens_anew_only_once_both_have_closed(
         a = first_loop.run_until_complete(LocalClient.open(db))
         b = second_loop.run_until_complete(LocalClient.open(db))
         first_loop.run_until_complete(a.append("app", "u", "s", ev("e1")))
-        restore_backup_over(db, backup)
+        backup_of(db, backup)
         first_loop.run_until_complete(a.append("app", "u", "s", ev("e2")))
         os.replace(backup, db)
         with pytest.raises(RpcError) as refused:
@@ -369,7 +340,7 @@ def test_an_open_after_a_restore_waits_for_the_old_logs_close_under_way(
     try:
         old = old_loop.run_until_complete(LocalClient.open(db))
         old_loop.run_until_complete(old.append("app", "u", "s", ev("e1")))
-        restore_backup_over(db, backup)
+        backup_of(db, backup)
         old_loop.run_until_complete(old.append("app", "u", "s", ev("e2")))
         os.replace(backup, db)
         monkeypatch.setattr(SqliteStore, "close", held_close)
@@ -402,7 +373,7 @@ def test_a_restored_file_is_not_opened_while_the_old_wal_cannot_be_emptied(
     async def scenario() -> None:
         old = await LocalClient.open(db)
         await old.append("app", "u", "s", ev("e1"))
-        restore_backup_over(db, backup)
+        backup_of(db, backup)
         reader = apsw.Connection(str(db))  # another connection reading the old log
         reader.execute("BEGIN")
         assert reader.execute("SELECT count(*) FROM events").fetchall() == [(1,)]
@@ -513,13 +484,13 @@ def test_an_open_cancelled_on_the_worker_keeps_a_replaced_file_from_opening_unti
         opening.cancel()
         with pytest.raises(asyncio.CancelledError):
             await opening
-        restore_backup_over(db, backup)
+        backup_of(db, backup)
         os.replace(backup, db)
         with pytest.raises(RpcError) as refused:
             await LocalClient.open(db)
         assert refused.value.data["reason"] == OLD_FILE_OPEN
         go_on.set()
-        assert await asyncio.to_thread(streamd_workers) == []  # the orphan has closed
+        assert await asyncio.to_thread(local_workers) == []  # the orphan has closed
         async with await LocalClient.open(db) as renewed:
             assert (await renewed.append("app", "u", "s", ev("e1"))).seq == 1
 
@@ -537,7 +508,7 @@ def test_an_old_wal_gone_from_the_path_stops_refusing_though_a_new_one_is_made(
     async def scenario() -> None:
         old = await LocalClient.open(db)
         await old.append("app", "u", "s", ev("e1"))
-        restore_backup_over(db, backup)
+        backup_of(db, backup)
         reader = apsw.Connection(str(db))
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM events").fetchall()
@@ -604,7 +575,7 @@ def test_an_orphaned_open_that_leaves_the_old_wal_keeps_refusing_the_restored_fi
     async def scenario() -> None:
         async with await LocalClient.open(db) as first:
             await first.append("app", "u", "s", ev("e1"))
-        restore_backup_over(db, backup)
+        backup_of(db, backup)
         with monkeypatch.context() as patched:
             patched.setattr(SqliteStore, "try_open_without_waiting", lambda *a, **k: None)
             patched.setattr(SqliteStore, "open", held_open)
@@ -621,7 +592,7 @@ def test_an_orphaned_open_that_leaves_the_old_wal_keeps_refusing_the_restored_fi
         writer.close()
         os.replace(backup, db)
         go_on.set()
-        assert await asyncio.to_thread(streamd_workers) == []  # the orphan has closed
+        assert await asyncio.to_thread(local_workers) == []  # the orphan has closed
         with pytest.raises(RpcError) as refused:
             await LocalClient.open(db)
         assert refused.value.data["reason"] == OLD_WAL_LEFT
