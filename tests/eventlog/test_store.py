@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from support.store_contract import SECOND, T0, Fixture, ap, ev
+from support.store_contract import SECOND, T0, Fixture, ap, ev, ids, seqs
 
 from streamd.errors import (
     EVENT_CONFLICT,
@@ -36,19 +36,6 @@ from streamd.eventlog.model import (
     StateDelta,
 )
 from streamd.eventlog.store import AppendGroup, Backend, ReadShape
-
-
-def seqs(store: Backend, flt: Filter | None = None, from_seq: int = 0) -> list[int]:
-    return [
-        e.seq for e in store.since(SinceParams(from_seq=from_seq, filter=flt, limit=10_000)).entries
-    ]
-
-
-def ids(store: Backend, flt: Filter | None = None) -> list[str]:
-    return [
-        e.event.id for e in store.since(SinceParams(from_seq=0, filter=flt, limit=10_000)).entries
-    ]
-
 
 # --- append -------------------------------------------------------------------
 

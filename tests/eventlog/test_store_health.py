@@ -9,34 +9,20 @@ from typing import Any
 
 import msgspec
 import pytest
-from support.store_contract import KEY, T0, Fixture, ap, ev
+from support.store_contract import KEY, T0, Fixture, ap, ev, ids
 
 from streamd.errors import (
     CLOSED,
     RpcError,
 )
 from streamd.eventlog.model import (
-    Filter,
     LeaseAcquireParams,
     SessionCreateParams,
     SessionGetParams,
     SinceParams,
     from_us,
 )
-from streamd.eventlog.store import Backend, ReadShape
-
-
-def seqs(store: Backend, flt: Filter | None = None, from_seq: int = 0) -> list[int]:
-    return [
-        e.seq for e in store.since(SinceParams(from_seq=from_seq, filter=flt, limit=10_000)).entries
-    ]
-
-
-def ids(store: Backend, flt: Filter | None = None) -> list[str]:
-    return [
-        e.event.id for e in store.since(SinceParams(from_seq=0, filter=flt, limit=10_000)).entries
-    ]
-
+from streamd.eventlog.store import ReadShape
 
 # --- health, errors, schema ---------------------------------------------------
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from support.store_contract import KEY, SECOND, T0, Fixture, ap, ev
+from support.store_contract import KEY, SECOND, T0, Fixture, ap, ev, ids
 
 from streamd.errors import (
     INVALID_PARAMS,
@@ -19,27 +19,11 @@ from streamd.errors import (
     is_session_not_found,
 )
 from streamd.eventlog.model import (
-    Filter,
     LeaseAcquireParams,
     SessionCreateParams,
     SessionGetParams,
-    SinceParams,
 )
 from streamd.eventlog.sqlite import SqliteStore
-from streamd.eventlog.store import Backend
-
-
-def seqs(store: Backend, flt: Filter | None = None, from_seq: int = 0) -> list[int]:
-    return [
-        e.seq for e in store.since(SinceParams(from_seq=from_seq, filter=flt, limit=10_000)).entries
-    ]
-
-
-def ids(store: Backend, flt: Filter | None = None) -> list[str]:
-    return [
-        e.event.id for e in store.since(SinceParams(from_seq=0, filter=flt, limit=10_000)).entries
-    ]
-
 
 # --- sessions -----------------------------------------------------------------
 

@@ -23,20 +23,6 @@ from streamd.eventlog.model import (
     SinceParams,
 )
 from streamd.eventlog.sqlite import SCHEMA_VERSION, SqliteOptions, SqliteStore
-from streamd.eventlog.store import Backend
-
-
-def seqs(store: Backend, flt: Filter | None = None, from_seq: int = 0) -> list[int]:
-    return [
-        e.seq for e in store.since(SinceParams(from_seq=from_seq, filter=flt, limit=10_000)).entries
-    ]
-
-
-def ids(store: Backend, flt: Filter | None = None) -> list[str]:
-    return [
-        e.event.id for e in store.since(SinceParams(from_seq=0, filter=flt, limit=10_000)).entries
-    ]
-
 
 # --- SQLite specifics -----------------------------------------------------------
 

@@ -14,6 +14,8 @@ import pytest
 from streamd.eventlog.model import (
     AppendParams,
     Event,
+    Filter,
+    SinceParams,
     to_us,
 )
 from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
@@ -142,3 +144,16 @@ def ap(
 ) -> AppendParams:
     return AppendParams(app=app, user=user, session=session, event=event, **kw)
 
+
+def seqs(store: Backend, flt: Filter | None = None, from_seq: int = 0) -> list[int]:
+    """The seqs of the log's entries after ``from_seq`` matching ``flt``."""
+    return [
+        e.seq for e in store.since(SinceParams(from_seq=from_seq, filter=flt, limit=10_000)).entries
+    ]
+
+
+def ids(store: Backend, flt: Filter | None = None) -> list[str]:
+    """The event ids of the log's entries matching ``flt``, in seq order."""
+    return [
+        e.event.id for e in store.since(SinceParams(from_seq=0, filter=flt, limit=10_000)).entries
+    ]
