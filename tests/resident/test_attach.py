@@ -27,6 +27,7 @@ from support.resident import (
 )
 
 import streamd
+from streamd.resident import stopmark
 
 pytestmark = pytest.mark.subprocess
 
@@ -128,6 +129,20 @@ def test_the_daemon_attach_starts_has_its_own_session_and_none_of_our_descriptor
     finally:
         os.close(extra_read)
         os.close(extra_write)
+
+
+def test_the_daemon_attach_starts_is_told_when_it_was_spawned(world: World) -> None:
+    # So that a stop asked after the spawn keeps it from serving (stopmark).
+    before = stopmark.now()
+    proc = world.attach()
+    out, err = world.lockstep(proc)
+    check_session(out)
+    assert proc.returncode == 0, err
+    environ = dict(item.split(b"=", 1) for item in
+                   Path(f"/proc/{world.daemon_pid()}/environ").read_bytes().split(b"\0")
+                   if b"=" in item)
+    spawned = float(environ[stopmark.SPAWNED_AT_ENV.encode()])
+    assert before <= spawned <= stopmark.now()
 
 
 def test_a_daemon_killed_with_9_is_replaced_by_the_next_attach(world: World) -> None:

@@ -19,6 +19,7 @@ import pytest
 from support.resident import FAR_DEADLINE, World, make_world, req, wait_for
 
 import streamd
+from streamd.resident import stopmark
 
 pytestmark = pytest.mark.subprocess
 
@@ -108,7 +109,10 @@ def test_a_daemon_without_clients_for_its_idle_time_exits_and_frees_its_name(
     assert proc.wait(timeout=20) == 0
     assert not world.socket.exists()
     assert "no client for 0.5 s: exiting" in world.log.read_text()
-    world.start_daemon()  # the lock is free
+    # The lock is free, and no stop was asked: even a daemon a client spawned
+    # before the idle exit serves (only a stop leaves the mark, see stopmark).
+    assert not (world.runtime / stopmark.MARK_NAME).exists()
+    world.start_daemon(env={stopmark.SPAWNED_AT_ENV: "0.0"})
 
 
 def test_a_connected_client_keeps_an_idle_daemon_running(world: World) -> None:
@@ -173,6 +177,34 @@ def test_a_signal_stops_the_daemon_as_streamd_stop_does(world: World, signum: in
     assert proc.wait(timeout=10) == 0
     assert not world.socket.exists()
     assert "stopping" in world.log.read_text()
+
+
+@pytest.mark.parametrize("how", ["stop", "SIGTERM"])
+def test_a_daemon_spawned_before_a_stop_does_not_serve_after_it(world: World, how: str) -> None:
+    # Clients racing to start the daemon each spawn one; a loser still starting
+    # when the winner is stopped must not take the freed lock and serve.
+    proc = world.start_daemon()
+    spawned = {stopmark.SPAWNED_AT_ENV: f"{stopmark.now():.6f}"}  # the loser's spawn
+    if how == "stop":
+        assert world.run("stop").returncode == 0
+    else:
+        proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+
+    late = world.run("daemon", env=spawned)
+    assert late.returncode == 1
+    lines = late.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not starting" in lines[0] and "stopped" in lines[0], late.stderr
+    assert world.run("status").returncode == 3
+    assert not world.socket.exists()
+
+    # Spawned after the stop, or started by hand: it serves.
+    after = world.start_daemon(env={stopmark.SPAWNED_AT_ENV: f"{stopmark.now():.6f}"})
+    assert world.daemon_pid() == after.pid
+    assert world.run("stop").returncode == 0
+    assert after.wait(timeout=10) == 0
+    by_hand = world.start_daemon()
+    assert world.daemon_pid() == by_hand.pid
 
 
 def test_retire_hands_over_the_name_at_once_and_serves_its_clients_to_their_end(

@@ -113,14 +113,16 @@ class World:
             return [*self.attach_argv, *args[1:]]
         return [sys.executable, "-m", "streamd", *args]
 
-    def run(self, *args: str, timeout: float = 30, **kw: Any) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(*args), env=self.env, capture_output=True, text=True,
-                              timeout=timeout, **kw)
+    def run(self, *args: str, timeout: float = 30, env: dict[str, str] | None = None,
+            **kw: Any) -> subprocess.CompletedProcess:
+        """A ``streamd`` command in this world (``env``: variables added to it)."""
+        return subprocess.run(self.argv(*args), env={**self.env, **(env or {})},
+                              capture_output=True, text=True, timeout=timeout, **kw)
 
-    def start_daemon(self, *args: str) -> subprocess.Popen:
+    def start_daemon(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         """``streamd daemon`` in the foreground, as a child of the test; returns
         once its socket answers."""
-        proc = subprocess.Popen(self.argv("daemon", *args), env=self.env,
+        proc = subprocess.Popen(self.argv("daemon", *args), env={**self.env, **(env or {})},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE)
         self.wait_answering(proc)

@@ -20,6 +20,8 @@ use crate::paths::{self, join, normpath, show};
 use crate::sys;
 
 pub const STARTUP_PIPE_ENV: &str = "STREAMD_STARTUP_PIPE";
+/// When the daemon was spawned (`streamd.resident.stopmark`).
+pub const SPAWNED_AT_ENV: &str = "STREAMD_SPAWNED_AT";
 const MAX_SAID: usize = 1 << 16;
 const PATH_OPTIONS: [&str; 3] = ["--db", "--log-file", "--runtime-dir"];
 const VALUE_OPTIONS: [&str; 10] = [
@@ -251,6 +253,12 @@ impl Launched {
             .stderr(Stdio::piped())
             .current_dir("/")
             .env(STARTUP_PIPE_ENV, "1");
+        // Before the spawn: a stop asked from here on holds it back. (Unread,
+        // the clock says nothing, and the daemon serves whatever was asked.)
+        match sys::boot_clock() {
+            Some(now) => command.env(SPAWNED_AT_ENV, format!("{now:.6}")),
+            None => command.env_remove(SPAWNED_AT_ENV),
+        };
         for name in ["STREAMD_DB", "STREAMD_RUNTIME_DIR"] {
             if let Some(value) = std::env::var_os(name).filter(|v| !v.is_empty()) {
                 command.env(name, absolute(&value, base));

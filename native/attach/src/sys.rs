@@ -49,6 +49,17 @@ pub fn exit_on_signals() {
     }
 }
 
+/// The machine's boot-time clock in seconds (`CLOCK_BOOTTIME`), the clock of
+/// `streamd.resident.stopmark`: told to a daemon this process spawns, so that
+/// a stop asked after the spawn keeps it from serving.
+pub fn boot_clock() -> Option<f64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the struct we own; CLOCK_BOOTTIME exists on
+    // every Linux this runs on (2.6.39 on).
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9)
+}
+
 /// Mark every descriptor above stderr close-on-exec, so that the daemon this
 /// process may start inherits none of them (whatever our parent left open).
 pub fn close_inherited_on_exec() {

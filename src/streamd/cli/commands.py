@@ -472,6 +472,7 @@ def _resident(args: argparse.Namespace) -> int:
     from streamd.resident import launch, paths
     from streamd.resident.lock import AlreadyRunning
     from streamd.resident.server import ResidentDaemon, ResidentOptions
+    from streamd.resident.stopmark import StoppedSinceSpawn
 
     directory = os.path.abspath(args.runtime_dir) if args.runtime_dir else paths.runtime_dir()
     log_file = args.log_file or paths.log_path()
@@ -485,7 +486,7 @@ def _resident(args: argparse.Namespace) -> int:
     resident = ResidentDaemon(Daemon(_config(args), sources=sources), options, sources)
     try:
         resident.claim()
-    except (AlreadyRunning, paths.UnsafeDirectory, OSError) as exc:
+    except (AlreadyRunning, StoppedSinceSpawn, paths.UnsafeDirectory, OSError) as exc:
         print(f"streamd daemon: {exc}", file=sys.stderr)
         return 1
     try:

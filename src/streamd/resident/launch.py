@@ -29,7 +29,7 @@ import select
 import sys
 from collections.abc import Mapping, Sequence
 
-from streamd.resident import paths
+from streamd.resident import paths, stopmark
 
 # Set in the environment of a daemon whose stderr is a client's startup pipe.
 STARTUP_PIPE_ENV = "STREAMD_STARTUP_PIPE"
@@ -169,6 +169,8 @@ class Launched:
         base = cwd if cwd is not None else "/"
         env = absolute_env(os.environ, base)
         env[STARTUP_PIPE_ENV] = "1"
+        # Before the spawn: a stop asked from here on holds it back (stopmark).
+        env[stopmark.SPAWNED_AT_ENV] = f"{stopmark.now():.6f}"
         read_end, write_end = os.pipe()
         try:
             proc = subprocess.Popen(

@@ -50,7 +50,7 @@ from streamd import __version__
 from streamd.daemon import SIGNAL_GRACE, Daemon, RecallKind
 from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import dbtarget
-from streamd.resident import paths
+from streamd.resident import paths, stopmark
 from streamd.resident.dbmatch import db_mismatch
 from streamd.resident.lock import InstanceLock
 from streamd.rpc import Connection, Method, MethodTable, Request, Server
@@ -146,10 +146,15 @@ class ResidentDaemon:
         socket: everything that can refuse to start happens here, before any
         logging or event loop. Raises
         :class:`~streamd.resident.paths.UnsafeDirectory`,
-        :class:`~streamd.resident.lock.AlreadyRunning` or OSError."""
+        :class:`~streamd.resident.lock.AlreadyRunning`,
+        :class:`~streamd.resident.stopmark.StoppedSinceSpawn` (a client
+        spawned it before the last stop: see :mod:`.stopmark`) or OSError."""
         paths.check_socket_path(self.socket_path)
         paths.ensure_private_dir(self.options.runtime_dir)
         self.lock.acquire()
+        if stopmark.stopped_since(self.options.runtime_dir, os.environ):
+            self.lock.release()
+            raise stopmark.StoppedSinceSpawn
         try:
             self._sock = self._bind()
         except BaseException:
@@ -305,7 +310,7 @@ class ResidentDaemon:
         # The answer is queued before the wind-down stops this connection's
         # reader, and the writer flushes it before the connection closes.
         log.info("stopping: asked by streamd/stop")
-        self._stop.set()
+        self._asked_to_stop()
         return {}
 
     async def _retire(self, p: NoParams, req: Request) -> dict[str, Any]:
@@ -319,6 +324,18 @@ class ResidentDaemon:
         return {}
 
     # --- ending --------------------------------------------------------------
+
+    def _asked_to_stop(self) -> None:
+        """Stop, leaving the mark that keeps daemons spawned before now from
+        serving once the lock is free (:mod:`.stopmark`): written before the
+        wind-down, which ends with the lock released."""
+        if not self._stop.is_set():
+            try:
+                stopmark.mark_stopped(self.options.runtime_dir)
+            except OSError as exc:
+                log.warning("could not leave the stop mark in %s: %s",
+                            self.options.runtime_dir, exc.strerror or exc)
+        self._stop.set()
 
     def _pulse(self) -> None:
         self._changed.set()
@@ -353,7 +370,7 @@ class ResidentDaemon:
                 async def on_signal() -> None:
                     async for signum in signals:
                         log.info("received %s: stopping", signal.Signals(signum).name)
-                        self._stop.set()
+                        self._asked_to_stop()
                         return
 
                 waiting.start_soon(on_signal)
