@@ -148,8 +148,9 @@ async def test_the_old_file_moved_aside_keeps_what_was_committed_to_it(tmp_path:
                 await log.append("app", "u", "s", ev("late"))
     assert event_ids(db) == [f"r{i}" for i in range(5)]
     # What the old log acknowledged is in the old file, where the user put it;
-    # the append that got the error was committed there too (the window).
-    assert event_ids(aside) == [f"e{i}" for i in range(10)] + ["elate"]
+    # the append that got the error was refused before its work (the guard
+    # compares before a call as well as after it), so it is in neither.
+    assert event_ids(aside) == [f"e{i}" for i in range(10)]
 
 
 async def test_a_deleted_write_ahead_log_stops_the_log_too(tmp_path: Path) -> None:
@@ -161,7 +162,50 @@ async def test_a_deleted_write_ahead_log_stops_the_log_too(tmp_path: Path) -> No
             with pytest.raises(RpcError) as raised:
                 await log.append("app", "u", "s", ev(1))
             assert_fault(raised.value, f"write-ahead log {db}-wal was deleted")
+            assert "same event id is safe" in raised.value.message
     assert not Path(f"{db}-wal").exists()  # not recreated by the close
+    # What the deleted -wal held was acknowledged: emptied into the database
+    # through the open descriptors, not lost with the file.
+    assert event_ids(db) == ["e0"]
+
+
+# Another process appending to the file, as a second daemon or an agent's
+# in-process log would: its own connection, so its own -shm when ours is gone.
+_OTHER_PROCESS = """
+import sys
+from streamd.eventlog.model import AppendParams, Event, checked
+from streamd.eventlog.sqlite import SqliteStore
+store = SqliteStore.open(sys.argv[1])
+for i in range(int(sys.argv[2])):
+    store.append_batch([checked(AppendParams, app="app", user="u", session="other",
+                                event=Event(id=f"o{i}", author="agent", content="x"))],
+                       1_700_000_000_000_000)
+store.close()
+"""
+
+
+async def test_a_deleted_shm_is_never_written_through_once_another_process_made_its_own(
+    tmp_path: Path,
+) -> None:
+    # Our index of the -wal is in the deleted -shm; a process that opens the
+    # path now builds a new one and appends where ours says the -wal ends. A
+    # write of ours after that overwrote its acknowledged appends (all of them
+    # lost, or the file no longer a database).
+    db = tmp_path / "ev.db"
+    with trio.fail_after(120):
+        async with EventLog(db) as log:
+            for i in range(5):
+                await log.append("app", "u", "s", ev(i))
+            Path(f"{db}-shm").unlink()
+            other = await trio.run_process(
+                [sys.executable, "-c", _OTHER_PROCESS, str(db), "20"], capture_stderr=True,
+                check=False)
+            assert other.returncode == 0, other.stderr
+            with pytest.raises(RpcError) as raised:
+                await log.append("app", "u", "s", ev("late"))
+            assert_fault(raised.value, f"shared-memory index {db}-shm")
+            assert "same event id is safe" in raised.value.message
+    assert event_ids(db) == [f"e{i}" for i in range(5)] + [f"o{i}" for i in range(20)]
 
 
 async def test_a_live_watch_ends_with_the_cause(tmp_path: Path) -> None:

@@ -12,9 +12,10 @@ applies it to that new file, destroying it.
 connections. It records the identity (``st_dev``, ``st_ino``) of the three
 files when the first connection opens (and asks SQLite, which compared the path
 with its own descriptor's ``fstat`` then, whether it had moved already), and
-every store call compares the path with that record after its work and before
-its caller hears the result; an open compares before it opens. On a mismatch
-the guard *trips*, for good:
+every store call compares the path with that record before its work (so that
+nothing is written through a ``-shm`` that another process no longer shares)
+and again after it, before its caller hears the result; an open compares
+before it opens. On a mismatch the guard *trips*, for good:
 
 * the call fails with ``source_unavailable`` naming the cause, and so does
   every later call on any of the log's connections (reads included);
@@ -26,18 +27,26 @@ the guard *trips*, for good:
   truncated (``wal_checkpoint(TRUNCATE)``): a ``-wal`` left beside a restored
   file would otherwise be applied to it by the next opener. Every write of
   that checkpoint goes to a descriptor the connection already holds, never to
-  a path. When only the ``-wal`` or ``-shm`` is gone, the database at the path
-  is still ours and another process may be writing it with a new ``-wal``, so
-  nothing is checkpointed;
+  a path. When the ``-wal`` alone is gone (deleted; or replaced by an empty
+  file, which is what another process opening the path meanwhile creates),
+  the database and ``-shm`` at the path are still the log's, and what the old
+  ``-wal`` holds would be lost at the exit: it is checkpointed into the
+  database the same way, so every acknowledged append stays in the log. When
+  the ``-shm`` is gone, or the ``-wal`` was replaced by one that holds frames,
+  another process may be writing the file with an index of its own, and
+  nothing is checkpointed (the ``-wal`` at the path, with every append made
+  before, is read again by the next opener);
 * each connection closes without SQLite's checkpoint-on-close
   (``SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE``), which would otherwise try to lock,
   checkpoint and then delete ``-wal`` and ``-shm`` *by path*: files that may
   now belong to the new database.
 
-The window: a commit that lands between the replacement and the check is in
-the old file. Its callers are never told it was written (the check runs before
-they are answered); they get the error. Detection is at the next call; a watch
-open on the log notices sooner, through inotify on the directory.
+The window: a commit that lands between the replacement and the check after
+it is in the old file (or, when a side file alone changed, may be in the log).
+Its callers are never told it was written (the check runs before they are
+answered); they get the error, which says which of the two it may be.
+Detection is at the next call; a watch open on the log notices sooner,
+through inotify on the directory.
 """
 
 from __future__ import annotations
@@ -115,6 +124,7 @@ class DatabaseFile:
         # the old -wal (a later one may have the new file open).
         self._ours: set[int] = set()
         self._main_gone = False
+        self._wal_gone = False  # the -wal alone left the path (see _empty_old_wal)
         self._wal_emptied = False
         self._real = path
         self._paths: list[bytes] = []  # the three files' paths, encoded once
@@ -159,7 +169,7 @@ class DatabaseFile:
             self._ours.add(id(db))
 
     def check(self, db: apsw.Connection) -> None:
-        """After a store call's work, before its caller hears of it."""
+        """Before a store call's work, and after it before its caller hears of it."""
         try:
             if self._fault is not None:
                 raise self._fault
@@ -239,6 +249,24 @@ class DatabaseFile:
         with self._lock:
             self._ours.discard(id(db))
 
+    def _wal_alone_gone(self) -> bool:
+        """Whether our -wal may be emptied into the database at the path: the
+        -shm there is still ours (every process on the file shares our index,
+        and its locks), and nothing at the -wal's path holds frames (no file,
+        or an empty one: what a process opening the path after the deletion
+        makes, and cannot write while the shared index describes our frames)."""
+        recorded = self._recorded
+        assert recorded is not None  # tripped on a comparison: recorded
+        try:
+            (shm,) = inode.identities(self._paths[2:3])
+            if shm != recorded["-shm"]:
+                return False
+            return os.stat(self._file("-wal")).st_size == 0
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+
     # -- comparing and tripping --
 
     def _file(self, suffix: str) -> str:
@@ -272,20 +300,31 @@ class DatabaseFile:
                 else f"{what} was replaced by another file while streamd had it open"
                 f" ({FileId(*was)} is now {FileId(*now)})"
             )
-            self._trip(cause, main_gone=suffix == "")
+            self._trip(cause, main_gone=suffix == "", wal_gone=suffix == "-wal")
 
-    def _trip(self, cause: str, *, main_gone: bool) -> None:
+    def _trip(self, cause: str, *, main_gone: bool, wal_gone: bool = False) -> None:
+        if main_gone:
+            kept = (f"What was committed after that is not in the log at {self.path} (an"
+                    " append answered with this error was not added to it)")
+        else:
+            # The database at the path is still the log's: what was written is
+            # there, or (the -wal gone) emptied into it; only the call that
+            # noticed may have written first.
+            kept = ("streamd stopped writing to it; what was acknowledged before is kept"
+                    " in the log. An append answered with this error may have been added:"
+                    " appending it again with the same event id is safe (it is answered"
+                    " as a duplicate)")
         with self._lock:
             first = self._fault is None
             if first:
                 self._main_gone = main_gone
+                self._wal_gone = wal_gone
                 self._fault = RpcError(
                     SOURCE_UNAVAILABLE,
-                    f"event log unavailable: {cause}. What was committed after that is"
-                    f" not in the log at {self.path} (an append answered with this error"
-                    " was not added to it), and streamd neither recreates nor touches"
-                    " that path any more: restart streamd (or, in process, close the"
-                    " log's clients and open the log again) to serve what is there now",
+                    f"event log unavailable: {cause}. {kept}; streamd neither recreates"
+                    " nor touches that path any more: restart streamd (or, in process,"
+                    " close the log's clients and open the log again) to serve what is"
+                    " there now",
                     {"reason": FAULT_REASON, "path": self.path},
                 )
         fault = self._fault
@@ -295,18 +334,24 @@ class DatabaseFile:
         raise fault
 
     def _empty_old_wal(self, db: apsw.Connection) -> None:
-        """Once the database file has left the path, empty our -wal into it.
+        """Once the database file has left the path, or the -wal alone has,
+        empty our -wal into our database.
 
-        Our -wal may still sit at the path, beside a restored file that the
-        next opener would apply it to. Checkpointing writes its pages into the
-        old database through our descriptor and truncates it through our
+        Database gone: our -wal may still sit at the path, beside a restored
+        file that the next opener would apply it to. -wal gone: the database
+        at the path is ours, and the acknowledged appends our -wal holds would
+        go with it at the exit. Checkpointing writes its pages into our
+        database through our descriptor and truncates it through our
         descriptor; no path is used. Done by the first of our connections
         that gets here after the trip (a trip found before an open has none
         at hand), again at close if it could not be done then.
         """
         with self._lock:
-            if not self._main_gone or self._wal_emptied or id(db) not in self._ours:
+            if (not (self._main_gone or self._wal_gone) or self._wal_emptied
+                    or id(db) not in self._ours):
                 return
+        if self._wal_gone and not self._wal_alone_gone():
+            return  # another process may write the file with an index of its own
         try:
             row = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             assert row is not None  # the pragma always answers one row
@@ -317,6 +362,10 @@ class DatabaseFile:
             reason = "another process was reading it"
         if not busy:
             self._wal_emptied = True
+        elif self._wal_gone:  # a later call, or the close, tries again
+            logger.error(
+                "the deleted write-ahead log could not be emptied into %s yet (%s): stop"
+                " the other processes using it, then stop streamd", self.path, reason)
         else:  # a later call, or the close, tries again
             logger.error(
                 "the old write-ahead log could not be emptied (%s): before starting"

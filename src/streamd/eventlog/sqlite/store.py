@@ -123,11 +123,18 @@ def _translated(
 
     @functools.wraps(fn)
     def wrapper(store: SqliteStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        if store._busy.aborted:
+        if store._busy.aborted or store._closed:
             raise closed_error()
         guard = store._guard
-        if guard is not None and guard.error is not None:
-            raise guard.error
+        if guard is not None:
+            # Before the work too: a -shm deleted and made anew by another
+            # process since the last call must not be written through (our
+            # index of the -wal is no longer the one it shares; see
+            # file_identity).
+            try:
+                guard.check(store._db)
+            except OSError as exc:  # the path could not be looked up
+                raise sqlite_errors.translate_os(exc) from exc
         try:
             result = fn(store, *args, **kwargs)
         except apsw.Error as exc:
@@ -172,6 +179,7 @@ class SqliteStore(SqlOperations):
         self._db = db
         self._busy = busy
         self._guard = guard
+        self._closed = False
         self._sql = SqliteSql(self._db)
         self.wal_pages = 0
         """Pages in the WAL after this connection's last commit (counted
@@ -342,6 +350,7 @@ class SqliteStore(SqlOperations):
             raise sqlite_errors.translate_os(exc) from exc
 
     def close(self) -> None:
+        self._closed = True  # before the guard's pre-check could see the -wal SQLite deletes
         try:
             self._before_close()
             self._db.close()
