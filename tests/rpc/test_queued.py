@@ -20,6 +20,7 @@ import pytest
 import trio
 import trio.testing
 from support.rpc_client import Client, rpc
+from support.rpc_streams import CountingStream, StalledStream
 
 from streamd import errors
 from streamd.errors import RpcError
@@ -59,30 +60,6 @@ class Queue:
 
 def table(queue: Queue) -> dict[str, Method]:
     return {"q": Method("q", Params, queue.handler, submit=queue.submit)}
-
-
-class CountingStream(trio.abc.HalfCloseableStream):
-    """One end of an in-memory pair that counts the server's writes."""
-
-    def __init__(self, inner: trio.StapledStream) -> None:
-        self.inner = inner
-        self.writes: list[bytes] = []
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        self.writes.append(bytes(data))
-        await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def send_eof(self) -> None:
-        await self.inner.send_eof()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self.inner.receive_some(max_bytes)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @asynccontextmanager
@@ -398,19 +375,6 @@ async def test_the_first_append_opens_a_log_the_factory_gives_asynchronously(
                 )
                 seqs = [(await client.response(i))["result"]["seq"] for i in (1, 2, 3)]
                 assert sorted(seqs) == [1, 2, 3]
-
-
-class StalledStream(CountingStream):
-    """A peer that stopped reading: the server's writes block until released."""
-
-    def __init__(self, inner: trio.StapledStream) -> None:
-        super().__init__(inner)
-        self.release = trio.Event()
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        self.writes.append(bytes(data))
-        await self.release.wait()
-        await self.inner.send_all(data)
 
 
 async def test_a_peer_that_never_reads_its_answers_stops_being_read() -> None:

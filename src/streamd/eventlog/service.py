@@ -471,8 +471,17 @@ def eventlog_methods(get_log: LogFactory) -> list[Method]:
         Method("eventlog/ping", PingParams, s.ping),
     ]
     # End of input is "no more requests" for the event log: what was asked is
-    # answered (within the server's grace), a watch ends with {last_seq}.
-    return [dataclasses.replace(m, at_eof="finish") for m in methods]
+    # answered (within the server's grace), a watch ends with {last_seq}. The
+    # reads that answer with pages are bulk (see Method.bulk).
+    return [dataclasses.replace(m, at_eof="finish", bulk=m.name in _BULK) for m in methods]
+
+
+# The reads whose answer can be a page of events or sessions, up to the reply budget.
+_BULK = frozenset({
+    "eventlog/since", "eventlog/sessions.get", "eventlog/sessions.get_many",
+    "eventlog/sessions.list", "eventlog/state.get", "eventlog/boot.recent",
+    "eventlog/branches",
+})
 
 
 def _no_log() -> EventLog:

@@ -55,6 +55,12 @@ class Method:
     once, answered -32007), or ``"finish"`` (the event log's): end of input
     only means no more requests, so it is answered as usual if it finishes
     within the server's ``eof_grace``, and cancelled (-32007) after that.
+
+    ``bulk``: its answer may be large (a page of events, up to the reply
+    budget). A connection computes only a few bulk answers at once, each once
+    the answers its peer has not read yet are within the server's bound, so a
+    peer that pipelines reads and never reads the answers holds a bounded
+    number of them, not one per request in flight.
     """
 
     name: str
@@ -63,6 +69,7 @@ class Method:
     deadline: Callable[[Any], int | None] | None = None
     submit: Submit | None = None
     at_eof: Literal["cancel", "finish"] = "cancel"
+    bulk: bool = False
 
 
 MethodTable = Mapping[str, Method]

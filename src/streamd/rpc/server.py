@@ -43,7 +43,13 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   window waits for a slot like everything else, and a client must read its
   answers while it sends: one that writes all its requests before reading any
   stalls for good once 16 MiB of answers (about 250,000 appends) wait for it,
-  as it would on any socket whose peer stops reading.
+  as it would on any socket whose peer stops reading. A request of a *bulk*
+  method (``Method.bulk``: a read whose answer can be megabytes) also waits,
+  inside its cancel scope, for one of ``max_bulk`` slots of its connection
+  and for the unwritten answers to be within that bound before it computes,
+  and holds the slot until its answer is queued: without that, the requests
+  already in flight (256) each computed their answer for a peer that read
+  none of them (a gigabyte of pages of events).
 * A bad frame is answered and skipped; only a broken stream ends the
   connection. Nothing a peer sends may end the connection or the process:
   a frame that fails in an unexpected way is answered -32603 (and logged),
@@ -118,6 +124,8 @@ MAX_INFLIGHT_BYTES = 64 << 20
 # and never reads would grow the outbox without limit. Above a watch's share of
 # its budget (3.5 MiB by default), so one watch alone never stalls the reader.
 MAX_UNWRITTEN_BYTES = 16 << 20
+# Per connection: bulk answers computed at once (see the module docstring).
+MAX_BULK = 4
 # After end of input: how long requests of methods that finish at EOF (the
 # event log's) have to answer before they are cancelled too. Long enough for
 # any ordinary request on a loaded machine (an append waits for one fsync),
@@ -172,10 +180,12 @@ class Server:
         max_inflight: int = MAX_INFLIGHT,
         max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
         max_unwritten_bytes: int = MAX_UNWRITTEN_BYTES,
+        max_bulk: int = MAX_BULK,
         eof_grace: float = EOF_GRACE,
         wall_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.make_methods = methods
+        self.max_bulk = max_bulk
         self.max_frame = max_frame
         self.max_depth = max_depth
         self.max_inflight = max_inflight
@@ -232,6 +242,7 @@ class _Session:
         self.idle = trio.Event()
         self.idle.set()
         self._room = trio.Event()
+        self._bulk = trio.Semaphore(server.max_bulk)
         # Cancelled by stop(): the reader ends, and so does the grace that end
         # of input gives (a signal after end of input cuts it short).
         self._reading = trio.CancelScope()
@@ -448,10 +459,14 @@ class _Session:
     async def _run_request(
         self, request: Request, key: tuple[str, Any], method: Method, params: Any, size: int
     ) -> None:
+        slot = False
         try:
             frame: bytes | None = None
             try:
                 with request.scope:
+                    if method.bulk:
+                        await self._bulk_slot()
+                        slot = True
                     frame = encode_result(request.id, await method.handler(params, request))
                 if frame is None:
                     reason = request.reason or (
@@ -483,7 +498,20 @@ class _Session:
             else:
                 await self.conn.send(frame)
         finally:
+            if slot:
+                self._bulk.release()
             self._release(size)
+
+    async def _bulk_slot(self) -> None:
+        """A slot to compute a bulk answer in, once the peer has read enough
+        of the answers before it (see the module docstring)."""
+        await self._bulk.acquire()
+        try:
+            while self.conn.unwritten_bytes > self.server.max_unwritten_bytes:
+                await self.conn.progress()
+        except BaseException:
+            self._bulk.release()
+            raise
 
     def _submit(self, submit: Submit, params: Any, reply: _Queued) -> None:
         """Hand a queued request to its method, which answers through ``reply``."""
