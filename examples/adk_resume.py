@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -32,6 +33,7 @@ from google.genai import types
 
 from streamd.adk import StreamdSessionService
 from streamd.client import AsyncClient
+from streamd.errors import RpcError
 
 APP, USER, SESSION = "resume-demo", "ada", "demo"
 
@@ -128,4 +130,7 @@ if __name__ == "__main__":
     where.add_argument("--in-process", metavar="PATH",
                        help="an event log file opened by this process, no daemon")
     args = parser.parse_args()
-    asyncio.run(main(args.message, args.db, args.in_process))
+    try:
+        asyncio.run(main(args.message, args.db, args.in_process))
+    except RpcError as exc:  # the log could not be opened or served: one line, as the CLI says it
+        sys.exit(f"adk_resume: {exc.message}")

@@ -60,3 +60,18 @@ def test_the_agent_builders_page_shows_the_example_as_it_runs() -> None:
     for line in ("helper: Noted.", "resumed session 'demo' with 4 events",
                  "helper: This is message 2 of our conversation. You told me: my name is Ada."):
         assert line in page, line
+
+
+@pytest.mark.parametrize("where", ["--db", "--in-process"])
+def test_an_event_log_the_example_cannot_open_is_one_line_not_a_traceback(
+    tmp_path: Path, where: str
+) -> None:
+    missing = tmp_path / "nowhere" / "demo.db"
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), where, str(missing), "hello"],
+        capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr, done.stderr
+    assert f"{tmp_path / 'nowhere'} does not exist" in done.stderr.splitlines()[-1]
+    assert not missing.parent.exists()

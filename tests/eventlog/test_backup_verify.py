@@ -170,8 +170,23 @@ def test_a_backup_never_overwrites_and_leaves_nothing_behind_a_failure(
     assert dest.read_text() == "precious"
     missing_dir = tmp_path / "nowhere" / "copy.db"
     done = streamd_log(log_db, "backup", str(missing_dir))
-    assert done.returncode == 2 and "is not a directory" in done.stderr
+    assert done.returncode == 2 and f"{tmp_path / 'nowhere'} does not exist" in done.stderr
+    under_file = tmp_path / "copy.db" / "x.db"
+    done = streamd_log(log_db, "backup", str(under_file))
+    assert done.returncode == 2 and f"{dest} is not a directory" in done.stderr
+    done = streamd_log(log_db, "backup", str(tmp_path))
+    assert done.returncode == 2 and "is a directory; name the backup file" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.db", "ev.db"]
+
+
+def test_a_backup_path_given_with_a_tilde_is_under_the_home_directory(
+    log_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As --db is: a quoted '~/b.db' reaches streamd unexpanded by the shell.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    done = streamd_log(log_db, "backup", "~/b.db")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "b.db").is_file()
 
 
 def test_backup_and_verify_refuse_a_path_with_no_log_and_create_none(tmp_path: Path) -> None:

@@ -59,11 +59,15 @@ def snapshot(
 ) -> BackupResult:
     """Copy the database of ``source`` (a connection to the live log) to
     ``dest`` as of one commit; raises :class:`RpcError` (never an apsw error)."""
-    final = Path(dest)
-    if final.exists():
+    final = Path(dest).expanduser()  # as --db is: '~/b.db' quoted reaches us unexpanded
+    if final.is_dir():
+        raise RpcError(SOURCE_UNAVAILABLE,
+                       f"{final} is a directory; name the backup file to create in it")
+    if final.exists() or final.is_symlink():
         raise RpcError(SOURCE_UNAVAILABLE, f"{final} exists; a backup never overwrites a file")
     if not final.parent.is_dir():
-        raise RpcError(SOURCE_UNAVAILABLE, f"{final.parent} is not a directory")
+        what = "is not a directory" if final.parent.exists() else "does not exist"
+        raise RpcError(SOURCE_UNAVAILABLE, f"{final.parent} {what}")
     partial = final.with_name(f".{final.name}.partial-{os.getpid()}")
     started = time.monotonic()
     try:
