@@ -35,6 +35,16 @@ def test_a_database_the_kernel_cannot_read_is_named_by_its_errno() -> None:
     assert info.value.data["errno"] == "EIO"
 
 
+def test_a_file_that_cannot_be_opened_is_named_in_the_error(tmp_path: Path) -> None:
+    # What a daemon's client reads at its first call: which file, and why.
+    not_sqlite = tmp_path / "notes.db"
+    not_sqlite.write_text("hello\n" * 100)
+    with pytest.raises(RpcError) as info:
+        SqliteStore.open(str(not_sqlite))
+    assert info.value.message == (
+        f"event log database {not_sqlite}: file is not a database")
+
+
 def test_a_read_that_fails_with_eio_under_an_open_log_is_named(
     tmp_path: Path, faulty_disk: FaultyVFS
 ) -> None:

@@ -70,6 +70,7 @@ from typing import Concatenate, Literal, ParamSpec, TypeVar
 import apsw
 
 from streamd.errors import (
+    CLOSED,
     SOURCE_UNAVAILABLE,
     RpcError,
 )
@@ -109,6 +110,17 @@ def _translate(
 ) -> RpcError:
     code = sqlite_errors.system_errno(db, exc) or sqlite_errors.probe_errno(path)
     return sqlite_errors.translate(exc, code)
+
+
+def _opening(exc: apsw.Error, db: apsw.Connection | None, path: str) -> RpcError:
+    """:func:`_translate` of an open's failure, naming the file: the error
+    reaches whoever asked for the log (a daemon's client, at its first call),
+    who may not know which file that is."""
+    err = _translate(exc, db, path)
+    if err.code == CLOSED:
+        return err
+    return RpcError(err.code, err.message.replace("event log database error:",
+                                                  f"event log database {path}:", 1), err.data)
 
 
 def _translated(
@@ -244,7 +256,7 @@ class SqliteStore(SqlOperations):
                 if guard is not None:
                     guard.opened(db)
             except BaseException as exc:
-                err = _translate(exc, db, path) if isinstance(exc, apsw.Error) else None
+                err = _opening(exc, db, path) if isinstance(exc, apsw.Error) else None
                 if guard is not None:
                     guard.closing(db)
                 db.close()
@@ -254,7 +266,7 @@ class SqliteStore(SqlOperations):
                     raise err from exc
                 raise
         except apsw.Error as exc:
-            raise _translate(exc, path=path) from exc
+            raise _opening(exc, None, path) from exc
         busy.waits = True
         return cls(db, busy, guard=guard)
 
