@@ -207,6 +207,24 @@ def test_a_daemon_spawned_before_a_stop_does_not_serve_after_it(world: World, ho
     assert world.daemon_pid() == by_hand.pid
 
 
+def test_status_says_why_the_event_log_could_not_be_opened_and_never_the_password(
+    world: World,
+) -> None:
+    # A server that does not answer (nothing listens on port 1): each call
+    # fails and tries again; status says why, as a person asks for it.
+    db = "postgresql://streamd:hunter2@127.0.0.1:1/events"
+    world.start_daemon(env={"STREAMD_DB": db})
+    with world.connect() as conn:
+        reply = conn.call("eventlog/ping")
+        assert reply["error"]["code"] == -32000
+        fault = conn.result("streamd/status")["db_fault"]
+        assert fault.startswith("cannot connect (tried again at the next call): ")
+        assert reply["error"]["message"] in fault
+    status = world.run("status")
+    assert status.returncode == 0 and "EVENT LOG FAULT  cannot connect" in status.stdout
+    assert "hunter2" not in status.stdout + world.run("status", "--json").stdout
+
+
 def test_retire_hands_over_the_name_at_once_and_serves_its_clients_to_their_end(
     world: World,
 ) -> None:

@@ -59,8 +59,9 @@ class Opener(Protocol):
 
     @property
     def fault(self) -> str | None:
-        """Why the storage has stopped serving for good (a file deleted or
-        replaced under the log), or None."""
+        """Why the storage is not serving: for good (a file deleted or
+        replaced under the log), or for now (the last attempt to connect to a
+        server failed; the next call tries again); None while it serves."""
         ...
 
 
@@ -133,10 +134,25 @@ class _ServerOpener:
         self._target = target
         self._synchronous = options.synchronous
         self._watch_interval = watch_interval
+        self._failure: str | None = None  # the last connection attempt's error
 
     @property
     def fault(self) -> str | None:
-        return None
+        if self._failure is None:
+            return None
+        return f"cannot connect (tried again at the next call): {self._failure}"
+
+    async def _connected(self, connecting: Awaitable[Runner]) -> Runner:
+        """``connecting``'s connection, remembering whether it failed (for
+        ``streamd status``: the errors already name the database without its
+        password)."""
+        try:
+            runner = await connecting
+        except RpcError as exc:
+            self._failure = exc.message
+            raise
+        self._failure = None
+        return runner
 
     def _url(self) -> str:
         """The address to connect with, once it may be: a password in a
@@ -174,7 +190,8 @@ class PostgresOpener(_ServerOpener):
             from streamd.eventlog.postgres.runner import PostgresRunner
         except ImportError as exc:
             raise _missing_driver("PostgreSQL", "psycopg", "postgres", exc) from None
-        return await PostgresRunner.open(self._url(), self._options(), migrate=role == "writer")
+        return await self._connected(
+            PostgresRunner.open(self._url(), self._options(), migrate=role == "writer"))
 
     def changes(self, poll: Poll) -> AbstractAsyncContextManager[ChangeSource]:
         """LISTEN for every host's commits; while that connection is down, poll
@@ -200,9 +217,9 @@ class MysqlOpener(_ServerOpener):
             from streamd.eventlog.mysql.store import MysqlOptions
         except ImportError as exc:
             raise _missing_driver("MySQL", "mysqlclient", "mysql", exc) from None
-        return await MysqlRunner.open(
+        return await self._connected(MysqlRunner.open(
             self._url(), MysqlOptions(synchronous=self._synchronous), migrate=role == "writer"
-        )
+        ))
 
     def changes(self, poll: Poll) -> AbstractAsyncContextManager[ChangeSource]:
         """A poll of the newest seq on the reader, from 2 ms after a change up

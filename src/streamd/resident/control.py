@@ -10,7 +10,7 @@ Recall session and has no daemon to control):
 * ``streamd/hello {client_version}`` -> ``{version, pid, started_at}``
 * ``streamd/status {}`` -> ``{version, pid, uptime_s, connections, sources,
   socket, db, log, db_fault}`` (``db_fault``: why the event log stopped
-  serving, or null)
+  serving, or why it cannot now: a server it cannot reach; null while it serves)
 * ``streamd/stop {}`` -> ``{}``, then the daemon winds down as on SIGTERM
 * ``streamd/retire {}`` -> ``{}`` once it has stopped listening and released its
   socket and lock; it serves its current connections to their end, then exits
@@ -393,7 +393,7 @@ def status_main(argv: Sequence[str]) -> int:
           f"{result['sources']} Recall sources open")
     print(f"  event log    {result['db']}")
     if result.get("db_fault"):
-        print(f"  EVENT LOG STOPPED  {result['db_fault']}")
+        print(f"  EVENT LOG FAULT  {result['db_fault']}")
     print(f"  daemon log   {result['log']}")
     return 0
 
