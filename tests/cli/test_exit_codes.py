@@ -43,6 +43,8 @@ def test_an_unquoted_second_query_word_is_an_error_with_the_quoted_query(here: P
     assert run(capsys, "search", "deploy", "alpha", "s.jsonl") == (2, [], [
         "streamd: alpha: no such file (a query of several words goes in quotes: "
         "'deploy alpha')"])
+    # A lone missing path is a path: quoting it into the query would leave none.
+    assert run(capsys, "search", "deploy", "alpha") == (2, [], ["streamd: alpha: no such file"])
 
 
 def test_every_bad_path_is_named_and_nothing_is_searched(here: Path, capsys):

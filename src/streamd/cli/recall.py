@@ -197,7 +197,8 @@ def path_problem(path: str) -> str | None:
 def unreadable(paths: list[str], query: str | None = None) -> bool:
     """Say every path that cannot be read, one line each; whether there was one.
     ``query``: the query typed before them, for the hint a missing first
-    path gets (most often the second word of a query left unquoted)."""
+    path gets when other paths follow it (most often the second word of a
+    query left unquoted; a lone path quoted into the query would leave none)."""
     from streamd.cli.args import fail
 
     bad = False
@@ -205,7 +206,8 @@ def unreadable(paths: list[str], query: str | None = None) -> bool:
         why = path_problem(path)
         if why is None:
             continue
-        if n == 0 and query is not None and why == "no such file" and os.sep not in path:
+        if (n == 0 and len(paths) > 1 and query is not None and why == "no such file"
+                and os.sep not in path):
             import shlex
 
             why += f" (a query of several words goes in quotes: {shlex.quote(query + ' ' + path)})"
