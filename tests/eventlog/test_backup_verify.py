@@ -187,6 +187,9 @@ def test_a_backup_path_given_with_a_tilde_is_under_the_home_directory(
     done = streamd_log(log_db, "backup", "~/b.db")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "b.db").is_file()
+    done = streamd_log(log_db, "backup", "~no-such-user-here/b.db")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "~no-such-user-here/b.db" in done.stderr
 
 
 def test_backup_and_verify_refuse_a_path_with_no_log_and_create_none(tmp_path: Path) -> None:

@@ -169,6 +169,23 @@ async def test_a_deleted_write_ahead_log_stops_the_log_too(tmp_path: Path) -> No
     assert event_ids(db) == ["e0"]
 
 
+async def test_both_side_files_deleted_keep_what_was_acknowledged(tmp_path: Path) -> None:
+    # ``rm events.db-wal events.db-shm``: the usual way to "clean up" SQLite's
+    # files. Nobody made a new index, so ours empties the deleted -wal into
+    # the database, whose schema was in that -wal too.
+    db = tmp_path / "ev.db"
+    with trio.fail_after(60):
+        async with EventLog(db) as log:
+            for i in range(5):
+                await log.append("app", "u", "s", ev(i))
+            Path(f"{db}-wal").unlink()
+            Path(f"{db}-shm").unlink()
+            with pytest.raises(RpcError) as raised:
+                await log.append("app", "u", "s", ev("late"))
+            assert "what was acknowledged before is kept" in raised.value.message
+    assert event_ids(db) == [f"e{i}" for i in range(5)]
+
+
 # Another process appending to the file, as a second daemon or an agent's
 # in-process log would: its own connection, so its own -shm when ours is gone.
 _OTHER_PROCESS = """

@@ -225,6 +225,33 @@ def test_status_says_why_the_event_log_could_not_be_opened_and_never_the_passwor
     assert "hunter2" not in status.stdout + world.run("status", "--json").stdout
 
 
+def test_a_stop_with_no_daemon_serving_yet_holds_back_those_starting(world: World) -> None:
+    # Racing clients' daemons may all be starting (importing) when the stop
+    # comes, none serving: the stop itself leaves the mark.
+    spawned = {stopmark.SPAWNED_AT_ENV: f"{stopmark.now():.6f}"}
+    world.runtime.mkdir(mode=0o700)
+    stop = world.run("stop")
+    assert stop.returncode == 0 and "not running" in stop.stdout
+    late = world.run("daemon", env=spawned)
+    assert late.returncode == 1 and "not starting" in late.stderr
+    assert world.run("status").returncode == 3
+
+
+def test_a_retired_daemon_stopped_leaves_its_successor_serving(world: World) -> None:
+    # Stopping the old daemon after its retirement (a signal, as a service
+    # manager sends) says nothing of the directory, which its successor has.
+    old = world.start_daemon()
+    with world.connect() as held:
+        held.result("streamd/hello", client_version="0")
+        with world.connect() as retiring:
+            assert retiring.result("streamd/retire") == {}
+        spawned = {stopmark.SPAWNED_AT_ENV: f"{stopmark.now():.6f}"}
+        old.send_signal(signal.SIGTERM)
+        assert old.wait(timeout=10) == 0
+    new = world.start_daemon(env=spawned)
+    assert world.daemon_pid() == new.pid
+
+
 def test_retire_hands_over_the_name_at_once_and_serves_its_clients_to_their_end(
     world: World,
 ) -> None:

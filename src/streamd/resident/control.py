@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 
 from streamd import __version__
-from streamd.resident import paths
+from streamd.resident import paths, stopmark
 
 # Not `from typing import TYPE_CHECKING`: importing typing costs milliseconds
 # on every spawn.
@@ -359,7 +359,11 @@ def status_main(argv: Sequence[str]) -> int:
     directory = _directory(opts)
     sock = paths.socket_path(directory)
     try:
-        paths.check_private_dir(directory)
+        if paths.check_private_dir(directory):
+            # First: daemons that racing clients spawned may still be starting,
+            # none serving yet; whoever of them takes the lock later must not
+            # serve (the daemon that gets the stop below leaves a mark too).
+            stopmark.mark_stopped(directory)
         conn = DaemonConnection.open(sock)
         if conn is None:
             result = None
@@ -405,7 +409,11 @@ def stop_main(argv: Sequence[str]) -> int:
     directory = _directory(opts)
     sock = paths.socket_path(directory)
     try:
-        paths.check_private_dir(directory)
+        if paths.check_private_dir(directory):
+            # First: daemons that racing clients spawned may still be starting,
+            # none serving yet; whoever of them takes the lock later must not
+            # serve (the daemon that gets the stop below leaves a mark too).
+            stopmark.mark_stopped(directory)
         conn = DaemonConnection.open(sock)
         if conn is None:
             print(f"streamd daemon: not running (socket {sock}); nothing to stop")

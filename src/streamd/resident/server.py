@@ -329,7 +329,9 @@ class ResidentDaemon:
         """Stop, leaving the mark that keeps daemons spawned before now from
         serving once the lock is free (:mod:`.stopmark`): written before the
         wind-down, which ends with the lock released."""
-        if not self._stop.is_set():
+        # A retired daemon no longer speaks for the directory: its successor,
+        # spawned after the retirement, must start.
+        if not self._stop.is_set() and not self.retired:
             try:
                 stopmark.mark_stopped(self.options.runtime_dir)
             except OSError as exc:

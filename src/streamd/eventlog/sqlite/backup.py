@@ -59,7 +59,10 @@ def snapshot(
 ) -> BackupResult:
     """Copy the database of ``source`` (a connection to the live log) to
     ``dest`` as of one commit; raises :class:`RpcError` (never an apsw error)."""
-    final = Path(dest).expanduser()  # as --db is: '~/b.db' quoted reaches us unexpanded
+    try:
+        final = Path(dest).expanduser()  # as --db is: '~/b.db' quoted reaches us unexpanded
+    except RuntimeError as exc:  # ~name of no user
+        raise RpcError(SOURCE_UNAVAILABLE, f"backup to {dest}: {exc}") from None
     if final.is_dir():
         raise RpcError(SOURCE_UNAVAILABLE,
                        f"{final} is a directory; name the backup file to create in it")

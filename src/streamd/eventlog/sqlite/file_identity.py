@@ -27,15 +27,20 @@ before it opens. On a mismatch the guard *trips*, for good:
   truncated (``wal_checkpoint(TRUNCATE)``): a ``-wal`` left beside a restored
   file would otherwise be applied to it by the next opener. Every write of
   that checkpoint goes to a descriptor the connection already holds, never to
-  a path. When the ``-wal`` alone is gone (deleted; or replaced by an empty
-  file, which is what another process opening the path meanwhile creates),
-  the database and ``-shm`` at the path are still the log's, and what the old
+  a path. When the ``-wal`` is gone (deleted; or replaced by an empty file,
+  which is what another process opening the path meanwhile creates) and the
+  ``-shm`` at the path is still ours or gone too, the database at the path is
+  still the log's and nobody else indexes its ``-wal``, and what the old
   ``-wal`` holds would be lost at the exit: it is checkpointed into the
   database the same way, so every acknowledged append stays in the log. When
-  the ``-shm`` is gone, or the ``-wal`` was replaced by one that holds frames,
-  another process may be writing the file with an index of its own, and
-  nothing is checkpointed (the ``-wal`` at the path, with every append made
-  before, is read again by the next opener);
+  another process made a ``-shm`` of its own (ours deleted), or the ``-wal``
+  was replaced by one that holds frames, it may be writing the file with an
+  index of its own, and nothing is checkpointed (with the ``-wal`` still at
+  the path, every append made before is read again by the next opener; with
+  it gone too, what it held since the last checkpoint is lost, and the error
+  says so). The check of the path and the checkpoint are not one step: a
+  process that opens the path and restarts the ``-wal`` in between (within
+  microseconds) is not caught;
 * each connection closes without SQLite's checkpoint-on-close
   (``SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE``), which would otherwise try to lock,
   checkpoint and then delete ``-wal`` and ``-shm`` *by path*: files that may
@@ -252,14 +257,16 @@ class DatabaseFile:
     def _wal_alone_gone(self) -> bool:
         """Whether our -wal may be emptied into the database at the path: the
         -shm there is still ours (every process on the file shares our index,
-        and its locks), and nothing at the -wal's path holds frames (no file,
+        and its locks) or gone, and nothing at the -wal's path holds frames (no file,
         or an empty one: what a process opening the path after the deletion
         makes, and cannot write while the shared index describes our frames)."""
         recorded = self._recorded
         assert recorded is not None  # tripped on a comparison: recorded
         try:
             (shm,) = inode.identities(self._paths[2:3])
-            if shm != recorded["-shm"]:
+            # Absent (deleted with the -wal, say): nobody opened the path
+            # since, or there would be a new one.
+            if shm is not None and shm != recorded["-shm"]:
                 return False
             return os.stat(self._file("-wal")).st_size == 0
         except FileNotFoundError:
@@ -306,6 +313,12 @@ class DatabaseFile:
         if main_gone:
             kept = (f"What was committed after that is not in the log at {self.path} (an"
                     " append answered with this error was not added to it)")
+        elif wal_gone and not self._wal_alone_gone():
+            # Another process made a -shm (or a -wal with frames) of its own:
+            # ours cannot be emptied into the file without mixing the two.
+            kept = ("streamd stopped writing to it. What was acknowledged since the"
+                    " database was last checkpointed was in that write-ahead log and is"
+                    " lost when streamd exits")
         else:
             # The database at the path is still the log's: what was written is
             # there, or (the -wal gone) emptied into it; only the call that
