@@ -67,7 +67,7 @@ import msgspec
 
 from streamd import errors
 from streamd.client import calls
-from streamd.client.local_log import OpenLog, open_log, release_later
+from streamd.client.local_log import OpenLog, forked_error, open_log, release_later
 from streamd.client.protocol import Call, decode_result
 from streamd.errors import RpcError
 from streamd.eventlog import dbtarget, inline
@@ -352,6 +352,8 @@ class LocalClient(calls.AwaitedEventLogMethods):
         """One request, answered as the daemon answers it (see the module docstring)."""
         if self._closed:
             raise closed_error()
+        if self._log.inherited:
+            raise forked_error(self._log.path)
         if asyncio.get_running_loop() is not self._loop():
             # Its worker reports to the loop that opened it, and its
             # connection is that loop's clients': a client is its loop's.

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import functools
 import gc
 import logging
@@ -62,7 +63,10 @@ from streamd.eventlog.sqlite import errors as sqlite_errors
 from streamd.eventlog.sqlite.connection import prepare_file
 from streamd.eventlog.sqlite.file_identity import DatabaseFile, is_file_fault
 
-__all__ = ["OLD_FILE_OPEN", "OLD_WAL_LEFT", "OpenLog", "open_log", "release_later"]
+__all__ = [
+    "FORKED", "OLD_FILE_OPEN", "OLD_WAL_LEFT", "OpenLog", "forked_error", "open_log",
+    "release_later",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +78,9 @@ clients in this process still hold the old one."""
 OLD_WAL_LEFT = "old_wal_left"
 """``data.reason`` of an open refused because a replaced file's old ``-wal``,
 not emptied, is still at the path."""
+FORKED = "forked"
+"""``data.reason`` of the refusal of a file (or a log) that was open in this
+process's parent when it forked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +152,14 @@ class OpenLog:
         # once the last has let go (never held again after it).
         self._holders = 0
         self.closing: concurrent.futures.Future[None] | None = None
+        self.inherited = False
+        """Open in this process's parent when it forked: never used or closed
+        here (see :func:`_forget_after_fork`)."""
+
+    @property
+    def path(self) -> str:
+        """The file's real path."""
+        return self._key.path
 
     def hold(self) -> bool:
         """One more client, unless the last has let go already. Under ``_lock``."""
@@ -184,8 +199,8 @@ class OpenLog:
 
     async def drained(self) -> None:
         """Once what is queued on the worker now (any client's) has run."""
-        if not self.outstanding:
-            return
+        if not self.outstanding or self.inherited:
+            return  # (the parent's worker did not come across the fork)
         with _lock:
             # Under the lock: the last client's release shuts the pool down.
             after = self.closing or self._pool.submit(_nothing)
@@ -200,6 +215,12 @@ class OpenLog:
             if self._holders > 0:
                 return None
             self.forget()
+            if self.inherited:
+                # The parent's connection: closing it here would checkpoint and
+                # delete the parent's -wal (see _forget_after_fork).
+                closing = self.closing = concurrent.futures.Future()
+                closing.set_result(None)
+                return closing
             try:
                 closing = self._pool.submit(self.store.close)
             except RuntimeError:
@@ -286,15 +307,56 @@ _opening: dict[tuple[asyncio.AbstractEventLoop, _Key], tuple[asyncio.Lock, int]]
 
 
 def _forget_after_fork() -> None:
-    """In a forked child: the parent's logs are not the child's (SQLite
-    connections must not cross a fork, and their worker threads did not):
-    the child opens its own, with a lock and a releaser of its own."""
+    """In a forked child: the parent's logs are not the child's, and the
+    files they had open are not the child's to use.
+
+    SQLite connections must not cross a fork, and more than the connections
+    came across: SQLite's own table of the process's open files, with the
+    locks the parent held. A connection the child opened to such a file would
+    believe it holds those locks without holding them, and write beside the
+    parent; a close of an inherited connection (the child's exit collects it)
+    would checkpoint and delete the parent's ``-wal`` under it. So the parent's
+    logs are marked inherited: never closed here (their connections are kept
+    for the life of the process), their calls refused, and so are new opens
+    of their files (:func:`forked_error`). Other files open as usual, with a
+    lock and a releaser of the child's own."""
     global _lock, _releases, _releaser
+    inherited = [log for file in _files.values() for log in file.logs]
+    _forked_paths.update(path for path, file in _files.items() if file.logs or file.opening)
+    for log in inherited:
+        log.inherited = True
+        _keep_for_good(log.store)
     _lock = threading.Lock()
     _releases, _releaser = queue.SimpleQueue(), None
     _registry.clear()
     _files.clear()
     _opening.clear()
+
+
+def _keep_for_good(store: SqliteStore) -> None:
+    """Keep ``store``'s connection from ever being closed in this process,
+    even by the interpreter's exit: one reference that nothing releases."""
+    connection = store.connection
+    _inherited_connections.append(connection)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(connection))
+
+
+def forked_error(path: str) -> RpcError:
+    """The refusal of a log, or a file, that this process inherited open."""
+    return RpcError(
+        errors.SOURCE_UNAVAILABLE,
+        f"{path} was open in this process's parent when it forked: SQLite's connections"
+        " and locks do not survive a fork, and this process using that file could"
+        " corrupt it. Close the services or clients on it before forking (then a child"
+        " opens it as its own), or keep the log in a daemon",
+        {"reason": FORKED, "path": path},
+    )
+
+
+# Files open in the parent when this process forked (by real path), and the
+# inherited connections to them, kept open for good.
+_forked_paths: set[str] = set()
+_inherited_connections: list[object] = []
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -400,6 +462,8 @@ async def _open(key: _Key, given: str, loop: asyncio.AbstractEventLoop) -> OpenL
 def _file_to_open(path: str) -> tuple[_File, list[concurrent.futures.Future[None]]]:
     """Under ``_lock``: the file entry a new log of ``path`` joins, or the
     closes to wait for first; raises what refuses the open."""
+    if path in _forked_paths:
+        raise forked_error(path)
     file = _files.get(path)
     if file is None:
         file = _files[path] = _File()

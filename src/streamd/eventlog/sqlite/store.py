@@ -393,7 +393,8 @@ class SqliteStore(SqlOperations):
 
     @property
     def connection(self) -> apsw.Connection:
-        """The raw connection, for tests that inspect query plans or pragmas."""
+        """The raw connection: for tests that inspect query plans or pragmas, and
+        to keep a connection inherited across a fork from ever closing."""
         return self._db
 
     @_translated

@@ -1,0 +1,91 @@
+"""A process that forks while its in-process log is open (a pre-fork server
+whose parent used the service at start-up, say).
+
+SQLite's connections, and its table of the process's open files with the
+locks the parent holds, come across a fork; a child that used the parent's
+connection, or opened the file anew (its new connection believing it holds
+the parent's locks), or merely closed the inherited connection at its exit
+(a checkpoint, then the parent's ``-wal`` deleted) corrupted the parent's
+file. The child is refused that file, clearly; other files are its own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+import pytest
+
+pytestmark = pytest.mark.subprocess
+
+SCRIPT = r"""
+import asyncio, gc, json, os, sys
+from streamd.client.local import LocalClient
+from streamd.errors import RpcError
+from streamd.eventlog.model import Event
+
+db, other = sys.argv[1], sys.argv[2]
+
+def ev(event_id):
+    return Event(id=event_id, author="agent", content=None)
+
+async def reason(call):
+    try:
+        await call
+        return "served"
+    except RpcError as exc:
+        return exc.data["reason"]
+
+loop = asyncio.new_event_loop()
+client = loop.run_until_complete(LocalClient.open(db))  # used, and left open
+loop.run_until_complete(client.append("app", "u", "s", ev("p0")))
+
+pid = os.fork()
+if pid == 0:
+    async def child():
+        out = {"inherited": await reason(client.append("app", "u", "s", ev("c0")))}
+        out["reopened"] = await reason(LocalClient.open(db))
+        own = await LocalClient.open(other)
+        await own.append("app", "u", "s", ev("o1"))
+        out["other"] = [e.event.id for e in (await own.since(0)).entries]
+        await own.aclose()
+        return out
+    print(json.dumps(asyncio.run(child())), flush=True)
+    # The child lets go of the parent's client, as a child's end collects it:
+    # the inherited connection must not be closed (a checkpoint, then the
+    # parent's -wal deleted). Then os._exit: an ordinary exit would also close
+    # the parent's asyncio loop, whose epoll the child shares (asyncio's own
+    # hazard across a fork, whatever the loop runs).
+    del client
+    gc.collect()
+    os._exit(0)
+
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0
+
+async def parent():
+    for i in range(1, 101):
+        await client.append("app", "u", "s", ev(f"p{i}"))
+    await client.aclose()
+
+loop.run_until_complete(parent())
+"""
+
+
+def test_a_forked_child_is_refused_the_parents_open_file_and_the_file_stays_whole(
+    tmp_path: Path,
+) -> None:
+    db, other = tmp_path / "events.db", tmp_path / "child.db"
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(db), str(other)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    child = json.loads(done.stdout.strip().splitlines()[-1])
+    assert child == {"inherited": "forked", "reopened": "forked", "other": ["o1"]}
+    # The parent's appends before and after the child's life are all there.
+    conn = apsw.Connection(str(db))
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    ids = [row[0] for row in conn.execute("SELECT event_id FROM events ORDER BY seq")]
+    assert ids == [f"p{i}" for i in range(101)]
