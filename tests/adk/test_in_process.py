@@ -15,8 +15,10 @@ import pytest
 
 pytest.importorskip("google.adk")
 
+from google.adk.events.event import Event
+from google.genai import types
 from support.faulty_disk import FaultyVFS
-from support.local_files import descriptors_on, local_workers
+from support.local_files import backup_of, descriptors_on, local_workers
 
 from streamd.adk import StreamdSessionService
 from streamd.client.local import LocalClient
@@ -95,3 +97,44 @@ def test_a_full_disk_fails_append_event_and_the_session_goes_on_when_space_retur
             await service.close()
 
     asyncio.run(main())
+
+
+def said(text: str) -> Event:
+    return Event(author="user", invocation_id="inv-1",
+                 content=types.Content(role="user", parts=[types.Part(text=text)]))
+
+
+def test_a_log_restored_under_a_long_lived_service_is_read_as_restored(tmp_path: Path) -> None:
+    # The service caches built events by seq; the restored file gives the
+    # seqs after its own events to new ones, which must not be answered with
+    # the old file's events cached under the same seqs.
+    db, backup = tmp_path / "events.db", tmp_path / "backup.db"
+    service = StreamdSessionService(database=db)
+
+    async def scenario() -> None:
+        session = await service.create_session(app_name="app", user_id="u", session_id="s")
+        for i in range(3):
+            await service.append_event(session, said(f"kept {i}"))
+        backup_of(db, backup)
+        for i in range(3):
+            await service.append_event(session, said(f"old {i}"))
+        loaded = await service.get_session(app_name="app", user_id="u", session_id="s")
+        assert loaded is not None and len(loaded.events) == 6  # all six cached
+        await service.close()
+        backup.rename(db)
+        Path(f"{db}-wal").unlink(missing_ok=True)
+        Path(f"{db}-shm").unlink(missing_ok=True)
+        session = await service.get_session(app_name="app", user_id="u", session_id="s")
+        assert session is not None
+        for i in range(3):
+            await service.append_event(session, said(f"new {i}"))
+        for got in (await service.get_session(app_name="app", user_id="u", session_id="s"),
+                    await StreamdSessionService(database=db).get_session(
+                        app_name="app", user_id="u", session_id="s")):
+            assert got is not None
+            assert [e.content.parts[0].text for e in got.events  # type: ignore[union-attr,index]
+                    ] == [
+                *(f"kept {i}" for i in range(3)), *(f"new {i}" for i in range(3))]
+        await service.close()
+
+    asyncio.run(scenario())

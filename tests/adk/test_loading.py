@@ -94,3 +94,33 @@ def test_cached_events_evicted_while_the_rest_is_read_are_still_loaded(
                 ] == ["m0", "m1", "m2", "m3", "m4", "new"]
 
     run(tmp_path, body)
+
+
+class _Deleting:
+    """The service's client, deleting the session just before the read of
+    the content its cache lacks: a delete_session racing the load."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def call(self, call: Call[Any]) -> Any:
+        if call.method == "eventlog/sessions.get" and call.params.content:
+            await self.client.delete_session("app", "u", "s")
+        return await self.client.call(call)
+
+
+def test_a_session_deleted_between_a_reloads_two_reads_is_none(tmp_path: Path, mode: str) -> None:
+    # The first read listed its seqs (some cached, some not); what it listed
+    # is no session once deleted: half of it, with its state, was returned.
+    async def body(svc: Service) -> None:
+        client = await svc._client()
+        s = await svc.create_session(app_name="app", user_id="u", session_id="s")
+        for i in range(3):
+            await svc.append_event(s, event(ts=float(i + 1), content=text(f"m{i}")))
+        loader = SessionLoader()
+        assert await loader.load(client, "app", "u", "s", None, None) is not None
+        await svc.append_event(s, event(ts=9.0, content=text("uncached")))
+        deleting = _Deleting(client)
+        assert await loader.load(deleting, "app", "u", "s", None, None) is None  # type: ignore[arg-type]
+
+    run(tmp_path, body)

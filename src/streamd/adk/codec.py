@@ -41,6 +41,7 @@ __all__ = [
 # objects for 2,000 events).
 class _RawEvent(msgspec.Struct, gc=False):
     content: Any
+    id: str = ""  # checked against a cached event of the same seq (see loading)
 
 
 class RawEntry(msgspec.Struct, gc=False):

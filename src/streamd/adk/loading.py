@@ -7,11 +7,14 @@
   describe one moment. A session not seen yet is read whole at once.
 * **Built events are cached by seq.** Building an ADK Event costs a few
   microseconds even without pydantic's validation (:mod:`~streamd.adk.convert`),
-  which for a long session is most of a load. A seq names one stored event
-  forever (seqs are never reused and an event id's content never changes), so
-  built events are kept in an LRU and each load hands out shallow copies of
-  them. A load holds the cached events it counts on from the moment it lists
-  the seqs: another load may evict them before it has read the rest.
+  which for a long session is most of a load. In one log a seq names one stored
+  event forever (seqs are never reused and an event id's content never
+  changes), so built events are kept in an LRU and each load hands out shallow
+  copies of them. A cached event is used only when the entry read at its seq
+  has its event id: a log restored from a backup, or deleted and made anew,
+  under a long-lived service gives old seqs to other events. A load holds
+  the cached events it counts on from the moment it lists the seqs: another
+  load may evict them before it has read the rest.
 * **One pause of the cyclic collector a load**: the client hands the answer
   over undecoded, and it is decoded here with the collector paused, the last
   part of it decoded and the events built in the same pause, and the decoded
@@ -93,14 +96,14 @@ class SessionLoader:
             # other loads (on this loop, between the reads below, or on other
             # loops' threads) may evict them, and these entries have no content.
             with self._lock:
-                held = {e.seq: self._cache[e.seq] for e in listed.events if e.seq in self._cache}
+                held = {e.seq: hit for e in listed.events
+                        if (hit := self._cache.get(e.seq)) is not None and hit.id == e.event.id}
             missing = {e.seq for e in listed.events if e.seq not in held}
 
-            def merged(rest: RawSession | None) -> tuple[RawSession, list[Event]]:
-                fetched = {e.seq: e for e in (rest.events if rest else [])
+            def merged(rest: RawSession) -> tuple[RawSession, list[Event]]:
+                fetched = {e.seq: e for e in rest.events
                            if e.seq in missing and e.seq <= listed.last_seq}
-                if rest is not None:
-                    rest.events = []  # dropped before the pause ends, as in _built
+                rest.events = []  # dropped before the pause ends, as in _built
                 # A seq gone between the two reads was deleted meanwhile (retention).
                 listed.events = [fetched.get(e.seq, e) for e in listed.events
                                  if e.seq in fetched or e.seq not in missing]
@@ -112,9 +115,8 @@ class SessionLoader:
             else:
                 after_seq = min(missing) - 1
                 loaded = await self._read(client, key, None, after_time, after_seq, True, merged)
-                if loaded is None:  # the session was deleted after the first read
-                    with collector.paused():
-                        loaded = merged(None)
+                # None: the session was deleted after the first read, and is no
+                # more (what the first read listed is not a session now).
         if loaded is None:
             return None
         raw, events = loaded
@@ -195,9 +197,15 @@ class SessionLoader:
         if self._size <= 0:
             return convert.events_from_data([e.event.content for e in entries])
         cache = self._cache
+
+        def cached(e: RawEntry) -> Event | None:
+            hit = held.get(e.seq)
+            if hit is None:
+                hit = cache.get(e.seq)
+            return hit if hit is not None and hit.id == e.event.id else None
+
         with self._lock:
-            found = [hit if (hit := held.get(e.seq)) is not None else cache.get(e.seq)
-                     for e in entries]
+            found = [cached(e) for e in entries]
             for e, hit in zip(entries, found, strict=True):
                 if hit is not None and e.seq in cache:
                     cache.move_to_end(e.seq)
