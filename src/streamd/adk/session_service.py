@@ -92,7 +92,7 @@ from google.adk.sessions.session import Session
 from streamd import errors
 from streamd.adk import codec
 from streamd.adk.clients import Client, LoopClients
-from streamd.adk.errors import adk_error, stale_error
+from streamd.adk.errors import EventConflictError, adk_error, stale_error
 from streamd.adk.loading import DEFAULT_EVENT_CACHE, ListedSession, SessionLoader, adk_session
 from streamd.adk.write_behind import PENDING, Pipeline, Queued, encode
 from streamd.client.transport import START_TIMEOUT
@@ -154,8 +154,15 @@ class StreamdSessionService(BaseSessionService):
 
     async def close(self) -> None:
         """Close the client this service opened on the running loop (a client
-        it was given is the caller's to close)."""
-        await self._clients.close()
+        it was given is the caller's to close). With write-behind, what is
+        queued is sent first, and a refusal not raised yet is raised here, as
+        :meth:`flush` does."""
+        try:
+            await self._drain()
+        finally:
+            await self._clients.close()
+        if self._unreported:
+            raise self._refused[self._unreported.pop(0)]
 
     # -- sessions --
 
@@ -310,6 +317,7 @@ class StreamdSessionService(BaseSessionService):
         ``expected_seq`` (its marker's seq, or the seq its previous run was
         stored at). So a copy that another writer overtook is still refused as
         stale, with everything it queued after, and nothing of it is merged."""
+        self._own_write_behind()
         marker = session._storage_update_marker
         token = marker[len(PENDING):] if marker and marker.startswith(PENDING) else None
         refused = self._refused.get(token) if token is not None else None
@@ -328,8 +336,15 @@ class StreamdSessionService(BaseSessionService):
                 await self._drain()
             expected = await self._expected_seq(client, session)
             self._copies[token] = weakref.ref(session)
-        if any(e.id == event.id for e in session.events):
-            return event  # a re-delivery of an event this copy already holds
+        held = next((e for e in session.events if e.id == event.id), None)
+        if held is not None:
+            if _stored_alike(held, event):
+                return event  # a re-delivery of an event this copy already holds
+            # As the log answers a durable append of it (event_conflict).
+            raise EventConflictError(
+                f"event {event.id!r} is already in this session with other content: an"
+                " event id names one event; nothing was queued",
+                event_id=event.id, seq=None)
         params = AppendParams(
             app=session.app_name,
             user=session.user_id,
@@ -347,10 +362,10 @@ class StreamdSessionService(BaseSessionService):
         session.last_update_time = codec.stored_time(event.timestamp)
         self._commit_event_to_session(session, event)
         if pipe.task is None:
-            pipe.task = asyncio.get_running_loop().create_task(self._send(pipe, client))
+            pipe.task = asyncio.get_running_loop().create_task(self._send(key, pipe, client))
         return event
 
-    async def _send(self, pipe: Pipeline, client: Client) -> None:
+    async def _send(self, key: tuple[str, str, str], pipe: Pipeline, client: Client) -> None:
         try:
             while pipe.queue:
                 run = pipe.take_run()
@@ -362,6 +377,13 @@ class StreamdSessionService(BaseSessionService):
                 appends += [q.params for q in run[1:]]
                 try:
                     results = (await client.append_batch(appends)).results
+                except asyncio.CancelledError:
+                    # Its event loop is ending (asyncio.run cancels what is left
+                    # of a turn's tasks) with the run's outcome unknown: first in
+                    # line again, for the next loop that uses the service to send
+                    # (the log answers an event stored already as a duplicate).
+                    pipe.queue[:0] = run
+                    raise
                 except RpcError as exc:
                     # What this copy queued after the refused run was computed on
                     # it: dropped, and the refusal raised at its next append.
@@ -378,6 +400,8 @@ class StreamdSessionService(BaseSessionService):
                     self._settle(first.token)
         finally:
             pipe.task = None
+            if not pipe.queue and self._pipes.get(key) is pipe:
+                del self._pipes[key]  # a session's pipeline lives while it has work
 
     def _settle(self, token: str) -> None:
         """A copy's queued appends are all stored: its marker becomes the seq
@@ -391,10 +415,33 @@ class StreamdSessionService(BaseSessionService):
             copy._storage_update_marker = str(seq)
 
     async def _drain(self) -> None:
-        """Wait until everything queued is sent (stored or refused)."""
-        for pipe in list(self._pipes.values()):
+        """Wait until everything queued is sent (stored or refused). A queue
+        an ended event loop left unsent is sent from this one."""
+        if not self._pipes:
+            return
+        loop = self._own_write_behind()
+        for key, pipe in list(self._pipes.items()):
+            if pipe.task is None and pipe.queue:
+                client = await self._client()
+                if pipe.task is None and pipe.queue:  # (the await let others run)
+                    pipe.task = loop.create_task(self._send(key, pipe, client))
             while pipe.task is not None:
                 await asyncio.shield(pipe.task)
+
+    def _own_write_behind(self) -> asyncio.AbstractEventLoop:
+        """The running loop, once no other loop is sending this service's
+        queues: write-behind's queues and counts are one loop's at a time
+        (ADK's ``Runner.run`` runs turn after turn, each on a loop of its own;
+        the durable default serves loops at once)."""
+        loop = asyncio.get_running_loop()
+        for pipe in self._pipes.values():
+            task = pipe.task
+            if task is not None and task.get_loop() is not loop and not task.done():
+                raise RuntimeError(
+                    "StreamdSessionService(write_behind=True) is used from two event loops at"
+                    " once; write-behind sends from one loop at a time (use a service per"
+                    " loop, or the durable default)")
+        return loop
 
     async def flush(self) -> None:
         """Wait until every queued event is stored; raise the first refusal
@@ -422,3 +469,9 @@ class StreamdSessionService(BaseSessionService):
         if mine != theirs:
             raise stale_error(f"its last event is {mine!r}, storage's is {theirs!r}")
         return int(stored._storage_update_marker or 0)
+
+
+def _stored_alike(held: Event, event: Event) -> bool:
+    """Whether ``event`` is what the log stores for ``held`` (its content is the
+    whole event, its delta included): a re-delivery, not a conflict."""
+    return codec.log_event(held) == codec.log_event(event)

@@ -1,0 +1,159 @@
+"""Write-behind (``write_behind=True``) across the life of event loops: ADK's
+``Runner.run`` runs each turn on a loop of its own, and ``asyncio.run`` cancels
+what a turn's loop still runs when it ends; a service closed with events
+queued; a service used from two loops at once; an event id reused.
+
+Every case here lost acknowledged events, or a refusal, before: a send
+cancelled by its loop's end dropped the run it was sending (and the next
+turn's send died on its bookkeeping), ``close`` discarded the queue, two loops
+at once raised asyncio's "attached to a different loop" or lost events, and a
+reused id with other content was dropped without a word."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("google.adk")
+
+from google.adk.events.event import Event
+from google.genai import types
+
+from streamd.adk import EventConflictError, StreamdSessionService
+from streamd.client.local import LocalClient
+
+
+def said(text: str) -> Event:
+    return Event(author="user", invocation_id="inv-1",
+                 content=types.Content(role="user", parts=[types.Part(text=text)]))
+
+
+def texts(session: Any) -> list[str]:
+    return [e.content.parts[0].text for e in session.events]
+
+
+def stored(db: Path) -> list[str]:
+    async def read() -> list[str]:
+        fresh = StreamdSessionService(database=db)
+        got = await fresh.get_session(app_name="app", user_id="u", session_id="s")
+        await fresh.close()
+        return [] if got is None else texts(got)
+
+    return asyncio.run(read())
+
+
+def test_a_send_cut_short_by_its_loops_end_is_made_by_the_next_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "events.db"
+    service = StreamdSessionService(database=db, write_behind=True)
+    real = LocalClient.call
+    calls = 0
+
+    async def first_one_stuck(self: LocalClient, call: Any) -> Any:
+        nonlocal calls
+        if call.method == "eventlog/append_batch":
+            calls += 1
+            if calls == 1:
+                await asyncio.Event().wait()  # until the loop ends and cancels it
+        return await real(self, call)
+
+    monkeypatch.setattr(LocalClient, "call", first_one_stuck)
+
+    async def turn(first: bool) -> Any:
+        if first:
+            s = await service.create_session(app_name="app", user_id="u", session_id="s")
+        else:
+            s = await service.get_session(app_name="app", user_id="u", session_id="s")
+        for i in range(3):
+            await service.append_event(s, said(f"{'one' if first else 'two'} {i}"))
+        await asyncio.sleep(0)  # the send starts, and is stuck (the first)
+        return s
+
+    asyncio.run(turn(True))  # ends with its send cancelled
+    second = asyncio.run(turn(False))
+    assert texts(second) == [*(f"one {i}" for i in range(3)), *(f"two {i}" for i in range(3))]
+
+    async def last() -> None:
+        await service.flush()
+        await service.close()
+
+    asyncio.run(last())
+    assert calls >= 2
+    assert stored(db) == [*(f"one {i}" for i in range(3)), *(f"two {i}" for i in range(3))]
+
+
+def test_close_sends_what_is_queued(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+
+    async def scenario() -> None:
+        service = StreamdSessionService(database=db, write_behind=True)
+        s = await service.create_session(app_name="app", user_id="u", session_id="s")
+        for i in range(30):
+            await service.append_event(s, said(f"m{i}"))
+        await service.close()
+
+    asyncio.run(scenario())
+    assert stored(db) == [f"m{i}" for i in range(30)]
+
+
+def test_a_second_loop_at_once_is_refused_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "events.db"
+    service = StreamdSessionService(database=db, write_behind=True)
+    sending, release = threading.Event(), threading.Event()
+    real = LocalClient.call
+
+    async def held(self: LocalClient, call: Any) -> Any:
+        if call.method == "eventlog/append_batch":
+            sending.set()
+            await asyncio.to_thread(release.wait, 60)
+        return await real(self, call)
+
+    monkeypatch.setattr(LocalClient, "call", held)
+
+    async def first() -> None:
+        s = await service.create_session(app_name="app", user_id="u", session_id="a")
+        await service.append_event(s, said("from A"))
+        await service.flush()  # waits for the held send
+
+    thread = threading.Thread(target=asyncio.run, args=(first(),))
+    thread.start()
+    try:
+        assert sending.wait(60)
+
+        async def second() -> None:
+            with pytest.raises(RuntimeError, match="two event loops at once"):
+                await service.get_session(app_name="app", user_id="u", session_id="a")
+
+        asyncio.run(second())
+    finally:
+        release.set()
+        thread.join(60)
+    assert not thread.is_alive()
+
+
+def test_a_reused_event_id_with_other_content_is_refused_and_a_redelivery_is_not(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "events.db"
+
+    async def scenario() -> None:
+        service = StreamdSessionService(database=db, write_behind=True)
+        s = await service.create_session(app_name="app", user_id="u", session_id="s")
+        first = said("first")
+        await service.append_event(s, first)
+        assert await service.append_event(s, first) is first  # the same event again
+        other = said("other")
+        other.id = first.id
+        with pytest.raises(EventConflictError):
+            await service.append_event(s, other)
+        await service.close()
+
+    asyncio.run(scenario())
+    assert stored(db) == ["first"]
