@@ -260,6 +260,26 @@ async def test_a_failed_poll_is_followed_by_a_wake_once_the_server_answers(
 # --- cancellation and outages ------------------------------------------------------------
 
 
+def test_a_connection_the_server_closed_while_idle_is_replaced_before_the_next_call(
+    mysql_db: str, open_store: Callable[..., MysqlStore]
+) -> None:
+    # wait_timeout, or a restart, closes a connection the driver still holds:
+    # the next call failed on it. Checked after every idle moment here.
+    store = open_store(idle_check_s=0.0)
+    assert store.append(ap("before"), T0).seq == 1
+    admin = raw(mysql_db)
+    try:
+        admin.query("SELECT id FROM information_schema.processlist"
+                    " WHERE db = DATABASE() AND id <> CONNECTION_ID()")
+        ids = [row[0] for row in admin.store_result().fetch_row(maxrows=0)]
+        assert ids
+        for conn_id in ids:
+            admin.query(f"KILL {int(conn_id)}")
+    finally:
+        admin.close()
+    assert store.append(ap("after"), T0).seq == 2
+
+
 async def test_a_cancelled_append_has_its_statement_killed_and_the_next_call_works(
     mysql_db: str,
 ) -> None:

@@ -194,6 +194,24 @@ async def test_a_dropped_listener_wakes_polls_and_listens_again(
                 await changes.wait()
 
 
+def test_a_connection_the_server_closed_while_idle_is_replaced_before_the_next_call(
+    postgres_db: str,
+    open_store: Callable[..., PostgresStore],
+) -> None:
+    # A server restarted, or its idle_session_timeout, closes a connection the
+    # driver still takes for open: the next call failed on it ("lost the
+    # connection ... a write in flight"). Checked after every idle moment here.
+    store = open_store(idle_check_s=0.0)
+    assert store.append(ap("before"), T0).seq == 1
+    with psycopg.connect(postgres_db, autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert ended and all(ok for (ok,) in ended)
+    assert store.append(ap("after"), T0).seq == 2
+
+
 # --- the Trio runner -------------------------------------------------------------------
 
 

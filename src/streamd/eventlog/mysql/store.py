@@ -85,6 +85,9 @@ class MysqlOptions:
     """Used when the URL gives no ``connect_timeout``."""
     reconnect_min_s: float = 0.05
     reconnect_max_s: float = 5.0
+    idle_check_s: float = 1.0
+    """A call after this long without one first checks its connection with a
+    ping (see :mod:`~streamd.eventlog.store.reconnecting`)."""
     unresponsive_s: float = 2.0
     """How long a cancelled call may go on after its statement was killed
     before the connection is cut under it."""
@@ -148,6 +151,7 @@ class MysqlStore(SqlOperations):
             connect=self._connect,
             # A connection that failed is dropped by _translate; one held is usable.
             usable=lambda c: True,
+            alive=lambda c: c.ping(),
             fileno=lambda c: self._fd,
             close=lambda c: c.close(),
             refused=self._connect_refused,
@@ -156,6 +160,7 @@ class MysqlStore(SqlOperations):
             data_key="mysql_error",
             min_s=self._opts.reconnect_min_s,
             max_s=self._opts.reconnect_max_s,
+            idle_check_s=self._opts.idle_check_s,
         )
         self._db_clock = self._opts.lease_clock == "database"
 

@@ -86,6 +86,9 @@ class PostgresOptions:
     """Used when the conninfo and ``PGCONNECT_TIMEOUT`` give none."""
     reconnect_min_s: float = 0.05
     reconnect_max_s: float = 5.0
+    idle_check_s: float = 1.0
+    """A call after this long without one first checks its connection with a
+    round trip (see :mod:`~streamd.eventlog.store.reconnecting`)."""
     application_name: str = "streamd"
     """Used when the conninfo and ``PGAPPNAME`` give none (it shows in
     ``pg_stat_activity``)."""

@@ -149,6 +149,7 @@ class PostgresStore(SqlOperations):
         self._link: Reconnecting[psycopg.Connection[Any]] = Reconnecting(
             connect=lambda: connect(conninfo, self._opts),
             usable=lambda c: not c.broken and not c.closed,
+            alive=lambda c: c.execute("SELECT 1").fetchone(),  # autocommit: no transaction left
             fileno=lambda c: c.pgconn.socket,
             close=lambda c: c.close(),
             refused=self._connect_refused,
@@ -157,6 +158,7 @@ class PostgresStore(SqlOperations):
             data_key="postgres_error",
             min_s=self._opts.reconnect_min_s,
             max_s=self._opts.reconnect_max_s,
+            idle_check_s=self._opts.idle_check_s,
         )
         self._db_clock = self._opts.lease_clock == "database"
         self._channel = notify_channel(self._opts.schema)

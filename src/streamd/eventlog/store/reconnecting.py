@@ -3,6 +3,12 @@
 A :class:`Reconnecting` holds the connection a store runs on and the rules of
 keeping it, written once for PostgreSQL and MySQL:
 
+* checked with a round trip (the backend's ``alive``) before a call that
+  comes after ``idle_check_s`` without one: a server that restarted, or closed
+  the connection after its idle timeout (``wait_timeout``,
+  ``idle_session_timeout``), leaves a connection the driver still takes for
+  open, and the first call of a quiet morning failed on it, its error speaking
+  of a write in flight that never was;
 * made on first use and made again after it broke; while the server stays
   unreachable, attempts back off (``min_s`` doubling to ``max_s``) and calls in
   between fail at once with ``source_unavailable`` saying when the next attempt
@@ -76,6 +82,7 @@ class Reconnecting(Generic[C]):
         *,
         connect: Callable[[], C],
         usable: Callable[[C], bool],
+        alive: Callable[[C], object],
         fileno: Callable[[C], int],
         close: Callable[[C], None],
         refused: Callable[[Exception], RpcError],
@@ -84,8 +91,12 @@ class Reconnecting(Generic[C]):
         data_key: str,
         min_s: float,
         max_s: float,
+        idle_check_s: float = 1.0,
     ) -> None:
         self._connect, self._usable, self._fileno, self._close = connect, usable, fileno, close
+        self._alive = alive  # a round trip; raises one of ``errors`` when the connection is gone
+        self._idle_check_s = idle_check_s
+        self._used_at = time.monotonic()
         self._refused = refused  # a failed connect, in the backend's words
         self._errors = errors
         self._where, self._data_key = where, data_key
@@ -114,11 +125,13 @@ class Reconnecting(Generic[C]):
         if self.closed:
             raise closed_error()
         conn = self._conn
-        if conn is not None and conn is not self._severed and self._usable(conn):
+        now = time.monotonic()
+        if (conn is not None and conn is not self._severed and self._usable(conn)
+                and (now - self._used_at < self._idle_check_s or self._still_alive(conn))):
+            self._used_at = now
             return conn
         if conn is not None:
             self.drop()
-        now = time.monotonic()
         if now < self._retry_at:
             raise RpcError(
                 SOURCE_UNAVAILABLE,
@@ -141,10 +154,20 @@ class Reconnecting(Generic[C]):
                 self._close_quietly(conn)
                 raise closed_error()
             self._conn = conn
+        self._used_at = time.monotonic()
         if self._failures:
             logger.info("event log reconnected to the %s", self._where)
         self._failures = 0
         return conn
+
+    def _still_alive(self, conn: C) -> bool:
+        try:
+            self._alive(conn)
+        except self._errors:
+            logger.info("event log: the %s closed an idle connection; connecting again",
+                        self._where)
+            return False
+        return True
 
     def cut(self) -> bool:
         """Whether the connection now is one :meth:`sever` cut."""
