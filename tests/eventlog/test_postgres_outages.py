@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -169,3 +170,51 @@ def test_tcp_connections_get_keepalives_and_a_user_timeout_unless_given() -> Non
         "postgresql://u@db.example/x?keepalives_idle=99&tcp_user_timeout=5", PostgresOptions()
     )
     assert "keepalives_idle" not in own and "tcp_user_timeout" not in own
+
+
+async def test_calls_queued_behind_a_connect_that_times_out_fail_at_once() -> None:
+    # A server that accepts and never answers (a hung host): the first call
+    # waits out the connect timeout; the calls queued behind it each waited
+    # out one of their own (12 calls: answered at 5, 10, ... 60 s). After a
+    # failed connect, calls fail at once until the next attempt is due.
+    from streamd.eventlog import EventLog
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+
+    threading.Thread(target=accept, daemon=True).start()
+    port = listener.getsockname()[1]
+    url = (f"postgresql://streamd@127.0.0.1:{port}/events"
+           "?connect_timeout=2&sslmode=disable&gssencmode=disable")
+    refusals: list[str] = []
+    try:
+        with trio.fail_after(60):
+            async with EventLog(url) as log:
+
+                async def call() -> None:
+                    try:
+                        await log.latest_seq()
+                    except RpcError as exc:
+                        assert exc.code == SOURCE_UNAVAILABLE
+                        refusals.append(exc.message)
+
+                async with trio.open_nursery() as nursery:
+                    for _ in range(5):
+                        nursery.start_soon(call)
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    assert len(refusals) == 5
+    assert len(accepted) <= 2  # one attempt (two only if the machine stalled past the backoff)
+    assert sum("next connection attempt in" in m for m in refusals) >= 3

@@ -124,6 +124,12 @@ class SqliteOpener:
         return FileChanges(Path(self._path), fallback_interval=self._watch_interval)
 
 
+# After a failed connection to a server, how long calls fail at once before
+# the next attempt: doubling from the first to the second.
+_RETRY_MIN_S = 0.25
+_RETRY_MAX_S = 5.0
+
+
 class _ServerOpener:
     """What the server backends' openers share: a server that goes away comes
     back (no fault is for good), and the checks before a connection is made."""
@@ -135,6 +141,8 @@ class _ServerOpener:
         self._synchronous = options.synchronous
         self._watch_interval = watch_interval
         self._failure: str | None = None  # the last connection attempt's error
+        self._failures = 0
+        self._retry_at = 0.0
 
     @property
     def fault(self) -> str | None:
@@ -142,16 +150,30 @@ class _ServerOpener:
             return None
         return f"cannot connect (tried again at the next call): {self._failure}"
 
-    async def _connected(self, connecting: Awaitable[Runner]) -> Runner:
-        """``connecting``'s connection, remembering whether it failed (for
-        ``streamd status``: the errors already name the database without its
-        password)."""
+    async def _connected(self, connect: Callable[[], Awaitable[Runner]]) -> Runner:
+        """A connection, by ``connect``; after one that failed, none is tried
+        for a while (``_RETRY_MIN_S`` doubling to ``_RETRY_MAX_S``) and calls
+        fail at once saying when the next attempt is: the calls queued behind
+        an attempt that waits out a connect timeout (a server that accepts and
+        never answers) each waited out one of their own. The failure is also
+        the log's fault, for ``streamd status`` (the errors name the database,
+        never its password)."""
+        wait = self._retry_at - trio.current_time()
+        if self._failure is not None and wait > 0:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"{self._failure} (next connection attempt in {int(wait * 1000)} ms)",
+                {"reason": "reconnecting"},
+            )
         try:
-            runner = await connecting
+            runner = await connect()
         except RpcError as exc:
+            self._failures += 1
+            delay = min(_RETRY_MAX_S, _RETRY_MIN_S * 2 ** (self._failures - 1))
+            self._retry_at = trio.current_time() + delay
             self._failure = exc.message
             raise
-        self._failure = None
+        self._failure, self._failures = None, 0
         return runner
 
     def _url(self) -> str:
@@ -191,7 +213,7 @@ class PostgresOpener(_ServerOpener):
         except ImportError as exc:
             raise _missing_driver("PostgreSQL", "psycopg", "postgres", exc) from None
         return await self._connected(
-            PostgresRunner.open(self._url(), self._options(), migrate=role == "writer"))
+            lambda: PostgresRunner.open(self._url(), self._options(), migrate=role == "writer"))
 
     def changes(self, poll: Poll) -> AbstractAsyncContextManager[ChangeSource]:
         """LISTEN for every host's commits; while that connection is down, poll
@@ -217,7 +239,7 @@ class MysqlOpener(_ServerOpener):
             from streamd.eventlog.mysql.store import MysqlOptions
         except ImportError as exc:
             raise _missing_driver("MySQL", "mysqlclient", "mysql", exc) from None
-        return await self._connected(MysqlRunner.open(
+        return await self._connected(lambda: MysqlRunner.open(
             self._url(), MysqlOptions(synchronous=self._synchronous), migrate=role == "writer"
         ))
 
