@@ -425,5 +425,8 @@ async def test_every_eventlog_method_answers_the_cause_over_json_rpc(daemon: Any
             assert err["data"]["reason"] == FAULT_REASON
         reply = await c.response(watch_id)  # the running watch ended with it too
         assert reply["error"]["code"] == -32000 and "was deleted" in reply["error"]["message"]
+        # Saying where a watcher resumes, as every end of a watch does.
+        assert reply["error"]["data"]["last_seq"] == 1
+        assert reply["error"]["message"].endswith("resume with from_seq=1")
         late_watch = await c.start("eventlog/watch", {"from_seq": 0})
         assert (await c.response(late_watch))["error"]["code"] == -32000

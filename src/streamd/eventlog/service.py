@@ -215,7 +215,7 @@ class _Service:
                         failure = exc
                     nursery.cancel_scope.cancel()
         if failure is not None:
-            raise failure
+            raise _resumable(failure, sender.last_sent)
         return WatchResult(last_seq=sender.last_sent)
 
     # -- sessions --
@@ -419,6 +419,21 @@ class _SplicedEntryNotification(msgspec.Struct):
 async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
+
+
+def _resumable(exc: RpcError, last_seq: int) -> RpcError:
+    """A watch's failure saying where to resume (a server that went away
+    under a watch, say): the seq of the last entry it sent, as a watch's end
+    says it. One that says it already is left as it is."""
+    data = exc.data if isinstance(exc.data, dict) else {}
+    if "last_seq" in data:
+        return exc
+    return RpcError(
+        exc.code,
+        f"{exc.message}; the watch has ended, resume with from_seq={last_seq}",
+        {**data, "last_seq": last_seq} if exc.data is None or isinstance(exc.data, dict)
+        else exc.data,
+    )
 
 
 def _client_stalled(last_seq: int, unwritten: int, budget: int, timeout: float) -> RpcError:
