@@ -258,7 +258,10 @@ class PostgresStore(SqlOperations):
         return op(self._sql())
 
     def _scrub(self, exc: BaseException) -> str:
-        return scrub(str(exc).strip(), self._secrets)
+        # The server's words, without the statement libpq quotes after them
+        # ("LINE 1: SELECT ...", a caret under it): ours, never the caller's.
+        words = str(exc).strip().split("\nLINE ", 1)[0]
+        return scrub(words, self._secrets)
 
     def _connect_refused(self, exc: Exception) -> RpcError:
         assert isinstance(exc, psycopg.Error)

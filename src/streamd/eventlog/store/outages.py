@@ -18,8 +18,8 @@ __all__ = [
 ]
 
 RETRY_IS_SAFE = (
-    "A write in flight may or may not have committed; retrying an append with the"
-    " same event id is safe (it answers duplicate if it had)"
+    "If the call was a write, it may or may not have committed; retrying an append"
+    " with the same event id is safe (it answers duplicate if it had)"
 )
 
 
