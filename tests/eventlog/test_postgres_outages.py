@@ -218,3 +218,32 @@ async def test_calls_queued_behind_a_connect_that_times_out_fail_at_once() -> No
     assert len(refusals) == 5
     assert len(accepted) <= 2  # one attempt (two only if the machine stalled past the backoff)
     assert sum("next connection attempt in" in m for m in refusals) >= 3
+
+
+async def test_the_logs_fault_says_the_server_is_gone_until_it_is_back(own_cluster: Any) -> None:
+    # What streamd status shows as db_fault: a server gone after the log had
+    # connected, not only one it never reached.
+    from streamd.eventlog import EventLog
+
+    conninfo = own_cluster.fresh_database()
+    with trio.fail_after(120):
+        async with EventLog(conninfo) as log:
+            await log.append("app", "u", "s", Event(id="e0", author="a", content=None))
+            assert log.fault is None
+            await trio.to_thread.run_sync(own_cluster.stop, "fast")
+            with pytest.raises(RpcError):
+                await log.append("app", "u", "s", Event(id="e1", author="a", content=None))
+            # A lost connection says nothing of the server yet; the attempt to
+            # reconnect that fails does.
+            while log.fault is None:
+                with pytest.raises(RpcError):
+                    await log.latest_seq()
+            assert "cannot connect" in log.fault
+            await trio.to_thread.run_sync(own_cluster.start)
+            while True:
+                try:
+                    await log.latest_seq()
+                    break
+                except RpcError:
+                    await trio.sleep(0.05)  # the backoff's next attempt
+            assert log.fault is None

@@ -14,6 +14,7 @@ optional extras.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -23,6 +24,7 @@ import trio
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import dbtarget
+from streamd.eventlog.server_runner import ServerRunner
 from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 from streamd.eventlog.sqlite.changes import FileChanges
 from streamd.eventlog.sqlite.connection import prepare_file
@@ -143,12 +145,17 @@ class _ServerOpener:
         self._failure: str | None = None  # the last connection attempt's error
         self._failures = 0
         self._retry_at = 0.0
+        # The connections opened, whose stores reconnect on their own.
+        self._opened: weakref.WeakSet[ServerRunner] = weakref.WeakSet()
 
     @property
     def fault(self) -> str | None:
-        if self._failure is None:
+        failure = self._failure
+        if failure is None:
+            failure = next((o for r in list(self._opened) if (o := r.store.outage)), None)
+        if failure is None:
             return None
-        return f"cannot connect (tried again at the next call): {self._failure}"
+        return f"{failure} (tried again at the next call)"
 
     async def _connected(self, connect: Callable[[], Awaitable[Runner]]) -> Runner:
         """A connection, by ``connect``; after one that failed, none is tried
@@ -174,6 +181,8 @@ class _ServerOpener:
             self._failure = exc.message
             raise
         self._failure, self._failures = None, 0
+        if isinstance(runner, ServerRunner):
+            self._opened.add(runner)
         return runner
 
     def _url(self) -> str:

@@ -46,6 +46,12 @@ class ServerStore(Protocol):
 
     def close(self) -> None: ...
 
+    @property
+    def outage(self) -> str | None:
+        """Why the server cannot be reached now (the last reconnect attempt's
+        error), or None while it can."""
+        ...
+
 
 class ServerRunner:
     """A server backend's store opened for the Trio layer (a

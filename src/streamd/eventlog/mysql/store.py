@@ -242,6 +242,11 @@ class MysqlStore(SqlOperations):
     def _call(self, op: Callable[[Sql], _T]) -> _T:
         return op(self._sql())
 
+    @property
+    def outage(self) -> str | None:
+        """Why the server cannot be reached now, while it cannot."""
+        return self._link.outage
+
     def _connect_refused(self, exc: Exception) -> RpcError:
         assert isinstance(exc, MySQLdb.Error)
         return self._translate(exc, connecting=True)

@@ -263,6 +263,11 @@ class PostgresStore(SqlOperations):
         words = str(exc).strip().split("\nLINE ", 1)[0]
         return scrub(words, self._secrets)
 
+    @property
+    def outage(self) -> str | None:
+        """Why the server cannot be reached now, while it cannot."""
+        return self._link.outage
+
     def _connect_refused(self, exc: Exception) -> RpcError:
         assert isinstance(exc, psycopg.Error)
         return self._translate(exc, connecting=True)

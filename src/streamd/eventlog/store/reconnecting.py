@@ -111,6 +111,12 @@ class Reconnecting(Generic[C]):
         """Closed, or aborted for a close: every later get() raises ``closed``."""
 
     @property
+    def outage(self) -> str | None:
+        """The last failed attempt's error while the server stays unreachable
+        (None once a connection is made)."""
+        return self._last_error if self._failures else None
+
+    @property
     def current(self) -> C | None:
         """The connection now, if any (for a cancel from another thread)."""
         return self._conn
