@@ -157,3 +157,41 @@ def test_a_reused_event_id_with_other_content_is_refused_and_a_redelivery_is_not
 
     asyncio.run(scenario())
     assert stored(db) == ["first"]
+
+
+def test_a_loop_closed_under_its_send_leaves_the_run_for_the_next_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # run_until_complete and close, without asyncio.run's cancellation of
+    # what the loop still ran: the send task never runs again, and the run
+    # it had taken was held in its frame alone (every later call on any loop
+    # then said "two event loops at once").
+    db = tmp_path / "events.db"
+    service = StreamdSessionService(database=db, write_behind=True)
+    real = LocalClient.call
+    stuck = True
+
+    async def first_one_stuck(self: LocalClient, call: Any) -> Any:
+        if call.method == "eventlog/append_batch" and stuck:
+            await asyncio.Event().wait()
+        return await real(self, call)
+
+    monkeypatch.setattr(LocalClient, "call", first_one_stuck)
+
+    async def turn() -> None:
+        s = await service.create_session(app_name="app", user_id="u", session_id="s")
+        for i in range(3):
+            await service.append_event(s, said(f"m{i}"))
+        await asyncio.sleep(0)  # the send starts, and is stuck
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(turn())
+    loop.close()
+    stuck = False
+
+    async def later() -> None:
+        await service.flush()
+        await service.close()
+
+    asyncio.run(later())
+    assert stored(db) == ["m0", "m1", "m2"]

@@ -4,9 +4,8 @@ whose parent used the service at start-up, say).
 SQLite's connections, and its table of the process's open files with the
 locks the parent holds, come across a fork; a child that used the parent's
 connection, or opened the file anew (its new connection believing it holds
-the parent's locks), or merely closed the inherited connection at its exit
-(a checkpoint, then the parent's ``-wal`` deleted) corrupted the parent's
-file. The child is refused that file, clearly; other files are its own.
+the parent's locks), corrupted the parent's file. The child is refused that
+file, clearly; other files are its own.
 """
 
 from __future__ import annotations
@@ -54,11 +53,11 @@ if pid == 0:
         await own.aclose()
         return out
     print(json.dumps(asyncio.run(child())), flush=True)
-    # The child lets go of the parent's client, as a child's end collects it:
-    # the inherited connection must not be closed (a checkpoint, then the
-    # parent's -wal deleted). Then os._exit: an ordinary exit would also close
-    # the parent's asyncio loop, whose epoll the child shares (asyncio's own
-    # hazard across a fork, whatever the loop runs).
+    # The child lets go of the parent's client, as a child's end collects it
+    # (its release hands nothing to the parent's worker, which did not come
+    # across). Then os._exit: an ordinary exit would also close the parent's
+    # asyncio loop, whose epoll the child shares (asyncio's own hazard across
+    # a fork, whatever the loop runs).
     del client
     gc.collect()
     os._exit(0)

@@ -366,6 +366,7 @@ class StreamdSessionService(BaseSessionService):
         return event
 
     async def _send(self, key: tuple[str, str, str], pipe: Pipeline, client: Client) -> None:
+        me = asyncio.current_task()
         try:
             while pipe.queue:
                 run = pipe.take_run()
@@ -383,10 +384,12 @@ class StreamdSessionService(BaseSessionService):
                     # line again, for the next loop that uses the service to send
                     # (the log answers an event stored already as a duplicate).
                     pipe.queue[:0] = run
+                    pipe.sending = []
                     raise
                 except RpcError as exc:
                     # What this copy queued after the refused run was computed on
                     # it: dropped, and the refusal raised at its next append.
+                    pipe.sending = []
                     pipe.queue = [q for q in pipe.queue if q.token != first.token]
                     self._owed[first.token] = 0
                     self._acked.pop(first.token, None)
@@ -394,13 +397,17 @@ class StreamdSessionService(BaseSessionService):
                     self._refused[first.token] = adk_error(exc, first.params.session, expected)
                     self._unreported.append(first.token)
                     continue
+                pipe.sending = []
                 self._acked[first.token] = results[-1].seq
                 self._owed[first.token] -= len(run)
                 if not self._owed[first.token]:
                     self._settle(first.token)
         finally:
-            pipe.task = None
-            if not pipe.queue and self._pipes.get(key) is pipe:
+            # Not when this is a task abandoned with its closed loop, ended by the
+            # collector later: the pipeline may have another task by then.
+            if pipe.task is me:
+                pipe.task = None
+            if pipe.task is None and not pipe.queue and self._pipes.get(key) is pipe:
                 del self._pipes[key]  # a session's pipeline lives while it has work
 
     def _settle(self, token: str) -> None:
@@ -435,6 +442,7 @@ class StreamdSessionService(BaseSessionService):
         the durable default serves loops at once)."""
         loop = asyncio.get_running_loop()
         for pipe in self._pipes.values():
+            pipe.abandoned()  # a loop closed under its task: the run is queued again
             task = pipe.task
             if task is not None and task.get_loop() is not loop and not task.done():
                 raise RuntimeError(

@@ -39,6 +39,22 @@ class Pipeline:
     def __init__(self) -> None:
         self.queue: list[Queued] = []
         self.task: asyncio.Task[None] | None = None
+        self.sending: list[Queued] = []
+        """The run the task has taken out of the queue and not settled: put
+        back first in line if its loop was closed under it (the task then
+        never runs again)."""
+
+    def abandoned(self) -> bool:
+        """Whether the task's loop was closed without the task ending (a loop
+        closed without asyncio.run's cancellation of what it still ran): its
+        run goes back first in line, and the pipeline has no task."""
+        task = self.task
+        if task is None or task.done() or not task.get_loop().is_closed():
+            return False
+        self.queue[:0] = self.sending
+        self.sending = []
+        self.task = None
+        return True
 
     def take_run(self) -> list[Queued]:
         """The next run: the first queued event and those after it from the same
@@ -54,4 +70,5 @@ class Pipeline:
             run.append(q)
             size += q.size
         del self.queue[: len(run)]
+        self.sending = run
         return run

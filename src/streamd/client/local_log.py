@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import ctypes
 import functools
 import gc
 import logging
@@ -153,8 +152,8 @@ class OpenLog:
         self._holders = 0
         self.closing: concurrent.futures.Future[None] | None = None
         self.inherited = False
-        """Open in this process's parent when it forked: never used or closed
-        here (see :func:`_forget_after_fork`)."""
+        """Open in this process's parent when it forked: never used here (see
+        :func:`_forget_after_fork`)."""
 
     @property
     def path(self) -> str:
@@ -216,8 +215,8 @@ class OpenLog:
                 return None
             self.forget()
             if self.inherited:
-                # The parent's connection: closing it here would checkpoint and
-                # delete the parent's -wal (see _forget_after_fork).
+                # The parent's: its worker did not come across the fork, and
+                # nothing of it is used here (see _forget_after_fork).
                 closing = self.closing = concurrent.futures.Future()
                 closing.set_result(None)
                 return closing
@@ -314,31 +313,24 @@ def _forget_after_fork() -> None:
     came across: SQLite's own table of the process's open files, with the
     locks the parent held. A connection the child opened to such a file would
     believe it holds those locks without holding them, and write beside the
-    parent; a close of an inherited connection (the child's exit collects it)
-    would checkpoint and delete the parent's ``-wal`` under it. So the parent's
-    logs are marked inherited: never closed here (their connections are kept
-    for the life of the process), their calls refused, and so are new opens
-    of their files (:func:`forked_error`). Other files open as usual, with a
-    lock and a releaser of the child's own."""
+    parent (the file was corrupted so). So the parent's logs are marked
+    inherited: their calls refused, their release a no-op (nothing handed to
+    the parent's worker, which did not come across), and so are new opens of
+    their files (:func:`forked_error`). Other files open as usual, with a lock
+    and a releaser of the child's own; but SQLite's own process-wide mutex
+    comes across held if another thread of the parent was opening or closing
+    a database at the fork, and then any open in the child waits for ever:
+    fork with no log opening or closing meanwhile."""
     global _lock, _releases, _releaser
     inherited = [log for file in _files.values() for log in file.logs]
     _forked_paths.update(path for path, file in _files.items() if file.logs or file.opening)
     for log in inherited:
         log.inherited = True
-        _keep_for_good(log.store)
     _lock = threading.Lock()
     _releases, _releaser = queue.SimpleQueue(), None
     _registry.clear()
     _files.clear()
     _opening.clear()
-
-
-def _keep_for_good(store: SqliteStore) -> None:
-    """Keep ``store``'s connection from ever being closed in this process,
-    even by the interpreter's exit: one reference that nothing releases."""
-    connection = store.connection
-    _inherited_connections.append(connection)
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(connection))
 
 
 def forked_error(path: str) -> RpcError:
@@ -353,10 +345,8 @@ def forked_error(path: str) -> RpcError:
     )
 
 
-# Files open in the parent when this process forked (by real path), and the
-# inherited connections to them, kept open for good.
+# Files open in the parent when this process forked (by real path).
 _forked_paths: set[str] = set()
-_inherited_connections: list[object] = []
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

@@ -142,22 +142,25 @@ class _ServerOpener:
         self._target = target
         self._synchronous = options.synchronous
         self._watch_interval = watch_interval
-        self._failure: str | None = None  # the last connection attempt's error
-        self._failures = 0
-        self._retry_at = 0.0
+        # By role (the writer's connection can be made when the reader's is
+        # refused, a full max_connections say): the last attempt's error, the
+        # failures in a row, when the next attempt is due.
+        self._failure: dict[Role, str] = {}
+        self._failures: dict[Role, int] = {}
+        self._retry_at: dict[Role, float] = {}
         # The connections opened, whose stores reconnect on their own.
         self._opened: weakref.WeakSet[ServerRunner] = weakref.WeakSet()
 
     @property
     def fault(self) -> str | None:
-        failure = self._failure
+        failure = next(iter(self._failure.values()), None)
         if failure is None:
             failure = next((o for r in list(self._opened) if (o := r.store.outage)), None)
         if failure is None:
             return None
         return f"{failure} (tried again at the next call)"
 
-    async def _connected(self, connect: Callable[[], Awaitable[Runner]]) -> Runner:
+    async def _connected(self, role: Role, connect: Callable[[], Awaitable[Runner]]) -> Runner:
         """A connection, by ``connect``; after one that failed, none is tried
         for a while (``_RETRY_MIN_S`` doubling to ``_RETRY_MAX_S``) and calls
         fail at once saying when the next attempt is: the calls queued behind
@@ -165,22 +168,27 @@ class _ServerOpener:
         never answers) each waited out one of their own. The failure is also
         the log's fault, for ``streamd status`` (the errors name the database,
         never its password)."""
-        wait = self._retry_at - trio.current_time()
-        if self._failure is not None and wait > 0:
+        # Any role's: the log needs both, and the writer's connection (and its
+        # schema check) is not worth making while the reader's is refused.
+        now = trio.current_time()
+        failing = [(self._retry_at[r] - now, f) for r, f in self._failure.items()]
+        wait, failure = max(failing, default=(0.0, ""))
+        if wait > 0:
             raise RpcError(
                 SOURCE_UNAVAILABLE,
-                f"{self._failure} (next connection attempt in {int(wait * 1000)} ms)",
+                f"{failure} (next connection attempt in {int(wait * 1000)} ms)",
                 {"reason": "reconnecting"},
             )
         try:
             runner = await connect()
         except RpcError as exc:
-            self._failures += 1
-            delay = min(_RETRY_MAX_S, _RETRY_MIN_S * 2 ** (self._failures - 1))
-            self._retry_at = trio.current_time() + delay
-            self._failure = exc.message
+            failures = self._failures[role] = self._failures.get(role, 0) + 1
+            delay = min(_RETRY_MAX_S, _RETRY_MIN_S * 2 ** (failures - 1))
+            self._retry_at[role] = trio.current_time() + delay
+            self._failure[role] = exc.message
             raise
-        self._failure, self._failures = None, 0
+        self._failure.pop(role, None)
+        self._failures.pop(role, None)
         if isinstance(runner, ServerRunner):
             self._opened.add(runner)
         return runner
@@ -221,8 +229,8 @@ class PostgresOpener(_ServerOpener):
             from streamd.eventlog.postgres.runner import PostgresRunner
         except ImportError as exc:
             raise _missing_driver("PostgreSQL", "psycopg", "postgres", exc) from None
-        return await self._connected(
-            lambda: PostgresRunner.open(self._url(), self._options(), migrate=role == "writer"))
+        return await self._connected(role, lambda: PostgresRunner.open(
+            self._url(), self._options(), migrate=role == "writer"))
 
     def changes(self, poll: Poll) -> AbstractAsyncContextManager[ChangeSource]:
         """LISTEN for every host's commits; while that connection is down, poll
@@ -248,7 +256,7 @@ class MysqlOpener(_ServerOpener):
             from streamd.eventlog.mysql.store import MysqlOptions
         except ImportError as exc:
             raise _missing_driver("MySQL", "mysqlclient", "mysql", exc) from None
-        return await self._connected(lambda: MysqlRunner.open(
+        return await self._connected(role, lambda: MysqlRunner.open(
             self._url(), MysqlOptions(synchronous=self._synchronous), migrate=role == "writer"
         ))
 

@@ -393,8 +393,7 @@ class SqliteStore(SqlOperations):
 
     @property
     def connection(self) -> apsw.Connection:
-        """The raw connection: for tests that inspect query plans or pragmas, and
-        to keep a connection inherited across a fork from ever closing."""
+        """The raw connection, for tests that inspect query plans or pragmas."""
         return self._db
 
     @_translated

@@ -63,8 +63,9 @@ def boundary(
     def decorate(fn: Callable[Concatenate[_S, _P], _T]) -> Callable[Concatenate[_S, _P], _T]:
         @functools.wraps(fn)
         def wrapper(store: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-            link(store).get()
             try:
+                # Inside: the idle check's round trip can fail like the call.
+                link(store).get()
                 return fn(store, *args, **kwargs)
             except errors as exc:
                 raise translate(store, exc) from None
@@ -167,9 +168,15 @@ class Reconnecting(Generic[C]):
         return conn
 
     def _still_alive(self, conn: C) -> bool:
+        """Whether the idle ``conn`` answers; one that does not is replaced.
+        A check cut short by :meth:`sever` (a cancelled call on a server that
+        stopped answering) or by a close is the call's failure, raised for the
+        store to word as it words the call's own: no reconnect then."""
         try:
             self._alive(conn)
         except self._errors:
+            if self.closed or conn is self._severed:
+                raise
             logger.info("event log: the %s closed an idle connection; connecting again",
                         self._where)
             return False

@@ -1,0 +1,85 @@
+"""The kept connection of the server backends (``store.reconnecting``): its
+check of a connection that sat idle. A dead one is replaced before the call;
+a check cut short by a cancel's ``sever`` or by a close fails the call, as
+the call itself would have failed, instead of connecting again (a cancelled
+call then waited out a whole connect timeout, and a close with it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.store.reconnecting import Reconnecting
+
+
+class Gone(Exception):
+    """The driver's error for a connection that no longer answers."""
+
+
+class Server:
+    def __init__(self) -> None:
+        self.made: list[object] = []
+        self.answers = True
+        self.during_check: Any = None  # what happens to the link while a check runs
+
+    def connect(self) -> object:
+        conn = object()
+        self.made.append(conn)
+        return conn
+
+    def alive(self, conn: object) -> None:
+        if self.during_check is not None:
+            self.during_check()
+        if not self.answers:
+            raise Gone("server closed the connection unexpectedly")
+
+
+def link_to(server: Server) -> Reconnecting[object]:
+    return Reconnecting(
+        connect=server.connect, usable=lambda c: True, alive=server.alive,
+        fileno=lambda c: -1, close=lambda c: None,
+        refused=lambda exc: RpcError(SOURCE_UNAVAILABLE, f"cannot connect: {exc}"),
+        errors=(Gone,), where="test server", data_key="test_error",
+        min_s=0.05, max_s=0.1, idle_check_s=0.0,  # every call comes "after an idle second"
+    )
+
+
+def test_an_idle_connection_that_answers_is_kept() -> None:
+    server = Server()
+    link = link_to(server)
+    first = link.get()
+    assert link.get() is first and len(server.made) == 1
+
+
+def test_an_idle_connection_that_no_longer_answers_is_replaced_before_the_call() -> None:
+    server = Server()
+    link = link_to(server)
+    first = link.get()
+    server.answers = False
+    second = link.get()  # the check failed; the call goes on, on a new connection
+    assert second is not first and len(server.made) == 2
+
+
+def test_a_check_cut_by_sever_fails_the_call_and_connects_no_more() -> None:
+    server = Server()
+    link = link_to(server)
+    link.get()
+    server.answers = False
+    server.during_check = link.sever  # a cancelled call's grace ran out meanwhile
+    with pytest.raises(Gone):
+        link.get()
+    assert len(server.made) == 1
+    assert link.cut()  # the store words it as the cut it is
+
+
+def test_a_check_interrupted_by_a_close_fails_the_call_and_connects_no_more() -> None:
+    server = Server()
+    link = link_to(server)
+    link.get()
+    server.answers = False
+    server.during_check = link.abort
+    with pytest.raises(Gone):
+        link.get()
+    assert len(server.made) == 1 and link.closed
