@@ -357,3 +357,16 @@ async def test_a_lease_stolen_by_another_host_is_reported_lost_to_its_holder(
             await lost.wait()
             assert lease.lost.is_set() and taken.holder != lease.holder
             assert [x.holder for x in await host_b.list_locks()] == [taken.holder]
+
+
+def test_the_servers_words_keep_their_hint_and_lose_the_quoted_statement() -> None:
+    # libpq quotes our statement in its errors ("LINE 1: ...", a caret under
+    # it): ours, never the caller's, and it cut a one-line error in odd places.
+    from streamd.eventlog.postgres.store import _without_statement
+
+    said = ('relation "events" does not exist\nLINE 1: SELECT seq FROM events WHE...\n'
+            "                              ^\nHINT:  Perhaps you meant to reference \"event\".")
+    assert _without_statement(said) == (
+        'relation "events" does not exist\nHINT:  Perhaps you meant to reference "event".')
+    assert _without_statement("server closed the connection unexpectedly") == (
+        "server closed the connection unexpectedly")

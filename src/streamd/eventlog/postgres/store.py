@@ -258,10 +258,7 @@ class PostgresStore(SqlOperations):
         return op(self._sql())
 
     def _scrub(self, exc: BaseException) -> str:
-        # The server's words, without the statement libpq quotes after them
-        # ("LINE 1: SELECT ...", a caret under it): ours, never the caller's.
-        words = str(exc).strip().split("\nLINE ", 1)[0]
-        return scrub(words, self._secrets)
+        return scrub(_without_statement(str(exc).strip()), self._secrets)
 
     @property
     def outage(self) -> str | None:
@@ -475,3 +472,22 @@ class _PgWrite:
 
     def describe(self, exc: BaseException) -> str:
         return self._describe(exc)
+
+
+def _without_statement(message: str) -> str:
+    """The server's words without the statement libpq quotes in them ("LINE 1:
+    SELECT ...", and the caret line under it): ours, never the caller's. Its
+    DETAIL and HINT lines stay."""
+    lines = message.split("\n")
+    kept: list[str] = []
+    skip_caret = False
+    for line in lines:
+        if line.startswith("LINE ") and ":" in line:
+            skip_caret = True
+            continue
+        if skip_caret and line.strip() == "^":
+            skip_caret = False
+            continue
+        skip_caret = False
+        kept.append(line)
+    return "\n".join(kept)
