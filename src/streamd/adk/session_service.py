@@ -49,6 +49,11 @@ How ADK's session model maps onto the log, and why:
   queued is stored, its marker becomes the seq of the last, as after a durable
   append. Until ``flush`` returns,
   a crash of this process loses what was queued, never what was acknowledged.
+  The queues are one event loop's at a time: a send that its loop's end cut
+  short (or a loop closed under it) goes back first in line for the next loop
+  that uses the service (the log answers an event stored already as a
+  duplicate), ``close`` sends what is queued, and a second loop while another
+  sends is refused with a RuntimeError.
 * **Built events are cached by seq** (:mod:`~streamd.adk.loading`, which also
   says how a session is read). A seq names one stored event forever (seqs are
   never reused and an event id's content never changes), so built events are
