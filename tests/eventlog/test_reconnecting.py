@@ -18,10 +18,15 @@ class Gone(Exception):
     """The driver's error for a connection that no longer answers."""
 
 
+class Cancelled(Exception):
+    """The driver's error for a statement the server cancelled."""
+
+
 class Server:
     def __init__(self) -> None:
         self.made: list[object] = []
         self.answers = True
+        self.cancels = False  # the call's cancel reaches the check's statement
         self.during_check: Any = None  # what happens to the link while a check runs
 
     def connect(self) -> object:
@@ -32,6 +37,8 @@ class Server:
     def alive(self, conn: object) -> None:
         if self.during_check is not None:
             self.during_check()
+        if self.cancels:
+            raise Cancelled("canceling statement due to user request")
         if not self.answers:
             raise Gone("server closed the connection unexpectedly")
 
@@ -39,9 +46,10 @@ class Server:
 def link_to(server: Server) -> Reconnecting[object]:
     return Reconnecting(
         connect=server.connect, usable=lambda c: True, alive=server.alive,
+        gone=lambda c, exc: isinstance(exc, Gone),
         fileno=lambda c: -1, close=lambda c: None,
         refused=lambda exc: RpcError(SOURCE_UNAVAILABLE, f"cannot connect: {exc}"),
-        errors=(Gone,), where="test server", data_key="test_error",
+        errors=(Gone, Cancelled), where="test server", data_key="test_error",
         min_s=0.05, max_s=0.1, idle_check_s=0.0,  # every call comes "after an idle second"
     )
 
@@ -83,3 +91,16 @@ def test_a_check_interrupted_by_a_close_fails_the_call_and_connects_no_more() ->
     with pytest.raises(Gone):
         link.get()
     assert len(server.made) == 1 and link.closed
+
+
+def test_a_check_cancelled_with_its_call_fails_the_call_on_the_connection_it_had() -> None:
+    # The call's cancel reached the check's statement: the connection is
+    # fine, and the cancelled call must not go on, on a new one.
+    server = Server()
+    link = link_to(server)
+    first = link.get()
+    server.cancels = True
+    with pytest.raises(Cancelled):
+        link.get()
+    server.cancels = False
+    assert link.get() is first and len(server.made) == 1

@@ -62,8 +62,9 @@ class Opener(Protocol):
     @property
     def fault(self) -> str | None:
         """Why the storage is not serving: for good (a file deleted or
-        replaced under the log), or for now (the last attempt to connect to a
-        server failed; the next call tries again); None while it serves."""
+        replaced under the log), or for now (an attempt to connect to a server
+        failed, and none has succeeded since; the next call tries again); None
+        while it serves."""
         ...
 
 

@@ -152,6 +152,7 @@ class MysqlStore(SqlOperations):
             # A connection that failed is dropped by _translate; one held is usable.
             usable=lambda c: True,
             alive=lambda c: c.ping(),
+            gone=lambda c, exc: _code(exc) in _LOST or isinstance(exc, MySQLdb.InterfaceError),
             fileno=lambda c: self._fd,
             close=lambda c: c.close(),
             refused=self._connect_refused,

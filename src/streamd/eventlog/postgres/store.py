@@ -150,6 +150,7 @@ class PostgresStore(SqlOperations):
             connect=lambda: connect(conninfo, self._opts),
             usable=lambda c: not c.broken and not c.closed,
             alive=lambda c: c.execute("SELECT 1").fetchone(),  # autocommit: no transaction left
+            gone=lambda c, exc: c.broken or c.closed,  # not a cancel that hit the check
             fileno=lambda c: c.pgconn.socket,
             close=lambda c: c.close(),
             refused=self._connect_refused,

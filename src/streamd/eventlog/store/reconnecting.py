@@ -84,6 +84,7 @@ class Reconnecting(Generic[C]):
         connect: Callable[[], C],
         usable: Callable[[C], bool],
         alive: Callable[[C], object],
+        gone: Callable[[C, Exception], bool],
         fileno: Callable[[C], int],
         close: Callable[[C], None],
         refused: Callable[[Exception], RpcError],
@@ -95,7 +96,8 @@ class Reconnecting(Generic[C]):
         idle_check_s: float = 1.0,
     ) -> None:
         self._connect, self._usable, self._fileno, self._close = connect, usable, fileno, close
-        self._alive = alive  # a round trip; raises one of ``errors`` when the connection is gone
+        self._alive = alive  # a round trip; raises one of ``errors`` when it fails
+        self._gone = gone  # whether such an error means the connection is gone
         self._idle_check_s = idle_check_s
         self._used_at = time.monotonic()
         self._refused = refused  # a failed connect, in the backend's words
@@ -168,14 +170,16 @@ class Reconnecting(Generic[C]):
         return conn
 
     def _still_alive(self, conn: C) -> bool:
-        """Whether the idle ``conn`` answers; one that does not is replaced.
-        A check cut short by :meth:`sever` (a cancelled call on a server that
-        stopped answering) or by a close is the call's failure, raised for the
-        store to word as it words the call's own: no reconnect then."""
+        """Whether the idle ``conn`` answers; one that is gone is replaced.
+        A check that failed otherwise is the call's failure, raised for the
+        store to word as it words the call's own, with no reconnect: cut short
+        by :meth:`sever` (a cancelled call on a server that stopped
+        answering), by a close, or cancelled itself (the cancel of the call
+        reached the check's statement)."""
         try:
             self._alive(conn)
-        except self._errors:
-            if self.closed or conn is self._severed:
+        except self._errors as exc:
+            if self.closed or conn is self._severed or not self._gone(conn, exc):
                 raise
             logger.info("event log: the %s closed an idle connection; connecting again",
                         self._where)
