@@ -195,3 +195,20 @@ def test_a_loop_closed_under_its_send_leaves_the_run_for_the_next_loop(
 
     asyncio.run(later())
     assert stored(db) == ["m0", "m1", "m2"]
+
+
+def test_a_redelivery_leaves_no_copy_behind(tmp_path: Path) -> None:
+    # A re-delivered event queues nothing, so the service keeps no token of
+    # the copy for it (one per re-delivery, for the life of the service).
+    async def scenario() -> None:
+        service = StreamdSessionService(database=tmp_path / "events.db", write_behind=True)
+        s = await service.create_session(app_name="app", user_id="u", session_id="s")
+        first = said("first")
+        await service.append_event(s, first)
+        await service.flush()
+        for _ in range(20):
+            assert await service.append_event(s, first) is first
+        assert not service._copies  # every copy's appends are stored: none is kept
+        await service.close()
+
+    asyncio.run(scenario())

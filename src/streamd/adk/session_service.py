@@ -330,6 +330,17 @@ class StreamdSessionService(BaseSessionService):
             if token in self._unreported:
                 self._unreported.remove(token)
             raise refused
+        # Before a token is made for the copy: nothing is queued for these (a
+        # durable append is answered the same: a duplicate is checked first).
+        held = next((e for e in session.events if e.id == event.id), None)
+        if held is not None:
+            if _stored_alike(held, event):
+                return event  # a re-delivery of an event this copy already holds
+            # As the log answers a durable append of it (event_conflict).
+            raise EventConflictError(
+                f"event {event.id!r} is already in this session with other content: an"
+                " event id names one event; nothing was queued",
+                event_id=event.id, seq=None)
         expected: int | None = None  # behind this copy's queued appends
         if token is None or not self._owed.get(token):
             # A copy whose appends are all stored carries their seq (_settle).
@@ -341,15 +352,6 @@ class StreamdSessionService(BaseSessionService):
                 await self._drain()
             expected = await self._expected_seq(client, session)
             self._copies[token] = weakref.ref(session)
-        held = next((e for e in session.events if e.id == event.id), None)
-        if held is not None:
-            if _stored_alike(held, event):
-                return event  # a re-delivery of an event this copy already holds
-            # As the log answers a durable append of it (event_conflict).
-            raise EventConflictError(
-                f"event {event.id!r} is already in this session with other content: an"
-                " event id names one event; nothing was queued",
-                event_id=event.id, seq=None)
         params = AppendParams(
             app=session.app_name,
             user=session.user_id,
