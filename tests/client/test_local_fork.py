@@ -88,3 +88,60 @@ def test_a_forked_child_is_refused_the_parents_open_file_and_the_file_stays_whol
     assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     ids = [row[0] for row in conn.execute("SELECT event_id FROM events ORDER BY seq")]
     assert ids == [f"p{i}" for i in range(101)]
+
+
+STALE_SCRIPT = r"""
+import asyncio, os, sys, apsw
+from streamd.client.local import LocalClient
+from streamd.errors import RpcError
+from streamd.eventlog.model import Event
+from streamd.eventlog.sqlite.backup import snapshot
+
+db = sys.argv[1]
+
+def ev(event_id):
+    return Event(id=event_id, author="agent", content=None)
+
+async def restore_with_a_reader():
+    old = await LocalClient.open(db)
+    await old.append("app", "u", "s", ev("e1"))
+    source = apsw.Connection(db)
+    snapshot(source, db + ".backup")
+    source.close()
+    reader = apsw.Connection(db)  # another process reading: the old -wal stays
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM events").fetchall()
+    await old.append("app", "u", "s", ev("e2"))
+    os.rename(db, db + ".before-restore")
+    os.rename(db + ".backup", db)
+    await old.aclose()  # cannot empty its -wal past the reader
+    return reader
+
+async def reason():
+    try:
+        await LocalClient.open(db)
+        return "opened"
+    except RpcError as exc:
+        return exc.data["reason"]
+
+reader = asyncio.run(restore_with_a_reader())
+pid = os.fork()
+if pid == 0:
+    print(asyncio.run(reason()), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0
+reader.execute("COMMIT")
+reader.close()
+"""
+
+
+def test_a_forked_child_keeps_refusing_a_path_with_the_old_wal_beside_it(tmp_path: Path) -> None:
+    # A restore whose old -wal could not be emptied (another process was
+    # reading it): opening the path would apply that -wal to the restored
+    # file, in the child as in the parent.
+    db = tmp_path / "events.db"
+    done = subprocess.run([sys.executable, "-c", STALE_SCRIPT, str(db)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "old_wal_left"

@@ -326,10 +326,15 @@ def _forget_after_fork() -> None:
     _forked_paths.update(path for path, file in _files.items() if file.logs or file.opening)
     for log in inherited:
         log.inherited = True
+    # A replaced file's old -wal left at its path is as much the child's
+    # danger as the parent's: those refusals (old_wal_left) stay.
+    stale = {path: file for path, file in _files.items()
+             if file.stale is not None and path not in _forked_paths}
     _lock = threading.Lock()
     _releases, _releaser = queue.SimpleQueue(), None
     _registry.clear()
     _files.clear()
+    _files.update(stale)
     _opening.clear()
 
 
