@@ -80,20 +80,21 @@ def _named(code: int) -> str:
     return f"{os.strerror(code)} ({errno.errorcode.get(code, code)})"
 
 
-def translate(exc: apsw.Error, os_errno: int = 0) -> RpcError:
+def translate(exc: apsw.Error, os_errno: int = 0, path: str | None = None) -> RpcError:
     """The RpcError for ``exc``; ``os_errno`` the connection's
-    :func:`system_errno` when it failed."""
+    :func:`system_errno` when it failed; ``path``, the file to name (an open's
+    failure reaches a caller who may not know which file that is)."""
     if isinstance(exc, apsw.ConnectionClosedError | apsw.CursorClosedError):
         return closed_error()
     kind = type(exc).__name__
+    subject = "event log database error" if path is None else f"event log database {path}"
     if os_errno and isinstance(exc, _FILE_SYSTEM_KINDS):
         return RpcError(
             SOURCE_UNAVAILABLE,
-            f"event log database error: the file system failed: {_named(os_errno)} "
-            f"(SQLite said: {exc})",
+            f"{subject}: the file system failed: {_named(os_errno)} (SQLite said: {exc})",
             {"sqlite_error": kind, "errno": errno.errorcode.get(os_errno, str(os_errno))},
         )
-    return RpcError(SOURCE_UNAVAILABLE, f"event log database error: {exc}", {"sqlite_error": kind})
+    return RpcError(SOURCE_UNAVAILABLE, f"{subject}: {exc}", {"sqlite_error": kind})
 
 
 def translate_os(exc: OSError) -> RpcError:

@@ -70,7 +70,6 @@ from typing import Concatenate, Literal, ParamSpec, TypeVar
 import apsw
 
 from streamd.errors import (
-    CLOSED,
     SOURCE_UNAVAILABLE,
     RpcError,
 )
@@ -108,19 +107,10 @@ _T = TypeVar("_T")
 def _translate(
     exc: apsw.Error, db: apsw.Connection | None = None, path: str | None = None
 ) -> RpcError:
+    """``path``: the file of an open that failed, probed for the errno and
+    named in the error."""
     code = sqlite_errors.system_errno(db, exc) or sqlite_errors.probe_errno(path)
-    return sqlite_errors.translate(exc, code)
-
-
-def _opening(exc: apsw.Error, db: apsw.Connection | None, path: str) -> RpcError:
-    """:func:`_translate` of an open's failure, naming the file: the error
-    reaches whoever asked for the log (a daemon's client, at its first call),
-    who may not know which file that is."""
-    err = _translate(exc, db, path)
-    if err.code == CLOSED:
-        return err
-    return RpcError(err.code, err.message.replace("event log database error:",
-                                                  f"event log database {path}:", 1), err.data)
+    return sqlite_errors.translate(exc, code, path)
 
 
 def _translated(
@@ -256,7 +246,7 @@ class SqliteStore(SqlOperations):
                 if guard is not None:
                     guard.opened(db)
             except BaseException as exc:
-                err = _opening(exc, db, path) if isinstance(exc, apsw.Error) else None
+                err = _translate(exc, db, path) if isinstance(exc, apsw.Error) else None
                 if guard is not None:
                     guard.closing(db)
                 db.close()
@@ -266,7 +256,7 @@ class SqliteStore(SqlOperations):
                     raise err from exc
                 raise
         except apsw.Error as exc:
-            raise _opening(exc, None, path) from exc
+            raise _translate(exc, path=path) from exc
         busy.waits = True
         return cls(db, busy, guard=guard)
 
