@@ -31,6 +31,7 @@ from streamd.eventlog.sqlite.connection import prepare_file
 from streamd.eventlog.sqlite.file_identity import DatabaseFile
 from streamd.eventlog.sqlite.runner import ConnectionRunner, ThreadRunner
 from streamd.eventlog.store import ChangeSource, Role, Runner
+from streamd.eventlog.store.reconnecting import Backoff
 
 if TYPE_CHECKING:
     from streamd.eventlog.postgres.store import PostgresOptions
@@ -143,18 +144,16 @@ class _ServerOpener:
         self._target = target
         self._synchronous = options.synchronous
         self._watch_interval = watch_interval
-        # By role (the writer's connection can be made when the reader's is
-        # refused, a full max_connections say): the last attempt's error, the
-        # failures in a row, when the next attempt is due.
-        self._failure: dict[Role, str] = {}
-        self._failures: dict[Role, int] = {}
-        self._retry_at: dict[Role, float] = {}
+        # By role: the writer's connection can be made when the reader's is
+        # refused (a full max_connections, say).
+        self._backoff: dict[Role, Backoff] = {
+            role: Backoff(_RETRY_MIN_S, _RETRY_MAX_S) for role in ("writer", "reader")}
         # The connections opened, whose stores reconnect on their own.
         self._opened: weakref.WeakSet[ServerRunner] = weakref.WeakSet()
 
     @property
     def fault(self) -> str | None:
-        failure = next(iter(self._failure.values()), None)
+        failure = next((b.error for b in self._backoff.values() if b.error), None)
         if failure is None:
             failure = next((o for r in list(self._opened) if (o := r.store.outage)), None)
         if failure is None:
@@ -172,24 +171,20 @@ class _ServerOpener:
         # Any role's: the log needs both, and the writer's connection (and its
         # schema check) is not worth making while the reader's is refused.
         now = trio.current_time()
-        failing = [(self._retry_at[r] - now, f) for r, f in self._failure.items()]
-        wait, failure = max(failing, default=(0.0, ""))
+        failing = max(self._backoff.values(), key=lambda b: b.wait(now))
+        wait = failing.wait(now)
         if wait > 0:
             raise RpcError(
                 SOURCE_UNAVAILABLE,
-                f"{failure} (next connection attempt in {int(wait * 1000)} ms)",
+                f"{failing.error} (next connection attempt in {int(wait * 1000)} ms)",
                 {"reason": "reconnecting"},
             )
         try:
             runner = await connect()
         except RpcError as exc:
-            failures = self._failures[role] = self._failures.get(role, 0) + 1
-            delay = min(_RETRY_MAX_S, _RETRY_MIN_S * 2 ** (failures - 1))
-            self._retry_at[role] = trio.current_time() + delay
-            self._failure[role] = exc.message
+            self._backoff[role].failed(trio.current_time(), exc.message)
             raise
-        self._failure.pop(role, None)
-        self._failures.pop(role, None)
+        self._backoff[role].succeeded()
         if isinstance(runner, ServerRunner):
             self._opened.add(runner)
         return runner

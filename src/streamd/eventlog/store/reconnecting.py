@@ -39,7 +39,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.store.backend import closed_error
 
-__all__ = ["Reconnecting", "boundary"]
+__all__ = ["Backoff", "Reconnecting", "boundary"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,36 @@ C = TypeVar("C")
 _S = TypeVar("_S")
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+
+
+class Backoff:
+    """Attempts that fail back off: after a failure none is made for
+    ``min_s``, doubling with each failure in a row up to ``max_s``; a success
+    starts over. Times are the caller's clock's."""
+
+    def __init__(self, min_s: float, max_s: float) -> None:
+        self._min_s, self._max_s = min_s, max_s
+        self.failures = 0
+        """Failed attempts in a row."""
+        self._retry_at = 0.0
+        self._error = ""
+
+    @property
+    def error(self) -> str | None:
+        """The last attempt's error while attempts fail, else None."""
+        return self._error if self.failures else None
+
+    def wait(self, now: float) -> float:
+        """How long until the next attempt is due (0 or less: now)."""
+        return self._retry_at - now if self.failures else 0.0
+
+    def failed(self, now: float, error: str) -> None:
+        self.failures += 1
+        self._retry_at = now + min(self._max_s, self._min_s * 2 ** (self.failures - 1))
+        self._error = error
+
+    def succeeded(self) -> None:
+        self.failures = 0
 
 
 def boundary(
@@ -103,13 +133,10 @@ class Reconnecting(Generic[C]):
         self._refused = refused  # a failed connect, in the backend's words
         self._errors = errors
         self._where, self._data_key = where, data_key
-        self._min_s, self._max_s = min_s, max_s
         self._conn: C | None = None
         self._lock = threading.Lock()  # the slot, between the worker and sever/close
         self._severed: C | None = None
-        self._failures = 0
-        self._retry_at = 0.0
-        self._last_error = ""
+        self._backoff = Backoff(min_s, max_s)
         self.closed = False
         """Closed, or aborted for a close: every later get() raises ``closed``."""
 
@@ -117,7 +144,7 @@ class Reconnecting(Generic[C]):
     def outage(self) -> str | None:
         """The last failed attempt's error while the server stays unreachable
         (None once a connection is made)."""
-        return self._last_error if self._failures else None
+        return self._backoff.error
 
     @property
     def current(self) -> C | None:
@@ -141,22 +168,20 @@ class Reconnecting(Generic[C]):
             return conn
         if conn is not None:
             self.drop()
-        if now < self._retry_at:
+        wait = self._backoff.wait(time.monotonic())
+        if wait > 0:
             raise RpcError(
                 SOURCE_UNAVAILABLE,
-                f"the event log's {self._where} is unreachable: {self._last_error} (next"
-                f" reconnect attempt in {int((self._retry_at - now) * 1000)} ms)",
+                f"the event log's {self._where} is unreachable: {self._backoff.error} (next"
+                f" reconnect attempt in {int(wait * 1000)} ms)",
                 {self._data_key: "reconnecting"},
             )
         caught: tuple[type[Exception], ...] = (*self._errors, RpcError)
         try:
             conn = self._connect()
         except caught as exc:
-            self._failures += 1
-            delay = min(self._max_s, self._min_s * 2 ** (self._failures - 1))
-            self._retry_at = time.monotonic() + delay
             error = exc if isinstance(exc, RpcError) else self._refused(exc)
-            self._last_error = error.message
+            self._backoff.failed(time.monotonic(), error.message)
             raise error from None
         with self._lock:
             if self.closed:
@@ -164,9 +189,9 @@ class Reconnecting(Generic[C]):
                 raise closed_error()
             self._conn = conn
         self._used_at = time.monotonic()
-        if self._failures:
+        if self._backoff.failures:
             logger.info("event log reconnected to the %s", self._where)
-        self._failures = 0
+        self._backoff.succeeded()
         return conn
 
     def _still_alive(self, conn: C) -> bool:
