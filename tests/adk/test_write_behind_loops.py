@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,23 +47,37 @@ def stored(db: Path) -> list[str]:
     return asyncio.run(read())
 
 
+def hold_sends(monkeypatch: pytest.MonkeyPatch,
+               hold: Callable[[int], Awaitable[object] | None]) -> list[int]:
+    """Each ``eventlog/append_batch`` of an in-process client first awaits
+    ``hold(n)`` (n counts them from 1) unless that is None; the counts, as
+    they come."""
+    real = LocalClient.call
+    sends: list[int] = []
+
+    async def held(self: LocalClient, call: Any) -> Any:
+        if call.method == "eventlog/append_batch":
+            sends.append(len(sends) + 1)
+            waiting = hold(sends[-1])
+            if waiting is not None:
+                await waiting
+        return await real(self, call)
+
+    monkeypatch.setattr(LocalClient, "call", held)
+    return sends
+
+
+def forever() -> Awaitable[None]:
+    """Until the loop ends and cancels it."""
+    return asyncio.Event().wait()
+
+
 def test_a_send_cut_short_by_its_loops_end_is_made_by_the_next_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = tmp_path / "events.db"
     service = StreamdSessionService(database=db, write_behind=True)
-    real = LocalClient.call
-    calls = 0
-
-    async def first_one_stuck(self: LocalClient, call: Any) -> Any:
-        nonlocal calls
-        if call.method == "eventlog/append_batch":
-            calls += 1
-            if calls == 1:
-                await asyncio.Event().wait()  # until the loop ends and cancels it
-        return await real(self, call)
-
-    monkeypatch.setattr(LocalClient, "call", first_one_stuck)
+    sends = hold_sends(monkeypatch, lambda n: forever() if n == 1 else None)
 
     async def turn(first: bool) -> Any:
         if first:
@@ -83,7 +98,7 @@ def test_a_send_cut_short_by_its_loops_end_is_made_by_the_next_loop(
         await service.close()
 
     asyncio.run(last())
-    assert calls >= 2
+    assert len(sends) >= 2
     assert stored(db) == [*(f"one {i}" for i in range(3)), *(f"two {i}" for i in range(3))]
 
 
@@ -107,15 +122,12 @@ def test_a_second_loop_at_once_is_refused_clearly(
     db = tmp_path / "events.db"
     service = StreamdSessionService(database=db, write_behind=True)
     sending, release = threading.Event(), threading.Event()
-    real = LocalClient.call
 
-    async def held(self: LocalClient, call: Any) -> Any:
-        if call.method == "eventlog/append_batch":
-            sending.set()
-            await asyncio.to_thread(release.wait, 60)
-        return await real(self, call)
+    def held(n: int) -> Awaitable[object]:
+        sending.set()
+        return asyncio.to_thread(release.wait, 60)
 
-    monkeypatch.setattr(LocalClient, "call", held)
+    hold_sends(monkeypatch, held)
 
     async def first() -> None:
         s = await service.create_session(app_name="app", user_id="u", session_id="a")
@@ -168,15 +180,8 @@ def test_a_loop_closed_under_its_send_leaves_the_run_for_the_next_loop(
     # then said "two event loops at once").
     db = tmp_path / "events.db"
     service = StreamdSessionService(database=db, write_behind=True)
-    real = LocalClient.call
     stuck = True
-
-    async def first_one_stuck(self: LocalClient, call: Any) -> Any:
-        if call.method == "eventlog/append_batch" and stuck:
-            await asyncio.Event().wait()
-        return await real(self, call)
-
-    monkeypatch.setattr(LocalClient, "call", first_one_stuck)
+    hold_sends(monkeypatch, lambda n: forever() if stuck else None)
 
     async def turn() -> None:
         s = await service.create_session(app_name="app", user_id="u", session_id="s")

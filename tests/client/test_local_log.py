@@ -23,7 +23,7 @@ from typing import Any
 
 import apsw
 import pytest
-from support.local_files import backup_of, descriptors_on, local_workers
+from support.local_files import backup_of, descriptors_on, held, local_workers
 
 from streamd import errors
 from streamd.client.local import LocalClient
@@ -195,14 +195,8 @@ def test_an_open_cancelled_while_it_checks_a_replaced_file_leaves_nothing_open(
 ) -> None:
     db, backup = tmp_path / "events.db", tmp_path / "backup.db"
     checking, go_on = threading.Event(), threading.Event()
-    check = SqliteStore.check_file
-
-    def held_check(store: SqliteStore) -> None:
-        checking.set()
-        go_on.wait(30)
-        check(store)
-
-    monkeypatch.setattr(SqliteStore, "check_file", held_check)
+    monkeypatch.setattr(SqliteStore, "check_file",
+                        held(SqliteStore.check_file, checking, go_on))
 
     async def scenario() -> None:
         old = await LocalClient.open(db)
@@ -329,13 +323,6 @@ def test_an_open_after_a_restore_waits_for_the_old_logs_close_under_way(
     open waits for that close, then serves the restored file as restored."""
     db, backup = tmp_path / "events.db", tmp_path / "backup.db"
     closing, go_on = threading.Event(), threading.Event()
-    close = SqliteStore.close
-
-    def held_close(store: SqliteStore) -> None:
-        closing.set()
-        go_on.wait(30)
-        close(store)
-
     old_loop, new_loop = asyncio.new_event_loop(), asyncio.new_event_loop()
     try:
         old = old_loop.run_until_complete(LocalClient.open(db))
@@ -343,7 +330,7 @@ def test_an_open_after_a_restore_waits_for_the_old_logs_close_under_way(
         backup_of(db, backup)
         old_loop.run_until_complete(old.append("app", "u", "s", ev("e2")))
         os.replace(backup, db)
-        monkeypatch.setattr(SqliteStore, "close", held_close)
+        monkeypatch.setattr(SqliteStore, "close", held(SqliteStore.close, closing, go_on))
         old.abandon()  # as the service does with an ended loop's client
 
         async def next_turn() -> list[str]:

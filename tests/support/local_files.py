@@ -1,16 +1,20 @@
 """What the in-process log's tests observe of its files: descriptors the
 process holds on a database, worker threads still running, and a backup to
-restore over a live file."""
+restore over a live file; and a method held until the test lets it go on."""
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import apsw
 
 from streamd.eventlog.sqlite.backup import snapshot
+
+T = TypeVar("T")
 
 
 def descriptors_on(path: Path) -> int:
@@ -41,3 +45,16 @@ def backup_of(db: Path, backup: Path) -> None:
     source = apsw.Connection(str(db))
     snapshot(source, backup)
     source.close()
+
+
+def held(method: Callable[..., T], started: threading.Event,
+         go_on: threading.Event) -> Callable[..., T]:
+    """``method``, which once called (on whatever thread) sets ``started`` and
+    waits for ``go_on`` (30 s at most) before it runs."""
+
+    def holding(*args: Any, **kwargs: Any) -> T:
+        started.set()
+        go_on.wait(30)
+        return method(*args, **kwargs)
+
+    return holding
