@@ -400,8 +400,7 @@ class _Session:
             return
         if self.pending and not self._fits(call.size):
             await self._wait_room(call.size)
-        while self.conn.unwritten_bytes > self.server.max_unwritten_bytes:
-            await self.conn.progress()  # the peer is not reading its answers
+        await self._answers_read()
         self._admit(call.size)
         key = ("null", next(self._null_ids)) if call.id is None else id_key(call.id)
         if key in self.inflight:
@@ -507,11 +506,15 @@ class _Session:
         of the answers before it (see the module docstring)."""
         await self._bulk.acquire()
         try:
-            while self.conn.unwritten_bytes > self.server.max_unwritten_bytes:
-                await self.conn.progress()
+            await self._answers_read()
         except BaseException:
             self._bulk.release()
             raise
+
+    async def _answers_read(self) -> None:
+        """Once the answers the peer has not read are within the bound."""
+        while self.conn.unwritten_bytes > self.server.max_unwritten_bytes:
+            await self.conn.progress()  # the peer is not reading its answers
 
     def _submit(self, submit: Submit, params: Any, reply: _Queued) -> None:
         """Hand a queued request to its method, which answers through ``reply``."""
