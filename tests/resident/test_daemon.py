@@ -225,6 +225,14 @@ def test_status_says_why_the_event_log_could_not_be_opened_and_never_the_passwor
     assert "hunter2" not in status.stdout + world.run("status", "--json").stdout
 
 
+def test_status_leaves_no_stop_mark(world: World) -> None:
+    # Only a stop holds back the daemons still starting: asking how the
+    # daemon is must not keep one a client is starting from serving.
+    world.runtime.mkdir(mode=0o700)
+    assert world.run("status").returncode == 3
+    assert not (world.runtime / stopmark.MARK_NAME).exists()
+
+
 def test_a_stop_with_no_daemon_serving_yet_holds_back_those_starting(world: World) -> None:
     # Racing clients' daemons may all be starting (importing) when the stop
     # comes, none serving: the stop itself leaves the mark.

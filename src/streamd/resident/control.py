@@ -359,11 +359,7 @@ def status_main(argv: Sequence[str]) -> int:
     directory = _directory(opts)
     sock = paths.socket_path(directory)
     try:
-        if paths.check_private_dir(directory):
-            # First: daemons that racing clients spawned may still be starting,
-            # none serving yet; whoever of them takes the lock later must not
-            # serve (the daemon that gets the stop below leaves a mark too).
-            stopmark.mark_stopped(directory)
+        paths.check_private_dir(directory)
         conn = DaemonConnection.open(sock)
         if conn is None:
             result = None
