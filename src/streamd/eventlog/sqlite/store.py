@@ -127,16 +127,10 @@ def _translated(
     def wrapper(store: SqliteStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         if store._busy.aborted or store._closed:
             raise closed_error()
-        guard = store._guard
-        if guard is not None:
-            # Before the work too: a -shm deleted and made anew by another
-            # process since the last call must not be written through (our
-            # index of the -wal is no longer the one it shares; see
-            # file_identity).
-            try:
-                guard.check(store._db)
-            except OSError as exc:  # the path could not be looked up
-                raise sqlite_errors.translate_os(exc) from exc
+        # Before the work too: a -shm deleted and made anew by another process
+        # since the last call must not be written through (our index of the
+        # -wal is no longer the one it shares; see file_identity).
+        _check_file(store)
         try:
             result = fn(store, *args, **kwargs)
         except apsw.Error as exc:
@@ -145,16 +139,24 @@ def _translated(
             raise _translate(exc, store._db) from exc
         except OSError as exc:
             raise sqlite_errors.translate_os(exc) from exc
-        if guard is not None:
-            # Before the caller hears of it: a commit into a file that is no
-            # longer at the path must not be acknowledged (see file_identity).
-            try:
-                guard.check(store._db)
-            except OSError as exc:  # the path could not be looked up
-                raise sqlite_errors.translate_os(exc) from exc
+        # Before the caller hears of it: a commit into a file that is no
+        # longer at the path must not be acknowledged (see file_identity).
+        _check_file(store)
         return result
 
     return wrapper
+
+
+def _check_file(store: SqliteStore) -> None:
+    """The store's guard's comparison of the path with its files; raises the
+    guard's fault, or the error of a path that cannot be looked up."""
+    guard = store._guard
+    if guard is None:
+        return
+    try:
+        guard.check(store._db)
+    except OSError as exc:  # the path could not be looked up
+        raise sqlite_errors.translate_os(exc) from exc
 
 
 # --- the store -------------------------------------------------------------------
@@ -344,12 +346,7 @@ class SqliteStore(SqlOperations):
         :mod:`~streamd.eventlog.sqlite.file_identity`), so that a new opener
         of the path does not apply it to the file now there. On the
         connection's thread, as a call."""
-        if self._guard is None:
-            return
-        try:
-            self._guard.check(self._db)
-        except OSError as exc:  # the path could not be looked up
-            raise sqlite_errors.translate_os(exc) from exc
+        _check_file(self)
 
     def close(self) -> None:
         self._closed = True  # before the guard's pre-check could see the -wal SQLite deletes
