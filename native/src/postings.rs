@@ -24,7 +24,7 @@ use ahash::AHashMap;
 use std::borrow::Cow;
 
 use crate::events::{self, Described, Row};
-use crate::hashes::{cached_term_hash, ident_hash};
+use crate::hashes::ident_hash;
 use crate::gotime::{self, Instant};
 use crate::json::{parse_record, Record};
 use crate::lines::{next_line, trim_space, HOLD_LIMIT, MAX_LINE_BYTES};
@@ -34,7 +34,7 @@ mod parts;
 mod vocab;
 
 pub use parts::{feed_rows, RowsFed};
-use vocab::Vocab;
+use vocab::{Key, Vocab};
 
 pub const COUNT_CAP: u32 = 63;
 const TEXT: u8 = 1;
@@ -51,45 +51,103 @@ pub use crate::hashes::term_hash;
 #[derive(Default)]
 struct Terms {
     vocab: Vocab,
-    hashes: Vec<u64>,
-    /// Per term: 1 + the local number of the last record that used it.
-    seen_in: Vec<u32>,
-    /// Per term: where it sits in `current` while `seen_in` says so.
-    slot: Vec<u32>,
+    /// Per term: 1 + the local number of the last record that used it, and
+    /// where the term sits in `current` while that says so.
+    marks: Vec<(u32, u32)>,
     /// The record being added: (term, occurrences, strongest field code).
     current: Vec<(u32, u32, u8)>,
-    /// This builder is a part (see `parts`), whose terms are never sealed.
-    part: bool,
+    /// The record's tokens, in order, keyed (their slots asked for) before
+    /// any is looked up (see `vocab`): their keys and field codes, their
+    /// bytes one after another in `spelled` (token k's end at `ends[k]`);
+    /// then their terms, in `ids`.
+    queued: Vec<(Key, u8)>,
+    spelled: Vec<u8>,
+    ends: Vec<u32>,
+    ids: Vec<u32>,
 }
 
 impl Terms {
-    /// Count `token` in `record`'s field `code`; its term.
-    fn touch(&mut self, token: &str, record: u32, code: u8) -> u32 {
-        let (t, new) = self.vocab.intern(token);
-        if new {
-            // A part's terms are hashed by the builder that absorbs it.
-            self.hashes.push(if self.part { 0 } else { cached_term_hash(token) });
-            self.seen_in.push(0);
-            self.slot.push(0);
+    /// Start a record.
+    fn begin(&mut self) {
+        self.current.clear();
+        self.queued.clear();
+        self.spelled.clear();
+        self.ends.clear();
+    }
+
+    /// Queue `token`, of the record's field `code`.
+    #[inline]
+    fn queue(&mut self, token: &str, code: u8) {
+        let key = self.vocab.key(token.as_bytes());
+        self.vocab.prefetch(&key);
+        self.spelled.extend_from_slice(token.as_bytes());
+        self.ends.push(u32::try_from(self.spelled.len()).expect("a line shorter than 4 GiB"));
+        self.queued.push((key, code));
+    }
+
+    fn queued(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// The terms of the queued tokens, in their order, into `ids`.
+    fn resolve(&mut self) {
+        let Terms { vocab, queued, spelled, ends, ids, .. } = self;
+        ids.clear();
+        let mut start = 0;
+        for (&(key, _), &end) in queued.iter().zip(ends.iter()) {
+            let token = &spelled[start..end as usize];
+            start = end as usize;
+            let (t, new) = vocab.intern_key(&key, token);
+            if new {
+                self.marks.push((0, 0));
+            } else {
+                // Its mark is read when the record is counted, after the lookups.
+                vocab::prefetch_line(&self.marks[t as usize]);
+            }
+            ids.push(t);
         }
-        self.touch_term(t, record, code);
+    }
+
+    /// The id of `term` (from another builder's vocabulary).
+    fn intern(&mut self, term: &[u8]) -> u32 {
+        let (t, new) = self.vocab.intern_bytes(term);
+        if new {
+            self.marks.push((0, 0));
+        }
         t
     }
 
+    /// Count the resolved tokens in `record`, in the order a record's
+    /// tokens come: the text and the short fields (the first `title_at`
+    /// queued), then the title: its run shared with the text (the queued
+    /// text tokens at `shared`), then its tokens after that run.
+    fn count(&mut self, record: u32, title_at: usize, shared: &[(usize, usize)]) {
+        for k in 0..title_at {
+            self.touch_term(self.ids[k], record, self.queued[k].1);
+        }
+        for &(_, k) in shared {
+            self.touch_term(self.ids[k], record, TITLE);
+        }
+        for k in title_at..self.ids.len() {
+            self.touch_term(self.ids[k], record, TITLE);
+        }
+    }
+
     /// Count term `t` (already in the vocabulary) in `record`'s field `code`.
+    #[inline]
     fn touch_term(&mut self, t: u32, record: u32, code: u8) {
-        let tid = t as usize;
-        if self.seen_in[tid] == record + 1 {
-            let c = &mut self.current[self.slot[tid] as usize];
+        let mark = &mut self.marks[t as usize];
+        if mark.0 == record + 1 {
+            let c = &mut self.current[mark.1 as usize];
             c.1 += 1;
             c.2 = c.2.max(code);
         } else {
-            self.seen_in[tid] = record + 1;
-            self.slot[tid] = self.current.len() as u32;
-            self.current.push((tid as u32, 1, code));
+            *mark = (record + 1, self.current.len() as u32);
+            self.current.push((t, 1, code));
         }
     }
 }
+
 
 /// Where a fed buffer comes from.
 #[derive(Clone, Copy, Debug)]
@@ -154,8 +212,8 @@ pub struct Builder {
     kinds: Vec<String>,
     kind_codes: AHashMap<String, i32>,
     // Scratch of `add`: the record's text tokens on the fast path, as
-    // (where the run stopped, term).
-    text_runs: Vec<(usize, u32)>,
+    // (where the run stopped, its place among the queued tokens).
+    text_runs: Vec<(usize, usize)>,
 }
 
 impl Builder {
@@ -258,25 +316,20 @@ impl Builder {
     pub fn add(&mut self, rec: &Record<'_>, at: Origin, offset: u64, size: u32) {
         let local = self.count;
         let number = self.base + local as u64;
-        self.terms.current.clear();
-        let mut length: u32 = 0;
         // The text's tokens, and where each one's run stopped (see below).
         let (terms, runs) = (&mut self.terms, &mut self.text_runs);
+        terms.begin();
         runs.clear();
         self.tokenizer.tokens_ended(&rec.text, |t, end| {
-            length += 1;
-            let term = terms.touch(t, local, TEXT);
             if end != usize::MAX {
-                runs.push((end, term));
+                runs.push((end, terms.queued()));
             }
+            terms.queue(t, TEXT);
         });
         let fields: [(&str, u8); 4] =
             [(&rec.kind, FIELDS), (&rec.system, FIELDS), (&rec.actor, FIELDS), (&rec.reference, FIELDS)];
         for (text, code) in fields {
-            self.tokenizer.tokens(text, |t| {
-                length += 1;
-                terms.touch(t, local, code);
-            });
+            self.tokenizer.tokens(text, |t| terms.queue(t, code));
         }
         // A title is mostly the text's beginning, cut short: a token of the
         // text whose separator lies within the prefix the two share is a
@@ -284,17 +337,14 @@ impl Builder {
         // title is tokenized from the last such separator on (no token
         // spans a separator). A fifth of a record's lookups saved.
         let (title, text) = (rec.title.as_bytes(), rec.text.as_bytes());
-        let shared = title.iter().zip(text).take_while(|(a, b)| a == b).count();
-        let mut from = 0;
-        for &(end, term) in runs.iter().take_while(|&&(end, _)| end < shared) {
-            length += 1;
-            terms.touch_term(term, local, TITLE);
-            from = end;
-        }
-        self.tokenizer.tokens(&rec.title[from..], |t| {
-            length += 1;
-            terms.touch(t, local, TITLE);
-        });
+        let prefix = title.iter().zip(text).take_while(|(a, b)| a == b).count();
+        let shared = runs.iter().take_while(|&&(end, _)| end < prefix).count();
+        let from = if shared > 0 { runs[shared - 1].0 } else { 0 };
+        let title_at = terms.queued();
+        self.tokenizer.tokens(&rec.title[from..], |t| terms.queue(t, TITLE));
+        terms.resolve();
+        terms.count(local, title_at, &runs[..shared]);
+        let length = (terms.queued() + shared) as u32;
         for &(tid, n, code) in &self.terms.current {
             self.p_term.push(tid);
             self.p_meta.push(n << 2 | u32::from(code));
@@ -370,7 +420,7 @@ impl Builder {
 
     /// The segment's arrays. The builder is spent afterwards.
     pub fn seal(mut self) -> Sealed {
-        let n_terms = self.terms.hashes.len();
+        let n_terms = self.terms.vocab.len();
         let mut starts = vec![0i64; n_terms + 1];
         for &t in &self.p_term {
             starts[t as usize + 1] += 1;
@@ -403,7 +453,7 @@ impl Builder {
         drop((self.p_term, self.p_meta, self.rec_starts));
         big.sort_unstable();
         let (big_pos, big_count) = big.into_iter().unzip();
-        let hashes = &self.terms.hashes;
+        let hashes = self.terms.vocab.term_hashes();
         let mut order: Vec<u32> = (0..n_terms as u32).collect();
         order.sort_unstable_by_key(|&t| hashes[t as usize]);
         self.idents.sort_unstable();

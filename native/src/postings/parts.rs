@@ -20,7 +20,6 @@ use std::thread;
 use super::{Builder, Origin, KIND_AT, ROW_BYTES};
 use crate::events::{self, Row};
 use crate::gotime::{self, Instant};
-use crate::hashes::cached_term_hash;
 
 /// What feeding a run of rows did: (rows consumed, records, failed, the
 /// latest event time, whether it stopped at a row only the plain path
@@ -44,7 +43,7 @@ pub fn feed_rows(builder: &mut Builder, rows: &[Row<'_>], at: Origin) -> RowsFed
     let (first, second) = rows.split_at(rows.len() / 2);
     let (a, (part, b)) = thread::scope(|scope| {
         let helper = scope.spawn(|| {
-            let mut part = Builder::part();
+            let mut part = Builder::new(0);
             let fed = add_rows(&mut part, second, at);
             (part, fed)
         });
@@ -88,13 +87,6 @@ fn add_rows(builder: &mut Builder, rows: &[Row<'_>], at: Origin) -> RowsFed {
 }
 
 impl Builder {
-    /// A builder for a run of records that another will absorb.
-    fn part() -> Builder {
-        let mut part = Builder::new(0);
-        part.terms.part = true;
-        part
-    }
-
     /// Append the records of `part` after this builder's own.
     fn absorb(&mut self, part: Builder) {
         let first_posting = self.p_term.len();
@@ -103,14 +95,7 @@ impl Builder {
         let mut ours = Vec::with_capacity(n_terms);
         for t in 0..n_terms as u32 {
             let term = vocab.term(t);
-            let (id, new) = self.terms.vocab.intern_bytes(term);
-            if new {
-                let term = std::str::from_utf8(term).expect("a term is text");
-                self.terms.hashes.push(cached_term_hash(term));
-                self.terms.seen_in.push(0);
-                self.terms.slot.push(0);
-            }
-            ours.push(id);
+            ours.push(self.terms.intern(term));
         }
         self.p_term.extend(part.p_term.iter().map(|&t| ours[t as usize]));
         self.p_meta.extend_from_slice(&part.p_meta);
