@@ -124,3 +124,19 @@ def test_a_segment_file_removed_while_held_is_still_read(tmp_path):
     os.unlink(disk.path)  # a merge retired it while an older View reads it
     recs, _, _ = disk.postings(disk.find(np.uint64(seg.term_hash("common"))))
     assert len(recs) == 300
+
+
+def test_a_rebased_segment_numbers_its_records_from_the_new_base_wrapping_as_uint32():
+    s = _built()  # records 100..399
+    kinds = np.zeros(1, dtype=np.int32)
+    up = seg.rebased(s, 1_000, kinds)
+    assert up.base == 1_000 and up.recs.dtype == np.uint32
+    assert (up.recs.astype(np.int64) == s.recs.astype(np.int64) + 900).all()
+    assert set(up.ident_rec.tolist()) == set(range(1_000, 1_300))
+    # Record numbers are stored as uint32: past 2**32 - 1 they wrap, as
+    # the builders' casts do; a lower base shifts them down.
+    high = seg.rebased(s, 2**32 - 150, kinds)
+    assert high.recs.max() == 2**32 - 1 and high.recs.min() == 0
+    assert sorted(set(high.recs.tolist()))[:2] == [0, 1]
+    down = seg.rebased(s, 0, kinds)
+    assert (down.recs.astype(np.int64) == s.recs.astype(np.int64) - 100).all()
