@@ -421,6 +421,10 @@ impl Builder {
     /// The segment's arrays. The builder is spent afterwards.
     pub fn seal(mut self) -> Sealed {
         let n_terms = self.terms.vocab.len();
+        // The vocabulary and the record scratch go before the postings'
+        // arrays come: a sealing builder's peak is its postings twice over.
+        let hashes = self.terms.vocab.term_hashes();
+        drop(std::mem::take(&mut self.terms));
         let mut starts = vec![0i64; n_terms + 1];
         for &t in &self.p_term {
             starts[t as usize + 1] += 1;
@@ -453,7 +457,6 @@ impl Builder {
         drop((self.p_term, self.p_meta, self.rec_starts));
         big.sort_unstable();
         let (big_pos, big_count) = big.into_iter().unzip();
-        let hashes = self.terms.vocab.term_hashes();
         let mut order: Vec<u32> = (0..n_terms as u32).collect();
         order.sort_unstable_by_key(|&t| hashes[t as usize]);
         self.idents.sort_unstable();
