@@ -6,6 +6,7 @@ call then waited out a whole connect timeout, and a close with it)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -104,3 +105,49 @@ def test_a_check_cancelled_with_its_call_fails_the_call_on_the_connection_it_had
         link.get()
     server.cancels = False
     assert link.get() is first and len(server.made) == 1
+
+
+def test_a_connect_cut_by_sever_closes_what_it_made_and_the_call_writes_nothing() -> None:
+    # A server that accepts and answers only when let: the call is inside the
+    # driver's connect when its cancel's grace runs out.
+    entered, let_go = threading.Event(), threading.Event()
+    made: list[object] = []
+    closed: list[object] = []
+
+    def connect() -> object:
+        entered.set()
+        assert let_go.wait(10), "the test never let the connect end"
+        conn = object()
+        made.append(conn)
+        return conn
+
+    link = Reconnecting(
+        connect=connect, usable=lambda c: True, alive=lambda c: None,
+        gone=lambda c, exc: False, fileno=lambda c: -1, close=closed.append,
+        refused=lambda exc: RpcError(SOURCE_UNAVAILABLE, f"cannot connect: {exc}"),
+        errors=(Gone,), where="test server", data_key="test_error",
+        min_s=0.05, max_s=0.1,
+    )
+    failure: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            link.get()
+        except RpcError as exc:
+            failure.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert entered.wait(10)
+    link.sever()
+    let_go.set()
+    caller.join(10)
+    assert not caller.is_alive()
+    (error,) = failure
+    assert isinstance(error, RpcError) and error.data == {"test_error": "cut"}
+    assert "wrote nothing" in error.message
+    assert closed == made and len(made) == 1 and link.current is None
+    # The cut is not an outage: the next call connects at once, and keeps it.
+    entered.clear()
+    second = link.get()
+    assert second is made[1] and closed == made[:1] and link.get() is second

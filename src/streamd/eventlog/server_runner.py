@@ -11,6 +11,16 @@ partitioned) is not waited out either: a cancelled or interrupted call still
 running ``grace_s`` after the cancel request was sent has its connection cut
 (:meth:`ServerStore.sever`), so it returns at once with an error saying a write
 in flight may or may not have committed, and close never hangs on the database.
+
+A call cancelled while it is inside the driver's connect (reconnecting; a
+server that accepts and never answers holds it for the whole connect timeout)
+has no statement to cancel and no connection to cut: it is cut at once
+(:meth:`ServerStore.sever`: the connection the connect makes is closed unused,
+so nothing the call was to write is written, see
+:mod:`~streamd.eventlog.store.reconnecting`) and the cancel is answered
+without waiting for it. So is a call that a cut has not ended within another
+grace. Such a call's thread runs on to its end meanwhile, and the connection
+stays taken until it does: the next call waits for it as for any call before it.
 """
 
 from __future__ import annotations
@@ -37,7 +47,13 @@ class ServerStore(Protocol):
         ...
 
     def sever(self) -> None:
-        """Cut the connection under the call using it; never blocks."""
+        """Cut the connection under the call using it; never blocks. A call
+        still connecting is cut when its connect returns."""
+        ...
+
+    @property
+    def connecting(self) -> bool:
+        """Whether the call running now is in the driver's connect."""
         ...
 
     def interrupt(self) -> None:
@@ -74,36 +90,70 @@ class ServerRunner:
         returns promptly then), and Cancelled is raised. A server that has not
         answered within the grace (``unresponsive_s``) has the connection cut
         under the call, which then returns at once."""
-        async with self._limiter:
-            token = trio.lowlevel.current_trio_token()
-            done = trio.Event()
-            box: list[outcome.Outcome[_T]] = []
+        # The connection is taken until both the call's thread and this task
+        # are done with it: the thread can outlast run() (a cancelled call
+        # left to end, see the module docstring), and a cancel request this
+        # task sends must never reach the next call's statement.
+        call = object()
+        await self._limiter.acquire_on_behalf_of(call)
+        holders = 2
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        box: list[outcome.Outcome[_T]] = []
 
-            def deliver(result: outcome.Outcome[_T]) -> None:
-                box.append(result)
-                self._idle.set()
-                token.run_sync_soon(done.set)
+        def let_go() -> None:  # on the Trio thread only
+            nonlocal holders
+            holders -= 1
+            if holders == 0:
+                self._limiter.release_on_behalf_of(call)
 
-            self._idle.clear()
+        def finish() -> None:
+            done.set()
+            let_go()
+
+        def deliver(result: outcome.Outcome[_T]) -> None:
+            box.append(result)
+            self._idle.set()
+            token.run_sync_soon(finish)
+
+        self._idle.clear()
+        try:
             trio.lowlevel.start_thread_soon(lambda: op(self._store), deliver)
-            try:
-                await done.wait()
-            except trio.Cancelled:
-                with trio.CancelScope(shield=True):
-                    delivered = False
-                    with trio.move_on_after(self._grace):
-                        await trio.to_thread.run_sync(
-                            self._store.cancel_running, abandon_on_cancel=True
-                        )
-                        delivered = True
-                        await done.wait()
-                    if not done.is_set() or not delivered:
-                        # No answer, or a cancel request still on its way (it
-                        # could hit the next statement): this connection is done.
-                        self._store.sever()
-                        await done.wait()
+        except BaseException:
+            self._idle.set()
+            self._limiter.release_on_behalf_of(call)
+            raise
+        try:
+            return await self._wait(done, box)
+        finally:
+            let_go()
+
+    async def _wait(self, done: trio.Event, box: list[outcome.Outcome[_T]]) -> _T:
+        """The call's answer; a cancel reaches it as the module docstring says."""
+        try:
+            await done.wait()
+        except trio.Cancelled:
+            if self._store.connecting:
+                # Nothing to cancel on the server and nothing to cut yet: the
+                # connection the connect makes is closed unused.
+                self._store.sever()
                 raise
-            return box[0].unwrap()
+            with trio.CancelScope(shield=True):
+                delivered = False
+                with trio.move_on_after(self._grace):
+                    await trio.to_thread.run_sync(
+                        self._store.cancel_running, abandon_on_cancel=True
+                    )
+                    delivered = True
+                    await done.wait()
+                if not done.is_set() or not delivered:
+                    # No answer, or a cancel request still on its way (it
+                    # could hit the next statement): this connection is done.
+                    self._store.sever()
+                    with trio.move_on_after(self._grace):
+                        await done.wait()
+            raise
+        return box[0].unwrap()
 
     def interrupt(self) -> None:
         """For close: every later call fails with ``closed``, and the running

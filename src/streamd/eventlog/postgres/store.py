@@ -215,6 +215,11 @@ class PostgresStore(SqlOperations):
         except (psycopg.Error, OSError) as exc:
             logger.debug("cancel request to the %s failed: %s", self._where, self._scrub(exc))
 
+    @property
+    def connecting(self) -> bool:
+        """Whether the running call is in the driver's connect (reconnecting)."""
+        return self._link.connecting
+
     def sever(self) -> None:
         """Cut the connection under the call using it, for a server that does
         not answer (a stopped backend, a partition), which a cancel request

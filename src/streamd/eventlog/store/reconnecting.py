@@ -16,7 +16,11 @@ keeping it, written once for PostgreSQL and MySQL:
 * :meth:`sever` cuts the connection under a call that a server no longer
   answers (callable from any thread, never blocking): its socket is shut down
   on a duplicate of its descriptor, so the driver's own stays valid, and the
-  call waiting on it fails at once; :meth:`cut` says that this is what happened;
+  call waiting on it fails at once; :meth:`cut` says that this is what happened.
+  A call still connecting cannot be cut (the driver's connect has no handle
+  until it returns): the connection it makes is closed as soon as it is made,
+  and the call fails before any statement, so nothing it was to write is
+  written after its caller was told it was cancelled;
 * :meth:`close`, and :meth:`abort` for a close that interrupts, end it for good:
   every later :meth:`get` raises ``closed``.
 
@@ -136,6 +140,8 @@ class Reconnecting(Generic[C]):
         self._conn: C | None = None
         self._lock = threading.Lock()  # the slot, between the worker and sever/close
         self._severed: C | None = None
+        self._connecting = False  # a get() is in the driver's connect
+        self._connect_cut = False  # and sever() was called meanwhile
         self._backoff = Backoff(min_s, max_s)
         self.closed = False
         """Closed, or aborted for a close: every later get() raises ``closed``."""
@@ -145,6 +151,12 @@ class Reconnecting(Generic[C]):
         """The last failed attempt's error while the server stays unreachable
         (None once a connection is made)."""
         return self._backoff.error
+
+    @property
+    def connecting(self) -> bool:
+        """Whether a call is in the driver's connect now (which :meth:`sever`
+        cannot cut short; it closes what the connect makes instead)."""
+        return self._connecting
 
     @property
     def current(self) -> C | None:
@@ -177,16 +189,34 @@ class Reconnecting(Generic[C]):
                 {self._data_key: "reconnecting"},
             )
         caught: tuple[type[Exception], ...] = (*self._errors, RpcError)
+        with self._lock:
+            self._connecting, self._connect_cut = True, False
         try:
             conn = self._connect()
-        except caught as exc:
+        except BaseException as exc:
+            with self._lock:
+                self._connecting = False
+            if not isinstance(exc, caught):
+                raise
             error = exc if isinstance(exc, RpcError) else self._refused(exc)
             self._backoff.failed(time.monotonic(), error.message)
             raise error from None
+        # One hold of the lock from the connect's end to the connection's
+        # adoption: a sever() lands either before (the cut is seen here) or
+        # after (it cuts the adopted connection), never between.
         with self._lock:
+            self._connecting = False
             if self.closed:
                 self._close_quietly(conn)
                 raise closed_error()
+            if self._connect_cut:
+                self._close_quietly(conn)
+                raise RpcError(
+                    SOURCE_UNAVAILABLE,
+                    f"the call was cut while connecting to the event log's {self._where};"
+                    " it wrote nothing",
+                    {self._data_key: "cut"},
+                )
             self._conn = conn
         self._used_at = time.monotonic()
         if self._backoff.failures:
@@ -228,6 +258,7 @@ class Reconnecting(Generic[C]):
         with self._lock:  # the slot cannot be closed (its descriptor reused) meanwhile
             conn = self._conn
             if conn is None or not self._usable(conn):
+                self._connect_cut = self._connecting
                 return
             self._severed = conn
             caught: tuple[type[Exception], ...] = (*self._errors, OSError)

@@ -1,0 +1,164 @@
+"""The Trio layer over a server backend's store (``eventlog.server_runner``):
+a cancelled call inside the driver's connect (to a server that accepts and
+never answers) is answered at once, one that a cut does not end within its
+graces; either way the connection stays taken until that call has ended."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+import trio.testing
+
+from streamd.eventlog.server_runner import ServerRunner
+
+GRACE_S = 2.0
+
+
+class Store:
+    """A store whose calls block until let go; its cancel reaches nothing and
+    its cut is only noted."""
+
+    def __init__(self, *, connecting: bool) -> None:
+        self.connecting = connecting
+        self.let_go = threading.Event()
+        self.entered = threading.Event()
+        self.started: list[str] = []
+        self.severed = 0
+        self.running = False
+        self.outage: str | None = None
+
+    def call(self, name: str) -> str:
+        self.started.append(name)
+        self.running = True
+        self.entered.set()
+        try:
+            assert self.let_go.wait(10), "the test never let the call end"
+        finally:
+            self.running = False
+        return name
+
+    def cancel_running(self) -> None:
+        pass  # no statement runs yet: nothing to cancel
+
+    def sever(self) -> None:
+        self.severed += 1
+
+    def interrupt(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.started.append("close")
+
+
+@pytest.mark.parametrize(("connecting", "graces"), [(True, 0), (False, 2)])
+@pytest.mark.trio
+async def test_a_cancelled_call_nothing_can_cut_answers_and_holds_the_connection(
+        autojump_clock, connecting: bool, graces: int) -> None:
+    store = Store(connecting=connecting)
+    runner = ServerRunner(store, grace_s=GRACE_S)
+    outcome: list[str] = []
+    scope = trio.CancelScope()
+    answered = trio.Event()
+
+    async def first() -> None:
+        with scope:
+            await runner.run(lambda s: s.call("first"))
+        outcome.append("cancelled" if scope.cancelled_caught else "answered")
+        outcome.append("call still running" if store.running else "call ended")
+        answered.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        assert await trio.to_thread.run_sync(store.entered.wait, 10)
+        assert store.started == ["first"]
+        start = trio.current_time()
+        scope.cancel()
+        await answered.wait()
+        # Connecting: cut at once (nothing to cancel, nothing to wait for).
+        # Otherwise both graces passed (the cancel's, then the cut's).
+        # Either way, not the call.
+        assert outcome == ["cancelled", "call still running"] and store.severed == 1
+        assert trio.current_time() - start == pytest.approx(graces * GRACE_S, abs=0.1)
+        assert not store.let_go.is_set()
+
+        second: list[str] = []
+
+        async def next_call() -> None:
+            second.append(await runner.run(lambda s: s.call("second")))
+
+        nursery.start_soon(next_call)
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.started == ["first"]  # waits for the left call's thread
+        store.let_go.set()
+    assert second == ["second"] and store.started == ["first", "second"]
+    await runner.aclose()
+    assert store.started[-1] == "close"
+
+
+@pytest.mark.trio
+async def test_a_call_answered_before_its_cancel_gives_its_answer_and_the_connection_back(
+        ) -> None:
+    store = Store(connecting=False)
+    store.let_go.set()
+    runner = ServerRunner(store, grace_s=GRACE_S)
+    assert await runner.run(lambda s: s.call("one")) == "one"
+    assert await runner.run(lambda s: s.call("two")) == "two"
+    assert store.severed == 0
+
+
+class KillStore(Store):
+    """A store whose cancel, like MySQL's KILL QUERY, goes out on a connection
+    of its own and lands on whatever statement runs when it arrives; the call
+    it was meant for ends meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__(connecting=False)
+        self.kill_started = threading.Event()
+        self.kill_lands = threading.Event()
+        self.killed: list[str | None] = []
+        self.current: str | None = None
+
+    def call(self, name: str) -> str:
+        self.current = name
+        try:
+            if name == "second":  # still running if it started before the kill landed
+                self.started.append(name)
+                assert self.kill_lands.wait(10), "the test never let the kill land"
+                return name
+            return super().call(name)
+        finally:
+            self.current = None
+
+    def cancel_running(self) -> None:
+        self.kill_started.set()
+        self.let_go.set()  # the statement ends on its own before the kill lands
+        assert self.kill_lands.wait(10), "the test never let the kill land"
+        self.killed.append(self.current)
+
+
+@pytest.mark.trio
+async def test_a_cancel_on_its_way_never_lands_on_the_next_call() -> None:
+    store = KillStore()
+    runner = ServerRunner(store, grace_s=60.0)
+    scope = trio.CancelScope()
+
+    async def first() -> None:
+        with scope:
+            await runner.run(lambda s: s.call("first"))
+
+    async def second() -> None:
+        await runner.run(lambda s: s.call("second"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        assert await trio.to_thread.run_sync(store.entered.wait, 10)
+        scope.cancel()
+        assert await trio.to_thread.run_sync(store.kill_started.wait, 10)
+        nursery.start_soon(second)
+        # The first call's statement has ended; the second would start now if
+        # the connection were given back before the kill has landed.
+        await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+        store.kill_lands.set()
+    assert store.killed == [None] and store.started == ["first", "second"]
