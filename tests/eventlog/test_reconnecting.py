@@ -107,7 +107,8 @@ def test_a_check_cancelled_with_its_call_fails_the_call_on_the_connection_it_had
     assert link.get() is first and len(server.made) == 1
 
 
-def test_a_connect_cut_by_sever_closes_what_it_made_and_the_call_writes_nothing() -> None:
+@pytest.mark.parametrize("cut", ["sever", "cut_if_connecting"])
+def test_a_connect_cut_by_sever_closes_what_it_made_and_the_call_writes_nothing(cut: str) -> None:
     # A server that accepts and answers only when let: the call is inside the
     # driver's connect when its cancel's grace runs out.
     entered, let_go = threading.Event(), threading.Event()
@@ -139,7 +140,10 @@ def test_a_connect_cut_by_sever_closes_what_it_made_and_the_call_writes_nothing(
     caller = threading.Thread(target=call)
     caller.start()
     assert entered.wait(10)
-    link.sever()
+    if cut == "sever":
+        link.sever()
+    else:
+        assert link.cut_if_connecting() is True
     let_go.set()
     caller.join(10)
     assert not caller.is_alive()
@@ -151,3 +155,15 @@ def test_a_connect_cut_by_sever_closes_what_it_made_and_the_call_writes_nothing(
     entered.clear()
     second = link.get()
     assert second is made[1] and closed == made[:1] and link.get() is second
+
+
+def test_a_cut_asked_for_as_the_connect_ends_is_either_its_cut_or_no_cut_at_all() -> None:
+    # The runner asks "still connecting? then cut it" in one step: a connect
+    # that ended meanwhile is adopted and answered False, the call then
+    # cancelled on the server like any other.
+    server = Server()
+    link = link_to(server)
+    assert link.cut_if_connecting() is False  # no call at all
+    conn = link.get()
+    assert link.cut_if_connecting() is False and link.get() is conn
+    assert not link.cut()  # the adopted connection was not cut either

@@ -45,6 +45,11 @@ class Store:
     def sever(self) -> None:
         self.severed += 1
 
+    def cut_if_connecting(self) -> bool:
+        if self.connecting:
+            self.severed += 1
+        return self.connecting
+
     def interrupt(self) -> None:
         pass
 

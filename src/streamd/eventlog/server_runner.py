@@ -14,9 +14,9 @@ in flight may or may not have committed, and close never hangs on the database.
 
 A call cancelled while it is inside the driver's connect (reconnecting; a
 server that accepts and never answers holds it for the whole connect timeout)
-has no statement to cancel and no connection to cut: it is cut at once
-(:meth:`ServerStore.sever`: the connection the connect makes is closed unused,
-so nothing the call was to write is written, see
+has no statement to cancel and no connection to cut: it is cut there at once
+(:meth:`ServerStore.cut_if_connecting`: the connection the connect makes is
+closed unused, so nothing the call was to write is written, see
 :mod:`~streamd.eventlog.store.reconnecting`) and the cancel is answered
 without waiting for it. So is a call that a cut has not ended within another
 grace. Such a call's thread runs on to its end meanwhile, and the connection
@@ -51,9 +51,9 @@ class ServerStore(Protocol):
         still connecting is cut when its connect returns."""
         ...
 
-    @property
-    def connecting(self) -> bool:
-        """Whether the call running now is in the driver's connect."""
+    def cut_if_connecting(self) -> bool:
+        """If the call running now is in the driver's connect, cut it there
+        (it then writes nothing) and return True; else do nothing."""
         ...
 
     def interrupt(self) -> None:
@@ -114,7 +114,10 @@ class ServerRunner:
         def deliver(result: outcome.Outcome[_T]) -> None:
             box.append(result)
             self._idle.set()
-            token.run_sync_soon(finish)
+            try:
+                token.run_sync_soon(finish)
+            except trio.RunFinishedError:
+                pass  # a call left to end outlived the run: nobody waits for it
 
         self._idle.clear()
         try:
@@ -133,10 +136,9 @@ class ServerRunner:
         try:
             await done.wait()
         except trio.Cancelled:
-            if self._store.connecting:
-                # Nothing to cancel on the server and nothing to cut yet: the
-                # connection the connect makes is closed unused.
-                self._store.sever()
+            if self._store.cut_if_connecting():
+                # Nothing to cancel on the server, and nothing it could write:
+                # the connection its connect makes is closed unused.
                 raise
             with trio.CancelScope(shield=True):
                 delivered = False

@@ -226,10 +226,9 @@ class MysqlStore(SqlOperations):
         except MySQLdb.Error as exc:
             logger.debug("cancel on the %s failed: %s", self._where, self._scrub(exc))
 
-    @property
-    def connecting(self) -> bool:
-        """Whether the running call is in the driver's connect (reconnecting)."""
-        return self._link.connecting
+    def cut_if_connecting(self) -> bool:
+        """Cut the running call if it is in the driver's connect (reconnecting)."""
+        return self._link.cut_if_connecting()
 
     def sever(self) -> None:
         """Cut the connection under a call the server no longer answers."""

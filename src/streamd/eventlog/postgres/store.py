@@ -215,10 +215,9 @@ class PostgresStore(SqlOperations):
         except (psycopg.Error, OSError) as exc:
             logger.debug("cancel request to the %s failed: %s", self._where, self._scrub(exc))
 
-    @property
-    def connecting(self) -> bool:
-        """Whether the running call is in the driver's connect (reconnecting)."""
-        return self._link.connecting
+    def cut_if_connecting(self) -> bool:
+        """Cut the running call if it is in the driver's connect (reconnecting)."""
+        return self._link.cut_if_connecting()
 
     def sever(self) -> None:
         """Cut the connection under the call using it, for a server that does

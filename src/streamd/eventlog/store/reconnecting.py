@@ -152,11 +152,16 @@ class Reconnecting(Generic[C]):
         (None once a connection is made)."""
         return self._backoff.error
 
-    @property
-    def connecting(self) -> bool:
-        """Whether a call is in the driver's connect now (which :meth:`sever`
-        cannot cut short; it closes what the connect makes instead)."""
-        return self._connecting
+    def cut_if_connecting(self) -> bool:
+        """If a call is in the driver's connect now, cut it there (what the
+        connect makes is closed unused, and the call fails before any
+        statement) and say so; else do nothing (False). One step under the
+        slot's lock: a connect that ends meanwhile is either cut here or
+        adopted, never adopted and then taken for still connecting."""
+        with self._lock:
+            if self._connecting:
+                self._connect_cut = True
+            return self._connecting
 
     @property
     def current(self) -> C | None:
