@@ -46,6 +46,7 @@ from streamd.recall.scanner import Offload, to_thread
 from streamd.recall.service import RecallService
 from streamd.recall.sources import SourceRegistry
 from streamd.rpc import Connection, Method, MethodTable, Server
+from streamd.rpc.server import MAX_CONNECTIONS
 from streamd.rpc.stdio import StdinStream, StdoutStream, claim_stdout
 from streamd.signals import cancel_on_signal
 
@@ -77,6 +78,8 @@ class Config:
     # or an event log (``--eventlog``). A resident daemon serves each peer
     # what its hello asks.
     recall_source: RecallKind = "stream"
+    # Connections served at once (see ``rpc.server.MAX_CONNECTIONS``).
+    max_connections: int = MAX_CONNECTIONS
 
 
 class Daemon:
@@ -170,7 +173,7 @@ class Daemon:
         return self._eventlog_methods
 
     def server(self) -> Server:
-        return Server(self.methods_for)
+        return Server(self.methods_for, max_connections=self.config.max_connections)
 
     @property
     def eventlog_opened(self) -> bool:

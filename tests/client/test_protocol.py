@@ -319,3 +319,29 @@ def test_an_oversized_frame_is_skipped_without_being_held() -> None:
 def test_unknown_notifications_are_ignored() -> None:
     core = ClientProtocol()
     assert core.receive(note("recall/progress", {"x": 1})) == ([], [])
+
+
+def test_an_error_with_no_id_is_why_the_end_of_input_came() -> None:
+    # A daemon serving as many connections as it takes answers a new one
+    # with one error and closes it: the calls in flight fail with its words.
+    core = ClientProtocol()
+    request_id, _ = core.start(Call("eventlog/latest_seq", {}, int))
+    refusal = {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32000, "message": "streamd serves at most 512 connections at once",
+        "data": {"reason": "too_many_connections", "limit": 512}}}
+    events, _ = core.receive(json.dumps(refusal).encode() + b"\n")
+    assert [e for e in events if not isinstance(e, Garbled)] == []
+    events, _ = core.receive(b"")
+    (reply,) = [e for e in events if isinstance(e, Reply)]
+    assert reply.id == request_id and reply.error is not None
+    assert reply.error.code == -32000
+    assert reply.error.message == ("connection to the streamd daemon closed: streamd serves at"
+                                   " most 512 connections at once")
+    assert reply.error.data == {"reason": "too_many_connections", "limit": 512}
+
+
+def test_without_last_words_the_end_of_input_is_closed() -> None:
+    core = ClientProtocol()
+    core.start(Call("eventlog/latest_seq", {}, int))
+    (reply,) = [e for e in core.receive(b"")[0] if isinstance(e, Reply)]
+    assert reply.error is not None and reply.error.code == CLOSED

@@ -89,17 +89,29 @@ impl DaemonConnection {
                 ControlError::Failed
             }
         };
-        self.sock.write_all(frame.as_bytes()).map_err(failed)?;
+        // A daemon that refused the connection may have closed it before the
+        // request went out: what it said is still there to read.
+        let unsent = match self.sock.write_all(frame.as_bytes()) {
+            Err(e) if matches!(e.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset) => {
+                Some(e)
+            }
+            other => {
+                other.map_err(failed)?;
+                None
+            }
+        };
         let reply = loop {
             let line = match self.line() {
                 Ok(Some(line)) => line,
                 Ok(None) => return Err(ControlError::Failed), // it closed the connection
-                Err(e) => return Err(failed(e)),
+                Err(e) => return Err(failed(unsent.unwrap_or(e))),
             };
             let Ok(reply) = serde_json::from_slice::<Value>(&line) else {
                 return Err(ControlError::Failed); // a line that is not JSON
             };
-            if reply.get("id").and_then(Value::as_str) == Some(id) {
+            // An error with no id: the daemon refused the connection.
+            let refused = reply.get("id").is_some_and(Value::is_null) && reply.get("error").is_some();
+            if refused || reply.get("id").and_then(Value::as_str) == Some(id) {
                 break reply;
             }
         };
@@ -238,6 +250,30 @@ pub fn version_key(version: &str) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_with_no_id_is_the_daemon_refusing_the_connection() {
+        // What a daemon serving as many connections as it takes writes before
+        // it closes; an answer to someone else's id is still skipped.
+        let (ours, mut daemon) = UnixStream::pair().unwrap();
+        sys::set_timeouts(&ours, 60.0).unwrap();
+        daemon
+            .write_all(concat!(
+                "{\"jsonrpc\":\"2.0\",\"id\":\"other\",\"result\":{}}\n",
+                "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32000,",
+                "\"message\":\"streamd serves at most 512 connections at once\"}}\n",
+            ).as_bytes())
+            .unwrap();
+        drop(daemon);
+        let mut conn = DaemonConnection { sock: ours, buffer: Vec::new() };
+        match conn.call("streamd/hello", "{}", HELLO_ID) {
+            Err(ControlError::Refused(m)) => {
+                assert_eq!(m, "streamd serves at most 512 connections at once")
+            }
+            Err(_) => panic!("not read as a refusal"),
+            Ok(v) => panic!("an answer: {v}"),
+        }
+    }
 
     #[test]
     fn strings_are_escaped_as_python_json_dumps_escapes_them() {

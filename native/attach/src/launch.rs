@@ -24,7 +24,7 @@ pub const STARTUP_PIPE_ENV: &str = "STREAMD_STARTUP_PIPE";
 pub const SPAWNED_AT_ENV: &str = "STREAMD_SPAWNED_AT";
 const MAX_SAID: usize = 1 << 16;
 const PATH_OPTIONS: [&str; 3] = ["--db", "--log-file", "--runtime-dir"];
-const VALUE_OPTIONS: [&str; 10] = [
+const VALUE_OPTIONS: [&str; 11] = [
     "--db",
     "--log-file",
     "--runtime-dir",
@@ -34,6 +34,7 @@ const VALUE_OPTIONS: [&str; 10] = [
     "--idle-exit",
     "--source-idle",
     "--max-sources",
+    "--max-connections",
     "--announce-version",
 ];
 const FLAG_OPTIONS: [&str; 4] = ["--verbose", "-v", "--help", "-h"];

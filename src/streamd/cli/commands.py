@@ -191,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 600)")
     daemon.add_argument("--max-sources", type=cliargs.positive, default=8, metavar="N",
                         help="Recall sources kept open at most (default 8)")
+    daemon.add_argument("--max-connections", type=cliargs.positive, default=512, metavar="N",
+                        help="clients served at once (default 512); one more is answered an"
+                        " error and closed")
     daemon.add_argument("--log-file", metavar="PATH",
                         help="log here, rotated at 5 MiB with 3 old files kept (default "
                         "$XDG_STATE_HOME/streamd/daemon.log; '-' for stderr)")
@@ -483,7 +486,9 @@ def _resident(args: argparse.Namespace) -> int:
                               log_file="(stderr)" if log_file == "-" else log_file)
     if args.announce_version:
         options.version = args.announce_version
-    resident = ResidentDaemon(Daemon(_config(args), sources=sources), options, sources)
+    config = _config(args)
+    config.max_connections = args.max_connections
+    resident = ResidentDaemon(Daemon(config, sources=sources), options, sources)
     try:
         resident.claim()
     except (AlreadyRunning, StoppedSinceSpawn, paths.UnsafeDirectory, OSError) as exc:

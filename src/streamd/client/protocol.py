@@ -209,6 +209,9 @@ class ClientProtocol:
         self._watches: dict[int, _Watch] = {}
         self._leases: set[str] = set()
         self._closed: RpcError | None = None
+        # An error the daemon sent with no id: why it is about to close the
+        # connection (a refusal: too many connections), said at end of input.
+        self._refusal: RpcError | None = None
 
     # -- outgoing --
 
@@ -316,7 +319,10 @@ class ClientProtocol:
         events: list[Event] = []
         for frame in self._splitter.close():
             self._frame(frame, events, [])
-        events += self.fail_all(_closed("end of input"))
+        refusal = self._refusal
+        events += self.fail_all(_closed("end of input") if refusal is None else RpcError(
+            refusal.code, f"connection to the streamd daemon closed: {refusal.message}",
+            refusal.data))
         return events
 
     def fail_all(self, error: RpcError) -> list[Event]:
@@ -357,6 +363,14 @@ class ClientProtocol:
             self._notification(env.method, env.params, len(frame), events, out)
         elif isinstance(env.id, int):
             self._answer(env, events)
+        elif env.id is None and env.error:
+            try:
+                body = _error_body.decode(env.error)
+            except msgspec.DecodeError as exc:
+                events.append(Garbled(f"an error with no id that does not decode: {exc}"))
+                return
+            self._refusal = RpcError(body.code, body.message, body.data)
+            events.append(Garbled(f"the daemon said: {body.message}"))
         else:
             events.append(Garbled(f"an answer with an id we never sent: {env.id!r}"))
 

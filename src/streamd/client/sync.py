@@ -47,6 +47,9 @@ log = logging.getLogger("streamd.client")
 T = TypeVar("T")
 
 _READ_CHUNK = 1 << 20
+# How long a call whose request could not be sent waits for the daemon's
+# last words (a refusal) before it reports the broken connection itself.
+REFUSAL_WAIT_S = 1.0
 # Large: a 2,000-event session is a 1.5 MB answer, and every read is a wakeup.
 
 
@@ -196,7 +199,14 @@ class Client(calls.EventLogMethods):
             request_id, frame = self._core.start(call)
             self._slots[request_id] = slot
         try:
-            self._send(frame)
+            try:
+                self._send(frame)
+            except RpcError:
+                # A daemon that refused the connection closes it after saying
+                # why, maybe before this request went out: the reader's end of
+                # input answers the call with what it said.
+                if not slot.done.wait(REFUSAL_WAIT_S):
+                    raise
             if not slot.done.wait(timeout):
                 raise TimeoutError(f"{call.method}: no answer within {timeout:g} s; cancelled")
         except BaseException:

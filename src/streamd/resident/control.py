@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import struct
 import sys
@@ -138,16 +139,30 @@ class DaemonConnection:
 
     def call(self, method: str, params: dict[str, Any], request_id: Any = 1) -> Any:
         frame = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        unsent: OSError | None = None
         try:
-            self.sock.sendall(json.dumps(frame).encode() + b"\n")
+            try:
+                self.sock.sendall(json.dumps(frame).encode() + b"\n")
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                # A daemon that refused the connection may have closed it
+                # before the request went out: what it said is still there.
+                unsent = exc
             while True:
-                line = self._line()
+                try:
+                    line = self._line()
+                except ControlError:
+                    if unsent is not None:
+                        raise unsent from None
+                    raise
                 try:
                     reply = json.loads(line)
                 except ValueError:
                     raise ControlError(f"{method}: the daemon answered a line that is not "
                                        "JSON") from None
-                if isinstance(reply, dict) and reply.get("id") == request_id:
+                if isinstance(reply, dict) and (
+                        reply.get("id") == request_id
+                        # An error with no id: the daemon refused the connection.
+                        or (reply.get("id") is None and "error" in reply)):
                     break
         except TimeoutError:
             raise NoAnswer(f"{method}: no answer from {self.path} within "
@@ -418,6 +433,16 @@ def stop_main(argv: Sequence[str]) -> int:
             pid = hello(conn)["pid"]
             conn.call("streamd/stop", {}, 2)
             conn.wait_closed(STOP_WAIT)
+        except Refused as exc:
+            # Refused before any method (it serves as many connections as it
+            # takes): the daemon that holds the lock and listens here is
+            # stopped the other way it takes, SIGTERM.
+            pid = conn.peer_pid()
+            if pid != lock_holder(directory):
+                raise
+            print(f"streamd stop: the daemon (pid {pid}) refused the connection"
+                  f" ({exc.message}); sending it SIGTERM", file=sys.stderr)
+            os.kill(pid, signal.SIGTERM)
         finally:
             conn.close()
     except (ControlError, paths.UnsafeDirectory, OSError) as exc:

@@ -128,7 +128,8 @@ class ResidentDaemon:
         self.sources = sources
         self.socket_path = paths.socket_path(options.runtime_dir)
         self.lock = InstanceLock(paths.lock_path(options.runtime_dir))
-        self.server = Server(self._methods_for)
+        self.server = Server(self._methods_for,
+                             max_connections=daemon.config.max_connections)
         self.connections = 0
         self.retired = False
         self.started_at = time.time()

@@ -126,6 +126,14 @@ MAX_INFLIGHT_BYTES = 64 << 20
 MAX_UNWRITTEN_BYTES = 16 << 20
 # Per connection: bulk answers computed at once (see the module docstring).
 MAX_BULK = 4
+# Per server: connections served at once. Each costs a descriptor and up to
+# the per-connection bounds above in memory; past this a new one is answered
+# one error and closed, so a client that leaks connections cannot take the
+# descriptors the daemon's own files need (the usual soft limit is 1,024) or
+# its memory from every other client.
+MAX_CONNECTIONS = 512
+# How long a refused connection's one error frame may take to leave.
+REFUSAL_SEND_S = 1.0
 # After end of input: how long requests of methods that finish at EOF (the
 # event log's) have to answer before they are cancelled too. Long enough for
 # any ordinary request on a loaded machine (an append waits for one fsync),
@@ -181,11 +189,13 @@ class Server:
         max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
         max_unwritten_bytes: int = MAX_UNWRITTEN_BYTES,
         max_bulk: int = MAX_BULK,
+        max_connections: int = MAX_CONNECTIONS,
         eof_grace: float = EOF_GRACE,
         wall_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.make_methods = methods
         self.max_bulk = max_bulk
+        self.max_connections = max_connections
         self.max_frame = max_frame
         self.max_depth = max_depth
         self.max_inflight = max_inflight
@@ -198,6 +208,9 @@ class Server:
         self._stopped = trio.Event()
 
     async def serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
+        if len(self._sessions) >= self.max_connections:
+            await self._refuse(send)
+            return
         session = _Session(self, receive, send)
         self._sessions.add(session)
         if self._stopping:
@@ -208,6 +221,23 @@ class Server:
             self._sessions.discard(session)
             if self._stopping and not self._sessions:
                 self._stopped.set()
+
+    async def _refuse(self, send: trio.abc.SendStream) -> None:
+        """Answer a connection past ``max_connections`` one error (id null,
+        as for a frame without an id) and serve it nothing more; the caller
+        closes it."""
+        log.warning("refused a connection: %d are open, the limit", len(self._sessions))
+        refusal = RpcError(
+            errors.SOURCE_UNAVAILABLE,
+            f"streamd serves at most {self.max_connections} connections at once and that many"
+            " are open; this one is closed (a client may be leaking connections)",
+            {"reason": "too_many_connections", "limit": self.max_connections},
+        )
+        with trio.move_on_after(REFUSAL_SEND_S):
+            try:
+                await send.send_all(error_frame(None, refusal))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
 
     def stop(self) -> None:
         """End every connection: stop reading, cancel every request in flight

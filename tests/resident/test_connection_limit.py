@@ -1,0 +1,88 @@
+"""A resident daemon serving as many connections as it takes
+(``--max-connections``): a client past that is told so by name, through either
+``attach``, ``streamd status`` and the typed client, and not mistaken for no
+daemon at all (attach used to start another and report it dead); ``streamd
+stop`` still stops it (SIGTERM, to the pid that holds the lock and listens)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from support.resident import Conn, World, make_world, req, wait_for
+
+from streamd.client import Client
+from streamd.errors import RpcError
+
+pytestmark = pytest.mark.subprocess
+
+LIMIT_WORDS = "serves at most 2 connections at once"
+
+
+@pytest.fixture
+def world(attach_kind: str):
+    yield from make_world(attach_kind)
+
+
+def held(world: World, stack: contextlib.ExitStack, n: int) -> list[Conn]:
+    """``n`` connections the daemon serves (each answered a hello). A
+    connection another client closed counts until the daemon has read its
+    end, so one made just after can be refused: it is made again."""
+
+    def served() -> Conn | None:
+        conn = world.connect()
+        try:
+            conn.send(req(1, "streamd/hello", client_version="0"))
+            reply = conn.frame() or {}
+        except OSError:
+            reply = {}
+        if "result" in reply:
+            return stack.enter_context(conn)
+        conn.sock.close()
+        if reply:  # what else could it be: a refusal
+            assert reply["error"]["data"]["reason"] == "too_many_connections", reply
+        return None
+
+    return [wait_for(served, 10, "a connection the daemon serves") for _ in range(n)]
+
+
+def test_a_client_past_the_limit_is_told_so_and_the_daemon_serves_on(world: World) -> None:
+    daemon = world.start_daemon("--max-connections", "2")
+    with contextlib.ExitStack() as stack:
+        conns = held(world, stack, 2)
+        attach = world.run("attach", input=json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "recall/health", "params": {}}) + "\n")
+        assert attach.returncode == 1, attach.stderr
+        assert f"the daemon (pid {daemon.pid}) refused this client" in attach.stderr
+        assert LIMIT_WORDS in attach.stderr
+        assert world.daemons() == [daemon.pid]  # none other was started
+        status = world.run("status")
+        assert status.returncode == 1 and LIMIT_WORDS in status.stdout + status.stderr
+        conns[0].sock.close()
+        # A slot freed is taken (once the daemon has seen the close).
+        assert world.wait_answering()["pid"] == daemon.pid
+
+
+@pytest.mark.no_attach
+def test_the_typed_client_says_why_the_connection_ended(world: World) -> None:
+    world.start_daemon("--max-connections", "1")
+    with contextlib.ExitStack() as stack:
+        held(world, stack, 1)
+        with Client.connect_socket(str(world.socket)) as client, \
+                pytest.raises(RpcError) as caught:
+            client.latest_seq()
+        assert "serves at most 1 connections at once" in caught.value.message
+        assert caught.value.data == {"reason": "too_many_connections", "limit": 1}
+
+
+@pytest.mark.no_attach
+def test_stop_stops_a_daemon_that_takes_no_more_connections(world: World) -> None:
+    daemon = world.start_daemon("--max-connections", "1")
+    with contextlib.ExitStack() as stack:
+        held(world, stack, 1)
+        stop = world.run("stop")
+        assert stop.returncode == 0, stop.stderr
+        assert f"stopped (pid {daemon.pid})" in stop.stdout
+        assert "sending it SIGTERM" in stop.stderr
+        assert daemon.wait(10) == 0
