@@ -36,6 +36,10 @@ SESSION_NOT_FOUND = -32012
 CLOSED = -32013
 STALE_SESSION = -32014
 
+# ``data.reason`` of the one error (-32000, id null) a daemon at its
+# connection limit sends a new connection before it closes it.
+TOO_MANY_CONNECTIONS = "too_many_connections"
+
 CODE_NAMES: dict[int, str] = {
     PARSE_ERROR: "parse_error",
     INVALID_REQUEST: "invalid_request",

@@ -334,14 +334,21 @@ def test_an_error_with_no_id_is_why_the_end_of_input_came() -> None:
     events, _ = core.receive(b"")
     (reply,) = [e for e in events if isinstance(e, Reply)]
     assert reply.id == request_id and reply.error is not None
-    assert reply.error.code == -32000
+    assert reply.error.code == CLOSED  # closed, whoever closed it: callers reconnect on it
     assert reply.error.message == ("connection to the streamd daemon closed: streamd serves at"
                                    " most 512 connections at once")
     assert reply.error.data == {"reason": "too_many_connections", "limit": 512}
 
 
-def test_without_last_words_the_end_of_input_is_closed() -> None:
+def test_an_error_with_no_id_that_is_no_refusal_leaves_the_end_of_input_plain() -> None:
+    # The daemon answers a frame it could not read (too deep, too big) with
+    # id null too: that says nothing about why the connection ends later.
     core = ClientProtocol()
     core.start(Call("eventlog/latest_seq", {}, int))
+    unreadable = {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32600, "message": "frame nests arrays and objects more than 128 levels deep"}}
+    events, _ = core.receive(json.dumps(unreadable).encode() + b"\n")
+    assert [type(e) for e in events] == [Garbled]
     (reply,) = [e for e in core.receive(b"")[0] if isinstance(e, Reply)]
     assert reply.error is not None and reply.error.code == CLOSED
+    assert reply.error.message == "connection to the streamd daemon closed: end of input"

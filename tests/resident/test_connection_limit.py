@@ -12,6 +12,7 @@ import json
 import pytest
 from support.resident import Conn, World, make_world, req, wait_for
 
+from streamd import is_closed
 from streamd.client import Client
 from streamd.errors import RpcError
 
@@ -57,8 +58,16 @@ def test_a_client_past_the_limit_is_told_so_and_the_daemon_serves_on(world: Worl
         assert f"the daemon (pid {daemon.pid}) refused this client" in attach.stderr
         assert LIMIT_WORDS in attach.stderr
         assert world.daemons() == [daemon.pid]  # none other was started
+        # It runs: status says so (exit 0), with why it could say no more.
         status = world.run("status")
-        assert status.returncode == 1 and LIMIT_WORDS in status.stdout + status.stderr
+        assert status.returncode == 0, status.stderr
+        assert f"running, pid {daemon.pid}, but it refused" in status.stdout
+        assert LIMIT_WORDS in status.stdout
+        status = world.run("status", "--json")
+        assert status.returncode == 0, status.stderr
+        got = json.loads(status.stdout)
+        assert got["running"] is True and got["pid"] == daemon.pid
+        assert LIMIT_WORDS in got["refused"]
         conns[0].sock.close()
         # A slot freed is taken (once the daemon has seen the close).
         assert world.wait_answering()["pid"] == daemon.pid
@@ -74,6 +83,7 @@ def test_the_typed_client_says_why_the_connection_ended(world: World) -> None:
             client.latest_seq()
         assert "serves at most 1 connections at once" in caught.value.message
         assert caught.value.data == {"reason": "too_many_connections", "limit": 1}
+        assert is_closed(caught.value)  # what a caller tests to connect again
 
 
 @pytest.mark.no_attach

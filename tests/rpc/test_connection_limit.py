@@ -61,11 +61,41 @@ async def test_a_connection_past_the_limit_is_refused_and_the_others_served() ->
 
 
 async def test_a_refused_peer_that_reads_nothing_costs_a_bounded_wait(autojump_clock) -> None:
-    # The refusal's one frame waits at most a second for a peer that does
-    # not read; then the connection is given up.
+    # Half a second for a slot to free, then the refusal's one frame waits
+    # at most a second for a peer that does not read; then it is given up.
     server = Server(methods, max_connections=0)
     client_end, server_end = trio.testing.lockstep_stream_pair()  # no buffer at all
     start = trio.current_time()
     await server.serve(server_end, server_end)
-    assert trio.current_time() - start == 1.0
+    assert trio.current_time() - start == 1.5
     await client_end.aclose()
+
+
+async def test_a_connection_whose_input_ended_frees_its_slot_for_the_next() -> None:
+    # A client that closes and connects again at once: its old connection is
+    # still being wound down (its end of input not yet read, or its last
+    # answers due) when the new one comes; the new one waits for the slot.
+    server = Server(methods, max_connections=1)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            for n in range(20):
+                client_end, server_end = trio.testing.memory_stream_pair()
+                nursery.start_soon(server.serve, server_end, server_end)
+                client = Client(client_end)
+                assert await client.result("echo", {"n": n}) == n, n
+                await client_end.send_eof()  # and away, without waiting for the close
+            nursery.cancel_scope.cancel()
+
+
+async def test_refusals_are_logged_once_a_while_with_their_count(autojump_clock, caplog) -> None:
+    server = Server(methods, max_connections=0)
+    for _ in range(5):
+        _client_end, server_end = trio.testing.memory_stream_pair()
+        await server.serve(server_end, server_end)
+    await trio.sleep(11)  # the mock clock: past the ten seconds
+    for _ in range(2):
+        _client_end, server_end = trio.testing.memory_stream_pair()
+        await server.serve(server_end, server_end)
+    lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert lines == ["refused 1 connection in the last 10 s: 0 are open, the limit",
+                     "refused 5 connections in the last 10 s: 0 are open, the limit"]

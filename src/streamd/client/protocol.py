@@ -209,8 +209,8 @@ class ClientProtocol:
         self._watches: dict[int, _Watch] = {}
         self._leases: set[str] = set()
         self._closed: RpcError | None = None
-        # An error the daemon sent with no id: why it is about to close the
-        # connection (a refusal: too many connections), said at end of input.
+        # Why the daemon is about to close the connection (it refused it:
+        # too many connections), said at end of input.
         self._refusal: RpcError | None = None
 
     # -- outgoing --
@@ -320,8 +320,10 @@ class ClientProtocol:
         for frame in self._splitter.close():
             self._frame(frame, events, [])
         refusal = self._refusal
+        # Closed either way (the code callers test to reconnect), in the
+        # daemon's words when it said why.
         events += self.fail_all(_closed("end of input") if refusal is None else RpcError(
-            refusal.code, f"connection to the streamd daemon closed: {refusal.message}",
+            errors.CLOSED, f"connection to the streamd daemon closed: {refusal.message}",
             refusal.data))
         return events
 
@@ -369,8 +371,11 @@ class ClientProtocol:
             except msgspec.DecodeError as exc:
                 events.append(Garbled(f"an error with no id that does not decode: {exc}"))
                 return
-            self._refusal = RpcError(body.code, body.message, body.data)
-            events.append(Garbled(f"the daemon said: {body.message}"))
+            reason = body.data.get("reason") if isinstance(body.data, dict) else None
+            if reason == errors.TOO_MANY_CONNECTIONS:
+                self._refusal = RpcError(body.code, body.message, body.data)
+            else:  # a frame of ours the daemon could not read (too big, too deep)
+                events.append(Garbled(f"the daemon answered with no id: {body.message}"))
         else:
             events.append(Garbled(f"an answer with an id we never sent: {env.id!r}"))
 

@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from streamd import __version__
+from streamd import __version__, errors
 from streamd.resident import paths, stopmark
 
 # Not `from typing import TYPE_CHECKING`: importing typing costs milliseconds
@@ -53,9 +53,10 @@ class ControlError(Exception):
 class Refused(ControlError):
     """The daemon answered the call with an error (it runs, and said no)."""
 
-    def __init__(self, method: str, code: Any, message: str) -> None:
+    def __init__(self, method: str, code: Any, message: str, data: Any = None) -> None:
         self.code = code
         self.message = message
+        self.data = data
         super().__init__(f"{method}: {message} ({code})")
 
 
@@ -172,7 +173,7 @@ class DaemonConnection:
                                f"{exc.strerror or exc}") from None
         if "error" in reply:
             err = reply["error"] if isinstance(reply["error"], dict) else {}
-            raise Refused(method, err.get("code"), str(err.get("message")))
+            raise Refused(method, err.get("code"), str(err.get("message")), err.get("data"))
         return reply.get("result")
 
     def _line(self) -> bytes:
@@ -367,6 +368,12 @@ def _json_line(value: dict[str, Any]) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def at_limit(refusal: Refused) -> bool:
+    """Whether the daemon refused the connection for its connection limit."""
+    data = refusal.data
+    return isinstance(data, dict) and data.get("reason") == errors.TOO_MANY_CONNECTIONS
+
+
 def status_main(argv: Sequence[str]) -> int:
     opts = _parse(argv, STATUS_USAGE, ["--json"])
     if isinstance(opts, int):
@@ -381,6 +388,18 @@ def status_main(argv: Sequence[str]) -> int:
         else:
             try:
                 result = conn.call("streamd/status", {})
+            except Refused as exc:
+                if not at_limit(exc):
+                    raise
+                # It runs, and serves as many clients as it takes.
+                pid = conn.peer_pid()
+                if opts["json"]:
+                    print(_json_line({"running": True, "socket": sock, "pid": pid,
+                                      "refused": exc.message}))
+                else:
+                    print(f"streamd daemon: running, pid {pid}, but it refused this"
+                          f" connection: {exc.message}")
+                return 0
             finally:
                 conn.close()
     except (ControlError, paths.UnsafeDirectory, OSError) as exc:
@@ -438,7 +457,7 @@ def stop_main(argv: Sequence[str]) -> int:
             # takes): the daemon that holds the lock and listens here is
             # stopped the other way it takes, SIGTERM.
             pid = conn.peer_pid()
-            if pid != lock_holder(directory):
+            if not at_limit(exc) or pid != lock_holder(directory):
                 raise
             print(f"streamd stop: the daemon (pid {pid}) refused the connection"
                   f" ({exc.message}); sending it SIGTERM", file=sys.stderr)
