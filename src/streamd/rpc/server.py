@@ -214,7 +214,7 @@ class Server:
         self.wall_ns = wall_ns
         self._sessions: set[_Session] = set()
         # Sessions whose input has not ended: what max_connections bounds.
-        self._reading: set[_Session] = set()
+        self._counted: set[_Session] = set()
         self._slot_freed = trio.lowlevel.ParkingLot()
         self._slot_waiters = 0
         self._refused = 0  # since the last log line about it
@@ -228,7 +228,7 @@ class Server:
             return
         session = _Session(self, receive, send)
         self._sessions.add(session)
-        self._reading.add(session)
+        self._counted.add(session)
         if self._stopping:
             session.stop()
         try:
@@ -240,7 +240,7 @@ class Server:
                 self._stopped.set()
 
     def _full(self) -> bool:
-        return (len(self._reading) >= self.max_connections
+        return (len(self._counted) >= self.max_connections
                 or len(self._sessions) >= 2 * self.max_connections)
 
     async def _slot(self) -> bool:
@@ -261,8 +261,8 @@ class Server:
 
     def input_ended(self, session: _Session) -> None:
         """``session`` reads no more: it no longer counts against the limit."""
-        if session in self._reading:
-            self._reading.discard(session)
+        if session in self._counted:
+            self._counted.discard(session)
             self._slot_freed.unpark_all()
 
     async def _refuse(self, send: trio.abc.SendStream) -> None:
@@ -276,7 +276,7 @@ class Server:
             # rotate the log away.
             log.warning("refused %d connection%s in the last %g s: %d are open, the limit",
                         self._refused, "" if self._refused == 1 else "s",
-                        REFUSAL_LOG_S, len(self._reading))
+                        REFUSAL_LOG_S, len(self._counted))
             self._refused, self._refusal_logged_at = 0, now
         refusal = RpcError(
             errors.SOURCE_UNAVAILABLE,
