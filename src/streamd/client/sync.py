@@ -46,12 +46,11 @@ log = logging.getLogger("streamd.client")
 
 T = TypeVar("T")
 
+# Large: a 2,000-event session is a 1.5 MB answer, and every read is a wakeup.
 _READ_CHUNK = 1 << 20
 # How long a call whose request could not be sent waits for the daemon's
 # last words (a refusal) before it reports the broken connection itself.
 REFUSAL_WAIT_S = 1.0
-# Large: a 2,000-event session is a 1.5 MB answer, and every read is a wakeup.
-
 
 
 class _Slot:
