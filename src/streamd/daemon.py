@@ -46,7 +46,7 @@ from streamd.recall.scanner import Offload, to_thread
 from streamd.recall.service import RecallService
 from streamd.recall.sources import SourceRegistry
 from streamd.rpc import Connection, Method, MethodTable, Server
-from streamd.rpc.server import MAX_CONNECTIONS
+from streamd.rpc.limit import MAX_CONNECTIONS
 from streamd.rpc.stdio import StdinStream, StdoutStream, claim_stdout
 from streamd.signals import cancel_on_signal
 
@@ -78,7 +78,7 @@ class Config:
     # or an event log (``--eventlog``). A resident daemon serves each peer
     # what its hello asks.
     recall_source: RecallKind = "stream"
-    # Connections served at once (see ``rpc.server.MAX_CONNECTIONS``).
+    # Connections served at once (see :mod:`streamd.rpc.limit`).
     max_connections: int = MAX_CONNECTIONS
 
 

@@ -32,6 +32,8 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   to the writer task: never while that task has frames or is writing. So is
   the answer of a connection's only request in flight (a client that waits
   for each answer); answers of pipelined requests go through the writer task.
+* How many connections are served at once is :mod:`~streamd.rpc.limit`'s
+  (``max_connections``); one past it is refused before a session starts.
 * Work in flight is bounded per connection, in requests (``max_inflight``)
   and in bytes of their frames (``max_inflight_bytes``). A request counts
   from its dispatch until its answer is queued for the writer; while the
@@ -92,6 +94,7 @@ import trio
 from streamd import errors
 from streamd.errors import RpcError
 from streamd.rpc.framing import MAX_DEPTH, MAX_FRAME_BYTES, Oversized
+from streamd.rpc.limit import MAX_CONNECTIONS, ConnectionLimit
 from streamd.rpc.methods import Connection, Method, MethodTable, Request, Submit
 from streamd.rpc.outbox import Outbox, WriteNow, gathered
 from streamd.rpc.protocol import (
@@ -126,23 +129,6 @@ MAX_INFLIGHT_BYTES = 64 << 20
 MAX_UNWRITTEN_BYTES = 16 << 20
 # Per connection: bulk answers computed at once (see the module docstring).
 MAX_BULK = 4
-# Per server: connections served at once (those whose input has not ended).
-# Each costs a descriptor and up to the per-connection bounds above in memory;
-# past this a new one is answered one error and closed, so a client that
-# leaks connections cannot take the descriptors the daemon's own files need
-# (the usual soft limit is 1,024) or its memory from every other client. A
-# connection whose input ended no longer counts (its last answers may take
-# the end-of-input grace), but all of them together are held to twice this.
-MAX_CONNECTIONS = 512
-# A connection that finds the limit reached waits this long for a slot (one
-# that just closed is counted until its end of input is read), at most
-# SLOT_WAITERS of them at once; then it is refused.
-SLOT_WAIT_S = 0.5
-SLOT_WAITERS = 64
-# How long a refused connection's one error frame may take to leave.
-REFUSAL_SEND_S = 1.0
-# Refusals are logged at most once in this many seconds, with their count.
-REFUSAL_LOG_S = 10.0
 # After end of input: how long requests of methods that finish at EOF (the
 # event log's) have to answer before they are cancelled too. Long enough for
 # any ordinary request on a loaded machine (an append waits for one fsync),
@@ -204,7 +190,7 @@ class Server:
     ) -> None:
         self.make_methods = methods
         self.max_bulk = max_bulk
-        self.max_connections = max_connections
+        self.limit: ConnectionLimit[_Session] = ConnectionLimit(max_connections)
         self.max_frame = max_frame
         self.max_depth = max_depth
         self.max_inflight = max_inflight
@@ -213,82 +199,24 @@ class Server:
         self.eof_grace = eof_grace
         self.wall_ns = wall_ns
         self._sessions: set[_Session] = set()
-        # Sessions whose input has not ended: what max_connections bounds.
-        self._counted: set[_Session] = set()
-        self._slot_freed = trio.lowlevel.ParkingLot()
-        self._slot_waiters = 0
-        self._refused = 0  # since the last log line about it
-        self._refusal_logged_at = -math.inf
         self._stopping = False
         self._stopped = trio.Event()
 
     async def serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
-        if not await self._slot():
-            await self._refuse(send)
-            return
         session = _Session(self, receive, send)
+        if not await self.limit.admit(session):
+            await self.limit.refuse(send)
+            return
         self._sessions.add(session)
-        self._counted.add(session)
         if self._stopping:
             session.stop()
         try:
             await session.run()
         finally:
-            self.input_ended(session)
+            self.limit.left(session)
             self._sessions.discard(session)
             if self._stopping and not self._sessions:
                 self._stopped.set()
-
-    def _full(self) -> bool:
-        return (len(self._counted) >= self.max_connections
-                or len(self._sessions) >= 2 * self.max_connections)
-
-    async def _slot(self) -> bool:
-        """Whether a new connection may be served: at once below the limit,
-        else once a slot frees within SLOT_WAIT_S (see its comment)."""
-        if not self._full():
-            return True
-        if self._slot_waiters >= SLOT_WAITERS:
-            return False
-        self._slot_waiters += 1
-        try:
-            with trio.move_on_after(SLOT_WAIT_S):
-                while self._full():
-                    await self._slot_freed.park()
-            return not self._full()
-        finally:
-            self._slot_waiters -= 1
-
-    def input_ended(self, session: _Session) -> None:
-        """``session`` reads no more: it no longer counts against the limit."""
-        if session in self._counted:
-            self._counted.discard(session)
-            self._slot_freed.unpark_all()
-
-    async def _refuse(self, send: trio.abc.SendStream) -> None:
-        """Answer a connection past ``max_connections`` one error (id null,
-        as for a frame without an id) and serve it nothing more; the caller
-        closes it."""
-        self._refused += 1
-        now = trio.current_time()
-        if now - self._refusal_logged_at >= REFUSAL_LOG_S:
-            # One line for many: a client that leaks and retries must not
-            # rotate the log away.
-            log.warning("refused %d connection%s in the last %g s: %d are open, the limit",
-                        self._refused, "" if self._refused == 1 else "s",
-                        REFUSAL_LOG_S, len(self._counted))
-            self._refused, self._refusal_logged_at = 0, now
-        refusal = RpcError(
-            errors.SOURCE_UNAVAILABLE,
-            f"streamd serves at most {self.max_connections} connections at once and that many"
-            " are open; this one is closed (a client may be leaking connections)",
-            {"reason": errors.TOO_MANY_CONNECTIONS, "limit": self.max_connections},
-        )
-        with trio.move_on_after(REFUSAL_SEND_S):
-            try:
-                await send.send_all(error_frame(None, refusal))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
 
     def stop(self) -> None:
         """End every connection: stop reading, cancel every request in flight
@@ -402,7 +330,7 @@ class _Session:
                 if await self._read_frames(nursery):
                     return  # shutdown: in-flight work already finished
         finally:
-            self.server.input_ended(self)
+            self.server.limit.input_ended(self)
         if self._reading.cancel_called:  # stop()
             self._cancel_all()
         else:
