@@ -57,12 +57,11 @@ struct Terms {
     /// The record being added: (term, occurrences, strongest field code).
     current: Vec<(u32, u32, u8)>,
     /// The record's tokens, in order, keyed (their slots asked for) before
-    /// any is looked up (see `vocab`): their keys and field codes, their
-    /// bytes one after another in `spelled` (token k's end at `ends[k]`);
-    /// then their terms, in `ids`.
-    queued: Vec<(Key, u8)>,
+    /// any is looked up (see `vocab`): each one's key, field code and where
+    /// its bytes end in `spelled`, where they lie one after another; then
+    /// their terms, in `ids`.
+    queued: Vec<(Key, u8, u32)>,
     spelled: Vec<u8>,
-    ends: Vec<u32>,
     ids: Vec<u32>,
 }
 
@@ -72,7 +71,6 @@ impl Terms {
         self.current.clear();
         self.queued.clear();
         self.spelled.clear();
-        self.ends.clear();
     }
 
     /// Queue `token`, of the record's field `code`.
@@ -81,8 +79,8 @@ impl Terms {
         let key = self.vocab.key(token.as_bytes());
         self.vocab.prefetch(&key);
         self.spelled.extend_from_slice(token.as_bytes());
-        self.ends.push(u32::try_from(self.spelled.len()).expect("a line shorter than 4 GiB"));
-        self.queued.push((key, code));
+        let end = u32::try_from(self.spelled.len()).expect("a line shorter than 4 GiB");
+        self.queued.push((key, code, end));
     }
 
     fn queued(&self) -> usize {
@@ -91,10 +89,10 @@ impl Terms {
 
     /// The terms of the queued tokens, in their order, into `ids`.
     fn resolve(&mut self) {
-        let Terms { vocab, queued, spelled, ends, ids, .. } = self;
+        let Terms { vocab, queued, spelled, ids, .. } = self;
         ids.clear();
         let mut start = 0;
-        for (&(key, _), &end) in queued.iter().zip(ends.iter()) {
+        for &(key, _, end) in queued.iter() {
             let token = &spelled[start..end as usize];
             start = end as usize;
             let (t, new) = vocab.intern_key(&key, token);
@@ -147,7 +145,6 @@ impl Terms {
         }
     }
 }
-
 
 /// Where a fed buffer comes from.
 #[derive(Clone, Copy, Debug)]
