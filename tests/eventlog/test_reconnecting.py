@@ -157,10 +157,11 @@ def test_a_connect_cut_by_sever_closes_what_it_made_and_the_call_writes_nothing(
     assert second is made[1] and closed == made[:1] and link.get() is second
 
 
-def test_a_cut_asked_for_as_the_connect_ends_is_either_its_cut_or_no_cut_at_all() -> None:
-    # The runner asks "still connecting? then cut it" in one step: a connect
-    # that ended meanwhile is adopted and answered False, the call then
-    # cancelled on the server like any other.
+def test_a_cut_asked_for_with_no_call_connecting_cuts_nothing() -> None:
+    # The runner asks "still connecting? then cut it" in one step: with no
+    # connect under way (none yet, or one already adopted) the answer is
+    # False and the connection is left alone, the call then cancelled on the
+    # server like any other.
     server = Server()
     link = link_to(server)
     assert link.cut_if_connecting() is False  # no call at all

@@ -108,8 +108,9 @@ async def test_a_call_answered_before_its_cancel_gives_its_answer_and_the_connec
     store = Store(connecting=False)
     store.let_go.set()
     runner = ServerRunner(store, grace_s=GRACE_S)
-    assert await runner.run(lambda s: s.call("one")) == "one"
-    assert await runner.run(lambda s: s.call("two")) == "two"
+    with trio.fail_after(30):  # a connection never given back hangs the second
+        assert await runner.run(lambda s: s.call("one")) == "one"
+        assert await runner.run(lambda s: s.call("two")) == "two"
     assert store.severed == 0
 
 
@@ -156,14 +157,15 @@ async def test_a_cancel_on_its_way_never_lands_on_the_next_call() -> None:
     async def second() -> None:
         await runner.run(lambda s: s.call("second"))
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(first)
-        assert await trio.to_thread.run_sync(store.entered.wait, 10)
-        scope.cancel()
-        assert await trio.to_thread.run_sync(store.kill_started.wait, 10)
-        nursery.start_soon(second)
-        # The first call's statement has ended; the second would start now if
-        # the connection were given back before the kill has landed.
-        await trio.testing.wait_all_tasks_blocked(cushion=0.05)
-        store.kill_lands.set()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first)
+            assert await trio.to_thread.run_sync(store.entered.wait, 10)
+            scope.cancel()
+            assert await trio.to_thread.run_sync(store.kill_started.wait, 10)
+            nursery.start_soon(second)
+            # The first call's statement has ended; the second would start now if
+            # the connection were given back before the kill has landed.
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+            store.kill_lands.set()
     assert store.killed == [None] and store.started == ["first", "second"]
