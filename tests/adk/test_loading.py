@@ -37,6 +37,15 @@ def text(t: str) -> types.Content:
     return types.Content(role="user", parts=[types.Part(text=t)])
 
 
+async def _session_of(svc: Service, n: int) -> tuple[Any, Any]:
+    """The service's client, and session "s" holding messages m0 to m{n-1}."""
+    client = await svc._client()
+    s = await svc.create_session(app_name="app", user_id="u", session_id="s")
+    for i in range(n):
+        await svc.append_event(s, event(ts=float(i + 1), content=text(f"m{i}")))
+    return client, s
+
+
 class _Garbled:
     """A client whose every answer is JSON but not a session."""
 
@@ -77,10 +86,7 @@ def test_cached_events_evicted_while_the_rest_is_read_are_still_loaded(
     two reads, or on another loop's thread): the reload still has them."""
 
     async def body(svc: Service) -> None:
-        client = await svc._client()
-        s = await svc.create_session(app_name="app", user_id="u", session_id="s")
-        for i in range(5):
-            await svc.append_event(s, event(ts=float(i + 1), content=text(f"m{i}")))
+        client, _ = await _session_of(svc, 5)
         loader = SessionLoader()
         evicting = _Evicting(client, loader)
         first = await loader.load(evicting, "app", "u", "s", None, None)  # type: ignore[arg-type]
@@ -113,10 +119,7 @@ def test_a_session_deleted_between_a_reloads_two_reads_is_none(tmp_path: Path, m
     # The first read listed its seqs (some cached, some not); what it listed
     # is no session once deleted: half of it, with its state, was returned.
     async def body(svc: Service) -> None:
-        client = await svc._client()
-        s = await svc.create_session(app_name="app", user_id="u", session_id="s")
-        for i in range(3):
-            await svc.append_event(s, event(ts=float(i + 1), content=text(f"m{i}")))
+        client, s = await _session_of(svc, 3)
         loader = SessionLoader()
         assert await loader.load(client, "app", "u", "s", None, None) is not None
         await svc.append_event(s, event(ts=9.0, content=text("uncached")))
