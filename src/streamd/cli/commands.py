@@ -256,6 +256,10 @@ def _split_globals(argv: list[str]) -> tuple[list[str], str | None, list[str]] |
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the process's own command line: the process is ours
+        from streamd import blas
+
+        blas.one_thread()  # before anything loads numpy
     argv = list(sys.argv[1:] if argv is None else argv)
     # The resident daemon's clients come first and import only the stdlib.
     if argv[:1] == ["attach"]:
