@@ -24,7 +24,7 @@ use ahash::AHashMap;
 use std::borrow::Cow;
 
 use crate::events::{self, Described, Row};
-use crate::hashes::ident_hash;
+use crate::hashes::{ident_hash, IdentBatch};
 use crate::gotime::{self, Instant};
 use crate::json::{parse_record, Record};
 use crate::lines::{next_line, trim_space, HOLD_LIMIT, MAX_LINE_BYTES};
@@ -102,7 +102,9 @@ pub struct Builder {
     rec_starts: Vec<usize>,
     // Whether the arrays were given room for the rest of the segment.
     reserved: bool,
+    // (hash, record); a hash `ident_batch` still computes is 0 until its flush.
     idents: Vec<(u64, i64)>,
+    ident_batch: IdentBatch,
     // Identifiers came from more than a record's own fields, so a pair can
     // repeat (an app equal to a session, say): kept once at seal.
     shared_idents: bool,
@@ -127,6 +129,7 @@ impl Builder {
             rec_starts: vec![0],
             reserved: false,
             idents: Vec::new(),
+            ident_batch: IdentBatch::default(),
             shared_idents: false,
             columns: Vec::new(),
             ids: vec![b'['],
@@ -254,9 +257,12 @@ impl Builder {
         for (i, key) in keys.iter().enumerate() {
             if !key.is_empty() && !keys[..i].contains(key) {
                 // An id is new with every record; a ref or a correlation recurs.
-                let hash = if i == 0 { term_hash(key) } else { ident_hash(key) };
-                self.idents.push((hash, number as i64));
+                let hash = self.ident_batch.hash_or_wait(key, self.idents.len(), i > 0);
+                self.idents.push((hash.unwrap_or(0), number as i64));
             }
+        }
+        if self.ident_batch.is_full() {
+            self.hash_idents();
         }
 
         let kind = self.kind_code(&rec.kind);
@@ -317,8 +323,15 @@ impl Builder {
         Some(when)
     }
 
+    /// Fill in the identifier hashes still waiting in `ident_batch`.
+    fn hash_idents(&mut self) {
+        let idents = &mut self.idents;
+        self.ident_batch.flush(|at, hash| idents[at].0 = hash);
+    }
+
     /// The segment's arrays. The builder is spent afterwards.
     pub fn seal(mut self) -> Sealed {
+        self.hash_idents();
         let n_terms = self.terms.vocab.len();
         // The vocabulary and the record scratch go before the postings'
         // arrays come: a sealing builder's peak is its postings twice over.

@@ -88,7 +88,8 @@ fn add_rows(builder: &mut Builder, rows: &[Row<'_>], at: Origin) -> RowsFed {
 
 impl Builder {
     /// Append the records of `part` after this builder's own.
-    fn absorb(&mut self, part: Builder) {
+    fn absorb(&mut self, mut part: Builder) {
+        part.hash_idents();
         let first_posting = self.p_term.len();
         let vocab = &part.terms.vocab;
         let n_terms = vocab.len();
