@@ -169,3 +169,58 @@ async def test_a_cancel_on_its_way_never_lands_on_the_next_call() -> None:
             await trio.testing.wait_all_tasks_blocked(cushion=0.05)
             store.kill_lands.set()
     assert store.killed == [None] and store.started == ["first", "second"]
+
+
+@pytest.mark.trio
+async def test_close_waits_the_grace_for_a_call_left_in_a_connect_not_the_connect(
+        autojump_clock) -> None:
+    # A connect with no timeout to a server that never answers: the call's
+    # thread never returns on its own. Close takes one grace, not for ever.
+    store = Store(connecting=True)
+    runner = ServerRunner(store, grace_s=GRACE_S)
+    scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+
+        async def left() -> None:
+            with scope:
+                await runner.run(lambda s: s.call("connecting"))
+
+        nursery.start_soon(left)
+        assert await trio.to_thread.run_sync(store.entered.wait, 10)
+        scope.cancel()
+    start = trio.current_time()
+    # The clock jumps while a thread works, so only the grace is a bound;
+    # waiting for the connect would never end (the deadline says so).
+    with trio.fail_after(100 * GRACE_S):
+        await runner.aclose()
+    assert trio.current_time() - start >= GRACE_S
+    assert store.started == ["connecting", "close"] and store.running
+    store.let_go.set()
+
+
+@pytest.mark.trio
+async def test_close_waits_for_a_call_left_in_a_statement(autojump_clock) -> None:
+    # Not connecting: the call holds a statement that the interrupt and the
+    # cut end; close waits for it rather than close the connection under it.
+    store = Store(connecting=False)
+    runner = ServerRunner(store, grace_s=GRACE_S)
+    scope = trio.CancelScope()
+    closed = trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def left() -> None:
+            with scope:
+                await runner.run(lambda s: s.call("statement"))
+
+        async def close() -> None:
+            await runner.aclose()
+            closed.set()
+
+        nursery.start_soon(left)
+        assert await trio.to_thread.run_sync(store.entered.wait, 10)
+        scope.cancel()
+        nursery.start_soon(close)
+        await trio.sleep(5 * GRACE_S)
+        assert not closed.is_set() and store.started == ["statement"]
+        store.let_go.set()
+    assert closed.is_set() and store.started == ["statement", "close"]

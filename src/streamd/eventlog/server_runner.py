@@ -21,6 +21,8 @@ closed unused, so nothing the call was to write is written, see
 without waiting for it. So is a call that a cut has not ended within another
 grace. Such a call's thread runs on to its end meanwhile, and the connection
 stays taken until it does: the next call waits for it as for any call before it.
+Close does not wait for a call left in a connect beyond the grace (a connect with
+no timeout may never return); it closes the store under it.
 """
 
 from __future__ import annotations
@@ -173,5 +175,21 @@ class ServerRunner:
             self._store.sever()
 
     async def aclose(self) -> None:
-        async with self._limiter:
+        """Close the store once no call uses its connection. A call left
+        inside the driver's connect is not waited for beyond the grace: with
+        no connect timeout (``connect_timeout=0``) its connect may never
+        return, and closing needs nothing of it (what the connect makes is
+        closed unused once it finds the store closed). A call running a
+        statement is waited for: :meth:`interrupt` and the cut end it."""
+        acquired = False
+        with trio.move_on_after(self._grace):
+            await self._limiter.acquire()
+            acquired = True
+        if not acquired and not self._store.cut_if_connecting():
+            await self._limiter.acquire()
+            acquired = True
+        try:
             await trio.to_thread.run_sync(self._store.close)
+        finally:
+            if acquired:
+                self._limiter.release()
