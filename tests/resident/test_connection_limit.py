@@ -6,6 +6,7 @@ stop`` still stops it (SIGTERM, to the pid that holds the lock and listens)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 
@@ -13,7 +14,7 @@ import pytest
 from support.resident import Conn, World, make_world, req, wait_for
 
 from streamd import is_closed
-from streamd.client import Client
+from streamd.client import AsyncClient, Client
 from streamd.errors import RpcError
 
 pytestmark = pytest.mark.subprocess
@@ -73,17 +74,32 @@ def test_a_client_past_the_limit_is_told_so_and_the_daemon_serves_on(world: Worl
         assert world.wait_answering()["pid"] == daemon.pid
 
 
+async def latest_seq_async(socket: str) -> int:
+    client = await AsyncClient.connect_socket(socket)
+    try:
+        return await client.latest_seq()
+    finally:
+        await client.aclose()
+
+
 @pytest.mark.no_attach
-def test_the_typed_client_says_why_the_connection_ended(world: World) -> None:
+@pytest.mark.parametrize("kind", ["blocking", "asyncio"])
+def test_the_typed_client_says_why_the_connection_ended(world: World, kind: str) -> None:
     world.start_daemon("--max-connections", "1")
     with contextlib.ExitStack() as stack:
         held(world, stack, 1)
-        with Client.connect_socket(str(world.socket)) as client, \
-                pytest.raises(RpcError) as caught:
-            client.latest_seq()
-        assert "serves at most 1 connections at once" in caught.value.message
-        assert caught.value.data == {"reason": "too_many_connections", "limit": 1}
-        assert is_closed(caught.value)  # what a caller tests to connect again
+        # Asked again and again: whether the request is written before or
+        # after the daemon's close, the client reads the refusal's words.
+        for _ in range(10):
+            with pytest.raises(RpcError) as caught:
+                if kind == "asyncio":
+                    asyncio.run(latest_seq_async(str(world.socket)))
+                else:
+                    with Client.connect_socket(str(world.socket)) as client:
+                        client.latest_seq()
+            assert "serves at most 1 connections at once" in caught.value.message
+            assert caught.value.data == {"reason": "too_many_connections", "limit": 1}
+            assert is_closed(caught.value)  # what a caller tests to connect again
 
 
 @pytest.mark.no_attach
