@@ -50,23 +50,44 @@ def test_conformance_verify_interrupted_exits_130_without_a_traceback(tmp_path: 
         os.kill(adapter_pid, 0)
 
 
+@pytest.mark.parametrize("where", ["between steps", "inside a step"])
 def test_index_interrupted_says_how_far_it_came_and_the_next_run_continues(
-    slow_world, capsys, monkeypatch
+    slow_world, capsys, monkeypatch, where: str
 ):
+    # A real SIGINT, where a person's Ctrl-C lands: between two steps of the
+    # build (the progress line) or inside one (sealing a segment). Inside a
+    # step it used to end the build there, unsaved: the next run started over.
     from streamd.cli import progress
     from streamd.recall.index import index
 
     monkeypatch.setattr(index, "SEGMENT_RECORDS", 100)  # sealed, and so saved, often
     stream, work = slow_world.path("a.jsonl"), slow_world.root / "wd"
-    real = progress.Progress.update
+    sent = []
 
-    def interrupt_halfway(self, consumer):
-        real(self, consumer)
-        if consumer is not None and consumer.records_done >= 1500:
-            raise KeyboardInterrupt
+    def interrupt_halfway(records: int) -> None:
+        if records >= 1500 and not sent:
+            sent.append(records)
+            os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(progress.Progress, "update", interrupt_halfway)
+    if where == "between steps":
+        real = progress.Progress.update
+
+        def update(self, consumer):
+            real(self, consumer)
+            if consumer is not None:
+                interrupt_halfway(consumer.records_done)
+
+        monkeypatch.setattr(progress.Progress, "update", update)
+    else:
+        real_seal = index.Index.seal
+
+        def seal(self):
+            real_seal(self)
+            interrupt_halfway(len(self.ids))
+
+        monkeypatch.setattr(index.Index, "seal", seal)
     assert main(["index", str(stream), "--workdir", str(work)]) == 130
+    assert sent
     out, err = capsys.readouterr()
     assert out == ""
     (line,) = err.splitlines()
@@ -74,7 +95,7 @@ def test_index_interrupted_says_how_far_it_came_and_the_next_run_continues(
                      rf"--workdir {re.escape(str(work))}: run the same command again to "
                      r"continue", line)
     assert m and 40 <= int(m[1]) <= 60, line
-    monkeypatch.setattr(progress.Progress, "update", real)
+    monkeypatch.undo()
     assert main(["index", str(stream), "--workdir", str(work)]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("gen-1: 3000 records indexed, 0 failed")

@@ -23,8 +23,12 @@ without loading the adapter.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from streamd.cli.args import ERROR, NOT_FOUND, OK, UsageError, command, renamed
 
@@ -431,12 +435,30 @@ def expand(args: argparse.Namespace) -> int:
 # --- index --------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _stop_on_sigint() -> Iterator[threading.Event]:
+    """An event a first Ctrl-C sets (the build stops at its next step, within
+    a tenth of a second); a second one interrupts at once."""
+    stop = threading.Event()
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def index(args: argparse.Namespace) -> int:
-    from streamd.cli.args import fail
+    from streamd.cli.args import INTERRUPTED, fail
     from streamd.cli.progress import Progress
     from streamd.errors import RpcError
     from streamd.recall.adapter import StreamAdapter
-    from streamd.recall.index.parallel import drive
+    from streamd.recall.index.parallel import Abandoned, drive
     from streamd.recall.wire import InitializeParams
 
     if not args.paths:
@@ -457,20 +479,28 @@ def index(args: argparse.Namespace) -> int:
             source_id="stream", location=os.path.dirname(files[0]), settings={"files": files},
         ))
         steps = adapter.build(full=args.rebuild)
-        generation = drive(steps, lambda: progress.update(adapter.building))
+        with _stop_on_sigint() as stop:
+            generation = drive(steps, lambda: progress.update(adapter.building), stop)
     except _Runtime as exc:
         progress.clear()
         return fail(str(exc))
     except RpcError as exc:
         progress.clear()
         return fail(exc.message)
-    except KeyboardInterrupt:
-        # What was sealed is saved (the build closes on the way out): the
-        # next run continues from it, and is told so.
+    except Abandoned:
+        # Stopped between two steps, where the build saves what it read (a
+        # Ctrl-C raised inside a step could not: it would end the build
+        # there, and a state caught mid-step is not one to save).
         progress.clear()
         at = progress.fraction(adapter.building)
         fail(f"index interrupted at {at:.0%}; what it indexed is kept in --workdir "
              f"{args.workdir}: run the same command again to continue")
+        return INTERRUPTED
+    except KeyboardInterrupt:
+        # A second Ctrl-C: at once, wherever the build was; the next run
+        # continues from its last save (every two seconds).
+        progress.clear()
+        fail("index interrupted")
         raise
     progress.done(adapter.building)
     gone = len(generation.missing)

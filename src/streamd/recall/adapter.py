@@ -84,6 +84,8 @@ SAVE_RETRY_NS = 5 * gotime.NS
 PROGRESS_SAVE_NS = 2 * gotime.NS
 # How often a build waiting for another process's workdir lock tries again.
 LOCK_POLL_S = 0.05
+# Passes a build makes before it gives up on files replaced while they are read.
+REPLACED_PASSES = 3
 
 
 class _Interim:
@@ -254,6 +256,26 @@ class StreamAdapter(Answers):
             return True  # nowhere to write: nothing of ours can be clobbered either
 
     def _build(self, full: bool) -> Generator[Step, None, Generation]:
+        """:meth:`_pass`, started over from nothing when a file was replaced
+        while it was read (what the pass read would be of two files): as for
+        a file found rewritten, the next pass reads it anew and reports it."""
+        for _ in range(REPLACED_PASSES - 1):
+            try:
+                return (yield from self._pass(full))
+            except streamfile.Replaced as exc:
+                log.info("%s was replaced while it was read; reading it anew",
+                         os.path.basename(exc.path))
+                self.suspect = self.suspect | {exc.path}
+        try:
+            return (yield from self._pass(full))
+        except streamfile.Replaced as exc:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"{os.path.basename(exc.path)} was replaced while it was read,"
+                f" {REPLACED_PASSES} times in a row",
+            ) from None
+
+    def _pass(self, full: bool) -> Generator[Step, None, Generation]:
         built_at = self.clock()
         # Another process may have built here meanwhile: continue its generation
         # numbers, and adopt its index rather than overwrite it with ours.
@@ -292,7 +314,10 @@ class StreamAdapter(Answers):
                         interim.between_steps(files, cur)
                         yield step
                 except GeneratorExit:
-                    interim.save(files, cur)  # stopped mid-build: keep what was sealed
+                    # Stopped mid-build: keep what was sealed (unless the file
+                    # was replaced meanwhile: then it is of another file).
+                    with contextlib.suppress(streamfile.Replaced):
+                        interim.save(files, cur)
                     raise
             files.append(cur)
         missing = [os.path.basename(c.path) for c in files if c.missing]
@@ -311,7 +336,7 @@ class StreamAdapter(Answers):
         """Publish the next generation: records first, then the checkpoint.
         ``indexing`` marks a prefix published while its build goes on."""
         view = index.view(merge=indexing is None)
-        prints = {c.path: fingerprint(c.path, c.offset) for c in files if c.offset}
+        prints = {c.path: fingerprint(c.path, c.offset, c.identity) for c in files if c.offset}
         durable = self.save_index(view, files, latest, prints)
         if rewritten:
             self.suspect = frozenset()  # this build started over: it read them anew

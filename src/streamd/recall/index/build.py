@@ -56,7 +56,7 @@ class Consumer:
             yield from read_blocks(self, cur, file_no, end)
             return
         try:
-            lines = streamfile.lines_after(cur.path, cur.offset, end)
+            lines = streamfile.lines_after(cur.path, cur.offset, end, cur.identity)
             for handled, line in enumerate(lines, start=1):
                 cur.offset = line.offset + line.size
                 self.bytes_done += line.size
@@ -110,7 +110,7 @@ def read_blocks(
     ``stop`` is set."""
     name = os.path.basename(cur.path)
     try:
-        f = streamfile.open_regular(cur.path)
+        f = streamfile.open_regular(cur.path, cur.identity)
     except FileNotFoundError:
         cur.missing = True
         return

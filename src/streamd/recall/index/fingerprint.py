@@ -17,14 +17,16 @@ from streamd.recall.index import streamfile
 HEAD_BYTES = 64 << 10
 
 
-def fingerprint(path: str, consumed: int) -> str:
+def fingerprint(path: str, consumed: int, identity: streamfile.Identity | None = None) -> str:
     """The hash of the first and the last ``HEAD_BYTES`` of the first
     ``consumed`` bytes of ``path``; "" if they cannot be read (gone,
-    shorter, not a regular file, unreadable)."""
+    shorter, not a regular file, unreadable). With ``identity`` (a build's
+    own file), raises :class:`~streamd.recall.index.streamfile.Replaced` if
+    the path names another file now: the hash must be of what was read."""
     head = min(consumed, HEAD_BYTES)
     tail_start = max(head, consumed - HEAD_BYTES)
     try:
-        with streamfile.open_regular(path) as f:
+        with streamfile.open_regular(path, identity) as f:
             data = f.read(head)
             f.seek(tail_start)
             data += f.read(consumed - tail_start)

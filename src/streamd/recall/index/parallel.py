@@ -84,13 +84,15 @@ class ChunkResult:
     end: int
 
 
-def build_chunk(path: str, start: int, end: int, file_no: int, built_at: int,
+def build_chunk(path: str, identity: streamfile.Identity | None, start: int, end: int,
+                file_no: int, built_at: int,
                 stop: threading.Event | None = None) -> ChunkResult | None:
-    """Runs in a worker: index the complete lines in ``[start, end)``. A
-    worker thread gives up at its next step once ``stop`` is set (None)."""
+    """Runs in a worker: index the complete lines in ``[start, end)`` of the
+    file the pass started on (``identity``). A worker thread gives up at its
+    next step once ``stop`` is set (None)."""
     index = Index()
     consumer = Consumer(index, built_at, gotime.ZERO_TIME)
-    cur = Cursor(path, start)
+    cur = Cursor(path, start, identity=identity)
     for _ in consumer.read_into(cur, file_no, end):
         if stop is not None and stop.is_set():
             return None
@@ -195,7 +197,10 @@ Step = cf.Future | None
 
 def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, None, None]:
     """Consume a file's unread complete lines, in parallel when there are many.
-    Yields futures to wait on (or None between slices of in-process work)."""
+    Yields futures to wait on (or None between slices of in-process work).
+    Every read is of the file the path named as the pass started: raises
+    :class:`~streamd.recall.index.streamfile.Replaced` if it names another."""
+    streamfile.start_pass(cur)
     size = streamfile.file_size(cur.path)
     end = 0
     if size is not None and size - cur.offset >= PARALLEL_MIN_BYTES and workers() >= 2:
@@ -223,7 +228,7 @@ def read_into(consumer: Consumer, cur: Cursor, file_no: int) -> Generator[Step, 
         def submit() -> None:
             if todo:
                 lo, hi = todo.popleft()
-                args = (cur.path, lo, hi, file_no, consumer.built_at)
+                args = (cur.path, cur.identity, lo, hi, file_no, consumer.built_at)
                 pending.append(pool.submit(build_chunk, *args, *([stop] if stop else [])))
 
         # The first piece is read here while the workers start: a spawned

@@ -27,6 +27,10 @@ CHUNK = 1 << 20
 HOLD_LIMIT = 2 << 20
 
 
+Identity = tuple[int, int]
+"""A file's (device, inode): which file a path named when it was read."""
+
+
 @dataclass(slots=True)
 class Cursor:
     path: str
@@ -34,6 +38,18 @@ class Cursor:
     records: int = 0
     failed: int = 0
     missing: bool = False
+    # The file the pass now reading it started on (see ``Replaced``); never saved.
+    identity: Identity | None = None
+
+
+class Replaced(Exception):
+    """The path names another file than the one a pass started reading (it
+    was renamed over, say, while the pass read it): what the pass read would
+    be of two files, so the pass is abandoned and the build starts over."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +63,7 @@ class NotRegularFile(OSError):
     """The path names a FIFO, a device, a socket or a directory."""
 
 
-def open_regular(path: str) -> BinaryIO:
+def open_regular(path: str, identity: Identity | None = None) -> BinaryIO:
     """Open a stream file for reading, refusing anything but a regular file.
 
     A FIFO without a writer blocks ``open`` until one appears, and a device
@@ -59,16 +75,25 @@ def open_regular(path: str) -> BinaryIO:
     Symlinks are followed: what counts is what they point to.
 
     Raises FileNotFoundError if absent, NotRegularFile for anything that is
-    not a regular file, another OSError if it cannot be opened.
+    not a regular file, another OSError if it cannot be opened, and
+    :class:`Replaced` if ``identity`` is given and the file opened is not it.
     """
-    return os.fdopen(_regular_fd(path), "rb")
+    return os.fdopen(_regular_fd(path, identity), "rb")
 
 
-def _regular_fd(path: str) -> int:
+def identity_of(f: BinaryIO) -> Identity:
+    st = os.fstat(f.fileno())
+    return st.st_dev, st.st_ino
+
+
+def _regular_fd(path: str, identity: Identity | None = None) -> int:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(f"{os.path.basename(path)} is not a regular file")
+        if identity is not None and (st.st_dev, st.st_ino) != identity:
+            raise Replaced(path)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -102,7 +127,8 @@ def read_failed(name: str, exc: OSError) -> RpcError:
     return RpcError(SOURCE_UNAVAILABLE, f"{name} became unreadable{why}")
 
 
-def lines_after(path: str, offset: int, end: int | None = None) -> Iterator[Line]:
+def lines_after(path: str, offset: int, end: int | None = None,
+                identity: Identity | None = None) -> Iterator[Line]:
     """Complete lines from ``offset`` on (up to ``end``, which must fall just
     after a newline). Raises FileNotFoundError if absent, RpcError(-32000) if
     unreadable.
@@ -116,7 +142,7 @@ def lines_after(path: str, offset: int, end: int | None = None) -> Iterator[Line
     """
     name = os.path.basename(path)
     try:
-        f = open_regular(path)
+        f = open_regular(path, identity)
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -191,6 +217,17 @@ def file_size(path: str) -> int | None:
         return os.stat(path).st_size
     except OSError:
         return None
+
+
+def start_pass(cur: Cursor) -> None:
+    """Note which file ``cur``'s path names as a pass over it starts: every
+    read of the pass must be of that file (``Replaced``)."""
+    try:
+        st = os.stat(cur.path)
+    except OSError:
+        cur.identity = None  # missing or unreadable: the reads say so
+        return
+    cur.identity = st.st_dev, st.st_ino
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,7 +67,7 @@ class Loaded:
 def _print(c: Cursor, prints: dict[str, str] | None) -> str:
     if prints is not None and c.path in prints:
         return prints[c.path]
-    return fingerprint(c.path, c.offset)
+    return fingerprint(c.path, c.offset, c.identity)
 
 
 class DurableIndex:
