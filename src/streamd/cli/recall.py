@@ -335,12 +335,20 @@ def search(args: argparse.Namespace) -> int:
         print(_dumps({"type": "summary", "hits": hits, **result}))
         sys.stdout.flush()
     else:
-        _print_hits(result, unsaved=args.workdir is not None and adapter.checkpoint_failed)
+        _print_hits(result, unsaved=_unsaved(adapter) if args.workdir is not None else "")
     say_failures(generation, paths)
     return OK if hits else NOT_FOUND
 
 
-def _print_hits(result: dict, unsaved: bool = False) -> None:
+def _unsaved(adapter: StreamAdapter) -> str:
+    """Why the index is not in the workdir, for a person; "" when it is."""
+    if not adapter.checkpoint_failed:
+        return ""
+    why = adapter.save_error
+    return f"the index was not saved: {why}" if why else "the index was not saved"
+
+
+def _print_hits(result: dict, unsaved: str = "") -> None:
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     err_color = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
 
@@ -361,7 +369,7 @@ def _print_hits(result: dict, unsaved: bool = False) -> None:
           file=sys.stderr)
 
 
-def _summary(result: dict, unsaved: bool, paint) -> str:
+def _summary(result: dict, unsaved: str, paint) -> str:
     """The one stderr line after the hits: counts, then anything a person
     must not miss (missing files, lines that are not records, an index that
     could not be saved), which ``--json`` carries in its diagnostics."""
@@ -379,7 +387,7 @@ def _summary(result: dict, unsaved: bool, paint) -> str:
     if failed:
         notes.append(f"{failed} line{'s' if failed != 1 else ''} could not be read as records")
     if unsaved:
-        notes.append("the workdir is not writable: the index was not saved")
+        notes.append(unsaved)
     return "; ".join([line, *(paint("33", n) for n in notes)])
 
 
@@ -509,8 +517,8 @@ def index(args: argparse.Namespace) -> int:
     print(f"{generation.name}: {generation.indexed} records indexed, {generation.failed} failed, "
           f"{missing}; {generation.watermark}")
     sys.stdout.flush()
-    if adapter.checkpoint_failed:
-        return fail(f"--workdir {args.workdir} is not writable: the index was not saved")
+    if unsaved := _unsaved(adapter):
+        return fail(f"--workdir {args.workdir}: {unsaved}")
     if generation.missing:  # each was checked before: it went away while being read
         return fail(f"{', '.join(generation.missing)}: went away while being indexed")
     say_failures(generation, args.paths)

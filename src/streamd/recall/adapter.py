@@ -138,6 +138,13 @@ class _Interim:
 # --- the adapter ------------------------------------------------------------
 
 
+def _why(exc: OSError | None) -> str:
+    """What the system said of a failed write ("No space left on device")."""
+    if exc is None or not exc.errno:
+        return ""
+    return os.strerror(exc.errno)
+
+
 def not_initialized() -> RpcError:
     return RpcError(SOURCE_UNAVAILABLE, "stream adapter has not completed a handshake")
 
@@ -159,6 +166,9 @@ class StreamAdapter(Answers):
         self.prior = Checkpoint()
         self.generation: Generation | None = None
         self.checkpoint_failed = False
+        # Why the last save failed, in the system's words ("No space left on
+        # device"); "" when it did not, or nothing says.
+        self.save_error = ""
         self.saved_at = 0  # clock at the last save attempt
         # Files found rewritten since the published generation (by a catch-up's
         # fingerprints or by a line read back for an answer): the next build
@@ -398,11 +408,15 @@ class StreamAdapter(Answers):
         the flush at publication) and the manifest naming them (with the
         files' ``prints`` when known). True if the index is durable."""
         self.saved_at = self.clock()
-        if self.durable is None or not view.on_disk:
+        if self.durable is None:
+            return False
+        if not view.on_disk:
+            self.save_error = _why(view.index.sink_error)
             return False
         try:
             self.durable.save(view.segments, files, view.index.kinds, latest, view.n, prints)
-        except OSError:
+        except OSError as exc:
+            self.save_error = _why(exc)
             return False
         return True
 
@@ -414,5 +428,8 @@ class StreamAdapter(Answers):
                            generation.files),
             )
             self.checkpoint_failed = not durable
-        except OSError:
+        except OSError as exc:
             self.checkpoint_failed = True
+            self.save_error = _why(exc)
+        if not self.checkpoint_failed:
+            self.save_error = ""

@@ -153,6 +153,9 @@ class Index:
         self.sink = sink
         # Set by a failed write; cleared when a flush tries again.
         self._sink_paused = False
+        # Why the last write failed (a full disk, say), for a person told
+        # that the index was not saved.
+        self.sink_error: OSError | None = None
         self.ids = IdList()  # compact: 18 MB for a million ids, not 65
         self.id_order = IdOrder()  # ranks by id, brought up to date at each view
         self.columns = Columns()
@@ -319,8 +322,9 @@ class Index:
             return segment
         try:
             return self.sink(segment)
-        except OSError:
+        except OSError as exc:
             self._sink_paused = True
+            self.sink_error = exc
             return segment
 
     def flush(self) -> bool:
