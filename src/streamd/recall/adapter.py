@@ -59,6 +59,7 @@ from streamd.recall.index.build import Consumer
 from streamd.recall.index.fingerprint import fingerprint
 from streamd.recall.index.index import Index, View
 from streamd.recall.index.parallel import Step
+from streamd.recall.index.segment import Damaged
 from streamd.recall.index.streamfile import Cursor
 from streamd.recall.persist.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from streamd.recall.persist.lock import WorkdirLock
@@ -375,7 +376,11 @@ class StreamAdapter(Answers):
         if loaded is None:
             return None, gotime.ZERO_TIME, {}, rewritten
         index = Index(self.durable.sink)
-        index.adopt(loaded.segments, loaded.kinds)
+        try:
+            index.adopt(loaded.segments, loaded.kinds)
+        except Damaged as exc:
+            log.warning("the saved index is damaged (%s): indexing anew", exc)
+            return None, gotime.ZERO_TIME, {}, False
         return index, loaded.latest, {c.path: c for c in loaded.files}, False
 
     def save_due(self, asked: bool) -> bool:

@@ -49,6 +49,7 @@ from streamd.eventlog.store import EventRow, EventRows
 from streamd.golang import gotime
 from streamd.recall.eventlog.build import LogGeneration, LogIndex, SavedPosition
 from streamd.recall.eventlog.settings import INDEX_CONFIG, LogSettings
+from streamd.recall.index.segment import Damaged
 from streamd.recall.persist.lock import WorkdirLock
 from streamd.recall.persist.manifest import DurableIndex
 from streamd.recall.reserve import AnswerReserve
@@ -337,7 +338,12 @@ class LogSource:
         if not usable:
             log.info("the saved event-log index is not this log's: indexing it again")
             return
-        self.index.adopt(loaded.segments, loaded.kinds, at)
+        try:
+            self.index.adopt(loaded.segments, loaded.kinds, at)
+        except Damaged as exc:
+            log.warning("the saved event-log index is damaged (%s): indexing it again", exc)
+            self.index = LogIndex(self.settings, self.clock, self.durable.sink)
+            return
         log.info("adopted the saved event-log index at seq %d", at.seq)
 
     async def _seed(self, path: str) -> None:

@@ -345,9 +345,14 @@ class Index:
         return True
 
     def adopt(self, segments: list[Segment], kinds: list[str]) -> None:
-        """Start from segments loaded from disk (already durable)."""
+        """Start from segments loaded from disk (already durable). Raises
+        :class:`~streamd.recall.index.segment.Damaged` for one whose ids or
+        kinds cannot be its own; the index is then not to be used."""
         for s in segments:
-            self._extend_ids(s.id_list())
+            kind = s.columns["kind"]
+            if len(kind) and (int(kind.min()) < 0 or int(kind.max()) >= len(kinds)):
+                raise seg.Damaged(f"{s.path}: a record of an unknown kind")
+            self._extend_ids(s.checked_id_list())
             self.columns.extend(s.columns)
             s.copied()
         self.segments = tuple(segments)

@@ -59,6 +59,11 @@ def hashes(terms: list[str]) -> np.ndarray:
     return np.fromiter(map(term_hash, terms), dtype=np.uint64, count=len(terms))
 
 
+class Damaged(ValueError):
+    """A segment read back is not one that was written (the file was damaged):
+    an index holding it is not adopted, and is built anew."""
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Segment:
     base: int
@@ -116,8 +121,13 @@ class Segment:
         if len(saturated):
             big_pos, big_count = ((self.big_pos, self.big_count) if self.file is None
                                   else (self.file.big_pos, self.file.big_count))
-            where = np.searchsorted(big_pos, pos[saturated])
-            counts[saturated] = big_count[where]
+            at = pos[saturated]
+            where = np.searchsorted(big_pos, at)
+            # A damaged file may hold no exact count for a saturated one:
+            # it stays at the cap (a lower bound) rather than fail a search.
+            found = where < len(big_pos)
+            found[found] = big_pos[where[found]] == at[found]
+            counts[saturated[found]] = big_count[where[found]]
         return counts
 
     def identified(self, h: np.uint64) -> np.ndarray:
@@ -129,6 +139,17 @@ class Segment:
 
     def id_list(self) -> list[str]:
         return msgspec.json.decode(self.ids.tobytes(), type=list[str])
+
+    def checked_id_list(self) -> list[str]:
+        """:meth:`id_list` of a segment read back: raises :class:`Damaged`
+        unless it decodes to exactly ``count`` ids."""
+        try:
+            ids = self.id_list()
+        except msgspec.DecodeError:
+            raise Damaged(f"{self.path}: its ids do not decode") from None
+        if len(ids) != self.count:
+            raise Damaged(f"{self.path}: {len(ids)} ids for {self.count} records")
+        return ids
 
     def copied(self) -> None:
         """Its ids and columns were copied out (an index adopting it): drop
@@ -354,6 +375,39 @@ def encode(seg: Segment) -> Iterator[bytes | memoryview]:
     for arr in arrays.values():
         yield arr.view(np.uint8).data
         yield b"\0" * ((arr.nbytes + 7) // 8 * 8 - arr.nbytes)
+
+
+def check(s: Segment) -> None:
+    """Raise :class:`Damaged` unless a segment read back has the shape of one
+    that was written: its arrays' lengths, and the values of those a lookup
+    trusts (the sorted hashes, distinct for terms, the local ids, the posting starts, the exact
+    counts' places, the identifiers' records). It reads what a restart maps
+    anyway, never the postings, so damage to those stays for a search to
+    meet: segment files carry no checksum."""
+    terms, postings = len(s.term_hash), len(s.recs)
+
+    def sorted_(a: np.ndarray, strict: bool = False) -> bool:
+        return len(a) < 2 or bool(np.all(a[1:] > a[:-1] if strict else a[1:] >= a[:-1]))
+
+    def within(a: np.ndarray, lo: int, hi: int) -> bool:
+        return not len(a) or (int(a.min()) >= lo and int(a.max()) < hi)
+
+    shaped = (
+        s.base >= 0 and s.count >= 0 and len(s.columns) == s.count
+        and len(s.term_local) == terms and len(s.starts) == terms + 1
+        and len(s.meta) == postings and len(s.big_pos) == len(s.big_count)
+        and len(s.ident_hash) == len(s.ident_rec)
+    )
+    sound = shaped and (
+        int(s.starts[0]) == 0 and int(s.starts[-1]) == postings and sorted_(s.starts)
+        and within(s.term_local, 0, terms) and sorted_(s.term_hash, strict=True)
+        and sorted_(s.ident_hash) and within(s.ident_rec, s.base, s.base + s.count)
+        and within(s.big_pos, 0, postings) and sorted_(s.big_pos, strict=True)
+    )
+    if s.file is not None:
+        s.file.drop("ident_rec")  # read from the file by searches, not mapped
+    if not sound:
+        raise Damaged(f"{s.path} is damaged")
 
 
 def read(path: str) -> Segment:

@@ -182,6 +182,8 @@ class DurableIndex:
     def _segments(self, body: dict[str, Any]) -> Loaded | None:
         try:
             segments = [seg.read(os.path.join(self.dir, n)) for n in body["segments"]]
+            for s in segments:
+                seg.check(s)  # raises Damaged, a ValueError
             records, kinds, latest = int(body["records"]), list(body["kinds"]), int(body["latest"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
