@@ -232,6 +232,26 @@ async def test_a_lease_is_released_when_its_connection_closes(daemon: Daemonish)
         assert await b.result("eventlog/lock.release", {"lock": again["lock"]}) == {}
 
 
+async def test_a_lease_released_by_another_client_is_reported_lost_to_its_holder(
+        daemon: Daemonish) -> None:
+    # The holder must learn it, or it works on as if it held the session
+    # while a third client takes it.
+    key = {"app": "app", "user": "u", "session": "s"}
+    with trio.fail_after(10):
+        a, b, c = await daemon.connect(), await daemon.connect(), await daemon.connect()
+        held = await a.result("eventlog/lock.acquire", key)
+        assert await b.result("eventlog/lock.release", {"lock": held["lock"]}) == {}
+        assert await a.notification() == {
+            "jsonrpc": "2.0", "method": "eventlog/lock_lost",
+            "params": {"lock": held["lock"], "holder": held["holder"]}}
+        taken = await c.result("eventlog/lock.acquire", key)
+        assert taken["holder"] != held["holder"]
+        # Released by its own holder: nothing is said to anyone.
+        assert await c.result("eventlog/lock.release", {"lock": taken["lock"]}) == {}
+        assert await c.result("eventlog/ping", {}) == {}
+        assert c.notifications == [] and a.notifications == []
+
+
 async def test_a_stolen_lease_is_reported_as_lock_lost_on_its_connection(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

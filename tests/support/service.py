@@ -30,7 +30,9 @@ class Daemonish:
 
 
 def _server(factory: Callable[[], Any]) -> Server:
-    return Server(lambda conn: {m.name: m for m in eventlog_methods(factory)})
+    # Built once, as the daemon builds them: one table of who holds which lease.
+    methods = {m.name: m for m in eventlog_methods(factory)}
+    return Server(lambda conn: methods)
 
 
 def event(event_id: str, content: Any = None, **kw: Any) -> dict[str, Any]:

@@ -285,8 +285,15 @@ class _Service:
 
     async def lease_release(self, p: LeaseReleaseParams, request: Request) -> Empty:
         log = await self.log()
-        self._held.get(request.connection, {}).pop(p.lock, None)
+        holder = next((conn for conn, held in self._held.items() if p.lock in held), None)
+        lease = self._held[holder].pop(p.lock) if holder is not None else None
         await log.release_lock(p.lock)
+        if holder is not None and holder is not request.connection and lease is not None:
+            # Released by another client: its holder must not go on working
+            # as if it held the session (another client may take it next).
+            await holder.notify(
+                LEASE_LOST_NOTIFICATION, LeaseLostNotification(lock=lease.lock, holder=lease.holder)
+            )
         return Empty()
 
     async def _release_all(self, conn: Connection) -> None:
