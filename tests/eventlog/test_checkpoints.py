@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.sqlite import ConnectionRunner, SqliteStore
 from streamd.eventlog.sqlite.checkpoints import CHECKPOINT_PAGES, Checkpoints
 from streamd.eventlog.store import Backend
@@ -95,3 +98,26 @@ async def test_a_compactions_truncating_checkpoint_waits_for_the_background_one(
     assert conns.calls == ["reader: passive", "writer: passive", "writer: truncate"]
     assert truncated == [True] and stats.checkpoints == 1 and not checkpoints.running
     conns.close()
+
+
+async def test_a_checkpoint_failing_the_same_way_again_and_again_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A log stopped under the daemon fails every checkpoint the same way, and
+    # one is started after every write: one line, not one a write.
+    caplog.set_level(logging.WARNING)
+    failures = [RpcError(SOURCE_UNAVAILABLE, "event log unavailable: gone")] * 5 + [
+        RpcError(SOURCE_UNAVAILABLE, "event log unavailable: other")]
+
+    async def fail(op: Callable[[Backend], Any]) -> Any:
+        raise failures.pop(0)
+
+    async with trio.open_nursery() as nursery:
+        checkpoints = Checkpoints(read=fail, write=fail, nursery=lambda: nursery,
+                                  closed=lambda: False, counted=lambda: None)
+        for _ in range(6):
+            checkpoints.due(_FullWal())
+            await trio.testing.wait_all_tasks_blocked()
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["checkpointing the event log: event log unavailable: gone",
+                    "checkpointing the event log: event log unavailable: other"]

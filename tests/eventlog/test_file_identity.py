@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 import trio
 from support.resident import World, make_world
@@ -150,6 +151,32 @@ async def test_the_old_file_moved_aside_keeps_what_was_committed_to_it(tmp_path:
     # What the old log acknowledged is in the old file, where the user put it;
     # the append that got the error was refused before its work (the guard
     # compares before a call as well as after it), so it is in neither.
+    assert event_ids(aside) == [f"e{i}" for i in range(10)]
+
+
+async def test_an_old_wal_a_reader_holds_is_said_once_not_at_every_call(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Another process reading the file keeps the old -wal from being emptied
+    # after a move; each later call tries again. A client that retries used to
+    # write an error line per call (megabytes a minute), burying the stop.
+    db, aside = tmp_path / "ev.db", tmp_path / "ev.old.db"
+    caplog.set_level(logging.WARNING)
+    with trio.fail_after(60):
+        async with EventLog(db, busy_timeout_ms=50) as log:
+            for i in range(10):
+                await log.append("app", "u", "s", ev(i))
+            reader = apsw.Connection(str(db))
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM events").fetchall()
+            os.rename(db, aside)
+            for i in range(20):
+                with pytest.raises(RpcError):
+                    await log.append("app", "u", "s", ev(f"late{i}"))
+            reader.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert len(stopped_lines(caplog)) == 1
+    assert sum("could not be emptied" in m for m in said) == 1, said
     assert event_ids(aside) == [f"e{i}" for i in range(10)]
 
 

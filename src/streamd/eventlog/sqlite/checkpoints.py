@@ -57,6 +57,9 @@ class Checkpoints:
         # One checkpoint at a time: the background one and a compaction's
         # truncating one would otherwise find each other busy.
         self._lock = trio.Lock()
+        # The failure last logged: one that repeats (a log stopped under us
+        # is retried after every write) is logged once, not once a write.
+        self._failing = ""
 
     @property
     def running(self) -> bool:
@@ -88,8 +91,10 @@ class Checkpoints:
                 await self._read(_checkpoint_passive)
                 await self._write(_checkpoint_passive)
             self._counted()
+            self._failing = ""
         except RpcError as exc:
-            if not is_closed(exc):
+            if not is_closed(exc) and exc.message != self._failing:
                 logger.warning("checkpointing the event log: %s", exc)
+            self._failing = exc.message
         finally:
             self._running = False

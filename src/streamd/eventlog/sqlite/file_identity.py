@@ -131,6 +131,7 @@ class DatabaseFile:
         self._main_gone = False
         self._wal_gone = False  # the -wal alone left the path (see _empty_old_wal)
         self._wal_emptied = False
+        self._wal_stuck_said = False  # the failure to empty it is logged once
         self._real = path
         self._paths: list[bytes] = []  # the three files' paths, encoded once
 
@@ -375,11 +376,17 @@ class DatabaseFile:
             reason = "another process was reading it"
         if not busy:
             self._wal_emptied = True
-        elif self._wal_gone:  # a later call, or the close, tries again
+            return
+        # A later call, or the close, tries again; said once, not at every call.
+        with self._lock:
+            said, self._wal_stuck_said = self._wal_stuck_said, True
+        if said:
+            logger.debug("the old write-ahead log still could not be emptied (%s)", reason)
+        elif self._wal_gone:
             logger.error(
                 "the deleted write-ahead log could not be emptied into %s yet (%s): stop"
                 " the other processes using it, then stop streamd", self.path, reason)
-        else:  # a later call, or the close, tries again
+        else:
             logger.error(
                 "the old write-ahead log could not be emptied (%s): before starting"
                 " streamd again, remove %s-wal and %s-shm if they are still the old ones",
