@@ -112,7 +112,11 @@ def test_state_as_of_a_seq_holds_every_write_up_to_it_and_none_after(fx: Fixture
     # As of the newest seq, the fold equals the current state.
     current = state(fx)
     assert current == state(fx, at=current.seq)
-    assert state(fx, at=s3.seq + 100).session == current.session
+    # Past the newest, it is the state now, and says which seq that is: an
+    # answer the next write does not make false.
+    assert state(fx, at=s3.seq + 100) == current
+    fx.store.append(ap(ev("e4"), state_delta=delta(session={"n": 4})), T0)
+    assert state(fx, at=s3.seq).session == current.session
 
 
 def test_an_event_refused_in_a_batch_sets_no_state(fx: Fixture) -> None:

@@ -28,7 +28,7 @@ class StateGetParams(Params, kw_only=True):
 class StateSnapshot(Result, kw_only=True):
     """The state of each scope asked for (null for a scope not asked for), and
     ``seq``: the newest seq the state reflects (the request's ``as_of_seq``, or
-    the newest seq in the log when read)."""
+    the newest seq in the log when read if that is older)."""
 
     seq: int
     app: dict[str, Any]

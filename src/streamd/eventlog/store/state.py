@@ -80,8 +80,10 @@ def get_state(
                 found = db.one(f"SELECT state FROM sessions WHERE {_SESSION}", (app, user, session))
                 assert found is not None  # the session exists: checked above
                 session_state = rows.state_or_empty(found[0], f"session {session!r}")
+            # A seq past the newest reads the state now, and says which seq
+            # that is: the answer must stay true after the next write.
             return StateSnapshot(
-                seq=newest if as_of_seq is None else as_of_seq,
+                seq=newest,
                 app=app_state,
                 user=user_state,
                 session=session_state,
