@@ -29,7 +29,7 @@ from streamd.daemon import Config, Daemon, serve_socket
 from streamd.rpc import Method, MethodTable, Server
 from streamd.rpc.methods import Connection
 from streamd.rpc.outbox import Outbox
-from streamd.rpc.server import EOF_GRACE
+from streamd.rpc.server import EOF_GRACE, STOP_GRACE
 
 pytestmark = pytest.mark.subprocess
 
@@ -242,3 +242,40 @@ async def test_a_socket_half_close_finishes_eventlog_requests_and_watches(
                   if f.get("method") == "eventlog/entry"]
     assert got[2]["result"] == {"last_seq": sent[-1]}
 
+
+
+async def test_a_signal_ends_a_watch_with_its_last_seq_and_cancels_what_does_not_wrap_up(
+    tmp_path: Path,
+) -> None:
+    # A watch cancelled at a stop left its client nothing to tell the daemon's
+    # end from its own cancel, and no seq to resume from. (The real clock: a
+    # mock one jumps ahead while the log's threads work.)
+    stall = Stall()
+    daemon = Daemon(Config(db=str(tmp_path / "events.db")))
+
+    def methods(conn: Any) -> MethodTable:
+        table = dict(daemon.methods_for(conn).items())
+        table["eventlog/ping"] = stall.around(table["eventlog/ping"])
+        return table
+
+    server = Server(methods)
+    client, server_end = trio.testing.memory_stream_pair()
+    peer = Peer(client)
+    with trio.fail_after(60):
+        async with daemon.running(), trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve, server_end, server_end)
+            await peer.send(req(1, "eventlog/append", **appended("e1")))
+            assert (await peer.recv() or {}).get("result") == {"seq": 1, "duplicate": False}
+            await peer.send(req(2, "eventlog/watch", from_seq=0), req(3, "eventlog/ping"))
+            entry = await peer.recv()
+            assert entry and entry["params"]["entry"]["seq"] == 1
+            await stall.entered.wait()
+            server.stop()
+            at_stop = trio.current_time()
+            frames = await peer.drain()
+            waited = trio.current_time() - at_stop
+    got = by_id(frames)
+    assert got[2]["result"] == {"last_seq": 1}
+    # A request that does not wrap up is cancelled after the stop's grace.
+    assert error(got[3]) == (3, -32007, "context canceled")
+    assert waited >= STOP_GRACE

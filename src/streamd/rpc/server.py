@@ -75,8 +75,10 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   whatever is still running after the grace is cancelled, answered -32007.
   Then the connection flushes and closes.
 * :meth:`Server.stop` (a signal) stops reading on every connection and
-  cancels every request in flight at once, whatever its method, each still
-  answered -32007.
+  cancels Recall's requests in flight at once, each still answered -32007;
+  the event log's get ``STOP_GRACE`` (half a second) to wrap up as at a
+  shutdown, so a watch answers ``{last_seq}`` (what its client resumes from)
+  rather than a cancel it could take for its own. Then they are cancelled.
 """
 
 from __future__ import annotations
@@ -134,6 +136,9 @@ MAX_BULK = 4
 # any ordinary request on a loaded machine (an append waits for one fsync),
 # short enough that a forgotten pipe does not keep a process for long.
 EOF_GRACE = 10.0
+# At a stop (a signal): how long those requests have to wrap up (a watch
+# answers its last seq at once) before they are cancelled too.
+STOP_GRACE = 0.5
 
 
 class _Queued:
@@ -220,8 +225,10 @@ class Server:
 
     def stop(self) -> None:
         """End every connection: stop reading, cancel every request in flight
-        (each still answered -32007; no grace, unlike end of input), flush,
-        close. New connections end the same way at once."""
+        (each still answered -32007), except that requests of methods that
+        finish at end of input wrap up first, within ``STOP_GRACE`` (a watch
+        answers its last seq); flush, close. New connections end the same
+        way at once."""
         self._stopping = True
         for session in list(self._sessions):
             session.stop()
@@ -332,7 +339,7 @@ class _Session:
         finally:
             self.server.limit.input_ended(self)
         if self._reading.cancel_called:  # stop()
-            self._cancel_all()
+            await self._stop_requests()
         else:
             await self._end_of_input()
 
@@ -557,6 +564,18 @@ class _Session:
         except BaseException:
             reply(RpcError(errors.DEADLINE_EXCEEDED, "context canceled"))
             raise
+
+    async def _stop_requests(self) -> None:
+        """A stop (a signal): requests whose method finishes at end of input
+        (the event log's) wrap up as at a shutdown, within ``STOP_GRACE``: a
+        watch answers its last seq, from which its client resumes, where a
+        cancel would leave it nothing to tell its own cancel from the
+        daemon's end by. Every other request is cancelled at once (-32007)."""
+        self._cancel_all(finishing=False)
+        self.conn.closing.set()
+        with trio.move_on_after(STOP_GRACE):
+            await self.idle.wait()
+        self._cancel_all()
 
     def _cancel_all(self, *, finishing: bool = True, reason: str | None = None) -> None:
         """Cancel the requests in flight (with ``finishing=False``, only those
