@@ -31,6 +31,7 @@ import threading
 from collections.abc import Iterator
 
 from streamd.cli.args import ERROR, NOT_FOUND, OK, UsageError, command, renamed
+from streamd.cli.terminal import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -359,9 +360,12 @@ def _print_hits(result: dict, unsaved: str = "") -> None:
         excerpt = c.get("excerpt", "").replace("\n", " ")
         if len(excerpt) > 80:
             excerpt = excerpt[:79] + "…"
+        # From the records: nothing in them may drive the terminal.
+        excerpt, title, locator = (printable(excerpt), printable(c["title"]),
+                                   printable(c["locator"]))
         print(
-            f"{paint('1', str(c['local_rank']).rjust(3))}  {paint('36', c['locator'])}  "
-            f"{c['event_time']}  {paint('1', c['title'])}"
+            f"{paint('1', str(c['local_rank']).rjust(3))}  {paint('36', locator)}  "
+            f"{c['event_time']}  {paint('1', title)}"
             + (f"  {paint('2', excerpt)}" if excerpt else "")
         )
     sys.stdout.flush()
@@ -431,6 +435,10 @@ def expand(args: argparse.Namespace) -> int:
         print(_dumps(result))
         return OK
     content = result["content"]
+    if sys.stdout.isatty():
+        # A terminal would obey a control character in the record; a pipe
+        # or a file gets the content as it is.
+        content = printable(content, lines=True)
     if result["truncated"]:
         # The marker is on a line of its own, so a cut line still reads as cut.
         print(f"{content}…")

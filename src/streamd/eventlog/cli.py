@@ -47,6 +47,7 @@ import trio
 
 from streamd.cli import args as cliargs
 from streamd.cli.args import command, count, instant_utc, nonempty, positive
+from streamd.cli.terminal import printable
 from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError, is_session_not_found
 from streamd.eventlog import dbtarget, maintenance
 from streamd.eventlog.log import EventLog
@@ -340,11 +341,12 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _out(line: str) -> None:
-    sys.stdout.write(line + "\n")
+    """A line for people: stored text in it cannot drive the terminal."""
+    sys.stdout.write(printable(line) + "\n")
 
 
 def _json(value: Any) -> None:
-    _out(_encode(value).decode())
+    sys.stdout.write(_encode(value).decode() + "\n")
 
 
 # --- commands ---------------------------------------------------------------------------
