@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from streamd.errors import RpcError
 from streamd.recall.index import build, parallel
 from streamd.recall.index import streamfile as catchup
 from streamd.recall.index.parallel import drive
@@ -247,3 +248,15 @@ def test_a_parallel_pass_starts_with_small_pieces_and_every_piece_ends_a_line(
     # Two of about 1,000 bytes (one per worker), then two of 2,000, 4,000...
     assert all(size < 1_100 for size in sizes[:2]) and all(size < 2_100 for size in sizes[2:4])
     assert max(sizes) < 8_100
+
+
+def test_a_lock_file_that_cannot_be_used_fails_the_build_by_name(recall_world):
+    # A directory where the lock file goes: without a lock, two processes
+    # could build (and remove each other's segments) at once.
+    w = recall_world
+    w.write("a.jsonl", *(body(i) for i in range(10)))
+    (w.work / "streamd.lock").mkdir(parents=True)
+    with pytest.raises(RpcError) as caught:
+        w.current(w.adapter())
+    assert caught.value.message == (
+        f"the workdir's lock file {w.work / 'streamd.lock'} cannot be used: Is a directory")

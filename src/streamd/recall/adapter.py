@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import threading
@@ -137,6 +138,12 @@ class _Interim:
 
 
 # --- the adapter ------------------------------------------------------------
+
+
+# A lock file that cannot be made for these reasons means that nothing else
+# can be written in the workdir either.
+_NOWHERE_TO_WRITE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC,
+                               errno.EDQUOT})
 
 
 def _why(exc: OSError | None) -> str:
@@ -263,8 +270,15 @@ class StreamAdapter(Answers):
     def _try_lock(self, lock: WorkdirLock) -> bool:
         try:
             return lock.try_acquire()
-        except OSError:
-            return True  # nowhere to write: nothing of ours can be clobbered either
+        except OSError as exc:
+            if exc.errno in _NOWHERE_TO_WRITE:
+                return True  # nothing of ours can be clobbered either
+            # Something else at the lock's path (a directory, say): the index
+            # could still be written, by two processes at once.
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"the workdir's lock file {lock.path} cannot be used: {_why(exc) or exc}",
+            ) from None
 
     def _build(self, full: bool) -> Generator[Step, None, Generation]:
         """:meth:`_pass`, started over from nothing when a file was replaced
