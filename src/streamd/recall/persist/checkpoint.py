@@ -27,6 +27,11 @@ class Checkpoint:
     files: list[Cursor] = field(default_factory=list)
 
 
+# Generations count builds from 1: far below this (2^53, a JSON number any
+# reader holds exactly) in any workdir's life.
+MAX_GENERATION = 1 << 53
+
+
 def load_checkpoint(workdir: str) -> Checkpoint:
     """A missing or unreadable checkpoint means nothing was published here yet."""
     try:
@@ -34,8 +39,11 @@ def load_checkpoint(workdir: str) -> Checkpoint:
             raw = json.load(f)
         files = [cursors.decode(c) for c in raw.get("files") or []]
         updated = raw.get("updated_at")
+        generation = int(raw.get("generation", 0))
+        if not 0 <= generation <= MAX_GENERATION:
+            raise ValueError("not a generation this adapter numbered")
         return Checkpoint(
-            generation=int(raw.get("generation", 0)),
+            generation=generation,
             updated_at=gotime.parse(updated) if isinstance(updated, str) else None,
             watermark=str(raw.get("source_watermark", "")),
             files=files,
