@@ -32,6 +32,7 @@ from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import EventLog
 from streamd.eventlog.model import Event, SinceParams
 from streamd.eventlog.sqlite import SqliteStore
+from streamd.eventlog.sqlite.connection import BusyWait
 from streamd.eventlog.sqlite.file_identity import FAULT_REASON
 
 pytestmark = pytest.mark.subprocess
@@ -154,14 +155,24 @@ async def test_the_old_file_moved_aside_keeps_what_was_committed_to_it(tmp_path:
     assert event_ids(aside) == [f"e{i}" for i in range(10)]
 
 
-async def test_an_old_wal_a_reader_holds_is_said_once_not_at_every_call(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+async def test_an_old_wal_a_reader_holds_is_said_once_and_never_waited_for(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Another process reading the file keeps the old -wal from being emptied
-    # after a move; each later call tries again. A client that retries used to
-    # write an error line per call (megabytes a minute), burying the stop.
+    # after a move; each later call tries again, without waiting for the
+    # reader (the busy timeout held the first errors back 10 s and 5 s, and
+    # every call queued behind them). A client that retries used to write an
+    # error line per call (megabytes a minute), burying the stop.
     db, aside = tmp_path / "ev.db", tmp_path / "ev.old.db"
     caplog.set_level(logging.WARNING)
+    waited: list[bool] = []
+    real = BusyWait.__call__
+
+    def spied(self: BusyWait, prior_calls: int) -> bool:
+        waited.append(self.waits)
+        return real(self, prior_calls)
+
+    monkeypatch.setattr(BusyWait, "__call__", spied)
     with trio.fail_after(60):
         async with EventLog(db, busy_timeout_ms=50) as log:
             for i in range(10):
@@ -173,6 +184,7 @@ async def test_an_old_wal_a_reader_holds_is_said_once_not_at_every_call(
             for i in range(20):
                 with pytest.raises(RpcError):
                     await log.append("app", "u", "s", ev(f"late{i}"))
+            assert waited and not any(waited)  # met the reader, never waited for it
             reader.close()
     said = [r.getMessage() for r in caplog.records]
     assert len(stopped_lines(caplog)) == 1

@@ -153,10 +153,19 @@ def _check_file(store: SqliteStore) -> None:
     guard = store._guard
     if guard is None:
         return
+    # A tripped guard empties the old -wal when no other process's reader is
+    # in the way, and otherwise leaves it to a later call or the close: it
+    # never waits for the busy timeout, which held each call's error back
+    # (10 s for the first) and every call queued behind it.
+    busy = store._busy
+    waits, refused = busy.waits, busy.refused
+    busy.waits = False
     try:
         guard.check(store._db)
     except OSError as exc:  # the path could not be looked up
         raise sqlite_errors.translate_os(exc) from exc
+    finally:
+        busy.waits, busy.refused = waits, refused
 
 
 # --- the store -------------------------------------------------------------------
