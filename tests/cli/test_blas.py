@@ -14,19 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import as_main
 
 pytestmark = pytest.mark.subprocess
 
-REPORT = """
-import os, runpy, sys
-sys.argv = ["streamd", *sys.argv[1:]]
-try:
-    runpy.run_module("streamd", run_name="__main__", alter_sys=True)
-except SystemExit:
-    pass
-threads = len(os.listdir("/proc/self/task"))
-sys.stderr.write("NUMPY=%d THREADS=%d\\n" % ("numpy" in sys.modules, threads))
-"""
+REPORT = as_main.script(
+    'threads = len(os.listdir("/proc/self/task"))\n'
+    'sys.stderr.write("NUMPY=%d THREADS=%d\\n" % ("numpy" in sys.modules, threads))')
 
 LINE = ('{"schema":2,"id":"r1","kind":"event","event_time":"2026-05-02T10:00:00Z",'
         '"title":"kakamora","text":"kakamora snapshot"}\n')

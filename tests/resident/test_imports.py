@@ -12,25 +12,18 @@ import subprocess
 import sys
 
 import pytest
+from support import as_main
 from support.resident import World, make_world
 
 pytestmark = pytest.mark.subprocess
 
-REPORT = """
-import runpy, sys
-sys.argv = ["streamd", *sys.argv[1:]]
-try:
-    runpy.run_module("streamd", run_name="__main__", alter_sys=True)
-except SystemExit:
-    pass
-heavy = sorted(
+REPORT = as_main.script("""heavy = sorted(
     m for m in sys.modules
     if m.split(".")[0] in ("trio", "msgspec", "numpy", "apsw", "outcome", "sniffio")
     or m.startswith(("streamd.daemon", "streamd.rpc", "streamd.recall", "streamd.eventlog",
                      "streamd.resident.server"))
 )
-sys.stderr.write("HEAVY=" + ",".join(heavy) + "\\n")
-"""
+sys.stderr.write("HEAVY=" + ",".join(heavy) + "\\n")""")
 
 
 @pytest.fixture

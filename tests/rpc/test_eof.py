@@ -187,10 +187,9 @@ async def test_an_eventlog_request_that_outlasts_the_grace_is_cancelled(
     assert EOF_GRACE <= waited < EOF_GRACE + 1
 
 
-async def test_a_signal_after_end_of_input_cuts_the_grace_short(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
-    stall = Stall()
+def stoppable(tmp_path: Path, stall: Stall) -> tuple[Daemon, Server, Peer, Any]:
+    """The daemon's methods, ``eventlog/ping`` stalled, on a server the test
+    stops itself (as a signal does); the server's end of the stream is last."""
     daemon = Daemon(Config(db=str(tmp_path / "events.db")))
 
     def methods(conn: Any) -> MethodTable:
@@ -198,9 +197,15 @@ async def test_a_signal_after_end_of_input_cuts_the_grace_short(
         table["eventlog/ping"] = stall.around(table["eventlog/ping"])
         return table
 
-    server = Server(methods)
     client, server_end = trio.testing.memory_stream_pair()
-    peer = Peer(client)
+    return daemon, Server(methods), Peer(client), server_end
+
+
+async def test_a_signal_after_end_of_input_cuts_the_grace_short(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    stall = Stall()
+    daemon, server, peer, server_end = stoppable(tmp_path, stall)
     with trio.fail_after(EOF_GRACE * 10):
         async with daemon.running(), trio.open_nursery() as nursery:
             nursery.start_soon(server.serve, server_end, server_end)
@@ -251,16 +256,7 @@ async def test_a_signal_ends_a_watch_with_its_last_seq_and_cancels_what_does_not
     # end from its own cancel, and no seq to resume from. (The real clock: a
     # mock one jumps ahead while the log's threads work.)
     stall = Stall()
-    daemon = Daemon(Config(db=str(tmp_path / "events.db")))
-
-    def methods(conn: Any) -> MethodTable:
-        table = dict(daemon.methods_for(conn).items())
-        table["eventlog/ping"] = stall.around(table["eventlog/ping"])
-        return table
-
-    server = Server(methods)
-    client, server_end = trio.testing.memory_stream_pair()
-    peer = Peer(client)
+    daemon, server, peer, server_end = stoppable(tmp_path, stall)
     with trio.fail_after(60):
         async with daemon.running(), trio.open_nursery() as nursery:
             nursery.start_soon(server.serve, server_end, server_end)
