@@ -60,14 +60,25 @@ async def test_invalid_utf8_in_any_string_is_answered_and_the_connection_lives(w
             await peer.pinged()
 
 
-async def test_a_lone_surrogate_escape_is_named_as_such_not_called_truncated():
+async def test_a_lone_surrogate_escape_is_named_as_such_and_answered_with_the_id():
+    # An unreadable frame is answered with id null; a request whose params
+    # hold a lone surrogate is a request, and its client waits for its id.
     with trio.fail_after(10):
         async with session() as peer:
-            await peer.raw(b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":"\\ud800"}}\n')
+            await peer.raw(b'{"jsonrpc":"2.0","id":1,"method":"eventlog/ping",'
+                           b'"params":{"a":"\\udc00\\ud800x"}}\n')
             frame = await peer.recv()
-            assert answer(frame) == (None, -32700)
-            assert "truncated" not in frame["error"]["message"]
-            assert "surrogate" in frame["error"]["message"]
+            assert answer(frame) == (1, -32602)
+            assert frame["error"]["message"] == (
+                "eventlog/ping params: a \\u escape of a lone surrogate (D800-DFFF),"
+                " which no UTF-8 string can hold")
+            await peer.raw(b'{"jsonrpc":"2.0","id":2,"method":"\\ud800"}\n')
+            frame = await peer.recv()
+            assert answer(frame) == (2, -32700) and "lone surrogate" in frame["error"]["message"]
+            # An id that holds one cannot be answered: id null.
+            await peer.raw(b'{"jsonrpc":"2.0","id":"\\ud800","method":"eventlog/ping"}\n')
+            frame = await peer.recv()
+            assert answer(frame) == (None, -32700) and "surrogate" in frame["error"]["message"]
             # A frame that really is cut short still says so.
             await peer.raw(b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":"\\ud800\\udc00"\n')
             message = (await peer.recv())["error"]["message"]

@@ -86,7 +86,7 @@ def test_shutdown_is_its_own_event_and_with_bad_params_a_fault_with_its_id():
     [
         (b"{not json", -32700, "parse error"),
         (b'{"jsonrpc":"2.0","id":1,"method":"\xff"}', -32700, "not valid UTF-8"),
-        (b'{"jsonrpc":"2.0","id":1,"method":"\\ud800"}', -32700, "high surrogate"),
+        (b'{"jsonrpc":"2.0","id":1,"method":"\\ud800"}', -32700, "lone surrogate"),
         (b'[{"jsonrpc":"2.0","id":1,"method":"m"}]', -32600, "batch requests are not supported"),
         (b"[]", -32600, "an empty batch"),
         (b'{"jsonrpc":"2.0","id":9223372036854775808,"method":"m"}', -32600, "64 bits"),

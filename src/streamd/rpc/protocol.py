@@ -93,6 +93,9 @@ class Call(msgspec.Struct, frozen=True):
     method: str
     params: msgspec.Raw
     size: int  # bytes of the frame, counted against the in-flight bound
+    # Why the params cannot be read (a lone surrogate escape in them): raised
+    # by ``bind`` after the method lookup, as a params decoding error is.
+    params_fault: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +157,7 @@ class FrameReader:
             return Ignored("blank line")
         env = self._envelope(frame)
         if isinstance(env, RpcError):
-            return Fault(None, env)
+            return _lone_surrogate(frame) or Fault(None, env)
         reply_id = None if env.id is UNSET else env.id
         if env.jsonrpc != "2.0":
             return Fault(reply_id, RpcError(errors.INVALID_REQUEST, 'jsonrpc must be "2.0"'))
@@ -225,6 +228,8 @@ def bind(call: Call, methods: Mapping[str, M]) -> tuple[M, Any]:
         if len(name) > _QUOTED_METHOD_CHARS:
             name = name[:_QUOTED_METHOD_CHARS] + "..."
         raise RpcError(errors.METHOD_NOT_FOUND, f"unknown method {quote(name)}")
+    if call.params_fault is not None:
+        raise RpcError(errors.INVALID_PARAMS, f"{call.method} params: {call.params_fault}")
     # Struct __post_init__ validation raises RpcError with its own words.
     return method, decode_params(call.method, call.params, method.params)
 
@@ -263,6 +268,53 @@ _well_formed = msgspec.json.Decoder(msgspec.Raw)
 _LONE_HIGH_SURROGATE = re.compile(
     rb"(?<!\\)(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
 )
+
+
+# Surrogate escapes, whole pairs, and escaped backslashes (matched first, so
+# that the text ``\\ud800`` is not taken for an escape): a lone half of a pair
+# is the third group.
+_SURROGATE_ESCAPES = re.compile(
+    rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+    rb"|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})"
+)
+# What a lone surrogate escape is read as to find the request around it: a
+# noncharacter, so that one in the params can be told from the frame's own.
+_MARK = rb"\ufdd0"
+_LONE_SURROGATE = ("a \\u escape of a lone surrogate (D800-DFFF), which no UTF-8 string"
+                   " can hold")
+
+
+def _lone_surrogate(frame: bytes) -> Call | Fault | None:
+    """A frame that is a request but for a lone surrogate escape: refused
+    with the request's id (-32602 when the escape is in its params, which
+    ``bind`` raises after the method lookup, as for any params it cannot
+    read; -32700 elsewhere), where an unreadable frame is answered with
+    id null and its client would wait for an answer that never comes."""
+    if _MARK in frame:
+        return None  # a noncharacter of its own: the mark could not be told apart
+    lone = 0
+
+    def mark(m: re.Match[bytes]) -> bytes:
+        nonlocal lone
+        if m.group(1) is None:
+            return m.group(0)
+        lone += 1
+        return _MARK
+
+    marked = _SURROGATE_ESCAPES.sub(mark, frame)
+    if not lone:
+        return None
+    try:
+        env = _envelope_decoder.decode(marked)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    if env.id is UNSET or env.id is None or env.method is None or env.jsonrpc != "2.0":
+        return None
+    if isinstance(env.id, str) and "\ufdd0" in env.id:
+        return None  # the id itself held one: it cannot be answered
+    if _MARK in bytes(env.params) and _MARK not in marked.replace(bytes(env.params), b"", 1):
+        return Call(env.id, env.method, env.params, len(frame), params_fault=_LONE_SURROGATE)
+    return Fault(env.id, RpcError(errors.PARSE_ERROR, f"parse error: {_LONE_SURROGATE}"))
 
 
 # msgspec up to 0.22 raises UnicodeDecodeError for a string that is not UTF-8;
