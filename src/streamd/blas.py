@@ -18,9 +18,22 @@ import os
 
 # Read by OpenBLAS when numpy loads it, and by nothing after that.
 VARIABLE = "OPENBLAS_NUM_THREADS"
+_set_here = False
 
 
 def one_thread() -> None:
     """Ask numpy's OpenBLAS for no threads of its own, unless the caller
     chose a number. Takes effect only before numpy's first import."""
-    os.environ.setdefault(VARIABLE, "1")
+    global _set_here
+    if VARIABLE not in os.environ:
+        os.environ[VARIABLE] = "1"
+        _set_here = True
+
+
+def foreign_env() -> dict[str, str]:
+    """The environment to give a program that is not streamd (an adapter
+    under test): the caller's own, without the setting made here."""
+    env = dict(os.environ)
+    if _set_here and env.get(VARIABLE) == "1":
+        del env[VARIABLE]
+    return env

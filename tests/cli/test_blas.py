@@ -51,3 +51,20 @@ def test_the_command_starts_no_blas_threads_and_keeps_a_callers_number(tmp_path:
     if (os.cpu_count() or 1) >= 2:
         # OpenBLAS starts (number - 1) threads, at most one a core.
         assert run(tmp_path, "2") == (True, default + 1)
+
+
+@pytest.mark.parametrize(("callers", "foreign"), [(None, None), ("1", "1"), ("4", "4")])
+def test_a_program_started_for_the_caller_gets_the_callers_setting_not_ours(
+        callers: str | None, foreign: str | None) -> None:
+    # An adapter under test (conformance verify) is not streamd: our tuning
+    # must not reach it, the caller's own setting must.
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if callers is not None:
+        env["OPENBLAS_NUM_THREADS"] = callers
+    code = ("import os; from streamd import blas; blas.one_thread(); "
+            "print(os.environ['OPENBLAS_NUM_THREADS'], "
+            "blas.foreign_env().get('OPENBLAS_NUM_THREADS'))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [callers or "1", str(foreign)]

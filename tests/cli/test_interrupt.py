@@ -69,24 +69,24 @@ def test_index_interrupted_says_how_far_it_came_and_the_next_run_continues(
             sent.append(records)
             os.kill(os.getpid(), signal.SIGINT)
 
-    if where == "between steps":
-        real = progress.Progress.update
+    real_update, real_seal = progress.Progress.update, index.Index.seal
 
-        def update(self, consumer):
-            real(self, consumer)
-            if consumer is not None:
-                interrupt_halfway(consumer.records_done)
+    def update(self, consumer):
+        real_update(self, consumer)
+        if consumer is not None:
+            interrupt_halfway(consumer.records_done)
 
-        monkeypatch.setattr(progress.Progress, "update", update)
-    else:
-        real_seal = index.Index.seal
+    def seal(self):
+        real_seal(self)
+        interrupt_halfway(len(self.ids))
 
-        def seal(self):
-            real_seal(self)
-            interrupt_halfway(len(self.ids))
-
-        monkeypatch.setattr(index.Index, "seal", seal)
-    assert main(["index", str(stream), "--workdir", str(work)]) == 130
+    # Only the first run is interrupted; the second runs as slow_world set it up.
+    with monkeypatch.context() as patched:
+        if where == "between steps":
+            patched.setattr(progress.Progress, "update", update)
+        else:
+            patched.setattr(index.Index, "seal", seal)
+        assert main(["index", str(stream), "--workdir", str(work)]) == 130
     assert sent
     out, err = capsys.readouterr()
     assert out == ""
@@ -95,7 +95,6 @@ def test_index_interrupted_says_how_far_it_came_and_the_next_run_continues(
                      rf"--workdir {re.escape(str(work))}: run the same command again to "
                      r"continue", line)
     assert m and 40 <= int(m[1]) <= 60, line
-    monkeypatch.undo()
     assert main(["index", str(stream), "--workdir", str(work)]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("gen-1: 3000 records indexed, 0 failed")

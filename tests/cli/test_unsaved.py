@@ -1,6 +1,6 @@
 """A workdir the index cannot be written to is named with the system's own
-reason (a full disk is not a permission problem), and the command fails (2)
-having still answered: ``index`` and ``search``. The kernel's error is real:
+reason (a full disk is not a permission problem): ``index`` fails (2) having
+indexed, ``search`` answers (0) and says it below its hits. The kernel's error is real:
 a file-size limit on the command makes every write past it fail (EFBIG), as a
 full disk fails one (ENOSPC)."""
 

@@ -262,7 +262,7 @@ def test_a_lock_file_that_cannot_be_used_fails_the_build_by_name(recall_world):
         f"the workdir's lock file {w.work / 'streamd.lock'} cannot be used: Is a directory")
 
 
-@pytest.mark.parametrize("generation", [-5, 10**30, 1 << 53 + 1])
+@pytest.mark.parametrize("generation", [-5, 10**30, (1 << 53) + 1, 1e400])
 def test_a_checkpoint_with_an_impossible_generation_is_not_continued(recall_world, generation):
     # A hand-edited or damaged cursor.json: gen--4 and gen-1000...0 were named.
     w = recall_world

@@ -104,3 +104,50 @@ def test_a_file_replaced_at_every_pass_fails_the_build_by_name(recall_world, mon
     with pytest.raises(RpcError) as caught:
         current(adapter)
     assert caught.value.message == "a.jsonl was replaced while it was read, 3 times in a row"
+
+
+def rec(prefix: str, i: int) -> bytes:
+    return json.dumps({"schema": 2, "id": f"{prefix}{i}", "event_time": "2026-05-02T10:00:00Z",
+                       "title": f"{prefix} {i}", "text": f"{prefix}word {i}"}).encode() + b"\n"
+
+
+def test_a_file_replaced_between_builds_by_a_longer_copy_is_caught_up_not_rebuilt(
+        recall_world) -> None:
+    # rsync's temp-and-rename, a writer's atomic append: the same bytes and
+    # more, in another file. The next pass reads it on; the identity of the
+    # file the last pass read must not be held against it (a prefix the next
+    # pass publishes while it reads the first file included).
+    w = recall_world
+    w.write("a.jsonl", *(rec("a", i) for i in range(100)))
+    w.write("b.jsonl", *(rec("b", i) for i in range(100)))
+    adapter = w.adapter(["a.jsonl", "b.jsonl"])
+    assert parallel.drive(adapter.build(False)).indexed == 200
+    copy = w.write(".b.tmp", *(rec("b", i) for i in range(110)))
+    os.rename(copy, w.path("b.jsonl"))
+    w.append("a.jsonl", *(rec("a", i) for i in range(100, 5_000)))
+    adapter.publish_requested.set()  # a search asks for a prefix meanwhile
+    generation = parallel.drive(adapter.build(False))
+    assert (generation.indexed, generation.rewritten) == (5_110, False)
+
+
+def test_a_failed_save_is_saved_again_though_an_empty_file_was_replaced(
+        recall_world, monkeypatch) -> None:
+    # save_again runs outside any pass: no file is held to a pass's identity.
+    w = recall_world
+    w.write("a.jsonl", *(rec("a", i) for i in range(10)))
+    w.write("c.jsonl")
+    adapter = w.adapter(["a.jsonl", "c.jsonl"])
+    assert adapter.durable is not None
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(adapter.durable, "save", full)
+        parallel.drive(adapter.build(False))
+    assert adapter.checkpoint_failed and adapter.save_error == "No space left on device"
+    empty = w.write(".c.tmp")
+    os.rename(empty, w.path("c.jsonl"))
+    assert adapter.save_due(True)
+    adapter.save_again()
+    assert not adapter.checkpoint_failed and adapter.save_error == ""

@@ -32,6 +32,7 @@ from pathlib import Path
 import msgspec
 import trio
 
+from streamd import blas
 from streamd.conformance.case import (
     Case,
     adapter_command,
@@ -250,7 +251,8 @@ async def spawn(command: Sequence[str], env: Mapping[str, str] | None = None) ->
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        env=None if env is None else dict(env),
+        # Never this process's own tuning (``blas``): the caller's environment.
+        env=blas.foreign_env() if env is None else dict(env),
     )
 
 

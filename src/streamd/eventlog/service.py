@@ -291,9 +291,11 @@ class _Service:
         if holder is not None and holder is not request.connection and lease is not None:
             # Released by another client: its holder must not go on working
             # as if it held the session (another client may take it next).
-            await holder.notify(
+            # Queued without waiting for room: the releasing client must not
+            # wait for the holder (stuck, say) to read its backlog.
+            holder.send_nowait(encode_notification(
                 LEASE_LOST_NOTIFICATION, LeaseLostNotification(lock=lease.lock, holder=lease.holder)
-            )
+            ))
         return Empty()
 
     async def _release_all(self, conn: Connection) -> None:

@@ -108,7 +108,8 @@ class _Interim:
         out = [dataclasses.replace(c) for c in (*files, cur)]
         for path in self.adapter.paths[len(out):]:
             old = self.cursors.get(path)
-            out.append(dataclasses.replace(old) if old else Cursor(path))
+            # Not read by this pass yet: no file of this pass to hold it to.
+            out.append(dataclasses.replace(old, identity=None) if old else Cursor(path))
         return out
 
     def between_steps(self, files: list[Cursor], cur: Cursor) -> None:
@@ -118,8 +119,12 @@ class _Interim:
             started = time.monotonic()
             cursors = self.cursors_now(files, cur)
             progress = Progress(sum(c.offset for c in cursors), self.state.bytes_total)
-            generation = adapter.publish(self.index, cursors, self.built_at, self.state.latest,
-                                   self.rewritten, indexing=progress)
+            try:
+                generation = adapter.publish(self.index, cursors, self.built_at,
+                                             self.state.latest, self.rewritten, indexing=progress)
+            except streamfile.Replaced:
+                adapter.publish_requested.set()  # asked still: the next pass's first step
+                raise
             self.saved_at = adapter.clock()
             adapter.on_publish()
             log.debug("published %s, a prefix of %d records, in %.0f ms", generation.name,
@@ -138,12 +143,6 @@ class _Interim:
 
 
 # --- the adapter ------------------------------------------------------------
-
-
-# A lock file that cannot be made for these reasons means that nothing else
-# can be written in the workdir either.
-_NOWHERE_TO_WRITE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC,
-                               errno.EDQUOT})
 
 
 def _why(exc: OSError | None) -> str:
@@ -271,10 +270,12 @@ class StreamAdapter(Answers):
         try:
             return lock.try_acquire()
         except OSError as exc:
-            if exc.errno in _NOWHERE_TO_WRITE:
-                return True  # nothing of ours can be clobbered either
-            # Something else at the lock's path (a directory, say): the index
-            # could still be written, by two processes at once.
+            if exc.errno != errno.EISDIR:
+                # No workdir, nowhere to write, or no flock on this file
+                # system: nothing of ours can be clobbered, or nothing to do.
+                return True
+            # A directory at the lock's path: the index could still be
+            # written, by two processes at once.
             raise RpcError(
                 SOURCE_UNAVAILABLE,
                 f"the workdir's lock file {lock.path} cannot be used: {_why(exc) or exc}",
@@ -362,6 +363,9 @@ class StreamAdapter(Answers):
         ``indexing`` marks a prefix published while its build goes on."""
         view = index.view(merge=indexing is None)
         prints = {c.path: fingerprint(c.path, c.offset, c.identity) for c in files if c.offset}
+        # A file's identity belongs to the pass that read it: a later save of
+        # this generation (``save_again``) must not hold the file to it.
+        files = [dataclasses.replace(c, identity=None) for c in files]
         durable = self.save_index(view, files, latest, prints)
         if rewritten:
             self.suspect = frozenset()  # this build started over: it read them anew

@@ -147,25 +147,30 @@ def _translated(
     return wrapper
 
 
+# How long the guard's emptying of an old -wal waits for a reader (see below).
+GUARD_WAIT_S = 0.05
+
+
 def _check_file(store: SqliteStore) -> None:
     """The store's guard's comparison of the path with its files; raises the
     guard's fault, or the error of a path that cannot be looked up."""
     guard = store._guard
     if guard is None:
         return
-    # A tripped guard empties the old -wal when no other process's reader is
-    # in the way, and otherwise leaves it to a later call or the close: it
-    # never waits for the busy timeout, which held each call's error back
-    # (10 s for the first) and every call queued behind it.
+    # A tripped guard empties the old -wal unless a reader is in the way, and
+    # then leaves it to a later call or the close. It waits a moment (a read
+    # of our own reader connection ends in that), never the busy timeout:
+    # that held each call's error back (10 s for the first) and every call
+    # queued behind it while another process kept reading.
     busy = store._busy
-    waits, refused = busy.waits, busy.refused
-    busy.waits = False
+    timeout = busy.timeout
+    busy.timeout = min(timeout, GUARD_WAIT_S)
     try:
         guard.check(store._db)
     except OSError as exc:  # the path could not be looked up
         raise sqlite_errors.translate_os(exc) from exc
     finally:
-        busy.waits, busy.refused = waits, refused
+        busy.timeout = timeout
 
 
 # --- the store -------------------------------------------------------------------

@@ -25,6 +25,8 @@ def fingerprint(path: str, consumed: int, identity: streamfile.Identity | None =
     the path names another file now: the hash must be of what was read."""
     head = min(consumed, HEAD_BYTES)
     tail_start = max(head, consumed - HEAD_BYTES)
+    if not consumed:
+        identity = None  # nothing was read from it: no file to hold it to
     try:
         with streamfile.open_regular(path, identity) as f:
             data = f.read(head)

@@ -48,7 +48,7 @@ def load_checkpoint(workdir: str) -> Checkpoint:
             watermark=str(raw.get("source_watermark", "")),
             files=files,
         )
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, OverflowError):
         return Checkpoint()
 
 
