@@ -157,7 +157,10 @@ class FrameReader:
             return Ignored("blank line")
         env = self._envelope(frame)
         if isinstance(env, RpcError):
-            return _lone_surrogate(frame) or Fault(None, env)
+            # Only a frame that did not parse can be a request but for a
+            # lone surrogate (one too deep was refused before any decoding).
+            found = _lone_surrogate(frame) if env.code == errors.PARSE_ERROR else None
+            return found or Fault(None, env)
         reply_id = None if env.id is UNSET else env.id
         if env.jsonrpc != "2.0":
             return Fault(reply_id, RpcError(errors.INVALID_REQUEST, 'jsonrpc must be "2.0"'))
