@@ -77,10 +77,15 @@ def drop_idle_sessions(
     cursor: SessionCursor | None = None
     after = 0
     with db.write():
+        # Locked (a server's): another daemon's append to one of them waits
+        # for this step, or this step for it, and a session appended to
+        # meanwhile is idle no longer, and skipped. Without the lock the
+        # step's later statements saw, and deleted, events another daemon
+        # had committed and acknowledged since this one chose its sessions.
         idle = db.rows(
             "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
             f" AND updated_at < ? AND last_seq <= ? AND NOT {leased}"
-            " ORDER BY user_id, session_id LIMIT ?",
+            f" ORDER BY user_id, session_id LIMIT ?{db.dialect.for_update}",
             (app, cutoff_us, keep, *largs, bounds.sessions),
         )
         for user, session in idle:
