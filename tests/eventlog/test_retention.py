@@ -10,7 +10,10 @@ the Trio layer runs under the mock clock (inline dispatch) where time matters.
 from __future__ import annotations
 
 import datetime as dt
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -263,3 +266,61 @@ async def test_compact_after_close_is_closed(tmp_path: Path) -> None:
     with pytest.raises(RpcError) as info:
         await log.compact()
     assert info.value.code == -32013
+
+
+def test_a_session_appended_to_while_it_is_dropped_keeps_the_append(
+        fx: Fixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another daemon's append, committed after a drop step chose its idle
+    # sessions, was deleted by that step on PostgreSQL (READ COMMITTED) once
+    # it had been acknowledged. The step now locks the rows it chose.
+    from streamd.eventlog.store import retention as rules
+
+    fx.store.append(ap(ev("old"), session="s"), T0)
+    other = fx.reopen()
+    chosen, go = threading.Event(), threading.Event()
+    real = rules.drop_idle_sessions
+
+    class Pausing:
+        """The step's database, which stops once the idle sessions are chosen."""
+
+        def __init__(self, db: Any) -> None:
+            self.db = db
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.db, name)
+
+        def rows(self, sql: str, args: Any = ()) -> Any:
+            out = self.db.rows(sql, args)
+            if sql.startswith("SELECT user_id, session_id FROM sessions"):
+                chosen.set()
+                assert go.wait(30)
+            return out
+
+    monkeypatch.setattr(rules, "drop_idle_sessions", lambda db, *a: real(Pausing(db), *a))
+    now = T0 + 10 * DAY
+    outcomes: dict[str, Any] = {}
+
+    def run(name: str, fn: Callable[[], Any]) -> threading.Thread:
+        def body() -> None:
+            try:
+                outcomes[name] = fn()
+            except Exception as exc:  # reported below, by name
+                outcomes[name] = exc
+        thread = threading.Thread(target=body)
+        thread.start()
+        return thread
+
+    dropping = run("drop", lambda: fx.store.drop_idle_sessions(
+        "app", now - DAY, None, now, None, B))
+    assert chosen.wait(30)
+    appending = run("append", lambda: other.append(ap(ev("late"), session="s"), now))
+    # Time for an append nothing holds back to commit; one that waits for
+    # the step's lock goes on once the step ends, either way is right.
+    appending.join(0.5)
+    go.set()
+    dropping.join(30)
+    appending.join(30)
+    assert not isinstance(outcomes["drop"], Exception), outcomes
+    assert not isinstance(outcomes["append"], Exception), outcomes
+    kept = [e.event.id for e in other.since(SinceParams(from_seq=0, limit=100)).entries]
+    assert kept == ["late"]
