@@ -57,6 +57,20 @@ def test_each_batch_commits_as_one_run_of_seqs_even_with_two_writers(
     assert a.newest_seq() == b.newest_seq() == 4
 
 
+def test_an_event_id_postgres_cannot_hold_fails_alone_in_its_batch(
+    open_store: Callable[..., PostgresStore],
+) -> None:
+    # The batch's duplicate lookup sent every id to the server, and one with
+    # U+0000 failed the whole transaction: every other client's appends too.
+    store = open_store()
+    out = store.append_commit([ap("a1"), ap("bad\x00id"), ap("a2")], T0, capture=False)
+    refused = out.results[1]
+    assert isinstance(refused, RpcError) and refused.code == -32602
+    assert "U+0000" in refused.message
+    assert [r.seq for r in (out.results[0], out.results[2])] == [1, 2]
+    assert store.newest_seq() == 2
+
+
 # --- leases on the database's clock ----------------------------------------------------
 
 

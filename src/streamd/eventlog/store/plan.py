@@ -205,10 +205,30 @@ def commit_planned(
     db: PlannedWrite, prepared: Prepared, now_us: int, capture: bool, check: Check | None
 ) -> CommitOutcome:
     """The group commit of a server backend (see the module docstring)."""
+    prepared = _checked(prepared, check)
     try:
         return _commit(db, prepared, now_us, capture, check, one_by_one=False)
     except _Rewrite:
         return _commit(db, prepared, now_us, capture, check, one_by_one=True)
+
+
+def _checked(prepared: Prepared, check: Check | None) -> Prepared:
+    """Each item the backend's ``check`` refuses replaced by its refusal, before
+    any of the batch is sent: the batch's duplicate lookup sends every event
+    id to the server, and one it cannot hold (PostgreSQL and U+0000) failed
+    the whole transaction, every other client's appends with it."""
+    if check is None:
+        return prepared
+    out: Prepared = []
+    for item in prepared:
+        if not isinstance(item, RpcError):
+            try:
+                for one in item if isinstance(item, list) else [item]:
+                    check(one)
+            except RpcError as exc:
+                item = exc
+        out.append(item)
+    return out
 
 
 def _commit(
