@@ -98,6 +98,19 @@ def test_each_batch_commits_as_one_run_of_seqs_even_with_two_writers(
     assert a.newest_seq() == b.newest_seq() == 4
 
 
+def test_appends_queued_together_past_the_servers_packet_limit_all_commit(
+    open_store: Callable[..., MysqlStore],
+) -> None:
+    # 24 events of 1 MB, each well under the frame limit, were one INSERT of
+    # 24 MB: over the test server's max_allowed_packet (16 MiB, MariaDB's
+    # default), which drops the connection, and most of them failed.
+    store = open_store()
+    big = [ap(f"big{i}", content="x" * 1_000_000) for i in range(24)]
+    out = store.append_commit(big, T0, capture=False)
+    assert [getattr(r, "seq", r) for r in out.results] == list(range(1, 25))
+    assert store.newest_seq() == 24
+
+
 # --- text and order ---------------------------------------------------------------------
 
 

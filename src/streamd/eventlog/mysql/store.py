@@ -409,12 +409,13 @@ class _MysqlWrite:
             [v for (a, u, s), (seq, at) in newest.items()
              for v in (a, u, s, now_us, now_us, seq, at)],
         )
-        sql.run(
-            "INSERT INTO events (seq, app_name, user_id, session_id, event_id, invocation_id,"
-            " author, branch, event_time, content, metadata, state_delta, digest) VALUES "
-            + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(events)),
-            [v for e in events for v in (*e.row, e.digest)],
-        )
+        for packet in _packets(events):
+            sql.run(
+                "INSERT INTO events (seq, app_name, user_id, session_id, event_id, invocation_id,"
+                " author, branch, event_time, content, metadata, state_delta, digest) VALUES "
+                + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(packet)),
+                [v for e in packet for v in (*e.row, e.digest)],
+            )
         fold_deltas(sql, events, now_us)
 
     def advance(self, newest: int) -> None:
@@ -427,6 +428,29 @@ class _MysqlWrite:
 
     def describe(self, exc: BaseException) -> str:
         return self._sql.describe(exc)
+
+
+# Characters of text one INSERT of events carries at most. The server refuses
+# a statement longer than its max_allowed_packet (4 MiB by default before
+# MySQL 8.0, 16 MiB in MariaDB) and drops the connection: several valid
+# appends queued together failed so. At four bytes a character, escaped, a
+# packet of this many stays under 4 MiB; an event larger goes alone.
+PACKET_CHARS = 512 << 10
+
+
+def _packets(events: list[Planned]) -> Iterator[list[Planned]]:
+    """``events`` in runs of at most ``PACKET_CHARS`` of text each (or one event)."""
+    run: list[Planned] = []
+    size = 0
+    for e in events:
+        n = 64 + sum(len(v) for v in e.row if isinstance(v, str | bytes))
+        if run and size + n > PACKET_CHARS:
+            yield run
+            run, size = [], 0
+        run.append(e)
+        size += n
+    if run:
+        yield run
 
 
 _FIELDS = (("app", "app_name"), ("user", "user_id"), ("session", "session_id"))
