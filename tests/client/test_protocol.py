@@ -352,3 +352,18 @@ def test_an_error_with_no_id_that_is_no_refusal_leaves_the_end_of_input_plain() 
     (reply,) = [e for e in core.receive(b"")[0] if isinstance(e, Reply)]
     assert reply.error is not None and reply.error.code == CLOSED
     assert reply.error.message == "connection to the streamd daemon closed: end of input"
+
+
+def test_a_request_over_the_daemons_frame_limit_is_refused_here_not_sent() -> None:
+    # The daemon refuses such a frame without reading its id, so its answer
+    # never reached the call, which waited for ever (a 9 MiB ADK event).
+    proto = ClientProtocol(max_frame=1_000)
+    big = calls.append("a", "u", "s", Event(id="e", author="x", content="x" * 2_000))
+    with pytest.raises(RpcError) as caught:
+        proto.start(big)
+    assert caught.value.code == -32600
+    assert "over the daemon's 1000 byte frame limit" in caught.value.message
+    assert proto.in_flight == 0
+    small = calls.append("a", "u", "s", Event(id="e", author="x", content="x"))
+    proto.start(small)  # the connection goes on
+    assert proto.in_flight == 1

@@ -203,6 +203,7 @@ class ClientProtocol:
 
     def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
         self._splitter = LineSplitter(max_frame)
+        self._max_request = max_frame
         self._ids = itertools.count(1)
         self._pending: dict[int, Call[Any]] = {}
         self._abandoned: set[int] = set()
@@ -231,6 +232,14 @@ class ClientProtocol:
                 b"}\n",
             )
         )
+        if len(frame) > self._max_request:
+            # The daemon refuses a frame this long without reading its id, so
+            # its answer could never reach this call: it would wait for ever.
+            raise RpcError(
+                errors.INVALID_REQUEST,
+                f"{call.method}: a request of {len(frame)} bytes is over the daemon's"
+                f" {self._max_request} byte frame limit",
+            )
         self._pending[request_id] = call
         return request_id, frame
 
