@@ -138,3 +138,24 @@ def test_a_log_restored_under_a_long_lived_service_is_read_as_restored(tmp_path:
         await service.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("when", [float("nan"), float("inf"), float("-inf")])
+def test_an_event_whose_timestamp_is_not_a_number_is_refused_and_the_session_reads_on(
+        tmp_path: Path, when: float) -> None:
+    # ADK's JSON writes such a timestamp as null, which no read could take
+    # back: the session, its earlier events included, could no longer be read.
+    async def main() -> None:
+        service = StreamdSessionService(database=tmp_path / "events.db")
+        try:
+            s = await service.create_session(app_name="app", user_id="u", session_id="s")
+            await service.append_event(s, Event(author="user", invocation_id="i"))
+            bad = Event(author="user", invocation_id="i", timestamp=when)
+            with pytest.raises(ValueError, match="timestamp must be a finite number"):
+                await service.append_event(s, bad)
+            again = await service.get_session(app_name="app", user_id="u", session_id="s")
+            assert again is not None and len(again.events) == 1
+        finally:
+            await service.close()
+
+    asyncio.run(main())

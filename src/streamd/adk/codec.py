@@ -7,6 +7,7 @@ Values in, values out; no I/O. How each maps, and why, is in
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from typing import Any
 
 import msgspec
@@ -98,7 +99,13 @@ def stored_time(seconds: float) -> float:
 
 def log_event(event: Event) -> LogEvent:
     """The log's event for an ADK one: its content is the event as ADK
-    serializes it, the log's columns filled from it."""
+    serializes it, the log's columns filled from it. A timestamp that is not
+    a number of seconds (NaN, an infinity) is refused: ADK's JSON writes it
+    as null, which no read of the session could then take back."""
+    if event.timestamp is not None and not math.isfinite(event.timestamp):
+        raise ValueError(
+            f"event {event.id!r}: timestamp must be a finite number of seconds,"
+            f" not {event.timestamp!r}")
     try:
         when: _dt.datetime | None = utc(event.timestamp)
     except (OverflowError, OSError, ValueError):
