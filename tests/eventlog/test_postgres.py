@@ -69,6 +69,14 @@ def test_an_event_id_postgres_cannot_hold_fails_alone_in_its_batch(
     assert "U+0000" in refused.message
     assert [r.seq for r in (out.results[0], out.results[2])] == [1, 2]
     assert store.newest_seq() == 2
+    # In a group, the refusal says which member, and that none was written.
+    group = AppendGroup(appends=[ap("g0"), ap("g1\x00"), ap("g2")])
+    (refused,) = store.append_commit([group], T0, capture=False).results
+    assert isinstance(refused, RpcError) and refused.code == -32602
+    assert refused.message.startswith("append 1 of the batch: ")
+    assert refused.message.endswith("; nothing of the batch was written")
+    assert isinstance(refused.data, dict) and refused.data["index"] == 1
+    assert store.newest_seq() == 2
 
 
 # --- leases on the database's clock ----------------------------------------------------

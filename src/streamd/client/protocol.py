@@ -232,7 +232,7 @@ class ClientProtocol:
                 b"}\n",
             )
         )
-        if len(frame) > self._max_request:
+        if len(frame) - 1 > self._max_request:  # the daemon's limit is without the newline
             # The daemon refuses a frame this long without reading its id, so
             # its answer could never reach this call: it would wait for ever.
             raise RpcError(

@@ -221,13 +221,26 @@ def _checked(prepared: Prepared, check: Check | None) -> Prepared:
         return prepared
     out: Prepared = []
     for item in prepared:
-        if not isinstance(item, RpcError):
-            try:
-                for one in item if isinstance(item, list) else [item]:
+        if isinstance(item, list):
+            for i, one in enumerate(item):
+                try:
                     check(one)
+                except RpcError as exc:
+                    # As the plan says a refused member: which one, and that
+                    # nothing of its group was written.
+                    out.append(rules.refused_in_group(exc, i))
+                    break
+            else:
+                out.append(item)
+        elif not isinstance(item, RpcError):
+            try:
+                check(item)
             except RpcError as exc:
-                item = exc
-        out.append(item)
+                out.append(exc)
+                continue
+            out.append(item)
+        else:
+            out.append(item)
     return out
 
 
