@@ -268,11 +268,14 @@ async def test_compact_after_close_is_closed(tmp_path: Path) -> None:
     assert info.value.code == -32013
 
 
+@pytest.mark.parametrize("expected_seq", [None, 1])
 def test_a_session_appended_to_while_it_is_dropped_keeps_the_append(
-        fx: Fixture, monkeypatch: pytest.MonkeyPatch) -> None:
+        fx: Fixture, monkeypatch: pytest.MonkeyPatch, expected_seq: int | None) -> None:
     # Another daemon's append, committed after a drop step chose its idle
     # sessions, was deleted by that step on PostgreSQL (READ COMMITTED) once
-    # it had been acknowledged. The step now locks the rows it chose.
+    # it had been acknowledged. The step now locks the rows it chose. An
+    # append conditioned on the session as it was (``expected_seq``) finds it
+    # gone, as on SQLite; it was acknowledged on a session made anew.
     from streamd.eventlog.store import retention as rules
 
     fx.store.append(ap(ev("old"), session="s"), T0)
@@ -313,7 +316,8 @@ def test_a_session_appended_to_while_it_is_dropped_keeps_the_append(
     dropping = run("drop", lambda: fx.store.drop_idle_sessions(
         "app", now - DAY, None, now, None, B))
     assert chosen.wait(30)
-    appending = run("append", lambda: other.append(ap(ev("late"), session="s"), now))
+    appending = run("append", lambda: other.append(
+        ap(ev("late"), session="s", expected_seq=expected_seq), now))
     # Time for an append nothing holds back to commit; one that waits for
     # the step's lock goes on once the step ends, either way is right.
     appending.join(0.5)
@@ -321,6 +325,11 @@ def test_a_session_appended_to_while_it_is_dropped_keeps_the_append(
     dropping.join(30)
     appending.join(30)
     assert not isinstance(outcomes["drop"], Exception), outcomes
-    assert not isinstance(outcomes["append"], Exception), outcomes
     kept = [e.event.id for e in other.since(SinceParams(from_seq=0, limit=100)).entries]
-    assert kept == ["late"]
+    if expected_seq is None:
+        assert not isinstance(outcomes["append"], Exception), outcomes
+        assert kept == ["late"]
+    else:
+        refused = outcomes["append"]
+        assert isinstance(refused, RpcError) and refused.code == -32012, outcomes
+        assert kept == []

@@ -387,8 +387,9 @@ class _MysqlWrite:
         keys = expected_sessions(items)
         session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(keys)
         for key in keys:
+            # Locked, as on PostgreSQL (see there).
             row = sql.one("SELECT last_seq FROM sessions WHERE app_name = ? AND user_id = ?"
-                          " AND session_id = ?", key)
+                          " AND session_id = ? FOR UPDATE", key)
             if row is not None:
                 session_seq[key] = row[0]
         return known, session_seq

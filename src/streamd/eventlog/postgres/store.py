@@ -422,9 +422,11 @@ class _PgWrite:
         session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(keys)
         if keys:
             found = self._db.execute(
+                # Locked: a drop step deleting one of them is waited for, and
+                # then the session is gone (not found), as on SQLite.
                 "SELECT app_name, user_id, session_id, last_seq FROM sessions"
                 " WHERE (app_name, user_id, session_id) IN"
-                " (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))",
+                " (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[])) FOR UPDATE",
                 ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
             )
             for app, user, session, last in found:
