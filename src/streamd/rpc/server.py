@@ -75,10 +75,8 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   whatever is still running after the grace is cancelled, answered -32007.
   Then the connection flushes and closes.
 * :meth:`Server.stop` (a signal) stops reading on every connection and
-  cancels Recall's requests in flight at once, each still answered -32007;
-  the event log's get ``STOP_GRACE`` (half a second) to wrap up as at a
-  shutdown, so a watch answers ``{last_seq}`` (what its client resumes from)
-  rather than a cancel it could take for its own. Then they are cancelled.
+  cancels Recall's requests in flight at once (-32007); the event log's get
+  ``STOP_GRACE`` to wrap up as at a shutdown (a watch answers ``{last_seq}``).
 """
 
 from __future__ import annotations
@@ -136,8 +134,7 @@ MAX_BULK = 4
 # any ordinary request on a loaded machine (an append waits for one fsync),
 # short enough that a forgotten pipe does not keep a process for long.
 EOF_GRACE = 10.0
-# At a stop (a signal): how long those requests have to wrap up (a watch
-# answers its last seq at once) before they are cancelled too.
+# At a stop (a signal): how long those requests have to wrap up.
 STOP_GRACE = 0.5
 
 
@@ -224,11 +221,9 @@ class Server:
                 self._stopped.set()
 
     def stop(self) -> None:
-        """End every connection: stop reading, cancel every request in flight
-        (each still answered -32007), except that requests of methods that
-        finish at end of input wrap up first, within ``STOP_GRACE`` (a watch
-        answers its last seq); flush, close. New connections end the same
-        way at once."""
+        """End every connection: stop reading, end the requests in flight
+        (``_Session._stop_requests``), flush, close. New connections end the
+        same way at once."""
         self._stopping = True
         for session in list(self._sessions):
             session.stop()
