@@ -7,6 +7,13 @@ call: the daemon's (:class:`~streamd.client.AsyncClient`, the resident daemon
 started if none answers) or, given a database, the log in this process
 (:class:`~streamd.client.local.LocalClient`). The clients of loops that have
 ended are dropped as the next one opens.
+
+A daemon outlives no upgrade and may be stopped or restarted under an agent
+that runs for days, so a daemon client this module opened whose connection has
+ended is replaced at the next call (starting the daemon again if none answers),
+and :meth:`LoopClients.lost` tells the service when a call failed for that
+reason and may be made again. A client the caller gave is the caller's: it is
+never replaced.
 """
 
 from __future__ import annotations
@@ -17,8 +24,10 @@ import threading
 import weakref
 from collections.abc import Sequence
 
+from streamd import errors
 from streamd.client.asyncio_client import AsyncClient
 from streamd.client.local import LocalClient
+from streamd.errors import RpcError
 from streamd.eventlog.store.backend import Synchronous
 
 __all__ = ["Client", "LoopClients"]
@@ -65,18 +74,42 @@ class LoopClients:
         loop = asyncio.get_running_loop()
         with self._lock:
             client = self._owned.get(loop)
-            if client is not None:
+            if client is not None and not _ended(client):
                 return client
             opening = self._opening.setdefault(loop, asyncio.Lock())
         async with opening:
             with self._lock:
                 client = self._owned.get(loop)
+                if client is not None and _ended(client):
+                    del self._owned[loop]
+                    ended, client = client, None
+                else:
+                    ended = None
+            if ended is not None:
+                await ended.aclose()
             if client is None:
                 self._forget_ended_loops()
                 client = await self._open()
                 with self._lock:
                     self._owned[loop] = client
         return client
+
+    async def lost(self, client: Client, exc: RpcError) -> bool:
+        """Whether ``exc``, raised by a call on ``client``, says the daemon's
+        connection ended under the call (the daemon stopped or restarted), on
+        a client this module opened: then it is dropped, and the next
+        :meth:`get` connects anew. The call's outcome is unknown; only a call
+        that is safe to make twice may be made again."""
+        if exc.code != errors.CLOSED or self._given is not None:
+            return False
+        if not isinstance(client, AsyncClient):
+            return False  # the log in this process does not go away under it
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._owned.get(loop) is client:
+                del self._owned[loop]
+        await client.aclose()
+        return True
 
     async def close(self) -> None:
         """Close the client opened on the running loop (one given is the
@@ -111,3 +144,8 @@ class LoopClients:
         for client in gone:
             if isinstance(client, LocalClient):
                 client.abandon()
+
+
+def _ended(client: Client) -> bool:
+    """A daemon client whose connection has ended (see the module docstring)."""
+    return isinstance(client, AsyncClient) and client.closed

@@ -80,8 +80,8 @@ import os
 import threading
 import uuid
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import msgspec
 from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -102,12 +102,13 @@ from streamd.adk.loading import DEFAULT_EVENT_CACHE, ListedSession, SessionLoade
 from streamd.adk.write_behind import PENDING, Pipeline, Queued, encode
 from streamd.client.transport import START_TIMEOUT
 from streamd.errors import RpcError
-from streamd.eventlog.model import AppendParams, SessionKey
+from streamd.eventlog.model import AppendParams, AppendResult, SessionKey
 from streamd.eventlog.store.backend import Synchronous
 
 __all__ = ["StreamdSessionService"]
 
 _LIST_PAGE = 1000
+_T = TypeVar("_T")
 
 
 class StreamdSessionService(BaseSessionService):
@@ -156,6 +157,20 @@ class StreamdSessionService(BaseSessionService):
 
     async def _client(self) -> Client:
         return await self._clients.get()
+
+    async def _again_if_lost(self, call: Callable[[Client], Awaitable[_T]]) -> _T:
+        """``call(client)``, and once more on a new connection if the daemon's
+        ended under it (stopped, restarted, upgraded: see
+        :mod:`~streamd.adk.clients`). Only for calls that are safe to make
+        twice: reads, deletes, and appends (an event the first try stored is
+        answered as a duplicate of itself)."""
+        client = await self._client()
+        try:
+            return await call(client)
+        except RpcError as exc:
+            if not await self._clients.lost(client, exc):
+                raise
+        return await call(await self._client())
 
     async def close(self) -> None:
         """Close the client this service opened on the running loop (a client
@@ -214,14 +229,17 @@ class StreamdSessionService(BaseSessionService):
         if config is not None:
             recent = config.num_recent_events
             after = config.after_timestamp
-        client = await self._client()
         # Read our own writes: every session's, as their app and user state is
         # shared with this one.
         await self._drain()
-        stored_as = await self._stored_id(client, app_name, user_id, session_id)
-        if stored_as is None:
-            return None
-        return await self._loader.load(client, app_name, user_id, stored_as, recent, after)
+
+        async def read(client: Client) -> Session | None:
+            stored_as = await self._stored_id(client, app_name, user_id, session_id)
+            if stored_as is None:
+                return None
+            return await self._loader.load(client, app_name, user_id, stored_as, recent, after)
+
+        return await self._again_if_lost(read)
 
     async def _stored_id(
         self, client: Client, app_name: str, user_id: str, session_id: str
@@ -248,36 +266,41 @@ class StreamdSessionService(BaseSessionService):
         """Every session of the app (of one user), without events, with its
         merged state, oldest update first (ADK's documented order), read page
         by page."""
-        client = await self._client()
         await self._drain()
-        found: list[Session] = []
-        after: SessionKey | None = None
-        while True:
-            page = await client.list_sessions(
-                app_name, user_id, limit=_LIST_PAGE, after=after, scoped_state=True,
-                event_time=True,
-            )
-            users = page.user_states or {}
-            for s in page.sessions:
-                view = ListedSession(s, page.app_state, users.get(s.user))
-                found.append(adk_session(app_name, s.user, view, []))
-            if page.next is None:
-                break
-            after = page.next
+
+        async def read(client: Client) -> list[Session]:
+            found: list[Session] = []
+            after: SessionKey | None = None
+            while True:
+                page = await client.list_sessions(
+                    app_name, user_id, limit=_LIST_PAGE, after=after, scoped_state=True,
+                    event_time=True,
+                )
+                users = page.user_states or {}
+                for s in page.sessions:
+                    view = ListedSession(s, page.app_state, users.get(s.user))
+                    found.append(adk_session(app_name, s.user, view, []))
+                if page.next is None:
+                    return found
+                after = page.next
+
+        found = await self._again_if_lost(read)
         found.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=found)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        client = await self._client()
         await self._drain()
-        stored_as = await self._stored_id(client, app_name, user_id, session_id)
-        if stored_as is not None:
-            await client.delete_session(app_name, user_id, stored_as)
+
+        async def delete(client: Client) -> None:
+            stored_as = await self._stored_id(client, app_name, user_id, session_id)
+            if stored_as is not None:
+                await client.delete_session(app_name, user_id, stored_as)
+
+        await self._again_if_lost(delete)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
-        client = await self._client()
         await self._drain()
-        got = await client.get_state(app_name, user_id)
+        got = await self._again_if_lost(lambda client: client.get_state(app_name, user_id))
         return dict(got.user or {})
 
     # -- events --
@@ -289,21 +312,22 @@ class StreamdSessionService(BaseSessionService):
         # the event before it is stored (ADK's base class rules).
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
-        client = await self._client()
         if self._write_behind:
-            return await self._append_behind(client, session, event)
-        expected = await self._expected_seq(client, session)
-        try:
-            result = await client.append(
-                session.app_name,
-                session.user_id,
-                session.id,
-                codec.log_event(event),
-                state_delta=codec.split_state(event.actions.state_delta if event.actions else {}),
-                expected_seq=expected,
-            )
-        except RpcError as exc:
-            raise adk_error(exc, session.id, expected) from None
+            return await self._append_behind(session, event)
+        stored = codec.log_event(event)
+        delta = codec.split_state(event.actions.state_delta if event.actions else {})
+
+        async def append(client: Client) -> tuple[int, AppendResult]:
+            expected = await self._expected_seq(client, session)
+            try:
+                return expected, await client.append(
+                    session.app_name, session.user_id, session.id, stored,
+                    state_delta=delta, expected_seq=expected,
+                )
+            except RpcError as exc:
+                raise adk_error(exc, session.id, expected) from None
+
+        expected, result = await self._again_if_lost(append)
         if result.duplicate and any(e.id == event.id for e in session.events):
             return event  # a re-delivery: stored and applied already
         if not result.duplicate or result.seq > expected:
@@ -313,7 +337,7 @@ class StreamdSessionService(BaseSessionService):
 
     # -- write-behind --
 
-    async def _append_behind(self, client: Client, session: Session, event: Event) -> Event:
+    async def _append_behind(self, session: Session, event: Event) -> Event:
         """Queue the event behind this session copy's earlier ones and return.
 
         Each session object (copy) gets a token in its marker; the pipeline of
@@ -350,7 +374,8 @@ class StreamdSessionService(BaseSessionService):
             token = uuid.uuid4().hex
             if not (marker or "").isdigit():
                 await self._drain()
-            expected = await self._expected_seq(client, session)
+            expected = await self._again_if_lost(
+                lambda client: self._expected_seq(client, session))
             self._copies[token] = weakref.ref(session)
         params = AppendParams(
             app=session.app_name,
@@ -369,13 +394,15 @@ class StreamdSessionService(BaseSessionService):
         session.last_update_time = codec.stored_time(event.timestamp)
         self._commit_event_to_session(session, event)
         if pipe.task is None:
-            pipe.task = asyncio.get_running_loop().create_task(self._send(key, pipe, client))
+            pipe.task = asyncio.get_running_loop().create_task(self._send(key, pipe))
         return event
 
-    async def _send(self, key: tuple[str, str, str], pipe: Pipeline, client: Client) -> None:
+    async def _send(self, key: tuple[str, str, str], pipe: Pipeline) -> None:
         me = asyncio.current_task()
+        lost = False  # the daemon's connection ended under the run before
         try:
             while pipe.queue:
+                client = await self._client()  # a new one after a loss
                 run = pipe.take_run()
                 first = run[0]
                 expected = first.expected
@@ -394,6 +421,18 @@ class StreamdSessionService(BaseSessionService):
                     pipe.sending = []
                     raise
                 except RpcError as exc:
+                    if await self._clients.lost(client, exc):
+                        # The daemon stopped or restarted with the run's
+                        # outcome unknown: sent again on a new connection (a
+                        # stored event comes back a duplicate). A second loss
+                        # in a row ends the task with the queue kept, raised
+                        # by the drain that waits for it.
+                        pipe.queue[:0] = run
+                        pipe.sending = []
+                        if lost:
+                            raise
+                        lost = True
+                        continue
                     # What this copy queued after the refused run was computed on
                     # it: dropped, and the refusal raised at its next append.
                     pipe.sending = []
@@ -405,6 +444,7 @@ class StreamdSessionService(BaseSessionService):
                     self._unreported.append(first.token)
                     continue
                 pipe.sending = []
+                lost = False
                 self._acked[first.token] = results[-1].seq
                 self._owed[first.token] -= len(run)
                 if not self._owed[first.token]:
@@ -436,9 +476,7 @@ class StreamdSessionService(BaseSessionService):
         loop = self._own_write_behind()
         for key, pipe in list(self._pipes.items()):
             if pipe.task is None and pipe.queue:
-                client = await self._client()
-                if pipe.task is None and pipe.queue:  # (the await let others run)
-                    pipe.task = loop.create_task(self._send(key, pipe, client))
+                pipe.task = loop.create_task(self._send(key, pipe))
             while pipe.task is not None:
                 await asyncio.shield(pipe.task)
 

@@ -314,6 +314,12 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
                 await self._process.wait()
         await asyncio.shield(self._pipe.ended)
 
+    @property
+    def closed(self) -> bool:
+        """Whether the connection has ended: closed here, or by the daemon (it
+        stopped, or was restarted). Every later call raises ``closed``."""
+        return self._closing or self._pipe.ended.done() or self._pipe.is_closing()
+
     async def __aenter__(self) -> AsyncClient:
         return self
 
