@@ -127,3 +127,68 @@ def test_a_session_deleted_between_a_reloads_two_reads_is_none(tmp_path: Path, m
         assert await loader.load(deleting, "app", "u", "s", None, None) is None  # type: ignore[arg-type]
 
     run(tmp_path, body)
+
+
+class _MakingAnew:
+    """The service's client, deleting session "s" and creating it anew with
+    one event ("fresh") just before the first read that continues another
+    (``after_seq`` past 0): another process racing a load."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.done = False
+
+    async def call(self, call: Call[Any]) -> Any:
+        if call.method == "eventlog/sessions.get" and call.params.after_seq and not self.done:
+            self.done = True
+            await self.client.delete_session("app", "u", "s")
+            await self.client.create_session("app", "u", "s", {})
+            svc = StreamdSessionService(self.client)
+            made = await svc.get_session(app_name="app", user_id="u", session_id="s")
+            assert made is not None
+            await svc.append_event(made, event(ts=20.0, content=text("fresh")))
+        return await self.client.call(call)
+
+
+def test_a_session_made_anew_between_the_parts_of_a_long_read_is_read_anew(
+    tmp_path: Path,
+) -> None:
+    """Through the daemon a session longer than one answer (the reply budget
+    is 4 MiB) is read in parts (in process it is read whole, in one
+    transaction); made anew between them, its first part was kept and the
+    rest (deleted with it) silently missing. The read starts over on the new
+    one."""
+    big = "x" * (700 << 10)
+
+    async def body(svc: Service) -> None:
+        client = await svc._client()
+        s = await svc.create_session(app_name="app", user_id="u", session_id="s")
+        for i in range(8):
+            await svc.append_event(s, event(ts=float(i + 1), content=text(f"{i}{big}")))
+        racing = _MakingAnew(client)
+        got = await SessionLoader().load(racing, "app", "u", "s", None, None)  # type: ignore[arg-type]
+        assert racing.done
+        assert got is not None
+        assert [e.content.parts[0].text for e in got.events] == ["fresh"]  # type: ignore[union-attr,index]
+
+    run(tmp_path, body)
+
+
+def test_a_session_made_anew_between_a_reloads_two_reads_is_read_anew(
+    tmp_path: Path, mode: str
+) -> None:
+    # The first read listed the old session's seqs, the cache held most of
+    # them: the old session, which no longer exists, was returned.
+    async def body(svc: Service) -> None:
+        client, s = await _session_of(svc, 3)
+        loader = SessionLoader()
+        assert await loader.load(client, "app", "u", "s", None, None) is not None
+        await svc.append_event(s, event(ts=9.0, content=text("uncached")))
+        racing = _MakingAnew(client)
+        got = await loader.load(racing, "app", "u", "s", None, None)  # type: ignore[arg-type]
+        assert racing.done
+        assert got is not None
+        assert [e.content.parts[0].text for e in got.events] == ["fresh"]  # type: ignore[union-attr,index]
+
+    run(tmp_path, body)
+

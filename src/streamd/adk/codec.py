@@ -23,6 +23,7 @@ __all__ = [
     "RawSession",
     "log_event",
     "merged",
+    "named",
     "session_id",
     "session_of",
     "split_state",
@@ -57,6 +58,7 @@ class RawSession(msgspec.Struct, kw_only=True):
     last_seq: int
     events: list[RawEntry]
     last_event_time: _dt.datetime | None = None
+    created_at: _dt.datetime | None = None  # tells a session made anew under its name
     truncated: bool = False
     next_seq: int | None = None
     app_state: dict[str, Any] | None = None
@@ -79,6 +81,20 @@ def session_id(given: str | None) -> str | None:
     if given is None:
         return None
     return given.strip() or None
+
+
+def named(app_name: str, user_id: str) -> bool:
+    """Whether a session may be stored under this app and user: the log names
+    every session by a non-empty app, user and id (ADK's in-memory service
+    also takes empty ones). A read of an empty one finds nothing."""
+    return bool(app_name) and bool(user_id)
+
+
+def unnamed_error(app_name: str, user_id: str) -> ValueError:
+    which = "app_name" if not app_name else "user_id"
+    return ValueError(
+        f"{which} must not be empty: the event log names every session by a non-empty"
+        " app, user and id; nothing was written")
 
 
 def utc(seconds: float | None) -> _dt.datetime | None:
@@ -137,14 +153,36 @@ def split_state(state: dict[str, Any]) -> StateDelta:
         elif not key.startswith(State.TEMP_PREFIX):
             session[key] = value
     return StateDelta(
-        app=_jsonable(app) or None, user=_jsonable(user) or None, session=_jsonable(session) or None
+        app=_jsonable(app, State.APP_PREFIX) or None,
+        user=_jsonable(user, State.USER_PREFIX) or None,
+        session=_jsonable(session, "") or None,
     )
 
 
-def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+def _jsonable(values: dict[str, Any], prefix: str) -> dict[str, Any]:
     if not values:
         return values
-    return to_jsonable_python(values, serialize_unknown=True)
+    out: dict[str, Any] = to_jsonable_python(values, serialize_unknown=True)
+    for key, value in out.items():
+        _refuse_non_finite(value, prefix + key)
+    return out
+
+
+def _refuse_non_finite(value: Any, where: str) -> None:
+    """A NaN or an infinity anywhere in a state value is refused: JSON, which
+    the log keeps state in, has no such numbers, and writing it as null (what
+    an encoder does) would store a value other than the one given."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(
+                f"state key {where!r} holds {value!r}, which JSON cannot hold (the log keeps"
+                " state as JSON); nothing was written")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_non_finite(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_non_finite(item, f"{where}[{i}]")
 
 
 def merged(session: dict[str, Any], app: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:

@@ -52,6 +52,10 @@ _SEEN_SESSIONS = 10_000
 _T = TypeVar("_T")
 
 
+class _MadeAnew(Exception):
+    """The session was deleted and created again between a load's two reads."""
+
+
 class SessionLoader:
     """Loads sessions as ADK's (see the module docstring), keeping up to
     ``event_cache`` built events (0: none) and the last 10,000 sessions
@@ -101,6 +105,8 @@ class SessionLoader:
             missing = {e.seq for e in listed.events if e.seq not in held}
 
             def merged(rest: RawSession) -> tuple[RawSession, list[Event]]:
+                if not calls.same_session(listed, rest):
+                    raise _MadeAnew  # between the two reads: read the new one whole
                 fetched = {e.seq: e for e in rest.events
                            if e.seq in missing and e.seq <= listed.last_seq}
                 rest.events = []  # dropped before the pause ends, as in _built
@@ -114,7 +120,12 @@ class SessionLoader:
                     loaded = self._built(listed, held)
             else:
                 after_seq = min(missing) - 1
-                loaded = await self._read(client, key, None, after_time, after_seq, True, merged)
+                try:
+                    loaded = await self._read(
+                        client, key, None, after_time, after_seq, True, merged)
+                except _MadeAnew:
+                    loaded = await self._read(
+                        client, key, recent, after_time, 0, True, self._built)
                 # None: the session was deleted after the first read, and is no
                 # more (what the first read listed is not a session now).
         if loaded is None:

@@ -194,6 +194,8 @@ class StreamdSessionService(BaseSessionService):
         state: dict[str, Any] | None = None,
         session_id: str | None = None,
     ) -> Session:
+        if not codec.named(app_name, user_id):
+            raise codec.unnamed_error(app_name, user_id)
         session_id = codec.session_id(session_id)
         client = await self._client()
         scopes = codec.split_state(state or {})
@@ -229,6 +231,8 @@ class StreamdSessionService(BaseSessionService):
         if config is not None:
             recent = config.num_recent_events
             after = config.after_timestamp
+        if not codec.named(app_name, user_id):
+            return None
         # Read our own writes: every session's, as their app and user state is
         # shared with this one.
         await self._drain()
@@ -266,6 +270,8 @@ class StreamdSessionService(BaseSessionService):
         """Every session of the app (of one user), without events, with its
         merged state, oldest update first (ADK's documented order), read page
         by page."""
+        if not app_name or user_id == "":
+            return ListSessionsResponse(sessions=[])
         await self._drain()
 
         async def read(client: Client) -> list[Session]:
@@ -289,6 +295,8 @@ class StreamdSessionService(BaseSessionService):
         return ListSessionsResponse(sessions=found)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        if not codec.named(app_name, user_id):
+            return
         await self._drain()
 
         async def delete(client: Client) -> None:
@@ -299,6 +307,8 @@ class StreamdSessionService(BaseSessionService):
         await self._again_if_lost(delete)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        if not codec.named(app_name, user_id):
+            return {}
         await self._drain()
         got = await self._again_if_lost(lambda client: client.get_state(app_name, user_id))
         return dict(got.user or {})
@@ -308,6 +318,8 @@ class StreamdSessionService(BaseSessionService):
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
             return event
+        if not codec.named(session.app_name, session.user_id):
+            raise codec.unnamed_error(session.app_name, session.user_id)
         # Temp keys go to the in-memory session for this invocation, and out of
         # the event before it is stored (ADK's base class rules).
         self._apply_temp_state(session, event)
@@ -347,6 +359,9 @@ class StreamdSessionService(BaseSessionService):
         stored at). So a copy that another writer overtook is still refused as
         stale, with everything it queued after, and nothing of it is merged."""
         self._own_write_behind()
+        # Refused here if the log cannot hold it, before anything is queued.
+        stored = codec.log_event(event)
+        delta = codec.split_state(event.actions.state_delta if event.actions else {})
         marker = session._storage_update_marker
         token = marker[len(PENDING):] if marker and marker.startswith(PENDING) else None
         refused = self._refused.get(token) if token is not None else None
@@ -381,8 +396,8 @@ class StreamdSessionService(BaseSessionService):
             app=session.app_name,
             user=session.user_id,
             session=session.id,
-            event=codec.log_event(event),
-            state_delta=codec.split_state(event.actions.state_delta if event.actions else {}),
+            event=stored,
+            state_delta=delta,
         )
         key = (session.app_name, session.user_id, session.id)
         pipe = self._pipes.get(key)

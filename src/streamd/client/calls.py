@@ -16,7 +16,9 @@ from collections.abc import Callable, Coroutine, Sequence
 from types import MethodType as _MethodType
 from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
+from streamd import errors
 from streamd.client.protocol import Call
+from streamd.errors import RpcError
 from streamd.eventlog.model import (
     DEFAULT_SINCE_LIMIT,
     DEFAULT_STALE_AFTER_MS,
@@ -296,18 +298,38 @@ class SessionAssembler:
     first answer read: its state and ``last_seq`` come from that answer, and
     the rest is read after its ``next_seq`` up to that ``last_seq`` (events
     appended meanwhile are not mixed in), so the events, the state and the
-    ``last_seq`` a writer passes as ``expected_seq`` all describe one moment."""
+    ``last_seq`` a writer passes as ``expected_seq`` all describe one moment.
+
+    A session deleted and created again under the same name between two
+    answers is another session: its answer is not added to the first's (the
+    events between them, deleted with the first, would be missing without a
+    word); the read starts over on the new one, up to :data:`RESTARTS` times.
+    """
+
+    RESTARTS = 5
 
     def __init__(self, first: Call[Any]) -> None:
+        self._first = first
         self._params: SessionGetParams = first.params
         # Any Struct with the session's fields: a caller may decode answers
         # into a leaner type of its own (the ADK service keeps content raw).
         self._result_type = first.result
+        self._restarts = 0
         self.result: Any = None
 
     def feed(self, part: Any) -> Call[Any] | None:
         if self.result is None:
             self.result = part
+        elif not same_session(self.result, part):
+            self._restarts += 1
+            if self._restarts > self.RESTARTS:
+                raise RpcError(
+                    errors.SOURCE_UNAVAILABLE,
+                    f"eventlog/sessions.get: session {self._params.session!r} was deleted and"
+                    f" created again {self.RESTARTS} times while it was read in parts",
+                )
+            self.result = None
+            return self._first
         else:
             horizon = self.result.last_seq
             self.result.events += [e for e in part.events if e.seq <= horizon]
@@ -322,6 +344,14 @@ class SessionAssembler:
         whole.truncated = False
         whole.next_seq = None
         return None
+
+
+def same_session(first: Any, later: Any) -> bool:
+    """Whether two answers about one session name are about one session: a
+    session made anew under the name has another creation time, and a
+    ``last_seq`` that never goes back on one session may have (0, before
+    its first event)."""
+    return first.created_at == later.created_at and later.last_seq >= first.last_seq
 
 
 # --- the method table ---------------------------------------------------------------
