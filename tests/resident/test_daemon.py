@@ -233,6 +233,39 @@ def test_status_leaves_no_stop_mark(world: World) -> None:
     assert not (world.runtime / stopmark.MARK_NAME).exists()
 
 
+def test_status_names_a_pid_as_the_lock_holder_only_while_it_holds_the_lock(
+    world: World,
+) -> None:
+    """A daemon killed with -9 leaves its pid in the lock file, and the number
+    may be given to another process: only the lock's real holder is named."""
+    world.runtime.mkdir(mode=0o700)
+    lock = world.runtime / "streamd.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, sys\n"
+         f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "os.write(fd, f'{os.getpid()}\\n'.encode())\n"
+         "print('locked', flush=True)\n"
+         "sys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        status = world.run("status", "--json")
+        assert status.returncode == 1
+        assert json.loads(status.stdout)["lock_holder"] == holder.pid
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(30)
+    # The same file naming a live process that holds no lock (this test's own,
+    # as a pid given anew would be): no daemon, nobody holds the lock.
+    lock.write_text(f"{os.getpid()}\n")
+    status = world.run("status")
+    assert status.returncode == 3, status.stdout + status.stderr
+    assert "not running" in status.stdout and str(os.getpid()) not in status.stdout
+
+
 def test_a_stop_with_no_daemon_serving_yet_holds_back_those_starting(world: World) -> None:
     # Racing clients' daemons may all be starting (importing) when the stop
     # comes, none serving: the stop itself leaves the mark.

@@ -229,7 +229,10 @@ class ScriptedDaemon:
 
     def __init__(self, world: World, reply: bytes) -> None:
         world.runtime.mkdir(mode=0o700)
-        (world.runtime / "streamd.lock").write_text(f"{os.getpid()}\n")
+        # Held, as a daemon holds it: only the lock's holder is the daemon.
+        self.lock = os.open(world.runtime / "streamd.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.lock, fcntl.LOCK_EX)
+        os.write(self.lock, f"{os.getpid()}\n".encode())
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(world.socket))
         self.listener.listen(8)
@@ -253,6 +256,7 @@ class ScriptedDaemon:
 
     def close(self) -> None:
         self.listener.close()
+        os.close(self.lock)
 
 
 def test_a_daemon_that_closes_in_the_middle_of_a_frame_gets_nothing_of_it_shown(

@@ -180,15 +180,50 @@ pub fn lock_holder(directory: &OsStr) -> Option<i32> {
     use std::io::Read;
     let mut head = [0u8; 32];
     let mut file = fs::File::open(lock_path(directory)).ok()?;
+    let inode = file.metadata().ok()?.ino();
     let n = file.read(&mut head).ok()?;
     let text = std::str::from_utf8(&head[..n]).ok()?;
     let pid: i32 = text.split_whitespace().next()?.parse().ok()?;
-    sys::pid_alive(pid).then_some(pid)
+    match fs::read("/proc/locks") {
+        // The kernel's table says who holds the lock: a pid merely alive may
+        // be another process's, given the number after a kill -9.
+        Ok(table) => flock_held_by(&table, inode, pid).then_some(pid),
+        // No table to read: the pid's life is all we know.
+        Err(_) => sys::pid_alive(pid).then_some(pid),
+    }
+}
+
+/// Whether `/proc/locks` (`table`) lists a flock held by `pid` on a file of
+/// inode number `inode`. Matched on the inode alone, as the Python side
+/// does: the device number there is the superblock's, which a stat does not
+/// always give; the pid the file names must match too.
+fn flock_held_by(table: &[u8], inode: u64, pid: i32) -> bool {
+    // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:56789 0 EOF"; a waiter's line has "->".
+    table.split(|&b| b == b'\n').any(|line| {
+        let text = String::from_utf8_lossy(line);
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        fields.len() >= 6
+            && fields[1] == "FLOCK"
+            && fields[4].parse::<i32>().ok() == Some(pid)
+            && fields[5].rsplit(':').next().and_then(|i| i.parse::<u64>().ok()) == Some(inode)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flock_is_held_only_by_the_pid_on_its_line_for_that_inode() {
+        let table = b"1: POSIX  ADVISORY  WRITE 40 00:19:77 0 EOF\n\
+                      2: FLOCK  ADVISORY  WRITE 41 fd:01:56789 0 EOF\n\
+                      2: -> FLOCK  ADVISORY  WRITE 42 fd:01:56789 0 EOF\n";
+        assert!(flock_held_by(table, 56789, 41));
+        assert!(!flock_held_by(table, 56789, 42)); // a waiter holds nothing
+        assert!(!flock_held_by(table, 77, 40)); // a POSIX lock is not the daemon's flock
+        assert!(!flock_held_by(table, 5678, 41));
+        assert!(!flock_held_by(b"", 56789, 41));
+    }
 
     fn norm(s: &str) -> String {
         show(&normpath(OsStr::new(s)))

@@ -353,14 +353,46 @@ def _uptime(seconds: float) -> str:
 
 
 def lock_holder(directory: str) -> int | None:
-    """The pid the lock file names, if that process is alive. Read only: taking
-    the lock, even briefly, could make a daemon starting right then give up."""
+    """The pid the lock file names, if that process holds the file's lock.
+    Read only: taking the lock, even briefly, could make a daemon starting
+    right then give up. The kernel's table of locks says who holds it; a pid
+    merely alive could be another process's, given the number after the
+    daemon was killed (kill -9 leaves its pid in the file)."""
     try:
         with open(paths.lock_path(directory), "rb") as f:
+            inode = os.fstat(f.fileno()).st_ino
             pid = int(f.read(32).split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return pid if pid_alive(pid) else None
+    held = flock_holders(inode)
+    if held is None:  # no table to read (no /proc): the pid's life is all we know
+        return pid if pid_alive(pid) else None
+    return pid if pid in held else None
+
+
+def flock_holders(inode: int) -> set[int] | None:
+    """The pids holding a flock on a file of inode number ``inode``, from
+    ``/proc/locks``; None when it cannot be read. Matched on the inode alone:
+    the device number there is the superblock's, which ``stat`` does not
+    always give (btrfs subvolumes, overlays); the caller also wants the pid
+    its file names, which makes another file of the same number harmless."""
+    try:
+        with open("/proc/locks", "rb") as f:
+            table = f.read()
+    except OSError:
+        return None
+    holders: set[int] = set()
+    for line in table.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:56789 0 EOF"; a waiter's line has "->".
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != b"FLOCK":
+            continue
+        try:
+            if int(fields[5].rsplit(b":", 1)[1]) == inode:
+                holders.add(int(fields[4]))
+        except (ValueError, IndexError):
+            continue
+    return holders
 
 
 def _json_line(value: dict[str, Any]) -> str:
