@@ -10,8 +10,10 @@ the Trio layer runs under the mock clock (inline dispatch) where time matters.
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import apsw
 import pytest
 import trio
 import trio.testing
+from support import store_contract as contract
 from support.eventlog import mocked, take
 from support.service import Daemonish, append
 from support.store_contract import SECOND, T0, Fixture, ap, ev
@@ -333,3 +336,110 @@ def test_a_session_appended_to_while_it_is_dropped_keeps_the_append(
         refused = outcomes["append"]
         assert isinstance(refused, RpcError) and refused.code == -32012, outcomes
         assert kept == []
+
+
+def _waiting_for_a_lock(request: pytest.FixtureRequest, backend: str) -> Callable[[], bool]:
+    """Whether some connection of the test's database waits for a row lock,
+    asked on a connection of its own."""
+    if backend == "postgres":
+        import psycopg
+
+        conninfo = request.getfixturevalue("postgres_db")
+
+        def pg() -> bool:
+            with psycopg.connect(conninfo, autocommit=True) as db:
+                row = db.execute("SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                                 " current_database() AND wait_event_type = 'Lock'").fetchone()
+                return bool(row and row[0])
+
+        return pg
+    from streamd.eventlog.mysql.store import MysqlOptions, connect
+    from streamd.eventlog.mysql.url import parse
+
+    url = request.getfixturevalue("mysql_db")
+
+    def my() -> bool:
+        db = connect(parse(url), MysqlOptions())
+        try:
+            cur = db.cursor()
+            cur.execute("SELECT count(*) FROM information_schema.innodb_trx"
+                        " WHERE trx_state = 'LOCK WAIT'")
+            return bool(cur.fetchone()[0])
+        finally:
+            db.close()
+
+    return my
+
+
+@pytest.fixture(params=["postgres", "mysql"])
+def server_fx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
+    yield from contract.BACKENDS[request.param](request, tmp_path)
+
+
+def test_a_group_commit_and_a_drop_step_lock_their_sessions_in_one_order(
+        server_fx: Fixture, request: pytest.FixtureRequest,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A group commit appending to "sa" and, conditioned (expected_seq), to
+    # "sb" locked "sb" first (to check its seq), then "sa" (its upsert),
+    # where a drop step locks its idle sessions in key order: "sa", then
+    # "sb". Each waited for the other, and the server broke the deadlock by
+    # failing one: every append of the group, or the step. Now the group
+    # locks all its sessions in key order before anything else.
+    fx = server_fx
+    backend = request.node.callspec.params["server_fx"]
+    fx.store.append(ap(ev("a0"), session="sa"), T0)
+    b0 = fx.store.append(ap(ev("b0"), session="sb"), T0)
+    other = fx.reopen()
+    module = sys.modules[type(other).__module__]
+    real = module.commit_planned
+    locked, go = threading.Event(), threading.Event()
+
+    class Pausing:
+        """The group commit's database, stopping once it has taken its first locks."""
+
+        def __init__(self, db: Any) -> None:
+            self.db = db
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.db, name)
+
+        def known(self, items: Any) -> Any:
+            out = self.db.known(items)
+            locked.set()
+            assert go.wait(30)
+            return out
+
+    monkeypatch.setattr(module, "commit_planned",
+                        lambda db, *a, **kw: real(Pausing(db), *a, **kw))
+    now = T0 + 10 * DAY
+    outcomes: dict[str, Any] = {}
+
+    def run(name: str, fn: Callable[[], Any]) -> threading.Thread:
+        def body() -> None:
+            try:
+                outcomes[name] = fn()
+            except Exception as exc:  # reported below, by name
+                outcomes[name] = exc
+        thread = threading.Thread(target=body)
+        thread.start()
+        return thread
+
+    group = [ap(ev("a1"), session="sa"), ap(ev("b1"), session="sb", expected_seq=b0.seq)]
+    appending = run("append", lambda: other.append_commit(group, now, False))
+    assert locked.wait(30), outcomes
+    dropping = run("drop", lambda: fx.store.drop_idle_sessions(
+        "app", now - DAY, None, now, None, B))
+    waiting = _waiting_for_a_lock(request, backend)
+    deadline = time.monotonic() + 30
+    while not waiting():  # the step waits for a session the group holds
+        assert time.monotonic() < deadline, "the drop step never waited for the group's lock"
+        time.sleep(0.01)
+    go.set()
+    appending.join(60)
+    dropping.join(60)
+    assert not isinstance(outcomes["append"], Exception), outcomes
+    assert all(not isinstance(o, RpcError) for o in outcomes["append"].results), outcomes
+    assert not isinstance(outcomes["drop"], Exception), outcomes
+    # Appended to, neither session was idle by the time the step had it.
+    kept = [e.event.id for e in other.since(SinceParams(from_seq=0, limit=100)).entries]
+    assert kept == ["a0", "b0", "a1", "b1"]

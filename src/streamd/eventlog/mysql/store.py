@@ -60,6 +60,7 @@ from streamd.eventlog.store.plan import (
     expected_sessions,
     fold_deltas,
     session_heads,
+    sessions_to_lock,
 )
 from streamd.eventlog.store.reconnecting import Reconnecting, boundary
 from streamd.eventlog.store.sql import Sql
@@ -384,13 +385,13 @@ class _MysqlWrite:
                 f" ({placeholders(part)})", part,
             ):
                 known[event_id] = (seq, bytes(digest))
-        keys = expected_sessions(items)
-        session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(keys)
-        for key in keys:
-            # Locked, as on PostgreSQL (see there).
+        session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(
+            expected_sessions(items))
+        for key in sessions_to_lock(items):
+            # Locked, in key order, as on PostgreSQL (see there).
             row = sql.one("SELECT last_seq FROM sessions WHERE app_name = ? AND user_id = ?"
                           " AND session_id = ? FOR UPDATE", key)
-            if row is not None:
+            if row is not None and key in session_seq:
                 session_seq[key] = row[0]
         return known, session_seq
 

@@ -96,6 +96,7 @@ from streamd.eventlog.store.plan import (
     expected_sessions,
     fold_deltas,
     session_heads,
+    sessions_to_lock,
 )
 from streamd.eventlog.store.reconnecting import Reconnecting, boundary
 from streamd.eventlog.store.sql import Sql
@@ -418,19 +419,24 @@ class _PgWrite:
                 (event_ids(items),),
             ):
                 known[event_id] = (seq, bytes(digest))
-        keys = expected_sessions(items)
-        session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(keys)
+        session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(
+            expected_sessions(items))
+        keys = sessions_to_lock(items)
         if keys:
             found = self._db.execute(
                 # Locked: a drop step deleting one of them is waited for, and
-                # then the session is gone (not found), as on SQLite.
+                # then the session is gone (not found), as on SQLite. In key
+                # order (the row lock is taken above the sort), as the step
+                # locks them: see plan's docstring.
                 "SELECT app_name, user_id, session_id, last_seq FROM sessions"
                 " WHERE (app_name, user_id, session_id) IN"
-                " (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[])) FOR UPDATE",
+                " (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))"
+                " ORDER BY app_name, user_id, session_id FOR UPDATE",
                 ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
             )
             for app, user, session, last in found:
-                session_seq[(app, user, session)] = last
+                if (app, user, session) in session_seq:
+                    session_seq[(app, user, session)] = last
         return known, session_seq
 
     def write(self, events: list[Planned], now_us: int) -> None:

@@ -9,6 +9,15 @@ savepoint would roll it back out of the database. What a database cannot
 store (U+0000 in PostgreSQL text, a key longer than a MySQL column) is the
 backend's ``check``, run on each new event before it is numbered.
 
+**Session rows are locked in key order.** A retention drop step locks the
+idle sessions it chose in key order (app, user, session); a group commit that
+locked its sessions in the order its events came could hold one the step
+waits for while waiting for one the step holds, and the server broke that
+deadlock by failing the step or every append of the group. So the sessions a
+``known`` read locks (all of the batch's, when any ``expected_seq`` needs one
+locked) and the rows the write upserts come in key order: code-point order,
+which is the order of both servers' binary collations and of Python's ``<``.
+
 :func:`commit_planned` is the whole group commit of such a backend, written
 once: the counter locked, the plan made from one read, the bulk write, and,
 should the database still refuse one event's value, the batch written again
@@ -33,7 +42,7 @@ from streamd.eventlog.store.state import apply_delta
 __all__ = [
     "Check", "Known", "Plan", "Planned", "PlannedWrite", "Prepared", "SessionKey",
     "commit_planned", "event_ids", "expected_sessions", "fold_deltas", "in_group",
-    "session_heads",
+    "session_heads", "sessions_to_lock",
 ]
 
 Prepared = list[rows.Prepared | list[rows.Prepared] | RpcError]
@@ -146,11 +155,22 @@ def expected_sessions(items: list[rows.Prepared]) -> list[SessionKey]:
                               for one in items if one.params.expected_seq is not None))
 
 
+def sessions_to_lock(items: list[rows.Prepared]) -> list[SessionKey]:
+    """What a ``known`` read locks: every session of the batch, in key order
+    (see the module docstring), when an ``expected_seq`` needs its session
+    locked; none otherwise (the write's upsert locks them, in the same order)."""
+    if not any(one.params.expected_seq is not None for one in items):
+        return []
+    return sorted({(one.params.app, one.params.user, one.params.session) for one in items})
+
+
 def session_heads(events: list[Planned]) -> dict[SessionKey, tuple[int, int]]:
     """Each session's newest planned event: its seq and its time (what the
     session row's ``last_seq`` and ``last_event_time`` become), one per
-    session, as an upsert may touch a row only once per statement."""
-    return {(e.row[1], e.row[2], e.row[3]): (e.row[0], e.row[8]) for e in events}
+    session, as an upsert may touch a row only once per statement; in key
+    order, the order the upsert locks them in (see the module docstring)."""
+    heads = {(e.row[1], e.row[2], e.row[3]): (e.row[0], e.row[8]) for e in events}
+    return dict(sorted(heads.items()))
 
 
 def fold_deltas(sql: Sql, events: list[Planned], now_us: int) -> None:
