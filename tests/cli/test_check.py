@@ -23,6 +23,11 @@ BAD = [
     (b'{"schema": 1, "title": "no id"}\n', "record needs an id and an event_time"),
     (b'{"schema": 2, "id": "x", "event_time": "noon"}\n', "event_time is not an RFC 3339 time"),
     (b"[1, 2]\n", "an array, not a JSON object"),
+    (b'{"schema": 2, "id": "x\x00y", "event_time": "2026-05-02T10:00:00Z"}\n',
+     "not JSON: a raw control character U+0000 in a string at column 23"
+     " (JSON writes it as \\u0000)"),
+    (b'{"schema": 2, "id": "x\\qy", "event_time": "2026-05-02T10:00:00Z"}\n',
+     "not JSON: invalid \\escape at column 23"),
 ]
 
 
@@ -54,7 +59,7 @@ def test_check_names_every_failed_line_with_its_reason_and_exits_1(here: Path, c
     code, out, err = run(capsys, "check", name)
     assert code == 1
     assert out == [f"{name}:{n}: {why}" for n, (_, why) in enumerate(BAD, start=3)]
-    assert err == [f"{name}: 2 records, 6 lines not records, 1 blank line"]
+    assert err == [f"{name}: 2 records, {len(BAD)} lines not records, 1 blank line"]
 
 
 def test_check_of_a_clean_stream_exits_0(here: Path, capsys):
@@ -91,10 +96,11 @@ def test_index_names_the_first_failures_as_typed_and_does_not_exit_0(here: Path,
     name = write(here / "mine.jsonl", GOOD, *(row for row, _ in BAD))
     code, out, err = run(capsys, "index", name, "--workdir", "wd")
     assert code == 1
-    assert out[0].startswith("gen-1: 1 records indexed, 6 failed")
+    assert out[0].startswith(f"gen-1: 1 records indexed, {len(BAD)} failed")
     reasons = [ln for ln in err if ln.startswith(f"{name}:")]
     assert reasons == [f"{name}:{n}: {why}" for n, (_, why) in enumerate(BAD[:3], start=2)]
-    assert err[-1] == (f"streamd: 3 more lines are not records; 'streamd check {name}' "
+    assert err[-1] == (f"streamd: {len(BAD) - 3} more lines are not records;"
+                       f" 'streamd check {name}' "
                        "names every one")
 
 

@@ -174,7 +174,21 @@ def _value(text: str, i: int) -> tuple[Any, int]:
         # Deeper than Python's stack allows, not necessarily deeper than Go's limit.
         return _NESTED, _skip_nested(text, i, 1)
     except ValueError as exc:
-        raise LineError(f"not JSON: {exc}") from None
+        raise LineError(f"not JSON: {_why(exc, text)}") from None
+
+
+def _why(exc: ValueError, text: str) -> str:
+    """The decoder's reason in people's words: the column in the line (the
+    decoder's own "line 1 ... (char N)" counts from nowhere a reader sees),
+    and a raw control character named with the escape JSON writes it as."""
+    if not isinstance(exc, json.JSONDecodeError):
+        return str(exc)
+    where = f"column {exc.colno}"
+    if exc.msg.startswith("Invalid control character") and exc.pos < len(text):
+        code = ord(text[exc.pos])
+        return (f"a raw control character U+{code:04X} in a string at {where}"
+                f" (JSON writes it as \\u{code:04x})")
+    return f"{exc.msg.removesuffix(' at').lower()} at {where}"
 
 
 def _pairs_slow(line: bytes) -> list[tuple[str, Any, bool]]:
