@@ -22,7 +22,8 @@ from support.adk import event
 from support.resident import World, make_world, pid_alive, point_clients_at, wait_for
 
 from streamd.adk import StreamdSessionService
-from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.client import AsyncClient
+from streamd.errors import CLOSED, SOURCE_UNAVAILABLE, RpcError
 
 pytestmark = pytest.mark.subprocess
 
@@ -148,3 +149,28 @@ def test_write_behind_keeps_its_queue_while_no_daemon_answers(
             return _texts(got)
 
     assert asyncio.run(main()) == ["one", "two", "three"]
+
+
+def test_write_behind_on_a_given_client_whose_daemon_died_keeps_what_it_queued(
+    tmp_path: Path,
+) -> None:
+    """A client the caller gave is never replaced; its daemon gone, what was
+    queued is not a refusal to drop: every flush says the connection closed
+    (the first one did, and the next found nothing left to send)."""
+
+    async def main() -> None:
+        async with asyncio.timeout(60):
+            client = await AsyncClient.spawn(["--db", str(tmp_path / "events.db")])
+            service = StreamdSessionService(client, write_behind=True)
+            s = await service.create_session(app_name="a", user_id="u", session_id="s")
+            assert client.process is not None
+            client.process.kill()
+            await client.process.wait()
+            await service.append_event(s, said("queued"))
+            for _ in range(2):
+                with pytest.raises(RpcError) as closed:
+                    await service.flush()
+                assert closed.value.code == CLOSED
+            await client.aclose()
+
+    asyncio.run(main())

@@ -436,15 +436,18 @@ class StreamdSessionService(BaseSessionService):
                     pipe.sending = []
                     raise
                 except RpcError as exc:
-                    if await self._clients.lost(client, exc):
-                        # The daemon stopped or restarted with the run's
-                        # outcome unknown: sent again on a new connection (a
-                        # stored event comes back a duplicate). A second loss
-                        # in a row ends the task with the queue kept, raised
-                        # by the drain that waits for it.
+                    if exc.code == errors.CLOSED:
+                        # The connection or the log ended with the run's
+                        # outcome unknown: not a refusal, so nothing is
+                        # dropped. The run goes back first in line and is sent
+                        # again on a new connection when the client is ours
+                        # (a stored event comes back a duplicate); a second
+                        # loss in a row, or a client the caller gave, ends the
+                        # task with the queue kept, raised by the drain that
+                        # waits for it.
                         pipe.queue[:0] = run
                         pipe.sending = []
-                        if lost:
+                        if lost or not await self._clients.lost(client, exc):
                             raise
                         lost = True
                         continue
