@@ -10,6 +10,7 @@ the Trio layer runs under the mock clock (inline dispatch) where time matters.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import sys
 import threading
 import time
@@ -271,6 +272,18 @@ async def test_compact_after_close_is_closed(tmp_path: Path) -> None:
     assert info.value.code == -32013
 
 
+def _started(outcomes: dict[str, Any], name: str, fn: Callable[[], Any]) -> threading.Thread:
+    """``fn`` on a thread of its own, its result (or exception) in ``outcomes[name]``."""
+    def body() -> None:
+        try:
+            outcomes[name] = fn()
+        except Exception as exc:  # reported by the test, by name
+            outcomes[name] = exc
+    thread = threading.Thread(target=body)
+    thread.start()
+    return thread
+
+
 @pytest.mark.parametrize("expected_seq", [None, 1])
 def test_a_session_appended_to_while_it_is_dropped_keeps_the_append(
         fx: Fixture, monkeypatch: pytest.MonkeyPatch, expected_seq: int | None) -> None:
@@ -305,16 +318,7 @@ def test_a_session_appended_to_while_it_is_dropped_keeps_the_append(
     monkeypatch.setattr(rules, "drop_idle_sessions", lambda db, *a: real(Pausing(db), *a))
     now = T0 + 10 * DAY
     outcomes: dict[str, Any] = {}
-
-    def run(name: str, fn: Callable[[], Any]) -> threading.Thread:
-        def body() -> None:
-            try:
-                outcomes[name] = fn()
-            except Exception as exc:  # reported below, by name
-                outcomes[name] = exc
-        thread = threading.Thread(target=body)
-        thread.start()
-        return thread
+    run = functools.partial(_started, outcomes)
 
     dropping = run("drop", lambda: fx.store.drop_idle_sessions(
         "app", now - DAY, None, now, None, B))
@@ -413,16 +417,7 @@ def test_a_group_commit_and_a_drop_step_lock_their_sessions_in_one_order(
                         lambda db, *a, **kw: real(Pausing(db), *a, **kw))
     now = T0 + 10 * DAY
     outcomes: dict[str, Any] = {}
-
-    def run(name: str, fn: Callable[[], Any]) -> threading.Thread:
-        def body() -> None:
-            try:
-                outcomes[name] = fn()
-            except Exception as exc:  # reported below, by name
-                outcomes[name] = exc
-        thread = threading.Thread(target=body)
-        thread.start()
-        return thread
+    run = functools.partial(_started, outcomes)
 
     group = [ap(ev("a1"), session="sa"), ap(ev("b1"), session="sb", expected_seq=b0.seq)]
     appending = run("append", lambda: other.append_commit(group, now, False))
