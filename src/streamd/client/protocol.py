@@ -269,6 +269,16 @@ class ClientProtocol:
             return None
         return encode_notification(CANCEL_METHOD, {"id": request_id})
 
+    def withdraw(self, request_id: int) -> None:
+        """Forget a request whose frame never left (its send timed out before
+        any of it was written): there is nothing to cancel, and no answer
+        will come to take it out of :attr:`in_flight`."""
+        self._pending.pop(request_id, None)
+        self._abandoned.discard(request_id)
+        watch = self._watches.get(request_id)
+        if watch is not None:
+            watch.cancelled = True
+
     def lease_acquired(self, lock: str) -> None:
         """Count a lease as held on this connection (so its end reports it lost)."""
         self._leases.add(lock)

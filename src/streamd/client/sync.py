@@ -3,9 +3,11 @@
 Any number of threads may share one :class:`Client`. A reader thread owns the
 receiving side and feeds the protocol core; each call waits on its own slot for
 the answer the reader routes to it, so a slow call (a watch, a long read) never
-holds up another thread's. Writes are serialized by a lock, whole frames at a
-time. A call given a ``timeout`` (or interrupted, KeyboardInterrupt included)
-sends ``$/cancelRequest`` before it raises, so the daemon stops working on it.
+holds up another thread's. Writes are whole frames, one thread at a time,
+each bounded by its call's deadline even when the daemon stops reading
+(:mod:`~streamd.client.frames_out`). A call given a ``timeout`` (or
+interrupted, KeyboardInterrupt included) sends ``$/cancelRequest`` before it
+raises, so the daemon stops working on it.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import logging
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from streamd import errors
 from streamd.client import calls
+from streamd.client.frames_out import FrameWriter, Outlet, pipe_outlet, socket_outlet
 from streamd.client.protocol import (
     DEFAULT_WATCH_BUDGET,
     Call,
@@ -73,23 +77,25 @@ class Client(calls.EventLogMethods):
 
     def __init__(
         self,
-        send: Callable[[bytes], None],
+        send: Outlet,
         receive: Callable[[], bytes],
         close: Callable[[], None],
         leftover: bytes = b"",
         release: Callable[[], None] = lambda: None,
     ) -> None:
-        """``close`` ends the connection so that ``receive`` returns end of
-        input; ``release`` frees what is left once the reader has stopped (a
-        descriptor closed under a thread still reading it could be reused by
-        another file, and the reader would read that)."""
-        self._send_bytes = send
+        """``send`` writes without blocking (see
+        :mod:`~streamd.client.frames_out`), so that a daemon that stops
+        reading cannot hold a call past its timeout; ``close`` ends the
+        connection so that ``receive`` returns end of input; ``release``
+        frees what is left once the reader has stopped (a descriptor closed
+        under a thread still reading it could be reused by another file, and
+        the reader would read that)."""
+        self._writer = FrameWriter(send)
         self._receive = receive
         self._close = close
         self._release_transport = release
         self._core = ClientProtocol()
         self._lock = threading.Lock()  # guards the core and the tables below
-        self._send_lock = threading.Lock()
         self._slots: dict[int, _Slot] = {}
         self._watches: dict[int, threading.Condition] = {}
         self._leases: dict[str, Lease] = {}
@@ -134,7 +140,9 @@ class Client(calls.EventLogMethods):
             except OSError:
                 pass
 
-        return cls(sock.sendall, lambda: sock.recv(_READ_CHUNK), close, leftover, sock.close)
+        return cls(
+            socket_outlet(sock), lambda: sock.recv(_READ_CHUNK), close, leftover, sock.close
+        )
 
     @classmethod
     def spawn(cls, args: Sequence[str] = (), *, stderr: Any = None) -> Client:
@@ -147,10 +155,6 @@ class Client(calls.EventLogMethods):
         assert proc.stdin is not None and proc.stdout is not None
         stdin, stdout = proc.stdin, proc.stdout
 
-        def send(data: bytes) -> None:
-            stdin.write(data)
-            stdin.flush()
-
         def close() -> None:
             try:
                 stdin.close()  # end of input: the daemon closes the log and exits
@@ -159,7 +163,10 @@ class Client(calls.EventLogMethods):
             proc.wait()
 
         client = cls(
-            send, lambda: os.read(stdout.fileno(), _READ_CHUNK), close, release=stdout.close
+            pipe_outlet(stdin.fileno()),
+            lambda: os.read(stdout.fileno(), _READ_CHUNK),
+            close,
+            release=stdout.close,
         )
         client.process = proc
         return client
@@ -193,20 +200,26 @@ class Client(calls.EventLogMethods):
     def call(self, call: Call[T], timeout: float | None = None) -> T:
         """Send one call and wait for its answer; on ``timeout`` (seconds) or an
         interruption, cancel it on the daemon and raise (TimeoutError)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         slot = _Slot()
         with self._lock:
             request_id, frame = self._core.start(call)
             self._slots[request_id] = slot
         try:
             try:
-                self._send(frame)
+                self._send(frame, deadline, request_id)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"{call.method}: the daemon did not take the request within {timeout:g} s;"
+                    " cancelled"
+                ) from None
             except RpcError:
                 # A daemon that refused the connection closes it after saying
                 # why, maybe before this request went out: the reader's end of
                 # input answers the call with what it said.
                 if not slot.done.wait(REFUSAL_WAIT_S):
                     raise
-            if not slot.done.wait(timeout):
+            if not slot.done.wait(None if deadline is None else deadline - time.monotonic()):
                 raise TimeoutError(f"{call.method}: no answer within {timeout:g} s; cancelled")
         except BaseException:
             self._abandon(request_id)
@@ -221,19 +234,32 @@ class Client(calls.EventLogMethods):
             self._slots.pop(request_id, None)
             frame = self._core.cancel(request_id)
         if frame is not None:
-            try:
-                self._send(frame)
-            except RpcError:
-                pass  # gone: nothing left to cancel
+            self._send_soon(frame)
 
-    def _send(self, frame: bytes) -> None:
-        with self._send_lock:
-            try:
-                self._send_bytes(frame)
-            except (OSError, ValueError) as exc:
-                raise RpcError(
-                    errors.CLOSED, f"connection to the streamd daemon closed: {exc}"
-                ) from None
+    def _send(self, frame: bytes, deadline: float | None = None, request_id: int = 0) -> None:
+        """Write a request's frame by ``deadline`` (TimeoutError); one none of
+        which went is taken back from the core, as never sent."""
+
+        def withdrawn() -> None:
+            with self._lock:
+                self._core.withdraw(request_id)
+
+        try:
+            self._writer.write(frame, deadline, withdrawn)
+        except TimeoutError:
+            raise  # an OSError too, but not a broken connection
+        except (OSError, ValueError) as exc:
+            raise RpcError(
+                errors.CLOSED, f"connection to the streamd daemon closed: {exc}"
+            ) from None
+
+    def _send_soon(self, frame: bytes) -> None:
+        """A notification (a cancel), written as far as it goes without
+        waiting: the reader sends these, and must never wait on the daemon."""
+        try:
+            self._writer.write_soon(frame)
+        except (OSError, ValueError):
+            pass  # gone: nothing left to cancel
 
     # -- the reader --
 
@@ -271,10 +297,7 @@ class Client(calls.EventLogMethods):
         for done in wake:
             done.set()
         for frame in outgoing:
-            try:
-                self._send(frame)
-            except RpcError:
-                pass
+            self._send_soon(frame)
 
     # -- the event log --
 
@@ -314,7 +337,7 @@ class Client(calls.EventLogMethods):
             )
             self._watches[watch_id] = cond
         try:
-            self._send(frame)
+            self._send(frame, None, watch_id)
         except BaseException:
             self.watch_close(watch_id)
             raise
@@ -347,10 +370,7 @@ class Client(calls.EventLogMethods):
             frame = self._core.cancel(watch_id)
             self._core.forget_watch(watch_id)
         if frame is not None:
-            try:
-                self._send(frame)
-            except RpcError:
-                pass
+            self._send_soon(frame)
 
     @property
     def held_leases(self) -> frozenset[str]:
