@@ -1,10 +1,11 @@
 """Clients of a daemon that stops reading (SIGSTOP, here; an overloaded daemon
 past its in-flight limits stops reading too): a call's timeout is kept even
-while its request cannot be written, and once the daemon reads again the
-connection is whole."""
+while its request cannot be written, closing does not wait for ever, and once
+the daemon reads again the connection is whole."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -14,10 +15,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from support.serve_socket import serving
 
-from streamd.client import Client
+from streamd.client import AsyncClient, Client
 from streamd.client.calls import append
+from streamd.errors import CLOSED, RpcError
 from streamd.eventlog.model import Event
 
 # Larger than a Unix socket's buffers, so a few of them fill the connection.
@@ -81,3 +84,25 @@ def test_a_blocking_call_keeps_its_timeout_while_the_daemon_does_not_read(
         for entry in client.get_session("stall", "u", "s").events:
             assert entry.event.content in (BIG, "after")
 
+
+def test_asyncio_aclose_ends_while_the_daemon_does_not_read(tmp_path: Path) -> None:
+    sock = str(tmp_path / "s.sock")
+
+    async def main(proc: subprocess.Popen[bytes]) -> None:
+        client = await AsyncClient.connect_socket(sock)
+        lease = await client.acquire_lock("stall", "u", "s")
+        with stopped(proc):
+            event = Event(id="big", author="a", content=BIG)
+            for _ in range(4):  # fill the transport's buffer as well
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.3):
+                        await client.call(append("stall", "u", "s", event))
+            async with asyncio.timeout(20):
+                await client.aclose()
+            assert lease.lost.is_set()
+            with pytest.raises(RpcError) as info:
+                await client.ping()
+            assert info.value.code == CLOSED
+
+    with serving(sock, tmp_path / "e.db", "--synchronous", "NORMAL") as proc:
+        asyncio.run(main(proc))

@@ -45,6 +45,9 @@ _READ_CHUNK = 1 << 18
 # buffers before pausing the pipe (twice this), and at 64 KiB a large answer
 # arrived in a ping-pong of pauses.
 _STREAM_LIMIT = 4 << 20
+# How long closing waits for frames still queued to be written (the Trio
+# client's grace too); a daemon that does not read them is then cut off.
+_CLOSE_GRACE = 5.0
 
 
 class _Pipe:
@@ -74,6 +77,10 @@ class _Pipe:
 
     def close(self) -> None:
         """Send end of input, then close."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Close at once, dropping what is still queued."""
         raise NotImplementedError
 
 
@@ -161,6 +168,10 @@ class _SocketProtocol(asyncio.BufferedProtocol, _Pipe):
                 pass
         transport.close()
 
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
     def _end(self) -> None:
         if self.ended.done():
             return
@@ -223,6 +234,9 @@ class _Streams(_Pipe):
             except OSError:
                 pass
         self._writer.close()
+
+    def abort(self) -> None:
+        self._writer.transport.abort()
 
 
 class AsyncClient(AwaitableCalls["AsyncLease"]):
@@ -312,7 +326,14 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
             self._pipe.close()
             if self._process is not None:
                 await self._process.wait()
-        await asyncio.shield(self._pipe.ended)
+        # A closed transport ends once its queued frames are written: never,
+        # while the daemon does not read (stopped), so after a grace they are
+        # dropped (the calls they carried fail with closed, leases are lost).
+        try:
+            await asyncio.wait_for(asyncio.shield(self._pipe.ended), _CLOSE_GRACE)
+        except TimeoutError:
+            self._pipe.abort()
+            await asyncio.shield(self._pipe.ended)
 
     @property
     def closed(self) -> bool:
