@@ -142,3 +142,25 @@ def test_a_stream_that_cannot_be_read_is_an_error_naming_it_as_given(tmp_path: P
     code, out, err = streamd("search", "alpha", str(gone))
     assert code == 2 and out == []
     assert one_line(err) == f"streamd: {gone}: no such file"
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--text", "b\udcffad"), ("--content", '"\udcff"'), ("--meta", "k=\udcff"),
+    ("--id", "\udcff"), ("--branch", "b\udcff"), ("--author", "\udcfe"), ("--app", "\udcff"),
+])
+def test_bytes_that_are_not_utf8_in_a_log_flag_are_refused_naming_it(
+    tmp_path: Path, flag: str, value: str
+) -> None:
+    # A surrogate escape is how Python hands over an argv byte that is not
+    # UTF-8; subprocess encodes it back to that byte (0xff, 0xfe).
+    given = {"--app": "a", "--user": "u", "--session": "s", "--author": "me", "--text": "x",
+             flag: value}
+    if flag in ("--content", "--text"):
+        given.pop("--text" if flag == "--content" else "--content", None)
+    argv = [part for pair in given.items() for part in pair]
+    db = tmp_path / "e.db"
+    code, out, err = streamd("log", "--db", str(db), "append", *argv)
+    assert code == 2 and out == []
+    line = one_line(err)
+    assert line.startswith(f"streamd: {flag} is not UTF-8 text"), line
+    assert not db.exists()

@@ -179,10 +179,25 @@ def count(value: str) -> int:
     return _int(value, 0)
 
 
+def text(value: str) -> str:
+    """A value the event log stores as text. The log is UTF-8: bytes that are
+    not arrive as surrogate escapes (how Python decodes argv), which failed
+    deep in an encoder with a traceback (``--content``) or a line naming no
+    flag; refused here, where the flag is known."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raw = value[exc.start:exc.end].encode("utf-8", "surrogateescape")
+        raise argparse.ArgumentTypeError(
+            f"is not UTF-8 text (byte 0x{raw[0]:02x} at character {exc.start + 1})"
+        ) from None
+    return value
+
+
 def nonempty(value: str) -> str:
     if not value:
         raise argparse.ArgumentTypeError("must not be empty")
-    return value
+    return text(value)
 
 
 def seconds(value: str) -> float:

@@ -46,7 +46,7 @@ import msgspec
 import trio
 
 from streamd.cli import args as cliargs
-from streamd.cli.args import command, count, instant_utc, nonempty, positive
+from streamd.cli.args import command, count, instant_utc, nonempty, positive, text
 from streamd.cli.terminal import printable
 from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError, is_session_not_found
 from streamd.eventlog import dbtarget, maintenance
@@ -108,11 +108,12 @@ def _filters(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--branch",
         action="append",
+        type=text,
         metavar="PREFIX",
         help="branch PREFIX, PREFIX.* or PREFIX/* (repeat for any of several)",
     )
-    g.add_argument("--author", help="only entries by exactly this author")
-    g.add_argument("--author-suffix", default="", metavar="SUFFIX",
+    g.add_argument("--author", type=text, help="only entries by exactly this author")
+    g.add_argument("--author-suffix", type=text, default="", metavar="SUFFIX",
                    help="only entries whose author ends with SUFFIX")
 
 
@@ -142,19 +143,19 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
     p = command(sub, "append", "append one event", parents=[common], hint=_SHAPE)
     _address(p, app=True, user=True, session=True)
     g = p.add_argument_group("the event")
-    g.add_argument("--author", required=True, help="who wrote it (user, agent, a tool...)")
+    g.add_argument("--author", type=text, required=True, help="who wrote it (user, agent, a tool)")
     content = g.add_mutually_exclusive_group()
-    content.add_argument("--text", help="content as a plain string (this or --content)")
-    content.add_argument("--content", metavar="JSON", help="content as JSON, such as "
+    content.add_argument("--text", type=text, help="content as a plain string (this or --content)")
+    content.add_argument("--content", type=text, metavar="JSON", help="content as JSON, such as "
                          "'{\"text\": \"hi\"}' (this or --text)")
     g.add_argument("--id", type=nonempty, help="event id, which makes a retry safe "
                    "(default: a new random id)")
-    g.add_argument("--branch", default="", help="branch label (default: none)")
-    g.add_argument("--invocation-id", default="", metavar="ID",
+    g.add_argument("--branch", type=text, default="", help="branch label (default: none)")
+    g.add_argument("--invocation-id", type=text, default="", metavar="ID",
                    help="the invocation that produced it (default: none)")
     g.add_argument("--timestamp", type=instant_utc, metavar="TIME",
                    help="when it happened: RFC 3339, a date, 2h, yesterday (default: now)")
-    g.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
+    g.add_argument("--meta", action="append", type=text, default=[], metavar="KEY=VALUE",
                    help="a metadata pair (repeat for several)")
 
     p = command(sub, "since", "print entries after a seq", parents=[common])
@@ -195,7 +196,7 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
                 parents=[common], hint=_SHAPE)
     _address(q, app=True, user=True, session=False,
              session_help="the session id (default: a new random id)")
-    q.add_argument("--state", metavar="JSON", help="initial state, a JSON object")
+    q.add_argument("--state", type=text, metavar="JSON", help="initial state, a JSON object")
     q = command(ss, "delete", "delete a session and its events", parents=[common],
                 hint=_SHAPE)
     _address(q, app=True, user=True, session=True)
