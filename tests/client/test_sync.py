@@ -136,3 +136,36 @@ def test_connect_without_starting_refuses_when_none_runs(world: World) -> None:
         Client.connect(start_daemon=False)
     assert info.value.code == -32000 and "cannot reach the streamd daemon" in info.value.message
     assert world.daemons() == []
+
+
+def test_a_request_whose_write_finds_the_connection_broken_is_answered_by_its_end() -> None:
+    # A daemon at its connection limit says why and closes: a request written
+    # after the close fails with EPIPE, and the call is still answered by the
+    # connection's end, in the daemon's words (the frame writer took the
+    # request back from the core as never sent, and the call waited a second
+    # to raise the bare "Broken pipe").
+    import json
+    import time
+
+    refusal = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32000, "message": "the daemon serves at most 1 connections at once",
+        "data": {"reason": "too_many_connections", "limit": 1}}}).encode() + b"\n"
+    tried = threading.Event()
+    said = [refusal]
+
+    def receive() -> bytes:
+        assert tried.wait(10)  # what the daemon said is read after the write failed
+        return said.pop() if said else b""
+
+    def send(data: bytes) -> int:
+        tried.set()
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with Client((send, lambda timeout: True), receive, lambda: None) as client:
+        started = time.monotonic()
+        with pytest.raises(RpcError) as caught:
+            client.latest_seq()
+    assert caught.value.code == CLOSED
+    assert "serves at most 1 connections at once" in caught.value.message, caught.value
+    assert caught.value.data == {"reason": "too_many_connections", "limit": 1}
+    assert time.monotonic() - started < 0.9  # answered, not given up on

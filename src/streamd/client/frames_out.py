@@ -88,13 +88,15 @@ class FrameWriter:
         the frame written it is taken back and ``withdrawn()`` is called; with
         part of it written the rest stays queued, to go before anything else.
         An interruption (KeyboardInterrupt) leaves the stream the same way.
-        OSError when the connection is broken."""
+        OSError when the connection is broken (the request is not withdrawn:
+        the connection's end answers it)."""
         left = _left(deadline)
         if not self._turn.acquire(timeout=-1 if left is None else left):
             withdrawn()
             raise TimeoutError("another thread's request was still being written")
         start = end = -1
         written = 0
+        broken = False
         try:
             if self._flush(deadline, None):
                 with self._lock:
@@ -102,9 +104,16 @@ class FrameWriter:
                     self._queue += frame
                 end = start + len(frame)
                 self._flush(deadline, end)
+        except TimeoutError:
+            raise
+        except (OSError, ValueError):
+            # Broken: the request stays the core's, so the end of input
+            # answers it (in the daemon's words when it said why it closed).
+            broken = True
+            raise
         finally:
             written = self._settle(start, end)
-            if written == 0:
+            if written == 0 and not broken:
                 withdrawn()
             self._turn.release()
         self._flush_left()
