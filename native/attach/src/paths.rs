@@ -174,8 +174,9 @@ pub fn check_socket_path(path: &OsStr) -> Result<(), UnsafeDirectory> {
     Ok(())
 }
 
-/// The pid the lock file names, if that process is alive. Read only: taking
-/// the lock, even briefly, could make a daemon starting right then give up.
+/// The pid the lock file names, if that process holds the file's lock (as
+/// the kernel's table of locks says). Read only: taking the lock, even
+/// briefly, could make a daemon starting right then give up.
 pub fn lock_holder(directory: &OsStr) -> Option<i32> {
     use std::io::Read;
     let mut head = [0u8; 32];
@@ -184,12 +185,28 @@ pub fn lock_holder(directory: &OsStr) -> Option<i32> {
     let n = file.read(&mut head).ok()?;
     let text = std::str::from_utf8(&head[..n]).ok()?;
     let pid: i32 = text.split_whitespace().next()?.parse().ok()?;
+    if !proc_is_ours() {
+        // A /proc of another pid namespace (a sandbox that made one without
+        // mounting its own): its table and its /proc/PID number processes as
+        // that namespace does, never as the daemon wrote its pid. Whether the
+        // pid is a process here, asked of the kernel, is all we know.
+        return sys::signalable(pid).then_some(pid);
+    }
     match fs::read("/proc/locks") {
         // The kernel's table says who holds the lock: a pid merely alive may
         // be another process's, given the number after a kill -9.
         Ok(table) => flock_held_by(&table, inode, pid).then_some(pid),
         // No table to read: the pid's life is all we know.
         Err(_) => sys::pid_alive(pid).then_some(pid),
+    }
+}
+
+/// Whether `/proc` numbers processes as this process's pid namespace does
+/// (`/proc/self` is named by its pid there); true without a /proc.
+fn proc_is_ours() -> bool {
+    match fs::read_link("/proc/self") {
+        Ok(link) => link.to_str().and_then(|s| s.parse::<u32>().ok()) == Some(std::process::id()),
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
     }
 }
 

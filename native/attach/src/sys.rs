@@ -227,6 +227,17 @@ pub fn process_state(pid: i32) -> Option<char> {
     rest.split_whitespace().next()?.chars().next()
 }
 
+/// Whether `pid` is a process of this pid namespace (a zombie too), asked
+/// of the kernel (`kill(pid, 0)`), not of /proc.
+pub fn signalable(pid: i32) -> bool {
+    if pid <= 0 {
+        return false; // not one process: kill would ask about a group
+    }
+    // SAFETY: signal 0 delivers nothing; it only checks the pid.
+    let sent = unsafe { libc::kill(pid, 0) } == 0;
+    sent || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// Whether `pid` is a live process (a zombie counts as gone).
 pub fn pid_alive(pid: i32) -> bool {
     matches!(process_state(pid), Some(s) if s != 'Z' && s != 'X')

@@ -364,10 +364,40 @@ def lock_holder(directory: str) -> int | None:
             pid = int(f.read(32).split()[0])
     except (OSError, ValueError, IndexError):
         return None
+    if not _proc_is_ours():
+        # A /proc of another pid namespace (a sandbox that made one without
+        # mounting its own): its lock table and its /proc/PID number processes
+        # as that namespace does, never matching the pid the daemon wrote.
+        # The pid's life, asked of the kernel in our namespace, is all we know.
+        return pid if _signalable(pid) else None
     held = flock_holders(inode)
     if held is None:  # no table to read (no /proc): the pid's life is all we know
         return pid if pid_alive(pid) else None
     return pid if pid in held else None
+
+
+def _proc_is_ours() -> bool:
+    """Whether ``/proc`` numbers processes as this process's pid namespace
+    does (``/proc/self`` is named by its pid there); True without a /proc."""
+    try:
+        return int(os.readlink("/proc/self")) == os.getpid()
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _signalable(pid: int) -> bool:
+    """Whether ``pid`` is a process of this pid namespace (a zombie too)."""
+    if pid <= 0:
+        return False  # not one process: kill would ask about a group
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def flock_holders(inode: int) -> set[int] | None:
