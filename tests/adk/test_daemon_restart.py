@@ -174,3 +174,39 @@ def test_write_behind_on_a_given_client_whose_daemon_died_keeps_what_it_queued(
             await client.aclose()
 
     asyncio.run(main())
+
+
+def test_an_append_stored_before_its_answer_was_lost_is_not_stale_on_a_copy_without_a_marker(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon stores the append and its connection ends before the answer
+    comes. The append made again is the first one's duplicate, also for a
+    session copy without our marker (checked by its last event): its second
+    check found the event it appends stored already, and raised stale."""
+    service = _service(tmp_path)
+    real = AsyncClient.call
+    cut: list[bool] = []
+
+    async def stored_then_lost(self: AsyncClient, call: Any, *args: Any, **kw: Any) -> Any:
+        got = await real(self, call, *args, **kw)
+        if call.method == "eventlog/append" and not cut:
+            cut.append(True)
+            raise RpcError(CLOSED, "connection to the streamd daemon closed: end of input")
+        return got
+
+    async def main() -> list[str]:
+        async with asyncio.timeout(60):
+            s = await service.create_session(app_name="a", user_id="u", session_id="s")
+            await service.append_event(s, said("before"))
+            copy = s.model_copy(deep=True)
+            copy._storage_update_marker = None  # as a caller that copied it field by field
+            monkeypatch.setattr(AsyncClient, "call", stored_then_lost)
+            await service.append_event(copy, said("once"))
+            assert cut
+            got = await service.get_session(app_name="a", user_id="u", session_id="s")
+            await service.close()
+            assert got is not None
+            assert copy._storage_update_marker == got._storage_update_marker
+            return _texts(got)
+
+    assert asyncio.run(main()) == ["before", "once"]

@@ -329,17 +329,21 @@ class StreamdSessionService(BaseSessionService):
         stored = codec.log_event(event)
         delta = codec.split_state(event.actions.state_delta if event.actions else {})
 
-        async def append(client: Client) -> tuple[int, AppendResult]:
-            expected = await self._expected_seq(client, session)
+        # Checked once: made again, the append expects what the first try
+        # expected (a copy without our marker, checked again by its last
+        # event, would find the event the first try stored, and be stale).
+        expected = await self._again_if_lost(lambda client: self._expected_seq(client, session))
+
+        async def append(client: Client) -> AppendResult:
             try:
-                return expected, await client.append(
+                return await client.append(
                     session.app_name, session.user_id, session.id, stored,
                     state_delta=delta, expected_seq=expected,
                 )
             except RpcError as exc:
                 raise adk_error(exc, session.id, expected) from None
 
-        expected, result = await self._again_if_lost(append)
+        result = await self._again_if_lost(append)
         if result.duplicate and any(e.id == event.id for e in session.events):
             return event  # a re-delivery: stored and applied already
         if not result.duplicate or result.seq > expected:
