@@ -106,3 +106,45 @@ def test_asyncio_aclose_ends_while_the_daemon_does_not_read(tmp_path: Path) -> N
 
     with serving(sock, tmp_path / "e.db", "--synchronous", "NORMAL") as proc:
         asyncio.run(main(proc))
+
+
+def test_a_spawned_clients_pipe_closed_under_a_waiting_writer_is_never_written_elsewhere(
+    tmp_path: Path,
+) -> None:
+    # A thread writes a request while the daemon does not read; another closes
+    # the client, and the pipe's descriptor number goes to a file opened
+    # next. Once the daemon read again, the waiting writer wrote the rest of
+    # its request into that file.
+    client = Client.spawn(["--db", str(tmp_path / "e.db"), "--synchronous", "NORMAL"])
+    assert client.process is not None and client.process.stdin is not None
+    client.ping()
+    number = client.process.stdin.fileno()
+    victim = tmp_path / "victim"
+    held: list[int] = []
+    try:
+        with stopped(client.process):
+            def write() -> None:
+                with contextlib.suppress(RpcError):  # closed, as it is meant to be
+                    for i in range(3):
+                        event = Event(id=f"big-{i}", author="a", content=BIG)
+                        client.append("stall", "u", "s", event)
+
+            writer = threading.Thread(target=write, daemon=True)
+            writer.start()
+            time.sleep(0.5)  # waiting for room in the pipe
+            closer = threading.Thread(target=client.close, daemon=True)
+            closer.start()
+            time.sleep(0.5)  # the pipe closed under it
+            while True:  # the next files opened take the lowest free numbers
+                fd = os.open(victim, os.O_WRONLY | os.O_CREAT, 0o600)
+                held.append(fd)
+                if fd >= number:
+                    break
+        writer.join(30)
+        closer.join(30)
+        assert not writer.is_alive() and not closer.is_alive()
+    finally:
+        for fd in held:
+            os.close(fd)
+        client.close()
+    assert victim.stat().st_size == 0

@@ -15,18 +15,23 @@ so the reader, which sends them, can never be held up by the daemon's reading.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import IO
 
 __all__ = ["FrameWriter", "pipe_outlet", "socket_outlet"]
 
 # How much of the queue one send offers: a copy is taken (the queue cannot be
 # resized while a view of it is exported), so not all of a large frame at once.
 _CHUNK = 1 << 20
+
+# How often a wait for room in a pipe looks whether the pipe was closed.
+_CLOSED_CHECK = 0.5
 
 Outlet = tuple[Callable[[bytes], int], Callable[[float | None], bool]]
 """A non-blocking ``send`` (the bytes written, 0 when none fit) and a
@@ -54,18 +59,44 @@ def socket_outlet(sock: socket.socket) -> Outlet:
     return send, lambda timeout: _wait_writable(sock.fileno(), timeout)
 
 
-def pipe_outlet(fd: int) -> Outlet:
+def pipe_outlet(pipe: IO[bytes]) -> tuple[Outlet, Callable[[], None]]:
     """A pipe's writing end, made non-blocking (the reading end, the child's,
-    is a file description of its own and keeps its mode)."""
+    is a file description of its own and keeps its mode), and how to close
+    it. It is never closed under a write: a writer waiting for room while
+    another thread closed it wrote, once room came, to whatever file had
+    been given the descriptor's number meanwhile."""
+    fd = pipe.fileno()
     os.set_blocking(fd, False)
+    lock = threading.Lock()
 
     def send(data: bytes) -> int:
-        try:
-            return os.write(fd, data)
-        except BlockingIOError:
-            return 0
+        with lock:
+            if pipe.closed:
+                raise BrokenPipeError(errno.EPIPE, "the pipe to the daemon was closed")
+            try:
+                return os.write(fd, data)
+            except BlockingIOError:
+                return 0
 
-    return send, lambda timeout: _wait_writable(fd, timeout)
+    def writable(timeout: float | None) -> bool:
+        # In slices: closed between the check and the poll, the number may be
+        # another file's, which need never become writable.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with lock:
+                if pipe.closed:
+                    return True  # the next send says so
+            left = _left(deadline)
+            if _wait_writable(fd, _CLOSED_CHECK if left is None else min(left, _CLOSED_CHECK)):
+                return True
+            if left is not None and left <= _CLOSED_CHECK:
+                return False
+
+    def close() -> None:
+        with lock:
+            pipe.close()
+
+    return (send, writable), close
 
 
 def _left(deadline: float | None) -> float | None:

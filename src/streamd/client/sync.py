@@ -154,16 +154,17 @@ class Client(calls.EventLogMethods):
         )
         assert proc.stdin is not None and proc.stdout is not None
         stdin, stdout = proc.stdin, proc.stdout
+        outlet, close_stdin = pipe_outlet(stdin)
 
         def close() -> None:
             try:
-                stdin.close()  # end of input: the daemon closes the log and exits
+                close_stdin()  # end of input: the daemon closes the log and exits
             except OSError:
                 pass
             proc.wait()
 
         client = cls(
-            pipe_outlet(stdin.fileno()),
+            outlet,
             lambda: os.read(stdout.fileno(), _READ_CHUNK),
             close,
             release=stdout.close,
