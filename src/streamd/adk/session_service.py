@@ -162,8 +162,8 @@ class StreamdSessionService(BaseSessionService):
         """``call(client)``, and once more on a new connection if the daemon's
         ended under it (stopped, restarted, upgraded: see
         :mod:`~streamd.adk.clients`). Only for calls that are safe to make
-        twice: reads, deletes, and appends (an event the first try stored is
-        answered as a duplicate of itself)."""
+        twice: reads, and appends (an event the first try stored is answered
+        as a duplicate of itself)."""
         client = await self._client()
         try:
             return await call(client)
@@ -298,13 +298,12 @@ class StreamdSessionService(BaseSessionService):
         if not codec.named(app_name, user_id):
             return
         await self._drain()
-
-        async def delete(client: Client) -> None:
-            stored_as = await self._stored_id(client, app_name, user_id, session_id)
-            if stored_as is not None:
-                await client.delete_session(app_name, user_id, stored_as)
-
-        await self._again_if_lost(delete)
+        # Not made again after a lost connection: a delete that went through
+        # could, made again, delete a session another writer had made anew.
+        client = await self._client()
+        stored_as = await self._stored_id(client, app_name, user_id, session_id)
+        if stored_as is not None:
+            await client.delete_session(app_name, user_id, stored_as)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         if not codec.named(app_name, user_id):
