@@ -22,9 +22,10 @@ import trio.testing
 from support.commit_order import race_writers_and_a_reader
 from support.postgres_store import HOUR, KEY, T0, ap
 
-from streamd.errors import SESSION_LOCKED, RpcError, is_closed
+from streamd.errors import SESSION_LOCKED, SESSION_NOT_FOUND, RpcError, is_closed
 from streamd.eventlog.model import (
     LeaseAcquireParams,
+    RetentionPolicy,
     to_us,
 )
 from streamd.eventlog.postgres.changes import PgChanges
@@ -77,6 +78,50 @@ def test_an_event_id_postgres_cannot_hold_fails_alone_in_its_batch(
     assert refused.message.endswith("; nothing of the batch was written")
     assert isinstance(refused.data, dict) and refused.data["index"] == 1
     assert store.newest_seq() == 2
+
+
+def test_a_lease_or_a_policy_postgres_cannot_hold_is_refused_as_an_event_is(
+    open_store: Callable[..., PostgresStore],
+) -> None:
+    # Sent, the server refused the parameter and the write answered -32000,
+    # as if the database were down. (SQLite and MySQL store it.)
+    store = open_store()
+    with pytest.raises(RpcError) as lease:
+        store.acquire_lease(LeaseAcquireParams(app="app", user="u", session="s\x00"), "me", T0)
+    assert lease.value.code == -32602 and "session contains U+0000" in lease.value.message
+    with pytest.raises(RpcError) as policy:
+        store.set_retention(RetentionPolicy(app="a\x00", max_events=1), T0)
+    assert policy.value.code == -32602 and "app contains U+0000" in policy.value.message
+    store.set_retention(RetentionPolicy(app="a\x00"), T0)  # removing it: there is none
+    assert store.list_leases() == [] and store.retention_policies() == []
+
+
+async def test_reads_naming_u0000_over_the_wire_answer_as_for_an_absent_name(
+    postgres_cluster: Any, postgres_db: str
+) -> None:
+    # What a client saw: -32000 (source_unavailable) for a read of a session
+    # that cannot exist. The store contract holds every read to this
+    # (test_store_nul.py); here the daemon's methods answer it.
+    from support.service import Daemonish, _server
+
+    from streamd.eventlog.log import EventLog
+
+    url = postgres_cluster.url(psycopg.conninfo.conninfo_to_dict(postgres_db)["dbname"])
+    key = {"app": "app", "user": "u", "session": "s\x00"}
+    with trio.fail_after(20):
+        async with EventLog(url) as log, trio.open_nursery() as nursery:
+            client = await Daemonish(log, nursery, _server(lambda: log)).connect()
+            await client.result("eventlog/append", {**key, "session": "s", "event": {
+                "id": "e1", "author": "agent", "content": None}})
+            for method, params in [("eventlog/sessions.get", key), ("eventlog/state.get", key)]:
+                error = await client.error(method, params)
+                assert error["code"] == SESSION_NOT_FOUND, (method, error)
+            flt = {"filter": {"session": "s\x00"}}
+            assert (await client.result("eventlog/since", flt))["entries"] == []
+            assert (await client.result("eventlog/latest_seq", flt))["seq"] == 0
+            listed = await client.result("eventlog/sessions.list", {"app": "app", "user": "u\x00"})
+            assert listed["sessions"] == []
+            nursery.cancel_scope.cancel()
 
 
 # --- leases on the database's clock ----------------------------------------------------

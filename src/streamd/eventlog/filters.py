@@ -36,6 +36,14 @@ collation is binary and pads nothing (MariaDB's ``utf8mb4_nopad_bin``, MySQL's
 ``utf8mb4_0900_bin``). A new rule therefore reaches every store, or fails to
 render on none.
 
+Text a database cannot hold
+---------------------------
+PostgreSQL text cannot hold U+0000, and the server refuses a parameter that
+does, failing the whole read. No event there holds one, so a field naming one
+matches nothing: :func:`where` renders the filter as the dialect's false
+condition without sending the text (a branch prefix holding one leaves its
+group), and the read answers as on SQLite and MySQL for a value no row has.
+
 Omitted versus empty
 --------------------
 ``None`` is "no restriction" for every field. Among ``branch_prefixes`` an empty
@@ -86,10 +94,27 @@ class Dialect:
     index_hints: bool = False
     """Whether ``INDEXED BY`` pins a read to an index (SQLite's planner
     guesses without statistics; PostgreSQL's has them)."""
+    holds_nul: bool = True
+    """Whether the database's text can hold U+0000 (PostgreSQL's cannot)."""
 
     def indexed(self, table: str, index: str) -> str:
         """``table`` read through ``index``, where the dialect says so."""
         return f"{table} INDEXED BY {index}" if self.index_hints else table
+
+    def cannot_hold(self, *texts: str | None) -> bool:
+        """Whether one of ``texts`` is text this database cannot store (U+0000
+        where it holds none). No row holds such a text, so a read naming it
+        finds nothing, and answers so without sending it: a server refuses
+        the parameter, and the read failed as if the database were down."""
+        return not self.holds_nul and any(t is not None and "\x00" in t for t in texts)
+
+    def placed(self, text: str) -> str:
+        """``text`` as a bound of an order comparison (``>``) with stored
+        texts: itself, or, where the database cannot hold it, its part before
+        the first U+0000, which every text the database holds is greater than
+        exactly when it is greater than ``text`` (in byte order, U+0000 is
+        the least character; no stored text equals either)."""
+        return text.partition("\x00")[0] if self.cannot_hold(text) else text
 
     def marked(self, param: str) -> Dialect:
         """The same dialect with another placeholder."""
@@ -117,7 +142,8 @@ class Dialect:
 
 SQLITE = Dialect("sqlite", param="?", false="0", index_hints=True)
 POSTGRES = Dialect(
-    "postgres", param="%s", false="false", greatest="greatest", for_update=" FOR UPDATE"
+    "postgres", param="%s", false="false", greatest="greatest", for_update=" FOR UPDATE",
+    holds_nul=False,
 )
 MYSQL = Dialect(
     "mysql", param="%s", false="FALSE", greatest="GREATEST", for_update=" FOR UPDATE"
@@ -148,6 +174,8 @@ def where(flt: Filter | None, dialect: Dialect = SQLITE) -> list[Clause]:
     """The conjuncts for ``flt`` in ``dialect``; an empty list means "every event"."""
     if flt is None:
         return []
+    if dialect.cannot_hold(*_matched_exactly(flt)):
+        return [(dialect.false, ())]
     q = dialect.sql
     clauses: list[Clause] = []
     if flt.session_tree is not None:
@@ -170,7 +198,9 @@ def where(flt: Filter | None, dialect: Dialect = SQLITE) -> list[Clause]:
         if flt.session is not None:
             clauses.append((q("session_id = {}"), (flt.session,)))
     if flt.branch_prefixes is not None:
-        prefixes = branch_prefixes(flt.branch_prefixes)
+        # A prefix the database cannot hold starts no stored branch: it leaves
+        # the group as a blank does, and a group left empty matches nothing.
+        prefixes = [p for p in branch_prefixes(flt.branch_prefixes) if not dialect.cannot_hold(p)]
         if not prefixes:
             clauses.append((dialect.false, ()))
         else:
@@ -187,6 +217,16 @@ def where(flt: Filter | None, dialect: Dialect = SQLITE) -> list[Clause]:
         # Counted in characters on both, as len() does, so multi-byte suffixes work.
         clauses.append(dialect.ends_with("author", flt.author_suffix))
     return clauses
+
+
+def _matched_exactly(flt: Filter) -> list[str | None]:
+    """The texts of ``flt`` that a matching event's must equal, start or end
+    with (the branch prefixes aside: they are an OR group). The session tree
+    names its own (app, user), and then the app/user/session fields are not
+    read."""
+    tree = flt.session_tree
+    keys = [tree.app, tree.user, tree.parent] if tree else [flt.app, flt.user, flt.session]
+    return [*keys, flt.author, flt.author_suffix]
 
 
 def render(clauses: Sequence[Clause], extra: Sequence[Clause] = ()) -> tuple[str, tuple[Any, ...]]:

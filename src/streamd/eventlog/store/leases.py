@@ -36,6 +36,8 @@ def live_lease(db: Sql, table: str, now_us: int) -> tuple[str, tuple[object, ...
 
 def leased_sessions(db: Sql, app: str, now_us: int) -> int:
     """Sessions of the app under a live lease (heartbeat within its window)."""
+    if db.dialect.cannot_hold(app):
+        return 0
     now, args = db.lease_now(now_us)
     row = db.one(
         "SELECT count(*) FROM leases WHERE app_name = ?"
@@ -50,6 +52,9 @@ def acquire(db: Sql, p: LeaseAcquireParams, holder: str, now_us: int) -> None:
     ``stale_after_ms``. An existing lease is judged by the window its own
     holder declared, never by ours."""
     key = (p.app, p.user, p.session)
+    rules.check_held(
+        db.dialect, "lease", [("app", p.app), ("user", p.user), ("session", p.session)]
+    )
     stale_after_ms = p.stale_after_ms
     now_sql, now_args = db.lease_now(now_us)
     d = db.dialect
@@ -112,6 +117,8 @@ def steal(
 
 def heartbeat(db: Sql, app: str, user: str, session: str, holder: str, now_us: int) -> bool:
     """True while we hold the lease; False means it was stolen (or released)."""
+    if db.dialect.cannot_hold(app, user, session, holder):
+        return False  # no such lease can exist
     now_sql, now_args = db.lease_now(now_us)
     with db.write(single=True):
         return (
@@ -125,6 +132,8 @@ def heartbeat(db: Sql, app: str, user: str, session: str, holder: str, now_us: i
 
 def release(db: Sql, app: str, user: str, session: str, holder: str) -> bool:
     # Conditional on our holder: never delete a successor's lease.
+    if db.dialect.cannot_hold(app, user, session, holder):
+        return False  # no such lease can exist
     with db.write(single=True):
         return (
             db.run(
@@ -135,6 +144,8 @@ def release(db: Sql, app: str, user: str, session: str, holder: str) -> bool:
 
 
 def listed(db: Sql, app: str | None = None, user: str | None = None) -> list[LeaseInfo]:
+    if db.dialect.cannot_hold(app, user):
+        return []
     clauses: list[filters.Clause] = []
     if app is not None:
         clauses.append(("app_name = ?", (app,)))

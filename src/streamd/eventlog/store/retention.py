@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamd.eventlog.model import RetentionPolicy
+from streamd.eventlog.store import rules
 from streamd.eventlog.store.leases import live_lease
 from streamd.eventlog.store.sql import MAX_SEQ, Sql
 from streamd.eventlog.store.steps import Bounds, SessionCursor, Step
@@ -29,6 +30,9 @@ _SESSION = "app_name = ? AND user_id = ? AND session_id = ?"
 
 def set_retention(db: Sql, policy: RetentionPolicy, now_us: int) -> None:
     """Store the app's policy; one without limits removes it."""
+    if policy.empty() and db.dialect.cannot_hold(policy.app):
+        return  # no policy of such an app can exist
+    rules.check_held(db.dialect, "retention policy", [("app", policy.app)])
     with db.write(single=True):
         if policy.empty():
             db.run("DELETE FROM retention WHERE app_name = ?", (policy.app,))
@@ -44,6 +48,8 @@ def set_retention(db: Sql, policy: RetentionPolicy, now_us: int) -> None:
 
 
 def retention_policies(db: Sql, app: str | None = None) -> list[RetentionPolicy]:
+    if db.dialect.cannot_hold(app):
+        return []
     sql = "SELECT app_name, max_age_s, max_events, idle_s FROM retention"
     args: tuple[Any, ...] = ()
     if app is not None:

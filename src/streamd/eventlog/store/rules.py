@@ -19,11 +19,13 @@ from streamd.errors import (
     RpcError,
     invalid_params,
 )
+from streamd.eventlog.filters import Dialect
 from streamd.eventlog.model import AppendParams, AppendResult
 from streamd.eventlog.store import rows
 from streamd.eventlog.store.backend import AppendGroup
 
 __all__ = [
+    "check_held",
     "check_limit",
     "check_recent",
     "locked",
@@ -45,6 +47,19 @@ def check_limit(limit: int) -> None:
 def check_recent(recent: int | None) -> None:
     if recent is not None and recent < 0:
         raise invalid_params(f"recent must not be negative, not {recent}")
+
+
+def check_held(dialect: Dialect, what: str, texts: Sequence[tuple[str, str]]) -> None:
+    """Refuse ``what`` (a lease, a policy) when one of its ``(name, text)``
+    is text the database cannot store, as an event holding it is refused
+    (-32602), before anything is sent: sent, the server refuses the
+    parameter, and the write failed as if the database were down."""
+    for name, text in texts:
+        if dialect.cannot_hold(text):
+            raise invalid_params(
+                f"{what} rejected by the database: {name} contains U+0000, which its text"
+                " cannot store"
+            )
 
 
 def locked(session: str, holder: str, age_ms: int, how: str) -> RpcError:

@@ -161,6 +161,8 @@ def session_with_events(
 ) -> SessionWithEvents | None:
     """One session and its events within ``bounds`` (None if never written),
     inside the caller's snapshot; at most ``max_bytes`` on the wire in all."""
+    if db.dialect.cannot_hold(app, user, session):
+        return None
     row = db.one(
         f"SELECT {rows.SESSION_COLUMNS} FROM sessions WHERE {_SESSION}", (app, user, session)
     )
@@ -277,6 +279,8 @@ def list_sessions(db: Sql, app: str, user: str | None) -> list[Session]:
     """Every session of the app (of one user), in ``(user, session)`` order,
     without events; unbounded, for people and tools. Clients page with
     :func:`list_sessions_page`."""
+    if db.dialect.cannot_hold(app, user):
+        return []
     sql = f"SELECT {rows.SESSION_COLUMNS} FROM sessions WHERE app_name = ?"
     args: tuple[Any, ...] = (app,)
     if user is not None:
@@ -288,19 +292,30 @@ def list_sessions(db: Sql, app: str, user: str | None) -> list[Session]:
 def page_query(
     dialect: filters.Dialect, app: str, user: str | None, limit: int, after: SessionKey | None
 ) -> tuple[str, tuple[Any, ...]]:
-    """The SELECT of one page of sessions: one range of their primary key."""
+    """The SELECT of one page of sessions: one range of their primary key.
+    The cursor is a place in that order, not a key to find: one the database
+    cannot hold is placed where it falls among those it holds
+    (:meth:`~streamd.eventlog.filters.Dialect.placed`)."""
     clauses: list[filters.Clause] = [("app_name = ?", (app,))]
-    if user is not None:
+    if dialect.cannot_hold(app, user):
+        clauses = [(dialect.false, ())]  # no session of theirs can exist
+    elif user is not None:
         clauses.append(("user_id = ?", (user,)))
         # Within one user the cursor is a range of session ids (SQLite does
         # not narrow an index range by a row value after an equality).
         if after is not None and after.user == user:
-            clauses.append(("session_id > ?", (after.session,)))
+            clauses.append(("session_id > ?", (dialect.placed(after.session),)))
         elif after is not None and after.user > user:
             clauses.append((dialect.false, ()))
+    elif after is not None and dialect.cannot_hold(after.user):
+        # No stored user is the cursor's, so its session orders nothing: the
+        # page is the users after it.
+        clauses.append(("user_id > ?", (dialect.placed(after.user),)))
     elif after is not None:
         # A row value: the primary key's order, so the page is a range of it.
-        clauses.append(("(user_id, session_id) > (?, ?)", (after.user, after.session)))
+        clauses.append(
+            ("(user_id, session_id) > (?, ?)", (after.user, dialect.placed(after.session)))
+        )
     where, args = filters.render(clauses)
     return (
         f"SELECT {rows.SESSION_COLUMNS} FROM sessions WHERE {where}"
@@ -339,6 +354,8 @@ def delete_session(db: Sql, app: str, user: str, session: str) -> None:
     # trigger, and the deletion signal (``removed_events``) is a trigger.
     # The foreign key's cascade stays, so no orphan row can fail a replay.
     key = (app, user, session)
+    if db.dialect.cannot_hold(*key):
+        return  # no such session can exist
     with db.write():
         db.run(f"DELETE FROM events WHERE {_SESSION}", key)
         db.run(f"DELETE FROM sessions WHERE {_SESSION}", key)

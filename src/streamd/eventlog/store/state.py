@@ -22,16 +22,23 @@ _SESSION = "app_name = ? AND user_id = ? AND session_id = ?"
 
 
 def session_exists(db: Sql, app: str, user: str, session: str) -> bool:
+    if db.dialect.cannot_hold(app, user, session):
+        return False
     return db.one(f"SELECT 1 FROM sessions WHERE {_SESSION}", (app, user, session)) is not None
 
 
 def shared_state(
     db: Sql, app: str, user: str | None
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The app's current state, and the user's when ``user`` is given."""
-    if user is None:
+    """The app's current state, and the user's when ``user`` is given. A name
+    the database cannot hold has no state stored: ``{}``, as for any other
+    app or user that never had one."""
+    if db.dialect.cannot_hold(app):
+        return {}, None if user is None else {}
+    if user is None or db.dialect.cannot_hold(user):
         found = db.one("SELECT state FROM app_states WHERE app_name = ?", (app,))
-        return rows.state_or_empty(found[0] if found else None, f"app {app!r}"), None
+        app_state = rows.state_or_empty(found[0] if found else None, f"app {app!r}")
+        return app_state, None if user is None else {}
     # Both in one statement: one round trip to a server, one statement less
     # in every session read that carries the shared state (ADK's).
     both = db.one(
@@ -50,6 +57,8 @@ def fold(db: Sql, scope: str, app: str, user: str, session: str, as_of_seq: int)
     """One scope's state as of a seq: its deltas up to that seq, in the order
     they were written (``state_deltas_by_key`` holds them in that order)."""
     state: dict[str, Any] = {}
+    if db.dialect.cannot_hold(app, user, session):
+        return state
     for (text,) in db.rows(
         "SELECT delta FROM state_deltas"
         " WHERE scope = ? AND app_name = ? AND user_id = ? AND session_id = ? AND seq <= ?"
