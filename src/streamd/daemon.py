@@ -203,6 +203,14 @@ class Daemon:
                     await self._eventlog.aclose()  # shielded inside
                 nursery.cancel_scope.cancel()
 
+    def stopping(self) -> None:
+        """A stop began (a signal, ``streamd/stop``): the event log, closed once
+        the connections have ended, gives a database server that does not
+        answer one grace from now, shared by its connections, rather than a
+        grace per busy connection after each was cancelled in turn."""
+        if self._eventlog is not None:
+            self._eventlog.expect_close()
+
     async def eventlog(self) -> EventLog:
         """The shared log, created on first use (the database opens on first call)."""
         from streamd.eventlog import EventLog, closed_error
@@ -270,11 +278,12 @@ async def _host(eventlog: EventLog, *, task_status=trio.TASK_STATUS_IGNORED) -> 
         await trio.sleep_forever()
 
 
-def _graceful(server: Server) -> Callable[[], Awaitable[None]]:
+def _graceful(server: Server, daemon: Daemon) -> Callable[[], Awaitable[None]]:
     """What a signal does before it cancels everything: stop reading, answer
     what is in flight (-32007), and flush, within the grace period."""
 
     async def wind_down() -> None:
+        daemon.stopping()
         server.stop()
         with trio.move_on_after(SIGNAL_GRACE):
             await server.wait_stopped()
@@ -294,7 +303,7 @@ async def serve_stdio(daemon: Daemon) -> None:
     server = daemon.server()
     # running() outermost: the log closes after the connection has ended.
     async with daemon.running(), trio.open_nursery() as nursery:
-        nursery.start_soon(cancel_on_signal, nursery.cancel_scope, _graceful(server))
+        nursery.start_soon(cancel_on_signal, nursery.cancel_scope, _graceful(server, daemon))
         await server.serve(StdinStream(0), StdoutStream(frames))
         nursery.cancel_scope.cancel()
 
@@ -346,7 +355,7 @@ async def serve_socket(daemon: Daemon, path: str, *, task_status=trio.TASK_STATU
     try:
         # running() outermost: the log closes after every client has gone.
         async with daemon.running(), trio.open_nursery() as nursery:
-            nursery.start_soon(cancel_on_signal, nursery.cancel_scope, _graceful(server))
+            nursery.start_soon(cancel_on_signal, nursery.cancel_scope, _graceful(server, daemon))
             task_status.started(path)
             await trio.serve_listeners(handle, [listener])
     finally:

@@ -359,6 +359,33 @@ async def test_a_listener_away_tries_to_listen_again_when_every_wait_is_cut_shor
     assert attempts >= 15
 
 
+async def test_a_listener_left_connecting_is_not_waited_for_and_its_connection_is_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A server that accepts and never answers held the listener's connect,
+    # and so the close of the log watching it, for the whole connect timeout
+    # (for ever with none). Now the close leaves the connect to its thread,
+    # which closes the connection it makes: nobody is there to take it.
+    let_go, closed = threading.Event(), threading.Event()
+
+    class Made:
+        def close(self) -> None:
+            closed.set()
+
+    def connecting(self: PgChanges) -> Any:
+        assert let_go.wait(30), "the test never let the connect end"
+        return Made()
+
+    monkeypatch.setattr(PgChanges, "_connect_and_listen", connecting)
+    with trio.fail_after(10), trio.CancelScope() as scope:
+        scope.deadline = trio.current_time() + 0.1
+        async with PgChanges("host=/nowhere dbname=events", fallback_interval=0.05):
+            pass
+    assert scope.cancelled_caught and not closed.is_set()
+    let_go.set()
+    assert await trio.to_thread.run_sync(closed.wait, 10)
+
+
 # --- one channel per schema ------------------------------------------------------------
 
 

@@ -6,9 +6,6 @@ one (``postgres_cluster`` in conftest.py).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import socket
 import threading
 import time
@@ -19,6 +16,7 @@ import psycopg
 import pytest
 import trio
 import trio.testing
+from support.frozen import stopped
 from support.postgres_store import T0, ap, until
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
@@ -84,28 +82,13 @@ def test_a_crash_of_the_server_loses_no_acknowledged_append_and_errors_are_clear
 # --- a server that does not answer -------------------------------------------------------
 
 
-@contextlib.contextmanager
-def stopped(pid: int, most: float = 15.0) -> Iterator[None]:
-    """The server process ``pid`` stopped (SIGSTOP) for the block, and at most
-    ``most`` seconds whatever the code under test does: continued in a finally,
-    so the cluster can always stop."""
-    os.kill(pid, signal.SIGSTOP)
-    watchdog = threading.Timer(most, os.kill, (pid, signal.SIGCONT))
-    watchdog.start()
-    try:
-        yield
-    finally:
-        watchdog.cancel()
-        os.kill(pid, signal.SIGCONT)
-
-
 async def test_a_cancelled_call_on_a_stopped_server_returns_and_the_next_call_reconnects(
     postgres_db: str,
 ) -> None:
     runner = await PostgresRunner.open(postgres_db, PostgresOptions(unresponsive_s=0.5))
     try:
         pid = runner.store.connection.info.backend_pid
-        with stopped(pid):
+        with stopped([pid]):
             started = time.monotonic()
             with trio.move_on_after(0.2):
                 await runner.run(lambda s: s.newest_seq())
@@ -137,7 +120,7 @@ async def test_close_does_not_hang_on_a_stopped_server_and_the_append_hears_mayb
             await log.append("app", "u", "s", Event(id="first", author="agent", content=None))
             assert log.connections.writer is not None
             pid = log.connections.writer.store.connection.info.backend_pid
-            with stopped(pid):
+            with stopped([pid]):
                 nursery.start_soon(append_one, log)
                 # Every task blocked: the append is on the worker thread, whose
                 # statement the stopped backend will not answer.

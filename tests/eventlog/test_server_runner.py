@@ -6,12 +6,16 @@ graces; either way the connection stays taken until that call has ended."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
+from streamd.errors import RpcError, is_closed
+from streamd.eventlog.connections import Connections
 from streamd.eventlog.server_runner import ServerRunner
+from streamd.eventlog.store import Role, Runner
 
 GRACE_S = 2.0
 
@@ -224,3 +228,73 @@ async def test_close_waits_for_a_call_left_in_a_statement(autojump_clock) -> Non
         assert not closed.is_set() and store.started == ["statement"]
         store.let_go.set()
     assert closed.is_set() and store.started == ["statement", "close"]
+
+
+@pytest.mark.trio
+async def test_a_close_gives_every_busy_connection_one_deadline_not_a_grace_each(
+        autojump_clock) -> None:
+    # Both connections left in a connect (a server that accepts and never
+    # answers): the close waited a grace for the reader's, then another for
+    # the writer's.
+    stores = {"reader": Store(connecting=True), "writer": Store(connecting=True)}
+
+    async def open_backend(role: Role) -> Runner:
+        return ServerRunner(stores[role], grace_s=GRACE_S)
+
+    conns = Connections(open_backend, on_open=lambda nursery, writer: None,
+                        after_write=lambda writer: None)
+    async with trio.open_nursery() as nursery:
+        conns.serve_in(nursery)
+
+        async def busy(call: Any) -> None:
+            with pytest.raises(RpcError) as info:
+                await call(lambda s: s.call("connecting"))
+            assert is_closed(info.value)
+
+        nursery.start_soon(busy, conns.read)
+        nursery.start_soon(busy, conns.write)
+        for store in stores.values():
+            assert await trio.to_thread.run_sync(store.entered.wait, 10)
+        start = trio.current_time()
+        conns.begin_close()
+        await conns.aclose()
+        took = trio.current_time() - start
+    assert took == pytest.approx(GRACE_S)
+    assert all(store.started == ["connecting", "close"] for store in stores.values())
+    for store in stores.values():
+        store.let_go.set()
+
+
+@pytest.mark.trio
+async def test_a_stop_gives_a_call_it_cancels_later_and_the_close_one_deadline(
+        autojump_clock) -> None:
+    # A stop says a close is coming, then cancels what is in flight (after
+    # its requests had time to wrap up): the cancelled call is cut at the
+    # stop's deadline, not a grace after its cancel, and the close that
+    # follows has nothing left to give a grace to.
+    store = Store(connecting=False)
+    runner = ServerRunner(store, grace_s=GRACE_S)
+    scope = trio.CancelScope()
+    answered = trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def call() -> None:
+            with scope:
+                await runner.run(lambda s: s.call("statement"))
+            answered.set()
+
+        nursery.start_soon(call)
+        assert await trio.to_thread.run_sync(store.entered.wait, 10)
+        start = trio.current_time()
+        assert runner.expect_close() == start + GRACE_S
+        await trio.sleep(GRACE_S / 4)
+        scope.cancel()
+        await answered.wait()
+        # Cut once, at the deadline; the call (nothing ends it here) runs on.
+        assert trio.current_time() - start == pytest.approx(GRACE_S)
+        assert store.severed == 1 and store.running
+        runner.interrupt()  # the close: past its deadline, nothing more to wait for
+        store.let_go.set()
+    await runner.aclose()
+    assert trio.current_time() - start == pytest.approx(GRACE_S)
+    assert store.started == ["statement", "close"]

@@ -138,6 +138,21 @@ class Cluster:
             self._run(self.bindir / "pg_ctl", "stop", "-w", "-m", mode, "-D", self.data,
                       check=False)
 
+    def pids(self) -> list[int]:
+        """The server's processes: the postmaster, then its children (every
+        backend, the checkpointer and the rest), for freezing it whole."""
+        main = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = []
+        for entry in Path("/proc").iterdir():
+            try:
+                stat = (entry / "stat").read_text()
+            except (OSError, ValueError):
+                continue  # not a process, or gone meanwhile
+            # The parent is the second field after the command's ")".
+            if entry.name.isdigit() and int(stat.rpartition(")")[2].split()[1]) == main:
+                children.append(int(entry.name))
+        return [main, *children]
+
     def destroy(self) -> None:
         self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)

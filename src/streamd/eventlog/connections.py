@@ -181,6 +181,17 @@ class Connections:
         async with self._lock:
             pass
 
+    def expect_close(self) -> float | None:
+        """A close is coming: each connection counts its grace from now (see
+        :meth:`~streamd.eventlog.store.Runner.expect_close`), so both share
+        one deadline; the earliest (Trio's clock), or None when neither gives
+        a grace."""
+        deadlines: list[float] = []
+        for runner in (self._reader, self._writer):
+            if runner is not None and (deadline := runner.expect_close()) is not None:
+                deadlines.append(deadline)
+        return min(deadlines, default=None)
+
     def interrupt(self) -> None:
         """Interrupt whatever either connection is running now."""
         for runner in (self._reader, self._writer):

@@ -281,16 +281,35 @@ class EventLog(KeywordApi):
             finally:
                 self._close_done.set()
 
+    def expect_close(self) -> None:
+        """The process is stopping and closes the log next: a database server
+        that does not answer is given one grace from now (a server backend's
+        ``unresponsive_s``), by every connection at once, before its calls are
+        cut; not a grace per connection, one after the other, as the stop
+        reaches each. Calls go on being served until :meth:`aclose`."""
+        if not self.connections.closed:
+            self.connections.expect_close()
+
     async def _close(self) -> None:
         conns = self.connections
+        # Before anything waits: the close's graces all end one grace from
+        # here, or from the stop that said it was coming.
+        deadline = conns.expect_close()
+
+        def grace() -> float:
+            """The close's own short waits, within that deadline."""
+            if deadline is None:
+                return _CLOSE_GRACE
+            return max(0.0, min(_CLOSE_GRACE, deadline - trio.current_time()))
+
         conns.begin_close()
         self._hub.stop_reading()
         leases = self._leases.stop_heartbeats()
         self._appends.close_queue()
         await conns.opening_done()
-        await self._appends.finish(_CLOSE_GRACE, conns.interrupt)
+        await self._appends.finish(grace(), conns.interrupt)
         if conns.writer is not None and leases:
-            await self._leases.release_at_close(leases, conns.writer, _CLOSE_GRACE)
+            await self._leases.release_at_close(leases, conns.writer, grace())
         # Every caller has been answered; whatever a connection is still doing
         # (a cancelled call waiting on a lock) is abandoned, not waited out.
         await conns.aclose()

@@ -23,6 +23,14 @@ grace. Such a call's thread runs on to its end meanwhile, and the connection
 stays taken until it does: the next call waits for it as for any call before it.
 Close does not wait for a call left in a connect beyond the grace (a connect with
 no timeout may never return); it closes the store under it.
+
+A close has one deadline, one grace after it began (or after a stop said it
+was coming, :meth:`ServerRunner.expect_close`), and every wait of it keeps to
+that deadline: the cut of a cancelled call, the cut after the close's
+interrupt, the close waiting for the connection. A server that stops
+answering keeps every connection busy at once; each wait giving it a grace of
+its own had a stop take one grace per busy connection, one after the other
+(a stopped daemon with a read and an append in flight took 5 s; now 2 s).
 """
 
 from __future__ import annotations
@@ -81,6 +89,8 @@ class ServerRunner:
         self._grace = grace_s
         self._idle = threading.Event()  # no call on the worker thread now
         self._idle.set()
+        self._cut_at: float | None = None
+        """The close's deadline (Trio's clock), once a close is coming."""
 
     @property
     def store(self) -> ServerStore:
@@ -144,7 +154,7 @@ class ServerRunner:
                 raise
             with trio.CancelScope(shield=True):
                 delivered = False
-                with trio.move_on_after(self._grace):
+                with trio.move_on_at(self._cut_by()):
                     await trio.to_thread.run_sync(
                         self._store.cancel_running, abandon_on_cancel=True
                     )
@@ -154,35 +164,56 @@ class ServerRunner:
                     # No answer, or a cancel request still on its way (it
                     # could hit the next statement): this connection is done.
                     self._store.sever()
-                    with trio.move_on_after(self._grace):
+                    with trio.move_on_at(self._cut_by()):
                         await done.wait()
             raise
         return box[0].unwrap()
 
+    def _cut_by(self) -> float:
+        """When a cancelled call that has not ended is cut: one grace from
+        now, or at the close's deadline if that comes first."""
+        soon = trio.current_time() + self._grace
+        return soon if self._cut_at is None else min(soon, self._cut_at)
+
+    def _close_deadline(self) -> float:
+        """The close's deadline, one grace from the first time it was asked."""
+        if self._cut_at is None:
+            self._cut_at = trio.current_time() + self._grace
+        return self._cut_at
+
+    def expect_close(self) -> float:
+        """A close is coming (a stop began): its deadline, one grace from now
+        (from the first time it was said). Nothing is cancelled or refused yet;
+        a call cancelled meanwhile is cut by that deadline at the latest, as is
+        one the close interrupts."""
+        return self._close_deadline()
+
     def interrupt(self) -> None:
-        """For close: every later call fails with ``closed``, and the running
-        statement (if any) is cancelled, from a thread of its own so the event
-        loop never waits on the network; a call still running after the grace
-        has its connection cut (:meth:`ServerStore.sever`)."""
+        """For close (on the Trio thread): every later call fails with
+        ``closed``, and the running statement (if any) is cancelled, from a
+        thread of its own so the event loop never waits on the network; a call
+        still running at the close's deadline has its connection cut
+        (:meth:`ServerStore.sever`)."""
+        left = max(0.0, self._close_deadline() - trio.current_time())
         threading.Thread(target=self._store.interrupt, name="streamd-pg-cancel",
                          daemon=True).start()
         if not self._idle.is_set():
-            threading.Thread(target=self._sever_unless_idle, name="streamd-pg-sever",
-                             daemon=True).start()
+            threading.Thread(target=self._sever_unless_idle, args=(left,),
+                             name="streamd-pg-sever", daemon=True).start()
 
-    def _sever_unless_idle(self) -> None:
-        if not self._idle.wait(self._grace):
+    def _sever_unless_idle(self, wait_s: float) -> None:
+        if not self._idle.wait(wait_s):
             self._store.sever()
 
     async def aclose(self) -> None:
         """Close the store once no call uses its connection. A call left
-        inside the driver's connect is not waited for beyond the grace: with
-        no connect timeout (``connect_timeout=0``) its connect may never
-        return, and closing needs nothing of it (what the connect makes is
-        closed unused once it finds the store closed). A call running a
-        statement is waited for: :meth:`interrupt` and the cut end it."""
+        inside the driver's connect is not waited for beyond the close's
+        deadline: with no connect timeout (``connect_timeout=0``) its connect
+        may never return, and closing needs nothing of it (what the connect
+        makes is closed unused once it finds the store closed). A call running
+        a statement is waited for: :meth:`interrupt` and the cut end it."""
         acquired = False
-        with trio.move_on_after(self._grace):
+        with trio.move_on_at(self._close_deadline()):
             await self._limiter.acquire()
             acquired = True
         if not acquired and not self._store.cut_if_connecting():

@@ -380,6 +380,7 @@ class ResidentDaemon:
                 await self._stop.wait()
                 waiting.cancel_scope.cancel()
             self._listening.cancel()
+            self.daemon.stopping()
             self.server.stop()
             with trio.move_on_after(SIGNAL_GRACE):
                 await self.server.wait_stopped()

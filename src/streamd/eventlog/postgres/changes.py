@@ -27,6 +27,10 @@ allowed, spurious ones are.**
   Reconnected, it listens again and returns once more (what committed between
   the last poll and the new ``LISTEN`` is covered by the caller's
   confirmation read).
+* **A close does not wait for a connect.** A server that accepts and never
+  answers (stopped, partitioned away) holds the listener's connect for its
+  whole connect timeout, for ever with none; a cancel leaves the connect to
+  its thread, which closes what it makes.
 * **A dead peer is noticed.** Over TCP, keepalives (set by
   :func:`~streamd.eventlog.postgres.store.connect` unless the conninfo sets
   its own) turn a silently vanished server into a socket error within about
@@ -36,6 +40,7 @@ allowed, spurious ones are.**
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Literal
@@ -178,8 +183,14 @@ class PgChanges:
 
     async def _listen(self) -> None:
         """Connect and LISTEN; failing that, poll (and owe a wake)."""
+        made = _Made()
         try:
-            conn = await trio.to_thread.run_sync(self._connect_and_listen)
+            conn = await trio.to_thread.run_sync(
+                made.make, self._connect_and_listen, abandon_on_cancel=True
+            )
+        except trio.Cancelled:
+            made.abandon()
+            raise
         except Exception as exc:  # any failure to listen: poll, and keep trying
             self._poll_because(exc)
             return
@@ -256,4 +267,37 @@ class PgChanges:
                 trio.lowlevel.notify_closing(conn.pgconn.socket)
             except (psycopg.Error, OSError):
                 pass  # already dead: nobody can be waiting on it
+            conn.close()
+
+
+class _Made:
+    """The connection a listener's thread makes, for a caller that may stop
+    waiting for it: whichever of the two comes second closes it, so a
+    connection made for a closed listener is never left open. The thread
+    hands it over only once it is done with it: never closed under its use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._abandoned = False
+
+    def make(
+        self, connect: Callable[[], psycopg.Connection[Any]]
+    ) -> psycopg.Connection[Any]:
+        """On the thread: ``connect()``'s connection, closed here if the
+        caller has left meanwhile (nobody would take it)."""
+        conn = connect()
+        with self._lock:
+            if not self._abandoned:
+                self._conn = conn
+                return conn
+        conn.close()
+        return conn
+
+    def abandon(self) -> None:
+        """The caller leaves: a connection already handed over is closed here."""
+        with self._lock:
+            self._abandoned = True
+            conn, self._conn = self._conn, None
+        if conn is not None:
             conn.close()

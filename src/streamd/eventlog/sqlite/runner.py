@@ -187,6 +187,9 @@ class ConnectionRunner:
         attempt = self._store.try_without_waiting(op)
         return attempt[1] if attempt[0] else NOT_RUN
 
+    def expect_close(self) -> float | None:
+        return None  # SQLite's close interrupts at once: it gives nothing a grace
+
     def interrupt(self) -> None:
         self._store.interrupt()
 
@@ -240,6 +243,9 @@ class ThreadRunner:
 
     async def run(self, op: Callable[[Backend], _T]) -> _T:
         return await trio.to_thread.run_sync(op, self._store, limiter=self._limiter)
+
+    def expect_close(self) -> float | None:
+        return None  # as ConnectionRunner's
 
     def interrupt(self) -> None:
         self._store.interrupt()

@@ -282,6 +282,9 @@ class SqliteStore(SqlOperations):
         works, and for tools."""
         return op(self)
 
+    def expect_close(self) -> float | None:
+        return None  # as a runner, inline: its close gives nothing a grace
+
     def interrupt(self) -> None:
         """Abort whatever this connection is doing, for close; callable from any
         thread. A running statement fails (its transaction rolls back), a busy

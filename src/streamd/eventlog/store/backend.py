@@ -349,9 +349,17 @@ class Runner(Protocol):
         cancellation as far as the driver allows."""
         ...
 
+    def expect_close(self) -> float | None:
+        """A close is coming (the process is stopping): a runner that gives a
+        server a grace before it cuts a connection counts the close's grace
+        from now, for every wait of it alike, and returns when it ends (Trio's
+        clock); one that gives nothing a grace returns None. Nothing is
+        cancelled or refused."""
+        ...
+
     def interrupt(self) -> None:
-        """Abort what the backend is doing, for close; callable from any thread.
-        Every later operation raises :func:`closed_error`."""
+        """Abort what the backend is doing, for close; called on the Trio
+        thread. Every later operation raises :func:`closed_error`."""
         ...
 
     async def aclose(self) -> None: ...
