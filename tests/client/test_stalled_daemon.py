@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import trio
 from support.serve_socket import serving
 
-from streamd.client import AsyncClient, Client
+from streamd.client import AsyncClient, Client, TrioClient
 from streamd.client.calls import append
 from streamd.errors import CLOSED, RpcError
 from streamd.eventlog.model import Event
@@ -148,3 +149,61 @@ def test_a_spawned_clients_pipe_closed_under_a_waiting_writer_is_never_written_e
             os.close(fd)
         client.close()
     assert victim.stat().st_size == 0
+
+
+# --- a spawned daemon that does not exit -------------------------------------------
+#
+# Closing a client that spawned its own streamd ends the child's input and waits
+# for it to exit; a stopped child waited on for ever held the close for ever
+# (every client). Now it is given ``exit_grace`` and then killed: nothing
+# acknowledged is lost, every answered append was committed.
+
+GRACE = 0.5
+
+
+def test_closing_a_blocking_client_kills_its_child_that_does_not_exit(tmp_path: Path) -> None:
+    client = Client.spawn(["--db", str(tmp_path / "e.db")], exit_grace=GRACE)
+    assert client.process is not None
+    client.append("a", "u", "s", Event(id="kept", author="a", content="kept"))
+    os.kill(client.process.pid, signal.SIGSTOP)
+    (raised,) = in_thread(client.close, 60)
+    assert raised is None
+    assert client.process.returncode == -signal.SIGKILL
+    with Client.spawn(["--db", str(tmp_path / "e.db")], exit_grace=GRACE) as again:
+        assert [e.event.id for e in again.get_session("a", "u", "s").events] == ["kept"]
+    # A child that exits on its own is waited for, not killed.
+    assert again.process is not None and again.process.returncode == 0
+
+
+def test_closing_an_asyncio_client_kills_its_child_that_does_not_exit(tmp_path: Path) -> None:
+    async def main() -> tuple[int | None, int | None]:
+        client = await AsyncClient.spawn(["--db", str(tmp_path / "e.db")], exit_grace=GRACE)
+        assert client.process is not None
+        await client.ping()
+        os.kill(client.process.pid, signal.SIGSTOP)
+        async with asyncio.timeout(60):
+            await client.aclose()
+        calm = await AsyncClient.spawn(["--db", str(tmp_path / "e.db")], exit_grace=GRACE)
+        await calm.ping()
+        await calm.aclose()
+        assert calm.process is not None
+        return client.process.returncode, calm.process.returncode
+
+    assert asyncio.run(main()) == (-signal.SIGKILL, 0)
+
+
+def test_leaving_a_trio_clients_block_kills_its_child_that_does_not_exit(tmp_path: Path) -> None:
+    async def main() -> tuple[int | None, int | None]:
+        with trio.fail_after(60):
+            async with TrioClient.spawn(
+                ["--db", str(tmp_path / "e.db")], exit_grace=GRACE
+            ) as client:
+                assert client.process is not None
+                await client.ping()
+                os.kill(client.process.pid, signal.SIGSTOP)
+            async with TrioClient.spawn(["--db", str(tmp_path / "e.db")], exit_grace=GRACE) as calm:
+                await calm.ping()
+        assert calm.process is not None
+        return client.process.returncode, calm.process.returncode
+
+    assert trio.run(main) == (-signal.SIGKILL, 0)

@@ -27,7 +27,7 @@ from streamd.client.awaitable import AwaitableCalls, AwaitableLease, AwaitableWa
 from streamd.client.protocol import (
     DEFAULT_WATCH_BUDGET,
 )
-from streamd.client.transport import START_TIMEOUT, open_daemon_socket, stdio_command
+from streamd.client.transport import EXIT_GRACE, START_TIMEOUT, open_daemon_socket, stdio_command
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
     Filter,
@@ -262,6 +262,7 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
         """The ``streamd`` process of a :meth:`spawn` client (None otherwise)."""
         self._lease_type = AsyncLease
         self._closing = False
+        self._exit_grace = EXIT_GRACE
         if leftover:
             self._feed(leftover)
         pipe.attach(self._feed)
@@ -306,8 +307,12 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
         return cls(protocol)
 
     @classmethod
-    async def spawn(cls, args: Sequence[str] = (), *, stderr: Any = None) -> AsyncClient:
-        """A ``streamd`` process of this client's own, on stdio."""
+    async def spawn(
+        cls, args: Sequence[str] = (), *, stderr: Any = None, exit_grace: float = EXIT_GRACE
+    ) -> AsyncClient:
+        """A ``streamd`` process of this client's own, on stdio; closing the
+        client ends its input and waits ``exit_grace`` seconds for it to exit,
+        then kills it (see :data:`~streamd.client.transport.EXIT_GRACE`)."""
         cmd = stdio_command(args)
         proc = await asyncio.create_subprocess_exec(
             *cmd,
@@ -317,7 +322,9 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
             limit=_STREAM_LIMIT,
         )
         assert proc.stdin is not None and proc.stdout is not None
-        return cls(_Streams(proc.stdout, proc.stdin), process=proc)
+        client = cls(_Streams(proc.stdout, proc.stdin), process=proc)
+        client._exit_grace = exit_grace
+        return client
 
     async def aclose(self) -> None:
         """End the connection; calls in flight fail with ``closed``. Idempotent."""
@@ -325,7 +332,11 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
             self._closing = True
             self._pipe.close()
             if self._process is not None:
-                await self._process.wait()
+                try:
+                    await asyncio.wait_for(self._process.wait(), self._exit_grace)
+                except TimeoutError:
+                    self._process.kill()
+                    await self._process.wait()
         # A closed transport ends once its queued frames are written: never,
         # while the daemon does not read (stopped), so after a grace they are
         # dropped (the calls they carried fail with closed, leases are lost).

@@ -33,7 +33,13 @@ from streamd.client.protocol import (
     Reply,
     WatchUpdated,
 )
-from streamd.client.transport import START_TIMEOUT, open_daemon_socket, open_socket, stdio_command
+from streamd.client.transport import (
+    EXIT_GRACE,
+    START_TIMEOUT,
+    open_daemon_socket,
+    open_socket,
+    stdio_command,
+)
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
     DEFAULT_STALE_AFTER_MS,
@@ -145,10 +151,14 @@ class Client(calls.EventLogMethods):
         )
 
     @classmethod
-    def spawn(cls, args: Sequence[str] = (), *, stderr: Any = None) -> Client:
+    def spawn(
+        cls, args: Sequence[str] = (), *, stderr: Any = None, exit_grace: float = EXIT_GRACE
+    ) -> Client:
         """A ``streamd`` process of this client's own, on stdio (``args``: serve
         options, ``--db PATH`` first of all). Closing the client ends its input,
-        and it exits once it has closed the log."""
+        and it exits once it has closed the log; one not gone after
+        ``exit_grace`` seconds is killed (see
+        :data:`~streamd.client.transport.EXIT_GRACE`)."""
         proc = subprocess.Popen(
             stdio_command(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
         )
@@ -161,7 +171,11 @@ class Client(calls.EventLogMethods):
                 close_stdin()  # end of input: the daemon closes the log and exits
             except OSError:
                 pass
-            proc.wait()
+            try:
+                proc.wait(exit_grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
         client = cls(
             outlet,

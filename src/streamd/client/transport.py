@@ -20,9 +20,16 @@ from streamd.eventlog import dbtarget
 from streamd.resident import attach, paths
 from streamd.resident.control import ControlError
 
-__all__ = ["START_TIMEOUT", "open_daemon_socket", "open_socket", "stdio_command"]
+__all__ = [
+    "EXIT_GRACE", "START_TIMEOUT", "open_daemon_socket", "open_socket", "stdio_command",
+]
 
 START_TIMEOUT = attach.START_TIMEOUT
+EXIT_GRACE = 10.0
+"""How long closing a client waits for the ``streamd`` it spawned to exit once
+its input has ended (it closes its log first), before it kills it: a child
+that was stopped (SIGSTOP) or hangs would hold the close for ever. Killing it
+loses nothing acknowledged: every answered append was committed."""
 
 
 def open_daemon_socket(

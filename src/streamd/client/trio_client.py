@@ -26,7 +26,13 @@ from streamd.client.awaitable import AwaitableCalls, AwaitableLease, AwaitableWa
 from streamd.client.protocol import (
     DEFAULT_WATCH_BUDGET,
 )
-from streamd.client.transport import START_TIMEOUT, open_daemon_socket, open_socket, stdio_command
+from streamd.client.transport import (
+    EXIT_GRACE,
+    START_TIMEOUT,
+    open_daemon_socket,
+    open_socket,
+    stdio_command,
+)
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
     Filter,
@@ -92,6 +98,8 @@ class TrioClient(AwaitableCalls["TrioLease"]):
         self._stream = stream
         self._nursery = nursery
         self._lease_type = TrioLease
+        self.process: trio.Process | None = None
+        """The ``streamd`` process of a :meth:`spawn` client (None otherwise)."""
         # Unbounded, but only cancel frames pass without taking a slot of _room.
         self._send_frames, self._frames = trio.open_memory_channel[tuple[bytes, bool]](math.inf)
         self._room = trio.Semaphore(_OUTBOX_FRAMES)
@@ -164,10 +172,11 @@ class TrioClient(AwaitableCalls["TrioLease"]):
     @classmethod
     @asynccontextmanager
     async def spawn(
-        cls, args: Sequence[str] = (), *, stderr: Any = None
+        cls, args: Sequence[str] = (), *, stderr: Any = None, exit_grace: float = EXIT_GRACE
     ) -> AsyncIterator[TrioClient]:
         """A ``streamd`` process of this client's own, on stdio; leaving the
-        block ends its input and waits for it to exit."""
+        block ends its input and waits ``exit_grace`` seconds for it to exit,
+        then kills it (see :data:`~streamd.client.transport.EXIT_GRACE`)."""
         import subprocess
 
         proc = await trio.lowlevel.open_process(
@@ -176,10 +185,15 @@ class TrioClient(AwaitableCalls["TrioLease"]):
         assert proc.stdin is not None and proc.stdout is not None
         try:
             async with cls.over(trio.StapledStream(proc.stdin, proc.stdout)) as client:
+                client.process = proc
                 yield client
         finally:
             with trio.CancelScope(shield=True):
-                await proc.wait()
+                with trio.move_on_after(exit_grace):
+                    await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
 
     # -- the adapter --
 
