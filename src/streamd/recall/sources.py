@@ -150,6 +150,14 @@ class SourceRegistry:
         source.idle_since = math.inf
         return source
 
+    def close_idle(self, superseded: Callable[[tuple[str, ...]], bool]) -> None:
+        """Close now every source no connection holds whose key ``superseded``
+        says another has taken the place of (its log's file replaced at the
+        path, say), rather than after its idle time: it would only save an
+        index of what is gone over the newer source's."""
+        for source in [s for s in self._open.values() if s.users == 0 and superseded(s.key)]:
+            self._close(source)
+
     def release(self, source: Source[Any]) -> None:
         source.users -= 1
         if source.users == 0:

@@ -98,6 +98,18 @@ def log_target(location: str, base: str | None, settings: LogSettings) -> DbTarg
     return target
 
 
+def _file_identity(target: DbTarget) -> str:
+    """The SQLite file at the target's path as the system knows it (device
+    and inode), "" for a server's database."""
+    if target.path is None:
+        return ""
+    try:
+        st = os.stat(target.path)
+    except OSError:
+        return ""  # gone: the open that follows says so
+    return f"{st.st_dev}:{st.st_ino}"
+
+
 def same_log(a: DbTarget, b: DbTarget) -> bool:
     """Whether two targets are one database (the same file, or the same
     connection string)."""
@@ -175,8 +187,14 @@ class LogRecallService:
         self._let_go()  # a second handshake names a new source
         if self.sources is not None:
             identity = os.path.realpath(target.path) if target.path else target.conninfo
-            key = ("eventlog", workdir, p.source_id, identity,
-                   msgspec.json.encode(msgspec.to_builtins(settings)).decode())
+            named = ("eventlog", workdir, p.source_id, identity,
+                    msgspec.json.encode(msgspec.to_builtins(settings)).decode())
+            # A log the source opens itself is the file it found at the path:
+            # once another file is renamed there (a restore), the open source
+            # answers source_unavailable for good, so the next handshake opens
+            # a source of its own on the file there now, and the old one goes.
+            key = (*named, _file_identity(target) if hosting is not None else "")
+            self.sources.close_idle(lambda other: other[:-1] == named and other != key)
             self._held = self.sources.hold(key, make)
             self.source = self._held.served
         else:
