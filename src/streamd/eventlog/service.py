@@ -205,10 +205,14 @@ class _Service:
                     try:
                         while True:
                             try:
-                                batch, nbytes = await watch.receive_batch()
+                                # Given on only once sent: a watch that ends
+                                # mid-batch names an earlier seq to resume
+                                # from, and retention must keep what follows it.
+                                batch, nbytes = await watch.receive_batch(given_later=True)
                             except StopAsyncIteration:
                                 break
                             await sender.send(batch, nbytes)
+                            watch.given(sender.last_sent)
                     except RpcError as exc:
                         # Raised outside the nursery, so it reaches the RPC layer
                         # as itself and not inside an exception group.

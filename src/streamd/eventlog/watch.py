@@ -140,14 +140,24 @@ class Watch:
         self._took(len(c.wire), c.seq)
         return _decode_entry(c.wire)
 
-    async def receive_batch(self) -> Batch:
+    async def receive_batch(self, *, given_later: bool = False) -> Batch:
         """Everything buffered, at least one entry, encoded; raises as the
-        iterator does (``StopAsyncIteration`` once the watch has ended)."""
+        iterator does (``StopAsyncIteration`` once the watch has ended).
+
+        ``given_later``: the caller hands the entries on in its own time and
+        says how far it got with :meth:`given`. Until then :attr:`last_seq`
+        stays where its client was given entries: retention keeps what comes
+        after it, and the JSON-RPC watch, which may end before it sends the
+        batch, tells its client to resume from there."""
         await self._wait_buffered()
         batch = Batch(list(self._buffer), self._held)
         self._buffer.clear()
-        self._took(batch.nbytes, batch.entries[-1].seq)
+        self._took(batch.nbytes, None if given_later else batch.entries[-1].seq)
         return batch
+
+    def given(self, seq: int) -> None:
+        """Entries up to ``seq`` taken with ``given_later`` are with the client."""
+        self.last_seq = max(self.last_seq, seq)
 
     def sink(self, sink: Sink) -> None:
         """Let ``sink`` take a live commit's entries directly, when the consumer
@@ -174,9 +184,10 @@ class Watch:
             finally:
                 self._waiting = False
 
-    def _took(self, size: int, seq: int) -> None:
+    def _took(self, size: int, seq: int | None) -> None:
         self._held -= size
-        self.last_seq = seq
+        if seq is not None:
+            self.last_seq = seq
         self._taken.set()
         self._taken = trio.Event()
 
