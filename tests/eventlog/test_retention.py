@@ -366,8 +366,11 @@ def _waiting_for_a_lock(request: pytest.FixtureRequest, backend: str) -> Callabl
         db = connect(parse(url), MysqlOptions())
         try:
             cur = db.cursor()
-            cur.execute("SELECT count(*) FROM information_schema.innodb_trx"
-                        " WHERE trx_state = 'LOCK WAIT'")
+            # A row lock (InnoDB's wait), or a table's metadata lock (the
+            # server's), whichever the step meets first.
+            cur.execute("SELECT (SELECT count(*) FROM information_schema.innodb_trx"
+                        " WHERE trx_state = 'LOCK WAIT') + (SELECT count(*) FROM"
+                        " information_schema.processlist WHERE state LIKE 'Waiting for%lock%')")
             return bool(cur.fetchone()[0])
         finally:
             db.close()
@@ -427,6 +430,7 @@ def test_a_group_commit_and_a_drop_step_lock_their_sessions_in_one_order(
     waiting = _waiting_for_a_lock(request, backend)
     deadline = time.monotonic() + 30
     while not waiting():  # the step waits for a session the group holds
+        assert dropping.is_alive(), f"the drop step ended, the group holding its locks: {outcomes}"
         assert time.monotonic() < deadline, "the drop step never waited for the group's lock"
         time.sleep(0.01)
     go.set()
