@@ -251,7 +251,7 @@ class Client(calls.EventLogMethods):
         if frame is not None:
             self._send_soon(frame)
 
-    def _send(self, frame: bytes, deadline: float | None = None, request_id: int = 0) -> None:
+    def _send(self, frame: bytes, deadline: float | None, request_id: int) -> None:
         """Write a request's frame by ``deadline`` (TimeoutError); one none of
         which went is taken back from the core, as never sent."""
 

@@ -175,18 +175,14 @@ class ServerRunner:
         soon = trio.current_time() + self._grace
         return soon if self._cut_at is None else min(soon, self._cut_at)
 
-    def _close_deadline(self) -> float:
-        """The close's deadline, one grace from the first time it was asked."""
+    def expect_close(self) -> float:
+        """A close is coming (a stop began): its deadline, one grace from now
+        (from the first time it was said, by a stop or the close itself).
+        Nothing is cancelled or refused yet; a call cancelled meanwhile is cut
+        by that deadline at the latest, as is one the close interrupts."""
         if self._cut_at is None:
             self._cut_at = trio.current_time() + self._grace
         return self._cut_at
-
-    def expect_close(self) -> float:
-        """A close is coming (a stop began): its deadline, one grace from now
-        (from the first time it was said). Nothing is cancelled or refused yet;
-        a call cancelled meanwhile is cut by that deadline at the latest, as is
-        one the close interrupts."""
-        return self._close_deadline()
 
     def interrupt(self) -> None:
         """For close (on the Trio thread): every later call fails with
@@ -194,7 +190,7 @@ class ServerRunner:
         thread of its own so the event loop never waits on the network; a call
         still running at the close's deadline has its connection cut
         (:meth:`ServerStore.sever`)."""
-        left = max(0.0, self._close_deadline() - trio.current_time())
+        left = max(0.0, self.expect_close() - trio.current_time())
         threading.Thread(target=self._store.interrupt, name="streamd-pg-cancel",
                          daemon=True).start()
         if not self._idle.is_set():
@@ -213,7 +209,7 @@ class ServerRunner:
         makes is closed unused once it finds the store closed). A call running
         a statement is waited for: :meth:`interrupt` and the cut end it."""
         acquired = False
-        with trio.move_on_at(self._close_deadline()):
+        with trio.move_on_at(self.expect_close()):
             await self._limiter.acquire()
             acquired = True
         if not acquired and not self._store.cut_if_connecting():
