@@ -174,7 +174,9 @@ def where(flt: Filter | None, dialect: Dialect = SQLITE) -> list[Clause]:
     """The conjuncts for ``flt`` in ``dialect``; an empty list means "every event"."""
     if flt is None:
         return []
-    if dialect.cannot_hold(*_matched_exactly(flt)):
+    # The flag first: only PostgreSQL's text cannot hold U+0000, and every
+    # filtered read and watch check comes here.
+    if not dialect.holds_nul and dialect.cannot_hold(*_matched_exactly(flt)):
         return [(dialect.false, ())]
     q = dialect.sql
     clauses: list[Clause] = []

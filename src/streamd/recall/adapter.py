@@ -278,7 +278,7 @@ class StreamAdapter(Answers):
             # written, by two processes at once.
             raise RpcError(
                 SOURCE_UNAVAILABLE,
-                f"the workdir's lock file {lock.path} cannot be used: {_why(exc) or exc}",
+                f"the workdir's lock file {lock.path} cannot be used: {_why(exc)}",
             ) from None
 
     def _build(self, full: bool) -> Generator[Step, None, Generation]:

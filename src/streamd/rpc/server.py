@@ -341,13 +341,9 @@ class _Session:
     async def _end_of_input(self) -> None:
         """No more requests: cancel those whose method says so, let the others
         finish within the grace, then cancel what is left."""
-        self._cancel_all(finishing=False)
-        self.conn.closing.set()  # long-running requests (watches) wrap up
         grace = self.server.eof_grace
         self._grace.deadline = min(self._grace.deadline, trio.current_time() + grace)
-        with self._grace:
-            await self.idle.wait()
-        if not self.idle.is_set():
+        if not await self._wind_down(self._grace):
             stopped = self._reading.cancel_called  # a signal cut the grace short
             self._cancel_all(
                 reason=None if stopped else "context canceled: end of input, and it did"
@@ -561,16 +557,19 @@ class _Session:
             raise
 
     async def _stop_requests(self) -> None:
-        """A stop (a signal): requests whose method finishes at end of input
-        (the event log's) wrap up as at a shutdown, within ``STOP_GRACE``: a
-        watch answers its last seq, from which its client resumes, where a
-        cancel would leave it nothing to tell its own cancel from the
-        daemon's end by. Every other request is cancelled at once (-32007)."""
+        """A stop (a signal): the event log's requests wrap up as at a shutdown,
+        within ``STOP_GRACE`` (a watch answers the last seq its client resumes
+        from, not a cancel it could take for its own); the rest get -32007."""
+        await self._wind_down(trio.move_on_after(STOP_GRACE))
+        self._cancel_all()
+
+    async def _wind_down(self, scope: trio.CancelScope) -> bool:
+        """Cancel what does not finish at end of input; whether the rest did in ``scope``."""
         self._cancel_all(finishing=False)
         self.conn.closing.set()
-        with trio.move_on_after(STOP_GRACE):
+        with scope:
             await self.idle.wait()
-        self._cancel_all()
+        return self.idle.is_set()
 
     def _cancel_all(self, *, finishing: bool = True, reason: str | None = None) -> None:
         """Cancel the requests in flight (with ``finishing=False``, only those

@@ -8,8 +8,9 @@ with :class:`~streamd.eventlog.postgres.store.PostgresStore`.
 
 from __future__ import annotations
 
-from streamd.errors import RpcError, invalid_params
-from streamd.eventlog.store import outages, rows
+from streamd.errors import RpcError
+from streamd.eventlog.filters import POSTGRES
+from streamd.eventlog.store import outages, rows, rules
 
 __all__ = ["cannot_connect", "connection_lost", "database_error", "refuse_nul", "unresponsive"]
 
@@ -34,13 +35,8 @@ def refuse_nul(item: rows.Prepared) -> None:
     """PostgreSQL text cannot hold U+0000 (SQLite's can): refused as the
     database would refuse it, before anything is sent. JSON texts escape it."""
     p, ev = item.params, item.params.event
-    for name, value in (
+    rules.check_held(POSTGRES, "event", [
         ("app", p.app), ("user", p.user), ("session", p.session), ("event.id", ev.id),
         ("event.author", ev.author), ("event.branch", ev.branch),
         ("event.invocation_id", ev.invocation_id),
-    ):
-        if "\x00" in value:
-            raise invalid_params(
-                f"event rejected by the database: {name} contains U+0000, which PostgreSQL"
-                " text cannot store"
-            )
+    ])

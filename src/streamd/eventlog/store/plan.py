@@ -7,7 +7,7 @@ seq, duplicate or conflict known from one read, and then written in bulk
 statements; a refused group (or event) is rolled back out of the plan as a
 savepoint would roll it back out of the database. What a database cannot
 store (U+0000 in PostgreSQL text, a key longer than a MySQL column) is the
-backend's ``check``, run on each new event before it is numbered.
+backend's ``check``, run on every event of the batch before anything is sent.
 
 **Session rows are locked in key order.** A retention drop step locks the
 idle sessions it chose in key order (app, user, session); a group commit that
@@ -81,7 +81,6 @@ class Plan:
     session_seq: dict[tuple[str, str, str], int | None]
     """sessions.last_seq of the sessions ``expected_seq`` asks about (None: no
     such session), moved along by the planned events."""
-    check: Check | None = None
     events: list[Planned] = field(default_factory=list)
     _undo: list[tuple[dict[Any, Any], Any, Any]] = field(default_factory=list)
 
@@ -107,8 +106,6 @@ class Plan:
         seen = self.known.get(ev.id)
         if seen is not None:
             return rules.retried(item, *seen)
-        if self.check is not None:
-            self.check(item)
         key = (p.app, p.user, p.session)
         if p.expected_seq is not None:
             found = self.session_seq.get(key)
@@ -227,9 +224,9 @@ def commit_planned(
     """The group commit of a server backend (see the module docstring)."""
     prepared = _checked(prepared, check)
     try:
-        return _commit(db, prepared, now_us, capture, check, one_by_one=False)
+        return _commit(db, prepared, now_us, capture, one_by_one=False)
     except _Rewrite:
-        return _commit(db, prepared, now_us, capture, check, one_by_one=True)
+        return _commit(db, prepared, now_us, capture, one_by_one=True)
 
 
 def _checked(prepared: Prepared, check: Check | None) -> Prepared:
@@ -265,15 +262,14 @@ def _checked(prepared: Prepared, check: Check | None) -> Prepared:
 
 
 def _commit(
-    db: PlannedWrite, prepared: Prepared, now_us: int, capture: bool, check: Check | None,
-    one_by_one: bool,
+    db: PlannedWrite, prepared: Prepared, now_us: int, capture: bool, one_by_one: bool,
 ) -> CommitOutcome:
     out: list[AppendResult | list[AppendResult] | RpcError] = []
     with db.transaction():
         before = db.locked_seq()
         items = [one for item in prepared if not isinstance(item, RpcError)
                  for one in (item if isinstance(item, list) else [item])]
-        plan = Plan(before, *db.known(items), check=check)
+        plan = Plan(before, *db.known(items))
         for item in prepared:
             if isinstance(item, RpcError):
                 out.append(item)
