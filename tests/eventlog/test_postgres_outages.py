@@ -217,16 +217,36 @@ async def test_the_logs_fault_says_the_server_is_gone_until_it_is_back(own_clust
             with pytest.raises(RpcError):
                 await log.append("app", "u", "s", Event(id="e1", author="a", content=None))
             # A lost connection says nothing of the server yet; the attempt to
-            # reconnect that fails does.
+            # reconnect that fails does: the writer's here, as a retention
+            # step's or a lease's would be.
             while log.fault is None:
                 with pytest.raises(RpcError):
-                    await log.latest_seq()
+                    await log.append("app", "u", "s", Event(id="e1", author="a", content=None))
+                await trio.sleep(0.05)  # the backoff's next attempt
             assert "cannot connect" in log.fault
             await trio.to_thread.run_sync(own_cluster.start)
+            # The server is back, and a read reaches it: the writer's failed
+            # attempt is older news, and status must not say the server is gone
+            # until something happens to write.
             while True:
                 try:
                     await log.latest_seq()
                     break
                 except RpcError:
                     await trio.sleep(0.05)  # the backoff's next attempt
+            assert log.fault is None
+            # A newer failure is news again.
+            await trio.to_thread.run_sync(own_cluster.stop, "fast")
+            while log.fault is None:
+                with pytest.raises(RpcError):
+                    await log.append("app", "u", "s", Event(id="e1", author="a", content=None))
+                await trio.sleep(0.05)
+            assert "cannot connect" in log.fault
+            await trio.to_thread.run_sync(own_cluster.start)
+            while True:
+                try:
+                    await log.append("app", "u", "s", Event(id="e1", author="a", content=None))
+                    break
+                except RpcError:
+                    await trio.sleep(0.05)
             assert log.fault is None

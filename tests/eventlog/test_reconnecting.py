@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
-from streamd.eventlog.store.reconnecting import Reconnecting
+from streamd.eventlog.store.reconnecting import Backoff, Reconnecting, newest_outage
 
 
 class Gone(Exception):
@@ -168,3 +168,21 @@ def test_a_cut_asked_for_with_no_call_connecting_cuts_nothing() -> None:
     conn = link.get()
     assert link.cut_if_connecting() is False and link.get() is conn
     assert not link.cut()  # the adopted connection was not cut either
+
+
+def test_the_outage_is_the_newest_failure_unless_a_connection_was_made_since() -> None:
+    writer, reader, opener = Backoff(0.25, 5.0), Backoff(0.25, 5.0), Backoff(0.25, 5.0)
+    every = [writer, reader, opener]
+    assert newest_outage(every) is None
+    opener.succeeded()
+    writer.failed(0.0, "writer: cannot connect")
+    assert newest_outage(every) == "writer: cannot connect"
+    reader.failed(0.0, "reader: cannot connect")
+    assert newest_outage(every) == "reader: cannot connect"
+    # The reader reached the server: the writer's failure is older news,
+    # though the writer has not tried since.
+    reader.succeeded()
+    assert writer.error == "writer: cannot connect"
+    assert newest_outage(every) is None
+    writer.failed(1.0, "writer: refused again")
+    assert newest_outage(every) == "writer: refused again"

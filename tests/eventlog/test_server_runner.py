@@ -16,6 +16,7 @@ from streamd.errors import RpcError, is_closed
 from streamd.eventlog.connections import Connections
 from streamd.eventlog.server_runner import ServerRunner
 from streamd.eventlog.store import Role, Runner
+from streamd.eventlog.store.reconnecting import Backoff
 
 GRACE_S = 2.0
 
@@ -31,7 +32,7 @@ class Store:
         self.started: list[str] = []
         self.severed = 0
         self.running = False
-        self.outage: str | None = None
+        self.attempts = Backoff(0.25, 5.0)
 
     def call(self, name: str) -> str:
         self.started.append(name)

@@ -31,7 +31,7 @@ from streamd.eventlog.sqlite.connection import prepare_file
 from streamd.eventlog.sqlite.file_identity import DatabaseFile
 from streamd.eventlog.sqlite.runner import ConnectionRunner, ThreadRunner
 from streamd.eventlog.store import ChangeSource, Role, Runner
-from streamd.eventlog.store.reconnecting import Backoff
+from streamd.eventlog.store.reconnecting import Backoff, newest_outage
 
 if TYPE_CHECKING:
     from streamd.eventlog.postgres.store import PostgresOptions
@@ -153,9 +153,10 @@ class _ServerOpener:
 
     @property
     def fault(self) -> str | None:
-        failure = next((b.error for b in self._backoff.values() if b.error), None)
-        if failure is None:
-            failure = next((o for r in list(self._opened) if (o := r.store.outage)), None)
+        # The opener's attempts and those of the connections it made, which
+        # reconnect on their own: all reach the same server.
+        failure = newest_outage(
+            [*self._backoff.values(), *(r.store.attempts for r in list(self._opened))])
         if failure is None:
             return None
         return f"{failure} (tried again at the next call)"

@@ -42,6 +42,8 @@ from typing import Any, Protocol, TypeVar
 import outcome
 import trio
 
+from streamd.eventlog.store.reconnecting import Backoff
+
 __all__ = ["ServerRunner", "ServerStore"]
 
 _T = TypeVar("_T")
@@ -73,9 +75,9 @@ class ServerStore(Protocol):
     def close(self) -> None: ...
 
     @property
-    def outage(self) -> str | None:
-        """Why the server cannot be reached now (the last reconnect attempt's
-        error), or None while it can."""
+    def attempts(self) -> Backoff:
+        """Its connection's attempts: the last one's error while the server
+        cannot be reached, and when attempts last failed and succeeded."""
         ...
 
 

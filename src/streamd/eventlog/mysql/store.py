@@ -62,7 +62,7 @@ from streamd.eventlog.store.plan import (
     session_heads,
     sessions_to_lock,
 )
-from streamd.eventlog.store.reconnecting import Reconnecting, boundary
+from streamd.eventlog.store.reconnecting import Backoff, Reconnecting, boundary
 from streamd.eventlog.store.sql import Sql
 
 __all__ = ["MysqlOptions", "MysqlStore", "connect"]
@@ -249,9 +249,9 @@ class MysqlStore(SqlOperations):
         return op(self._sql())
 
     @property
-    def outage(self) -> str | None:
-        """Why the server cannot be reached now, while it cannot."""
-        return self._link.outage
+    def attempts(self) -> Backoff:
+        """Its connection's attempts (see :attr:`Reconnecting.attempts`)."""
+        return self._link.attempts
 
     def _connect_refused(self, exc: Exception) -> RpcError:
         assert isinstance(exc, MySQLdb.Error)

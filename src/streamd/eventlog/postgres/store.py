@@ -98,7 +98,7 @@ from streamd.eventlog.store.plan import (
     session_heads,
     sessions_to_lock,
 )
-from streamd.eventlog.store.reconnecting import Reconnecting, boundary
+from streamd.eventlog.store.reconnecting import Backoff, Reconnecting, boundary
 from streamd.eventlog.store.sql import Sql
 
 __all__ = [
@@ -267,9 +267,9 @@ class PostgresStore(SqlOperations):
         return scrub(_without_statement(str(exc).strip()), self._secrets)
 
     @property
-    def outage(self) -> str | None:
-        """Why the server cannot be reached now, while it cannot."""
-        return self._link.outage
+    def attempts(self) -> Backoff:
+        """Its connection's attempts (see :attr:`Reconnecting.attempts`)."""
+        return self._link.attempts
 
     def _connect_refused(self, exc: Exception) -> RpcError:
         assert isinstance(exc, psycopg.Error)

@@ -32,18 +32,19 @@ connect. No driver import here.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.store.backend import closed_error
 
-__all__ = ["Backoff", "Reconnecting", "boundary"]
+__all__ = ["Backoff", "Reconnecting", "boundary", "newest_outage"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,10 @@ C = TypeVar("C")
 _S = TypeVar("_S")
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+
+# Every attempt's outcome in the process, numbered in the order they came:
+# which of two connections' last attempts is the newer (their clocks may differ).
+_outcomes = itertools.count(1)
 
 
 class Backoff:
@@ -64,6 +69,10 @@ class Backoff:
         """Failed attempts in a row."""
         self._retry_at = 0.0
         self._error = ""
+        self.failed_at = 0
+        """The order number of the last failed attempt (0: none yet)."""
+        self.succeeded_at = 0
+        """The order number of the last attempt that succeeded (0: none yet)."""
 
     @property
     def error(self) -> str | None:
@@ -78,9 +87,23 @@ class Backoff:
         self.failures += 1
         self._retry_at = now + min(self._max_s, self._min_s * 2 ** (self.failures - 1))
         self._error = error
+        self.failed_at = next(_outcomes)
 
     def succeeded(self) -> None:
         self.failures = 0
+        self.succeeded_at = next(_outcomes)
+
+
+def newest_outage(attempts: Iterable[Backoff]) -> str | None:
+    """The error of the newest failed attempt among the connections to one
+    server, unless one of them has connected since: the server is then back.
+    A connection that failed while the server was down and has had no call
+    since (the writer of a log that only reads, a retention step's) would
+    otherwise say the server is gone until something uses it again."""
+    attempts = list(attempts)
+    back_at = max((a.succeeded_at for a in attempts), default=0)
+    failing = [a for a in attempts if a.error is not None and a.failed_at > back_at]
+    return max(failing, key=lambda a: a.failed_at).error if failing else None
 
 
 def boundary(
@@ -147,10 +170,11 @@ class Reconnecting(Generic[C]):
         """Closed, or aborted for a close: every later get() raises ``closed``."""
 
     @property
-    def outage(self) -> str | None:
-        """The last failed attempt's error while the server stays unreachable
-        (None once a connection is made)."""
-        return self._backoff.error
+    def attempts(self) -> Backoff:
+        """Its connection attempts: the last one's error while the server stays
+        unreachable, and when attempts last failed and succeeded (for
+        :func:`newest_outage`). Read, never changed, by others."""
+        return self._backoff
 
     def cut_if_connecting(self) -> bool:
         """If a call is in the driver's connect now, cut it there (what the
