@@ -111,6 +111,26 @@ def test_appends_queued_together_past_the_servers_packet_limit_all_commit(
     assert store.newest_seq() == 24
 
 
+def test_an_event_too_big_for_the_servers_packet_limit_fails_alone_and_clearly(
+    open_store: Callable[..., MysqlStore],
+) -> None:
+    # 5 M quotes are 10 MB of JSON text and 20 MB escaped in the INSERT: over
+    # the test server's max_allowed_packet (16 MiB). Sent, it dropped the
+    # connection under the whole group commit: the small appends queued with
+    # it failed too, all told they "may or may not have committed".
+    store = open_store()
+    before = store.connection
+    out = store.append_commit(
+        [ap("small1"), ap("huge", content='"' * 5_000_000), ap("small2")], T0, capture=False
+    )
+    small1, huge, small2 = out.results
+    assert (getattr(small1, "seq", small1), getattr(small2, "seq", small2)) == (1, 2)
+    assert isinstance(huge, RpcError) and huge.code == INVALID_PARAMS
+    assert "max_allowed_packet" in huge.message and "huge" in huge.message
+    assert store.connection is before  # the connection was never dropped
+    assert store.newest_seq() == 2
+
+
 # --- text and order ---------------------------------------------------------------------
 
 

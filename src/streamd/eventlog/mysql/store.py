@@ -46,7 +46,7 @@ from MySQLdb.constants import CLIENT
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
 from streamd.eventlog.model import AppendParams
-from streamd.eventlog.mysql import schema
+from streamd.eventlog.mysql import packets, schema
 from streamd.eventlog.mysql.sql import DB_NOW_US, READ_PAGE, MySql, placeholders
 from streamd.eventlog.mysql.url import MysqlUrl, connect_kwargs, parse
 from streamd.eventlog.store import outages, rows, rules
@@ -148,6 +148,7 @@ class MysqlStore(SqlOperations):
         # a cancel (KILL QUERY) or a cut (its socket) comes from another thread.
         self._thread = 0  # the server's id of the connection's session
         self._fd = -1  # its socket
+        self._max_packet = packets.DEFAULT_MAX_PACKET  # its max_allowed_packet
         self._link: Reconnecting[Any] = Reconnecting(
             connect=self._connect,
             # A connection that failed is dropped by _translate; one held is usable.
@@ -192,6 +193,11 @@ class MysqlStore(SqlOperations):
 
     def _connect(self) -> Any:
         conn = connect(self._url, self._opts)
+        try:
+            self._max_packet = packets.max_packet(conn)
+        except BaseException:
+            conn.close()
+            raise
         self._thread, self._fd = conn.thread_id(), conn.fileno()
         return conn
 
@@ -294,8 +300,14 @@ class MysqlStore(SqlOperations):
         """Write every append in one transaction (the shared planned commit,
         :func:`~streamd.eventlog.store.plan.commit_planned`, on this connection)."""
         sql = self._sql()
-        return commit_planned(_MysqlWrite(sql), rules.prepare_all(batch, now_us), now_us,
-                              capture, check=_refuse_too_long)
+        max_packet = self._max_packet
+
+        def check(item: rows.Prepared) -> None:
+            _refuse_too_long(item)
+            packets.refuse_oversized(item, max_packet)
+
+        return commit_planned(_MysqlWrite(sql, max_packet), rules.prepare_all(batch, now_us),
+                              now_us, capture, check=check)
 
     # -- maintenance --
 
@@ -352,8 +364,9 @@ class _MysqlWrite:
     """The planned commit's statements on one connection
     (:class:`~streamd.eventlog.store.plan.PlannedWrite`)."""
 
-    def __init__(self, sql: MySql) -> None:
+    def __init__(self, sql: MySql, max_packet: int) -> None:
         self._sql = sql
+        self._max_packet = max_packet
         self._savepoints = 0
 
     def transaction(self) -> AbstractContextManager[object]:
@@ -411,7 +424,7 @@ class _MysqlWrite:
             [v for (a, u, s), (seq, at) in newest.items()
              for v in (a, u, s, now_us, now_us, seq, at)],
         )
-        for packet in _packets(events):
+        for packet in packets.packets(events, self._max_packet):
             sql.run(
                 "INSERT INTO events (seq, app_name, user_id, session_id, event_id, invocation_id,"
                 " author, branch, event_time, content, metadata, state_delta, digest) VALUES "
@@ -430,29 +443,6 @@ class _MysqlWrite:
 
     def describe(self, exc: BaseException) -> str:
         return self._sql.describe(exc)
-
-
-# Characters of text one INSERT of events carries at most. The server refuses
-# a statement longer than its max_allowed_packet (4 MiB by default before
-# MySQL 8.0, 16 MiB in MariaDB) and drops the connection: several valid
-# appends queued together failed so. At four bytes a character, escaped, a
-# packet of this many stays under 4 MiB; an event larger goes alone.
-PACKET_CHARS = 512 << 10
-
-
-def _packets(events: list[Planned]) -> Iterator[list[Planned]]:
-    """``events`` in runs of at most ``PACKET_CHARS`` of text each (or one event)."""
-    run: list[Planned] = []
-    size = 0
-    for e in events:
-        n = 64 + sum(len(v) for v in e.row if isinstance(v, str | bytes))
-        if run and size + n > PACKET_CHARS:
-            yield run
-            run, size = [], 0
-        run.append(e)
-        size += n
-    if run:
-        yield run
 
 
 _FIELDS = (("app", "app_name"), ("user", "user_id"), ("session", "session_id"))

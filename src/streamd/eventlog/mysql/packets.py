@@ -1,0 +1,106 @@
+"""How much of a MySQL log's batch one statement carries: the server's
+``max_allowed_packet``.
+
+The server refuses a statement longer than its ``max_allowed_packet`` (4 MiB
+by default before MySQL 8.0, 64 MiB in 8.0, 16 MiB in MariaDB) by dropping
+the connection. Two consequences are handled here:
+
+* Appends queued together are written in runs (:func:`packets`) that each
+  fit, so valid appends never add up to a refused statement.
+* One event that cannot fit even alone is refused before anything is sent
+  (:func:`refuse_oversized`, -32602 naming the limit). Sent, it cut the
+  connection under the whole group commit: every other client's append
+  queued with it failed, each told that it "may or may not have committed",
+  and a retry of the big one failed the same way, for ever.
+
+A value's length in a statement is its UTF-8 length plus one for each byte
+the driver escapes (``mysql_real_escape_string``: NUL, LF, CR, Ctrl-Z, ``\\``,
+``'``, ``"``); a character is at most four bytes there (a four-byte character
+is never escaped, an escaped one is one byte doubled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from streamd.errors import invalid_params
+from streamd.eventlog.store import rows
+from streamd.eventlog.store.plan import Planned
+
+__all__ = [
+    "DEFAULT_MAX_PACKET", "PACKET_CHARS", "STATEMENT_SLACK", "max_packet", "packets",
+    "refuse_oversized", "statement_bytes",
+]
+
+DEFAULT_MAX_PACKET = 4 << 20
+"""The smallest default of any server, until a connection has read its own."""
+
+PACKET_CHARS = 512 << 10
+"""Characters of text one INSERT of events carries at most when several events
+share it (at most 2 MiB escaped: under every server's default limit)."""
+STATEMENT_SLACK = 4096
+"""Bytes of an event's INSERT beside its values: column names, numbers, quotes."""
+_ESCAPED = (b"\\", b"'", b'"', b"\0", b"\n", b"\r", b"\x1a")
+
+
+def max_packet(conn: Any) -> int:
+    """The connection's ``max_allowed_packet`` (the server's, as of its start)."""
+    cur = conn.cursor()
+    try:
+        cur.execute("SELECT @@max_allowed_packet")
+        row = cur.fetchone()
+    finally:
+        cur.close()
+    return int(row[0]) if row else DEFAULT_MAX_PACKET
+
+
+def packets(events: list[Planned], max_packet: int) -> Iterator[list[Planned]]:
+    """``events`` in runs that each fit one statement (or one event alone)."""
+    budget = max(1, min(PACKET_CHARS, (max_packet - STATEMENT_SLACK) // 4))
+    run: list[Planned] = []
+    size = 0
+    for e in events:
+        n = 64 + sum(len(v) for v in e.row if isinstance(v, str | bytes))
+        if run and size + n > budget:
+            yield run
+            run, size = [], 0
+        run.append(e)
+        size += n
+    if run:
+        yield run
+
+
+def statement_bytes(item: rows.Prepared) -> int:
+    """The length of ``item``'s values in an INSERT statement, escaped."""
+    p, ev = item.params, item.params.event
+    values: list[str | bytes | None] = [
+        p.app, p.user, p.session, ev.id, ev.invocation_id, ev.author, ev.branch,
+        item.content, item.metadata, item.state_delta_text, item.digest,
+    ]
+    total = 0
+    for v in values:
+        if v is None:
+            continue
+        data = v.encode("utf-8") if isinstance(v, str) else v
+        total += len(data) + sum(data.count(c) for c in _ESCAPED)
+    return total
+
+
+def refuse_oversized(item: rows.Prepared, max_packet: int) -> None:
+    """Refuse an event whose INSERT alone is longer than ``max_packet``."""
+    p, ev = item.params, item.params.event
+    room = max_packet - STATEMENT_SLACK
+    chars = sum(len(v) for v in (
+        p.app, p.user, p.session, ev.id, ev.invocation_id, ev.author, ev.branch,
+        item.content, item.metadata or "", item.state_delta_text or "",
+    )) + len(item.digest)
+    if chars * 4 <= room:
+        return  # fits even if every character took its most bytes: not measured
+    size = statement_bytes(item)
+    if size > room:
+        raise invalid_params(
+            f"event rejected by the database: event {ev.id[:200]!r} takes {size} bytes in a"
+            f" statement, more than the server's max_allowed_packet ({max_packet} bytes) lets"
+            " one statement carry; raise max_allowed_packet on the server to store it"
+        )
