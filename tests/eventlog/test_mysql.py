@@ -35,6 +35,7 @@ from streamd.eventlog.model import (
     SessionCreateParams,
     SessionGetParams,
     SinceParams,
+    StateDelta,
     to_us,
 )
 from streamd.eventlog.mysql.changes import PolledChanges
@@ -129,6 +130,34 @@ def test_an_event_too_big_for_the_servers_packet_limit_fails_alone_and_clearly(
     assert "max_allowed_packet" in huge.message and "huge" in huge.message
     assert store.connection is before  # the connection was never dropped
     assert store.newest_seq() == 2
+
+
+def test_a_state_grown_past_the_packet_limit_refuses_its_next_delta_alone_and_clearly(
+    open_store: Callable[..., MysqlStore],
+) -> None:
+    # Each delta is 6 MB, and the app's state is written whole: the third
+    # made an UPDATE of 18 MB, over the test server's max_allowed_packet (16
+    # MiB), which dropped the connection under the group commit, every
+    # append in it failing, the other app's too, and so on for every delta.
+    store = open_store()
+
+    def grow(i: int) -> list[Any]:
+        big = AppendParams(
+            app="big", user="u", session="s",
+            event=Event(id=f"grow{i}", author="agent", content=None),
+            state_delta=StateDelta(app={f"k{i}": "x" * 6_000_000}),
+        )
+        out = store.append_commit([big, ap(f"other{i}", app="other")], T0, capture=False)
+        return out.results
+
+    assert [r.seq for r in grow(0) + grow(1)] == [1, 2, 3, 4]
+    before = store.connection
+    refused, other = grow(2)
+    assert isinstance(refused, RpcError) and refused.code == INVALID_PARAMS
+    assert "max_allowed_packet" in refused.message and "app_states" in refused.message
+    assert getattr(other, "seq", other) == 5  # the rest of the batch commits
+    assert store.connection is before  # the connection was never dropped
+    assert sorted(store.get_state("big", None, None, None).app) == ["k0", "k1"]
 
 
 # --- text and order ---------------------------------------------------------------------

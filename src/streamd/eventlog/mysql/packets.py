@@ -12,6 +12,11 @@ the connection. Two consequences are handled here:
   connection under the whole group commit: every other client's append
   queued with it failed, each told that it "may or may not have committed",
   and a retry of the big one failed the same way, for ever.
+* Any other statement too long to send is refused the same way
+  (:func:`refuse_long_statement`, which every statement passes): a state
+  that grew past the limit by many deltas, each small, is written whole by
+  the next delta, which cut the connection under its group commit, and every
+  later delta of that app (user, session) did the same.
 
 A value's length in a statement is its UTF-8 length plus one for each byte
 the driver escapes (``mysql_real_escape_string``: NUL, LF, CR, Ctrl-Z, ``\\``,
@@ -30,7 +35,7 @@ from streamd.eventlog.store.plan import Planned
 
 __all__ = [
     "DEFAULT_MAX_PACKET", "PACKET_CHARS", "STATEMENT_SLACK", "max_packet", "packets",
-    "refuse_oversized", "statement_bytes",
+    "refuse_long_statement", "refuse_oversized", "statement_bytes",
 ]
 
 DEFAULT_MAX_PACKET = 4 << 20
@@ -71,6 +76,32 @@ def packets(events: list[Planned], max_packet: int) -> Iterator[list[Planned]]:
         yield run
 
 
+def refuse_long_statement(query: str, args: tuple[object, ...], max_packet: int) -> None:
+    """Refuse (-32602) a statement whose text with ``args`` is longer than
+    ``max_packet``: measured only when its characters could make it so."""
+    chars = len(query)
+    for a in args:
+        if isinstance(a, str | bytes):
+            chars += len(a)
+    if chars * 4 <= max_packet:
+        return
+    size = len(query.encode("utf-8")) + 4 * len(args)  # each value's quotes and comma
+    for a in args:
+        if isinstance(a, str | bytes):
+            size += _escaped_len(a)
+    if size > max_packet:
+        raise invalid_params(
+            f"refused by the database: {' '.join(query.split()[:3])} ... would be a statement of"
+            f" {size} bytes, more than the server's max_allowed_packet ({max_packet} bytes)"
+            " lets one statement carry; raise max_allowed_packet on the server to store it"
+        )
+
+
+def _escaped_len(value: str | bytes) -> int:
+    data = value.encode("utf-8") if isinstance(value, str) else value
+    return len(data) + sum(data.count(c) for c in _ESCAPED)
+
+
 def statement_bytes(item: rows.Prepared) -> int:
     """The length of ``item``'s values in an INSERT statement, escaped."""
     p, ev = item.params, item.params.event
@@ -78,13 +109,7 @@ def statement_bytes(item: rows.Prepared) -> int:
         p.app, p.user, p.session, ev.id, ev.invocation_id, ev.author, ev.branch,
         item.content, item.metadata, item.state_delta_text, item.digest,
     ]
-    total = 0
-    for v in values:
-        if v is None:
-            continue
-        data = v.encode("utf-8") if isinstance(v, str) else v
-        total += len(data) + sum(data.count(c) for c in _ESCAPED)
-    return total
+    return sum(_escaped_len(v) for v in values if v is not None)
 
 
 def refuse_oversized(item: rows.Prepared, max_packet: int) -> None:

@@ -22,6 +22,7 @@ import MySQLdb
 
 from streamd.eventlog import filters
 from streamd.eventlog.model import Filter
+from streamd.eventlog.mysql import packets
 from streamd.eventlog.store.sql import Args, Row, Rows, paged
 
 __all__ = ["DB_NOW_US", "DUPLICATE_ENTRY", "READ_PAGE", "MySql", "placeholders"]
@@ -49,23 +50,29 @@ def _marks(sql: str) -> str:
 class MySql:
     """One mysqlclient connection behind the storage rules' protocol."""
 
-    __slots__ = ("_cur", "_db", "_db_clock", "_describe")
+    __slots__ = ("_cur", "_db", "_db_clock", "_describe", "_max_packet")
 
     dialect = _DIALECT
     duplicate_key: tuple[type[BaseException], ...] = (MySQLdb.IntegrityError,)
     bad_value: tuple[type[BaseException], ...] = (MySQLdb.DataError,)
 
     def __init__(
-        self, db: Any, describe: Callable[[BaseException], str], db_clock: bool
+        self, db: Any, describe: Callable[[BaseException], str], db_clock: bool,
+        max_packet: int = packets.DEFAULT_MAX_PACKET,
     ) -> None:
         self._db = db
         self._cur = db.cursor()
         self._describe = describe
         self._db_clock = db_clock
+        self._max_packet = max_packet
 
     def _run(self, sql: str, args: Args) -> Any:
         cur = self._cur
-        cur.execute(_marks(sql), tuple(args))
+        values = tuple(args)
+        # Refused here, not sent: the server drops the connection under a
+        # statement over its max_allowed_packet (see packets).
+        packets.refuse_long_statement(sql, values, self._max_packet)
+        cur.execute(_marks(sql), values)
         return cur
 
     def rows(self, sql: str, args: Args = ()) -> list[Row]:

@@ -248,7 +248,7 @@ class MysqlStore(SqlOperations):
         conn = self._link.current
         if conn is None:
             raise closed_error()
-        return MySql(conn, self._scrub, self._db_clock)
+        return MySql(conn, self._scrub, self._db_clock, self._max_packet)
 
     @_translated
     def _call(self, op: Callable[[Sql], _T]) -> _T:
