@@ -3,7 +3,7 @@
 
 The server refuses a statement longer than its ``max_allowed_packet`` (4 MiB
 by default before MySQL 8.0, 64 MiB in 8.0, 16 MiB in MariaDB) by dropping
-the connection. Two consequences are handled here:
+the connection. What that costs is handled here:
 
 * Appends queued together are written in runs (:func:`packets`) that each
   fit, so valid appends never add up to a refused statement.
