@@ -28,7 +28,7 @@ from streamd.recall.wire import ExpandParams, InitializeParams, SearchParams
 # The event log's shared fixtures (fx: each storage backend; daemon: a served log).
 pytest_plugins = [
     "support.eventlog_fixtures", "support.recall", "support.conformance", "support.faulty_disk",
-    "support.postgres_store",
+    "support.postgres_store", "support.mysql_store",
 ]
 
 # The shared JSON-RPC test client asserts too; keep pytest's detailed messages there.

@@ -10,7 +10,6 @@ skipped, loudly, where none can be started (a failure with ``CI=true``).
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import shlex
 import sys
@@ -26,46 +25,21 @@ import trio
 import trio.testing
 from support.commit_order import race_writers_and_a_reader
 from support.hosts import Host, append_params
+from support.mysql_store import T0, ap
 
 from streamd.errors import INVALID_PARAMS, SESSION_LOCKED, SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.model import (
-    AppendParams,
     Event,
     LeaseAcquireParams,
     SessionCreateParams,
     SessionGetParams,
     SinceParams,
-    StateDelta,
-    to_us,
 )
 from streamd.eventlog.mysql.changes import PolledChanges
 from streamd.eventlog.mysql.runner import MysqlRunner
 from streamd.eventlog.mysql.store import MysqlOptions, MysqlStore
 
 REPO = Path(__file__).resolve().parents[2]
-T0 = to_us(dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
-
-
-def ap(event_id: str, session: str = "s", content: Any = None, **kw: Any) -> AppendParams:
-    return AppendParams(
-        app=kw.pop("app", "app"), user=kw.pop("user", "u"), session=session,
-        event=Event(id=event_id, author=kw.pop("author", "agent"), content=content, **kw),
-    )
-
-
-@pytest.fixture
-def open_store(mysql_db: str) -> Iterator[Callable[..., MysqlStore]]:
-    """Open stores on the test's database ("hosts": each its own connection)."""
-    opened: list[MysqlStore] = []
-
-    def open_(**kw: Any) -> MysqlStore:
-        store = MysqlStore.open(mysql_db, MysqlOptions(**kw))
-        opened.append(store)
-        return store
-
-    yield open_
-    for s in opened:
-        s.close()
 
 
 def raw(url: str) -> Any:
@@ -79,17 +53,18 @@ def raw(url: str) -> Any:
 
 
 def test_a_reader_never_sees_a_seq_before_every_lower_seq_is_visible(
-    open_store: Callable[..., MysqlStore],
+    open_mysql_store: Callable[..., MysqlStore],
 ) -> None:
-    writers = [open_store() for _ in range(4)]
-    reads = race_writers_and_a_reader(writers, open_store(), lambda i, s: ap(i, session=s), T0)
+    writers = [open_mysql_store() for _ in range(4)]
+    reads = race_writers_and_a_reader(
+        writers, open_mysql_store(), lambda i, s: ap(i, session=s), T0)
     assert reads > 1, "the reader must have raced the writers"
 
 
 def test_each_batch_commits_as_one_run_of_seqs_even_with_two_writers(
-    open_store: Callable[..., MysqlStore],
+    open_mysql_store: Callable[..., MysqlStore],
 ) -> None:
-    a, b = open_store(), open_store()
+    a, b = open_mysql_store(), open_mysql_store()
     first = a.append_commit([ap("a1"), ap("a2")], T0, capture=False)
     second = b.append_commit([ap("b1"), ap("a1"), ap("b2")], T0, capture=True)
     assert (first.before_seq, first.after_seq) == (0, 2)
@@ -99,74 +74,13 @@ def test_each_batch_commits_as_one_run_of_seqs_even_with_two_writers(
     assert a.newest_seq() == b.newest_seq() == 4
 
 
-def test_appends_queued_together_past_the_servers_packet_limit_all_commit(
-    open_store: Callable[..., MysqlStore],
-) -> None:
-    # 24 events of 1 MB, each well under the frame limit, were one INSERT of
-    # 24 MB: over the test server's max_allowed_packet (16 MiB, MariaDB's
-    # default), which drops the connection, and most of them failed.
-    store = open_store()
-    big = [ap(f"big{i}", content="x" * 1_000_000) for i in range(24)]
-    out = store.append_commit(big, T0, capture=False)
-    assert [getattr(r, "seq", r) for r in out.results] == list(range(1, 25))
-    assert store.newest_seq() == 24
-
-
-def test_an_event_too_big_for_the_servers_packet_limit_fails_alone_and_clearly(
-    open_store: Callable[..., MysqlStore],
-) -> None:
-    # 5 M quotes are 10 MB of JSON text and 20 MB escaped in the INSERT: over
-    # the test server's max_allowed_packet (16 MiB). Sent, it dropped the
-    # connection under the whole group commit: the small appends queued with
-    # it failed too, all told they "may or may not have committed".
-    store = open_store()
-    before = store.connection
-    out = store.append_commit(
-        [ap("small1"), ap("huge", content='"' * 5_000_000), ap("small2")], T0, capture=False
-    )
-    small1, huge, small2 = out.results
-    assert (getattr(small1, "seq", small1), getattr(small2, "seq", small2)) == (1, 2)
-    assert isinstance(huge, RpcError) and huge.code == INVALID_PARAMS
-    assert "max_allowed_packet" in huge.message and "huge" in huge.message
-    assert store.connection is before  # the connection was never dropped
-    assert store.newest_seq() == 2
-
-
-def test_a_state_grown_past_the_packet_limit_refuses_its_next_delta_alone_and_clearly(
-    open_store: Callable[..., MysqlStore],
-) -> None:
-    # Each delta is 6 MB, and the app's state is written whole: the third
-    # made an UPDATE of 18 MB, over the test server's max_allowed_packet (16
-    # MiB), which dropped the connection under the group commit, every
-    # append in it failing, the other app's too, and so on for every delta.
-    store = open_store()
-
-    def grow(i: int) -> list[Any]:
-        big = AppendParams(
-            app="big", user="u", session="s",
-            event=Event(id=f"grow{i}", author="agent", content=None),
-            state_delta=StateDelta(app={f"k{i}": "x" * 6_000_000}),
-        )
-        out = store.append_commit([big, ap(f"other{i}", app="other")], T0, capture=False)
-        return out.results
-
-    assert [r.seq for r in grow(0) + grow(1)] == [1, 2, 3, 4]
-    before = store.connection
-    refused, other = grow(2)
-    assert isinstance(refused, RpcError) and refused.code == INVALID_PARAMS
-    assert "max_allowed_packet" in refused.message and "app_states" in refused.message
-    assert getattr(other, "seq", other) == 5  # the rest of the batch commits
-    assert store.connection is before  # the connection was never dropped
-    assert sorted(store.get_state("big", None, None, None).app) == ["k0", "k1"]
-
-
 # --- text and order ---------------------------------------------------------------------
 
 
 def test_four_byte_characters_round_trip_and_keys_compare_as_code_points(
-    open_store: Callable[..., MysqlStore],
+    open_mysql_store: Callable[..., MysqlStore],
 ) -> None:
-    store = open_store()
+    store = open_mysql_store()
     emoji = "\U0001f680 naïve 𝔘"
     store.append(ap("e-\U0001f600", session=emoji, content={"t": emoji}, branch="b.\U0001f600"),
                  T0)
@@ -184,9 +98,9 @@ def test_four_byte_characters_round_trip_and_keys_compare_as_code_points(
 
 
 def test_a_key_longer_than_its_column_is_refused_naming_the_field_and_nothing_is_cut(
-    open_store: Callable[..., MysqlStore],
+    open_mysql_store: Callable[..., MysqlStore],
 ) -> None:
-    store = open_store()
+    store = open_mysql_store()
     with pytest.raises(RpcError) as info:
         store.append(ap("e1", session="s" * 256), T0)
     assert info.value.code == INVALID_PARAMS and "session is 256 characters" in info.value.message
@@ -207,9 +121,9 @@ def test_a_key_longer_than_its_column_is_refused_naming_the_field_and_nothing_is
 
 
 def test_lease_staleness_is_judged_by_the_databases_clock_not_the_callers(
-    open_store: Callable[..., MysqlStore],
+    open_mysql_store: Callable[..., MysqlStore],
 ) -> None:
-    a, b = open_store(), open_store()
+    a, b = open_mysql_store(), open_mysql_store()
     db_now = a.database_now_us()
     assert abs(db_now - time.time() * 1_000_000) < 60 * 1_000_000
     p = LeaseAcquireParams(app="app", user="u", session="s", stale_after_ms=60_000)
@@ -323,11 +237,11 @@ async def test_a_failed_poll_is_followed_by_a_wake_once_the_server_answers(
 
 
 def test_a_connection_the_server_closed_while_idle_is_replaced_before_the_next_call(
-    mysql_db: str, open_store: Callable[..., MysqlStore]
+    mysql_db: str, open_mysql_store: Callable[..., MysqlStore]
 ) -> None:
     # wait_timeout, or a restart, closes a connection the driver still holds:
     # the next call failed on it. Checked after every idle moment here.
-    store = open_store(idle_check_s=0.0)
+    store = open_mysql_store(idle_check_s=0.0)
     assert store.append(ap("before"), T0).seq == 1
     admin = raw(mysql_db)
     try:
@@ -635,9 +549,9 @@ async def test_close_does_not_hang_on_a_stopped_server_and_the_append_hears_mayb
 
 
 def test_durability_and_size_are_the_servers(
-    open_store: Callable[..., MysqlStore], mysql_server: Any,
+    open_mysql_store: Callable[..., MysqlStore], mysql_server: Any,
 ) -> None:
-    store = open_store(synchronous="NORMAL")  # not applied: the server's setting decides
+    store = open_mysql_store(synchronous="NORMAL")  # not applied: the server's setting decides
     # The tests' server writes every commit to disk (innodb_flush_log_at_trx_commit=1).
     assert store.synchronous() == 2
     store.append(ap("e1", content={"t": "x" * 1000}), T0)

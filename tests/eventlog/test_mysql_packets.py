@@ -1,0 +1,77 @@
+"""The MySQL backend and the server's ``max_allowed_packet``: what one statement
+may carry. Appends queued together are written in runs that fit; an event, or
+a state grown by many deltas, that cannot fit alone is refused alone, before
+anything is sent, and the connection and the rest of its group commit live on.
+Every test needs the MariaDB server of ``mysql_server`` (conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from support.mysql_store import T0, ap
+
+from streamd.errors import INVALID_PARAMS, RpcError
+from streamd.eventlog.model import AppendParams, Event, StateDelta
+from streamd.eventlog.mysql.store import MysqlStore
+
+
+def test_appends_queued_together_past_the_servers_packet_limit_all_commit(
+    open_mysql_store: Callable[..., MysqlStore],
+) -> None:
+    # 24 events of 1 MB, each well under the frame limit, were one INSERT of
+    # 24 MB: over the test server's max_allowed_packet (16 MiB, MariaDB's
+    # default), which drops the connection, and most of them failed.
+    store = open_mysql_store()
+    big = [ap(f"big{i}", content="x" * 1_000_000) for i in range(24)]
+    out = store.append_commit(big, T0, capture=False)
+    assert [getattr(r, "seq", r) for r in out.results] == list(range(1, 25))
+    assert store.newest_seq() == 24
+
+
+def test_an_event_too_big_for_the_servers_packet_limit_fails_alone_and_clearly(
+    open_mysql_store: Callable[..., MysqlStore],
+) -> None:
+    # 5 M quotes are 10 MB of JSON text and 20 MB escaped in the INSERT: over
+    # the test server's max_allowed_packet (16 MiB). Sent, it dropped the
+    # connection under the whole group commit: the small appends queued with
+    # it failed too, all told they "may or may not have committed".
+    store = open_mysql_store()
+    before = store.connection
+    out = store.append_commit(
+        [ap("small1"), ap("huge", content='"' * 5_000_000), ap("small2")], T0, capture=False
+    )
+    small1, huge, small2 = out.results
+    assert (getattr(small1, "seq", small1), getattr(small2, "seq", small2)) == (1, 2)
+    assert isinstance(huge, RpcError) and huge.code == INVALID_PARAMS
+    assert "max_allowed_packet" in huge.message and "huge" in huge.message
+    assert store.connection is before  # the connection was never dropped
+    assert store.newest_seq() == 2
+
+
+def test_a_state_grown_past_the_packet_limit_refuses_its_next_delta_alone_and_clearly(
+    open_mysql_store: Callable[..., MysqlStore],
+) -> None:
+    # Each delta is 6 MB, and the app's state is written whole: the third
+    # made an UPDATE of 18 MB, over the test server's max_allowed_packet (16
+    # MiB), which dropped the connection under the group commit, every
+    # append in it failing, the other app's too, and so on for every delta.
+    store = open_mysql_store()
+
+    def grow(i: int) -> list[Any]:
+        big = AppendParams(
+            app="big", user="u", session="s",
+            event=Event(id=f"grow{i}", author="agent", content=None),
+            state_delta=StateDelta(app={f"k{i}": "x" * 6_000_000}),
+        )
+        out = store.append_commit([big, ap(f"other{i}", app="other")], T0, capture=False)
+        return out.results
+
+    assert [r.seq for r in grow(0) + grow(1)] == [1, 2, 3, 4]
+    before = store.connection
+    refused, other = grow(2)
+    assert isinstance(refused, RpcError) and refused.code == INVALID_PARAMS
+    assert "max_allowed_packet" in refused.message and "app_states" in refused.message
+    assert getattr(other, "seq", other) == 5  # the rest of the batch commits
+    assert store.connection is before  # the connection was never dropped
+    assert sorted(store.get_state("big", None, None, None).app) == ["k0", "k1"]
