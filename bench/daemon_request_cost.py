@@ -16,8 +16,10 @@ number of requests. Rows:
 * ``whole``: the whole session (every tenth request count, it is large).
 
 each on a new connection per request and on one connection kept open. It says
-what a cold ``get_session`` pays the daemon beyond the read itself. Asserts
-nothing.
+what a cold ``get_session`` pays the daemon beyond the read itself. Below them,
+the floor: the same connect and ping against a bare Trio server
+(``trio_floor.py``: a fixed answer to every line, nothing parsed, no task per
+request), what Trio and the kernel alone cost on this machine. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -85,6 +88,27 @@ async def fill(path: str, events: int) -> None:
         await client.aclose()
 
 
+def floor(path: Path, n: int) -> None:
+    """The rows of a bare Trio server (``trio_floor.py``) on ``path``."""
+    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("trio_floor.py")),
+                               str(path)])
+    try:
+        deadline = time.monotonic() + 30
+        while not path.exists():  # a process's start-up: there is no event to wait on
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("trio_floor.py did not start")
+            time.sleep(0.02)
+        for name, request, fresh in (("connect", None, True),
+                                     ("ping", frame("eventlog/ping", {}), True),
+                                     ("ping", frame("eventlog/ping", {}), False)):
+            cpu, wall = measure(server.pid, str(path), request, fresh, n)
+            kind = "new" if fresh else "kept open"
+            print(f"{'floor ' + name:10} {kind:10} {cpu:14.0f} {wall:10.0f}")
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=2000)
@@ -117,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{name:10} {kind:10} {cpu:14.0f} {wall:10.0f}")
         finally:
             asyncio.run(daemon.__aexit__())
+        floor(Path(work) / "floor.sock", args.requests)
     print(f"load {os.getloadavg()}")
     return 0
 
