@@ -19,6 +19,7 @@ pytest.importorskip("google.adk")
 from google.adk.events.event import Event
 from google.genai import types
 from support.adk import event
+from support.frozen import freeze
 from support.resident import World, make_world, pid_alive, point_clients_at, wait_for
 
 from streamd.adk import StreamdSessionService
@@ -99,7 +100,7 @@ def test_an_append_in_flight_when_the_daemon_dies_is_sent_again(
         async with asyncio.timeout(60):
             s = await service.create_session(app_name="a", user_id="u", session_id="s")
             pid = world.daemon_pid()
-            os.kill(pid, signal.SIGSTOP)
+            freeze(pid)
             try:
                 sent = asyncio.create_task(service.append_event(s, said("in flight")))
                 # The task runs to its first real wait in one step: the frame

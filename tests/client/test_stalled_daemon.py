@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from support.frozen import freeze
 from support.serve_socket import serving
 
 from streamd.client import AsyncClient, Client, TrioClient
@@ -30,7 +31,7 @@ BIG = "x" * (1 << 20)
 
 @contextlib.contextmanager
 def stopped(proc: subprocess.Popen[bytes]) -> Iterator[None]:
-    os.kill(proc.pid, signal.SIGSTOP)
+    freeze(proc.pid)
     try:
         yield
     finally:
@@ -165,7 +166,7 @@ def test_closing_a_blocking_client_kills_its_child_that_does_not_exit(tmp_path: 
     client = Client.spawn(["--db", str(tmp_path / "e.db")], exit_grace=GRACE)
     assert client.process is not None
     client.append("a", "u", "s", Event(id="kept", author="a", content="kept"))
-    os.kill(client.process.pid, signal.SIGSTOP)
+    freeze(client.process.pid)
     (raised,) = in_thread(client.close, 60)
     assert raised is None
     assert client.process.returncode == -signal.SIGKILL
@@ -180,7 +181,7 @@ def test_closing_an_asyncio_client_kills_its_child_that_does_not_exit(tmp_path: 
         client = await AsyncClient.spawn(["--db", str(tmp_path / "e.db")], exit_grace=GRACE)
         assert client.process is not None
         await client.ping()
-        os.kill(client.process.pid, signal.SIGSTOP)
+        freeze(client.process.pid)
         async with asyncio.timeout(60):
             await client.aclose()
         calm = await AsyncClient.spawn(["--db", str(tmp_path / "e.db")], exit_grace=GRACE)
@@ -200,7 +201,7 @@ def test_leaving_a_trio_clients_block_kills_its_child_that_does_not_exit(tmp_pat
             ) as client:
                 assert client.process is not None
                 await client.ping()
-                os.kill(client.process.pid, signal.SIGSTOP)
+                freeze(client.process.pid)
             async with TrioClient.spawn(["--db", str(tmp_path / "e.db")], exit_grace=GRACE) as calm:
                 await calm.ping()
         assert calm.process is not None

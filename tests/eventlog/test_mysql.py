@@ -24,6 +24,7 @@ import pytest
 import trio
 import trio.testing
 from support.commit_order import race_writers_and_a_reader
+from support.frozen import freeze
 from support.hosts import Host, append_params
 from support.mysql_store import T0, ap
 
@@ -490,7 +491,7 @@ async def test_a_cancelled_call_on_a_stopped_server_returns_and_the_next_call_re
     try:
         await runner.run(lambda s: s.append(ap("first"), T0))
         pid = mysql_server.proc.pid
-        os.kill(pid, signal.SIGSTOP)  # a server that no longer answers at all
+        freeze(pid)  # a server that no longer answers at all
         try:
             started = time.monotonic()
             with trio.fail_after(20):
@@ -528,7 +529,7 @@ async def test_close_does_not_hang_on_a_stopped_server_and_the_append_hears_mayb
     with trio.fail_after(30):
         async with EventLog(mysql_db) as log, trio.open_nursery() as nursery:
             await log.append("app", "u", "s", Event(id="first", author="agent", content=None))
-            os.kill(pid, signal.SIGSTOP)
+            freeze(pid)
             try:
                 nursery.start_soon(append_one, log)
                 await trio.testing.wait_all_tasks_blocked()

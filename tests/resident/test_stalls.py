@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.frozen import freeze
 from support.resident import Attached, World, make_world, pid_alive, point_clients_at, req, wait_for
 
 import streamd
@@ -58,9 +59,7 @@ class Stopped:
         self.proc = world.start_daemon()
         self.pid = self.proc.pid
         self.pending: list[socket.socket] = []
-        os.kill(self.pid, signal.SIGSTOP)
-        wait_for(lambda: Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                 == "T", 30, "the daemon to stop")
+        freeze(self.pid)
         while fill:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.setblocking(False)

@@ -6,9 +6,41 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
 
-__all__ = ["stopped"]
+__all__ = ["freeze", "stopped"]
+
+
+def freeze(pid: int, timeout: float = 30.0) -> None:
+    """Stop process ``pid`` (SIGSTOP) and return once every thread of it has
+    stopped. ``kill`` returns before that: one thread is woken to begin the
+    stop and brings the others to it when it runs, and until then a thread
+    woken by a request (a server's connection thread) can still answer it.
+    On a loaded machine that window lasted long enough for a frozen MariaDB
+    to answer a query. A process that ends meanwhile is passed over."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while not _all_stopped(pid):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} did not stop within {timeout} s of SIGSTOP")
+        time.sleep(0.001)  # another process's state: there is no event to wait on
+
+
+def _all_stopped(pid: int) -> bool:
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return True  # ended
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue  # the thread ended
+        if state not in (b"T", b"t", b"Z", b"X"):
+            return False
+    return True
 
 
 @contextlib.contextmanager
@@ -26,7 +58,10 @@ def stopped(pids: Sequence[int], most: float = 15.0) -> Iterator[None]:
     watchdog = threading.Timer(most, send, (signal.SIGCONT,))
     watchdog.start()
     try:
-        send(signal.SIGSTOP)  # inside: a failure half way still continues them all
+        # Inside: a failure half way still continues them all.
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                freeze(pid)
         yield
     finally:
         watchdog.cancel()
