@@ -100,9 +100,9 @@ def newest_outage(attempts: Iterable[Backoff]) -> str | None:
     A connection that failed while the server was down and has had no call
     since (the writer of a log that only reads, a retention step's) would
     otherwise say the server is gone until something uses it again."""
-    attempts = list(attempts)
-    back_at = max((a.succeeded_at for a in attempts), default=0)
-    failing = [a for a in attempts if a.error is not None and a.failed_at > back_at]
+    every = list(attempts)
+    back_at = max((a.succeeded_at for a in every), default=0)
+    failing = [a for a in every if a.error is not None and a.failed_at > back_at]
     return max(failing, key=lambda a: a.failed_at).error if failing else None
 
 
