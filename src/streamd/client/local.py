@@ -68,7 +68,7 @@ import msgspec
 from streamd import errors
 from streamd.client import calls
 from streamd.client.local_log import OpenLog, forked_error, open_log, release_later
-from streamd.client.protocol import Call, decode_result
+from streamd.client.protocol import Call, decode_result, encode_params
 from streamd.errors import RpcError
 from streamd.eventlog import dbtarget, inline
 from streamd.eventlog.model import (
@@ -369,7 +369,7 @@ class LocalClient(calls.AwaitedEventLogMethods):
         # the builders check nothing, and a Struct built in Python skips its
         # constraints.
         params = decode_params(
-            call.method, msgspec.Raw(_encoder.encode(call.params)), method.params
+            call.method, msgspec.Raw(encode_params(call)), method.params
         )
         op = method.plan(params, int(time.time() * 1_000_000))
         value = await self._run(op, method.small(params), method.writes)

@@ -71,6 +71,7 @@ __all__ = [
     "Reply",
     "WatchUpdated",
     "decode_result",
+    "encode_params",
 ]
 
 log = logging.getLogger("streamd.client")
@@ -113,6 +114,23 @@ def _decoder(kind: Any) -> msgspec.json.Decoder[Any]:
     if found is None:
         found = _decoders[kind] = msgspec.json.Decoder(kind)
     return found
+
+
+def encode_params(call: Call[Any]) -> bytes:
+    """``call``'s params as JSON. A text holding a surrogate code point (no
+    UTF-8 encodes one) is refused -32602 naming its field, as the daemon and
+    the store refuse it, never the encoder's ``UnicodeEncodeError``."""
+    try:
+        return _encoder.encode(call.params)
+    except UnicodeEncodeError:
+        # Imported only here: the storage rules are no part of a thin client's start.
+        from streamd.eventlog.store.storable import refused, surrogate_path
+
+        path = surrogate_path(call.params)
+        if path is None:
+            raise
+        refusal = refused(path)
+        raise RpcError(refusal.code, f"{call.method} params: {refusal.message}") from None
 
 
 def decode_result(data: bytes | msgspec.Raw, kind: type[T]) -> T:
@@ -228,7 +246,7 @@ class ClientProtocol:
                 b',"method":',
                 _encoder.encode(call.method),
                 b',"params":',
-                _encoder.encode(call.params),
+                encode_params(call),
                 b"}\n",
             )
         )

@@ -134,5 +134,12 @@ def validated(params: _T) -> _T:
     """
     try:
         return msgspec.json.decode(_encoder.encode(params), type=type(params))
+    except UnicodeEncodeError as exc:
+        # A surrogate code point: refused as the store refuses it, naming the
+        # field (imported here: the model is below the store's rules).
+        from streamd.eventlog.store.storable import refused, surrogate_path
+
+        path = surrogate_path(params)
+        raise (refused(path) if path is not None else invalid_params(str(exc))) from None
     except (msgspec.ValidationError, TypeError, ValueError) as exc:
         raise invalid_params(str(exc)) from None

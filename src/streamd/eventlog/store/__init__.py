@@ -16,7 +16,8 @@ Nothing here imports a driver or a backend; the backends import this.
   ``streamd log verify``.
 * :mod:`~streamd.eventlog.store.rows` - values to columns and rows to Structs,
   total on damaged rows; :mod:`~streamd.eventlog.store.rules` - the checks and
-  errors every backend gives alike.
+  errors every backend gives alike; :mod:`~streamd.eventlog.store.storable` -
+  text no database can store (a surrogate code point), refused before any SQL.
 
 The backends are :mod:`streamd.eventlog.sqlite` and
 :mod:`streamd.eventlog.postgres`, each the only importer of its driver.

@@ -8,6 +8,10 @@ an :class:`~streamd.errors.RpcError`. What stays in the backend is what truly
 differs: how seq is numbered and the batch write, connection lifecycle and
 setup, change notification, error translation, and its own maintenance
 (vacuum, checkpoints, query plans).
+
+Each operation taking text is :func:`~streamd.eventlog.store.storable.checked_texts`:
+a text no database can store (a lone surrogate) is refused with -32602 here,
+once for every backend, before the driver meets it.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from streamd.eventlog.store.backend import (
 )
 from streamd.eventlog.store.sql import Sql
 from streamd.eventlog.store.steps import Bounds, Step
+from streamd.eventlog.store.storable import checked_texts
 
 __all__ = ["SqlOperations"]
 
@@ -94,14 +99,17 @@ class SqlOperations:
         """The newest seq ever given and committed (deleted events still count)."""
         return self._call(lambda db: db.newest_seq())
 
+    @checked_texts
     def since(self, p: SinceParams, shape: ReadShape = DECODED) -> SinceResult:
         return self._call(lambda db: reads.since(db, p, shape))
 
+    @checked_texts
     def since_committed(
         self, from_seq: int, flt: Filter | None, limit: int, max_bytes: int
     ) -> tuple[list[Committed], bool]:
         return self._call(lambda db: reads.since_committed(db, from_seq, flt, limit, max_bytes))
 
+    @checked_texts
     def latest_seq(self, flt: Filter | None) -> int:
         return self._call(lambda db: reads.latest_seq(db, flt))
 
@@ -120,34 +128,43 @@ class SqlOperations:
     def newest_removal(self) -> tuple[int, int]:
         return self._call(lambda db: reads.newest_removal(db))
 
+    @checked_texts
     def nth_newest_seq(self, flt: Filter | None, offset: int) -> int:
         return self._call(lambda db: reads.nth_newest_seq(db, flt, offset))
 
+    @checked_texts
     def branches(self, flt: Filter | None, limit: int | None) -> list[str]:
         return self._call(lambda db: reads.branches(db, flt, limit))
 
     # -- sessions --
 
+    @checked_texts
     def create_session(self, p: SessionCreateParams, now_us: int) -> Session:
         return self._call(lambda db: sessions.create_session(db, p, now_us))
 
+    @checked_texts
     def get_session(self, p: SessionGetParams, shape: ReadShape = DECODED) -> SessionWithEvents:
         return self._call(lambda db: sessions.get_session(db, p, shape))
 
+    @checked_texts
     def get_sessions(self, p: SessionsGetParams, shape: ReadShape = DECODED) -> SessionsResult:
         return self._call(lambda db: sessions.get_sessions(db, p, shape))
 
+    @checked_texts
     def list_sessions(self, app: str, user: str | None) -> list[Session]:
         return self._call(lambda db: sessions.list_sessions(db, app, user))
 
+    @checked_texts
     def list_sessions_page(self, p: SessionListParams) -> SessionListResult:
         return self._call(lambda db: sessions.list_sessions_page(db, p))
 
+    @checked_texts
     def delete_session(self, app: str, user: str, session: str) -> None:
         self._call(lambda db: sessions.delete_session(db, app, user, session))
 
     # -- state --
 
+    @checked_texts
     def get_state(
         self, app: str, user: str | None, session: str | None, as_of_seq: int | None
     ) -> StateSnapshot:
@@ -155,15 +172,19 @@ class SqlOperations:
 
     # -- retention --
 
+    @checked_texts
     def set_retention(self, policy: RetentionPolicy, now_us: int) -> None:
         self._call(lambda db: retention.set_retention(db, policy, now_us))
 
+    @checked_texts
     def retention_policies(self, app: str | None = None) -> list[RetentionPolicy]:
         return self._call(lambda db: retention.retention_policies(db, app))
 
+    @checked_texts
     def leased_sessions(self, app: str, now_us: int) -> int:
         return self._call(lambda db: leases.leased_sessions(db, app, now_us))
 
+    @checked_texts
     def drop_idle_sessions(
         self,
         app: str,
@@ -179,6 +200,7 @@ class SqlOperations:
             )
         )
 
+    @checked_texts
     def drop_old_events(
         self,
         app: str,
@@ -194,6 +216,7 @@ class SqlOperations:
             )
         )
 
+    @checked_texts
     def trim_sessions(
         self,
         app: str,
@@ -211,23 +234,29 @@ class SqlOperations:
 
     # -- leases --
 
+    @checked_texts
     def acquire_lease(self, p: LeaseAcquireParams, holder: str, now_us: int) -> None:
         self._call(lambda db: leases.acquire(db, p, holder, now_us))
 
+    @checked_texts
     def heartbeat_lease(self, app: str, user: str, session: str, holder: str, now_us: int) -> bool:
         return self._call(lambda db: leases.heartbeat(db, app, user, session, holder, now_us))
 
+    @checked_texts
     def release_lease(self, app: str, user: str, session: str, holder: str) -> bool:
         return self._call(lambda db: leases.release(db, app, user, session, holder))
 
+    @checked_texts
     def list_leases(self, app: str | None = None, user: str | None = None) -> list[LeaseInfo]:
         return self._call(lambda db: leases.listed(db, app, user))
 
     # -- boots --
 
+    @checked_texts
     def record_boot(self, at_us: int, attempted: Sequence[str]) -> int:
         return self._call(lambda db: boots.record_boot(db, at_us, attempted))
 
+    @checked_texts
     def update_boot(self, boot_id: int, attempted: Sequence[str]) -> None:
         self._call(lambda db: boots.update_boot(db, boot_id, attempted))
 

@@ -35,6 +35,7 @@ from streamd.eventlog.model import (
     wire_size,
 )
 from streamd.eventlog.store.backend import Committed, Shape
+from streamd.eventlog.store.storable import refused, surrogate_path
 
 __all__ = [
     "ENTRY_COLUMNS",
@@ -152,6 +153,12 @@ def prepare(p: AppendParams, now_us: int) -> Prepared:
         content = json_text(ev.content)
         identity = _encode_canonical(fields)
     except (TypeError, ValueError) as exc:
+        # Looked for only now: a surrogate may sit in any field (a key as
+        # well as the content), and walking every append's content to find
+        # one first would cost more than encoding it.
+        found = surrogate_path(p) if isinstance(exc, UnicodeEncodeError) else None
+        if found is not None:
+            raise refused(found) from None
         raise invalid_params(f"event content is not JSON: {exc}") from None
     try:
         delta_text = json_text(delta) if delta is not None else None
