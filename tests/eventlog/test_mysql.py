@@ -162,9 +162,12 @@ def test_openers_that_start_at_once_leave_one_schema_at_the_current_version(mysq
         conn = raw(mysql_db)
         cur = conn.cursor()
         cur.execute("SELECT version FROM streamd_meta")
-        # Version 2 added the deletion signal (removed_events).
-        assert cur.fetchall() == ((2,),)
+        # Version 2 added the deletion signal (removed_events), version 3 the
+        # row deleters lock so that its marks commit in order (removal_order).
+        assert cur.fetchall() == ((3,),)
         cur.execute("SELECT count(*) FROM seq_counter")
+        assert cur.fetchall() == ((1,),)
+        cur.execute("SELECT count(*) FROM removal_order")
         assert cur.fetchall() == ((1,),)
         conn.close()
     finally:

@@ -13,7 +13,6 @@ import datetime as dt
 import functools
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import trio
 import trio.testing
 from support import store_contract as contract
 from support.eventlog import mocked, take
+from support.server_locks import lock_waits, until
 from support.service import Daemonish, append
 from support.store_contract import SECOND, T0, Fixture, ap, ev
 
@@ -342,42 +342,6 @@ def test_a_session_appended_to_while_it_is_dropped_keeps_the_append(
         assert kept == []
 
 
-def _waiting_for_a_lock(request: pytest.FixtureRequest, backend: str) -> Callable[[], bool]:
-    """Whether some connection of the test's database waits for a row lock,
-    asked on a connection of its own."""
-    if backend == "postgres":
-        import psycopg
-
-        conninfo = request.getfixturevalue("postgres_db")
-
-        def pg() -> bool:
-            with psycopg.connect(conninfo, autocommit=True) as db:
-                row = db.execute("SELECT count(*) FROM pg_stat_activity WHERE datname ="
-                                 " current_database() AND wait_event_type = 'Lock'").fetchone()
-                return bool(row and row[0])
-
-        return pg
-    from streamd.eventlog.mysql.store import MysqlOptions, connect
-    from streamd.eventlog.mysql.url import parse
-
-    url = request.getfixturevalue("mysql_db")
-
-    def my() -> bool:
-        db = connect(parse(url), MysqlOptions())
-        try:
-            cur = db.cursor()
-            # A row lock (InnoDB's wait), or a table's metadata lock (the
-            # server's), whichever the step meets first.
-            cur.execute("SELECT (SELECT count(*) FROM information_schema.innodb_trx"
-                        " WHERE trx_state = 'LOCK WAIT') + (SELECT count(*) FROM"
-                        " information_schema.processlist WHERE state LIKE 'Waiting for%lock%')")
-            return bool(cur.fetchone()[0])
-        finally:
-            db.close()
-
-    return my
-
-
 @pytest.fixture(params=["postgres", "mysql"])
 def server_fx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
     yield from contract.BACKENDS[request.param](request, tmp_path)
@@ -427,12 +391,13 @@ def test_a_group_commit_and_a_drop_step_lock_their_sessions_in_one_order(
     assert locked.wait(30), outcomes
     dropping = run("drop", lambda: fx.store.drop_idle_sessions(
         "app", now - DAY, None, now, None, B))
-    waiting = _waiting_for_a_lock(request, backend)
-    deadline = time.monotonic() + 30
-    while not waiting():  # the step waits for a session the group holds
+    waits = lock_waits(request, backend)
+
+    def waiting() -> bool:  # the step waits for a session the group holds
         assert dropping.is_alive(), f"the drop step ended, the group holding its locks: {outcomes}"
-        assert time.monotonic() < deadline, "the drop step never waited for the group's lock"
-        time.sleep(0.01)
+        return waits() > 0
+
+    until(waiting, "the drop step waiting for the group's lock", timeout=30)
     go.set()
     appending.join(60)
     dropping.join(60)

@@ -23,7 +23,9 @@ What differs from PostgreSQL, and why
 * **seq is the counter row of PostgreSQL**, ``seq_counter``, locked by each
   append, for the same reason (commit order is seq order: a reader that sees
   seq N+1 sees N). InnoDB makes a transaction's rows visible at its commit,
-  before its locks are released, so the rule holds here too.
+  before its locks are released, so the rule holds here too. Removal marks
+  (``removed_events``) commit in mark order the same way, by a row of their
+  own, ``removal_order``, that only deleting transactions lock.
 * **Content is checked JSON** (``CHECK (JSON_VALID(content))``), stored as the
   text the client sent: MySQL's ``JSON`` type would rewrite it (MariaDB's is
   ``LONGTEXT`` with the same check).
@@ -160,8 +162,18 @@ CREATE TRIGGER events_record_removal AFTER DELETE ON events FOR EACH ROW
     INSERT INTO removed_events (seq) VALUES (OLD.seq)
 """
 
+# Version 3: removal marks commit in mark order, as in PostgreSQL's version 4
+# (see there): an AUTO_INCREMENT hands marks out at delete time, so each
+# transaction that deletes events locks this one row first.
+_V3 = """
+CREATE TABLE IF NOT EXISTS removal_order (
+    one TINYINT PRIMARY KEY
+) ENGINE=InnoDB;
+INSERT IGNORE INTO removal_order (one) VALUES (1)
+"""
+
 # Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -124,10 +124,13 @@ class MySql:
         return "events"
 
     @contextmanager
-    def write(self, single: bool = False) -> Iterator[object]:
+    def write(self, single: bool = False, removes: bool = False) -> Iterator[object]:
         db = self._db
         db.query("BEGIN")
         try:
+            if removes:
+                # Before anything else: see Sql.write and the schema's version 3.
+                self._run("SELECT one FROM removal_order WHERE one = 1 FOR UPDATE", ())
             yield None
         except BaseException:
             _rollback(db)

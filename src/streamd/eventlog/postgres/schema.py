@@ -31,6 +31,10 @@ What differs from SQLite, and why
   Reads take it as text, never parsed.
 * ``sessions.last_seq`` is written by the append itself (it knows the seq
   before inserting), where SQLite uses a trigger.
+* **Removal marks commit in mark order** for the same reason, by a row of
+  their own (``removal_order``, version 4), which every deleting transaction
+  locks before anything else: a reader of ``removed_events`` that has seen
+  mark N+1 has seen N.
 """
 
 from __future__ import annotations
@@ -199,8 +203,21 @@ CREATE TRIGGER events_record_removal AFTER DELETE ON events
     REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION events_record_removal();
 """
 
+# Version 4: removal marks commit in mark order. ``mark`` is an identity,
+# handed out at delete time, so a transaction holding marks 1-2 could commit
+# after one holding 3-4, and an index that had read 3-4 (and moved its mark
+# past them) would never see 1-2. Every transaction that deletes events
+# locks this one row first (``PgSql.write(removes=True)``): deleters commit
+# one after another, in mark order, as appenders do by ``seq_counter``, which
+# they leave alone, so retention never holds up an append. A version of its
+# own also keeps a streamd that would delete without the lock off the log.
+_V4 = """
+CREATE TABLE removal_order (one boolean PRIMARY KEY DEFAULT true CHECK (one));
+INSERT INTO removal_order DEFAULT VALUES;
+"""
+
 # Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

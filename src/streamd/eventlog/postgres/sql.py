@@ -6,7 +6,9 @@ once and then found in a cache. The connection is in autocommit: a write is
 is its own transaction; a snapshot is REPEATABLE READ READ ONLY. The newest
 seq is the one row of ``seq_counter``, locked ``FOR UPDATE`` by a writer that
 must take its place after every seq committed (see
-:mod:`~streamd.eventlog.postgres.schema` for why a sequence would not do).
+:mod:`~streamd.eventlog.postgres.schema` for why a sequence would not do);
+a writer that deletes events locks ``removal_order`` the same way, for its
+removal marks.
 """
 
 from __future__ import annotations
@@ -98,8 +100,18 @@ class PgSql:
     def events_source(self, flt: Filter | None, from_seq: int | None) -> str:
         return "events"
 
-    def write(self, single: bool = False) -> AbstractContextManager[object]:
+    def write(self, single: bool = False, removes: bool = False) -> AbstractContextManager[object]:
+        if removes:
+            return self._removing()
         return nullcontext() if single else self._db.transaction()
+
+    @contextmanager
+    def _removing(self) -> Iterator[object]:
+        """A transaction that deletes events: ``removal_order`` locked first
+        (see :meth:`Sql.write` and the schema's version 4)."""
+        with self._db.transaction() as tx:
+            self._db.execute("SELECT one FROM removal_order FOR UPDATE")
+            yield tx
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

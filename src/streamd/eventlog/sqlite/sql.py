@@ -119,7 +119,10 @@ class SqliteSql:
                 return "events NOT INDEXED"
         return indexed_by(flt)
 
-    def write(self, single: bool = False) -> AbstractContextManager[object]:
+    def write(self, single: bool = False, removes: bool = False) -> AbstractContextManager[object]:
+        # ``removes`` needs nothing here: a write transaction (BEGIN
+        # IMMEDIATE) already excludes every other writer, so marks commit in
+        # the order they are given.
         return self._db
 
     @contextmanager

@@ -82,7 +82,7 @@ def drop_idle_sessions(
     events = deltas = sessions = 0
     cursor: SessionCursor | None = None
     after = 0
-    with db.write():
+    with db.write(removes=True):
         # Locked (a server's): another daemon's append to one of them waits
         # for this step, or this step for it, and a session appended to
         # meanwhile is idle no longer, and skipped. Without the lock the
@@ -143,7 +143,7 @@ def drop_old_events(
     keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
     leased, largs = live_lease(db, "e", now_us)
     done = previous.after_seq if previous else 0
-    with db.write(single=True):
+    with db.write(removes=True):
         gone = db.delete_returning(
             "events", "seq",
             "SELECT seq FROM events e WHERE app_name = ?"
@@ -177,7 +177,7 @@ def trim_sessions(
     start = previous.cursor if previous else None
     cursor: SessionCursor | None = None
     after = 0
-    with db.write():
+    with db.write(removes=True):
         # One more than looked at, to know where the next step starts.
         page = db.rows(
             "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"

@@ -356,6 +356,6 @@ def delete_session(db: Sql, app: str, user: str, session: str) -> None:
     key = (app, user, session)
     if db.dialect.cannot_hold(*key):
         return  # no such session can exist
-    with db.write():
+    with db.write(removes=True):
         db.run(f"DELETE FROM events WHERE {_SESSION}", key)
         db.run(f"DELETE FROM sessions WHERE {_SESSION}", key)

@@ -19,7 +19,8 @@ databases and nothing more:
 * **Transactions.** :meth:`Sql.write` is one write transaction (SQLite's
   ``BEGIN IMMEDIATE``, PostgreSQL's ``BEGIN``); ``single=True`` says the block
   is one statement, which PostgreSQL runs as its own transaction in autocommit
-  (one round trip instead of three). :meth:`Sql.snapshot` is a read
+  (one round trip instead of three); ``removes=True`` that it deletes events,
+  whose removal marks must commit in mark order. :meth:`Sql.snapshot` is a read
   transaction in which several statements see one state of the log.
 * **The log's clock and counter.** :meth:`Sql.newest_seq` is the newest seq
   ever given (SQLite's ``sqlite_sequence``, PostgreSQL's ``seq_counter``,
@@ -131,8 +132,15 @@ class Sql(Protocol):
         planner has them, so there it is ``events``."""
         ...
 
-    def write(self, single: bool = False) -> AbstractContextManager[object]:
-        """One write transaction; ``single``: the block is one statement."""
+    def write(self, single: bool = False, removes: bool = False) -> AbstractContextManager[object]:
+        """One write transaction; ``single``: the block is one statement.
+        ``removes``: the block deletes events, so it records removal marks,
+        and it keeps every other such writer from recording one until it
+        ends (before any other lock it takes, so deleters wait only for each
+        other, never in a cycle; appends never wait for it). Marks are
+        handed out as rows are deleted: without this, two deleters could
+        commit theirs out of mark order, and a reader that had read the later
+        ones would skip the earlier ones for ever."""
         ...
 
     def snapshot(self) -> AbstractContextManager[None]:
