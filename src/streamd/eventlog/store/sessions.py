@@ -36,6 +36,7 @@ from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import ReadShape, Shape
 from streamd.eventlog.store.sql import Args, Sql
 from streamd.eventlog.store.state import apply_delta, shared_state
+from streamd.eventlog.store.storable import refused, surrogate_path
 
 __all__ = [
     "EventBounds",
@@ -69,6 +70,10 @@ def create_session(db: Sql, p: SessionCreateParams, now_us: int) -> Session:
         if delta is not None:
             rows.json_text(delta)
     except (TypeError, ValueError) as exc:
+        # Looked for only now, as rows.prepare does for an event.
+        found = surrogate_path(p) if isinstance(exc, UnicodeEncodeError) else None
+        if found is not None:
+            raise refused(found) from None
         raise invalid_params(f"session state is not JSON: {exc}") from None
     try:
         with db.write():
