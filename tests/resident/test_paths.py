@@ -11,6 +11,7 @@ writes outside the world, even as root.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -59,6 +60,29 @@ def test_a_relative_runtime_dir_serves_this_attach_and_every_later_one(world: Wo
     assert "result" in second.ask(world.initialize(1)), second.stderr()
     assert end(second) == 0
     assert world.daemons() == [pid]
+
+
+def test_a_relative_home_names_the_same_runtime_dir_for_attach_and_its_daemon(
+    world: World,
+) -> None:
+    # No runtime or state directory named: both come from HOME, "proc" from
+    # the world's root. Resolved against the daemon's "/" it would be
+    # /proc/.local/..., where nothing can be made.
+    env = {k: v for k, v in world.env.items()
+           if k not in ("STREAMD_RUNTIME_DIR", "XDG_STATE_HOME")}
+    env["HOME"] = "proc"
+    run = world.root / "proc" / ".local" / "state" / "streamd" / "run"
+    try:
+        session = attach_here(world, world.root, env=env)
+        assert "result" in session.ask(world.initialize(1), 60), session.stderr()
+        assert end(session) == 0, session.stderr()
+        assert (run / "streamd.sock").exists()
+    finally:
+        # Not in the world's environment (no STREAMD_RUNTIME_DIR): ended here.
+        lock = run / "streamd.lock"
+        held = lock.read_text().split() if lock.exists() else []
+        if held:
+            os.kill(int(held[0]), signal.SIGKILL)
 
 
 @pytest.mark.parametrize("how", ["--db", "--db=", "STREAMD_DB"])
@@ -196,6 +220,6 @@ def test_every_spelling_of_a_path_option_is_made_absolute() -> None:
           "--synchronous", "NORMAL", "--db", "mysql://u@/db?unix_socket=/run/my.sock",
           "--db", "host=/tmp dbname=x", "--db", "/home/me/project/a=b.db"]
     env = launch.absolute_env({"STREAMD_DB": "a.db", "STREAMD_RUNTIME_DIR": "/abs",
-                               "HOME": "h"}, cwd)
+                               "HOME": "h", "LANG": "C.UTF-8"}, cwd)
     assert env == {"STREAMD_DB": "/home/me/project/a.db", "STREAMD_RUNTIME_DIR": "/abs",
-                   "HOME": "h"}
+                   "HOME": "/home/me/project/h", "LANG": "C.UTF-8"}

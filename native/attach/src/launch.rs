@@ -3,8 +3,8 @@
 //!
 //! The daemon runs in `/`, so every path a client hands it is made absolute
 //! against the client's working directory first (`--db`, `--log-file`,
-//! `--runtime-dir` in any spelling argparse takes, `STREAMD_DB` and
-//! `STREAMD_RUNTIME_DIR`). Its stderr is a pipe to the client until it serves;
+//! `--runtime-dir` in any spelling argparse takes, `STREAMD_DB`,
+//! `STREAMD_RUNTIME_DIR`, and a relative `HOME`). Its stderr is a pipe to the client until it serves;
 //! a daemon that exits first leaves what it said there.
 
 use std::ffi::{OsStr, OsString};
@@ -263,6 +263,14 @@ impl Launched {
         for name in ["STREAMD_DB", "STREAMD_RUNTIME_DIR"] {
             if let Some(value) = std::env::var_os(name).filter(|v| !v.is_empty()) {
                 command.env(name, absolute(&value, base));
+            }
+        }
+        // The default runtime directory, log and event log all hang off HOME:
+        // a relative one would name them under "/" for the daemon and under
+        // our directory for us, and we would never find it.
+        if let Some(home) = std::env::var_os("HOME") {
+            if !home.is_empty() && !home.as_bytes().starts_with(b"/") {
+                command.env("HOME", normpath(&join(base, &home)));
             }
         }
         // SAFETY: setsid is async-signal-safe; the daemon gets a session (and

@@ -7,8 +7,9 @@ Standard library only (``streamd attach`` imports it on every spawn).
   made absolute against the client's working directory first: the values of
   ``--db``, ``--log-file`` and ``--runtime-dir`` among its arguments (in any
   spelling argparse takes: ``--db=X``, ``--d X``), and ``STREAMD_DB`` and
-  ``STREAMD_RUNTIME_DIR`` in its environment. ``~`` is expanded first, as
-  the daemon would; a PostgreSQL URL and ``--log-file -`` are not paths.
+  ``STREAMD_RUNTIME_DIR`` in its environment, and a relative ``HOME`` (the
+  default directories hang off it). ``~`` is expanded first, as the daemon
+  would; a PostgreSQL URL and ``--log-file -`` are not paths.
 * **What the client asks of a running daemon** (:func:`asks`): its working
   directory, against which the daemon resolves a relative ``location`` or
   ``workdir`` in ``recall/initialize``, and the event log it was told to use
@@ -130,6 +131,12 @@ def absolute_env(env: Mapping[str, str], cwd: str) -> dict[str, str]:
     for name in ("STREAMD_DB", "STREAMD_RUNTIME_DIR"):
         if out.get(name):
             out[name] = absolute(out[name], cwd)
+    # The default runtime directory, log and event log all hang off HOME: a
+    # relative one would name them under "/" for the daemon and under the
+    # caller's directory for the client, which then never finds it.
+    home = out.get("HOME")
+    if home and not os.path.isabs(home):
+        out["HOME"] = os.path.normpath(os.path.join(cwd, home))
     return out
 
 
