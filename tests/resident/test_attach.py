@@ -194,6 +194,35 @@ def test_attach_says_one_line_and_exits_1_when_the_daemon_dies_mid_session(
     assert len(err) == 1 and err[0].startswith("streamd attach: "), err
 
 
+def closing(fds: str, argv: list[str]) -> list[str]:
+    """``argv`` run with the descriptors ``fds`` ("<&-", "2>&-") closed, as a
+    careless spawner leaves them."""
+    return ["sh", "-c", f'exec "$@" {fds}', "sh", *argv]
+
+
+def test_attach_started_with_stdin_closed_ends_as_at_end_of_input(world: World) -> None:
+    world.start_daemon()
+    # The daemon socket must not take descriptor 0: attach would read its
+    # own socket as its input and wait on it forever.
+    done = subprocess.run(closing("<&-", world.argv("attach")), env=world.env,
+                          capture_output=True, timeout=30)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+def test_attach_started_with_stderr_closed_writes_only_frames_to_stdout(
+    world: World,
+) -> None:
+    world.start_daemon()
+    proc = subprocess.Popen(closing("2>&-", world.argv("attach")), env=world.env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    session = Attached(proc)
+    assert "result" in session.ask(world.initialize(1))
+    os.kill(world.daemon_pid(), signal.SIGKILL)
+    # Its one line of why goes nowhere; never among the frames.
+    assert session.at_eof()
+    assert proc.wait(timeout=10) == 1
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_ends_attach_at_once_and_the_daemon_serves_on(
     world: World, signum: int

@@ -102,6 +102,7 @@ class AttachError(Exception):
 
 def main(argv: Sequence[str]) -> int:
     _exit_on_signals()
+    _open_standard_descriptors()
     try:
         opts = _parse(argv)
     except AttachError as exc:
@@ -164,6 +165,26 @@ def _parse(argv: Sequence[str]) -> tuple[str, float, list[str], str] | None:
     if directory is not None:
         daemon_args = ["--runtime-dir", directory, *daemon_args]
     return directory or paths.runtime_dir(), timeout, daemon_args, recall_source
+
+
+def _open_standard_descriptors() -> None:
+    """Open /dev/null on each of descriptors 0, 1 and 2 the spawner left
+    closed (Rust's runtime does the same for ``streamd-attach``). Otherwise
+    the daemon socket takes the lowest free number: as descriptor 0 the relay
+    reads its own socket for input and waits forever; as 1 the answers go back
+    to the daemon. And with 2 closed, ``sys.stderr`` is None, so a message
+    printed to it would go to stdout, among the frames."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            os.set_inheritable(fd, True)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - lives as long as the process
 
 
 def _exit_on_signals() -> None:
