@@ -323,6 +323,33 @@ def test_a_file_where_the_socket_goes_is_reported_at_once(world: World) -> None:
     assert world.socket.read_text() == "not a socket"
 
 
+def test_a_fifo_where_the_lock_file_goes_is_reported_at_once_and_never_read(
+    world: World,
+) -> None:
+    world.runtime.mkdir(mode=0o700)
+    lock = world.runtime / "streamd.lock"
+    os.mkfifo(lock)
+    # Opened as a file, the FIFO would block attach (looking for the lock's
+    # holder) and status for good, whatever their timeouts.
+    done = world.run("attach", "--start-timeout", "600", input="", timeout=60)
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert "the daemon it started (pid " in line and "exited with status 1" in line, line
+    assert f"{lock} is not a regular file" in line, line
+    status = world.run("status", timeout=60)
+    assert status.returncode == 3 and "not running" in status.stdout, status
+    assert lock.is_fifo()  # left alone: refused, never repaired
+
+
+def test_a_fifo_where_the_stop_mark_goes_keeps_no_daemon_from_serving(world: World) -> None:
+    world.runtime.mkdir(mode=0o700)
+    os.mkfifo(world.runtime / "streamd.stopped")
+    proc = world.attach("--start-timeout", "60")
+    out, err = world.lockstep(proc)
+    assert proc.returncode == 0, err
+    assert len(out.splitlines()) == 4
+
+
 def test_a_runtime_dir_that_cannot_be_made_is_reported_at_once(world: World) -> None:
     # Not even root can make a directory in /proc: the daemon is the one to find out.
     runtime = "/proc/sdr-no-such-directory/run"

@@ -179,9 +179,20 @@ pub fn check_socket_path(path: &OsStr) -> Result<(), UnsafeDirectory> {
 /// briefly, could make a daemon starting right then give up.
 pub fn lock_holder(directory: &OsStr) -> Option<i32> {
     use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut head = [0u8; 32];
-    let mut file = fs::File::open(lock_path(directory)).ok()?;
-    let inode = file.metadata().ok()?.ino();
+    // Opened without waiting and checked before any read: a FIFO left in the
+    // lock file's place would block a plain open (and a read) for good.
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(lock_path(directory))
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.file_type().is_file() {
+        return None;
+    }
+    let inode = meta.ino();
     let n = file.read(&mut head).ok()?;
     let text = std::str::from_utf8(&head[..n]).ok()?;
     let pid: i32 = text.split_whitespace().next()?.parse().ok()?;

@@ -359,11 +359,14 @@ def lock_holder(directory: str) -> int | None:
     merely alive could be another process's, given the number after the
     daemon was killed (kill -9 leaves its pid in the file)."""
     try:
-        with open(paths.lock_path(directory), "rb") as f:
-            inode = os.fstat(f.fileno()).st_ino
-            pid = int(f.read(32).split()[0])
+        fd = paths.open_regular(paths.lock_path(directory), os.O_RDONLY)
+        try:
+            inode = os.fstat(fd).st_ino
+            pid = int(os.read(fd, 32).split()[0])
+        finally:
+            os.close(fd)
     except (OSError, ValueError, IndexError):
-        return None
+        return None  # a FIFO there (StrayFile) included: nobody holds a lock on it
     if not _proc_is_ours():
         # A /proc of another pid namespace (a sandbox that made one without
         # mounting its own): its lock table and its /proc/PID number processes

@@ -15,6 +15,8 @@ from __future__ import annotations
 import fcntl
 import os
 
+from streamd.resident import paths
+
 
 class AlreadyRunning(Exception):
     """Another daemon holds the lock."""
@@ -36,8 +38,10 @@ class InstanceLock:
         return self._fd is not None
 
     def acquire(self) -> None:
-        """Take the lock now or raise :class:`AlreadyRunning`; never waits."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        """Take the lock now or raise :class:`AlreadyRunning`; never waits.
+        Raises :class:`~streamd.resident.paths.StrayFile` if the lock file's
+        name holds anything but a regular file."""
+        fd = paths.open_regular(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -70,6 +70,29 @@ def log_path(env: Mapping[str, str] | None = None) -> str:
     return os.path.join(state_dir(env), LOG_NAME)
 
 
+class StrayFile(OSError):
+    """A name of the directory (the lock file, the stop mark) holds something
+    other than a regular file: a FIFO, a socket, a device, a directory."""
+
+
+def open_regular(path: str, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` for the directory's own small files, refusing anything but
+    a regular file with :class:`StrayFile`. The open cannot wait
+    (``O_NONBLOCK``) and the check is ``fstat`` on what was opened, before any
+    read: a FIFO left in the lock file's place would otherwise block the read
+    of every client that looks for the lock holder, with no timeout."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StrayFile(f"{path} is not a regular file; remove it (streamd only ever "
+                            "makes regular files there)")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def check_private_dir(directory: str) -> bool:
     """True if ``directory`` is private to this user, False if it does not exist;
     raises :class:`UnsafeDirectory` for anything else."""

@@ -32,6 +32,8 @@ import os
 import time
 from collections.abc import Mapping
 
+from streamd.resident import paths
+
 __all__ = ["SPAWNED_AT_ENV", "StoppedSinceSpawn", "mark_stopped", "now", "stopped_since"]
 
 SPAWNED_AT_ENV = "STREAMD_SPAWNED_AT"
@@ -103,7 +105,8 @@ def stopped_since(directory: str, env: Mapping[str, str]) -> bool:
     if spawned is None:
         return False
     try:
-        with open(mark_path(directory), "rb") as f:
+        # Not a plain open: a FIFO in the mark's place would block it.
+        with os.fdopen(paths.open_regular(mark_path(directory), os.O_RDONLY), "rb") as f:
             boot, when = f.read(128).decode("ascii").split()
         stopped = float(when)
     except (OSError, ValueError, UnicodeDecodeError):
