@@ -1,5 +1,5 @@
-"""Faults around the real process: stream paths that are not regular files,
-a full disk, and a kill -9 during a parallel build.
+"""Faults around the real process: stream paths and workdir files that are not
+regular files, a full disk, and a kill -9 during a parallel build.
 
 Each test spawns ``python -m streamd`` (or the ``streamd index`` command) and
 is bounded by ``trio.fail_after`` or a polled deadline: a daemon that freezes
@@ -131,6 +131,36 @@ async def test_a_stream_file_replaced_by_a_fifo_after_indexing_is_unreadable_not
     assert (result["status"], result["index_generation"], result["diagnostics"]) == (
         "unavailable", "gen-1", {"reason": "unreachable"},
     )
+
+
+@pytest.mark.parametrize("name", ["cursor.json", "index/manifest.json", "cursor.json.tmp",
+                                  "index/manifest.json.tmp"])
+async def test_a_fifo_among_the_workdir_files_is_never_waited_on(recall_world, tmp_path, name):
+    # A plain open of any of these blocks for good (the checkpoint's in the
+    # initialize itself, on the event loop: the resident daemon froze for
+    # every client, stop and SIGTERM included).
+    w = recall_world
+    w.write("a.jsonl", w.rec("sig-1", title="Deploy td-1", ref="td-1"))
+    (w.work / "index").mkdir(exist_ok=True)
+    os.mkfifo(w.work / name)
+    with trio.fail_after(PROMPT):
+        async with spawn(tmp_path) as proc:
+            assert "result" in await call(proc, init(w, str(w.data), ["a.jsonl"]))
+            found = await call(proc, search(2, "td-1"))
+            refreshed = await call(proc, req(3, "recall/refresh", deadline=FAR))
+            await call(proc, req(4, "recall/shutdown"))
+            assert await proc.process.wait() == 0, proc.log()
+    assert [c["source_record_id"] for c in found["result"]["candidates"]] == ["sig-1"]
+    result = refreshed["result"]
+    if name.endswith(".tmp"):
+        # Nothing can be saved past it: said so, and the FIFO left alone.
+        assert result["status"] == "degraded", result
+        assert result["diagnostics"]["checkpoint_unwritable"] is True, result
+        assert (w.work / name).is_fifo()
+    else:
+        # Read as no checkpoint (no index) at all; the save replaces it.
+        assert result["status"] == "healthy", result
+        assert not (w.work / name).is_fifo()
 
 
 # --- a full disk ---------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 import msgspec
 import numpy as np
 
+from streamd.recall.index import streamfile
 from streamd.recall.index.segfile import READ_POSTINGS, SegmentFile
 
 COUNT_CAP = 63
@@ -417,7 +418,7 @@ def read(path: str) -> Segment:
     """Map a segment file, and open it for searches' reads of postings
     (``segfile``). The header is read from the file, not the mapping, which
     would map the first of the term table's pages with it."""
-    with open(path, "rb") as f:
+    with streamfile.open_regular(path) as f:  # a FIFO named there must not block
         head = f.read(len(_MAGIC) + 8)
         if head[: len(_MAGIC)] != _MAGIC:
             raise ValueError(f"{path} is not a segment file")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Iterable
+from typing import BinaryIO
 
 
 def write_atomic(path: str, chunks: Iterable[bytes | memoryview], *,
@@ -19,8 +22,9 @@ def write_atomic(path: str, chunks: Iterable[bytes | memoryview], *,
     file at ``path`` (the last good version) is never touched.
     """
     tmp = path + ".tmp"
+    f = _create(tmp)
     try:
-        with open(tmp, "wb") as f:
+        with f:
             for chunk in chunks:
                 f.write(chunk)
             f.flush()
@@ -34,6 +38,23 @@ def write_atomic(path: str, chunks: Iterable[bytes | memoryview], *,
         except OSError:
             pass
         raise
+
+
+def _create(tmp: str) -> BinaryIO:
+    """``tmp`` opened for writing, new or emptied. Without waiting, and a
+    regular file only: a FIFO left at that name would block a plain open for
+    good (the save, the build behind it, every request waiting on the build).
+    It is refused, and left where it is."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC,
+                 0o666)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EEXIST, "exists and is not a regular file", tmp)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "wb")
 
 
 def _fsync_dir(path: str) -> None:

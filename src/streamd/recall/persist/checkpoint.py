@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from streamd.golang import gotime
+from streamd.recall.index import streamfile
 from streamd.recall.index.streamfile import Cursor
 from streamd.recall.persist import cursors
 from streamd.recall.persist.atomic import write_atomic
@@ -35,7 +36,9 @@ MAX_GENERATION = 1 << 53
 def load_checkpoint(workdir: str) -> Checkpoint:
     """A missing or unreadable checkpoint means nothing was published here yet."""
     try:
-        with open(os.path.join(workdir, CHECKPOINT_FILE), "rb") as f:
+        # Never a plain open: a FIFO in its place would block it for good,
+        # and with it the initialize (and the whole daemon's event loop).
+        with streamfile.open_regular(os.path.join(workdir, CHECKPOINT_FILE)) as f:
             raw = json.load(f)
         files = [cursors.decode(c) for c in raw.get("files") or []]
         updated = raw.get("updated_at")

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamd.recall.index import segment as seg
+from streamd.recall.index import streamfile
 from streamd.recall.index.fingerprint import fingerprint
 from streamd.recall.index.segment import Segment
 from streamd.recall.index.streamfile import Cursor
@@ -169,7 +170,8 @@ class DurableIndex:
     def _body(self) -> dict[str, Any] | None:
         self._seen = self._stamp()
         try:
-            with open(os.path.join(self.dir, MANIFEST)) as f:
+            # Regular files only: a FIFO in its place would block the build.
+            with streamfile.open_regular(os.path.join(self.dir, MANIFEST)) as f:
                 body = json.load(f)
         except (OSError, ValueError):
             return None
