@@ -201,6 +201,62 @@ def test_a_stray_listener_on_the_socket_is_replaced_and_never_waited_on(world: W
         stray.close()
 
 
+class Spewing:
+    """A stray server on the socket that answers every connection with bytes
+    and never a newline: as fast as it can (``flood``), or one byte a tenth of
+    a second (``trickle``), until the client goes."""
+
+    def __init__(self, world: World, how: str) -> None:
+        world.runtime.mkdir(mode=0o700)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(world.socket))
+        self.listener.listen(8)
+        self.how = how
+        self.done = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.done.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._spew, args=(conn,), daemon=True).start()
+
+    def _spew(self, conn: socket.socket) -> None:
+        block = b"x" * (1 << 16) if self.how == "flood" else b"x"
+        with conn:
+            try:
+                while not self.done.is_set():
+                    conn.sendall(block)
+                    if self.how == "trickle":
+                        self.done.wait(0.1)  # the stray's pace, not a wait on the test
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.done.set()
+        self.listener.close()
+
+
+@pytest.mark.no_attach
+@pytest.mark.parametrize("how", ["flood", "trickle"])
+@pytest.mark.parametrize("command", ["status", "stop"])
+def test_status_and_stop_give_up_on_a_stray_that_never_ends_its_line(
+    world: World, command: str, how: str
+) -> None:
+    # A bound per read never fires on a trickle, and a line without end
+    # grew in memory (and was searched again whole at each read).
+    stray = Spewing(world, how)
+    try:
+        done = world.run(command, timeout=60)
+    finally:
+        stray.close()
+    assert done.returncode == 1, done
+    (line,) = done.stderr.strip().splitlines()
+    assert str(world.socket) in line, line
+
+
 # --- the end of a session, from frames ----------------------------------------
 
 

@@ -44,6 +44,10 @@ CALL_TIMEOUT = 5.0
 # How long `streamd stop` waits for the daemon to exit after it has agreed to.
 STOP_WAIT = 10.0
 READ_CHUNK = 1 << 16
+# The longest answer line a control call takes. The daemon's are a few
+# hundred bytes; whatever else listens on the socket may send anything, and
+# must cost neither unbounded memory nor a wait past the call's timeout.
+MAX_ANSWER = 1 << 20
 
 
 class ControlError(Exception):
@@ -141,6 +145,10 @@ class DaemonConnection:
     def call(self, method: str, params: dict[str, Any], request_id: Any = 1) -> Any:
         frame = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         unsent: OSError | None = None
+        # One bound for the whole answer, not for each read: a peer that
+        # trickles bytes must not keep the call waiting past it.
+        timeout = self.sock.gettimeout()
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             try:
                 self.sock.sendall(json.dumps(frame).encode() + b"\n")
@@ -150,7 +158,7 @@ class DaemonConnection:
                 unsent = exc
             while True:
                 try:
-                    line = self._line()
+                    line = self._line(deadline)
                 except ControlError:
                     if unsent is not None:
                         raise unsent from None
@@ -167,23 +175,39 @@ class DaemonConnection:
                     break
         except TimeoutError:
             raise NoAnswer(f"{method}: no answer from {self.path} within "
-                           f"{self.sock.gettimeout():g} s") from None
+                           f"{timeout or 0:g} s") from None
         except OSError as exc:
             raise ControlError(f"{method}: the connection to {self.path} failed: "
                                f"{exc.strerror or exc}") from None
+        finally:
+            self.sock.settimeout(timeout)
         if "error" in reply:
             err = reply["error"] if isinstance(reply["error"], dict) else {}
             raise Refused(method, err.get("code"), str(err.get("message")), err.get("data"))
         return reply.get("result")
 
-    def _line(self) -> bytes:
-        while b"\n" not in self.buffer:
+    def _line(self, deadline: float | None) -> bytes:
+        """The next line, read by ``deadline`` (``time.monotonic``; None: no
+        bound) and no longer than ``MAX_ANSWER``. Only new bytes are searched
+        for the newline."""
+        held = bytearray(self.buffer)
+        searched = 0
+        while (cut := held.find(b"\n", searched)) < 0:
+            if len(held) > MAX_ANSWER:
+                raise ControlError(f"the server on {self.path} answered a line longer than "
+                                   f"{MAX_ANSWER} bytes")
+            searched = len(held)
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.sock.settimeout(left)
             chunk = self.sock.recv(READ_CHUNK)
             if not chunk:
                 raise ControlError(f"the daemon on {self.path} closed the connection")
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return line
+            held += chunk
+        self.buffer = bytes(held[cut + 1:])
+        return bytes(held[:cut])
 
     def wait_closed(self, timeout: float) -> bool:
         """Read (and drop) until the daemon closes the connection."""
