@@ -166,6 +166,29 @@ def test_status_and_stop_answer_people_with_systemctl_exit_codes(world: World) -
     assert world.run("status").returncode == 3
 
 
+def test_status_and_stop_keep_their_exit_codes_when_nobody_reads_their_output(
+    world: World,
+) -> None:
+    def unread(*args: str) -> tuple[int, bytes]:
+        """``streamd ARGS`` with stdout a pipe whose reader is gone (``| head -0``)."""
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            done = subprocess.run(world.argv(*args), env=world.env, stdout=write_end,
+                                  stderr=subprocess.PIPE, timeout=60)
+        finally:
+            os.close(write_end)
+        return done.returncode, done.stderr
+
+    assert unread("status") == (3, b"")
+    assert unread("status", "--help") == (0, b"")
+    proc = world.start_daemon()
+    assert unread("status") == (0, b"")
+    assert unread("status", "--json") == (0, b"")
+    assert unread("stop") == (0, b"")
+    assert proc.wait(timeout=10) == 0
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_the_daemon_as_streamd_stop_does(world: World, signum: int) -> None:
     proc = world.start_daemon()

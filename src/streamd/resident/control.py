@@ -338,7 +338,7 @@ def _parse(argv: Sequence[str], usage: str, flags: Sequence[str]) -> dict[str, A
     while args:
         arg = args.pop(0)
         if arg in ("-h", "--help"):
-            print(usage)
+            _say(usage)
             return 0
         if arg == "--json" and "--json" in flags:
             opts["json"] = True
@@ -351,6 +351,19 @@ def _parse(argv: Sequence[str], usage: str, flags: Sequence[str]) -> dict[str, A
         else:
             return _usage_error(f"unrecognized argument {arg!r}", command)
     return opts
+
+
+def _say(text: str) -> None:
+    """A line on stdout, whose reader may be gone (``streamd status | head -1``):
+    then the rest goes to /dev/null, and the exit status, which is what
+    ``status`` means, is still the one the daemon's state gives."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Later lines and the interpreter's last flush must not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _usage_error(message: str, command: str) -> int:
@@ -483,41 +496,41 @@ def status_main(argv: Sequence[str]) -> int:
                 # It runs, and serves as many clients as it takes.
                 pid = conn.peer_pid()
                 if opts["json"]:
-                    print(_json_line({"running": True, "socket": sock, "pid": pid,
+                    _say(_json_line({"running": True, "socket": sock, "pid": pid,
                                       "refused": exc.message}))
                 else:
-                    print(f"streamd daemon: running, pid {pid}, but it refused this"
+                    _say(f"streamd daemon: running, pid {pid}, but it refused this"
                           f" connection: {exc.message}")
                 return 0
             finally:
                 conn.close()
     except (ControlError, paths.UnsafeDirectory, OSError) as exc:
         if opts["json"]:
-            print(_json_line({"running": False, "socket": sock, "error": str(exc)}))
+            _say(_json_line({"running": False, "socket": sock, "error": str(exc)}))
         else:
             print(f"streamd daemon: not answering on {sock}: {exc}", file=sys.stderr)
         return 1
     if result is None:
         holder = lock_holder(directory)
         if opts["json"]:
-            print(_json_line({"running": False, "socket": sock, "lock_holder": holder}))
+            _say(_json_line({"running": False, "socket": sock, "lock_holder": holder}))
         elif holder is not None:
-            print(f"streamd daemon: not answering on {sock}, though pid {holder} holds its lock")
+            _say(f"streamd daemon: not answering on {sock}, though pid {holder} holds its lock")
         else:
-            print(f"streamd daemon: not running (socket {sock})")
+            _say(f"streamd daemon: not running (socket {sock})")
         return 1 if holder is not None else 3
     if opts["json"]:
-        print(_json_line({"running": True, **result}))
+        _say(_json_line({"running": True, **result}))
         return 0
-    print(f"streamd daemon {result['version']}: running, pid {result['pid']}, "
+    _say(f"streamd daemon {result['version']}: running, pid {result['pid']}, "
           f"up {_uptime(result['uptime_s'])}")
-    print(f"  socket       {result['socket']}")
-    print(f"  clients      {result['connections']} connected, "
+    _say(f"  socket       {result['socket']}")
+    _say(f"  clients      {result['connections']} connected, "
           f"{result['sources']} Recall sources open")
-    print(f"  event log    {result['db']}")
+    _say(f"  event log    {result['db']}")
     if result.get("db_fault"):
-        print(f"  EVENT LOG FAULT  {result['db_fault']}")
-    print(f"  daemon log   {result['log']}")
+        _say(f"  EVENT LOG FAULT  {result['db_fault']}")
+    _say(f"  daemon log   {result['log']}")
     return 0
 
 
@@ -535,7 +548,7 @@ def stop_main(argv: Sequence[str]) -> int:
             stopmark.mark_stopped(directory)
         conn = DaemonConnection.open(sock)
         if conn is None:
-            print(f"streamd daemon: not running (socket {sock}); nothing to stop")
+            _say(f"streamd daemon: not running (socket {sock}); nothing to stop")
             return 0
         try:
             pid = hello(conn)["pid"]
@@ -563,5 +576,5 @@ def stop_main(argv: Sequence[str]) -> int:
                   f"{STOP_WAIT:g} s", file=sys.stderr)
             return 1
         time.sleep(0.01)
-    print(f"streamd daemon: stopped (pid {pid})")
+    _say(f"streamd daemon: stopped (pid {pid})")
     return 0
