@@ -85,6 +85,38 @@ def test_a_relative_home_names_the_same_runtime_dir_for_attach_and_its_daemon(
             os.kill(int(held[0]), signal.SIGKILL)
 
 
+def test_a_runtime_dir_after_the_separator_is_where_attach_finds_its_daemon(
+    world: World,
+) -> None:
+    # The daemon serves in "alt" (made absolute against our directory); an
+    # attach looking in its default directory never found it, waited out its
+    # start timeout and left it running.
+    alt = world.root / "alt"
+    pids = set()
+    for _ in range(2):
+        session = attach_here(world, world.root, "--start-timeout", "20", "--",
+                              "--runtime-dir", "alt")
+        assert "result" in session.ask(world.initialize(1), 60), session.stderr()
+        assert end(session) == 0, session.stderr()
+        pids.update(world.daemons())
+    assert len(pids) == 1  # the second attach found the first one's daemon
+    assert (alt / "streamd.sock").exists() and not world.socket.exists()
+
+
+@pytest.mark.no_attach
+def test_client_connect_finds_the_daemon_where_its_daemon_args_put_it(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    point_clients_at(world, monkeypatch)
+    monkeypatch.chdir(world.root)
+    for _ in range(2):
+        with Client.connect(daemon_args=["--runtime-dir", "alt"], start_timeout=20) as client:
+            event = Event(id="e1", author="agent", content="hello")
+            client.append("app", "u", "s", event)
+    assert len(world.daemons()) == 1
+    assert (world.root / "alt" / "streamd.sock").exists() and not world.socket.exists()
+
+
 @pytest.mark.parametrize("how", ["--db", "--db=", "STREAMD_DB"])
 def test_a_relative_event_log_lands_beside_the_caller(world: World, how: str) -> None:
     (world.root / "proc").mkdir()

@@ -156,6 +156,15 @@ fn given(args: &[OsString], wanted: &str) -> Option<OsString> {
     found
 }
 
+/// The socket directory a daemon started with `args` serves: its last
+/// `--runtime-dir`, absolute as `absolute_args` hands it over; None when they
+/// name none. A client must look for the daemon there, or it starts one it
+/// never finds.
+pub fn runtime_dir_of(args: &[OsString], cwd: Option<&OsStr>) -> Option<OsString> {
+    let value = given(args, "--runtime-dir").filter(|v| !v.is_empty())?;
+    Some(absolute(&value, cwd.unwrap_or(OsStr::new("/"))))
+}
+
 /// The event log a client was told to use, as its hello says it.
 pub fn asked_db(args: &[OsString], cwd: Option<&OsStr>) -> Option<OsString> {
     let db = given(args, "--db")

@@ -95,7 +95,9 @@ pub fn parse(argv: &[OsString]) -> Result<Parsed, String> {
     if let Some(dir) = &directory {
         daemon_args.splice(0..0, [OsString::from("--runtime-dir"), dir.clone()]);
     }
-    let directory = match directory {
+    // Where the daemon it starts will serve: a --runtime-dir after -- too.
+    let cwd = crate::launch::caller_cwd();
+    let directory = match crate::launch::runtime_dir_of(&daemon_args, cwd.as_deref()) {
         Some(dir) => dir,
         None => paths::runtime_dir()
             .map_err(|e| format!("the runtime directory: {}", crate::sys::strerror(&e)))?,
@@ -194,6 +196,16 @@ mod tests {
             Ok(Parsed::Run(opts)) => opts,
             other => panic!("{v:?}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_directory_is_where_the_daemon_it_starts_serves() {
+        // argparse takes the last --runtime-dir, so the daemon serves there.
+        assert_eq!(run(&["--", "--runtime-dir", "/b"]).directory, OsString::from("/b"));
+        assert_eq!(
+            run(&["--runtime-dir", "/a", "--", "--runtime=/b/./c"]).directory,
+            OsString::from("/b/c")
+        );
     }
 
     #[test]

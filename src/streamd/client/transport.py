@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
 from streamd.eventlog import dbtarget
-from streamd.resident import attach, paths
+from streamd.resident import attach, launch, paths
 from streamd.resident.control import ControlError
 
 __all__ = [
@@ -47,10 +47,11 @@ def open_daemon_socket(
     whose ``--db`` (or ``$STREAMD_DB``) names another event log. Relative
     paths mean what they mean here, in the arguments and in the Recall
     handshake alike."""
-    directory = os.path.abspath(runtime_dir) if runtime_dir else paths.runtime_dir()
     args = checked_args(daemon_args)
     if runtime_dir:
-        args = ["--runtime-dir", directory, *args]
+        args = ["--runtime-dir", os.path.abspath(runtime_dir), *args]
+    # Where a daemon started with them serves (daemon_args may say it too).
+    directory = launch.runtime_dir_of(args, launch.caller_cwd()) or paths.runtime_dir()
     try:
         conn = attach.connect(directory, args, start_timeout, start=start_daemon)
     except (attach.AttachError, ControlError, paths.UnsafeDirectory) as exc:

@@ -164,6 +164,8 @@ def _parse(argv: Sequence[str]) -> tuple[str, float, list[str], str] | None:
                 raise AttachError(f"--start-timeout must be a number of seconds, not {value!r}")
     if directory is not None:
         daemon_args = ["--runtime-dir", directory, *daemon_args]
+    # Where the daemon it starts will serve: a --runtime-dir after -- too.
+    directory = launch.runtime_dir_of(daemon_args, launch.caller_cwd())
     return directory or paths.runtime_dir(), timeout, daemon_args, recall_source
 
 

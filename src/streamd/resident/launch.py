@@ -125,6 +125,15 @@ def _given(args: Sequence[str], wanted: str) -> str | None:
     return found
 
 
+def runtime_dir_of(args: Sequence[str], cwd: str | None) -> str | None:
+    """The socket directory a daemon started with ``args`` serves: its last
+    ``--runtime-dir``, absolute as :func:`absolute_args` hands it over; None
+    when they name none. A client must look for the daemon there, or it
+    starts one it never finds."""
+    value = _given(args, "--runtime-dir")
+    return absolute(value, cwd if cwd is not None else "/") if value else None
+
+
 def absolute_env(env: Mapping[str, str], cwd: str) -> dict[str, str]:
     """The daemon's environment, its path variables made absolute."""
     out = dict(env)
