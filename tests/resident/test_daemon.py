@@ -189,6 +189,19 @@ def test_status_and_stop_keep_their_exit_codes_when_nobody_reads_their_output(
     assert proc.wait(timeout=10) == 0
 
 
+def test_stop_stops_a_daemon_whose_socket_file_was_deleted(world: World) -> None:
+    # A cleaner of /tmp took the socket file: the daemon serves nobody, and
+    # its lock keeps every daemon a client starts from serving. `stop` said
+    # "not running; nothing to stop" and left it so.
+    proc = world.start_daemon()
+    world.socket.unlink()
+    stop = world.run("stop")
+    assert stop.returncode == 0, stop.stderr
+    assert f"stopped (pid {proc.pid})" in stop.stdout, stop
+    assert proc.wait(timeout=10) == 0
+    assert world.run("status").returncode == 3
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_the_daemon_as_streamd_stop_does(world: World, signum: int) -> None:
     proc = world.start_daemon()

@@ -548,24 +548,33 @@ def stop_main(argv: Sequence[str]) -> int:
             stopmark.mark_stopped(directory)
         conn = DaemonConnection.open(sock)
         if conn is None:
-            _say(f"streamd daemon: not running (socket {sock}); nothing to stop")
-            return 0
-        try:
-            pid = hello(conn)["pid"]
-            conn.call("streamd/stop", {}, 2)
-            conn.wait_closed(STOP_WAIT)
-        except Refused as exc:
-            # Refused before any method (it serves as many connections as it
-            # takes): the daemon that holds the lock and listens here is
-            # stopped the other way it takes, SIGTERM.
-            pid = conn.peer_pid()
-            if not at_limit(exc) or pid != lock_holder(directory):
-                raise
-            print(f"streamd stop: the daemon (pid {pid}) refused the connection"
-                  f" ({exc.message}); sending it SIGTERM", file=sys.stderr)
+            # No socket, yet a daemon may hold the lock (its socket file was
+            # deleted, by a cleaner of /tmp, say): it serves nobody, and keeps
+            # every daemon a client starts from serving. SIGTERM stops it.
+            pid = lock_holder(directory) or 0
+            if not pid:
+                _say(f"streamd daemon: not running (socket {sock}); nothing to stop")
+                return 0
+            print(f"streamd stop: the daemon (pid {pid}) holds the lock but nothing listens"
+                  f" on {sock}; sending it SIGTERM", file=sys.stderr)
             os.kill(pid, signal.SIGTERM)
-        finally:
-            conn.close()
+        else:
+            try:
+                pid = hello(conn)["pid"]
+                conn.call("streamd/stop", {}, 2)
+                conn.wait_closed(STOP_WAIT)
+            except Refused as exc:
+                # Refused before any method (it serves as many connections as it
+                # takes): the daemon that holds the lock and listens here is
+                # stopped the other way it takes, SIGTERM.
+                pid = conn.peer_pid()
+                if not at_limit(exc) or pid != lock_holder(directory):
+                    raise
+                print(f"streamd stop: the daemon (pid {pid}) refused the connection"
+                      f" ({exc.message}); sending it SIGTERM", file=sys.stderr)
+                os.kill(pid, signal.SIGTERM)
+            finally:
+                conn.close()
     except (ControlError, paths.UnsafeDirectory, OSError) as exc:
         print(f"streamd stop: {exc}", file=sys.stderr)
         return 1
