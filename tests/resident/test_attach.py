@@ -194,6 +194,19 @@ def test_attach_says_one_line_and_exits_1_when_the_daemon_dies_mid_session(
     assert len(err) == 1 and err[0].startswith("streamd attach: "), err
 
 
+def test_a_daemon_whose_socket_file_was_deleted_serves_the_next_attach(world: World) -> None:
+    # A cleaner of /tmp took the socket file. The daemon holds the lock, so
+    # the one attach starts cannot serve: only the first one binding its
+    # name again lets anyone in (every attach failed after its start timeout).
+    daemon = world.start_daemon()
+    world.socket.unlink()
+    proc = world.attach("--start-timeout", "30")
+    out, err = world.lockstep(proc)
+    assert proc.returncode == 0, err
+    check_session(out)
+    assert world.daemon_pid() == daemon.pid
+
+
 def closing(fds: str, argv: list[str]) -> list[str]:
     """``argv`` run with the descriptors ``fds`` ("<&-", "2>&-") closed, as a
     careless spawner leaves them."""

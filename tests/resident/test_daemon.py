@@ -190,9 +190,9 @@ def test_status_and_stop_keep_their_exit_codes_when_nobody_reads_their_output(
 
 
 def test_stop_stops_a_daemon_whose_socket_file_was_deleted(world: World) -> None:
-    # A cleaner of /tmp took the socket file: the daemon serves nobody, and
-    # its lock keeps every daemon a client starts from serving. `stop` said
-    # "not running; nothing to stop" and left it so.
+    # A cleaner of /tmp took the socket file: until the daemon binds it again
+    # (or if it cannot), it serves nobody, and its lock keeps every daemon a
+    # client starts from serving. `stop` said "not running; nothing to stop".
     proc = world.start_daemon()
     world.socket.unlink()
     stop = world.run("stop")

@@ -55,6 +55,17 @@ class InstanceLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
+    def still_named(self) -> bool:
+        """Whether the lock file's path still names the file we hold locked
+        (it was not deleted, nor replaced)."""
+        if self._fd is None:
+            return False
+        try:
+            ours, named = os.fstat(self._fd), os.lstat(self.path)
+        except OSError:
+            return False
+        return (ours.st_dev, ours.st_ino) == (named.st_dev, named.st_ino)
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is None:

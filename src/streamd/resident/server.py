@@ -9,7 +9,8 @@ methods, every connection its own session) plus the control methods of
   exclusive flock of :mod:`.lock` before it touches the socket, so a second
   daemon fails at once, and the lock holder may replace any socket file it
   finds (a daemon killed with -9 leaves one). It removes the socket only while
-  the file is still the one it bound.
+  the file is still the one it bound, and binds it again if the file vanishes
+  while it serves (a cleaner of /tmp) and its lock file is still there.
 * **Peers of this uid only.** Every accepted connection's SO_PEERCRED is read
   before a byte is: another uid is closed unanswered (and logged). The
   socket's 0600 mode already keeps others out; this holds even when someone
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamd.resident")
 
 DEFAULT_IDLE_EXIT = 900.0
+# How often a serving daemon checks that its socket file is still there.
+NAME_CHECK = 1.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # accept(2) errors that mean "the system is short of something; try again".
 _ACCEPT_CAPACITY = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
@@ -139,6 +142,8 @@ class ResidentDaemon:
         self._listening = trio.CancelScope()
         self._sock: pysocket.socket | None = None  # bound and listening, from claim()
         self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of our socket file
+        # The accept loops, one a bound socket (see ``_keep_name``); within ``_listening``.
+        self._listeners: trio.Nursery | None = None
 
     # --- claiming the name ---------------------------------------------------
 
@@ -230,17 +235,51 @@ class ResidentDaemon:
 
     async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         with self._listening:
-            async with listener:
-                while True:
-                    try:
-                        stream = await listener.accept()
-                    except OSError as exc:
-                        if exc.errno not in _ACCEPT_CAPACITY:
-                            raise
-                        log.error("accept failed: %s; retrying in 0.1 s", exc)
-                        await trio.sleep(0.1)
-                        continue
-                    nursery.start_soon(self._handle, stream)
+            async with trio.open_nursery() as listeners:
+                self._listeners = listeners
+                listeners.start_soon(self._accept_on, listener, nursery)
+                listeners.start_soon(self._keep_name, nursery)
+
+    async def _keep_name(self, nursery: trio.Nursery) -> None:
+        """Bind the socket again if its file vanishes while we serve.
+
+        A cleaner of /tmp (or a person) may delete it: then nobody can reach
+        us, and the lock we hold keeps every daemon a client starts from
+        serving, for as long as we run. Holding the lock, we own the name, so
+        we take it back; unless the lock file went too (a daemon may then
+        hold a new one, and the name is its), or another file is there."""
+        while self._bound is not None and not self.retired:
+            await trio.sleep(NAME_CHECK)
+            if self._bound is None or self.retired or os.path.lexists(self.socket_path):
+                continue
+            if not self.lock.still_named():
+                log.warning("the socket file %s and the lock file are gone: not binding "
+                            "again (a daemon started since may hold a new lock)",
+                            self.socket_path)
+                return
+            log.warning("the socket file %s is gone: binding it again", self.socket_path)
+            try:
+                sock = self._bind()
+            except (OSError, paths.UnsafeDirectory) as exc:
+                log.error("cannot bind %s again: %s", self.socket_path, exc)
+                continue
+            # The old listener stays open, unreachable, until we stop.
+            listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+            assert self._listeners is not None
+            self._listeners.start_soon(self._accept_on, listener, nursery)
+
+    async def _accept_on(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in _ACCEPT_CAPACITY:
+                        raise
+                    log.error("accept failed: %s; retrying in 0.1 s", exc)
+                    await trio.sleep(0.1)
+                    continue
+                nursery.start_soon(self._handle, stream)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         try:
