@@ -389,12 +389,15 @@ def _uptime(seconds: float) -> str:
     return " ".join(parts)
 
 
-def lock_holder(directory: str) -> int | None:
+def lock_holder(directory: str, *, confirmed: bool = False) -> int | None:
     """The pid the lock file names, if that process holds the file's lock.
     Read only: taking the lock, even briefly, could make a daemon starting
     right then give up. The kernel's table of locks says who holds it; a pid
     merely alive could be another process's, given the number after the
-    daemon was killed (kill -9 leaves its pid in the file)."""
+    daemon was killed (kill -9 leaves its pid in the file). Where there is no
+    table to ask (no /proc, or one of another pid namespace) a live pid is
+    taken for the holder, unless ``confirmed`` is asked for: a pid about to be
+    sent a signal must be the holder, never a stranger given its number."""
     try:
         fd = paths.open_regular(paths.lock_path(directory), os.O_RDONLY)
         try:
@@ -409,10 +412,10 @@ def lock_holder(directory: str) -> int | None:
         # mounting its own): its lock table and its /proc/PID number processes
         # as that namespace does, never matching the pid the daemon wrote.
         # The pid's life, asked of the kernel in our namespace, is all we know.
-        return pid if _signalable(pid) else None
+        return pid if not confirmed and _signalable(pid) else None
     held = flock_holders(inode)
     if held is None:  # no table to read (no /proc): the pid's life is all we know
-        return pid if pid_alive(pid) else None
+        return pid if not confirmed and pid_alive(pid) else None
     return pid if pid in held else None
 
 
@@ -551,7 +554,7 @@ def stop_main(argv: Sequence[str]) -> int:
             # No socket, yet a daemon may hold the lock (its socket file was
             # deleted, by a cleaner of /tmp, say): it serves nobody, and keeps
             # every daemon a client starts from serving. SIGTERM stops it.
-            pid = lock_holder(directory) or 0
+            pid = lock_holder(directory, confirmed=True) or 0
             if not pid:
                 _say(f"streamd daemon: not running (socket {sock}); nothing to stop")
                 return 0
