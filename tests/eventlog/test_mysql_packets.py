@@ -13,7 +13,9 @@ from support.mysql_store import T0, ap
 
 from streamd.errors import INVALID_PARAMS, RpcError
 from streamd.eventlog.model import AppendParams, Event, StateDelta
+from streamd.eventlog.mysql import packets
 from streamd.eventlog.mysql.store import MysqlStore
+from streamd.eventlog.store import rows
 
 
 def test_appends_queued_together_past_the_servers_packet_limit_all_commit(
@@ -75,3 +77,43 @@ def test_a_state_grown_past_the_packet_limit_refuses_its_next_delta_alone_and_cl
     assert getattr(other, "seq", other) == 5  # the rest of the batch commits
     assert store.connection is before  # the connection was never dropped
     assert sorted(store.get_state("big", None, None, None).app) == ["k0", "k1"]
+
+
+def test_a_state_write_a_few_bytes_over_the_limit_is_refused_not_sent(
+    open_mysql_store: Callable[..., MysqlStore],
+) -> None:
+    # The check measured a statement as its text plus 4 bytes a value: a
+    # number's digits and the packet's command byte went uncounted, so an
+    # UPDATE a few bytes past max_allowed_packet passed it, and the server
+    # dropped the connection under the whole group commit.
+    store = open_mysql_store()
+    conn = store.connection
+    limit = packets.max_packet(conn)
+    update = "UPDATE app_states SET state = %s, updated_at = %s WHERE app_name = %s"
+
+    def packet(state: dict[str, str]) -> int:
+        # The packet the driver sends: the command byte, then the statement.
+        values = (conn.literal(rows.json_text(state)), conn.literal(T0), conn.literal("big"))
+        return 1 + len(update.encode() % values)
+
+    half = limit // 2
+    first = store.append_commit([_grows("big", 0, "k0", half)], T0, capture=False).results
+    assert [getattr(r, "seq", r) for r in first] == [1]
+    # The second delta's UPDATE is one byte over the limit.
+    rest = limit - packet({"k0": "x" * half, "k1": ""}) + 1
+    assert packet({"k0": "x" * half, "k1": "x" * rest}) == limit + 1
+    before = store.connection
+    refused, other = store.append_commit(
+        [_grows("big", 1, "k1", rest), ap("other", app="other")], T0, capture=False
+    ).results
+    assert isinstance(refused, RpcError) and refused.code == INVALID_PARAMS
+    assert "max_allowed_packet" in refused.message
+    assert getattr(other, "seq", other) == 2  # the rest of the batch commits
+    assert store.connection is before  # the connection was never dropped
+
+
+def _grows(app: str, i: int, key: str, size: int) -> AppendParams:
+    return AppendParams(
+        app=app, user="u", session="s", event=Event(id=f"grow{i}", author="agent", content=None),
+        state_delta=StateDelta(app={key: "x" * size}),
+    )

@@ -72,7 +72,11 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 # Error codes: the client's own (2xxx) and the server's.
-_LOST = frozenset({2006, 2013, 2055, 4031})  # gone away, lost during query, closed by the server
+# Gone away, lost during query, closed by the server; and a packet over
+# max_allowed_packet (1153), after which the server closes the connection (the
+# packets module keeps statements under it; should one pass, the next call
+# must not be sent on the dead connection).
+_LOST = frozenset({2006, 2013, 2055, 4031, 1153})
 _KILLED = 1317  # the statement was interrupted (KILL QUERY)
 _VALUE_REFUSED = frozenset({1406, 1366, 4025, 3819})  # too long, bad text, a CHECK (MariaDB, MySQL)
 
