@@ -18,11 +18,15 @@ def freeze(pid: int, timeout: float = 30.0) -> None:
     stop and brings the others to it when it runs, and until then a thread
     woken by a request (a server's connection thread) can still answer it.
     On a loaded machine that window lasted long enough for a frozen MariaDB
-    to answer a query. A process that ends meanwhile is passed over."""
+    to answer a query. A process that ends meanwhile is passed over; one that
+    does not stop in time is continued before the error is raised, so that a
+    caller's cleanup never waits on a process left half stopped."""
     os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + timeout
     while not _all_stopped(pid):
         if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
             raise AssertionError(f"process {pid} did not stop within {timeout} s of SIGSTOP")
         time.sleep(0.001)  # another process's state: there is no event to wait on
 
