@@ -12,14 +12,13 @@ held up holds up no append. SQLite has one writer at a time: nothing to race.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support import store_contract as contract
-from support.server_locks import holding, lock_waits, until
+from support.server_locks import holding, lock_waits, started, until
 from support.store_contract import T0, Fixture, ap, ev
 
 from streamd.eventlog.model import SinceParams
@@ -31,18 +30,6 @@ _HOLD_S1 = ("SELECT session_id FROM sessions WHERE app_name = ? AND user_id = ?"
 @pytest.fixture(params=["postgres", "mysql"])
 def server_fx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
     yield from contract.BACKENDS[request.param](request, tmp_path)
-
-
-def _started(outcomes: dict[str, Any], name: str, fn: Callable[[], Any]) -> threading.Thread:
-    """``fn`` on a thread of its own, its result (or exception) in ``outcomes[name]``."""
-    def body() -> None:
-        try:
-            outcomes[name] = fn()
-        except Exception as exc:  # reported by the test, by name
-            outcomes[name] = exc
-    thread = threading.Thread(target=body, daemon=True)
-    thread.start()
-    return thread
 
 
 def test_a_deletion_committed_after_a_later_marked_one_is_not_skipped_by_a_reader(
@@ -59,15 +46,15 @@ def test_a_deletion_committed_after_a_later_marked_one_is_not_skipped_by_a_reade
     with holding(request, backend, _HOLD_S1, ("app", "u", "s1")):
         # s1's delete takes its events (their marks given), then waits for
         # the session row held above.
-        s1 = _started(outcomes, "s1", lambda: first.delete_session("app", "u", "s1"))
+        s1 = started(outcomes, "s1", lambda: first.delete_session("app", "u", "s1"))
         until(lambda: waits() >= 1, "the delete of s1 waiting for its session's row")
-        s2 = _started(outcomes, "s2", lambda: second.delete_session("app", "u", "s2"))
+        s2 = started(outcomes, "s2", lambda: second.delete_session("app", "u", "s2"))
         # Either it committed, or it waits for s1's delete: the server says which.
         until(lambda: not s2.is_alive() or waits() >= 2, "the delete of s2 ending or waiting")
         # What an index reads meanwhile, and the mark it moves to.
         seen = fx.store.removed_after(0, 100)
         # An append waits for neither deletion.
-        appending = _started(outcomes, "append",
+        appending = started(outcomes, "append",
                              lambda: appender.append(ap(ev("s3-0"), session="s3"), T0))
         appending.join(60)
         assert not appending.is_alive(), "an append waited for a deletion"

@@ -13,7 +13,7 @@ import datetime as dt
 import functools
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ import trio
 import trio.testing
 from support import store_contract as contract
 from support.eventlog import mocked, take
-from support.server_locks import lock_waits, until
+from support.server_locks import lock_waits, started, until
 from support.service import Daemonish, append
 from support.store_contract import SECOND, T0, Fixture, ap, ev
 
@@ -272,18 +272,6 @@ async def test_compact_after_close_is_closed(tmp_path: Path) -> None:
     assert info.value.code == -32013
 
 
-def _started(outcomes: dict[str, Any], name: str, fn: Callable[[], Any]) -> threading.Thread:
-    """``fn`` on a thread of its own, its result (or exception) in ``outcomes[name]``."""
-    def body() -> None:
-        try:
-            outcomes[name] = fn()
-        except Exception as exc:  # reported by the test, by name
-            outcomes[name] = exc
-    thread = threading.Thread(target=body)
-    thread.start()
-    return thread
-
-
 @pytest.mark.parametrize("expected_seq", [None, 1])
 def test_a_session_appended_to_while_it_is_dropped_keeps_the_append(
         fx: Fixture, monkeypatch: pytest.MonkeyPatch, expected_seq: int | None) -> None:
@@ -318,7 +306,7 @@ def test_a_session_appended_to_while_it_is_dropped_keeps_the_append(
     monkeypatch.setattr(rules, "drop_idle_sessions", lambda db, *a: real(Pausing(db), *a))
     now = T0 + 10 * DAY
     outcomes: dict[str, Any] = {}
-    run = functools.partial(_started, outcomes)
+    run = functools.partial(started, outcomes)
 
     dropping = run("drop", lambda: fx.store.drop_idle_sessions(
         "app", now - DAY, None, now, None, B))
@@ -384,7 +372,7 @@ def test_a_group_commit_and_a_drop_step_lock_their_sessions_in_one_order(
                         lambda db, *a, **kw: real(Pausing(db), *a, **kw))
     now = T0 + 10 * DAY
     outcomes: dict[str, Any] = {}
-    run = functools.partial(_started, outcomes)
+    run = functools.partial(started, outcomes)
 
     group = [ap(ev("a1"), session="sa"), ap(ev("b1"), session="sb", expected_seq=b0.seq)]
     appending = run("append", lambda: other.append_commit(group, now, False))

@@ -5,6 +5,7 @@ on it."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["holding", "lock_waits", "until"]
+__all__ = ["holding", "lock_waits", "started", "until"]
 
 
 def lock_waits(request: pytest.FixtureRequest, backend: str) -> Callable[[], int]:
@@ -94,3 +95,16 @@ def until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None
     while not condition():
         assert time.monotonic() < deadline, f"never: {what}"
         time.sleep(_POLL_S)
+
+
+def started(outcomes: dict[str, Any], name: str, fn: Callable[[], Any]) -> threading.Thread:
+    """``fn`` (a store call that may wait for a lock) on a thread of its own,
+    its result or exception in ``outcomes[name]``, for the test to report by name."""
+    def body() -> None:
+        try:
+            outcomes[name] = fn()
+        except Exception as exc:
+            outcomes[name] = exc
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread
