@@ -23,6 +23,8 @@ import os
 import stat
 from collections.abc import Mapping
 
+from streamd import regular_files
+
 SOCKET_NAME = "streamd.sock"
 LOCK_NAME = "streamd.lock"
 LOG_NAME = "daemon.log"
@@ -77,20 +79,15 @@ class StrayFile(OSError):
 
 def open_regular(path: str, flags: int, mode: int = 0o600) -> int:
     """``os.open`` for the directory's own small files, refusing anything but
-    a regular file with :class:`StrayFile`. The open cannot wait
-    (``O_NONBLOCK``) and the check is ``fstat`` on what was opened, before any
-    read: a FIFO left in the lock file's place would otherwise block the read
-    of every client that looks for the lock holder, with no timeout."""
-    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    a regular file with :class:`StrayFile`, without waiting
+    (:mod:`streamd.regular_files`): a FIFO left in the lock file's place would
+    otherwise block the read of every client that looks for the lock holder,
+    with no timeout."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise StrayFile(f"{path} is not a regular file; remove it (streamd only ever "
-                            "makes regular files there)")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return regular_files.open_fd(path, flags, mode)
+    except regular_files.NotRegularFile:
+        raise StrayFile(f"{path} is not a regular file; remove it (streamd only ever "
+                        "makes regular files there)") from None
 
 
 def check_private_dir(directory: str) -> bool:

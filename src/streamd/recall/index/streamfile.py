@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from streamd import regular_files
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.regular_files import NotRegularFile
 
 CHUNK = 1 << 20
 # A line longer than this is consumed without being held: it fails anyway
@@ -59,10 +60,6 @@ class Line:
     size: int
 
 
-class NotRegularFile(OSError):
-    """The path names a FIFO, a device, a socket or a directory."""
-
-
 def open_regular(path: str, identity: Identity | None = None) -> BinaryIO:
     """Open a stream file for reading, refusing anything but a regular file.
 
@@ -87,18 +84,11 @@ def identity_of(f: BinaryIO) -> Identity:
 
 
 def _regular_fd(path: str, identity: Identity | None = None) -> int:
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(f"{os.path.basename(path)} is not a regular file")
+    def same_file(st: os.stat_result) -> None:
         if identity is not None and (st.st_dev, st.st_ino) != identity:
             raise Replaced(path)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+
+    return regular_files.open_fd(path, os.O_RDONLY, check=same_file)
 
 
 # Refusals about the file itself: it exists, and we may not (or cannot) read

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 from collections.abc import Iterable
 from typing import BinaryIO
+
+from streamd import regular_files
 
 
 def write_atomic(path: str, chunks: Iterable[bytes | memoryview], *,
@@ -42,18 +43,13 @@ def write_atomic(path: str, chunks: Iterable[bytes | memoryview], *,
 
 def _create(tmp: str) -> BinaryIO:
     """``tmp`` opened for writing, new or emptied. Without waiting, and a
-    regular file only: a FIFO left at that name would block a plain open for
-    good (the save, the build behind it, every request waiting on the build).
-    It is refused, and left where it is."""
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC,
-                 0o666)
+    regular file only (:mod:`streamd.regular_files`): a FIFO left at that name
+    would block a plain open for good (the save, the build behind it, every
+    request waiting on the build). It is refused, and left where it is."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EEXIST, "exists and is not a regular file", tmp)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
+        fd = regular_files.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    except regular_files.NotRegularFile:
+        raise OSError(errno.EEXIST, "exists and is not a regular file", tmp) from None
     return os.fdopen(fd, "wb")
 
 
