@@ -116,6 +116,35 @@ def test_a_missing_directory_is_refused_not_created(cwd: Path) -> None:
         assert list(cwd.iterdir()) == [], argv
 
 
+def test_a_database_path_that_is_not_utf8_is_refused_naming_the_byte(cwd: Path) -> None:
+    # "\udcff" is how Python hands over an argv or environment byte 0xff;
+    # subprocess encodes it back. SQLite names files in UTF-8: such a path
+    # ended in a traceback (the stdio server's answer too), after an empty
+    # file had been made at it.
+    bad = "b\udcffd.db"
+    said = "event log database b\\xffd.db: not UTF-8 (byte 0xff at character 2)"
+    for argv, env, setting in ((["log", "ping", "--db", bad], {}, "--db: "),
+                               ([*APPEND, "--db", bad], {}, "--db: "),
+                               (["log", "backup", "--db", bad, "copy.db"], {}, "--db: "),
+                               (list(APPEND), {"STREAMD_DB": bad}, "STREAMD_DB: "),
+                               (["--db", bad], {}, "--db: "),
+                               (["serve", "--db", bad], {}, "--db: ")):
+        code, out, err = streamd(*argv, cwd=cwd, env=env)
+        assert (code, out) == (2, ""), (argv, err)
+        assert one_line(err).startswith(f"streamd: {setting}{said}"), (argv, err)
+        assert list(cwd.iterdir()) == [], argv
+    state = cwd / "st\udcffte"  # the default location, under such a directory
+    code, out, err = streamd(*APPEND, cwd=cwd, env={"XDG_STATE_HOME": str(state)})
+    assert (code, out) == (2, ""), err
+    assert one_line(err).startswith(f"streamd: event log database {cwd}/st\\xffte/streamd/"
+                                    "events.db: not UTF-8 (byte 0xff at character"), err
+    assert list(cwd.iterdir()) == []
+    # A server's string may hold a password: it is not shown.
+    code, out, err = streamd("log", "ping", "--db", "postgresql://u@h/d?sslcert=\udcff",
+                             cwd=cwd)
+    assert (code, out) == (2, "") and "(a string): not UTF-8" in one_line(err), err
+
+
 def test_the_default_location_is_still_created(cwd: Path) -> None:
     code, _, err = streamd(*APPEND, cwd=cwd)
     assert (code, err) == (0, ""), err

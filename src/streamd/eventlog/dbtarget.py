@@ -196,6 +196,7 @@ def resolve(
     if environ.get("STREAMD_DB"):
         return classify(environ["STREAMD_DB"], origin="environment")
     path = default_path(environ)
+    _check_utf8(str(path))  # a $XDG_STATE_HOME or $HOME of other bytes
     return DbTarget("sqlite", str(path), "default", path=path)
 
 
@@ -204,11 +205,13 @@ def classify(value: str | os.PathLike[str], *, origin: Origin = "argument") -> D
     file; a string is read by the rules above. Raises :class:`DbTargetError`."""
     if not isinstance(value, str):
         path = Path(value).expanduser()
+        _check_utf8(str(path))
         return DbTarget("sqlite", str(path), origin, path=path)
     if not value.strip():
         raise _refused(repr(value), f"empty; give {_served()}")
     if "\0" in value:
         raise _refused("(a string)", "it holds a NUL character")
+    _check_utf8(value)
     if (m := _SCHEME.match(value)) is not None:
         _check_scheme(m.group(1), value[m.end():].startswith("//"))
         if value.startswith(URI_PREFIXES):
@@ -233,6 +236,23 @@ def classify(value: str | os.PathLike[str], *, origin: Origin = "argument") -> D
     # which is what keeps ./host=x.db a file.
     shown = os.path.expanduser(value)
     return DbTarget("sqlite", shown, origin, path=Path(shown))
+
+
+def _check_utf8(value: str) -> None:
+    """Refuse bytes that are not UTF-8 (argv and the environment hand them over
+    as surrogate escapes). SQLite, libpq and MySQL all take UTF-8 names: such a
+    path failed in the driver with a traceback, after an empty file had been
+    made at it. A file path is shown with the byte escaped; anything that may
+    be a server's string is not shown, since it may hold a password."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        byte = value[exc.start:exc.end].encode("utf-8", "surrogateescape")[0]
+        server = _SCHEME.match(value) is not None or "=" in value
+        shown = "(a string)" if server else value.encode(
+            "utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+        raise _refused(shown, f"not UTF-8 (byte 0x{byte:02x} at character {exc.start + 1});"
+                       " the log's database is named in UTF-8") from None
 
 
 def _refused(shown: str, cause: str) -> DbTargetError:
@@ -381,7 +401,9 @@ def usage_error(flag: str | None, env: Mapping[str, str] | None = None) -> str |
     try:
         target = resolve(None, env)
     except DbTargetError as exc:
-        return f"STREAMD_DB: {exc}"
+        # The default path (from $XDG_STATE_HOME or $HOME) is named by itself.
+        environ = os.environ if env is None else env
+        return f"STREAMD_DB: {exc}" if environ.get("STREAMD_DB") else str(exc)
     return _said_of("STREAMD_DB", target.file_error())
 
 
