@@ -179,6 +179,17 @@ def test_a_backup_never_overwrites_and_leaves_nothing_behind_a_failure(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.db", "ev.db"]
 
 
+def test_a_backup_name_that_is_not_utf8_is_refused_as_the_line_is_read(
+    log_db: Path, tmp_path: Path
+) -> None:
+    # "\udcff" is how Python hands over an argv byte 0xff; SQLite names files
+    # in UTF-8, and such a name ended in a traceback.
+    done = streamd_log(log_db, "backup", str(tmp_path / "c\udcff.db"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "DEST is not UTF-8 text (byte 0xff" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ev.db"]
+
+
 def test_a_backup_path_given_with_a_tilde_is_under_the_home_directory(
     log_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

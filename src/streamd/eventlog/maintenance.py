@@ -37,7 +37,9 @@ COMMANDS = ("backup", "verify")
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p = command(sub, "backup", "copy the live log, consistently, to a new file",
                 parents=[common])
-    p.add_argument("dest", metavar="DEST", help="the new file (must not exist)")
+    # SQLite names files in UTF-8: other bytes are refused as the line is read.
+    p.add_argument("dest", metavar="DEST", type=cliargs.text,
+                   help="the new file (must not exist)")
     # For the bench that chose the default; not for people.
     p.add_argument("--method", choices=("backup", "vacuum"), default="backup",
                    help=argparse.SUPPRESS)
