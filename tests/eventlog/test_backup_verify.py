@@ -179,6 +179,44 @@ def test_a_backup_never_overwrites_and_leaves_nothing_behind_a_failure(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.db", "ev.db"]
 
 
+class DestAppears(apsw.VFS):
+    """The default VFS, which makes ``dest`` as SQLite opens the backup's
+    partial file: another backup to the same name (or a person) taking it
+    while the copy is written."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+        super().__init__("streamd-test-dest-appears", "unix", makedefault=True)
+
+    def xOpen(self, name: apsw.URIFilename | str | None, flags: list[int]) -> apsw.VFSFile:
+        filename = name.filename() if isinstance(name, apsw.URIFilename) else name or ""
+        if ".partial-" in filename and not self.dest.exists():
+            self.dest.write_text("precious")
+        return super().xOpen(name, flags)
+
+
+def test_a_file_made_at_dest_during_the_copy_is_not_overwritten(
+    log_db: Path, tmp_path: Path
+) -> None:
+    # DEST is checked before the copy; the copy was then renamed over it, so
+    # a file made meanwhile was replaced and each of two racing backups said
+    # its copy was complete.
+    from streamd.errors import RpcError
+    from streamd.eventlog.sqlite import backup
+
+    dest = tmp_path / "copy.db"
+    store = SqliteStore.open(str(log_db), migrate=False)
+    vfs = DestAppears(dest)
+    try:
+        with pytest.raises(RpcError, match=r"copy\.db exists"):
+            backup.snapshot(store.connection, dest)
+    finally:
+        vfs.unregister()
+        store.close()
+    assert dest.read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.db", "ev.db"]
+
+
 def test_a_backup_name_that_is_not_utf8_is_refused_as_the_line_is_read(
     log_db: Path, tmp_path: Path
 ) -> None:

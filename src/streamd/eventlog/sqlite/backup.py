@@ -22,13 +22,14 @@ Two ways to copy in one transaction (``method``):
 faster for a log under appends (see docs/operations.md).
 
 The copy is written to a temporary name beside ``DEST``, fsynced, checked
-(``PRAGMA quick_check``), and only then renamed to ``DEST``: a backup that
+(``PRAGMA quick_check``), and only then linked to ``DEST``: a backup that
 fails half way leaves no file that looks like a backup. ``DEST`` must not
 exist.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from dataclasses import dataclass
@@ -77,7 +78,7 @@ def snapshot(
         _copy(source, partial, method)
         events, newest = _check(partial)
         _fsync(partial)
-        os.rename(partial, final)
+        _publish(partial, final)
         _fsync(final.parent)
     except apsw.Error as exc:
         raise RpcError(SOURCE_UNAVAILABLE, f"backup to {final} failed: {exc}") from None
@@ -113,6 +114,25 @@ def _copy(source: apsw.Connection, partial: Path, method: Method) -> None:
             job.step(-1)  # one step: one read transaction, never restarted
     finally:
         target.close()
+
+
+def _publish(partial: Path, final: Path) -> None:
+    """Give the finished copy its name, unless something has it by now. The
+    check that ``final`` is free ran before the copy, which takes seconds; a
+    rename would replace whatever came meanwhile (a second backup to the same
+    name, each then reporting its copy complete). A hard link fails instead;
+    the partial name is removed by the caller."""
+    try:
+        os.link(partial, final)
+    except FileExistsError:
+        raise RpcError(SOURCE_UNAVAILABLE, f"{final} exists (made while the copy was"
+                       " written); a backup never overwrites a file") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        # No hard links on this file system: rename, which can only lose the
+        # race above, never anything the first check saw.
+        os.rename(partial, final)
 
 
 def _check(partial: Path) -> tuple[int, int]:
