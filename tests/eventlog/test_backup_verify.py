@@ -10,8 +10,10 @@ gaps in its seqs included, exits 0.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -215,6 +217,26 @@ def test_a_file_made_at_dest_during_the_copy_is_not_overwritten(
         store.close()
     assert dest.read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.db", "ev.db"]
+
+
+def test_a_backup_the_disk_refuses_says_why(log_db: Path, tmp_path: Path) -> None:
+    # The kernel's error is real: a file-size limit on the command fails the
+    # copy's writes past 64 KiB (EFBIG), as a full disk fails them (ENOSPC).
+    # The one-step copy's failure is worded from the copy's connection, whose
+    # last message is not the step's: this said "failed: not an error".
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
+
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO / "src"))}
+    dest = tmp_path / "copy.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "streamd", "log", "--db", str(log_db), "backup", str(dest)],
+        capture_output=True, text=True, timeout=120, env=env, preexec_fn=limited,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"streamd: backup to {dest} failed: {os.strerror(errno.EFBIG)}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ev.db"]
 
 
 def test_a_backup_name_that_is_not_utf8_is_refused_as_the_line_is_read(

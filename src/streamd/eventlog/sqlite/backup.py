@@ -39,6 +39,7 @@ from typing import Literal
 import apsw
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.sqlite.errors import system_errno
 
 __all__ = ["DEFAULT_METHOD", "BackupResult", "Method", "snapshot"]
 
@@ -81,7 +82,7 @@ def snapshot(
         _publish(partial, final)
         _fsync(final.parent)
     except apsw.Error as exc:
-        raise RpcError(SOURCE_UNAVAILABLE, f"backup to {final} failed: {exc}") from None
+        raise RpcError(SOURCE_UNAVAILABLE, f"backup to {final} failed: {_reason(exc)}") from None
     except OSError as exc:
         raise RpcError(
             SOURCE_UNAVAILABLE, f"backup to {final} failed: {exc.strerror or exc}"
@@ -110,10 +111,43 @@ def _copy(source: apsw.Connection, partial: Path, method: Method) -> None:
         # (a failed copy is deleted; the finished one is fsynced whole).
         target.pragma("journal_mode", "off")
         target.pragma("synchronous", "off")
-        with target.backup("main", source, "main") as job:
-            job.step(-1)  # one step: one read transaction, never restarted
+        try:
+            with target.backup("main", source, "main") as job:
+                job.step(-1)  # one step: one read transaction, never restarted
+        except apsw.Error as exc:
+            # The kernel's reason (EFBIG, EIO), where SQLite kept it: the
+            # step's own message is no help (see _reason).
+            if code := system_errno(target, exc):
+                raise OSError(code, os.strerror(code)) from None
+            raise
     finally:
         target.close()
+
+
+# SQLite's own words (sqlite3_errstr) for what a copy can run into.
+_RESULT_WORDS = {
+    apsw.SQLITE_FULL: "database or disk is full",
+    apsw.SQLITE_IOERR: "disk I/O error",
+    apsw.SQLITE_CANTOPEN: "unable to open database file",
+    apsw.SQLITE_READONLY: "attempt to write a readonly database",
+    apsw.SQLITE_NOMEM: "out of memory",
+    apsw.SQLITE_CORRUPT: "database disk image is malformed",
+    apsw.SQLITE_INTERRUPT: "interrupted",
+}
+
+
+def _reason(exc: apsw.Error) -> str:
+    """SQLite's words for ``exc``. A failed backup step is worded from the
+    copy's connection, whose last message is not the step's: a full disk
+    came out as "not an error". Its result code still says what happened."""
+    text = str(exc)
+    if text != "not an error":
+        return text
+    code = getattr(exc, "result", None)
+    if not isinstance(code, int):
+        return type(exc).__name__
+    name = apsw.mapping_result_codes.get(code)
+    return _RESULT_WORDS.get(code) or (name if isinstance(name, str) else type(exc).__name__)
 
 
 def _publish(partial: Path, final: Path) -> None:
