@@ -239,6 +239,27 @@ def test_a_backup_the_disk_refuses_says_why(log_db: Path, tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ev.db"]
 
 
+def test_a_long_backup_name_is_made_and_a_name_too_long_is_one_line(
+    log_db: Path, tmp_path: Path
+) -> None:
+    # The partial name (".NAME.partial-PID") passed the 255-byte limit on a
+    # 240-byte DEST, which then failed; and a failed create's cleanup raised
+    # from the same unlink (as on a read-only file system): a traceback. A
+    # name with no room for SQLite's "-wal" can hold no log that opens.
+    longest = tmp_path / ("b" * 251)
+    done = streamd_log(log_db, "backup", str(longest))
+    assert done.returncode == 0, done.stderr
+    assert streamd_log(longest, "verify").returncode == 0
+    for n in (252, 256):
+        too_long = tmp_path / ("c" * n)
+        done = streamd_log(log_db, "backup", str(too_long))
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [
+            f"streamd: backup to {too_long}: the name is too long for a log (at most 251"
+            " bytes, to leave room for SQLite's -wal beside it)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ev.db", longest.name])
+
+
 def test_a_backup_name_that_is_not_utf8_is_refused_as_the_line_is_read(
     log_db: Path, tmp_path: Path
 ) -> None:

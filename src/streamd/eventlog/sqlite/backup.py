@@ -65,15 +65,13 @@ def snapshot(
         final = Path(dest).expanduser()  # as --db is: '~/b.db' quoted reaches us unexpanded
     except RuntimeError as exc:  # ~name of no user
         raise RpcError(SOURCE_UNAVAILABLE, f"backup to {dest}: {exc}") from None
-    if final.is_dir():
-        raise RpcError(SOURCE_UNAVAILABLE,
-                       f"{final} is a directory; name the backup file to create in it")
-    if final.exists() or final.is_symlink():
-        raise RpcError(SOURCE_UNAVAILABLE, f"{final} exists; a backup never overwrites a file")
-    if not final.parent.is_dir():
-        what = "is not a directory" if final.parent.exists() else "does not exist"
-        raise RpcError(SOURCE_UNAVAILABLE, f"{final.parent} {what}")
-    partial = final.with_name(f".{final.name}.partial-{os.getpid()}")
+    try:
+        _check_dest(final)
+    except OSError as exc:  # a name too long, a directory we may not search
+        raise RpcError(
+            SOURCE_UNAVAILABLE, f"backup to {final} failed: {exc.strerror or exc}"
+        ) from None
+    partial = _partial_name(final)
     started = time.monotonic()
     try:
         _copy(source, partial, method)
@@ -89,7 +87,7 @@ def snapshot(
         ) from None
     finally:
         for leftover in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
-            leftover.unlink(missing_ok=True)
+            _remove(leftover)
     return BackupResult(
         dest=str(final),
         events=events,
@@ -97,6 +95,52 @@ def snapshot(
         bytes=final.stat().st_size,
         seconds=time.monotonic() - started,
     )
+
+
+def _check_dest(final: Path) -> None:
+    """Refuse a DEST that cannot be a new backup file; OSError where even
+    asking fails."""
+    if len(os.fsencode(final.name)) + len("-wal") > _NAME_MAX:
+        # SQLite opens a log with its "-wal" beside it: a copy under a longer
+        # name could be made, but never opened (verify failed on it).
+        raise RpcError(SOURCE_UNAVAILABLE, f"backup to {final}: the name is too long for a log"
+                       f" (at most {_NAME_MAX - len('-wal')} bytes, to leave room for SQLite's"
+                       " -wal beside it)")
+    if final.is_dir():
+        raise RpcError(SOURCE_UNAVAILABLE,
+                       f"{final} is a directory; name the backup file to create in it")
+    if final.exists() or final.is_symlink():
+        raise RpcError(SOURCE_UNAVAILABLE, f"{final} exists; a backup never overwrites a file")
+    if not final.parent.is_dir():
+        what = "is not a directory" if final.parent.exists() else "does not exist"
+        raise RpcError(SOURCE_UNAVAILABLE, f"{final.parent} {what}")
+
+
+# A file name's limit in bytes on Linux file systems (NAME_MAX).
+_NAME_MAX = 255
+
+
+def _partial_name(final: Path) -> Path:
+    """The temporary name beside ``final``. ``final``'s own name with a dot and
+    a suffix, when that fits in a name together with SQLite's ``-wal``: a
+    DEST of 240 bytes is a good name, and its partial one was refused with
+    "File name too long"."""
+    pid = os.getpid()
+    mine = f".{final.name}.partial-{pid}"
+    if len(os.fsencode(f"{mine}-wal")) <= _NAME_MAX:
+        return final.with_name(mine)
+    return final.with_name(f".streamd-backup.partial-{pid}")
+
+
+def _remove(leftover: Path) -> None:
+    """Remove what the backup made. One it never made (its directory is on a
+    read-only file system, so even the first create failed) raises EROFS,
+    not ENOENT, and replaced the backup's own error with a traceback."""
+    try:
+        leftover.unlink()
+    except OSError:
+        if os.path.lexists(leftover):
+            raise
 
 
 def _copy(source: apsw.Connection, partial: Path, method: Method) -> None:
