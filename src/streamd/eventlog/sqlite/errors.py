@@ -80,6 +80,33 @@ def _named(code: int) -> str:
     return f"{os.strerror(code)} ({errno.errorcode.get(code, code)})"
 
 
+def _why_errno(path: str) -> int:
+    """Why the directory of ``path`` cannot take a new file: EROFS for a
+    read-only file system, else EACCES."""
+    try:
+        rdonly = os.statvfs(os.path.dirname(path) or ".").f_flag & os.ST_RDONLY
+    except OSError:
+        rdonly = 0
+    return errno.EROFS if rdonly else errno.EACCES
+
+
+def _side_files_refused(path: str) -> str | None:
+    """The reason an existing log cannot be opened because SQLite cannot make
+    its ``-shm`` beside it (a log in WAL mode is read through that file, even
+    by a reader). SQLite's last errno is then the ENOENT of its read-only
+    retry, so the message said "No such file or directory" of a file that is
+    there; None when that is not the case."""
+    directory = os.path.dirname(path) or "."
+    if not os.path.isfile(path) or os.path.exists(f"{path}-shm") \
+            or os.access(directory, os.W_OK):
+        return None
+    code = _why_errno(path)
+    where = ("is on a read-only file system (EROFS)" if code == errno.EROFS
+             else "is not writable by this user (EACCES)")
+    return (f"its directory {directory} {where}, and SQLite must create"
+            f" {os.path.basename(path)}-shm there to read or write the log")
+
+
 def translate(exc: apsw.Error, os_errno: int = 0, path: str | None = None) -> RpcError:
     """The RpcError for ``exc``; ``os_errno`` the connection's
     :func:`system_errno` when it failed; ``path``, the file to name (an open's
@@ -88,6 +115,10 @@ def translate(exc: apsw.Error, os_errno: int = 0, path: str | None = None) -> Rp
         return closed_error()
     kind = type(exc).__name__
     subject = "event log database error" if path is None else f"event log database {path}"
+    if (isinstance(exc, apsw.CantOpenError) and os_errno == errno.ENOENT and path is not None
+            and (why := _side_files_refused(path)) is not None):
+        return RpcError(SOURCE_UNAVAILABLE, f"{subject}: {why} (SQLite said: {exc})",
+                        {"sqlite_error": kind, "errno": errno.errorcode[_why_errno(path)]})
     if os_errno and isinstance(exc, _FILE_SYSTEM_KINDS):
         return RpcError(
             SOURCE_UNAVAILABLE,
