@@ -152,6 +152,27 @@ def test_reading_commands_never_create_a_missing_log(
     assert not db.exists()
 
 
+def test_reading_commands_take_an_empty_file_for_no_log_and_leave_it_empty(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SQLite takes an empty file for a new database: a read wrote the schema
+    # into it and answered as from an empty log, so a copy cut to 0 bytes (a
+    # full disk) passed `ping`, and `verify` after it. `verify` alone wrote
+    # 4 KiB into it.
+    db.touch()
+    for argv in (["since"], ["tail"], ["branches"], ["ping"], ["sessions", "list", "--app", "app"],
+                 ["verify"], ["backup", str(db.with_name("copy.db"))]):
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (2, []), argv
+        assert err == f"streamd: no event log at {db}: the file is empty (use --db PATH or set" \
+            " STREAMD_DB)\n", argv
+        assert db.stat().st_size == 0, argv
+    assert sorted(p.name for p in db.parent.iterdir()) == [db.name]
+    # A command that writes makes its log there, as in a new file.
+    assert run(capsys, "append", *AT, "--author", "x", "--text", "hi")[0] == 0
+    assert run(capsys, "ping")[1] == [f"ok: {db} (latest seq 1)"]
+
+
 def test_db_option_before_or_after_the_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

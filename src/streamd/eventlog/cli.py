@@ -328,10 +328,10 @@ async def _dispatch(args: argparse.Namespace) -> int:
     reading = args.log_command in _READS or (
         args.log_command == "sessions" and args.sessions_command != "create"
     )
-    if reading and target.path is not None and not target.path.exists():
+    if reading and (why := target.holds_no_log()) is not None:
         raise RpcError(
             SOURCE_UNAVAILABLE,
-            f"no event log at {target.description} (use --db PATH or set STREAMD_DB)",
+            f"no event log at {target.description}{why} (use --db PATH or set STREAMD_DB)",
         )
     interval = getattr(args, "watch_interval_ms", 200) / 1000
     # The flag as given, not ``target``: a database from $STREAMD_DB (which may

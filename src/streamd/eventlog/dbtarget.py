@@ -164,6 +164,32 @@ class DbTarget:
         return None
 
 
+    def holds_no_log(self) -> str | None:
+        """Why a command that only reads finds no log at this file (it must not
+        make one), or None: nothing at the path (""), or an empty file. SQLite
+        takes an empty file for a new database, so a read wrote the schema
+        into it and answered as from an empty log: a copy cut to 0 bytes (a
+        full disk) was then "ok" to ``ping`` and to ``verify`` after it."""
+        if self.path is None:
+            return None
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return ""
+        except OSError:
+            return None  # the open names why
+        if size == 0 and not _has_bytes(Path(f"{self.path}-wal")):
+            return ": the file is empty"
+        return None
+
+
+def _has_bytes(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
 def _special_kind(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "named pipe (FIFO)"

@@ -24,8 +24,8 @@ import msgspec
 from streamd.cli import args as cliargs
 from streamd.cli.args import command
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.dbtarget import classify, resolve_db_path
 from streamd.eventlog.dbtarget import describe as db_description
-from streamd.eventlog.dbtarget import resolve_db_path
 from streamd.eventlog.mysql import url as mysql_url
 from streamd.eventlog.sqlite.schema import SCHEMA_VERSION
 
@@ -128,8 +128,8 @@ def _verify(path: Path | str, args: argparse.Namespace) -> int:
 def _open_sqlite(path: Path) -> Any:
     from streamd.eventlog.sqlite import SqliteStore
 
-    if not path.exists():
-        raise RpcError(SOURCE_UNAVAILABLE, f"no event log at {path} (use --db PATH or set"
+    if (why := classify(path).holds_no_log()) is not None:
+        raise RpcError(SOURCE_UNAVAILABLE, f"no event log at {path}{why} (use --db PATH or set"
                        " STREAMD_DB)")
     store = SqliteStore.open(str(path), migrate=False)
     version = store.connection.pragma("user_version")
