@@ -260,6 +260,22 @@ def test_a_long_backup_name_is_made_and_a_name_too_long_is_one_line(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ev.db", longest.name])
 
 
+def test_a_backup_is_never_made_under_a_name_sqlite_uses_beside_the_log(
+    log_db: Path, tmp_path: Path
+) -> None:
+    # A copy at ev.db-journal was reported complete; the next open of the log
+    # took it for a rollback journal and deleted it.
+    for suffix in ("-journal", "-wal", "-shm"):
+        dest = f"{log_db}{suffix}"
+        done = streamd_log(log_db, "backup", dest)
+        assert done.returncode == 2, (suffix, done.stdout)
+        assert done.stderr.splitlines() == [
+            f"streamd: {dest} is a name SQLite uses beside the log ({suffix}); name the backup"
+            " another way"]
+    assert streamd_log(log_db, "ping").returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ev.db"]
+
+
 def test_a_backup_name_that_is_not_utf8_is_refused_as_the_line_is_read(
     log_db: Path, tmp_path: Path
 ) -> None:

@@ -66,7 +66,7 @@ def snapshot(
     except RuntimeError as exc:  # ~name of no user
         raise RpcError(SOURCE_UNAVAILABLE, f"backup to {dest}: {exc}") from None
     try:
-        _check_dest(final)
+        _check_dest(final, source.db_filename("main"))
     except OSError as exc:  # a name too long, a directory we may not search
         raise RpcError(
             SOURCE_UNAVAILABLE, f"backup to {final} failed: {exc.strerror or exc}"
@@ -97,9 +97,16 @@ def snapshot(
     )
 
 
-def _check_dest(final: Path) -> None:
-    """Refuse a DEST that cannot be a new backup file; OSError where even
-    asking fails."""
+def _check_dest(final: Path, live: str) -> None:
+    """Refuse a DEST that cannot be a new backup file (``live``: the log's own
+    file, as SQLite names it); OSError where even asking fails."""
+    if live and (where := final.parent.resolve() / final.name) in _side_files(Path(live)):
+        # SQLite owns these names: the next open of the log takes a file at
+        # -journal for a rollback journal and deletes it (a backup made there
+        # was reported complete, then was gone at the next command).
+        raise RpcError(SOURCE_UNAVAILABLE, f"{final} is a name SQLite uses beside the log"
+                       f" ({where.name.removeprefix(Path(live).name)}); name the backup"
+                       " another way")
     if len(os.fsencode(final.name)) + len("-wal") > _NAME_MAX:
         # SQLite opens a log with its "-wal" beside it: a copy under a longer
         # name could be made, but never opened (verify failed on it).
@@ -114,6 +121,11 @@ def _check_dest(final: Path) -> None:
     if not final.parent.is_dir():
         what = "is not a directory" if final.parent.exists() else "does not exist"
         raise RpcError(SOURCE_UNAVAILABLE, f"{final.parent} {what}")
+
+
+def _side_files(live: Path) -> set[Path]:
+    real = live.parent.resolve() / live.name
+    return {real.with_name(real.name + suffix) for suffix in ("-journal", "-wal", "-shm")}
 
 
 # A file name's limit in bytes on Linux file systems (NAME_MAX).
