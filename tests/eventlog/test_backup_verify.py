@@ -421,6 +421,11 @@ PLANTED = {
         "session: event seq 4 belongs to a session that does not exist",
     ),
     "damaged page": (_damage_an_index_page, "integrity: "),
+    # A copy cut short (a full disk): SQLite will not even open it.
+    "file cut short": (
+        lambda db: os.truncate(db, os.path.getsize(db) // 2),
+        "file: event log database ",
+    ),
 }
 
 

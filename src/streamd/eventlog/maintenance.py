@@ -28,6 +28,7 @@ from streamd.eventlog.dbtarget import classify, resolve_db_path
 from streamd.eventlog.dbtarget import describe as db_description
 from streamd.eventlog.mysql import url as mysql_url
 from streamd.eventlog.sqlite.schema import SCHEMA_VERSION
+from streamd.eventlog.store.verify import Report
 
 __all__ = ["COMMANDS", "add_parsers", "run"]
 
@@ -102,11 +103,19 @@ def _verify(path: Path | str, args: argparse.Namespace) -> int:
     else:
         from streamd.eventlog.sqlite import checks as sqlite_checks
 
-        store = _open_sqlite(path)
         try:
-            report = sqlite_checks.verify(store)
-        finally:
-            store.close()
+            store = _open_sqlite(path)
+            try:
+                report = sqlite_checks.verify(store)
+            finally:
+                store.close()
+        except RpcError as exc:
+            # A file too damaged to open or to read through (a copy cut short
+            # by a full disk) is what verify is for: a finding, not a check
+            # that could not run. A failing disk (an errno) still is one.
+            if not _damaged(exc):
+                raise
+            report = Report(problems=[f"file: {exc.message}"])
     where = db_description(path)
     if args.json:
         _out(msgspec.json.encode({
@@ -123,6 +132,13 @@ def _verify(path: Path | str, args: argparse.Namespace) -> int:
         return 0
     print(f"streamd: {len(report.problems)} problems found in {where}", file=sys.stderr)
     return 1
+
+
+def _damaged(exc: RpcError) -> bool:
+    """Whether SQLite found the file's content damaged (with no failing read
+    of the file system behind it)."""
+    data = exc.data if isinstance(exc.data, dict) else {}
+    return data.get("sqlite_error") in ("CorruptError", "NotADBError") and "errno" not in data
 
 
 def _open_sqlite(path: Path) -> Any:
