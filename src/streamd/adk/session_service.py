@@ -98,6 +98,7 @@ from streamd import errors
 from streamd.adk import codec
 from streamd.adk.clients import Client, LoopClients
 from streamd.adk.errors import EventConflictError, adk_error, stale_error
+from streamd.adk.held import HeldEvents
 from streamd.adk.loading import DEFAULT_EVENT_CACHE, ListedSession, SessionLoader, adk_session
 from streamd.adk.write_behind import PENDING, Pipeline, Queued, encode
 from streamd.client.transport import START_TIMEOUT
@@ -152,6 +153,7 @@ class StreamdSessionService(BaseSessionService):
         self._unreported: list[str] = []  # copies whose refusal no append has raised yet
         self._lock = threading.Lock()  # the tables above, shared by every loop's thread
         self._loader = SessionLoader(event_cache)
+        self._held = HeldEvents()  # each copy's events by id (write-behind)
 
     # -- the client --
 
@@ -374,7 +376,7 @@ class StreamdSessionService(BaseSessionService):
             raise refused
         # Before a token is made for the copy: nothing is queued for these (a
         # durable append is answered the same: a duplicate is checked first).
-        held = next((e for e in session.events if e.id == event.id), None)
+        held = self._held.find(session, event.id)
         if held is not None:
             if _stored_alike(held, event):
                 return event  # a re-delivery of an event this copy already holds
