@@ -189,3 +189,25 @@ def test_a_spawned_daemon_exits_cleanly_when_the_client_closes(tmp_path: Path) -
 
     assert run(main) == 0
     assert db.exists() and not os.path.exists(str(db) + "-wal")
+
+
+def test_a_call_from_another_event_loop_is_refused_and_sends_nothing(served: Served) -> None:
+    # It wrote its frame to the opening loop's transport from another thread,
+    # the daemon stored the append, and the caller got asyncio's "attached to
+    # a different loop": an error for a write that had happened.
+    async def main() -> None:
+        async with await AsyncClient.connect_socket(served.socket) as c:
+            async def elsewhere() -> None:
+                with pytest.raises(RuntimeError, match="event loop that opened it"):
+                    await c.append("asyncio-other-loop", "u", "s", ev("other-1"))
+                with pytest.raises(RuntimeError, match="event loop that opened it"):
+                    await c.watch()
+
+            await asyncio.to_thread(asyncio.run, elsewhere())
+            assert c.in_flight == 0
+            # The connection carries on, and nothing was stored.
+            await c.append("asyncio-other-loop", "u", "s", ev("mine-1"))
+            got = await c.get_session("asyncio-other-loop", "u", "s")
+            assert [e.event.id for e in got.events] == ["mine-1"]
+
+    run(main)

@@ -245,7 +245,8 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
     ``client = await AsyncClient.connect()`` (the resident daemon, started when
     none runs), :meth:`connect_socket` or :meth:`spawn`; ``await
     client.aclose()`` or ``async with client:``. It belongs to the event loop
-    that opened it. Every method raises :class:`~streamd.errors.RpcError`.
+    that opened it: a call on another loop raises RuntimeError, sending
+    nothing. Every method raises :class:`~streamd.errors.RpcError`.
     """
 
     def __init__(
@@ -382,6 +383,15 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
     def _send_soon(self, frame: bytes) -> None:
         if not self._pipe.is_closing():
             self._pipe.write(frame)
+
+    def _check_caller(self) -> None:
+        # Used from another loop (another thread's), a call wrote its frame
+        # to this loop's transport from the wrong thread, and the daemon ran
+        # it (an append was stored), then failed awaiting this loop's future
+        # ("attached to a different loop"): refused first, as LocalClient is.
+        if asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError(
+                "an AsyncClient is used on the event loop that opened it; nothing was sent")
 
     # -- the event log --
 

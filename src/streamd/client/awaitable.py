@@ -16,6 +16,9 @@ inherits it and supplies its I/O adapter, four hooks:
 * ``_send_soon(frame)`` - queue a frame without waiting (a cancel), dropped
   when the connection is gone;
 
+and may supply a fifth, ``_check_caller()``, which refuses a call made where the
+client's I/O does not run (another event loop) before anything is sent;
+
 and it calls ``_feed(data)`` with what it reads (``b""`` at the end).
 
 Watches talk to their client through two methods, :meth:`AwaitableCalls.watch_next`
@@ -131,6 +134,9 @@ class AwaitableCalls(calls.AwaitedEventLogMethods, Generic[L]):
     def _send_soon(self, frame: bytes) -> None:
         raise NotImplementedError
 
+    def _check_caller(self) -> None:
+        """Raise if this call is made where the client's I/O does not run."""
+
     # -- calls --
 
     @property
@@ -147,6 +153,7 @@ class AwaitableCalls(calls.AwaitedEventLogMethods, Generic[L]):
     async def call(self, call: Call[T]) -> T:
         """Send one call and await its answer; cancelling the awaiting task
         (or scope) cancels the call on the daemon."""
+        self._check_caller()
         request_id, frame = self._core.start(call)
         waiter = self._waiter()
         self._waiting[request_id] = waiter
@@ -193,6 +200,7 @@ class AwaitableCalls(calls.AwaitedEventLogMethods, Generic[L]):
     # -- watches --
 
     async def _open_watch(self, from_seq: int, filter: Filter | None, budget: int) -> int:
+        self._check_caller()
         watch_id, frame = self._core.start_watch(
             WatchParams(from_seq=from_seq, filter=filter), budget
         )
