@@ -6,6 +6,7 @@ module, or a ``streamd`` the client spawns on stdio."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import tempfile
 from collections.abc import Iterator
@@ -209,5 +210,46 @@ def test_a_call_from_another_event_loop_is_refused_and_sends_nothing(served: Ser
             await c.append("asyncio-other-loop", "u", "s", ev("mine-1"))
             got = await c.get_session("asyncio-other-loop", "u", "s")
             assert [e.event.id for e in got.events] == ["mine-1"]
+
+    run(main)
+
+
+def test_a_call_draining_when_the_daemon_ends_the_connection_leaves_no_unretrieved_error(
+    tmp_path: Path,
+) -> None:
+    # The end of input failed the call's future while the call still awaited
+    # the transport's drain; the drain then failed too, that error was
+    # raised, and the future's was never read: asyncio logged "Future
+    # exception was never retrieved" for every call caught so (a daemon killed
+    # under a busy agent).
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        unretrieved: list[str] = []
+        loop.set_exception_handler(lambda _, ctx: unretrieved.append(ctx["message"]))
+        peers: list[asyncio.Transport] = []
+
+        class Deaf(asyncio.Protocol):  # a daemon that reads nothing
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                assert isinstance(transport, asyncio.Transport)
+                transport.pause_reading()
+                peers.append(transport)
+
+        server = await loop.create_unix_server(Deaf, str(tmp_path / "deaf.sock"))
+        async with server:
+            c = await AsyncClient.connect_socket(str(tmp_path / "deaf.sock"))
+            call = asyncio.ensure_future(c.append("a", "u", "s", ev("big", "x" * (4 << 20))))
+            while not (c.in_flight and peers):  # the call is written, its transport full
+                await asyncio.sleep(0)
+            peers[0].write_eof()  # the daemon ends the connection (stopping) ...
+            while not c.closed:  # ... which fails the call's future
+                await asyncio.sleep(0)
+            peers[0].abort()  # and the write still draining fails in turn
+            with pytest.raises(RpcError) as info:
+                await call
+            assert info.value.code == CLOSED
+            await c.aclose()
+            del call, info, c  # the call's future goes, and says so if unread
+            gc.collect()
+            assert unretrieved == []
 
     run(main)

@@ -158,7 +158,15 @@ class AwaitableCalls(calls.AwaitedEventLogMethods, Generic[L]):
         waiter = self._waiter()
         self._waiting[request_id] = waiter
         try:
-            await self._send(frame)
+            try:
+                await self._send(frame)
+            except RpcError:
+                # The answer, or the connection's end, came while a paused
+                # transport drained: that is the call's outcome (left
+                # unawaited, asyncio logged "Future exception was never
+                # retrieved" for each such call).
+                if not waiter.done():
+                    raise
             result: T = await waiter
             return result
         except BaseException:
