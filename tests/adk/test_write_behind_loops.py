@@ -12,7 +12,9 @@ reused id with other content was dropped without a word."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import pytest
 
 pytest.importorskip("google.adk")
 
+from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.genai import types
 
@@ -254,3 +257,33 @@ def test_an_append_does_not_scan_the_events_the_copy_holds(tmp_path: Path) -> No
 
     asyncio.run(scenario())
     assert len(stored(tmp_path / "events.db")) == n
+
+
+def test_a_refused_copy_is_not_kept_once_dropped(tmp_path: Path) -> None:
+    # A refusal was kept as the exception raised, again, at each of the copy's
+    # appends: its traceback held the frame that raised it, and so the stale
+    # copy with all its events, for the life of the service.
+    async def scenario() -> list[weakref.ref[Any]]:
+        service = StreamdSessionService(database=tmp_path / "events.db", write_behind=True)
+        await service.create_session(app_name="app", user_id="u", session_id="s")
+        dropped: list[weakref.ref[Any]] = []
+        for i in range(3):
+            ahead = await service.get_session(app_name="app", user_id="u", session_id="s")
+            stale = await service.get_session(app_name="app", user_id="u", session_id="s")
+            assert ahead is not None and stale is not None
+            await service.append_event(ahead, said(f"ahead {i}"))
+            await service.append_event(stale, said(f"stale {i}"))
+            with pytest.raises(StaleSessionError) as flushed:
+                await service.flush()
+            for _ in range(2):  # raised at each append, as flush raised it
+                with pytest.raises(StaleSessionError) as again:
+                    await service.append_event(stale, said("more"))
+                assert str(again.value) == str(flushed.value)
+            dropped.append(weakref.ref(stale))
+            del ahead, stale, flushed, again
+        gc.collect()
+        await service.close()
+        return dropped
+
+    assert [copy() for copy in asyncio.run(scenario())] == [None, None, None]
+    assert stored(tmp_path / "events.db") == ["ahead 0", "ahead 1", "ahead 2"]

@@ -100,7 +100,7 @@ from streamd.adk.clients import Client, LoopClients
 from streamd.adk.errors import EventConflictError, adk_error, stale_error
 from streamd.adk.held import HeldEvents
 from streamd.adk.loading import DEFAULT_EVENT_CACHE, ListedSession, SessionLoader, adk_session
-from streamd.adk.write_behind import PENDING, Pipeline, Queued, encode
+from streamd.adk.write_behind import PENDING, Pipeline, Queued, Refusal, encode
 from streamd.client.transport import START_TIMEOUT
 from streamd.errors import RpcError
 from streamd.eventlog.model import AppendParams, AppendResult, SessionKey
@@ -149,7 +149,7 @@ class StreamdSessionService(BaseSessionService):
         self._owed: dict[str, int] = {}  # queued appends, by session copy (token)
         self._acked: dict[str, int] = {}  # the seq of each copy's last stored append
         self._copies: dict[str, weakref.ref[Session]] = {}  # the copy of each token
-        self._refused: dict[str, Exception] = {}  # a copy's refusal, raised at each append
+        self._refused: dict[str, Refusal] = {}  # a copy's refusal, raised at each append
         self._unreported: list[str] = []  # copies whose refusal no append has raised yet
         self._lock = threading.Lock()  # the tables above, shared by every loop's thread
         self._loader = SessionLoader(event_cache)
@@ -184,7 +184,7 @@ class StreamdSessionService(BaseSessionService):
         finally:
             await self._clients.close()
         if self._unreported:
-            raise self._refused[self._unreported.pop(0)]
+            raise self._refused[self._unreported.pop(0)].error()
 
     # -- sessions --
 
@@ -373,7 +373,7 @@ class StreamdSessionService(BaseSessionService):
         if refused is not None:  # this copy is stale for good: reload it
             if token in self._unreported:
                 self._unreported.remove(token)
-            raise refused
+            raise refused.error()
         # Before a token is made for the copy: nothing is queued for these (a
         # durable append is answered the same: a duplicate is checked first).
         held = self._held.find(session, event.id)
@@ -460,10 +460,12 @@ class StreamdSessionService(BaseSessionService):
                     # it: dropped, and the refusal raised at its next append.
                     pipe.sending = []
                     pipe.queue = [q for q in pipe.queue if q.token != first.token]
-                    self._owed[first.token] = 0
+                    self._owed.pop(first.token, None)
                     self._acked.pop(first.token, None)
-                    self._copies.pop(first.token, None)
-                    self._refused[first.token] = adk_error(exc, first.params.session, expected)
+                    copy = self._copies.pop(first.token, None)
+                    self._forget_refusals()
+                    self._refused[first.token] = Refusal(
+                        exc, first.params.session, expected, copy)
                     self._unreported.append(first.token)
                     continue
                 pipe.sending = []
@@ -524,7 +526,14 @@ class StreamdSessionService(BaseSessionService):
         not raised yet (ADK's ``StaleSessionError``, ``SessionNotFoundError``)."""
         await self._drain()
         if self._unreported:
-            raise self._refused[self._unreported.pop(0)]
+            raise self._refused[self._unreported.pop(0)].error()
+
+    def _forget_refusals(self) -> None:
+        """Drop the refusals of copies that are gone and were reported: no
+        append of theirs can come, and ``flush`` has raised them."""
+        for token in [t for t, r in self._refused.items()
+                      if r.copy_gone() and t not in self._unreported]:
+            del self._refused[token]
 
     async def _expected_seq(self, client: Client, session: Session) -> int:
         marker = session._storage_update_marker

@@ -8,9 +8,13 @@ Values only: the task that sends a pipeline's runs is
 from __future__ import annotations
 
 import asyncio
+import weakref
 
 import msgspec
+from google.adk.sessions.session import Session
 
+from streamd.adk.errors import adk_error
+from streamd.errors import RpcError
 from streamd.eventlog.model import AppendParams
 
 PENDING = "streamd-pending:"
@@ -31,6 +35,34 @@ class Queued:
         self.params = params
         self.expected = expected
         self.size = size
+
+
+class Refusal:
+    """The log's refusal of a copy's run, raised at each of the copy's later
+    appends and by the next ``flush``. Kept as the log's answer, and raised as
+    a new exception each time: one exception raised again and again keeps
+    every traceback it was raised with, and through their frames the refused
+    copy and all its events, for the life of the service."""
+
+    __slots__ = ("_answer", "_expected", "_session_id", "copy")
+
+    def __init__(
+        self, answer: RpcError, session_id: str, expected: int | None,
+        copy: weakref.ref[Session] | None,
+    ) -> None:
+        # Its code, message and data: not the caught error, whose traceback
+        # holds the frames of the send that caught it.
+        self._answer = (answer.code, answer.message, answer.data)
+        self._session_id = session_id
+        self._expected = expected
+        self.copy = copy
+        """The refused copy, while it lives (its refusal is kept for it)."""
+
+    def error(self) -> Exception:
+        return adk_error(RpcError(*self._answer), self._session_id, self._expected)
+
+    def copy_gone(self) -> bool:
+        return self.copy is None or self.copy() is None
 
 
 class Pipeline:
