@@ -138,3 +138,24 @@ async def test_a_spawned_stdio_daemon_serves_and_exits_when_the_client_leaves(
             assert r.seq == 1
         # The process closed the log cleanly: no WAL left behind.
         assert db.exists() and not Path(str(db) + "-wal").exists()
+
+
+async def test_a_call_from_another_trio_run_is_refused_and_the_client_goes_on(
+    daemon: InProcess,
+) -> None:
+    # It put its frame in this run's channel and woke this run's writer from
+    # another thread: the caller got a bare AssertionError from Trio, and every
+    # later call of the client waited for ever.
+    with trio.fail_after(30):
+        async with TrioClient.over(daemon.stream()) as c:
+            async def elsewhere() -> None:
+                with pytest.raises(RuntimeError, match="Trio run that opened it"):
+                    await c.append("app", "u", "s", ev("other-1"))
+                with pytest.raises(RuntimeError, match="Trio run that opened it"):
+                    async with c.watch():
+                        pass
+
+            await trio.to_thread.run_sync(trio.run, elsewhere)
+            await c.append("app", "u", "s", ev("mine-1"))
+            got = await c.get_session("app", "u", "s")
+            assert [e.event.id for e in got.events] == ["mine-1"]

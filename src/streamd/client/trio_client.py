@@ -89,8 +89,9 @@ class TrioClient(AwaitableCalls["TrioLease"]):
 
     Open it with :meth:`connect` (the resident daemon, started when none
     runs), :meth:`connect_socket`, :meth:`spawn` or :meth:`over` (a stream you
-    already have); each is an async context manager. Every method raises
-    :class:`~streamd.errors.RpcError`.
+    already have); each is an async context manager. It belongs to the Trio
+    run that opened it: a call from another run raises RuntimeError, sending
+    nothing. Every method raises :class:`~streamd.errors.RpcError`.
     """
 
     def __init__(self, stream: trio.abc.Stream, nursery: trio.Nursery) -> None:
@@ -105,6 +106,7 @@ class TrioClient(AwaitableCalls["TrioLease"]):
         self._room = trio.Semaphore(_OUTBOX_FRAMES)
         self._writer_done = trio.Event()
         self._reader_done = trio.Event()
+        self._run = trio.lowlevel.current_trio_token()  # the run its tasks are in
 
     # -- opening --
 
@@ -206,6 +208,15 @@ class TrioClient(AwaitableCalls["TrioLease"]):
     async def _send(self, frame: bytes) -> None:
         await self._room.acquire()
         self._queue(frame, counted=True)
+
+    def _check_caller(self) -> None:
+        # Called from another Trio run (another thread's), a call put its frame
+        # in this run's channel, woke this run's writer from the wrong thread
+        # (the caller got a bare AssertionError from Trio), and every later
+        # call of the client waited for ever: refused first.
+        if trio.lowlevel.current_trio_token() is not self._run:
+            raise RuntimeError(
+                "a TrioClient is used in the Trio run that opened it; nothing was sent")
 
     def _send_soon(self, frame: bytes) -> None:
         try:
