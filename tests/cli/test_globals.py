@@ -142,3 +142,26 @@ def test_a_global_option_before_a_command_it_means_nothing_to_is_refused(argv, l
     assert cli.main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.splitlines() == [line]
+
+
+@pytest.mark.parametrize("value", ["bogus", "basic_format"])
+def test_a_log_level_that_is_none_is_said_once_and_the_default_kept(
+    tmp_path: Path, value: str
+) -> None:
+    # Any name of Python's logging module was taken for a level, silently:
+    # "bogus" left the default without a word, "basic_format" made the level a
+    # format string.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "STREAMD_LOG": value}
+    # The server on stdio, whose input ends at once.
+    done = subprocess.run(
+        [sys.executable, "-m", "streamd", "serve", "--db", str(tmp_path / "e.db")],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "STREAMD_LOG" in line]
+    assert said == [f"streamd: STREAMD_LOG={value!r} is not a log level (debug, info,"
+                    " warning, error, critical); logging at warning"]

@@ -79,12 +79,23 @@ _SERVERS = (None, "serve", "daemon")
 _BUILDERS = (*_SERVERS, "index", "search", "expand", "demo")
 
 
+_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
 def _log_level(verbose: bool) -> int:
     import logging
 
     level = logging.INFO if verbose else logging.WARNING
-    if os.environ.get("STREAMD_LOG"):
-        level = getattr(logging, os.environ["STREAMD_LOG"].upper(), level)
+    asked = os.environ.get("STREAMD_LOG", "").strip()
+    if not asked:
+        return level
+    if asked.lower() in _LOG_LEVELS:
+        return int(logging.getLevelName(asked.upper()))
+    # Said once, and the default kept: a mistyped level must not stop a
+    # daemon, nor be ignored without a word (any name of the logging module
+    # was taken for one, a format string included).
+    print(f"streamd: STREAMD_LOG={asked!r} is not a log level ({', '.join(_LOG_LEVELS)});"
+          f" logging at {logging.getLevelName(level).lower()}", file=sys.stderr)
     return level
 
 
