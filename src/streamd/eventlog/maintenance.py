@@ -135,10 +135,11 @@ def _verify(path: Path | str, args: argparse.Namespace) -> int:
 
 
 def _damaged(exc: RpcError) -> bool:
-    """Whether SQLite found the file's content damaged (with no failing read
-    of the file system behind it)."""
+    """Whether SQLite found a database's content damaged (with no failing read
+    of the file system behind it). A file that is no database at all (another
+    file named by mistake) is not a damaged log: that check could not run."""
     data = exc.data if isinstance(exc.data, dict) else {}
-    return data.get("sqlite_error") in ("CorruptError", "NotADBError") and "errno" not in data
+    return data.get("sqlite_error") == "CorruptError" and "errno" not in data
 
 
 def _open_sqlite(path: Path) -> Any:
