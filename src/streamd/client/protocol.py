@@ -122,14 +122,12 @@ def encode_params(call: Call[Any]) -> bytes:
     the store refuse it, never the encoder's ``UnicodeEncodeError``."""
     try:
         return _encoder.encode(call.params)
-    except UnicodeEncodeError:
+    except UnicodeEncodeError as exc:
         # Imported only here: the storage rules are no part of a thin client's start.
-        from streamd.eventlog.store.storable import refused, surrogate_path
+        from streamd.eventlog.store.storable import refusal_of
 
-        path = surrogate_path(call.params)
-        if path is None:
+        if (refusal := refusal_of(exc, call.params)) is None:
             raise
-        refusal = refused(path)
         raise RpcError(refusal.code, f"{call.method} params: {refusal.message}") from None
 
 

@@ -137,9 +137,8 @@ def validated(params: _T) -> _T:
     except UnicodeEncodeError as exc:
         # A surrogate code point: refused as the store refuses it, naming the
         # field (imported here: the model is below the store's rules).
-        from streamd.eventlog.store.storable import refused, surrogate_path
+        from streamd.eventlog.store.storable import refusal_of
 
-        path = surrogate_path(params)
-        raise (refused(path) if path is not None else invalid_params(str(exc))) from None
+        raise (refusal_of(exc, params) or invalid_params(str(exc))) from None
     except (msgspec.ValidationError, TypeError, ValueError) as exc:
         raise invalid_params(str(exc)) from None

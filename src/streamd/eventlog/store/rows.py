@@ -35,7 +35,7 @@ from streamd.eventlog.model import (
     wire_size,
 )
 from streamd.eventlog.store.backend import Committed, Shape
-from streamd.eventlog.store.storable import refused, surrogate_path
+from streamd.eventlog.store.storable import refusal_of
 
 __all__ = [
     "ENTRY_COLUMNS",
@@ -156,9 +156,8 @@ def prepare(p: AppendParams, now_us: int) -> Prepared:
         # Looked for only now: a surrogate may sit in any field (a key as
         # well as the content), and walking every append's content to find
         # one first would cost more than encoding it.
-        found = surrogate_path(p) if isinstance(exc, UnicodeEncodeError) else None
-        if found is not None:
-            raise refused(found) from None
+        if (refusal := refusal_of(exc, p)) is not None:
+            raise refusal from None
         raise invalid_params(f"event content is not JSON: {exc}") from None
     try:
         delta_text = json_text(delta) if delta is not None else None

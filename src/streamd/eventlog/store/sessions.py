@@ -36,7 +36,7 @@ from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import ReadShape, Shape
 from streamd.eventlog.store.sql import Args, Sql
 from streamd.eventlog.store.state import apply_delta, shared_state
-from streamd.eventlog.store.storable import refused, surrogate_path
+from streamd.eventlog.store.storable import refusal_of
 
 __all__ = [
     "EventBounds",
@@ -71,9 +71,8 @@ def create_session(db: Sql, p: SessionCreateParams, now_us: int) -> Session:
             rows.json_text(delta)
     except (TypeError, ValueError) as exc:
         # Looked for only now, as rows.prepare does for an event.
-        found = surrogate_path(p) if isinstance(exc, UnicodeEncodeError) else None
-        if found is not None:
-            raise refused(found) from None
+        if (refusal := refusal_of(exc, p)) is not None:
+            raise refusal from None
         raise invalid_params(f"session state is not JSON: {exc}") from None
     try:
         with db.write():

@@ -49,7 +49,7 @@ import msgspec
 
 from streamd.errors import RpcError, invalid_params
 
-__all__ = ["checked_texts", "refused", "surrogate_path"]
+__all__ = ["checked_texts", "refusal_of", "refused", "surrogate_path"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -88,6 +88,15 @@ def surrogate_path(value: object, path: str = "") -> str | None:
             if found is not None:
                 return found
     return None
+
+
+def refusal_of(exc: Exception, value: object) -> RpcError | None:
+    """The refusal (:func:`refused`) for ``exc``, an encoding of ``value`` that
+    failed, when a surrogate in ``value`` is why; None when something else is."""
+    if not isinstance(exc, UnicodeEncodeError):
+        return None
+    path = surrogate_path(value)
+    return None if path is None else refused(path)
 
 
 def refused(path: str) -> RpcError:
