@@ -113,30 +113,32 @@ def _escaped_len(value: str | bytes) -> int:
     return 2 * len(data) - len(data.translate(None, _ESCAPED))
 
 
-def statement_bytes(item: rows.Prepared) -> int:
-    """The length of ``item``'s values in an INSERT statement, escaped."""
+def _texts(item: rows.Prepared) -> list[str | bytes]:
+    """The text values of ``item``'s row in an INSERT statement."""
     p, ev = item.params, item.params.event
     values: list[str | bytes | None] = [
         p.app, p.user, p.session, ev.id, ev.invocation_id, ev.author, ev.branch,
         item.content, item.metadata, item.state_delta_text, item.digest,
     ]
-    return sum(_escaped_len(v) for v in values if v is not None)
+    return [v for v in values if v is not None]
+
+
+def statement_bytes(item: rows.Prepared) -> int:
+    """The length of ``item``'s values in an INSERT statement, escaped."""
+    return sum(_escaped_len(v) for v in _texts(item))
 
 
 def refuse_oversized(item: rows.Prepared, max_packet: int) -> None:
     """Refuse an event whose INSERT alone is longer than ``max_packet``."""
-    p, ev = item.params, item.params.event
     room = max_packet - STATEMENT_SLACK
-    chars = sum(len(v) for v in (
-        p.app, p.user, p.session, ev.id, ev.invocation_id, ev.author, ev.branch,
-        item.content, item.metadata or "", item.state_delta_text or "",
-    )) + len(item.digest)
+    chars = sum(len(v) for v in _texts(item))
     if chars * 4 <= room:
         return  # fits even if every character took its most bytes: not measured
     size = statement_bytes(item)
     if size > room:
+        event_id = item.params.event.id[:200]
         raise invalid_params(
-            f"event rejected by the database: event {ev.id[:200]!r} takes {size} bytes in a"
+            f"event rejected by the database: event {event_id!r} takes {size} bytes in a"
             f" statement, more than the server's max_allowed_packet ({max_packet} bytes) lets"
             " one statement carry; raise max_allowed_packet on the server to store it"
         )
