@@ -46,9 +46,14 @@ def filter_db(postgres_db: str) -> Iterator[tuple[psycopg.Connection[Any], Postg
     admin.close()
 
 
-@settings(
+# Each example is a round trip through the server: fewer than hypothesis's
+# default, no deadline; the database fixture is reused across examples.
+_ON_POSTGRES = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+
+
+@_ON_POSTGRES
 @given(data=st.data(), rows=_pg_rows)
 def test_the_in_memory_match_agrees_with_since_on_postgres(
     filter_db: tuple[psycopg.Connection[Any], PostgresStore],
@@ -64,9 +69,7 @@ def test_the_in_memory_match_agrees_with_since_on_postgres(
     _agree(admin, store, rows, flt)
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@_ON_POSTGRES
 @given(data=st.data(), rows=_pg_rows)
 def test_a_filter_naming_u0000_agrees_with_the_in_memory_match_on_postgres(
     filter_db: tuple[psycopg.Connection[Any], PostgresStore],
