@@ -69,6 +69,28 @@ async def test_database_file_and_its_directory_are_private_to_the_user(
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
 
+async def test_a_log_made_through_a_dangling_symlink_is_private_too(tmp_path: Path) -> None:
+    target = tmp_path / "real" / "events.db"
+    target.parent.mkdir()
+    link = tmp_path / "events.db"
+    link.symlink_to(target)
+    with trio.fail_after(10):
+        async with EventLog(link) as log:
+            await log.ping()
+    assert link.is_symlink()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+async def test_a_symlink_into_a_missing_directory_is_refused_naming_the_log(
+    tmp_path: Path,
+) -> None:
+    link = tmp_path / "events.db"
+    link.symlink_to(tmp_path / "gone" / "events.db")
+    with trio.fail_after(10), pytest.raises(RpcError, match="cannot create event log"):
+        async with EventLog(link) as log:
+            await log.ping()
+
+
 def test_default_path_is_under_xdg_state_home_with_fallback_and_overrides() -> None:
     home = Path.home()
     assert resolve_db_path(env={}) == home / ".local/state/streamd/events.db"

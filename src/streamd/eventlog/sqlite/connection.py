@@ -144,7 +144,15 @@ def prepare_file(path: Path, *, make_directory: bool = True) -> None:
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
-        return
+        if not path.is_symlink() or path.exists():
+            return
+        # A symlink to a file not made yet: O_EXCL refuses any link, and
+        # SQLite would then make the target with the umask's mode (0644).
+        # The user named the link, so the log is made where it points.
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+        except OSError as exc:
+            raise RpcError(SOURCE_UNAVAILABLE, f"cannot create event log {path}: {exc}") from exc
     except OSError as exc:
         raise RpcError(SOURCE_UNAVAILABLE, f"cannot create event log {path}: {exc}") from exc
     os.close(fd)
