@@ -287,6 +287,15 @@ def test_a_backup_name_that_is_not_utf8_is_refused_as_the_line_is_read(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ev.db"]
 
 
+def test_an_empty_backup_name_is_refused_as_empty_not_as_the_current_directory(
+    log_db: Path, tmp_path: Path
+) -> None:
+    done = streamd_log(log_db, "backup", "")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "DEST must not be empty" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ev.db"]
+
+
 def test_a_backup_path_given_with_a_tilde_is_under_the_home_directory(
     log_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -38,8 +38,9 @@ COMMANDS = ("backup", "verify")
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p = command(sub, "backup", "copy the live log, consistently, to a new file",
                 parents=[common])
-    # SQLite names files in UTF-8: other bytes are refused as the line is read.
-    p.add_argument("dest", metavar="DEST", type=cliargs.text,
+    # SQLite names files in UTF-8: other bytes are refused as the line is read,
+    # as is an empty name (a path of "" is the current directory).
+    p.add_argument("dest", metavar="DEST", type=cliargs.nonempty,
                    help="the new file (must not exist)")
     # For the bench that chose the default; not for people.
     p.add_argument("--method", choices=("backup", "vacuum"), default="backup",
