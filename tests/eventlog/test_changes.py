@@ -529,3 +529,23 @@ def test_a_fallback_interval_must_be_positive(tmp_path: Path) -> None:
     for bad in (0, -1.0, math.nan):
         with pytest.raises(ValueError):
             FileChanges(tmp_path / "events.db", fallback_interval=bad)
+
+
+async def test_an_import_of_inotify_simple_failing_for_want_of_descriptors_polls(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With every descriptor taken, the import's listing of a sys.path directory
+    # fails with EMFILE (an OSError, not an ImportError): seen in a daemon whose
+    # descriptors a flood of connections had taken as a watch started.
+    class Exhausted:
+        @staticmethod
+        def find_spec(name: str, path: object = None, target: object = None) -> None:
+            if name == "inotify_simple":
+                raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), str(tmp_path))
+
+    monkeypatch.delitem(sys.modules, "inotify_simple", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Exhausted(), *sys.meta_path])
+    with trio.fail_after(10):
+        async with FileChanges(tmp_path / "events.db", fallback_interval=INTERVAL) as fc:
+            assert fc.mode == "poll"
+            assert "Too many open files" in fc.reason

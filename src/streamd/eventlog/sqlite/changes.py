@@ -29,13 +29,14 @@ The rules of a wake
   (:class:`Rechecks`). A commit whose fsync outlasts the horizon is seen at the
   next write to the database.
 * **When there is no notification, poll.** Not Linux, ``inotify_simple`` not
-  installed, ``inotify_init`` or ``inotify_add_watch`` failing (``EMFILE`` at the
-  per-user instance limit, ``ENOSPC`` at ``fs.inotify.max_user_watches``, a
-  missing directory), or ``STREAMD_NO_INOTIFY=1``: each ``wait()`` then sleeps
-  ``fallback_interval``. Set the variable where inotify does not see writes made
-  by other hosts, as on NFS, SMB or other network filesystems; it sees every
-  local process's, across containers sharing the mount. A watch that the kernel
-  drops (the directory deleted, its filesystem unmounted) turns into polling too.
+  installed (or its import failing for want of a descriptor), ``inotify_init``
+  or ``inotify_add_watch`` failing (``EMFILE`` at the per-user instance limit,
+  ``ENOSPC`` at ``fs.inotify.max_user_watches``, a missing directory), or
+  ``STREAMD_NO_INOTIFY=1``: each ``wait()`` then sleeps ``fallback_interval``.
+  Set the variable where inotify does not see writes made by other hosts, as
+  on NFS, SMB or other network filesystems; it sees every local process's,
+  across containers sharing the mount. A watch that the kernel drops (the
+  directory deleted, its filesystem unmounted) turns into polling too.
   Which mode is used, and why for polling, is logged once at INFO.
 
 For the log that wires it in
@@ -212,7 +213,10 @@ def _arm(directory: Path) -> tuple[INotify | None, str]:
     try:
         # Imported here: it costs 15 ms (ctypes.util) that only a watcher needs.
         import inotify_simple
-    except ImportError as exc:
+    except (ImportError, OSError) as exc:
+        # OSError: the import lists the directories of sys.path, which takes a
+        # descriptor, so with every one taken (a flood of connections) it is
+        # EMFILE. Raised on, it ended the watch hub's poller, the log, the daemon.
         return None, f"inotify_simple cannot be imported ({exc})"
     try:
         # Non-blocking: reads happen on the event loop's thread.
