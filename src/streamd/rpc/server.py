@@ -408,6 +408,14 @@ class _Session:
         except RpcError as exc:
             await self._reply_error(call.id, exc)
             return
+        except Exception as exc:
+            # Not the peer's doing (the first eventlog/* call imports the log's
+            # methods, which fails with EMFILE while connections hold every
+            # descriptor), but its id was read: answered here, not by the
+            # frame's guard with id null, which left its client waiting.
+            log.exception("looking up %s failed", call.method)
+            await self._reply_error(call.id, RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
+            return
         if self.pending and not self._fits(call.size):
             await self._wait_room(call.size)
         await self._answers_read()
