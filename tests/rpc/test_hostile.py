@@ -352,6 +352,36 @@ async def test_a_slot_is_held_until_the_answer_is_queued_so_a_peer_that_never_re
             nursery.cancel_scope.cancel()
 
 
+async def test_a_peer_that_never_reads_its_error_answers_stops_being_read():
+    # An error answer can be nearly as large as its frame (msgspec names the
+    # unknown field, key and all): such answers count against the unwritten
+    # bound like any other, or a peer that sends 8 MiB keys and reads nothing
+    # holds 1,024 of them (the outbox's bound is in frames).
+    client, server_end = trio.testing.lockstep_stream_pair()
+    server = Server(Daemon().methods_for, max_unwritten_bytes=20_000)
+    frame = json.dumps(request(1, "eventlog/ping", **{"k" * 10_000: 1})).encode() + b"\n"
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve, server_end, server_end)
+            sent = 0
+
+            async def flood() -> None:
+                nonlocal sent
+                for _ in range(500):
+                    await client.send_all(frame)
+                    sent += 1
+
+            nursery.start_soon(flood)
+            await trio.testing.wait_all_tasks_blocked()
+            # Answered until the bound (two or three of them), then not read.
+            stalled_at = sent
+            assert stalled_at < 10
+            await trio.testing.wait_all_tasks_blocked()
+            assert sent == stalled_at
+            assert b"k" * 10_000 in await client.receive_some(1 << 16)  # one was answered
+            nursery.cancel_scope.cancel()
+
+
 async def test_a_finished_request_leaves_no_copy_of_its_frame_behind():
     async def ok(params: Any, req: Any) -> Any:
         return {}

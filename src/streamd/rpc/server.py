@@ -39,13 +39,14 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   from its dispatch until its answer is queued for the writer; while the
   connection is at a bound the reader stops reading (backpressure, not an
   error), so a peer that pipelines faster than it is served, or does not read
-  its answers, costs a bounded amount of memory. Answers count too: while
-  more than ``max_unwritten_bytes`` of them wait for a peer that does not
-  read, no new request is dispatched. The price: a cancel sent behind a full
-  window waits for a slot like everything else, and a client must read its
-  answers while it sends: one that writes all its requests before reading any
-  stalls for good once 16 MiB of answers (about 250,000 appends) wait for it,
-  as it would on any socket whose peer stops reading. A request of a *bulk*
+  its answers, costs a bounded amount of memory. Answers count too, errors
+  included: while more than ``max_unwritten_bytes`` of them wait for a peer
+  that does not read, no new request is dispatched or answered. The price:
+  a cancel sent behind a full window waits for a slot like everything else,
+  and a client must read its answers while it sends: one that writes all its
+  requests before reading any stalls for good once 16 MiB of answers (about
+  250,000 appends) wait for it, as it would on any socket whose peer stops
+  reading. A request of a *bulk*
   method (``Method.bulk``: a read whose answer can be megabytes) also waits,
   inside its cancel scope, for one of ``max_bulk`` slots of its connection
   and for the unwritten answers to be within that bound before it computes,
@@ -604,5 +605,10 @@ class _Session:
         # A peer's mistake is routine for a server, not a warning: at the
         # default level a misbehaving client must not fill the log.
         log.debug("answering %s: %s", err.name, err.message)
+        # An error counts against the unwritten bound like any answer: one can
+        # echo most of its frame (msgspec names an unknown field, key and all),
+        # and the outbox's bound is in frames, so a peer sending 8 MiB keys and
+        # reading nothing held 1,024 such answers: 8 GiB.
+        await self._answers_read()
         await self.conn.send(error_frame(request_id, err))
 
