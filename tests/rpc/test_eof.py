@@ -275,3 +275,25 @@ async def test_a_signal_ends_a_watch_with_its_last_seq_and_cancels_what_does_not
     # A request that does not wrap up is cancelled after the stop's grace.
     assert error(got[3]) == (3, -32007, "context canceled")
     assert waited >= STOP_GRACE
+
+
+async def test_a_signal_while_a_shutdown_waits_for_requests_still_answers_the_shutdown(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # The shutdown's wait for the requests in flight ran inside the reading
+    # scope a stop cancels: the requests were answered, the shutdown never.
+    stall = Stall()
+    daemon, server, peer, server_end = stoppable(tmp_path, stall)
+    with trio.fail_after(EOF_GRACE * 10):
+        async with daemon.running(), trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve, server_end, server_end)
+            await peer.send(req(1, "eventlog/ping"))
+            await stall.entered.wait()
+            await peer.send(req(2, "recall/shutdown"))
+            await trio.testing.wait_all_tasks_blocked()
+            server.stop()
+            frames = await peer.drain()
+    got = by_id(frames)
+    assert error(got[1]) == (1, -32007, "context canceled")
+    assert got[2]["result"] == {}
+    assert frames[-1] is got[2]  # still the last frame

@@ -256,7 +256,8 @@ class _Session:
         self._room = trio.Event()
         self._bulk = trio.Semaphore(server.max_bulk)
         # Cancelled by stop(): the reader ends, and so does the grace that end
-        # of input gives (a signal after end of input cuts it short).
+        # of input gives (a signal after end of input cuts it short), or a
+        # shutdown's wait for the requests in flight.
         self._reading = trio.CancelScope()
         self._grace = trio.CancelScope()
         self.outbox = Outbox(OUTBOX_FRAMES, self._write_now())
@@ -328,12 +329,17 @@ class _Session:
             del data
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
+        shutdown = None
         try:
             with self._reading:
-                if await self._read_frames(nursery):
-                    return  # shutdown: in-flight work already finished
+                shutdown = await self._read_frames(nursery)
         finally:
             self.server.limit.input_ended(self)
+        if shutdown is not None:
+            # Outside the reading scope: a stop during it must not leave the
+            # shutdown unanswered, as it did when the wait was inside.
+            await self._shutdown(shutdown.id)
+            return
         if self._reading.cancel_called:  # stop()
             await self._stop_requests()
         else:
@@ -351,8 +357,8 @@ class _Session:
                 f" not finish within the {grace:g} s grace"
             )
 
-    async def _read_frames(self, nursery: trio.Nursery) -> bool:
-        """Read and handle frames until end of input (False) or shutdown (True)."""
+    async def _read_frames(self, nursery: trio.Nursery) -> Shutdown | None:
+        """Read and handle frames until end of input (None) or a shutdown."""
         reader = FrameReader(self.server.max_frame, self.server.max_depth)
         while True:
             try:
@@ -365,15 +371,16 @@ class _Session:
             # while the reader waits for room or for input.
             frames.reverse()
             while frames:
-                if await self._on_frame_guarded(reader, frames.pop(), nursery):
-                    return True
+                shutdown = await self._on_frame_guarded(reader, frames.pop(), nursery)
+                if shutdown is not None:
+                    return shutdown
             if not data:
-                return False
+                return None
 
     async def _on_frame_guarded(
         self, reader: FrameReader, frame: bytes | Oversized, nursery: trio.Nursery
-    ) -> bool:
-        """Handle one frame; True means stop reading (shutdown)."""
+    ) -> Shutdown | None:
+        """Handle one frame; a shutdown, to stop reading and answer, is returned."""
         try:
             event = reader.event(frame)
             del frame
@@ -382,9 +389,8 @@ class _Session:
                     await self._dispatch(event, nursery)
                 case Cancel(id=request_id):
                     self._cancel(request_id)
-                case Shutdown(id=request_id):
-                    await self._shutdown(request_id)
-                    return True
+                case Shutdown():
+                    return event
                 case Fault(id=request_id, error=err):
                     await self._reply_error(request_id, err)
                 case Ignored(why=why):
@@ -394,7 +400,7 @@ class _Session:
             await self._reply_error(
                 None, RpcError(errors.INTERNAL_ERROR, "internal error while handling a frame")
             )
-        return False
+        return None
 
     def _cancel(self, request_id: RequestId) -> None:
         request = self.inflight.get(id_key(request_id))
@@ -596,7 +602,11 @@ class _Session:
 
     async def _shutdown(self, request_id: RequestId | None) -> None:
         self.conn.closing.set()
-        await self._drain_inflight()
+        with self._grace:  # a stop cuts the wait short, as at end of input
+            await self._drain_inflight()
+        if not self.idle.is_set():
+            await self._stop_requests()
+            await self._drain_inflight()
         await self.conn.run_cleanups()
         # The acknowledgement is the last frame this connection writes.
         await self.conn.send(encode_result(request_id, {}))
