@@ -46,6 +46,7 @@ from streamd.recall.scanner import Offload, to_thread
 from streamd.recall.service import RecallService
 from streamd.recall.sources import SourceRegistry
 from streamd.rpc import Connection, Method, MethodTable, Server
+from streamd.rpc.accept import accept_forever
 from streamd.rpc.limit import MAX_CONNECTIONS
 from streamd.rpc.stdio import StdinStream, StdoutStream, claim_stdout
 from streamd.signals import cancel_on_signal
@@ -351,13 +352,17 @@ async def serve_socket(daemon: Daemon, path: str, *, task_status=trio.TASK_STATU
             # whatever it is, ends this connection and nothing else.
             if not _only_broken(exc):
                 log.exception("connection failed")
+        finally:
+            await trio.aclose_forcefully(stream)
 
     try:
         # running() outermost: the log closes after every client has gone.
         async with daemon.running(), trio.open_nursery() as nursery:
             nursery.start_soon(cancel_on_signal, nursery.cancel_scope, _graceful(server, daemon))
             task_status.started(path)
-            await trio.serve_listeners(handle, [listener])
+            # Not trio.serve_listeners: it logs a traceback at every retry of
+            # an accept short of descriptors, ten a second.
+            await accept_forever(listener, handle, nursery)
     finally:
         try:
             os.unlink(path)

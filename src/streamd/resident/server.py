@@ -33,7 +33,6 @@ methods, every connection its own session) plus the control methods of
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import signal
@@ -55,6 +54,7 @@ from streamd.resident import paths, stopmark
 from streamd.resident.dbmatch import db_mismatch
 from streamd.resident.lock import InstanceLock
 from streamd.rpc import Connection, Method, MethodTable, Request, Server
+from streamd.rpc.accept import accept_forever
 
 if TYPE_CHECKING:
     from streamd.recall.sources import SourceRegistry
@@ -65,8 +65,6 @@ DEFAULT_IDLE_EXIT = 900.0
 # How often a serving daemon checks that its socket file is still there.
 NAME_CHECK = 1.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-# accept(2) errors that mean "the system is short of something; try again".
-_ACCEPT_CAPACITY = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 
 
 @dataclass(slots=True)
@@ -269,17 +267,7 @@ class ResidentDaemon:
             self._listeners.start_soon(self._accept_on, listener, nursery)
 
     async def _accept_on(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
-        async with listener:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    if exc.errno not in _ACCEPT_CAPACITY:
-                        raise
-                    log.error("accept failed: %s; retrying in 0.1 s", exc)
-                    await trio.sleep(0.1)
-                    continue
-                nursery.start_soon(self._handle, stream)
+        await accept_forever(listener, self._handle, nursery)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         try:
