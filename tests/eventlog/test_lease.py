@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from support.eventlog import mocked
+from support.eventlog import mocked, trio_wall_clock
 
 from streamd.errors import INVALID_PARAMS, SESSION_LOCKED, SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import EventLog, Lease
@@ -268,7 +268,6 @@ async def test_real_clock_steal_is_noticed_within_one_heartbeat(
             await new.release()
 
 
-
 async def test_a_lease_taken_without_a_nursery_beats_in_the_logs_until_released(
     open_mocked: Callable[..., EventLog],
     autojump_clock: trio.testing.MockClock,
@@ -304,3 +303,76 @@ async def test_an_on_lost_that_raises_in_the_logs_nursery_leaves_the_log_serving
             await trio.testing.wait_all_tasks_blocked()  # on_lost has raised by now
             assert await a.latest_seq() == 0  # the log still serves
             await new.release()
+
+
+def _slow_writes(log: EventLog, monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Make every write of ``log`` take ``seconds`` (a slow database that still
+    answers), on the mock clock."""
+    runner = log.connections.writer
+    assert runner is not None
+    real = runner.run
+
+    async def run(op: Any) -> Any:
+        await trio.sleep(seconds)
+        return await real(op)
+
+    monkeypatch.setattr(runner, "run", run)
+
+
+async def test_a_holder_whose_beats_the_database_slows_within_the_interval_is_never_stale(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A beats every 5 s and promises 10 s (the floor allows twice the beat).
+    # Its database then takes 4 s for each beat, inside the beat's bound: every
+    # beat succeeds. Counted from the end of the previous beat, the beats
+    # started 9 s apart and each landed 4 s later, so the lease was 13 s old
+    # before a beat landed and B took it from a healthy holder.
+    with trio.fail_after(600):
+        async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
+            held = await a.acquire_lock(
+                "app", "u", "s", nursery=nursery, stale_after_ms=10_000, heartbeat_ms=5000
+            )
+            _slow_writes(a, monkeypatch, 4)
+            await trio.sleep(0.5)
+            for _ in range(24):  # every second and a half, for 36 s
+                await trio.sleep(1.5)
+                with pytest.raises(RpcError) as info:
+                    await b.acquire_lock("app", "u", "s", nursery=nursery)
+                assert info.value.code == SESSION_LOCKED
+                assert info.value.data["heartbeat_age_ms"] < 10_000
+            assert not held.lost.is_set() and held.beats >= 6
+            await held.release()
+
+
+async def test_a_beat_the_stalled_database_timed_out_is_retried_as_soon_as_it_times_out(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A promises 15 s and beats every 5 s (a third). Its database stalls for
+    # 5.5 s from the beat at 5 s, which times out at 10 s. The database answers
+    # again at 10.5 s; waiting a whole interval after the timed-out beat, the
+    # next beat came only at 15 s, when the lease had already gone stale.
+    with trio.fail_after(600):
+        async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
+            t0 = trio.current_time()
+            held = await a.acquire_lock("app", "u", "s", nursery=nursery, stale_after_ms=15_000)
+            runner = a.connections.writer
+            assert runner is not None
+            real = runner.run
+
+            async def stalled(op: Any) -> Any:
+                await trio.sleep_until(t0 + 10.5)
+                return await real(op)
+
+            monkeypatch.setattr(runner, "run", stalled)
+            await trio.sleep_until(t0 + 11)
+            monkeypatch.setattr(runner, "run", real)
+            (row,) = await b.list_locks()
+            assert row.heartbeat_at is not None
+            # The retry began when the stalled beat timed out, at 10 s.
+            assert trio_wall_clock() - row.heartbeat_at.timestamp() == pytest.approx(1)
+            assert held.beats == 1 and not held.lost.is_set()
+            await held.release()

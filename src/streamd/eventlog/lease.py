@@ -3,13 +3,15 @@
 A :class:`Lease` is a row in the store (``Backend.acquire_lease`` judges and
 takes it) plus a heartbeat task that keeps the row fresh. Its rules:
 
-* The heartbeat beats every ``heartbeat_ms``, each beat bounded by that
-  interval, so a wedged database delays the next beat and never stacks them.
+* The heartbeat beats every ``heartbeat_ms``, counted from each beat's
+  start, each beat bounded by the next tick, so a wedged database delays the
+  next beat and never stacks them, and a slow one never stretches the cadence.
 * A beat that updates no row means the lease was stolen (another holder found
   it stale): ``lost`` is set, ``on_lost`` runs, and the heartbeat ends. Whoever
   works under the lease must stop then, or two processes drive one session.
-* A beat that fails (a database error, or too slow) is retried at the next tick:
-  the lease may well still be ours, so it is not a loss.
+* A beat that fails (a database error, or too slow) is retried at the next tick
+  (a too slow one has reached it: at once): the lease may well still be ours,
+  so it is not a loss.
 * :meth:`Lease.release` stops the heartbeat and deletes the row only if it is
   still ours, so it never deletes a successor's lease; a clean release never
   sets ``lost``.
@@ -101,11 +103,21 @@ class Lease:
         released or stopped, or the log closes."""
         interval = self.heartbeat_ms / 1000
         with self._scope:
+            tick = trio.current_time() + interval
             while True:
-                await trio.sleep(interval)
+                await trio.sleep_until(tick)
+                # Ticks are counted from each beat's start, not its end: a beat
+                # the database slowed, or one that timed out, must not push the
+                # next back by its delay. Counted from the end, beats the
+                # database took 4 s of a 5 s interval to answer landed 13 s
+                # apart, and a 10 s window went stale under a healthy holder;
+                # a timed-out beat waited a whole interval more before its retry.
+                tick = max(tick, trio.current_time()) + interval
                 try:
-                    # Bounded so a wedged database delays the next beat, not all.
-                    with trio.fail_after(interval):
+                    # Bounded by the next tick, so a wedged database delays the
+                    # next beat, never stacks them, and a beat that timed out is
+                    # retried at once.
+                    with trio.fail_at(tick):
                         held = await self._host.write(self._beat(self._host.now_us()))
                 except (RpcError, trio.TooSlowError) as exc:
                     if isinstance(exc, RpcError) and is_closed(exc):
