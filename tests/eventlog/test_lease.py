@@ -376,3 +376,35 @@ async def test_a_beat_the_stalled_database_timed_out_is_retried_as_soon_as_it_ti
             assert trio_wall_clock() - row.heartbeat_at.timestamp() == pytest.approx(1)
             assert held.beats == 1 and not held.lost.is_set()
             await held.release()
+
+
+async def test_an_acquire_cancelled_after_its_row_was_written_leaves_no_lease_behind(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The acquire's transaction commits, then its caller is cancelled before
+    # the answer comes back (a deadline, a client's cancel; with a server, the
+    # cancel request reaching it after the COMMIT). The row was left with a
+    # holder nobody knew and no heartbeat: every acquire, the caller's retry
+    # included, was session_locked until it went stale (30 s by default).
+    with trio.fail_after(600):
+        async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
+            await a.latest_seq()  # opened, so the writer can be slowed
+            runner = a.connections.writer
+            assert runner is not None
+            real = runner.run
+
+            async def answered_late(op: Any) -> Any:
+                result = await real(op)
+                await trio.sleep(10)
+                return result
+
+            monkeypatch.setattr(runner, "run", answered_late)
+            with trio.move_on_after(1) as cancelled:
+                await a.acquire_lock("app", "u", "s", nursery=nursery)
+            assert cancelled.cancelled_caught
+            monkeypatch.setattr(runner, "run", real)
+            await trio.testing.wait_all_tasks_blocked()
+            lease = await b.acquire_lock("app", "u", "s", nursery=nursery)
+            await lease.release()

@@ -33,7 +33,7 @@ from typing import TypeVar
 
 import trio
 
-from streamd.errors import RpcError, is_closed
+from streamd.errors import INVALID_PARAMS, SESSION_LOCKED, RpcError, is_closed
 from streamd.eventlog.model import LeaseAcquireParams
 from streamd.eventlog.store import Backend, Runner, StoreCall
 
@@ -42,6 +42,10 @@ __all__ = ["Lease", "LeaseHost", "LeaseKeeper", "new_holder_id"]
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+_NOTHING_TAKEN = frozenset({SESSION_LOCKED, INVALID_PARAMS})
+"""Refusals of an acquire that wrote nothing: any other failure may have
+come after its commit (a connection lost with the answer)."""
 
 
 def new_holder_id() -> str:
@@ -190,7 +194,20 @@ class LeaseKeeper:
         """Take the lease in the store (``session_locked`` if it is held and
         fresh), then start its heartbeat."""
         holder, now_us = new_holder_id(), self._now_us()
-        await self._write(lambda store: store.acquire_lease(p, holder, now_us))
+        try:
+            await self._write(lambda store: store.acquire_lease(p, holder, now_us))
+        except RpcError as exc:
+            if exc.code not in _NOTHING_TAKEN and not is_closed(exc):
+                log_nursery.start_soon(self._release_orphan, p, holder)
+            raise
+        except BaseException:
+            # Cancelled: the transaction may have committed before the answer
+            # came back. Its row has a holder nobody knows and no heartbeat,
+            # and locked the session, its caller's retry included, until it
+            # went stale; release it (only if it is that holder's). In the
+            # log's nursery: the caller's cancel is not kept waiting for it.
+            log_nursery.start_soon(self._release_orphan, p, holder)
+            raise
         lease = Lease(
             self._host,
             lock=secrets.token_hex(8),
@@ -211,6 +228,15 @@ class LeaseKeeper:
             await lease.release()
             raise
         return lease
+
+    async def _release_orphan(self, p: LeaseAcquireParams, holder: str) -> None:
+        """Delete the row an acquire whose outcome its caller never learned
+        may have written (conditional on its holder: nothing else is touched)."""
+        try:
+            await self._write(lambda store: store.release_lease(p.app, p.user, p.session, holder))
+        except RpcError as exc:
+            if not is_closed(exc):
+                logger.warning("releasing an unanswered lease of %r: %s", p.session, exc)
 
     async def _keep_alive(self, lease: Lease) -> None:
         try:
