@@ -44,8 +44,8 @@ def test_a_deletion_committed_after_a_later_marked_one_is_not_skipped_by_a_reade
     waits = lock_waits(request, backend)
     outcomes: dict[str, Any] = {}
     with holding(request, backend, _HOLD_S1, ("app", "u", "s1")):
-        # s1's delete takes its events (their marks given), then waits for
-        # the session row held above.
+        # s1's delete, holding removal_order, waits for the session row held
+        # above (it locks the row before it takes the events).
         s1 = started(outcomes, "s1", lambda: first.delete_session("app", "u", "s1"))
         until(lambda: waits() >= 1, "the delete of s1 waiting for its session's row")
         s2 = started(outcomes, "s2", lambda: second.delete_session("app", "u", "s2"))

@@ -9,6 +9,11 @@ the one an index has read. The rows an index reads (``event_rows``,
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
+import pytest
+from support.server_locks import started
 from support.store_contract import T0, Fixture, ap, ev
 
 from streamd.eventlog.retention import Bounds
@@ -62,3 +67,53 @@ def test_rows_are_the_events_as_stored(fx: Fixture) -> None:
     # What an index reads: the same rows, in a page of the backend's own.
     page = fx.store.event_page(0, 10)
     assert len(page) == 1 and page[0] == row and len(fx.store.event_page(seq, 10)) == 0
+
+
+def test_an_append_committed_while_its_session_is_deleted_is_recorded_if_it_goes(
+    fx: Fixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another daemon appended to the session after the delete had taken its
+    # events and before it took its row. On MySQL the row's delete then
+    # took the new event by the foreign key's cascade, which InnoDB runs
+    # without triggers: the event was gone (acknowledged, then deleted) and
+    # no removal was recorded, so an index of the log kept it for ever.
+    from streamd.eventlog.store import sessions as rules
+
+    gone = fill(fx, "s", 2)
+    other = fx.reopen()
+    taken, go = threading.Event(), threading.Event()
+    real = rules.delete_session
+
+    class Pausing:
+        """The delete's database, which stops once the events are deleted."""
+
+        def __init__(self, db: Any) -> None:
+            self.db = db
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.db, name)
+
+        def run(self, sql: str, args: Any = ()) -> Any:
+            out = self.db.run(sql, args)
+            if sql.startswith("DELETE FROM events"):
+                taken.set()
+                assert go.wait(30)
+            return out
+
+    monkeypatch.setattr(rules, "delete_session", lambda db, *a: real(Pausing(db), *a))
+    outcomes: dict[str, Any] = {}
+    deleting = started(outcomes, "delete", lambda: fx.store.delete_session("app", "u", "s"))
+    assert taken.wait(30), outcomes
+    appending = started(outcomes, "append", lambda: other.append(ap(ev("late"), session="s"), T0))
+    # Time for an append nothing holds back to commit; one that waits for the
+    # delete goes on once it ends: either way is right.
+    appending.join(0.5)
+    go.set()
+    deleting.join(30)
+    appending.join(30)
+    assert outcomes["delete"] is None, outcomes
+    late = outcomes["append"]
+    assert not isinstance(late, Exception), outcomes
+    stored = [row[0] for row in other.event_rows(0, 100)]
+    # What is not stored any more is recorded as removed, the late event too.
+    assert sorted(removed(fx)) == sorted({*gone, late.seq} - set(stored)), stored

@@ -361,5 +361,12 @@ def delete_session(db: Sql, app: str, user: str, session: str) -> None:
     if db.dialect.cannot_hold(*key):
         return  # no such session can exist
     with db.write(removes=True):
+        # The session's row locked first (a server's lock), so another
+        # daemon's append to it waits for the delete, or the delete for the
+        # append, whose events the next statement then takes by name. Locked
+        # only by the row's delete, after the events were taken, an append
+        # committed in between lost its event to the cascade, which on MySQL
+        # recorded no removal: an index of the log kept it for ever.
+        db.one(f"SELECT 1 FROM sessions WHERE {_SESSION}{db.dialect.for_update}", key)
         db.run(f"DELETE FROM events WHERE {_SESSION}", key)
         db.run(f"DELETE FROM sessions WHERE {_SESSION}", key)
