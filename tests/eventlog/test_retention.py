@@ -38,7 +38,8 @@ from streamd.eventlog.model import (
     StateDelta,
     from_us,
 )
-from streamd.eventlog.retention import Bounds, Step
+from streamd.eventlog.model.base import MAX_INT
+from streamd.eventlog.retention import EARLIEST_US, Bounds, Step, cutoff
 from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
 
 DAY = 86_400 * SECOND
@@ -243,6 +244,37 @@ async def test_the_background_task_applies_the_policies(
             assert log.last_compaction.events_deleted == 3
             got = await log.get_session("app", "u", "s")
             assert [e.event.id for e in got.events] == ["e3", "e4"]
+
+
+def test_limits_longer_than_all_time_cut_off_at_the_earliest_time_and_remove_nothing(
+    fx: Fixture,
+) -> None:
+    # A policy takes any count of seconds up to 2**63 - 1; now minus that many
+    # seconds, in microseconds, is no 64-bit integer, and the store refused the
+    # cutoff (OverflowError), failing the compaction of every app.
+    fx.store.append(ap(ev("e1", timestamp=at(T0 - 10 * DAY)), session="s"), T0)
+    earliest = cutoff(T0, MAX_INT)
+    assert earliest == EARLIEST_US
+    assert fx.store.drop_idle_sessions("app", earliest, None, T0, None, B).sessions == 0
+    assert fx.store.drop_old_events("app", earliest, None, T0, None, B).events == 0
+    assert ids(fx) == ["e1"]
+
+
+async def test_a_policy_longer_than_all_time_neither_fails_compact_nor_stops_the_log(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Before, compact answered -32603 (OverflowError), and the background
+    # task's OverflowError took down the log's nursery: the log, and the
+    # daemon with it, stopped 10 minutes after such a policy was set.
+    with trio.fail_after(3600):  # mock time
+        async with mocked(tmp_path / "e.db", retention_interval=600) as log:
+            await log.append("app", "u", "s", ev("e1"))
+            await log.set_retention("app", max_age_s=MAX_INT, idle_s=MAX_INT)
+            result = await log.compact()
+            assert result.events_deleted == result.sessions_deleted == 0
+            await trio.sleep(601)  # the background task applies it too
+            assert log.last_compaction is not None and log.last_compaction is not result
+            assert await log.latest_seq() == 1
 
 
 async def test_retention_over_the_wire(daemon: Daemonish) -> None:

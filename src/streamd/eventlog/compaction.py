@@ -112,6 +112,10 @@ class Compactor:
                 if is_closed(exc) or is_file_fault(exc):
                     return
                 logger.warning("event log retention failed (will retry): %s", exc)
+            except Exception:
+                # This task lives in the log's nursery: a bug escaping it would
+                # take down every client of the log (a policy's overflow did).
+                logger.exception("event log retention failed (will retry)")
 
     async def _step(self, op: retention.StepOp) -> retention.Step:
         """A retention step on the writer, with the clock and the watch horizon

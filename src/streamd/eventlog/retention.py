@@ -42,7 +42,10 @@ from streamd.eventlog.store.steps import DEFAULT_BOUNDS, Bounds, SessionCursor, 
 if TYPE_CHECKING:
     from streamd.eventlog.store.backend import Backend
 
-__all__ = ["DEFAULT_BOUNDS", "Bounds", "Observer", "Rule", "SessionCursor", "Step", "apply"]
+__all__ = [
+    "DEFAULT_BOUNDS", "EARLIEST_US", "Bounds", "Observer", "Rule", "SessionCursor", "Step",
+    "apply", "cutoff",
+]
 
 Rule = Literal["idle_s", "max_age_s", "max_events"]
 
@@ -53,6 +56,20 @@ StepOp = Callable[["Backend", int, "int | None"], Step]
 """One step as a store call, given the time and the watch horizon (``keep``)
 read just before it runs."""
 RunStep = Callable[[StepOp], Awaitable[Step]]
+
+
+EARLIEST_US = -(2**63)
+"""The earliest time a store compares with: the smallest 64-bit integer, in
+which every backend holds its times."""
+
+
+def cutoff(now_us: int, seconds: int) -> int:
+    """``seconds`` before ``now_us``, in microseconds, or :data:`EARLIEST_US`
+    when that is earlier. A policy takes any count of seconds up to
+    2**63 - 1, and so many seconds in microseconds is no 64-bit integer: the
+    store refused the cutoff (OverflowError), which failed ``compact`` for
+    every app, and took down the log (its background task's error)."""
+    return max(now_us - seconds * 1_000_000, EARLIEST_US)
 
 
 async def apply(
@@ -79,13 +96,11 @@ async def apply(
             previous = step
 
     if (idle_s := policy.idle_s) is not None:
-        idle_us = idle_s * 1_000_000
         await until_done("idle_s", lambda prev: lambda store, now, keep: store.drop_idle_sessions(
-            app, now - idle_us, keep, now, prev, bounds))
+            app, cutoff(now, idle_s), keep, now, prev, bounds))
     if (max_age_s := policy.max_age_s) is not None:
-        age_us = max_age_s * 1_000_000
         await until_done("max_age_s", lambda prev: lambda store, now, keep: store.drop_old_events(
-            app, now - age_us, keep, now, prev, bounds))
+            app, cutoff(now, max_age_s), keep, now, prev, bounds))
     if (max_events := policy.max_events) is not None:
         await until_done(
             "max_events",
