@@ -89,6 +89,27 @@ def test_old_events_go_by_their_timestamp_and_a_leased_session_keeps_all(fx: Fix
     assert ids(fx) == []
 
 
+def test_a_lease_with_the_longest_window_allowed_keeps_its_session_and_fails_nothing(
+    fx: Fixture,
+) -> None:
+    # A window of 2**63 - 1 ms (the params allow it) made "heartbeat + window
+    # * 1000" overflow PostgreSQL's and MySQL's bigint: every retention step
+    # of the app, and the count of its leased sessions, failed (-32000).
+    for i, s in enumerate(["s", "leased", "s"]):
+        fx.store.append(ap(ev(f"e{i}", timestamp=at(T0 + i * DAY)), session=s), T0)
+    fx.store.acquire_lease(
+        LeaseAcquireParams(app="app", user="u", session="leased", stale_after_ms=MAX_INT),
+        "h/1/aaaaaaaa",
+        T0,
+    )
+    now = T0 + 400 * DAY
+    assert fx.store.leased_sessions("app", now) == 1
+    assert fx.store.drop_old_events("app", now, None, now, None, B).events == 2
+    assert fx.store.trim_sessions("app", 1, None, now, None, B).events == 0
+    assert fx.store.drop_idle_sessions("app", now, None, now, None, B).sessions == 1  # "s"
+    assert ids(fx) == ["e1"]
+
+
 def test_each_session_keeps_its_newest_events(fx: Fixture) -> None:
     for i in range(10):
         fx.store.append(ap(ev(f"a{i}"), session="a"), T0)

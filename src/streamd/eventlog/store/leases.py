@@ -29,9 +29,18 @@ def live_lease(db: Sql, table: str, now_us: int) -> tuple[str, tuple[object, ...
     return (
         f"EXISTS (SELECT 1 FROM leases l WHERE l.app_name = {table}.app_name"
         f" AND l.user_id = {table}.user_id AND l.session_id = {table}.session_id"
-        f" AND l.heartbeat_at + l.stale_after_ms * 1000 > {now})",
+        f" AND {_fresh('l.', now)})",
         args,
     )
+
+
+def _fresh(prefix: str, now: str) -> str:
+    """A lease's heartbeat is younger than its window, as :func:`acquire`
+    judges it (the age in whole milliseconds below the window). Compared as
+    an age, not as ``heartbeat + window * 1000``: a window the params allow
+    (up to 2**63 - 1 ms) overflowed PostgreSQL's and MySQL's bigint there,
+    and every retention step of the app failed."""
+    return f"{prefix}stale_after_ms > ({now} - {prefix}heartbeat_at) / 1000"
 
 
 def leased_sessions(db: Sql, app: str, now_us: int) -> int:
@@ -39,11 +48,8 @@ def leased_sessions(db: Sql, app: str, now_us: int) -> int:
     if db.dialect.cannot_hold(app):
         return 0
     now, args = db.lease_now(now_us)
-    row = db.one(
-        "SELECT count(*) FROM leases WHERE app_name = ?"
-        f" AND heartbeat_at + stale_after_ms * 1000 > {now}",
-        (app, *args),
-    )
+    row = db.one(f"SELECT count(*) FROM leases WHERE app_name = ? AND {_fresh('', now)}",
+                 (app, *args))
     return row[0] if row else 0
 
 
