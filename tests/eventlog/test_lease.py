@@ -372,8 +372,9 @@ async def test_a_beat_the_stalled_database_timed_out_is_retried_as_soon_as_it_ti
             monkeypatch.setattr(runner, "run", real)
             (row,) = await b.list_locks()
             assert row.heartbeat_at is not None
-            # The retry began when the stalled beat timed out, at 10 s.
-            assert trio_wall_clock() - row.heartbeat_at.timestamp() == pytest.approx(1)
+            # The retry began when the stalled beat timed out, at 10 s, and was
+            # written when the database answered, at 10.5 s.
+            assert trio_wall_clock() - row.heartbeat_at.timestamp() == pytest.approx(0.5)
             assert held.beats == 1 and not held.lost.is_set()
             await held.release()
 
@@ -408,3 +409,41 @@ async def test_an_acquire_cancelled_after_its_row_was_written_leaves_no_lease_be
             await trio.testing.wait_all_tasks_blocked()
             lease = await b.acquire_lock("app", "u", "s", nursery=nursery)
             await lease.release()
+
+
+async def test_a_lease_that_waited_for_the_database_is_stamped_when_it_is_written(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A promises 6 s and beats every 2 s; its acquire waits 4.5 s for the
+    # log's writer (queued behind its other writes: a big batch, a retention
+    # step).
+    # Stamped with the time it was asked for, the new lease was 4.5 s old when
+    # written, and stale before its first beat (2 s after the acquire returned):
+    # B took it at 6.2 s from its healthy holder.
+    with trio.fail_after(600):
+        async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
+            await a.latest_seq()  # opened, so the writer can be slowed
+            runner = a.connections.writer
+            assert runner is not None
+            real = runner.run
+
+            async def waited(op: Any) -> Any:
+                monkeypatch.setattr(runner, "run", real)  # the acquire alone
+                await trio.sleep(4.5)
+                return await real(op)
+
+            monkeypatch.setattr(runner, "run", waited)
+            t0 = trio.current_time()
+            held = await a.acquire_lock(
+                "app", "u", "s", nursery=nursery, stale_after_ms=6000, heartbeat_ms=2000
+            )
+            await trio.sleep_until(t0 + 6.2)
+            with pytest.raises(RpcError) as info:
+                await b.acquire_lock("app", "u", "s", nursery=nursery)
+            assert info.value.code == SESSION_LOCKED
+            assert info.value.data["heartbeat_age_ms"] == 1700
+            await trio.sleep(10)
+            assert not held.lost.is_set()
+            await held.release()

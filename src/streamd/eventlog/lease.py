@@ -62,7 +62,8 @@ class LeaseHost:
     write: StoreCall
     """Runs one store operation on the log's writer."""
     now_us: Callable[[], int]
-    """The log's wall clock in microseconds (a test's mock clock, in tests)."""
+    """The log's wall clock in microseconds (a test's mock clock, in tests),
+    read on the thread a store operation runs on."""
     closed: Callable[[], bool]
     forget: Callable[[Lease], None]
     """Called once when the lease is released or lost: the log stops holding it."""
@@ -122,7 +123,7 @@ class Lease:
                     # next beat, never stacks them, and a beat that timed out is
                     # retried at once.
                     with trio.fail_at(tick):
-                        held = await self._host.write(self._beat(self._host.now_us()))
+                        held = await self._host.write(self._beat())
                 except (RpcError, trio.TooSlowError) as exc:
                     if isinstance(exc, RpcError) and is_closed(exc):
                         return
@@ -164,9 +165,10 @@ class Lease:
         (true if it was)."""
         return lambda store: store.release_lease(self.app, self.user, self.session, self.holder)
 
-    def _beat(self, now_us: int) -> Callable[[Backend], bool]:
+    def _beat(self) -> Callable[[Backend], bool]:
+        # The clock is read when the beat runs (see LeaseKeeper.acquire).
         return lambda store: store.heartbeat_lease(
-            self.app, self.user, self.session, self.holder, now_us
+            self.app, self.user, self.session, self.holder, self._host.now_us()
         )
 
 
@@ -193,9 +195,13 @@ class LeaseKeeper:
     ) -> Lease:
         """Take the lease in the store (``session_locked`` if it is held and
         fresh), then start its heartbeat."""
-        holder, now_us = new_holder_id(), self._now_us()
+        holder, now_us = new_holder_id(), self._now_us
         try:
-            await self._write(lambda store: store.acquire_lease(p, holder, now_us))
+            # The clock is read when the store operation runs, not as it is
+            # asked for: an acquire queued behind the writer's other writes
+            # was stamped that much in the past, and could be stale before its
+            # first beat.
+            await self._write(lambda store: store.acquire_lease(p, holder, now_us()))
         except RpcError as exc:
             if exc.code not in _NOTHING_TAKEN and not is_closed(exc):
                 log_nursery.start_soon(self._release_orphan, p, holder)
