@@ -448,3 +448,42 @@ def test_a_group_commit_and_a_drop_step_lock_their_sessions_in_one_order(
     # Appended to, neither session was idle by the time the step had it.
     kept = [e.event.id for e in other.since(SinceParams(from_seq=0, limit=100)).entries]
     assert kept == ["a0", "b0", "a1", "b1"]
+
+
+async def test_a_watch_opened_while_a_step_waits_for_the_writer_gets_no_gap(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A step reads what open watches still need before it waits for the
+    # writer. A watch opened meanwhile (from 0, two entries a page) read its
+    # first pages, then the step removed what it had not read yet: it was
+    # handed e0-e5, then e9, silently skipping e6-e8 while it was open. It
+    # now reads the store once the step has ended: what it is handed has no
+    # hole (here e9 alone, as for a watch opened just after the step).
+    with trio.fail_after(60):
+        async with (
+            mocked(tmp_path / "e.db", retention_interval=0, watch_buffer=2) as log,
+            trio.open_nursery() as nursery,
+        ):
+            for i in range(10):
+                await log.append("app", "u", "s", ev(f"e{i}"))
+            await log.set_retention("app", max_events=1)
+            runner = log.connections.writer
+            assert runner is not None
+            real = runner.run
+
+            async def slow(op: Any) -> Any:
+                await trio.sleep(1)
+                return await real(op)
+
+            monkeypatch.setattr(runner, "run", slow)
+            nursery.start_soon(log.compact)
+            await trio.sleep(0.5)  # the step waits for the writer
+            got: list[str] = []
+            async with log.watch(0) as w:
+                async for entry in w:
+                    got.append(entry.event.id)
+                    if len(got) == 2:
+                        await trio.sleep(1)  # the step runs meanwhile
+                    if entry.event.id == "e9":
+                        break
+            assert got == [f"e{i}" for i in range(10 - len(got), 10)]

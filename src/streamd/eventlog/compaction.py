@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 import trio
@@ -48,6 +49,7 @@ class Compactor:
         checkpoint: Callable[[], Awaitable[bool]],
         now_us: Callable[[], int],
         keep_after_seq: Callable[[], int | None],
+        retention_step: Callable[[], AbstractAsyncContextManager[int | None]],
         bounds: retention.Bounds,
         observer: retention.Observer | None,
     ) -> None:
@@ -57,6 +59,7 @@ class Compactor:
         self._checkpoint = checkpoint
         self._now_us = now_us
         self._keep_after_seq = keep_after_seq
+        self._retention_step = retention_step
         self._bounds = bounds
         self._observer = observer
         self._lock = trio.Lock()  # one compaction at a time
@@ -119,9 +122,12 @@ class Compactor:
 
     async def _step(self, op: retention.StepOp) -> retention.Step:
         """A retention step on the writer, with the clock and the watch horizon
-        read just before it runs (a watch opened since the last step is counted)."""
-        now_us, keep = self._now_us(), self._keep_after_seq()
-        return await self._write(lambda store: op(store, now_us, keep))
+        read just before it is queued (a watch opened since the last step is
+        counted; one opened while it waits for the writer reads the store
+        only after it: see :meth:`WatchHub.retention_step`)."""
+        async with self._retention_step() as keep:
+            now_us = self._now_us()
+            return await self._write(lambda store: op(store, now_us, keep))
 
     def _file_bytes(self) -> int:
         if self._target.kind != "sqlite":

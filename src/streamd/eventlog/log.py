@@ -183,6 +183,7 @@ class EventLog(KeywordApi):
             checkpoint=self.checkpoints.truncate,
             now_us=self._now_us,
             keep_after_seq=self._hub.oldest_position,
+            retention_step=self._hub.retention_step,
             bounds=retention_bounds,
             observer=on_retention_step,
         )

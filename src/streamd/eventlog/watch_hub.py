@@ -75,6 +75,8 @@ class WatchHub:
         # Set (and dropped) when the writer next waits for appends, for a
         # poller following a steady writer (see _covered).
         self._idle: trio.Event | None = None
+        # Set when the retention step in flight has ended (see retention_step).
+        self._step: trio.Event | None = None
 
     @property
     def watching(self) -> bool:
@@ -85,6 +87,24 @@ class WatchHub:
         """The oldest position an open watch has reached: events after it are
         what some watch (or a client resuming it) has still to be given."""
         return min((w.last_seq for w in self._watches), default=None)
+
+    @asynccontextmanager
+    async def retention_step(self) -> AsyncIterator[int | None]:
+        """Around one retention step, from before it reads the horizon it
+        yields (:meth:`oldest_position`: it may remove nothing after it) to
+        after it has committed or failed. A watch opened meanwhile is not
+        counted in that horizon, so it reads nothing of the store until that
+        step has ended (later steps count it): it then sees the log as the
+        step left it. Reading before, it read its first pages, then the step
+        removed what it had not read yet, and it went on after a silent gap.
+        One step at a time (the compactor's lock)."""
+        await trio.lowlevel.checkpoint()
+        self._step = ended = trio.Event()
+        try:
+            yield self.oldest_position()
+        finally:
+            self._step = None
+            ended.set()
 
     def watch(
         self, p: WatchParams, nursery: trio.Nursery, buffer_bytes: int | None = None
@@ -98,7 +118,8 @@ class WatchHub:
             log_closed=self._log_closed,
         )
         self._watches.add(w)
-        nursery.start_soon(self._run_watch, w, nursery)
+        # A retention step in flight did not count this watch (retention_step).
+        nursery.start_soon(self._run_watch, w, nursery, self._step)
         return w
 
     def stop_reading(self) -> None:
@@ -136,16 +157,21 @@ class WatchHub:
         self.fanout.committed(outcome)
         self._fanned_out = self._begun
 
-    async def _run_watch(self, w: Watch, nursery: trio.Nursery) -> None:
+    async def _run_watch(self, w: Watch, nursery: trio.Nursery, step: trio.Event | None) -> None:
         try:
-            await w.run(lambda: self._feed(nursery))
+            await w.run(lambda: self._feed(nursery, step))
         finally:
             self._watches.discard(w)
 
     @asynccontextmanager
-    async def _feed(self, nursery: trio.Nursery) -> AsyncIterator[tuple[Runner, Fanout]]:
-        """The reader and the fan-out, for one watch while it reads; the poller
-        starts with the first watch and ends after the last."""
+    async def _feed(
+        self, nursery: trio.Nursery, step: trio.Event | None
+    ) -> AsyncIterator[tuple[Runner, Fanout]]:
+        """The reader and the fan-out, for one watch while it reads, once the
+        retention step in flight when it was opened (``step``) has ended; the
+        poller starts with the first watch and ends after the last."""
+        if step is not None:
+            await step.wait()  # see retention_step
         reader = await self._reader()
         self._watchers += 1
         if self._poller is None:
