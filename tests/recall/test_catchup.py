@@ -7,8 +7,13 @@ a file differs from its cursor), on real files in a temporary directory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -280,6 +285,51 @@ def test_an_unreadable_file_fails_the_catch_up(recall_world):
     finally:
         p.chmod(0o644)
     assert (err.value.code, err.value.message) == (SOURCE_UNAVAILABLE, "a.jsonl is not readable")
+
+
+@contextlib.contextmanager
+def unreadable(path: Path) -> Iterator[None]:
+    """``path`` made mode 000 for the block, and refused for real: root reads
+    such a file, so under root the block runs as uid 65534 (effective only;
+    the saved uid takes root back after)."""
+    path.chmod(0)
+    as_root = os.geteuid() == 0
+    try:
+        if as_root:
+            os.seteuid(65534)
+        yield
+    finally:
+        if as_root:
+            os.seteuid(0)
+        path.chmod(0o644)
+
+
+@pytest.fixture
+def open_world(make_recall_world):
+    """A world in a directory another uid can reach (pytest's tmp_path is 0700)."""
+    root = Path(tempfile.mkdtemp(prefix="streamd-"))
+    try:
+        root.chmod(0o755)
+        yield make_recall_world(root)
+    finally:
+        shutil.rmtree(root)
+
+
+def test_a_file_whose_permissions_are_taken_away_is_unreadable_not_rewritten(open_world):
+    w = open_world
+    p = w.write("a.jsonl", w.rec("a1", at(0), title="alpha one"), w.rec("a2", at(1), title="two"))
+    adapter = w.adapter()
+    assert titles(w.search(adapter, "alpha")) == ["alpha one"]
+    with unreadable(p), pytest.raises(RpcError) as err:
+        w.search(adapter, "alpha")
+    # Not "changed under the index; refresh and retry": nothing changed.
+    assert (err.value.code, err.value.message) == (SOURCE_UNAVAILABLE, "a.jsonl is not readable")
+    # Readable again, it answers from the same generation: no rebuild from
+    # nothing, and no stream_rewritten.
+    after = w.search(adapter, "alpha")
+    assert (titles(after), after["diagnostics"]["generation"]) == (["alpha one"], "gen-1")
+    assert w.health(adapter)["status"] == "healthy"
+    assert "stream_rewritten" not in w.health(adapter)["diagnostics"]
 
 
 def test_a_directory_where_a_stream_file_belongs_is_unreadable(recall_world):

@@ -229,10 +229,20 @@ class Span:
     size: int
 
 
+# What an open for a read-back says of a file that is no longer the one
+# indexed: it is gone, or the path names something else now.
+_GONE = frozenset({errno.ENOENT, errno.ENOTDIR})
+
+
 def read_spans(spans: list[Span]) -> list[bytes | None]:
     """Re-read indexed lines for rendering, in one batch: each file is opened
-    once. A line is None if it is no longer there (or the path no longer
-    names a regular file)."""
+    once. A line is None if it is no longer there (the file is gone, shorter,
+    or the path no longer names a regular file): the file changed under the
+    index. A file that is there but cannot be read (its permissions taken
+    away, descriptors run out, an I/O error) raises RpcError(-32000) saying
+    so, as a build's read would: that is no sign the file changed, and
+    taking it for one answered "changed under the index" and had the next
+    build start over from nothing and report the stream rewritten."""
     fds: dict[str, int | None] = {}
     try:
         out: list[bytes | None] = []
@@ -240,15 +250,19 @@ def read_spans(spans: list[Span]) -> list[bytes | None]:
             if span.path not in fds:
                 try:
                     fds[span.path] = _regular_fd(span.path)
-                except OSError:
+                except NotRegularFile:
+                    fds[span.path] = None
+                except OSError as exc:
+                    if exc.errno not in _GONE:
+                        raise cannot_open(os.path.basename(span.path), exc) from None
                     fds[span.path] = None
             fd = fds[span.path]
             data = None
             if fd is not None:
                 try:
                     data = os.pread(fd, span.size, span.offset)
-                except OSError:
-                    data = None
+                except OSError as exc:
+                    raise read_failed(os.path.basename(span.path), exc) from None
             out.append(data if data is not None and len(data) == span.size else None)
         return out
     finally:
