@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from streamd.recall.index import streamfile as catchup
 from streamd.recall.index.parallel import drive
 from streamd.recall.persist import atomic
 from streamd.recall.persist import manifest as durable
+from streamd.recall.persist.lock import WorkdirLock
 
 pytestmark = pytest.mark.subprocess
 
@@ -270,3 +272,102 @@ def test_a_checkpoint_with_an_impossible_generation_is_not_continued(recall_worl
     w.work.mkdir(parents=True, exist_ok=True)
     (w.work / "cursor.json").write_text(json.dumps({"generation": generation}))
     assert w.current(w.adapter()).name == "gen-1"
+
+
+# --- two processes on one workdir, one of them retrying a failed save ----------------------
+
+
+def failed_save(w):
+    """An adapter whose generation could not be saved (a directory where the
+    manifest's temporary goes, as a full disk would refuse it), the way made
+    clear again after."""
+    blocker = w.work / "index" / "manifest.json.tmp"
+    blocker.mkdir(parents=True)
+    adapter = w.adapter()
+    w.current(adapter)
+    assert w.health(adapter)["diagnostics"].get("checkpoint_unwritable")
+    blocker.rmdir()
+    return adapter
+
+
+def saved_state(w) -> tuple[int, list[str], list[str]]:
+    """The checkpoint's generation, the segments the manifest names, those on disk."""
+    checkpoint = json.loads((w.work / "cursor.json").read_text())
+    named = json.loads((w.work / "index" / "manifest.json").read_text())["segments"]
+    present = sorted(n for n in os.listdir(w.work / "index") if n.startswith("seg-"))
+    return checkpoint["generation"], named, present
+
+
+def test_a_retried_save_never_undoes_what_another_process_saved_since(recall_world):
+    w = recall_world
+    w.write("a.jsonl", *(body(i) for i in range(10)))
+    behind = failed_save(w)
+    other = w.adapter()  # another process: it builds and saves gen-2
+    assert w.current(other).name == "gen-2"
+    saved = saved_state(w)
+    assert saved[0] == 2 and saved[1] == saved[2]
+    behind.save_again()  # the retry the first one's scanner makes
+    # Before: its gen-1 written over gen-2 (ids would be handed out twice) and
+    # a manifest naming its own segment, which the other's save had removed.
+    assert saved_state(w) == saved
+    assert "checkpoint_unwritable" not in w.health(behind)["diagnostics"]
+    # A third process adopts the saved index: nothing read again.
+    third = w.adapter()
+    assert (w.current(third).name, w.current(third).indexed) == ("gen-3", 10)
+    assert saved_state(w)[1] == saved[1]
+
+
+def test_a_retried_save_waits_while_another_process_holds_the_workdir(recall_world):
+    w = recall_world
+    w.write("a.jsonl", *(body(i) for i in range(10)))
+    behind = failed_save(w)
+    # Another process's build: the lock, and a segment it sealed that no
+    # manifest names yet.
+    building = WorkdirLock(str(w.work))
+    assert building.try_acquire()
+    fresh_segment = w.work / "index" / "seg-000000000000-10-0123abcd.seg"
+    fresh_segment.write_bytes(b"sealed by the other build")
+    try:
+        behind.save_again()
+        assert fresh_segment.exists()  # before: removed as a leftover
+        assert not (w.work / "index" / "manifest.json").exists()
+        assert w.health(behind)["diagnostics"].get("checkpoint_unwritable")
+    finally:
+        building.release()
+    behind.save_again()  # its turn now
+    assert saved_state(w)[0] == 1
+    assert "checkpoint_unwritable" not in w.health(behind)["diagnostics"]
+
+
+def test_a_retried_save_of_a_full_rebuild_replaces_the_index_it_found_at_its_start(
+        recall_world):
+    # An index saved before this process started is not another process's
+    # save since: a full rebuild whose save failed writes over it once it can.
+    w = recall_world
+    w.write("a.jsonl", *(body(i) for i in range(10)))
+    w.current(w.adapter())  # an earlier process: gen-1 saved
+    blocker = w.work / "index" / "manifest.json.tmp"
+    blocker.mkdir()
+    rebuilt = w.adapter()
+    assert w.current(rebuilt, full=True).name == "gen-2"
+    blocker.rmdir()
+    rebuilt.save_again()
+    generation, named, present = saved_state(w)
+    assert generation == 2 and named == present
+    assert named == [os.path.basename(s.path) for s in rebuilt.generation.view.segments]
+
+
+def test_an_index_directory_removed_under_a_running_process_is_saved_whole_again(
+        recall_world):
+    # Its segments are gone with it (this process still reads them through
+    # its open descriptors): the next build indexes anew, so that the
+    # manifest it saves names only files that are there.
+    w = recall_world
+    w.write("a.jsonl", *(body(i) for i in range(10)))
+    adapter = w.adapter()
+    w.current(adapter)
+    shutil.rmtree(w.work / "index")
+    w.append("a.jsonl", body(10))
+    assert w.current(adapter).indexed == 11
+    _, named, present = saved_state(w)
+    assert named == present

@@ -415,15 +415,44 @@ class StreamAdapter(Answers):
         generation = self.generation
         if generation is None:
             return
-        index = generation.view.index
-        # Only the scanner builds and it is not building: anything past the
-        # view is a failed pass's leftovers, which the next pass drops too.
-        index.truncate(generation.view.n)
-        index.flush()
-        generation.view = View(index, generation.view.n, index.segments)
-        saved = self.save_index(generation.view, generation.files, generation.latest,
-                                generation.prints)
-        self._checkpoint(generation, saved)
+        # The workdir has one writer at a time (``persist.lock``), this save
+        # too: it removes the segments its manifest does not name, which
+        # while another process builds are that build's fresh ones.
+        lock = WorkdirLock(self.workdir) if self.durable is not None else None
+        try:
+            if lock is not None and not self._try_lock(lock):
+                self.saved_at = self.clock()  # another's turn: retry later
+                return
+        except RpcError:
+            return  # the lock cannot be used: the next build says so, by name
+        try:
+            if self._saved_by_another(generation):
+                # Ours is older than what is saved: written again, it would
+                # undo that save (its segments removed, the checkpoint's
+                # generation gone back, so ids would be handed out twice).
+                # The workdir holds a whole index; the next build adopts it.
+                self.checkpoint_failed, self.save_error = False, ""
+                return
+            index = generation.view.index
+            # Only the scanner builds and it is not building: anything past the
+            # view is a failed pass's leftovers, which the next pass drops too.
+            index.truncate(generation.view.n)
+            index.flush()
+            generation.view = View(index, generation.view.n, index.segments)
+            saved = self.save_index(generation.view, generation.files, generation.latest,
+                                    generation.prints)
+            self._checkpoint(generation, saved)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _saved_by_another(self, generation: Generation) -> bool:
+        """Whether another process saved the workdir since ``generation``
+        was published here: a manifest we did not write, or a checkpoint of a
+        later generation."""
+        if self.durable is not None and self.durable.saved_by_another():
+            return True
+        return load_checkpoint(self.workdir).generation > generation.gen
 
     def save_index(self, view: View, files: list[Cursor], latest: int,
                    prints: dict[str, str] | None = None) -> bool:

@@ -75,9 +75,10 @@ class DurableIndex:
     def __init__(self, workdir: str, config: str) -> None:
         self.dir = os.path.join(workdir, "index")
         self.config = config
-        # The manifest as this process last wrote or read it: another writer
-        # of the workdir (see ``lock``) shows as a manifest that differs.
-        self._seen: tuple[int, int, int] | None = None
+        # The manifest as this process last wrote or read it (or found it at
+        # the start): another writer of the workdir (see ``lock``) shows as
+        # a manifest that differs.
+        self._seen: tuple[int, int, int] | None = self._stamp()
 
     def _stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -89,6 +90,12 @@ class DurableIndex:
     def written_by_another(self) -> bool:
         """Whether the manifest changed since this process last saved or loaded it."""
         return self._stamp() != self._seen
+
+    def saved_by_another(self) -> bool:
+        """Whether a manifest is there that this process neither wrote nor
+        read last: another process's save (one removed meanwhile is not)."""
+        stamp = self._stamp()
+        return stamp is not None and stamp != self._seen
 
     def _make_dir(self) -> None:
         # mkdir, not makedirs: a missing workdir is the host's to create, not ours.
