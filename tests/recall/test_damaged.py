@@ -87,3 +87,22 @@ def test_a_saturated_count_without_its_exact_value_does_not_fail_a_search(recall
     restarted = w.adapter()
     result = w.search(restarted, "beta")
     assert result["diagnostics"]["matched"] > 0
+
+
+@pytest.mark.parametrize("where", ["records", "latest", "offset"])
+def test_a_manifest_number_read_as_infinity_is_not_adopted_and_the_files_are_indexed_anew(
+        recall_world, where: str) -> None:
+    # 1e400 is a valid JSON number that Python reads as infinity: int() of it
+    # raised OverflowError out of the adoption, and every request failed
+    # "index build failed", restart after restart, until a full refresh.
+    w = recall_world
+    stream(w)
+    expected = answers(w, w.adapter())
+    manifest = w.work / "index" / "manifest.json"
+    body = json.loads(manifest.read_text())
+    holder = body["files"][0] if where == "offset" else body
+    holder[where] = "INFINITY"
+    manifest.write_text(json.dumps(body).replace('"INFINITY"', "1e400"))
+    restarted = w.adapter()
+    assert answers(w, restarted) == expected
+    assert restarted.generation is not None and restarted.generation.indexed == 400

@@ -13,7 +13,8 @@ def encode(c: Cursor, **extra: Any) -> dict[str, Any]:
 
 
 def decode(body: dict[str, Any]) -> Cursor:
-    """Raises KeyError, TypeError or ValueError for a body that is not a cursor;
+    """Raises KeyError, TypeError, ValueError or OverflowError (a count of
+    ``1e400``, read as infinity) for a body that is not a cursor;
     absent counts are zero (older checkpoints left them out)."""
     return Cursor(
         str(body["path"]), int(body.get("offset", 0)), int(body.get("records", 0)),

@@ -51,6 +51,10 @@ from streamd.recall.persist.atomic import write_atomic
 
 FORMAT = 2
 MANIFEST = "manifest.json"
+# What reading a manifest that is not ours to trust may raise: it is then not
+# adopted. OverflowError is ``int()`` of a number JSON reads as infinity
+# (``1e400``, a damaged or hand-edited file), which failed every build.
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, OverflowError)
 
 
 @dataclass(slots=True)
@@ -161,7 +165,7 @@ class DurableIndex:
                 size = os.stat(c.path).st_size if os.path.exists(c.path) else -1
                 if size < c.offset or fingerprint(c.path, c.offset) != spec["head"]:
                     return None, True
-        except (OSError, ValueError, KeyError, TypeError):
+        except _UNREADABLE:
             return None, False
         loaded = self._segments(body)
         if loaded is not None:
@@ -194,7 +198,7 @@ class DurableIndex:
             for s in segments:
                 seg.check(s)  # raises Damaged, a ValueError
             records, kinds, latest = int(body["records"]), list(body["kinds"]), int(body["latest"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except _UNREADABLE:
             return None
         expected = 0
         for s in segments:
