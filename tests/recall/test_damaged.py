@@ -106,3 +106,19 @@ def test_a_manifest_number_read_as_infinity_is_not_adopted_and_the_files_are_ind
     restarted = w.adapter()
     assert answers(w, restarted) == expected
     assert restarted.generation is not None and restarted.generation.indexed == 400
+
+
+def test_a_segment_whose_header_length_is_damaged_is_not_adopted(recall_world) -> None:
+    # The eight bytes after the magic say how long the header is: read as
+    # asked, a damaged length was a MemoryError out of every build.
+    w = recall_world
+    stream(w)
+    expected = answers(w, w.adapter())
+    (segment,) = (w.work / "index").glob("seg-*")
+    data = bytearray(segment.read_bytes())
+    data[8:16] = (1 << 62).to_bytes(8, "little")
+    segment.write_bytes(bytes(data))
+    restarted = w.adapter()
+    assert answers(w, restarted) == expected
+    assert restarted.generation is not None and restarted.generation.indexed == 400
+    assert not segment.exists()

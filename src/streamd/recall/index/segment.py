@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -423,6 +424,10 @@ def read(path: str) -> Segment:
         if head[: len(_MAGIC)] != _MAGIC:
             raise ValueError(f"{path} is not a segment file")
         size = int.from_bytes(head[len(_MAGIC):], "little")
+        if size > os.fstat(f.fileno()).st_size - len(head):
+            # A damaged length: read as asked, it is a MemoryError (a
+            # failure of every build, not a segment found damaged).
+            raise ValueError(f"{path}: its header runs past the end of the file")
         header = json.loads(f.read(size))
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     head_len = (len(_MAGIC) + 8 + size + 7) // 8 * 8
