@@ -163,6 +163,24 @@ async def test_a_fifo_among_the_workdir_files_is_never_waited_on(recall_world, t
         assert not (w.work / name).is_fifo()
 
 
+@pytest.mark.parametrize("name", ["cursor.json", "index/manifest.json"])
+@pytest.mark.parametrize("command", ["index", "search"])
+def test_the_cli_never_waits_on_a_fifo_among_the_workdir_files(recall_world, name, command):
+    # `index` and `search --workdir` first read which files the workdir's
+    # index covers, with a plain open: a FIFO at either name blocked them for good.
+    w = recall_world
+    stream = w.write("a.jsonl", w.rec("sig-1", title="Deploy td-1", ref="td-1"))
+    (w.work / "index").mkdir(exist_ok=True)
+    os.mkfifo(w.work / name)
+    query = ["td-1"] if command == "search" else []
+    done = subprocess.run(
+        [sys.executable, "-m", "streamd", command, *query, str(stream), "--workdir", str(w.work)],
+        capture_output=True, text=True, timeout=PROMPT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert ("sig-1" in done.stdout) if command == "search" else ("1 records indexed" in done.stdout)
+
+
 # --- a full disk ---------------------------------------------------------------------------
 
 

@@ -251,9 +251,14 @@ def _indexed_files(workdir: str) -> list[str]:
     """The files a workdir's saved index (or checkpoint) covers, in order."""
     import json
 
+    from streamd import regular_files
+
     for name in (os.path.join("index", "manifest.json"), "cursor.json"):
         try:
-            with open(os.path.join(workdir, name), "rb") as f:
+            # Never a plain open: a FIFO left at either name blocked it for
+            # good (and with it `streamd index` and `search --workdir`).
+            fd = regular_files.open_fd(os.path.join(workdir, name), os.O_RDONLY)
+            with os.fdopen(fd, "rb") as f:
                 files = json.load(f).get("files") or []
             return [str(c["path"]) for c in files]
         except (OSError, ValueError, AttributeError, KeyError, TypeError):
