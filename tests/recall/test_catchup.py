@@ -215,6 +215,35 @@ def test_a_file_gone_after_being_read_is_a_rewrite_and_a_missing_file(recall_wor
     assert (health["status"], health["coverage"]) == ("degraded", "partial")
 
 
+def test_the_only_file_gone_for_a_while_and_put_back_as_it_was_keeps_its_generation(
+    recall_world,
+):
+    # As in the reference: the catch-up that found it gone failed (no file is
+    # readable) and published nothing, and once it is back nothing changed.
+    # Before, that catch-up's finding stuck: the next one indexed the stream
+    # anew and reported it rewritten (degraded).
+    w = recall_world
+    p = w.write("a.jsonl", w.rec("a1", at(0), title="one"), w.rec("a2", at(1), title="two"))
+    adapter = w.adapter()
+    assert w.current(adapter).name == "gen-1"
+    kept = p.read_bytes()
+    p.unlink()
+    with pytest.raises(RpcError) as err:
+        w.current(adapter)
+    assert err.value.message == "no configured stream file is readable (a.jsonl)"
+    p.write_bytes(kept)
+    assert w.current(adapter).name == "gen-1"
+    health = w.health(adapter)
+    assert (health["status"], health["diagnostics"]) == ("healthy", {"files": 1})
+    # Put back with other bytes, it is a rewrite again.
+    p.unlink()
+    with pytest.raises(RpcError):
+        w.current(adapter)
+    p.write_bytes(w.rec("b1", at(0), title="six") + w.rec("b2", at(1), title="seven"))
+    assert titles(w.search(adapter, "")) == ["seven", "six"]
+    assert w.health(adapter)["diagnostics"]["stream_rewritten"] is True
+
+
 def test_a_file_that_shrank_between_processes_is_reported_on_the_first_build(recall_world):
     w = recall_world
     w.write("a.jsonl", w.rec("r1", at(0), title="one"), w.rec("r2", at(1), title="two"))

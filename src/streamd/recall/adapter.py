@@ -219,14 +219,14 @@ class StreamAdapter(Answers):
     def needs_build(self, full: bool) -> bool:
         """Whether a catch-up must build: no generation yet, ``full`` asked,
         or a file changed (see ``changes``; every file is checked, where the
-        reference stops at the first missing one). A file found rewritten is
-        remembered, so the build starts over from nothing."""
+        reference stops at the first missing one). Whether a file was
+        rewritten is the build's to find (``_pass``), as it then is: one seen
+        gone, or cut short, may be back as it was by then (a copy put back),
+        and a build that failed meanwhile (it was the only file) must not
+        leave it marked rewritten for good."""
         if self.generation is None or full or self.suspect:
             return True
         changed = self.changes(self.generation)
-        rewritten = {path for path, what in changed.items() if what is Change.REWRITTEN}
-        if rewritten:
-            self.suspect = self.suspect | rewritten
         return any(what is not Change.NONE for what in changed.values())
 
     def changes(self, generation: Generation) -> dict[str, Change]:
@@ -312,10 +312,15 @@ class StreamAdapter(Answers):
             full_from_disk = False
         prev = self.generation if not full and not full_from_disk else None
         cursors: dict[str, Cursor] = {c.path: c for c in prev.files} if prev else {}
-        check = cursors or {c.path: c for c in self.prior.files}
-        rewritten = bool(self.suspect) or any(
-            change(check.get(path), streamfile.file_size(path)) is Change.REWRITTEN
-            for path in self.paths)
+        now: list[Change]
+        if prev is not None:
+            # The ends of what was read are compared too (``changes``), as
+            # at every catch-up.
+            now = list(self.changes(prev).values())
+        else:
+            check = cursors or {c.path: c for c in self.prior.files}
+            now = [change(check.get(path), streamfile.file_size(path)) for path in self.paths]
+        rewritten = bool(self.suspect) or Change.REWRITTEN in now
         index, latest = None, gotime.ZERO_TIME
         if prev is not None and not rewritten:
             index, latest = prev.view.index, prev.latest
