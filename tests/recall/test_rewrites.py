@@ -19,6 +19,7 @@ from support.recall import init, req, session
 
 from streamd.errors import RpcError
 from streamd.recall.changes import Change, change, needs_fingerprint
+from streamd.recall.index.parallel import drive
 from streamd.recall.index.streamfile import Cursor
 from streamd.recall.oneshot import current
 
@@ -130,6 +131,27 @@ def test_an_ordinary_append_after_the_rebuild_is_an_ordinary_generation(recall_w
 
 
 # --- rewrites an answer finds ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("native", ["0", "1"])
+def test_a_stream_rewritten_in_place_while_a_build_reads_it_is_read_anew(
+    recall_world, monkeypatch, native
+):
+    # Truncated and written again (the same file, so no ``Replaced`` by its
+    # identity) after the build read it and before it published. Before, the
+    # generation held the old records under the new bytes' fingerprint:
+    # nothing noticed until an answer read a line back.
+    monkeypatch.setenv("STREAMD_NATIVE", native)
+    w = recall_world
+    write(w, {}, 3000)
+    adapter = w.adapter()
+    steps = adapter.build(False)
+    assert next(steps) is None  # a first slice of lines read
+    write(w, {i: "omega" for i in range(3000)}, 3000)  # same length, in place
+    generation = drive(steps)
+    assert generation.rewritten
+    assert len(hits(w, adapter, "omega")) == 50 and hits(w, adapter, "alpha") == []
+    assert w.health(adapter)["diagnostics"]["stream_rewritten"] is True
 
 
 def test_a_rewrite_inside_the_file_found_by_expand_is_rebuilt_by_a_plain_refresh(recall_world):

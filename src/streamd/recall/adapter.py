@@ -45,6 +45,8 @@ import threading
 import time
 from collections.abc import Callable, Generator
 
+import numpy as np
+
 from streamd import heap
 from streamd.errors import (
     INVALID_PARAMS,
@@ -52,7 +54,7 @@ from streamd.errors import (
     RpcError,
 )
 from streamd.golang import gotime
-from streamd.recall.answers import INDEX_CONFIG, Answers, check_protocol, manifest
+from streamd.recall.answers import INDEX_CONFIG, Answers, check_protocol, manifest, read_back
 from streamd.recall.changes import Change, change, needs_fingerprint
 from streamd.recall.generation import Generation, Progress
 from streamd.recall.index import parallel, streamfile
@@ -61,7 +63,7 @@ from streamd.recall.index.fingerprint import fingerprint
 from streamd.recall.index.index import Index, View
 from streamd.recall.index.parallel import Step
 from streamd.recall.index.segment import Damaged
-from streamd.recall.index.streamfile import Cursor
+from streamd.recall.index.streamfile import Cursor, Span, read_spans
 from streamd.recall.persist.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from streamd.recall.persist.lock import WorkdirLock
 from streamd.recall.persist.manifest import DurableIndex
@@ -94,8 +96,9 @@ class _Interim:
     """What a build does between its steps (see :meth:`StreamAdapter.build`)."""
 
     def __init__(self, adapter: StreamAdapter, index: Index, state: Consumer, built_at: int,
-                 rewritten: bool, cursors: dict[str, Cursor]) -> None:
+                 rewritten: bool, cursors: dict[str, Cursor], read_from: int) -> None:
         self.adapter = adapter
+        self.read_from = read_from  # where the records this pass reads start
         self.index = index
         self.state = state
         self.built_at = built_at
@@ -121,7 +124,8 @@ class _Interim:
             progress = Progress(sum(c.offset for c in cursors), self.state.bytes_total)
             try:
                 generation = adapter.publish(self.index, cursors, self.built_at,
-                                             self.state.latest, self.rewritten, indexing=progress)
+                                             self.state.latest, self.rewritten, indexing=progress,
+                                             read_from=self.read_from)
             except streamfile.Replaced:
                 adapter.publish_requested.set()  # asked still: the next pass's first step
                 raise
@@ -331,10 +335,11 @@ class StreamAdapter(Answers):
         if index is None:
             cursors = {}
             index = Index(self.durable.sink if self.durable else None)
+        read_from = len(index)
         state = self.building = Consumer(index, built_at, latest)
         state.bytes_total = sum(streamfile.file_size(p) or 0 for p in self.paths)
         state.bytes_start = sum(c.offset for c in cursors.values())
-        interim = _Interim(self, index, state, built_at, rewritten, cursors)
+        interim = _Interim(self, index, state, built_at, rewritten, cursors, read_from)
         files: list[Cursor] = []
         for file_no, path in enumerate(self.paths):
             old = cursors.get(path)
@@ -358,16 +363,19 @@ class StreamAdapter(Answers):
                 SOURCE_UNAVAILABLE,
                 f"no configured stream file is readable ({', '.join(missing)})",
             )
-        return self.publish(index, files, built_at, state.latest, rewritten)
+        return self.publish(index, files, built_at, state.latest, rewritten, read_from=read_from)
 
     def publish(
         self, index: Index, files: list[Cursor], built_at: int, latest: int, rewritten: bool,
-        indexing: Progress | None = None,
+        indexing: Progress | None = None, read_from: int = 0,
     ) -> Generation:
         """Publish the next generation: records first, then the checkpoint.
-        ``indexing`` marks a prefix published while its build goes on."""
+        ``indexing`` marks a prefix published while its build goes on;
+        ``read_from`` is where the records this pass read start."""
         view = index.view(merge=indexing is None)
         prints = {c.path: fingerprint(c.path, c.offset, c.identity) for c in files if c.offset}
+        # After the prints: a rewrite after this check shows against them.
+        self._check_still_read(view, read_from)
         # A file's identity belongs to the pass that read it: a later save of
         # this generation (``save_again``) must not hold the file to it.
         files = [dataclasses.replace(c, identity=None) for c in files]
@@ -390,6 +398,29 @@ class StreamAdapter(Answers):
         self.generation, self.gen = generation, generation.gen
         self._checkpoint(generation, durable)
         return generation
+
+    def _check_still_read(self, view: View, read_from: int) -> None:
+        """Raise ``Replaced`` for a file rewritten in place (truncated and
+        written again: the same file, so its identity does not tell) after
+        this pass read it: the first and last records the pass took of each
+        file must still be the lines at their offsets. Else the generation
+        would hold the old bytes' records under the new bytes' prints, and no
+        catch-up would notice. (What earlier passes read was compared at this
+        pass's start, ``changes``.)"""
+        rows = view.index.columns.view(view.n)[read_from:]
+        for file_no, path in enumerate(self.paths):
+            mine = rows["file"] == file_no
+            if not mine.any():
+                continue
+            recs = sorted({int(np.argmax(mine)), len(mine) - 1 - int(np.argmax(mine[::-1]))})
+            spans = [Span(path, int(rows["offset"][r]), int(rows["line_len"][r])) for r in recs]
+            try:
+                lines = read_spans(spans)
+            except RpcError:
+                continue  # unreadable just now: the next catch-up says so
+            for r, line in zip(recs, lines, strict=True):
+                if read_back(view.index, read_from + r, line) is None:
+                    raise streamfile.Replaced(path)
 
     def _adopt(self) -> tuple[Index | None, int, dict[str, Cursor], bool]:
         """Resume from the index a previous process saved in the workdir."""

@@ -33,6 +33,7 @@ from streamd.golang import gotime
 from streamd.golang.quote import quote
 from streamd.recall.generation import Generation
 from streamd.recall.index.build import Consumer
+from streamd.recall.index.index import Index
 from streamd.recall.index.streamfile import Span
 from streamd.recall.persist.checkpoint import Checkpoint
 from streamd.recall.query import render
@@ -103,6 +104,20 @@ class ExpandPlan:
 
 
 
+def read_back(index: Index, rec: int, line: bytes | None) -> Record | None:
+    """Record ``rec`` of ``index`` parsed from its line read back, or None when
+    that line is no longer the record (its file changed under the index)."""
+    try:
+        parsed = parse_line(trim_space(line)) if line is not None else None
+    except LineError:
+        return None
+    if parsed is None or parsed.id != index.ids[rec] or \
+            parsed.schema != index.column("schema", rec):
+        return None
+    parsed.observed_at = index.observed_at(rec)
+    return parsed
+
+
 class Answers:
     """The rendering half of the adapter. It reads the session's settings,
     paths and flags, which :class:`~streamd.recall.adapter.StreamAdapter`
@@ -130,15 +145,8 @@ class Answers:
     def reread(self, generation: Generation, rec: int, line: bytes | None) -> Record:
         """The record ``rec`` from its re-read line, which must still be it."""
         index = generation.view.index
-        try:
-            parsed = parse_line(trim_space(line)) if line is not None else None
-        except LineError:
-            parsed = None
-        if (
-            parsed is None
-            or parsed.id != index.ids[rec]
-            or parsed.schema != index.column("schema", rec)
-        ):
+        parsed = read_back(index, rec, line)
+        if parsed is None:
             path = self.paths[index.column("file", rec)]
             # So that the refresh asked for starts over (see ``changes``).
             self.suspect = self.suspect | {path}
@@ -146,7 +154,6 @@ class Answers:
                 SOURCE_UNAVAILABLE,
                 f"{os.path.basename(path)} changed under the index; refresh and retry",
             )
-        parsed.observed_at = index.observed_at(rec)
         return parsed
 
     # search
