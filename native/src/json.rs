@@ -303,7 +303,8 @@ pub fn parse_record(line: &[u8]) -> Result<Record<'_>> {
         id: f.id,
         kind: if f.kind.is_empty() { Cow::Borrowed("event") } else { f.kind },
         event_time,
-        observed_at: f.observed_at,
+        // Go's zero time is no time: the build's is stamped, as for none.
+        observed_at: f.observed_at.filter(|&t| t != gotime::ZERO_TIME),
         system: f.system,
         reference: f.reference,
         correlation: f.correlation,
@@ -342,6 +343,16 @@ mod tests {
     fn keys_fold_and_the_last_duplicate_wins() {
         let r = ok(&format!(r#"{{"SCHEMA":1,"ID":"a","Id":"b",{T},"ſystem":"s","\u004bind":"k"}}"#));
         assert_eq!((&*r.id, &*r.system, &*r.kind), ("b", "s", "k"));
+    }
+
+    #[test]
+    fn gos_zero_time_as_observed_at_is_none() {
+        for zero in ["0001-01-01T00:00:00Z", "0001-01-01T01:00:00+01:00"] {
+            let line = format!(r#"{{"schema":1,"id":"a",{T},"observed_at":"{zero}"}}"#);
+            assert_eq!(parse_record(line.as_bytes()).unwrap().observed_at, None);
+        }
+        let line = format!(r#"{{"schema":1,"id":"a",{T},"observed_at":"0001-01-01T00:00:01Z"}}"#);
+        assert!(parse_record(line.as_bytes()).unwrap().observed_at.is_some());
     }
 
     #[test]

@@ -653,6 +653,31 @@ def test_observed_at_defaults_to_the_build_that_first_indexed_the_record(recall_
     }
 
 
+@pytest.mark.parametrize("native", ["0", "1"])
+def test_an_observed_at_of_gos_zero_time_is_none_so_the_build_time_is_stamped(
+    recall_world, monkeypatch, native
+):
+    # The reference takes the zero instant, however written, for no
+    # observed_at at all; it was shown as 0001-01-01T00:00:00Z.
+    monkeypatch.setenv("STREAMD_NATIVE", native)
+    w = recall_world
+    w.write(
+        "a.jsonl",
+        w.rec("utc", at(0), title="alpha", observed_at="0001-01-01T00:00:00Z"),
+        w.rec("offset", at(1), title="alpha", observed_at="0001-01-01T01:00:00+01:00"),
+        w.rec("second", at(2), title="alpha", observed_at="0001-01-01T00:00:01Z"),
+    )
+    adapter = w.adapter()
+    adapter.clock = lambda: 1_800_000_000 * 1_000_000_000  # 2027-01-15T08:00:00Z
+    found = {c["source_record_id"]: c["observed_at"]
+             for c in w.search(adapter, "alpha")["candidates"]}
+    assert found == {
+        "utc": "2027-01-15T08:00:00Z",
+        "offset": "2027-01-15T08:00:00Z",
+        "second": "0001-01-01T00:00:01Z",
+    }
+
+
 def test_failed_lines_stay_counted_across_incremental_builds(recall_world):
     w = recall_world
     w.write("a.jsonl", b"junk\n", w.rec("r1", at(0), title="one"))

@@ -422,6 +422,8 @@ def parse_line(line: bytes) -> Record:
         # every search that would return it.
         raise LineError("event_time cannot be written as RFC 3339")
     observed = fields.get("observed_at")
+    if observed == gotime.ZERO_TIME:
+        observed = None  # Go's zero time is no time: the build's is stamped, as for none
     if observed is not None and not gotime.printable(observed):
         raise LineError("observed_at cannot be written as RFC 3339")
     v2 = schema == 2
