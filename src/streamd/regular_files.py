@@ -14,6 +14,7 @@ daemon's paths) on every spawn.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable
@@ -22,7 +23,7 @@ __all__ = ["NotRegularFile", "open_fd"]
 
 
 class NotRegularFile(OSError):
-    """The path names a FIFO, a device, a socket or a directory."""
+    """The path names a FIFO, a device, a socket or a directory (errno EISDIR)."""
 
 
 def open_fd(
@@ -36,6 +37,9 @@ def open_fd(
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
+            if stat.S_ISDIR(st.st_mode):
+                # EISDIR, as a read of it would fail: callers may word it so.
+                raise NotRegularFile(errno.EISDIR, f"{os.path.basename(path)} is a directory")
             raise NotRegularFile(f"{os.path.basename(path)} is not a regular file")
         if check is not None:
             check(st)

@@ -184,7 +184,7 @@ def test_a_missing_or_unreadable_file_is_reported_alike(tmp_path, compiled):
             pass
         assert missing.missing
         (tmp_path / "dir.jsonl").mkdir()
-        with pytest.raises(RpcError, match=r"^dir.jsonl is not readable$"):
+        with pytest.raises(RpcError, match=r"^dir.jsonl became unreadable$"):
             for _ in build.Consumer(Index(), 0, 0).read_into(Cursor(str(tmp_path / "dir.jsonl")),
                                                              0):
                 pass

@@ -366,7 +366,7 @@ def test_a_directory_where_a_stream_file_belongs_is_unreadable(recall_world):
     (w.data / "a.jsonl").mkdir()
     with pytest.raises(RpcError) as err:
         w.current(w.adapter())
-    assert (err.value.code, err.value.message) == (SOURCE_UNAVAILABLE, "a.jsonl is not readable")
+    assert (err.value.code, err.value.message) == (SOURCE_UNAVAILABLE, "a.jsonl became unreadable")
 
 
 def test_a_failed_build_publishes_nothing_and_a_retry_indexes_appends_once(recall_world):

@@ -68,9 +68,13 @@ def test_running_out_of_descriptors_is_named_not_called_unreadable(
 
 
 def test_the_files_own_refusals_still_say_not_readable(tmp_path: Path) -> None:
+    # A directory in the reference's words: it opens one and fails its read.
     (tmp_path / "dir.jsonl").mkdir()
-    with pytest.raises(RpcError, match=r"^dir.jsonl is not readable$"):
+    with pytest.raises(RpcError, match=r"^dir.jsonl became unreadable$"):
         list(streamfile.lines_after(str(tmp_path / "dir.jsonl"), 0))
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    with pytest.raises(RpcError, match=r"^fifo.jsonl is not readable$"):
+        list(streamfile.lines_after(str(tmp_path / "fifo.jsonl"), 0))
     denied = OSError(errno.EACCES, "Permission denied")
     assert streamfile.cannot_open("a.jsonl", denied).message == "a.jsonl is not readable"
     failed = OSError(errno.EIO, "Input/output error")

@@ -69,7 +69,8 @@ async def test_an_unreadable_source_reports_unavailable_and_keeps_its_generation
                 "unavailable", "unknown", {"reason": "unreachable"},
             )
             assert h["index_generation"] == "gen-1"
-            assert error(frames[4]) == (4, -32000, "a.jsonl is not readable")
+            # The reference's words: it opens the directory and fails its read.
+            assert error(frames[4]) == (4, -32000, "a.jsonl became unreadable")
 
 
 async def test_when_every_file_is_missing_search_fails_and_health_is_unavailable(world):

@@ -103,6 +103,9 @@ _FILE_REFUSALS = frozenset({
 
 def cannot_open(name: str, exc: OSError) -> RpcError:
     """Why stream file ``name`` cannot be opened, for a -32000 answer."""
+    if exc.errno == errno.EISDIR:
+        # The reference opens a directory and fails its first read: its words.
+        return RpcError(SOURCE_UNAVAILABLE, f"{name} became unreadable")
     if isinstance(exc, NotRegularFile) or exc.errno is None or exc.errno in _FILE_REFUSALS:
         return RpcError(SOURCE_UNAVAILABLE, f"{name} is not readable")
     code = errno.errorcode.get(exc.errno, str(exc.errno))
