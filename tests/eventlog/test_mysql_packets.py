@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from support.mysql_store import T0, ap
 
 from streamd.errors import INVALID_PARAMS, RpcError
@@ -32,16 +33,20 @@ def test_appends_queued_together_past_the_servers_packet_limit_all_commit(
 
 
 def test_an_event_too_big_for_the_servers_packet_limit_fails_alone_and_clearly(
-    open_mysql_store: Callable[..., MysqlStore],
+    open_mysql_store: Callable[..., MysqlStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 5 M quotes are 10 MB of JSON text and 20 MB escaped in the INSERT: over
+    # 5 M quotes were 10 MB of JSON text and 20 MB escaped in the INSERT: over
     # the test server's max_allowed_packet (16 MiB). Sent, it dropped the
     # connection under the whole group commit: the small appends queued with
-    # it failed too, all told they "may or may not have committed".
+    # it failed too, all told they "may or may not have committed". An event
+    # is now at most MAX_ENTRY_BYTES of JSON, at most twice that escaped, which
+    # 16 MiB holds: a server whose max_allowed_packet is 8 MiB, then, and 3 M
+    # quotes (6 MB of JSON, 12 MB escaped).
+    monkeypatch.setattr(packets, "max_packet", lambda conn: 8 << 20)
     store = open_mysql_store()
     before = store.connection
     out = store.append_commit(
-        [ap("small1"), ap("huge", content='"' * 5_000_000), ap("small2")], T0, capture=False
+        [ap("small1"), ap("huge", content='"' * 3_000_000), ap("small2")], T0, capture=False
     )
     small1, huge, small2 = out.results
     assert (getattr(small1, "seq", small1), getattr(small2, "seq", small2)) == (1, 2)
@@ -96,19 +101,23 @@ def test_a_state_write_a_few_bytes_over_the_limit_is_refused_not_sent(
         values = (conn.literal(rows.json_text(state)), conn.literal(T0), conn.literal("big"))
         return 1 + len(update.encode() % values)
 
-    half = limit // 2
-    first = store.append_commit([_grows("big", 0, "k0", half)], T0, capture=False).results
-    assert [getattr(r, "seq", r) for r in first] == [1]
-    # The second delta's UPDATE is one byte over the limit.
-    rest = limit - packet({"k0": "x" * half, "k1": ""}) + 1
-    assert packet({"k0": "x" * half, "k1": "x" * rest}) == limit + 1
+    # Thirds: an event (its delta included) is at most MAX_ENTRY_BYTES.
+    third = limit // 3
+    grown = {"k0": "x" * third, "k1": "x" * third}
+    first = store.append_commit(
+        [_grows("big", 0, "k0", third), _grows("big", 1, "k1", third)], T0, capture=False
+    ).results
+    assert [getattr(r, "seq", r) for r in first] == [1, 2]
+    # The third delta's UPDATE is one byte over the limit.
+    rest = limit - packet({**grown, "k2": ""}) + 1
+    assert packet({**grown, "k2": "x" * rest}) == limit + 1
     before = store.connection
     refused, other = store.append_commit(
-        [_grows("big", 1, "k1", rest), ap("other", app="other")], T0, capture=False
+        [_grows("big", 2, "k2", rest), ap("other", app="other")], T0, capture=False
     ).results
     assert isinstance(refused, RpcError) and refused.code == INVALID_PARAMS
     assert "max_allowed_packet" in refused.message
-    assert getattr(other, "seq", other) == 2  # the rest of the batch commits
+    assert getattr(other, "seq", other) == 3  # the rest of the batch commits
     assert store.connection is before  # the connection was never dropped
 
 

@@ -69,6 +69,9 @@ from streamd.eventlog.model.base import (
     MAX_DERIVED_HEARTBEAT_MS as MAX_DERIVED_HEARTBEAT_MS,
 )
 from streamd.eventlog.model.base import (
+    MAX_ENTRY_BYTES as MAX_ENTRY_BYTES,
+)
+from streamd.eventlog.model.base import (
     MAX_INT as MAX_INT,
 )
 from streamd.eventlog.model.base import (
@@ -301,6 +304,7 @@ __all__ = [
     "MAX_BATCH_APPENDS",
     "MAX_BULK_SESSIONS",
     "MAX_DERIVED_HEARTBEAT_MS",
+    "MAX_ENTRY_BYTES",
     "MAX_INT",
     "MAX_SINCE_LIMIT",
     "MIN_HEARTBEAT_MS",

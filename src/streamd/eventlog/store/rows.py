@@ -21,6 +21,7 @@ import msgspec
 from streamd import plain
 from streamd.errors import invalid_params
 from streamd.eventlog.model import (
+    MAX_ENTRY_BYTES,
     AppendParams,
     Boot,
     Entry,
@@ -159,6 +160,15 @@ def prepare(p: AppendParams, now_us: int) -> Prepared:
         if (refusal := refusal_of(exc, p)) is not None:
             raise refusal from None
         raise invalid_params(f"event content is not JSON: {exc}") from None
+    if len(identity) > MAX_ENTRY_BYTES:
+        # Every field as stored, in one encoding already made. Stored, such an
+        # entry could never be read back whole: a client drops a frame over
+        # the limit, and the call or the watch waiting for it waited for ever.
+        raise invalid_params(
+            f"event is {len(identity)} bytes once stored (its content, names, metadata"
+            f" and state delta as JSON), over the {MAX_ENTRY_BYTES} bytes an entry may"
+            " take so that it can be read back in one frame"
+        )
     try:
         delta_text = json_text(delta) if delta is not None else None
     except (TypeError, ValueError) as exc:
