@@ -420,7 +420,7 @@ class _Session:
             # methods, which fails with EMFILE while connections hold every
             # descriptor), but its id was read: answered here, not by the
             # frame's guard with id null, which left its client waiting.
-            log.exception("looking up %s failed", call.method)
+            log.exception("looking up %.256s failed", call.method)  # a name may be 8 MiB
             await self._reply_error(call.id, RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
             return
         if self.pending and not self._fits(call.size):
