@@ -370,6 +370,24 @@ def encode_result(request_id: RequestId | None, result: Any) -> bytes:
     )
 
 
+def result_frame(
+    request_id: RequestId | None, result: Any, max_frame: int = MAX_FRAME_BYTES
+) -> bytes:
+    """:func:`encode_result`, or an error when that answer would be a frame
+    over ``max_frame``: a client drops such a frame unread (it cannot tell
+    whose it was), so the call it answered waited for ever. Said instead, the
+    call fails and its caller learns why."""
+    frame = encode_result(request_id, result)
+    size = len(frame) - 1  # the limit is without the newline, as on reading
+    if size <= max_frame:
+        return frame
+    return encode_error(request_id, RpcError(
+        errors.INTERNAL_ERROR,
+        f"the answer is {size} bytes, over the {max_frame} byte frame limit",
+        {"answer_bytes": size, "max_frame": max_frame},
+    ))
+
+
 def encode_error(request_id: RequestId | None, err: RpcError) -> bytes:
     body: dict[str, Any] = {"code": err.code, "message": err.message}
     if err.data is not None:

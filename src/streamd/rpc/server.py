@@ -111,6 +111,7 @@ from streamd.rpc.protocol import (
     encode_result,
     error_frame,
     id_key,
+    result_frame,
 )
 
 log = logging.getLogger("streamd.rpc")
@@ -165,7 +166,7 @@ class _Queued:
             frame = error_frame(self.id, outcome)
         else:
             try:
-                frame = encode_result(self.id, outcome)
+                frame = result_frame(self.id, outcome, session.server.max_frame)
             except Exception as exc:
                 log.exception("%s failed", self.method)
                 frame = error_frame(self.id, RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
@@ -491,7 +492,9 @@ class _Session:
                     if method.bulk:
                         await self._bulk_slot()
                         slot = True
-                    frame = encode_result(request.id, await method.handler(params, request))
+                    frame = result_frame(
+                        request.id, await method.handler(params, request), self.server.max_frame
+                    )
                 if frame is None:
                     reason = request.reason or (
                         "context canceled" if request.canceled else "context deadline exceeded"
