@@ -57,19 +57,22 @@ def test_an_event_too_big_for_the_servers_packet_limit_fails_alone_and_clearly(
 
 
 def test_a_state_grown_past_the_packet_limit_refuses_its_next_delta_alone_and_clearly(
-    open_mysql_store: Callable[..., MysqlStore],
+    open_mysql_store: Callable[..., MysqlStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Each delta is 6 MB, and the app's state is written whole: the third
-    # made an UPDATE of 18 MB, over the test server's max_allowed_packet (16
-    # MiB), which dropped the connection under the group commit, every
-    # append in it failing, the other app's too, and so on for every delta.
+    # The app's state is written whole: deltas of 6 MB made a third UPDATE of
+    # 18 MB, over the test server's max_allowed_packet (16 MiB), which dropped
+    # the connection under the group commit, every append in it failing, the
+    # other app's too, and so on for every delta. A state is now at most
+    # MAX_STATE_BYTES (1 MiB): a server whose max_allowed_packet is 512 KiB,
+    # then, and deltas of 200 kB.
+    monkeypatch.setattr(packets, "max_packet", lambda conn: 512 << 10)
     store = open_mysql_store()
 
     def grow(i: int) -> list[Any]:
         big = AppendParams(
             app="big", user="u", session="s",
             event=Event(id=f"grow{i}", author="agent", content=None),
-            state_delta=StateDelta(app={f"k{i}": "x" * 6_000_000}),
+            state_delta=StateDelta(app={f"k{i}": "x" * 200_000}),
         )
         out = store.append_commit([big, ap(f"other{i}", app="other")], T0, capture=False)
         return out.results
@@ -85,12 +88,14 @@ def test_a_state_grown_past_the_packet_limit_refuses_its_next_delta_alone_and_cl
 
 
 def test_a_state_write_a_few_bytes_over_the_limit_is_refused_not_sent(
-    open_mysql_store: Callable[..., MysqlStore],
+    open_mysql_store: Callable[..., MysqlStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The check measured a statement as its text plus 4 bytes a value: a
     # number's digits and the packet's command byte went uncounted, so an
     # UPDATE a few bytes past max_allowed_packet passed it, and the server
-    # dropped the connection under the whole group commit.
+    # dropped the connection under the whole group commit. (A server whose
+    # limit a state can reach: at most MAX_STATE_BYTES, 1 MiB, since.)
+    monkeypatch.setattr(packets, "max_packet", lambda conn: 512 << 10)
     store = open_mysql_store()
     conn = store.connection
     limit = packets.max_packet(conn)

@@ -24,6 +24,7 @@ from streamd.errors import (
     is_session_not_found,
 )
 from streamd.eventlog.model import (
+    MAX_STATE_BYTES,
     AppendResult,
     SessionCreateParams,
     SessionGetParams,
@@ -286,3 +287,40 @@ async def test_state_get_over_the_wire(daemon: Daemonish) -> None:
             {"app": "app", "user": "u", "session": "s", "scoped_state": True},
         )
         assert (got["app_state"], got["user_state"], got["last_seq"]) == ({"a": 1}, {}, 1)
+
+
+@pytest.mark.parametrize("scope", ["app", "user", "session"])
+def test_a_delta_growing_a_state_past_its_limit_is_refused_alone_and_nothing_of_it_stays(
+    fx: Fixture, scope: str
+) -> None:
+    # Grown by deltas without a bound, a state made every read of its session
+    # an answer over the frame limit, which no client can read.
+    third = "x" * (MAX_STATE_BYTES // 3)
+    for i in range(2):
+        fx.store.append(ap(ev(f"e{i}"), state_delta=delta(**{scope: {f"k{i}": third}})), T0)
+    got = fx.store.append_batch([
+        ap(ev("e2"), state_delta=delta(**{scope: {"k2": third + "xx"}})),
+        ap(ev("e3"), state_delta=delta(**{scope: {"k0": "small"}})),
+    ], T0)
+    assert isinstance(got[0], RpcError) and got[0].code == INVALID_PARAMS
+    assert f"over the {MAX_STATE_BYTES} a state may take" in got[0].message
+    assert isinstance(got[1], AppendResult)
+    held = getattr(state(fx), scope)
+    assert sorted(held) == ["k0", "k1"] and held["k0"] == "small"
+    assert [e.event.id for e in fx.store.since(SinceParams(from_seq=0)).entries] == [
+        "e0", "e1", "e3"
+    ]
+
+
+def test_a_new_sessions_state_over_the_limit_is_refused_and_no_session_is_made(
+    fx: Fixture,
+) -> None:
+    big = {"k": "é" * (MAX_STATE_BYTES // 2)}  # under the limit in characters, over in bytes
+    with pytest.raises(RpcError) as info:
+        fx.store.create_session(
+            SessionCreateParams(app="app", user="u", session="big", state=big), T0
+        )
+    assert info.value.code == INVALID_PARAMS and "session 'big' state" in info.value.message
+    with pytest.raises(RpcError) as gone:
+        fx.store.get_session(SessionGetParams(app="app", user="u", session="big"))
+    assert is_session_not_found(gone.value)

@@ -78,6 +78,9 @@ from streamd.eventlog.model.base import (
     MAX_SINCE_LIMIT as MAX_SINCE_LIMIT,
 )
 from streamd.eventlog.model.base import (
+    MAX_STATE_BYTES as MAX_STATE_BYTES,
+)
+from streamd.eventlog.model.base import (
     MIN_HEARTBEAT_MS as MIN_HEARTBEAT_MS,
 )
 from streamd.eventlog.model.base import (
@@ -307,6 +310,7 @@ __all__ = [
     "MAX_ENTRY_BYTES",
     "MAX_INT",
     "MAX_SINCE_LIMIT",
+    "MAX_STATE_BYTES",
     "MIN_HEARTBEAT_MS",
     "MIN_STALE_AFTER_MS",
     "REPLY_BUDGET_BYTES",

@@ -32,6 +32,14 @@ back, alone if need be, by a client that holds frames to that limit. Checked
 at append on the stored form, not the request's: a float's text can grow
 (``1e15`` is stored as ``1000000000000000.0``), and an entry has keys and
 fields the request may leave out."""
+MAX_STATE_BYTES = 1 << 20
+"""How large one scope's state (the app's, a user's, a session's) may grow, as
+stored JSON. A session read carries its state, and with ``scoped_state`` the
+app's and the user's too, beside up to :data:`REPLY_BUDGET_BYTES` of events:
+three states at this size and a full budget still make a frame a client can
+read. A delta (or a new session's state) that would grow one past it is
+refused at append, where the writer can hear it; grown by deltas without a
+bound, a session's state made every read of it over the frame limit."""
 DEFAULT_WATCH_BUFFER_BYTES = 4 << 20
 # Seconds between change polls while someone watches and inotify is unavailable.
 DEFAULT_WATCH_INTERVAL = 0.2

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamd.errors import invalid_params
-from streamd.eventlog.model import StateDelta, StateSnapshot
+from streamd.eventlog.model import MAX_STATE_BYTES, StateDelta, StateSnapshot
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.sql import Sql
 
@@ -128,11 +128,12 @@ def apply_delta(
     if delta.session:
         found = db.one(f"SELECT state FROM sessions WHERE {_SESSION}", (app, user, session))
         assert found is not None  # the caller wrote the session row
-        state = rules.parsed_for_merge(found[0], f"session {session!r}")
+        what = f"session {session!r}"
+        state = rules.parsed_for_merge(found[0], what)
         state.update(delta.session)
         db.run(
             f"UPDATE sessions SET state = ? WHERE {_SESSION}",
-            (rows.json_text(state), app, user, session),
+            (_stored(state, what), app, user, session),
         )
         _record(db, "session", app, user, session, at_seq, delta.session)
 
@@ -150,7 +151,7 @@ def _merge(
     found = db.one(f"SELECT state FROM {table} WHERE {where}", key)
     state = rules.parsed_for_merge(found[0], what) if found else {}
     state.update(delta)
-    text = rows.json_text(state)
+    text = _stored(state, what)
     if found:
         db.run(f"UPDATE {table} SET state = ?, updated_at = ? WHERE {where}", (text, now_us, *key))
     else:
@@ -159,6 +160,20 @@ def _merge(
             f"INSERT INTO {table} ({', '.join(columns)}, state, updated_at) VALUES ({marks})",
             (*key, text, now_us),
         )
+
+
+def _stored(state: dict[str, Any], what: str) -> str:
+    """``state`` as its row stores it, refused past :data:`MAX_STATE_BYTES`
+    (the transaction, and with it the event that carried the delta, is then
+    rolled back: the writer hears why)."""
+    text = rows.json_text(state)
+    # Characters first: the UTF-8 bytes are at most four times as many.
+    if 4 * len(text) > MAX_STATE_BYTES and (size := len(text.encode())) > MAX_STATE_BYTES:
+        raise invalid_params(
+            f"the {what} state would be {size} bytes of JSON, over the {MAX_STATE_BYTES}"
+            " a state may take so that a session read carrying it fits one frame"
+        )
+    return text
 
 
 def _record(
