@@ -43,8 +43,15 @@ if TYPE_CHECKING:
     from streamd.eventlog.store.backend import Backend
 
 __all__ = [
-    "DEFAULT_BOUNDS", "EARLIEST_US", "Bounds", "Observer", "Rule", "SessionCursor", "Step",
-    "apply", "cutoff",
+    "DEFAULT_BOUNDS",
+    "EARLIEST_US",
+    "Bounds",
+    "Observer",
+    "Rule",
+    "SessionCursor",
+    "Step",
+    "apply",
+    "cutoff",
 ]
 
 Rule = Literal["idle_s", "max_age_s", "max_events"]

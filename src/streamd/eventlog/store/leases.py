@@ -48,8 +48,9 @@ def leased_sessions(db: Sql, app: str, now_us: int) -> int:
     if db.dialect.cannot_hold(app):
         return 0
     now, args = db.lease_now(now_us)
-    row = db.one(f"SELECT count(*) FROM leases WHERE app_name = ? AND {_fresh('', now)}",
-                 (app, *args))
+    row = db.one(
+        f"SELECT count(*) FROM leases WHERE app_name = ? AND {_fresh('', now)}", (app, *args)
+    )
     return row[0] if row else 0
 
 
