@@ -487,3 +487,44 @@ async def test_a_watch_opened_while_a_step_waits_for_the_writer_gets_no_gap(
                     if entry.event.id == "e9":
                         break
             assert got == [f"e{i}" for i in range(10 - len(got), 10)]
+
+
+async def test_what_another_process_commits_after_a_watch_opened_outlives_a_step_queued_before(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A's step read what its watches needed (nothing: none was open), then
+    # waited for A's writer. A watch opened on A meanwhile, and B (another
+    # process on the file) committed f0-f2 after it: the step then cut the
+    # session to its newest event, f0 and f1 with it, which the watch,
+    # opened before they were committed, never got. The horizon is now read
+    # inside the step's transaction, so it counts that watch.
+    path = tmp_path / "e.db"
+    with trio.fail_after(60):
+        async with (
+            mocked(path, retention_interval=0) as a,
+            mocked(path, retention_interval=0) as b,
+            trio.open_nursery() as nursery,
+        ):
+            for i in range(5):
+                await a.append("app", "u", "s", ev(f"e{i}"))
+            await a.set_retention("app", max_events=1)
+            runner = a.connections.writer
+            assert runner is not None
+            real = runner.run
+
+            async def slow(op: Any) -> Any:
+                await trio.sleep(1)
+                return await real(op)
+
+            monkeypatch.setattr(runner, "run", slow)
+            nursery.start_soon(a.compact)
+            await trio.sleep(0.5)  # the step waits for A's writer
+            got: list[str] = []
+            async with a.watch(0) as w:
+                for i in range(3):
+                    await b.append("app", "u", "s", ev(f"f{i}"))
+                async for entry in w:
+                    got.append(entry.event.id)
+                    if entry.event.id == "f2":
+                        break
+            assert got[-3:] == ["f0", "f1", "f2"]

@@ -49,7 +49,7 @@ class Compactor:
         checkpoint: Callable[[], Awaitable[bool]],
         now_us: Callable[[], int],
         keep_after_seq: Callable[[], int | None],
-        retention_step: Callable[[], AbstractAsyncContextManager[int | None]],
+        retention_step: Callable[[], AbstractAsyncContextManager[Callable[[], int | None]]],
         bounds: retention.Bounds,
         observer: retention.Observer | None,
     ) -> None:
@@ -121,10 +121,9 @@ class Compactor:
                 logger.exception("event log retention failed (will retry)")
 
     async def _step(self, op: retention.StepOp) -> retention.Step:
-        """A retention step on the writer, with the clock and the watch horizon
-        read just before it is queued (a watch opened since the last step is
-        counted; one opened while it waits for the writer reads the store
-        only after it: see :meth:`WatchHub.retention_step`)."""
+        """A retention step on the writer, with the clock read just before it
+        is queued and the watch horizon read inside its transaction (see
+        :meth:`~streamd.eventlog.watch_hub.WatchHub.retention_step`)."""
         async with self._retention_step() as keep:
             now_us = self._now_us()
             return await self._write(lambda store: op(store, now_us, keep))

@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
 from streamd.eventlog.model import RetentionPolicy
-from streamd.eventlog.store.steps import DEFAULT_BOUNDS, Bounds, SessionCursor, Step
+from streamd.eventlog.store.steps import DEFAULT_BOUNDS, Bounds, KeepAfter, SessionCursor, Step
 
 if TYPE_CHECKING:
     from streamd.eventlog.store.backend import Backend
@@ -59,9 +59,9 @@ Rule = Literal["idle_s", "max_age_s", "max_events"]
 
 Observer = Callable[[str, Rule, Step], None]
 """Called with (app, rule, step) after each retention transaction commits."""
-StepOp = Callable[["Backend", int, "int | None"], Step]
-"""One step as a store call, given the time and the watch horizon (``keep``)
-read just before it runs."""
+StepOp = Callable[["Backend", int, KeepAfter], Step]
+"""One step as a store call, given the time and the watch horizon (``keep``,
+which the step reads inside its transaction)."""
 RunStep = Callable[[StepOp], Awaitable[Step]]
 
 

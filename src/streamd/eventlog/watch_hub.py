@@ -35,6 +35,22 @@ SAFETY_POLL = SETTLE_HORIZON
 seq anyway: a commit whose fsync outlasts the source's rechecks is still seen."""
 
 
+class _Horizon:
+    """A retention step's horizon: set on the event loop, read by the step on
+    the writer's thread (one attribute, read and written whole)."""
+
+    __slots__ = ("seq",)
+
+    def __init__(self, seq: int | None) -> None:
+        self.seq = seq
+
+    def lower(self, seq: int) -> None:
+        self.seq = seq if self.seq is None else min(self.seq, seq)
+
+    def __call__(self) -> int | None:
+        return self.seq
+
+
 def change_state(store: Backend) -> tuple[int, int]:
     """The change counter and the newest seq: what the poller confirms a
     wake with (two one-row reads, a small read for the log's reader)."""
@@ -75,8 +91,10 @@ class WatchHub:
         # Set (and dropped) when the writer next waits for appends, for a
         # poller following a steady writer (see _covered).
         self._idle: trio.Event | None = None
-        # Set when the retention step in flight has ended (see retention_step).
+        # The retention step in flight: set when it has ended, and the horizon
+        # it reads inside its transaction (see retention_step).
         self._step: trio.Event | None = None
+        self._horizon: _Horizon | None = None
 
     @property
     def watching(self) -> bool:
@@ -89,21 +107,27 @@ class WatchHub:
         return min((w.last_seq for w in self._watches), default=None)
 
     @asynccontextmanager
-    async def retention_step(self) -> AsyncIterator[int | None]:
-        """Around one retention step, from before it reads the horizon it
-        yields (:meth:`oldest_position`: it may remove nothing after it) to
-        after it has committed or failed. A watch opened meanwhile is not
-        counted in that horizon, so it reads nothing of the store until that
-        step has ended (later steps count it): it then sees the log as the
-        step left it. Reading before, it read its first pages, then the step
-        removed what it had not read yet, and it went on after a silent gap.
-        One step at a time (the compactor's lock)."""
+    async def retention_step(self) -> AsyncIterator[Callable[[], int | None]]:
+        """Around one retention step, until it has committed or failed: the
+        horizon it may remove nothing after, which the step reads inside its
+        transaction (on the writer's thread): the oldest position an open
+        watch has reached (:meth:`oldest_position`), lowered by every watch
+        opened since the step began. Read before the step waited for the
+        writer, it let the step remove what another process committed after
+        a watch opened meanwhile.
+
+        A watch opened meanwhile also reads nothing of the store until the
+        step has ended (later steps count it): opened after the step read its
+        horizon, it would otherwise read its first pages, then lose what the
+        step removes, and go on after a silent gap. One step at a time (the
+        compactor's lock)."""
         await trio.lowlevel.checkpoint()
         self._step = ended = trio.Event()
+        self._horizon = horizon = _Horizon(self.oldest_position())
         try:
-            yield self.oldest_position()
+            yield horizon
         finally:
-            self._step = None
+            self._step = self._horizon = None
             ended.set()
 
     def watch(
@@ -118,6 +142,8 @@ class WatchHub:
             log_closed=self._log_closed,
         )
         self._watches.add(w)
+        if self._horizon is not None:
+            self._horizon.lower(p.from_seq)
         # A retention step in flight did not count this watch (retention_step).
         nursery.start_soon(self._run_watch, w, nursery, self._step)
         return w

@@ -47,7 +47,7 @@ from streamd.eventlog.model import (
     SinceResult,
     StateSnapshot,
 )
-from streamd.eventlog.store.steps import Bounds, Step
+from streamd.eventlog.store.steps import Bounds, KeepAfter, Step
 
 __all__ = [
     "AppendGroup",
@@ -254,7 +254,7 @@ class Backend(Protocol):
         self,
         app: str,
         cutoff_us: int,
-        keep_after_seq: int | None,
+        keep_after_seq: KeepAfter,
         now_us: int,
         previous: Step | None,
         bounds: Bounds,
@@ -264,7 +264,7 @@ class Backend(Protocol):
         self,
         app: str,
         cutoff_us: int,
-        keep_after_seq: int | None,
+        keep_after_seq: KeepAfter,
         now_us: int,
         previous: Step | None,
         bounds: Bounds,
@@ -274,7 +274,7 @@ class Backend(Protocol):
         self,
         app: str,
         max_events: int,
-        keep_after_seq: int | None,
+        keep_after_seq: KeepAfter,
         now_us: int,
         previous: Step | None,
         bounds: Bounds,

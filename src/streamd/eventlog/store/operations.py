@@ -51,7 +51,7 @@ from streamd.eventlog.store.backend import (
     ReadShape,
 )
 from streamd.eventlog.store.sql import Sql
-from streamd.eventlog.store.steps import Bounds, Step
+from streamd.eventlog.store.steps import Bounds, KeepAfter, Step
 from streamd.eventlog.store.storable import checked_texts
 
 __all__ = ["SqlOperations"]
@@ -189,7 +189,7 @@ class SqlOperations:
         self,
         app: str,
         cutoff_us: int,
-        keep_after_seq: int | None,
+        keep_after_seq: KeepAfter,
         now_us: int,
         previous: Step | None,
         bounds: Bounds,
@@ -205,7 +205,7 @@ class SqlOperations:
         self,
         app: str,
         cutoff_us: int,
-        keep_after_seq: int | None,
+        keep_after_seq: KeepAfter,
         now_us: int,
         previous: Step | None,
         bounds: Bounds,
@@ -221,7 +221,7 @@ class SqlOperations:
         self,
         app: str,
         max_events: int,
-        keep_after_seq: int | None,
+        keep_after_seq: KeepAfter,
         now_us: int,
         previous: Step | None,
         bounds: Bounds,

@@ -15,7 +15,7 @@ from streamd.eventlog.model import RetentionPolicy
 from streamd.eventlog.store import rules
 from streamd.eventlog.store.leases import live_lease
 from streamd.eventlog.store.sql import MAX_SEQ, Sql
-from streamd.eventlog.store.steps import Bounds, SessionCursor, Step
+from streamd.eventlog.store.steps import Bounds, KeepAfter, SessionCursor, Step, kept_after
 
 __all__ = [
     "drop_idle_sessions",
@@ -26,6 +26,13 @@ __all__ = [
 ]
 
 _SESSION = "app_name = ? AND user_id = ? AND session_id = ?"
+
+
+def _keep(keep_after_seq: KeepAfter) -> int:
+    """The seq after which the step removes nothing, read inside its
+    transaction (see :data:`~streamd.eventlog.store.steps.KeepAfter`)."""
+    keep = kept_after(keep_after_seq)
+    return MAX_SEQ if keep is None else keep
 
 
 def set_retention(db: Sql, policy: RetentionPolicy, now_us: int) -> None:
@@ -65,7 +72,7 @@ def drop_idle_sessions(
     db: Sql,
     app: str,
     cutoff_us: int,
-    keep_after_seq: int | None,
+    keep_after_seq: KeepAfter,
     now_us: int,
     previous: Step | None,
     bounds: Bounds,
@@ -75,7 +82,6 @@ def drop_idle_sessions(
     ``keep_after_seq``): each loses its own state history, then its events
     from the oldest, and its row goes in the transaction that deletes its
     newest event."""
-    keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
     leased, largs = live_lease(db, "s", now_us)
     by_session = db.dialect.indexed("events", "events_by_session")
     budget = bounds.events
@@ -83,6 +89,7 @@ def drop_idle_sessions(
     cursor: SessionCursor | None = None
     after = 0
     with db.write(removes=True):
+        keep = _keep(keep_after_seq)
         # Locked (a server's): another daemon's append to one of them waits
         # for this step, or this step for it, and a session appended to
         # meanwhile is idle no longer, and skipped. Without the lock the
@@ -132,7 +139,7 @@ def drop_old_events(
     db: Sql,
     app: str,
     cutoff_us: int,
-    keep_after_seq: int | None,
+    keep_after_seq: KeepAfter,
     now_us: int,
     previous: Step | None,
     bounds: Bounds,
@@ -140,10 +147,10 @@ def drop_old_events(
     """One bounded step of deleting the app's events timestamped before
     ``cutoff_us`` (none of a leased session, none after ``keep_after_seq``),
     in seq order from where the step before stopped."""
-    keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
     leased, largs = live_lease(db, "e", now_us)
     done = previous.after_seq if previous else 0
     with db.write(removes=True):
+        keep = _keep(keep_after_seq)
         gone = db.delete_returning(
             "events", "seq",
             "SELECT seq FROM events e WHERE app_name = ?"
@@ -159,7 +166,7 @@ def trim_sessions(
     db: Sql,
     app: str,
     max_events: int,
-    keep_after_seq: int | None,
+    keep_after_seq: KeepAfter,
     now_us: int,
     previous: Step | None,
     bounds: Bounds,
@@ -170,7 +177,6 @@ def trim_sessions(
     looks at. Each session's cut point is found by walking
     ``events_by_session`` back ``max_events`` entries, not by counting the
     session."""
-    keep = MAX_SEQ if keep_after_seq is None else keep_after_seq
     leased, largs = live_lease(db, "s", now_us)
     by_session = db.dialect.indexed("events", "events_by_session")
     budget = bounds.events
@@ -178,6 +184,7 @@ def trim_sessions(
     cursor: SessionCursor | None = None
     after = 0
     with db.write(removes=True):
+        keep = _keep(keep_after_seq)
         # One more than looked at, to know where the next step starts.
         page = db.rows(
             "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"

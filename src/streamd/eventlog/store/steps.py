@@ -5,9 +5,25 @@ imports the loop that drives it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_BOUNDS", "Bounds", "SessionCursor", "Step"]
+__all__ = ["DEFAULT_BOUNDS", "Bounds", "KeepAfter", "SessionCursor", "Step", "kept_after"]
+
+KeepAfter = int | None | Callable[[], int | None]
+"""What a step may not remove: the events after this seq (None: no limit),
+or a callable the step asks inside its transaction. The log passes the
+callable (:meth:`~streamd.eventlog.watch_hub.WatchHub.retention_step`), so
+that a watch opened while the step waited for the writer is counted: the
+horizon read before the wait let the step remove what another process
+committed after that watch opened."""
+
+
+def kept_after(keep: KeepAfter) -> int | None:
+    """The seq after which nothing is removed, read now (inside the step's
+    transaction, where no other writer commits on SQLite)."""
+    return keep() if callable(keep) else keep
+
 
 SessionCursor = tuple[str, str]
 """(user, session): where a rule that pages through sessions goes on."""
