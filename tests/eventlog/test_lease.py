@@ -19,7 +19,7 @@ import trio
 import trio.testing
 from support.eventlog import mocked, trio_wall_clock
 
-from streamd.errors import INVALID_PARAMS, SESSION_LOCKED, SOURCE_UNAVAILABLE, RpcError
+from streamd.errors import INVALID_PARAMS, SESSION_LOCKED, SOURCE_UNAVAILABLE, RpcError, is_closed
 from streamd.eventlog import EventLog, Lease
 
 
@@ -447,3 +447,39 @@ async def test_a_lease_that_waited_for_the_database_is_stamped_when_it_is_writte
             await trio.sleep(10)
             assert not held.lost.is_set()
             await held.release()
+
+
+async def test_an_acquire_the_close_cut_short_after_its_commit_leaves_no_lease_behind(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The log closed (the daemon stopping) after an acquire's transaction
+    # committed and before its answer: the acquire raised "closed", and the
+    # row, of a holder nobody knew, locked the session for its whole window
+    # after the restart (the close released only the leases it knew).
+    with trio.fail_after(600):
+        async with open_mocked() as b, trio.open_nursery() as nursery:
+            async with open_mocked() as a:
+                await a.latest_seq()  # opened, so the writer can be slowed
+                runner = a.connections.writer
+                assert runner is not None
+                real = runner.run
+
+                async def answered_late(op: Any) -> Any:
+                    monkeypatch.setattr(runner, "run", real)  # the acquire alone
+                    result = await real(op)
+                    await trio.sleep(10)
+                    return result
+
+                monkeypatch.setattr(runner, "run", answered_late)
+
+                async def acquire() -> None:
+                    with pytest.raises(RpcError) as info:
+                        await a.acquire_lock("app", "u", "s", nursery=nursery)
+                    assert is_closed(info.value)
+
+                nursery.start_soon(acquire)
+                await trio.sleep(1)  # committed, not answered
+            lease = await b.acquire_lock("app", "u", "s", nursery=nursery)
+            await lease.release()

@@ -48,6 +48,11 @@ _NOTHING_TAKEN = frozenset({SESSION_LOCKED, INVALID_PARAMS})
 come after its commit (a connection lost with the answer)."""
 
 
+def _release(p: LeaseAcquireParams, holder: str) -> Callable[[Backend], bool]:
+    """Delete the lease row of ``p``'s session if ``holder`` has it."""
+    return lambda store: store.release_lease(p.app, p.user, p.session, holder)
+
+
 def new_holder_id() -> str:
     """``host/pid/8-hex``: which machine and process holds a lease, plus enough
     randomness that two acquisitions by one process are told apart."""
@@ -183,6 +188,10 @@ class LeaseKeeper:
         self._write = write
         self._now_us = now_us
         self._held: dict[str, Lease] = {}
+        # Acquires whose caller never learned the outcome, by holder: their
+        # rows, if they were written, are deleted in the log's nursery, or at
+        # close (see acquire).
+        self._unanswered: dict[str, LeaseAcquireParams] = {}
         self._host = LeaseHost(write=write, now_us=now_us, closed=closed, forget=self._forget)
 
     async def acquire(
@@ -203,8 +212,10 @@ class LeaseKeeper:
             # first beat.
             await self._write(lambda store: store.acquire_lease(p, holder, now_us()))
         except RpcError as exc:
-            if exc.code not in _NOTHING_TAKEN and not is_closed(exc):
-                log_nursery.start_soon(self._release_orphan, p, holder)
+            if exc.code not in _NOTHING_TAKEN:
+                self._unanswered[holder] = p
+                if not is_closed(exc):  # closing: the close releases it
+                    log_nursery.start_soon(self._release_orphan, p, holder)
             raise
         except BaseException:
             # Cancelled: the transaction may have committed before the answer
@@ -212,6 +223,7 @@ class LeaseKeeper:
             # and locked the session, its caller's retry included, until it
             # went stale; release it (only if it is that holder's). In the
             # log's nursery: the caller's cancel is not kept waiting for it.
+            self._unanswered[holder] = p
             log_nursery.start_soon(self._release_orphan, p, holder)
             raise
         lease = Lease(
@@ -239,10 +251,12 @@ class LeaseKeeper:
         """Delete the row an acquire whose outcome its caller never learned
         may have written (conditional on its holder: nothing else is touched)."""
         try:
-            await self._write(lambda store: store.release_lease(p.app, p.user, p.session, holder))
+            await self._write(_release(p, holder))
         except RpcError as exc:
-            if not is_closed(exc):
-                logger.warning("releasing an unanswered lease of %r: %s", p.session, exc)
+            if is_closed(exc):
+                return  # the close releases it
+            logger.warning("releasing an unanswered lease of %r: %s", p.session, exc)
+        self._unanswered.pop(holder, None)
 
     async def _keep_alive(self, lease: Lease) -> None:
         try:
@@ -262,6 +276,12 @@ class LeaseKeeper:
         if lease is not None:
             await lease.release()
 
+    @property
+    def unanswered(self) -> bool:
+        """Whether an acquire whose caller never learned the outcome may have
+        left a row (the close releases it)."""
+        return bool(self._unanswered)
+
     def stop_heartbeats(self) -> list[Lease]:
         """Close's first step: no beat from now on; the leases still held."""
         leases = list(self._held.values())
@@ -279,4 +299,10 @@ class LeaseKeeper:
                     await writer.run(lease.release_op())
                 except RpcError as exc:
                     logger.warning("releasing lease %s at close: %s", lease.lock, exc)
+            for holder, p in list(self._unanswered.items()):
+                try:
+                    await writer.run(_release(p, holder))
+                except RpcError as exc:
+                    logger.warning("releasing an unanswered lease of %r: %s", p.session, exc)
         self._held.clear()
+        self._unanswered.clear()

@@ -309,7 +309,7 @@ class EventLog(KeywordApi):
         self._appends.close_queue()
         await conns.opening_done()
         await self._appends.finish(grace(), conns.interrupt)
-        if conns.writer is not None and leases:
+        if conns.writer is not None and (leases or self._leases.unanswered):
             await self._leases.release_at_close(leases, conns.writer, grace())
         # Every caller has been answered; whatever a connection is still doing
         # (a cancelled call waiting on a lock) is abandoned, not waited out.
