@@ -11,6 +11,9 @@
   and a cancel scope per request, bounded work in flight, EOF and shutdown.
 * :mod:`~streamd.rpc.outbox` - a connection's outgoing frames, in order, for
   its one writer task.
+* :mod:`~streamd.rpc.inflight` - a connection's requests in flight, and the
+  bound its reader waits on.
+* :mod:`~streamd.rpc.accept` - accepting connections, short of descriptors too.
 * :mod:`~streamd.rpc.limit` - how many connections a server serves at once,
   and the one error past that.
 * :mod:`~streamd.rpc.stdio` - stdin and stdout as Trio streams that never make

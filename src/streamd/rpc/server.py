@@ -95,6 +95,7 @@ import trio
 from streamd import errors
 from streamd.errors import RpcError
 from streamd.rpc.framing import MAX_DEPTH, MAX_FRAME_BYTES, Oversized
+from streamd.rpc.inflight import InFlight
 from streamd.rpc.limit import MAX_CONNECTIONS, ConnectionLimit
 from streamd.rpc.methods import Connection, Method, MethodTable, Request, Submit
 from streamd.rpc.outbox import Outbox, WriteNow, gathered
@@ -171,7 +172,7 @@ class _Queued:
                 log.exception("%s failed", self.method)
                 frame = error_frame(self.id, RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
         session.conn.send_nowait(frame)
-        session._release(self.size)
+        session.in_flight.release(self.size)
 
 
 class Server:
@@ -248,13 +249,8 @@ class _Session:
         # which a cancel cancels, and queued requests, which it does not.
         self.inflight: dict[tuple[str, Any], Request | _Queued] = {}
         self._null_ids = itertools.count()
-        # Requests dispatched and not yet answered, and their frames' bytes:
-        # the bounds the reader waits on.
-        self.pending = 0
-        self.pending_bytes = 0
-        self.idle = trio.Event()
-        self.idle.set()
-        self._room = trio.Event()
+        # Requests dispatched and not yet answered: the bound the reader waits on.
+        self.in_flight = InFlight(server.max_inflight, server.max_inflight_bytes)
         self._bulk = trio.Semaphore(server.max_bulk)
         # Cancelled by stop(): the reader ends, and so does the grace that end
         # of input gives (a signal after end of input cuts it short), or a
@@ -424,13 +420,12 @@ class _Session:
             log.exception("looking up %.256s failed", call.method)  # a name may be 8 MiB
             await self._reply_error(call.id, RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
             return
-        if self.pending and not self._fits(call.size):
-            await self._wait_room(call.size)
+        await self.in_flight.wait_room(call.size)
         await self._answers_read()
-        self._admit(call.size)
+        self.in_flight.admit(call.size)
         key = ("null", next(self._null_ids)) if call.id is None else id_key(call.id)
         if key in self.inflight:
-            self._release(call.size)
+            self.in_flight.release(call.size)
             await self._reply_error(
                 call.id,
                 RpcError(errors.INVALID_REQUEST, f"request id {call.id!r} is already in flight"),
@@ -445,33 +440,6 @@ class _Session:
         )
         self.inflight[key] = request
         nursery.start_soon(self._run_request, request, key, method, params, call.size)
-
-    def _fits(self, size: int) -> bool:
-        server = self.server
-        return (
-            self.pending < server.max_inflight
-            and self.pending_bytes + size <= server.max_inflight_bytes
-        )
-
-    async def _wait_room(self, size: int) -> None:
-        """Wait (not reading meanwhile) until a request of ``size`` bytes fits
-        (one always fits when nothing is in flight)."""
-        while self.pending and not self._fits(size):
-            self._room = trio.Event()
-            await self._room.wait()
-
-    def _admit(self, size: int) -> None:
-        self.pending += 1
-        self.pending_bytes += size
-        if self.idle.is_set():
-            self.idle = trio.Event()
-
-    def _release(self, size: int) -> None:
-        self.pending -= 1
-        self.pending_bytes -= size
-        self._room.set()
-        if not self.pending:
-            self.idle.set()
 
     def _deadline(self, method: Method, params: Any) -> float:
         if method.deadline is None:
@@ -512,7 +480,7 @@ class _Session:
             # The answer may wait for the writer; the request's params (and the
             # frame bytes a Raw member holds) need not wait with it.
             del params
-            if self.pending == 1 and self.outbox.writes_now:
+            if self.in_flight.requests == 1 and self.outbox.writes_now:
                 # The only request in flight: a client that waits for each
                 # answer (ADK's session service, a Recall core through
                 # attach), and the writer task idle: the answer leaves at
@@ -527,7 +495,7 @@ class _Session:
         finally:
             if slot:
                 self._bulk.release()
-            self._release(size)
+            self.in_flight.release(size)
 
     async def _bulk_slot(self) -> None:
         """A slot to compute a bulk answer in, once the peer has read enough
@@ -586,8 +554,8 @@ class _Session:
         self._cancel_all(finishing=False)
         self.conn.closing.set()
         with scope:
-            await self.idle.wait()
-        return self.idle.is_set()
+            await self.in_flight.idle.wait()
+        return self.in_flight.idle.is_set()
 
     def _cancel_all(self, *, finishing: bool = True, reason: str | None = None) -> None:
         """Cancel the requests in flight (with ``finishing=False``, only those
@@ -601,13 +569,13 @@ class _Session:
                 request.scope.cancel()
 
     async def _drain_inflight(self) -> None:
-        await self.idle.wait()
+        await self.in_flight.idle.wait()
 
     async def _shutdown(self, request_id: RequestId | None) -> None:
         self.conn.closing.set()
         with self._grace:  # a stop cuts the wait short, as at end of input
             await self._drain_inflight()
-        if not self.idle.is_set():
+        if not self.in_flight.idle.is_set():
             await self._stop_requests()
             await self._drain_inflight()
         await self.conn.run_cleanups()
