@@ -274,6 +274,34 @@ def test_a_checkpoint_with_an_impossible_generation_is_not_continued(recall_worl
     assert w.current(w.adapter()).name == "gen-1"
 
 
+@pytest.mark.parametrize(("fields", "continued"), [
+    # What the built reference answered, each from a cursor.json of these
+    # fields (its Go struct takes a field of another JSON type as no
+    # checkpoint at all; null is the field's zero).
+    ('"generation":7', "gen-8"),
+    ('"generation":null', "gen-1"),
+    ('"generation":7.5', "gen-1"),
+    ('"generation":"7"', "gen-1"),
+    ('"generation":1e3', "gen-1"),
+    ('"generation":true', "gen-1"),
+    ('"generation":7,"updated_at":5', "gen-1"),
+    ('"generation":7,"updated_at":"junk"', "gen-1"),
+    ('"generation":7,"source_watermark":5', "gen-1"),
+    ('"generation":7,"files":{}', "gen-1"),
+    ('"generation":7,"files":[{"path":5}]', "gen-1"),
+    ('"generation":7,"files":[{"path":"a.jsonl","offset":"3"}]', "gen-1"),
+    ('"generation":7,"files":[{"path":"a.jsonl","missing":1}]', "gen-1"),
+])
+def test_a_checkpoint_field_of_another_json_type_is_no_checkpoint_as_in_the_reference(
+    recall_world, fields, continued
+):
+    w = recall_world
+    w.write("a.jsonl", *(body(i) for i in range(10)))
+    w.work.mkdir(parents=True, exist_ok=True)
+    (w.work / "cursor.json").write_text("{" + fields + "}")
+    assert w.current(w.adapter()).name == continued
+
+
 # --- two processes on one workdir, one of them retrying a failed save ----------------------
 
 

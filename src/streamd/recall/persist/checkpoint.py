@@ -40,15 +40,21 @@ def load_checkpoint(workdir: str) -> Checkpoint:
         # and with it the initialize (and the whole daemon's event loop).
         with streamfile.open_regular(os.path.join(workdir, CHECKPOINT_FILE)) as f:
             raw = json.load(f)
-        files = [cursors.decode(c) for c in raw.get("files") or []]
-        updated = raw.get("updated_at")
-        generation = int(raw.get("generation", 0))
+        # Each field of the JSON type the reference's Go struct has, or the
+        # checkpoint is none, as there (a generation of "7" or 7.5 was
+        # continued as gen-8, where the reference starts again at gen-1).
+        files = [cursors.decode(c) for c in cursors.typed(raw, "files", list, [])]
+        updated = cursors.typed(raw, "updated_at", str, None)
+        updated_at = None if updated is None else gotime.parse(updated)
+        if updated is not None and updated_at is None:
+            raise ValueError("updated_at is not an RFC 3339 time")
+        generation = cursors.typed(raw, "generation", int, 0)
         if not 0 <= generation <= MAX_GENERATION:
             raise ValueError("not a generation this adapter numbered")
         return Checkpoint(
             generation=generation,
-            updated_at=gotime.parse(updated) if isinstance(updated, str) else None,
-            watermark=str(raw.get("source_watermark", "")),
+            updated_at=updated_at,
+            watermark=cursors.typed(raw, "source_watermark", str, ""),
             files=files,
         )
     except (OSError, ValueError, TypeError, KeyError, AttributeError, OverflowError):

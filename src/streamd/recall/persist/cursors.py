@@ -12,11 +12,28 @@ def encode(c: Cursor, **extra: Any) -> dict[str, Any]:
             "missing": c.missing, **extra}
 
 
+def typed(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    """``body[key]`` as Go's decoder takes it into a field of ``kind``: absent
+    or null, the default; any other JSON type fails the whole body
+    (TypeError). ``int()`` and ``str()`` let ``7.5``, ``"7"``, ``1e3`` or
+    ``true`` through, where the reference takes such a checkpoint for none
+    and starts again at gen-1."""
+    value = body.get(key)
+    if value is None:
+        return default
+    if type(value) is not kind:  # exactly: a bool is no int here
+        raise TypeError(f"{key} is not a JSON {kind.__name__}")
+    return value
+
+
 def decode(body: dict[str, Any]) -> Cursor:
-    """Raises KeyError, TypeError, ValueError or OverflowError (a count of
-    ``1e400``, read as infinity) for a body that is not a cursor;
-    absent counts are zero (older checkpoints left them out)."""
+    """Raises KeyError (no path) or TypeError (a field of another JSON type)
+    for a body that is not a cursor; absent counts are zero (older
+    checkpoints left them out)."""
+    if "path" not in body:
+        raise KeyError("path")
     return Cursor(
-        str(body["path"]), int(body.get("offset", 0)), int(body.get("records", 0)),
-        int(body.get("failed", 0)), bool(body.get("missing", False)),
+        typed(body, "path", str, ""), typed(body, "offset", int, 0),
+        typed(body, "records", int, 0), typed(body, "failed", int, 0),
+        typed(body, "missing", bool, False),
     )
