@@ -483,3 +483,34 @@ async def test_an_acquire_the_close_cut_short_after_its_commit_leaves_no_lease_b
                 await trio.sleep(1)  # committed, not answered
             lease = await b.acquire_lock("app", "u", "s", nursery=nursery)
             await lease.release()
+
+
+async def test_a_lease_whose_log_file_was_replaced_is_lost_once_not_beaten_for_ever(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The row went with the old file, and a daemon started on the restored
+    # one may grant the session to another: the holder must stop. Before, the
+    # heartbeat warned every interval and the holder never heard.
+    db = tmp_path / "events.db"
+    with trio.fail_after(600):
+        async with open_mocked() as a, trio.open_nursery() as nursery:
+            told: list[Lease] = []
+
+            async def on_lost(lease: Lease) -> None:
+                told.append(lease)
+
+            lease = await a.acquire_lock(
+                "app", "u", "s", nursery=nursery, heartbeat_ms=5000, on_lost=on_lost
+            )
+            restored = tmp_path / "restored.db"
+            restored.write_bytes(db.read_bytes())
+            os.replace(restored, db)
+            await trio.sleep(6)
+            assert lease.lost.is_set() and told == [lease]
+            await trio.sleep(60)  # no more beats, so no more warnings
+            beats_failed = [r for r in caplog.records if "heartbeat failed" in r.getMessage()]
+            assert beats_failed == []
+            await lease.release()

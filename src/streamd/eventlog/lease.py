@@ -35,6 +35,7 @@ import trio
 
 from streamd.errors import INVALID_PARAMS, SESSION_LOCKED, RpcError, is_closed
 from streamd.eventlog.model import LeaseAcquireParams
+from streamd.eventlog.sqlite.file_identity import is_file_fault
 from streamd.eventlog.store import Backend, Runner, StoreCall
 
 __all__ = ["Lease", "LeaseHost", "LeaseKeeper", "new_holder_id"]
@@ -132,17 +133,27 @@ class Lease:
                 except (RpcError, trio.TooSlowError) as exc:
                     if isinstance(exc, RpcError) and is_closed(exc):
                         return
+                    if is_file_fault(exc):
+                        # The log stopped for good: its file was replaced or
+                        # deleted, and the lease's row with it. Beaten on, it
+                        # warned every interval for as long as the process ran
+                        # while its holder worked on, though a daemon started on
+                        # the restored file may grant the session to another.
+                        logger.warning("lease %s lost with the log's file", self.lock)
+                        break
                     # The lease may well still be ours: retry at the next tick.
                     logger.warning("lease %s heartbeat failed (will retry): %r", self.lock, exc)
                     continue
                 if held:
                     self.beats += 1
                     continue
-                self._host.forget(self)
-                self.lost.set()
-                if self._on_lost is not None:
-                    await self._on_lost(self)
-                return
+                break  # the row is someone else's: stolen
+        if self._scope.cancelled_caught:
+            return  # released or stopped: nothing was lost
+        self._host.forget(self)
+        self.lost.set()
+        if self._on_lost is not None:
+            await self._on_lost(self)
 
     def stop_heartbeat(self) -> None:
         """Stop beating and leave the row as it is: the lease goes stale after
