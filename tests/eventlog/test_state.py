@@ -7,6 +7,7 @@ Contract tests: they run against every backend of ``test_eventlog_store``
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -324,3 +325,21 @@ def test_a_new_sessions_state_over_the_limit_is_refused_and_no_session_is_made(
     with pytest.raises(RpcError) as gone:
         fx.store.get_session(SessionGetParams(app="app", user="u", session="big"))
     assert is_session_not_found(gone.value)
+
+
+def test_a_state_already_past_the_limit_still_takes_a_delta_that_does_not_grow_it(
+    fx: Fixture,
+) -> None:
+    # Made before there was a limit (written here as an old daemon would):
+    # refusing every delta would freeze its session for good.
+    fx.store.append(ap(ev("e0"), state_delta=delta(session={"turn": 1})), T0)
+    legacy = {"big": "x" * (MAX_STATE_BYTES + 10), "turn": 1}
+    fx.raw("UPDATE sessions SET state = ? WHERE session_id = ?", (json.dumps(legacy), "s"))
+    same = fx.store.append(ap(ev("e1"), state_delta=delta(session={"turn": 2})), T0)
+    assert isinstance(same, AppendResult)
+    assert state(fx).session == {**legacy, "turn": 2}
+    with pytest.raises(RpcError) as info:
+        fx.store.append(ap(ev("e2"), state_delta=delta(session={"more": "y"})), T0)
+    assert info.value.code == INVALID_PARAMS
+    shrink = fx.store.append(ap(ev("e3"), state_delta=delta(session={"big": "small"})), T0)
+    assert isinstance(shrink, AppendResult) and state(fx).session["big"] == "small"

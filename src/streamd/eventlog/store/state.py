@@ -133,7 +133,7 @@ def apply_delta(
         state.update(delta.session)
         db.run(
             f"UPDATE sessions SET state = ? WHERE {_SESSION}",
-            (_stored(state, what), app, user, session),
+            (_stored(state, what, found[0]), app, user, session),
         )
         _record(db, "session", app, user, session, at_seq, delta.session)
 
@@ -151,7 +151,7 @@ def _merge(
     found = db.one(f"SELECT state FROM {table} WHERE {where}", key)
     state = rules.parsed_for_merge(found[0], what) if found else {}
     state.update(delta)
-    text = _stored(state, what)
+    text = _stored(state, what, found[0] if found else "")
     if found:
         db.run(f"UPDATE {table} SET state = ?, updated_at = ? WHERE {where}", (text, now_us, *key))
     else:
@@ -162,13 +162,17 @@ def _merge(
         )
 
 
-def _stored(state: dict[str, Any], what: str) -> str:
-    """``state`` as its row stores it, refused past :data:`MAX_STATE_BYTES`
-    (the transaction, and with it the event that carried the delta, is then
-    rolled back: the writer hears why)."""
+def _stored(state: dict[str, Any], what: str, before: str) -> str:
+    """``state`` as its row stores it, refused when it would grow past
+    :data:`MAX_STATE_BYTES` (the transaction, and with it the event that
+    carried the delta, is then rolled back: the writer hears why). ``before``
+    is the stored text it was merged into: a state already past the limit (made
+    before there was one) still takes a delta that does not grow it, so that
+    its session is never frozen."""
     text = rows.json_text(state)
     # Characters first: the UTF-8 bytes are at most four times as many.
-    if 4 * len(text) > MAX_STATE_BYTES and (size := len(text.encode())) > MAX_STATE_BYTES:
+    if (4 * len(text) > MAX_STATE_BYTES and (size := len(text.encode())) > MAX_STATE_BYTES
+            and size > len(before.encode())):
         raise invalid_params(
             f"the {what} state would be {size} bytes of JSON, over the {MAX_STATE_BYTES}"
             " a state may take so that a session read carrying it fits one frame"
