@@ -86,3 +86,30 @@ def test_a_non_finite_number_in_a_delta_is_refused_and_nothing_is_stored(
         assert len(got.events) == 2
 
     run(tmp_path, body, write_behind=write_behind)
+
+
+def test_a_state_past_the_logs_limit_is_a_value_error_and_nothing_is_stored(
+    tmp_path: Path,
+) -> None:
+    # The log refuses a state grown past MAX_STATE_BYTES (-32602), at create
+    # and at append; the service raised that raw RpcError, where ADK callers
+    # catch a ValueError for a write refused.
+    from streamd.eventlog.model import MAX_STATE_BYTES
+
+    big = "x" * MAX_STATE_BYTES
+
+    async def body(svc: Service) -> None:
+        with pytest.raises(ValueError, match=r"state would be \d+ bytes of JSON, over the"):
+            await svc.create_session(
+                app_name="app", user_id="u", session_id="big", state={"doc": big})
+        assert await svc.get_session(app_name="app", user_id="u", session_id="big") is None
+        s = await svc.create_session(app_name="app", user_id="u", session_id="s")
+        await svc.append_event(s, event(delta={"n": 1}))
+        with pytest.raises(ValueError, match=r"state would be \d+ bytes of JSON, over the"):
+            await svc.append_event(s, event(delta={"app:doc": big}))
+        await svc.append_event(s, event(delta={"m": 2}))
+        got = await svc.get_session(app_name="app", user_id="u", session_id="s")
+        assert got is not None and got.state == {"n": 1, "m": 2}
+        assert [e.id for e in got.events] == [e.id for e in s.events]
+
+    run(tmp_path, body)

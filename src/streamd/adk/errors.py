@@ -1,9 +1,10 @@
 """The log's refusals of an ADK write as the exceptions ADK callers catch.
 
 ADK's own errors where ADK has one (``StaleSessionError``,
-``SessionNotFoundError``), and :class:`EventConflictError` where ADK has none:
+``SessionNotFoundError``), :class:`EventConflictError` where ADK has none:
 a reused event id with other content, which the log refuses (``event_conflict``,
--32010) and ADK's in-memory service would store as a second event.
+-32010) and ADK's in-memory service would store as a second event, and a
+``ValueError`` for a value the log refuses to store (-32602).
 """
 
 from __future__ import annotations
@@ -58,4 +59,9 @@ def adk_error(exc: RpcError, session_id: str, expected: int | None) -> Exception
             f" {data.get('seq', '?')}): an event id names one event; nothing was written",
             event_id=event_id, seq=data.get("seq"),
         )
+    if exc.code == errors.INVALID_PARAMS:
+        # A value the log cannot store (an event or a state past its size
+        # limit, text no database can hold): nothing was written. A
+        # ValueError, as ADK's own write refusals are; it was the raw RpcError.
+        return ValueError(exc.message)
     return exc

@@ -214,7 +214,7 @@ class StreamdSessionService(BaseSessionService):
                 raise AlreadyExistsError(
                     f"Session with id {session_id} already exists."
                 ) from None
-            raise
+            raise adk_error(exc, session_id or "", None) from None
         # Read back with the state the app and the user share (merged in).
         loaded = await self._loader.load(client, app_name, user_id, created.session, 0, None)
         if loaded is None:  # deleted by someone else in between
