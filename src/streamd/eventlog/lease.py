@@ -199,9 +199,9 @@ class LeaseKeeper:
         self._write = write
         self._now_us = now_us
         self._held: dict[str, Lease] = {}
-        # Acquires whose caller never learned the outcome, by holder: their
-        # rows, if they were written, are deleted in the log's nursery, or at
-        # close (see acquire).
+        # Acquires in flight, and those whose caller never learned the
+        # outcome, by holder: their rows, if they were written, are deleted
+        # in the log's nursery, or at close (see acquire).
         self._unanswered: dict[str, LeaseAcquireParams] = {}
         self._host = LeaseHost(write=write, now_us=now_us, closed=closed, forget=self._forget)
 
@@ -216,6 +216,11 @@ class LeaseKeeper:
         """Take the lease in the store (``session_locked`` if it is held and
         fresh), then start its heartbeat."""
         holder, now_us = new_holder_id(), self._now_us
+        # Counted from before the write, not from its failure: a close that
+        # cancels the write goes on while the write waits out its cancel (a
+        # server's runner waits for the server's answer), and, finding no
+        # unanswered acquire yet, left the row of one that had committed.
+        self._unanswered[holder] = p
         try:
             # The clock is read when the store operation runs, not as it is
             # asked for: an acquire queued behind the writer's other writes
@@ -223,20 +228,19 @@ class LeaseKeeper:
             # first beat.
             await self._write(lambda store: store.acquire_lease(p, holder, now_us()))
         except RpcError as exc:
-            if exc.code not in _NOTHING_TAKEN:
-                self._unanswered[holder] = p
-                if not is_closed(exc):  # closing: the close releases it
-                    log_nursery.start_soon(self._release_orphan, p, holder)
+            if exc.code in _NOTHING_TAKEN:
+                self._unanswered.pop(holder, None)
+            else:
+                self._release_soon(p, holder, log_nursery)
             raise
         except BaseException:
             # Cancelled: the transaction may have committed before the answer
             # came back. Its row has a holder nobody knows and no heartbeat,
             # and locked the session, its caller's retry included, until it
-            # went stale; release it (only if it is that holder's). In the
-            # log's nursery: the caller's cancel is not kept waiting for it.
-            self._unanswered[holder] = p
-            log_nursery.start_soon(self._release_orphan, p, holder)
+            # went stale; release it (only if it is that holder's).
+            self._release_soon(p, holder, log_nursery)
             raise
+        self._unanswered.pop(holder, None)
         lease = Lease(
             self._host,
             lock=secrets.token_hex(8),
@@ -257,6 +261,16 @@ class LeaseKeeper:
             await lease.release()
             raise
         return lease
+
+    def _release_soon(self, p: LeaseAcquireParams, holder: str, log_nursery: trio.Nursery) -> None:
+        """Release the row an unanswered acquire may have left, in the log's
+        nursery (the caller's cancel is not kept waiting for it), or leave it
+        to the close once the log is closing: its nursery may have ended by
+        then, and a start_soon into it raised RuntimeError over the caller's
+        own exception."""
+        if self._host.closed():
+            return  # the close releases it (see _close in log.py)
+        log_nursery.start_soon(self._release_orphan, p, holder)
 
     async def _release_orphan(self, p: LeaseAcquireParams, holder: str) -> None:
         """Delete the row an acquire whose outcome its caller never learned
@@ -289,8 +303,8 @@ class LeaseKeeper:
 
     @property
     def unanswered(self) -> bool:
-        """Whether an acquire whose caller never learned the outcome may have
-        left a row (the close releases it)."""
+        """Whether an acquire in flight, or one whose caller never learned
+        the outcome, may have left a row (the close releases it)."""
         return bool(self._unanswered)
 
     def stop_heartbeats(self) -> list[Lease]:
