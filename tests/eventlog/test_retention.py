@@ -528,3 +528,60 @@ async def test_what_another_process_commits_after_a_watch_opened_outlives_a_step
                     if entry.event.id == "f2":
                         break
             assert got[-3:] == ["f0", "f1", "f2"]
+
+
+async def test_a_watch_opened_after_a_step_read_its_horizon_waits_for_that_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The step reads the horizon inside its transaction; a watch opened after
+    # that (while the step still runs) is not counted by it, so it must read
+    # nothing until the step has ended. Reading at once, it was handed e0 and
+    # e1 (a page of two), then the step removed e2-e8 under it: a silent gap.
+    # Real threads, no sleeps: the step holds its transaction until the watch
+    # has read a page (which it now never does first: the step then goes on
+    # after a bounded wait, a delay and not what the test judges).
+    with trio.fail_after(60):
+        async with (
+            EventLog(tmp_path / "e.db", synchronous="NORMAL", watch_buffer=2) as log,
+            trio.open_nursery() as nursery,
+        ):
+            for i in range(10):
+                await log.append("app", "u", "s", ev(f"e{i}"))
+            await log.set_retention("app", max_events=1)
+            read, paged = threading.Event(), threading.Event()
+            writer = getattr(log.connections.writer, "store", None)
+            reader = getattr(await log.connections.open_reader(), "store", None)
+            assert writer is not None and reader is not None
+            trim, since = writer.trim_sessions, reader.since_committed
+
+            def trim_after_a_page(app: str, n: int, keep: Any, *rest: Any) -> Step:
+                monkeypatch.setattr(writer, "trim_sessions", trim)  # the first step alone
+                horizon = keep() if callable(keep) else keep  # as the step reads it
+                read.set()
+                paged.wait(2)
+                return trim(app, n, horizon, *rest)
+
+            def since_paged(*args: Any) -> Any:
+                page = since(*args)
+                if page[0]:
+                    paged.set()
+                return page
+
+            monkeypatch.setattr(writer, "trim_sessions", trim_after_a_page)
+            monkeypatch.setattr(reader, "since_committed", since_paged)
+            compacted = trio.Event()
+
+            async def compact() -> None:
+                await log.compact()
+                compacted.set()
+
+            nursery.start_soon(compact)
+            await trio.to_thread.run_sync(read.wait, abandon_on_cancel=True)
+            got: list[str] = []
+            async with log.watch(0) as w:
+                await compacted.wait()
+                async for entry in w:
+                    got.append(entry.event.id)
+                    if entry.event.id == "e9":
+                        break
+            assert got == [f"e{i}" for i in range(10 - len(got), 10)]
