@@ -22,7 +22,11 @@ class Params(msgspec.Struct):
     size: int
 
 
-async def sized(params: Params, request: Any) -> str:
+class Strict(msgspec.Struct, forbid_unknown_fields=True):
+    size: int = 0
+
+
+async def sized(params: Params | Strict, request: Any) -> str:
     return "x" * params.size
 
 
@@ -53,4 +57,30 @@ async def test_a_served_answer_over_the_limit_is_an_error_and_the_connection_ser
             small = await client.start("sized", {"size": 10})
             assert (await client.response(big))["error"]["code"] == -32603
             assert (await client.response(small))["result"] == "x" * 10
+            nursery.cancel_scope.cancel()
+
+
+async def test_an_error_that_echoes_a_key_near_the_limit_is_cut_to_fit_by_its_id() -> None:
+    # msgspec names an unknown params key whole in the -32602 message: a key
+    # that filled the request frame made an error answer 50 bytes over the
+    # limit, which a client drops unread, and its call waited for ever.
+    server = Server(lambda conn: {"sized": Method("sized", Strict, sized)}, max_frame=LIMIT)
+    client_end, server_end = trio.testing.memory_stream_pair()
+    client = Client(client_end)
+    head, tail = b'{"jsonrpc":"2.0","id":3,"method":"sized","params":{"', b'":1}}'
+    frame = head + b"k" * (LIMIT - len(head) - len(tail)) + tail
+    assert len(frame) == LIMIT
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve, server_end, server_end)
+            await client.stream.send_all(frame + b"\n")
+            while b"\n" not in client.buffer:
+                client.buffer += await client.stream.receive_some(1 << 16)
+            answer, client.buffer = client.buffer.split(b"\n", 1)
+            assert len(answer) <= LIMIT
+            error = json.loads(answer)
+            assert error["id"] == 3 and error["error"]["code"] == -32602
+            assert "unknown field `kkk" in error["error"]["message"]
+            assert f"over the {LIMIT} byte frame limit" in error["error"]["message"]
+            assert (await client.result("sized", {"size": 10})) == "x" * 10
             nursery.cancel_scope.cancel()

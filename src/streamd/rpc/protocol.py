@@ -398,16 +398,38 @@ def encode_error(request_id: RequestId | None, err: RpcError) -> bytes:
     )
 
 
-def error_frame(request_id: RequestId | None, err: RpcError) -> bytes:
+def error_frame(
+    request_id: RequestId | None, err: RpcError, max_frame: int = MAX_FRAME_BYTES
+) -> bytes:
     """:func:`encode_error`, falling back to an internal error that always encodes:
     a handler's error data (or a message holding a lone surrogate) that JSON
-    cannot carry must still produce an answer."""
+    cannot carry must still produce an answer. One over ``max_frame`` keeps
+    its code and the head of its message (see :func:`_cut_to_fit`)."""
     try:
-        return encode_error(request_id, err)
+        frame = encode_error(request_id, err)
     except Exception:
         log.exception("cannot encode %r", err)
         message = f"{err.name}: the error could not be encoded"
         return encode_error(request_id, RpcError(errors.INTERNAL_ERROR, message))
+    if len(frame) - 1 <= max_frame:  # the limit is without the newline
+        return frame
+    return _cut_to_fit(request_id, err, len(frame) - 1, max_frame)
+
+
+_ERROR_HEAD_CHARS = 256
+"""What is kept of an error message too long for a frame."""
+
+
+def _cut_to_fit(request_id: RequestId | None, err: RpcError, size: int, max_frame: int) -> bytes:
+    """An error can echo most of its request (msgspec names an unknown params
+    key whole), and so be longer than the frame that carried it: a client
+    drops such a frame unread, and the call waited for ever. Its code stays,
+    its message is cut and its data left out."""
+    message = (
+        f"{err.message[:_ERROR_HEAD_CHARS]}... (the error is {size} bytes,"
+        f" over the {max_frame} byte frame limit)"
+    )
+    return encode_error(request_id, RpcError(err.code, message))
 
 
 def encode_notification(method: str, params: Any) -> bytes:

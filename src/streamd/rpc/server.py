@@ -164,7 +164,7 @@ class _Queued:
         session = self.session
         del session.inflight[self.key]
         if isinstance(outcome, RpcError):
-            frame = error_frame(self.id, outcome)
+            frame = error_frame(self.id, outcome, session.server.max_frame)
         else:
             try:
                 frame = result_frame(self.id, outcome, session.server.max_frame)
@@ -469,7 +469,7 @@ class _Session:
                     )
                     frame = encode_error(request.id, RpcError(errors.DEADLINE_EXCEEDED, reason))
             except RpcError as exc:
-                frame = error_frame(request.id, exc)
+                frame = error_frame(request.id, exc, self.server.max_frame)
             except Exception as exc:
                 log.exception("%s failed", request.method)
                 frame = error_frame(
@@ -591,5 +591,5 @@ class _Session:
         # and the outbox's bound is in frames, so a peer sending 8 MiB keys and
         # reading nothing held 1,024 such answers: 8 GiB.
         await self._answers_read()
-        await self.conn.send(error_frame(request_id, err))
+        await self.conn.send(error_frame(request_id, err, self.server.max_frame))
 
