@@ -291,6 +291,11 @@ def test_a_checkpoint_with_an_impossible_generation_is_not_continued(recall_worl
     ('"generation":7,"files":[{"path":5}]', "gen-1"),
     ('"generation":7,"files":[{"path":"a.jsonl","offset":"3"}]', "gen-1"),
     ('"generation":7,"files":[{"path":"a.jsonl","missing":1}]', "gen-1"),
+    # A number beyond a Go int (64 bits) fails the decode like another type.
+    ('"generation":7,"files":[{"path":"a.jsonl","offset":9223372036854775807}]', "gen-8"),
+    ('"generation":7,"files":[{"path":"a.jsonl","offset":9223372036854775808}]', "gen-1"),
+    ('"generation":7,"files":[{"path":"a.jsonl","records":-9223372036854775809}]', "gen-1"),
+    ('"generation":7,"files":[{"path":"a.jsonl","failed":18446744073709551616}]', "gen-1"),
 ])
 def test_a_checkpoint_field_of_another_json_type_is_no_checkpoint_as_in_the_reference(
     recall_world, fields, continued

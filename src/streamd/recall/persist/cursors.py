@@ -12,6 +12,10 @@ def encode(c: Cursor, **extra: Any) -> dict[str, Any]:
             "missing": c.missing, **extra}
 
 
+# A Go int (64 bits): what the reference's fields hold.
+_GO_INT_MIN, _GO_INT_MAX = -(2**63), 2**63 - 1
+
+
 def typed(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     """``body[key]`` as Go's decoder takes it into a field of ``kind``: absent
     or null, the default; any other JSON type fails the whole body
@@ -23,6 +27,10 @@ def typed(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
         return default
     if type(value) is not kind:  # exactly: a bool is no int here
         raise TypeError(f"{key} is not a JSON {kind.__name__}")
+    if isinstance(value, int) and not _GO_INT_MIN <= value <= _GO_INT_MAX:
+        # Go fails such a number as it fails another type (the field is no
+        # home for it): the whole checkpoint is none there too.
+        raise TypeError(f"{key} does not fit a Go int")
     return value
 
 
