@@ -68,3 +68,39 @@ async def test_an_accept_short_of_descriptors_is_retried_and_logged_at_most_once
         f"accept failed 1 time in the last {LOG_EVERY_S:g} s, retried every 0.001 s:"
         " [Errno 24] Too many open files"
     )
+
+
+class _Failing:
+    """A listener whose accept fails (EMFILE) at the given times, then waits."""
+
+    def __init__(self, at: list[float]) -> None:
+        self.at = at
+
+    async def __aenter__(self) -> _Failing:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+    async def accept(self) -> trio.SocketStream:
+        if not self.at:
+            await trio.sleep_forever()
+        await trio.sleep_until(self.at.pop(0))
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+
+async def test_failures_counted_long_before_a_line_are_not_said_to_be_of_the_last_period(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Failures at 0 (logged), 1 and 2 s, then one at 100 s: its line said
+    # "3 times in the last 10 s", of which two were 98 s old.
+    caplog.set_level(logging.ERROR)
+    t0 = trio.current_time()
+    listener = _Failing([t0, t0 + 1, t0 + 2, t0 + 100])
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(accept.accept_forever, listener, None, nursery)  # type: ignore[arg-type]
+        await trio.sleep(200)
+        nursery.cancel_scope.cancel()
+    lines = [r.getMessage() for r in caplog.records if "accept" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert lines[1].startswith("accept failed 3 times in the last 100 s,"), lines

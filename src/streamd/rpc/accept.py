@@ -48,11 +48,13 @@ async def accept_forever(
                 failed += 1
                 now = trio.current_time()
                 if now - logged_at >= LOG_EVERY_S:
+                    # The failures counted are those since the last line, which
+                    # may be long ago: the period named is that one.
                     log.error(
-                        "accept failed %d time%s in the last %g s, retried every %g s: %s",
+                        "accept failed %d time%s in the last %.3g s, retried every %g s: %s",
                         failed,
                         "" if failed == 1 else "s",
-                        LOG_EVERY_S,
+                        LOG_EVERY_S if logged_at == -math.inf else now - logged_at,
                         RETRY_S,
                         exc,
                     )
