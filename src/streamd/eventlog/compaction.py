@@ -6,7 +6,8 @@ How a policy is cut into bounded steps, and why, is in
 (:mod:`~streamd.eventlog.store.retention`). What this module adds is the
 order of a whole compaction and what it may not touch: every step is its own
 short transaction on the writer, so appends interleave; what an open watch of
-this log has not been given yet is read again before each step and never
+this log has not been given yet is read by each step inside its transaction
+(:meth:`~streamd.eventlog.watch_hub.WatchHub.retention_step`) and never
 removed; leased sessions are skipped whole by the store.
 """
 
