@@ -21,7 +21,7 @@ import trio.testing
 from support.rpc_client import Client
 
 from streamd.daemon import Config, Daemon
-from streamd.eventlog.model import MAX_ENTRY_BYTES
+from streamd.eventlog.model import MAX_ENTRY_BYTES, MAX_STATE_BYTES
 from streamd.rpc import Server
 from streamd.rpc.framing import MAX_FRAME_BYTES
 
@@ -91,3 +91,28 @@ async def test_the_largest_event_taken_reads_back_in_one_frame_and_one_byte_more
             answer = c.buffer.split(b"\n", 1)[0]
             assert len(answer) <= MAX_FRAME_BYTES
             assert msgspec.json.decode(answer)["id"] == request_id
+
+
+async def test_the_largest_event_reads_back_in_its_session_beside_three_full_states(
+    tmp_path: Path,
+) -> None:
+    # A session read carries the session's state (and with scoped_state the
+    # app's and the user's) beside at least one entry, however large: an
+    # entry the limit let through, beside 100 kB of state, made every
+    # sessions.get of its session -32603 (8,484,848 bytes), for good.
+    full = "y" * (MAX_STATE_BYTES - len(b'{"k":""}'))
+    beside = len(msgspec.json.encode(["a", "u", "s", "e", "x", "", "", None, "", None]))
+    largest = "x" * (MAX_ENTRY_BYTES - beside)
+    with trio.fail_after(60):
+        async with client(tmp_path) as c:
+            grow = {"app": {"k": full}, "user": {"k": full}, "session": {"k": full}}
+            await c.result("eventlog/append", {**appended(None), "state_delta": grow})
+            last = {**appended(largest), "event": {**appended(largest)["event"], "id": "f"}}
+            assert (await c.result("eventlog/append", last))["seq"] == 2
+            got = await c.response(await c.start(
+                "eventlog/sessions.get", {**SESSION, "after_seq": 1, "scoped_state": True}
+            ))
+            assert "result" in got, got.get("error")
+            assert got["result"]["events"][0]["event"]["content"] == largest
+            assert got["result"]["state"] == {"k": full}
+            assert len(msgspec.json.encode(got)) < MAX_FRAME_BYTES

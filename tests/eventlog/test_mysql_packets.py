@@ -40,13 +40,13 @@ def test_an_event_too_big_for_the_servers_packet_limit_fails_alone_and_clearly(
     # connection under the whole group commit: the small appends queued with
     # it failed too, all told they "may or may not have committed". An event
     # is now at most MAX_ENTRY_BYTES of JSON, at most twice that escaped, which
-    # 16 MiB holds: a server whose max_allowed_packet is 8 MiB, then, and 3 M
-    # quotes (6 MB of JSON, 12 MB escaped).
-    monkeypatch.setattr(packets, "max_packet", lambda conn: 8 << 20)
+    # 16 MiB holds: a server whose max_allowed_packet is 4 MiB, then, and 2 M
+    # quotes (4 MB of JSON, 8 MB escaped).
+    monkeypatch.setattr(packets, "max_packet", lambda conn: 4 << 20)
     store = open_mysql_store()
     before = store.connection
     out = store.append_commit(
-        [ap("small1"), ap("huge", content='"' * 3_000_000), ap("small2")], T0, capture=False
+        [ap("small1"), ap("huge", content='"' * 2_000_000), ap("small2")], T0, capture=False
     )
     small1, huge, small2 = out.results
     assert (getattr(small1, "seq", small1), getattr(small2, "seq", small2)) == (1, 2)

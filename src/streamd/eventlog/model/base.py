@@ -23,23 +23,27 @@ is always a frame a client can read. A reply that stops at the budget says how
 to continue (``since``: ``caught_up`` false and ``next_seq``; ``sessions.get``:
 ``truncated`` and ``next_seq``). At least one entry is always returned, so a
 reader makes progress even past an entry bigger than the budget."""
-MAX_ENTRY_BYTES = (8 << 20) - (4 << 10)
-"""How large an event may be once stored, as its fields encode (the content's
-JSON text, the names, metadata and state delta): the 8 MiB frame limit
-(``streamd.rpc.framing``) less room for the keys, seq and time of its entry
-and the envelope of the frame that carries it, so that every entry can be read
-back, alone if need be, by a client that holds frames to that limit. Checked
-at append on the stored form, not the request's: a float's text can grow
-(``1e15`` is stored as ``1000000000000000.0``), and an entry has keys and
-fields the request may leave out."""
 MAX_STATE_BYTES = 1 << 20
 """How large one scope's state (the app's, a user's, a session's) may grow, as
 stored JSON. A session read carries its state, and with ``scoped_state`` the
 app's and the user's too, beside up to :data:`REPLY_BUDGET_BYTES` of events:
-three states at this size and a full budget still make a frame a client can
-read. A delta (or a new session's state) that would grow one past it is
-refused at append, where the writer can hear it; grown by deltas without a
-bound, a session's state made every read of it over the frame limit."""
+three states at this size and a full budget (or one entry of up to
+:data:`MAX_ENTRY_BYTES`) still make a frame a client can read. A delta (or a
+new session's state) that would grow one past it is refused at append, where
+the writer can hear it; grown by deltas without a bound, a session's state
+made every read of it over the frame limit."""
+MAX_ENTRY_BYTES = (8 << 20) - 3 * MAX_STATE_BYTES - (4 << 10)
+"""How large an event may be once stored, as its fields encode (the content's
+JSON text, the names, metadata and state delta): the 8 MiB frame limit
+(``streamd.rpc.framing``) less the three states a session read carries beside
+it (:data:`MAX_STATE_BYTES` each) and room for the keys, seq and time of its
+entry and the envelope of the frame, so that every entry can be read back,
+alone if need be, by a client that holds frames to that limit. (Less the
+states: an entry of the whole frame, beside 100 kB of state, made every
+``sessions.get`` of its session over the limit.) Checked at append on the
+stored form, not the request's: a float's text can grow (``1e15`` is stored
+as ``1000000000000000.0``), and an entry has keys and fields the request may
+leave out."""
 DEFAULT_WATCH_BUFFER_BYTES = 4 << 20
 # Seconds between change polls while someone watches and inotify is unavailable.
 DEFAULT_WATCH_INTERVAL = 0.2
