@@ -513,6 +513,9 @@ async def test_a_lease_whose_log_file_was_replaced_is_lost_once_not_beaten_for_e
             await trio.sleep(60)  # no more beats, so no more warnings
             beats_failed = [r for r in caplog.records if "heartbeat failed" in r.getMessage()]
             assert beats_failed == []
+            await lease.release()
+
+
 async def test_an_acquire_whose_cancel_the_close_waits_out_leaves_no_lease_behind(
     open_mocked: Callable[..., EventLog],
     autojump_clock: trio.testing.MockClock,
