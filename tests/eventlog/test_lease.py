@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,34 @@ async def log(tmp_path: Path) -> AsyncIterator[EventLog]:
 @pytest.fixture
 def open_mocked(tmp_path: Path) -> Callable[..., EventLog]:
     return functools.partial(mocked, tmp_path / "events.db")
+
+
+Run = Callable[[Any], Awaitable[Any]]
+"""A runner's ``run``: one store operation on the log's writer."""
+
+
+async def through_the_writer_once(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch, wrap: Callable[[Run, Any], Awaitable[Any]]
+) -> None:
+    """The log's next call on its writer (an acquire, in these tests) runs as
+    ``wrap(real_run, op)``; the calls after it as before."""
+    await log.latest_seq()  # opened (on the reader), so the writer exists
+    runner = log.connections.writer
+    assert runner is not None
+    real = runner.run
+
+    async def once(op: Any) -> Any:
+        monkeypatch.setattr(runner, "run", real)
+        return await wrap(real, op)
+
+    monkeypatch.setattr(runner, "run", once)
+
+
+async def answered_late(real: Run, op: Any) -> Any:
+    """The operation runs (its transaction commits); its answer comes 10 s later."""
+    result = await real(op)
+    await trio.sleep(10)
+    return result
 
 
 async def test_a_fresh_lease_is_session_locked_with_holder_and_heartbeat_age(
@@ -391,21 +419,10 @@ async def test_an_acquire_cancelled_after_its_row_was_written_leaves_no_lease_be
     # included, was session_locked until it went stale (30 s by default).
     with trio.fail_after(600):
         async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
-            await a.latest_seq()  # opened, so the writer can be slowed
-            runner = a.connections.writer
-            assert runner is not None
-            real = runner.run
-
-            async def answered_late(op: Any) -> Any:
-                result = await real(op)
-                await trio.sleep(10)
-                return result
-
-            monkeypatch.setattr(runner, "run", answered_late)
+            await through_the_writer_once(a, monkeypatch, answered_late)
             with trio.move_on_after(1) as cancelled:
                 await a.acquire_lock("app", "u", "s", nursery=nursery)
             assert cancelled.cancelled_caught
-            monkeypatch.setattr(runner, "run", real)
             await trio.testing.wait_all_tasks_blocked()
             lease = await b.acquire_lock("app", "u", "s", nursery=nursery)
             await lease.release()
@@ -424,17 +441,11 @@ async def test_a_lease_that_waited_for_the_database_is_stamped_when_it_is_writte
     # B took it at 6.2 s from its healthy holder.
     with trio.fail_after(600):
         async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
-            await a.latest_seq()  # opened, so the writer can be slowed
-            runner = a.connections.writer
-            assert runner is not None
-            real = runner.run
-
-            async def waited(op: Any) -> Any:
-                monkeypatch.setattr(runner, "run", real)  # the acquire alone
+            async def waited(real: Run, op: Any) -> Any:
                 await trio.sleep(4.5)
                 return await real(op)
 
-            monkeypatch.setattr(runner, "run", waited)
+            await through_the_writer_once(a, monkeypatch, waited)
             t0 = trio.current_time()
             held = await a.acquire_lock(
                 "app", "u", "s", nursery=nursery, stale_after_ms=6000, heartbeat_ms=2000
@@ -461,18 +472,7 @@ async def test_an_acquire_the_close_cut_short_after_its_commit_leaves_no_lease_b
     with trio.fail_after(600):
         async with open_mocked() as b, trio.open_nursery() as nursery:
             async with open_mocked() as a:
-                await a.latest_seq()  # opened, so the writer can be slowed
-                runner = a.connections.writer
-                assert runner is not None
-                real = runner.run
-
-                async def answered_late(op: Any) -> Any:
-                    monkeypatch.setattr(runner, "run", real)  # the acquire alone
-                    result = await real(op)
-                    await trio.sleep(10)
-                    return result
-
-                monkeypatch.setattr(runner, "run", answered_late)
+                await through_the_writer_once(a, monkeypatch, answered_late)
 
                 async def acquire() -> None:
                     with pytest.raises(RpcError) as info:
@@ -529,13 +529,7 @@ async def test_an_acquire_whose_cancel_the_close_waits_out_leaves_no_lease_behin
     with trio.fail_after(600):
         async with open_mocked() as b, trio.open_nursery() as nursery:
             async with open_mocked() as a:
-                await a.latest_seq()  # opened, so the writer can be slowed
-                runner = a.connections.writer
-                assert runner is not None
-                real = runner.run
-
-                async def cancel_waited_out(op: Any) -> Any:
-                    monkeypatch.setattr(runner, "run", real)  # the acquire alone
+                async def cancel_waited_out(real: Run, op: Any) -> Any:
                     result = await real(op)
                     try:
                         await trio.sleep(10)  # the answer on its way back
@@ -545,7 +539,7 @@ async def test_an_acquire_whose_cancel_the_close_waits_out_leaves_no_lease_behin
                         raise
                     return result
 
-                monkeypatch.setattr(runner, "run", cancel_waited_out)
+                await through_the_writer_once(a, monkeypatch, cancel_waited_out)
 
                 async def acquire() -> None:
                     with pytest.raises(RpcError) as info:
