@@ -20,6 +20,7 @@ from support.conformance import (
     REFERENCE_SUITE,
     WANT,
     make_case,
+    write_jsonl,
 )
 
 from streamd import conformance as c
@@ -87,6 +88,27 @@ async def test_a_wrong_value_fails_at_its_pointer_with_both_values(tmp_path, ada
         'FAIL echo: response 2 at /result/echo: want "two", got "not what was asked"',
         "  adapter stderr: (empty)",
     ]
+
+
+async def test_a_response_nested_past_recursion_fails_the_case_with_a_sentence(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite")
+    with trio.fail_after(20):
+        result = await c.verify_case(directory, adapter("deep"), timeout=15)
+    assert not result.ok
+    # Told at once, not after the timeout waiting for an answer it cannot see.
+    assert result.detail.startswith(
+        "stopped at response 2, which cannot be judged; killed it; before that, "
+        "response 2 nests arrays and objects more than 128 levels deep: "
+        '{"jsonrpc":"2.0","id":2,"result":[[['
+    )
+
+
+def test_a_recorded_response_nested_past_recursion_is_an_invalid_case(tmp_path):
+    directory = make_case(tmp_path / "suite")
+    deep = '{"jsonrpc":"2.0","id":2,"result":' + "[" * 100000 + "]" * 100000 + "}"
+    write_jsonl(directory / "response.jsonl", [WANT[0], deep])
+    with pytest.raises(c.CaseError, match="line 2 is not JSON: nests arrays and objects"):
+        c.load_case(directory)
 
 
 async def test_a_frame_written_after_stdin_closes_fails_the_case(tmp_path, adapter):

@@ -60,6 +60,11 @@ for raw in sys.stdin:
         result["fixture"] = sorted(os.listdir(params["location"]))
     if mode == "wrong" and rid == 2:
         result["echo"] = "not what was asked"
+    if mode == "deep" and rid == 2:
+        # Nested far past any decoder's recursion: the judge must not crash on it.
+        sys.stdout.write('{"jsonrpc":"2.0","id":2,"result":' + "[" * 100000 + "]" * 100000 + "}\n")
+        sys.stdout.flush()
+        continue
     write({"jsonrpc": "2.0", "id": rid, "result": result})
 
 if mode == "extra":

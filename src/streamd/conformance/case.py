@@ -22,6 +22,7 @@ from streamd.conformance.transcript import (
     FLOW_LOCKSTEP,
     PLACEHOLDERS,
     CaseError,
+    FrameTooDeep,
     Line,
     LineKind,
     Pointer,
@@ -319,6 +320,8 @@ def compare_transcript(
         n = i + 1
         try:
             frame = decode_frame(raw)
+        except FrameTooDeep as exc:
+            return f"response {n} {exc}: {clip(raw.decode('utf-8', 'replace'))}"
         except ValueError:
             return f"response {n} is not JSON: {clip(raw.decode('utf-8', 'replace'))}"
         if i >= len(recorded):

@@ -237,8 +237,21 @@ def quoted(text: str) -> str:
     return msgspec.json.encode(text).decode()
 
 
+class FrameTooDeep(ValueError):
+    """A frame whose arrays and objects nest deeper than a decoder may follow."""
+
+
 def decode_frame(data: bytes) -> Any:
-    """Decode one frame; raises ValueError (malformed JSON or invalid UTF-8)."""
+    """Decode one frame; raises ValueError (malformed JSON or invalid UTF-8,
+    or :class:`FrameTooDeep`).
+
+    The frames judged are the adapter's, and the case's files are anyone's:
+    msgspec raises RecursionError (not a ValueError) near Python's recursion
+    limit, and the comparison recurses once a level too. So a frame nesting
+    deeper than the RPC framing's limit is refused before it is decoded.
+    """
+    if framing.nests_deeper_than(data):
+        raise FrameTooDeep(f"nests arrays and objects more than {framing.MAX_DEPTH} levels deep")
     return msgspec.json.decode(data)
 
 
@@ -306,9 +319,15 @@ def classify(data: bytes) -> tuple[LineKind, Any]:
 
 
 def answers(frame: bytes, request_id: Any) -> bool:
-    """Whether ``frame`` is the response to the request with ``request_id``."""
+    """Whether ``frame`` is the response to the request with ``request_id``.
+
+    FrameTooDeep propagates: whether such a frame answers cannot be known, and
+    waiting on for another answer would only end at the case's timeout.
+    """
     try:
         decoded = decode_frame(frame)
+    except FrameTooDeep:
+        raise
     except ValueError:
         return False
     return (
