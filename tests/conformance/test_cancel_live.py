@@ -54,6 +54,16 @@ for raw in sys.stdin:
     print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": msg["params"]}), flush=True)
 """
 
+# 80 MiB with no newline, then silence: past the runner's output bound.
+FLOOD = r"""
+import signal, sys
+block = b"x" * (1 << 20)
+for _ in range(80):
+    sys.stdout.buffer.write(block)
+sys.stdout.flush()
+signal.pause()
+"""
+
 
 def _adapter(tmp_path: Path, body: str) -> list[str]:
     script = tmp_path / "adapter.py"
@@ -83,6 +93,18 @@ async def test_an_adapter_that_never_answers_nor_exits_is_killed_and_said(tmp_pa
     assert "waiting for the answer" in obs.problem and "killed it" in obs.problem
     assert obs.exit_code is None  # a status we caused says nothing about it
     assert _cancel_inflight().judge(obs).verdict == "fail"
+
+
+async def test_an_adapter_writing_without_end_is_cut_off_at_the_output_bound(tmp_path: Path):
+    steps = [Send(b'{"jsonrpc":"2.0","id":1,"method":"recall/health","params":{}}', "health 1"),
+             Await(1), Close()]
+    with trio.fail_after(60):
+        obs = await observe(_adapter(tmp_path, FLOOD), steps, timeout=30, exit_grace=1)
+    # Stopped as the bound passed, not at the timeout with all of it held.
+    assert obs.problem == (
+        f"the adapter wrote over {64 << 20} bytes to stdout waiting for the answer "
+        "to request 1; the rest was not read; killed it"
+    )
 
 
 async def test_a_deadline_is_bound_when_its_line_is_written(tmp_path: Path):

@@ -111,6 +111,18 @@ def test_a_recorded_response_nested_past_recursion_is_an_invalid_case(tmp_path):
         c.load_case(directory)
 
 
+async def test_an_adapter_writing_without_end_is_cut_off_at_the_output_bound(tmp_path, adapter):
+    directory = make_case(tmp_path / "suite")
+    with trio.fail_after(30):
+        result = await c.verify_case(directory, adapter("flood"), timeout=20)
+    assert not result.ok
+    # Stopped as the bound passed, not at the timeout with all of it held.
+    assert result.detail == (
+        f"the adapter wrote over {64 << 20} bytes to stdout waiting for the response "
+        "to request id 1 (line 1); the rest was not read; killed it"
+    )
+
+
 async def test_a_frame_written_after_stdin_closes_fails_the_case(tmp_path, adapter):
     directory = make_case(tmp_path / "suite")
     with trio.fail_after(20):

@@ -39,6 +39,13 @@ if mode == "crash":
     sys.exit(3)
 if mode == "hang":
     signal.pause()
+if mode == "flood":
+    # 80 MiB with no newline, then silence: past the replayer's output bound.
+    block = b"x" * (1 << 20)
+    for _ in range(80):
+        sys.stdout.buffer.write(block)
+    sys.stdout.flush()
+    signal.pause()
 
 held = None
 for raw in sys.stdin:

@@ -65,6 +65,10 @@ EXIT_GRACE = 5.0
 #: grandchild holding the pipe open must not keep the report waiting.
 STDERR_SETTLE = 1.0
 STDERR_TAIL_BYTES = 64 * 1024
+#: The most of an adapter's stdout one run keeps. A transcript is kilobytes;
+#: an adapter writing without end (a stuck loop, a line that never ends) must
+#: not take the replayer's memory with it.
+OUTPUT_LIMIT = 64 << 20
 
 
 # --------------------------------------------------------------------------
@@ -94,6 +98,28 @@ class Tail:
             del self.data[: len(self.data) - self.limit]
 
 
+@dataclass
+class OutputBound:
+    """How much of the adapter's stdout a run took, against its limit; past it
+    the pump stops reading and cancels ``run``, the scope the run is played in."""
+
+    limit: int
+    run: trio.CancelScope
+    taken: int = 0
+    exceeded: bool = False
+
+    def take(self, size: int) -> bool:
+        """Count ``size`` more bytes; False (and the run cancelled) past the limit."""
+        self.taken += size
+        if self.taken > self.limit:
+            self.exceeded = True
+            self.run.cancel()
+        return not self.exceeded
+
+    def problem(self, doing: str) -> str:
+        return f"the adapter wrote over {self.limit} bytes to stdout {doing}; the rest was not read"
+
+
 async def run_transcript(
     command: Sequence[str],
     lines: Sequence[Line],
@@ -102,6 +128,7 @@ async def run_transcript(
     exit_grace: float = EXIT_GRACE,
     await_frames: Mapping[int, int] | None = None,
     place_files: Mapping[int, Sequence[tuple[str, str]]] | None = None,
+    output_limit: int = OUTPUT_LIMIT,
 ) -> Run:
     """Start ``command``, play ``lines`` in lockstep, and collect every frame."""
     frames: list[bytes] = []
@@ -113,19 +140,24 @@ async def run_transcript(
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
 
     problem: str | None = None
+    # The conversation's scope: its deadline, and the pump's way to stop it.
+    overall = trio.CancelScope(deadline=trio.current_time() + timeout)
     try:
         async with trio.open_nursery() as nursery:
             frame_tx, frame_rx = trio.open_memory_channel[bytes](math.inf)
             stderr_done = trio.Event()
-            nursery.start_soon(_pump_frames, proc.stdout, frame_tx)
+            output = OutputBound(output_limit, overall)
+            nursery.start_soon(_pump_frames, proc.stdout, frame_tx, output)
             nursery.start_soon(pump_stderr, proc.stderr, tail, stderr_done)
 
             doing = ["starting the adapter"]
-            with trio.move_on_after(timeout) as overall:
+            with overall:
                 plan = lockstep_steps(lines, await_frames, place_files)
                 problem = await _converse(proc, frame_rx, plan, frames, doing, exit_grace)
             if overall.cancelled_caught:
                 problem = f"timed out after {timeout:g} s {doing[0]}"
+                if output.exceeded:
+                    problem = output.problem(doing[0])
             if proc.returncode is None:
                 kill_group(proc)
                 problem = f"{problem}; killed it"
@@ -281,13 +313,16 @@ def kill_group(proc: trio.Process) -> None:
 
 
 async def _pump_frames(
-    stream: trio.abc.ReceiveStream, frame_tx: trio.MemorySendChannel[bytes]
+    stream: trio.abc.ReceiveStream, frame_tx: trio.MemorySendChannel[bytes], output: OutputBound
 ) -> None:
     # Unbounded channel: the adapter's output is what we are judging, and
-    # back-pressure here could deadlock it against our stdin writes.
+    # back-pressure here could deadlock it against our stdin writes. What
+    # bounds it (and the line being split) is the output's limit.
     splitter = FrameLines()
     async with frame_tx:
         while chunk := await stream.receive_some(65536):
+            if not output.take(len(chunk)):
+                return
             for frame in splitter.feed(chunk):
                 frame_tx.send_nowait(frame)
         for frame in splitter.close():

@@ -400,7 +400,8 @@ def lockstep_steps(
 class FrameLines:
     """Cuts a byte stream into transcript frames: the lines of
     :class:`streamd.rpc.framing.LineSplitter` (the one splitter), with no size
-    limit (the adapter's output is what is judged, whole), each trimmed of JSON
+    limit of a line (the adapter's output is what is judged, whole; the drivers
+    bound a run's output as a whole, ``OUTPUT_LIMIT``), each trimmed of JSON
     whitespace. Blank lines are not frames. A last line without a newline is
     still a frame (the adapter wrote it, so it counts); ``close`` returns it.
     """

@@ -45,8 +45,10 @@ from streamd.conformance.cancel.script import (
     rfc3339,
 )
 from streamd.conformance.driver import (
+    OUTPUT_LIMIT,
     STDERR_SETTLE,
     STDERR_TAIL_BYTES,
+    OutputBound,
     Tail,
     describe_exit,
     kill_group,
@@ -127,14 +129,17 @@ async def observe(
     problem: str | None = None
     killed = False
     reaped = False
+    # The run's scope: its deadline, and the pump's way to stop it.
+    overall = trio.CancelScope(deadline=started + timeout)
+    output = OutputBound(OUTPUT_LIMIT, overall)
     try:
         async with trio.open_nursery() as nursery:
             stderr_done = trio.Event()
-            nursery.start_soon(_pump_frames, proc.stdout, watch, started)
+            nursery.start_soon(_pump_frames, proc.stdout, watch, started, output)
             nursery.start_soon(pump_stderr, proc.stderr, tail, stderr_done)
             nursery.start_soon(_note_exit, proc, watch, started)
             doing = ["starting the adapter"]
-            with trio.move_on_after(timeout) as overall:
+            with overall:
                 problem = await _follow(proc, steps, watch, sent, closed_at, started, doing)
                 if not closed_at:
                     await _close(proc, closed_at, started)
@@ -146,6 +151,8 @@ async def observe(
                     problem = f"the adapter had not exited {exit_grace:g} s after stdin closed"
             if overall.cancelled_caught:
                 problem = f"timed out after {timeout:g} s {doing[0]}"
+                if output.exceeded:
+                    problem = output.problem(doing[0])
             # The group is killed whether or not the adapter has exited: what
             # it left running there (a helper, a grandchild) must not outlive
             # the scenario. Only before the adapter is reaped (``returncode``
@@ -232,9 +239,13 @@ async def _close(proc: trio.Process, closed_at: list[float], started: float) -> 
         closed_at.append(trio.current_time() - started)
 
 
-async def _pump_frames(stream: trio.abc.ReceiveStream, watch: _Watch, started: float) -> None:
+async def _pump_frames(
+    stream: trio.abc.ReceiveStream, watch: _Watch, started: float, output: OutputBound
+) -> None:
     splitter = FrameLines()
     while chunk := await stream.receive_some(65536):
+        if not output.take(len(chunk)):
+            return  # the run is cancelled; what was read stands
         now = trio.current_time() - started
         for frame in splitter.feed(chunk):
             watch.received.append(Received.of(now, frame))
