@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -338,3 +339,37 @@ def test_a_usage_error_exits_2_and_runs_nothing(tmp_path, capsys, argv, complain
     assert status == 2
     assert complaint in captured.err
     assert captured.out == ""
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "request.jsonl", "response.jsonl"])
+def test_a_fifo_or_a_device_among_a_cases_files_is_an_invalid_case_never_a_wait(
+    tmp_path, adapter, name
+):
+    # In a child with a limit: before, the open of the FIFO waited for a writer
+    # for good (no case timeout runs while a case is read).
+    suite = tmp_path / "suite"
+    directory = make_case(suite, "fifo")
+    (directory / name).unlink()
+    os.mkfifo(directory / name)
+    make_case(suite, "zero")
+    (suite / "zero" / name).unlink()
+    (suite / "zero" / name).symlink_to("/dev/zero")
+    done = subprocess.run(
+        [sys.executable, "-m", "streamd", "conformance", "verify", str(suite),
+         "--adapter", shlex.join(adapter("answer")), "--timeout", "10"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (1, "")
+    assert done.stdout.splitlines() == [
+        f"FAIL fifo: invalid case: cannot read {name}: {name} is not a regular file",
+        f"FAIL zero: invalid case: cannot read {name}: {name} is not a regular file",
+        "0 passed, 2 failed",
+    ]
+
+
+def test_a_case_file_over_the_limit_is_an_invalid_case(tmp_path, monkeypatch):
+    monkeypatch.setattr(c.case, "CASE_FILE_LIMIT", 1000)
+    directory = make_case(tmp_path / "suite")
+    (directory / "request.jsonl").write_bytes(b"\n" * 1001)
+    with pytest.raises(c.CaseError, match=r"request\.jsonl is 1001 bytes, over the 1000 a case"):
+        c.load_case(directory)

@@ -11,12 +11,14 @@ classification, the lockstep plan). Reading a case touches the file system
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamd import regular_files
 from streamd.conformance.transcript import (
     ARRAY_INDEX,
     FLOW_LOCKSTEP,
@@ -53,6 +55,9 @@ _MANIFEST_KEYS = frozenset(
     }
 )
 _ANY_PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+#: The most a case's manifest, requests or recording may hold; a transcript
+#: is kilobytes.
+CASE_FILE_LIMIT = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -193,10 +198,25 @@ class Case:
 
 
 def _read(directory: Path, name: str) -> bytes:
+    """A case file's bytes. A case directory is anyone's: a FIFO at one of its
+    names would block a plain open for good (no case timeout runs yet), and a
+    link to ``/dev/zero`` would be read without end, so only a regular file of
+    at most ``CASE_FILE_LIMIT`` bytes is read."""
+
+    def small_enough(st: os.stat_result) -> None:
+        if st.st_size > CASE_FILE_LIMIT:
+            raise CaseError(
+                f"{name} is {st.st_size} bytes, over the {CASE_FILE_LIMIT} a case file may hold"
+            )
+
     try:
-        return (directory / name).read_bytes()
+        fd = regular_files.open_fd(str(directory / name), os.O_RDONLY, check=small_enough)
+        with os.fdopen(fd, "rb") as file:
+            return file.read(CASE_FILE_LIMIT + 1)
     except FileNotFoundError:
         raise CaseError(f"{name} is missing") from None
+    except regular_files.NotRegularFile as exc:
+        raise CaseError(f"cannot read {name}: {exc}") from None
     except OSError as exc:
         raise CaseError(f"cannot read {name}: {exc.strerror or exc}") from exc
 
