@@ -373,3 +373,19 @@ def test_a_case_file_over_the_limit_is_an_invalid_case(tmp_path, monkeypatch):
     (directory / "request.jsonl").write_bytes(b"\n" * 1001)
     with pytest.raises(c.CaseError, match=r"request\.jsonl is 1001 bytes, over the 1000 a case"):
         c.load_case(directory)
+
+
+async def test_record_into_a_response_it_cannot_replace_fails_the_case_and_leaves_nothing(
+    tmp_path, adapter
+):
+    directory = make_case(tmp_path / "suite", recorded=None)
+    (directory / "response.jsonl").mkdir()
+    with trio.fail_after(20):
+        result = await c.record_case(directory, adapter("answer"), timeout=10)
+    assert not result.ok
+    assert result.detail == (
+        "cannot write response.jsonl: Is a directory; response.jsonl left unchanged"
+    )
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "fixture", "manifest.json", "request.jsonl", "response.jsonl"
+    ]

@@ -422,8 +422,15 @@ async def record_case(
     # Written beside the target and renamed, so an interrupted recording never
     # leaves a half transcript that would then be replayed as the truth.
     scratch = target.with_name(f".response.jsonl.{os.getpid()}.tmp")
-    scratch.write_bytes(body)
-    os.replace(scratch, target)
+    try:
+        scratch.write_bytes(body)
+        os.replace(scratch, target)
+    except OSError as exc:
+        # A case directory is anyone's (read-only, a directory at the name):
+        # the case fails saying so, and the scratch file goes.
+        scratch.unlink(missing_ok=True)
+        why = exc.strerror or str(exc)
+        return CaseResult(name, False, f"cannot write response.jsonl: {why}; {unchanged}")
     return CaseResult(name, True, f"{len(run.frames)} responses")
 
 
