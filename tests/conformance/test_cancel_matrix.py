@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 from support.resident import World, make_world, point_clients_at
 
 from streamd.conformance.cancel import matrix
@@ -89,3 +90,35 @@ def test_a_failing_adapter_fails_the_command(capsys: pytest.CaptureFixture[str],
     out = capsys.readouterr().out
     assert code == 1
     assert out.count("FAIL") == 2, out
+
+
+def test_a_record_dir_that_cannot_be_made_is_a_usage_error_before_any_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+):
+    (tmp_path / "afile").write_text("")
+    record = tmp_path / "afile" / "cases"
+    # No adapter could start: the refusal comes before the first run.
+    code = cancel_main(["--adapter", str(tmp_path / "no-such-adapter"), "--record", str(record)])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"streamd conformance cancel: --record: cannot make {record}: Not a directory\n"
+    )
+
+
+async def test_a_case_that_cannot_be_written_fails_its_scenario_and_the_rest_are_recorded(
+    tmp_path: Path,
+):
+    from streamd.conformance.cancel.record import record_scenarios
+
+    chosen = [sc for sc in matrix(trials=1) if sc.name in ("cancel-inflight", "cancel-twice")]
+    (tmp_path / "cancel-inflight").mkdir()
+    (tmp_path / "cancel-inflight" / "fixture").write_text("a file where a directory goes")
+    with trio.fail_after(120):
+        results = await record_scenarios(
+            chosen, tmp_path, [sys.executable, "-m", "streamd"], timeout=60
+        )
+    assert [(r.name, r.ok, r.detail) for r in results] == [
+        ("cancel-inflight", False,
+         f"cannot write the case: Not a directory: {tmp_path / 'cancel-inflight' / 'fixture'}"),
+        ("cancel-twice", True, "3 responses"),
+    ]

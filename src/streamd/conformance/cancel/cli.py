@@ -70,6 +70,13 @@ def main(argv: list[str]) -> int:
     record = Path(args.record) if args.record else None
     if record is not None and record.exists() and not record.is_dir():
         return usage_error(f"--record: {record} is not a directory")
+    if record is not None:
+        # Made before the scenarios run (minutes), so that a DIR that cannot
+        # be made is a usage error now rather than a traceback after them.
+        try:
+            record.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return usage_error(f"--record: cannot make {record}: {exc.strerror or exc}")
 
     try:
         return trio.run(_run, command, args, record)
@@ -121,7 +128,6 @@ async def _probe(command: Sequence[str], timeout: float) -> bool | None:
 async def _record(
     chosen: Sequence[Scenario], suite: Path, command: Sequence[str], timeout: float, quiet: bool
 ) -> int:
-    suite.mkdir(parents=True, exist_ok=True)
     results = await record_scenarios(chosen, suite, command, timeout)
     for result in results:
         # JSON Lines keep stdout to one kind of object; recording lines go to stderr.

@@ -56,6 +56,15 @@ async def record_scenarios(
     for scenario in scenarios:
         if scenario.case is None:
             continue
-        directory = write_case(scenario, suite)
+        try:
+            directory = write_case(scenario, suite)
+        except OSError as exc:
+            # DIR is the user's (missing parent, read-only, a file where a
+            # case's directory goes): the scenario fails saying so, the rest
+            # are still recorded.
+            where = f": {exc.filename}" if exc.filename else ""
+            detail = f"cannot write the case: {exc.strerror or exc}{where}"
+            results.append(CaseResult(scenario.name, False, detail))
+            continue
         results.append(await record_case(directory, command, timeout=timeout))
     return results
