@@ -18,9 +18,10 @@ A :class:`LogSource` indexes one event log for one Recall source. Its rules:
   allows, less what it keeps to answer (learnt, as the stream adapter's
   scanner does); then the builder publishes the prefix it has read at its
   next page, which answers with coverage ``partial``.
-* **A log replaced under it.** A newest seq below the index's, or removal
-  marks that went back or were pruned past the index's mark, mean the
-  database is not the one indexed: the index starts over.
+* **A log replaced under it.** A newest seq below the index's, removal
+  marks that went back or were pruned past the index's mark, or another
+  event id at the index's seq, mean the database is not the one indexed:
+  the index starts over.
 * **Durable like the stream index.** Segments are written as they seal; the
   manifest records the position (``SavedPosition``) at most every
   ``SAVE_EVERY_NS`` and when the source closes. A restart adopts it when the
@@ -256,6 +257,13 @@ class LogSource:
             await self._start()
         newest, removal_max, removal_min = await requests.index_position()
         replaced = self._replaced(newest, removal_max, removal_min)
+        if not replaced and index.seq:
+            # A log restored from an older backup (or a server failed over to
+            # a replica behind it) and appended to again before this round
+            # has its newest seq past the index's and no removal to show:
+            # only the event at the index's seq says so, by its id.
+            at_seq = await requests.event_rows_at([index.seq])
+            replaced = bool(at_seq) and at_seq[0][4] != index.last_id
         if replaced:
             log.warning("the event log is not the one indexed (restored or replaced): "
                         "indexing it again")
