@@ -46,7 +46,7 @@ from streamd.recall.wire import (
     SearchResult,
 )
 
-__all__ = ["CONTEXT_TURNS", "ExpandPlan", "LogAnswers"]
+__all__ = ["CONTEXT_TURNS", "ExpandPlan", "LogAnswers", "same_session"]
 
 CONTEXT_TURNS = 3
 _SCHEMA = 2  # every projected record's
@@ -156,7 +156,7 @@ class LogAnswers:
 
     def expand_target(self, generation: LogGeneration, p: ExpandParams) -> ExpandPlan:
         """The record a locator names; the session's records come once its
-        row says which session it is (``neighbours``)."""
+        row says which session it is (``session_records``)."""
         local = p.locator.split(":", 1)[1]
         version, sep, event_id = local.partition("/")
         if not sep or not version.startswith("v") or not event_id:
@@ -167,17 +167,19 @@ class LogAnswers:
             raise RpcError(LOCATOR_EXPIRED, f"{generation.name} holds no event {event_id}")
         return ExpandPlan(rec, local)
 
-    def neighbours(self, generation: LogGeneration, rec: int, session: str) -> list[int]:
-        """Records around ``rec`` that may be of its ``session`` (an identifier
-        may name other things too: the rows read back decide), twice the
-        turns each way so that rows of other sessions can be dropped."""
-        recs = [r for r in generation.view.with_identifier(fold(session))
-                if not generation.removed[r]]
-        if rec not in recs:
-            return []
-        at = recs.index(rec)
-        lo, hi = max(0, at - 2 * CONTEXT_TURNS), at + 2 * CONTEXT_TURNS + 1
-        return [r for r in recs[lo:hi] if r != rec]
+    def session_records(self, generation: LogGeneration, rec: int,
+                        session: str) -> tuple[np.ndarray, int]:
+        """Records that may be of ``rec``'s session, sorted, and where ``rec``
+        is among them (an empty array when it is not). Only may: the session's
+        name is an identifier that also names other users' sessions of that
+        name, and any app, user, branch or invocation so named; the rows read
+        back decide (:func:`same_session`)."""
+        recs = generation.view.identified(fold(session))
+        recs = recs[~generation.removed[recs]]
+        at = int(np.searchsorted(recs, rec))
+        if at == len(recs) or recs[at] != rec:
+            return recs[:0], 0
+        return recs, at
 
     def expansion(self, generation: LogGeneration, p: ExpandParams, plan: ExpandPlan,
                   row: EventRow | None, around: list[EventRow]) -> Expansion:
@@ -251,9 +253,14 @@ class LogAnswers:
         return h
 
 
+def same_session(row: EventRow, other: EventRow) -> bool:
+    """Whether ``other`` is of ``row``'s session (its app, user and name)."""
+    return other[3] == row[3] and other[1] == row[1] and other[2] == row[2]
+
+
 def _context(row: EventRow, others: list[EventRow]) -> str:
     seq, session, invocation = row[0], row[3], row[5]
-    same = [o for o in others if o[3] == session and o[1] == row[1] and o[2] == row[2]]
+    same = [o for o in others if same_session(row, o)]
     if invocation:
         mine = [o for o in same if o[5] == invocation]
         if mine:

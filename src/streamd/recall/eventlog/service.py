@@ -34,6 +34,7 @@ from streamd.eventlog.dbtarget import DbTarget
 from streamd.eventlog.requests import LogRequests
 from streamd.recall.answers import check_protocol
 from streamd.recall.eventlog.answers import LogAnswers
+from streamd.recall.eventlog.context import context_rows
 from streamd.recall.eventlog.settings import LogSettings, manifest, parse_settings
 from streamd.recall.eventlog.source import LogSource
 from streamd.recall.scanner import Offload, to_thread
@@ -258,9 +259,7 @@ class LogRecallService:
             row = (await source.rows_at([seq])).get(seq)
             around = []
             if row is not None and p.detail == "context":
-                recs = answers.neighbours(generation, plan.rec, row[3])
-                rows = await source.rows_at([generation.seq_of(r) for r in recs])
-                around = sorted(rows.values())
+                around = await context_rows(source, answers, generation, plan.rec, row)
             if row is None or row[4] != generation.view.index.ids[plan.rec]:
                 source.forget([plan.rec])
             return answers.expansion(generation, p, plan, row, around)
