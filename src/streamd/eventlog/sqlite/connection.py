@@ -152,7 +152,11 @@ def prepare_file(path: Path, *, make_directory: bool = True) -> None:
         try:
             fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
         except OSError as exc:
-            raise RpcError(SOURCE_UNAVAILABLE, f"cannot create event log {path}: {exc}") from exc
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"cannot create event log {path} (a symlink to {os.readlink(path)}):"
+                f" {exc.strerror}",
+            ) from exc
     except OSError as exc:
         raise RpcError(SOURCE_UNAVAILABLE, f"cannot create event log {path}: {exc}") from exc
     os.close(fd)
