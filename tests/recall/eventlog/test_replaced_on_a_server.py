@@ -12,7 +12,7 @@ import trio
 
 from streamd.eventlog import EventLog
 
-from .conftest import ids, init, result, say, search, served
+from .conftest import call, ids, init, result, say, search, served
 
 pytestmark = pytest.mark.subprocess
 
@@ -58,8 +58,14 @@ async def test_a_log_restored_from_an_older_backup_and_appended_to_is_indexed_an
                 for event_id in ("f3", "f4", "f5"):
                     await say(log, event_id, f"failover drill step {event_id}")
 
-            found = await result(peer, search(3, "failover"))
-            assert sorted(ids(found)) == ["f3", "f4", "f5"]
+            # The source's connections were cut: until it has connected again
+            # (its backoff), a search answers that it cannot reach the log.
+            asked = 100
+            while "result" not in (answer := await call(peer, search(asked, "failover"))):
+                assert answer["error"]["code"] == -32000, answer
+                asked += 1
+                await trio.sleep(0.05)
+            assert sorted(ids(answer["result"])) == ["f3", "f4", "f5"]
             assert ids(await result(peer, search(4, "canary"))) == []
             assert sorted(ids(await result(peer, search(5, "checksum rollback")))) == [
                 "e1", "e2"
