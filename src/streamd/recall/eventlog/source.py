@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 import msgspec
 import trio
 
-from streamd import heap
+from streamd import heap, regular_files
 from streamd.errors import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from streamd.eventlog.model import AppendParams, WatchParams
 from streamd.eventlog.requests import LogRequests
@@ -357,11 +358,11 @@ class LogSource:
     async def _seed(self, path: str) -> None:
         decode = msgspec.json.Decoder(AppendParams).decode
         try:
-            with open(path, "rb") as f:
-                lines = [line for line in f.read().splitlines() if line.strip()]
+            data = await self.offload(_read_seed, path)
         except OSError as exc:
-            raise RpcError(INVALID_PARAMS, f"eventlog settings: debug_seed: {exc.strerror}") \
-                from None
+            raise RpcError(INVALID_PARAMS,
+                           f"eventlog settings: debug_seed: {exc.strerror or exc}") from None
+        lines = [line for line in data.splitlines() if line.strip()]
         for n, line in enumerate(lines, start=1):
             try:
                 params = decode(line)
@@ -409,3 +410,13 @@ class LogSource:
         if self._unsaved:
             with trio.move_on_after(2.0):
                 await self.offload(self._save)
+
+
+def _read_seed(path: str) -> bytes:
+    """A seed file's bytes (in a thread). A regular file only: a FIFO there
+    blocked a plain open on the event loop for good, and the process (a
+    resident daemon serving every client) answered nothing, SIGTERM included;
+    ``/dev/zero`` was read without end."""
+    fd = regular_files.open_fd(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as file:
+        return file.read()
