@@ -550,3 +550,35 @@ async def test_an_acquire_whose_cancel_the_close_waits_out_leaves_no_lease_behin
                 await trio.sleep(1)  # committed, not answered
             lease = await b.acquire_lock("app", "u", "s", nursery=nursery)
             await lease.release()
+
+
+async def test_an_unanswered_acquire_whose_release_failed_is_released_at_close(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The release of an acquire cancelled after its commit failed (the disk
+    # for a moment): the row was then forgotten, and the close left it to lock
+    # the session for its whole window after the restart.
+    with trio.fail_after(600):
+        async with open_mocked() as b, trio.open_nursery() as nursery:
+            async with open_mocked() as a:
+                await through_the_writer_once(a, monkeypatch, answered_late)
+                with trio.move_on_after(1) as cancelled:
+                    await a.acquire_lock("app", "u", "s", nursery=nursery)
+                assert cancelled.cancelled_caught
+                runner = a.connections.writer
+                assert runner is not None
+                real = runner.run
+
+                async def failing(op: Any) -> Any:
+                    monkeypatch.setattr(runner, "run", real)
+                    raise RpcError(SOURCE_UNAVAILABLE, "disk I/O error")
+
+                # No await since the cancel: the release, started by it, has
+                # not run yet, and is the next call on the writer.
+                monkeypatch.setattr(runner, "run", failing)
+                await trio.testing.wait_all_tasks_blocked()
+                assert runner.run == real  # the release was tried, and failed
+            lease = await b.acquire_lock("app", "u", "s", nursery=nursery)
+            await lease.release()

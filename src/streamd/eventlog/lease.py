@@ -278,9 +278,10 @@ class LeaseKeeper:
         try:
             await self._write(_release(p, holder))
         except RpcError as exc:
-            if is_closed(exc):
-                return  # the close releases it
-            logger.warning("releasing an unanswered lease of %r: %s", p.session, exc)
+            if not is_closed(exc):
+                # Kept among the unanswered: the close tries it again.
+                logger.warning("releasing an unanswered lease of %r: %s", p.session, exc)
+            return  # the close releases it
         self._unanswered.pop(holder, None)
 
     async def _keep_alive(self, lease: Lease) -> None:
