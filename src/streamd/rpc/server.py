@@ -141,6 +141,11 @@ EOF_GRACE = 10.0
 STOP_GRACE = 0.5
 
 
+def _internal(exc: Exception) -> RpcError:
+    """A failure of ours (not the peer's) as the -32603 that answers its request."""
+    return RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc))
+
+
 class _Queued:
     """A queued request in the in-flight table, and the ``reply`` its method's
     ``submit`` calls: it answers once, and frees the request's slot."""
@@ -170,7 +175,7 @@ class _Queued:
                 frame = result_frame(self.id, outcome, session.server.max_frame)
             except Exception as exc:
                 log.exception("%s failed", self.method)
-                frame = error_frame(self.id, RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
+                frame = error_frame(self.id, _internal(exc), session.server.max_frame)
         session.conn.send_nowait(frame)
         session.in_flight.release(self.size)
 
@@ -418,7 +423,7 @@ class _Session:
             # descriptor), but its id was read: answered here, not by the
             # frame's guard with id null, which left its client waiting.
             log.exception("looking up %.256s failed", call.method)  # a name may be 8 MiB
-            await self._reply_error(call.id, RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
+            await self._reply_error(call.id, _internal(exc))
             return
         await self.in_flight.wait_room(call.size)
         await self._answers_read()
@@ -472,9 +477,7 @@ class _Session:
                 frame = error_frame(request.id, exc, self.server.max_frame)
             except Exception as exc:
                 log.exception("%s failed", request.method)
-                frame = error_frame(
-                    request.id, RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc))
-                )
+                frame = error_frame(request.id, _internal(exc), self.server.max_frame)
             finally:
                 del self.inflight[key]
             # The answer may wait for the writer; the request's params (and the
@@ -522,7 +525,7 @@ class _Session:
             return
         except Exception as exc:
             log.exception("%s failed", reply.method)
-            reply(RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
+            reply(_internal(exc))
             return
         if later is not None:
             self.conn.start_soon(self._submit_later, later, reply)
@@ -537,7 +540,7 @@ class _Session:
             reply(exc)
         except Exception as exc:
             log.exception("%s failed", reply.method)
-            reply(RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc)))
+            reply(_internal(exc))
         except BaseException:
             reply(RpcError(errors.DEADLINE_EXCEEDED, "context canceled"))
             raise
