@@ -45,6 +45,14 @@ async def through_the_writer_once(
     """The log's next call on its writer (an acquire, in these tests) runs as
     ``wrap(real_run, op)``; the calls after it as before."""
     await log.latest_seq()  # opened (on the reader), so the writer exists
+    next_write_through(log, monkeypatch, wrap)
+
+
+def next_write_through(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch, wrap: Callable[[Run, Any], Awaitable[Any]]
+) -> None:
+    """:func:`through_the_writer_once` on a log already open, without an
+    await: a call already started (not yet run) is the one it catches."""
     runner = log.connections.writer
     assert runner is not None
     real = runner.run
@@ -567,18 +575,16 @@ async def test_an_unanswered_acquire_whose_release_failed_is_released_at_close(
                 with trio.move_on_after(1) as cancelled:
                     await a.acquire_lock("app", "u", "s", nursery=nursery)
                 assert cancelled.cancelled_caught
-                runner = a.connections.writer
-                assert runner is not None
-                real = runner.run
+                tried: list[Any] = []
 
-                async def failing(op: Any) -> Any:
-                    monkeypatch.setattr(runner, "run", real)
+                async def failing(real: Run, op: Any) -> Any:
+                    tried.append(op)
                     raise RpcError(SOURCE_UNAVAILABLE, "disk I/O error")
 
                 # No await since the cancel: the release, started by it, has
                 # not run yet, and is the next call on the writer.
-                monkeypatch.setattr(runner, "run", failing)
+                next_write_through(a, monkeypatch, failing)
                 await trio.testing.wait_all_tasks_blocked()
-                assert runner.run == real  # the release was tried, and failed
+                assert len(tried) == 1  # the release was tried, and failed
             lease = await b.acquire_lock("app", "u", "s", nursery=nursery)
             await lease.release()
