@@ -41,6 +41,7 @@ from streamd.eventlog.model import (
 from streamd.eventlog.model.base import MAX_INT
 from streamd.eventlog.retention import EARLIEST_US, Bounds, Step, cutoff
 from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
+from streamd.eventlog.store.steps import kept_after
 
 DAY = 86_400 * SECOND
 B = Bounds()
@@ -450,6 +451,20 @@ def test_a_group_commit_and_a_drop_step_lock_their_sessions_in_one_order(
     assert kept == ["a0", "b0", "a1", "b1"]
 
 
+def slow_writer(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call on the log's (open) writer waits 1 s first: a retention
+    step queued now waits that long for the writer."""
+    runner = log.connections.writer
+    assert runner is not None
+    real = runner.run
+
+    async def slow(op: Any) -> Any:
+        await trio.sleep(1)
+        return await real(op)
+
+    monkeypatch.setattr(runner, "run", slow)
+
+
 async def test_a_watch_opened_while_a_step_waits_for_the_writer_gets_no_gap(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -467,15 +482,7 @@ async def test_a_watch_opened_while_a_step_waits_for_the_writer_gets_no_gap(
             for i in range(10):
                 await log.append("app", "u", "s", ev(f"e{i}"))
             await log.set_retention("app", max_events=1)
-            runner = log.connections.writer
-            assert runner is not None
-            real = runner.run
-
-            async def slow(op: Any) -> Any:
-                await trio.sleep(1)
-                return await real(op)
-
-            monkeypatch.setattr(runner, "run", slow)
+            slow_writer(log, monkeypatch)
             nursery.start_soon(log.compact)
             await trio.sleep(0.5)  # the step waits for the writer
             got: list[str] = []
@@ -508,15 +515,7 @@ async def test_what_another_process_commits_after_a_watch_opened_outlives_a_step
             for i in range(5):
                 await a.append("app", "u", "s", ev(f"e{i}"))
             await a.set_retention("app", max_events=1)
-            runner = a.connections.writer
-            assert runner is not None
-            real = runner.run
-
-            async def slow(op: Any) -> Any:
-                await trio.sleep(1)
-                return await real(op)
-
-            monkeypatch.setattr(runner, "run", slow)
+            slow_writer(a, monkeypatch)
             nursery.start_soon(a.compact)
             await trio.sleep(0.5)  # the step waits for A's writer
             got: list[str] = []
@@ -556,7 +555,7 @@ async def test_a_watch_opened_after_a_step_read_its_horizon_waits_for_that_step(
 
             def trim_after_a_page(app: str, n: int, keep: Any, *rest: Any) -> Step:
                 monkeypatch.setattr(writer, "trim_sessions", trim)  # the first step alone
-                horizon = keep() if callable(keep) else keep  # as the step reads it
+                horizon = kept_after(keep)  # as the step reads it
                 read.set()
                 paged.wait(2)
                 return trim(app, n, horizon, *rest)
