@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -76,11 +78,8 @@ def _backup(path: Path | str, args: argparse.Namespace) -> int:
             "and restore it with pg_restore (see docs/operations.md)", cliargs.ERROR)
     from streamd.eventlog.sqlite import backup
 
-    store = _open_sqlite(path)
-    try:
+    with _sqlite_log(path) as store:
         done = backup.snapshot(store.connection, args.dest, args.method)
-    finally:
-        store.close()
     if args.json:
         _out(msgspec.json.encode({
             "dest": done.dest, "events": done.events, "newest_seq": done.newest_seq,
@@ -105,11 +104,8 @@ def _verify(path: Path | str, args: argparse.Namespace) -> int:
         from streamd.eventlog.sqlite import checks as sqlite_checks
 
         try:
-            store = _open_sqlite(path)
-            try:
+            with _sqlite_log(path) as store:
                 report = sqlite_checks.verify(store)
-            finally:
-                store.close()
         except RpcError as exc:
             # A file too damaged to open or to read through (a copy cut short
             # by a full disk) is what verify is for: a finding, not a check
@@ -143,19 +139,29 @@ def _damaged(exc: RpcError) -> bool:
     return data.get("sqlite_error") == "CorruptError" and "errno" not in data
 
 
-def _open_sqlite(path: Path) -> Any:
-    from streamd.eventlog.sqlite import SqliteStore
+@contextmanager
+def _sqlite_log(path: Path) -> Iterator[Any]:
+    """The log at ``path`` opened to be read; on a read-only file system, as
+    the snapshot it is (:mod:`streamd.eventlog.sqlite.frozen`): a backup or a
+    check of a log kept on a read-only mount is what these commands are for."""
+    from streamd.eventlog.sqlite import SqliteStore, frozen
 
     if (why := classify(path).holds_no_log()) is not None:
         raise RpcError(SOURCE_UNAVAILABLE, f"no event log at {path}{why} (use --db PATH or set"
                        " STREAMD_DB)")
-    store = SqliteStore.open(str(path), migrate=False)
-    version = store.connection.pragma("user_version")
-    if version != SCHEMA_VERSION:
-        store.close()
-        raise RpcError(SOURCE_UNAVAILABLE, f"{path} has schema version {version}, this streamd"
-                       f" checks version {SCHEMA_VERSION}: open it with streamd once first")
-    return store
+    try:
+        opened: AbstractContextManager[Any] = closing(SqliteStore.open(str(path), migrate=False))
+    except RpcError as exc:
+        if not frozen.on_read_only_file_system(exc):
+            raise
+        opened = frozen.read_frozen(str(path))
+    with opened as store:
+        version = store.connection.pragma("user_version")
+        if version != SCHEMA_VERSION:
+            raise RpcError(SOURCE_UNAVAILABLE, f"{path} has schema version {version}, this"
+                           f" streamd checks version {SCHEMA_VERSION}: open it with streamd"
+                           " once first")
+        yield store
 
 
 def _out(line: str) -> None:

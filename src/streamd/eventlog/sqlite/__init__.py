@@ -14,7 +14,8 @@ The public face is the backend's three seams and its options:
 Inside: :mod:`.connection` (opening a file, the busy handler, setup),
 :mod:`.schema` (migrations), :mod:`.store`, :mod:`.runner`, :mod:`.changes`,
 :mod:`.errors` (driver errors to RPC errors), :mod:`.file_identity` (no answer
-from a file that is no longer at the path) and :mod:`.backup`.
+from a file that is no longer at the path), :mod:`.backup` and :mod:`.frozen`
+(a log on a read-only file system, read as the snapshot it is).
 The storage rules both backends share are in :mod:`streamd.eventlog.store`.
 """
 

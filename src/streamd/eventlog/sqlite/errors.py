@@ -103,8 +103,10 @@ def _side_files_refused(path: str) -> str | None:
     code = _why_errno(path)
     where = ("is on a read-only file system (EROFS)" if code == errno.EROFS
              else "is not writable by this user (EACCES)")
+    # What still works from there: see streamd.eventlog.sqlite.frozen.
+    copy = "; `streamd log backup` can copy it from there" if code == errno.EROFS else ""
     return (f"its directory {directory} {where}, and SQLite must create"
-            f" {os.path.basename(path)}-shm there to read or write the log")
+            f" {os.path.basename(path)}-shm there to read or write the log{copy}")
 
 
 def translate(exc: apsw.Error, os_errno: int = 0, path: str | None = None) -> RpcError:
