@@ -221,6 +221,17 @@ def where(flt: Filter | None, dialect: Dialect = SQLITE) -> list[Clause]:
     return clauses
 
 
+def scans_the_log(flt: Filter | None) -> bool:
+    """Whether a read of the events ``flt`` matches, in seq order, may cost in
+    proportion to the whole log rather than to its answer: no filter walks the
+    primary key from its cursor, and one session (or one session tree) is a
+    range of ``events_by_session``; any other filter (an app, a user, an
+    author, branch prefixes) may walk, or sort, rows of the whole log."""
+    if flt is None or flt.session_tree is not None:
+        return False
+    return flt.app is None or flt.user is None or flt.session is None
+
+
 def _matched_exactly(flt: Filter) -> list[str | None]:
     """The texts of ``flt`` that a matching event's must equal, start or end
     with (the branch prefixes aside: they are an OR group). The session tree

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from streamd.eventlog import inline
+from streamd.eventlog import filters, inline
 from streamd.eventlog.compaction import Compactor
 from streamd.eventlog.connections import Connections
 from streamd.eventlog.lease import Lease, LeaseKeeper
@@ -104,18 +104,29 @@ class LogRequests:
 
     # -- reads --
 
+    # A read whose cost may grow with the log (``scan``) runs in a lane of
+    # its own, so it never holds up the other clients' reads (see
+    # connections.py).
+
     async def since(self, p: SinceParams, shape: ReadShape = DECODED) -> SinceResult:
-        return await self._read(lambda store: store.since(p, shape))
+        scan = filters.scans_the_log(p.filter)
+        return await self._read(lambda store: store.since(p, shape), scan=scan)
 
     async def latest_seq(self, p: LatestSeqParams) -> int:
-        # A filter may name fields no index leads with (a scan): not small.
-        return await self._read(lambda store: store.latest_seq(p.filter), small=p.filter is None)
+        return await self._read(
+            lambda store: store.latest_seq(p.filter),
+            small=p.filter is None,
+            scan=filters.scans_the_log(p.filter),
+        )
 
     async def nth_newest_seq(self, p: LatestSeqParams, offset: int) -> int:
-        return await self._read(lambda store: store.nth_newest_seq(p.filter, offset))
+        scan = filters.scans_the_log(p.filter)
+        return await self._read(lambda store: store.nth_newest_seq(p.filter, offset), scan=scan)
 
     async def branches(self, p: BranchesParams) -> list[str]:
-        return await self._read(lambda store: store.branches(p.filter, p.limit))
+        # Every branch of the log, unless one session (or tree) is named.
+        scan = p.filter is None or filters.scans_the_log(p.filter)
+        return await self._read(lambda store: store.branches(p.filter, p.limit), scan=scan)
 
     # -- what an index of the log reads (the Recall event-log source) --
 
@@ -174,10 +185,12 @@ class LogRequests:
         await self._write(lambda store: store.delete_session(p.app, p.user, p.session))
 
     async def get_state(self, p: StateGetParams) -> StateSnapshot:
-        # The current state is a row per scope; a past one replays deltas.
+        # The current state is a row per scope; a past one replays deltas,
+        # the app's from the whole log.
         return await self._read(
             lambda store: store.get_state(p.app, p.user, p.session, p.as_of_seq),
             small=p.as_of_seq is None,
+            scan=p.as_of_seq is not None,
         )
 
     # -- retention --
