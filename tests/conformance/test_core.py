@@ -232,7 +232,23 @@ def test_a_response_is_matched_by_json_id_and_a_request_from_the_adapter_is_not_
     assert not c.answers(b'{"id":true,"result":{}}', 1)
     assert not c.answers(b'{"id":1,"method":"server/ping"}', 1)
     assert not c.answers(b'{"id":2,"error":{}}', 1)
-    assert not c.answers(b"garbage", 1)
+
+
+@pytest.mark.parametrize(
+    ("frame", "why"),
+    [
+        (b"garbage", "is not JSON"),
+        (b"[1, 2]", "is no JSON-RPC message (an object with a method or an id)"),
+        (b'{"result":{}}', "is no JSON-RPC message (an object with a method or an id)"),
+    ],
+)
+def test_a_frame_that_can_be_no_message_answers_nothing_and_says_why(frame, why):
+    # Not "False": the replay would wait on for an answer after it until the
+    # case's timeout.
+    with pytest.raises(c.BadFrame) as caught:
+        c.answers(frame, 1)
+    assert str(caught.value) == why
+    assert caught.value.about(frame) == f"{why}: {frame.decode()}"
 
 
 def test_the_line_splitter_keeps_a_partial_last_line_and_never_cuts_at_u2028():

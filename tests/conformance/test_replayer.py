@@ -98,9 +98,35 @@ async def test_a_response_nested_past_recursion_fails_the_case_with_a_sentence(t
     assert not result.ok
     # Told at once, not after the timeout waiting for an answer it cannot see.
     assert result.detail.startswith(
-        "stopped at response 2, which cannot be judged; killed it; before that, "
-        "response 2 nests arrays and objects more than 128 levels deep: "
+        "stopped at response 2, which nests arrays and objects more than 128 levels deep: "
         '{"jsonrpc":"2.0","id":2,"result":[[['
+    )
+    assert result.detail.endswith("[…; killed it")
+
+
+@pytest.mark.parametrize(
+    ("mode", "why"),
+    [
+        ("text", "is not JSON: panic: the index is corrupt " + "x" * 171 + "…"),
+        ("stranger", 'is no JSON-RPC message (an object with a method or an id): '
+                     '{"status": "ok", "echo": "two"}'),
+    ],
+    ids=["text", "stranger"],
+)
+async def test_a_frame_that_can_answer_nothing_fails_the_case_at_once_naming_it(
+    tmp_path, adapter, mode, why
+):
+    # Such a frame answers no request, so the replay cannot go past it: it
+    # waited for an answer until the case's timeout (30 s by default), then
+    # failed as a hang. The timeout here is far beyond the test's bound.
+    directory = make_case(tmp_path / "suite")
+    with trio.fail_after(15):
+        verified = await c.verify_case(directory, adapter(mode), timeout=120)
+        recorded = await c.record_case(directory, adapter(mode), timeout=120)
+    assert not verified.ok
+    assert verified.detail == f"stopped at response 2, which {why}; killed it"
+    assert recorded.detail == (
+        f"stopped at response 2, which {why}; killed it; response.jsonl left unchanged"
     )
 
 

@@ -67,6 +67,16 @@ for raw in sys.stdin:
         result["fixture"] = sorted(os.listdir(params["location"]))
     if mode == "wrong" and rid == 2:
         result["echo"] = "not what was asked"
+    if mode in ("text", "stranger") and rid == 2:
+        # Answered with a frame no JSON-RPC message can be: a panic's text,
+        # or JSON that is neither a request, a notification nor a response.
+        sys.stdout.write(
+            "panic: the index is corrupt " + "x" * 300 + "\n"
+            if mode == "text"
+            else json.dumps({"status": "ok", "echo": params.get("echo")}) + "\n"
+        )
+        sys.stdout.flush()
+        continue
     if mode == "deep" and rid == 2:
         # Nested far past any decoder's recursion: the judge must not crash on it.
         sys.stdout.write('{"jsonrpc":"2.0","id":2,"result":' + "[" * 100000 + "]" * 100000 + "}\n")

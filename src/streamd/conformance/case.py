@@ -23,16 +23,16 @@ from streamd.conformance.transcript import (
     ARRAY_INDEX,
     FLOW_LOCKSTEP,
     PLACEHOLDERS,
+    BadFrame,
     CaseError,
-    FrameTooDeep,
     Line,
     LineKind,
     Pointer,
     classify,
-    clip,
     decode_frame,
     first_difference,
     mask,
+    message,
     parse_pointer,
     quoted,
     render,
@@ -334,16 +334,15 @@ def compare_transcript(
     """The first difference between a recording and a run, as one sentence.
 
     Frames are compared in arrival order after masking; then the counts, so an
-    extra frame after shutdown and a missing answer both fail.
+    extra frame after shutdown and a missing answer both fail. A frame that
+    can be no JSON-RPC message fails as that, named, whatever was recorded.
     """
     for i, raw in enumerate(got):
         n = i + 1
         try:
-            frame = decode_frame(raw)
-        except FrameTooDeep as exc:
-            return f"response {n} {exc}: {clip(raw.decode('utf-8', 'replace'))}"
-        except ValueError:
-            return f"response {n} is not JSON: {clip(raw.decode('utf-8', 'replace'))}"
+            frame = message(raw)
+        except BadFrame as exc:
+            return f"response {n} {exc.about(raw)}"
         if i >= len(recorded):
             return (
                 f"response {n}: want nothing, got {render(frame)} "

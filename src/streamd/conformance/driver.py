@@ -43,17 +43,17 @@ from streamd.conformance.case import (
 )
 from streamd.conformance.transcript import (
     AwaitFrames,
+    BadFrame,
     CaseError,
     FrameLines,
-    FrameTooDeep,
     Line,
     Place,
     Send,
     Step,
     answers,
-    decode_frame,
     lockstep_steps,
     mask,
+    message,
     render,
 )
 
@@ -82,6 +82,17 @@ class Run:
     problem: str | None  # why the run itself failed (hang, crash, no exit, ...)
     stderr: bytes  # the tail of what it wrote to stderr
     returncode: int | None
+    stopped_at: int | None = None
+    """The response the replay stopped at because it can be no JSON-RPC
+    message (``problem`` names it); the frames before it are still judged."""
+
+
+@dataclass(frozen=True)
+class _Stopped:
+    """The conversation ended at a frame that can answer nothing."""
+
+    at: int  # its number among the responses
+    why: str  # the reason and the frame, clipped
 
 
 class Tail:
@@ -140,6 +151,7 @@ async def run_transcript(
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
 
     problem: str | None = None
+    stopped_at: int | None = None
     # The conversation's scope: its deadline, and the pump's way to stop it.
     overall = trio.CancelScope(deadline=trio.current_time() + timeout)
     try:
@@ -153,7 +165,12 @@ async def run_transcript(
             doing = ["starting the adapter"]
             with overall:
                 plan = lockstep_steps(lines, await_frames, place_files)
-                problem = await _converse(proc, frame_rx, plan, frames, doing, exit_grace)
+                ended = await _converse(proc, frame_rx, plan, frames, doing, exit_grace)
+                if isinstance(ended, _Stopped):
+                    stopped_at = ended.at
+                    problem = f"stopped at response {ended.at}, which {ended.why}"
+                else:
+                    problem = ended
             if overall.cancelled_caught:
                 problem = f"timed out after {timeout:g} s {doing[0]}"
                 if output.exceeded:
@@ -167,7 +184,7 @@ async def run_transcript(
             nursery.cancel_scope.cancel()
     finally:
         await reap(proc)
-    return Run(frames, problem, bytes(tail.data), proc.returncode)
+    return Run(frames, problem, bytes(tail.data), proc.returncode, stopped_at)
 
 
 async def _converse(
@@ -177,7 +194,7 @@ async def _converse(
     frames: list[bytes],
     doing: list[str],
     exit_grace: float,
-) -> str | None:
+) -> str | _Stopped | None:
     """Run the lockstep plan, then close stdin and drain. ``doing[0]`` always
     says what we are waiting for, so a timeout can say where it hung."""
     assert proc.stdin is not None
@@ -225,9 +242,10 @@ async def _converse(
             try:
                 if answers(frame, line.id):
                     break
-            except FrameTooDeep:
-                # The comparison says why; the replay cannot go on past it.
-                return f"stopped at response {len(frames)}, which cannot be judged"
+            except BadFrame as exc:
+                # It answers nothing, and nothing says the answer will still
+                # come: waiting on ended only at the case's timeout.
+                return _Stopped(len(frames), exc.about(frame))
 
     doing[0] = "draining stdout after closing stdin"
     await proc.stdin.aclose()
@@ -370,8 +388,10 @@ async def verify_case(
     if run.problem:
         detail = run.problem
         # Frames that arrived before a hang or crash may already explain it;
-        # the ones that never arrived are what the problem already says.
-        early = compare_transcript(case.recorded[: len(run.frames)], run.frames, pointers)
+        # the ones that never arrived, or the one it stopped at, are what the
+        # problem already says.
+        judged = run.frames if run.stopped_at is None else run.frames[: run.stopped_at - 1]
+        early = compare_transcript(case.recorded[: len(judged)], judged, pointers)
         if early:
             detail += f"; before that, {early}"
         return CaseResult(name, False, detail, run.stderr)
@@ -414,9 +434,11 @@ async def record_case(
     body = bytearray()
     for n, raw in enumerate(run.frames, start=1):
         try:
-            frame = decode_frame(raw)
-        except ValueError:
-            return CaseResult(name, False, f"response {n} is not JSON; {unchanged}", run.stderr)
+            # As the comparison reads it: a recording verify would fail is none.
+            frame = message(raw)
+        except BadFrame as exc:
+            why = f"response {n} {exc.about(raw)}; {unchanged}"
+            return CaseResult(name, False, why, run.stderr)
         body += msgspec.json.encode(mask(frame, case.manifest.pointers)) + b"\n"
     target = case.directory / "response.jsonl"
     # Written beside the target and renamed, so an interrupted recording never

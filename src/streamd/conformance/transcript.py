@@ -237,7 +237,16 @@ def quoted(text: str) -> str:
     return msgspec.json.encode(text).decode()
 
 
-class FrameTooDeep(ValueError):
+class BadFrame(ValueError):
+    """A frame no JSON-RPC message can be. Its text ends a sentence about the
+    frame ("response 2 is not JSON"); :meth:`about` adds the frame itself."""
+
+    def about(self, frame: bytes) -> str:
+        """The reason, then the frame, clipped: what a failure line says."""
+        return f"{self}: {clip(frame.decode('utf-8', 'replace'))}"
+
+
+class FrameTooDeep(BadFrame):
     """A frame whose arrays and objects nest deeper than a decoder may follow."""
 
 
@@ -318,24 +327,33 @@ def classify(data: bytes) -> tuple[LineKind, Any]:
     return LineKind.REQUEST, frame["id"]
 
 
+def message(frame: bytes) -> dict[str, Any]:
+    """``frame`` decoded as a JSON-RPC message, or :class:`BadFrame` when it
+    can be none: not JSON, nested too deep to judge, or JSON that is neither
+    an object with a ``method`` (a request or a notification) nor one with an
+    ``id`` (a response). No more than that: a response missing its
+    ``result`` is still an answer, and the comparison says what is wrong
+    with it."""
+    try:
+        decoded = decode_frame(frame)
+    except BadFrame:
+        raise
+    except ValueError as exc:
+        raise BadFrame("is not JSON") from exc
+    if not isinstance(decoded, dict) or ("method" not in decoded and "id" not in decoded):
+        raise BadFrame("is no JSON-RPC message (an object with a method or an id)")
+    return decoded
+
+
 def answers(frame: bytes, request_id: Any) -> bool:
     """Whether ``frame`` is the response to the request with ``request_id``.
 
-    FrameTooDeep propagates: whether such a frame answers cannot be known, and
-    waiting on for another answer would only end at the case's timeout.
+    :class:`BadFrame` propagates: such a frame answers nothing, and nothing
+    says the answer will still come; waiting on for it ended only at the
+    case's timeout, which then blamed a hang for the bad frame.
     """
-    try:
-        decoded = decode_frame(frame)
-    except FrameTooDeep:
-        raise
-    except ValueError:
-        return False
-    return (
-        isinstance(decoded, dict)
-        and "method" not in decoded
-        and "id" in decoded
-        and json_equal(decoded["id"], request_id)
-    )
+    decoded = message(frame)
+    return "method" not in decoded and "id" in decoded and json_equal(decoded["id"], request_id)
 
 
 @dataclass(frozen=True)
