@@ -69,7 +69,8 @@ class LeaseHost:
     """Runs one store operation on the log's writer."""
     now_us: Callable[[], int]
     """The log's wall clock in microseconds (a test's mock clock, in tests),
-    read on the thread a store operation runs on."""
+    which a store operation reads inside its transaction
+    (:data:`~streamd.eventlog.store.backend.LeaseTime`)."""
     closed: Callable[[], bool]
     forget: Callable[[Lease], None]
     """Called once when the lease is released or lost: the log stops holding it."""
@@ -182,9 +183,9 @@ class Lease:
         return lambda store: store.release_lease(self.app, self.user, self.session, self.holder)
 
     def _beat(self) -> Callable[[Backend], bool]:
-        # The clock is read when the beat runs (see LeaseKeeper.acquire).
+        # The clock itself: read inside the beat's transaction (see LeaseKeeper.acquire).
         return lambda store: store.heartbeat_lease(
-            self.app, self.user, self.session, self.holder, self._host.now_us()
+            self.app, self.user, self.session, self.holder, self._host.now_us
         )
 
 
@@ -222,11 +223,12 @@ class LeaseKeeper:
         # unanswered acquire yet, left the row of one that had committed.
         self._unanswered[holder] = p
         try:
-            # The clock is read when the store operation runs, not as it is
-            # asked for: an acquire queued behind the writer's other writes
-            # was stamped that much in the past, and could be stale before its
-            # first beat.
-            await self._write(lambda store: store.acquire_lease(p, holder, now_us()))
+            # The clock itself, read inside the transaction once it has the
+            # write lock, not as the acquire is asked for: one queued behind
+            # the writer's other writes, or waiting for another process's
+            # lock, was stamped that much in the past, and could be stale
+            # before its first beat.
+            await self._write(lambda store: store.acquire_lease(p, holder, now_us))
         except RpcError as exc:
             if exc.code in _NOTHING_TAKEN:
                 self._unanswered.pop(holder, None)

@@ -56,6 +56,7 @@ __all__ = [
     "CommitOutcome",
     "Committed",
     "EventRow",
+    "LeaseTime",
     "ReadShape",
     "Role",
     "Runner",
@@ -63,6 +64,7 @@ __all__ = [
     "StoreCall",
     "Synchronous",
     "closed_error",
+    "lease_time",
 ]
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -118,6 +120,20 @@ class EventRows(Protocol):
 
 def closed_error() -> RpcError:
     return RpcError(CLOSED, "event log is closed")
+
+
+LeaseTime = int | Callable[[], int]
+"""The time a lease operation stamps and judges with, in microseconds: a time,
+or the lease clock, which the operation reads inside its transaction once it
+holds the write lock. The log passes its clock: SQLite's ``BEGIN IMMEDIATE``
+waits up to the busy timeout (5 s) while another process writes, and a lease
+stamped with the time read before that wait was as old as the wait when it
+was written, stealable at once under a shorter window."""
+
+
+def lease_time(now: LeaseTime) -> int:
+    """The time of ``now``, read now (inside the operation's transaction)."""
+    return now() if callable(now) else now
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,10 +329,10 @@ class Backend(Protocol):
         """(pages in use, free pages, page size) of the storage."""
         ...
 
-    def acquire_lease(self, p: LeaseAcquireParams, holder: str, now_us: int) -> None: ...
+    def acquire_lease(self, p: LeaseAcquireParams, holder: str, now_us: LeaseTime) -> None: ...
 
     def heartbeat_lease(
-        self, app: str, user: str, session: str, holder: str, now_us: int
+        self, app: str, user: str, session: str, holder: str, now_us: LeaseTime
     ) -> bool: ...
 
     def release_lease(self, app: str, user: str, session: str, holder: str) -> bool: ...

@@ -15,6 +15,7 @@ from __future__ import annotations
 from streamd.eventlog import filters
 from streamd.eventlog.model import LeaseAcquireParams, LeaseInfo
 from streamd.eventlog.store import rows, rules
+from streamd.eventlog.store.backend import LeaseTime, lease_time
 from streamd.eventlog.store.sql import Sql
 
 __all__ = ["acquire", "heartbeat", "leased_sessions", "listed", "live_lease", "release"]
@@ -54,7 +55,7 @@ def leased_sessions(db: Sql, app: str, now_us: int) -> int:
     return row[0] if row else 0
 
 
-def acquire(db: Sql, p: LeaseAcquireParams, holder: str, now_us: int) -> None:
+def acquire(db: Sql, p: LeaseAcquireParams, holder: str, now_us: LeaseTime) -> None:
     """Take the lease for ``holder``, who promises to beat more often than
     ``stale_after_ms``. An existing lease is judged by the window its own
     holder declared, never by ours."""
@@ -63,9 +64,10 @@ def acquire(db: Sql, p: LeaseAcquireParams, holder: str, now_us: int) -> None:
         db.dialect, "lease", [("app", p.app), ("user", p.user), ("session", p.session)]
     )
     stale_after_ms = p.stale_after_ms
-    now_sql, now_args = db.lease_now(now_us)
     d = db.dialect
     with db.write():
+        # Read once the transaction has the write lock (see LeaseTime).
+        now_sql, now_args = db.lease_now(lease_time(now_us))
         row = db.one(
             f"SELECT holder, heartbeat_at, stale_after_ms, {now_sql} FROM leases"
             f" WHERE {_SESSION}{d.for_update}",
@@ -122,12 +124,15 @@ def steal(
     )
 
 
-def heartbeat(db: Sql, app: str, user: str, session: str, holder: str, now_us: int) -> bool:
+def heartbeat(
+    db: Sql, app: str, user: str, session: str, holder: str, now_us: LeaseTime
+) -> bool:
     """True while we hold the lease; False means it was stolen (or released)."""
     if db.dialect.cannot_hold(app, user, session, holder):
         return False  # no such lease can exist
-    now_sql, now_args = db.lease_now(now_us)
     with db.write(single=True):
+        # Read once the transaction has the write lock (see LeaseTime).
+        now_sql, now_args = db.lease_now(lease_time(now_us))
         return (
             db.run(
                 f"UPDATE leases SET heartbeat_at = {now_sql} WHERE {_SESSION} AND holder = ?",

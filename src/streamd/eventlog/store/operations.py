@@ -48,6 +48,7 @@ from streamd.eventlog.store.backend import (
     Committed,
     EventRow,
     EventRows,
+    LeaseTime,
     ReadShape,
 )
 from streamd.eventlog.store.sql import Sql
@@ -235,11 +236,13 @@ class SqlOperations:
     # -- leases --
 
     @checked_texts
-    def acquire_lease(self, p: LeaseAcquireParams, holder: str, now_us: int) -> None:
+    def acquire_lease(self, p: LeaseAcquireParams, holder: str, now_us: LeaseTime) -> None:
         self._call(lambda db: leases.acquire(db, p, holder, now_us))
 
     @checked_texts
-    def heartbeat_lease(self, app: str, user: str, session: str, holder: str, now_us: int) -> bool:
+    def heartbeat_lease(
+        self, app: str, user: str, session: str, holder: str, now_us: LeaseTime
+    ) -> bool:
         return self._call(lambda db: leases.heartbeat(db, app, user, session, holder, now_us))
 
     @checked_texts

@@ -1,0 +1,155 @@
+"""Leases on SQLite while another process holds the write lock: a lease row
+is stamped with the time its transaction got the lock, never with the time
+its wait for the lock began.
+
+Real threads and a real second connection (the wait is SQLite's busy
+handler, on the writer's thread), and a wall clock in the test's hand: it
+moves only while the writer waits, so the time a row holds tells when it
+was read. Every test is bounded by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import apsw
+import pytest
+import trio
+from support.eventlog import EPOCH
+
+from streamd.errors import SESSION_LOCKED, RpcError
+from streamd.eventlog import EventLog
+from streamd.eventlog.model import from_us
+
+T0_US = int(EPOCH * 1_000_000)
+WAIT_S = 5
+"""How long the lock is held against the writer: the busy timeout's length."""
+
+
+class HandClock:
+    """The logs' wall clock, moved by the test alone."""
+
+    def __init__(self) -> None:
+        self.us = T0_US
+
+    def __call__(self) -> float:
+        return self.us / 1_000_000
+
+
+@dataclass
+class Spied:
+    """One call of a store method on the writer's thread: begun and ended."""
+
+    begun: threading.Event
+    ended: threading.Event
+
+
+def spy_on_writer(log: EventLog, monkeypatch: pytest.MonkeyPatch, name: str) -> Spied:
+    """The writer's next call of ``name`` says when it begins (before its
+    transaction) and when it has returned; the calls after it as before."""
+    store = getattr(log.connections.writer, "store", None)
+    assert store is not None
+    real = getattr(store, name)
+    spied = Spied(threading.Event(), threading.Event())
+
+    def once(*args: Any, **kw: Any) -> Any:
+        monkeypatch.setattr(store, name, real)
+        spied.begun.set()
+        try:
+            return real(*args, **kw)
+        finally:
+            spied.ended.set()
+
+    monkeypatch.setattr(store, name, once)
+    return spied
+
+
+@contextmanager
+def write_lock_held(path: Path) -> Iterator[Callable[[], None]]:
+    """Another process's connection holding the file's write lock until the
+    function given is called (or the block ends)."""
+    other = apsw.Connection(str(path))
+    other.execute("BEGIN IMMEDIATE")
+
+    def release() -> None:
+        if not other.get_autocommit():
+            other.execute("ROLLBACK")
+
+    try:
+        yield release
+    finally:
+        release()
+        other.close()
+
+
+async def wait_for(event: threading.Event) -> None:
+    await trio.to_thread.run_sync(event.wait, abandon_on_cancel=True)
+
+
+async def test_an_acquire_that_waited_for_another_writers_lock_is_stamped_when_it_got_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process holds SQLite's write lock; A's acquire waits for it
+    # (up to the busy timeout, 5 s), and 5 s pass. Stamped with the time read
+    # before that wait, A's lease was 5 s old as it was written: with a 3 s
+    # window, B took it at once from its healthy holder, before its first beat.
+    path, clock = tmp_path / "events.db", HandClock()
+    with trio.fail_after(30):
+        async with (
+            EventLog(path, synchronous="NORMAL", wall_clock=clock) as a,
+            EventLog(path, synchronous="NORMAL", wall_clock=clock) as b,
+        ):
+            await a.latest_seq()  # opened: the writer exists
+            acquiring = spy_on_writer(a, monkeypatch, "acquire_lease")
+            leases = []
+            with write_lock_held(path) as release:
+                async with trio.open_nursery() as nursery:
+
+                    async def acquire() -> None:
+                        leases.append(await a.acquire_lock(
+                            "app", "u", "s", stale_after_ms=3000, heartbeat_ms=1500))
+
+                    nursery.start_soon(acquire)
+                    await wait_for(acquiring.begun)
+                    clock.us += WAIT_S * 1_000_000  # the wait for the lock
+                    release()
+            leases[0].stop_heartbeat()  # what the row says is the acquire's
+            with pytest.raises(RpcError) as info:
+                await b.acquire_lock("app", "u", "s", stale_after_ms=3000)
+            assert info.value.code == SESSION_LOCKED
+            assert info.value.data["heartbeat_age_ms"] == 0
+            [row] = await a.list_locks()
+            assert row.acquired_at == row.heartbeat_at == from_us(T0_US + WAIT_S * 1_000_000)
+
+
+async def test_a_beat_that_waited_for_another_writers_lock_is_stamped_when_it_got_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As an acquire: a beat stamped before its 5 s wait for the lock left the
+    # lease 5 s old as it was written, stealable under a 3 s window though
+    # its holder had just beaten.
+    path, clock = tmp_path / "events.db", HandClock()
+    with trio.fail_after(30):
+        async with (
+            EventLog(path, synchronous="NORMAL", wall_clock=clock) as a,
+            EventLog(path, synchronous="NORMAL", wall_clock=clock) as b,
+        ):
+            lease = await a.acquire_lock("app", "u", "s", stale_after_ms=3000, heartbeat_ms=1000)
+            beating = spy_on_writer(a, monkeypatch, "heartbeat_lease")
+            with write_lock_held(path) as release:
+                await wait_for(beating.begun)  # the first beat, 1 s after the acquire
+                clock.us += WAIT_S * 1_000_000  # the wait for the lock
+                release()
+            await wait_for(beating.ended)
+            lease.stop_heartbeat()  # what the row says is that beat's
+            with pytest.raises(RpcError) as info:
+                await b.acquire_lock("app", "u", "s", stale_after_ms=3000)
+            assert info.value.code == SESSION_LOCKED
+            [row] = await a.list_locks()
+            assert row.acquired_at == from_us(T0_US)
+            assert row.heartbeat_at == from_us(T0_US + WAIT_S * 1_000_000)
