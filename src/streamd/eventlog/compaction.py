@@ -40,6 +40,10 @@ VACUUM_PAGES = 2000
 are bounded in :mod:`streamd.eventlog.retention`)."""
 
 
+def _nothing(store: Backend) -> None:
+    """A call on the writer that ends after those queued before it."""
+
+
 class Compactor:
     def __init__(
         self,
@@ -127,7 +131,28 @@ class Compactor:
         :meth:`~streamd.eventlog.watch_hub.WatchHub.retention_step`)."""
         async with self._retention_step() as keep:
             now_us = self._now_us()
-            return await self._write(lambda store: op(store, now_us, keep))
+            try:
+                return await self._write(lambda store: op(store, now_us, keep))
+            except trio.Cancelled:
+                # SQLite's runner abandons a cancelled call only at its next
+                # progress check: a short step goes on and commits. Until it
+                # has ended, the hub must go on counting it (a watch opened
+                # meanwhile lowers its horizon and waits for it); let go at
+                # once, a watch opened then read its first page, then lost
+                # what the step removed under it. Shielded from the caller,
+                # not from the log's close (which refuses new watches).
+                with trio.CancelScope(shield=True):
+                    await self._writer_settled()
+                raise
+
+    async def _writer_settled(self) -> None:
+        """Return once every call queued on the writer so far has ended (the
+        writer runs its calls one at a time, in order)."""
+        try:
+            await self._write(_nothing)
+        except RpcError as exc:
+            if not is_closed(exc):
+                logger.warning("event log retention: waiting for a cancelled step: %s", exc)
 
     def _file_bytes(self) -> int:
         if self._target.kind != "sqlite":

@@ -108,13 +108,15 @@ class WatchHub:
 
     @asynccontextmanager
     async def retention_step(self) -> AsyncIterator[Callable[[], int | None]]:
-        """Around one retention step, until it has committed or failed: the
-        horizon it may remove nothing after, which the step reads inside its
-        transaction (on the writer's thread): the oldest position an open
-        watch has reached (:meth:`oldest_position`), lowered by every watch
-        opened since the step began. Read before the step waited for the
-        writer, it let the step remove what another process committed after
-        a watch opened meanwhile.
+        """Around one retention step, until it has committed or failed, even
+        when its caller is cancelled (the step may still commit on the
+        writer's thread: ``Compactor._step`` waits for it): the horizon it may
+        remove nothing after, which the step reads inside its transaction (on
+        the writer's thread): the oldest position an open watch has reached
+        (:meth:`oldest_position`), lowered by every watch opened since the
+        step began. Read before the step waited for the writer, it let the
+        step remove what another process committed after a watch opened
+        meanwhile.
 
         A watch opened meanwhile also reads nothing of the store until the
         step has ended (later steps count it): opened after the step read its
