@@ -13,10 +13,10 @@ import pytest
 from support.mysql_store import T0, ap
 
 from streamd.errors import INVALID_PARAMS, RpcError
-from streamd.eventlog.model import AppendParams, Event, StateDelta
+from streamd.eventlog.model import AppendParams, Event, LeaseAcquireParams, StateDelta
 from streamd.eventlog.mysql import packets
 from streamd.eventlog.mysql.store import MysqlStore
-from streamd.eventlog.store import rows
+from streamd.eventlog.store import LeaseKey, rows
 
 
 def test_appends_queued_together_past_the_servers_packet_limit_all_commit(
@@ -131,3 +131,33 @@ def _grows(app: str, i: int, key: str, size: int) -> AppendParams:
         app=app, user="u", session="s", event=Event(id=f"grow{i}", author="agent", content=None),
         state_delta=StateDelta(app={key: "x" * size}),
     )
+
+
+def test_the_heartbeats_of_many_long_named_leases_go_in_statements_that_fit_the_packet(
+    open_mysql_store: Callable[..., MysqlStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A log's due heartbeats are one store call whatever their number: named
+    # in one statement, the keys of a hundred leases with long session names
+    # are over a 64 KiB max_allowed_packet, which refused the statement and
+    # failed every beat of the call, the short-named leases' too.
+    monkeypatch.setattr(packets, "max_packet", lambda conn: 64 << 10)
+    sent: list[str] = []
+    real = packets.refuse_long_statement
+
+    def measured(query: str, args: tuple[object, ...], max_packet: int) -> None:
+        sent.append(query)
+        real(query, args, max_packet)
+
+    monkeypatch.setattr(packets, "refuse_long_statement", measured)
+    store = open_mysql_store(lease_clock="caller")
+    keys = []
+    for i in range(100):
+        session = f"s{i:03d}-" + "\U0001d11e" * 240  # four bytes each
+        store.acquire_lease(LeaseAcquireParams(app="app", user="u", session=session), f"h{i}", T0)
+        keys.append(LeaseKey("app", "u", session, f"h{i}"))
+    before = store.connection
+    sent.clear()
+    assert store.heartbeat_leases(keys, T0 + 1_000_000) == [True] * 100
+    updates = [q for q in sent if q.startswith("UPDATE leases")]
+    assert len(updates) > 1 and [q for q in sent if "leases" in q] == updates
+    assert store.connection is before  # the connection was never dropped

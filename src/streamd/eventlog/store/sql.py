@@ -15,7 +15,8 @@ databases and nothing more:
   ``greatest``, row locks, index hints, a suffix test, an upsert); what is
   more than a spelling is a method here (an insert's generated id, an insert
   unless the key exists, a delete that says what it deleted: MySQL has no
-  ``RETURNING`` and cannot delete from a table it reads in a subquery).
+  ``RETURNING`` and cannot delete from a table it reads in a subquery; an
+  update of many rows by key that says which matched).
 * **Transactions.** :meth:`Sql.write` is one write transaction (SQLite's
   ``BEGIN IMMEDIATE``, PostgreSQL's ``BEGIN``); ``single=True`` says the block
   is one statement, which PostgreSQL runs as its own transaction in autocommit
@@ -109,6 +110,16 @@ class Sql(Protocol):
         """Delete the rows of ``table`` whose ``key`` is among the first column
         of ``select``'s rows (which may be ordered and limited); the keys
         deleted. Inside a write transaction."""
+        ...
+
+    def update_each(
+        self, table: str, assignment: str, args: Args, columns: Sequence[str], keys: Sequence[Row]
+    ) -> list[bool]:
+        """``UPDATE table SET assignment`` (its ``?`` bound to ``args``) on the
+        row whose ``columns`` (texts) equal each of ``keys``; for each key, in
+        order, whether it matched a row (a key given twice answers alike).
+        Inside a write transaction. In as few round trips as the database
+        allows, since a log's heartbeats are thousands of keys a tick."""
         ...
 
     def scan(self, sql: str, args: Args = ()) -> Rows:
