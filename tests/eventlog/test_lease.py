@@ -94,15 +94,15 @@ def _pause_heartbeats(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> dict[st
     flag's ``paused`` is true: its leases then age although their holder lives."""
     runner = log.connections.writer
     writer = getattr(runner, "store", runner)  # the store under its runner
-    real = writer.heartbeat_lease
+    real = writer.heartbeat_leases
     state = {"paused": True}
 
-    def heartbeat(*args: Any) -> bool:
+    def heartbeats(*args: Any) -> list[bool]:
         if state["paused"]:
             raise RpcError(SOURCE_UNAVAILABLE, "disk I/O error")
         return real(*args)
 
-    monkeypatch.setattr(writer, "heartbeat_lease", heartbeat)
+    monkeypatch.setattr(writer, "heartbeat_leases", heartbeats)
     return state
 
 
@@ -218,16 +218,16 @@ async def test_a_heartbeat_that_hits_a_database_error_is_retried_not_reported_lo
         async with open_mocked() as a, open_mocked() as b, trio.open_nursery() as nursery:
             lease = await a.acquire_lock("app", "u", "s", nursery=nursery, heartbeat_ms=5000)
             writer = a.connections.writer
-            real = writer.heartbeat_lease
+            real = writer.heartbeat_leases
             failures = {"left": 3}
 
-            def flaky(*args: Any) -> bool:
+            def flaky(*args: Any) -> list[bool]:
                 if failures["left"]:
                     failures["left"] -= 1
                     raise RpcError(SOURCE_UNAVAILABLE, "disk I/O error")
                 return real(*args)
 
-            monkeypatch.setattr(writer, "heartbeat_lease", flaky)
+            monkeypatch.setattr(writer, "heartbeat_leases", flaky)
             await trio.sleep(16)  # three failing beats
             assert not lease.lost.is_set() and lease.beats == 0
             await trio.sleep(5)  # the fourth succeeds

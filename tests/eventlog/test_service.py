@@ -19,6 +19,7 @@ from support.service import HEAVY, Daemonish, _server, append
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import EventLog
 from streamd.eventlog.service import METHOD_NAMES
+from streamd.eventlog.store import LeaseKey
 
 SPEC_METHODS = {
     "eventlog/append",
@@ -266,15 +267,15 @@ async def test_a_stolen_lease_is_reported_as_lock_lost_on_its_connection(
             # A's heartbeats fail (a wedged disk) until B has taken the lease, which
             # B can do only once A's beat is older than A's own 150 ms window.
             writer = log.connections.writer
-            real = writer.heartbeat_lease
+            real = writer.heartbeat_leases
             paused = {"holder": held["holder"]}
 
-            def heartbeat(app: str, user: str, session: str, holder: str, now_us: int) -> bool:
-                if holder == paused.get("holder"):
+            def heartbeats(beats: list[LeaseKey], now_us: int) -> list[bool]:
+                if any(b.holder == paused.get("holder") for b in beats):
                     raise RpcError(SOURCE_UNAVAILABLE, "disk I/O error")
-                return real(app, user, session, holder, now_us)
+                return real(beats, now_us)
 
-            monkeypatch.setattr(writer, "heartbeat_lease", heartbeat)
+            monkeypatch.setattr(writer, "heartbeat_leases", heartbeats)
             err = await b.error("eventlog/lock.acquire", key)
             assert err["code"] == -32011  # A's beat is fresh yet
             await trio.sleep(0.2)  # mock time: 200 ms without a beat

@@ -1,24 +1,32 @@
 """Session leases: one holder drives a session, and learns when it no longer does.
 
 A :class:`Lease` is a row in the store (``Backend.acquire_lease`` judges and
-takes it) plus a heartbeat task that keeps the row fresh. Its rules:
+takes it), kept fresh by its log's heartbeats
+(:class:`~streamd.eventlog.heartbeats.Heartbeats`: one store call a tick for
+all the leases of one interval), plus a task of its own in the nursery its
+caller named, or the log's. Its rules:
 
 * The heartbeat beats every ``heartbeat_ms``, counted from each beat's
   start, each beat bounded by the next tick, so a wedged database delays the
   next beat and never stacks them, and a slow one never stretches the cadence.
-* A beat that updates no row means the lease was stolen (another holder found
-  it stale): ``lost`` is set, ``on_lost`` runs, and the heartbeat ends. Whoever
-  works under the lease must stop then, or two processes drive one session.
+* A beat that finds the row no longer ours means the lease was stolen
+  (another holder found it stale): ``lost`` is set, ``on_lost`` runs in the
+  lease's task, once, and the heartbeat ends. Whoever works under the lease
+  must stop then, or two processes drive one session.
 * A beat that fails (a database error, or too slow) is retried at the next tick
   (a too slow one has reached it: at once): the lease may well still be ours,
   so it is not a loss.
 * :meth:`Lease.release` stops the heartbeat and deletes the row only if it is
   still ours, so it never deletes a successor's lease; a clean release never
   sets ``lost``.
+* The lease's task returns when the lease is released, lost or stopped, or
+  the log closes; cancelled (its nursery was), it stops the heartbeat and
+  leaves the row as it is, as a heartbeat running in that nursery did.
 
 A lease reaches its log only through :class:`LeaseHost`, which the log builds
-once: how to run a store operation on the writer, the clock, whether the log
-is closed, and how to tell it a lease is done (released or lost).
+once: how to run a store operation on the writer, whether the log is closed,
+how to stop beating a lease, and how to tell the log a lease is done
+(released or lost).
 """
 
 from __future__ import annotations
@@ -29,20 +37,17 @@ import secrets
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import trio
 
 from streamd.errors import INVALID_PARAMS, SESSION_LOCKED, RpcError, is_closed
+from streamd.eventlog.heartbeats import Heartbeats
 from streamd.eventlog.model import LeaseAcquireParams
-from streamd.eventlog.sqlite.file_identity import is_file_fault
-from streamd.eventlog.store import Backend, Runner, StoreCall
+from streamd.eventlog.store import Backend, LeaseKey, Runner, StoreCall
 
 __all__ = ["Lease", "LeaseHost", "LeaseKeeper", "new_holder_id"]
 
 logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 _NOTHING_TAKEN = frozenset({SESSION_LOCKED, INVALID_PARAMS})
 """Refusals of an acquire that wrote nothing: any other failure may have
@@ -67,19 +72,17 @@ class LeaseHost:
 
     write: StoreCall
     """Runs one store operation on the log's writer."""
-    now_us: Callable[[], int]
-    """The log's wall clock in microseconds (a test's mock clock, in tests),
-    which a store operation reads inside its transaction
-    (:data:`~streamd.eventlog.store.backend.LeaseTime`)."""
     closed: Callable[[], bool]
+    leave: Callable[[Lease], None]
+    """Stops beating the lease (the log's heartbeats drop it)."""
     forget: Callable[[Lease], None]
     """Called once when the lease is released or lost: the log stops holding it."""
 
 
 class Lease:
-    """An exclusive lease on one session, kept fresh by a heartbeat task.
+    """An exclusive lease on one session, kept fresh by its log's heartbeats.
 
-    ``lost`` is set if another process stole the lease (our heartbeat found the row
+    ``lost`` is set if another process stole the lease (a heartbeat found the row
     no longer ours); whoever works under the lease should stop then, or two
     processes drive one session. ``lost`` is never set by a clean release.
     """
@@ -102,65 +105,57 @@ class Lease:
         self.user = user
         self.session = session
         self.heartbeat_ms = heartbeat_ms
+        self.key = LeaseKey(app, user, session, holder)
+        """The row a heartbeat refreshes while it is ours."""
         self.lost = trio.Event()
         self.beats = 0
         """Successful heartbeats so far (diagnostics; tests watch it advance)."""
         self._host = host
         self._on_lost = on_lost
-        self._scope = trio.CancelScope()  # the heartbeat's; cancelled by release
+        self._ended = trio.Event()  # released, stopped or lost: the task returns
+        self._gone = False  # lost: the task sets ``lost`` and runs on_lost
         self._released = False
 
     async def keep_alive(self) -> None:
-        """The heartbeat: run it as a task; it returns when the lease is lost,
-        released or stopped, or the log closes."""
-        interval = self.heartbeat_ms / 1000
-        with self._scope:
-            tick = trio.current_time() + interval
-            while True:
-                await trio.sleep_until(tick)
-                # Ticks are counted from each beat's start, not its end: a beat
-                # the database slowed, or one that timed out, must not push the
-                # next back by its delay. Counted from the end, beats the
-                # database took 4 s of a 5 s interval to answer landed 13 s
-                # apart, and a 10 s window went stale under a healthy holder;
-                # a timed-out beat waited a whole interval more before its retry.
-                tick = max(tick, trio.current_time()) + interval
-                try:
-                    # Bounded by the next tick, so a wedged database delays the
-                    # next beat, never stacks them, and a beat that timed out is
-                    # retried at once.
-                    with trio.fail_at(tick):
-                        held = await self._host.write(self._beat())
-                except (RpcError, trio.TooSlowError) as exc:
-                    if isinstance(exc, RpcError) and is_closed(exc):
-                        return
-                    if is_file_fault(exc):
-                        # The log stopped for good: its file was replaced or
-                        # deleted, and the lease's row with it. Beaten on, it
-                        # warned every interval for as long as the process ran
-                        # while its holder worked on, though a daemon started on
-                        # the restored file may grant the session to another.
-                        logger.warning("lease %s lost with the log's file", self.lock)
-                        break
-                    # The lease may well still be ours: retry at the next tick.
-                    logger.warning("lease %s heartbeat failed (will retry): %r", self.lock, exc)
-                    continue
-                if held:
-                    self.beats += 1
-                    continue
-                break  # the row is someone else's: stolen
-        if self._scope.cancelled_caught:
-            return  # released or stopped: nothing was lost
-        self._host.forget(self)
-        self.lost.set()
-        if self._on_lost is not None:
+        """The lease's task: it returns when the lease is lost (after running
+        ``on_lost``), released or stopped, or the log closes. Cancelled, it
+        stops the heartbeat."""
+        try:
+            await self._ended.wait()
+        finally:
+            if not self._ended.is_set():
+                # Its nursery was cancelled: the heartbeat, which ran in that
+                # nursery before the log's heartbeats beat for all, ends with it.
+                self.stop_heartbeat()
+            elif self._gone:
+                # Set here, in one step with on_lost's start, as when the beat
+                # that found the loss ran in this task: whoever waits on
+                # ``lost`` wakes to find on_lost under way. (Even cancelled:
+                # the loss was found, only on_lost cannot run.)
+                self.lost.set()
+        if self._gone and self._on_lost is not None:
             await self._on_lost(self)
+
+    def beaten(self) -> None:
+        """A heartbeat refreshed the row (the log's heartbeats say so)."""
+        self.beats += 1
+
+    def mark_lost(self) -> None:
+        """The row is no longer ours: stolen, or gone with the log's file (the
+        log's heartbeats say so, once). Nothing once the lease was released or
+        stopped: then nothing was lost."""
+        if self._ended.is_set():
+            return
+        self._host.forget(self)
+        self._gone = True
+        self._ended.set()
 
     def stop_heartbeat(self) -> None:
         """Stop beating and leave the row as it is: the lease goes stale after
         its window unless someone deletes it (the log's close does, for every
         lease it holds)."""
-        self._scope.cancel()
+        self._host.leave(self)
+        self._ended.set()
 
     async def release(self) -> None:
         """Stop the heartbeat and delete the lease row if it is still ours.
@@ -171,9 +166,9 @@ class Lease:
         if self._released:
             return
         self._released = True
-        self._scope.cancel()
+        self.stop_heartbeat()
         self._host.forget(self)
-        if self.lost.is_set() or self._host.closed():
+        if self._gone or self._host.closed():
             return
         await self._host.write(self.release_op())
 
@@ -182,19 +177,13 @@ class Lease:
         (true if it was)."""
         return lambda store: store.release_lease(self.app, self.user, self.session, self.holder)
 
-    def _beat(self) -> Callable[[Backend], bool]:
-        # The clock itself: read inside the beat's transaction (see LeaseKeeper.acquire).
-        return lambda store: store.heartbeat_lease(
-            self.app, self.user, self.session, self.holder, self._host.now_us
-        )
-
 
 class LeaseKeeper:
     """The leases one log holds: taken, kept fresh, released at close.
 
-    A heartbeat runs in the nursery the caller names, or in the log's own
+    A lease's task runs in the nursery the caller names, or in the log's own
     (then a failing ``on_lost`` is logged, not raised: the log's nursery
-    serves every client)."""
+    serves every client); its heartbeats are the log's, in the log's nursery."""
 
     def __init__(self, *, write: StoreCall, now_us: Callable[[], int], closed: Callable[[], bool]):
         self._write = write
@@ -204,7 +193,10 @@ class LeaseKeeper:
         # outcome, by holder: their rows, if they were written, are deleted
         # in the log's nursery, or at close (see acquire).
         self._unanswered: dict[str, LeaseAcquireParams] = {}
-        self._host = LeaseHost(write=write, now_us=now_us, closed=closed, forget=self._forget)
+        self._beats = Heartbeats(write=write, now_us=now_us)
+        self._host = LeaseHost(
+            write=write, closed=closed, leave=self._beats.leave, forget=self._forget
+        )
 
     async def acquire(
         self,
@@ -255,6 +247,7 @@ class LeaseKeeper:
         )
         self._held[lease.lock] = lease
         try:
+            self._beats.join(lease, log_nursery)
             if nursery is not None:
                 nursery.start_soon(lease.keep_alive)
             else:
@@ -315,6 +308,7 @@ class LeaseKeeper:
         leases = list(self._held.values())
         for lease in leases:
             lease.stop_heartbeat()
+        self._beats.stop()
         return leases
 
     async def release_at_close(self, leases: list[Lease], writer: Runner, grace: float) -> None:

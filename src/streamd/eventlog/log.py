@@ -20,8 +20,10 @@ rule lives in the store and every job in its own module:
   reads the store again only when it fell behind or another process
   committed, which a change source notices (inotify or a poll, confirmed by
   the newest seq); it runs only while someone watches.
-* **Leases** (:class:`~streamd.eventlog.lease.LeaseKeeper`): one heartbeat task
-  per lease, in the log's nursery or one the caller supplies.
+* **Leases** (:class:`~streamd.eventlog.lease.LeaseKeeper`): a task per lease,
+  in the log's nursery or one the caller supplies, and heartbeats by cadence
+  (:mod:`~streamd.eventlog.heartbeats`): every lease of one interval is
+  refreshed by one write a tick.
 * **Retention** (:mod:`~streamd.eventlog.compaction`) every
   ``retention_interval`` seconds and on :meth:`EventLog.compact`, each step its
   own short write bounded by rows, so appends interleave; it removes nothing
