@@ -20,7 +20,7 @@ import trio
 import trio.testing
 from support.eventlog import mocked, trio_wall_clock
 
-from streamd.eventlog import EventLog, Lease
+from streamd.eventlog import EventLog, Lease, heartbeats
 
 
 @pytest.fixture
@@ -149,6 +149,71 @@ async def test_leases_with_different_heartbeats_each_keep_their_own_cadence(
             beaten = [lease.beats - b for lease, b in zip(leases, before, strict=True)]
             assert beaten == [30, 20, 12] * 4
             assert len(calls) == 30 + 20 + 12
+            for lease in leases:
+                await lease.release()
+
+
+class _Named:
+    """Stands in for the store to learn how many leases a heartbeat call names."""
+
+    def __init__(self) -> None:
+        self.leases = 0
+
+    def heartbeat_leases(self, beats: list[Any], now_us: int) -> list[bool]:
+        self.leases = len(beats)
+        return [True] * len(beats)
+
+
+def slow_per_lease(log: EventLog, monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Make every heartbeat call of ``log`` take ``seconds`` a lease it names
+    (a database that refreshes rows slowly), on the mock clock."""
+    runner = log.connections.writer
+    assert runner is not None
+    real = runner.run
+
+    async def run(op: Any) -> Any:
+        named = _Named()
+        try:
+            op(named)
+        except AttributeError:
+            pass  # not a heartbeat
+        await trio.sleep(seconds * named.leases)
+        return await real(op)
+
+    monkeypatch.setattr(runner, "run", run)
+
+
+async def test_a_cadence_one_tick_cannot_beat_whole_beats_in_parts_and_starves_no_lease(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Thirty leases at 1 s on a database that takes 40 ms a lease: their one
+    # call took 1.2 s, was cut at the next tick every tick (and rolled back),
+    # and none landed. In calls of ten (0.4 s each) a tick lands two and the
+    # third is cut; beaten in a fixed order, the last ten never were, and went
+    # stale under their healthy holder. Stalest first, each lease is beaten
+    # at least twice every three ticks.
+    monkeypatch.setattr(heartbeats, "LEASES_A_CALL", 10)
+    with trio.fail_after(600):
+        async with open_mocked() as log, trio.open_nursery() as nursery:
+            leases = [
+                await log.acquire_lock(
+                    "app", "u", f"s{i}", nursery=nursery, heartbeat_ms=1000, stale_after_ms=3000
+                )
+                for i in range(30)
+            ]
+            slow_per_lease(log, monkeypatch, 0.04)
+            oldest = 0.0
+            for _ in range(40):  # 20 s
+                await trio.sleep(0.5)
+                for row in await log.list_locks():
+                    assert row.heartbeat_at is not None
+                    oldest = max(oldest, trio_wall_clock() - row.heartbeat_at.timestamp())
+            assert oldest < 2.5  # two ticks and a call at most: inside the 3 s window
+            assert min(lease.beats for lease in leases) >= 12
+            assert not any(lease.lost.is_set() for lease in leases)
+            monkeypatch.undo()
             for lease in leases:
                 await lease.release()
 
