@@ -5,7 +5,7 @@ A held lease is kept fresh by its log's heartbeats, not by a task and a write
 of its own. One write a lease queued thousands of beats on the log's single
 writer: every other client's appends waited behind them, and the beats
 themselves fell late until healthy leases went stale (300 leases at 50 ms
-took a SQLite log from some 850 appends/s to 8, and their heartbeats were
+took a SQLite log from some 300 appends/s to 5, and their heartbeats were
 seconds old; see ``bench/lease_heartbeats.py``).
 
 Leases beat by **cadence**: all the leases of one ``heartbeat_ms``, beaten
