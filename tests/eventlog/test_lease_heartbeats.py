@@ -20,7 +20,7 @@ import trio
 import trio.testing
 from support.eventlog import mocked, trio_wall_clock
 
-from streamd.eventlog import EventLog, Lease, heartbeats
+from streamd.eventlog import EventLog, Lease
 
 
 @pytest.fixture
@@ -194,7 +194,7 @@ async def test_a_cadence_one_tick_cannot_beat_whole_beats_in_parts_and_starves_n
     # third is cut; beaten in a fixed order, the last ten never were, and went
     # stale under their healthy holder. Stalest first, each lease is beaten
     # at least twice every three ticks.
-    monkeypatch.setattr(heartbeats, "LEASES_A_CALL", 10)
+    monkeypatch.setattr("streamd.eventlog.heartbeats.LEASES_A_CALL", 10)
     with trio.fail_after(600):
         async with open_mocked() as log, trio.open_nursery() as nursery:
             leases = [
