@@ -22,8 +22,8 @@ rule lives in the store and every job in its own module:
   the newest seq); it runs only while someone watches.
 * **Leases** (:class:`~streamd.eventlog.lease.LeaseKeeper`): a task per lease,
   in the log's nursery or one the caller supplies, and heartbeats by cadence
-  (:mod:`~streamd.eventlog.heartbeats`): every lease of one interval is
-  refreshed by one write a tick.
+  (:mod:`~streamd.eventlog.heartbeats`): the leases of one interval are
+  refreshed together, one write a tick for up to 1,000 of them.
 * **Retention** (:mod:`~streamd.eventlog.compaction`) every
   ``retention_interval`` seconds and on :meth:`EventLog.compact`, each step its
   own short write bounded by rows, so appends interleave; it removes nothing
