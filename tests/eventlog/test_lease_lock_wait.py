@@ -11,16 +11,15 @@ was read. Every test is bounded by ``trio.fail_after``.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import apsw
 import pytest
 import trio
-from support.eventlog import EPOCH
+from support.eventlog import EPOCH, ev
 
 from streamd.errors import SESSION_LOCKED, RpcError
 from streamd.eventlog import EventLog
@@ -41,32 +40,22 @@ class HandClock:
         return self.us / 1_000_000
 
 
-@dataclass
-class Spied:
-    """One call of a store method on the writer's thread: begun and ended."""
-
-    begun: threading.Event
-    ended: threading.Event
-
-
-def spy_on_writer(log: EventLog, monkeypatch: pytest.MonkeyPatch, name: str) -> Spied:
-    """The writer's next call of ``name`` says when it begins (before its
-    transaction) and when it has returned; the calls after it as before."""
+def waiting_for_the_lock(log: EventLog) -> threading.Event:
+    """Set once the log's writer waits for another connection's lock: from
+    then on, whatever its operation read before its transaction has been read.
+    (SQLite's busy handler, replaced for the test by one that waits up to
+    10 s, 1 ms a try: the writer's own cannot be told apart from outside.)"""
     store = getattr(log.connections.writer, "store", None)
     assert store is not None
-    real = getattr(store, name)
-    spied = Spied(threading.Event(), threading.Event())
+    waiting = threading.Event()
 
-    def once(*args: Any, **kw: Any) -> Any:
-        monkeypatch.setattr(store, name, real)
-        spied.begun.set()
-        try:
-            return real(*args, **kw)
-        finally:
-            spied.ended.set()
+    def busy(tries: int) -> bool:
+        waiting.set()
+        time.sleep(0.001)
+        return tries < 10_000
 
-    monkeypatch.setattr(store, name, once)
-    return spied
+    store.connection.set_busy_handler(busy)
+    return waiting
 
 
 @contextmanager
@@ -92,7 +81,7 @@ async def wait_for(event: threading.Event) -> None:
 
 
 async def test_an_acquire_that_waited_for_another_writers_lock_is_stamped_when_it_got_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     # Another process holds SQLite's write lock; A's acquire waits for it
     # (up to the busy timeout, 5 s), and 5 s pass. Stamped with the time read
@@ -105,7 +94,7 @@ async def test_an_acquire_that_waited_for_another_writers_lock_is_stamped_when_i
             EventLog(path, synchronous="NORMAL", wall_clock=clock) as b,
         ):
             await a.latest_seq()  # opened: the writer exists
-            acquiring = spy_on_writer(a, monkeypatch, "acquire_lease")
+            waiting = waiting_for_the_lock(a)
             leases = []
             with write_lock_held(path) as release:
                 async with trio.open_nursery() as nursery:
@@ -115,7 +104,7 @@ async def test_an_acquire_that_waited_for_another_writers_lock_is_stamped_when_i
                             "app", "u", "s", stale_after_ms=3000, heartbeat_ms=1500))
 
                     nursery.start_soon(acquire)
-                    await wait_for(acquiring.begun)
+                    await wait_for(waiting)
                     clock.us += WAIT_S * 1_000_000  # the wait for the lock
                     release()
             leases[0].stop_heartbeat()  # what the row says is the acquire's
@@ -128,7 +117,7 @@ async def test_an_acquire_that_waited_for_another_writers_lock_is_stamped_when_i
 
 
 async def test_a_beat_that_waited_for_another_writers_lock_is_stamped_when_it_got_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     # As an acquire: a beat stamped before its 5 s wait for the lock left the
     # lease 5 s old as it was written, stealable under a 3 s window though
@@ -140,12 +129,15 @@ async def test_a_beat_that_waited_for_another_writers_lock_is_stamped_when_it_go
             EventLog(path, synchronous="NORMAL", wall_clock=clock) as b,
         ):
             lease = await a.acquire_lock("app", "u", "s", stale_after_ms=3000, heartbeat_ms=1000)
-            beating = spy_on_writer(a, monkeypatch, "heartbeat_lease")
+            waiting = waiting_for_the_lock(a)
             with write_lock_held(path) as release:
-                await wait_for(beating.begun)  # the first beat, 1 s after the acquire
+                await wait_for(waiting)  # the first beat, 1 s after the acquire
                 clock.us += WAIT_S * 1_000_000  # the wait for the lock
                 release()
-            await wait_for(beating.ended)
+            # The writer runs one call at a time: an append queued after the
+            # beat is answered once the beat has committed.
+            await a.append("app", "u", "other", ev("after the beat"))
+            assert lease.beats == 1
             lease.stop_heartbeat()  # what the row says is that beat's
             with pytest.raises(RpcError) as info:
                 await b.acquire_lock("app", "u", "s", stale_after_ms=3000)
