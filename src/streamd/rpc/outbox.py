@@ -14,18 +14,45 @@ still be sent about as many bytes as the socket holds before anything waits.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 import trio
 
-__all__ = ["Outbox", "WriteNow", "gathered"]
+__all__ = ["Outbox", "WriteNow", "gathered", "socket_write_now"]
 
 WriteNow = Callable[[bytes], int]
 """Writes what it can of the bytes without blocking and says how many it wrote
 (0 when there is no room); an ``OSError`` (a broken peer) leaves the bytes to
 the writer task, which meets the error itself and reports it."""
+
+
+
+def socket_write_now(
+    stream: trio.abc.SendStream, written: Callable[[int], None]
+) -> WriteNow | None:
+    """A connection's :data:`WriteNow`, for the outbox's gathered steps: on a
+    socket only (None otherwise). ``written`` is told each write's bytes."""
+    if not isinstance(stream, trio.SocketStream):
+        return None
+    sock = stream.socket
+
+    def write_now(data: bytes) -> int:
+        fd = sock.fileno()
+        if fd < 0 or sock.did_shutdown_SHUT_WR:
+            return 0  # closed: the writer task says so
+        try:
+            # The socket is non-blocking (Trio's): what fits, or nothing.
+            n = os.write(fd, data)
+        except BlockingIOError:
+            return 0
+        written(n)
+        return n
+
+    return write_now
+
 
 # The outboxes holding a step's frames; None outside gathered().
 _gathering: ContextVar[list[Outbox] | None] = ContextVar("streamd_outbox_gathering", default=None)

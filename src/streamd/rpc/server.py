@@ -85,7 +85,6 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -98,7 +97,7 @@ from streamd.rpc.framing import MAX_DEPTH, MAX_FRAME_BYTES, Oversized
 from streamd.rpc.inflight import InFlight
 from streamd.rpc.limit import MAX_CONNECTIONS, ConnectionLimit
 from streamd.rpc.methods import Connection, Method, MethodTable, Request, Submit
-from streamd.rpc.outbox import Outbox, WriteNow, gathered
+from streamd.rpc.outbox import Outbox, gathered, socket_write_now
 from streamd.rpc.protocol import (
     Call,
     Cancel,
@@ -262,7 +261,10 @@ class _Session:
         # shutdown's wait for the requests in flight.
         self._reading = trio.CancelScope()
         self._grace = trio.CancelScope()
-        self.outbox = Outbox(OUTBOX_FRAMES, self._write_now())
+        # What a gathered step writes directly counts as the writer's would.
+        self.outbox = Outbox(
+            OUTBOX_FRAMES, socket_write_now(send, lambda n: self.conn.done_with(n))
+        )
 
     def stop(self) -> None:
         self._reading.cancel()
@@ -288,28 +290,6 @@ class _Session:
             finally:
                 # Ends the writer once it has flushed everything.
                 outbox.close()
-
-    def _write_now(self) -> WriteNow | None:
-        """The connection's non-blocking write, for the outbox's gathered
-        steps (:func:`~streamd.rpc.outbox.gathered`): on a socket only."""
-        stream = self.send
-        if not isinstance(stream, trio.SocketStream):
-            return None
-        sock = stream.socket
-
-        def write_now(data: bytes) -> int:
-            fd = sock.fileno()
-            if fd < 0 or sock.did_shutdown_SHUT_WR:
-                return 0  # closed: the writer task says so
-            try:
-                # The socket is non-blocking (Trio's): what fits, or nothing.
-                written = os.write(fd, data)
-            except BlockingIOError:
-                return 0
-            self.conn.done_with(written)
-            return written
-
-        return write_now
 
     async def _write(self, outbox: Outbox) -> None:
         broken = False
