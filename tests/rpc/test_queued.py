@@ -28,6 +28,7 @@ from streamd.eventlog import EventLog
 from streamd.eventlog.service import eventlog_methods
 from streamd.rpc import Method, Server
 from streamd.rpc.methods import Reply
+from streamd.rpc.protocol import Call, FrameReader
 
 
 class Params(msgspec.Struct, forbid_unknown_fields=True):
@@ -128,9 +129,13 @@ async def test_the_in_flight_bound_holds_for_queued_requests_until_their_reply()
 
 async def test_the_byte_bound_holds_for_queued_requests_until_their_reply() -> None:
     queue = Queue()
-    frame = rpc(1, "q", {"n": 1})
+    # What each request is charged: its params' estimated decoded size.
+    reader = FrameReader()
+    [frame] = reader.feed(rpc(1, "q", {"n": 1}))
+    call = reader.event(frame)
+    assert isinstance(call, Call)
     with trio.fail_after(5):
-        async with serving(table(queue), max_inflight_bytes=2 * len(frame)) as (client, _, _):
+        async with serving(table(queue), max_inflight_bytes=2 * call.held) as (client, _, _):
             await client.stream.send_all(b"".join(rpc(i, "q", {"n": i}) for i in (1, 2, 3)))
             await trio.testing.wait_all_tasks_blocked()
             assert len(queue.submitted) == 2

@@ -2,6 +2,8 @@
 
 * :mod:`~streamd.rpc.framing` - newline frames with a size limit, and the
   nesting scan that refuses a deep frame before anything recurses (sans-I/O).
+* :mod:`~streamd.rpc.footprint` - what a request's params take once decoded,
+  estimated from its frame before decoding (sans-I/O).
 * :mod:`~streamd.rpc.protocol` - bytes in, events out: a frame becomes a call,
   a notification, a cancel, a shutdown or an answered fault; and the encoders
   (sans-I/O, tested without an event loop).

@@ -12,7 +12,8 @@ minus however deep the decoding task already is; a handler walking the
 decoded value recurses as well. :func:`nests_deeper_than` refuses such a
 frame with a linear scan that never recurses. The scan runs only for a frame
 holding more opening brackets than the limit, so ordinary frames pay two
-``bytes.count`` calls.
+``bytes.count`` calls (counted once by the protocol, which estimates a call's
+decoded size from them too: :mod:`~streamd.rpc.footprint`).
 """
 
 from __future__ import annotations
@@ -114,15 +115,18 @@ _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
 _SCAN_SLICE = 1 << 20
 
 
-def nests_deeper_than(frame: bytes, limit: int = MAX_DEPTH) -> bool:
+def nests_deeper_than(frame: bytes, limit: int = MAX_DEPTH, openings: int | None = None) -> bool:
     """True when arrays and objects in ``frame`` nest more than ``limit`` deep.
 
     Brackets inside strings are text, not structure. On malformed JSON the
     answer may be either, but it is never lower than the depth a decoder
     reaches before it finds the fault: up to the first fault this reads the
-    frame exactly as JSON does.
+    frame exactly as JSON does. ``openings``: the frame's count of ``[`` and
+    ``{``, when the caller has it already.
     """
-    if frame.count(b"[") + frame.count(b"{") <= limit:
+    if openings is None:
+        openings = frame.count(b"[") + frame.count(b"{")
+    if openings <= limit:
         return False
     # Hide escapes so every remaining quote delimits a string: pairs of
     # backslashes first (left to right, as a decoder pairs them), then an

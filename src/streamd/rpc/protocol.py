@@ -20,6 +20,10 @@ events. The rules:
 * Params are decoded later, by :func:`bind`, against the method's strict
   Struct, so an unknown method is -32601 before its params are looked at and a
   bad params value is -32602 with msgspec's path message.
+* A call carries what its params are estimated to take once decoded
+  (:mod:`~streamd.rpc.footprint`), which the server charges against the
+  connection's in-flight bound; one whose estimate passes ``max_decoded`` is
+  never decoded: :func:`bind` refuses it -32602, after the method lookup.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from msgspec import UNSET, UnsetType
 from streamd import errors
 from streamd.errors import RpcError
 from streamd.golang.quote import quote
+from streamd.rpc.footprint import MAX_DECODED_BYTES, decoded_size
 from streamd.rpc.framing import (
     MAX_DEPTH,
     MAX_FRAME_BYTES,
@@ -92,9 +97,14 @@ class Call(msgspec.Struct, frozen=True):
     id: RequestId | None
     method: str
     params: msgspec.Raw
-    size: int  # bytes of the frame, counted against the in-flight bound
-    # Why the params cannot be read (a lone surrogate escape in them): raised
-    # by ``bind`` after the method lookup, as a params decoding error is.
+    size: int  # bytes of the frame
+    # Charged against the in-flight bound: what the params are estimated to
+    # take once decoded (at least the frame's bytes); the frame's bytes alone
+    # for a call that will not be decoded (``params_fault``).
+    held: int
+    # Why the params cannot be read (a lone surrogate escape in them, or an
+    # estimate past ``max_decoded``): raised by ``bind`` after the method
+    # lookup, as a params decoding error is.
     params_fault: str | None = None
 
 
@@ -131,9 +141,15 @@ Event = Call | Cancel | Shutdown | Fault | Ignored
 class FrameReader:
     """Bytes in, one :data:`Event` per frame out."""
 
-    def __init__(self, max_frame: int = MAX_FRAME_BYTES, max_depth: int = MAX_DEPTH) -> None:
+    def __init__(
+        self,
+        max_frame: int = MAX_FRAME_BYTES,
+        max_depth: int = MAX_DEPTH,
+        max_decoded: int = MAX_DECODED_BYTES,
+    ) -> None:
         self.max_frame = max_frame
         self.max_depth = max_depth
+        self.max_decoded = max_decoded
         self._splitter = LineSplitter(max_frame)
 
     def feed(self, data: bytes | bytearray) -> list[bytes | Oversized]:
@@ -155,7 +171,9 @@ class FrameReader:
             ))
         if frame[:1] != b"{" and not frame.strip():  # a request is usually "{..."
             return Ignored("blank line")
-        env = self._envelope(frame)
+        # Counted once, for the nesting check and the call's estimate.
+        objects, arrays = frame.count(b"{"), frame.count(b"[")
+        env = self._envelope(frame, objects + arrays)
         if isinstance(env, RpcError):
             # Only a frame that did not parse can be a request but for a
             # lone surrogate (one too deep was refused before any decoding).
@@ -182,10 +200,17 @@ class FrameReader:
             except RpcError as exc:
                 return Fault(reply_id, exc)
             return Shutdown(reply_id)
-        return Call(reply_id, env.method, env.params, len(frame))
+        held = decoded_size(frame, objects, arrays)
+        if held > self.max_decoded:
+            return Call(reply_id, env.method, env.params, len(frame), len(frame), params_fault=(
+                f"would take about {held} bytes of memory once decoded ({objects} objects"
+                f" and {arrays} arrays in {len(frame)} bytes), over the {self.max_decoded}"
+                " byte limit; refused undecoded"
+            ))
+        return Call(reply_id, env.method, env.params, len(frame), held)
 
-    def _envelope(self, frame: bytes) -> Envelope | RpcError:
-        if nests_deeper_than(frame, self.max_depth):
+    def _envelope(self, frame: bytes, openings: int) -> Envelope | RpcError:
+        if nests_deeper_than(frame, self.max_depth, openings):
             return RpcError(
                 errors.INVALID_REQUEST,
                 f"frame nests arrays and objects more than {self.max_depth} levels deep",
@@ -316,7 +341,8 @@ def _lone_surrogate(frame: bytes) -> Call | Fault | None:
     if isinstance(env.id, str) and "\ufdd0" in env.id:
         return None  # the id itself held one: it cannot be answered
     if _MARK in bytes(env.params) and _MARK not in marked.replace(bytes(env.params), b"", 1):
-        return Call(env.id, env.method, env.params, len(frame), params_fault=_LONE_SURROGATE)
+        return Call(env.id, env.method, env.params, len(frame), len(frame),
+                    params_fault=_LONE_SURROGATE)
     return Fault(env.id, RpcError(errors.PARSE_ERROR, f"parse error: {_LONE_SURROGATE}"))
 
 

@@ -35,11 +35,14 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
 * How many connections are served at once is :mod:`~streamd.rpc.limit`'s
   (``max_connections``); one past it is refused before a session starts.
 * Work in flight is bounded per connection, in requests (``max_inflight``)
-  and in bytes of their frames (``max_inflight_bytes``). A request counts
-  from its dispatch until its answer is queued for the writer; while the
-  connection is at a bound the reader stops reading (backpressure, not an
-  error), so a peer that pipelines faster than it is served, or does not read
-  its answers, costs a bounded amount of memory. Answers count too, errors
+  and in bytes (``max_inflight_bytes``): what their params are estimated to
+  take once decoded (:mod:`~streamd.rpc.footprint`), 24 times its frame for
+  a frame of empty objects. A request counts from its dispatch until its
+  answer is queued for the writer; while the connection is at a bound the
+  reader stops reading (backpressure, not an error), and a request waits for
+  room before its params are decoded, so a peer that pipelines faster than
+  it is served, or does not read its answers, costs a bounded amount of
+  memory. Params estimated past ``max_decoded`` are refused undecoded. Answers count too, errors
   included: while more than ``max_unwritten_bytes`` of them wait for a peer
   that does not read, no new request is dispatched or answered. The price:
   a cancel sent behind a full window waits for a slot like everything else,
@@ -93,6 +96,7 @@ import trio
 
 from streamd import errors
 from streamd.errors import RpcError
+from streamd.rpc.footprint import MAX_DECODED_BYTES
 from streamd.rpc.framing import MAX_DEPTH, MAX_FRAME_BYTES, Oversized
 from streamd.rpc.inflight import InFlight
 from streamd.rpc.limit import MAX_CONNECTIONS, ConnectionLimit
@@ -119,8 +123,10 @@ log = logging.getLogger("streamd.rpc")
 # How many encoded frames may wait for the writer before producers block.
 OUTBOX_FRAMES = 1024
 READ_CHUNK = 1 << 16
-# Per connection: requests dispatched and not yet answered, and the bytes of
-# their frames. 64 MiB is eight frames of the largest size.
+# Per connection: requests dispatched and not yet answered, and what their
+# params take decoded, estimated (:mod:`streamd.rpc.footprint`). 64 MiB is
+# eight frames of the largest size holding one string each, or 2.6 MiB of
+# frames of empty objects.
 MAX_INFLIGHT = 256
 MAX_INFLIGHT_BYTES = 64 << 20
 # Per connection: answers and notifications written into the outbox and not yet
@@ -191,6 +197,7 @@ class Server:
         max_depth: int = MAX_DEPTH,
         max_inflight: int = MAX_INFLIGHT,
         max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
+        max_decoded: int = MAX_DECODED_BYTES,
         max_unwritten_bytes: int = MAX_UNWRITTEN_BYTES,
         max_bulk: int = MAX_BULK,
         max_connections: int = MAX_CONNECTIONS,
@@ -204,6 +211,7 @@ class Server:
         self.max_depth = max_depth
         self.max_inflight = max_inflight
         self.max_inflight_bytes = max_inflight_bytes
+        self.max_decoded = max_decoded
         self.max_unwritten_bytes = max_unwritten_bytes
         self.eof_grace = eof_grace
         self.wall_ns = wall_ns
@@ -341,7 +349,8 @@ class _Session:
 
     async def _read_frames(self, nursery: trio.Nursery) -> Shutdown | None:
         """Read and handle frames until end of input (None) or a shutdown."""
-        reader = FrameReader(self.server.max_frame, self.server.max_depth)
+        server = self.server
+        reader = FrameReader(server.max_frame, server.max_depth, server.max_decoded)
         while True:
             try:
                 data = await self.receive.receive_some(READ_CHUNK)
@@ -392,6 +401,10 @@ class _Session:
             request.scope.cancel()
 
     async def _dispatch(self, call: Call, nursery: trio.Nursery) -> None:
+        # Room first: a request waiting for it holds its frame, not the
+        # decoded params that may be 24 times larger.
+        await self.in_flight.wait_room(call.held)
+        await self._answers_read()
         try:
             method, params = bind(call, self.methods)
         except RpcError as exc:
@@ -405,26 +418,24 @@ class _Session:
             log.exception("looking up %.256s failed", call.method)  # a name may be 8 MiB
             await self._reply_error(call.id, _internal(exc))
             return
-        await self.in_flight.wait_room(call.size)
-        await self._answers_read()
-        self.in_flight.admit(call.size)
+        self.in_flight.admit(call.held)
         key = ("null", next(self._null_ids)) if call.id is None else id_key(call.id)
         if key in self.inflight:
-            self.in_flight.release(call.size)
+            self.in_flight.release(call.held)
             await self._reply_error(
                 call.id,
                 RpcError(errors.INVALID_REQUEST, f"request id {call.id!r} is already in flight"),
             )
             return
         if method.submit is not None:
-            self._submit(method.submit, params, _Queued(self, call.id, key, method.name, call.size))
+            self._submit(method.submit, params, _Queued(self, call.id, key, method.name, call.held))
             return
         scope = trio.CancelScope(deadline=self._deadline(method, params))
         request = Request(
             call.id, method.name, self.conn, scope, finish_at_eof=method.at_eof == "finish"
         )
         self.inflight[key] = request
-        nursery.start_soon(self._run_request, request, key, method, params, call.size)
+        nursery.start_soon(self._run_request, request, key, method, params, call.held)
 
     def _deadline(self, method: Method, params: Any) -> float:
         if method.deadline is None:
