@@ -119,11 +119,14 @@ class Writer(threading.Thread):
     def run(self) -> None:
         with connect(self.path) as sock:
             reader = sock.makefile("rb")
-            while not self.stop.is_set():
-                batch = [event(self.n + i) for i in range(50)]
-                self.n += len(batch)
-                sock.sendall(request(self.n, "eventlog/append_batch", {"appends": batch}))
-                reader.readline()
+            try:
+                while not self.stop.is_set():
+                    batch = [event(self.n + i) for i in range(50)]
+                    self.n += len(batch)
+                    sock.sendall(request(self.n, "eventlog/append_batch", {"appends": batch}))
+                    reader.readline()
+            except OSError:
+                pass  # the daemon stopped under it, at the end
 
 
 def event(i: int) -> dict[str, object]:

@@ -42,6 +42,7 @@ import trio
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.model import DEFAULT_WATCH_BUFFER_BYTES, DEFAULT_WATCH_INTERVAL
+from streamd.eventlog.watch_budget import DEFAULT_WATCH_TOTAL_BYTES
 from streamd.recall.scanner import Offload, to_thread
 from streamd.recall.service import RecallService
 from streamd.recall.sources import SourceRegistry
@@ -75,6 +76,8 @@ class Config:
     watch_interval: float = DEFAULT_WATCH_INTERVAL  # seconds between change polls without inotify
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     watch_buffer_bytes: int = DEFAULT_WATCH_BUFFER_BYTES  # what one stalled watch may hold
+    # What all watches hold together; past it the one holding the most ends.
+    watch_total_bytes: int = DEFAULT_WATCH_TOTAL_BYTES
     # What the recall/* methods index: JSONL streams (the reference adapter),
     # or an event log (``--eventlog``). A resident daemon serves each peer
     # what its hello asks.
@@ -236,6 +239,7 @@ class Daemon:
                         watch_interval=cfg.watch_interval,
                         synchronous=cfg.synchronous,
                         watch_buffer_bytes=cfg.watch_buffer_bytes,
+                        watch_total_bytes=cfg.watch_total_bytes,
                     )
                 except ValueError as exc:
                     raise RpcError(SOURCE_UNAVAILABLE, f"event log configuration: {exc}") from exc

@@ -162,7 +162,7 @@ async def test_a_bad_eventlog_option_fails_eventlog_calls_not_the_daemon(tmp_pat
             assert reply["error"]["code"] == -32601  # the connection still serves
 
 
-async def test_the_daemon_applies_its_synchronous_watch_interval_and_watch_buffer(
+async def test_the_daemon_applies_its_synchronous_watch_interval_and_watch_budgets(
     tmp_path: Path,
 ) -> None:
     daemon = Daemon(
@@ -171,6 +171,7 @@ async def test_the_daemon_applies_its_synchronous_watch_interval_and_watch_buffe
             watch_interval=0.05,
             synchronous="NORMAL",
             watch_buffer_bytes=65536,
+            watch_total_bytes=1 << 20,
         )
     )
     with trio.fail_after(10):
@@ -179,6 +180,7 @@ async def test_the_daemon_applies_its_synchronous_watch_interval_and_watch_buffe
             assert await eventlog.synchronous_level() == 1
             assert eventlog.watch_interval == 0.05
             assert eventlog.watch_buffer_bytes == 65536
+            assert eventlog.watch_budget.limit == 1 << 20
             assert eventlog.path == tmp_path / "e.db"
 
 
@@ -194,6 +196,10 @@ async def test_the_daemon_applies_its_synchronous_watch_interval_and_watch_buffe
         ([], {}, Config(None, 0.2, "FULL", 4 * 1024 * 1024)),
         (["--watch-buffer-bytes", "65536", "serve"], {}, Config(None, 0.2, "FULL", 65536)),
         (["serve", "--watch-buffer-bytes", "65536"], {}, Config(None, 0.2, "FULL", 65536)),
+        (["--watch-total-bytes", "1048576", "serve"], {},
+         Config(None, 0.2, "FULL", watch_total_bytes=1 << 20)),
+        (["daemon", "--watch-total-bytes", "1048576"], {},
+         Config(None, 0.2, "FULL", watch_total_bytes=1 << 20)),
     ],
 )
 def test_daemon_options_reach_the_config_before_or_after_serve(

@@ -102,6 +102,7 @@ class World:
             watch_interval=0.2,
             capacity=100,
             budget_bytes=1 << 20,
+            total_bytes=256 << 20,
             stall_timeout=30,
             log_closed=lambda: False,
         )

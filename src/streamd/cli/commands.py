@@ -55,7 +55,9 @@ DAEMON_LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s
 
 # The options that may come before the command, and which commands they mean
 # something to. `streamd --db X log ping` is `streamd log --db X ping`.
-_VALUE_GLOBALS = ("--db", "--watch-interval-ms", "--watch-buffer-bytes", "--synchronous")
+_VALUE_GLOBALS = (
+    "--db", "--watch-interval-ms", "--watch-buffer-bytes", "--watch-total-bytes", "--synchronous",
+)
 _VERBOSE = frozenset(("-v", "--verbose"))
 _FLAG_GLOBALS = (*_VERBOSE, "--json", "--eventlog")
 _DAEMON_GLOBALS = frozenset(_VALUE_GLOBALS) | _VERBOSE
@@ -138,6 +140,11 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
                    help="what one watch may hold for a client that stops reading (default "
                    "4 MiB); past it for the stall timeout the watch ends with an error "
                    "naming the seq to resume from")
+    p.add_argument("--watch-total-bytes", type=cliargs.positive, default=argparse.SUPPRESS,
+                   metavar="BYTES",
+                   help="what all watches together may hold for clients that are behind "
+                   "(default 256 MiB); past it the watch holding the most ends at once "
+                   "with an error naming the seq to resume from")
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default=argparse.SUPPRESS,
                    help="SQLite synchronous mode for the event log (default FULL: every "
                    "acknowledged append survives power loss)")
@@ -151,6 +158,7 @@ def _config(args: argparse.Namespace) -> Config:
                   watch_interval=getattr(args, "watch_interval_ms", 200) / 1000,
                   synchronous=getattr(args, "synchronous", "FULL"),
                   watch_buffer_bytes=getattr(args, "watch_buffer_bytes", 4 << 20),
+                  watch_total_bytes=getattr(args, "watch_total_bytes", 256 << 20),
                   recall_source="eventlog" if getattr(args, "eventlog", False) else "stream")
 
 

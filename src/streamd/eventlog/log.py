@@ -70,6 +70,7 @@ from streamd.eventlog.sqlite import SqliteOptions
 from streamd.eventlog.sqlite.checkpoints import CHECKPOINT_PAGES as CHECKPOINT_PAGES
 from streamd.eventlog.sqlite.checkpoints import Checkpoints
 from streamd.eventlog.store import ChangeSource, Runner, Synchronous, closed_error
+from streamd.eventlog.watch_budget import DEFAULT_WATCH_TOTAL_BYTES, WatchBudget
 from streamd.eventlog.watch_hub import SAFETY_POLL as SAFETY_POLL
 from streamd.eventlog.watch_hub import WatchHub, change_state
 from streamd.eventlog.writer import AppendOutcome as AppendOutcome
@@ -114,6 +115,7 @@ class EventLog(KeywordApi):
         busy_timeout_ms: int = 5000,
         watch_buffer: int = 1000,
         watch_buffer_bytes: int = DEFAULT_WATCH_BUFFER_BYTES,
+        watch_total_bytes: int = DEFAULT_WATCH_TOTAL_BYTES,
         watch_stall_timeout: float = 30.0,
         max_batch: int = 512,
         wall_clock: Callable[[], float] = time.time,
@@ -124,10 +126,10 @@ class EventLog(KeywordApi):
         open_backend: Callable[[Role], Awaitable[Runner]] | None = None,
         open_changes: Callable[[], AbstractAsyncContextManager[ChangeSource]] | None = None,
     ) -> None:
-        if watch_interval <= 0 or watch_buffer < 1 or watch_buffer_bytes < 1 or max_batch < 1:
-            raise ValueError(
-                "watch_interval, watch_buffer, watch_buffer_bytes and max_batch must be positive"
-            )
+        if (watch_interval <= 0 or watch_buffer < 1 or watch_buffer_bytes < 1
+                or watch_total_bytes < 1 or max_batch < 1):
+            raise ValueError("watch_interval, watch_buffer, watch_buffer_bytes,"
+                             " watch_total_bytes and max_batch must be positive")
         self.target = dbtarget.resolve(path)
         """What the log is in (raises DbTargetError, a ValueError, for a
         string that names nothing served)."""
@@ -165,6 +167,7 @@ class EventLog(KeywordApi):
             watch_interval=watch_interval,
             capacity=watch_buffer,
             budget_bytes=watch_buffer_bytes,
+            total_bytes=watch_total_bytes,
             stall_timeout=watch_stall_timeout,
             log_closed=lambda: conns.closed,
         )
@@ -247,6 +250,12 @@ class EventLog(KeywordApi):
         """How long a watch waits on a consumer that does not read before it
         ends with budget_exceeded."""
         return self._stall_timeout
+
+    @property
+    def watch_budget(self) -> WatchBudget:
+        """What all the log's watches hold together, and the limit past which
+        the one holding the most gives way (``watch_total_bytes``)."""
+        return self._hub.shared
 
     @property
     def closed(self) -> bool:

@@ -34,7 +34,10 @@ What this module adds is per-connection behaviour:
   watch ends with ``budget_exceeded``, whose message and data name the seq to
   resume from: the last notification queued, which the client receives before
   the error; nothing follows the error. Other requests and other clients are
-  served meanwhile.
+  served meanwhile. All the log's watches share a budget too
+  (:mod:`~streamd.eventlog.watch_budget`): past it the watch holding the most
+  ends at once the same way, even while its send waits for a client that does
+  not read.
 * ``since`` pages and ``sessions.get`` answers stop at the reply budget
   (:data:`~streamd.eventlog.model.REPLY_BUDGET_BYTES`, half the frame limit),
   so every reply is a frame the client can read, and say how to continue.
@@ -106,11 +109,17 @@ from streamd.eventlog.model import (
     with_event_time,
 )
 from streamd.eventlog.store import Committed, ReadShape
+from streamd.eventlog.watch import Watch
 from streamd.rpc import Connection, Method, Request, encode_notification
 from streamd.rpc.methods import Reply
 from streamd.rpc.protocol import RequestId
 
-__all__ = ["ENTRY_NOTIFICATION", "LEASE_LOST_NOTIFICATION", "METHOD_NAMES", "eventlog_methods"]
+__all__ = [
+    "ENTRY_NOTIFICATION",
+    "LEASE_LOST_NOTIFICATION",
+    "METHOD_NAMES",
+    "eventlog_methods",
+]
 
 # Entries already encoded (the layer only copies them) and cut at the reply
 # budget, so every reply is a frame the client can read.
@@ -198,10 +207,13 @@ class _Service:
                               log.watch_stall_timeout, p.from_seq)
         failure: RpcError | None = None
         async with log.requests.watch(p, read_ahead) as watch:
-            watch.sink(sender.offer)
+            sender.follow(watch)
             with trio.CancelScope() as until_closing:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_cancel_when_set, conn.closing, until_closing)
+                    # Given way to the log's shared budget: a send waiting
+                    # for a client that does not read ends too.
+                    nursery.start_soon(_cancel_when_set, watch.gave_way, until_closing)
                     try:
                         while True:
                             try:
@@ -212,12 +224,13 @@ class _Service:
                             except StopAsyncIteration:
                                 break
                             await sender.send(batch, nbytes)
-                            watch.given(sender.last_sent)
                     except RpcError as exc:
                         # Raised outside the nursery, so it reaches the RPC layer
                         # as itself and not inside an exception group.
                         failure = exc
                     nursery.cancel_scope.cancel()
+            if failure is None and watch.gave_way.is_set():
+                failure = watch.error
         if failure is not None:
             raise _resumable(failure, sender.last_sent)
         return WatchResult(last_seq=sender.last_sent)
@@ -344,6 +357,13 @@ class _WatchSender:
         self._timeout = timeout
         self.last_sent = from_seq
         """The seq of the last entry given to the connection."""
+        self._given: Callable[[int], None] = lambda seq: None
+
+    def follow(self, watch: Watch) -> None:
+        """Send what ``watch`` hands over, and tell it what was sent as soon
+        as it is (a watch that gives way mid-batch names that seq)."""
+        watch.sink(self.offer)
+        self._given = watch.given
 
     def offer(self, batch: Sequence[Committed], nbytes: int) -> bool:
         """Queue the whole batch at once if it is within the budget: the usual
@@ -354,6 +374,7 @@ class _WatchSender:
             return False
         conn.send_nowait(self._frames.encode(batch))
         self.last_sent = batch[-1].seq
+        self._given(self.last_sent)
         return True
 
     async def send(self, batch: list[Committed], nbytes: int) -> None:
@@ -377,6 +398,7 @@ class _WatchSender:
                     self.last_sent, conn.unwritten_bytes, self._budget, self._timeout
                 )
             self.last_sent = batch[end - 1].seq
+            self._given(self.last_sent)
             start = end
 
 

@@ -30,6 +30,12 @@ rules:
   leaves no room for ``stall_timeout`` the watch ends with ``budget_exceeded``
   naming the seq to resume from, after the consumer has drained what was
   buffered; nothing follows that error.
+* **All of a log's watches share a budget too**
+  (:mod:`~streamd.eventlog.watch_budget`): each counts what it holds there,
+  and when the sum passes it the watch holding the most *gives way*: it drops
+  its buffer, what it collects and a batch its consumer has not handed on,
+  and ends at once with ``budget_exceeded`` naming :attr:`Watch.last_seq`,
+  where its consumer resumes; nothing follows that error either.
 * **Consumers** take one decoded :class:`~streamd.eventlog.model.Entry` at a
   time (``async for``), or everything buffered at once as encoded entries
   (:meth:`Watch.receive_batch`, for the JSON-RPC watch, which writes a whole
@@ -53,6 +59,7 @@ from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.filters import matches
 from streamd.eventlog.model import Entry, Filter
 from streamd.eventlog.store import Backend, Committed, Runner, closed_error
+from streamd.eventlog.watch_budget import WatchBudget
 
 __all__ = ["Batch", "Feed", "Sink", "Watch"]
 
@@ -102,6 +109,7 @@ class Watch:
         budget_bytes: int,
         stall_timeout: float,
         log_closed: Callable[[], bool],
+        shared: WatchBudget | None = None,
     ) -> None:
         self.from_seq = from_seq
         self.filter = flt
@@ -129,6 +137,17 @@ class Watch:
         self._drop = trio.Event()  # set when the fan-out lets go of the watch
         self._scope = trio.CancelScope()  # the producer's
 
+        # A batch taken with given_later, held by the consumer until given up
+        # to its last seq: its bytes, and that seq.
+        self._in_hand = 0
+        self._in_hand_until = from_seq
+        # The log's budget over all its watches, while this one counts there.
+        self._shared = shared
+        if shared is not None:
+            shared.join(self)
+        self.gave_way = trio.Event()
+        """Set when the shared budget ended the watch (:meth:`give_way`)."""
+
     # -- the consumer --
 
     def __aiter__(self) -> Watch:
@@ -152,12 +171,22 @@ class Watch:
         await self._wait_buffered()
         batch = Batch(list(self._buffer), self._held)
         self._buffer.clear()
-        self._took(batch.nbytes, None if given_later else batch.entries[-1].seq)
+        if given_later:
+            # Still held, by the consumer now, until given.
+            self._held -= batch.nbytes
+            self._in_hand += batch.nbytes
+            self._in_hand_until = batch.entries[-1].seq
+            self._took()
+        else:
+            self._took(batch.nbytes, batch.entries[-1].seq)
         return batch
 
     def given(self, seq: int) -> None:
         """Entries up to ``seq`` taken with ``given_later`` are with the client."""
         self.last_seq = max(self.last_seq, seq)
+        if self._in_hand and seq >= self._in_hand_until:
+            self._charge(-self._in_hand)
+            self._in_hand = 0
 
     def sink(self, sink: Sink) -> None:
         """Let ``sink`` take a live commit's entries directly, when the consumer
@@ -184,8 +213,11 @@ class Watch:
             finally:
                 self._waiting = False
 
-    def _took(self, size: int, seq: int | None) -> None:
-        self._held -= size
+    def _took(self, size: int = 0, seq: int | None = None) -> None:
+        """The consumer took ``size`` bytes, up to ``seq``: room for more."""
+        if size:
+            self._held -= size
+            self._charge(-size)
         if seq is not None:
             self.last_seq = seq
         self._taken.set()
@@ -194,6 +226,7 @@ class Watch:
     async def aclose(self) -> None:
         self._scope.cancel()
         self._end()
+        self._leave_shared()
 
     async def __aenter__(self) -> Watch:
         return self
@@ -225,15 +258,60 @@ class Watch:
         """Whether the fan-out feeds this watch (it is caught up)."""
         return self._mode is _Mode.LIVE
 
+    # -- the log's budget over all its watches (streamd.eventlog.watch_budget) --
+
+    @property
+    def held_bytes(self) -> int:
+        """What the watch holds for its consumer: its buffer, what it collects
+        while joining, and a batch taken with ``given_later`` and not given."""
+        return self._held + self._pending_bytes + self._in_hand
+
+    def give_way(self, total: int, limit: int) -> None:
+        """The shared budget ends this watch, which held the most when all
+        held ``total`` bytes, over ``limit``: drop everything held, and end
+        with ``budget_exceeded`` naming where the consumer resumes."""
+        held, self._shared = self.held_bytes, None  # the budget let go of it
+        self._error = RpcError(
+            BUDGET_EXCEEDED,
+            f"the event log's watches held {total} bytes for their consumers, over the"
+            f" {limit} byte budget they share, and this watch held the most ({held} bytes)"
+            f" for a consumer that is behind; the watch has ended, resume with"
+            f" from_seq={self.last_seq}",
+            {"last_seq": self.last_seq, "held_bytes": held, "total_bytes": total,
+             "budget_bytes": limit},
+        )
+        self._buffer.clear()
+        self._pending.clear()
+        self._held = self._pending_bytes = self._in_hand = 0
+        if self._fanout is not None:
+            self._fanout.unsubscribe(self)
+        self._scope.cancel()
+        self._end()
+        self.gave_way.set()
+
+    def _charge(self, n: int) -> None:
+        if self._shared is not None:
+            self._shared.add(n)
+
+    def _leave_shared(self) -> None:
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.leave(self)
+
     # -- the fan-out's side (see streamd.eventlog.fanout.Subscriber) --
 
     def deliver(self, entries: Sequence[Committed], nbytes: int) -> None:
+        if self._ended:
+            return  # gave way, within this commit's fan-out
         flt = self.filter
         if self._mode is _Mode.JOINING:
+            collected = 0
             for c in entries:
                 if flt is None or matches(flt, c):
                     self._pending.append(c)
-                    self._pending_bytes += len(c.wire)
+                    collected += len(c.wire)
+            self._pending_bytes += collected
+            self._charge(collected)
             if self._pending_bytes > self._budget:
                 self._let_go()
             return
@@ -264,8 +342,9 @@ class Watch:
             self._held += nbytes
             self._cursor = entries[-1].seq
             self._arrived.set()
+            self._charge(nbytes)
             return
-        took = False
+        took = 0
         for c in entries:
             if c.seq <= self._cursor or (flt is not None and not matches(flt, c)):
                 continue
@@ -278,13 +357,15 @@ class Watch:
             buffer.append(c)
             self._held += size
             self._cursor = c.seq
-            took = True
+            took += size
         if took:
             self._arrived.set()
+            self._charge(took)
 
     def dropped(self) -> None:
         self._mode = _Mode.READING
         self._pending.clear()
+        self._charge(-self._pending_bytes)
         self._pending_bytes = 0
         self._drop.set()
 
@@ -349,6 +430,7 @@ class Watch:
             while self._mode is _Mode.JOINING and self._pending:
                 c = self._pending.popleft()
                 self._pending_bytes -= len(c.wire)
+                self._charge(-len(c.wire))
                 if c.seq > self._cursor:
                     await self._hand_over(c)
             if self._mode is _Mode.JOINING:
@@ -365,6 +447,10 @@ class Watch:
         """Buffer one entry once the budget has room for it; ``budget_exceeded``
         (resume after the cursor, the last entry buffered) if it gets none in
         time."""
+        if self._ended:
+            # Gave way while a page was read: its scope is cancelled, and
+            # nothing may follow the error.
+            await trio.lowlevel.checkpoint()
         size = len(c.wire)
         with trio.move_on_after(self._stall_timeout) as stall:
             while self._buffer and (
@@ -383,3 +469,4 @@ class Watch:
         self._held += size
         self._cursor = c.seq
         self._arrived.set()
+        self._charge(size)

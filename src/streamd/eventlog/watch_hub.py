@@ -7,7 +7,8 @@ change poller with the first watch that reads and ends it after the last. The
 log's writer tells the hub about its own commits: while a batch is between its
 commit and its fan-out (:meth:`WatchHub.committing`), the poller waits before
 it calls a seq it read another process's, so no commit of ours reaches a
-watcher twice or not at all.
+watcher twice or not at all. The hub also keeps the budget all of the log's
+watches share (:mod:`~streamd.eventlog.watch_budget`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from streamd.eventlog.sqlite.changes import SETTLE_HORIZON
 from streamd.eventlog.sqlite.file_identity import is_file_fault
 from streamd.eventlog.store import Backend, ChangeSource, CommitOutcome, Runner
 from streamd.eventlog.watch import Watch
+from streamd.eventlog.watch_budget import WatchBudget
 
 __all__ = ["SAFETY_POLL", "WatchHub", "change_state"]
 
@@ -67,6 +69,7 @@ class WatchHub:
         watch_interval: float,
         capacity: int,
         budget_bytes: int,
+        total_bytes: int,
         stall_timeout: float,
         log_closed: Callable[[], bool],
     ) -> None:
@@ -76,6 +79,8 @@ class WatchHub:
         self._watch_interval = watch_interval
         self._capacity = capacity
         self._budget_bytes = budget_bytes
+        self.shared = WatchBudget(total_bytes)
+        """What every watch of the log holds, together, and the limit on it."""
         self._stall_timeout = stall_timeout
         self._log_closed = log_closed
         self.fanout = Fanout()
@@ -142,6 +147,7 @@ class WatchHub:
             budget_bytes=self._budget_bytes if buffer_bytes is None else buffer_bytes,
             stall_timeout=self._stall_timeout,
             log_closed=self._log_closed,
+            shared=self.shared,
         )
         self._watches.add(w)
         if self._horizon is not None:

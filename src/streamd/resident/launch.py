@@ -41,7 +41,8 @@ MAX_SAID = 1 << 16
 # (so that ``--d`` can be told to abbreviate ``--db``, as argparse does).
 PATH_OPTIONS = ("--db", "--log-file", "--runtime-dir")
 VALUE_OPTIONS = (
-    *PATH_OPTIONS, "--watch-interval-ms", "--watch-buffer-bytes", "--synchronous",
+    *PATH_OPTIONS, "--watch-interval-ms", "--watch-buffer-bytes", "--watch-total-bytes",
+    "--synchronous",
     "--idle-exit", "--source-idle", "--max-sources", "--max-connections", "--announce-version",
 )
 FLAG_OPTIONS = ("--verbose", "-v", "--help", "-h")
