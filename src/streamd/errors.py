@@ -39,6 +39,9 @@ STALE_SESSION = -32014
 # ``data.reason`` of the one error (-32000, id null) a daemon at its
 # connection limit sends a new connection before it closes it.
 TOO_MANY_CONNECTIONS = "too_many_connections"
+# ``data.reason`` of the budget_exceeded (-32006) that refuses a watch past the
+# most one connection may have open.
+TOO_MANY_WATCHES = "too_many_watches"
 
 CODE_NAMES: dict[int, str] = {
     PARSE_ERROR: "parse_error",

@@ -1,4 +1,4 @@
-"""The budget all of a log's watches share.
+"""The budget all of a log's watches share, and the watches a connection may open.
 
 Counted, never timed: what the budget holds, which watches gave way, and the
 seqs each consumer was given before its error. The log's own watch budget is
@@ -8,6 +8,7 @@ small here (64 KiB) so that a few watches pass the shared one.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -159,4 +160,49 @@ async def test_a_json_rpc_watch_gives_way_while_its_send_waits_and_names_the_las
                 # Resuming there loses nothing.
                 await watcher.start("eventlog/watch", {"from_seq": last})
                 assert (await watcher.frame())["params"]["entry"]["seq"] == last + 1
+                nursery.cancel_scope.cancel()
+
+
+async def test_a_connection_may_have_64_watches_open_and_one_more_is_refused_by_its_id(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(60):
+        async with EventLog(tmp_path / "events.db", synchronous="NORMAL") as log:
+            methods = {m.name: m for m in eventlog_methods(lambda: log)}
+            server = Server(lambda conn: methods)
+            async with trio.open_nursery() as nursery:
+                clients = []
+                for _ in range(2):
+                    client_end, server_end = trio.testing.memory_stream_pair()
+                    nursery.start_soon(server.serve, server_end, server_end)
+                    clients.append(Client(client_end))
+                first, other = clients
+                ids = [await first.start("eventlog/watch", {"from_seq": 0}) for _ in range(64)]
+                await trio.testing.wait_all_tasks_blocked()
+                extra = await first.start("eventlog/watch", {"from_seq": 0})
+                other_id = await other.start("eventlog/watch", {"from_seq": 0})
+                await log.append("app", "u", "s", ev("e0"))
+                # Every watch open on the connection is given the entry; the
+                # one past the limit is answered instead (it was served before).
+                watching: list[Any] = []
+                while len(watching) < 64 or extra not in first.responses:
+                    frame = await first.frame()
+                    if "method" in frame:
+                        watching.append(frame["params"]["watch"])
+                        assert len(watching) <= 64, "a watch past the limit was served"
+                    else:
+                        first.responses[frame["id"]] = frame
+                assert sorted(watching) == ids
+                refused = first.responses.pop(extra)["error"]
+                assert refused["code"] == BUDGET_EXCEEDED
+                assert refused["data"] == {"reason": "too_many_watches", "limit": 64,
+                                           "last_seq": 0}
+                # Another connection's count is its own.
+                assert (await other.notification())["params"]["watch"] == other_id
+                # One ended, one more may open.
+                await first.send({"jsonrpc": "2.0", "method": "$/cancelRequest",
+                                  "params": {"id": ids[0]}})
+                assert (await first.response(ids[0]))["error"]["code"] == -32007
+                again = await first.start("eventlog/watch", {"from_seq": 0})
+                assert (await first.notification())["params"]["watch"] == again
                 nursery.cancel_scope.cancel()

@@ -37,7 +37,9 @@ What this module adds is per-connection behaviour:
   served meanwhile. All the log's watches share a budget too
   (:mod:`~streamd.eventlog.watch_budget`): past it the watch holding the most
   ends at once the same way, even while its send waits for a client that does
-  not read.
+  not read. A connection may have at most :data:`MAX_WATCHES_PER_CONNECTION`
+  watches open; one more is refused ``budget_exceeded`` (``data.reason``
+  ``too_many_watches``).
 * ``since`` pages and ``sessions.get`` answers stop at the reply budget
   (:data:`~streamd.eventlog.model.REPLY_BUDGET_BYTES`, half the frame limit),
   so every reply is a frame the client can read, and say how to continue.
@@ -62,7 +64,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import msgspec
 import trio
 
-from streamd.errors import BUDGET_EXCEEDED, RpcError
+from streamd.errors import BUDGET_EXCEEDED, TOO_MANY_WATCHES, RpcError
 from streamd.eventlog.lease import Lease
 from streamd.eventlog.log import AppendOutcome, EventLog
 from streamd.eventlog.model import (
@@ -117,6 +119,7 @@ from streamd.rpc.protocol import RequestId
 __all__ = [
     "ENTRY_NOTIFICATION",
     "LEASE_LOST_NOTIFICATION",
+    "MAX_WATCHES_PER_CONNECTION",
     "METHOD_NAMES",
     "eventlog_methods",
 ]
@@ -130,6 +133,12 @@ logger = logging.getLogger(__name__)
 ENTRY_NOTIFICATION = "eventlog/entry"
 LEASE_LOST_NOTIFICATION = "eventlog/lock_lost"
 
+MAX_WATCHES_PER_CONNECTION = 64
+"""Each watch costs some 18 KiB however little it holds (its tasks, scopes and
+buffers; measured with 1,024 idle ones): without a bound, the 256 requests a
+connection may have in flight, all watches, on each of 512 connections, were
+2.3 GB. A client following many sessions needs one watch with a filter."""
+
 LogFactory = Callable[[], EventLog | Awaitable[EventLog]]
 
 class _Service:
@@ -142,6 +151,8 @@ class _Service:
         self._held: weakref.WeakKeyDictionary[Connection, dict[str, Lease]] = (
             weakref.WeakKeyDictionary()
         )
+        # Watches each connection has open (MAX_WATCHES_PER_CONNECTION).
+        self._watching: weakref.WeakKeyDictionary[Connection, int] = weakref.WeakKeyDictionary()
 
     async def log(self) -> EventLog:
         got = self._get_log()
@@ -199,6 +210,17 @@ class _Service:
         return BranchesResult(branches=await (await self.log()).requests.branches(p))
 
     async def watch(self, p: WatchParams, request: Request) -> WatchResult:
+        conn = request.connection
+        watching = self._watching.get(conn, 0)
+        if watching >= MAX_WATCHES_PER_CONNECTION:
+            raise _too_many_watches(p.from_seq)
+        self._watching[conn] = watching + 1
+        try:
+            return await self._watch(p, request)
+        finally:
+            self._watching[conn] -= 1
+
+    async def _watch(self, p: WatchParams, request: Request) -> WatchResult:
         log = await self.log()
         conn = request.connection
         budget = log.watch_buffer_bytes
@@ -468,6 +490,17 @@ def _resumable(exc: RpcError, last_seq: int) -> RpcError:
         f"{exc.message}; the watch has ended, resume with from_seq={last_seq}",
         {**data, "last_seq": last_seq} if exc.data is None or isinstance(exc.data, dict)
         else exc.data,
+    )
+
+
+def _too_many_watches(from_seq: int) -> RpcError:
+    return RpcError(
+        BUDGET_EXCEEDED,
+        f"this connection has {MAX_WATCHES_PER_CONNECTION} watches open, the most one"
+        " connection may have: end one first, or follow several sessions with one watch"
+        f" (a filter on app, user, session_tree or branch_prefixes); resume with"
+        f" from_seq={from_seq}",
+        {"reason": TOO_MANY_WATCHES, "limit": MAX_WATCHES_PER_CONNECTION, "last_seq": from_seq},
     )
 
 
