@@ -13,7 +13,11 @@ number of requests. Rows:
 * ``ping``: ``eventlog/ping``;
 * ``recent20``: ``eventlog/sessions.get`` of the session's newest 20 events, as
   ``StreamdSessionService`` asks for ``num_recent_events=20``;
-* ``whole``: the whole session (every tenth request count, it is large).
+* ``whole``: the whole session (every tenth request count, it is large);
+* ``append``: ``eventlog/append`` of one ADK-shaped event, written by the first
+  request and a duplicate for the rest: the path every append takes (its frame
+  weighed, decoded, queued to the writer, checked against the log) without an
+  fsync a request.
 
 each on a new connection per request and on one connection kept open. It says
 what a cold ``get_session`` pays the daemon beyond the read itself. Below them,
@@ -35,10 +39,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
 from adk_append_breakdown import cpu_seconds
-from adk_bench import Daemon, fill_fast
+from adk_bench import Daemon, fill_fast, make_event
 
 from streamd.adk import StreamdSessionService
+from streamd.adk.codec import log_event
 from streamd.client import AsyncClient
 
 
@@ -121,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         ("ping", frame("eventlog/ping", {}), args.requests),
         ("recent20", frame("eventlog/sessions.get", {**session, "recent": 20}), args.requests),
         ("whole", frame("eventlog/sessions.get", session), max(1, args.requests // 10)),
+        ("append", frame("eventlog/append", {
+            "app": "bench", "user": "u", "session": "s",
+            "event": msgspec.json.decode(msgspec.json.encode(log_event(make_event(0))))}),
+         args.requests),
     ]
     with tempfile.TemporaryDirectory(prefix="request-cost-") as work:
         daemon = Daemon(Path(work) / "log.db", "FULL")

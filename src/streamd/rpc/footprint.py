@@ -27,11 +27,13 @@ objects of up to 350,000 members, plus the frame's bytes for its text, four
 times them unless the frame is ASCII without a ``\\u`` escape (one character
 past U+FFFF makes a whole Python string four bytes a character). Brackets,
 commas and quotes inside strings count too, so the estimate errs high (about
-twice for ordinary content, up to 5x for a list of small integers, which
+twice for ordinary content, up to 8x for a list of small integers, which
 CPython shares), never low. It costs two ``bytes.count`` calls more than the
 nesting check's two, whose counts it reuses
-(:func:`~streamd.rpc.framing.nests_deeper_than`): about a microsecond for an
-ordinary request, some 10 ms for an 8 MiB frame.
+(:func:`~streamd.rpc.framing.nests_deeper_than`): classifying an 837-byte
+ADK append frame went from 3-5 to 5-7 us, an 8 MiB frame from 8-17 to 28-29
+ms (a loaded 2-core machine), beside some 300 us of daemon CPU per append
+(``bench/daemon_request_cost.py``, where the difference is within the noise).
 
 The server charges this estimate, not the frame's bytes, against the
 connection's in-flight bound, and refuses a request whose estimate passes
