@@ -223,3 +223,31 @@ async def test_an_append_of_8_mib_of_empty_objects_is_refused_undecoded_by_its_i
                 assert got["id"] == 3 and got["error"]["code"] == errors.INVALID_PARAMS
                 assert got["error"]["message"].startswith("eventlog/append params: would take")
                 assert await log.latest_seq() == 0
+
+
+@pytest.mark.parametrize("shape", ["table rows", "function calls"])
+async def test_an_append_of_structured_content_at_the_event_limit_is_stored(
+    tmp_path: Path, shape: str
+):
+    # Before: params estimated past 64 MiB were refused, and an event of
+    # some 3.6 MiB of table rows or function calls (a tool's result) is
+    # estimated past it, though events of 5 MiB are stored.
+    if shape == "table rows":
+        content: Any = [{"id": i, "name": f"item {i}", "price": i * 1.5, "tags": ["a", "b"]}
+                        for i in range(64_000)]
+    else:
+        content = {"parts": [{"function_call": {"name": "lookup", "args": {"q": f"x{i}", "n": i}}}
+                             for i in range(64_000)]}
+    frame = json.dumps({"jsonrpc": "2.0", "id": 4, "method": "eventlog/append", "params": {
+        "app": "a", "user": "u", "session": "s",
+        "event": {"id": "e", "author": "x", "content": content}}}).encode() + b"\n"
+    assert 4 << 20 < len(frame) < 5 << 20
+    async with EventLog(tmp_path / "events.db", synchronous="NORMAL") as log:
+        methods = {m.name: m for m in eventlog_methods(lambda: log)}
+        with trio.fail_after(60):
+            async with session(lambda conn: methods) as peer:
+                await peer.raw(frame)
+                assert await peer.recv() == {
+                    "jsonrpc": "2.0", "id": 4, "result": {"seq": 1, "duplicate": False}}
+        [entry] = (await log.since(0)).entries
+        assert entry.event.content == content

@@ -40,11 +40,11 @@ connection's in-flight bound, and refuses a request whose estimate passes
 :data:`MAX_DECODED_BYTES` without decoding it
 (:class:`~streamd.rpc.protocol.FrameReader`). An 8 MiB string, the largest
 legitimate params, is estimated at 8 MiB, or 32 MiB when it is not ASCII:
-within the limit. So is content of about the 5 MiB a stored event may take
+within the limit. So is content of the 5 MiB a stored event may take
 (``eventlog/append``) made of function calls, table rows, token ids or bytes
-as a list of integers. What is refused is a frame made mostly of small
-containers: 1 MiB of ``{}``, 2.6 MiB of small nested objects (16 times their
-bytes once decoded).
+as a list of integers (at most 18 times their bytes, estimated). What is
+refused is a frame made mostly of small containers: 3.8 MiB of ``{}`` (some
+90 MB once decoded).
 """
 
 from __future__ import annotations
@@ -60,10 +60,12 @@ ARRAY_BYTES = 80
 MEMBER_BYTES = 40
 QUOTE_BYTES = 32
 
-MAX_DECODED_BYTES = 64 << 20
-"""The most one request's params may be estimated to take: a connection's
-whole in-flight bound (``MAX_INFLIGHT_BYTES``), and four times the largest
-frame, so a frame of one long string is always within it."""
+MAX_DECODED_BYTES = 256 << 20
+"""The most one request's params may be estimated to take. Above a
+connection's in-flight bound (``MAX_INFLIGHT_BYTES``, 64 MiB), so such a
+request is admitted only alone (:class:`~streamd.rpc.inflight.InFlight`):
+at 64 MiB, events of 3.6 MiB of table rows (a tool's result, estimated at
+15 times its bytes) were refused, though the log stores events of 5 MiB."""
 
 
 def decoded_size(frame: bytes, objects: int, arrays: int) -> int:
