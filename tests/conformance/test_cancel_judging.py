@@ -9,6 +9,7 @@ a verdict; one test turns every time upside down to show it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from streamd.conformance.cancel import (
     write_case,
 )
 from streamd.conformance.cancel import script as s
+from streamd.conformance.cancel.judging import stops_wait
 from streamd.conformance.cancel.live import make_place
 from streamd.conformance.cancel.report import Row, format_row, row_json
 
@@ -126,6 +128,30 @@ def test_a_failed_handshake_fails_the_row():
 
 def test_a_line_that_is_not_json_fails():
     assert verdict("cancel-inflight", observe([INIT, b"oops", error(2, CANCELED)])) == "fail"
+
+
+def test_json_that_is_no_json_rpc_message_fails_naming_it():
+    # Before, only text that is not JSON failed: {"status": "ok"} in place of
+    # the answers was "observed" silence, and the row passed.
+    j = scenario("eof-inflight").judge(observe([INIT, {"status": "ok"}, [2]]))
+    assert j.verdict == "fail"
+    why = "is no JSON-RPC message (an object with a method or an id)"
+    assert f'response 2 {why}: {{"status": "ok"}}' in j.detail
+    assert f"response 3 {why}: [2]" in j.detail
+
+
+def test_a_bad_frame_the_run_stopped_at_is_named_once():
+    obs = observe([INIT, b"panic"], problem="stopped at response 2, which is not JSON: panic")
+    obs = dataclasses.replace(obs, stopped_at=2)
+    j = scenario("cancel-inflight").judge(obs)
+    assert j.verdict == "fail" and j.detail.count("is not JSON: panic") == 1
+
+
+def test_a_wait_stops_at_a_bad_frame_only_when_it_came_before_the_answer():
+    frames = [Received.of(0.0, f) for f in (b'{"id":1,"result":{}}', b"x" * 300, b"{}")]
+    assert stops_wait(frames, 1) is None  # answered first: the run goes on
+    assert stops_wait(frames, 2) == (2, "is not JSON: " + "x" * 199 + "…")
+    assert stops_wait(frames[:1], 2) is None  # nothing bad yet: wait on
 
 
 def test_a_nonzero_exit_fails():

@@ -65,6 +65,24 @@ signal.pause()
 """
 
 
+# Answers initialize, then every other request with one frame no JSON-RPC
+# message can be, picked by argv[1]: a panic's text, or JSON with neither a
+# method nor an id. Exits at end of input.
+ANSWERS_GARBAGE = r"""
+import json, sys
+for raw in sys.stdin:
+    msg = json.loads(raw)
+    if msg.get("id") is None:
+        continue
+    if msg["id"] == 1:
+        print(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}), flush=True)
+    elif sys.argv[1] == "text":
+        print("panic: the index is corrupt " + "x" * 300, flush=True)
+    else:
+        print(json.dumps({"status": "ok", "id_was": msg["id"]}), flush=True)
+"""
+
+
 def _adapter(tmp_path: Path, body: str) -> list[str]:
     script = tmp_path / "adapter.py"
     script.write_text(body)
@@ -93,6 +111,37 @@ async def test_an_adapter_that_never_answers_nor_exits_is_killed_and_said(tmp_pa
     assert "waiting for the answer" in obs.problem and "killed it" in obs.problem
     assert obs.exit_code is None  # a status we caused says nothing about it
     assert _cancel_inflight().judge(obs).verdict == "fail"
+
+
+@pytest.mark.parametrize(
+    ("mode", "why"),
+    [
+        ("text", "is not JSON: panic: the index is corrupt " + "x" * 171 + "…"),
+        ("stranger", 'is no JSON-RPC message (an object with a method or an id): '
+                     '{"status": "ok", "id_was": 2}'),
+    ],
+    ids=["text", "stranger"],
+)
+async def test_a_frame_that_can_answer_nothing_stops_the_wait_at_once_naming_it(
+    tmp_path: Path, mode: str, why: str
+):
+    # The wait for answer 2 went on past such a frame until the scenario's
+    # timeout (60 s by default); the timeout here is far beyond the bound.
+    twice = next(sc for sc in matrix(trials=1) if sc.name == "cancel-twice")
+    with trio.fail_after(15):
+        obs = await run_scenario(
+            twice, [*_adapter(tmp_path, ANSWERS_GARBAGE), mode], timeout=120
+        )
+    assert obs.problem == f"stopped at response 2, which {why}"
+    assert obs.stopped_at == 2
+    # The script ends there (health 3 was to follow answer 2); stdin still
+    # closes, and the adapter, exiting on it, is not killed.
+    assert [s.label for s in obs.sent] == [
+        "initialize 1", "search 2", "recall/cancel 2", "recall/cancel 2"
+    ]
+    assert obs.closed_at is not None and obs.exit_code == 0
+    judgement = twice.judge(obs)
+    assert judgement.verdict == "fail" and judgement.detail.count(why) == 1
 
 
 async def test_an_adapter_writing_without_end_is_cut_off_at_the_output_bound(tmp_path: Path):

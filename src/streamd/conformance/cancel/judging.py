@@ -90,6 +90,23 @@ def answers(obs: Observation, request_id: RequestId) -> list[Received]:
     ]
 
 
+def stops_wait(received: Sequence[Received], request_id: RequestId) -> tuple[int, str] | None:
+    """The number (from 1) of the first frame no JSON-RPC message can be, and
+    why, when it came before any answer to ``request_id``; else None.
+
+    A wait for that answer stops there, as the replayer's does: such a frame
+    answers nothing and nothing says the answer will still come, so waiting on
+    ended only at the scenario's timeout. Judged in arrival order, so whether
+    a run stops never depends on how the frames were split into reads.
+    """
+    for n, r in enumerate(received, start=1):
+        if r.bad is not None:
+            return n, r.bad
+        if is_response(r.frame) and json_equal(r.frame["id"], request_id):
+            return None
+    return None
+
+
 def error_code(frame: Any) -> int | None:
     error = frame.get("error") if isinstance(frame, dict) else None
     code = error.get("code") if isinstance(error, dict) else None
@@ -123,14 +140,14 @@ def describe(frame: Any) -> str:
 
 
 def check_run(found: Findings, obs: Observation, *, exit_rule: bool = True) -> None:
-    """The harness's own trouble, lines that are not JSON, and the exit status
-    (Recall: end of input and ``recall/shutdown`` end the process with 0)."""
+    """The harness's own trouble, frames no JSON-RPC message can be, and the
+    exit status (Recall: end of input and ``recall/shutdown`` end the process
+    with 0)."""
     if obs.problem:
         found.fail(obs.problem)
-    for r in obs.received:
-        if r.frame is None:
-            text = r.data.decode("utf-8", "replace")
-            found.fail(f"wrote a line that is not JSON: {render(text)}")
+    for n, r in enumerate(obs.received, start=1):
+        if r.bad is not None and n != obs.stopped_at:  # that one the problem names
+            found.fail(f"response {n} {r.bad}")
     if exit_rule and obs.problem is None and obs.exit_code not in (0, None):
         found.fail(f"exited with status {obs.exit_code}, not 0")
 

@@ -12,6 +12,10 @@ is the judge's. Its rules, and why:
   result after a cancel) is in the observation however late it came.
 - Times are taken from Trio's clock at each write and at each frame's arrival,
   relative to the process start. They are reported, never judged.
+- A wait for an answer stops at a frame no JSON-RPC message can be (not JSON,
+  or JSON with neither a method nor an id) that came before the answer, and
+  the problem names it: it answers nothing, so the wait could only end at the
+  run's deadline. Stdin is then closed and stdout read to its end as usual.
 - Nothing hangs: the whole run has a deadline, the exit a grace after stdin
   closes; a process still alive after either is killed with its process group
   and the observation says so. Nothing outlives a run: the adapter's process
@@ -26,11 +30,12 @@ import shlex
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 
-from streamd.conformance.cancel.judging import answers
+from streamd.conformance.cancel.judging import answers, stops_wait
 from streamd.conformance.cancel.scenario import FIXTURE_FILES, Scenario
 from streamd.conformance.cancel.script import (
     Await,
@@ -92,6 +97,14 @@ def make_place(root: Path) -> Place:
     return Place(str(fixture), str(workdir))
 
 
+@dataclass(frozen=True)
+class _Stopped:
+    """The script ended waiting for an answer, at a frame that can answer nothing."""
+
+    at: int  # its number among the frames received, from 1
+    why: str  # the reason and the frame, clipped
+
+
 class _Watch:
     """The frames so far, and a way to wait for the next one."""
 
@@ -127,6 +140,7 @@ async def observe(
     closed_at: list[float] = []
     tail = Tail(STDERR_TAIL_BYTES)
     problem: str | None = None
+    stopped_at: int | None = None
     killed = False
     reaped = False
     # The run's scope: its deadline, and the pump's way to stop it.
@@ -140,7 +154,12 @@ async def observe(
             nursery.start_soon(_note_exit, proc, watch, started)
             doing = ["starting the adapter"]
             with overall:
-                problem = await _follow(proc, steps, watch, sent, closed_at, started, doing)
+                ended = await _follow(proc, steps, watch, sent, closed_at, started, doing)
+                if isinstance(ended, _Stopped):
+                    stopped_at = ended.at
+                    problem = f"stopped at response {ended.at}, which {ended.why}"
+                else:
+                    problem = ended
                 if not closed_at:
                     await _close(proc, closed_at, started)
                 doing[0] = "waiting for the adapter to exit after stdin closed"
@@ -184,6 +203,7 @@ async def observe(
         closed_at=closed_at[0] if closed_at else None,
         problem=problem,
         stderr=bytes(tail.data),
+        stopped_at=stopped_at,
     )
 
 
@@ -195,7 +215,7 @@ async def _follow(
     closed_at: list[float],
     started: float,
     doing: list[str],
-) -> str | None:
+) -> str | _Stopped | None:
     assert proc.stdin is not None
     for step in steps:
         if isinstance(step, Send):
@@ -219,8 +239,11 @@ async def _follow(
             while True:
                 # The Observation's own reading of "an answer", so the wait
                 # and the judgement can never disagree on what arrived.
-                got = answers(Observation((), tuple(watch.received), None, None, None), step.id)
-                if got:
+                seen = tuple(watch.received)
+                stop = stops_wait(seen, step.id)
+                if stop is not None:
+                    return _Stopped(*stop)
+                if answers(Observation((), seen, None, None, None), step.id):
                     break
                 if watch.eof:
                     return f"the adapter closed stdout with {label} unanswered"

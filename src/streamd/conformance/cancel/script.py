@@ -34,11 +34,13 @@ import msgspec
 
 from streamd.conformance.transcript import Await as LockstepAwait
 from streamd.conformance.transcript import (
+    BadFrame,
     Line,
     LineKind,
     classify,
     decode_frame,
     lockstep_steps,
+    message,
     substitute,
 )
 from streamd.conformance.transcript import Send as LockstepSend
@@ -96,15 +98,23 @@ class Sent:
 class Received:
     at: float  # seconds since the adapter started
     data: bytes
-    frame: Any  # decoded, or None when the line is not JSON
+    frame: Any  # decoded, or None when the line is not JSON (or nests past decoding)
+    # Why no JSON-RPC message can be this frame, naming it clipped ("is not
+    # JSON: panic: ..."), or None. The replayer's reading (transcript.message),
+    # so the kit and a recorded case never disagree on what a bad frame is.
+    bad: str | None = None
 
     @staticmethod
     def of(at: float, data: bytes) -> Received:
         try:
-            frame = decode_frame(data)
+            return Received(at, data, message(data))
+        except BadFrame as exc:
+            bad = exc.about(data)
+        try:
+            frame = decode_frame(data)  # JSON all the same, it still shows in the row
         except ValueError:
             frame = None
-        return Received(at, data, frame)
+        return Received(at, data, frame, bad)
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,9 @@ class Observation:
     closed_at: float | None  # when stdin was closed
     problem: str | None = None  # the harness's own trouble: a hang, a kill
     stderr: bytes = b""  # the tail of what the adapter logged
+    # The frame (numbered from 1) the script stopped at, waiting for an answer,
+    # because no JSON-RPC message can be it; ``problem`` already names it.
+    stopped_at: int | None = None
 
     def sent_at(self, label: str) -> float | None:
         for sent in self.sent:
