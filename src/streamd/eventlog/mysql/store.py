@@ -19,7 +19,9 @@ it, and every driver message is scrubbed of it.
   key longer than its column (:data:`~streamd.eventlog.mysql.schema.KEY_LENGTHS`)
   is refused with -32602 naming the field before anything is sent.
 * **Leases use the database's clock** (``NOW(6)``), with
-  ``lease_clock="caller"`` for tests that move time by hand.
+  ``lease_clock="caller"`` for tests that move time by hand; either is read in
+  a statement after the one that locks the lease's row (see
+  :mod:`~streamd.eventlog.store.leases`).
 * **Outages**, as on PostgreSQL: a broken connection is dropped and the next
   call reconnects, with backoff between failed attempts and
   ``source_unavailable`` at once in between; a write whose connection broke

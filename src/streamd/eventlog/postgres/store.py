@@ -36,6 +36,8 @@ Rules kept here, beyond the SQLite store's
   ``clock_timestamp()`` on the server, so hosts whose clocks disagree still
   agree on who holds what; ``now_us`` is ignored for leases. ``"caller"`` uses
   ``now_us`` as the SQLite store does (for tests that move time by hand).
+  Either is read once the lease's row is held (see
+  :mod:`~streamd.eventlog.store.leases`).
   Taking a stale lease is the same conditional update on the old holder and
   its heartbeat; a heartbeat matching no row means the lease was stolen.
 * **Outages.** A connection that breaks is dropped; the next operation

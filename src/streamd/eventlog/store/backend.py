@@ -126,10 +126,11 @@ def closed_error() -> RpcError:
 LeaseTime = int | Callable[[], int]
 """The time a lease operation stamps and judges with, in microseconds: a time,
 or the lease clock, which the operation reads inside its transaction once it
-holds the write lock. The log passes its clock: SQLite's ``BEGIN IMMEDIATE``
-waits up to the busy timeout (5 s) while another process writes, and a lease
-stamped with the time read before that wait was as old as the wait when it
-was written, stealable at once under a shorter window."""
+holds the write lock (on the servers, the lease's row: see
+:mod:`~streamd.eventlog.store.leases`). The log passes its clock: SQLite's
+``BEGIN IMMEDIATE`` waits up to the busy timeout (5 s) while another process
+writes, and a lease stamped with the time read before that wait was as old as
+the wait when it was written, stealable at once under a shorter window."""
 
 
 def lease_time(now: LeaseTime) -> int:

@@ -9,6 +9,15 @@ under READ COMMITTED) one update matches. A heartbeat is a conditional update
 on our holder; zero rows means the lease was stolen. A log's leases beat
 together (:func:`heartbeats`): one transaction refreshes all that are due.
 Times are the lease clock's (:meth:`~streamd.eventlog.store.sql.Sql.lease_now`).
+
+A time that stamps or judges a lease is read once the transaction holds the
+lease's row, in a statement after the one that locked it: a time read before
+a wait for the row (another requester's transaction, or a host that vanished
+in one, held until its server gives up on it) made the lease as old as the
+wait when it was written, stealable at once under a window shorter than the
+wait. Within one statement no clock can be read after the wait: MariaDB's
+``NOW(6)`` is the statement's start, and PostgreSQL computes a row's new
+values before it waits for the row's lock.
 """
 
 from __future__ import annotations
@@ -73,23 +82,23 @@ def acquire(db: Sql, p: LeaseAcquireParams, holder: str, now_us: LeaseTime) -> N
     stale_after_ms = p.stale_after_ms
     d = db.dialect
     with db.write():
-        # Read once the transaction has the write lock (see LeaseTime).
-        now_sql, now_args = db.lease_now(lease_time(now_us))
         row = db.one(
-            f"SELECT holder, heartbeat_at, stale_after_ms, {now_sql} FROM leases"
+            f"SELECT holder, heartbeat_at, stale_after_ms FROM leases"
             f" WHERE {_SESSION}{d.for_update}",
-            (*now_args, *key),
+            key,
         )
         if row is None:
-            # WHERE true: SQLite reads ON CONFLICT after a bare SELECT as a join's.
+            # The row first, its times once it is ours: PostgreSQL's SELECT
+            # above passes over a row another requester inserted and has not
+            # committed, and it is this insert that waits for that transaction.
             taken = db.insert_absent(
                 "INSERT INTO leases (app_name, user_id, session_id, holder, acquired_at,"
-                " heartbeat_at, stale_after_ms) SELECT ?, ?, ?, ?, n, n, ?"
-                f" FROM (SELECT {now_sql} AS n) t WHERE true",
-                (*key, holder, stale_after_ms, *now_args),
+                " heartbeat_at, stale_after_ms) VALUES (?, ?, ?, ?, 0, 0, ?)",
+                (*key, holder, stale_after_ms),
             )
             if not taken:
                 # Another host inserted it first, between our read and insert.
+                now_sql, now_args = db.lease_now(lease_time(now_us))
                 other = db.one(
                     f"SELECT holder, {d.greatest}(0, ({now_sql} - heartbeat_at) / 1000)"
                     f" FROM leases WHERE {_SESSION}",
@@ -97,8 +106,12 @@ def acquire(db: Sql, p: LeaseAcquireParams, holder: str, now_us: LeaseTime) -> N
                 )
                 who, age = other if other else ("unknown", 0)
                 raise rules.locked(p.session, who, int(age), "was taken by another requester")
+            now = _now(db, now_us)
+            db.run(f"UPDATE leases SET acquired_at = ?, heartbeat_at = ? WHERE {_SESSION}",
+                   (now, now, *key))
             return
-        old_holder, old_beat, old_window_ms, now = row
+        now = _now(db, now_us)  # once the row is ours (see the module's essay)
+        old_holder, old_beat, old_window_ms = row
         age_ms = max(0, (now - old_beat) // 1000)
         if age_ms < old_window_ms:
             raise rules.locked(p.session, old_holder, age_ms, "is locked")
@@ -151,19 +164,27 @@ def heartbeats(db: Sql, beats: Sequence[LeaseKey], now_us: LeaseTime) -> list[bo
     ]
     if not live:
         return held
+    keys = [(beats[i].app, beats[i].user, beats[i].session, beats[i].holder) for i in live]
     with db.write():
-        # Read once the transaction has the write lock (see LeaseTime).
+        if db.dialect.for_update:
+            # On a server, our rows are locked first, by a statement of their
+            # own, and the clock read after (see the module's essay). SQLite's
+            # transaction already holds the whole file's write lock.
+            db.update_each("leases", "heartbeat_at = heartbeat_at", (), _KEY_COLUMNS, keys)
         now_sql, now_args = db.lease_now(lease_time(now_us))
-        matched = db.update_each(
-            "leases",
-            f"heartbeat_at = {now_sql}",
-            now_args,
-            _KEY_COLUMNS,
-            [(beats[i].app, beats[i].user, beats[i].session, beats[i].holder) for i in live],
-        )
+        matched = db.update_each("leases", f"heartbeat_at = {now_sql}", now_args, _KEY_COLUMNS,
+                                 keys)
     for i, ours in zip(live, matched, strict=True):
         held[i] = ours
     return held
+
+
+def _now(db: Sql, now_us: LeaseTime) -> int:
+    """The lease clock, read now, as a value to stamp and judge with."""
+    now_sql, now_args = db.lease_now(lease_time(now_us))
+    row = db.one(f"SELECT {now_sql}", now_args)
+    assert row is not None
+    return int(row[0])
 
 
 def release(db: Sql, app: str, user: str, session: str, holder: str) -> bool:
