@@ -335,7 +335,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Bumped whenever a call's arguments or results change: `index/native.py`
     // refuses a module built from older sources (an editable install whose
     // extension was not rebuilt) instead of failing mid-build.
-    m.add("INTERFACE", 5)?;
+    m.add("INTERFACE", 6)?;
     m.add("UNICODE_VERSION", unicode::UNICODE_VERSION)?;
     m.add("MAX_LINE_BYTES", lines::MAX_LINE_BYTES)?;
     m.add("HOLD_LIMIT", lines::HOLD_LIMIT)?;

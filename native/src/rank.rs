@@ -21,7 +21,24 @@
 
 mod top;
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use top::{Key, Top};
+
+/// A request's cancellation, as the caller's thread flags it while a
+/// search runs here without the GIL: one byte, set nonzero once and never
+/// cleared. A search with terms repeated many times costs minutes (each
+/// query position adds its term's weights to every record holding it), so
+/// it looks at the flag between windows and between query positions, and
+/// gives up (`None`) as soon as it is set.
+#[derive(Clone, Copy, Default)]
+pub struct Stop<'a>(pub Option<&'a AtomicU8>);
+
+impl Stop<'_> {
+    fn asked(&self) -> bool {
+        self.0.is_some_and(|flag| flag.load(Ordering::Relaxed) != 0)
+    }
+}
 
 /// One segment's postings of a term: record numbers ascending, and `meta`
 /// (`count << 2 | weight code`) beside them.
@@ -210,9 +227,10 @@ impl<'a> Cursor<'a> {
 }
 
 /// The best `limit` candidates of `q` under the plain path's order (and
-/// records tied with the last of them; see the module's rules).
+/// records tied with the last of them; see the module's rules), or None
+/// when `stop` was asked before the end.
 pub fn rank(q: &Query<'_>, cols: &Columns<'_>, window: &Window<'_>, ids: &IdRanks<'_>,
-            limit: usize) -> Ranked {
+            limit: usize, stop: Stop<'_>) -> Option<Ranked> {
     let mut top = Top::new(limit);
     let (mut matched, mut any_exact) = (0u64, false);
     let mut offer = |rec: u32, score: f64, exact: bool| {
@@ -236,6 +254,9 @@ pub fn rank(q: &Query<'_>, cols: &Columns<'_>, window: &Window<'_>, ids: &IdRank
         let mut rec = q.n;
         while rec > 0 {
             rec -= 1;
+            if rec % WINDOW == 0 && stop.asked() {
+                return None;
+            }
             if let Some((sec, _)) = window.lower {
                 if times.older(rec, sec) {
                     rec &= !((1u32 << times.shift) - 1);
@@ -244,23 +265,24 @@ pub fn rank(q: &Query<'_>, cols: &Columns<'_>, window: &Window<'_>, ids: &IdRank
             }
             offer(rec, 0.0, false);
         }
-    } else {
-        merge(q, &mut offer);
+    } else if !merge(q, &mut offer, stop) {
+        return None;
     }
-    Ranked { hits: top.finish(ids), matched, any_exact }
+    Some(Ranked { hits: top.finish(ids), matched, any_exact })
 }
 
 /// Records per window of the merge: its sums and flags fit in the L1 and
 /// L2 caches, and a window no posting falls in is never visited.
 const WINDOW: u32 = 4096;
 
-/// Every candidate of `q` with its score and exactness, newest record first.
+/// Every candidate of `q` with its score and exactness, newest record first;
+/// false if `stop` cut it short.
 ///
 /// The postings are merged a window of records at a time: each query
 /// position adds its term's weights to the window's sums in query order
 /// (the plain path's dense additions, in its order), then the window's
 /// candidates are offered from the newest down.
-fn merge(q: &Query<'_>, offer: &mut impl FnMut(u32, f64, bool)) {
+fn merge(q: &Query<'_>, offer: &mut impl FnMut(u32, f64, bool), stop: Stop<'_>) -> bool {
     let mut cursors: Vec<Vec<Cursor<'_>>> = q
         .terms
         .iter()
@@ -276,6 +298,9 @@ fn merge(q: &Query<'_>, offer: &mut impl FnMut(u32, f64, bool)) {
     let mut touched: Vec<u32> = Vec::with_capacity(win);
     let mut term_hits: Vec<Vec<(u32, f64)>> = vec![Vec::new(); q.terms.len()];
     loop {
+        if stop.asked() {
+            return false;
+        }
         // The newest record anything still holds ends the next window.
         let mut top: Option<u32> = exact_end.checked_sub(1).map(|i| q.exact[i] as u32);
         for c in cursors.iter().flatten() {
@@ -283,7 +308,7 @@ fn merge(q: &Query<'_>, offer: &mut impl FnMut(u32, f64, bool)) {
                 top = Some(top.map_or(h, |m| m.max(h)));
             }
         }
-        let Some(top) = top else { return };
+        let Some(top) = top else { return true };
         let lo = (top + 1).saturating_sub(WINDOW);
         for (t, chains) in cursors.iter_mut().enumerate() {
             let hits = &mut term_hits[t];
@@ -330,6 +355,9 @@ fn merge(q: &Query<'_>, offer: &mut impl FnMut(u32, f64, bool)) {
         let held: usize = term_hits.iter().map(Vec::len).sum();
         let dense = held * 8 >= span;
         for &t in &q.order {
+            if stop.asked() {
+                return false;
+            }
             for &(i, w) in &term_hits[t] {
                 let i = i as usize;
                 sums[i] += w;
@@ -455,7 +483,7 @@ mod tests {
             weights: W,
         };
         let ids = IdRanks { ranks: vec![&[0, 1, 2, 3]], block: 4 };
-        let r = rank(&q, &c, &Window::default(), &ids, 10);
+        let r = rank(&q, &c, &Window::default(), &ids, 10, Stop::default()).unwrap();
         assert_eq!(r.matched, 4);
         let mut hits = r.hits;
         hits.sort_by_key(|h| h.rec);
@@ -474,13 +502,29 @@ mod tests {
         let q = one_term(8, &recs, &meta, &[3]);
         // Blocks of 4: ranks put record 2 first in block 0, record 7 in block 1.
         let ids = IdRanks { ranks: vec![&[3, 1, 0, 2], &[3, 2, 1, 0]], block: 4 };
-        let r = rank(&q, &c, &Window::default(), &ids, 2);
+        let r = rank(&q, &c, &Window::default(), &ids, 2, Stop::default()).unwrap();
         let mut got: Vec<u32> = r.hits.iter().map(|h| h.rec).collect();
         got.sort_unstable();
         // Record 3 is exact (better); of the 7 tied, the best one per block.
         assert_eq!(got, vec![2, 3, 7]);
         assert!(r.any_exact);
         assert_eq!(r.matched, 8);
+    }
+
+    #[test]
+    fn a_stop_asked_gives_up_on_terms_and_on_a_browse_alike() {
+        let recs: Vec<u32> = (0..4).collect();
+        let meta = [1u8; 4];
+        let bytes = cols(&[(1, 0); 4]);
+        let c = columns(&bytes);
+        let ids = IdRanks { ranks: vec![&[0, 1, 2, 3]], block: 4 };
+        let flag = AtomicU8::new(1);
+        let mut q = one_term(4, &recs, &meta, &[]);
+        assert!(rank(&q, &c, &Window::default(), &ids, 2, Stop(Some(&flag))).is_none());
+        q.browse = true;
+        assert!(rank(&q, &c, &Window::default(), &ids, 2, Stop(Some(&flag))).is_none());
+        flag.store(0, Ordering::Relaxed);
+        assert_eq!(rank(&q, &c, &Window::default(), &ids, 2, Stop(Some(&flag))).unwrap().matched, 4);
     }
 
     #[test]
@@ -493,7 +537,7 @@ mod tests {
         let removed = [0u8, 0, 1];
         let w = Window { upper: Some((2, 7)), lower: Some((2, 0)), kinds: None, removed: Some(&removed) };
         let ids = IdRanks { ranks: vec![&[0, 1, 2, 3]], block: 4 };
-        let r = rank(&q, &c, &w, &ids, 10);
+        let r = rank(&q, &c, &w, &ids, 10, Stop::default()).unwrap();
         let got: Vec<u32> = r.hits.iter().map(|h| h.rec).collect();
         assert_eq!((got, r.matched), (vec![1], 1));
     }

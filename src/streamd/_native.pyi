@@ -126,7 +126,8 @@ def rank_search(
     covered: int,
     time_block: int,
     limit: int,
-) -> tuple[list[int], list[float], list[bool], int, bool]: ...
+    stop: np.ndarray | None,
+) -> tuple[list[int], list[float], list[bool], int, bool] | None: ...
 def _panic_for_tests() -> None: ...
 
 @final

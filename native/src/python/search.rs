@@ -5,12 +5,14 @@
 //! rules of `recall/index/index.py`), and the buffers stay held here until
 //! the work, done without the GIL, is over.
 
+use std::sync::atomic::AtomicU8;
+
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use super::guarded;
-use crate::rank::{self, Columns, IdRanks, List, Query, Term, TimeBlocks, Window};
+use crate::rank::{self, Columns, IdRanks, List, Query, Stop, Term, TimeBlocks, Window};
 
 /// A buffer's items as a slice. Safety: the slice lives as long as the
 /// borrow of `buf`, which keeps the exporter's memory alive and unmoved; the
@@ -39,11 +41,13 @@ type Answer = (Vec<u32>, Vec<f64>, Vec<bool>, u64, bool);
 /// and `lower` bound the event time as `(sec, nsec)`; `kinds` says by kind
 /// code which are wanted; `removed` marks taken-back records (uint8); `ranks`
 /// are the id ranks of each `block` records; `sec_max[b]` bounds the event
-/// seconds of the records `< covered` of each `time_block` records.
+/// seconds of the records `< covered` of each `time_block` records;
+/// `stop` is a one-byte array the caller sets nonzero (from another thread)
+/// to have the search give up, which then returns None.
 #[pyfunction]
 #[pyo3(signature = (n, terms, order, positions, exact, browse, weights, columns, layout,
                     upper, lower, kinds, removed, ranks, block, sec_max, covered,
-                    time_block, limit))]
+                    time_block, limit, stop))]
 #[allow(clippy::too_many_arguments)]
 pub fn rank_search(
     py: Python<'_>,
@@ -66,7 +70,8 @@ pub fn rank_search(
     covered: u32,
     time_block: usize,
     limit: usize,
-) -> PyResult<Answer> {
+    stop: Option<Bound<'_, PyAny>>,
+) -> PyResult<Option<Answer>> {
     if order.iter().any(|&t| t >= terms.len()) {
         return Err(PyValueError::new_err("rank: order names a term that is not given"));
     }
@@ -133,9 +138,21 @@ pub fn rank_search(
         removed: removed_buf.as_ref().map(items).transpose()?,
     };
     let q = Query { n, terms: q_terms, order, positions, exact: items(&exact_buf)?, browse, weights };
-    let r = py.allow_threads(|| guarded("rank", || rank::rank(&q, &cols, &window, &ids, limit)))?;
+    let stop_buf = stop.as_ref().map(PyBuffer::<u8>::get).transpose()?;
+    if stop_buf.as_ref().is_some_and(|b| b.item_count() < 1 || b.readonly()) {
+        return Err(PyValueError::new_err("rank: stop must be a writable array of one byte"));
+    }
+    // Safety: the byte lives as long as `stop_buf`'s borrow, past the call.
+    // Unlike every other array here it is written while the search reads
+    // it, so it is read atomically (an AtomicU8 has a u8's layout).
+    let flag = stop_buf.as_ref().map(|b| unsafe { &*(b.buf_ptr() as *const AtomicU8) });
+    let stop = Stop(flag);
+    let r = py.allow_threads(|| {
+        guarded("rank", || rank::rank(&q, &cols, &window, &ids, limit, stop))
+    })?;
+    let Some(r) = r else { return Ok(None) };
     let recs = r.hits.iter().map(|h| h.rec).collect();
     let scores = r.hits.iter().map(|h| h.score).collect();
     let exact = r.hits.iter().map(|h| h.exact).collect();
-    Ok((recs, scores, exact, r.matched, r.any_exact))
+    Ok(Some((recs, scores, exact, r.matched, r.any_exact)))
 }

@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from msgspec import UNSET, UnsetType
 
 from streamd.errors import (
@@ -37,10 +38,11 @@ from streamd.recall.index.index import Index
 from streamd.recall.index.streamfile import Span
 from streamd.recall.persist.checkpoint import Checkpoint
 from streamd.recall.query import render
-from streamd.recall.query.rank import Hit, Query, Ranked, rank, relevances
+from streamd.recall.query.rank import Hit, Query, Ranked, rank, with_relevances
 from streamd.recall.query.rank import query_mode as mode_of
 from streamd.recall.records import LineError, Record, parse_line, trim_space
 from streamd.recall.settings import SETTINGS_SCHEMA, Settings
+from streamd.recall.stop import Stop, check
 from streamd.recall.wire import (
     AdapterManifest,
     Candidate,
@@ -135,12 +137,13 @@ class Answers:
     suspect: frozenset[str]
 
     def spans(self, generation: Generation, recs: list[int]) -> list[Span]:
-        index = generation.view.index
-        return [
-            Span(self.paths[index.column("file", r)], index.column("offset", r),
-                 index.column("line_len", r))
-            for r in recs
-        ]
+        # Columns taken whole: a context expand may read back 100,000 lines.
+        rows = generation.view.rows()
+        at = np.asarray(recs, dtype=np.int64)
+        files = rows["file"][at].tolist()
+        offsets = rows["offset"][at].tolist()
+        lengths = rows["line_len"][at].tolist()
+        return [Span(self.paths[f], o, n) for f, o, n in zip(files, offsets, lengths, strict=True)]
 
     def reread(self, generation: Generation, rec: int, line: bytes | None) -> Record:
         """The record ``rec`` from its re-read line, which must still be it."""
@@ -158,7 +161,9 @@ class Answers:
 
     # search
 
-    def rank(self, generation: Generation, p: SearchParams) -> Ranked:
+    def rank(self, generation: Generation, p: SearchParams, stop: Stop | None = None) -> Ranked:
+        """The search's hits and their relevances; raises ``Stopped`` once
+        ``stop`` is set (see ``recall.stop``)."""
         limit = self.settings.limit
         if 0 < p.limit < limit:
             limit = p.limit
@@ -169,15 +174,16 @@ class Answers:
             as_of=p.as_of_ns,
             record_types=tuple(p.filters.record_types or ()),
         )
-        return rank(generation.view, query, limit)
+        return with_relevances(generation.view, rank(generation.view, query, limit, stop), stop)
 
     def search_result(
         self, generation: Generation, ranked: Ranked, lines: list[bytes | None], started: int
     ) -> SearchResult:
-        """``lines``: the lines of ``self.spans(generation, [hit.rec ...])``, in order."""
+        """``lines``: the lines of ``self.spans(generation, [hit.rec ...])``, in
+        order; ``ranked`` as :meth:`rank` made it (with its relevances)."""
         candidates = []
-        rels = relevances(generation.view, [h.rec for h in ranked.hits], ranked.terms,
-                          ranked.variants)
+        rels = ranked.relevances
+        assert rels is not None, "ranked by Answers.rank, which scores relevances"
         for position, (hit, line, rel) in enumerate(
                 zip(ranked.hits, lines, rels, strict=True), start=1):
             rec = self.reread(generation, hit.rec, line)
@@ -255,7 +261,8 @@ class Answers:
             raise RpcError(LOCATOR_UNKNOWN, f"{quote(local)} names no schema version")
         return schema, record_id, local
 
-    def expand_plan(self, generation: Generation, p: ExpandParams) -> ExpandPlan:
+    def expand_plan(self, generation: Generation, p: ExpandParams,
+                    stop: Stop | None = None) -> ExpandPlan:
         schema, record_id, local = self.parse_locator(p)
         # Identities are keyed by the canonical "v%d/%s" spelling, as in the
         # reference: "v01/x" names no held identity even though it parses.
@@ -270,16 +277,21 @@ class Answers:
                     f"the locator names v{schema}",
                 )
             raise RpcError(LOCATOR_EXPIRED, f"{generation.name} holds no record {record_id}")
-        episode = self._episode(generation, rec_no) if p.detail == "context" else []
+        episode = self._episode(generation, rec_no, stop) if p.detail == "context" else []
         return ExpandPlan(rec_no, local, episode)
 
     def expansion(
-        self, generation: Generation, p: ExpandParams, plan: ExpandPlan, lines: list[bytes | None]
+        self, generation: Generation, p: ExpandParams, plan: ExpandPlan, lines: list[bytes | None],
+        stop: Stop | None = None,
     ) -> Expansion:
-        """``lines``: those of ``self.spans(generation, [plan.rec, *plan.episode])``."""
+        """``lines``: those of ``self.spans(generation, [plan.rec, *plan.episode])``.
+        Raises ``Stopped`` once ``stop`` is set: an episode may be 100,000
+        records to parse."""
         rec = self.reread(generation, plan.rec, lines[0])
-        episode = [self.reread(generation, r, line)
-                   for r, line in zip(plan.episode, lines[1:], strict=True)]
+        episode = []
+        for r, line in zip(plan.episode, lines[1:], strict=True):
+            check(stop)
+            episode.append(self.reread(generation, r, line))
         content = render.expansion(rec, p.detail, episode)
         truncated = p.budget_bytes > 0 and len(content.encode()) > p.budget_bytes
         index = generation.view.index
@@ -292,10 +304,8 @@ class Answers:
             provenance=f"{name}@{index.column('offset', plan.rec)} ({plan.local})",
         )
 
-    def _episode(self, generation: Generation, rec: int) -> list[int]:
+    def _episode(self, generation: Generation, rec: int, stop: Stop | None) -> list[int]:
         """Records within the episode window of ``rec``'s event time, other ids only."""
-        import numpy as np
-
         sec, nsec = generation.view.columns()
         at = int(sec[rec]) * gotime.NS + int(nsec[rec])
         lo, hi = at - EPISODE_WINDOW_NS, at + EPISODE_WINDOW_NS
@@ -306,7 +316,12 @@ class Answers:
         )
         ids = generation.view.index.ids
         own = ids[rec]
-        return [r for r in np.flatnonzero(mask).tolist() if ids[r] != own]
+        out = []
+        for r in np.flatnonzero(mask).tolist():
+            check(stop)
+            if ids[r] != own:
+                out.append(r)
+        return out
 
     # health
 

@@ -47,7 +47,7 @@ _SealedName = Literal["term_hash", "term_local", "starts", "recs", "meta", "big_
                       "big_count", "ident_hash", "ident_rec", "columns", "ids"]
 
 # The calls this module makes of streamd._native (its INTERFACE).
-INTERFACE = 5
+INTERFACE = 6
 
 
 class Core(Protocol):
@@ -74,7 +74,8 @@ class Core(Protocol):
         lower: tuple[int, int] | None, kinds: Sequence[bool] | None,
         removed: np.ndarray | None, ranks: Sequence[np.ndarray], block: int,
         sec_max: np.ndarray, covered: int, time_block: int, limit: int,
-    ) -> tuple[list[int], list[float], list[bool], int, bool]: ...
+        stop: np.ndarray | None,
+    ) -> tuple[list[int], list[float], list[bool], int, bool] | None: ...
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from streamd.recall.index import index as index_module
 from streamd.recall.index.index import WEIGHTS, View
 from streamd.recall.index.native import Core
 from streamd.recall.query import variants as numvar
+from streamd.recall.stop import Stop, Stopped, check
 
 _I64 = (-(1 << 63), (1 << 63) - 1)
 _WEIGHTS = (float(WEIGHTS[0]), float(WEIGHTS[1]), float(WEIGHTS[2]), float(WEIGHTS[3]))
@@ -40,12 +41,15 @@ def _bound(ns: int | None) -> tuple[int, int] | None:
 def candidates(core: Core, view: View, terms: list[str], resolved: dict[str, list[str]],
                exact: set[int], since: int | None, upper: int | None,
                record_types: tuple[str, ...], removed: np.ndarray | None,
-               limit: int) -> tuple[list[int], list[float], list[bool], int, bool]:
+               limit: int, stop: Stop | None = None,
+               ) -> tuple[list[int], list[float], list[bool], int, bool]:
     """``(recs, scores, exact, matched, any_exact)``: a superset of the best
-    ``limit`` under the plain path's order, unordered."""
+    ``limit`` under the plain path's order, unordered. Raises ``Stopped``
+    once ``stop`` is set."""
     slots: dict[str, int] = {}
     given: list[tuple[float, list[list[tuple[np.ndarray, np.ndarray]]]]] = []
     for t in dict.fromkeys(terms):
+        check(stop)
         own = view.lists(t)
         if own:
             chains, scale = [own], 1.0
@@ -62,12 +66,15 @@ def candidates(core: Core, view: View, terms: list[str], resolved: dict[str, lis
     layout = (rows.dtype.itemsize, fields["sec"][1], fields["nsec"][1], fields["kind"][1])
     kinds = [k in record_types for k in view.index.kinds] if record_types else None
     sec_max, covered = view.index.columns.sec_max()
-    return core.rank_search(
+    found = core.rank_search(
         view.n, given, order, len(terms),
         np.fromiter(sorted(exact), dtype=np.int64, count=len(exact)),
         not terms, _WEIGHTS, rows.view(np.uint8), layout,
         _bound(upper), _bound(since), kinds,
         None if removed is None else np.ascontiguousarray(removed).view(np.uint8),
         view.index.id_order.block_ranks(), idorder.BLOCK, sec_max, min(covered, view.n),
-        index_module.TIME_BLOCK, limit,
+        index_module.TIME_BLOCK, limit, None if stop is None else stop.flag,
     )
+    if found is None:
+        raise Stopped
+    return found

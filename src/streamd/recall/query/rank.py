@@ -30,6 +30,7 @@ from streamd.recall.index.index import View
 from streamd.recall.query import compiled
 from streamd.recall.query import variants as numvar
 from streamd.recall.query.relevance import relevance_over_counts
+from streamd.recall.stop import Stop, check
 from streamd.recall.tokenize import tokenize
 
 # Below this many matches a plain Python sort is cheaper than partitioning.
@@ -65,6 +66,8 @@ class Ranked:
     hits: list[Hit]
     matched: int
     any_exact: bool
+    # Each hit's relevance, in hit order, once ``with_relevances`` has run.
+    relevances: list[float] | None = None
 
 
 def _window_mask(view: View, recs: np.ndarray | None, q: Query) -> np.ndarray | None:
@@ -118,39 +121,47 @@ def _term_weights(view: View, term: str, resolved: dict[str, list[str]]):
     return uniq, best
 
 
-def rank(view: View, q: Query, limit: int) -> Ranked:
+def rank(view: View, q: Query, limit: int, stop: Stop | None = None) -> Ranked:
     """The best ``limit`` matches of ``q``, ordered; by the compiled core
     where it is built (``compiled``), else by the plain path below, which
-    defines the answer."""
+    defines the answer. Raises ``Stopped`` once ``stop`` is set."""
     view.keep_mapped_within_budget()
     core = native.search_core()
     if core is None:
-        return rank_plain(view, q, limit)
+        return rank_plain(view, q, limit, stop)
     terms = tokenize(q.text)
-    resolved = numvar.resolve(terms, view.holds)
-    exact: set[int] = set()
-    for t in set(terms):
-        exact |= view.exact_hits(t)
+    resolved = numvar.resolve(terms, view.holds, stop)
+    exact = _exact(view, terms, stop)
     upper = min((t for t in (q.as_of, q.until) if t is not None), default=None)
     recs, scores, is_exact, matched, any_exact = compiled.candidates(
-        core, view, terms, resolved, exact, q.since, upper, q.record_types, q.removed, limit)
+        core, view, terms, resolved, exact, q.since, upper, q.record_types, q.removed, limit,
+        stop)
     sec, nsec = view.columns()
     hits = _sorted_hits(view, recs, scores, is_exact, sec[recs].tolist(), nsec[recs].tolist(),
                         limit)
     return Ranked(terms, resolved, hits, matched, any_exact)
 
 
-def rank_plain(view: View, q: Query, limit: int) -> Ranked:
-    """``rank`` in numpy: the definition (see the module's rules)."""
-    terms = tokenize(q.text)
-    resolved = numvar.resolve(terms, view.holds)
-    if not terms:
-        return _browse(view, q, limit, terms, resolved)
-
-    per_term = {t: _term_weights(view, t, resolved) for t in set(terms)}
+def _exact(view: View, terms: list[str], stop: Stop | None) -> set[int]:
     exact: set[int] = set()
     for t in set(terms):
+        check(stop)
         exact |= view.exact_hits(t)
+    return exact
+
+
+def rank_plain(view: View, q: Query, limit: int, stop: Stop | None = None) -> Ranked:
+    """``rank`` in numpy: the definition (see the module's rules)."""
+    terms = tokenize(q.text)
+    resolved = numvar.resolve(terms, view.holds, stop)
+    if not terms:
+        return _browse(view, q, limit, terms, resolved, stop)
+
+    per_term = {}
+    for t in set(terms):
+        check(stop)
+        per_term[t] = _term_weights(view, t, resolved)
+    exact = _exact(view, terms, stop)
     parts = [pw[0] for pw in per_term.values() if pw is not None]
     exact_recs = np.fromiter(sorted(exact), dtype=np.int64, count=len(exact))
     if exact:
@@ -169,6 +180,7 @@ def rank_plain(view: View, q: Query, limit: int) -> Ranked:
         recs = np.flatnonzero(seen)
         dense = np.zeros(view.n)
         for term_recs, weights in weighted:
+            check(stop)
             dense[term_recs] += weights
         sums = dense[recs]
         is_exact = np.zeros(view.n, dtype=bool)
@@ -179,6 +191,7 @@ def rank_plain(view: View, q: Query, limit: int) -> Ranked:
         recs = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
         sums = np.zeros(len(recs))
         for term_recs, weights in weighted:
+            check(stop)
             sums[np.searchsorted(recs, term_recs)] += weights
         is_exact = np.isin(recs, exact_recs) if exact else np.zeros(len(recs), dtype=bool)
     scores = sums / len(terms)
@@ -188,7 +201,8 @@ def rank_plain(view: View, q: Query, limit: int) -> Ranked:
     return _order(view, terms, resolved, recs, scores, is_exact, limit)
 
 
-def _browse(view: View, q: Query, limit: int, terms, resolved) -> Ranked:
+def _browse(view: View, q: Query, limit: int, terms, resolved, stop: Stop | None) -> Ranked:
+    check(stop)
     mask = _window_mask(view, None, q)
     recs = np.arange(view.n, dtype=np.int64) if mask is None else np.flatnonzero(mask)
     zeros = np.zeros(len(recs))
@@ -244,19 +258,30 @@ def _sorted_hits(view: View, recs: list[int], scores: list[float], is_exact: lis
     return [Hit(rec=row[5], score=-row[1], exact=not row[0]) for row in rows[:limit]]
 
 
+def with_relevances(view: View, ranked: Ranked, stop: Stop | None = None) -> Ranked:
+    """``ranked`` with its hits' ``relevances``: a query of many distinct
+    terms costs a lookup of each in the segments holding the hits, so this
+    is work for the same thread as the ranking, stopped as it is."""
+    ranked.relevances = relevances(view, [h.rec for h in ranked.hits], ranked.terms,
+                                   ranked.variants, stop)
+    return ranked
+
+
 def relevances(view: View, recs: list[int], terms: list[str],
-               resolved: dict[str, list[str]]) -> list[float]:
+               resolved: dict[str, list[str]], stop: Stop | None = None) -> list[float]:
     """The relevance of each record of ``recs`` to the query's terms."""
     order = sorted(range(len(recs)), key=recs.__getitem__)
     ascending = [recs[i] for i in order]
     per_term: dict[str, list[int]] = {}
     for t in set(terms):
+        check(stop)
         total = view.counts(t, ascending)
         for v in resolved.get(t, ()):
             total = [a + b for a, b in zip(total, view.counts(v, ascending), strict=True)]
         per_term[t] = total
     out = [0.0] * len(recs)
     for k, i in enumerate(order):
+        check(stop)
         counts = {t: c[k] for t, c in per_term.items()}
         out[i] = relevance_over_counts(terms, counts, view.index.column("length", recs[i]))
     return out

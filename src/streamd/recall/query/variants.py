@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from streamd.recall.stop import Stop, check
+
 NUMBER_VARIANT_WEIGHT = 0.5
 _MIN_CHARS = 3
 _MIN_IES_BYTES = 6
@@ -52,7 +54,8 @@ def number_variants(term: str) -> list[str]:
     return out
 
 
-def resolve(terms: list[str], holds: Callable[[str], bool]) -> dict[str, list[str]]:
+def resolve(terms: list[str], holds: Callable[[str], bool],
+            stop: Stop | None = None) -> dict[str, list[str]]:
     """Variants for the terms the source does not hold under their own spelling.
 
     ``holds`` must be source-wide: asking per record would admit every record
@@ -63,6 +66,7 @@ def resolve(terms: list[str], holds: Callable[[str], bool]) -> dict[str, list[st
     for term in terms:
         if term in probed:
             continue
+        check(stop)
         probed.add(term)
         if holds(term):
             continue

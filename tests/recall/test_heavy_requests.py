@@ -1,0 +1,172 @@
+"""Requests whose params make them costly: served off the event loop, stopped
+when their request ends, and never able to take the process down.
+
+At a million records a query of 100,000 terms took 39 s of ranking, one term
+repeated 100,000 times 86 s, and a ``context`` expand whose window holds
+100,000 records 2.7 s; all of it ran on the event loop, so nothing else was
+answered meanwhile and a cancel was read only once it was over (114 s for
+the -32007; the reference answers it in 40 ms). The stalls here are made
+by gates the test opens, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+import trio
+from support.recall import (
+    error,
+    health,
+    initialized,
+    req,
+    search,
+    session,
+)
+
+from streamd.recall import answers as answers_module
+from streamd.recall.answers import Answers
+from streamd.recall.index import native
+from streamd.recall.index.streamfile import read_spans
+from streamd.recall.oneshot import open_adapter
+from streamd.recall.query.rank import Query, rank
+from streamd.recall.stop import Stop, Stopped
+from streamd.recall.wire import ExpandParams
+
+FAR = "2999-01-01T00:00:00Z"
+
+
+@pytest.fixture
+def world(recall_world):
+    w = recall_world
+    w.write(
+        "a.jsonl",
+        w.rec("sig-1", "2026-05-02T10:00:00Z", title="Deploy td-1", ref="td-1", system="tasks"),
+        w.rec("sig-2", "2026-05-02T10:05:00Z", title="Review", text="adapter transcripts"),
+        w.rec("sig-3", "2026-05-02T10:06:00Z", title="Adapter review", text="adapter"),
+    )
+    return w
+
+
+def note(method: str, **params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
+class Gate:
+    """Holds the patched work at its start until its request stops it; says
+    whether the real work then gave up (``Stopped``). Without a stop (work
+    called on the event loop, as before) it waits ``ALONE`` seconds and goes
+    on, so that such a test fails instead of hanging."""
+
+    ALONE = 5.0
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.gave_up = threading.Event()
+
+    def hold(self, stop: Stop | None) -> None:
+        self.started.set()
+        until = time.monotonic() + (30.0 if stop is not None else self.ALONE)
+        while (stop is None or not stop.is_set()) and time.monotonic() < until:
+            time.sleep(0.001)  # a thread handshake: the test sets the stop
+
+    def run(self, work: Any, *args: Any, stop: Stop | None) -> Any:
+        self.hold(stop)
+        try:
+            return work(*args) if stop is None else work(*args, stop)
+        except Stopped:
+            self.gave_up.set()
+            raise
+
+
+async def _stopped_in_time(gate: Gate) -> bool:
+    return await trio.to_thread.run_sync(gate.gave_up.wait, 10)
+
+
+async def _held(gate: Gate) -> None:
+    assert await trio.to_thread.run_sync(gate.started.wait, 10)
+
+
+async def test_a_long_search_leaves_other_requests_answered_and_a_cancel_stops_it(
+        world, monkeypatch):
+    gate = Gate()
+    real = answers_module.rank
+
+    def held(view, query, limit, stop=None):
+        return gate.run(real, view, query, limit, stop=stop)
+
+    monkeypatch.setattr(answers_module, "rank", held)
+    with trio.fail_after(20):
+        async with session() as (peer, _):
+            await initialized(peer, world)
+            await peer.send(search(2, "adapter"))
+            await _held(gate)
+            await peer.send(health(3))
+            # Answered while the search's ranking is held.
+            frame = await peer.recv()
+            assert frame["id"] == 3 and frame["result"]["status"] == "healthy", frame
+            await peer.send(note("recall/cancel", id=2))
+            assert error(await peer.recv()) == (2, -32007, "context canceled")
+            assert await _stopped_in_time(gate)  # and the ranking gave up
+
+
+async def test_a_long_context_expand_leaves_other_requests_answered_and_a_cancel_stops_it(
+        world, monkeypatch):
+    gate = Gate()
+    real = Answers.expansion
+
+    def held(self, generation, p, plan, lines, stop=None):
+        return gate.run(real, self, generation, p, plan, lines, stop=stop)
+
+    monkeypatch.setattr(Answers, "expansion", held)
+    with trio.fail_after(20):
+        async with session() as (peer, _):
+            await initialized(peer, world)
+            await peer.send(req(2, "recall/expand", locator="signals:v2/sig-2", detail="context",
+                                budget_bytes=0, deadline=FAR))
+            await _held(gate)
+            await peer.send(search(3, "td-1"))
+            frame = await peer.recv()
+            assert frame["id"] == 3 and frame["result"]["candidates"], frame
+            await peer.send(note("$/cancelRequest", id=2))
+            assert error(await peer.recv()) == (2, -32007, "context canceled")
+            assert await _stopped_in_time(gate)
+
+
+def _stopped(**flags: bool) -> Stop:
+    stop = Stop()
+    if flags.get("python", True):
+        stop.set()
+    else:
+        stop.flag[0] = 1  # what only the compiled core reads
+    return stop
+
+
+@pytest.mark.parametrize("query", ["adapter review", "", "adapter " * 50])
+def test_a_search_stopped_gives_up_on_both_paths(world, monkeypatch, query):
+    _, generation = open_adapter([str(world.data / "a.jsonl")], None)
+    with pytest.raises(Stopped):
+        rank(generation.view, Query(query), 10, _stopped())
+    if native.search_core() is not None:
+        # The compiled core itself looks at the flag (Python checks none here).
+        with pytest.raises(Stopped):
+            rank(generation.view, Query(query), 10, _stopped(python=False))
+    monkeypatch.setenv("STREAMD_NATIVE", "0")
+    with pytest.raises(Stopped):
+        rank(generation.view, Query(query), 10, _stopped())
+    # Unstopped, the same search answers.
+    assert rank(generation.view, Query(query), 10, Stop()).matched >= 0
+
+
+def test_a_context_expand_stopped_gives_up_before_reading_its_episode(world):
+    adapter, generation = open_adapter([str(world.data / "a.jsonl")], None)
+    p = ExpandParams(locator="signals:v2/sig-2", detail="context", budget_bytes=0, deadline=FAR)
+    with pytest.raises(Stopped):
+        adapter.expand_plan(generation, p, _stopped())
+    plan = adapter.expand_plan(generation, p, Stop())
+    assert plan.episode  # sig-1 and sig-3 are within 15 minutes
+    lines = read_spans(adapter.spans(generation, [plan.rec, *plan.episode]))
+    with pytest.raises(Stopped):
+        adapter.expansion(generation, p, plan, lines, _stopped())
