@@ -231,7 +231,9 @@ impl<'a> Cursor<'a> {
 /// when `stop` was asked before the end.
 pub fn rank(q: &Query<'_>, cols: &Columns<'_>, window: &Window<'_>, ids: &IdRanks<'_>,
             limit: usize, stop: Stop<'_>) -> Option<Ranked> {
-    let mut top = Top::new(limit);
+    // No more than every record can be kept: a limit of a billion must not
+    // reserve a heap for a billion.
+    let mut top = Top::new(limit.min(q.n as usize));
     let (mut matched, mut any_exact) = (0u64, false);
     let mut offer = |rec: u32, score: f64, exact: bool| {
         if !window.admits(cols, rec) {
@@ -525,6 +527,21 @@ mod tests {
         assert!(rank(&q, &c, &Window::default(), &ids, 2, Stop(Some(&flag))).is_none());
         flag.store(0, Ordering::Relaxed);
         assert_eq!(rank(&q, &c, &Window::default(), &ids, 2, Stop(Some(&flag))).unwrap().matched, 4);
+    }
+
+    #[test]
+    fn a_limit_past_every_record_reserves_no_more_than_the_records() {
+        let recs: Vec<u32> = (0..4).collect();
+        let meta = [1u8; 4];
+        let bytes = cols(&[(1, 0); 4]);
+        let c = columns(&bytes);
+        let ids = IdRanks { ranks: vec![&[0, 1, 2, 3]], block: 4 };
+        let q = one_term(4, &recs, &meta, &[]);
+        // usize::MAX + 1 would overflow the heap's capacity, a billion exhaust memory.
+        for limit in [usize::MAX, 1_000_000_000] {
+            let r = rank(&q, &c, &Window::default(), &ids, limit, Stop::default()).unwrap();
+            assert_eq!(r.hits.len(), 4);
+        }
     }
 
     #[test]

@@ -25,6 +25,7 @@ from support.recall import (
     search,
     session,
 )
+from support.recall_proc import spawn
 
 from streamd.recall import answers as answers_module
 from streamd.recall.answers import Answers
@@ -170,3 +171,42 @@ def test_a_context_expand_stopped_gives_up_before_reading_its_episode(world):
     lines = read_spans(adapter.spans(generation, [plan.rec, *plan.episode]))
     with pytest.raises(Stopped):
         adapter.expansion(generation, p, plan, lines, _stopped())
+
+
+# --- limits past every record -------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_candidates", [2**62, 2**63 - 1024])
+async def test_a_max_candidates_past_every_record_answers_every_match(world, max_candidates):
+    # The reference answers them all; the compiled core asked for room for
+    # 2**62 hits and answered -32603 (capacity overflow).
+    with trio.fail_after(10):
+        async with session() as (peer, _):
+            await initialized(peer, world, max_candidates=max_candidates)
+            await peer.send(req(2, "recall/search", query="adapter review", filters={},
+                                limit=0, deadline=FAR))
+            frame = await peer.recv()
+            assert "result" in frame, frame
+            assert [c["candidate_id"] for c in frame["result"]["candidates"]] == [
+                "v2/sig-3", "v2/sig-2"]
+
+
+@pytest.mark.subprocess
+async def test_a_max_candidates_of_a_billion_does_not_take_the_process_down(world, tmp_path):
+    # It asked the allocator for 40 GB at the first search, which aborted
+    # the process (SIGABRT): no answer, and every other client gone with it.
+    with trio.fail_after(30):
+        async with spawn(tmp_path) as proc:
+            await proc.send(req(1, "recall/initialize", protocol_version_min=1,
+                                protocol_version_max=1, workdir=str(world.work),
+                                source_id="signals", location=str(world.data),
+                                settings={"files": ["a.jsonl"], "max_candidates": 10**9}))
+            assert "result" in (await proc.recv() or {}), proc.log()
+            await proc.send(req(2, "recall/search", query="adapter", filters={}, limit=0,
+                                deadline=FAR))
+            frame = await proc.recv()
+            assert frame is not None and len(frame["result"]["candidates"]) == 2, proc.log()
+            await proc.send(req(3, "recall/shutdown"))
+            assert (await proc.recv() or {}).get("result") == {}, proc.log()
+            await proc.close_stdin()
+            assert await proc.process.wait() == 0, proc.log()

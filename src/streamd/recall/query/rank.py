@@ -129,6 +129,7 @@ def rank(view: View, q: Query, limit: int, stop: Stop | None = None) -> Ranked:
     core = native.search_core()
     if core is None:
         return rank_plain(view, q, limit, stop)
+    limit = _within(view, limit)
     terms = tokenize(q.text)
     resolved = numvar.resolve(terms, view.holds, stop)
     exact = _exact(view, terms, stop)
@@ -142,6 +143,13 @@ def rank(view: View, q: Query, limit: int, stop: Stop | None = None) -> Ranked:
     return Ranked(terms, resolved, hits, matched, any_exact)
 
 
+def _within(view: View, limit: int) -> int:
+    """``limit``, or the number of records when that is less: no more can
+    be kept, and the compiled core reserves room for ``limit`` hits (a
+    ``max_candidates`` of a billion must not take 40 GB)."""
+    return max(0, min(limit, view.n))
+
+
 def _exact(view: View, terms: list[str], stop: Stop | None) -> set[int]:
     exact: set[int] = set()
     for t in set(terms):
@@ -152,6 +160,7 @@ def _exact(view: View, terms: list[str], stop: Stop | None) -> set[int]:
 
 def rank_plain(view: View, q: Query, limit: int, stop: Stop | None = None) -> Ranked:
     """``rank`` in numpy: the definition (see the module's rules)."""
+    limit = _within(view, limit)
     terms = tokenize(q.text)
     resolved = numvar.resolve(terms, view.holds, stop)
     if not terms:
