@@ -229,6 +229,70 @@ async def test_initialize_accepts_what_go_decoding_accepts(world, settings):
             assert result["diagnostics"]["matched"] == 2
 
 
+# Each message recorded from the reference (recall-stream built from marcus/recall
+# d3a53f1) by sending it the same handshake: it decodes the block as generic JSON
+# (every number a float64), encodes it again (keys sorted) and decodes that into
+# its settings struct, so these are the words, digits and order of that round trip.
+_U = "stream settings: json: cannot unmarshal "
+REFERENCE_SETTINGS_ERRORS = [
+    ({"max_candidates": 2**63 - 1},
+     _U + "number 9223372036854776000 into Go struct field Settings.max_candidates of type int"),
+    ({"max_candidates": 2**63 - 512},
+     _U + "number 9223372036854776000 into Go struct field Settings.max_candidates of type int"),
+    ({"debug_stall_ms": 2**63 - 1},
+     _U + "number 9223372036854776000 into Go struct field Settings.debug_stall_ms of type int"),
+    ({"max_candidates": 2**64},
+     _U + "number 18446744073709552000 into Go struct field Settings.max_candidates of type int"),
+    ({"max_candidates": -(2**63) - 1},
+     _U + "number -9223372036854776000 into Go struct field Settings.max_candidates of type int"),
+    ({"max_candidates": -(2**63)},  # its float64 is printed with digits past Go's int
+     _U + "number -9223372036854776000 into Go struct field Settings.max_candidates of type int"),
+    ({"max_candidates": 1e20},
+     _U + "number 100000000000000000000 into Go struct field Settings.max_candidates of type int"),
+    ({"max_candidates": 1e-7},
+     _U + "number 1e-7 into Go struct field Settings.max_candidates of type int"),
+    ({"max_candidates": 10**30},
+     _U + "number 1e+30 into Go struct field Settings.max_candidates of type int"),
+    ({"files": 1e20}, _U + "number into Go struct field Settings.files of type []string"),
+    ({"files": ["a", True]}, _U + "bool into Settings.files.1 of type string"),
+    ({"files": [None, 1.5]}, _U + "number into Settings.files.1 of type string"),
+    ({"upstream": {"x": 5}}, _U + "number into Go struct field Settings.upstream.x of type string"),
+    ({"upstream": {"b": 1, "a": True}},
+     _U + "bool into Go struct field Settings.upstream.a of type string"),
+    ({"upstream": 1e-7},
+     _U + "number into Go struct field Settings.upstream of type map[string]string"),
+    ({"zzz": 1, "files": 5}, _U + "number into Go struct field Settings.files of type []string"),
+    ({"files": 5, "debug_stall_ms": "x"},
+     _U + "string into Go struct field Settings.debug_stall_ms of type int"),
+    ({"MAX_CANDIDATES": "x", "max_candidates": 5},
+     _U + "string into Go struct field Settings.MAX_CANDIDATES of type int"),
+    ({"files": ["a", 1], "FILES": [True]}, _U + "bool into Settings.FILES.0 of type string"),
+    ({"Zeta": 1, "Alpha": 2}, 'stream settings: json: unknown field "Alpha"'),
+]
+
+
+@pytest.mark.parametrize(("settings", "message"), REFERENCE_SETTINGS_ERRORS)
+async def test_initialize_refuses_settings_in_the_references_words(world, settings, message):
+    frame = init(world)
+    frame["params"]["settings"] = settings
+    with trio.fail_after(10):
+        async with session() as (peer, _):
+            await peer.send(frame)
+            assert error(await peer.recv()) == (1, -32602, message)
+
+
+@pytest.mark.parametrize("value", [2**63 - 513, -0.0, 3.0])
+async def test_initialize_accepts_the_numbers_the_reference_reads_back_as_ints(world, value):
+    # 2**63 - 513 is the float64 9223372036854774784, an int; -0.0 is written "-0".
+    frame = init(world)
+    frame["params"]["settings"]["max_candidates"] = value
+    with trio.fail_after(10):
+        async with session() as (peer, _):
+            await peer.send(frame)
+            frame = await peer.recv()
+            assert "result" in frame, frame
+
+
 async def test_a_fractional_max_candidates_is_invalid_params(world):
     frame = init(world)
     frame["params"]["settings"]["max_candidates"] = 2.5
