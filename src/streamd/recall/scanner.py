@@ -15,7 +15,7 @@ import math
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import trio
 
@@ -24,8 +24,11 @@ from streamd.recall.adapter import StreamAdapter
 from streamd.recall.generation import Generation
 from streamd.recall.index.parallel import drive
 from streamd.recall.reserve import AnswerReserve
+from streamd.recall.stop import Stop
 
 log = logging.getLogger("streamd.recall")
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -47,6 +50,21 @@ jump past it, run the work inline."""
 async def to_thread(fn: Callable[..., Any], *args: Any) -> Any:
     # Abandoned on cancel: a build notices its stop flag by itself.
     return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+
+
+async def stoppable(offload: Offload, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args, stop)`` off the event loop: a search or an expand can
+    cost seconds to minutes of CPU on hostile params, during which the
+    connection's other requests (and every other connection's, in the
+    resident daemon) must still be served, and a cancel or a deadline
+    answered at once. Then ``stop`` is set, so the work, which the offload
+    abandons, gives up at its next step instead of running on for nobody
+    (``recall.stop``)."""
+    stop = Stop()
+    try:
+        return cast(T, await offload(fn, *args, stop))
+    finally:
+        stop.set()
 
 
 # What a request leaves the running build, on top of what it keeps for its

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, cast
 
 import msgspec
 import trio
@@ -20,9 +19,8 @@ import trio
 from streamd.errors import INVALID_PARAMS, RpcError
 from streamd.recall.adapter import StreamAdapter
 from streamd.recall.index.streamfile import Span, read_spans
-from streamd.recall.scanner import Offload, Scanner, to_thread
+from streamd.recall.scanner import Offload, Scanner, stoppable, to_thread
 from streamd.recall.sources import Source, SourceRegistry, StreamSource
-from streamd.recall.stop import Stop
 from streamd.recall.wire import (
     AdapterManifest,
     ExpandParams,
@@ -39,8 +37,6 @@ from streamd.recall.wire import (
 from streamd.rpc import Connection, Method, Request
 
 log = logging.getLogger("streamd.recall")
-
-T = TypeVar("T")
 
 
 class RecallService:
@@ -123,7 +119,7 @@ class RecallService:
         started = self.adapter.clock()
         generation = await self.scanner.current(deadline=req.scope.deadline)
         with self._answering():
-            ranked = await self._stoppable(self.adapter.rank, generation, p)
+            ranked = await stoppable(self.offload, self.adapter.rank, generation, p)
             recs = [hit.rec for hit in ranked.hits]
             lines = await self._read(self.adapter.spans(generation, recs))
             return self.adapter.search_result(generation, ranked, lines, started)
@@ -133,9 +129,9 @@ class RecallService:
         self.adapter.parse_locator(p)
         generation = await self.scanner.current(deadline=req.scope.deadline)
         with self._answering():
-            plan = await self._stoppable(self.adapter.expand_plan, generation, p)
+            plan = await stoppable(self.offload, self.adapter.expand_plan, generation, p)
             lines = await self._read(self.adapter.spans(generation, [plan.rec, *plan.episode]))
-            return await self._stoppable(self.adapter.expansion, generation, p, plan, lines)
+            return await stoppable(self.offload, self.adapter.expansion, generation, p, plan, lines)
 
     async def health(self, p: HealthParams, req: Request) -> Health:
         try:
@@ -162,20 +158,6 @@ class RecallService:
             yield
         finally:
             self.scanner.answered(trio.current_time() - started)
-
-    async def _stoppable(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args, stop)`` off the event loop: a search or an expand can
-        cost seconds to minutes of CPU on hostile params, during which this
-        connection's other requests (and every other connection's, in the
-        resident daemon) must still be served, and a cancel or a deadline
-        answered at once. Then ``stop`` is set, so the work, which the
-        offload abandons, gives up at its next step instead of running on
-        for nobody (``recall.stop``)."""
-        stop = Stop()
-        try:
-            return cast(T, await self.offload(fn, *args, stop))
-        finally:
-            stop.set()
 
     async def _read(self, spans: list[Span]) -> list[bytes | None]:
         """The lines an answer renders, read in one batch off the event loop."""

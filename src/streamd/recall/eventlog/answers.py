@@ -29,9 +29,10 @@ from streamd.recall.eventlog.build import LogGeneration
 from streamd.recall.eventlog.project import line
 from streamd.recall.eventlog.settings import INDEX_CONFIG, SENSITIVITY, LogSettings
 from streamd.recall.query import render
-from streamd.recall.query.rank import Hit, Query, Ranked, rank, relevances
+from streamd.recall.query.rank import Hit, Query, Ranked, rank
 from streamd.recall.query.rank import query_mode as mode_of
 from streamd.recall.records import Record, parse_line, trim_space
+from streamd.recall.stop import Stop
 from streamd.recall.tokenize import fold
 from streamd.recall.wire import (
     Candidate,
@@ -71,9 +72,10 @@ class LogAnswers:
     # search
 
     def rank(self, generation: LogGeneration, p: SearchParams,
-             gone: frozenset[int] = frozenset()) -> Ranked:
+             gone: frozenset[int] = frozenset(), stop: Stop | None = None) -> Ranked:
         """The best records, never a removed one (nor one of ``gone``, found
-        deleted while this answer was read back)."""
+        deleted while this answer was read back); raises ``Stopped`` once
+        ``stop`` is set (``recall.stop``)."""
         limit = self.settings.limit
         if 0 < p.limit < limit:
             limit = p.limit
@@ -86,7 +88,7 @@ class LogAnswers:
             as_of=p.as_of_ns, record_types=tuple(p.filters.record_types or ()),
             removed=removed,
         )
-        return rank(generation.view, query, limit)
+        return rank(generation.view, query, limit, stop)
 
     def gone(self, generation: LogGeneration, recs: list[int],
              rows: dict[int, EventRow]) -> list[int]:
@@ -101,10 +103,11 @@ class LogAnswers:
 
     def search_result(self, generation: LogGeneration, ranked: Ranked,
                       rows: dict[int, EventRow], elapsed_ms: int) -> SearchResult:
-        """``rows``: the hits' rows by seq, every one present (see ``gone``)."""
+        """``rows``: the hits' rows by seq, every one present (see ``gone``);
+        ``ranked`` with the relevances of its hits (``with_relevances``)."""
         candidates = []
-        rels = relevances(generation.view, [h.rec for h in ranked.hits], ranked.terms,
-                          ranked.variants)
+        rels = ranked.relevances
+        assert rels is not None and len(rels) == len(ranked.hits), "relevances of these hits"
         for position, (hit, rel) in enumerate(zip(ranked.hits, rels, strict=True), start=1):
             row = rows[generation.seq_of(hit.rec)]
             candidates.append(self._candidate(generation, hit, row, position, rel, ranked.terms))

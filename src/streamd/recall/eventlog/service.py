@@ -37,7 +37,8 @@ from streamd.recall.eventlog.answers import LogAnswers
 from streamd.recall.eventlog.context import context_rows
 from streamd.recall.eventlog.settings import LogSettings, manifest, parse_settings
 from streamd.recall.eventlog.source import LogSource
-from streamd.recall.scanner import Offload, to_thread
+from streamd.recall.query.rank import with_relevances
+from streamd.recall.scanner import Offload, stoppable, to_thread
 from streamd.recall.sources import Source, SourceRegistry
 from streamd.recall.wire import (
     AdapterManifest,
@@ -235,7 +236,8 @@ class LogRecallService:
         with self._answering(source):
             gone: set[int] = set()
             for _ in range(_RERANKS):
-                ranked = answers.rank(generation, p, frozenset(gone))
+                ranked = await stoppable(self.offload, answers.rank, generation, p,
+                                         frozenset(gone))
                 recs = [hit.rec for hit in ranked.hits]
                 rows = await source.rows_at([generation.seq_of(r) for r in recs])
                 lost = answers.gone(generation, recs, rows)
@@ -247,6 +249,7 @@ class LogRecallService:
                 source.forget(lost)
             else:
                 ranked.hits = [hit for hit in ranked.hits if hit.rec not in gone]
+            ranked = await stoppable(self.offload, with_relevances, generation.view, ranked)
             elapsed_ms = (self.clock() - started) // 1_000_000
             return answers.search_result(generation, ranked, rows, elapsed_ms)
 
