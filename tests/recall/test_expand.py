@@ -313,3 +313,29 @@ def test_the_episode_follows_stream_order_after_an_incremental_build(recall_worl
     assert episode() == ["v2/a-old", "v2/b-old", "v2/a-new"]
     w.current(adapter, full=True)
     assert episode() == ["v2/a-old", "v2/a-new", "v2/b-old"]
+
+
+@pytest.mark.parametrize("budget", [1, 28, 29, 58, 59, 300, 2000])
+def test_a_budgeted_context_reads_back_only_the_episode_lines_that_can_show(
+        recall_world, monkeypatch, budget):
+    # A window of 3,000 records (a bulk import stamped with one second): at a
+    # million such records the expand read every line back, 26 s and 1 GB,
+    # to show the first few dozen (the reference answers in 3.7 s).
+    w = recall_world
+    titles = ["", "é" * 9, "t"]
+    w.write("a.jsonl", *(w.rec(f"r-{i}", "2026-05-02T10:00:00Z", title=titles[i % 3])
+                         for i in range(3000)))
+    adapter = w.adapter()
+    whole = expand_locator(w, adapter, "signals:v2/r-5", "context")
+    read: list[int] = []
+    real = oneshot.read_spans
+
+    def counted(spans):
+        read.append(len(spans))
+        return real(spans)
+
+    monkeypatch.setattr(oneshot, "read_spans", counted)
+    cut = expand_locator(w, adapter, "signals:v2/r-5", "context", budget)
+    assert read == [1 + budget // 29 + 1]
+    content = whole["content"].encode()[:budget].decode("utf-8", "ignore")
+    assert (cut["content"], cut["truncated"]) == (content, True)

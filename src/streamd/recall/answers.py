@@ -277,7 +277,10 @@ class Answers:
                     f"the locator names v{schema}",
                 )
             raise RpcError(LOCATOR_EXPIRED, f"{generation.name} holds no record {record_id}")
-        episode = self._episode(generation, rec_no, stop) if p.detail == "context" else []
+        episode = []
+        if p.detail == "context":
+            episode = self._episode(generation, rec_no, stop,
+                                    render.episode_lines_within(p.budget_bytes))
         return ExpandPlan(rec_no, local, episode)
 
     def expansion(
@@ -304,8 +307,10 @@ class Answers:
             provenance=f"{name}@{index.column('offset', plan.rec)} ({plan.local})",
         )
 
-    def _episode(self, generation: Generation, rec: int, stop: Stop | None) -> list[int]:
-        """Records within the episode window of ``rec``'s event time, other ids only."""
+    def _episode(self, generation: Generation, rec: int, stop: Stop | None,
+                 most: int | None) -> list[int]:
+        """Records within the episode window of ``rec``'s event time, other ids
+        only, in stream order; the first ``most`` of them (all for None)."""
         sec, nsec = generation.view.columns()
         at = int(sec[rec]) * gotime.NS + int(nsec[rec])
         lo, hi = at - EPISODE_WINDOW_NS, at + EPISODE_WINDOW_NS
@@ -316,8 +321,10 @@ class Answers:
         )
         ids = generation.view.index.ids
         own = ids[rec]
-        out = []
+        out: list[int] = []
         for r in np.flatnonzero(mask).tolist():
+            if len(out) == most:
+                break
             check(stop)
             if ids[r] != own:
                 out.append(r)

@@ -12,6 +12,10 @@ from streamd.recall.tokenize import GO_SPACE
 EXCERPT_BYTES = 240
 CONTEXT_TITLE_BYTES = 120
 DETAIL_LEVELS = ("summary", "excerpt", "full", "context")
+# The fewest bytes a line of a context's episode takes: "\n- ", the shortest
+# locator part ("v1/x"), " ", an RFC 3339 time in whole seconds (20 bytes:
+# event times past year 9999 are never indexed), " ", an empty title.
+EPISODE_LINE_MIN_BYTES = 29
 
 
 
@@ -55,6 +59,17 @@ def expansion(rec: Record, detail: str, episode: list[Record]) -> str:
                 f"{clip(other.title, CONTEXT_TITLE_BYTES)}"
             )
     return "".join(lines)
+
+
+def episode_lines_within(budget_bytes: int) -> int | None:
+    """How many episode lines an expansion cut at ``budget_bytes`` needs
+    (None: no budget, every one). Past that many the lines alone are over
+    the budget, so the cut content is the same, and still truncated,
+    whatever lines follow: a window of a million records need not be read
+    back to show the first few dozen."""
+    if budget_bytes <= 0:
+        return None
+    return budget_bytes // EPISODE_LINE_MIN_BYTES + 1
 
 
 def _body(lines: list[str], text: str) -> None:
