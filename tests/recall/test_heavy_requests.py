@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from support.recall import (
     error,
     health,
@@ -33,6 +34,7 @@ from streamd.recall.index import native
 from streamd.recall.index.streamfile import read_spans
 from streamd.recall.oneshot import open_adapter
 from streamd.recall.query.rank import Query, rank
+from streamd.recall.scanner import ANSWER_THREADS
 from streamd.recall.stop import Stop, Stopped
 from streamd.recall.wire import ExpandParams
 
@@ -130,10 +132,51 @@ async def test_a_long_context_expand_leaves_other_requests_answered_and_a_cancel
             await _held(gate)
             await peer.send(search(3, "td-1"))
             frame = await peer.recv()
-            assert frame["id"] == 3 and frame["result"]["candidates"], frame
+            assert frame is not None and frame["result"]["candidates"], frame
             await peer.send(note("$/cancelRequest", id=2))
             assert error(await peer.recv()) == (2, -32007, "context canceled")
             assert await _stopped_in_time(gate)
+
+
+async def test_long_searches_leave_threads_for_builds_and_for_other_clients(
+        world, monkeypatch):
+    # 45 searches that rank until cancelled took all 40 threads of Trio's
+    # default limiter: no build and no other client's search got one.
+    running = threading.Semaphore(0)
+    real = answers_module.rank
+
+    def held(view, query, limit, stop=None):
+        if query.text == "adapter":
+            running.release()
+            until = time.monotonic() + 30.0
+            while not stop.is_set() and time.monotonic() < until:
+                time.sleep(0.001)
+        return real(view, query, limit, stop)
+
+    monkeypatch.setattr(answers_module, "rank", held)
+    with trio.fail_after(30):
+        async with session() as (a, _), session() as (b, _):
+            await initialized(a, world)
+            await initialized(b, world)
+            await a.send(*(search(100 + i, "adapter") for i in range(45)))
+            for _ in range(ANSWER_THREADS):
+                # A thread of the test's own: the default ones may all be taken.
+                assert await trio.to_thread.run_sync(running.acquire, True, 10,
+                                                     limiter=trio.CapacityLimiter(1))
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+            world.append("a.jsonl", world.rec("sig-4", "2026-05-02T10:07:00Z", title="Fresh"))
+            await a.send(req(2, "recall/refresh", deadline=FAR))
+            frame = None
+            with trio.move_on_after(10):
+                frame = await a.recv()
+            assert frame is not None and frame["result"]["indexed_count"] == 4, frame
+            await b.send(search(3, "fresh"))
+            frame = None
+            with trio.move_on_after(10):
+                frame = await b.recv()
+            assert frame is not None and frame["result"]["candidates"], frame
+            # No more of a connection's answers compute at once than its share.
+            assert not running.acquire(blocking=False)
 
 
 def _stopped(**flags: bool) -> Stop:

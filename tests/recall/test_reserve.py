@@ -47,13 +47,13 @@ async def test_a_search_whose_build_cannot_publish_answers_in_time_however_slow_
 
     threaded = False
 
-    async def offload(fn, *args):
+    async def offload(fn, *args, limiter=None):
         if fn is read_spans:
             # A loaded machine: rendering an answer takes 0.6 s.
             await trio.sleep(0.6)
             return fn(*args)
         if threaded and fn.__name__ == "build":
-            return await to_thread(fn, *args)
+            return await to_thread(fn, *args, limiter=limiter)
         # Inline, so that the mock clock sees the build's time (none), and
         # the ranking's (none: the answer's time is the read's).
         await trio.lowlevel.checkpoint()

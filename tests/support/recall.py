@@ -65,7 +65,7 @@ class Peer:
         await self.stream.send_stream.aclose()
 
 
-async def inline(fn, *args):
+async def inline(fn, *args, limiter=None):
     """Blocking work done on the event loop: Trio's mock clock cannot see a
     thread, so with it a build in a thread would look like idle time."""
     await trio.lowlevel.checkpoint()

@@ -42,27 +42,47 @@ class _Ask:
 
 Offload = Callable[..., Awaitable[Any]]
 """How blocking work (a build, the reads an answer renders) leaves the event
-loop: ``offload(fn, *args)`` returns ``fn(*args)``. :func:`to_thread` by
-default; tests on Trio's mock clock, which cannot see a thread and would
-jump past it, run the work inline."""
+loop: ``offload(fn, *args, limiter=None)`` returns ``fn(*args)``, computed
+in a thread of ``limiter`` (a CapacityLimiter; None: Trio's default).
+:func:`to_thread` by default; tests on Trio's mock clock, which cannot see
+a thread and would jump past it, run the work inline."""
 
 
-async def to_thread(fn: Callable[..., Any], *args: Any) -> Any:
+async def to_thread(fn: Callable[..., Any], *args: Any,
+                    limiter: trio.CapacityLimiter | None = None) -> Any:
+    """``fn(*args)`` in a thread of ``limiter`` (Trio's default one, which
+    builds and reads share, when None)."""
     # Abandoned on cancel: a build notices its stop flag by itself.
-    return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+    return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True, limiter=limiter)
 
 
-async def stoppable(offload: Offload, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args, stop)`` off the event loop: a search or an expand can
-    cost seconds to minutes of CPU on hostile params, during which the
-    connection's other requests (and every other connection's, in the
-    resident daemon) must still be served, and a cancel or a deadline
-    answered at once. Then ``stop`` is set, so the work, which the offload
-    abandons, gives up at its next step instead of running on for nobody
-    (``recall.stop``)."""
+# Threads one connection's answers hold at once (``stoppable``), from a
+# limiter of the connection's own: forty searches that each rank for
+# minutes took every thread of Trio's default limiter, so no build, no read
+# and no other client's search got one until they ended. Past this many long
+# answers a connection's next request waits for one of them (its cancel or
+# deadline ends it): a bound on threads per connection, which the in-flight
+# bound (256) would leave at hundreds.
+ANSWER_THREADS = 16
+
+
+def answer_threads() -> trio.CapacityLimiter:
+    """A connection's own threads for its answers (see ``ANSWER_THREADS``)."""
+    return trio.CapacityLimiter(ANSWER_THREADS)
+
+
+async def stoppable(offload: Offload, threads: trio.CapacityLimiter, fn: Callable[..., T],
+                    *args: Any) -> T:
+    """``fn(*args, stop)`` off the event loop, in one of ``threads``: a
+    search or an expand can cost seconds to minutes of CPU on hostile
+    params, during which the connection's other requests (and every other
+    connection's, in the resident daemon) must still be served, and a
+    cancel or a deadline answered at once. Then ``stop`` is set, so the
+    work, which the offload abandons, gives up at its next step instead of
+    running on for nobody (``recall.stop``)."""
     stop = Stop()
     try:
-        return cast(T, await offload(fn, *args, stop))
+        return cast(T, await offload(fn, *args, stop, limiter=threads))
     finally:
         stop.set()
 

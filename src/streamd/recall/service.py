@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import msgspec
 import trio
@@ -19,7 +20,7 @@ import trio
 from streamd.errors import INVALID_PARAMS, RpcError
 from streamd.recall.adapter import StreamAdapter
 from streamd.recall.index.streamfile import Span, read_spans
-from streamd.recall.scanner import Offload, Scanner, stoppable, to_thread
+from streamd.recall.scanner import Offload, Scanner, answer_threads, stoppable, to_thread
 from streamd.recall.sources import Source, SourceRegistry, StreamSource
 from streamd.recall.wire import (
     AdapterManifest,
@@ -38,6 +39,8 @@ from streamd.rpc import Connection, Method, Request
 
 log = logging.getLogger("streamd.recall")
 
+T = TypeVar("T")
+
 
 class RecallService:
     """The Recall methods of one connection."""
@@ -54,6 +57,7 @@ class RecallService:
         not this process's working directory (the resident daemon runs in
         ``/``; the client says its own directory in ``streamd/hello``)."""
         self.offload = offload
+        self.threads = answer_threads()  # this connection's, for its answers
         self.client_dir = client_dir
         self.sources = sources
         self.adapter = adapter or StreamAdapter()
@@ -119,7 +123,7 @@ class RecallService:
         started = self.adapter.clock()
         generation = await self.scanner.current(deadline=req.scope.deadline)
         with self._answering():
-            ranked = await stoppable(self.offload, self.adapter.rank, generation, p)
+            ranked = await self._work(self.adapter.rank, generation, p)
             recs = [hit.rec for hit in ranked.hits]
             lines = await self._read(self.adapter.spans(generation, recs))
             return self.adapter.search_result(generation, ranked, lines, started)
@@ -129,9 +133,9 @@ class RecallService:
         self.adapter.parse_locator(p)
         generation = await self.scanner.current(deadline=req.scope.deadline)
         with self._answering():
-            plan = await stoppable(self.offload, self.adapter.expand_plan, generation, p)
+            plan = await self._work(self.adapter.expand_plan, generation, p)
             lines = await self._read(self.adapter.spans(generation, [plan.rec, *plan.episode]))
-            return await stoppable(self.offload, self.adapter.expansion, generation, p, plan, lines)
+            return await self._work(self.adapter.expansion, generation, p, plan, lines)
 
     async def health(self, p: HealthParams, req: Request) -> Health:
         try:
@@ -147,6 +151,11 @@ class RecallService:
         await self._stall()
         generation = await self.scanner.current(p.full, save=True, deadline=req.scope.deadline)
         return self.adapter.health(generation)
+
+    async def _work(self, fn: Callable[..., T], *args: Any) -> T:
+        """An answer's work in this connection's threads, stopped with its
+        request (``scanner.stoppable``)."""
+        return await stoppable(self.offload, self.threads, fn, *args)
 
     @contextlib.contextmanager
     def _answering(self) -> Iterator[None]:

@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import trio
@@ -38,7 +38,7 @@ from streamd.recall.eventlog.context import context_rows
 from streamd.recall.eventlog.settings import LogSettings, manifest, parse_settings
 from streamd.recall.eventlog.source import LogSource
 from streamd.recall.query.rank import with_relevances
-from streamd.recall.scanner import Offload, stoppable, to_thread
+from streamd.recall.scanner import Offload, answer_threads, stoppable, to_thread
 from streamd.recall.sources import Source, SourceRegistry
 from streamd.recall.wire import (
     AdapterManifest,
@@ -61,6 +61,8 @@ Hosting = Callable[[], AbstractAsyncContextManager[Any]]
 LogOpener = Callable[[DbTarget], Awaitable[tuple[LogRequests, Hosting | None]]]
 """The log a target names: its operations, and how to host it for as long
 as a source runs (None for a log already hosted, such as the daemon's own)."""
+
+T = TypeVar("T")
 
 # How many times a search ranks again after finding hits deleted under it.
 _RERANKS = 3
@@ -136,6 +138,7 @@ class LogRecallService:
         self.conn = conn
         self.open_log = open_log
         self.offload = offload
+        self.threads = answer_threads()  # this connection's, for its answers
         self.sources = sources
         self.client_dir = client_dir
         self.clock = clock
@@ -236,7 +239,7 @@ class LogRecallService:
         with self._answering(source):
             gone: set[int] = set()
             for _ in range(_RERANKS):
-                ranked = await stoppable(self.offload, answers.rank, generation, p,
+                ranked = await self._work(answers.rank, generation, p,
                                          frozenset(gone))
                 recs = [hit.rec for hit in ranked.hits]
                 rows = await source.rows_at([generation.seq_of(r) for r in recs])
@@ -249,7 +252,7 @@ class LogRecallService:
                 source.forget(lost)
             else:
                 ranked.hits = [hit for hit in ranked.hits if hit.rec not in gone]
-            ranked = await stoppable(self.offload, with_relevances, generation.view, ranked)
+            ranked = await self._work(with_relevances, generation.view, ranked)
             elapsed_ms = (self.clock() - started) // 1_000_000
             return answers.search_result(generation, ranked, rows, elapsed_ms)
 
@@ -282,6 +285,11 @@ class LogRecallService:
         await self._stall(answers.settings)
         generation = await source.current(full=p.full, deadline=req.scope.deadline)
         return answers.health(generation, self.clock(), source.checkpoint_failed)
+
+    async def _work(self, fn: Callable[..., T], *args: Any) -> T:
+        """An answer's work in this connection's threads, stopped with its
+        request (``scanner.stoppable``)."""
+        return await stoppable(self.offload, self.threads, fn, *args)
 
     @contextlib.contextmanager
     def _answering(self, source: LogSource) -> Iterator[None]:
