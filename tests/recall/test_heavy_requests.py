@@ -115,6 +115,30 @@ async def test_a_long_search_leaves_other_requests_answered_and_a_cancel_stops_i
             assert await _stopped_in_time(gate)  # and the ranking gave up
 
 
+async def test_a_search_rendering_many_candidates_leaves_other_requests_answered(
+        world, monkeypatch):
+    # A max_candidates of a billion over 1M records: 900,000 candidates
+    # rendered on the event loop for 60 s (and 3.6 GB), nothing else answered.
+    gate = Gate()
+    real = Answers.search_result
+
+    def held(self, generation, ranked, lines, started, stop=None):
+        return gate.run(real, self, generation, ranked, lines, started, stop=stop)
+
+    monkeypatch.setattr(Answers, "search_result", held)
+    with trio.fail_after(20):
+        async with session() as (peer, _):
+            await initialized(peer, world, max_candidates=10**9)
+            await peer.send(search(2, "adapter"))
+            await _held(gate)
+            await peer.send(health(3))
+            frame = await peer.recv()
+            assert frame["id"] == 3 and frame["result"]["status"] == "healthy", frame
+            await peer.send(note("recall/cancel", id=2))
+            assert error(await peer.recv()) == (2, -32007, "context canceled")
+            assert await _stopped_in_time(gate)
+
+
 async def test_a_long_context_expand_leaves_other_requests_answered_and_a_cancel_stops_it(
         world, monkeypatch):
     gate = Gate()

@@ -177,15 +177,19 @@ class Answers:
         return with_relevances(generation.view, rank(generation.view, query, limit, stop), stop)
 
     def search_result(
-        self, generation: Generation, ranked: Ranked, lines: list[bytes | None], started: int
+        self, generation: Generation, ranked: Ranked, lines: list[bytes | None], started: int,
+        stop: Stop | None = None,
     ) -> SearchResult:
         """``lines``: the lines of ``self.spans(generation, [hit.rec ...])``, in
-        order; ``ranked`` as :meth:`rank` made it (with its relevances)."""
+        order; ``ranked`` as :meth:`rank` made it (with its relevances). Raises
+        ``Stopped`` once ``stop`` is set: a ``max_candidates`` of millions
+        renders a candidate for every match."""
         candidates = []
         rels = ranked.relevances
         assert rels is not None, "ranked by Answers.rank, which scores relevances"
         for position, (hit, line, rel) in enumerate(
                 zip(ranked.hits, lines, rels, strict=True), start=1):
+            check(stop)
             rec = self.reread(generation, hit.rec, line)
             candidates.append(self._candidate(generation, hit, rec, position, rel, ranked.terms))
         diagnostics = SearchDiagnostics(

@@ -126,7 +126,8 @@ class RecallService:
             ranked = await self._work(self.adapter.rank, generation, p)
             recs = [hit.rec for hit in ranked.hits]
             lines = await self._read(self.adapter.spans(generation, recs))
-            return self.adapter.search_result(generation, ranked, lines, started)
+            return await self._work(self.adapter.search_result, generation, ranked, lines,
+                                    started)
 
     async def expand(self, p: ExpandParams, req: Request) -> Expansion:
         self.adapter.check_session()

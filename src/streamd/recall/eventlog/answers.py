@@ -32,7 +32,7 @@ from streamd.recall.query import render
 from streamd.recall.query.rank import Hit, Query, Ranked, rank
 from streamd.recall.query.rank import query_mode as mode_of
 from streamd.recall.records import Record, parse_line, trim_space
-from streamd.recall.stop import Stop
+from streamd.recall.stop import Stop, check
 from streamd.recall.tokenize import fold
 from streamd.recall.wire import (
     Candidate,
@@ -102,13 +102,16 @@ class LogAnswers:
         return out
 
     def search_result(self, generation: LogGeneration, ranked: Ranked,
-                      rows: dict[int, EventRow], elapsed_ms: int) -> SearchResult:
+                      rows: dict[int, EventRow], elapsed_ms: int,
+                      stop: Stop | None = None) -> SearchResult:
         """``rows``: the hits' rows by seq, every one present (see ``gone``);
-        ``ranked`` with the relevances of its hits (``with_relevances``)."""
+        ``ranked`` with the relevances of its hits (``with_relevances``).
+        Raises ``Stopped`` once ``stop`` is set."""
         candidates = []
         rels = ranked.relevances
         assert rels is not None and len(rels) == len(ranked.hits), "relevances of these hits"
         for position, (hit, rel) in enumerate(zip(ranked.hits, rels, strict=True), start=1):
+            check(stop)
             row = rows[generation.seq_of(hit.rec)]
             candidates.append(self._candidate(generation, hit, row, position, rel, ranked.terms))
         return SearchResult(

@@ -254,7 +254,7 @@ class LogRecallService:
                 ranked.hits = [hit for hit in ranked.hits if hit.rec not in gone]
             ranked = await self._work(with_relevances, generation.view, ranked)
             elapsed_ms = (self.clock() - started) // 1_000_000
-            return answers.search_result(generation, ranked, rows, elapsed_ms)
+            return await self._work(answers.search_result, generation, ranked, rows, elapsed_ms)
 
     async def expand(self, p: ExpandParams, req: Request) -> Expansion:
         source, answers = self._session()
