@@ -4,7 +4,8 @@ Bottom up, each layer importing only those below it:
 
 * :mod:`~streamd.recall.records`, :mod:`~streamd.recall.tokenize` - one JSONL
   line read as the reference reads it (Go's JSON and time rules), and its
-  tokens under the pinned Unicode tables.
+  tokens under the pinned Unicode tables; :mod:`~streamd.recall.stop` - how
+  an answer computed on a worker thread learns that its request is over.
 * :mod:`~streamd.recall.index` - stream files and cursors, the per-line build
   rules, segments, the index and its published views, parallel builds.
 * :mod:`~streamd.recall.query` - ranking, relevance, number variants, the text
@@ -26,6 +27,7 @@ Bottom up, each layer importing only those below it:
   answering.
 * :mod:`~streamd.recall.oneshot` (blocking, for the CLI),
   :mod:`~streamd.recall.scanner` (Trio: the one task that builds a source's
-  generations), :mod:`~streamd.recall.sources` (sources shared by a resident
-  daemon's connections) and :mod:`~streamd.recall.service` (the methods).
+  generations, and the threads a connection's answers are computed in),
+  :mod:`~streamd.recall.sources` (sources shared by a resident daemon's
+  connections) and :mod:`~streamd.recall.service` (the methods).
 """
