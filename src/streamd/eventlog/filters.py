@@ -67,7 +67,9 @@ __all__ = [
     "Clause",
     "Dialect",
     "Matchable",
+    "Segment",
     "branch_prefixes",
+    "branch_segments",
     "matches",
     "prefix_bounds",
     "render",
@@ -96,10 +98,18 @@ class Dialect:
     guesses without statistics; PostgreSQL's has them)."""
     holds_nul: bool = True
     """Whether the database's text can hold U+0000 (PostgreSQL's cannot)."""
+    loose_distinct: bool = False
+    """Whether ``SELECT DISTINCT`` of an index's first column skips from key
+    to key (MariaDB's and MySQL's loose index scan) instead of reading every
+    entry."""
 
     def indexed(self, table: str, index: str) -> str:
         """``table`` read through ``index``, where the dialect says so."""
         return f"{table} INDEXED BY {index}" if self.index_hints else table
+
+    def scanned(self, table: str) -> str:
+        """``table`` read in its own order, where the dialect says so."""
+        return f"{table} NOT INDEXED" if self.index_hints else table
 
     def cannot_hold(self, *texts: str | None) -> bool:
         """Whether one of ``texts`` is text this database cannot store (U+0000
@@ -146,7 +156,8 @@ POSTGRES = Dialect(
     holds_nul=False,
 )
 MYSQL = Dialect(
-    "mysql", param="%s", false="FALSE", greatest="GREATEST", for_update=" FOR UPDATE"
+    "mysql", param="%s", false="FALSE", greatest="GREATEST", for_update=" FOR UPDATE",
+    loose_distinct=True,
 )
 
 # Every branch that continues a prefix at a segment boundary lies in
@@ -168,6 +179,57 @@ def branch_prefixes(prefixes: Sequence[str]) -> list[str]:
     """The prefixes that take part in the OR group: blanks dropped, order kept,
     repeats removed (they would only repeat an index probe)."""
     return list(dict.fromkeys(p for p in prefixes if p))
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One stretch of branch labels, in byte order: from ``low`` (itself
+    included unless ``low_open``) up to ``high`` (itself included when
+    ``high_closed``; None: no end)."""
+
+    low: str
+    high: str | None
+    high_closed: bool = False
+    low_open: bool = False
+
+    def below(self, other: Segment) -> bool:
+        """Whether this segment ends before ``other`` begins (they neither
+        overlap nor touch: no label lies in both, and none between them is
+        left out by joining them)."""
+        if self.high is None:
+            return False
+        if self.high != other.low:
+            return self.high < other.low
+        return not self.high_closed and other.low_open
+
+
+def branch_segments(flt: Filter | None, dialect: Dialect = SQLITE) -> list[Segment]:
+    """The branch labels ``flt``'s ``branch_prefixes`` admit, as disjoint
+    segments in ascending order, the empty label never among them (every
+    non-empty label when the filter names no prefix; none when its group is
+    left empty). A prefix ``p`` is the point ``p`` and the range of its
+    children (:func:`prefix_bounds`); a prefix under another falls inside the
+    other's range and is merged into it, so no label is walked twice."""
+    if flt is None or flt.branch_prefixes is None:
+        return [Segment("", None, low_open=True)]
+    pieces: list[Segment] = []
+    for p in branch_prefixes(flt.branch_prefixes):
+        if dialect.cannot_hold(p):
+            continue  # it starts no stored branch (see where)
+        low, high = prefix_bounds(p)
+        pieces += [Segment(p, p, high_closed=True), Segment(low, high)]
+    pieces.sort(key=lambda s: s.low)
+    merged: list[Segment] = []
+    for piece in pieces:
+        if not merged or merged[-1].below(piece):
+            merged.append(piece)
+            continue
+        last = merged[-1]
+        if last.high is not None and (
+            piece.high is None or (piece.high, piece.high_closed) > (last.high, last.high_closed)
+        ):
+            merged[-1] = Segment(last.low, piece.high, piece.high_closed, last.low_open)
+    return merged
 
 
 def where(flt: Filter | None, dialect: Dialect = SQLITE) -> list[Clause]:

@@ -10,7 +10,7 @@ Nothing here imports a driver or a backend; the backends import this.
   (statements in, rows out, a dialect), and
   :mod:`~streamd.eventlog.store.operations` - the Backend operations written
   once over it, from the rules by concept: :mod:`.sessions`, :mod:`.state`,
-  :mod:`.leases`, :mod:`.boots`, :mod:`.retention`, :mod:`.reads`.
+  :mod:`.leases`, :mod:`.boots`, :mod:`.retention`, :mod:`.reads`, :mod:`.branches`.
 * :mod:`~streamd.eventlog.store.steps` - what a bounded retention step may do
   and did; :mod:`~streamd.eventlog.store.verify` - the checks of
   ``streamd log verify``.

@@ -40,7 +40,7 @@ from streamd.eventlog.model import (
     SinceResult,
     StateSnapshot,
 )
-from streamd.eventlog.store import boots, leases, reads, retention, sessions, state
+from streamd.eventlog.store import boots, branches, leases, reads, retention, sessions, state
 from streamd.eventlog.store.backend import (
     DECODED,
     AppendGroup,
@@ -136,7 +136,7 @@ class SqlOperations:
 
     @checked_texts
     def branches(self, flt: Filter | None, limit: int | None) -> list[str]:
-        return self._call(lambda db: reads.branches(db, flt, limit))
+        return self._call(lambda db: branches.branches(db, flt, limit))
 
     # -- sessions --
 

@@ -1,4 +1,5 @@
-"""Reads of the log by filter: ``since``, the newest seqs, the branches.
+"""Reads of the log by filter: ``since`` and the newest seqs (the branches
+are :mod:`~streamd.eventlog.store.branches`).
 
 A filter becomes SQL once (:mod:`streamd.eventlog.filters`, in the
 connection's dialect); which access path answers it is the backend's
@@ -20,7 +21,6 @@ from streamd.eventlog.store.sql import Args, Sql
 __all__ = [
     "EVENT_ROWS_AFTER",
     "EVENT_ROW_COLUMNS",
-        "branches",
     "event_rows",
     "event_rows_at",
     "latest_seq",
@@ -103,17 +103,6 @@ def nth_newest_seq(db: Sql, flt: Filter | None, offset: int) -> int:
         (*args, offset),
     )
     return row[0] if row else 0
-
-
-def branches(db: Sql, flt: Filter | None, limit: int | None) -> list[str]:
-    if limit is not None:
-        rules.check_limit(limit)
-    where, args = filters.render(filters.where(flt, db.dialect), [("branch <> ''", ())])
-    sql = f"SELECT DISTINCT branch FROM events WHERE {where} ORDER BY branch"
-    if limit is not None:
-        sql += " LIMIT ?"
-        args = (*args, limit)
-    return [r[0] for r in db.rows(sql, args)]
 
 
 def event_rows(db: Sql, from_seq: int, limit: int) -> list[EventRow]:
