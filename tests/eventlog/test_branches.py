@@ -10,33 +10,23 @@ reads, which no clock or load changes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import apsw
-import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.filters import _filters, _Row, _text
-from support.store_contract import T0, Fixture, ap, ev
+from support.filters import Row, _Row, drawn_filter, log_rows, memory_log
+from support.sqlite_cost import pages_read
+from support.store_contract import T0, Fixture, ev
 
 from streamd.eventlog import filters
 from streamd.eventlog.model import AppendParams, Filter
-from streamd.eventlog.sqlite import SqliteOptions, SqliteStore
-from streamd.eventlog.sqlite.schema import migrate
+from streamd.eventlog.sqlite import SqliteStore
 from streamd.eventlog.sqlite.sql import SqliteSql
 from streamd.eventlog.store import branches
 from streamd.eventlog.store.branches import Costs
 
-Row = tuple[str, str, str, str, str]  # app, user, session, branch, author
-
-_SEPS = st.sampled_from([".", "/", ".x.", ":sub:", ""])
-_nonempty = _text.filter(bool)
-# Labels with segment boundaries, empty ones among them; few values, so that
-# labels repeat, and a label holds events that pass a filter and others that do not.
-_labels = st.one_of(st.just(""), _text, st.builds(lambda a, s, b: a + s + b, _text, _SEPS, _text))
-_rows = st.lists(st.tuples(_nonempty, _nonempty, _nonempty, _labels, _text), max_size=30)
 _costs = st.builds(
     Costs,
     probe=st.integers(1, 4),
@@ -52,38 +42,14 @@ def expected(rows: list[Row], flt: Filter | None, limit: int | None) -> list[str
     return labels if limit is None else labels[:limit]
 
 
-def _memory_log(rows: list[Row]) -> apsw.Connection:
-    db = apsw.Connection(":memory:")
-    migrate(db)
-    db.executemany(
-        "INSERT INTO sessions (app_name, user_id, session_id, state, created_at, updated_at)"
-        " VALUES (?, ?, ?, '{}', 0, 0) ON CONFLICT DO NOTHING",
-        list(dict.fromkeys(r[:3] for r in rows)),
-    )
-    db.executemany(
-        "INSERT INTO events (app_name, user_id, session_id, event_id, invocation_id, author,"
-        " branch, event_time, content, digest) VALUES (?, ?, ?, ?, '', ?, ?, 0, 'null', x'')",
-        [(a, u, s, f"e{i}", author, b) for i, (a, u, s, b, author) in enumerate(rows)],
-    )
-    return db
-
-
-def _drawn_filter(data: st.DataObject, rows: list[Row]) -> Filter | None:
-    flt = data.draw(st.none() | _filters(rows))
-    if flt is not None and data.draw(st.booleans()):
-        # No session pinned most of the time: the walk's plans, not the session's.
-        flt = msgspec.structs.replace(flt, session=None, session_tree=None)
-    return flt
-
-
 @pytest.mark.slow
 @settings(max_examples=600, deadline=None)
-@given(data=st.data(), rows=_rows, costs=_costs, limit=_limits)
+@given(data=st.data(), rows=log_rows, costs=_costs, limit=_limits)
 def test_branches_are_the_labels_of_the_matching_events_for_any_log_filter_and_costs(
     data: st.DataObject, rows: list[Row], costs: Costs, limit: int | None
 ) -> None:
-    flt = _drawn_filter(data, rows)
-    db = _memory_log(rows)
+    flt = drawn_filter(data, rows)
+    db = memory_log(rows)
     assert branches.branches(SqliteSql(db), flt, limit, costs) == expected(rows, flt, limit)
 
 
@@ -109,7 +75,7 @@ class _Recording(SqliteSql):
 
 
 def _answered_by(rows: list[Row], flt: Filter, costs: Costs) -> tuple[list[str], str]:
-    db = _Recording(_memory_log(rows))
+    db = _Recording(memory_log(rows))
     got = branches.branches(db, flt, None, costs)
     last = db.ran[-1]
     if "DISTINCT" not in last:
@@ -154,49 +120,24 @@ def test_probes_never_cost_more_than_the_apps_range_holds() -> None:
 # --- what a call reads ------------------------------------------------------------
 
 
-@pytest.fixture
-def big_log(tmp_path: Any) -> Iterator[SqliteStore]:
-    """6,000 events of one app in three labels, ADK-sized content."""
-    store = SqliteStore.open(str(tmp_path / "events.db"), SqliteOptions(synchronous="NORMAL"))
-    text = "lorem " * 50
-    store.append_batch(
-        [
-            ap(ev(f"e{i}", {"text": text}, branch=("root.a", "root.b", "root.c")[i % 3]),
-               user=f"u{i % 7}", session=f"s{i % 50}")
-            for i in range(6000)
-        ],
-        T0,
-    )
-    yield store
-    store.close()
-
-
-def _pages_read(store: SqliteStore, flt: Filter) -> tuple[list[str], int]:
-    db = store.connection
-    db.status(apsw.SQLITE_DBSTATUS_CACHE_HIT, True)
-    db.status(apsw.SQLITE_DBSTATUS_CACHE_MISS, True)
-    got = store.branches(flt, None)
-    return got, (
-        db.status(apsw.SQLITE_DBSTATUS_CACHE_HIT)[0] + db.status(apsw.SQLITE_DBSTATUS_CACHE_MISS)[0]
-    )
-
-
 def test_the_branches_of_an_app_read_a_few_pages_per_label_not_its_events(
-    big_log: SqliteStore,
+    six_thousand_events: SqliteStore,
 ) -> None:
     # The scan read each of the 6,000 events through an index: 12,000 pages.
-    got, pages = _pages_read(big_log, Filter(app="app"))
+    flt = Filter(app="app")
+    got, pages = pages_read(six_thousand_events, lambda: six_thousand_events.branches(flt, None))
     assert got == ["root.a", "root.b", "root.c"]
     assert pages < 200, pages
 
 
 def test_an_author_no_event_has_costs_one_pass_over_the_table_not_a_seek_per_event(
-    big_log: SqliteStore,
+    six_thousand_events: SqliteStore,
 ) -> None:
     # The scan read each event by a seek through the app's range of
     # events_by_session, two pages each: 12,000, where the file holds 750.
-    whole_file = big_log.connection.execute("PRAGMA page_count").fetchall()[0][0]
-    got, pages = _pages_read(big_log, Filter(app="app", author="nobody"))
+    whole_file = six_thousand_events.connection.execute("PRAGMA page_count").fetchall()[0][0]
+    flt = Filter(app="app", author="nobody")
+    got, pages = pages_read(six_thousand_events, lambda: six_thousand_events.branches(flt, None))
     assert got == []
     assert pages < 2 * whole_file, (pages, whole_file)
 
@@ -220,14 +161,14 @@ def _stored(fx: Fixture, rows: list[Row]) -> None:
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(data=st.data(), rows=_rows, limit=_limits)
+@given(data=st.data(), rows=log_rows, limit=_limits)
 def test_every_backend_answers_branches_as_the_events_say(
     fx: Fixture, monkeypatch: pytest.MonkeyPatch, data: st.DataObject, rows: list[Row],
     limit: int | None,
 ) -> None:
     monkeypatch.setattr(branches, "COSTS", data.draw(_costs))
     _stored(fx, rows)
-    flt = _drawn_filter(data, rows)
+    flt = drawn_filter(data, rows)
     assert fx.store.branches(flt, limit) == expected(rows, flt, limit)
 
 

@@ -294,6 +294,33 @@ def scans_the_log(flt: Filter | None) -> bool:
     return flt.app is None or flt.user is None or flt.session is None
 
 
+def only_branches(flt: Filter | None) -> bool:
+    """Whether ``flt`` restricts the branch and nothing else."""
+    return (
+        flt is not None
+        and flt.branch_prefixes is not None
+        and flt.session_tree is None
+        and flt.app is None
+        and flt.user is None
+        and flt.session is None
+        and flt.author is None
+        and not flt.author_suffix
+    )
+
+
+def in_session_order(flt: Filter | None) -> bool:
+    """Whether ``events_by_session (app_name, user_id, session_id, seq)``
+    holds every field ``flt`` tests, in a range that is not in seq order: an
+    app, or an app and a user (one session's range is in seq order already; a
+    session tree is a few ranges of it, which SQLite reads as such only when
+    it may read the rows too)."""
+    if flt is None or flt.session_tree is not None or flt.app is None:
+        return False
+    if flt.branch_prefixes is not None or flt.author is not None or flt.author_suffix:
+        return False
+    return flt.session is None or flt.user is None
+
+
 def _matched_exactly(flt: Filter) -> list[str | None]:
     """The texts of ``flt`` that a matching event's must equal, start or end
     with (the branch prefixes aside: they are an OR group). The session tree

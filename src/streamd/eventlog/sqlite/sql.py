@@ -30,8 +30,10 @@ def indexed_by(flt: Filter | None) -> str:
     """The FROM clause that pins a filtered read to the index that answers it."""
     if flt is None:
         return "events"
-    if flt.session_tree is not None or (
-        flt.app is not None and flt.user is not None and flt.session is not None
+    if (
+        flt.session_tree is not None
+        or filters.in_session_order(flt)
+        or (flt.app is not None and flt.user is not None and flt.session is not None)
     ):
         return "events INDEXED BY events_by_session"
     if flt.branch_prefixes and filters.branch_prefixes(flt.branch_prefixes):
@@ -134,7 +136,9 @@ class SqliteSql:
           however large the filter's history is. ``NOT INDEXED`` still allows
           the INTEGER PRIMARY KEY.
         * a read filtered by session or session tree uses ``events_by_session``
-          (equality on the triple, then a seq range, already in seq order);
+          (equality on the triple, then a seq range, already in seq order), and
+          so does one by an app or an app's user, whose range of it holds
+          every field the filter tests (:func:`filters.in_session_order`);
         * a read filtered by branch alone uses ``events_by_branch``.
         """
         if from_seq is not None:

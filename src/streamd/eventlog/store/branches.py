@@ -57,7 +57,7 @@ from streamd.eventlog.model import Filter
 from streamd.eventlog.store import rules
 from streamd.eventlog.store.sql import Args, Sql
 
-__all__ = ["COSTS", "Costs", "branches", "probe_sql", "walk_sql"]
+__all__ = ["COSTS", "Costs", "branches", "probe_sql", "walk_cte", "walk_sql"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,32 +225,52 @@ class _Range:
 def walk_sql(db: Sql, segment: Segment, after: str | None, steps: int) -> tuple[str, Args]:
     """Up to ``steps`` labels of ``segment`` above ``after`` (from its start
     when None), in ascending order, one seek in ``events_by_branch`` each."""
-    if after is not None:
-        start, start_args = "branch > ?", (after,)
-    else:
-        start, start_args = ("branch > ?" if segment.low_open else "branch >= ?"), (segment.low,)
-    high = ""
-    high_args: tuple[str, ...] = ()
-    if segment.high is not None:
-        high = " AND branch <= ?" if segment.high_closed else " AND branch < ?"
-        high_args = (segment.high,)
     if db.dialect.loose_distinct:
+        start, high, bounds = _bounds(segment, after)
         return (
             f"SELECT DISTINCT branch FROM events WHERE {start}{high} ORDER BY branch LIMIT ?",
-            (*start_args, *high_args, steps),
+            (*bounds, steps),
         )
+    cte, args = walk_cte(db, "walk", segment, after, steps)
+    return (
+        f"WITH RECURSIVE {cte} SELECT branch FROM walk WHERE branch IS NOT NULL ORDER BY n",
+        args,
+    )
+
+
+def walk_cte(
+    db: Sql, name: str, segment: Segment, after: str | None, steps: int | None
+) -> tuple[str, Args]:
+    """The recursive CTE ``name (branch, n)`` of :func:`walk_sql`'s labels
+    (its last row's branch NULL), every one of them when ``steps`` is None;
+    for a dialect whose recursive step seeks (not
+    :attr:`~streamd.eventlog.filters.Dialect.loose_distinct`)."""
+    start, high, args = _bounds(segment, after)
     by_branch = db.dialect.indexed("events", "events_by_branch")
-    sql = (
-        "WITH RECURSIVE walk (branch, n) AS ("
+    bound = "" if steps is None else " AND n < ?"
+    cte = (
+        f"{name} (branch, n) AS ("
         f"SELECT (SELECT branch FROM {by_branch} WHERE {start}{high}"
         " ORDER BY branch LIMIT 1), 1"
         " UNION ALL "
-        f"SELECT (SELECT branch FROM {by_branch} WHERE branch > walk.branch{high}"
+        f"SELECT (SELECT branch FROM {by_branch} WHERE branch > {name}.branch{high}"
         " ORDER BY branch LIMIT 1), n + 1"
-        " FROM walk WHERE walk.branch IS NOT NULL AND n < ?"
-        ") SELECT branch FROM walk WHERE branch IS NOT NULL ORDER BY n"
+        f" FROM {name} WHERE {name}.branch IS NOT NULL{bound})"
     )
-    return sql, (*start_args, *high_args, *high_args, steps)
+    high_args = args[1:]
+    return cte, (*args, *high_args, *(() if steps is None else (steps,)))
+
+
+def _bounds(segment: Segment, after: str | None) -> tuple[str, str, tuple[str, ...]]:
+    """The first label's condition, the last's, and their args in that order."""
+    if after is not None:
+        start, low = "branch > ?", after
+    else:
+        start, low = ("branch > ?" if segment.low_open else "branch >= ?"), segment.low
+    if segment.high is None:
+        return start, "", (low,)
+    high = " AND branch <= ?" if segment.high_closed else " AND branch < ?"
+    return start, high, (low, segment.high)
 
 
 _FILTERED = "app_name, user_id, session_id, author"
