@@ -9,6 +9,7 @@ that carries it: the state never says what the log does not.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from streamd.errors import invalid_params
@@ -54,19 +55,97 @@ def shared_state(
 
 
 def fold(db: Sql, scope: str, app: str, user: str, session: str, as_of_seq: int) -> dict[str, Any]:
-    """One scope's state as of a seq: its deltas up to that seq, in the order
-    they were written (``state_deltas_by_key`` holds them in that order)."""
-    state: dict[str, Any] = {}
+    """One scope's state as of a seq: for each key, the value of the newest
+    delta up to that seq that set it, in the order the keys were first set.
+
+    The deltas are read newest first, and the read stops once every key of
+    the scope's current state has its value: a state only ever gains keys
+    (a delta sets, never removes), so no older delta holds a key the current
+    state lacks, and the keys' first-set order is the current state's own
+    (``log verify`` checks that the current state is the fold of every
+    delta). Read oldest first, a state as of the middle of a million events
+    folded all 20,000 of its app's deltas before it: 22 ms, where its newest
+    delta alone answered. A key first set after the seq is not found before
+    it, and then every delta up to the seq is read, as before. A scope with
+    no current state, or one that does not parse, is folded whole, oldest
+    first."""
     if db.dialect.cannot_hold(app, user, session):
-        return state
+        return {}
+    keys = _current_keys(db, scope, app, user, session)
+    if keys is None:
+        return _fold_forward(db, scope, app, user, session, as_of_seq)
+    found: dict[str, Any] = {}
+    for text in _deltas_newest_first(db, scope, app, user, session, as_of_seq):
+        for key, value in rows.state_or_empty(text, f"{scope} delta").items():
+            found.setdefault(key, value)
+        if len(found) >= len(keys) and keys.keys() <= found.keys():
+            break
+    return {key: found[key] for key in keys if key in found} | found
+
+
+def _current_keys(
+    db: Sql, scope: str, app: str, user: str, session: str
+) -> dict[str, Any] | None:
+    """The scope's current state (its keys in the order they were first
+    set), or None when it has none or it does not parse."""
+    if scope == "app":
+        row = db.one("SELECT state FROM app_states WHERE app_name = ?", (app,))
+    elif scope == "user":
+        row = db.one(
+            "SELECT state FROM user_states WHERE app_name = ? AND user_id = ?", (app, user)
+        )
+    else:
+        row = db.one(f"SELECT state FROM sessions WHERE {_SESSION}", (app, user, session))
+    if row is None:
+        return None
+    try:
+        return rows.decode_state(row[0])
+    except ValueError:
+        return None
+
+
+_DELTAS = "FROM state_deltas WHERE scope = ? AND app_name = ? AND user_id = ? AND session_id = ?"
+
+
+def _fold_forward(
+    db: Sql, scope: str, app: str, user: str, session: str, as_of_seq: int
+) -> dict[str, Any]:
+    state: dict[str, Any] = {}
     for (text,) in db.rows(
-        "SELECT delta FROM state_deltas"
-        " WHERE scope = ? AND app_name = ? AND user_id = ? AND session_id = ? AND seq <= ?"
-        " ORDER BY seq, rev",
+        f"SELECT delta {_DELTAS} AND seq <= ? ORDER BY seq, rev",
         (scope, app, user, session, as_of_seq),
     ):
         state.update(rows.state_or_empty(text, f"{scope} delta"))
     return state
+
+
+def _deltas_newest_first(
+    db: Sql, scope: str, app: str, user: str, session: str, as_of_seq: int
+) -> Iterator[str]:
+    """The scope's deltas up to ``as_of_seq``, newest first (a delta's rev
+    orders those of one seq), in pages that grow from a few rows: a server's
+    driver reads a whole result at once, and the first rows usually do."""
+    key = (scope, app, user, session)
+    after: tuple[int, int] | None = None
+    page = 4
+    while True:
+        if after is None:
+            found = db.rows(
+                f"SELECT seq, rev, delta {_DELTAS} AND seq <= ?"
+                " ORDER BY seq DESC, rev DESC LIMIT ?",
+                (*key, as_of_seq, page),
+            )
+        else:
+            found = db.rows(
+                f"SELECT seq, rev, delta {_DELTAS} AND seq <= ? AND (seq < ? OR rev < ?)"
+                " ORDER BY seq DESC, rev DESC LIMIT ?",
+                (*key, after[0], after[0], after[1], page),
+            )
+        for _, _, text in found:
+            yield text
+        if len(found) < page:
+            return
+        after, page = (found[-1][0], found[-1][1]), min(1024, 4 * page)
 
 
 def get_state(
