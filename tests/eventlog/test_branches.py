@@ -16,12 +16,12 @@ import apsw
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.filters import Row, _Row, drawn_filter, log_rows, memory_log
+from support.filters import Row, _Row, drawn_filter, log_rows, memory_log, store_rows
 from support.sqlite_cost import pages_read
-from support.store_contract import T0, Fixture, ev
+from support.store_contract import Fixture
 
 from streamd.eventlog import filters
-from streamd.eventlog.model import AppendParams, Filter
+from streamd.eventlog.model import Filter
 from streamd.eventlog.sqlite import SqliteStore
 from streamd.eventlog.sqlite.sql import SqliteSql
 from streamd.eventlog.store import branches
@@ -145,19 +145,6 @@ def test_an_author_no_event_has_costs_one_pass_over_the_table_not_a_seek_per_eve
 # --- the contract, on every backend ---------------------------------------------
 
 
-def _stored(fx: Fixture, rows: list[Row]) -> None:
-    """``rows`` as the log's only events, appended in order."""
-    fx.raw("DELETE FROM events", ())
-    fx.raw("DELETE FROM sessions", ())
-    fx.store.append_batch(
-        [
-            AppendParams(app=a, user=u, session=s, event=ev(f"e{i}", author=author, branch=b))
-            for i, (a, u, s, b, author) in enumerate(rows)
-        ],
-        T0,
-    )
-
-
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -167,7 +154,7 @@ def test_every_backend_answers_branches_as_the_events_say(
     limit: int | None,
 ) -> None:
     monkeypatch.setattr(branches, "COSTS", data.draw(_costs))
-    _stored(fx, rows)
+    store_rows(fx, rows)
     flt = drawn_filter(data, rows)
     assert fx.store.branches(flt, limit) == expected(rows, flt, limit)
 
@@ -176,7 +163,7 @@ def test_a_walk_longer_than_a_statement_loses_no_label(fx: Fixture) -> None:
     # 250 labels: the walk takes them in stretches of 16, 64 and 100.
     rows: list[Row] = [("app", "u", "s", f"l{i:03}", "me") for i in range(250)]
     rows += [("app", "u", "s", f"l{i:03}.sub", "other") for i in range(0, 250, 7)]
-    _stored(fx, rows)
+    store_rows(fx, rows)
     assert fx.store.branches(None, None) == expected(rows, None, None)
     assert fx.store.branches(Filter(app="app", author="other"), None) == expected(
         rows, Filter(author="other"), None

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.filters import Row, _Row, drawn_filter, log_rows, memory_log
+from support.filters import Row, _Row, drawn_filter, log_rows, memory_log, store_rows
 from support.sqlite_cost import pages_read, vm_steps
-from support.store_contract import T0, Fixture, ev
+from support.store_contract import Fixture
 
 from streamd.eventlog import filters
-from streamd.eventlog.model import AppendParams, Filter, SinceParams
+from streamd.eventlog.model import Filter, SinceParams
 from streamd.eventlog.sqlite import SqliteStore
 from streamd.eventlog.sqlite.sql import SqliteSql, indexed_by
 from streamd.eventlog.store import DECODED, reads
@@ -101,15 +101,7 @@ def test_a_page_by_an_apps_user_reads_only_its_own_rows_from_the_table(
 def test_every_backend_pages_since_as_the_events_say(
     fx: Fixture, data: st.DataObject, rows: list[Row], limit: int
 ) -> None:
-    fx.raw("DELETE FROM events", ())
-    fx.raw("DELETE FROM sessions", ())
-    fx.store.append_batch(
-        [
-            AppendParams(app=a, user=u, session=s, event=ev(f"e{i}", author=author, branch=b))
-            for i, (a, u, s, b, author) in enumerate(rows)
-        ],
-        T0,
-    )
+    store_rows(fx, rows)
     first = fx.store.latest_seq(None) - len(rows)  # the seqs of an earlier example are gone
     flt = drawn_filter(data, rows)
     from_seq = first + data.draw(st.integers(0, len(rows)))

@@ -6,8 +6,9 @@ import apsw
 import msgspec
 from hypothesis import strategies as st
 
-from streamd.eventlog.model import Filter, SessionTree
+from streamd.eventlog.model import AppendParams, Filter, SessionTree
 from streamd.eventlog.sqlite.schema import migrate
+from support.store_contract import T0, Fixture, ev
 
 # Characters chosen to hurt: LIKE wildcards, likely escape characters, both segment
 # separators, the bytes next to them in ASCII, case pairs, the session-tree marker
@@ -93,3 +94,17 @@ def drawn_filter(data: st.DataObject, rows: list[Row]) -> Filter | None:
     if flt is not None and data.draw(st.booleans()):
         flt = msgspec.structs.replace(flt, session=None, session_tree=None)
     return flt
+
+
+def store_rows(fx: Fixture, rows: list[Row]) -> None:
+    """``rows`` as the only events of ``fx``'s log, appended in order (seqs go
+    on from the earlier ones: a backend never gives a seq again)."""
+    fx.raw("DELETE FROM events", ())
+    fx.raw("DELETE FROM sessions", ())
+    fx.store.append_batch(
+        [
+            AppendParams(app=a, user=u, session=s, event=ev(f"e{i}", author=author, branch=b))
+            for i, (a, u, s, b, author) in enumerate(rows)
+        ],
+        T0,
+    )
