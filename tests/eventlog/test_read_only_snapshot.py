@@ -8,20 +8,23 @@ or read unchanged. Every test mounts a tmpfs: root only, skipped elsewhere.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
 from support.eventlog import ev
 
 from streamd.errors import RpcError
+from streamd.eventlog import maintenance
 from streamd.eventlog.model import AppendParams, checked
-from streamd.eventlog.sqlite import SqliteStore
+from streamd.eventlog.sqlite import SqliteStore, backup
 from streamd.eventlog.sqlite.frozen import read_frozen
 
 pytestmark = pytest.mark.subprocess
@@ -131,3 +134,28 @@ def test_a_read_only_view_of_a_log_written_meanwhile_is_refused(
         f"event log database {view / 'ev.db'} changed while it was read as a read-only"
         " snapshot (it is written through another mount): what was read is not used; copy"
         " it with a daemon or command that can open it for writing")
+
+
+def test_a_backup_of_a_read_only_view_written_meanwhile_leaves_no_copy_at_dest(
+    read_only_view: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: the copy was published at DEST, then the look after the read
+    # failed the command (exit 2, which promises nothing at DEST), and the
+    # copy of pages that may have been read mid-write stayed there.
+    writable, view = read_only_view
+    build_log(writable / "ev.db", 10)
+    copy_then_write = backup.snapshot
+
+    def snapshot(*args: Any, **kwargs: Any) -> backup.BackupResult:
+        done = copy_then_write(*args, **kwargs)
+        writer = SqliteStore.open(str(writable / "ev.db"))
+        writer.append_batch([ap("meanwhile")], NOW_US)
+        writer.close()
+        return done
+
+    monkeypatch.setattr(backup, "snapshot", snapshot)
+    dest = tmp_path / "copy.db"
+    args = argparse.Namespace(db=str(view / "ev.db"), log_command="backup", dest=str(dest),
+                              method="backup", json=False)
+    assert maintenance.run(args) == 2
+    assert not dest.exists()

@@ -78,8 +78,17 @@ def _backup(path: Path | str, args: argparse.Namespace) -> int:
             "and restore it with pg_restore (see docs/operations.md)", cliargs.ERROR)
     from streamd.eventlog.sqlite import backup
 
-    with _sqlite_log(path) as store:
-        done = backup.snapshot(store.connection, args.dest, args.method)
+    done: backup.BackupResult | None = None
+    try:
+        with _sqlite_log(path) as store:
+            done = backup.snapshot(store.connection, args.dest, args.method)
+    except RpcError:
+        if done is not None:
+            # Only a log read lock-free off a read-only view fails after its
+            # copy was made (it changed meanwhile): the copy may hold pages
+            # read mid-write, and the exit status promises nothing at DEST.
+            Path(done.dest).unlink(missing_ok=True)
+        raise
     if args.json:
         _out(msgspec.json.encode({
             "dest": done.dest, "events": done.events, "newest_seq": done.newest_seq,
