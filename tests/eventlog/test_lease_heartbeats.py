@@ -18,9 +18,9 @@ import apsw
 import pytest
 import trio
 import trio.testing
-from support.eventlog import mocked, trio_wall_clock
+from support.eventlog import ev, mocked, trio_wall_clock
 
-from streamd.eventlog import EventLog, Lease
+from streamd.eventlog import EventLog, Lease, SqliteStore
 
 
 @pytest.fixture
@@ -269,3 +269,36 @@ async def test_a_lease_whose_nursery_is_cancelled_stops_beating_and_close_releas
             # Closed: both rows deleted, long before the 30 s window ran out.
             taken = await b.acquire_lock("app", "u", "s")
             await taken.release()
+
+
+async def test_a_beat_that_raises_what_no_store_call_should_is_retried_and_the_log_serves_on(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Before: the error left the cadence's task, which runs in the log's
+    # nursery, and took the log down with it: every client's calls failed.
+    with trio.fail_after(600):
+        async with open_mocked() as log:
+            leases = [
+                await log.acquire_lock("app", "u", f"s{i}", heartbeat_ms=1000,
+                                       stale_after_ms=3000)
+                for i in range(2)
+            ]
+            beat = SqliteStore.heartbeat_leases
+
+            def broken_once(self: SqliteStore, *args: Any) -> list[bool]:
+                monkeypatch.setattr(SqliteStore, "heartbeat_leases", beat)  # the first alone
+                raise ValueError("a fault no store call should raise")
+
+            monkeypatch.setattr(SqliteStore, "heartbeat_leases", broken_once)
+            await trio.sleep(1.5)  # the first tick: the beat raises
+            assert [lease.beats for lease in leases] == [0, 0]
+            assert "heartbeat failed for 2 lease(s)" in caplog.text
+            await trio.sleep(1)  # the next tick beats both
+            assert [lease.beats for lease in leases] == [1, 1]
+            assert not any(lease.lost.is_set() for lease in leases)
+            await log.append("app", "u", "other", ev("served"))
+            for lease in leases:
+                await lease.release()

@@ -22,9 +22,10 @@ lease's heartbeat had:
   each whether its row is still ours. A lease whose row is not is lost: it
   leaves the cadence and is told, once
   (:meth:`~streamd.eventlog.lease.Lease.mark_lost`); the others beat on.
-* A call that fails (a database error, or too slow) is retried at the next
-  tick (a too slow one has reached it: at once): the leases may well still be
-  ours, so none is lost. A fault of the log's file (it was replaced or
+* A call that fails (a database error, too slow, or an error no store call
+  should raise, logged with its traceback) is retried at the next tick (a too
+  slow one has reached it: at once): the leases may well still be ours, so
+  none is lost, and the log serves on. A fault of the log's file (it was replaced or
   deleted, and the rows with it) loses every lease of the tick, once.
 * A lease joins its cadence at the cadence's next tick, which is at most an
   interval after the acquire that stamped its row: its first beat may come
@@ -168,6 +169,14 @@ class Heartbeats:
                     # The leases may well still be ours: retry at the next tick.
                     logger.warning(
                         "heartbeat failed for %d lease(s) (will retry): %r", len(due) - done, exc
+                    )
+                except Exception:
+                    # What no store call should raise (a bug, a driver's error
+                    # left untranslated). This task runs in the log's nursery:
+                    # let out, it took the log, and every client of it, down.
+                    # The leases may well still be ours: retry at the next tick.
+                    logger.exception(
+                        "heartbeat failed for %d lease(s) (will retry)", len(due) - done
                     )
 
     def _answer(self, cadence: _Cadence, part: list[Lease], held: list[bool]) -> None:
