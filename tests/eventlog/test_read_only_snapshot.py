@@ -21,7 +21,7 @@ import apsw
 import pytest
 from support.eventlog import ev
 
-from streamd.errors import RpcError
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import maintenance
 from streamd.eventlog.model import AppendParams, checked
 from streamd.eventlog.sqlite import SqliteStore, backup
@@ -125,8 +125,8 @@ def test_a_read_only_view_of_a_log_written_meanwhile_is_refused(
 ) -> None:
     writable, view = read_only_view
     build_log(writable / "ev.db", 10)
-    with pytest.raises(RpcError) as info, read_frozen(str(view / "ev.db")) as store:
-        assert store.connection.execute("SELECT count(*) FROM events").fetchall() == [(10,)]
+    with pytest.raises(RpcError) as info, read_frozen(str(view / "ev.db")) as read:
+        assert read.store.connection.execute("SELECT count(*) FROM events").fetchall() == [(10,)]
         writer = SqliteStore.open(str(writable / "ev.db"))
         writer.append_batch([ap("meanwhile")], NOW_US)
         writer.close()
@@ -159,3 +159,28 @@ def test_a_backup_of_a_read_only_view_written_meanwhile_leaves_no_copy_at_dest(
                               method="backup", json=False)
     assert maintenance.run(args) == 2
     assert not dest.exists()
+
+
+def test_a_backup_puts_nothing_at_dest_when_the_check_before_publishing_fails(
+    tmp_path: Path,
+) -> None:
+    # A log read as a snapshot is looked at again once the copy is made and
+    # checked, before the copy takes the name DEST; before, the look came after,
+    # and the copy of pages that may have been read mid-write was at DEST for a
+    # moment (and for good, before the command learned to remove it).
+    build_log(tmp_path / "ev.db", 3)
+    source = apsw.Connection(str(tmp_path / "ev.db"))
+    dest = tmp_path / "copy.db"
+    seen_at_dest: list[bool] = []
+
+    def changed() -> None:
+        seen_at_dest.append(dest.exists())
+        raise RpcError(SOURCE_UNAVAILABLE, "changed")
+
+    try:
+        with pytest.raises(RpcError, match="changed"):
+            backup.snapshot(source, dest, before_publish=changed)
+    finally:
+        source.close()
+    assert seen_at_dest == [False]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ev.db"]

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, closing, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,13 +80,15 @@ def _backup(path: Path | str, args: argparse.Namespace) -> int:
 
     done: backup.BackupResult | None = None
     try:
-        with _sqlite_log(path) as store:
-            done = backup.snapshot(store.connection, args.dest, args.method)
+        with _sqlite_log(path) as (store, unchanged):
+            done = backup.snapshot(store.connection, args.dest, args.method,
+                                   before_publish=unchanged)
     except RpcError:
         if done is not None:
             # Only a log read lock-free off a read-only view fails after its
-            # copy was made (it changed meanwhile): the copy may hold pages
-            # read mid-write, and the exit status promises nothing at DEST.
+            # copy was put at DEST (it changed in the moment between): the copy
+            # may hold pages read mid-write, and the exit status promises
+            # nothing at DEST.
             Path(done.dest).unlink(missing_ok=True)
         raise
     if args.json:
@@ -113,7 +115,7 @@ def _verify(path: Path | str, args: argparse.Namespace) -> int:
         from streamd.eventlog.sqlite import checks as sqlite_checks
 
         try:
-            with _sqlite_log(path) as store:
+            with _sqlite_log(path) as (store, _):
                 report = sqlite_checks.verify(store)
         except RpcError as exc:
             # A file too damaged to open or to read through (a copy cut short
@@ -149,28 +151,36 @@ def _damaged(exc: RpcError) -> bool:
 
 
 @contextmanager
-def _sqlite_log(path: Path) -> Iterator[Any]:
-    """The log at ``path`` opened to be read; on a read-only file system, as
-    the snapshot it is (:mod:`streamd.eventlog.sqlite.frozen`): a backup or a
-    check of a log kept on a read-only mount is what these commands are for."""
+def _sqlite_log(path: Path) -> Iterator[tuple[Any, Callable[[], None]]]:
+    """The log at ``path`` opened to be read, and what raises if what was read
+    from it cannot be trusted. On a read-only file system it is read as the
+    snapshot it is (:mod:`streamd.eventlog.sqlite.frozen`: a backup or a check
+    of a log kept on a read-only mount is what these commands are for), and
+    that is whether the file changed meanwhile; otherwise nothing."""
     from streamd.eventlog.sqlite import SqliteStore, frozen
 
     if (why := classify(path).holds_no_log()) is not None:
         raise RpcError(SOURCE_UNAVAILABLE, f"no event log at {path}{why} (use --db PATH or set"
                        " STREAMD_DB)")
     try:
-        opened: AbstractContextManager[Any] = closing(SqliteStore.open(str(path), migrate=False))
+        store = SqliteStore.open(str(path), migrate=False)
     except RpcError as exc:
         if not frozen.on_read_only_file_system(exc):
             raise
-        opened = frozen.read_frozen(str(path))
-    with opened as store:
-        version = store.connection.pragma("user_version")
-        if version != SCHEMA_VERSION:
-            raise RpcError(SOURCE_UNAVAILABLE, f"{path} has schema version {version}, this"
-                           f" streamd checks version {SCHEMA_VERSION}: open it with streamd"
-                           " once first")
-        yield store
+        with frozen.read_frozen(str(path)) as read:
+            _check_version(path, read.store)
+            yield read.store, read.check
+        return
+    with closing(store):
+        _check_version(path, store)
+        yield store, lambda: None
+
+
+def _check_version(path: Path, store: Any) -> None:
+    version = store.connection.pragma("user_version")
+    if version != SCHEMA_VERSION:
+        raise RpcError(SOURCE_UNAVAILABLE, f"{path} has schema version {version}, this streamd"
+                       f" checks version {SCHEMA_VERSION}: open it with streamd once first")
 
 
 def _out(line: str) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -57,10 +58,17 @@ class BackupResult:
 
 
 def snapshot(
-    source: apsw.Connection, dest: str | os.PathLike[str], method: Method = DEFAULT_METHOD
+    source: apsw.Connection,
+    dest: str | os.PathLike[str],
+    method: Method = DEFAULT_METHOD,
+    *,
+    before_publish: Callable[[], None] | None = None,
 ) -> BackupResult:
     """Copy the database of ``source`` (a connection to the live log) to
-    ``dest`` as of one commit; raises :class:`RpcError` (never an apsw error)."""
+    ``dest`` as of one commit; raises :class:`RpcError` (never an apsw error).
+    ``before_publish`` runs once the copy is complete and checked, before it
+    is given the name ``dest``; what it raises leaves nothing there (a log
+    read as a snapshot checks that it did not change meanwhile)."""
     try:
         final = Path(dest).expanduser()  # as --db is: '~/b.db' quoted reaches us unexpanded
     except RuntimeError as exc:  # ~name of no user
@@ -77,6 +85,8 @@ def snapshot(
         _copy(source, partial, method)
         events, newest = _check(partial)
         _fsync(partial)
+        if before_publish is not None:
+            before_publish()
         _publish(partial, final)
         _fsync(final.parent)
     except apsw.Error as exc:

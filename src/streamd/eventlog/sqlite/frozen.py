@@ -39,7 +39,7 @@ from streamd.eventlog.sqlite.errors import translate
 from streamd.eventlog.sqlite.schema import refuse_foreign
 from streamd.eventlog.sqlite.store import SqliteStore
 
-__all__ = ["on_read_only_file_system", "read_frozen"]
+__all__ = ["FrozenRead", "on_read_only_file_system", "read_frozen"]
 
 
 def on_read_only_file_system(exc: RpcError) -> bool:
@@ -68,8 +68,34 @@ def _look(path: str) -> _Look:
     return _Look(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, wal)
 
 
+@dataclass(frozen=True, slots=True)
+class FrozenRead:
+    """A log read as a snapshot: its store, and the look that says it did not
+    change (see the module docstring)."""
+
+    store: SqliteStore
+    path: str
+    before: _Look
+
+    def check(self) -> None:
+        """:class:`RpcError` if the file changed since it was opened: what was
+        read from it must not be trusted (a backup checks this before it puts
+        its copy at DEST)."""
+        try:
+            after: _Look | None = _look(self.path)
+        except OSError:
+            after = None
+        if after != self.before:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"event log database {self.path} changed while it was read as a read-only"
+                " snapshot (it is written through another mount): what was read is not"
+                " used; copy it with a daemon or command that can open it for writing",
+            )
+
+
 @contextmanager
-def read_frozen(path: str) -> Iterator[SqliteStore]:
+def read_frozen(path: str) -> Iterator[FrozenRead]:
     """The log at ``path`` (on a read-only file system, with no commits in a
     ``-wal``) opened read-only and lock-free; on leaving, :class:`RpcError`
     if the file changed meanwhile (then whatever was read from it must not be
@@ -83,27 +109,17 @@ def read_frozen(path: str) -> Iterator[SqliteStore]:
         raise RpcError(
             SOURCE_UNAVAILABLE,
             f"event log database {path}: it is on a read-only file system, and its"
-            f" {name}-wal holds commits that SQLite reads only through a {name}-shm it"
-            f" cannot create there; copy {name} and {name}-wal to a writable directory"
+            f" {name}-wal holds commits that SQLite reads only through the {name}-shm it"
+            f" would have to create there; copy {name} and {name}-wal to a writable directory"
             " and read the copy",
             {"errno": errno.errorcode[errno.EROFS]},
         )
-    store = _open(path)
+    read = FrozenRead(_open(path), path, before)
     try:
-        yield store
+        yield read
     finally:
-        store.close()
-    try:
-        after = _look(path)
-    except OSError:
-        after = None
-    if after != before:
-        raise RpcError(
-            SOURCE_UNAVAILABLE,
-            f"event log database {path} changed while it was read as a read-only snapshot"
-            " (it is written through another mount): what was read is not used; copy it"
-            " with a daemon or command that can open it for writing",
-        )
+        read.store.close()
+    read.check()
 
 
 def _open(path: str) -> SqliteStore:
