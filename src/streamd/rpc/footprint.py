@@ -64,8 +64,9 @@ MAX_DECODED_BYTES = 256 << 20
 """The most one request's params may be estimated to take. Above a
 connection's in-flight bound (``MAX_INFLIGHT_BYTES``, 64 MiB), so such a
 request is admitted only alone (:class:`~streamd.rpc.inflight.InFlight`):
-at 64 MiB, events of 3.6 MiB of table rows (a tool's result, estimated at
-15 times its bytes) were refused, though the log stores events of 5 MiB."""
+at 64 MiB, events of 3.6 MiB of small table rows (a tool's result,
+estimated at 18 times its bytes) were refused, though the log stores events
+of 5 MiB."""
 
 
 def decoded_size(frame: bytes, objects: int, arrays: int) -> int:
