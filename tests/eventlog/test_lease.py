@@ -71,6 +71,29 @@ async def answered_late(real: Run, op: Any) -> Any:
     return result
 
 
+async def closed_after_the_acquire_committed(
+    open_mocked: Callable[..., EventLog],
+    monkeypatch: pytest.MonkeyPatch,
+    wrap: Callable[[Run, Any], Awaitable[Any]],
+) -> None:
+    """Log A closes while its acquire, run as ``wrap(real_run, op)``, has
+    committed and not been answered; the acquire must raise ``closed``, and log
+    B must then take the session's lease at once (no row of A's left to lock it)."""
+    async with open_mocked() as b, trio.open_nursery() as nursery:
+        async with open_mocked() as a:
+            await through_the_writer_once(a, monkeypatch, wrap)
+
+            async def acquire() -> None:
+                with pytest.raises(RpcError) as info:
+                    await a.acquire_lock("app", "u", "s", nursery=nursery)
+                assert is_closed(info.value)
+
+            nursery.start_soon(acquire)
+            await trio.sleep(1)  # committed, not answered
+        lease = await b.acquire_lock("app", "u", "s", nursery=nursery)
+        await lease.release()
+
+
 async def test_a_fresh_lease_is_session_locked_with_holder_and_heartbeat_age(
     open_mocked: Callable[..., EventLog],
     autojump_clock: trio.testing.MockClock,
@@ -478,19 +501,7 @@ async def test_an_acquire_the_close_cut_short_after_its_commit_leaves_no_lease_b
     # row, of a holder nobody knew, locked the session for its whole window
     # after the restart (the close released only the leases it knew).
     with trio.fail_after(600):
-        async with open_mocked() as b, trio.open_nursery() as nursery:
-            async with open_mocked() as a:
-                await through_the_writer_once(a, monkeypatch, answered_late)
-
-                async def acquire() -> None:
-                    with pytest.raises(RpcError) as info:
-                        await a.acquire_lock("app", "u", "s", nursery=nursery)
-                    assert is_closed(info.value)
-
-                nursery.start_soon(acquire)
-                await trio.sleep(1)  # committed, not answered
-            lease = await b.acquire_lock("app", "u", "s", nursery=nursery)
-            await lease.release()
+        await closed_after_the_acquire_committed(open_mocked, monkeypatch, answered_late)
 
 
 async def test_a_lease_whose_log_file_was_replaced_is_lost_once_not_beaten_for_ever(
@@ -534,30 +545,18 @@ async def test_an_acquire_whose_cancel_the_close_waits_out_leaves_no_lease_behin
     # only then raises. The close had by then found no unanswered acquire and
     # gone on: the row, of a holder nobody knew, locked the session for its
     # whole window after the restart.
+    async def cancel_waited_out(real: Run, op: Any) -> Any:
+        result = await real(op)
+        try:
+            await trio.sleep(10)  # the answer on its way back
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(0.2)  # the cancel's round trip
+            raise
+        return result
+
     with trio.fail_after(600):
-        async with open_mocked() as b, trio.open_nursery() as nursery:
-            async with open_mocked() as a:
-                async def cancel_waited_out(real: Run, op: Any) -> Any:
-                    result = await real(op)
-                    try:
-                        await trio.sleep(10)  # the answer on its way back
-                    except trio.Cancelled:
-                        with trio.CancelScope(shield=True):
-                            await trio.sleep(0.2)  # the cancel's round trip
-                        raise
-                    return result
-
-                await through_the_writer_once(a, monkeypatch, cancel_waited_out)
-
-                async def acquire() -> None:
-                    with pytest.raises(RpcError) as info:
-                        await a.acquire_lock("app", "u", "s", nursery=nursery)
-                    assert is_closed(info.value)
-
-                nursery.start_soon(acquire)
-                await trio.sleep(1)  # committed, not answered
-            lease = await b.acquire_lock("app", "u", "s", nursery=nursery)
-            await lease.release()
+        await closed_after_the_acquire_committed(open_mocked, monkeypatch, cancel_waited_out)
 
 
 async def test_an_unanswered_acquire_whose_release_failed_is_released_at_close(
