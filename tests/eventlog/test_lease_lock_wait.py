@@ -19,7 +19,7 @@ from pathlib import Path
 import apsw
 import pytest
 import trio
-from support.eventlog import EPOCH, ev
+from support.eventlog import EPOCH, ev, thread_event
 
 from streamd.errors import SESSION_LOCKED, RpcError
 from streamd.eventlog import EventLog
@@ -76,10 +76,6 @@ def write_lock_held(path: Path) -> Iterator[Callable[[], None]]:
         other.close()
 
 
-async def wait_for(event: threading.Event) -> None:
-    await trio.to_thread.run_sync(event.wait, abandon_on_cancel=True)
-
-
 async def test_an_acquire_that_waited_for_another_writers_lock_is_stamped_when_it_got_it(
     tmp_path: Path,
 ) -> None:
@@ -104,7 +100,7 @@ async def test_an_acquire_that_waited_for_another_writers_lock_is_stamped_when_i
                             "app", "u", "s", stale_after_ms=3000, heartbeat_ms=1500))
 
                     nursery.start_soon(acquire)
-                    await wait_for(waiting)
+                    await thread_event(waiting)
                     clock.us += WAIT_S * 1_000_000  # the wait for the lock
                     release()
             leases[0].stop_heartbeat()  # what the row says is the acquire's
@@ -133,7 +129,7 @@ async def test_a_beat_that_waited_for_another_writers_lock_is_stamped_when_it_go
             lease = await a.acquire_lock("app", "u", "s", stale_after_ms=4000, heartbeat_ms=2000)
             waiting = waiting_for_the_lock(a)
             with write_lock_held(path) as release:
-                await wait_for(waiting)  # the first beat, 2 s after the acquire
+                await thread_event(waiting)  # the first beat, 2 s after the acquire
                 clock.us += WAIT_S * 1_000_000  # the wait for the lock
                 release()
             # The writer runs one call at a time: an append queued after the

@@ -22,7 +22,7 @@ import pytest
 import trio
 import trio.testing
 from support import store_contract as contract
-from support.eventlog import mocked, take
+from support.eventlog import mocked, take, thread_event
 from support.server_locks import lock_waits, started, until
 from support.service import Daemonish, append
 from support.store_contract import SECOND, T0, Fixture, ap, ev
@@ -575,7 +575,7 @@ async def test_a_watch_opened_after_a_step_read_its_horizon_waits_for_that_step(
                 compacted.set()
 
             nursery.start_soon(compact)
-            await trio.to_thread.run_sync(read.wait, abandon_on_cancel=True)
+            await thread_event(read)
             got: list[str] = []
             async with log.watch(0) as w:
                 await compacted.wait()

@@ -17,14 +17,10 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from support.eventlog import ev
+from support.eventlog import ev, thread_event
 
 from streamd.eventlog import EventLog
 from streamd.eventlog.retention import Step
-
-
-async def wait_for(event: threading.Event) -> None:
-    await trio.to_thread.run_sync(event.wait, abandon_on_cancel=True)
 
 
 async def test_a_watch_opened_as_a_cancelled_step_still_commits_gets_no_gap(
@@ -74,16 +70,16 @@ async def test_a_watch_opened_as_a_cancelled_step_still_commits_gets_no_gap(
                     await log.compact()
 
             nursery.start_soon(compact)
-            await wait_for(begun)
+            await thread_event(begun)
             caller.cancel()  # the step runs on the writer's thread meanwhile
             await trio.testing.wait_all_tasks_blocked()
             got: list[str] = []
             async with log.watch(0) as w:
                 await trio.testing.wait_all_tasks_blocked()
                 if not getattr(reader_runner, "idle", True):
-                    await wait_for(paged)  # it reads at once: its first page first
+                    await thread_event(paged)  # it reads at once: its first page first
                 go.set()
-                await wait_for(ended)
+                await thread_event(ended)
                 async for entry in w:
                     got.append(entry.event.id)
                     if entry.event.id == "e9":

@@ -8,6 +8,7 @@ while SQLite works. Those logs also read the lease clock from the Trio clock, so
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -45,3 +46,8 @@ async def take(watch: AsyncIterator[Entry], n: int) -> list[Entry]:
         if len(got) == n:
             break
     return got
+
+
+async def thread_event(event: threading.Event) -> None:
+    """Until another thread (the writer's, a test's handshake) sets ``event``."""
+    await trio.to_thread.run_sync(event.wait, abandon_on_cancel=True)
