@@ -1,9 +1,12 @@
-"""Contract tests for the storage backends: a log's many heartbeats as one
-store call, on each backend in ``BACKENDS`` (see ``test_store.py``).
+"""Contract tests for the storage backends: a log's many heartbeats, and its
+many releases, as one store call, on each backend in ``BACKENDS`` (see
+``test_store.py``).
 
 One call refreshes every lease it names, in one transaction, and answers for
 each whether its row is still ours; a lease stolen, released or never taken
-among them is the only one answered False, and its row is left as it is.
+among them is the only one answered False, and its row is left as it is. One
+call releases every lease it names that is still ours, and leaves a thief's
+row.
 """
 
 from __future__ import annotations
@@ -90,3 +93,37 @@ def test_a_lease_named_twice_in_one_call_is_answered_alike_both_times(fx: Fixtur
     assert fx.store.heartbeat_leases([key, other, key, other], T0 + SECOND) == [
         True, False, True, False,
     ]
+
+
+def test_one_call_releases_the_leases_still_ours_and_leaves_a_thiefs_row(fx: Fixture) -> None:
+    keys = [_acquire(fx, f"s{i}", f"h/1/{i:08x}", T0) for i in range(5)]
+    # s1 is stolen once stale, s3 already released; "ghost" was never taken;
+    # U+0000 no server can hold.
+    thief = _acquire(fx, "s1", "thief", T0 + 31 * SECOND)
+    fx.store.release_lease("app", "u", "s3", keys[3].holder)
+    ghost = LeaseKey("app", "u", "ghost", "h/1/ffffffff")
+    nul = LeaseKey("app", "u", "s\x00", "h/1/aaaaaaaa")
+    assert fx.store.release_leases([*keys, ghost, nul]) == 3
+    assert _beats_at(fx) == {("s1", thief.holder): 31}
+    assert fx.store.release_leases([]) == 0
+
+
+def test_thousands_of_leases_are_released_by_one_call_with_stolen_ones_left(
+    fx: Fixture,
+) -> None:
+    # More keys than one statement names on MySQL (KEYS_A_STATEMENT).
+    n = 2500
+    rows = [("app", "u", f"s{i:04d}", f"h/1/{i:08x}", T0, T0, 30_000) for i in range(n)]
+    fx.raw(
+        "INSERT INTO leases (app_name, user_id, session_id, holder, acquired_at, heartbeat_at,"
+        " stale_after_ms) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * n),
+        tuple(v for row in rows for v in row),
+    )
+    stolen = {3, 700, 2499}
+    fx.raw(
+        "UPDATE leases SET holder = 'thief' WHERE session_id IN (?, ?, ?)",
+        tuple(f"s{i:04d}" for i in sorted(stolen)),
+    )
+    keys = [LeaseKey("app", "u", f"s{i:04d}", f"h/1/{i:08x}") for i in range(n)]
+    assert fx.store.release_leases(keys) == n - len(stolen)
+    assert set(_beats_at(fx)) == {(f"s{i:04d}", "thief") for i in stolen}

@@ -134,6 +134,20 @@ class MySql:
             matched.extend(tuple(key) in found for key in part)
         return matched
 
+    def delete_each(self, table: str, columns: Sequence[str], keys: Sequence[Row]) -> int:
+        # As update_each: a run of keys a statement, as one row list.
+        deleted = 0
+        row = f"({placeholders(columns)})"
+        for part in packets.key_runs(keys, self._max_packet, len(row) + 2):
+            if len(part) == 1:
+                listed = " AND ".join(f"{c} = ?" for c in columns)  # see update_each
+            else:
+                listed = f"({', '.join(columns)}) IN ({', '.join([row] * len(part))})"
+            deleted += self.run(
+                f"DELETE FROM {table} WHERE {listed}", tuple(v for key in part for v in key)
+            )
+        return deleted
+
     def scan(self, sql: str, args: Args = ()) -> Rows:
         yield from self._run(sql, args).fetchall()
 

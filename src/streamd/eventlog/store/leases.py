@@ -32,6 +32,7 @@ from streamd.eventlog.store.sql import Sql
 
 __all__ = [
     "acquire", "heartbeat", "heartbeats", "leased_sessions", "listed", "live_lease", "release",
+    "releases",
 ]
 
 _SESSION = "app_name = ? AND user_id = ? AND session_id = ?"
@@ -198,6 +199,21 @@ def release(db: Sql, app: str, user: str, session: str, holder: str) -> bool:
             )
             == 1
         )
+
+
+def releases(db: Sql, keys: Sequence[LeaseKey]) -> int:
+    """Delete the row of every lease of ``keys`` still ours (a stolen one's
+    row is its thief's, and stays); how many were. One transaction for all:
+    a close that deleted thousands one write each ran out of its grace with
+    most of them left, and their sessions stayed locked until stale."""
+    live = [
+        (k.app, k.user, k.session, k.holder) for k in keys
+        if not db.dialect.cannot_hold(k.app, k.user, k.session, k.holder)
+    ]
+    if not live:
+        return 0
+    with db.write():
+        return db.delete_each("leases", _KEY_COLUMNS, live)
 
 
 def listed(db: Sql, app: str | None = None, user: str | None = None) -> list[LeaseInfo]:

@@ -255,6 +255,10 @@ class SqlOperations:
         return self._call(lambda db: leases.release(db, app, user, session, holder))
 
     @checked_texts
+    def release_leases(self, keys: Sequence[LeaseKey]) -> int:
+        return self._call(lambda db: leases.releases(db, keys))
+
+    @checked_texts
     def list_leases(self, app: str | None = None, user: str | None = None) -> list[LeaseInfo]:
         return self._call(lambda db: leases.listed(db, app, user))
 
