@@ -18,7 +18,7 @@ import apsw
 import pytest
 import trio
 import trio.testing
-from support.eventlog import ev, mocked, trio_wall_clock
+from support.eventlog import ev, mocked, trio_wall_clock, writer_calls
 
 from streamd.eventlog import EventLog, Lease, SqliteStore
 
@@ -27,22 +27,6 @@ from streamd.eventlog import EventLog, Lease, SqliteStore
 def open_mocked(tmp_path: Path) -> Callable[..., EventLog]:
     # No retention task: its writes would be counted among the heartbeats'.
     return functools.partial(mocked, tmp_path / "events.db", retention_interval=0)
-
-
-def writer_calls(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The times (mock clock) of every store call given to ``log``'s writer
-    from now on."""
-    runner = log.connections.writer
-    assert runner is not None
-    real = runner.run
-    calls: list[float] = []
-
-    async def run(op: Any) -> Any:
-        calls.append(trio.current_time())
-        return await real(op)
-
-    monkeypatch.setattr(runner, "run", run)
-    return calls
 
 
 def shrink_window(db: Path, session: str) -> None:

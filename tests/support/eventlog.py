@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from streamd.eventlog import Entry, Event, EventLog
@@ -51,3 +52,19 @@ async def take(watch: AsyncIterator[Entry], n: int) -> list[Entry]:
 async def thread_event(event: threading.Event) -> None:
     """Until another thread (the writer's, a test's handshake) sets ``event``."""
     await trio.to_thread.run_sync(event.wait, abandon_on_cancel=True)
+
+
+def writer_calls(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The times (mock clock) of every store call given to ``log``'s writer
+    from now on."""
+    runner = log.connections.writer
+    assert runner is not None
+    real = runner.run
+    calls: list[float] = []
+
+    async def run(op: Any) -> Any:
+        calls.append(trio.current_time())
+        return await real(op)
+
+    monkeypatch.setattr(runner, "run", run)
+    return calls

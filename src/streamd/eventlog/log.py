@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -338,6 +338,13 @@ class EventLog(KeywordApi):
         if self.connections.closed:
             raise closed_error()
         await self._leases.release(lock)
+
+    async def release_leases(self, leases: Iterable[Lease]) -> None:
+        """Release ``leases`` of this log together (a closed connection's):
+        their rows deleted a thousand a store call, each only if still ours.
+        Nothing once the log is closed: its close released them."""
+        if not self.connections.closed:
+            await self._leases.release_all(leases)
 
     def lease(self, lock: str) -> Lease | None:
         return self._leases.get(lock)

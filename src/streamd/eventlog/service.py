@@ -46,7 +46,8 @@ What this module adds is per-connection behaviour:
 * Leases belong to the connection that took them: their heartbeats run in the
   log's nursery until released, a stolen lease is reported on that connection as
   ``eventlog/lock_lost {lock, holder}``, and whatever a connection still holds is
-  released (its heartbeat stopped) when it closes.
+  released (its heartbeat stopped) when it closes, all together
+  (:meth:`EventLog.release_leases`).
 
 The database is opened by the first ``eventlog/*`` call (the EventLog is lazy,
 and the daemon creates it on first use), so a Recall core that never calls one
@@ -318,7 +319,7 @@ class _Service:
         held = self._held.get(conn)
         if held is None:
             held = self._held[conn] = {}
-            conn.on_close(lambda: self._release_all(conn))
+            conn.on_close(lambda: self._release_all(conn, log))
         held[lease.lock] = lease
         return LeaseAcquireResult(lock=lease.lock, holder=lease.holder)
 
@@ -337,12 +338,9 @@ class _Service:
             ))
         return Empty()
 
-    async def _release_all(self, conn: Connection) -> None:
-        for lease in list(self._held.pop(conn, {}).values()):
-            try:
-                await lease.release()
-            except RpcError as exc:
-                logger.warning("releasing lease %s of a closed connection: %s", lease.lock, exc)
+    async def _release_all(self, conn: Connection, log: EventLog) -> None:
+        # Together, not one write each: see EventLog.release_leases.
+        await log.release_leases(list(self._held.pop(conn, {}).values()))
 
     # -- boots and health --
 

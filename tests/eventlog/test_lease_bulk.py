@@ -1,0 +1,102 @@
+"""Many leases at once: a close, or a connection's end, releases them a
+thousand a store call.
+
+Under the mock clock with the store on the event loop (``mocked``): a store
+call takes no time, so what is asserted is how many calls reach the writer,
+never how long they take. Each test bounded by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from support.eventlog import mocked, writer_calls
+from support.service import Daemonish, _server
+
+# Long enough that no heartbeat runs while the test does (mock time barely moves).
+HOURLY = {"heartbeat_ms": 3_600_000, "stale_after_ms": 10_800_000}
+
+
+async def test_a_close_releases_thousands_of_held_leases_a_thousand_a_store_call(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One write a lease: 2,500 calls, some 150 of which fit the close's
+    # half-second grace on a real disk; the rest stayed locked until stale.
+    with trio.fail_after(600):
+        log = mocked(tmp_path / "events.db", retention_interval=0)
+        async with log:
+            for i in range(2500):
+                await log.acquire_lock("app", "u", f"s{i}", **HOURLY)
+            calls = writer_calls(log, monkeypatch)
+        assert len(calls) == 3
+        async with mocked(tmp_path / "events.db", retention_interval=0) as again:
+            assert await again.list_locks() == []
+
+
+async def test_a_connection_that_ends_releases_its_leases_in_one_store_call_not_one_each(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with trio.fail_after(600):
+        async with (
+            mocked(tmp_path / "events.db", retention_interval=0) as log,
+            trio.open_nursery() as nursery,
+        ):
+            daemon = Daemonish(log, nursery, _server(lambda: log))
+            holder, other = await daemon.connect(), await daemon.connect()
+            for i in range(800):
+                await holder.result(
+                    "eventlog/lock.acquire", {"app": "app", "user": "u", "session": f"s{i}",
+                                              **HOURLY},
+                )
+            kept = await other.result(
+                "eventlog/lock.acquire", {"app": "app", "user": "u", "session": "kept", **HOURLY}
+            )
+            calls = writer_calls(log, monkeypatch)
+            await holder.stream.send_eof()  # gone without releasing
+            with pytest.raises(EOFError):
+                while True:
+                    await holder.frame()
+            assert len(calls) == 1
+            assert [info.session for info in await log.list_locks()] == ["kept"]
+            assert await other.result("eventlog/lock.release", {"lock": kept["lock"]}) == {}
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_lease_stolen_before_its_connection_ends_stays_its_thiefs(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    with trio.fail_after(600):
+        async with (
+            mocked(tmp_path / "events.db", retention_interval=0) as log,
+            trio.open_nursery() as nursery,
+        ):
+            daemon = Daemonish(log, nursery, _server(lambda: log))
+            holder = await daemon.connect()
+            short = {"heartbeat_ms": 50, "stale_after_ms": 150}
+            taken = [
+                await holder.result(
+                    "eventlog/lock.acquire", {"app": "app", "user": "u", "session": session,
+                                              **short},
+                )
+                for session in ("a", "b")
+            ]
+            # b's holder stops beating (its row left as it is), and a thief
+            # takes it once stale: the holder's end must not delete the thief's.
+            lease = log.lease(taken[1]["lock"])
+            assert lease is not None
+            lease.stop_heartbeat()
+            await trio.sleep(1)
+            thief = await log.acquire_lock("app", "u", "b", **HOURLY)
+            await holder.stream.send_eof()
+            with pytest.raises(EOFError):
+                while True:
+                    await holder.frame()
+            assert [(i.session, i.holder) for i in await log.list_locks()] == [
+                ("b", thief.holder)
+            ]
+            await thief.release()
+            nursery.cancel_scope.cancel()
+
