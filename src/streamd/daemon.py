@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Literal
 import trio
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.lease_budget import DEFAULT_MAX_LEASES
 from streamd.eventlog.model import DEFAULT_WATCH_BUFFER_BYTES, DEFAULT_WATCH_INTERVAL
 from streamd.eventlog.watch_budget import DEFAULT_WATCH_TOTAL_BYTES
 from streamd.recall.scanner import Offload, to_thread
@@ -84,6 +85,8 @@ class Config:
     recall_source: RecallKind = "stream"
     # Connections served at once (see :mod:`streamd.rpc.limit`).
     max_connections: int = MAX_CONNECTIONS
+    # Leases the event log holds at once (see :mod:`streamd.eventlog.lease_budget`).
+    max_leases: int = DEFAULT_MAX_LEASES
 
 
 class Daemon:
@@ -240,6 +243,7 @@ class Daemon:
                         synchronous=cfg.synchronous,
                         watch_buffer_bytes=cfg.watch_buffer_bytes,
                         watch_total_bytes=cfg.watch_total_bytes,
+                        max_leases=cfg.max_leases,
                     )
                 except ValueError as exc:
                     raise RpcError(SOURCE_UNAVAILABLE, f"event log configuration: {exc}") from exc

@@ -42,6 +42,9 @@ TOO_MANY_CONNECTIONS = "too_many_connections"
 # ``data.reason`` of the budget_exceeded (-32006) that refuses a watch past the
 # most one connection may have open.
 TOO_MANY_WATCHES = "too_many_watches"
+# ``data.reason`` of the budget_exceeded (-32006) that refuses a lease past
+# the most a connection, or the log, may hold.
+TOO_MANY_LEASES = "too_many_leases"
 
 CODE_NAMES: dict[int, str] = {
     PARSE_ERROR: "parse_error",

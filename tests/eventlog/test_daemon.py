@@ -200,6 +200,8 @@ async def test_the_daemon_applies_its_synchronous_watch_interval_and_watch_budge
          Config(None, 0.2, "FULL", watch_total_bytes=1 << 20)),
         (["daemon", "--watch-total-bytes", "1048576"], {},
          Config(None, 0.2, "FULL", watch_total_bytes=1 << 20)),
+        (["--max-leases", "50", "serve"], {}, Config(None, 0.2, "FULL", max_leases=50)),
+        (["daemon", "--max-leases", "50"], {}, Config(None, 0.2, "FULL", max_leases=50)),
     ],
 )
 def test_daemon_options_reach_the_config_before_or_after_serve(

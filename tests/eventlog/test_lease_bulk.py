@@ -1,5 +1,5 @@
 """Many leases at once: a close, or a connection's end, releases them a
-thousand a store call.
+thousand a store call; a connection, and a log, hold a bounded number.
 
 Under the mock clock with the store on the event loop (``mocked``): a store
 call takes no time, so what is asserted is how many calls reach the writer,
@@ -9,12 +9,17 @@ never how long they take. Each test bounded by ``trio.fail_after``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 from support.eventlog import mocked, writer_calls
 from support.service import Daemonish, _server
+
+from streamd.errors import RpcError
+from streamd.eventlog import service
+from streamd.eventlog.lease_budget import MAX_LEASES_PER_CONNECTION
 
 # Long enough that no heartbeat runs while the test does (mock time barely moves).
 HOURLY = {"heartbeat_ms": 3_600_000, "stale_after_ms": 10_800_000}
@@ -100,3 +105,88 @@ async def test_a_lease_stolen_before_its_connection_ends_stays_its_thiefs(
             await thief.release()
             nursery.cancel_scope.cancel()
 
+
+
+async def test_a_connection_past_its_lease_bound_is_refused_budget_exceeded_and_others_are_not(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    with trio.fail_after(600):
+        async with (
+            mocked(tmp_path / "events.db", retention_interval=0) as log,
+            trio.open_nursery() as nursery,
+        ):
+            daemon = Daemonish(log, nursery, _server(lambda: log))
+            holder, other = await daemon.connect(), await daemon.connect()
+            taken = [
+                await holder.result("eventlog/lock.acquire", _key(f"s{i}"))
+                for i in range(MAX_LEASES_PER_CONNECTION)
+            ]
+            err = await holder.error("eventlog/lock.acquire", _key("one-more"))
+            assert err["code"] == -32006
+            assert err["data"] == {
+                "reason": "too_many_leases", "limit": MAX_LEASES_PER_CONNECTION,
+                "scope": "connection",
+            }
+            assert "this connection holds 1000 leases" in err["message"]
+            # Nothing was written for it, and another client takes it.
+            assert await other.result("eventlog/lock.acquire", _key("one-more"))
+            # A release makes room again.
+            await holder.result("eventlog/lock.release", {"lock": taken[0]["lock"]})
+            assert await holder.result("eventlog/lock.acquire", _key("again"))
+            nursery.cancel_scope.cancel()
+
+
+async def test_acquires_in_flight_count_against_a_connections_lease_bound(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with trio.fail_after(600):
+        async with (
+            mocked(tmp_path / "events.db", retention_interval=0) as log,
+            trio.open_nursery() as nursery,
+        ):
+            monkeypatch.setattr(service, "MAX_LEASES_PER_CONNECTION", 3)
+            daemon = Daemonish(log, nursery, _server(lambda: log))
+            holder = await daemon.connect()
+            # The writer held up: the acquires that reach it wait there, in
+            # flight, none held yet.
+            await log.synchronous_level()  # the writer's connection opened
+            runner = log.connections.writer
+            assert runner is not None
+            real, gate = runner.run, trio.Event()
+
+            async def held_up(op: Any) -> Any:
+                await gate.wait()
+                return await real(op)
+
+            monkeypatch.setattr(runner, "run", held_up)
+            ids = [await holder.start("eventlog/lock.acquire", _key(f"s{i}")) for i in range(5)]
+            # Counted with only what was held, all five reached the writer,
+            # and none was answered until it went on.
+            for refused in ids[3:]:
+                err = (await holder.response(refused))["error"]
+                assert err["data"]["reason"] == "too_many_leases"
+            gate.set()
+            for taken in ids[:3]:
+                assert "result" in await holder.response(taken)
+            assert len(await log.list_locks()) == 3
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_log_past_its_lease_bound_refuses_one_more_before_writing_it(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with trio.fail_after(600):
+        async with mocked(tmp_path / "events.db", retention_interval=0, max_leases=3) as log:
+            held = [await log.acquire_lock("app", "u", f"s{i}", **HOURLY) for i in range(3)]
+            calls = writer_calls(log, monkeypatch)
+            with pytest.raises(RpcError) as caught:
+                await log.acquire_lock("app", "u", "one-more", **HOURLY)
+            assert caught.value.code == -32006
+            assert caught.value.data == {"reason": "too_many_leases", "limit": 3, "scope": "log"}
+            assert calls == []
+            await held[0].release()
+            assert (await log.acquire_lock("app", "u", "one-more", **HOURLY)).session == "one-more"
+
+
+def _key(session: str) -> dict[str, object]:
+    return {"app": "app", "user": "u", "session": session, **HOURLY}

@@ -57,6 +57,7 @@ DAEMON_LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s
 # something to. `streamd --db X log ping` is `streamd log --db X ping`.
 _VALUE_GLOBALS = (
     "--db", "--watch-interval-ms", "--watch-buffer-bytes", "--watch-total-bytes", "--synchronous",
+    "--max-leases",
 )
 _VERBOSE = frozenset(("-v", "--verbose"))
 _FLAG_GLOBALS = (*_VERBOSE, "--json", "--eventlog")
@@ -145,6 +146,11 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
                    help="what all watches together may hold for clients that are behind "
                    "(default 256 MiB); past it the watch holding the most ends at once "
                    "with an error naming the seq to resume from")
+    p.add_argument("--max-leases", type=cliargs.positive, default=argparse.SUPPRESS,
+                   metavar="N",
+                   help="leases the event log holds at once, for every client together "
+                   "(default 10000); one more is refused with an error (a connection "
+                   "holds at most 1000)")
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default=argparse.SUPPRESS,
                    help="SQLite synchronous mode for the event log (default FULL: every "
                    "acknowledged append survives power loss)")
@@ -159,6 +165,7 @@ def _config(args: argparse.Namespace) -> Config:
                   synchronous=getattr(args, "synchronous", "FULL"),
                   watch_buffer_bytes=getattr(args, "watch_buffer_bytes", 4 << 20),
                   watch_total_bytes=getattr(args, "watch_total_bytes", 256 << 20),
+                  max_leases=getattr(args, "max_leases", 10_000),
                   recall_source="eventlog" if getattr(args, "eventlog", False) else "stream")
 
 

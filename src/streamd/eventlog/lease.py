@@ -42,6 +42,7 @@ import trio
 
 from streamd.errors import INVALID_PARAMS, SESSION_LOCKED, RpcError, is_closed
 from streamd.eventlog.heartbeats import LEASES_A_CALL, Heartbeats
+from streamd.eventlog.lease_budget import too_many_leases
 from streamd.eventlog.model import LeaseAcquireParams
 from streamd.eventlog.store import Backend, LeaseKey, Runner, StoreCall
 
@@ -197,8 +198,12 @@ class LeaseKeeper:
     (then a failing ``on_lost`` is logged, not raised: the log's nursery
     serves every client); its heartbeats are the log's, in the log's nursery."""
 
-    def __init__(self, *, write: StoreCall, now_us: Callable[[], int], closed: Callable[[], bool]):
+    def __init__(
+        self, *, write: StoreCall, now_us: Callable[[], int], closed: Callable[[], bool],
+        max_leases: int,
+    ):
         self._write = write
+        self._max_leases = max_leases
         self._now_us = now_us
         self._held: dict[str, Lease] = {}
         # Acquires in flight, and those whose caller never learned the
@@ -219,7 +224,12 @@ class LeaseKeeper:
         on_lost: Callable[[Lease], Awaitable[None]] | None,
     ) -> Lease:
         """Take the lease in the store (``session_locked`` if it is held and
-        fresh), then start its heartbeat."""
+        fresh; ``budget_exceeded`` if the log holds ``max_leases``), then
+        start its heartbeat."""
+        if len(self._held) + len(self._unanswered) >= self._max_leases:
+            # Counted with the acquires in flight, and the rows unanswered
+            # ones may have left: each is a row until it is released.
+            raise too_many_leases(self._max_leases, "log")
         holder, now_us = new_holder_id(), self._now_us
         # Counted from before the write, not from its failure: a close that
         # cancels the write goes on while the write waits out its cancel (a

@@ -58,6 +58,7 @@ from streamd.eventlog.connections import Connections
 from streamd.eventlog.dbtarget import resolve_db_path as resolve_db_path
 from streamd.eventlog.keywords import KeywordApi
 from streamd.eventlog.lease import Lease, LeaseKeeper
+from streamd.eventlog.lease_budget import DEFAULT_MAX_LEASES
 from streamd.eventlog.model import (
     DEFAULT_WATCH_BUFFER_BYTES,
     DEFAULT_WATCH_INTERVAL,
@@ -116,6 +117,7 @@ class EventLog(KeywordApi):
         watch_buffer: int = 1000,
         watch_buffer_bytes: int = DEFAULT_WATCH_BUFFER_BYTES,
         watch_total_bytes: int = DEFAULT_WATCH_TOTAL_BYTES,
+        max_leases: int = DEFAULT_MAX_LEASES,
         watch_stall_timeout: float = 30.0,
         max_batch: int = 512,
         wall_clock: Callable[[], float] = time.time,
@@ -127,9 +129,9 @@ class EventLog(KeywordApi):
         open_changes: Callable[[], AbstractAsyncContextManager[ChangeSource]] | None = None,
     ) -> None:
         if (watch_interval <= 0 or watch_buffer < 1 or watch_buffer_bytes < 1
-                or watch_total_bytes < 1 or max_batch < 1):
+                or watch_total_bytes < 1 or max_leases < 1 or max_batch < 1):
             raise ValueError("watch_interval, watch_buffer, watch_buffer_bytes,"
-                             " watch_total_bytes and max_batch must be positive")
+                             " watch_total_bytes, max_leases and max_batch must be positive")
         self.target = dbtarget.resolve(path)
         """What the log is in (raises DbTargetError, a ValueError, for a
         string that names nothing served)."""
@@ -193,7 +195,8 @@ class EventLog(KeywordApi):
             observer=on_retention_step,
         )
         self._leases = LeaseKeeper(
-            write=conns.write, now_us=self._now_us, closed=lambda: conns.closed
+            write=conns.write, now_us=self._now_us, closed=lambda: conns.closed,
+            max_leases=max_leases,
         )
         self.requests = LogRequests(
             connections=conns,

@@ -47,7 +47,10 @@ What this module adds is per-connection behaviour:
   log's nursery until released, a stolen lease is reported on that connection as
   ``eventlog/lock_lost {lock, holder}``, and whatever a connection still holds is
   released (its heartbeat stopped) when it closes, all together
-  (:meth:`EventLog.release_leases`).
+  (:meth:`EventLog.release_leases`). A connection holds at most
+  :data:`~streamd.eventlog.lease_budget.MAX_LEASES_PER_CONNECTION` leases,
+  counting its acquires in flight; one more is refused ``budget_exceeded``
+  (``data.reason`` ``too_many_leases``).
 
 The database is opened by the first ``eventlog/*`` call (the EventLog is lazy,
 and the daemon creates it on first use), so a Recall core that never calls one
@@ -67,6 +70,7 @@ import trio
 
 from streamd.errors import BUDGET_EXCEEDED, TOO_MANY_WATCHES, RpcError
 from streamd.eventlog.lease import Lease
+from streamd.eventlog.lease_budget import MAX_LEASES_PER_CONNECTION, too_many_leases
 from streamd.eventlog.log import AppendOutcome, EventLog
 from streamd.eventlog.model import (
     REPLY_BUDGET_BYTES,
@@ -152,6 +156,9 @@ class _Service:
         self._held: weakref.WeakKeyDictionary[Connection, dict[str, Lease]] = (
             weakref.WeakKeyDictionary()
         )
+        # Acquires each connection has in flight: with what it holds, within
+        # MAX_LEASES_PER_CONNECTION.
+        self._acquiring: weakref.WeakKeyDictionary[Connection, int] = weakref.WeakKeyDictionary()
         # Watches each connection has open (MAX_WATCHES_PER_CONNECTION).
         self._watching: weakref.WeakKeyDictionary[Connection, int] = weakref.WeakKeyDictionary()
 
@@ -315,7 +322,14 @@ class _Service:
                 LEASE_LOST_NOTIFICATION, LeaseLostNotification(lock=lease.lock, holder=lease.holder)
             )
 
-        lease = await log.requests.acquire_lock(p, on_lost=on_lost)
+        acquiring = self._acquiring.get(conn, 0)
+        if len(self._held.get(conn, ())) + acquiring >= MAX_LEASES_PER_CONNECTION:
+            raise too_many_leases(MAX_LEASES_PER_CONNECTION, "connection")
+        self._acquiring[conn] = acquiring + 1
+        try:
+            lease = await log.requests.acquire_lock(p, on_lost=on_lost)
+        finally:
+            self._acquiring[conn] -= 1
         held = self._held.get(conn)
         if held is None:
             held = self._held[conn] = {}
