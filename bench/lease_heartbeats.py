@@ -12,7 +12,12 @@ for ``--seconds`` measures beside them:
   (p50 / p99 / worst; "stale" is the share of ages past the window the
   leases promised, ``--stale-after-ms``: such a lease may be taken from its
   healthy holder);
-* the CPU the log's process used (share of one core).
+* the CPU the log's process used (share of one core);
+* in process, the heartbeats' store calls a second (``heartbeat_leases``).
+
+``--distinct K`` gives the leases K heartbeat intervals, ``--heartbeat-ms``
+plus 0 to K - 1 ms (lease ``i`` beats every ``heartbeat_ms + i % K``): nearly
+equal intervals, each a cadence of its own.
 
 In process (an ``EventLog``, the leases taken with no nursery, so they beat in
 the log's own), and with ``--daemon`` also through a ``streamd serve
@@ -35,12 +40,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import apsw
 import trio
 from server_daemons import Conn, append_params, wait_socket
 
-from streamd.eventlog import EventLog, Lease
+from streamd.eventlog import EventLog, Lease, SqliteStore
 from streamd.eventlog.model import Event
 
 CONTENT = {"text": "x" * 100}
@@ -57,6 +63,7 @@ class Measured:
     appends: list[float] = field(default_factory=list)  # latencies, s
     ages_ms: list[float] = field(default_factory=list)
     beats: int | None = None
+    calls: int | None = None  # heartbeat_leases calls (in process)
     cpu_s: float = 0.0
     seconds: float = 0.0
 
@@ -99,7 +106,7 @@ async def in_process(args: argparse.Namespace, n: int, tmp: Path) -> Measured:
 
         async def take(i: int) -> None:
             leases.append(await log.acquire_lock(
-                "bench", "u", f"leased-{i}", heartbeat_ms=args.heartbeat_ms,
+                "bench", "u", f"leased-{i}", heartbeat_ms=interval_ms(args, i),
                 stale_after_ms=args.stale_after_ms))
 
         async with trio.open_nursery() as nursery:
@@ -107,6 +114,13 @@ async def in_process(args: argparse.Namespace, n: int, tmp: Path) -> Measured:
                 nursery.start_soon(take, i)
         await trio.sleep(args.warmup)
         done = trio.Event()
+        real_beat, calls = SqliteStore.heartbeat_leases, [0]
+
+        def counted(store: SqliteStore, *args: Any) -> Any:
+            calls[0] += 1
+            return real_beat(store, *args)
+
+        SqliteStore.heartbeat_leases = counted  # type: ignore[method-assign]
         beats0, cpu0, t0 = sum(x.beats for x in leases), time.process_time(), time.perf_counter()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(probe, path, done, got.ages_ms)
@@ -121,6 +135,8 @@ async def in_process(args: argparse.Namespace, n: int, tmp: Path) -> Measured:
         got.seconds = time.perf_counter() - t0
         got.cpu_s = time.process_time() - cpu0
         got.beats = sum(x.beats for x in leases) - beats0
+        got.calls = calls[0]
+        SqliteStore.heartbeat_leases = real_beat  # type: ignore[method-assign]
     return got  # the close released the leases (or tried to, for half a second)
 
 
@@ -143,7 +159,7 @@ async def through_daemon(args: argparse.Namespace, n: int, tmp: Path) -> Measure
             for i in range(c * ACQUIRE_WINDOW, min(n, (c + 1) * ACQUIRE_WINDOW)):
                 await holder.send("eventlog/lock.acquire", {
                     "app": "bench", "user": "u", "session": f"leased-{i}",
-                    "heartbeat_ms": args.heartbeat_ms, "stale_after_ms": args.stale_after_ms})
+                    "heartbeat_ms": interval_ms(args, i), "stale_after_ms": args.stale_after_ms})
         for c, holder in enumerate(holders):
             for _ in range(c * ACQUIRE_WINDOW, min(n, (c + 1) * ACQUIRE_WINDOW)):
                 _, msg = await holder.frame()
@@ -170,9 +186,14 @@ async def through_daemon(args: argparse.Namespace, n: int, tmp: Path) -> Measure
     return got
 
 
+def interval_ms(args: argparse.Namespace, i: int) -> int:
+    return int(args.heartbeat_ms + i % args.distinct)
+
+
 def row(where: str, n: int, args: argparse.Namespace, m: Measured) -> str:
     lat = [x * 1e3 for x in m.appends]
-    asked = n * m.seconds / (args.heartbeat_ms / 1000)
+    asked = sum(m.seconds / (interval_ms(args, i) / 1000) for i in range(n))
+    calls = "-" if m.calls is None else f"{m.calls / m.seconds:,.0f}"
     beats = "-" if m.beats is None or not n else f"{100 * m.beats / asked:.0f}%"
     if m.ages_ms:
         ages = (f"{statistics.median(m.ages_ms):.0f} / {percentile(m.ages_ms, 0.99):.0f}"
@@ -183,16 +204,17 @@ def row(where: str, n: int, args: argparse.Namespace, m: Measured) -> str:
         ages, stale_s = "-", "-"
     return (f"| {where} | {n} | {len(lat) / m.seconds:,.0f} | {statistics.median(lat):.2f}"
             f" / {percentile(lat, 0.99):.2f} / {max(lat):.2f} | {beats} | {ages} | {stale_s}"
-            f" | {100 * m.cpu_s / m.seconds:.0f}% |")
+            f" | {100 * m.cpu_s / m.seconds:.0f}% | {calls} |")
 
 
 async def main(args: argparse.Namespace) -> None:
-    print(f"leases beat every {args.heartbeat_ms} ms, promise {args.stale_after_ms} ms;"
+    spread = f"-{args.heartbeat_ms + args.distinct - 1}" if args.distinct > 1 else ""
+    print(f"leases beat every {args.heartbeat_ms}{spread} ms, promise {args.stale_after_ms} ms;"
           f" synchronous={args.synchronous}; {args.seconds} s measured per row;"
           f" load {os.getloadavg()[0]:.2f}")
     print("| where | leases | appends/s | append p50 / p99 / worst ms | beats of asked"
-          " | heartbeat age p50 / p99 / worst ms | stale | CPU |")
-    print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |")
+          " | heartbeat age p50 / p99 / worst ms | stale | CPU | beat calls/s |")
+    print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for n in args.leases:
             print(row("in process", n, args, await in_process(args, n, Path(tmp))), flush=True)
@@ -206,6 +228,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--leases", type=int, nargs="+", default=[0, 300, 1000, 3000])
     parser.add_argument("--heartbeat-ms", type=int, default=50)
+    parser.add_argument("--distinct", type=int, default=1,
+                        help="heartbeat intervals in use (heartbeat_ms plus 0 to K - 1 ms)")
     parser.add_argument("--stale-after-ms", type=int, default=150)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0,

@@ -21,6 +21,7 @@ import trio.testing
 from support.eventlog import ev, mocked, trio_wall_clock, writer_calls
 
 from streamd.eventlog import EventLog, Lease, SqliteStore
+from streamd.eventlog.heartbeats import cadence_ms
 
 
 @pytest.fixture
@@ -135,6 +136,44 @@ async def test_leases_with_different_heartbeats_each_keep_their_own_cadence(
             assert len(calls) == 30 + 20 + 12
             for lease in leases:
                 await lease.release()
+
+
+async def test_leases_of_nearly_equal_heartbeats_share_one_call_a_tick_and_none_beats_late(
+    open_mocked: Callable[..., EventLog],
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Ten leases at 1,000 to 1,009 ms (a client deriving each from its own
+    # window): each interval was a cadence of its own, ten calls a second.
+    # They beat together at 1,000 ms, never staler than their own interval.
+    with trio.fail_after(600):
+        async with open_mocked() as log, trio.open_nursery() as nursery:
+            leases = [
+                await log.acquire_lock(
+                    "app", "u", f"s{i}", nursery=nursery, heartbeat_ms=1000 + i,
+                    stale_after_ms=3000,
+                )
+                for i in range(10)
+            ]
+            calls = writer_calls(log, monkeypatch)
+            before = [lease.beats for lease in leases]
+            interval_of = {lease.session: lease.heartbeat_ms / 1000 for lease in leases}
+            for _ in range(105):  # ten ticks, and half an interval
+                await trio.sleep(0.1)
+                for row in await log.list_locks():
+                    assert row.heartbeat_at is not None
+                    age = trio_wall_clock() - row.heartbeat_at.timestamp()
+                    assert age <= interval_of[row.session] + 1e-6, row.session
+            assert [lease.beats - b for lease, b in zip(leases, before, strict=True)] == [10] * 10
+            assert len(calls) == 10
+            for lease in leases:
+                await lease.release()
+
+
+def test_a_cadence_is_the_heartbeat_to_two_digits_never_longer() -> None:
+    assert [cadence_ms(ms) for ms in (50, 99, 100, 109, 150, 999, 1000, 1099, 3333, 30_000)] == [
+        50, 99, 100, 100, 150, 990, 1000, 1000, 3300, 30_000,
+    ]
 
 
 class _Named:
