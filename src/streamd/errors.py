@@ -45,6 +45,9 @@ TOO_MANY_WATCHES = "too_many_watches"
 # ``data.reason`` of the budget_exceeded (-32006) that refuses a lease past
 # the most a connection, or the log, may hold.
 TOO_MANY_LEASES = "too_many_leases"
+# ``data.reason`` of a client's (or an in-process log's) refusal to serve a
+# process forked from the one that opened it.
+FORKED = "forked"
 
 CODE_NAMES: dict[int, str] = {
     PARSE_ERROR: "parse_error",

@@ -77,7 +77,7 @@ clients in this process still hold the old one."""
 OLD_WAL_LEFT = "old_wal_left"
 """``data.reason`` of an open refused because a replaced file's old ``-wal``,
 not emptied, is still at the path."""
-FORKED = "forked"
+FORKED = errors.FORKED
 """``data.reason`` of the refusal of a file (or a log) that was open in this
 process's parent when it forked."""
 

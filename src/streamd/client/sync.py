@@ -8,6 +8,14 @@ each bounded by its call's deadline even when the daemon stops reading
 (:mod:`~streamd.client.frames_out`). A call given a ``timeout`` (or
 interrupted, KeyboardInterrupt included) sends ``$/cancelRequest`` before it
 raises, so the daemon stops working on it.
+
+A client is its process's: a child forked after it was opened inherits the
+connection but not the reader thread, so the child's call went to the parent's
+connection, its answer was read (and dropped, or handed to a parent's call of
+the same id) by the parent, and the child waited for ever; the child's close
+shut the parent's connection down. In a child, calls are refused
+(``closed``, reason ``forked``) with nothing sent, and close only lets go of
+the child's copies of the descriptors.
 """
 
 from __future__ import annotations
@@ -106,6 +114,7 @@ class Client(calls.EventLogMethods):
         self._watches: dict[int, threading.Condition] = {}
         self._leases: dict[str, Lease] = {}
         self._closed = False
+        self._pid = os.getpid()  # the process whose connection this is
         self.process: subprocess.Popen[bytes] | None = None
         """The ``streamd`` process of a :meth:`spawn` client (None otherwise)."""
         if leftover:
@@ -177,11 +186,20 @@ class Client(calls.EventLogMethods):
                 proc.kill()
                 proc.wait()
 
+        def release() -> None:
+            # Closed already, unless a forked child lets go of its copies:
+            # its copy of stdin kept open would hold the daemon's input open.
+            try:
+                close_stdin()
+            except OSError:
+                pass
+            stdout.close()
+
         client = cls(
             outlet,
             lambda: os.read(stdout.fileno(), _READ_CHUNK),
             close,
-            release=stdout.close,
+            release=release,
         )
         client.process = proc
         return client
@@ -193,6 +211,9 @@ class Client(calls.EventLogMethods):
             if self._closed:
                 return
             self._closed = True
+        if self._forked():
+            self._release_transport()  # the connection itself is the parent's
+            return
         self._close()
         if threading.current_thread() is not self._reader:
             self._reader.join()
@@ -215,6 +236,7 @@ class Client(calls.EventLogMethods):
     def call(self, call: Call[T], timeout: float | None = None) -> T:
         """Send one call and wait for its answer; on ``timeout`` (seconds) or an
         interruption, cancel it on the daemon and raise (TimeoutError)."""
+        self._refuse_if_forked()
         deadline = None if timeout is None else time.monotonic() + timeout
         slot = _Slot()
         with self._lock:
@@ -244,6 +266,18 @@ class Client(calls.EventLogMethods):
             raise slot.reply.error
         return slot.reply.value
 
+    def _forked(self) -> bool:
+        return os.getpid() != self._pid
+
+    def _refuse_if_forked(self) -> None:
+        if self._forked():
+            raise RpcError(
+                errors.CLOSED,
+                f"this client's connection is its parent's (pid {self._pid}), which this"
+                " process forked from: nothing was sent; open a client in this process",
+                {"reason": errors.FORKED, "pid": self._pid},
+            )
+
     def _abandon(self, request_id: int) -> None:
         with self._lock:
             self._slots.pop(request_id, None)
@@ -271,6 +305,8 @@ class Client(calls.EventLogMethods):
     def _send_soon(self, frame: bytes) -> None:
         """A notification (a cancel), written as far as it goes without
         waiting: the reader sends these, and must never wait on the daemon."""
+        if self._forked():
+            return  # it would cancel the parent's request of that id
         try:
             self._writer.write_soon(frame)
         except (OSError, ValueError):
@@ -345,6 +381,7 @@ class Client(calls.EventLogMethods):
         self, from_seq: int = 0, filter: Filter | None = None, *, budget: int = DEFAULT_WATCH_BUDGET
     ) -> Watch:
         """Follow the log from ``from_seq`` (see :class:`Watch`)."""
+        self._refuse_if_forked()
         cond = threading.Condition(self._lock)
         with self._lock:
             watch_id, frame = self._core.start_watch(
