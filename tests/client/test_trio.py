@@ -159,3 +159,29 @@ async def test_a_call_from_another_trio_run_is_refused_and_the_client_goes_on(
             await c.append("app", "u", "s", ev("mine-1"))
             got = await c.get_session("app", "u", "s")
             assert [e.event.id for e in got.events] == ["mine-1"]
+
+
+async def test_a_call_or_watch_cancelled_waiting_for_room_in_the_outbox_is_not_left_in_flight(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A daemon that reads nothing: the writer waits in send_all on the first
+    # frame, 64 more fill the outbox, and the next call waits for a slot. Its
+    # request never left, so no answer could ever take it out of in_flight
+    # (nor free its params): it stayed there until the connection ended.
+    client_end, _daemon_end = trio.testing.lockstep_stream_pair()
+    with trio.fail_after(60):
+        async with TrioClient.over(client_end) as c, trio.open_nursery() as sent:
+            for _ in range(65):
+                sent.start_soon(c.ping)
+            await trio.testing.wait_all_tasks_blocked()
+            assert c.in_flight == 65
+            with trio.move_on_after(1) as waited:
+                await c.ping()
+            assert waited.cancelled_caught
+            assert c.in_flight == 65
+            with trio.move_on_after(1) as waited:
+                async with c.watch():
+                    pass
+            assert waited.cancelled_caught
+            assert c.in_flight == 65
+            sent.cancel_scope.cancel()

@@ -16,8 +16,11 @@ inherits it and supplies its I/O adapter, four hooks:
 * ``_send_soon(frame)`` - queue a frame without waiting (a cancel), dropped
   when the connection is gone;
 
-and may supply a fifth, ``_check_caller()``, which refuses a call made where the
-client's I/O does not run (another event loop) before anything is sent;
+and may supply two more: ``_check_caller()``, which refuses a call made where
+the client's I/O does not run (another event loop) before anything is sent, and
+``_wait_for_room()``, which waits (cancellably) until ``_send`` may queue a
+frame: a call cancelled there never sent its request, so it is withdrawn, not
+cancelled on the daemon;
 
 and it calls ``_feed(data)`` with what it reads (``b""`` at the end).
 
@@ -137,6 +140,9 @@ class AwaitableCalls(calls.AwaitedEventLogMethods, Generic[L]):
     def _check_caller(self) -> None:
         """Raise if this call is made where the client's I/O does not run."""
 
+    async def _wait_for_room(self) -> None:
+        """Wait until :meth:`_send` may queue a frame (none of it sent yet)."""
+
     # -- calls --
 
     @property
@@ -158,6 +164,11 @@ class AwaitableCalls(calls.AwaitedEventLogMethods, Generic[L]):
         waiter = self._waiter()
         self._waiting[request_id] = waiter
         try:
+            await self._wait_for_room()
+        except BaseException:
+            self._withdraw(request_id)
+            raise
+        try:
             try:
                 await self._send(frame)
             except RpcError:
@@ -172,6 +183,13 @@ class AwaitableCalls(calls.AwaitedEventLogMethods, Generic[L]):
         except BaseException:
             self._abandon(request_id)
             raise
+
+    def _withdraw(self, request_id: int) -> None:
+        """Forget a call (or a watch) whose request never left: no cancel to
+        send, and no answer will come to take it out of :attr:`in_flight` (it
+        was counted there, its params held, until the connection ended)."""
+        self._waiting.pop(request_id, None)
+        self._core.withdraw(request_id)
 
     def _abandon(self, request_id: int) -> None:
         self._waiting.pop(request_id, None)
@@ -213,6 +231,13 @@ class AwaitableCalls(calls.AwaitedEventLogMethods, Generic[L]):
             WatchParams(from_seq=from_seq, filter=filter), budget
         )
         self._wakeups[watch_id] = self._wakeup()
+        try:
+            await self._wait_for_room()
+        except BaseException:
+            self._wakeups.pop(watch_id, None)
+            self._core.withdraw(watch_id)
+            self._core.forget_watch(watch_id)
+            raise
         try:
             await self._send(frame)
         except BaseException:

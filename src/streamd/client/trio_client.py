@@ -205,9 +205,11 @@ class TrioClient(AwaitableCalls["TrioLease"]):
     def _wakeup(self) -> trio.Event:
         return trio.Event()
 
-    async def _send(self, frame: bytes) -> None:
+    async def _wait_for_room(self) -> None:
         await self._room.acquire()
-        self._queue(frame, counted=True)
+
+    async def _send(self, frame: bytes) -> None:
+        self._queue(frame, counted=True)  # into the slot _wait_for_room took
 
     def _check_caller(self) -> None:
         # Called from another Trio run (another thread's), a call put its frame
