@@ -34,7 +34,7 @@ from streamd.eventlog.model import (
     WatchResult,
 )
 from streamd.rpc.protocol import Call as DaemonCall
-from streamd.rpc.protocol import Cancel, FrameReader
+from streamd.rpc.protocol import Cancel, FrameReader, encode_notification, encode_result
 
 
 def answer(request_id: int, result: Any) -> bytes:
@@ -367,3 +367,44 @@ def test_a_request_over_the_daemons_frame_limit_is_refused_here_not_sent() -> No
     small = calls.append("a", "u", "s", Event(id="e", author="x", content="x"))
     proto.start(small)  # the connection goes on
     assert proto.in_flight == 1
+
+
+@pytest.mark.parametrize("piece", [1 << 20, 97], ids=["one read", "many reads"])
+def test_an_answer_over_the_frame_limit_fails_its_call_instead_of_leaving_it_waiting(
+    piece: int,
+) -> None:
+    # Dropped unread, it was only a warning: the call waited for ever.
+    core = ClientProtocol(max_frame=1_000)
+    big, _ = core.start(Call("eventlog/sessions.get", {}, AppendResult))
+    other, _ = core.start(Call("eventlog/append", {}, AppendResult))
+    data = encode_result(big, {"seq": 1, "pad": "x" * 5_000})
+    events = []
+    for i in range(0, len(data), piece):
+        events += core.receive(data[i:i + piece])[0]
+    (reply,) = events
+    assert reply.id == big and reply.error is not None
+    assert reply.error.code == INTERNAL_ERROR
+    size = len(data) - 1  # without its newline, as the limit counts
+    assert f"answer is {size} bytes, over the 1000 byte frame limit" in reply.error.message
+    assert core.in_flight == 1
+    events, _ = core.receive(encode_result(other, {"seq": 2, "duplicate": False}))
+    assert events == [Reply(other, value=AppendResult(seq=2, duplicate=False))]
+
+
+def test_a_watch_entry_over_the_frame_limit_ends_the_watch_naming_where_to_resume() -> None:
+    # Dropped unread, the watch went on past it: its consumer missed an
+    # entry without a word.
+    core = ClientProtocol(max_frame=1_000)
+    watch_id, _ = core.start_watch(WatchParams())
+
+    def entry_note(seq: int, content: Any = None) -> bytes:
+        return encode_notification("eventlog/entry", {"watch": watch_id, "entry": entry(seq,
+                                                                                     content)})
+
+    _, out = core.receive(entry_note(1) + entry_note(2, "x" * 5_000) + entry_note(3))
+    assert len(out) == 1 and daemon_reads(out[0]) == Cancel(watch_id)
+    assert core.take(watch_id).seq == 1
+    err = core.take(watch_id)
+    assert isinstance(err, RpcError) and err.code == INTERNAL_ERROR
+    assert err.data["last_seq"] == 1 and "from_seq=1" in err.message
+    assert core.take(watch_id) is err  # entry 3, after the gap, is not given

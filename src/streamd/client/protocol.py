@@ -29,6 +29,10 @@ waiters; every rule lives here, tested without an event loop
 * **Leases signal loss.** ``eventlog/lock_lost`` names a lease the daemon lost;
   so does the end of the connection, because the daemon releases a connection's
   leases when it closes.
+* **Nothing waits on a frame too large to read.** A frame over the limit is
+  dropped unread, but its first bytes name the call it answers (that call
+  fails, -32603) or the watch whose entry it carries (the watch ends there,
+  naming the seq to resume from).
 * **The end fails everything.** End of input (or a broken frame stream) fails
   every call in flight and every watch with ``closed``: no waiter is left
   waiting for an answer that cannot come.
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import typing
 from collections import deque
 from collections.abc import Iterator
@@ -102,6 +107,11 @@ class _EntryNote(msgspec.Struct):
     entry: Entry
 
 
+# What names the call, or the watch, of a frame too large to read: the
+# daemon writes the envelope's keys first (see streamd.rpc.protocol).
+_ANSWER_HEAD = re.compile(rb'\{"jsonrpc":"2\.0","id":(\d{1,18}),')
+_ENTRY_HEAD = re.compile(
+    rb'\{"jsonrpc":"2\.0","method":"eventlog/entry","params":\{"watch":(\d{1,18}),')
 _LARGE = 64 << 10  # bytes of a result decoded with the cyclic collector paused
 _error_body = msgspec.json.Decoder(_ErrorBody)
 _entry_note = msgspec.json.Decoder(_EntryNote)
@@ -387,7 +397,7 @@ class ClientProtocol:
 
     def _frame(self, frame: bytes | Oversized, events: list[Event], out: list[bytes]) -> None:
         if isinstance(frame, Oversized):
-            events.append(Garbled(f"a frame of {frame.size} bytes was over the limit"))
+            self._oversized(frame, events, out)
             return
         if not frame.strip():
             return
@@ -414,16 +424,58 @@ class ClientProtocol:
         else:
             events.append(Garbled(f"an answer with an id we never sent: {env.id!r}"))
 
+    def _oversized(self, frame: Oversized, events: list[Event], out: list[bytes]) -> None:
+        """A frame over the limit, dropped unread. The daemon answers nothing
+        so large (it says -32603 instead), but one that did (another version,
+        a log holding an entry stored before the limits) left the call it
+        answered waiting for ever, or a watch silently short of an entry: its
+        head names the call, or the watch, which fails with why."""
+        why = f"a frame of {frame.size} bytes was over the limit ({self._max_request} bytes)"
+        answered = _ANSWER_HEAD.match(frame.head)
+        noted = _ENTRY_HEAD.match(frame.head)
+        if answered is not None and (call := self._pending.get(int(answered[1]))) is not None:
+            self._settle(int(answered[1]), RpcError(
+                errors.INTERNAL_ERROR,
+                f"{call.method}: the daemon's answer is {frame.size} bytes, over the"
+                f" {self._max_request} byte frame limit; it was dropped unread",
+                {"answer_bytes": frame.size, "max_frame": self._max_request},
+            ), events)
+            return
+        watch_id = int(noted[1]) if noted is not None else None
+        watch = self._watches.get(watch_id) if watch_id is not None else None
+        if watch_id is None or watch is None or watch.cancelled or watch.ended is not None:
+            events.append(Garbled(why))
+            return
+        # The entry after those buffered is missing: the watch ends there, as
+        # for a consumer that fell behind, rather than go on past the gap.
+        resume = watch.entries[-1][0].seq if watch.entries else watch.last_seq
+        watch.ended = RpcError(
+            errors.INTERNAL_ERROR,
+            f"watch: an eventlog/entry of {frame.size} bytes, over the {self._max_request}"
+            f" byte frame limit, was dropped unread; the watch has ended, resume with"
+            f" from_seq={resume}",
+            {"last_seq": resume, "entry_bytes": frame.size, "max_frame": self._max_request},
+        )
+        if watch_id in self._pending and watch_id not in self._abandoned:
+            self._abandoned.add(watch_id)
+            out.append(encode_notification(CANCEL_METHOD, {"id": watch_id}))
+        events.append(WatchUpdated(watch_id))
+
     def _answer(self, env: Envelope, events: list[Event]) -> None:
         request_id = env.id
         assert isinstance(request_id, int)
-        call = self._pending.pop(request_id, None)
+        call = self._pending.get(request_id)
         if call is None:
             events.append(Garbled(f"an answer to id {request_id}, which is not in flight"))
             return
+        self._settle(request_id, _outcome(call, env), events)
+
+    def _settle(self, request_id: int, outcome: Any, events: list[Event]) -> None:
+        """Call ``request_id`` (in flight) is answered with ``outcome``: a
+        value, or an RpcError."""
+        del self._pending[request_id]
         abandoned = request_id in self._abandoned
         self._abandoned.discard(request_id)
-        outcome = _outcome(call, env)
         watch = self._watches.get(request_id)
         if watch is not None:
             if not watch.cancelled and watch.ended is None:

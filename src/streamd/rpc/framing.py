@@ -27,11 +27,19 @@ MAX_FRAME_BYTES = 8 << 20
 MAX_DEPTH = 128
 
 
+# How much of an oversized line is kept: enough for the envelope's first
+# keys, which name the request or the watch it belongs to (the daemon writes
+# them first), so a client can fail that call instead of waiting for ever.
+HEAD_BYTES = 256
+
+
 @dataclass(frozen=True, slots=True)
 class Oversized:
-    """A line that exceeded the limit; its content was discarded unread."""
+    """A line that exceeded the limit; its content was discarded unread, all
+    but its first :data:`HEAD_BYTES`."""
 
     size: int
+    head: bytes = b""
 
 
 Frame = bytes | Oversized
@@ -43,6 +51,7 @@ class LineSplitter:
         self._buf = bytearray()
         # Bytes of the current line thrown away because it is over the limit.
         self._dropped = 0
+        self._head = b""  # the first bytes of the line being dropped
 
     def feed(self, data: bytes | bytearray) -> list[Frame]:
         # One split in C instead of a find, a copy into the buffer and a copy
@@ -64,7 +73,8 @@ class LineSplitter:
             if len(data) > self._max:
                 limit = self._max
                 frames = [
-                    Oversized(len(f)) if type(f) is bytes and len(f) > limit else f
+                    Oversized(len(f), f[:HEAD_BYTES]) if type(f) is bytes and len(f) > limit
+                    else f
                     for f in frames
                 ]
         self._keep(rest)
@@ -81,6 +91,7 @@ class LineSplitter:
             self._dropped += len(chunk)
         elif len(self._buf) + len(chunk) > self._max:
             self._dropped = len(self._buf) + len(chunk)
+            self._head = bytes((self._buf + chunk[:HEAD_BYTES])[:HEAD_BYTES])
             self._buf.clear()
         else:
             self._buf += chunk
@@ -88,7 +99,8 @@ class LineSplitter:
     def _take(self) -> Frame:
         if self._dropped:
             size, self._dropped = self._dropped, 0
-            return Oversized(size)
+            head, self._head = self._head, b""
+            return Oversized(size, head)
         line = bytes(self._buf)
         self._buf.clear()
         return line
