@@ -197,6 +197,30 @@ def test_a_reused_event_id_with_other_content_raises_event_conflict_and_writes_n
 
 
 @MODES
+def test_an_event_appended_to_a_second_session_is_refused_saying_ids_are_the_logs(
+    tmp_path: Path, write_behind: bool
+) -> None:
+    # A history copied into a new session under the same ids (ADK's database
+    # services take it: their events are keyed by session): refused, and the
+    # message said "other content" of an event whose content was the same.
+    async def body(svc: Service) -> None:
+        first = await svc.create_session(app_name="app", user_id="u")
+        copied = event(id="e-1", author="user")
+        await svc.append_event(first, copied)
+        await svc.flush()
+        second = await svc.create_session(app_name="app", user_id="u")
+        with pytest.raises(EventConflictError) as info:
+            await svc.append_event(second, copied.model_copy())
+            await svc.flush()  # write-behind: the refusal is raised here
+        assert "in another session" in str(info.value)
+        assert "an id of its own" in str(info.value)
+        stored = await svc.get_session(app_name="app", user_id="u", session_id=second.id)
+        assert stored.events == []
+
+    run(tmp_path, body, write_behind=write_behind)
+
+
+@MODES
 def test_the_stale_session_error_says_the_session_was_modified_in_storage(
     tmp_path: Path, write_behind: bool
 ) -> None:

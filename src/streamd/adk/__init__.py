@@ -6,7 +6,8 @@
   persisted, bounded reads for ``GetSessionConfig``, and ADK's stale-session
   error from the log's ``expected_seq``.
 * :mod:`~streamd.adk.errors` - :class:`EventConflictError`, raised for an
-  event id already stored with other content (ADK has no error for it).
+  event id already stored with other content, or in another session (ADK has no
+  error for it).
 * :mod:`~streamd.adk.write_behind` - queued appends and their batch runs.
 * :mod:`~streamd.adk.codec` - how ADK's events, state, times and ids are stored.
 * :mod:`~streamd.adk.convert` - ADK events back from the log, rebuilt without

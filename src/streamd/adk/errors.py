@@ -2,8 +2,9 @@
 
 ADK's own errors where ADK has one (``StaleSessionError``,
 ``SessionNotFoundError``), :class:`EventConflictError` where ADK has none:
-a reused event id with other content, which the log refuses (``event_conflict``,
--32010) and ADK's in-memory service would store as a second event, and a
+a reused event id with other content (or in another session), which the log
+refuses (``event_conflict``, -32010) and ADK's in-memory service would store as
+a second event, and a
 ``ValueError`` for a value the log refuses to store (-32602).
 """
 
@@ -24,10 +25,12 @@ _STALE = (
 
 
 class EventConflictError(ValueError):
-    """An event id that is already stored with other content.
+    """An event id that is already stored with other content, or in another
+    session.
 
-    Nothing was written: the log keeps one event per id, so a retry of the same
-    event is safe (it is stored once) and a different event under a used id is
+    Nothing was written: the log keeps one event per id, across every session,
+    so a retry of the same event is safe (it is stored once) and a different
+    event under a used id, or the same event appended to a second session, is
     refused. ``event_id`` is the id, ``seq`` where the stored one is. A
     ``ValueError``, as ADK's own write refusals are."""
 
@@ -54,9 +57,13 @@ def adk_error(exc: RpcError, session_id: str, expected: int | None) -> Exception
         return SessionNotFoundError(f"Session {session_id} not found.")
     if errors.is_event_conflict(exc):
         event_id = data.get("event_id")
+        # The log's answer cannot tell which: the same event appended to a
+        # second session (a copied history) is refused as well, and was said
+        # to have "other content" though it had the same.
         return EventConflictError(
-            f"event {event_id!r} is already stored with other content (seq"
-            f" {data.get('seq', '?')}): an event id names one event; nothing was written",
+            f"event {event_id!r} is already stored (seq {data.get('seq', '?')}), with other"
+            " content or in another session: an event id names one event in the whole log,"
+            " so a copy for another session needs an id of its own; nothing was written",
             event_id=event_id, seq=data.get("seq"),
         )
     if exc.code == errors.INVALID_PARAMS:
