@@ -185,3 +185,28 @@ async def test_a_call_or_watch_cancelled_waiting_for_room_in_the_outbox_is_not_l
             assert waited.cancelled_caught
             assert c.in_flight == 65
             sent.cancel_scope.cancel()
+
+
+async def test_calls_waiting_for_room_in_the_outbox_fail_closed_when_the_connection_ends(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The daemon reads nothing (64 frames queued, the writer in send_all on
+    # another), then its connection ends: the calls waiting for a slot were
+    # answered closed in the core, but waited on the slot, which the stopped
+    # writer would never free: for ever.
+    client_end, daemon_end = trio.testing.lockstep_stream_pair()
+    failures: list[int] = []
+    with trio.fail_after(60):
+        async with TrioClient.over(client_end) as c, trio.open_nursery() as calls:
+
+            async def ping() -> None:
+                try:
+                    await c.ping()
+                except RpcError as exc:
+                    failures.append(exc.code)
+
+            for _ in range(67):
+                calls.start_soon(ping)
+            await trio.testing.wait_all_tasks_blocked()
+            await daemon_end.aclose()
+    assert failures == [CLOSED] * 67

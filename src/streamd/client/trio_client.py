@@ -208,6 +208,16 @@ class TrioClient(AwaitableCalls["TrioLease"]):
     async def _wait_for_room(self) -> None:
         await self._room.acquire()
 
+    def _feed(self, data: bytes | bytearray) -> None:
+        super()._feed(data)
+        if not data:
+            # The connection is over, and its calls are answered closed; those
+            # waiting for a slot of the outbox would wait for ever (the writer
+            # that frees slots has stopped, or will send nothing more): each is
+            # let through, to find its answer.
+            for _ in range(self._room.statistics().tasks_waiting):
+                self._room.release()
+
     async def _send(self, frame: bytes) -> None:
         self._queue(frame, counted=True)  # into the slot _wait_for_room took
 
