@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -27,7 +28,13 @@ from streamd.client.awaitable import AwaitableCalls, AwaitableLease, AwaitableWa
 from streamd.client.protocol import (
     DEFAULT_WATCH_BUDGET,
 )
-from streamd.client.transport import EXIT_GRACE, START_TIMEOUT, open_daemon_socket, stdio_command
+from streamd.client.transport import (
+    EXIT_GRACE,
+    START_TIMEOUT,
+    forked_error,
+    open_daemon_socket,
+    stdio_command,
+)
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
     Filter,
@@ -258,6 +265,7 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
         super().__init__()
         self._pipe = pipe
         self._loop = asyncio.get_running_loop()
+        self._pid = os.getpid()  # the process whose connection this is
         self._process = process
         self.process = process
         """The ``streamd`` process of a :meth:`spawn` client (None otherwise)."""
@@ -328,7 +336,14 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
         return client
 
     async def aclose(self) -> None:
-        """End the connection; calls in flight fail with ``closed``. Idempotent."""
+        """End the connection; calls in flight fail with ``closed``. Idempotent.
+        In a process forked from the one that opened it, only let go: the
+        connection, its transport and its loop are the parent's (the child's
+        close ended the parent's connection: write_eof shuts the shared
+        socket down)."""
+        if os.getpid() != self._pid:
+            self._closing = True
+            return
         if not self._closing:
             self._closing = True
             self._pipe.close()
@@ -385,6 +400,8 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
             self._pipe.write(frame)
 
     def _check_caller(self) -> None:
+        if os.getpid() != self._pid:
+            raise forked_error(self._pid)
         # Used from another loop (another thread's), a call wrote its frame
         # to this loop's transport from the wrong thread, and the daemon ran
         # it (an append was stored), then failed awaiting this loop's future

@@ -44,6 +44,7 @@ from streamd.client.protocol import (
 from streamd.client.transport import (
     EXIT_GRACE,
     START_TIMEOUT,
+    forked_error,
     open_daemon_socket,
     open_socket,
     stdio_command,
@@ -271,12 +272,7 @@ class Client(calls.EventLogMethods):
 
     def _refuse_if_forked(self) -> None:
         if self._forked():
-            raise RpcError(
-                errors.CLOSED,
-                f"this client's connection is its parent's (pid {self._pid}), which this"
-                " process forked from: nothing was sent; open a client in this process",
-                {"reason": errors.FORKED, "pid": self._pid},
-            )
+            raise forked_error(self._pid)
 
     def _abandon(self, request_id: int) -> None:
         with self._lock:

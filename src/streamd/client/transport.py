@@ -15,13 +15,15 @@ import socket
 import sys
 from collections.abc import Sequence
 
+from streamd import errors
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
 from streamd.eventlog import dbtarget
 from streamd.resident import attach, launch, paths
 from streamd.resident.control import ControlError
 
 __all__ = [
-    "EXIT_GRACE", "START_TIMEOUT", "open_daemon_socket", "open_socket", "stdio_command",
+    "EXIT_GRACE", "START_TIMEOUT", "forked_error", "open_daemon_socket", "open_socket",
+    "stdio_command",
 ]
 
 START_TIMEOUT = attach.START_TIMEOUT
@@ -30,6 +32,18 @@ EXIT_GRACE = 10.0
 its input has ended (it closes its log first), before it kills it: a child
 that was stopped (SIGSTOP) or hangs would hold the close for ever. Killing it
 loses nothing acknowledged: every answered append was committed."""
+
+
+def forked_error(pid: int) -> RpcError:
+    """The refusal of a client used in a process forked from the one that
+    opened it (``pid``): the connection is the parent's, shared, and the
+    child has neither its reader nor its event loop."""
+    return RpcError(
+        errors.CLOSED,
+        f"this client's connection is its parent's (pid {pid}), which this process forked"
+        " from: nothing was sent; open a client in this process",
+        {"reason": errors.FORKED, "pid": pid},
+    )
 
 
 def open_daemon_socket(

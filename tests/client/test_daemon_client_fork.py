@@ -1,11 +1,13 @@
-"""A process that forks after its blocking client was opened (a pre-fork
+"""A process that forks after its daemon client was opened (a pre-fork
 server, a ``multiprocessing`` worker under the fork start method).
 
-The child inherits the connection but not the reader thread: its call went
+The child inherits the connection but not the blocking client's reader
+thread, nor the asyncio client's running loop: the blocking client's call went
 to the parent's connection, the parent's reader took the answer (dropped it,
 or gave it to a parent's call of the same id), and the child waited for ever;
-the child's close shut the parent's connection down. A child is refused, with
-nothing sent, and its close leaves the parent's connection alone.
+the child's close, of either client, shut the parent's connection down. A
+child is refused, with nothing sent, and its close leaves the parent's
+connection alone.
 """
 
 from __future__ import annotations
@@ -68,8 +70,68 @@ client.close()
 """
 
 
-def _run(*args: str) -> tuple[dict[str, object], dict[str, object]]:
-    done = subprocess.run([sys.executable, "-c", SCRIPT, *args],
+ASYNC_SCRIPT = r"""
+import asyncio, json, os, sys
+from streamd.client import AsyncClient
+from streamd.errors import RpcError, is_session_not_found
+from streamd.eventlog.model import Event
+
+def ev(event_id):
+    return Event(id=event_id, author="agent", content=None)
+
+async def opened():
+    client = await AsyncClient.connect_socket(sys.argv[1])
+    await client.append("app", "u", "s", ev("p0"))
+    return client
+
+loop = asyncio.new_event_loop()  # the parent's, kept for after the fork
+client = loop.run_until_complete(opened())
+
+pid = os.fork()
+if pid == 0:
+    async def child():
+        out = {}
+        try:
+            await client.append("app", "u", "child", ev("c0"))
+            out["call"] = "served"
+        except RpcError as exc:
+            out["call"] = (exc.data or {}).get("reason")
+        except RuntimeError as exc:
+            out["call"] = str(exc)
+        try:
+            await client.aclose()
+            out["close"] = "returned"
+        except Exception as exc:
+            out["close"] = repr(exc)
+        return out
+    print(json.dumps(asyncio.run(child())), flush=True)
+    os._exit(0)  # the parent's loop is no child's to close
+
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0
+
+async def parent():
+    try:
+        for i in range(1, 21):
+            await asyncio.wait_for(client.append("app", "u", "s", ev(f"p{i}")), 30)
+        ids = [e.event.id for e in (await client.get_session("app", "u", "s")).events]
+        try:
+            await client.get_session("app", "u", "child")
+            child = "stored"
+        except RpcError as exc:
+            child = "none" if is_session_not_found(exc) else exc.message
+        return {"parent": ids, "child_session": child}
+    except RpcError as exc:
+        return {"parent": exc.message}
+    finally:
+        await client.aclose()
+
+print(json.dumps(loop.run_until_complete(parent())), flush=True)
+"""
+
+
+def _run(*args: str, script: str = SCRIPT) -> tuple[dict[str, object], dict[str, object]]:
+    done = subprocess.run([sys.executable, "-c", script, *args],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     child, parent = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
@@ -93,4 +155,14 @@ def test_a_forked_childs_call_on_the_parents_spawned_client_is_refused_and_sends
 ) -> None:
     child, parent = _run("spawn", "--db", str(tmp_path / "e.db"), "--synchronous", "NORMAL")
     assert child == {"call": "forked"}
+    assert parent == {"parent": [f"p{i}" for i in range(21)], "child_session": "none"}
+
+
+def test_a_forked_childs_close_of_the_parents_asyncio_client_leaves_its_connection_serving(
+    tmp_path: Path,
+) -> None:
+    sock = str(tmp_path / "s.sock")
+    with serving(sock, tmp_path / "e.db", "--synchronous", "NORMAL"):
+        child, parent = _run(sock, script=ASYNC_SCRIPT)
+    assert child == {"call": "forked", "close": "returned"}
     assert parent == {"parent": [f"p{i}" for i in range(21)], "child_session": "none"}
