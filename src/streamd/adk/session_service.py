@@ -154,6 +154,7 @@ class StreamdSessionService(BaseSessionService):
         self._lock = threading.Lock()  # the tables above, shared by every loop's thread
         self._loader = SessionLoader(event_cache)
         self._held = HeldEvents()  # each copy's events by id (write-behind)
+        self._pid = os.getpid()  # the process whose queues the tables above are
 
     # -- the client --
 
@@ -493,9 +494,23 @@ class StreamdSessionService(BaseSessionService):
         if copy is not None and copy._storage_update_marker == PENDING + token:
             copy._storage_update_marker = str(seq)
 
+    def _forget_parents_queues(self) -> None:
+        """In a process forked from the one that queued, start with no queue:
+        the queues, their tasks and refusals are the parent's, which sends them
+        when its loop runs again. Kept, a send task of the parent's loop,
+        never to end here, made every call of the child a RuntimeError (two
+        loops at once)."""
+        if os.getpid() == self._pid:
+            return
+        self._pid = os.getpid()
+        self._pipes, self._owed, self._acked, self._copies = {}, {}, {}, {}
+        self._refused, self._unreported = {}, []
+        self._held = HeldEvents()
+
     async def _drain(self) -> None:
         """Wait until everything queued is sent (stored or refused). A queue
         an ended event loop left unsent is sent from this one."""
+        self._forget_parents_queues()
         if not self._pipes:
             return
         loop = self._own_write_behind()
@@ -510,6 +525,7 @@ class StreamdSessionService(BaseSessionService):
         queues: write-behind's queues and counts are one loop's at a time
         (ADK's ``Runner.run`` runs turn after turn, each on a loop of its own;
         the durable default serves loops at once)."""
+        self._forget_parents_queues()
         loop = asyncio.get_running_loop()
         for pipe in self._pipes.values():
             pipe.abandoned()  # a loop closed under its task: the run is queued again
@@ -523,7 +539,8 @@ class StreamdSessionService(BaseSessionService):
 
     async def flush(self) -> None:
         """Wait until every queued event is stored; raise the first refusal
-        not raised yet (ADK's ``StaleSessionError``, ``SessionNotFoundError``)."""
+        not raised yet (ADK's ``StaleSessionError``, ``SessionNotFoundError``).
+        In a forked child, what the parent queued is the parent's to flush."""
         await self._drain()
         if self._unreported:
             raise self._refused[self._unreported.pop(0)].error()
