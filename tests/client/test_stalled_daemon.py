@@ -160,6 +160,10 @@ def test_a_spawned_clients_pipe_closed_under_a_waiting_writer_is_never_written_e
 # acknowledged is lost, every answered append was committed.
 
 GRACE = 0.5
+# A healthy child may take longer than GRACE to exit on a loaded machine (its
+# interpreter's shutdown alone); the claim that it is waited for, not killed,
+# must not depend on the machine's load.
+CALM_GRACE = 30.0
 
 
 def test_closing_a_blocking_client_kills_its_child_that_does_not_exit(tmp_path: Path) -> None:
@@ -170,7 +174,7 @@ def test_closing_a_blocking_client_kills_its_child_that_does_not_exit(tmp_path: 
     (raised,) = in_thread(client.close, 60)
     assert raised is None
     assert client.process.returncode == -signal.SIGKILL
-    with Client.spawn(["--db", str(tmp_path / "e.db")], exit_grace=GRACE) as again:
+    with Client.spawn(["--db", str(tmp_path / "e.db")], exit_grace=CALM_GRACE) as again:
         assert [e.event.id for e in again.get_session("a", "u", "s").events] == ["kept"]
     # A child that exits on its own is waited for, not killed.
     assert again.process is not None and again.process.returncode == 0
@@ -184,7 +188,7 @@ def test_closing_an_asyncio_client_kills_its_child_that_does_not_exit(tmp_path: 
         freeze(client.process.pid)
         async with asyncio.timeout(60):
             await client.aclose()
-        calm = await AsyncClient.spawn(["--db", str(tmp_path / "e.db")], exit_grace=GRACE)
+        calm = await AsyncClient.spawn(["--db", str(tmp_path / "e.db")], exit_grace=CALM_GRACE)
         await calm.ping()
         await calm.aclose()
         assert calm.process is not None
@@ -202,7 +206,9 @@ def test_leaving_a_trio_clients_block_kills_its_child_that_does_not_exit(tmp_pat
                 assert client.process is not None
                 await client.ping()
                 freeze(client.process.pid)
-            async with TrioClient.spawn(["--db", str(tmp_path / "e.db")], exit_grace=GRACE) as calm:
+            async with TrioClient.spawn(
+                ["--db", str(tmp_path / "e.db")], exit_grace=CALM_GRACE
+            ) as calm:
                 await calm.ping()
         assert calm.process is not None
         return client.process.returncode, calm.process.returncode
