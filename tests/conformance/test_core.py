@@ -160,6 +160,23 @@ def test_an_extra_frame_and_a_missing_frame_both_fail_the_comparison():
     assert c.compare_transcript(recorded, [b"not json"], []) == "response 1 is not JSON: not json"
 
 
+
+def test_a_result_answered_as_an_error_shows_the_error_it_got():
+    # A suite replayed against the wrong adapter (the event-log source without
+    # --adapter 'streamd --eventlog') is refused at its handshake: the report
+    # must show that refusal, not only "got nothing" at /result.
+    recorded = [b'{"jsonrpc":"2.0","id":1,"result":{"adapter_id":"x/1"}}']
+    refused = b'{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"no such file"}}'
+    assert c.compare_transcript(recorded, [refused], []) == (
+        'response 1 at /result: want {"adapter_id":"x/1"}, got nothing: it answered'
+        ' the error {"code":-32000,"message":"no such file"}'
+    )
+    answered = c.compare_transcript([refused], recorded, [])
+    assert answered == (
+        'response 1 at /error: want {"code":-32000,"message":"no such file"}, got nothing:'
+        ' it answered the result {"adapter_id":"x/1"}'
+    )
+
 # --------------------------------------------------------------------------
 # Placeholders, classification, lockstep plan, line splitting
 # --------------------------------------------------------------------------

@@ -20,11 +20,13 @@ from typing import Any
 
 from streamd import regular_files
 from streamd.conformance.transcript import (
+    ABSENT,
     ARRAY_INDEX,
     FLOW_LOCKSTEP,
     PLACEHOLDERS,
     BadFrame,
     CaseError,
+    Difference,
     Line,
     LineKind,
     Pointer,
@@ -351,7 +353,7 @@ def compare_transcript(
         want = mask(decode_frame(recorded[i]), pointers)
         found = first_difference(want, mask(frame, pointers))
         if found:
-            return f"response {n}{found.describe()}"
+            return f"response {n}{found.describe()}{_other_outcome(found, frame)}"
     if len(got) < len(recorded):
         n = len(got) + 1
         return (
@@ -359,6 +361,19 @@ def compare_transcript(
             f"(the run produced {len(got)} responses)"
         )
     return None
+
+
+def _other_outcome(found: Difference, frame: Any) -> str:
+    """What the run answered instead, when it answered an error where a result
+    was recorded (or the other way round): "got nothing" at ``/result`` alone
+    hides the refusal that says why, such as a suite replayed against the
+    wrong adapter."""
+    if found.got is not ABSENT or not isinstance(frame, dict):
+        return ""
+    other = {"/result": "error", "/error": "result"}.get(found.pointer)
+    if other is None or other not in frame:
+        return ""
+    return f": it answered the {other} {render(frame[other])}"
 
 
 def discover_cases(suite: Path) -> list[Path]:
