@@ -89,6 +89,16 @@ def test_the_old_positional_shape_is_refused_with_the_one_that_works(db, capsys)
     assert not db.exists()
 
 
+
+def test_listing_sessions_without_an_app_says_how_a_listing_is_asked_for(db, capsys):
+    # sessions list takes no --session: the three-flag shape of one session
+    # would send a reader adding flags the command refuses.
+    code, out, err = run(capsys, "sessions", "list", "--user", "u")
+    assert code == 2 and out == []
+    assert err == ["streamd: missing --app; sessions are listed by --app A, and --user U "
+                   "for one user's (see 'streamd log sessions list --help')"]
+    assert not db.exists()
+
 def test_the_shape_works_end_to_end(db, capsys):
     assert run(capsys, "sessions", "create", *AT)[0] == 0
     assert run(capsys, "append", *AT, "--author", "me", "--text", "hi")[1] == ["seq 1"]

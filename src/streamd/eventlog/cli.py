@@ -183,7 +183,8 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
 
     p = command(sub, "sessions", "list, get, create or delete sessions", parents=[common])
     ss = p.add_subparsers(dest="sessions_command", metavar="ACTION", required=True)
-    q = command(ss, "list", "list an application's sessions", parents=[common], hint=_SHAPE)
+    q = command(ss, "list", "list an application's sessions", parents=[common],
+                hint="sessions are listed by --app A, and --user U for one user's")
     _address_list(q)
     q = command(ss, "get", "print a session, its state and its events", parents=[common],
                 hint=_SHAPE)
