@@ -1,9 +1,11 @@
 """Global options work before or after the command, ``--version`` exists, every
-subcommand answers ``--help``, and every flag says what it does."""
+subcommand answers ``--help``, every flag says what it does, and docs/cli.md or
+docs/configuration.md names every flag (and no flag that is gone)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -165,3 +167,47 @@ def test_a_log_level_that_is_none_is_said_once_and_the_default_kept(
     said = [line for line in done.stderr.splitlines() if "STREAMD_LOG" in line]
     assert said == [f"streamd: STREAMD_LOG={value!r} is not a log level (debug, info,"
                     " warning, error, critical); logging at warning"]
+
+
+# --- every flag is documented, and every documented flag exists -----------------
+
+DOC_PAGES = ("cli.md", "configuration.md")
+LONG_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+# --full is refused naming its replacement (cli.md keeps the table of renames).
+NOT_LISTED = {"--full", "--help"}
+
+
+def listed_flags(help_text: str) -> set[str]:
+    """The long flags a help lists as options (not those its prose mentions)."""
+    found: set[str] = set()
+    for line in help_text.splitlines():
+        if line.lstrip().startswith("-"):
+            found.update(LONG_FLAG.findall(re.split(r"\s{2,}", line.strip())[0]))
+    return found - {"--help"}
+
+
+def every_help(capsys) -> dict[str, str]:
+    texts = dict(THIN_USAGES)
+    for words in [*every_command_line(), ("conformance", "cancel")]:
+        assert cli.main([*words, "--help"]) == 0
+        out, err = capsys.readouterr()
+        texts[" ".join(("streamd", *words))] = out + err
+    return texts
+
+
+def documented_flags() -> set[str]:
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    return set(LONG_FLAG.findall("\n".join((docs / p).read_text() for p in DOC_PAGES)))
+
+
+def test_every_flag_a_help_lists_is_on_the_cli_or_configuration_page(capsys):
+    pages = documented_flags()
+    missing = sorted(f"{command}: {flag}" for command, text in every_help(capsys).items()
+                     for flag in listed_flags(text) - pages)
+    assert missing == []
+
+
+def test_every_flag_the_cli_and_configuration_pages_name_exists(capsys):
+    helped = set().union(*map(listed_flags, every_help(capsys).values()))
+    assert {"--tree", "--start-timeout", "--trials", "--log-file"} <= helped  # the walk's reach
+    assert sorted(documented_flags() - helped - NOT_LISTED) == []
