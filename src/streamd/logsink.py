@@ -130,11 +130,12 @@ def install(level: int, stream: TextIO, fmt: str) -> LogSink | None:
     return _install(level, stream, fmt, "stderr was not being read")
 
 
-def install_file(level: int, path: str, fmt: str) -> LogSink | None:
+def install_file(level: int, path: str, fmt: str, *, make_directory: bool = True) -> LogSink | None:
     """Send the root logger's records through a LogSink to a file rotated at
     ``FILE_MAX_BYTES`` with ``FILE_BACKUPS`` old files, its directory made 0700
-    if missing. Raises OSError if the file cannot be opened."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+    if missing (with ``make_directory``). Raises OSError if the file cannot be opened."""
+    if make_directory:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
     handler = logging.handlers.RotatingFileHandler(
         path, maxBytes=FILE_MAX_BYTES, backupCount=FILE_BACKUPS, encoding="utf-8"
     )

@@ -98,6 +98,20 @@ def test_a_socket_in_a_missing_directory_names_the_flag(tmp_path: Path):
                              f"{sock.parent}")
 
 
+
+def test_a_daemon_log_file_in_a_missing_directory_is_refused_and_no_directory_made(
+    tmp_path: Path,
+):
+    # A mistyped --log-file grew the tree it named (as root, /nonexistent/...)
+    # and the daemon served; only the default log's directory is made.
+    log = tmp_path / "nonexistent" / "dir" / "d.log"
+    code, out, err = streamd("daemon", "--runtime-dir", str(tmp_path / "run"),
+                             "--idle-exit", "1", "--log-file", str(log))
+    assert code == 1 and out == []
+    assert err == [f"streamd daemon: cannot open the log file {log}: there is no directory "
+                   f"{log.parent}"]
+    assert not (tmp_path / "nonexistent").exists()
+
 def test_a_socket_the_kernel_refuses_is_one_line_too(tmp_path: Path):
     sock = tmp_path / ("s" * 120 + ".sock")  # longer than sun_path holds
     code, _, err = streamd("serve", "--socket", str(sock))

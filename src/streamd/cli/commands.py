@@ -528,11 +528,16 @@ def _resident(args: argparse.Namespace) -> int:
         if log_file == "-":
             logsink.install(_log_level(verbose), sys.stderr, DAEMON_LOG_FORMAT)
         else:
-            logsink.install_file(_log_level(verbose), log_file, DAEMON_LOG_FORMAT)
+            # Only the default's directory is made: a mistyped --log-file is
+            # refused, as a --db is, instead of growing a tree where it points.
+            logsink.install_file(_log_level(verbose), log_file, DAEMON_LOG_FORMAT,
+                                 make_directory=not args.log_file)
     except OSError as exc:
         resident.release()
-        print(f"streamd daemon: cannot open the log file {log_file}: "
-              f"{exc.strerror or exc}", file=sys.stderr)
+        parent = os.path.dirname(os.path.abspath(log_file))
+        why = (f"there is no directory {parent}" if isinstance(exc, FileNotFoundError)
+               and not os.path.isdir(parent) else exc.strerror or exc)
+        print(f"streamd daemon: cannot open the log file {log_file}: {why}", file=sys.stderr)
         return 1
     # Its own comings and goings are worth a line at the default level.
     logging.getLogger("streamd.resident").setLevel(logging.INFO)
