@@ -118,6 +118,13 @@ def test_deleting_a_session_that_never_existed_is_not_found_and_exit_1(db, capsy
     assert run(capsys, "since")[1][0].split()[0] == "1"  # the log is unchanged
 
 
+
+def test_log_help_says_every_reason_for_exit_1(capsys):
+    # It named only a missing session; `log verify` exits 1 for problems found.
+    assert main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "1 the session asked for does not exist, or verify found problems," in text
+
 def test_log_help_advertises_only_commands_that_exist(capsys):
     assert main(["--help"]) == 0
     text = capsys.readouterr().out

@@ -122,8 +122,8 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
         prog=prog, description="The durable event log, read and written in place.",
         epilog=f"One shape: {_SHAPE}, in every command that names one; the read "
         "commands take the same flags as filters. Exit 0 success, 1 the session asked for "
-        "does not exist, 2 an error, 130 interrupted (tail: Ctrl-C; SIGTERM ends it with 0). "
-        "--json prints JSON Lines, one compact object per line.",
+        "does not exist, or verify found problems, 2 an error, 130 interrupted (tail: "
+        "Ctrl-C; SIGTERM ends it with 0). --json prints JSON Lines, one compact object a line.",
     )
     parser.add_argument("--db", default=None, metavar="DB",
                         help="event log database: a file path, a postgresql:// or mysql://"
