@@ -60,6 +60,18 @@ def test_a_socket_directory_open_to_others_is_refused_not_repaired(world: World)
     assert world.daemons() == []
 
 
+def test_status_and_stop_say_the_directory_is_refused_not_that_a_daemon_is_silent(
+    world: World,
+) -> None:
+    # status said "not answering on .../streamd.sock", as if a daemon hung there.
+    world.runtime.mkdir(mode=0o700)
+    os.chmod(world.runtime, 0o755)
+    why = f"{world.runtime} has mode 0755; it must be 0700 (no group or other access)"
+    for command in ("status", "stop"):
+        done = world.run(command)
+        assert (done.returncode, done.stdout, done.stderr) == (1, "", f"streamd {command}: {why}\n")
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a peer as another uid")
 def test_a_peer_of_another_uid_is_closed_without_an_answer(world: World) -> None:
     world.start_daemon()

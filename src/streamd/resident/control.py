@@ -510,6 +510,8 @@ def status_main(argv: Sequence[str]) -> int:
     except (ControlError, paths.UnsafeDirectory, OSError) as exc:
         if opts["json"]:
             _say(_json_line({"running": False, "socket": sock, "error": str(exc)}))
+        elif isinstance(exc, paths.UnsafeDirectory):  # no daemon was asked anything
+            print(f"streamd status: {exc}", file=sys.stderr)
         else:
             print(f"streamd daemon: not answering on {sock}: {exc}", file=sys.stderr)
         return 1
