@@ -211,3 +211,19 @@ def test_every_flag_the_cli_and_configuration_pages_name_exists(capsys):
     helped = set().union(*map(listed_flags, every_help(capsys).values()))
     assert {"--tree", "--start-timeout", "--trials", "--log-file"} <= helped  # the walk's reach
     assert sorted(documented_flags() - helped - NOT_LISTED) == []
+
+
+def test_the_conformance_usage_names_every_flag_of_each_action(capsys):
+    from streamd.conformance.cli import USAGE
+
+    # It is what `streamd conformance --help` prints; its cancel line lacked --timeout.
+    usage: dict[str, str] = {}
+    action = ""
+    for line in USAGE.splitlines():  # a line without "conformance" continues the one above
+        action = line.split("conformance ")[1].split()[0] if "conformance " in line else action
+        usage[action] = usage.get(action, "") + line
+    assert set(usage) == {"verify", "record", "cancel"}
+    for action, text in usage.items():
+        assert cli.main(["conformance", action, "--help"]) == 0
+        out, err = capsys.readouterr()
+        assert set(LONG_FLAG.findall(text)) == listed_flags(out + err), action

@@ -24,7 +24,7 @@ USAGE = """\
 usage: streamd conformance verify DIR [--adapter 'CMD'] [--timeout SECONDS] [CASE ...]
        streamd conformance record DIR [--adapter 'CMD'] [--timeout SECONDS] [CASE ...]
        streamd conformance cancel [--adapter 'CMD'] [--json] [--record DIR] [--trials N]
-                                  [SCENARIO ...]"""
+                                  [--timeout SECONDS] [SCENARIO ...]"""
 
 
 def adapter_command(adapter: str | None) -> list[str]:
