@@ -345,6 +345,17 @@ def test_a_healthy_log_verifies_gaps_and_all(log_db: Path) -> None:
     )
 
 
+
+def test_a_log_of_one_event_is_counted_in_the_singular(tmp_path: Path) -> None:
+    # "backed up 1 events", "1 events, newest seq 1, 1 sessions" read as a bug.
+    db = tmp_path / "one.db"
+    build_log(db, 1)
+    copied = streamd_log(db, "backup", str(tmp_path / "copy.db"))
+    assert copied.returncode == 0, copied.stderr
+    assert copied.stdout.startswith(f"backed up 1 event (newest seq 1) to {tmp_path / 'copy.db'}:")
+    checked_ = streamd_log(db, "verify")
+    assert checked_.stdout == f"ok: {db}: 1 event, newest seq 1, 1 session\n"
+
 def _sql(db: Path, *statements: str) -> None:
     conn = apsw.Connection(str(db))
     try:

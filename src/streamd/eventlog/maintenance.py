@@ -97,7 +97,8 @@ def _backup(path: Path | str, args: argparse.Namespace) -> int:
             "bytes": done.bytes, "seconds": round(done.seconds, 3),
         }).decode())
     else:
-        _out(f"backed up {done.events} events (newest seq {done.newest_seq}) to {done.dest}:"
+        _out(f"backed up {_count(done.events, 'event')} (newest seq {done.newest_seq}) to"
+             f" {done.dest}:"
              f" {done.bytes / 2**20:.1f} MiB in {done.seconds:.2f} s")
     return 0
 
@@ -135,11 +136,15 @@ def _verify(path: Path | str, args: argparse.Namespace) -> int:
             _out(line)
     if report.ok:
         if not args.json:
-            _out(f"ok: {where}: {report.events} events, newest seq {report.newest_seq},"
-                 f" {report.sessions} sessions")
+            _out(f"ok: {where}: {_count(report.events, 'event')}, newest seq"
+                 f" {report.newest_seq}, {_count(report.sessions, 'session')}")
         return 0
     print(f"streamd: {len(report.problems)} problems found in {where}", file=sys.stderr)
     return 1
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def _damaged(exc: RpcError) -> bool:
