@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,42 @@ def test_the_conformance_usage_names_every_flag_of_each_action(capsys):
         assert cli.main(["conformance", action, "--help"]) == 0
         out, err = capsys.readouterr()
         assert set(LONG_FLAG.findall(text)) == listed_flags(out + err), action
+
+
+def doc_examples() -> list[tuple[str, list[str]]]:
+    """(page, argv) of each streamd command line shown in a code block of the README
+    or a page of docs/ (the dated measurement pages aside), synopses left out."""
+    repo = Path(__file__).resolve().parents[2]
+    found = []
+    for page in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
+        if page.name.startswith("measurements"):
+            continue
+        fenced = False
+        for line in page.read_text().splitlines():
+            if line.strip().startswith("```"):
+                fenced = not fenced
+                continue
+            shown = re.match(r"^(?:\$ )?(?:[A-Z_]+=\S+ )*(streamd .*)$", line.strip())
+            if (fenced or line.startswith("    ")) and shown and not re.search(
+                    r"[\[|]|\.\.\.|  \w", shown.group(1).split("#")[0]):
+                found.append((page.name, shlex.split(shown.group(1), comments=True)))
+    return found
+
+
+def test_every_command_line_the_docs_show_uses_flags_its_command_takes(capsys):
+    helps = every_help(capsys)
+    examples = doc_examples()
+    assert len(examples) > 30  # the tour, operations, databases, the cancellation kit
+    wrong = []
+    for page, argv in examples:
+        key, i = "streamd", 1
+        while i < len(argv) and argv[i] != "--":
+            word = argv[i]
+            if word.startswith("-"):
+                flag = word.split("=")[0]
+                if flag.startswith("--") and flag not in listed_flags(helps[key]):
+                    wrong.append(f"{page}: {' '.join(argv)}: {flag} is not a flag of {key}")
+            elif f"{key} {word}" in helps:
+                key = f"{key} {word}"
+            i += 1
+    assert wrong == []
