@@ -96,7 +96,7 @@ def test_index_names_the_first_failures_as_typed_and_does_not_exit_0(here: Path,
     name = write(here / "mine.jsonl", GOOD, *(row for row, _ in BAD))
     code, out, err = run(capsys, "index", name, "--workdir", "wd")
     assert code == 1
-    assert out[0].startswith(f"gen-1: 1 records indexed, {len(BAD)} failed")
+    assert out[0].startswith(f"gen-1: 1 record indexed, {len(BAD)} failed")
     reasons = [ln for ln in err if ln.startswith(f"{name}:")]
     assert reasons == [f"{name}:{n}: {why}" for n, (_, why) in enumerate(BAD[:3], start=2)]
     assert err[-1] == (f"streamd: {len(BAD) - 3} more lines are not records;"

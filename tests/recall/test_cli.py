@@ -105,6 +105,14 @@ def test_index_builds_a_workdir_a_daemon_can_resume(stream, recall_world, capsys
     assert (work / "index" / "manifest.json").exists() and (work / "cursor.json").exists()
 
 
+
+def test_index_counts_one_record_in_the_singular(tmp_path, capsys):
+    # "gen-1: 1 records indexed" read as a slip of the program.
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"schema": 1, "id": "n1", "event_time": "2026-05-02T09:00:00Z"}\n')
+    assert main(["index", str(one), "--workdir", str(tmp_path / "wd")]) == 0
+    assert capsys.readouterr().out.startswith("gen-1: 1 record indexed, 0 failed, ")
+
 def test_the_progress_line_reports_rates_and_an_eta():
     p = Progress(total_bytes=100_000_000, out=io.StringIO())
     p.started = 0.0

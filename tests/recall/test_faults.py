@@ -181,7 +181,7 @@ def test_the_cli_never_waits_on_a_fifo_among_the_workdir_files(recall_world, nam
         capture_output=True, text=True, timeout=PROMPT,
     )
     assert done.returncode == 0, done.stderr
-    assert ("sig-1" in done.stdout) if command == "search" else ("1 records indexed" in done.stdout)
+    assert ("sig-1" in done.stdout) if command == "search" else ("1 record indexed" in done.stdout)
 
 
 # --- a full disk ---------------------------------------------------------------------------

@@ -527,7 +527,8 @@ def index(args: argparse.Namespace) -> int:
     gone = len(generation.missing)
     missing = (f"{gone} missing file{'s' if gone != 1 else ''}"
                + (f" ({', '.join(generation.missing)})" if generation.missing else ""))
-    print(f"{generation.name}: {generation.indexed} records indexed, {generation.failed} failed, "
+    indexed = f"{generation.indexed} record{'s' if generation.indexed != 1 else ''}"
+    print(f"{generation.name}: {indexed} indexed, {generation.failed} failed, "
           f"{missing}; {generation.watermark}")
     sys.stdout.flush()
     if unsaved := _unsaved(adapter):
