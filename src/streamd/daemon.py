@@ -49,6 +49,7 @@ from streamd.recall.service import RecallService
 from streamd.recall.sources import SourceRegistry
 from streamd.rpc import Connection, Method, MethodTable, Server
 from streamd.rpc.accept import accept_forever
+from streamd.rpc.held import DEFAULT_MAX_HELD_BYTES
 from streamd.rpc.limit import MAX_CONNECTIONS
 from streamd.rpc.stdio import StdinStream, StdoutStream, claim_stdout
 from streamd.signals import cancel_on_signal
@@ -87,6 +88,8 @@ class Config:
     max_connections: int = MAX_CONNECTIONS
     # Leases the event log holds at once (see :mod:`streamd.eventlog.lease_budget`).
     max_leases: int = DEFAULT_MAX_LEASES
+    # What all connections hold together (see :mod:`streamd.rpc.held`).
+    max_held_bytes: int = DEFAULT_MAX_HELD_BYTES
 
 
 class Daemon:
@@ -180,7 +183,8 @@ class Daemon:
         return self._eventlog_methods
 
     def server(self) -> Server:
-        return Server(self.methods_for, max_connections=self.config.max_connections)
+        return Server(self.methods_for, max_connections=self.config.max_connections,
+                      max_held_bytes=self.config.max_held_bytes)
 
     @property
     def eventlog_opened(self) -> bool:

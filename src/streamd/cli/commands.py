@@ -58,6 +58,7 @@ DAEMON_LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s
 _VALUE_GLOBALS = (
     "--db", "--watch-interval-ms", "--watch-buffer-bytes", "--watch-total-bytes", "--synchronous",
     "--max-leases",
+    "--max-held-bytes",
 )
 _VERBOSE = frozenset(("-v", "--verbose"))
 _FLAG_GLOBALS = (*_VERBOSE, "--json", "--eventlog")
@@ -151,6 +152,11 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
                    help="leases the event log holds at once, for every client together "
                    "(default 10000); one more is refused with an error (a connection "
                    "holds at most 1000)")
+    p.add_argument("--max-held-bytes", type=cliargs.positive, default=argparse.SUPPRESS,
+                   metavar="BYTES",
+                   help="what all clients' requests and unread answers may hold together "
+                   "(default 1 GiB); past half of it a client holding more than its share "
+                   "of the other half waits, one within its share is served at once")
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default=argparse.SUPPRESS,
                    help="SQLite synchronous mode for the event log (default FULL: every "
                    "acknowledged append survives power loss)")
@@ -159,6 +165,7 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
 
 def _config(args: argparse.Namespace) -> Config:
     from streamd.daemon import Config
+    from streamd.rpc.held import DEFAULT_MAX_HELD_BYTES
 
     return Config(db=getattr(args, "db", None),
                   watch_interval=getattr(args, "watch_interval_ms", 200) / 1000,
@@ -166,6 +173,7 @@ def _config(args: argparse.Namespace) -> Config:
                   watch_buffer_bytes=getattr(args, "watch_buffer_bytes", 4 << 20),
                   watch_total_bytes=getattr(args, "watch_total_bytes", 256 << 20),
                   max_leases=getattr(args, "max_leases", 10_000),
+                  max_held_bytes=getattr(args, "max_held_bytes", DEFAULT_MAX_HELD_BYTES),
                   recall_source="eventlog" if getattr(args, "eventlog", False) else "stream")
 
 

@@ -130,7 +130,8 @@ class ResidentDaemon:
         self.socket_path = paths.socket_path(options.runtime_dir)
         self.lock = InstanceLock(paths.lock_path(options.runtime_dir))
         self.server = Server(self._methods_for,
-                             max_connections=daemon.config.max_connections)
+                             max_connections=daemon.config.max_connections,
+                             max_held_bytes=daemon.config.max_held_bytes)
         self.connections = 0
         self.retired = False
         self.started_at = time.time()

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import trio
 
+from streamd.rpc.held import Account
 from streamd.rpc.outbox import Outbox
 from streamd.rpc.protocol import RequestId, encode_notification
 
@@ -78,8 +79,12 @@ MethodTable = Mapping[str, Method]
 class Connection:
     """One peer. Handlers reach per-connection facilities through it."""
 
-    def __init__(self, nursery: trio.Nursery, outbox: Outbox) -> None:
+    def __init__(
+        self, nursery: trio.Nursery, outbox: Outbox, account: Account | None = None
+    ) -> None:
         self._nursery = nursery
+        # Charged what unwritten_bytes counts (the daemon-wide bound).
+        self._account = account
         self.closing = trio.Event()
         self.unwritten_bytes = 0
         """Bytes given to :meth:`send` and not yet written (or dropped for a peer
@@ -93,7 +98,7 @@ class Connection:
         await self.send(encode_notification(method, params))
 
     async def send(self, frame: bytes) -> None:
-        self.unwritten_bytes += len(frame)
+        self._unwritten(len(frame))
         try:
             await self._outbox.put(frame)
         except BaseException as exc:
@@ -106,13 +111,20 @@ class Connection:
         """Queue ``frame`` without waiting for room: for answers whose number
         the in-flight bound already limits. Dropped once the connection is gone."""
         if self._outbox.put_nowait(frame):
-            self.unwritten_bytes += len(frame)
+            self._unwritten(len(frame))
 
     def done_with(self, size: int) -> None:
         """The writer wrote (or dropped) ``size`` bytes of queued frames."""
         self.unwritten_bytes -= size
+        if self._account is not None:
+            self._account.discharge(size)
         self._progress.set()
         self._progress = trio.Event()
+
+    def _unwritten(self, size: int) -> None:
+        self.unwritten_bytes += size
+        if self._account is not None:
+            self._account.charge(size)
 
     async def progress(self) -> None:
         """Wait until the writer next writes or drops something."""

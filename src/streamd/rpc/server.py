@@ -49,7 +49,9 @@ The rules this module owns (what a frame *is* is :mod:`~streamd.rpc.protocol`'s)
   and a client must read its answers while it sends: one that writes all its
   requests before reading any stalls for good once 16 MiB of answers (about
   250,000 appends) wait for it, as it would on any socket whose peer stops
-  reading. A request of a *bulk*
+  reading. All connections together are held to ``max_held_bytes``
+  (:mod:`~streamd.rpc.held`), where a connection past its share waits at the
+  same points and one within it does not. A request of a *bulk*
   method (``Method.bulk``: a read whose answer can be megabytes) also waits,
   inside its cancel scope, for one of ``max_bulk`` slots of its connection
   and for the unwritten answers to be within that bound before it computes,
@@ -98,6 +100,7 @@ from streamd import errors
 from streamd.errors import RpcError
 from streamd.rpc.footprint import MAX_DECODED_BYTES
 from streamd.rpc.framing import MAX_DEPTH, MAX_FRAME_BYTES, Oversized
+from streamd.rpc.held import DEFAULT_MAX_HELD_BYTES, HeldBudget
 from streamd.rpc.inflight import InFlight
 from streamd.rpc.limit import MAX_CONNECTIONS, ConnectionLimit
 from streamd.rpc.methods import Connection, Method, MethodTable, Request, Submit
@@ -201,12 +204,14 @@ class Server:
         max_unwritten_bytes: int = MAX_UNWRITTEN_BYTES,
         max_bulk: int = MAX_BULK,
         max_connections: int = MAX_CONNECTIONS,
+        max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
         eof_grace: float = EOF_GRACE,
         wall_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.make_methods = methods
         self.max_bulk = max_bulk
         self.limit: ConnectionLimit[_Session] = ConnectionLimit(max_connections)
+        self.held = HeldBudget(max_held_bytes)
         self.max_frame = max_frame
         self.max_depth = max_depth
         self.max_inflight = max_inflight
@@ -222,6 +227,7 @@ class Server:
     async def serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
         session = _Session(self, receive, send)
         if not await self.limit.admit(session):
+            session.account.close()
             await self.limit.refuse(send)
             return
         self._sessions.add(session)
@@ -230,6 +236,7 @@ class Server:
         try:
             await session.run()
         finally:
+            session.account.close()
             self.limit.left(session)
             self._sessions.discard(session)
             if self._stopping and not self._sessions:
@@ -262,7 +269,8 @@ class _Session:
         self.inflight: dict[tuple[str, Any], Request | _Queued] = {}
         self._null_ids = itertools.count()
         # Requests dispatched and not yet answered: the bound the reader waits on.
-        self.in_flight = InFlight(server.max_inflight, server.max_inflight_bytes)
+        self.account = server.held.open()
+        self.in_flight = InFlight(server.max_inflight, server.max_inflight_bytes, self.account)
         self._bulk = trio.Semaphore(server.max_bulk)
         # Cancelled by stop(): the reader ends, and so does the grace that end
         # of input gives (a signal after end of input cuts it short), or a
@@ -284,7 +292,7 @@ class _Session:
             writer_nursery.start_soon(self._write, outbox)
             try:
                 async with trio.open_nursery() as nursery:
-                    conn = Connection(nursery, outbox)
+                    conn = Connection(nursery, outbox, self.account)
                     self.conn = conn
                     self.methods = self.server.make_methods(conn)
                     try:
@@ -404,7 +412,7 @@ class _Session:
         # Room first: a request waiting for it holds its frame, not the
         # decoded params that may be 24 times larger.
         await self.in_flight.wait_room(call.held)
-        await self._answers_read()
+        await self._answers_read(call.held)
         try:
             method, params = bind(call, self.methods)
         except RpcError as exc:
@@ -501,10 +509,16 @@ class _Session:
             self._bulk.release()
             raise
 
-    async def _answers_read(self) -> None:
-        """Once the answers the peer has not read are within the bound."""
-        while self.conn.unwritten_bytes > self.server.max_unwritten_bytes:
-            await self.conn.progress()  # the peer is not reading its answers
+    async def _answers_read(self, size: int = 0) -> None:
+        """Once the answers the peer has not read are within the bound, and
+        ``size`` bytes more are within the daemon-wide one (:mod:`~streamd.rpc.held`)."""
+        while True:
+            if self.conn.unwritten_bytes > self.server.max_unwritten_bytes:
+                await self.conn.progress()  # the peer is not reading its answers
+            elif not self.account.fits(size):
+                await self.account.wait_room(size)
+            else:
+                return
 
     def _submit(self, submit: Submit, params: Any, reply: _Queued) -> None:
         """Hand a queued request to its method, which answers through ``reply``."""

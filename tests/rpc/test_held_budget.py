@@ -1,0 +1,181 @@
+"""What all connections hold together (:mod:`streamd.rpc.held`).
+
+Each connection was bounded on its own, none together: N clients pipelining
+requests whose params or answers they never let go of made the daemon hold
+N times a connection's bounds (``bench/held_memory.py``). Memory is asserted
+through the accounting (the budget's peak total), never through RSS; nothing
+is timed: handlers are gated by events, and each test is bounded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import trio
+import trio.testing
+from support.rpc_client import Client, rpc
+from support.rpc_streams import StalledStream
+
+from streamd.rpc import Method, Server
+from streamd.rpc.held import HeldBudget, admits
+
+KIB = 1 << 10
+LIMIT = 1 << 20  # half common, half shared among the connections
+
+
+class Params(msgspec.Struct):
+    pad: str = ""
+
+
+class Held:
+    """A method whose requests hold their params until ``gate`` opens (a
+    watch's filter is held for the watch's life), one answered at once, and
+    a bulk one whose answers are 4 KiB (a page of events, a search)."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.gate = trio.Event()
+
+    async def hold(self, params: Params, request: Any) -> str:
+        self.started += 1
+        await self.gate.wait()
+        return "done"
+
+    async def ping(self, params: Params, request: Any) -> str:
+        return "pong"
+
+    async def page(self, params: Params, request: Any) -> str:
+        self.started += 1
+        return "x" * (4 * KIB)
+
+    def table(self) -> dict[str, Method]:
+        return {"hold": Method("hold", Params, self.hold),
+                "ping": Method("ping", Params, self.ping),
+                "page": Method("page", Params, self.page, bulk=True)}
+
+
+def held_params(request_id: int) -> bytes:
+    """A "hold" of 32 KiB of ASCII params: charged about 32 KiB."""
+    return rpc(request_id, "hold", {"pad": "p" * (32 * KIB)})
+
+
+async def test_pipelining_clients_hold_at_most_the_daemon_wide_limit_together() -> None:
+    held = Held()
+    server = Server(lambda conn: held.table(), max_held_bytes=LIMIT)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                client_end, server_end = trio.testing.memory_stream_pair()
+                nursery.start_soon(server.serve, server_end, server_end)
+                # 64 x 32 KiB each: 16 MiB in all, within each connection's
+                # own bounds (256 requests, 64 MiB).
+                nursery.start_soon(client_end.send_all,
+                                   b"".join(held_params(n) for n in range(64)))
+            await trio.testing.wait_all_tasks_blocked()
+            assert server.held.peak <= LIMIT
+            # Half the limit in common, then a share of 64 KiB for each of
+            # the eight: one more request each.
+            assert held.started * 32 * KIB <= LIMIT
+            assert held.started >= 8
+            held.gate.set()
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_client_within_its_share_is_served_while_the_hogs_wait() -> None:
+    held = Held()
+    server = Server(lambda conn: held.table(), max_held_bytes=LIMIT)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                hog_end, server_end = trio.testing.memory_stream_pair()
+                nursery.start_soon(server.serve, server_end, server_end)
+                nursery.start_soon(hog_end.send_all, b"".join(held_params(n) for n in range(64)))
+            await trio.testing.wait_all_tasks_blocked()
+            hogs_started = held.started
+            client_end, server_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(server.serve, server_end, server_end)
+            client = Client(client_end)
+            # Answered while the hogs still hold what they took and wait.
+            assert await client.result("ping", {"pad": "q" * KIB}) == "pong"
+            assert held.started == hogs_started < 4 * 64
+            # The common half is full: one more hog request would pass it.
+            assert server.held.total + 33 * KIB > LIMIT // 2
+            held.gate.set()
+            nursery.cancel_scope.cancel()
+
+
+async def test_clients_that_read_no_answers_hold_at_most_the_limit_together() -> None:
+    held = Held()
+    server = Server(lambda conn: held.table(), max_held_bytes=LIMIT)
+    stalled = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                hog_end, server_end = trio.testing.memory_stream_pair()
+                stream = StalledStream(server_end)
+                stalled.append(stream)
+                nursery.start_soon(server.serve, stream, stream)
+                # 256 answers of 4 KiB each: 1 MiB, within the connection's
+                # 16 MiB of unwritten answers; 8 MiB for the eight.
+                nursery.start_soon(hog_end.send_all, b"".join(
+                    rpc(n, "page", {}) for n in range(256)))
+            await trio.testing.wait_all_tasks_blocked()
+            # A bulk answer is computed once its connection fits: past the
+            # limit by at most what each connection's four slots computed
+            # at once. Before, each computed all 256 (8 MiB in all).
+            slack = 8 * 4 * 4 * KIB
+            assert held.started * 4 * KIB <= LIMIT + slack
+            assert server.held.peak <= LIMIT + slack
+            client_end, server_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(server.serve, server_end, server_end)
+            assert await Client(client_end).result("ping", {}) == "pong"
+            for stream in stalled:
+                stream.release.set()
+            nursery.cancel_scope.cancel()
+
+
+async def test_what_a_connection_held_is_let_go_when_it_ends() -> None:
+    held = Held()
+    server = Server(lambda conn: held.table(), max_held_bytes=LIMIT)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            client_end, server_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(server.serve, server_end, server_end)
+            await client_end.send_all(b"".join(held_params(n) for n in range(4)))
+            await trio.testing.wait_all_tasks_blocked()
+            assert server.held.total >= 4 * 32 * KIB
+            held.gate.set()
+            await client_end.send_eof()
+            await trio.testing.wait_all_tasks_blocked()
+            assert server.held.total == 0 and server.held.accounts == 0
+            nursery.cancel_scope.cancel()
+
+
+def test_past_the_common_half_only_a_connection_within_its_share_goes_ahead() -> None:
+    limit = 1000
+    assert admits(total=400, held=400, size=100, connections=5, limit=limit)
+    assert not admits(total=450, held=450, size=100, connections=5, limit=limit)
+    # The other half over five connections: 100 each.
+    assert admits(total=950, held=0, size=100, connections=5, limit=limit)
+    assert not admits(total=950, held=1, size=100, connections=5, limit=limit)
+
+
+async def test_a_waiter_past_its_share_goes_ahead_once_another_lets_go() -> None:
+    budget = HeldBudget(1000)
+    hog, other = budget.open(), budget.open()
+    hog.charge(300)
+    other.charge(300)
+    went = trio.Event()
+
+    async def waiter() -> None:
+        await hog.wait_room(100)
+        went.set()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not went.is_set()
+            other.close()
+            await went.wait()
