@@ -135,6 +135,36 @@ async def test_clients_that_read_no_answers_hold_at_most_the_limit_together() ->
             nursery.cancel_scope.cancel()
 
 
+async def test_bulk_answers_are_charged_before_they_are_computed() -> None:
+    computing = 0
+    gate = trio.Event()
+
+    async def slow_page(params: Params, request: Any) -> str:
+        nonlocal computing
+        computing += 1
+        await gate.wait()
+        return "x" * (4 * KIB)
+
+    table = {"page": Method("page", Params, slow_page, bulk=True)}
+    server = Server(lambda conn: table, max_held_bytes=LIMIT)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                hog_end, server_end = trio.testing.memory_stream_pair()
+                nursery.start_soon(server.serve, server_end, server_end)
+                nursery.start_soon(hog_end.send_all, b"".join(
+                    rpc(n, "page", {}) for n in range(16)))
+            await trio.testing.wait_all_tasks_blocked()
+            # Each computation holds up to a share from its start (64 KiB
+            # here once all eight are open): about the common half's worth
+            # and one more per connection, not the four slots of all eight
+            # (32), which were charged nothing until answered.
+            assert 1 <= computing <= 16
+            assert server.held.peak <= LIMIT
+            gate.set()
+            nursery.cancel_scope.cancel()
+
+
 async def test_what_a_connection_held_is_let_go_when_it_ends() -> None:
     held = Held()
     server = Server(lambda conn: held.table(), max_held_bytes=LIMIT)

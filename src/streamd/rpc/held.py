@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import trio
 
-__all__ = ["DEFAULT_MAX_HELD_BYTES", "Account", "HeldBudget", "admits"]
+__all__ = ["DEFAULT_MAX_HELD_BYTES", "Account", "HeldBudget", "admits", "share"]
 
 DEFAULT_MAX_HELD_BYTES = 1 << 30
 """Half of it (512 MiB) for whoever comes first: two requests of the largest
@@ -42,8 +42,12 @@ half is 1 MiB a connection at the 512 connections a daemon serves."""
 def admits(total: int, held: int, size: int, connections: int, limit: int) -> bool:
     """Whether ``size`` more bytes go to a connection holding ``held`` while
     all ``connections`` hold ``total`` (see the module docstring)."""
-    common = limit // 2
-    return total + size <= common or held + size <= (limit - common) // max(connections, 1)
+    return total + size <= limit // 2 or held + size <= share(connections, limit)
+
+
+def share(connections: int, limit: int) -> int:
+    """What each of ``connections`` may hold past the common half of ``limit``."""
+    return (limit - limit // 2) // max(connections, 1)
 
 
 class HeldBudget:
@@ -66,6 +70,9 @@ class HeldBudget:
 
     def admits(self, held: int, size: int) -> bool:
         return admits(self.total, held, size, self.accounts, self.limit)
+
+    def share(self) -> int:
+        return share(self.accounts, self.limit)
 
     def add(self, n: int) -> None:
         """An account holds ``n`` bytes more (fewer when negative)."""
@@ -109,6 +116,10 @@ class Account:
 
     def fits(self, size: int) -> bool:
         return self._budget.admits(self.held, size)
+
+    def share(self) -> int:
+        """What one connection may hold past the common half, now."""
+        return self._budget.share()
 
     async def wait_room(self, size: int) -> None:
         """Until ``size`` bytes more fit (:func:`admits`); woken by any release."""

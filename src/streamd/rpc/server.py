@@ -98,6 +98,13 @@ import trio
 
 from streamd import errors
 from streamd.errors import RpcError
+from streamd.rpc.bounds import (
+    BULK_ANSWER_BYTES,
+    MAX_BULK,
+    MAX_INFLIGHT,
+    MAX_INFLIGHT_BYTES,
+    MAX_UNWRITTEN_BYTES,
+)
 from streamd.rpc.footprint import MAX_DECODED_BYTES
 from streamd.rpc.framing import MAX_DEPTH, MAX_FRAME_BYTES, Oversized
 from streamd.rpc.held import DEFAULT_MAX_HELD_BYTES, HeldBudget
@@ -126,20 +133,6 @@ log = logging.getLogger("streamd.rpc")
 # How many encoded frames may wait for the writer before producers block.
 OUTBOX_FRAMES = 1024
 READ_CHUNK = 1 << 16
-# Per connection: requests dispatched and not yet answered, and what their
-# params take decoded, estimated (:mod:`streamd.rpc.footprint`). 64 MiB is
-# eight frames of the largest size holding one string each, or 2.6 MiB of
-# frames of empty objects.
-MAX_INFLIGHT = 256
-MAX_INFLIGHT_BYTES = 64 << 20
-# Per connection: answers and notifications written into the outbox and not yet
-# taken by the peer. Past it the reader stops reading: queued methods answer
-# from callbacks that cannot wait, so without this a peer that sends appends
-# and never reads would grow the outbox without limit. Above a watch's share of
-# its budget (3.5 MiB by default), so one watch alone never stalls the reader.
-MAX_UNWRITTEN_BYTES = 16 << 20
-# Per connection: bulk answers computed at once (see the module docstring).
-MAX_BULK = 4
 # After end of input: how long requests of methods that finish at EOF (the
 # event log's) have to answer before they are cancelled too. Long enough for
 # any ordinary request on a loaded machine (an append waits for one fsync),
@@ -456,14 +449,13 @@ class _Session:
     async def _run_request(
         self, request: Request, key: tuple[str, Any], method: Method, params: Any, size: int
     ) -> None:
-        slot = False
+        reserved = 0  # a bulk slot's, when it has one
         try:
             frame: bytes | None = None
             try:
                 with request.scope:
                     if method.bulk:
-                        await self._bulk_slot()
-                        slot = True
+                        reserved = await self._bulk_slot()
                     frame = result_frame(
                         request.id, await method.handler(params, request), self.server.max_frame
                     )
@@ -495,19 +487,25 @@ class _Session:
             else:
                 await self.conn.send(frame)
         finally:
-            if slot:
+            if reserved:
                 self._bulk.release()
+                self.account.discharge(reserved)
             self.in_flight.release(size)
 
-    async def _bulk_slot(self) -> None:
+    async def _bulk_slot(self) -> int:
         """A slot to compute a bulk answer in, once the peer has read enough
-        of the answers before it (see the module docstring)."""
+        of the answers before it (see the module docstring), and the bytes
+        reserved for the answer in the daemon-wide budget (at most a share,
+        so that a connection holding nothing goes ahead at once)."""
         await self._bulk.acquire()
+        reserve = max(1, min(BULK_ANSWER_BYTES, self.account.share()))
         try:
-            await self._answers_read()
+            await self._answers_read(reserve)
         except BaseException:
             self._bulk.release()
             raise
+        self.account.charge(reserve)
+        return reserve
 
     async def _answers_read(self, size: int = 0) -> None:
         """Once the answers the peer has not read are within the bound, and
