@@ -122,8 +122,8 @@ async def test_a_search_rendering_many_candidates_leaves_other_requests_answered
     gate = Gate()
     real = Answers.search_result
 
-    def held(self, generation, ranked, lines, started, stop=None):
-        return gate.run(real, self, generation, ranked, lines, started, stop=stop)
+    def held(self, generation, ranked, lines, started, max_bytes=None, stop=None):
+        return gate.run(real, self, generation, ranked, lines, started, max_bytes, stop=stop)
 
     monkeypatch.setattr(Answers, "search_result", held)
     with trio.fail_after(20):

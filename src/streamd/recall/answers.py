@@ -32,6 +32,7 @@ from streamd.errors import (
 )
 from streamd.golang import gotime
 from streamd.golang.quote import quote
+from streamd.recall.answer_size import Candidates
 from streamd.recall.generation import Generation
 from streamd.recall.index.build import Consumer
 from streamd.recall.index.index import Index
@@ -178,20 +179,22 @@ class Answers:
 
     def search_result(
         self, generation: Generation, ranked: Ranked, lines: list[bytes | None], started: int,
-        stop: Stop | None = None,
+        max_bytes: int | None = None, stop: Stop | None = None,
     ) -> SearchResult:
         """``lines``: the lines of ``self.spans(generation, [hit.rec ...])``, in
         order; ``ranked`` as :meth:`rank` made it (with its relevances). Raises
         ``Stopped`` once ``stop`` is set: a ``max_candidates`` of millions
-        renders a candidate for every match."""
-        candidates = []
+        renders a candidate for every match; ``AnswerTooLarge`` when the
+        result would encode past ``max_bytes``, keeping no more candidates
+        once it knows (:mod:`~streamd.recall.answer_size`)."""
+        candidates = Candidates(max_bytes)
         rels = ranked.relevances
         assert rels is not None, "ranked by Answers.rank, which scores relevances"
         for position, (hit, line, rel) in enumerate(
                 zip(ranked.hits, lines, rels, strict=True), start=1):
             check(stop)
             rec = self.reread(generation, hit.rec, line)
-            candidates.append(self._candidate(generation, hit, rec, position, rel, ranked.terms))
+            candidates.add(self._candidate(generation, hit, rec, position, rel, ranked.terms))
         diagnostics = SearchDiagnostics(
             coverage=generation.coverage,
             elapsed_ms=(self.clock() - started) // 1_000_000,
@@ -204,12 +207,12 @@ class Answers:
             query_mode=mode_of(ranked.terms, ranked.any_exact),
             terms=len(ranked.terms),
         )
-        return SearchResult(
-            candidates=candidates,
+        return candidates.result(lambda kept: SearchResult(
+            candidates=kept,
             diagnostics=diagnostics,
             source_watermark=generation.watermark,
             outcome="success" if generation.complete else "partial",
-        )
+        ))
 
     def _candidate(
         self, generation: Generation, hit: Hit, rec: Record, position: int, rel: float,

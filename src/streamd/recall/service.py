@@ -19,6 +19,7 @@ import trio
 
 from streamd.errors import INVALID_PARAMS, RpcError
 from streamd.recall.adapter import StreamAdapter
+from streamd.recall.answer_size import AnswerTooLarge
 from streamd.recall.index.streamfile import Span, read_spans
 from streamd.recall.scanner import Offload, Scanner, answer_threads, stoppable, to_thread
 from streamd.recall.sources import Source, SourceRegistry, StreamSource
@@ -36,6 +37,7 @@ from streamd.recall.wire import (
     deadline_of,
 )
 from streamd.rpc import Connection, Method, Request
+from streamd.rpc.protocol import oversized_result, result_room
 
 log = logging.getLogger("streamd.recall")
 
@@ -126,8 +128,11 @@ class RecallService:
             ranked = await self._work(self.adapter.rank, generation, p)
             recs = [hit.rec for hit in ranked.hits]
             lines = await self._read(self.adapter.spans(generation, recs))
-            return await self._work(self.adapter.search_result, generation, ranked, lines,
-                                    started)
+            try:
+                return await self._work(self.adapter.search_result, generation, ranked, lines,
+                                        started, result_room(req.id, req.max_frame))
+            except AnswerTooLarge as exc:
+                raise oversized_result(req.id, exc.size, req.max_frame) from None
 
     async def expand(self, p: ExpandParams, req: Request) -> Expansion:
         self.adapter.check_session()

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import trio
 
+from streamd.rpc.framing import MAX_FRAME_BYTES
 from streamd.rpc.held import Account
 from streamd.rpc.outbox import Outbox
 from streamd.rpc.protocol import RequestId, encode_notification
@@ -162,6 +163,8 @@ class Request:
     finish_at_eof: bool = False
     # Why it was cancelled, when "context canceled" alone would not say.
     reason: str | None = None
+    # The server's frame limit, which the answer must fit in.
+    max_frame: int = MAX_FRAME_BYTES
 
     async def notify(self, method: str, params: Any) -> None:
         await self.connection.notify(method, params)

@@ -407,11 +407,31 @@ def result_frame(
     size = len(frame) - 1  # the limit is without the newline, as on reading
     if size <= max_frame:
         return frame
-    return encode_error(request_id, RpcError(
+    return encode_error(request_id, _too_large(size, max_frame))
+
+
+def result_room(request_id: RequestId | None, max_frame: int = MAX_FRAME_BYTES) -> int:
+    """The most bytes a result may encode to in an answer to ``request_id``
+    within ``max_frame``: for a handler that can tell early that its result
+    will not fit (:func:`oversized_result`)."""
+    return max_frame - (len(encode_result(request_id, None)) - 1 - len(b"null"))
+
+
+def oversized_result(
+    request_id: RequestId | None, result_bytes: int, max_frame: int = MAX_FRAME_BYTES
+) -> RpcError:
+    """The error :func:`result_frame` answers for a result of ``result_bytes``
+    past :func:`result_room`, for a handler to raise without building it."""
+    size = max_frame - result_room(request_id, max_frame) + result_bytes
+    return _too_large(size, max_frame)
+
+
+def _too_large(size: int, max_frame: int) -> RpcError:
+    return RpcError(
         errors.INTERNAL_ERROR,
         f"the answer is {size} bytes, over the {max_frame} byte frame limit",
         {"answer_bytes": size, "max_frame": max_frame},
-    ))
+    )
 
 
 def encode_error(request_id: RequestId | None, err: RpcError) -> bytes:

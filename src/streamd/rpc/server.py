@@ -432,9 +432,8 @@ class _Session:
             self._submit(method.submit, params, _Queued(self, call.id, key, method.name, call.held))
             return
         scope = trio.CancelScope(deadline=self._deadline(method, params))
-        request = Request(
-            call.id, method.name, self.conn, scope, finish_at_eof=method.at_eof == "finish"
-        )
+        request = Request(call.id, method.name, self.conn, scope,
+                          finish_at_eof=method.at_eof == "finish", max_frame=self.server.max_frame)
         self.inflight[key] = request
         nursery.start_soon(self._run_request, request, key, method, params, call.held)
 
