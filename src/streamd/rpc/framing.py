@@ -86,6 +86,11 @@ class LineSplitter:
             return [self._take()]
         return []
 
+    @property
+    def pending(self) -> int:
+        """The bytes of the unfinished line held (none of one over the limit)."""
+        return len(self._buf)
+
     def _keep(self, chunk: bytes) -> None:
         if self._dropped:
             self._dropped += len(chunk)

@@ -6,15 +6,18 @@ bounded their sum: 64 clients each pipelining ``eventlog/watch`` params of
 small strings, or ``eventlog/since`` pages they never read, took the daemon
 to gigabytes (``bench/held_memory.py``). The rules:
 
-* Every connection has an :class:`Account` of what it holds: its requests'
-  params from dispatch to answer (the in-flight estimate) and its answers
-  from the moment they are queued until the peer has taken them.
-* A request (or a bulk answer about to be computed) goes ahead at once while
-  the total stays within half the limit: the *common* half, first come, first
-  served. Past it, a connection still goes ahead while what it holds stays
-  within its *share*: the other half divided among the open connections. A
-  connection past both waits (its reader stops reading: back-pressure, not an
-  error) until others free room or it holds less.
+* Every connection has an :class:`Account` of what it holds: the unfinished
+  frame its reader holds (up to 8 MiB, a read at a time), its requests'
+  params from dispatch to answer (the in-flight estimate), a bulk answer
+  from its start (up to a share, :data:`~streamd.rpc.bounds.BULK_ANSWER_BYTES`)
+  and its answers from the moment they are queued until the peer has taken
+  them.
+* A read, a request or a bulk answer goes ahead at once while the total
+  stays within half the limit: the *common* half, first come, first served.
+  Past it, a connection still goes ahead while what it holds stays within its
+  *share*: the other half divided among the open connections. A connection
+  past both waits (its reader stops reading: back-pressure, not an error)
+  until others free room or it holds less.
 * So a client that holds little is served at once whatever the others hold,
   and the total stays within the limit (half for the common part, plus at
   most a share for each connection), but for answers that cannot wait (a
@@ -103,8 +106,8 @@ class Account:
         self._open = True
 
     def charge(self, n: int) -> None:
-        """Hold ``n`` bytes more, whatever the total (the caller waited with
-        :meth:`wait_room` first, or the bytes could not wait)."""
+        """Hold ``n`` bytes more (fewer when negative), whatever the total (the
+        caller waited with :meth:`wait_room` first, or the bytes could not wait)."""
         if self._open:
             self.held += n
             self._budget.add(n)

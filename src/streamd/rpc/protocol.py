@@ -163,6 +163,11 @@ class FrameReader:
         """End of input: a last line without a newline is still a frame."""
         return self._splitter.close()
 
+    @property
+    def pending(self) -> int:
+        """The bytes of an unfinished frame held, up to ``max_frame``."""
+        return self._splitter.pending
+
     def event(self, frame: bytes | Oversized) -> Event:
         if isinstance(frame, Oversized):
             return Fault(None, RpcError(

@@ -352,13 +352,17 @@ class _Session:
         """Read and handle frames until end of input (None) or a shutdown."""
         server = self.server
         reader = FrameReader(server.max_frame, server.max_depth, server.max_decoded)
+        pending = 0  # the reader's unfinished frame, charged (an 8 MiB one grows a read at a time)
         while True:
+            await self.account.wait_room(1)  # past its share, back-pressure (rpc/held)
             try:
                 data = await self.receive.receive_some(READ_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 log.info("input stream broke: %s", exc)
                 data = b""
             frames = reader.feed(data) if data else reader.close()
+            self.account.charge(reader.pending - pending)
+            pending = reader.pending
             # Popped one by one, so no finished frame stays referenced here
             # while the reader waits for room or for input.
             frames.reverse()
@@ -492,10 +496,9 @@ class _Session:
             self.in_flight.release(size)
 
     async def _bulk_slot(self) -> int:
-        """A slot to compute a bulk answer in, once the peer has read enough
-        of the answers before it (see the module docstring), and the bytes
-        reserved for the answer in the daemon-wide budget (at most a share,
-        so that a connection holding nothing goes ahead at once)."""
+        """A slot to compute a bulk answer in, once the peer has read enough of
+        the answers before it (see the module docstring), and the bytes reserved
+        for the answer (at most a share: one holding nothing goes at once)."""
         await self._bulk.acquire()
         reserve = max(1, min(BULK_ANSWER_BYTES, self.account.share()))
         try:
