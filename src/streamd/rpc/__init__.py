@@ -15,6 +15,11 @@
   its one writer task.
 * :mod:`~streamd.rpc.inflight` - a connection's requests in flight, and the
   bound its reader waits on.
+* :mod:`~streamd.rpc.queued` - a queued request (an append) and the reply its
+  method calls once the work is done.
+* :mod:`~streamd.rpc.bounds` - what one connection may hold, and why.
+* :mod:`~streamd.rpc.held` - what all connections hold together, and who
+  waits past the daemon-wide bound.
 * :mod:`~streamd.rpc.accept` - accepting connections, short of descriptors too.
 * :mod:`~streamd.rpc.limit` - how many connections a server serves at once,
   and the one error past that.

@@ -127,6 +127,7 @@ from streamd.rpc.protocol import (
     id_key,
     result_frame,
 )
+from streamd.rpc.queued import Queued, internal_error
 
 log = logging.getLogger("streamd.rpc")
 
@@ -140,45 +141,6 @@ READ_CHUNK = 1 << 16
 EOF_GRACE = 10.0
 # At a stop (a signal): how long those requests have to wrap up.
 STOP_GRACE = 0.5
-
-
-def _internal(exc: Exception) -> RpcError:
-    """A failure of ours (not the peer's) as the -32603 that answers its request."""
-    return RpcError(errors.INTERNAL_ERROR, str(exc) or repr(exc))
-
-
-class _Queued:
-    """A queued request in the in-flight table, and the ``reply`` its method's
-    ``submit`` calls: it answers once, and frees the request's slot."""
-
-    __slots__ = ("answered", "id", "key", "method", "session", "size")
-
-    def __init__(
-        self, session: _Session, request_id: RequestId | None, key: Any, method: str, size: int
-    ) -> None:
-        self.session = session
-        self.id = request_id
-        self.key = key
-        self.method = method
-        self.size = size
-        self.answered = False
-
-    def __call__(self, outcome: Any) -> None:
-        if self.answered:
-            return
-        self.answered = True
-        session = self.session
-        del session.inflight[self.key]
-        if isinstance(outcome, RpcError):
-            frame = error_frame(self.id, outcome, session.server.max_frame)
-        else:
-            try:
-                frame = result_frame(self.id, outcome, session.server.max_frame)
-            except Exception as exc:
-                log.exception("%s failed", self.method)
-                frame = error_frame(self.id, _internal(exc), session.server.max_frame)
-        session.conn.send_nowait(frame)
-        session.in_flight.release(self.size)
 
 
 class Server:
@@ -259,7 +221,7 @@ class _Session:
         self.send = send
         # Requests in flight, by id (a null id gets a key of its own): tasks,
         # which a cancel cancels, and queued requests, which it does not.
-        self.inflight: dict[tuple[str, Any], Request | _Queued] = {}
+        self.inflight: dict[tuple[str, Any], Request | Queued] = {}
         self._null_ids = itertools.count()
         # Requests dispatched and not yet answered: the bound the reader waits on.
         self.account = server.held.open()
@@ -421,7 +383,7 @@ class _Session:
             # descriptor), but its id was read: answered here, not by the
             # frame's guard with id null, which left its client waiting.
             log.exception("looking up %.256s failed", call.method)  # a name may be 8 MiB
-            await self._reply_error(call.id, _internal(exc))
+            await self._reply_error(call.id, internal_error(exc))
             return
         self.in_flight.admit(call.held)
         key = ("null", next(self._null_ids)) if call.id is None else id_key(call.id)
@@ -433,7 +395,8 @@ class _Session:
             )
             return
         if method.submit is not None:
-            self._submit(method.submit, params, _Queued(self, call.id, key, method.name, call.held))
+            queued = Queued(self, call.id, key, method.name, call.held, self.server.max_frame)
+            self._submit(method.submit, params, queued)
             return
         scope = trio.CancelScope(deadline=self._deadline(method, params))
         request = Request(call.id, method.name, self.conn, scope,
@@ -471,7 +434,7 @@ class _Session:
                 frame = error_frame(request.id, exc, self.server.max_frame)
             except Exception as exc:
                 log.exception("%s failed", request.method)
-                frame = error_frame(request.id, _internal(exc), self.server.max_frame)
+                frame = error_frame(request.id, internal_error(exc), self.server.max_frame)
             finally:
                 del self.inflight[key]
             # The answer may wait for the writer; the request's params (and the
@@ -520,7 +483,7 @@ class _Session:
             else:
                 return
 
-    def _submit(self, submit: Submit, params: Any, reply: _Queued) -> None:
+    def _submit(self, submit: Submit, params: Any, reply: Queued) -> None:
         """Hand a queued request to its method, which answers through ``reply``."""
         self.inflight[reply.key] = reply
         try:
@@ -530,12 +493,12 @@ class _Session:
             return
         except Exception as exc:
             log.exception("%s failed", reply.method)
-            reply(_internal(exc))
+            reply(internal_error(exc))
             return
         if later is not None:
             self.conn.start_soon(self._submit_later, later, reply)
 
-    async def _submit_later(self, later: Awaitable[None], reply: _Queued) -> None:
+    async def _submit_later(self, later: Awaitable[None], reply: Queued) -> None:
         """Finish a submit that had to wait before it could queue (the log was
         not open yet). Only a cancellation of the whole connection reaches it,
         and then nothing was queued."""
@@ -545,7 +508,7 @@ class _Session:
             reply(exc)
         except Exception as exc:
             log.exception("%s failed", reply.method)
-            reply(_internal(exc))
+            reply(internal_error(exc))
         except BaseException:
             reply(RpcError(errors.DEADLINE_EXCEEDED, "context canceled"))
             raise
