@@ -120,3 +120,23 @@ def test_the_event_logs_page_reads_are_bulk_and_its_writes_are_not() -> None:
         "eventlog/branches",
     }
     assert not table["eventlog/watch"].bulk and not table["eventlog/append"].bulk
+
+
+def test_recalls_searches_and_expands_are_bulk_on_both_sources() -> None:
+    # Their answers can be megabytes (a max_candidates of thousands): before,
+    # a connection pipelining searches had every one in flight compute its
+    # answer, and 64 such clients took the daemon past the daemon-wide bound.
+    from streamd.recall.eventlog.service import LogRecallService
+    from streamd.recall.service import RecallService
+
+    class Conn:  # what the services ask of a connection at their start: nothing runs
+        def start_soon(self, *args: Any) -> None:
+            pass
+
+        def on_close(self, callback: Any) -> None:
+            pass
+
+    conn: Any = Conn()
+    for service in (RecallService(conn), LogRecallService(conn, lambda: None)):  # type: ignore[arg-type]
+        table = {m.name: m for m in service.methods()}
+        assert {name for name, m in table.items() if m.bulk} == {"recall/search", "recall/expand"}

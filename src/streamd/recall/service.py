@@ -81,8 +81,9 @@ class RecallService:
     def methods(self) -> list[Method]:
         return [
             Method("recall/initialize", InitializeParams, self.initialize),
-            Method("recall/search", SearchParams, self.search, deadline_of),
-            Method("recall/expand", ExpandParams, self.expand, deadline_of),
+            # Bulk: an answer can be megabytes (rpc/server, rpc/held).
+            Method("recall/search", SearchParams, self.search, deadline_of, bulk=True),
+            Method("recall/expand", ExpandParams, self.expand, deadline_of, bulk=True),
             Method("recall/health", HealthParams, self.health, deadline_of),
             Method("recall/refresh", RefreshParams, self.refresh, deadline_of),
         ]
