@@ -1,8 +1,11 @@
 """What clients that send and never read can make a daemon hold, in RSS.
 
     python bench/held_memory.py params [--connections 1] [--frames 16] [--method append]
+                                       [--max-held-bytes BYTES]
                                        [--frame-bytes 8388608]
     python bench/held_memory.py watches [--connections 1] [--watches 256]
+    python bench/held_memory.py answers [--connections 1] [--frames 16] [--method since]
+                                        [--records 10000] [--max-candidates N]
 
 Starts ``streamd serve --socket`` on a fresh SQLite log (``--synchronous NORMAL``:
 the writer's fsyncs are not what is measured), reads its RSS once the log is open,
@@ -14,10 +17,19 @@ then:
   once decoded: what it costs is the decoding); ``--method watch``: an
   ``eventlog/watch`` whose ``filter.branch_prefixes`` is ``["a","a",...]`` (held for
   the watch's life).
+* ``answers``: ``--method since``: a log of ``--records`` events of 1 KiB,
+  and each connection pipelines ``--frames`` ``eventlog/since`` of all of
+  them (pages of 4 MiB, the reply budget) and reads nothing; ``--method
+  search``: a JSONL stream of ``--records`` records of 1 KiB, each connection
+  initializes it with ``--max-candidates`` (default 10,000: answers of about
+  5 MiB), then pipelines ``--frames`` searches matching every record and
+  reads nothing. ``--connections 1 --frames 1 --max-candidates 1000000000``
+  measures one search whose answer passes the 8 MiB frame.
 * ``watches``: a log of ``--history-mib`` of 4 KiB events, a writer appending
   more throughout, and ``--watches`` watches from seq 0 on each of
   ``--connections``, none of them read.
 
+``--max-held-bytes`` is passed to the daemon (its own default otherwise).
 RSS is sampled every 0.2 s for ``--seconds``; printed: the RSS before, the
 highest sampled, the process's peak (``VmHWM``) and what the daemon answered the
 first request of each connection with, when it did. Asserts nothing.
@@ -57,6 +69,16 @@ def padded(rid: int, method: str, params: dict[str, object], item: bytes, size: 
     return head + b"[" + b",".join([item] * count) + b"]" + tail
 
 
+def recall_stream(directory: Path, records: int) -> None:
+    """A JSONL stream of ``records`` records of about 1 KiB, all matching "adapter"."""
+    lines = [json.dumps({"schema": 2, "id": f"r{i}", "event_time": "2026-05-02T10:00:00Z",
+                         "title": f"adapter record {i}",
+                         "text": "adapter " + "lorem ipsum " * 80}).encode() + b"\n"
+             for i in range(records)]
+    directory.mkdir()
+    (directory / "a.jsonl").write_bytes(b"".join(lines))
+
+
 def connect(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX)
     sock.connect(path)
@@ -77,12 +99,20 @@ def ask(path: str, frame: bytes) -> dict[str, object]:
 
 
 class Flood(threading.Thread):
-    """One connection sending its frames and never reading."""
+    """One connection sending its frames and never reading (after the
+    answer to ``first``, when given)."""
 
-    def __init__(self, path: str, frames: list[bytes]) -> None:
+    def __init__(self, path: str, frames: list[bytes], first: bytes | None = None) -> None:
         super().__init__(daemon=True)
         self.sock = connect(path)
         self.frames = frames
+        if first is not None:
+            self.sock.sendall(first)
+            got = b""
+            while not got.endswith(b"\n"):
+                got += self.sock.recv(1 << 16)
+            if b'"result"' not in got:
+                raise RuntimeError(got.decode(errors="replace")[:300])
 
     def run(self) -> None:
         try:
@@ -129,27 +159,34 @@ class Writer(threading.Thread):
                 pass  # the daemon stopped under it, at the end
 
 
-def event(i: int) -> dict[str, object]:
+def event(i: int, size: int = 4000) -> dict[str, object]:
     return {"app": "bench", "user": "u", "session": f"s{i % 16}",
-            "event": {"id": f"e{i}", "author": "a", "content": {"text": f"{i} " + "x" * 4000}}}
+            "event": {"id": f"e{i}", "author": "a", "content": {"text": f"{i} " + "x" * size}}}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("scenario", choices=("params", "watches"))
+    p.add_argument("scenario", choices=("params", "watches", "answers"))
     p.add_argument("--connections", type=int, default=1)
     p.add_argument("--frames", type=int, default=16)
-    p.add_argument("--method", choices=("append", "watch"), default="append")
+    p.add_argument("--method", choices=("append", "watch", "since", "search"),
+                   default=None, help="append (params), since (answers)")
+    p.add_argument("--records", type=int, default=10_000)
+    p.add_argument("--max-held-bytes", type=int, default=0,
+                   help="the daemon's --max-held-bytes (default: its own)")
+    p.add_argument("--max-candidates", type=int, default=10_000)
     p.add_argument("--frame-bytes", type=int, default=8 << 20)
     p.add_argument("--watches", type=int, default=256)
     p.add_argument("--history-mib", type=int, default=64)
     p.add_argument("--seconds", type=float, default=20.0)
     args = p.parse_args(argv)
+    args.method = args.method or ("since" if args.scenario == "answers" else "append")
     with tempfile.TemporaryDirectory(prefix="held-memory-") as work:
         path = str(Path(work) / "d.sock")
         daemon = subprocess.Popen(
             [sys.executable, "-m", "streamd", "serve", "--socket", path, "--db",
-             str(Path(work) / "log.db"), "--synchronous", "NORMAL"],
+             str(Path(work) / "log.db"), "--synchronous", "NORMAL",
+             *([f"--max-held-bytes={args.max_held_bytes}"] if args.max_held_bytes else [])],
             stdin=subprocess.DEVNULL,
         )
         try:
@@ -168,21 +205,47 @@ def main(argv: list[str] | None = None) -> int:
                     batch = [event(i) for i in range(start, start + 200)]
                     ask(path, request(1, "eventlog/append_batch", {"appends": batch}))
                 writer = Writer(path, args.history_mib * 256)
+            if args.scenario == "answers" and args.method == "since":
+                for start in range(0, args.records, 200):
+                    batch = [event(i, 1000) for i in range(start, min(start + 200, args.records))]
+                    ask(path, request(1, "eventlog/append_batch", {"appends": batch}))
+            if args.scenario == "answers" and args.method == "search":
+                recall_stream(Path(work) / "data", args.records)
+            body = b""
+            if args.scenario == "params":
+                item = b"{}" if args.method == "append" else b'"a"'
+                # One body for every frame: building each anew took minutes at 64 connections.
+                # (The envelope's bytes left out of the body, so the frame stays within size.)
+                body = padded(0, "x", {"p": "@"}, item, args.frame_bytes - 1024)
+                body = body[body.index(b"["):body.rindex(b"]") + 1]
             before = status(daemon.pid, "VmRSS")
             floods = []
             for c in range(args.connections):
+                first = None
                 if args.scenario == "watches":
                     frames = [request(i, "eventlog/watch", {"from_seq": 0})
                               for i in range(args.watches)]
+                elif args.scenario == "answers" and args.method == "since":
+                    frames = [request(i, "eventlog/since", {"from_seq": 0, "limit": 10_000})
+                              for i in range(args.frames)]
+                elif args.scenario == "answers":
+                    first = request(0, "recall/initialize", {
+                        "protocol_version_min": 1, "protocol_version_max": 1,
+                        "workdir": work, "source_id": "bench", "location": f"{work}/data",
+                        "settings": {"files": ["a.jsonl"],
+                                     "max_candidates": args.max_candidates}})
+                    frames = [request(i, "recall/search", {
+                        "query": "adapter", "filters": {}, "limit": 0,
+                        "deadline": "2999-01-01T00:00:00Z"}) for i in range(1, args.frames + 1)]
                 elif args.method == "append":
-                    frames = [padded(i, "eventlog/append", {
+                    frames = [request(i, "eventlog/append", {
                         "app": "bench", "user": "u", "session": f"c{c}",
-                        "event": {"id": f"e{i}", "author": "a", "content": "@"}},
-                        b"{}", args.frame_bytes) for i in range(args.frames)]
+                        "event": {"id": f"e{i}", "author": "a", "content": "@"}})
+                        .replace(b'"@"', body) for i in range(args.frames)]
                 else:
-                    frames = [padded(i, "eventlog/watch", {"filter": {"branch_prefixes": "@"}},
-                                     b'"a"', args.frame_bytes) for i in range(args.frames)]
-                floods.append(Flood(path, frames))
+                    frames = [request(i, "eventlog/watch", {"filter": {"branch_prefixes": "@"}})
+                              .replace(b'"@"', body) for i in range(args.frames)]
+                floods.append(Flood(path, frames, first))
             if writer is not None:
                 writer.start()
             for flood in floods:
@@ -193,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
             mib = 1 << 20
             print(f"{args.scenario} connections={args.connections} "
                   + (f"watches={args.watches}" if args.scenario == "watches"
-                     else f"method={args.method} frames={args.frames}x{args.frame_bytes}"))
+                     else f"method={args.method} frames={args.frames}x{args.frame_bytes}"
+                     if args.scenario == "params"
+                     else f"method={args.method} frames={args.frames} records={args.records}"
+                     f" max_candidates={args.max_candidates}"))
             print(f"RSS before {before / mib:.0f} MiB, highest sampled {top / mib:.0f} MiB,"
                   f" peak (VmHWM) {status(daemon.pid, 'VmHWM') / mib:.0f} MiB")
             print(f"first answer: {floods[0].first_answer()}")

@@ -202,12 +202,25 @@ async def test_the_daemon_applies_its_synchronous_watch_interval_and_watch_budge
          Config(None, 0.2, "FULL", watch_total_bytes=1 << 20)),
         (["--max-leases", "50", "serve"], {}, Config(None, 0.2, "FULL", max_leases=50)),
         (["daemon", "--max-leases", "50"], {}, Config(None, 0.2, "FULL", max_leases=50)),
+        (["--max-held-bytes", "268435456", "serve"], {},
+         Config(None, 0.2, "FULL", max_held_bytes=256 << 20)),
+        (["daemon", "--max-held-bytes", "268435456"], {},
+         Config(None, 0.2, "FULL", max_held_bytes=256 << 20)),
     ],
 )
 def test_daemon_options_reach_the_config_before_or_after_serve(
     argv: list[str], env: dict[str, str], want: Config
 ) -> None:
     assert _config(build_parser().parse_args(argv)) == want
+
+
+def test_the_held_bytes_limit_reaches_the_daemons_servers(tmp_path: Path) -> None:
+    from streamd.resident.server import ResidentDaemon, ResidentOptions
+
+    daemon = Daemon(Config(max_held_bytes=256 << 20))
+    assert daemon.server().held.limit == 256 << 20
+    resident = ResidentDaemon(daemon, ResidentOptions(runtime_dir=str(tmp_path)))
+    assert resident.server.held.limit == 256 << 20
 
 
 # --- the real process -------------------------------------------------------------------
