@@ -21,8 +21,9 @@ to gigabytes (``bench/held_memory.py``). The rules:
 * So a client that holds little is served at once whatever the others hold,
   and the total stays within the limit (half for the common part, plus at
   most a share for each connection), but for answers that cannot wait (a
-  queued append's reply, charged whatever the total) and a share that shrinks
-  while it is held because a connection joined.
+  queued append's reply, charged whatever the total), the read that took a
+  connection past its share (64 KiB at most) and a share that shrinks while
+  it is held because a connection joined.
 * The hog is the one that waits: it is past its share by definition, and a
   waiter is woken by any release, its own peer reading included.
 
@@ -63,7 +64,7 @@ class HeldBudget:
         self.total = 0
         """The sum of every open account's ``held``."""
         self.peak = 0
-        """The highest ``total`` seen: what tests and ``status`` read."""
+        """The highest ``total`` seen (what the tests assert on, never RSS)."""
         self.accounts = 0
         self._freed = trio.lowlevel.ParkingLot()
 
