@@ -42,8 +42,7 @@ MAX_SAID = 1 << 16
 PATH_OPTIONS = ("--db", "--log-file", "--runtime-dir")
 VALUE_OPTIONS = (
     *PATH_OPTIONS, "--watch-interval-ms", "--watch-buffer-bytes", "--watch-total-bytes",
-    "--synchronous", "--max-leases",
-    "--synchronous", "--max-held-bytes",
+    "--synchronous", "--max-leases", "--max-held-bytes",
     "--idle-exit", "--source-idle", "--max-sources", "--max-connections", "--announce-version",
 )
 FLAG_OPTIONS = ("--verbose", "-v", "--help", "-h")
