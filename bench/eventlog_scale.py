@@ -45,6 +45,9 @@ APP = "scale"
 NOW_US = 1_760_000_000_000_000
 EPOCH = dt.datetime.fromtimestamp(NOW_US / 1e6, dt.UTC)
 AUTHORS = ("user", "planner", "coder", "reviewer")
+BATCH = 2000
+MYSQL_SCHEMES = ("mysql://", "mariadb://")
+SERVER_SCHEMES = ("postgresql://", "postgres://", *MYSQL_SCHEMES)
 
 
 def address(i: int, sessions: int) -> tuple[str, str]:
@@ -52,19 +55,63 @@ def address(i: int, sessions: int) -> tuple[str, str]:
     return f"u{s % 100}", f"s{s}"
 
 
-def fill(db: Path, events: int, sessions: int) -> None:
-    """The log, written in batches in process (its writing is not measured)."""
-    store = SqliteStore.open(str(db), SqliteOptions(synchronous="NORMAL"))
+def is_server(db: str) -> bool:
+    return db.startswith(SERVER_SCHEMES)
+
+
+def open_store(db: str) -> Any:
+    """The store of ``db`` in process, for the fill."""
+    if db.startswith(MYSQL_SCHEMES):
+        from streamd.eventlog.mysql.store import MysqlOptions, MysqlStore
+
+        return MysqlStore.open(db, MysqlOptions(synchronous="NORMAL"))
+    if is_server(db):
+        from streamd.eventlog.postgres.store import PostgresOptions, PostgresStore
+
+        return PostgresStore.open(db, PostgresOptions(synchronous="NORMAL"))
+    return SqliteStore.open(db, SqliteOptions(synchronous="NORMAL"))
+
+
+def query(store: Any, db: str, sql: str) -> Any:
+    """The first value of one statement on the fill's connection."""
+    if db.startswith(MYSQL_SCHEMES):
+        cur = store.connection.cursor()
+        cur.execute(sql)
+        return cur.fetchone()[0]
+    return store.connection.execute(sql).fetchone()[0]
+
+
+def size_mib(db: str) -> float:
+    """What the log takes: the file, or the server's tables and indexes."""
+    if not is_server(db):
+        return Path(db).stat().st_size / 2**20
+    store = open_store(db)
     try:
-        have = store.connection.execute("SELECT count(*) FROM events").fetchall()[0][0]
+        if db.startswith(MYSQL_SCHEMES):
+            sql = ("SELECT sum(data_length + index_length) FROM information_schema.tables"
+                   " WHERE table_schema = database()")
+        else:
+            sql = ("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
+                   " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                   " WHERE n.nspname = 'streamd' AND c.relkind = 'r'")
+        return int(query(store, db, sql)) / 2**20
+    finally:
+        store.close()
+
+
+def fill(db: str, events: int, sessions: int) -> None:
+    """The log, written in batches in process (its writing is not measured)."""
+    store = open_store(db)
+    try:
+        have = query(store, db, "SELECT count(*) FROM events")
         if have >= events:
             return
         if have:
             raise SystemExit(f"{db} holds {have} events, not {events}: remove it first")
         started = time.perf_counter()
-        for start in range(0, events, 1000):
+        for start in range(0, events, BATCH):
             batch = []
-            for i in range(start, min(events, start + 1000)):
+            for i in range(start, min(events, start + BATCH)):
                 user, session = address(i, sessions)
                 delta = None
                 if i % 25 == 0:
@@ -78,8 +125,7 @@ def fill(db: Path, events: int, sessions: int) -> None:
                     state_delta=delta,
                 ))
             store.append_batch(batch, NOW_US + start * 1000)
-        print(f"filled {events:,} events in {time.perf_counter() - started:.1f} s,"
-              f" {db.stat().st_size / 2**20:.0f} MiB", flush=True)
+        print(f"filled {events:,} events in {time.perf_counter() - started:.1f} s", flush=True)
     finally:
         store.close()
 
@@ -109,10 +155,10 @@ class Conn:
         return answer["result"]
 
 
-def start(db: Path, sock: str) -> tuple[subprocess.Popen[bytes], float]:
+def start(db: str, sock: str) -> tuple[subprocess.Popen[bytes], float]:
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamd", "serve", "--socket", sock, "--db", str(db),
+        [sys.executable, "-m", "streamd", "serve", "--socket", sock, "--db", db,
          "--synchronous", "FULL"], stdin=subprocess.DEVNULL)
     while True:  # a process's start-up: there is no event to wait on
         try:
@@ -162,6 +208,17 @@ def calls(conn: Conn, events: int, sessions: int) -> list[tuple[str, Callable[[i
     def ask(method: str, params: dict[str, Any]) -> Callable[[int], object]:
         return lambda _: conn.ask(method, params)
 
+    def compact_keeping_all(_: int) -> object:
+        # Every rule's step runs and finds nothing to remove: what a daemon's
+        # periodic compaction costs a log that is within its policy.
+        far = 10**9
+        conn.ask("eventlog/retention.set",
+                 {"app": APP, "max_age_s": far, "max_events": far, "idle_s": far})
+        try:
+            return conn.ask("eventlog/compact", {"app": APP, "vacuum": "none"})
+        finally:
+            conn.ask("eventlog/retention.set", {"app": APP})
+
     return [
         ("append (FULL), a random session", append),
         ("latest_seq", ask("eventlog/latest_seq", {})),
@@ -189,26 +246,45 @@ def calls(conn: Conn, events: int, sessions: int) -> list[tuple[str, Callable[[i
         ("state.get as of the middle",
          ask("eventlog/state.get", {**sess, "as_of_seq": middle})),
         ("compact (no policy)", ask("eventlog/compact", {"app": APP, "vacuum": "none"})),
+        ("compact, a policy that removes nothing", compact_keeping_all),
     ]
 
 
-def cli_seconds(db: Path, *args: str) -> float:
+def store_calls(db: str) -> None:
+    """Reads no wire method makes (``log tail -n`` asks them), in process."""
+    from streamd.eventlog.model import Filter
+
+    store = open_store(db)
+    try:
+        for name, flt in (("one session", Filter(app=APP, user="u42", session="s42")),
+                          ("one user", Filter(app=APP, user="u42"))):
+            p50, p99 = timed(20, lambda _, f=flt: store.nth_newest_seq(f, 10))  # type: ignore[misc]
+            print(f"{'nth_newest_seq(10), ' + name:45} {p50:9.3f} {p99:9.3f}", flush=True)
+    finally:
+        store.close()
+
+
+def cli_seconds(db: str, *args: str) -> float:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "streamd", "log", "--db", str(db), *args],
+    subprocess.run([sys.executable, "-m", "streamd", "log", "--db", db, *args],
                    check=True, capture_output=True)
     return time.perf_counter() - started
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--db", type=Path, required=True)
+    ap.add_argument("--db", required=True,
+                    help="a SQLite file, or a postgresql:// or mysql:// URL")
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--sessions", type=int, default=10_000)
     ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--fill-only", action="store_true", help="fill the log and stop")
     args = ap.parse_args()
     fill(args.db, args.events, args.sessions)
     print(f"{args.events:,} events, {args.sessions:,} sessions,"
-          f" {args.db.stat().st_size / 2**20:.0f} MiB; load {os.getloadavg()[0]:.1f}")
+          f" {size_mib(args.db):.0f} MiB; load {os.getloadavg()[0]:.1f}")
+    if args.fill_only:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         sock = f"{tmp}/d.sock"
         restarts = []
@@ -228,8 +304,10 @@ def main() -> None:
             print(f"daemon peak RSS {peak_rss_mb(proc.pid):.0f} MB")
         finally:
             stop(proc)
+        store_calls(args.db)
         print(f"log verify: {cli_seconds(args.db, 'verify'):.2f} s")
-        print(f"log backup: {cli_seconds(args.db, 'backup', f'{tmp}/copy.db'):.2f} s")
+        if not is_server(args.db):  # a server's log is backed up by its own tool
+            print(f"log backup: {cli_seconds(args.db, 'backup', f'{tmp}/copy.db'):.2f} s")
     print(f"load {os.getloadavg()[0]:.1f}")
 
 
