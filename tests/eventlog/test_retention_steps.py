@@ -93,13 +93,29 @@ def test_a_long_session_is_trimmed_oldest_first_within_the_bound(fx: Fixture) ->
 
 
 def test_finding_where_to_cut_is_bounded_too(fx: Fixture) -> None:
-    for name in ("s0", "s1", "s2", "s3", "s4"):
-        fill(fx.store, "app", name, 2)  # under the limit: nothing to cut, a walk each
-    # Each session's cut point costs max_events + 1 = 5 index entries: two a step.
+    for name in ("s0", "s1", "s2", "s3", "s4", "s5"):
+        fill(fx.store, "app", name, 3)  # under the limit: nothing to cut, a walk each
+    # Each walk reads the session's 3 index entries (it may read up to
+    # max_events + 1 = 5): three sessions fit a step's 10; the fourth's walk,
+    # cut at the 1 entry left, cannot tell and is walked again next step.
     steps = list(
         until_done(lambda prev: fx.store.trim_sessions("app", 4, None, T0, prev, Bounds(events=10)))
     )
-    assert [s.cursor for s in steps] == [("u", "s2"), ("u", "s4"), None]
+    assert [s.cursor for s in steps] == [("u", "s3"), None]
+    assert sum(s.events for s in steps) == 0
+
+
+def test_sessions_within_a_generous_limit_cost_a_step_for_what_they_hold(fx: Fixture) -> None:
+    # Charged the limit (1,001 entries) each, every session took a step of its
+    # own: a committed transaction per session of the log, 10,000 of them (26 s
+    # on PostgreSQL) for a compaction that removed nothing.
+    for i in range(20):
+        fill(fx.store, "app", f"s{i:02}", 3)
+    steps = list(
+        until_done(lambda prev: fx.store.trim_sessions(
+            "app", 1000, None, T0, prev, Bounds(events=100)))
+    )
+    assert len(steps) == 1
     assert sum(s.events for s in steps) == 0
 
 

@@ -8,9 +8,10 @@ rules, the same for SQLite and PostgreSQL:
   deletes at most :attr:`Bounds.events` rows (events, and the state history of
   a session being dropped) and looks at no more than :attr:`Bounds.sessions`
   sessions; a ``max_events`` step also reads no more than that many index
-  entries to find where each session is cut (``max_events + 1`` a session,
-  one session a step at least). A session of 300,000 events is 60 steps, never one; appends queued
-  on the writer run between them. The one exemption is an explicit full
+  entries to find where each session is cut (what the session holds, up to
+  ``max_events + 1``; one session a step at least). A session of 300,000
+  events is 60 steps, never one; appends queued on the writer run between
+  them. The one exemption is an explicit full
   ``VACUUM`` (``compact`` with ``vacuum: "full"``), which rewrites the file as
   one operation and says so where it is offered.
 * **A session being dropped goes from the old end.** An idle session loses

@@ -197,26 +197,39 @@ def trim_sessions(
             del page[-1]
         walked = 0
         for user, session in page:
-            # Finding a cut point reads up to max_events + 1 index entries:
-            # bounded per step too (one session always, to move on).
-            if walked and walked + max_events + 1 > bounds.events:
+            # Finding a cut point reads the session's newest entries, up to
+            # max_events + 1: bounded per step too (one session always, to
+            # move on). A session is charged what its walk read, not the
+            # limit: charged max_events + 1 each, a log within a generous
+            # policy took a step, a committed transaction, per session
+            # (10,000 steps, 26 s on PostgreSQL at a million events).
+            want = max_events + 1
+            cap = want if not walked else min(want, bounds.events - walked)
+            if cap <= 0:
                 cursor = (user, session)
                 break
-            walked += max_events + 1
             key = (app, user, session)
-            cut = db.one(
-                f"SELECT seq FROM {by_session} WHERE {_SESSION}"
-                " ORDER BY seq DESC LIMIT 1 OFFSET ?",
-                (*key, max_events),
+            walk = db.one(
+                f"SELECT min(seq), count(*) FROM (SELECT seq FROM {by_session}"
+                f" WHERE {_SESSION} ORDER BY seq DESC LIMIT ?) AS newest",
+                (*key, cap),
             )
-            if cut is None:
-                continue
+            assert walk is not None  # an aggregate answers one row
+            cut, read = walk
+            walked += read
+            if read == cap < want:
+                # The bound ran out before the walk could tell: the next
+                # step walks this session first.
+                cursor = (user, session)
+                break
+            if read < want:
+                continue  # no more than max_events: nothing to cut
             done = previous.after_seq if previous and start == (user, session) else 0
             gone = db.delete_returning(
                 "events", "seq",
                 f"SELECT seq FROM {by_session} WHERE {_SESSION}"
                 " AND seq > ? AND seq <= ? AND seq <= ? ORDER BY seq LIMIT ?",
-                (*key, done, cut[0], keep, budget),
+                (*key, done, cut, keep, budget),
             )
             budget -= len(gone)
             if budget == 0:
