@@ -21,6 +21,10 @@ the first time one is asked for. On the reader it held every other client's
 reads for as long as it took: at a million events a ``branches`` call (then
 4.6 s) kept a ping waiting 4.3 s. In its own lane a scan waits only for
 other scans.
+
+On a server backend the other reads share a few connections
+(:mod:`~streamd.eventlog.reader_pool`): one slow for its answer alone (a
+whole long session) held up every other client's reads, a ping among them.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ import trio
 
 from streamd.errors import RpcError
 from streamd.eventlog import inline
+from streamd.eventlog.reader_pool import ReaderPool
+from streamd.eventlog.server_runner import ServerRunner
 from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner, InlineGate
 from streamd.eventlog.store import Backend, Role, Runner, closed_error
 
@@ -69,6 +75,8 @@ class Connections:
         self._writer: Runner | None = None
         self._reader: Runner | None = None
         self._scanner: Runner | None = None
+        self._readers: ReaderPool | None = None
+        """A server backend's reads (the reader and those opened beside it)."""
         self._closed = False
         self._scopes: set[trio.CancelScope] = set()
         self._inline_reads = InlineGate(inline.SLOW_READ_S, inline.BACKOFF_S)
@@ -126,6 +134,8 @@ class Connections:
                         await writer.aclose()
                         raise
                 self._writer, self._reader = writer, reader
+                if isinstance(reader, ServerRunner):
+                    self._readers = ReaderPool(reader, self._open_another_reader)
                 self._on_open(nursery, writer)
             if self._closed:
                 raise closed_error()
@@ -180,6 +190,13 @@ class Connections:
         assert self._scanner is not None
         return self._scanner
 
+    async def _open_another_reader(self) -> Runner:
+        """One more reader beside the first (a server backend's, all busy)."""
+        async with self._lock:  # close waits for it here (opening_done)
+            if self._closed:
+                raise closed_error()
+            return await self._open_backend("reader")
+
     async def write(self, op: Callable[[Backend], _T]) -> _T:
         try:
             return await self._call("writer", op)
@@ -193,7 +210,11 @@ class Connections:
             raise closed_error()
         with self.cancelled_by_close():
             writer, reader = await self.ensure_open()
-            return await (writer if role == "writer" else reader).run(op)
+            if role == "writer":
+                return await writer.run(op)
+            if self._readers is not None:
+                return await self._readers.run(op)
+            return await reader.run(op)
         raise closed_error()
 
     @contextmanager
@@ -245,4 +266,5 @@ class Connections:
 
     def _open_runners(self) -> list[Runner]:
         """The connections opened so far, the writer last (it closes last)."""
-        return [r for r in (self._scanner, self._reader, self._writer) if r is not None]
+        readers = self._readers.runners if self._readers is not None else [self._reader]
+        return [r for r in (self._scanner, *readers, self._writer) if r is not None]

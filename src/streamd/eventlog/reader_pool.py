@@ -1,0 +1,78 @@
+"""A server backend's reads: a few connections, each read on one that is free.
+
+A PostgreSQL or MySQL connection runs one statement at a time, and the log
+had one for every read that may not scan the log (the scans have a lane of
+their own, :mod:`~streamd.eventlog.connections`). A read that takes long
+for its answer alone (a whole long session, every session of a user, a page
+of events for an index) held every other client's reads for as long as it
+ran, a ping among them: a 1 s read made a ping of another client take 1 s.
+The server runs statements of several connections at once, so reads take the
+first free connection here, and one more is opened (up to :data:`READERS`)
+only when every one is busy: an idle daemon keeps the one it had, and a
+slow read holds up only what comes after :data:`READERS` of them.
+
+SQLite keeps its one reader: its small reads run inline on the event loop
+when it is idle (:mod:`~streamd.eventlog.sqlite.runner`), and its file is
+read by one process's connections through one page cache anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import trio
+
+from streamd.eventlog.store import Backend, Runner
+
+__all__ = ["READERS", "ReaderPool"]
+
+_T = TypeVar("_T")
+
+READERS = 4
+"""Connections one log reads through at most: a slow read and a few small ones
+at once, while a daemon's connections stay a handful (the writer, the scans'
+lane and, on PostgreSQL, the listener besides) of a server's hundred or so."""
+
+
+class ReaderPool:
+    """The reader's runner and the ones opened beside it when it was busy.
+
+    Invariant: every runner is either lent to one read or in ``_idle``; the
+    semaphore counts the reads in flight, so one is taken only when a runner
+    is idle or fewer than ``size`` are open."""
+
+    def __init__(
+        self, first: Runner, open_reader: Callable[[], Awaitable[Runner]], size: int | None = None
+    ) -> None:
+        size = READERS if size is None else size
+        if size < 1:
+            raise ValueError("a reader pool holds one connection at least")
+        self._open_reader = open_reader
+        self._all: list[Runner] = [first]
+        self._idle: list[Runner] = [first]
+        self._slots = trio.Semaphore(size)
+
+    @property
+    def runners(self) -> list[Runner]:
+        """Every connection opened so far, the first one first."""
+        return list(self._all)
+
+    async def run(self, op: Callable[[Backend], _T]) -> _T:
+        """``op`` on a free connection; the next one opened if none is."""
+        async with self._slots:
+            runner = await self._take()
+            try:
+                return await runner.run(op)
+            finally:
+                self._idle.append(runner)
+
+    async def _take(self) -> Runner:
+        if self._idle:
+            return self._idle.pop()  # the last returned: warm, under light load
+        # Shielded: a connection half opened when its caller was cancelled
+        # would be one nobody closes.
+        with trio.CancelScope(shield=True):
+            runner = await self._open_reader()
+        self._all.append(runner)
+        return runner

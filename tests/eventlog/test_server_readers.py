@@ -1,0 +1,113 @@
+"""On a server backend, a read that is slow for its answer alone holds up no
+other client: reads share a few connections (``eventlog/reader_pool.py``).
+
+With one reader connection, a 1 s read (a whole long session, every session
+of a user) made a ping of another client wait 1 s, and every other read with
+it. A store read is held here on a thread handshake, never timed; every test
+is bounded by ``trio.fail_after``. Each runs on PostgreSQL and MariaDB.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+from support.eventlog import ev, thread_event
+
+from streamd.eventlog import EventLog, reader_pool
+
+
+@pytest.fixture(params=["postgres", "mysql"])
+def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, type[Any]]]:
+    """A fresh log's URL on each server backend, and its store class."""
+    if request.param == "postgres":
+        import psycopg
+
+        from streamd.eventlog.postgres.store import PostgresStore
+
+        cluster = request.getfixturevalue("postgres_cluster")
+        conninfo = request.getfixturevalue("postgres_db")
+        name = psycopg.conninfo.conninfo_to_dict(conninfo)["dbname"]
+        yield cluster.url(name), PostgresStore
+    else:
+        from streamd.eventlog.mysql.store import MysqlStore
+
+        yield request.getfixturevalue("mysql_db"), MysqlStore
+
+
+def held(store_cls: type[Any], name: str, monkeypatch: pytest.MonkeyPatch,
+         ) -> tuple[threading.Event, threading.Event]:
+    """Make ``store_cls.name`` wait, once in it, until the second event is set;
+    the first is set when it is in."""
+    inside, finish = threading.Event(), threading.Event()
+    original = getattr(store_cls, name)
+
+    def waiting(self: Any, *args: Any) -> Any:
+        inside.set()
+        finish.wait(60)
+        return original(self, *args)
+
+    monkeypatch.setattr(store_cls, name, waiting)
+    return inside, finish
+
+
+async def test_a_slow_read_holds_up_no_ping_read_or_append_of_another_client(
+    server: tuple[str, type[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, store_cls = server
+    inside, finish = held(store_cls, "list_sessions", monkeypatch)
+    listed: list[int] = []
+    with trio.fail_after(60):
+        async with EventLog(url, synchronous="NORMAL") as log:
+            await log.append("a", "u", "s", ev("e0"))
+
+            async def slow_read() -> None:
+                listed.append(len(await log.list_sessions("a", "u")))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(slow_read)
+                await thread_event(inside)
+                try:
+                    # Before: the ping and the session read waited for the
+                    # slow read to end (here: for ever).
+                    with trio.fail_after(20):
+                        await log.ping()
+                        session = await log.get_session("a", "u", "s")
+                        await log.append("a", "u", "s", ev("e1"))
+                        assert await log.latest_seq() == 2
+                finally:
+                    finish.set()
+            assert [e.event.id for e in session.events] == ["e0"]
+    assert listed == [1]
+
+
+async def test_reads_open_no_more_connections_than_the_pool_holds(
+    server: tuple[str, type[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, store_cls = server
+    monkeypatch.setattr(reader_pool, "READERS", 2)
+    opened = 0
+    original_open = store_cls.open
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        nonlocal opened
+        opened += 1
+        return original_open(*args, **kw)
+
+    monkeypatch.setattr(store_cls, "open", counted)
+    inside, finish = held(store_cls, "list_sessions", monkeypatch)
+    with trio.fail_after(60):
+        async with EventLog(url, synchronous="NORMAL") as log:
+            await log.append("a", "u", "s", ev("e0"))
+            assert opened == 2  # the writer and the reader
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(log.list_sessions, "a", "u")
+                await thread_event(inside)
+                await trio.testing.wait_all_tasks_blocked()
+                finish.set()
+            # Two slow reads at once at most: the reader and one more.
+            assert opened == 3
