@@ -38,6 +38,7 @@ from __future__ import annotations
 
 __all__ = [
     "APPLICATION",
+    "DUPLICATE_KEY_NAME",
     "KEY_LENGTHS",
     "MIGRATIONS",
     "NOPAD_COLLATIONS",
@@ -48,6 +49,9 @@ __all__ = [
 APPLICATION = "streamd event log"
 NOPAD_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin")
 """Binary, no-pad utf8mb4 collations: MariaDB's, then MySQL 8's."""
+
+DUPLICATE_KEY_NAME = 1061
+"""The error of an index created again: the statement was done before."""
 
 KEY_LENGTHS = {
     "app_name": 255,
@@ -172,8 +176,18 @@ CREATE TABLE IF NOT EXISTS removal_order (
 INSERT IGNORE INTO removal_order (one) VALUES (1)
 """
 
+# Version 4: an app's events by time, as in PostgreSQL's version 5 (see
+# there); here the step read every event of the app after its cursor, content
+# and all (2.6-2.9 s at a million events, on the writer's connection, so
+# appends waited for it). InnoDB appends the primary key (``seq``) to the
+# index. Run again after a cut-short migration, it finds the index there
+# (``DUPLICATE_KEY_NAME``): MySQL 8 has no ``CREATE INDEX IF NOT EXISTS``.
+_V4 = """
+CREATE INDEX events_by_app_time ON events (app_name, event_time)
+"""
+
 # Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -501,7 +501,12 @@ def _migrate(conn: Any, database: str) -> None:
         collation = _nopad_collation(sql)
         for v in range(version, schema.SCHEMA_VERSION):
             for statement in schema.migration_statements(v, collation):
-                sql.run(statement)
+                try:
+                    sql.run(statement)
+                except MySQLdb.OperationalError as exc:
+                    # A migration cut short after its index was made.
+                    if _code(exc) != schema.DUPLICATE_KEY_NAME:
+                        raise
             sql.run("UPDATE streamd_meta SET version = ?", (v + 1,))
     finally:
         sql.one("SELECT RELEASE_LOCK(?)", (lock,))

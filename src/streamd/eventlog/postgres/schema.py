@@ -216,8 +216,19 @@ CREATE TABLE removal_order (one boolean PRIMARY KEY DEFAULT true CHECK (one));
 INSERT INTO removal_order DEFAULT VALUES;
 """
 
+# Version 5: an app's events by time, for the ``max_age_s`` rule's step
+# (:func:`~streamd.eventlog.store.retention.drop_old_events`). Without it the
+# step found the events older than its cutoff by reading every event of the
+# app after its cursor (or all of ``events_by_session_time``): at a million
+# events a step that found none took 0.1-0.3 s, and every compaction of an
+# app under such a policy ends with one. ``seq`` last: the step reads the
+# index alone to choose its rows.
+_V5 = """
+CREATE INDEX events_by_app_time ON events (app_name, event_time, seq);
+"""
+
 # Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

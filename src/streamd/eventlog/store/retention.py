@@ -20,6 +20,7 @@ from streamd.eventlog.store.steps import Bounds, KeepAfter, SessionCursor, Step,
 __all__ = [
     "drop_idle_sessions",
     "drop_old_events",
+    "old_events",
     "retention_policies",
     "set_retention",
     "trim_sessions",
@@ -147,19 +148,31 @@ def drop_old_events(
     """One bounded step of deleting the app's events timestamped before
     ``cutoff_us`` (none of a leased session, none after ``keep_after_seq``),
     in seq order from where the step before stopped."""
-    leased, largs = live_lease(db, "e", now_us)
     done = previous.after_seq if previous else 0
     with db.write(removes=True):
         keep = _keep(keep_after_seq)
         gone = db.delete_returning(
-            "events", "seq",
-            "SELECT seq FROM events e WHERE app_name = ?"
-            f" AND event_time < ? AND seq > ? AND seq <= ? AND NOT {leased}"
-            " ORDER BY seq LIMIT ?",
-            (app, cutoff_us, done, keep, *largs, bounds.events),
+            "events", "seq", *old_events(db, app, cutoff_us, done, keep, now_us, bounds.events)
         )
     n = len(gone)
     return Step(events=n, rows=n, more=n == bounds.events, after_seq=max(gone, default=done))
+
+
+def old_events(
+    db: Sql, app: str, cutoff_us: int, after: int, keep: int, now_us: int, limit: int
+) -> tuple[str, tuple[Any, ...]]:
+    """The SELECT of a :func:`drop_old_events` step: the first ``limit`` seqs
+    after ``after`` (up to ``keep``) of the app's unleased events older than
+    ``cutoff_us``. Where the backend has ``events_by_app_time`` (PostgreSQL,
+    MySQL), its planner reads the old events there when they are few (none,
+    at the end of most compactions), instead of every event after ``after``."""
+    leased, largs = live_lease(db, "e", now_us)
+    return (
+        "SELECT seq FROM events e WHERE app_name = ?"
+        f" AND event_time < ? AND seq > ? AND seq <= ? AND NOT {leased}"
+        " ORDER BY seq LIMIT ?",
+        (app, cutoff_us, after, keep, *largs, limit),
+    )
 
 
 def trim_sessions(
