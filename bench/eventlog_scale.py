@@ -1,6 +1,14 @@
 """What each event-log call costs on a log of a million events, and what a restart costs.
 
     python bench/eventlog_scale.py --db /tmp/scale.db [--events 1000000] [--sessions 10000]
+    python bench/eventlog_scale.py --db 'postgresql://streamd@/scale?host=...' (or mysql://...)
+
+``--db`` may name a PostgreSQL or MySQL database on a server of your own: the
+tests' throwaway servers start alone and print their URL
+(``python tests/support/pg_cluster.py``, ``python tests/support/mariadb_server.py``;
+create the database ``scale`` on it first). A server log is filled the same
+way, by the store's batched appends (``COPY`` on PostgreSQL), and is not
+backed up here (its own tool does that).
 
 The log at ``--db`` is filled once (kept and reused when it already holds
 ``--events``): one app, 100 users, ``--sessions`` sessions, events dealt to
@@ -15,6 +23,8 @@ Then, on ``streamd serve --socket`` of that file (``synchronous=FULL``):
 * every wire call a client makes, each ``--n`` times on one kept-open
   connection with a blocking client: p50 and p99 latency (what the daemon,
   the kernel and the client together cost; nothing else runs);
+* a client's pings while another lists every session of the app (a read
+  slow for its answer alone);
 * the daemon's peak RSS (``VmHWM``) after them;
 * ``streamd log verify`` and ``log backup`` of the whole file, one run each.
 
@@ -33,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -155,11 +166,16 @@ class Conn:
         return answer["result"]
 
 
-def start(db: str, sock: str) -> tuple[subprocess.Popen[bytes], float]:
+def start(db: str, sock: str, readers: int | None = None) -> tuple[subprocess.Popen[bytes], float]:
+    argv = ["serve", "--socket", sock, "--db", db, "--synchronous", "FULL"]
+    run = [sys.executable, "-m", "streamd"]
+    if readers is not None:  # a server log's reads held to that many connections
+        run = [sys.executable, "-c",
+               "import runpy, sys; from streamd.eventlog import reader_pool;"
+               f" reader_pool.READERS = {readers}; sys.argv[0] = 'streamd';"
+               " runpy.run_module('streamd', run_name='__main__')"]
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamd", "serve", "--socket", sock, "--db", db,
-         "--synchronous", "FULL"], stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen([*run, *argv], stdin=subprocess.DEVNULL)
     while True:  # a process's start-up: there is no event to wait on
         try:
             Conn(sock).ask("eventlog/ping", {})
@@ -250,6 +266,32 @@ def calls(conn: Conn, events: int, sessions: int) -> list[tuple[str, Callable[[i
     ]
 
 
+def beside(sock: str, n: int) -> None:
+    """A client's pings while another client lists every session of the app
+    (one read, slow for its answer alone, on the reader's connection)."""
+    busy, quick = Conn(sock), Conn(sock)
+    done = threading.Event()
+    lists: list[float] = []
+
+    def lister() -> None:
+        while not done.is_set():
+            t = time.perf_counter()
+            busy.ask("eventlog/sessions.list", {"app": APP})
+            lists.append((time.perf_counter() - t) * 1e3)
+
+    thread = threading.Thread(target=lister)
+    thread.start()
+    try:
+        while not lists:  # one list done: the lister runs
+            time.sleep(0.01)
+        p50, p99 = timed(n, lambda _: quick.ask("eventlog/ping", {}))
+    finally:
+        done.set()
+        thread.join()
+    print(f"{'ping beside sessions.list of the app':45} {p50:9.3f} {p99:9.3f}"
+          f"   (the list: p50 {statistics.median(lists):.0f} ms)", flush=True)
+
+
 def store_calls(db: str) -> None:
     """Reads no wire method makes (``log tail -n`` asks them), in process."""
     from streamd.eventlog.model import Filter
@@ -279,6 +321,10 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=10_000)
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--fill-only", action="store_true", help="fill the log and stop")
+    ap.add_argument("--beside-only", action="store_true",
+                    help="time only the pings beside a slow read")
+    ap.add_argument("--readers", type=int,
+                    help="hold a server log's reads to this many connections (1: as before)")
     args = ap.parse_args()
     fill(args.db, args.events, args.sessions)
     print(f"{args.events:,} events, {args.sessions:,} sessions,"
@@ -287,13 +333,20 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         sock = f"{tmp}/d.sock"
+        if args.beside_only:
+            proc, _ = start(args.db, sock, args.readers)
+            try:
+                beside(sock, args.n)
+            finally:
+                stop(proc)
+            return
         restarts = []
         for _ in range(3):
             proc, seconds = start(args.db, sock)
             restarts.append(seconds * 1e3)
             stop(proc)
         print(f"restart, spawn to first ping: {', '.join(f'{s:.0f}' for s in restarts)} ms")
-        proc, _ = start(args.db, sock)
+        proc, _ = start(args.db, sock, args.readers)
         try:
             conn = Conn(sock)
             print(f"{'call':45} {'p50 ms':>9} {'p99 ms':>9}")
@@ -301,6 +354,7 @@ def main() -> None:
                 n = args.n if "compact" not in name else max(5, args.n // 20)
                 p50, p99 = timed(n, call)
                 print(f"{name:45} {p50:9.3f} {p99:9.3f}", flush=True)
+            beside(sock, args.n)
             print(f"daemon peak RSS {peak_rss_mb(proc.pid):.0f} MB")
         finally:
             stop(proc)
