@@ -110,3 +110,32 @@ def test_a_current_state_that_does_not_parse_leaves_the_fold_of_every_delta(
     newest = fx.store.latest_seq(None)
     fx.raw("UPDATE app_states SET state = '{broken'", ())
     assert fx.store.get_state("app", None, None, newest - 1).app == {"k0": 0, "k1": 1}
+
+
+def test_a_state_as_of_a_seq_on_mysql_reads_only_the_rows_it_folds(mysql_db: str) -> None:
+    # The same 2,000 deltas. MariaDB read every delta up to the middle seq
+    # for one statement ordered by (seq, rev) and sorted them: its rows
+    # examined (Handler_read_*) grew with the log.
+    from streamd.eventlog.mysql.store import MysqlStore
+
+    store = MysqlStore.open(mysql_db)
+    try:
+        seqs = [
+            r.seq
+            for r in store.append_batch(
+                [ap(ev(f"e{i}"), state_delta=StateDelta(app={"n": i, "m": -i}))
+                 for i in range(2000)],
+                T0,
+            )
+        ]
+        cur = store.connection.cursor()
+        cur.execute("ANALYZE TABLE state_deltas")
+        cur.fetchall()
+        cur.execute("FLUSH STATUS")
+        got = store.get_state("app", None, None, seqs[999])
+        cur.execute("SHOW SESSION STATUS LIKE 'Handler_read%'")
+        examined = sum(int(value) for _, value in cur.fetchall())
+        assert list(got.app.items()) == [("n", 999), ("m", -999)]
+        assert examined < 50, examined
+    finally:
+        store.close()

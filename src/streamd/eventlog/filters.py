@@ -102,10 +102,22 @@ class Dialect:
     """Whether ``SELECT DISTINCT`` of an index's first column skips from key
     to key (MariaDB's and MySQL's loose index scan) instead of reading every
     entry."""
+    force_index: bool = False
+    """Whether ``FORCE INDEX`` makes a read a range of an index (MariaDB's
+    planner takes equality on a key's first columns for the whole read, and
+    walks every entry under them past a bound on the next)."""
 
     def indexed(self, table: str, index: str) -> str:
         """``table`` read through ``index``, where the dialect says so."""
         return f"{table} INDEXED BY {index}" if self.index_hints else table
+
+    def ranged(self, table: str, index: str) -> str:
+        """``table`` read as a range of ``index``: pinned where the dialect
+        pins reads (:meth:`indexed`), forced where its planner would read the
+        index otherwise (:attr:`force_index`)."""
+        if self.force_index:
+            return f"{table} FORCE INDEX ({index})"
+        return self.indexed(table, index)
 
     def scanned(self, table: str) -> str:
         """``table`` read in its own order, where the dialect says so."""
@@ -157,7 +169,7 @@ POSTGRES = Dialect(
 )
 MYSQL = Dialect(
     "mysql", param="%s", false="FALSE", greatest="GREATEST", for_update=" FOR UPDATE",
-    loose_distinct=True,
+    loose_distinct=True, force_index=True,
 )
 
 # Every branch that continues a prefix at a segment boundary lies in

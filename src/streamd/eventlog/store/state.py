@@ -104,7 +104,9 @@ def _current_keys(
         return None
 
 
-_DELTAS = "FROM state_deltas WHERE scope = ? AND app_name = ? AND user_id = ? AND session_id = ?"
+_KEY = "scope = ? AND app_name = ? AND user_id = ? AND session_id = ?"
+_DELTAS = f"FROM state_deltas WHERE {_KEY}"
+_LEAST_SEQ = -(2**63)
 
 
 def _fold_forward(
@@ -123,29 +125,35 @@ def _deltas_newest_first(
     db: Sql, scope: str, app: str, user: str, session: str, as_of_seq: int
 ) -> Iterator[str]:
     """The scope's deltas up to ``as_of_seq``, newest first (a delta's rev
-    orders those of one seq), in pages that grow from a few rows: a server's
-    driver reads a whole result at once, and the first rows usually do."""
+    orders those of one seq), in pages that grow from a few seqs: a server's
+    driver reads a whole result at once, and the first rows usually do.
+
+    A page is the deltas of its seqs: the least of them is found first, in
+    the index alone, then the deltas between it and the page's top are read.
+    Asked in one statement for the newest deltas by (seq, rev), MariaDB read
+    every delta of the key up to ``as_of_seq`` and sorted them (``rev`` is
+    not a column of ``state_deltas_by_key`` there, whose key would pass
+    InnoDB's 3,072 bytes): 20,000 for an app's state as of the middle of a
+    million-event log, 30-39 ms. Now a page reads its own rows."""
     key = (scope, app, user, session)
-    after: tuple[int, int] | None = None
+    by_key = db.dialect.ranged("state_deltas", "state_deltas_by_key")
+    top = as_of_seq
     page = 4
     while True:
-        if after is None:
-            found = db.rows(
-                f"SELECT seq, rev, delta {_DELTAS} AND seq <= ?"
-                " ORDER BY seq DESC, rev DESC LIMIT ?",
-                (*key, as_of_seq, page),
-            )
-        else:
-            found = db.rows(
-                f"SELECT seq, rev, delta {_DELTAS} AND seq <= ? AND (seq < ? OR rev < ?)"
-                " ORDER BY seq DESC, rev DESC LIMIT ?",
-                (*key, after[0], after[0], after[1], page),
-            )
-        for _, _, text in found:
+        least = db.one(
+            f"SELECT seq FROM {by_key} WHERE {_KEY} AND seq <= ?"
+            " ORDER BY seq DESC LIMIT 1 OFFSET ?",
+            (*key, top, page - 1),
+        )
+        low = least[0] if least is not None else _LEAST_SEQ
+        for (text,) in db.rows(
+            f"SELECT delta {_DELTAS} AND seq <= ? AND seq >= ? ORDER BY seq DESC, rev DESC",
+            (*key, top, low),
+        ):
             yield text
-        if len(found) < page:
+        if least is None:
             return
-        after, page = (found[-1][0], found[-1][1]), min(1024, 4 * page)
+        top, page = low - 1, min(1024, 4 * page)
 
 
 def get_state(
