@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from support.eventlog import ev, thread_event
 
 from streamd.eventlog import EventLog, reader_pool
