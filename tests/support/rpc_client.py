@@ -59,6 +59,15 @@ class Client:
             await self._pump()
         return self.responses.pop(request_id)
 
+    async def first_responses(
+        self, request_ids: list[int], count: int
+    ) -> dict[int, dict[str, Any]]:
+        """The first ``count`` of ``request_ids`` to be answered, whichever they
+        are (the daemon runs a connection's requests as tasks, in no set order)."""
+        while sum(i in self.responses for i in request_ids) < count:
+            await self._pump()
+        return {i: self.responses.pop(i) for i in request_ids if i in self.responses}
+
     async def notification(self) -> dict[str, Any]:
         while not self.notifications:
             await self._pump()
