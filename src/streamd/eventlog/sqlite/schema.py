@@ -215,8 +215,21 @@ CREATE TRIGGER events_record_removal AFTER DELETE ON events
     END;
 """
 
+# Version 7: an app's events by time, for the ``max_age_s`` rule's step
+# (:func:`~streamd.eventlog.store.retention.drop_old_events`). Without it the
+# step read every entry of the app in ``events_by_session_time`` (the time is
+# not its second column) to find none old: 4,001,516 VM steps, 60-85 ms at a
+# million events, on the writer's connection, at the end of every compaction
+# under such a policy. With it such a step reads 5 pages. The user and session
+# let the step judge leases in the index alone (the seq is the rowid, in every
+# index), so a step with many old events reads fewer entries than before, not
+# a table row for each. Building it at a million events: about 1 s.
+_V7 = """
+CREATE INDEX events_by_app_time ON events (app_name, event_time, user_id, session_id);
+"""
+
 # Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

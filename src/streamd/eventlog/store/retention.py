@@ -163,9 +163,9 @@ def old_events(
 ) -> tuple[str, tuple[Any, ...]]:
     """The SELECT of a :func:`drop_old_events` step: the first ``limit`` seqs
     after ``after`` (up to ``keep``) of the app's unleased events older than
-    ``cutoff_us``. Where the backend has ``events_by_app_time`` (PostgreSQL,
-    MySQL), its planner reads the old events there when they are few (none,
-    at the end of most compactions), instead of every event after ``after``."""
+    ``cutoff_us``. Every backend has ``events_by_app_time``: its planner
+    reads the old events there when they are few (none, at the end of most
+    compactions), instead of every event after ``after``."""
     leased, largs = live_lease(db, "e", now_us)
     return (
         "SELECT seq FROM events e WHERE app_name = ?"
