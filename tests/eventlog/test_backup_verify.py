@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -457,7 +458,17 @@ def test_verify_finds_each_planted_corruption(log_db: Path, planted: str) -> Non
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert any(line.startswith(finding) for line in lines), lines
-    assert "problems found" in done.stderr
+    assert re.search(r"\b\d+ problems? found in ", done.stderr), done.stderr
+
+
+def test_verify_counts_one_problem_in_the_singular(log_db: Path) -> None:
+    # "1 problems found" read as a bug, as "1 events" did in backup's line.
+    _sql(log_db, "UPDATE sqlite_sequence SET seq = 10 WHERE name = 'events'")
+    done = streamd_log(log_db, "verify")
+    assert done.returncode == 1, done.stdout + done.stderr
+    [finding] = done.stdout.splitlines()
+    assert finding.startswith("seq: the newest seq given is 10, below the newest event's 2000")
+    assert done.stderr == f"streamd: 1 problem found in {log_db}\n"
 
 
 def test_verify_lists_at_most_fifty_findings_of_a_kind_then_counts_the_rest(

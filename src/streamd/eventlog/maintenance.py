@@ -139,7 +139,7 @@ def _verify(path: Path | str, args: argparse.Namespace) -> int:
             _out(f"ok: {where}: {_count(report.events, 'event')}, newest seq"
                  f" {report.newest_seq}, {_count(report.sessions, 'session')}")
         return 0
-    print(f"streamd: {len(report.problems)} problems found in {where}", file=sys.stderr)
+    print(f"streamd: {_count(len(report.problems), 'problem')} found in {where}", file=sys.stderr)
     return 1
 
 
