@@ -24,6 +24,7 @@ from msgspec import UNSET
 from streamd.errors import LOCATOR_EXPIRED, LOCATOR_UNKNOWN, RpcError
 from streamd.eventlog.store import EventRow
 from streamd.golang import gotime
+from streamd.recall.answer_size import Candidates
 from streamd.recall.answers import failure_reason
 from streamd.recall.eventlog.build import LogGeneration
 from streamd.recall.eventlog.project import line
@@ -103,32 +104,36 @@ class LogAnswers:
 
     def search_result(self, generation: LogGeneration, ranked: Ranked,
                       rows: dict[int, EventRow], elapsed_ms: int,
-                      stop: Stop | None = None) -> SearchResult:
+                      max_bytes: int | None = None, stop: Stop | None = None) -> SearchResult:
         """``rows``: the hits' rows by seq, every one present (see ``gone``);
         ``ranked`` with the relevances of its hits (``with_relevances``).
-        Raises ``Stopped`` once ``stop`` is set."""
-        candidates = []
+        Raises ``Stopped`` once ``stop`` is set; ``AnswerTooLarge`` when the
+        result would encode past ``max_bytes``, keeping no more candidates
+        once it knows (:mod:`~streamd.recall.answer_size`), as the stream
+        source does."""
+        candidates = Candidates(max_bytes)
         rels = ranked.relevances
         assert rels is not None and len(rels) == len(ranked.hits), "relevances of these hits"
         for position, (hit, rel) in enumerate(zip(ranked.hits, rels, strict=True), start=1):
             check(stop)
             row = rows[generation.seq_of(hit.rec)]
-            candidates.append(self._candidate(generation, hit, row, position, rel, ranked.terms))
-        return SearchResult(
-            candidates=candidates,
-            diagnostics=SearchDiagnostics(
-                coverage=generation.coverage,
-                elapsed_ms=elapsed_ms,
-                failed_records=generation.failed,
-                generation=generation.name,
-                indexed=generation.indexed,
-                matched=ranked.matched,
-                query_mode=mode_of(ranked.terms, ranked.any_exact),
-                terms=len(ranked.terms),
-            ),
+            candidates.add(self._candidate(generation, hit, row, position, rel, ranked.terms))
+        diagnostics = SearchDiagnostics(
+            coverage=generation.coverage,
+            elapsed_ms=elapsed_ms,
+            failed_records=generation.failed,
+            generation=generation.name,
+            indexed=generation.indexed,
+            matched=ranked.matched,
+            query_mode=mode_of(ranked.terms, ranked.any_exact),
+            terms=len(ranked.terms),
+        )
+        return candidates.result(lambda kept: SearchResult(
+            candidates=kept,
+            diagnostics=diagnostics,
             source_watermark=generation.watermark,
             outcome="success" if generation.complete else "partial",
-        )
+        ))
 
     def _candidate(self, generation: LogGeneration, hit: Hit, row: EventRow, position: int,
                    rel: float, terms: list[str]) -> Candidate:

@@ -32,6 +32,7 @@ from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import dbtarget
 from streamd.eventlog.dbtarget import DbTarget
 from streamd.eventlog.requests import LogRequests
+from streamd.recall.answer_size import AnswerTooLarge
 from streamd.recall.answers import check_protocol
 from streamd.recall.eventlog.answers import LogAnswers
 from streamd.recall.eventlog.context import context_rows
@@ -54,6 +55,7 @@ from streamd.recall.wire import (
     deadline_of,
 )
 from streamd.rpc import Connection, Method, Request
+from streamd.rpc.protocol import oversized_result, result_room
 
 __all__ = ["LogOpener", "LogRecallService", "log_target", "same_log"]
 
@@ -255,7 +257,11 @@ class LogRecallService:
                 ranked.hits = [hit for hit in ranked.hits if hit.rec not in gone]
             ranked = await self._work(with_relevances, generation.view, ranked)
             elapsed_ms = (self.clock() - started) // 1_000_000
-            return await self._work(answers.search_result, generation, ranked, rows, elapsed_ms)
+            try:
+                return await self._work(answers.search_result, generation, ranked, rows,
+                                        elapsed_ms, result_room(req.id, req.max_frame))
+            except AnswerTooLarge as exc:
+                raise oversized_result(req.id, exc.size, req.max_frame) from None
 
     async def expand(self, p: ExpandParams, req: Request) -> Expansion:
         source, answers = self._session()
