@@ -32,6 +32,7 @@ how to stop beating a lease, and how to tell the log a lease is done
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import socket
@@ -211,6 +212,11 @@ class LeaseKeeper:
         # in the log's nursery, or at close (see acquire).
         self._unanswered: dict[str, LeaseAcquireParams] = {}
         self._beats = Heartbeats(write=write, now_us=now_us)
+        # Connections' releases (release_all) in progress: run shielded, as a
+        # connection's cleanups are, so only a coming close bounds them.
+        self._releasing: set[trio.CancelScope] = set()
+        self._releases_end = math.inf
+        """When a close is coming: the deadline of every release (Trio's clock)."""
         self._host = LeaseHost(
             write=write, closed=closed, leave=self._beats.leave, forget=self._forget
         )
@@ -325,16 +331,38 @@ class LeaseKeeper:
         One write a lease took a connection holding 3,000 of them seconds
         to let go, and held up the daemon's stop as long (its connections'
         cleanups are shielded). A call that fails leaves its leases to go
-        stale, as a release that failed did; the others are still released."""
+        stale, as a release that failed did; the others are still released.
+        A close coming bounds it (:meth:`bound_releases`)."""
         keys = [lease.key for lease in leases if lease.let_go()]
-        for start in range(0, len(keys), LEASES_A_CALL):
-            part = keys[start : start + LEASES_A_CALL]
+        done = 0
+        with trio.CancelScope(deadline=self._releases_end) as scope:
+            self._releasing.add(scope)
             try:
-                await self._write(_releases(part))
-            except RpcError as exc:
-                logger.warning("releasing %d lease(s): %s", len(part), exc)
-                if is_closed(exc):
-                    return  # the close releases what the log still held
+                for start in range(0, len(keys), LEASES_A_CALL):
+                    part = keys[start : start + LEASES_A_CALL]
+                    try:
+                        await self._write(_releases(part))
+                    except RpcError as exc:
+                        logger.warning("releasing %d lease(s): %s", len(part), exc)
+                        if is_closed(exc):
+                            return  # the close releases what the log still held
+                    done = start + len(part)
+            finally:
+                self._releasing.discard(scope)
+        if scope.cancelled_caught:
+            logger.warning("releasing %d lease(s): the log is closing; left to go stale",
+                           len(keys) - done)
+
+    def bound_releases(self, deadline: float) -> None:
+        """A close is coming: connections' releases, running or yet to start,
+        end by ``deadline`` (Trio's clock), what is not released by then
+        left to go stale, as the close leaves what it has no time for. Else
+        a database that does not answer held up a stop for good: a stop
+        waits for every connection to end, and a connection's end waits for
+        its release (:meth:`release_all`), which nothing could cancel."""
+        self._releases_end = min(self._releases_end, deadline)
+        for scope in self._releasing:
+            scope.deadline = min(scope.deadline, deadline)
 
     @property
     def unanswered(self) -> bool:

@@ -301,9 +301,19 @@ class EventLog(KeywordApi):
         that does not answer is given one grace from now (a server backend's
         ``unresponsive_s``), by every connection at once, before its calls are
         cut; not a grace per connection, one after the other, as the stop
-        reaches each. Calls go on being served until :meth:`aclose`."""
+        reaches each. Calls go on being served until :meth:`aclose`; a
+        connection's release of its leases (:meth:`release_leases`) gives up
+        within the close's grace, as the close's own does."""
         if not self.connections.closed:
-            self.connections.expect_close()
+            self._leases.bound_releases(self._close_deadline(self.connections.expect_close()))
+
+    @staticmethod
+    def _close_deadline(deadline: float | None) -> float:
+        """When a connection's release of its leases gives up, a close being
+        expected: as the close's own waits, one grace from now, or the
+        connections' shared deadline if that is sooner."""
+        graced = trio.current_time() + _CLOSE_GRACE
+        return graced if deadline is None else min(graced, deadline)
 
     async def _close(self) -> None:
         conns = self.connections
@@ -317,6 +327,7 @@ class EventLog(KeywordApi):
                 return _CLOSE_GRACE
             return max(0.0, min(_CLOSE_GRACE, deadline - trio.current_time()))
 
+        self._leases.bound_releases(self._close_deadline(deadline))
         conns.begin_close()
         self._hub.stop_reading()
         leases = self._leases.stop_heartbeats()

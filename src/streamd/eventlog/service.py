@@ -47,7 +47,8 @@ What this module adds is per-connection behaviour:
   log's nursery until released, a stolen lease is reported on that connection as
   ``eventlog/lock_lost {lock, holder}``, and whatever a connection still holds is
   released (its heartbeat stopped) when it closes, all together
-  (:meth:`EventLog.release_leases`). A connection holds at most
+  (:meth:`EventLog.release_leases`; within the close's grace once a stop is
+  coming, so a database that does not answer cannot hold up a stop). A connection holds at most
   :data:`~streamd.eventlog.lease_budget.MAX_LEASES_PER_CONNECTION` leases,
   counting its acquires in flight; one more is refused ``budget_exceeded``
   (``data.reason`` ``too_many_leases``).
