@@ -205,9 +205,10 @@ async def test_clients_sending_unfinished_big_frames_hold_at_most_the_limit_toge
                 # reader holds what it has read of it.
                 nursery.start_soon(client_end.send_all, b'{"pad":"' + b"x" * (1 << 20))
             await trio.testing.wait_all_tasks_blocked()
-            # Each stops reading past its share, give or take one read (64 KiB).
-            assert sum(end.read for end in ends) <= LIMIT + 8 * 64 * KIB
-            assert server.held.peak <= LIMIT + 8 * 64 * KIB
+            # Each stops reading past its share, give or take one read (64 KiB),
+            # but one, let go on to the end of the frame it began (its 1 MiB).
+            assert sum(end.read for end in ends) <= LIMIT + 8 * 64 * KIB + (1 << 20)
+            assert server.held.peak <= LIMIT + 8 * 64 * KIB + (1 << 20)
             client_end, server_end = trio.testing.memory_stream_pair()
             nursery.start_soon(server.serve, server_end, server_end)
             assert await Client(client_end).result("ping", {}) == "pong"
@@ -258,3 +259,32 @@ async def test_a_waiter_past_its_share_goes_ahead_once_another_lets_go() -> None
             assert not went.is_set()
             other.close()
             await went.wait()
+
+
+
+async def test_clients_that_all_stop_inside_big_frames_each_finish_them_in_turn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Sixteen frames of 192 KiB against a limit of 1 MiB, read 64 KiB at a
+    # time from each: all sixteen stopped past their share inside their
+    # frames, and none could finish one (a finished frame is what lets its
+    # bytes go): every client waited for ever. One at a time now finishes
+    # the frame it began. (The mock clock only makes a hang fail at once.)
+    server = Server(lambda conn: Held().table(), max_held_bytes=LIMIT)
+    answers: list[str] = []
+
+    async def big_ping(client_end: trio.testing.MemoryStapledStream) -> None:
+        answers.append(await Client(client_end).result("ping", {"pad": "x" * (192 * KIB)}))
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as servers:
+            async with trio.open_nursery() as clients:
+                for _ in range(16):
+                    client_end, server_end = trio.testing.memory_stream_pair()
+                    servers.start_soon(server.serve, server_end, server_end)
+                    clients.start_soon(big_ping, client_end)
+            servers.cancel_scope.cancel()
+    assert answers == ["pong"] * 16
+    # Within the limit, but for a read past its share for each, and one
+    # frame being finished past its connection's share.
+    assert server.held.peak <= LIMIT + 16 * 64 * KIB + 192 * KIB
