@@ -288,3 +288,29 @@ async def test_clients_that_all_stop_inside_big_frames_each_finish_them_in_turn(
     # Within the limit, but for a read past its share for each, and one
     # frame being finished past its connection's share.
     assert server.held.peak <= LIMIT + 16 * 64 * KIB + 192 * KIB
+
+
+async def test_a_connection_cancelled_while_waiting_for_a_slot_leaves_no_share_behind() -> None:
+    # Its account was opened before it waited, and closed only once it was
+    # refused or served: cancelled in between (a stop), it counted among the
+    # connections for good, and every other connection's share shrank.
+    server = Server(lambda conn: Held().table(), max_held_bytes=LIMIT, max_connections=1)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            first_end, first_server = trio.testing.memory_stream_pair()
+            nursery.start_soon(server.serve, first_server, first_server)
+            assert await Client(first_end).result("ping", {}) == "pong"
+            waiting = trio.CancelScope()
+
+            async def second() -> None:
+                _, server_end = trio.testing.memory_stream_pair()
+                with waiting:
+                    await server.serve(server_end, server_end)
+
+            nursery.start_soon(second)
+            await trio.testing.wait_all_tasks_blocked()
+            waiting.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert server.held.accounts == 1
+            assert server.held.share() == LIMIT // 2
+            nursery.cancel_scope.cancel()

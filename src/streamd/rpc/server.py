@@ -181,21 +181,24 @@ class Server:
 
     async def serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
         session = _Session(self, receive, send)
-        if not await self.limit.admit(session):
-            session.account.close()
-            await self.limit.refuse(send)
-            return
-        self._sessions.add(session)
-        if self._stopping:
-            session.stop()
         try:
-            await session.run()
+            if not await self.limit.admit(session):
+                await self.limit.refuse(send)
+                return
+            self._sessions.add(session)
+            if self._stopping:
+                session.stop()
+            try:
+                await session.run()
+            finally:
+                self.limit.left(session)
+                self._sessions.discard(session)
+                if self._stopping and not self._sessions:
+                    self._stopped.set()
         finally:
+            # However it ends, a wait for a slot cancelled included: an
+            # account left open is a share taken from every other connection.
             session.account.close()
-            self.limit.left(session)
-            self._sessions.discard(session)
-            if self._stopping and not self._sessions:
-                self._stopped.set()
 
     def stop(self) -> None:
         """End every connection: stop reading, end the requests in flight
