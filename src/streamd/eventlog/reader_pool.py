@@ -9,7 +9,9 @@ ran, a ping among them: a 1 s read made a ping of another client take 1 s.
 The server runs statements of several connections at once, so reads take the
 first free connection here, and one more is opened (up to :data:`READERS`)
 only when every one is busy: an idle daemon keeps the one it had, and a
-slow read holds up only what comes after :data:`READERS` of them.
+slow read holds up only what comes after :data:`READERS` of them. A server
+that refuses one more (at its own connection limit, or restarting) costs the
+read nothing but the wait it had with one reader: it waits for a busy one.
 
 SQLite keeps its one reader: its small reads run inline on the event loop
 when it is idle (:mod:`~streamd.eventlog.sqlite.runner`), and its file is
@@ -18,16 +20,20 @@ read by one process's connections through one page cache anyway.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import trio
 
+from streamd.errors import RpcError, is_closed
 from streamd.eventlog.store import Backend, Runner
 
 __all__ = ["READERS", "ReaderPool"]
 
 _T = TypeVar("_T")
+
+logger = logging.getLogger(__name__)
 
 READERS = 4
 """Connections one log reads through at most: a slow read and a few small ones
@@ -52,6 +58,7 @@ class ReaderPool:
         self._all: list[Runner] = [first]
         self._idle: list[Runner] = [first]
         self._slots = trio.Semaphore(size)
+        self._returned = trio.lowlevel.ParkingLot()  # reads waiting for a busy runner
 
     @property
     def runners(self) -> list[Runner]:
@@ -66,13 +73,24 @@ class ReaderPool:
                 return await runner.run(op)
             finally:
                 self._idle.append(runner)
+                self._returned.unpark()
 
     async def _take(self) -> Runner:
         if self._idle:
             return self._idle.pop()  # the last returned: warm, under light load
-        # Shielded: a connection half opened when its caller was cancelled
-        # would be one nobody closes.
-        with trio.CancelScope(shield=True):
-            runner = await self._open_reader()
+        try:
+            # Shielded: a connection half opened when its caller was cancelled
+            # would be one nobody closes.
+            with trio.CancelScope(shield=True):
+                runner = await self._open_reader()
+        except RpcError as exc:
+            if is_closed(exc):
+                raise
+            logger.info("reading on the %d open connection(s): another was refused: %s",
+                        len(self._all), exc)
+            # Every runner is lent (none idle), so one comes back.
+            while not self._idle:
+                await self._returned.park()
+            return self._idle.pop()
         self._all.append(runner)
         return runner

@@ -1,0 +1,71 @@
+"""A server backend's reader pool on its own, with runners that stand in for
+connections (``eventlog/reader_pool.py``): reads held on events, never timed,
+each test bounded by ``trio.fail_after``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+from streamd.eventlog.reader_pool import ReaderPool
+from streamd.eventlog.store import Runner, closed_error
+
+
+class HeldRunner:
+    """Runs each op once ``gate`` is set; ``inside`` is set when one waits."""
+
+    def __init__(self) -> None:
+        self.inside = trio.Event()
+        self.gate = trio.Event()
+
+    async def run(self, op: Callable[[Any], Any]) -> Any:
+        self.inside.set()
+        await self.gate.wait()
+        return op(None)
+
+
+def refused(error: RpcError) -> Callable[[], Any]:
+    async def open_reader() -> Runner:
+        raise error
+    return open_reader
+
+
+async def test_a_read_the_server_refuses_another_connection_waits_for_a_busy_one() -> None:
+    # The server at its connection limit (or restarting) refused the pool a
+    # second connection: the read failed source_unavailable, where with one
+    # reader it waited for that reader, as it does now.
+    first = HeldRunner()
+    pool = ReaderPool(first, refused(RpcError(SOURCE_UNAVAILABLE, "too many clients")))  # type: ignore[arg-type]
+    answers: list[str] = []
+
+    async def read(name: str) -> None:
+        answers.append(await pool.run(lambda _store: name))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read, "slow")
+            await first.inside.wait()
+            nursery.start_soon(read, "next")
+            await trio.testing.wait_all_tasks_blocked()
+            assert answers == []
+            first.gate.set()
+    assert sorted(answers) == ["next", "slow"]
+    assert pool.runners == [first]
+
+
+async def test_a_read_whose_log_closed_while_it_opened_a_connection_fails_closed() -> None:
+    first = HeldRunner()
+    pool = ReaderPool(first, refused(closed_error()))  # type: ignore[arg-type]
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pool.run, lambda _store: None)
+            await first.inside.wait()
+            with pytest.raises(RpcError) as caught:
+                await pool.run(lambda _store: None)
+            assert caught.value.code == closed_error().code
+            first.gate.set()
