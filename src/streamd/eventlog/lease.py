@@ -363,6 +363,9 @@ class LeaseKeeper:
         self._releases_end = min(self._releases_end, deadline)
         for scope in self._releasing:
             scope.deadline = min(scope.deadline, deadline)
+        stale, as a release that failed did; the others are still released
+        (none once the log is closing)."""
+        await _delete_rows(self._write, [lease.key for lease in leases if lease.let_go()], "")
 
     @property
     def unanswered(self) -> bool:
@@ -389,11 +392,20 @@ class LeaseKeeper:
             # A store call a thousand, as the heartbeats: one write a lease
             # released some 150 in the half-second grace, whatever the number
             # held, and left the rest to lock their sessions until stale.
-            for start in range(0, len(keys), LEASES_A_CALL):
-                part = keys[start : start + LEASES_A_CALL]
-                try:
-                    await writer.run(_releases(part))
-                except RpcError as exc:
-                    logger.warning("releasing %d lease(s) at close: %s", len(part), exc)
+            await _delete_rows(writer.run, keys, " at close")
         self._held.clear()
         self._unanswered.clear()
+
+
+async def _delete_rows(write: StoreCall, keys: list[LeaseKey], when: str) -> None:
+    """Delete the rows of ``keys`` still ours, :data:`LEASES_A_CALL` a store
+    call; a call that fails is logged and the next is tried, until the log
+    is closed (then no call can run)."""
+    for start in range(0, len(keys), LEASES_A_CALL):
+        part = keys[start : start + LEASES_A_CALL]
+        try:
+            await write(_releases(part))
+        except RpcError as exc:
+            logger.warning("releasing %d lease(s)%s: %s", len(part), when, exc)
+            if is_closed(exc):
+                return
