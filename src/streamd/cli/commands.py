@@ -165,6 +165,7 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
 
 def _config(args: argparse.Namespace) -> Config:
     from streamd.daemon import Config
+    from streamd.eventlog.lease_budget import DEFAULT_MAX_LEASES
     from streamd.rpc.held import DEFAULT_MAX_HELD_BYTES
 
     return Config(db=getattr(args, "db", None),
@@ -172,7 +173,7 @@ def _config(args: argparse.Namespace) -> Config:
                   synchronous=getattr(args, "synchronous", "FULL"),
                   watch_buffer_bytes=getattr(args, "watch_buffer_bytes", 4 << 20),
                   watch_total_bytes=getattr(args, "watch_total_bytes", 256 << 20),
-                  max_leases=getattr(args, "max_leases", 10_000),
+                  max_leases=getattr(args, "max_leases", DEFAULT_MAX_LEASES),
                   max_held_bytes=getattr(args, "max_held_bytes", DEFAULT_MAX_HELD_BYTES),
                   recall_source="eventlog" if getattr(args, "eventlog", False) else "stream")
 
