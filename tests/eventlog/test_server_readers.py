@@ -112,3 +112,32 @@ async def test_reads_open_no_more_connections_than_the_pool_holds(
                 finish.set()
             # Two slow reads at once at most: the reader and one more.
             assert opened == 3
+
+
+async def test_a_watch_reading_its_history_holds_up_no_ping_of_another_client(
+    server: tuple[str, type[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A watch read its pages on the first reader connection, which the pool
+    # counted as free and lent the next read: a ping waited for the page.
+    url, store_cls = server
+    inside, finish = held(store_cls, "since_committed", monkeypatch)
+    with trio.fail_after(60):
+        async with EventLog(url, synchronous="NORMAL") as log:
+            await log.append("a", "u", "s", ev("e0"))
+            got: list[str] = []
+
+            async def watching() -> None:
+                async with log.watch(0) as w:
+                    async for entry in w:
+                        got.append(entry.event.id)
+                        return
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watching)
+                await thread_event(inside)
+                try:
+                    with trio.fail_after(20):
+                        await log.ping()
+                finally:
+                    finish.set()
+            assert got == ["e0"]

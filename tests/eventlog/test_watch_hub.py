@@ -88,8 +88,8 @@ class World:
         self.changes = Changes()
         reader = Reader(self.store)
 
-        async def get_reader() -> Reader:
-            return reader
+        async def get_reader() -> Any:
+            return reader.run
 
         @asynccontextmanager
         async def open_changes() -> AsyncIterator[Changes]:

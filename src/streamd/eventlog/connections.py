@@ -41,7 +41,7 @@ from streamd.eventlog import inline
 from streamd.eventlog.reader_pool import ReaderPool
 from streamd.eventlog.server_runner import ServerRunner
 from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner, InlineGate
-from streamd.eventlog.store import Backend, Role, Runner, closed_error
+from streamd.eventlog.store import Backend, Role, Runner, StoreCall, closed_error
 
 __all__ = ["NOT_ENTERED", "Connections"]
 
@@ -147,10 +147,12 @@ class Connections:
         """The reader's runner once open."""
         return self._reader
 
-    async def open_reader(self) -> Runner:
-        """The reader's runner, opened if need be (a watch reads history through it)."""
+    async def open_reader(self) -> StoreCall:
+        """Where a watch reads its history, opened if need be: the reader, or a
+        server backend's reader pool (on the first reader alone, the pool lent
+        it, busy with a watch's page, to the next read: a ping waited for it)."""
         _, reader = await self.ensure_open()
-        return reader
+        return self._readers.run if self._readers is not None else reader.run
 
     async def read(
         self, op: Callable[[Backend], _T], *, small: bool = False, scan: bool = False

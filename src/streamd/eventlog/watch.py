@@ -58,7 +58,7 @@ from streamd.errors import BUDGET_EXCEEDED, INTERNAL_ERROR, RpcError
 from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.filters import matches
 from streamd.eventlog.model import Entry, Filter
-from streamd.eventlog.store import Backend, Committed, Runner, closed_error
+from streamd.eventlog.store import Backend, Committed, StoreCall, closed_error
 from streamd.eventlog.watch_budget import WatchBudget
 
 __all__ = ["Batch", "Feed", "Sink", "Watch"]
@@ -67,7 +67,7 @@ logger = logging.getLogger(__name__)
 
 _decode_entry = msgspec.json.Decoder(Entry).decode
 
-Feed = Callable[[], AbstractAsyncContextManager[tuple[Runner, Fanout]]]
+Feed = Callable[[], AbstractAsyncContextManager[tuple[StoreCall, Fanout]]]
 """Where a watch reads from: the log opens its reader (lazily) and counts the
 watch in while the context is entered, so it watches for other processes'
 commits only while someone watches."""
@@ -385,10 +385,10 @@ class Watch:
         :attr:`error` (None for a consumer that left, or a stop)."""
         try:
             with self._scope:
-                async with feed() as (reader, fanout):
+                async with feed() as (read, fanout):
                     self._fanout = fanout
                     try:
-                        await self._follow(reader, fanout)
+                        await self._follow(read, fanout)
                     finally:
                         fanout.unsubscribe(self)
                         self._mode = _Mode.READING
@@ -408,7 +408,7 @@ class Watch:
         self._ended = True
         self._arrived.set()
 
-    async def _follow(self, reader: Runner, fanout: Fanout) -> None:
+    async def _follow(self, read: StoreCall, fanout: Fanout) -> None:
         while not self._ended:
             # Subscribe before the query, so what commits while it runs is
             # collected in pending rather than missed.
@@ -418,7 +418,7 @@ class Watch:
             # Read only what there is room for (always at least one entry), so
             # the page and the buffer together stay within the budget.
             room = max(self._budget - self._held, 1)
-            page, caught_up = await reader.run(self._page_after(self._cursor, room))
+            page, caught_up = await read(self._page_after(self._cursor, room))
             for c in page:
                 await self._hand_over(c)
             if not caught_up:

@@ -24,7 +24,7 @@ from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.model import WatchParams
 from streamd.eventlog.sqlite.changes import SETTLE_HORIZON
 from streamd.eventlog.sqlite.file_identity import is_file_fault
-from streamd.eventlog.store import Backend, ChangeSource, CommitOutcome, Runner
+from streamd.eventlog.store import Backend, ChangeSource, CommitOutcome, StoreCall
 from streamd.eventlog.watch import Watch
 from streamd.eventlog.watch_budget import WatchBudget
 
@@ -63,7 +63,7 @@ class WatchHub:
     def __init__(
         self,
         *,
-        reader: Callable[[], Awaitable[Runner]],
+        reader: Callable[[], Awaitable[StoreCall]],
         read_change_state: Callable[[], Awaitable[tuple[int, int]]],
         open_changes: Callable[[], AbstractAsyncContextManager[ChangeSource]],
         watch_interval: float,
@@ -200,7 +200,7 @@ class WatchHub:
     @asynccontextmanager
     async def _feed(
         self, nursery: trio.Nursery, step: trio.Event | None
-    ) -> AsyncIterator[tuple[Runner, Fanout]]:
+    ) -> AsyncIterator[tuple[StoreCall, Fanout]]:
         """The reader and the fan-out, for one watch while it reads, once the
         retention step in flight when it was opened (``step``) has ended; the
         poller starts with the first watch and ends after the last."""
