@@ -191,3 +191,37 @@ async def test_a_log_past_its_lease_bound_refuses_one_more_before_writing_it(
 
 def _key(session: str) -> dict[str, object]:
     return {"app": "app", "user": "u", "session": session, **HOURLY}
+
+
+async def test_acquires_whose_orphan_rows_could_not_be_deleted_do_not_use_up_the_logs_bound(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An acquire cancelled in flight leaves a row that may have committed; a
+    # failed delete of it (the database away a moment) kept it among the
+    # unanswered until close, and each counted against --max-leases for
+    # good: after enough cancelled retries in an outage, every acquire was
+    # refused too_many_leases by a log that held none. Such a row has no
+    # heartbeat, no task, and goes stale: it is no lease to bound.
+    from streamd.errors import SOURCE_UNAVAILABLE
+
+    with trio.fail_after(600):
+        async with mocked(tmp_path / "events.db", retention_interval=0, max_leases=1) as log:
+            await log.synchronous_level()  # the writer's connection opened
+            runner = log.connections.writer
+            assert runner is not None
+            real, entered = runner.run, trio.Event()
+
+            async def away(op: Any) -> Any:
+                if not entered.is_set():
+                    entered.set()
+                    await trio.sleep_forever()  # the acquire, cancelled here
+                raise RpcError(SOURCE_UNAVAILABLE, "the database is away")
+
+            monkeypatch.setattr(runner, "run", away)
+            with trio.move_on_after(1):
+                await log.acquire_lock("app", "u", "s0", **HOURLY)
+            await trio.testing.wait_all_tasks_blocked()  # its orphan's delete failed
+            monkeypatch.setattr(runner, "run", real)
+            lease = await log.acquire_lock("app", "u", "s1", **HOURLY)
+            assert lease.session == "s1"
+            await lease.release()

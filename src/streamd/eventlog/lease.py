@@ -211,6 +211,11 @@ class LeaseKeeper:
         # outcome, by holder: their rows, if they were written, are deleted
         # in the log's nursery, or at close (see acquire).
         self._unanswered: dict[str, LeaseAcquireParams] = {}
+        # Acquires between the bound's check and their outcome: with what is
+        # held, within max_leases. Not the rows unanswered ones may have left,
+        # which no heartbeat rewrites: a delete of them that failed kept them
+        # for the close, and each counted for good.
+        self._acquiring = 0
         self._beats = Heartbeats(write=write, now_us=now_us)
         # Connections' releases (release_all) in progress: run shielded, as a
         # connection's cleanups are, so only a coming close bounds them.
@@ -232,10 +237,23 @@ class LeaseKeeper:
         """Take the lease in the store (``session_locked`` if it is held and
         fresh; ``budget_exceeded`` if the log holds ``max_leases``), then
         start its heartbeat."""
-        if len(self._held) + len(self._unanswered) >= self._max_leases:
-            # Counted with the acquires in flight, and the rows unanswered
-            # ones may have left: each is a row until it is released.
+        if len(self._held) + self._acquiring >= self._max_leases:
             raise too_many_leases(self._max_leases, "log")
+        self._acquiring += 1
+        try:
+            return await self._acquire(p, log_nursery=log_nursery, nursery=nursery,
+                                       on_lost=on_lost)
+        finally:
+            self._acquiring -= 1
+
+    async def _acquire(
+        self,
+        p: LeaseAcquireParams,
+        *,
+        log_nursery: trio.Nursery,
+        nursery: trio.Nursery | None,
+        on_lost: Callable[[Lease], Awaitable[None]] | None,
+    ) -> Lease:
         holder, now_us = new_holder_id(), self._now_us
         # Counted from before the write, not from its failure: a close that
         # cancels the write goes on while the write waits out its cancel (a

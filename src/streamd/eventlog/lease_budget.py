@@ -10,8 +10,10 @@ daemon's 512 connections could make it hold 512 times that. Two bounds:
 * :data:`MAX_LEASES_PER_CONNECTION` on the wire, counted with the acquires
   the connection has in flight, so 256 sent at once cannot pass it;
 * ``max_leases`` for the whole log (:data:`DEFAULT_MAX_LEASES`, the daemon's
-  ``--max-leases``), counted with every acquire in flight and every row an
-  unanswered acquire may have left.
+  ``--max-leases``), counted with every acquire in flight (not the row a
+  cancelled acquire may have left: it has no heartbeat and goes stale, and
+  counted while its delete kept failing, such rows filled the bound in an
+  outage and the log refused every acquire while it held none).
 
 An acquire past either is refused before anything is written, with -32006
 ``budget_exceeded``, as a watch past its bound is (``data.reason``
