@@ -352,24 +352,15 @@ class LeaseKeeper:
         stale, as a release that failed did; the others are still released.
         A close coming bounds it (:meth:`bound_releases`)."""
         keys = [lease.key for lease in leases if lease.let_go()]
-        done = 0
         with trio.CancelScope(deadline=self._releases_end) as scope:
             self._releasing.add(scope)
             try:
-                for start in range(0, len(keys), LEASES_A_CALL):
-                    part = keys[start : start + LEASES_A_CALL]
-                    try:
-                        await self._write(_releases(part))
-                    except RpcError as exc:
-                        logger.warning("releasing %d lease(s): %s", len(part), exc)
-                        if is_closed(exc):
-                            return  # the close releases what the log still held
-                    done = start + len(part)
+                await _delete_rows(self._write, keys, "")
             finally:
                 self._releasing.discard(scope)
         if scope.cancelled_caught:
-            logger.warning("releasing %d lease(s): the log is closing; left to go stale",
-                           len(keys) - done)
+            logger.warning("releasing %d lease(s): the log is closing; those not released yet"
+                           " are left to go stale", len(keys))
 
     def bound_releases(self, deadline: float) -> None:
         """A close is coming: connections' releases, running or yet to start,
@@ -381,9 +372,6 @@ class LeaseKeeper:
         self._releases_end = min(self._releases_end, deadline)
         for scope in self._releasing:
             scope.deadline = min(scope.deadline, deadline)
-        stale, as a release that failed did; the others are still released
-        (none once the log is closing)."""
-        await _delete_rows(self._write, [lease.key for lease in leases if lease.let_go()], "")
 
     @property
     def unanswered(self) -> bool:
