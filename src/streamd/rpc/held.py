@@ -20,9 +20,10 @@ to gigabytes (``bench/held_memory.py``). The rules:
   until others free room or it holds less.
 * Whatever its size, a request goes ahead when nothing is held at all, as
   one request of any size fits a connection's in-flight bound when nothing
-  is in flight: one estimated past half the limit (4 MiB of empty arrays
-  is estimated at some 170 MiB, past half of a 256 MiB limit) fits neither
-  the common half nor any share, and waited for ever on an idle daemon.
+  is in flight: one estimated past half the limit (an append of 8 MiB of
+  table rows is estimated at some 144 MiB, past half of a 256 MiB limit)
+  fits neither the common half nor any share, and waited for ever on an
+  idle daemon.
 * So a client that holds little is served at once whatever the others hold,
   and the total stays within the limit (half for the common part, plus at
   most a share for each connection), but for answers that cannot wait (a
@@ -32,8 +33,7 @@ to gigabytes (``bench/held_memory.py``). The rules:
 * The hog is the one that waits: it is past its share by definition, and a
   waiter is woken by any release, its own peer reading included.
 * One connection at a time may read past both to finish the frame it began
-  (:meth:`Account.wait_room` with ``finishing``), until a frame of its ends
-  or its reader holds none (a line over the frame limit is dropped, not held):
+  (:meth:`Account.wait_room` with ``finishing``), until a frame of its ends:
   only a finished frame lets its bytes go, so connections that all stopped
   inside big frames (16 of 192 KiB against a limit of 1 MiB) waited for one
   another for ever. The total may pass the limit by that one frame (up to
