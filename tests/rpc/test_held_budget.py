@@ -331,35 +331,3 @@ async def test_a_request_past_half_the_limit_is_served_on_an_idle_daemon(
             pad = "x" * (LIMIT // 2 + 64 * KIB)
             assert await Client(client_end).result("ping", {"pad": pad}) == "pong"
             nursery.cancel_scope.cancel()
-
-
-async def test_a_line_over_the_frame_limit_lets_another_finish_its_frame() -> None:
-    # A connection let on past the bounds to finish its frame kept that
-    # turn while the frame turned out over the limit and was being dropped
-    # (its bytes no longer held): another connection inside a frame past its
-    # share could never have the turn, and never read the rest of it.
-    held = Held()
-    server = Server(lambda conn: held.table(), max_held_bytes=LIMIT, max_frame=384 * KIB)
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            a_end, a_server = trio.testing.memory_stream_pair()
-            b_end, b_inner = trio.testing.memory_stream_pair()
-            b_server = CountingReads(b_inner)
-            nursery.start_soon(server.serve, a_server, a_server)
-            nursery.start_soon(server.serve, b_server, b_server)
-            # A holds 320 KiB of params, then begins a line over the limit:
-            # past half the limit and its share, it is let on, and the line
-            # is dropped once past 384 KiB.
-            await a_end.send_all(b"".join(held_params(n) for n in range(10)))
-            await trio.testing.wait_all_tasks_blocked()
-            assert held.started == 10
-            await a_end.send_all(b'{"pad":"' + b"x" * (420 * KIB))
-            await trio.testing.wait_all_tasks_blocked()
-            # B's frame, past its share (256 KiB) inside it, is read to its end.
-            frame = rpc(1, "ping", {"pad": "y" * (300 * KIB)})
-            await b_end.send_all(frame)
-            await trio.testing.wait_all_tasks_blocked()
-            assert b_server.read == len(frame)
-            held.gate.set()
-            assert await Client(b_end).response(1) == {"jsonrpc": "2.0", "id": 1, "result": "pong"}
-            nursery.cancel_scope.cancel()

@@ -330,7 +330,7 @@ class _Session:
             frames = reader.feed(data) if data else reader.close()
             self.account.charge(reader.pending - pending)
             pending = reader.pending
-            if frames or not pending:  # not inside a frame it holds (one over the limit is not)
+            if frames:
                 self.account.finished()
             # Popped one by one, so no finished frame stays referenced here
             # while the reader waits for room or for input.
