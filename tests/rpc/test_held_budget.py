@@ -314,20 +314,3 @@ async def test_a_connection_cancelled_while_waiting_for_a_slot_leaves_no_share_b
             assert server.held.accounts == 1
             assert server.held.share() == LIMIT // 2
             nursery.cancel_scope.cancel()
-
-
-async def test_a_request_past_half_the_limit_is_served_on_an_idle_daemon(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    # Params estimated past half of --max-held-bytes (an append of table rows
-    # is estimated at some 18 times its frame): neither the common half nor
-    # any share could ever hold them, so the request waited for ever, on a
-    # daemon doing nothing else. (The mock clock only makes a hang fail at once.)
-    server = Server(lambda conn: Held().table(), max_held_bytes=LIMIT)
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            client_end, server_end = trio.testing.memory_stream_pair()
-            nursery.start_soon(server.serve, server_end, server_end)
-            pad = "x" * (LIMIT // 2 + 64 * KIB)
-            assert await Client(client_end).result("ping", {"pad": pad}) == "pong"
-            nursery.cancel_scope.cancel()

@@ -18,12 +18,6 @@ to gigabytes (``bench/held_memory.py``). The rules:
   *share*: the other half divided among the open connections. A connection
   past both waits (its reader stops reading: back-pressure, not an error)
   until others free room or it holds less.
-* Whatever its size, a request goes ahead when nothing is held at all, as
-  one request of any size fits a connection's in-flight bound when nothing
-  is in flight: one estimated past half the limit (an append of 8 MiB of
-  table rows is estimated at some 144 MiB, past half of a 256 MiB limit)
-  fits neither the common half nor any share, and waited for ever on an
-  idle daemon.
 * So a client that holds little is served at once whatever the others hold,
   and the total stays within the limit (half for the common part, plus at
   most a share for each connection), but for answers that cannot wait (a
@@ -60,9 +54,7 @@ half is 1 MiB a connection at the 512 connections a daemon serves."""
 def admits(total: int, held: int, size: int, connections: int, limit: int) -> bool:
     """Whether ``size`` more bytes go to a connection holding ``held`` while
     all ``connections`` hold ``total`` (see the module docstring)."""
-    return (
-        total == 0 or total + size <= limit // 2 or held + size <= share(connections, limit)
-    )
+    return total + size <= limit // 2 or held + size <= share(connections, limit)
 
 
 def share(connections: int, limit: int) -> int:
