@@ -26,14 +26,6 @@ to gigabytes (``bench/held_memory.py``). The rules:
   it is held because a connection joined.
 * The hog is the one that waits: it is past its share by definition, and a
   waiter is woken by any release, its own peer reading included.
-* One connection at a time may read past both to finish the frame it began
-  (:meth:`Account.wait_room` with ``finishing``), until a frame of its ends:
-  only a finished frame lets its bytes go, so connections that all stopped
-  inside big frames (16 of 192 KiB against a limit of 1 MiB) waited for one
-  another for ever. The total may pass the limit by that one frame (up to
-  the frame limit, 8 MiB) besides what is said above. A peer that stops
-  sending inside the frame it was let finish keeps the others waiting, as
-  all waited before, until it sends the rest or its connection ends.
 
 No I/O here; waiting is a parking lot, as in :mod:`~streamd.rpc.inflight`.
 """
@@ -75,8 +67,6 @@ class HeldBudget:
         """The highest ``total`` seen (what the tests assert on, never RSS)."""
         self.accounts = 0
         self._freed = trio.lowlevel.ParkingLot()
-        self._finishing: Account | None = None
-        """The one account let past the bounds to finish a frame it began."""
 
     def open(self) -> Account:
         self.accounts += 1
@@ -102,20 +92,6 @@ class HeldBudget:
         # One share fewer to divide: the others' grow.
         if self._freed:
             self._freed.unpark_all()
-
-    def lend(self, account: Account) -> bool:
-        """Let ``account`` finish its frame past the bounds, unless another
-        is finishing one; whether it may."""
-        if self._finishing is None:
-            self._finishing = account
-        return self._finishing is account
-
-    def repaid(self, account: Account) -> None:
-        """``account`` no longer reads past the bounds: another may."""
-        if self._finishing is account:
-            self._finishing = None
-            if self._freed:
-                self._freed.unpark_all()
 
     async def wait_freed(self) -> None:
         """Until some account holds less, or closes."""
@@ -149,19 +125,10 @@ class Account:
         """What one connection may hold past the common half, now."""
         return self._budget.share()
 
-    async def wait_room(self, size: int, *, finishing: bool = False) -> None:
-        """Until ``size`` bytes more fit (:func:`admits`); woken by any release.
-        ``finishing``: they are more of a frame this connection began, which
-        goes ahead past the bounds when no other connection's does, until
-        :meth:`finished` (see the module docstring)."""
+    async def wait_room(self, size: int) -> None:
+        """Until ``size`` bytes more fit (:func:`admits`); woken by any release."""
         while not self.fits(size):
-            if finishing and self._budget.lend(self):
-                return
             await self._budget.wait_freed()
-
-    def finished(self) -> None:
-        """A frame of this connection's has ended: it reads past the bounds no more."""
-        self._budget.repaid(self)
 
     def close(self) -> None:
         """The connection has ended: nothing it held counts any more."""
@@ -169,5 +136,4 @@ class Account:
             self._budget.add(-self.held)
             self.held = 0
             self._open = False
-            self._budget.repaid(self)
             self._budget.left()

@@ -319,9 +319,7 @@ class _Session:
         reader = FrameReader(server.max_frame, server.max_depth, server.max_decoded)
         pending = 0  # the reader's unfinished frame, charged (an 8 MiB one grows a read at a time)
         while True:
-            # Past its share, back-pressure; inside a frame, one connection
-            # at a time goes on to its end (rpc/held).
-            await self.account.wait_room(1, finishing=pending > 0)
+            await self.account.wait_room(1)  # past its share, back-pressure (rpc/held)
             try:
                 data = await self.receive.receive_some(READ_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -330,8 +328,6 @@ class _Session:
             frames = reader.feed(data) if data else reader.close()
             self.account.charge(reader.pending - pending)
             pending = reader.pending
-            if frames:
-                self.account.finished()
             # Popped one by one, so no finished frame stays referenced here
             # while the reader waits for room or for input.
             frames.reverse()
