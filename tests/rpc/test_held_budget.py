@@ -75,9 +75,11 @@ async def test_pipelining_clients_hold_at_most_the_daemon_wide_limit_together() 
             await trio.testing.wait_all_tasks_blocked()
             # Half the limit in common, then a share of 64 KiB for each of the
             # eight, past which a connection neither reads (but for the read
-            # that passed it, 64 KiB at most) nor dispatches.
-            assert server.held.peak <= LIMIT + 8 * 64 * KIB
-            assert held.started * 32 * KIB <= LIMIT
+            # that passed it, 64 KiB at most) nor dispatches; but for the one
+            # with the overdraft, which may hold what its own bounds let it
+            # (its 64 requests here).
+            assert server.held.peak <= LIMIT + 8 * 64 * KIB + 64 * 33 * KIB
+            assert held.started * 32 * KIB <= LIMIT + 64 * 32 * KIB
             assert held.started >= 4
             held.gate.set()
             nursery.cancel_scope.cancel()
@@ -124,9 +126,11 @@ async def test_clients_that_read_no_answers_hold_at_most_the_limit_together() ->
             await trio.testing.wait_all_tasks_blocked()
             # A bulk answer is computed once its connection fits: past the
             # limit by at most what each connection's four slots computed
-            # at once. Before, each computed all 256 (8 MiB in all).
-            slack = 8 * 4 * 4 * KIB
+            # at once, and the answers of the one with the overdraft (its
+            # 256). Before, each computed all 256 (8 MiB in all).
+            slack = 8 * 4 * 4 * KIB + 256 * 5 * KIB
             assert held.started * 4 * KIB <= LIMIT + slack
+            assert held.started < 8 * 256
             assert server.held.peak <= LIMIT + slack
             client_end, server_end = trio.testing.memory_stream_pair()
             nursery.start_soon(server.serve, server_end, server_end)
@@ -206,9 +210,10 @@ async def test_clients_sending_unfinished_big_frames_hold_at_most_the_limit_toge
                 nursery.start_soon(client_end.send_all, b'{"pad":"' + b"x" * (1 << 20))
             await trio.testing.wait_all_tasks_blocked()
             # Each stops reading past its share, give or take one read (64 KiB),
-            # but one, let go on to the end of the frame it began (its 1 MiB).
+            # but for the one with the overdraft, which reads its frame on.
             assert sum(end.read for end in ends) <= LIMIT + 8 * 64 * KIB + (1 << 20)
             assert server.held.peak <= LIMIT + 8 * 64 * KIB + (1 << 20)
+            assert sum(end.read for end in ends) < 8 * (1 << 20)
             client_end, server_end = trio.testing.memory_stream_pair()
             nursery.start_soon(server.serve, server_end, server_end)
             assert await Client(client_end).result("ping", {}) == "pong"
@@ -243,9 +248,9 @@ def test_past_the_common_half_only_a_connection_within_its_share_goes_ahead() ->
 
 async def test_a_waiter_past_its_share_goes_ahead_once_another_lets_go() -> None:
     budget = HeldBudget(1000)
-    hog, other = budget.open(), budget.open()
-    hog.charge(300)
-    other.charge(300)
+    first, hog, other = budget.open(), budget.open(), budget.open()
+    for account in (first, hog, other):
+        account.charge(200)
     went = trio.Event()
 
     async def waiter() -> None:
@@ -253,13 +258,15 @@ async def test_a_waiter_past_its_share_goes_ahead_once_another_lets_go() -> None
         went.set()
 
     with trio.fail_after(5):
+        await first.wait_room(100)  # the first to wait takes the overdraft
+        assert budget.overdraft is first
         async with trio.open_nursery() as nursery:
             nursery.start_soon(waiter)
             await trio.testing.wait_all_tasks_blocked()
             assert not went.is_set()
             other.close()
             await went.wait()
-
+            assert budget.overdraft is first  # it still holds more than the rules let it
 
 
 async def test_clients_that_all_stop_inside_big_frames_each_finish_them_in_turn(
@@ -268,8 +275,9 @@ async def test_clients_that_all_stop_inside_big_frames_each_finish_them_in_turn(
     # Sixteen frames of 192 KiB against a limit of 1 MiB, read 64 KiB at a
     # time from each: all sixteen stopped past their share inside their
     # frames, and none could finish one (a finished frame is what lets its
-    # bytes go): every client waited for ever. One at a time now finishes
-    # the frame it began. (The mock clock only makes a hang fail at once.)
+    # bytes go): every client waited for ever. The one holding the overdraft
+    # now reads on, and hands it on once its frame is done and answered.
+    # (The mock clock only makes a hang fail at once.)
     server = Server(lambda conn: Held().table(), max_held_bytes=LIMIT)
     answers: list[str] = []
 
@@ -313,4 +321,73 @@ async def test_a_connection_cancelled_while_waiting_for_a_slot_leaves_no_share_b
             await trio.testing.wait_all_tasks_blocked()
             assert server.held.accounts == 1
             assert server.held.share() == LIMIT // 2
+            nursery.cancel_scope.cancel()
+
+
+async def test_the_overdraft_is_handed_on_once_its_holder_is_within_the_rules() -> None:
+    budget = HeldBudget(1000)
+    first, second = budget.open(), budget.open()
+    first.charge(400)
+    second.charge(400)
+    went = trio.Event()
+
+    async def waiter() -> None:
+        await second.wait_room(100)
+        went.set()
+
+    with trio.fail_after(5):
+        await first.wait_room(100)
+        first.charge(100)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not went.is_set()
+            first.discharge(100)  # still past its share: it keeps it
+            await trio.testing.wait_all_tasks_blocked()
+            assert not went.is_set()
+            first.discharge(200)  # within its share (250): handed on
+            await went.wait()
+            assert budget.overdraft is second
+
+
+async def test_two_clients_each_half_through_a_frame_past_their_shares_are_both_answered() -> None:
+    # Each read its frame a chunk at a time until both were past their shares
+    # and the common half was full: neither read on, so neither frame ever
+    # finished and nothing either held was ever let go.
+    server = Server(lambda conn: Held().table(), max_held_bytes=LIMIT)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            clients = []
+            for _ in range(2):
+                client_end, server_end = trio.testing.memory_stream_pair()
+                nursery.start_soon(server.serve, server_end, server_end)
+                clients.append(Client(client_end))
+            answers: list[str] = []
+
+            async def ping(client: Client) -> None:
+                answers.append(await client.result("ping", {"pad": "x" * (400 * KIB)}))
+
+            async with trio.open_nursery() as pings:
+                for client in clients:
+                    pings.start_soon(ping, client)
+            assert answers == ["pong", "pong"]
+            # Past the limit by one connection's frame at most, not by one each.
+            assert server.held.peak <= LIMIT + 400 * KIB + 64 * KIB
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_lone_client_request_past_half_the_limit_is_answered() -> None:
+    # The connection waited for room that only it held: its frame, then its
+    # request, never went ahead, and the connection never read again.
+    server = Server(lambda conn: Held().table(), max_held_bytes=LIMIT)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            client_end, server_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(server.serve, server_end, server_end)
+            client = Client(client_end)
+            assert await client.result("ping", {"pad": "x" * (600 * KIB)}) == "pong"
+            assert await client.result("ping", {}) == "pong"
+            await client_end.send_eof()
+            await trio.testing.wait_all_tasks_blocked()
+            assert server.held.total == 0 and server.held.overdraft is None
             nursery.cancel_scope.cancel()

@@ -26,6 +26,14 @@ to gigabytes (``bench/held_memory.py``). The rules:
   it is held because a connection joined.
 * The hog is the one that waits: it is past its share by definition, and a
   waiter is woken by any release, its own peer reading included.
+* One waiter at a time goes ahead anyway: the first to wait while no other
+  does takes the *overdraft* and holds it until what it holds is within the
+  rules again (or it closes). Without it, what held the room could be freed
+  only by reads that waited for it: two clients each half through a frame
+  past their shares never finished them, and a lone client's request past
+  half the limit never dispatched, both for good (their peers' hang-ups went
+  unread too). So the total may pass the limit by what one connection holds
+  on its own bounds, never by one for each.
 
 No I/O here; waiting is a parking lot, as in :mod:`~streamd.rpc.inflight`.
 """
@@ -66,6 +74,8 @@ class HeldBudget:
         self.peak = 0
         """The highest ``total`` seen (what the tests assert on, never RSS)."""
         self.accounts = 0
+        self.overdraft: Account | None = None
+        """The one account let past the rules now (see the module docstring)."""
         self._freed = trio.lowlevel.ParkingLot()
 
     def open(self) -> Account:
@@ -86,6 +96,16 @@ class HeldBudget:
         elif self._freed:
             self._freed.unpark_all()
 
+    def settle(self, account: Account) -> None:
+        """``account`` holds less: if it had the overdraft and is within the
+        rules again, the next waiter may have it."""
+        if self.overdraft is account and (
+            not account.open or self.admits(account.held, 0)
+        ):
+            self.overdraft = None
+            if self._freed:
+                self._freed.unpark_all()
+
     def left(self) -> None:
         """An account has closed."""
         self.accounts -= 1
@@ -104,36 +124,44 @@ class Account:
     def __init__(self, budget: HeldBudget) -> None:
         self._budget = budget
         self.held = 0
-        self._open = True
+        self.open = True
 
     def charge(self, n: int) -> None:
         """Hold ``n`` bytes more (fewer when negative), whatever the total (the
         caller waited with :meth:`wait_room` first, or the bytes could not wait)."""
-        if self._open:
+        if self.open:
             self.held += n
             self._budget.add(n)
+            if n < 0:
+                self._budget.settle(self)
 
     def discharge(self, n: int) -> None:
-        if self._open:
+        if self.open:
             self.held -= n
             self._budget.add(-n)
+            self._budget.settle(self)
 
     def fits(self, size: int) -> bool:
-        return self._budget.admits(self.held, size)
+        return self._budget.overdraft is self or self._budget.admits(self.held, size)
 
     def share(self) -> int:
         """What one connection may hold past the common half, now."""
         return self._budget.share()
 
     async def wait_room(self, size: int) -> None:
-        """Until ``size`` bytes more fit (:func:`admits`); woken by any release."""
+        """Until ``size`` bytes more fit (:func:`admits`), or this account has
+        the overdraft; woken by any release."""
         while not self.fits(size):
+            if self._budget.overdraft is None:
+                self._budget.overdraft = self
+                return
             await self._budget.wait_freed()
 
     def close(self) -> None:
         """The connection has ended: nothing it held counts any more."""
-        if self._open:
+        if self.open:
             self._budget.add(-self.held)
             self.held = 0
-            self._open = False
+            self.open = False
+            self._budget.settle(self)
             self._budget.left()
