@@ -4,7 +4,8 @@ other client: reads share a few connections (``eventlog/reader_pool.py``).
 With one reader connection, a 1 s read (a whole long session, every session
 of a user) made a ping of another client wait 1 s, and every other read with
 it. A store read is held here on a thread handshake, never timed; every test
-is bounded by ``trio.fail_after``. Each runs on PostgreSQL and MariaDB.
+is bounded by ``trio.fail_after``. Each runs on PostgreSQL and MariaDB, but
+the one on the pool's choice of a connection, which drives a stand-in store.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import trio.testing
 from support.eventlog import ev, thread_event
 
 from streamd.eventlog import EventLog, reader_pool
+from streamd.eventlog.server_runner import ServerRunner
 
 
 @pytest.fixture(params=["postgres", "mysql"])
@@ -141,3 +143,68 @@ async def test_a_watch_reading_its_history_holds_up_no_ping_of_another_client(
                 finally:
                     finish.set()
             assert got == ["e0"]
+
+
+class _Store:
+    """A server store whose next call hangs in the driver's connect (the
+    server restarting) until ``back`` is set; the others answer at once."""
+
+    def __init__(self) -> None:
+        self.back = threading.Event()
+        self.inside = threading.Event()
+        self.connecting = False
+
+    def hang(self) -> str:
+        self.connecting = True
+        self.inside.set()
+        self.back.wait(60)
+        self.connecting = False
+        return "late"
+
+    def ping(self) -> str:
+        return "pong"
+
+    def cancel_running(self) -> None:
+        pass
+
+    def sever(self) -> None:
+        pass
+
+    def cut_if_connecting(self) -> bool:
+        return self.connecting
+
+    def interrupt(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def attempts(self) -> Any:
+        raise NotImplementedError
+
+
+async def test_a_read_takes_another_connection_than_one_a_cancelled_read_still_holds() -> None:
+    # A read cancelled while its connection was reconnecting returns at
+    # once, and its thread holds the connection until the connect ends (the
+    # whole connect timeout, or for ever without one). The pool lent that
+    # connection first (the last returned), so the next read, a ping among
+    # them, waited for that connect while it could open another.
+    stuck = _Store()
+    pool = reader_pool.ReaderPool(ServerRunner(stuck, grace_s=1.0),
+                                  lambda: _open(ServerRunner(_Store(), grace_s=1.0)))
+    try:
+        with trio.fail_after(20):
+            with trio.CancelScope() as cancelled:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(pool.run, _Store.hang)
+                    await thread_event(stuck.inside)
+                    cancelled.cancel()
+            assert await pool.run(_Store.ping) == "pong"
+            assert len(pool.runners) == 2
+    finally:
+        stuck.back.set()
+
+
+async def _open(runner: Any) -> Any:
+    return runner

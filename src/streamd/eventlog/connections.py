@@ -192,12 +192,14 @@ class Connections:
         assert self._scanner is not None
         return self._scanner
 
-    async def _open_another_reader(self) -> Runner:
+    async def _open_another_reader(self) -> ServerRunner:
         """One more reader beside the first (a server backend's, all busy)."""
         async with self._lock:  # close waits for it here (opening_done)
             if self._closed:
                 raise closed_error()
-            return await self._open_backend("reader")
+            runner = await self._open_backend("reader")
+        assert isinstance(runner, ServerRunner)  # the first reader's backend
+        return runner
 
     async def write(self, op: Callable[[Backend], _T]) -> _T:
         try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import trio
 
@@ -41,27 +41,41 @@ at once, while a daemon's connections stay a handful (the writer, the scans'
 lane and, on PostgreSQL, the listener besides) of a server's hundred or so."""
 
 
+class Pooled(Runner, Protocol):
+    """A connection the pool lends (a :class:`~streamd.eventlog.server_runner.ServerRunner`)."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call still holds it (one its caller left, say)."""
+        ...
+
+
 class ReaderPool:
     """The reader's runner and the ones opened beside it when it was busy.
 
     Invariant: every runner is either lent to one read or in ``_idle``; the
     semaphore counts the reads in flight, so one is taken only when a runner
-    is idle or fewer than ``size`` are open."""
+    is idle or fewer than ``size`` are open. An idle runner may still be
+    busy: a read cancelled while the server did not answer returns at once,
+    and its thread holds the connection until the driver gives up (a whole
+    connect timeout); a read takes one that is not, or opens another while
+    fewer than ``size`` are open, and waits for a busy one only then."""
 
     def __init__(
-        self, first: Runner, open_reader: Callable[[], Awaitable[Runner]], size: int | None = None
+        self, first: Pooled, open_reader: Callable[[], Awaitable[Pooled]], size: int | None = None
     ) -> None:
         size = READERS if size is None else size
         if size < 1:
             raise ValueError("a reader pool holds one connection at least")
+        self._size = size
         self._open_reader = open_reader
-        self._all: list[Runner] = [first]
-        self._idle: list[Runner] = [first]
+        self._all: list[Pooled] = [first]
+        self._idle: list[Pooled] = [first]
         self._slots = trio.Semaphore(size)
         self._returned = trio.lowlevel.ParkingLot()  # reads waiting for a busy runner
 
     @property
-    def runners(self) -> list[Runner]:
+    def runners(self) -> list[Pooled]:
         """Every connection opened so far, the first one first."""
         return list(self._all)
 
@@ -75,9 +89,13 @@ class ReaderPool:
                 self._idle.append(runner)
                 self._returned.unpark()
 
-    async def _take(self) -> Runner:
-        if self._idle:
-            return self._idle.pop()  # the last returned: warm, under light load
+    async def _take(self) -> Pooled:
+        # The last returned that is free: warm, under light load.
+        free = next((i for i in reversed(range(len(self._idle))) if not self._idle[i].busy), None)
+        if free is not None:
+            return self._idle.pop(free)
+        if self._idle and len(self._all) >= self._size:
+            return self._idle.pop()  # every connection is held: wait on one
         try:
             # Shielded: a connection half opened when its caller was cancelled
             # would be one nobody closes.
@@ -88,7 +106,9 @@ class ReaderPool:
                 raise
             logger.info("reading on the %d open connection(s): another was refused: %s",
                         len(self._all), exc)
-            # Every runner is lent (none idle), so one comes back.
+            if self._idle:
+                return self._idle.pop()  # one a cancelled call still holds: wait on it
+            # Every runner is lent, so one comes back.
             while not self._idle:
                 await self._returned.park()
             return self._idle.pop()

@@ -98,6 +98,12 @@ class ServerRunner:
     def store(self) -> ServerStore:
         return self._store
 
+    @property
+    def busy(self) -> bool:
+        """Whether a call holds the connection now: one its caller has left
+        may (its thread runs on to its end, see the module docstring)."""
+        return self._limiter.borrowed_tokens > 0
+
     async def run(self, op: Callable[[Any], _T]) -> _T:
         """``op(store)`` on a worker thread. Cancelled while it runs, the
         statement is cancelled on the server, the call is waited for (it
