@@ -166,3 +166,60 @@ def test_a_forked_childs_close_of_the_parents_asyncio_client_leaves_its_connecti
         child, parent = _run(sock, script=ASYNC_SCRIPT)
     assert child == {"call": "forked", "close": "returned"}
     assert parent == {"parent": [f"p{i}" for i in range(21)], "child_session": "none"}
+
+
+WATCH_SCRIPT = r"""
+import asyncio, json, os, sys
+from streamd.client import AsyncClient
+from streamd.eventlog.model import Event
+
+def ev(event_id):
+    return Event(id=event_id, author="agent", content=None)
+
+async def opened():
+    client = await AsyncClient.connect_socket(sys.argv[1])
+    await client.append("app", "u", "s", ev("p0"))
+    return client, await client.watch(0)
+
+loop = asyncio.new_event_loop()  # the parent's, kept for after the fork
+client, watch = loop.run_until_complete(opened())
+
+pid = os.fork()
+if pid == 0:
+    watch.close()  # the child lets go of what it inherited
+    print(json.dumps({"child": "closed"}), flush=True)
+    os._exit(0)
+
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0
+
+async def parent():
+    try:
+        # A round trip: the daemon has read whatever the child wrote before it.
+        await client.get_session("app", "u", "s")
+        await client.append("app", "u", "s", ev("p1"))
+        seen = []
+        async def two():
+            async for entry in watch:
+                seen.append(entry.event.id)
+                if len(seen) == 2:
+                    return
+        await asyncio.wait_for(two(), 30)
+        return {"watched": seen, "result": None if watch.result is None else "ended"}
+    finally:
+        await client.aclose()
+
+print(json.dumps(loop.run_until_complete(parent())), flush=True)
+"""
+
+
+def test_a_forked_childs_close_of_the_parents_asyncio_watch_leaves_the_parents_watch_running(
+    tmp_path: Path,
+) -> None:
+    # The child's close wrote a cancel of the watch's id on the connection it
+    # shares with its parent: the daemon ended the parent's watch.
+    sock = str(tmp_path / "s.sock")
+    with serving(sock, tmp_path / "e.db", "--synchronous", "NORMAL"):
+        child, parent = _run(sock, script=WATCH_SCRIPT)
+    assert child == {"child": "closed"}
+    assert parent == {"watched": ["p0", "p1"], "result": None}

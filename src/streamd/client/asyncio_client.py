@@ -396,6 +396,10 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
                 ) from None
 
     def _send_soon(self, frame: bytes) -> None:
+        if os.getpid() != self._pid:
+            # A forked child's close of a watch it inherited: the cancel,
+            # written on the socket it shares, ended the parent's watch.
+            return
         if not self._pipe.is_closing():
             self._pipe.write(frame)
 
