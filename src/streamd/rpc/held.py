@@ -93,18 +93,17 @@ class HeldBudget:
         self.total += n
         if n > 0:
             self.peak = max(self.peak, self.total)
-        elif self._freed:
+            return
+        self.settle()
+        if self._freed:
             self._freed.unpark_all()
 
-    def settle(self, account: Account) -> None:
-        """``account`` holds less: if it had the overdraft and is within the
-        rules again, the next waiter may have it."""
-        if self.overdraft is account and (
-            not account.open or self.admits(account.held, 0)
-        ):
+    def settle(self) -> None:
+        """Take the overdraft back once its holder is within the rules again
+        (whoever let go: the total may have come back within the common half)."""
+        holder = self.overdraft
+        if holder is not None and (not holder.open or self.admits(holder.held, 0)):
             self.overdraft = None
-            if self._freed:
-                self._freed.unpark_all()
 
     def left(self) -> None:
         """An account has closed."""
@@ -132,14 +131,11 @@ class Account:
         if self.open:
             self.held += n
             self._budget.add(n)
-            if n < 0:
-                self._budget.settle(self)
 
     def discharge(self, n: int) -> None:
         if self.open:
             self.held -= n
             self._budget.add(-n)
-            self._budget.settle(self)
 
     def fits(self, size: int) -> bool:
         return self._budget.overdraft is self or self._budget.admits(self.held, size)
@@ -163,5 +159,5 @@ class Account:
             self._budget.add(-self.held)
             self.held = 0
             self.open = False
-            self._budget.settle(self)
+            self._budget.settle()
             self._budget.left()
