@@ -22,11 +22,20 @@ class HeldRunner:
     def __init__(self) -> None:
         self.inside = trio.Event()
         self.gate = trio.Event()
+        self.running = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.running > 0
 
     async def run(self, op: Callable[[Any], Any]) -> Any:
-        self.inside.set()
-        await self.gate.wait()
-        return op(None)
+        self.running += 1
+        try:
+            self.inside.set()
+            await self.gate.wait()
+            return op(None)
+        finally:
+            self.running -= 1
 
 
 def refused(error: RpcError) -> Callable[[], Any]:
