@@ -392,3 +392,52 @@ async def test_a_lone_client_request_past_half_the_limit_is_answered() -> None:
             await trio.testing.wait_all_tasks_blocked()
             assert server.held.total == 0 and server.held.overdraft is None
             nursery.cancel_scope.cancel()
+
+
+async def test_the_overdraft_is_handed_on_once_a_close_grows_its_holders_share() -> None:
+    # The holder came within the rules when a connection holding nothing
+    # closed (one share fewer to divide), but the overdraft was taken back
+    # only at a release: with none to come, the other waiter waited for good
+    # behind a holder that no longer needed it.
+    budget = HeldBudget(1000)
+    holder, waiter, idle = budget.open(), budget.open(), budget.open()
+    holder.charge(240)  # past its share of three (166), within one of two (250)
+    waiter.charge(280)  # past both, and the total (520) past the common half
+    went = trio.Event()
+
+    async def wait() -> None:
+        await waiter.wait_room(1)
+        went.set()
+
+    with trio.fail_after(5):
+        await holder.wait_room(1)
+        assert budget.overdraft is holder
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not went.is_set()
+            idle.close()
+            await went.wait()
+            assert budget.overdraft is waiter
+
+
+async def test_the_overdraft_of_a_connection_that_closes_goes_to_a_waiter() -> None:
+    budget = HeldBudget(1000)
+    holder, waiter = budget.open(), budget.open()
+    holder.charge(400)
+    waiter.charge(400)
+    went = trio.Event()
+
+    async def wait() -> None:
+        await waiter.wait_room(1)
+        went.set()
+
+    with trio.fail_after(5):
+        await holder.wait_room(1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not went.is_set()
+            holder.close()
+            await went.wait()
+            assert budget.overdraft is None  # within the rules once alone

@@ -108,7 +108,9 @@ class HeldBudget:
     def left(self) -> None:
         """An account has closed."""
         self.accounts -= 1
-        # One share fewer to divide: the others' grow.
+        # One share fewer to divide: the others' grow, the overdraft's
+        # holder's among them, which may need it no more.
+        self.settle()
         if self._freed:
             self._freed.unpark_all()
 
@@ -159,5 +161,4 @@ class Account:
             self._budget.add(-self.held)
             self.held = 0
             self.open = False
-            self._budget.settle()
             self._budget.left()
