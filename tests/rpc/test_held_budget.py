@@ -441,3 +441,43 @@ async def test_the_overdraft_of_a_connection_that_closes_goes_to_a_waiter() -> N
             holder.close()
             await went.wait()
             assert budget.overdraft is None  # within the rules once alone
+
+
+async def test_a_client_past_its_share_waits_while_a_client_reading_nothing_holds_the_overdraft(
+) -> None:
+    # The worst case the overdraft leaves (rpc/held, docs/wire.md): its
+    # holder keeps it while it is past the rules, and one whose peer reads
+    # none of its answers stays past them, so another client stopped inside
+    # a frame past its share waits as long as that one stays connected.
+    held = Held()
+    server = Server(lambda conn: held.table(), max_held_bytes=LIMIT)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            hog_end, hog_server = trio.testing.memory_stream_pair()
+            stalled = StalledStream(hog_server)
+            hog = trio.CancelScope()
+
+            async def serve_hog() -> None:
+                with hog:
+                    await server.serve(stalled, stalled)
+
+            nursery.start_soon(serve_hog)
+            # 256 answers of 4 KiB: past the common half and its share.
+            await hog_end.send_all(b"".join(rpc(n, "page", {}) for n in range(256)))
+            await trio.testing.wait_all_tasks_blocked()
+            overdraft = server.held.overdraft
+            assert overdraft is not None
+            client_end, server_end = trio.testing.memory_stream_pair()
+            nursery.start_soon(server.serve, server_end, server_end)
+            answered = trio.Event()
+
+            async def big_ping() -> None:
+                assert await Client(client_end).result("ping", {"pad": "x" * (400 * KIB)}) == "pong"
+                answered.set()
+
+            nursery.start_soon(big_ping)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not answered.is_set() and server.held.overdraft is overdraft
+            hog.cancel()  # its connection ends (a hang-up breaks its writes)
+            await answered.wait()
+            nursery.cancel_scope.cancel()
