@@ -481,3 +481,36 @@ async def test_a_client_past_its_share_waits_while_a_client_reading_nothing_hold
             hog.cancel()  # its connection ends (a hang-up breaks its writes)
             await answered.wait()
             nursery.cancel_scope.cancel()
+
+
+async def test_a_client_past_its_share_waits_while_the_overdraft_holder_keeps_requests_that_last(
+) -> None:
+    # The other worst case: requests that last (watches, whose params are
+    # held for their life) keep their connection past the rules once it took
+    # the overdraft, though its client behaves; the others past their shares
+    # wait until those requests end.
+    held = Held()
+    server = Server(lambda conn: held.table(), max_held_bytes=LIMIT)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            a_end, a_server = trio.testing.memory_stream_pair()
+            b_end, b_server = trio.testing.memory_stream_pair()
+            nursery.start_soon(server.serve, a_server, a_server)
+            nursery.start_soon(server.serve, b_server, b_server)
+            await a_end.send_all(b"".join(held_params(n) for n in range(20)))  # 640 KiB
+            await trio.testing.wait_all_tasks_blocked()
+            assert held.started == 20
+            overdraft = server.held.overdraft
+            assert overdraft is not None
+            answered = trio.Event()
+
+            async def big_ping() -> None:
+                assert await Client(b_end).result("ping", {"pad": "y" * (400 * KIB)}) == "pong"
+                answered.set()
+
+            nursery.start_soon(big_ping)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not answered.is_set() and server.held.overdraft is overdraft
+            held.gate.set()  # the requests that lasted end
+            await answered.wait()
+            nursery.cancel_scope.cancel()

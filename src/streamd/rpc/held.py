@@ -34,10 +34,11 @@ to gigabytes (``bench/held_memory.py``). The rules:
   half the limit never dispatched, both for good (their peers' hang-ups went
   unread too). So the total may pass the limit by what one connection holds
   on its own bounds, never by one for each. The price: the others past the
-  rules wait meanwhile, and a holder that stays past them (its peer reads
-  none of its answers, or stops sending inside a frame) keeps the overdraft
-  for as long as it stays connected; a connection within its share is
-  served at once all the same.
+  rules wait meanwhile, and a holder that stays past them keeps the
+  overdraft for as long as it does: while requests that last hold it there
+  (watches and their params), or its peer reads none of its answers or
+  stops sending inside a frame, up to as long as it stays connected. A
+  connection within its share is served at once all the same.
 
 No I/O here; waiting is a parking lot, as in :mod:`~streamd.rpc.inflight`.
 """
