@@ -276,8 +276,9 @@ async def test_clients_that_all_stop_inside_big_frames_each_finish_them_in_turn(
     # Sixteen frames of 192 KiB against a limit of 1 MiB, read 64 KiB at a
     # time from each: all sixteen stopped past their share inside their
     # frames, and none could finish one (a finished frame is what lets its
-    # bytes go): every client waited for ever. The one holding the overdraft
-    # now reads on, and hands it on once its frame is done and answered.
+    # bytes go): every client waited for ever. The first to wait now takes
+    # the overdraft and reads on; it is taken back once that connection is
+    # within the rules again (its frame finished), and the next waiter takes it.
     # (The mock clock only makes a hang fail at once.)
     server = Server(lambda conn: Held().table(), max_held_bytes=LIMIT)
     answers: list[str] = []
