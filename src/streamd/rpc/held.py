@@ -26,9 +26,9 @@ to gigabytes (``bench/held_memory.py``). The rules:
   it is held because a connection joined.
 * The hog is the one that waits: it is past its share by definition, and a
   waiter is woken by any release, its own peer reading included.
-* One waiter at a time goes ahead anyway: the first to wait while no other
-  does takes the *overdraft* and holds it until what it holds is within the
-  rules again (or it closes). Without it, what held the room could be freed
+* One waiter at a time goes ahead anyway: a connection that would wait
+  takes the *overdraft* if no other holds it, and keeps it until what it
+  holds is within the rules again (or it closes). Without it, what held the room could be freed
   only by reads that waited for it: two clients each half through a frame
   past their shares never finished them, and a lone client's request past
   half the limit never dispatched, both for good (their peers' hang-ups went
