@@ -78,3 +78,38 @@ async def test_a_read_whose_log_closed_while_it_opened_a_connection_fails_closed
                 await pool.run(lambda _store: None)
             assert caught.value.code == closed_error().code
             first.gate.set()
+
+
+async def test_a_read_refused_another_connection_waits_on_one_a_cancelled_call_still_holds(
+) -> None:
+    first = HeldRunner()
+    first.running = 1  # a cancelled read's thread still holds it, returned to the pool
+    pool = ReaderPool(first, refused(RpcError(SOURCE_UNAVAILABLE, "too many clients")))  # type: ignore[arg-type]
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            answers: list[str] = []
+
+            async def read() -> None:
+                answers.append(await pool.run(lambda _store: "read"))
+
+            nursery.start_soon(read)
+            await first.inside.wait()  # waiting on that one, not failed
+            first.gate.set()
+    assert answers == ["read"] and pool.runners == [first]
+
+
+async def test_a_read_at_the_pools_size_waits_on_a_held_connection_without_opening_another(
+) -> None:
+    first = HeldRunner()
+    first.running = 1
+    opened: list[HeldRunner] = []
+
+    async def open_reader() -> HeldRunner:
+        opened.append(HeldRunner())
+        return opened[-1]
+
+    pool = ReaderPool(first, open_reader, size=1)  # type: ignore[arg-type]
+    with trio.fail_after(10):
+        first.gate.set()
+        assert await pool.run(lambda _store: "read") == "read"
+    assert opened == [] and pool.runners == [first]
