@@ -549,7 +549,8 @@ async def test_a_watch_opened_after_a_step_read_its_horizon_waits_for_that_step(
             await log.set_retention("app", max_events=1)
             read, paged = threading.Event(), threading.Event()
             writer = getattr(log.connections.writer, "store", None)
-            reader = getattr(await log.connections.open_reader(), "store", None)
+            await log.connections.open_reader()
+            reader = getattr(log.connections.reader, "store", None)
             assert writer is not None and reader is not None
             trim, since = writer.trim_sessions, reader.since_committed
 

@@ -39,9 +39,9 @@ async def test_a_watch_opened_as_a_cancelled_step_still_commits_gets_no_gap(
             for i in range(10):
                 await log.append("app", "u", "s", ev(f"e{i}"))
             await log.set_retention("app", max_events=1)
-            reader_runner = await log.connections.open_reader()
+            await log.connections.open_reader()
             writer = getattr(log.connections.writer, "store", None)
-            reader = getattr(reader_runner, "store", None)
+            reader = getattr(log.connections.reader, "store", None)
             assert writer is not None and reader is not None
             begun, go, ended, paged = (threading.Event() for _ in range(4))
             trim, since = writer.trim_sessions, reader.since_committed
@@ -76,7 +76,7 @@ async def test_a_watch_opened_as_a_cancelled_step_still_commits_gets_no_gap(
             got: list[str] = []
             async with log.watch(0) as w:
                 await trio.testing.wait_all_tasks_blocked()
-                if not getattr(reader_runner, "idle", True):
+                if not getattr(log.connections.reader, "idle", True):
                     await thread_event(paged)  # it reads at once: its first page first
                 go.set()
                 await thread_event(ended)
