@@ -346,7 +346,6 @@ def test_a_healthy_log_verifies_gaps_and_all(log_db: Path) -> None:
     )
 
 
-
 def test_a_log_of_one_event_is_counted_in_the_singular(tmp_path: Path) -> None:
     # "backed up 1 events", "1 events, newest seq 1, 1 sessions" read as a bug.
     db = tmp_path / "one.db"
@@ -356,6 +355,25 @@ def test_a_log_of_one_event_is_counted_in_the_singular(tmp_path: Path) -> None:
     assert copied.stdout.startswith(f"backed up 1 event (newest seq 1) to {tmp_path / 'copy.db'}:")
     checked_ = streamd_log(db, "verify")
     assert checked_.stdout == f"ok: {db}: 1 event, newest seq 1, 1 session\n"
+
+
+def test_a_log_of_another_schema_version_is_refused_naming_what_to_run(tmp_path: Path) -> None:
+    # verify and backup never migrate: an older file was refused with "open
+    # it with streamd once first", which named no command, and a newer one as
+    # if it were older.
+    db = tmp_path / "old.db"
+    build_log(db, 3)
+    _sql(db, "DROP INDEX events_by_app_time", "PRAGMA user_version = 6")
+    refused = streamd_log(db, "verify")
+    assert refused.returncode != 0 and refused.stdout == ""
+    assert f"`streamd log --db {db} ping` upgrades it" in refused.stderr
+    assert streamd_log(db, "ping").returncode == 0
+    assert streamd_log(db, "verify").stdout.startswith(f"ok: {db}: 3 events")
+    _sql(db, "PRAGMA user_version = 99")
+    newer = streamd_log(db, "backup", str(tmp_path / "copy.db"))
+    assert newer.returncode != 0 and "newer than this streamd understands" in newer.stderr
+    assert not (tmp_path / "copy.db").exists()
+
 
 def _sql(db: Path, *statements: str) -> None:
     conn = apsw.Connection(str(db))

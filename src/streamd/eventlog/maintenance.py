@@ -182,10 +182,18 @@ def _sqlite_log(path: Path) -> Iterator[tuple[Any, Callable[[], None]]]:
 
 
 def _check_version(path: Path, store: Any) -> None:
+    # These commands read the file as it is (never migrate it: a backup or a
+    # check must not write the log), so a file of another version is named
+    # with what to run, not only refused.
     version = store.connection.pragma("user_version")
-    if version != SCHEMA_VERSION:
-        raise RpcError(SOURCE_UNAVAILABLE, f"{path} has schema version {version}, this streamd"
-                       f" checks version {SCHEMA_VERSION}: open it with streamd once first")
+    if version < SCHEMA_VERSION:
+        raise RpcError(SOURCE_UNAVAILABLE, f"{path} has schema version {version}, older than"
+                       f" this streamd's {SCHEMA_VERSION}: `streamd log --db {path} ping`"
+                       " upgrades it (it is then refused by older streamd versions)")
+    if version > SCHEMA_VERSION:
+        raise RpcError(SOURCE_UNAVAILABLE, f"{path} has schema version {version}, newer than"
+                       f" this streamd understands ({SCHEMA_VERSION}): use the streamd that"
+                       " wrote it, or a newer one")
 
 
 def _out(line: str) -> None:
