@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 from support.eventlog import mocked, writer_calls
-from support.service import Daemonish, _server
+from support.service import Daemonish
 
 from streamd.errors import RpcError
 from streamd.eventlog import service
@@ -49,7 +49,7 @@ async def test_a_connection_that_ends_releases_its_leases_in_one_store_call_not_
             mocked(tmp_path / "events.db", retention_interval=0) as log,
             trio.open_nursery() as nursery,
         ):
-            daemon = Daemonish(log, nursery, _server(lambda: log))
+            daemon = Daemonish.serving(log, nursery)
             holder, other = await daemon.connect(), await daemon.connect()
             for i in range(800):
                 await holder.result(
@@ -60,10 +60,7 @@ async def test_a_connection_that_ends_releases_its_leases_in_one_store_call_not_
                 "eventlog/lock.acquire", {"app": "app", "user": "u", "session": "kept", **HOURLY}
             )
             calls = writer_calls(log, monkeypatch)
-            await holder.stream.send_eof()  # gone without releasing
-            with pytest.raises(EOFError):
-                while True:
-                    await holder.frame()
+            await holder.hang_up()  # gone without releasing
             assert len(calls) == 1
             assert [info.session for info in await log.list_locks()] == ["kept"]
             assert await other.result("eventlog/lock.release", {"lock": kept["lock"]}) == {}
@@ -78,7 +75,7 @@ async def test_a_lease_stolen_before_its_connection_ends_stays_its_thiefs(
             mocked(tmp_path / "events.db", retention_interval=0) as log,
             trio.open_nursery() as nursery,
         ):
-            daemon = Daemonish(log, nursery, _server(lambda: log))
+            daemon = Daemonish.serving(log, nursery)
             holder = await daemon.connect()
             short = {"heartbeat_ms": 50, "stale_after_ms": 150}
             taken = [
@@ -95,16 +92,12 @@ async def test_a_lease_stolen_before_its_connection_ends_stays_its_thiefs(
             lease.stop_heartbeat()
             await trio.sleep(1)
             thief = await log.acquire_lock("app", "u", "b", **HOURLY)
-            await holder.stream.send_eof()
-            with pytest.raises(EOFError):
-                while True:
-                    await holder.frame()
+            await holder.hang_up()
             assert [(i.session, i.holder) for i in await log.list_locks()] == [
                 ("b", thief.holder)
             ]
             await thief.release()
             nursery.cancel_scope.cancel()
-
 
 
 async def test_a_connection_past_its_lease_bound_is_refused_budget_exceeded_and_others_are_not(
@@ -115,7 +108,7 @@ async def test_a_connection_past_its_lease_bound_is_refused_budget_exceeded_and_
             mocked(tmp_path / "events.db", retention_interval=0) as log,
             trio.open_nursery() as nursery,
         ):
-            daemon = Daemonish(log, nursery, _server(lambda: log))
+            daemon = Daemonish.serving(log, nursery)
             holder, other = await daemon.connect(), await daemon.connect()
             taken = [
                 await holder.result("eventlog/lock.acquire", _key(f"s{i}"))
@@ -145,7 +138,7 @@ async def test_acquires_in_flight_count_against_a_connections_lease_bound(
             trio.open_nursery() as nursery,
         ):
             monkeypatch.setattr(service, "MAX_LEASES_PER_CONNECTION", 3)
-            daemon = Daemonish(log, nursery, _server(lambda: log))
+            daemon = Daemonish.serving(log, nursery)
             holder = await daemon.connect()
             # The writer held up: the acquires that reach it wait there, in
             # flight, none held yet.

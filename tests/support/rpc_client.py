@@ -68,6 +68,16 @@ class Client:
             await self._pump()
         return {i: self.responses.pop(i) for i in request_ids if i in self.responses}
 
+    async def hang_up(self) -> None:
+        """End input, as a client that goes away, and read until the daemon
+        ends the connection too (it has cleaned up by then)."""
+        await self.stream.send_eof()
+        while True:
+            try:
+                await self._pump()
+            except EOFError:
+                return
+
     async def notification(self) -> dict[str, Any]:
         while not self.notifications:
             await self._pump()

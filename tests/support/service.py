@@ -23,6 +23,11 @@ class Daemonish:
     nursery: trio.Nursery
     server: Server
 
+    @classmethod
+    def serving(cls, log: EventLog, nursery: trio.Nursery) -> Daemonish:
+        """``log`` served as the daemon serves it, its connections in ``nursery``."""
+        return cls(log, nursery, _server(lambda: log))
+
     async def connect(self) -> Client:
         client_end, server_end = trio.testing.memory_stream_pair()
         self.nursery.start_soon(self.server.serve, server_end, server_end)
