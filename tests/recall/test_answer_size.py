@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 import trio
-from support.recall import initialized, req
+from support.recall import initialized, req, watch_candidates
 
 from streamd.recall import answers as answers_module
 from streamd.recall.adapter import StreamAdapter
-from streamd.recall.answer_size import CANDIDATE_FLOOR, AnswerTooLarge, Candidates
+from streamd.recall.answer_size import CANDIDATE_FLOOR, AnswerTooLarge
 from streamd.recall.index.streamfile import read_spans
 from streamd.recall.oneshot import current
 from streamd.recall.wire import Filters, InitializeParams, SearchParams
@@ -22,16 +22,6 @@ from streamd.rpc.protocol import encode_error, oversized_result, result_frame, r
 FAR = "2999-01-01T00:00:00Z"
 RECORDS = 300
 MAX_FRAME = 20_000  # some 40 candidates of the 300 fit
-
-
-class Watched(Candidates):
-    """Candidates that remember the most they ever kept at once."""
-
-    most = 0
-
-    def add(self, candidate):  # type: ignore[no-untyped-def]
-        super().add(candidate)
-        Watched.most = max(Watched.most, len(self.kept))
 
 
 @pytest.fixture
@@ -44,9 +34,7 @@ def world(recall_world):
 
 @pytest.fixture
 def watched(monkeypatch):
-    Watched.most = 0
-    monkeypatch.setattr(answers_module, "Candidates", Watched)
-    return Watched
+    return watch_candidates(monkeypatch, answers_module)
 
 
 def searched(world):

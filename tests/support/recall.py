@@ -12,6 +12,8 @@ import trio.testing
 
 from streamd.daemon import Daemon
 from streamd.golang import gotime
+from streamd.recall.answer_size import Candidates
+from streamd.recall.wire import Candidate
 from streamd.rpc import Server
 
 FAR = "2999-01-01T00:00:00Z"
@@ -135,4 +137,23 @@ async def initialized(peer: Peer, world, **settings: Any) -> None:
     await peer.send(init(world, **settings))
     frame = await peer.recv()
     assert frame["id"] == 1 and frame["result"]["adapter_id"] == "recall-stream/1", frame
+
+
+class WatchedCandidates(Candidates):
+    """An answer's candidates that remember the most any answer kept at once."""
+
+    most = 0
+
+    def add(self, candidate: Candidate) -> None:
+        super().add(candidate)
+        WatchedCandidates.most = max(WatchedCandidates.most, len(self.kept))
+
+
+def watch_candidates(
+    monkeypatch: pytest.MonkeyPatch, module: Any, *, raising: bool = True
+) -> type[WatchedCandidates]:
+    """``module``'s answers built with :class:`WatchedCandidates`, counted from 0."""
+    WatchedCandidates.most = 0
+    monkeypatch.setattr(module, "Candidates", WatchedCandidates, raising=raising)
+    return WatchedCandidates
 

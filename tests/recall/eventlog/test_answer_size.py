@@ -17,11 +17,10 @@ import msgspec
 import pytest
 import trio
 import trio.testing
-from support.recall import Peer
+from support.recall import Peer, WatchedCandidates, watch_candidates
 
 from streamd.daemon import Config, Daemon
 from streamd.eventlog.model import Event
-from streamd.recall.answer_size import Candidates
 from streamd.recall.eventlog import answers as log_answers
 from streamd.rpc import Server
 from streamd.rpc.protocol import result_frame
@@ -32,22 +31,10 @@ EVENTS = 300
 MAX_FRAME = 20_000  # some 30 candidates of the 300 fit
 
 
-class Watched(Candidates):
-    """Candidates that remember the most they ever kept at once."""
-
-    most = 0
-
-    def add(self, candidate):  # type: ignore[no-untyped-def]
-        super().add(candidate)
-        Watched.most = max(Watched.most, len(self.kept))
-
-
 @pytest.fixture
-def watched(monkeypatch: pytest.MonkeyPatch) -> type[Watched]:
-    Watched.most = 0
+def watched(monkeypatch: pytest.MonkeyPatch) -> type[WatchedCandidates]:
     # raising=False: before, the source built its list without Candidates.
-    monkeypatch.setattr(log_answers, "Candidates", Watched, raising=False)
-    return Watched
+    return watch_candidates(monkeypatch, log_answers, raising=False)
 
 
 @pytest.fixture
@@ -103,7 +90,10 @@ async def narrow(db: Path, workdir: Path) -> AsyncIterator[Peer]:
 
 
 async def test_a_log_search_past_the_frame_is_refused_as_before_having_kept_what_fits(
-    tmp_path: Path, watched: type[Watched], built: list[int], answered: list[tuple[Any, ...]]
+    tmp_path: Path,
+    watched: type[WatchedCandidates],
+    built: list[int],
+    answered: list[tuple[Any, ...]],
 ) -> None:
     with trio.fail_after(60):
         async with narrow(tmp_path / "events.db", tmp_path) as peer:
