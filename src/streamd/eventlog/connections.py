@@ -2,9 +2,10 @@
 
 An :class:`~streamd.eventlog.log.EventLog` creates nothing until its first
 operation, and "not open yet" is answered here alone: :meth:`Connections.ensure_open`
-opens the writer's and the reader's connection under one lock (shielded, so a
-half-finished open never leaves a connection nobody closes) and tells the log
-once, so it can start the jobs that need the writer. Every store operation then
+opens the writer's and the reader's connection, once for every caller waiting
+(a task of the log's, never left half done, that a caller cancelled leaves
+behind: see :mod:`~streamd.eventlog.opening`), and tells the log once, so it
+can start the jobs that need the writer. Every store operation then
 runs through :meth:`Connections.read` or :meth:`Connections.write` inside a
 cancel scope that close cancels: an operation in flight when the log closes
 raises ``closed`` instead of finishing against a connection about to go.
@@ -38,6 +39,7 @@ import trio
 
 from streamd.errors import RpcError
 from streamd.eventlog import inline
+from streamd.eventlog.opening import Opens, Shared
 from streamd.eventlog.reader_pool import ReaderPool
 from streamd.eventlog.server_runner import ServerRunner
 from streamd.eventlog.sqlite.runner import NOT_RUN, ConnectionRunner, InlineGate
@@ -58,7 +60,8 @@ class Connections:
     ``open_backend`` opens one connection for a role; ``on_open`` is called once,
     with the log's nursery and the writer, after both opened; ``after_write``
     runs after every write (the WAL checkpoint policy: not only appends fill
-    the WAL)."""
+    the WAL); ``abandon_opens`` makes the opens under way give up, for close
+    (:meth:`~streamd.eventlog.opener.Opener.abandon`)."""
 
     def __init__(
         self,
@@ -66,12 +69,16 @@ class Connections:
         *,
         on_open: Callable[[trio.Nursery, Runner], None],
         after_write: Callable[[Runner], None],
+        abandon_opens: Callable[[], None] = lambda: None,
     ) -> None:
         self._open_backend = open_backend
         self._on_open = on_open
         self._after_write = after_write
+        self._abandon_opens = abandon_opens
         self._nursery: trio.Nursery | None = None
-        self._lock = trio.Lock()
+        self._opens = Opens()
+        self._first = Shared(self._opens, self._open_first)
+        self._scans = Shared(self._opens, self._open_scanner)
         self._writer: Runner | None = None
         self._reader: Runner | None = None
         self._scanner: Runner | None = None
@@ -113,34 +120,30 @@ class Connections:
             raise RuntimeError(NOT_ENTERED)
 
     async def ensure_open(self) -> tuple[Runner, Runner]:
-        """The writer's and the reader's runner, opened by the first caller."""
+        """The writer's and the reader's runner, opened once for every caller
+        waiting; one cancelled leaves at once, and the open goes on."""
         if self._closed:
             raise closed_error()
         if self._writer is not None and self._reader is not None:
             return self._writer, self._reader
-        nursery = self.nursery
-        async with self._lock:
-            if self._closed:
-                raise closed_error()
-            if self._writer is None:
-                # Shielded: a half-finished open could leave a connection (and
-                # its worker thread) that nobody closes. It is short, and close
-                # waits for it on the lock.
-                with trio.CancelScope(shield=True):
-                    writer = await self._open_backend("writer")
-                    try:
-                        reader = await self._open_backend("reader")
-                    except BaseException:
-                        await writer.aclose()
-                        raise
-                self._writer, self._reader = writer, reader
-                if isinstance(reader, ServerRunner):
-                    self._readers = ReaderPool(reader, self._open_another_reader)
-                self._on_open(nursery, writer)
-            if self._closed:
-                raise closed_error()
-        assert self._writer is not None and self._reader is not None
-        return self._writer, self._reader
+        return await self._first.get(self.nursery)
+
+    async def _open_first(self) -> tuple[Runner, Runner]:
+        writer = await self._open_backend("writer")
+        try:
+            reader = await self._open_backend("reader")
+        except BaseException:
+            await writer.aclose()
+            raise
+        if self._closed:  # closed while they opened: nobody will use them
+            await reader.aclose()
+            await writer.aclose()
+            raise closed_error()
+        self._writer, self._reader = writer, reader
+        if isinstance(reader, ServerRunner):
+            self._readers = ReaderPool(reader, self._open_another_reader)
+        self._on_open(self.nursery, writer)
+        return writer, reader
 
     @property
     def reader(self) -> Runner | None:
@@ -174,30 +177,30 @@ class Connections:
         if self._closed:
             raise closed_error()
         with self.cancelled_by_close():
-            scanner = self._scanner or await self._open_scanner()
+            scanner = self._scanner
+            if scanner is None:
+                await self.ensure_open()
+                scanner = await self._scans.get(self.nursery)
             return await scanner.run(op)
         raise closed_error()
 
     async def _open_scanner(self) -> Runner:
-        """The scans' connection, opened by the first caller."""
-        await self.ensure_open()
-        async with self._lock:
-            if self._closed:
-                raise closed_error()
-            if self._scanner is None:
-                # Shielded, as the first open is: a connection half opened
-                # when its caller was cancelled would be one nobody closes.
-                with trio.CancelScope(shield=True):
-                    self._scanner = await self._open_backend("reader")
-        assert self._scanner is not None
-        return self._scanner
+        """The scans' connection, opened once for every scan waiting."""
+        runner = await self._open_backend("reader")
+        if self._closed:
+            await runner.aclose()
+            raise closed_error()
+        self._scanner = runner
+        return runner
 
     async def _open_another_reader(self) -> ServerRunner:
         """One more reader beside the first (a server backend's, all busy)."""
-        async with self._lock:  # close waits for it here (opening_done)
-            if self._closed:
-                raise closed_error()
-            runner = await self._open_backend("reader")
+        if self._closed:
+            raise closed_error()
+        runner = await self._open_backend("reader")
+        if self._closed:
+            await runner.aclose()
+            raise closed_error()
         assert isinstance(runner, ServerRunner)  # the first reader's backend
         return runner
 
@@ -233,15 +236,18 @@ class Connections:
             self._scopes.discard(scope)
 
     def begin_close(self) -> None:
-        """Refuse new calls and cancel those in flight."""
+        """Refuse new calls, cancel those in flight, and make the opens under
+        way give up (a connect to a server that does not answer is not waited
+        for)."""
         self._closed = True
         for scope in list(self._scopes):
             scope.cancel()
+        self._abandon_opens()
 
     async def opening_done(self) -> None:
-        """Wait out an open in progress (so its connections get closed too)."""
-        async with self._lock:
-            pass
+        """Until the opens under way have ended, each closing what it opened
+        (the log being closed)."""
+        await self._opens.ended()
 
     def expect_close(self) -> float | None:
         """A close is coming: each connection counts its grace from now (see

@@ -151,6 +151,7 @@ class EventLog(KeywordApi):
             open_backend or self._opener.open,
             on_open=self._start_jobs,
             after_write=lambda writer: self.checkpoints.due(writer),
+            abandon_opens=self._opener.abandon,
         )
         """The writer's and the reader's connection (for diagnostics and tests:
         a store call run here is outside every rule of the log)."""

@@ -30,7 +30,7 @@ from streamd.eventlog.sqlite.changes import FileChanges
 from streamd.eventlog.sqlite.connection import prepare_file
 from streamd.eventlog.sqlite.file_identity import DatabaseFile
 from streamd.eventlog.sqlite.runner import ConnectionRunner, ThreadRunner
-from streamd.eventlog.store import ChangeSource, Role, Runner
+from streamd.eventlog.store import ChangeSource, Role, Runner, closed_error
 from streamd.eventlog.store.reconnecting import Backoff, newest_outage
 
 if TYPE_CHECKING:
@@ -68,6 +68,12 @@ class Opener(Protocol):
         while it serves."""
         ...
 
+    def abandon(self) -> None:
+        """The log is closing: opens under way end at once with ``closed``,
+        as every later one does, rather than wait out a connect (a server
+        backend's: what such a connect makes is closed when it is made)."""
+        ...
+
 
 def opener_for(
     target: dbtarget.DbTarget, options: SqliteOptions, dispatch: Dispatch, watch_interval: float
@@ -101,6 +107,9 @@ class SqliteOpener:
     @property
     def fault(self) -> str | None:
         return None if self._guard is None else self._guard.fault
+
+    def abandon(self) -> None:
+        pass  # a file opens in its own time: the close waits for it
 
     async def open(self, role: Role) -> Runner:
         assert self._target.path is not None
@@ -150,6 +159,8 @@ class _ServerOpener:
             role: Backoff(_RETRY_MIN_S, _RETRY_MAX_S) for role in ("writer", "reader")}
         # The connections opened, whose stores reconnect on their own.
         self._opened: weakref.WeakSet[ServerRunner] = weakref.WeakSet()
+        self._connecting: set[trio.CancelScope] = set()  # the opens under way
+        self._abandoned = False
 
     @property
     def fault(self) -> str | None:
@@ -169,6 +180,8 @@ class _ServerOpener:
         never answers) each waited out one of their own. The failure is also
         the log's fault, for ``streamd status`` (the errors name the database,
         never its password)."""
+        if self._abandoned:
+            raise closed_error()
         # Any role's: the log needs both, and the writer's connection (and its
         # schema check) is not worth making while the reader's is refused.
         now = trio.current_time()
@@ -180,15 +193,32 @@ class _ServerOpener:
                 f"{failing.error} (next connection attempt in {int(wait * 1000)} ms)",
                 {"reason": "reconnecting"},
             )
-        try:
-            runner = await connect()
-        except RpcError as exc:
-            self._backoff[role].failed(trio.current_time(), exc.message)
-            raise
+        runner: Runner | None = None
+        with trio.CancelScope() as scope:  # abandon() cancels it
+            self._connecting.add(scope)
+            try:
+                runner = await connect()
+            except RpcError as exc:
+                self._backoff[role].failed(trio.current_time(), exc.message)
+                raise
+            finally:
+                self._connecting.discard(scope)
+        if runner is None:
+            raise closed_error()
         self._backoff[role].succeeded()
         if isinstance(runner, ServerRunner):
             self._opened.add(runner)
         return runner
+
+    def abandon(self) -> None:
+        """Every open under way ends now with ``closed``, and every later
+        one: a server that accepts and never answers held a close (a stop, a
+        Ctrl-C) for the whole connect timeout, for ever with
+        ``connect_timeout=0``. The connect goes on on its thread, which closes
+        what it makes (see :mod:`~streamd.eventlog.handoff`)."""
+        self._abandoned = True
+        for scope in list(self._connecting):
+            scope.cancel()
 
     def _url(self) -> str:
         """The address to connect with, once it may be: a password in a

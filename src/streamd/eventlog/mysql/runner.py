@@ -6,8 +6,7 @@ asyncio-only drivers do not run under Trio."""
 
 from __future__ import annotations
 
-import trio
-
+from streamd.eventlog.handoff import made_on_thread
 from streamd.eventlog.mysql.store import MysqlOptions, MysqlStore
 from streamd.eventlog.server_runner import ServerRunner
 
@@ -25,8 +24,11 @@ class MysqlRunner(ServerRunner):
     async def open(
         cls, url: str, options: MysqlOptions | None = None, *, migrate: bool = True
     ) -> MysqlRunner:
-        store = await trio.to_thread.run_sync(
-            lambda: MysqlStore.open(url, options, migrate=migrate)
+        # A caller that leaves (a close, a Ctrl-C) does not wait for a server
+        # that accepts and never answers: the connect's thread closes what it
+        # makes (see :mod:`~streamd.eventlog.handoff`).
+        store = await made_on_thread(
+            lambda: MysqlStore.open(url, options, migrate=migrate), MysqlStore.close
         )
         return cls(store)
 

@@ -40,7 +40,6 @@ allowed, spurious ones are.**
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Literal
@@ -48,6 +47,7 @@ from typing import Any, Literal
 import psycopg
 import trio
 
+from streamd.eventlog.handoff import made_on_thread
 from streamd.eventlog.postgres.schema import notify_channel
 from streamd.eventlog.postgres.store import (
     PostgresOptions,
@@ -183,14 +183,10 @@ class PgChanges:
 
     async def _listen(self) -> None:
         """Connect and LISTEN; failing that, poll (and owe a wake)."""
-        made = _Made()
         try:
-            conn = await trio.to_thread.run_sync(
-                made.make, self._connect_and_listen, abandon_on_cancel=True
-            )
-        except trio.Cancelled:
-            made.abandon()
-            raise
+            # A cancel (a close) leaves the connect to its thread: see the
+            # module docstring.
+            conn = await made_on_thread(self._connect_and_listen, _close)
         except Exception as exc:  # any failure to listen: poll, and keep trying
             self._poll_because(exc)
             return
@@ -270,34 +266,5 @@ class PgChanges:
             conn.close()
 
 
-class _Made:
-    """The connection a listener's thread makes, for a caller that may stop
-    waiting for it: whichever of the two comes second closes it, so a
-    connection made for a closed listener is never left open. The thread
-    hands it over only once it is done with it: never closed under its use."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._conn: psycopg.Connection[Any] | None = None
-        self._abandoned = False
-
-    def make(
-        self, connect: Callable[[], psycopg.Connection[Any]]
-    ) -> psycopg.Connection[Any]:
-        """On the thread: ``connect()``'s connection, closed here if the
-        caller has left meanwhile (nobody would take it)."""
-        conn = connect()
-        with self._lock:
-            if not self._abandoned:
-                self._conn = conn
-                return conn
-        conn.close()
-        return conn
-
-    def abandon(self) -> None:
-        """The caller leaves: a connection already handed over is closed here."""
-        with self._lock:
-            self._abandoned = True
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+def _close(conn: psycopg.Connection[Any]) -> None:
+    conn.close()

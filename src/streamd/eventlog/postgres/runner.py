@@ -22,8 +22,7 @@ connection still busy with the last.
 
 from __future__ import annotations
 
-import trio
-
+from streamd.eventlog.handoff import made_on_thread
 from streamd.eventlog.postgres.store import PostgresOptions, PostgresStore
 from streamd.eventlog.server_runner import ServerRunner
 
@@ -41,8 +40,11 @@ class PostgresRunner(ServerRunner):
     async def open(
         cls, conninfo: str, options: PostgresOptions | None = None, *, migrate: bool = True
     ) -> PostgresRunner:
-        store = await trio.to_thread.run_sync(
-            lambda: PostgresStore.open(conninfo, options, migrate=migrate)
+        # A caller that leaves (a close, a Ctrl-C) does not wait for a server
+        # that accepts and never answers: the connect's thread closes what it
+        # makes (see :mod:`~streamd.eventlog.handoff`).
+        store = await made_on_thread(
+            lambda: PostgresStore.open(conninfo, options, migrate=migrate), PostgresStore.close
         )
         return cls(store)
 

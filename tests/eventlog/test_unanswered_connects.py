@@ -1,0 +1,260 @@
+"""Servers that accept a connection and never answer it, met by every place
+that opens a server connection, on PostgreSQL and on MariaDB, with a finite
+connect timeout (one far past every bound here, so that waiting it out fails
+the test; the default of 5 s is one such) and with none (``connect_timeout=0``).
+
+What must hold: a close ends without waiting for the connect (nothing it
+could make is needed), a call cancelled while it waits for one is answered at
+once, other clients' reads are not held up by a connection being opened
+beside them, a daemon stops and a command-line ``streamd log`` ends on Ctrl-C.
+
+The unanswering servers are the test's own sockets (``support/black_hole.py``):
+a black hole where no server is needed, and a proxy to the real server that
+stops forwarding new connections when the test says. Every wait is on a
+thread handshake or a socket the test holds; each test is bounded, and past its
+bound the held connections are let go (:func:`bounded`), so a connect the code
+cannot leave ends the test as a failure rather than hanging it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from support.black_hole import BlackHole, Holder, Proxy
+from support.eventlog import ev
+from support.hosts import REPO, Host
+
+from streamd.errors import RpcError, is_closed
+from streamd.eventlog import EventLog
+from streamd.eventlog.model import Filter
+
+BOUND_S = 30.0
+
+TIMEOUTS = {"finite": "300", "none": "0"}
+"""``connect_timeout`` in the URL: one no test waits out, and no limit."""
+
+
+@contextmanager
+def bounded(*holders: Holder, seconds: float = BOUND_S) -> Iterator[None]:
+    """``trio.fail_after``; past it the held connections are let go too: a
+    connect nothing can leave (the fault these tests pin) would otherwise
+    outlast the bound, for ever with no connect timeout."""
+    timer = threading.Timer(seconds, lambda: [h.let_go() for h in holders])
+    timer.start()
+    try:
+        with trio.fail_after(seconds):
+            yield
+    finally:
+        timer.cancel()
+
+
+def hole_url(backend: str, port: int, timeout: str) -> str:
+    if backend == "postgres":
+        pytest.importorskip("psycopg")
+        return (f"postgresql://agent@127.0.0.1:{port}/events?connect_timeout={timeout}"
+                "&sslmode=disable&gssencmode=disable")
+    pytest.importorskip("MySQLdb")
+    return f"mysql://agent@127.0.0.1:{port}/events?connect_timeout={timeout}"
+
+
+backends = pytest.mark.parametrize("backend", ["postgres", "mysql"])
+timeouts = pytest.mark.parametrize("timeout", list(TIMEOUTS))
+
+
+# --- the log's first connections: a server that never answers ---------------------------
+
+
+@backends
+@timeouts
+async def test_a_log_closes_at_once_while_its_first_connect_goes_unanswered(
+        backend: str, timeout: str) -> None:
+    answers: list[RpcError] = []
+    with BlackHole() as hole, bounded(hole):
+        async with EventLog(hole_url(backend, hole.port, TIMEOUTS[timeout])) as log:
+
+            async def ping() -> None:
+                try:
+                    await log.ping()
+                except RpcError as exc:
+                    answers.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ping)
+                await hole.wait_held(1)
+                # Before: the close waited for the open, and so for the connect.
+                await log.aclose()
+    assert len(answers) == 1 and is_closed(answers[0])
+
+
+@backends
+@timeouts
+async def test_a_call_cancelled_while_the_first_connect_goes_unanswered_is_answered_at_once(
+        backend: str, timeout: str) -> None:
+    with BlackHole() as hole, bounded(hole):
+        async with EventLog(hole_url(backend, hole.port, TIMEOUTS[timeout])) as log:
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(log.ping)
+                    nursery.start_soon(log.latest_seq)
+                    await hole.wait_held(1)
+                    scope.cancel()
+            assert scope.cancelled_caught
+            # Both waited for one attempt, which goes on: no second connect.
+            assert hole.held == 1
+
+
+# --- a daemon and a command line ------------------------------------------------------------
+
+
+@backends
+@timeouts
+async def test_a_daemon_stops_and_answers_while_its_first_connect_goes_unanswered(
+        backend: str, timeout: str, tmp_path: Path) -> None:
+    with BlackHole() as hole:
+        host = await Host.start(hole_url(backend, hole.port, TIMEOUTS[timeout]),
+                                tmp_path / "host")
+        try:
+            with bounded(hole):
+                await host.send("eventlog/ping", {})
+                await hole.wait_held(1)
+                host.proc.send_signal(signal.SIGTERM)
+                # Before: the request was never answered and the daemon never
+                # stopped (its close waited for the connect).
+                answer = await host.frame()
+                assert answer["id"] == 1 and "error" in answer
+                assert await host.proc.wait() == 0
+        finally:
+            if host.proc.returncode is None:
+                host.proc.kill()
+
+
+@backends
+@timeouts
+async def test_ctrl_c_ends_a_log_command_at_once_while_its_connect_goes_unanswered(
+        backend: str, timeout: str, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "XDG_STATE_HOME": str(tmp_path)}
+    env.pop("STREAMD_DB", None)
+    with BlackHole() as hole:
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "streamd", "log", "--db",
+             hole_url(backend, hole.port, TIMEOUTS[timeout]), "ping"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        try:
+            with bounded(hole):
+                await hole.wait_held(1)
+                proc.send_signal(signal.SIGINT)
+                # Before: Ctrl-C waited for the connect, then printed a Trio
+                # traceback ("Nursery stack corrupted").
+                assert await proc.wait() == 130
+                assert proc.stderr is not None
+                err = b""
+                while chunk := await proc.stderr.receive_some(65536):
+                    err += chunk
+                assert b"Traceback" not in err, err.decode()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+
+
+# --- a server that answered the first connections, and not the next ---------------------
+
+
+@dataclass
+class Served:
+    """A fresh log on one of the test's servers, reached through proxies."""
+
+    upstream: Path
+    """The server's own socket."""
+    store_cls: type[Any]
+    url_via: Any
+    """``url_via(directory, timeout)``: the log's URL through a proxy whose
+    socket is in ``directory`` (:meth:`proxy`)."""
+    socket_name: str
+    direct: str
+    """The log's URL on the server's own socket."""
+
+    @contextmanager
+    def proxy(self, timeout: str, forward: int | None = None) -> Iterator[tuple[str, Proxy]]:
+        """A proxy to the server, and the log's URL through it."""
+        # Short: a Unix socket's path must fit in 108 bytes.
+        with (tempfile.TemporaryDirectory(prefix="bh") as directory,
+              Proxy(self.upstream, Path(directory) / self.socket_name, forward) as proxy):
+            yield self.url_via(directory, TIMEOUTS[timeout]), proxy
+
+
+@pytest.fixture(params=["postgres", "mysql"])
+def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    if request.param == "postgres":
+        import psycopg
+        from support import pg_cluster
+
+        from streamd.eventlog.postgres.store import PostgresStore
+
+        cluster = request.getfixturevalue("postgres_cluster")
+        name = psycopg.conninfo.conninfo_to_dict(request.getfixturevalue("postgres_db"))["dbname"]
+        yield Served(
+            cluster.socket_dir / f".s.PGSQL.{pg_cluster.PORT}", PostgresStore,
+            lambda d, t: (f"postgresql://{pg_cluster.SUPERUSER}@/{name}?host={d}"
+                          f"&port={pg_cluster.PORT}&connect_timeout={t}"),
+            f".s.PGSQL.{pg_cluster.PORT}", cluster.url(name))
+    else:
+        from streamd.eventlog.mysql.store import MysqlStore
+
+        server = request.getfixturevalue("mysql_server")
+        direct = request.getfixturevalue("mysql_db")
+        name = direct.split("/")[3].split("?")[0]
+        yield Served(
+            server.socket, MysqlStore,
+            lambda d, t: f"mysql://root@/{name}?unix_socket={d}/mysqld.sock&connect_timeout={t}",
+            "mysqld.sock", direct)
+
+
+@timeouts
+async def test_a_log_closes_at_once_while_its_readers_first_connect_goes_unanswered(
+        served: Served, timeout: str) -> None:
+    answers: list[RpcError] = []
+    with served.proxy(timeout, forward=1) as (url, proxy), bounded(proxy):
+        async with EventLog(url, synchronous="NORMAL") as log:
+
+            async def append() -> None:
+                try:
+                    await log.append("a", "u", "s", ev("e0"))
+                except RpcError as exc:
+                    answers.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(append)
+                await proxy.wait_held(1)  # the writer's was answered; the reader's is not
+                await log.aclose()
+    assert len(answers) == 1 and is_closed(answers[0])
+
+
+@timeouts
+async def test_a_scan_whose_connection_goes_unanswered_holds_up_no_read_and_answers_a_cancel(
+        served: Served, timeout: str) -> None:
+    with served.proxy(timeout) as (url, proxy), bounded(proxy):
+        async with EventLog(url, synchronous="NORMAL") as log:
+            await log.append("a", "u", "s", ev("e0", branch="b"))
+            proxy.hold_new()
+            with trio.CancelScope() as scan:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(log.branches, Filter(app="a"))
+                    await proxy.wait_held(1)  # the scans' connection
+                    await log.ping()
+                    # Before: the scan's cancel waited for its connect.
+                    scan.cancel()
+            assert scan.cancelled_caught
+            # Before: the close waited for that connect too.
+            await log.aclose()
