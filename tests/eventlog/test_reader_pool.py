@@ -23,10 +23,20 @@ class HeldRunner:
         self.inside = trio.Event()
         self.gate = trio.Event()
         self.running = 0
+        self.wakes: list[Callable[[], object]] = []
 
     @property
     def busy(self) -> bool:
         return self.running > 0
+
+    def on_free(self, wake: Callable[[], object]) -> None:
+        self.wakes.append(wake)
+
+    def free(self) -> None:
+        """The thread of a call its caller left has ended."""
+        self.running -= 1
+        for wake in self.wakes:
+            wake()
 
     async def run(self, op: Callable[[Any], Any]) -> Any:
         self.running += 1
@@ -35,7 +45,11 @@ class HeldRunner:
             await self.gate.wait()
             return op(None)
         finally:
-            self.running -= 1
+            self.free()
+
+
+def never(open_: Callable[[], Any]) -> None:
+    raise AssertionError("the pool opened a connection")
 
 
 def refused(error: RpcError) -> Callable[[], Any]:
@@ -49,14 +63,15 @@ async def test_a_read_the_server_refuses_another_connection_waits_for_a_busy_one
     # second connection: the read failed source_unavailable, where with one
     # reader it waited for that reader, as it does now.
     first = HeldRunner()
-    pool = ReaderPool(first, refused(RpcError(SOURCE_UNAVAILABLE, "too many clients")))  # type: ignore[arg-type]
     answers: list[str] = []
-
-    async def read(name: str) -> None:
-        answers.append(await pool.run(lambda _store: name))
-
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
+            pool = ReaderPool(first, refused(RpcError(SOURCE_UNAVAILABLE, "too many clients")),  # type: ignore[arg-type]
+                              spawn=nursery.start_soon)
+
+            async def read(name: str) -> None:
+                answers.append(await pool.run(lambda _store: name))
+
             nursery.start_soon(read, "slow")
             await first.inside.wait()
             nursery.start_soon(read, "next")
@@ -69,9 +84,9 @@ async def test_a_read_the_server_refuses_another_connection_waits_for_a_busy_one
 
 async def test_a_read_whose_log_closed_while_it_opened_a_connection_fails_closed() -> None:
     first = HeldRunner()
-    pool = ReaderPool(first, refused(closed_error()))  # type: ignore[arg-type]
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
+            pool = ReaderPool(first, refused(closed_error()), spawn=nursery.start_soon)  # type: ignore[arg-type]
             nursery.start_soon(pool.run, lambda _store: None)
             await first.inside.wait()
             with pytest.raises(RpcError) as caught:
@@ -84,9 +99,10 @@ async def test_a_read_refused_another_connection_waits_on_one_a_cancelled_call_s
 ) -> None:
     first = HeldRunner()
     first.running = 1  # a cancelled read's thread still holds it, returned to the pool
-    pool = ReaderPool(first, refused(RpcError(SOURCE_UNAVAILABLE, "too many clients")))  # type: ignore[arg-type]
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
+            pool = ReaderPool(first, refused(RpcError(SOURCE_UNAVAILABLE, "too many clients")),  # type: ignore[arg-type]
+                              spawn=nursery.start_soon)
             answers: list[str] = []
 
             async def read() -> None:
@@ -108,8 +124,42 @@ async def test_a_read_at_the_pools_size_waits_on_a_held_connection_without_openi
         opened.append(HeldRunner())
         return opened[-1]
 
-    pool = ReaderPool(first, open_reader, size=1)  # type: ignore[arg-type]
+    pool = ReaderPool(first, open_reader, spawn=never, size=1)  # type: ignore[arg-type]
     with trio.fail_after(10):
         first.gate.set()
         assert await pool.run(lambda _store: "read") == "read"
     assert opened == [] and pool.runners == [first]
+
+
+async def test_a_read_takes_a_connection_given_back_while_another_is_still_opening(
+        autojump_clock: trio.abc.Clock) -> None:
+    # A server that accepts one more connection and never answers it: the
+    # read that asked for it waited out the connect (shielded, for ever with
+    # no connect timeout) though the busy connection came back at once.
+    first = HeldRunner()
+    opening, opened = trio.Event(), trio.Event()
+
+    async def open_reader() -> Runner:
+        opening.set()
+        with trio.move_on_after(3600):  # the connect timeout, here an hour
+            await trio.sleep_forever()
+        opened.set()
+        raise RpcError(SOURCE_UNAVAILABLE, "connection timeout expired")
+
+    answered = trio.Event()
+    with trio.fail_after(7200):
+        async with trio.open_nursery() as nursery:
+            pool = ReaderPool(first, open_reader, spawn=nursery.start_soon)  # type: ignore[arg-type]
+
+            async def read() -> None:
+                assert await pool.run(lambda _store: "next") == "next"
+                answered.set()
+
+            nursery.start_soon(pool.run, lambda _store: "slow")
+            await first.inside.wait()
+            nursery.start_soon(read)
+            await opening.wait()
+            first.gate.set()  # the slow read ends: its connection is free
+            await answered.wait()
+            assert not opened.is_set()  # answered while the other still opened
+    assert pool.runners == [first]

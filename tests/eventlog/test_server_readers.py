@@ -191,17 +191,19 @@ async def test_a_read_takes_another_connection_than_one_a_cancelled_read_still_h
     # connection first (the last returned), so the next read, a ping among
     # them, waited for that connect while it could open another.
     stuck = _Store()
-    pool = reader_pool.ReaderPool(ServerRunner(stuck, grace_s=1.0),
-                                  lambda: _open(ServerRunner(_Store(), grace_s=1.0)))
     try:
         with trio.fail_after(20):
-            with trio.CancelScope() as cancelled:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(pool.run, _Store.hang)
-                    await thread_event(stuck.inside)
-                    cancelled.cancel()
-            assert await pool.run(_Store.ping) == "pong"
-            assert len(pool.runners) == 2
+            async with trio.open_nursery() as opens:
+                pool = reader_pool.ReaderPool(
+                    ServerRunner(stuck, grace_s=1.0),
+                    lambda: _open(ServerRunner(_Store(), grace_s=1.0)), spawn=opens.start_soon)
+                with trio.CancelScope() as cancelled:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(pool.run, _Store.hang)
+                        await thread_event(stuck.inside)
+                        cancelled.cancel()
+                assert await pool.run(_Store.ping) == "pong"
+                assert len(pool.runners) == 2
     finally:
         stuck.back.set()
 

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import trio
 from support.black_hole import BlackHole, Holder, Proxy
-from support.eventlog import ev
+from support.eventlog import ev, thread_event
 from support.hosts import REPO, Host
 
 from streamd.errors import RpcError, is_closed
@@ -221,6 +221,22 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
             "mysqld.sock", direct)
 
 
+def held(store_cls: type[Any], name: str, monkeypatch: pytest.MonkeyPatch,
+         ) -> tuple[threading.Event, threading.Event]:
+    """``store_cls.name`` made to wait, once in it (the first event), until
+    the second event is set."""
+    inside, finish = threading.Event(), threading.Event()
+    original = getattr(store_cls, name)
+
+    def waiting(self: Any, *args: Any) -> Any:
+        inside.set()
+        finish.wait(BOUND_S)
+        return original(self, *args)
+
+    monkeypatch.setattr(store_cls, name, waiting)
+    return inside, finish
+
+
 @timeouts
 async def test_a_log_closes_at_once_while_its_readers_first_connect_goes_unanswered(
         served: Served, timeout: str) -> None:
@@ -239,6 +255,35 @@ async def test_a_log_closes_at_once_while_its_readers_first_connect_goes_unanswe
                 await proxy.wait_held(1)  # the writer's was answered; the reader's is not
                 await log.aclose()
     assert len(answers) == 1 and is_closed(answers[0])
+
+
+@timeouts
+async def test_a_reader_the_server_leaves_unanswered_holds_up_no_read(
+        served: Served, timeout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    inside, finish = held(served.store_cls, "list_sessions", monkeypatch)
+    with served.proxy(timeout) as (url, proxy), bounded(proxy):
+        async with EventLog(url, synchronous="NORMAL") as log:
+            await log.append("a", "u", "s", ev("e0"))
+            proxy.hold_new()
+            pinged = trio.Event()
+
+            async def ping() -> None:
+                await log.ping()
+                pinged.set()
+
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(log.list_sessions, "a", "u")
+                    await thread_event(inside)
+                    nursery.start_soon(ping)
+                    await proxy.wait_held(1)  # the connection opened for the ping
+                    finish.set()  # the slow read ends: its connection is free
+                    # Before: the ping waited for the connect it had started.
+                    await pinged.wait()
+                    assert await log.latest_seq() == 1
+            finally:
+                finish.set()
+            # And the close does not wait for that connect either.
 
 
 @timeouts

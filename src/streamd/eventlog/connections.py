@@ -141,7 +141,7 @@ class Connections:
             raise closed_error()
         self._writer, self._reader = writer, reader
         if isinstance(reader, ServerRunner):
-            self._readers = ReaderPool(reader, self._open_another_reader)
+            self._readers = ReaderPool(reader, self._open_another_reader, spawn=self._spawn)
         self._on_open(self.nursery, writer)
         return writer, reader
 
@@ -194,7 +194,8 @@ class Connections:
         return runner
 
     async def _open_another_reader(self) -> ServerRunner:
-        """One more reader beside the first (a server backend's, all busy)."""
+        """One more reader beside the first (a server backend's, all busy),
+        opened in a task :meth:`_spawn` started."""
         if self._closed:
             raise closed_error()
         runner = await self._open_backend("reader")
@@ -203,6 +204,10 @@ class Connections:
             raise closed_error()
         assert isinstance(runner, ServerRunner)  # the first reader's backend
         return runner
+
+    def _spawn(self, open_: Callable[[], Awaitable[None]]) -> None:
+        """Run an open as a task of the log's, which close waits for."""
+        self._opens.start(self.nursery, open_)
 
     async def write(self, op: Callable[[Backend], _T]) -> _T:
         try:

@@ -13,6 +13,13 @@ slow read holds up only what comes after :data:`READERS` of them. A server
 that refuses one more (at its own connection limit, or restarting) costs the
 read nothing but the wait it had with one reader: it waits for a busy one.
 
+Nor does a server that accepts one more and never answers it: the read that
+asked for it waited out the connect (for ever with ``connect_timeout=0``)
+while the slow read ended and gave its connection back, and the reads behind
+it waited too. A connection is opened in a task of its own (the log's, which
+its close waits for and makes give up), and a read takes whichever comes
+first: a connection given back, or the one opened.
+
 SQLite keeps its one reader: its small reads run inline on the event loop
 when it is idle (:mod:`~streamd.eventlog.sqlite.runner`), and its file is
 read by one process's connections through one page cache anyway.
@@ -27,7 +34,7 @@ from typing import Protocol, TypeVar
 import trio
 
 from streamd.errors import RpcError, is_closed
-from streamd.eventlog.store import Backend, Runner
+from streamd.eventlog.store import Backend, Runner, closed_error
 
 __all__ = ["READERS", "ReaderPool"]
 
@@ -49,6 +56,11 @@ class Pooled(Runner, Protocol):
         """Whether a call still holds it (one its caller left, say)."""
         ...
 
+    def on_free(self, wake: Callable[[], object]) -> None:
+        """Have ``wake`` called (on the Trio thread) each time a call gives
+        it back, one its caller left among them."""
+        ...
+
 
 class ReaderPool:
     """The reader's runner and the ones opened beside it when it was busy.
@@ -58,21 +70,36 @@ class ReaderPool:
     is idle or fewer than ``size`` are open. An idle runner may still be
     busy: a read cancelled while the server did not answer returns at once,
     and its thread holds the connection until the driver gives up (a whole
-    connect timeout); a read takes one that is not, or opens another while
-    fewer than ``size`` are open, and waits for a busy one only then."""
+    connect timeout); a read takes one that is not, or has another opened
+    while fewer than ``size`` are open (one open at a time, by ``spawn``:
+    a task of the log's), and waits for a busy one only when none opens.
+
+    ``open_reader`` raises RpcError when refused (``closed``: the log is
+    closing, and so are the reads waiting)."""
 
     def __init__(
-        self, first: Pooled, open_reader: Callable[[], Awaitable[Pooled]], size: int | None = None
+        self,
+        first: Pooled,
+        open_reader: Callable[[], Awaitable[Pooled]],
+        *,
+        spawn: Callable[[Callable[[], Awaitable[None]]], None],
+        size: int | None = None,
     ) -> None:
         size = READERS if size is None else size
         if size < 1:
             raise ValueError("a reader pool holds one connection at least")
         self._size = size
         self._open_reader = open_reader
+        self._spawn = spawn
         self._all: list[Pooled] = [first]
         self._idle: list[Pooled] = [first]
         self._slots = trio.Semaphore(size)
-        self._returned = trio.lowlevel.ParkingLot()  # reads waiting for a busy runner
+        # Reads waiting for a runner given back, come free or opened, or for
+        # the open's end.
+        self._returned = trio.lowlevel.ParkingLot()
+        first.on_free(self._returned.unpark_all)
+        self._opening = False
+        self._closed = False
 
     @property
     def runners(self) -> list[Pooled]:
@@ -90,27 +117,39 @@ class ReaderPool:
                 self._returned.unpark()
 
     async def _take(self) -> Pooled:
-        # The last returned that is free: warm, under light load.
-        free = next((i for i in reversed(range(len(self._idle))) if not self._idle[i].busy), None)
-        if free is not None:
-            return self._idle.pop(free)
-        if self._idle and len(self._all) >= self._size:
-            return self._idle.pop()  # every connection is held: wait on one
+        asked = False  # for another connection: once a read, not again when refused
+        while True:
+            if self._closed:
+                raise closed_error()
+            # The last returned that is free: warm, under light load.
+            free = next(
+                (i for i in reversed(range(len(self._idle))) if not self._idle[i].busy), None)
+            if free is not None:
+                return self._idle.pop(free)
+            if not asked and not self._opening and len(self._all) < self._size:
+                asked = self._opening = True
+                self._spawn(self._open_another)
+            if self._idle and not self._opening:
+                # Held by a cancelled call's thread, and no other to come:
+                # wait on one, for as long as that thread runs.
+                return self._idle.pop()
+            # A runner given back or come free, or the open's end.
+            await self._returned.park()
+
+    async def _open_another(self) -> None:
+        """One more connection, kept for the reads to come, or refused."""
         try:
-            # Shielded: a connection half opened when its caller was cancelled
-            # would be one nobody closes.
-            with trio.CancelScope(shield=True):
-                runner = await self._open_reader()
+            runner = await self._open_reader()
         except RpcError as exc:
             if is_closed(exc):
-                raise
-            logger.info("reading on the %d open connection(s): another was refused: %s",
-                        len(self._all), exc)
-            if self._idle:
-                return self._idle.pop()  # one a cancelled call still holds: wait on it
-            # Every runner is lent, so one comes back.
-            while not self._idle:
-                await self._returned.park()
-            return self._idle.pop()
-        self._all.append(runner)
-        return runner
+                self._closed = True
+            else:
+                logger.info("reading on the %d open connection(s): another was refused: %s",
+                            len(self._all), exc)
+        else:
+            runner.on_free(self._returned.unpark_all)
+            self._all.append(runner)
+            self._idle.append(runner)
+        finally:
+            self._opening = False
+            self._returned.unpark_all()

@@ -93,6 +93,7 @@ class ServerRunner:
         self._idle.set()
         self._cut_at: float | None = None
         """The close's deadline (Trio's clock), once a close is coming."""
+        self._on_free: list[Callable[[], object]] = []
 
     @property
     def store(self) -> ServerStore:
@@ -103,6 +104,12 @@ class ServerRunner:
         """Whether a call holds the connection now: one its caller has left
         may (its thread runs on to its end, see the module docstring)."""
         return self._limiter.borrowed_tokens > 0
+
+    def on_free(self, wake: Callable[[], object]) -> None:
+        """Have ``wake`` called (on the Trio thread) each time a call gives
+        the connection back: one its caller left does so when its thread
+        ends, with nobody waiting for it."""
+        self._on_free.append(wake)
 
     async def run(self, op: Callable[[Any], _T]) -> _T:
         """``op(store)`` on a worker thread. Cancelled while it runs, the
@@ -126,6 +133,8 @@ class ServerRunner:
             holders -= 1
             if holders == 0:
                 self._limiter.release_on_behalf_of(call)
+                for wake in self._on_free:
+                    wake()
 
         def finish() -> None:
             done.set()
