@@ -168,6 +168,24 @@ async def test_ctrl_c_ends_a_log_command_at_once_while_its_connect_goes_unanswer
                 proc.kill()
 
 
+def test_a_ctrl_c_inside_a_close_still_leaves_the_logs_nursery(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C reaches a close through its shield (as when a streamd log
+    # command's close waited for a connect). The log's nursery was never
+    # left: Trio ended the run with "Nursery stack corrupted".
+    async def interrupted(self: EventLog) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(EventLog, "_close", interrupted)
+
+    async def main() -> None:
+        async with EventLog(tmp_path / "events.db"):
+            pass
+
+    with pytest.raises(KeyboardInterrupt):
+        trio.run(main)
+
+
 # --- a server that answered the first connections, and not the next ---------------------
 
 

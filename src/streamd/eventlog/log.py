@@ -229,20 +229,30 @@ class EventLog(KeywordApi):
         return self
 
     async def __aexit__(self, *exc: Any) -> bool | None:
+        closing: BaseException | None = None
         try:
             await self.aclose()
+        except BaseException as exc_in_close:
+            # A Ctrl-C reaches the close through its shield. The nursery must
+            # still be left (Trio takes one left open for a corrupted run),
+            # and that exception is the one the caller sees.
+            closing = exc_in_close
+            exc = (type(closing), closing, closing.__traceback__)
         finally:
             self.connections.nursery.cancel_scope.cancel()
             cm, self._nursery_cm = self._nursery_cm, None
         try:
-            return await cm.__aexit__(*exc)
+            handled = await cm.__aexit__(*exc)
         except BaseExceptionGroup as group:
             # The background tasks never raise, so a group holding only the
             # body's own exception is noise: let that exception through as is,
             # so `except RpcError` around the block works.
-            if exc[1] is not None and list(group.exceptions) == [exc[1]]:
-                return False
-            raise
+            if exc[1] is None or list(group.exceptions) != [exc[1]]:
+                raise
+            handled = False
+        if closing is not None and not handled:
+            raise closing
+        return handled
 
     @property
     def watch_buffer_bytes(self) -> int:
