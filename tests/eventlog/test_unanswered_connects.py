@@ -321,3 +321,21 @@ async def test_a_scan_whose_connection_goes_unanswered_holds_up_no_read_and_answ
             assert scan.cancelled_caught
             # Before: the close waited for that connect too.
             await log.aclose()
+
+
+@timeouts
+async def test_a_statements_cancel_whose_own_connection_goes_unanswered_gives_up(
+        served: Served, timeout: str) -> None:
+    # A cancel goes out on a connection of its own (MySQL's KILL QUERY,
+    # PostgreSQL's cancel request). On MySQL it took the URL's connect
+    # timeout, for ever with none: its thread, one of Trio's forty, never
+    # came back, after the call it was for had long been cut.
+    with served.proxy(timeout) as (url, proxy), bounded(proxy):
+        store = await trio.to_thread.run_sync(served.store_cls.open, url)
+        try:
+            proxy.hold_new()
+            await trio.to_thread.run_sync(store.cancel_running, abandon_on_cancel=True)
+            assert proxy.held == 1  # it was the cancel's connection that went unanswered
+        finally:
+            store.close()
+

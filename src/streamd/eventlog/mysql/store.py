@@ -37,6 +37,7 @@ it, and every driver message is scrubbed of it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -102,11 +103,17 @@ class MysqlOptions:
     """``innodb_lock_wait_timeout`` of each connection."""
 
 
-def connect(url: MysqlUrl, opts: MysqlOptions) -> Any:
+def connect(url: MysqlUrl, opts: MysqlOptions, *, within_s: int | None = None) -> Any:
     """A connection set up the way every rule expects: utf8mb4, autocommit,
-    matched-row counts, strict values, UTC, READ COMMITTED."""
+    matched-row counts, strict values, UTC, READ COMMITTED. ``within_s``:
+    the connect and every read and write give up after that long at most,
+    whatever the URL says (a ``connect_timeout`` of 0 is none)."""
     kw = connect_kwargs(url)
     kw.setdefault("connect_timeout", opts.connect_timeout_s)
+    if within_s is not None:
+        given = kw["connect_timeout"]
+        kw["connect_timeout"] = within_s if given <= 0 else min(given, within_s)
+        kw["read_timeout"] = kw["write_timeout"] = within_s
     conn = MySQLdb.connect(
         **kw, charset="utf8mb4", autocommit=True, client_flag=CLIENT.FOUND_ROWS
     )
@@ -231,7 +238,12 @@ class MysqlStore(SqlOperations):
         if self._link.current is None or not thread:
             return
         try:
-            killer = connect(self._url, self._opts)
+            # Within the grace: past it the call's connection is cut anyway,
+            # and a server that accepts and never answers held this connect
+            # (and its thread, one of Trio's few) for the URL's whole connect
+            # timeout, for ever with connect_timeout=0.
+            killer = connect(self._url, self._opts,
+                             within_s=max(1, math.ceil(self._opts.unresponsive_s)))
             try:
                 killer.query(f"KILL QUERY {int(thread)}")
             finally:
