@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
+import outcome
 
 from streamd.cli import args as cliargs
 from streamd.cli.args import command
@@ -35,6 +37,8 @@ from streamd.eventlog.store.verify import Report
 __all__ = ["COMMANDS", "add_parsers", "run"]
 
 COMMANDS = ("backup", "verify")
+
+_T = TypeVar("_T")
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -61,6 +65,24 @@ def run(args: argparse.Namespace) -> int:
         from streamd.eventlog import dbtarget
 
         return cliargs.fail(dbtarget.named_in(exc.message, args.db), cliargs.ERROR)
+
+
+def _where_ctrl_c_reaches(check: Callable[[], _T]) -> _T:
+    """``check()`` on a thread of its own, waited for in the main thread,
+    where Ctrl-C raises. The MySQL client waiting on a server that accepts
+    and never answers retries its read when the signal interrupts it, never
+    returning to Python to raise it: with ``connect_timeout=0`` Ctrl-C never
+    ended the command. The thread is left to end with the process."""
+    done = threading.Event()
+    box: list[outcome.Outcome[_T]] = []
+
+    def run() -> None:
+        box.append(outcome.capture(check))
+        done.set()
+
+    threading.Thread(target=run, name="streamd-verify", daemon=True).start()
+    done.wait()
+    return box[0].unwrap()
 
 
 def _backup(path: Path | str, args: argparse.Namespace) -> int:
@@ -107,11 +129,11 @@ def _verify(path: Path | str, args: argparse.Namespace) -> int:
     if isinstance(path, str) and path.startswith(mysql_url.SCHEMES):
         from streamd.eventlog.mysql import checks as mysql_checks
 
-        report = mysql_checks.verify(path)
+        report = _where_ctrl_c_reaches(lambda: mysql_checks.verify(path))
     elif isinstance(path, str):
         from streamd.eventlog.postgres import checks as pg_checks
 
-        report = pg_checks.verify(path)
+        report = _where_ctrl_c_reaches(lambda: pg_checks.verify(path))
     else:
         from streamd.eventlog.sqlite import checks as sqlite_checks
 
