@@ -341,3 +341,58 @@ async def test_a_statements_cancel_whose_own_connection_goes_unanswered_gives_up
         finally:
             store.close()
 
+
+@timeouts
+async def test_a_log_closes_at_once_while_a_watchs_listening_connection_goes_unanswered(
+        served: Served, timeout: str) -> None:
+    if served.store_cls.__name__ != "PostgresStore":
+        pytest.skip("only PostgreSQL listens; MySQL's watches poll on the reader")
+    got: list[str] = []
+    with served.proxy(timeout) as (url, proxy), bounded(proxy):
+        async with EventLog(url, synchronous="NORMAL") as log:
+            await log.append("a", "u", "s", ev("e0"))
+            proxy.hold_new()
+
+            async def watch() -> None:
+                try:
+                    async with log.watch(0) as w:
+                        async for entry in w:
+                            got.append(entry.event.id)
+                except RpcError as exc:
+                    assert is_closed(exc)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                await proxy.wait_held(1)  # the watch's listening connection
+                await log.aclose()
+    assert got in ([], ["e0"])
+
+
+@timeouts
+async def test_a_log_whose_writer_reconnects_into_silence_closes_and_loses_nothing_acknowledged(
+        served: Served, timeout: str) -> None:
+    # The writer's connection broken (a restarted server), its reconnect
+    # unanswered: a lease's heartbeats and an append wait on it, and the
+    # close does not (one grace at most, see eventlog/server_runner.py).
+    acknowledged = ["e0"]
+    with served.proxy(timeout) as (url, proxy), bounded(proxy):
+        async with EventLog(url, synchronous="FULL") as log:
+            assert (await log.append("a", "u", "s", ev("e0"))).seq == 1
+            await log.acquire_lock("a", "u", "s", heartbeat_ms=50, stale_after_ms=150)
+            proxy.hold_new()
+            proxy.cut_forwarded()
+
+            async def append() -> None:
+                try:
+                    await log.append("a", "u", "s", ev("e1"))
+                except RpcError:
+                    return  # refused, cut or closed: it says whether it may have committed
+                acknowledged.append("e1")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(append)
+                await proxy.wait_held(1)  # a reconnect, the writer's or a reader's
+                await log.aclose()
+    async with EventLog(served.direct, synchronous="NORMAL") as log:
+        ids = [e.event.id for e in (await log.since(0)).entries]
+    assert set(acknowledged) <= set(ids) <= {"e0", "e1"}
