@@ -19,12 +19,18 @@ resumes it, the second pauses it again and, remembering it off, never resumes
 it; the collector stayed off for good. So the pauses are counted under one
 lock: the first one turns the collector off (if it was on), the last one to end
 turns it back on.
+
+A child forked while another thread was in a pause has neither that thread
+nor its end of the pause: its collector would stay off for good, and the
+lock, if held at the fork, would never come free. So a child starts with no
+pause, its collector as it was before the first (see :mod:`streamd.forks`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 from collections.abc import Iterator
 
@@ -55,3 +61,15 @@ def paused() -> Iterator[None]:
                 _depth -= 1
                 if _depth == 0 and _resume:
                     gc.enable()
+
+
+def _forget_parents_pauses() -> None:
+    global _lock, _depth
+    _lock = threading.Lock()
+    if _depth:
+        _depth = 0
+        if _resume:
+            gc.enable()
+
+
+os.register_at_fork(after_in_child=_forget_parents_pauses)

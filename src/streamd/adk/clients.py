@@ -14,6 +14,10 @@ ended is replaced at the next call (starting the daemon again if none answers),
 and :meth:`LoopClients.lost` tells the service when a call failed for that
 reason and may be made again. A client the caller gave is the caller's: it is
 never replaced.
+
+A child forked from the process starts with none of the parent's clients
+(each would refuse it, ``forked``) and opens its own as the parent would; the
+parent's are kept aside, never closed there (:mod:`streamd.forks`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 
-from streamd import errors
+from streamd import errors, forks
 from streamd.client.asyncio_client import AsyncClient
 from streamd.client.local import LocalClient
 from streamd.errors import RpcError
@@ -66,6 +70,9 @@ class LoopClients:
             weakref.WeakKeyDictionary()
         )
         self._lock = threading.Lock()
+        self._parents: list[object] = []
+        """In a forked child: what was the parent's, kept from its finalizers."""
+        forks.in_child(self, LoopClients._forked)
 
     async def get(self) -> Client:
         """The running loop's client, opened at its first call."""
@@ -119,6 +126,15 @@ class LoopClients:
             client = self._owned.pop(loop, None)
         if client is not None:
             await client.aclose()
+
+    def _forked(self) -> None:
+        """In a forked child (see the module docstring). Kept, not dropped:
+        dropping the last reference to a client would run its finalizer
+        inside the fork."""
+        self._lock = threading.Lock()
+        self._parents.append((self._owned, self._opening))
+        self._owned = weakref.WeakKeyDictionary()
+        self._opening = weakref.WeakKeyDictionary()
 
     async def _open(self) -> Client:
         if self._database is not None:

@@ -18,12 +18,13 @@ its send, as a duplicate or a conflict.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable
 
 from google.adk.events.event import Event
 from google.adk.sessions.session import Session
+
+from streamd import forks
 
 __all__ = ["HeldEvents"]
 
@@ -43,8 +44,9 @@ class HeldEvents:
     def __init__(self) -> None:
         self._indexes: dict[int, _Index] = {}
         # Loops in threads share the service; reentrant, as a copy collected
-        # while a look-up holds it forgets its index in that thread.
-        self._lock = threading.RLock()
+        # while a look-up holds it forgets its index in that thread; free in
+        # a forked child, whose copies forget their indexes as they go.
+        self._lock = forks.RLock()
 
     def find(self, session: Session, event_id: str) -> Event | None:
         """The first event of ``session`` with this id, or None."""

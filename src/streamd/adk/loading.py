@@ -25,7 +25,6 @@
 
 from __future__ import annotations
 
-import threading
 import typing
 from collections import OrderedDict
 from collections.abc import Callable
@@ -36,7 +35,7 @@ import msgspec
 from google.adk.events.event import Event
 from google.adk.sessions.session import Session
 
-from streamd import collector, errors
+from streamd import collector, errors, forks
 from streamd.adk import codec, convert
 from streamd.adk.clients import Client
 from streamd.adk.codec import RawEntry, RawSession
@@ -67,7 +66,7 @@ class SessionLoader:
         self._cache: OrderedDict[int, Event] = OrderedDict()
         self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         """Sessions loaded before: worth reading seqs first."""
-        self._lock = threading.Lock()
+        self._lock = forks.Lock()  # free in a forked child (a load of the parent's held it)
 
     def forget(self) -> None:
         """Drop every cached event (the next loads build them again)."""

@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -151,7 +150,6 @@ class StreamdSessionService(BaseSessionService):
         self._copies: dict[str, weakref.ref[Session]] = {}  # the copy of each token
         self._refused: dict[str, Refusal] = {}  # a copy's refusal, raised at each append
         self._unreported: list[str] = []  # copies whose refusal no append has raised yet
-        self._lock = threading.Lock()  # the tables above, shared by every loop's thread
         self._loader = SessionLoader(event_cache)
         self._held = HeldEvents()  # each copy's events by id (write-behind)
         self._pid = os.getpid()  # the process whose queues the tables above are
