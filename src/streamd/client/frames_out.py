@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from typing import IO
 
+from streamd import forks
+
 __all__ = ["FrameWriter", "pipe_outlet", "socket_outlet"]
 
 # How much of the queue one send offers: a copy is taken (the queue cannot be
@@ -67,7 +69,7 @@ def pipe_outlet(pipe: IO[bytes]) -> tuple[Outlet, Callable[[], None]]:
     been given the descriptor's number meanwhile."""
     fd = pipe.fileno()
     os.set_blocking(fd, False)
-    lock = threading.Lock()
+    lock = forks.Lock()  # free in a forked child, whose close lets go of its copy
 
     def send(data: bytes) -> int:
         with lock:

@@ -13,9 +13,12 @@ A client is its process's: a child forked after it was opened inherits the
 connection but not the reader thread, so the child's call went to the parent's
 connection, its answer was read (and dropped, or handed to a parent's call of
 the same id) by the parent, and the child waited for ever; the child's close
-shut the parent's connection down. In a child, calls are refused
-(``closed``, reason ``forked``) with nothing sent, and close only lets go of
-the child's copies of the descriptors.
+shut the parent's connection down. In a child, calls and inherited watches
+are refused (``closed``, reason ``forked``) with nothing sent, and close only
+lets go of the child's copies of the descriptors. The client's locks are free
+in a child whatever the parent's threads held at the fork
+(:mod:`streamd.forks`): a child forked while the reader took an answer waited
+for ever in its close.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from streamd import errors
+from streamd import errors, forks
 from streamd.client import calls
 from streamd.client.frames_out import FrameWriter, Outlet, pipe_outlet, socket_outlet
 from streamd.client.protocol import (
@@ -116,6 +119,7 @@ class Client(calls.EventLogMethods):
         self._leases: dict[str, Lease] = {}
         self._closed = False
         self._pid = os.getpid()  # the process whose connection this is
+        forks.in_child(self, Client._forked_child)
         self.process: subprocess.Popen[bytes] | None = None
         """The ``streamd`` process of a :meth:`spawn` client (None otherwise)."""
         if leftover:
@@ -230,7 +234,10 @@ class Client(calls.EventLogMethods):
 
     @property
     def in_flight(self) -> int:
-        """Requests sent and not yet answered (cancelled ones until their answer)."""
+        """Requests sent and not yet answered (cancelled ones until their answer);
+        in a forked child, none (those are the parent's)."""
+        if self._forked():
+            return 0
         with self._lock:
             return self._core.in_flight
 
@@ -269,6 +276,12 @@ class Client(calls.EventLogMethods):
 
     def _forked(self) -> bool:
         return os.getpid() != self._pid
+
+    def _forked_child(self) -> None:
+        """In a forked child: a lock the reader held at the fork stays held,
+        and the watches' waits are the parent's (the child's are refused)."""
+        self._lock = threading.Lock()
+        self._watches = {}
 
     def _refuse_if_forked(self) -> None:
         if self._forked():
@@ -397,6 +410,7 @@ class Client(calls.EventLogMethods):
         """The watch's next step and the seq to resume from, waiting at most
         ``timeout`` seconds (TimeoutError); None once the watch is closed.
         (For :class:`Watch`.)"""
+        self._refuse_if_forked()  # its entries go to the parent's reader
         with self._lock:
             while True:
                 cond = self._watches.get(watch_id)
