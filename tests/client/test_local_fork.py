@@ -91,7 +91,8 @@ def test_a_forked_child_is_refused_the_parents_open_file_and_the_file_stays_whol
 
 
 STALE_SCRIPT = r"""
-import asyncio, os, sys, apsw
+import asyncio, os, signal, sys, threading, apsw
+from streamd.client import local_log
 from streamd.client.local import LocalClient
 from streamd.errors import RpcError
 from streamd.eventlog.model import Event
@@ -125,23 +126,44 @@ async def reason():
         return exc.data["reason"]
 
 reader = asyncio.run(restore_with_a_reader())
+holding, release = threading.Event(), threading.Event()
+
+def hold_the_old_files_guard():
+    # Another thread of the parent asking whether the old -wal is still at
+    # the path (an open on another loop) holds its guard's lock; reached here
+    # only to hold it.
+    lock = local_log._files[os.path.realpath(db)].stale._lock
+    lock.acquire()
+    holding.set()
+    release.wait()
+    lock.release()
+
+if sys.argv[2:] == ["held"]:
+    threading.Thread(target=hold_the_old_files_guard, daemon=True).start()
+    holding.wait()
 pid = os.fork()
 if pid == 0:
+    signal.alarm(20)  # a child that waits on the inherited lock ends here
     print(asyncio.run(reason()), flush=True)
     os._exit(0)
 _, status = os.waitpid(pid, 0)
-assert os.waitstatus_to_exitcode(status) == 0
+release.set()
+assert os.waitstatus_to_exitcode(status) == 0, "the child hung (ended by its alarm)"
 reader.execute("COMMIT")
 reader.close()
 """
 
 
-def test_a_forked_child_keeps_refusing_a_path_with_the_old_wal_beside_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("guard", ["free", "held"])
+def test_a_forked_child_keeps_refusing_a_path_with_the_old_wal_beside_it(
+    tmp_path: Path, guard: str
+) -> None:
     # A restore whose old -wal could not be emptied (another process was
     # reading it): opening the path would apply that -wal to the restored
-    # file, in the child as in the parent.
+    # file, in the child as in the parent. "held": another thread held the
+    # old file's guard at the fork, and the child's open waited for ever.
     db = tmp_path / "events.db"
-    done = subprocess.run([sys.executable, "-c", STALE_SCRIPT, str(db)],
+    done = subprocess.run([sys.executable, "-c", STALE_SCRIPT, str(db), guard],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "old_wal_left"

@@ -59,11 +59,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import threading
 from dataclasses import dataclass
 
 import apsw
 
+from streamd import forks
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.sqlite import inode
 
@@ -124,7 +124,7 @@ class DatabaseFile:
         self.path = path
         self._recorded: dict[str, tuple[int, int] | None] | None = None
         self._fault: RpcError | None = None
-        self._lock = threading.Lock()
+        self._lock = forks.Lock()  # free in a forked child (its stale guards are asked)
         # Connections that opened the recorded files: only those may empty
         # the old -wal (a later one may have the new file open).
         self._ours: set[int] = set()
