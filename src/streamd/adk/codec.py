@@ -192,3 +192,9 @@ def merged(session: dict[str, Any], app: dict[str, Any], user: dict[str, Any]) -
     for key, value in user.items():
         out[State.USER_PREFIX + key] = value
     return out
+
+
+def stored_alike(held: Event, event: Event) -> bool:
+    """Whether ``event`` is what the log stores for ``held`` (its content is the
+    whole event, its delta included): a re-delivery, not a conflict."""
+    return log_event(held) == log_event(event)

@@ -5,6 +5,9 @@
   content of those not in the cache (a new turn's few events, as a rule), read
   after the first of them up to the first read's ``last_seq`` so both reads
   describe one moment. A session not seen yet is read whole at once.
+* **Which stored session a copy is** is read here too: the id a padded
+  session id reaches (:meth:`SessionLoader.stored_id`), and the seq an
+  append through a copy expects (:meth:`SessionLoader.expected_seq`).
 * **Built events are cached by seq.** Building an ADK Event costs a few
   microseconds even without pydantic's validation (:mod:`~streamd.adk.convert`),
   which for a long session is most of a load. In one log a seq names one stored
@@ -32,6 +35,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
+from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.sessions.session import Session
 
@@ -39,6 +43,7 @@ from streamd import collector, errors, forks
 from streamd.adk import codec, convert
 from streamd.adk.clients import Client
 from streamd.adk.codec import RawEntry, RawSession
+from streamd.adk.errors import stale_error
 from streamd.client import calls
 from streamd.client.protocol import Call
 from streamd.errors import RpcError
@@ -136,6 +141,48 @@ class SessionLoader:
             while len(self._seen) > _SEEN_SESSIONS:
                 self._seen.popitem(last=False)
         return adk_session(app_name, user_id, raw, events)
+
+    async def stored_id(
+        self, client: Client, app_name: str, user_id: str, session_id: str
+    ) -> str | None:
+        """The id a session given as ``session_id`` is stored under: its
+        stripped form (see :func:`~streamd.adk.codec.session_id`), unless a
+        session was stored under the padded id itself (by a streamd before the
+        ids were stripped), which it still reaches. None: a blank id, no
+        session."""
+        stripped = codec.session_id(session_id)
+        if stripped is None or stripped == session_id:
+            return stripped
+        try:
+            await client.get_session(app_name, user_id, session_id, recent=0)
+        except RpcError as exc:
+            if errors.is_session_not_found(exc):
+                return stripped
+            raise
+        return session_id
+
+    async def expected_seq(self, client: Client, session: Session) -> int:
+        """The seq an append through ``session`` expects the session at: its
+        marker's, or, for a copy without one, the stored seq if its last event
+        is the stored last event (ADK's own check; stale otherwise)."""
+        marker = session._storage_update_marker
+        if marker is not None:
+            try:
+                return int(marker)
+            except ValueError:
+                pass  # another service's marker: check as for a session built by hand
+        # A session without our marker is current when its last event is the
+        # stored last event (or neither has one): ADK's own fallback.
+        stored = await self.load(
+            client, session.app_name, session.user_id, session.id, 1, None
+        )
+        if stored is None:
+            raise SessionNotFoundError(f"Session {session.id} not found.")
+        mine = session.events[-1].id if session.events else None
+        theirs = stored.events[-1].id if stored.events else None
+        if mine != theirs:
+            raise stale_error(f"its last event is {mine!r}, storage's is {theirs!r}")
+        return int(stored._storage_update_marker or 0)
 
     async def _read(
         self,

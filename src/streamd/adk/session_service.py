@@ -96,7 +96,7 @@ from google.adk.sessions.session import Session
 from streamd import errors
 from streamd.adk import codec
 from streamd.adk.clients import Client, LoopClients
-from streamd.adk.errors import EventConflictError, adk_error, stale_error
+from streamd.adk.errors import EventConflictError, adk_error
 from streamd.adk.held import HeldEvents
 from streamd.adk.loading import DEFAULT_EVENT_CACHE, ListedSession, SessionLoader, adk_session
 from streamd.adk.write_behind import PENDING, Pipeline, Queued, Refusal, encode
@@ -239,31 +239,12 @@ class StreamdSessionService(BaseSessionService):
         await self._drain()
 
         async def read(client: Client) -> Session | None:
-            stored_as = await self._stored_id(client, app_name, user_id, session_id)
+            stored_as = await self._loader.stored_id(client, app_name, user_id, session_id)
             if stored_as is None:
                 return None
             return await self._loader.load(client, app_name, user_id, stored_as, recent, after)
 
         return await self._again_if_lost(read)
-
-    async def _stored_id(
-        self, client: Client, app_name: str, user_id: str, session_id: str
-    ) -> str | None:
-        """The id a session given as ``session_id`` is stored under: its
-        stripped form (see :func:`~streamd.adk.codec.session_id`), unless a
-        session was stored under the padded id itself (by a streamd before the
-        ids were stripped), which it still reaches. None: a blank id, no
-        session."""
-        stripped = codec.session_id(session_id)
-        if stripped is None or stripped == session_id:
-            return stripped
-        try:
-            await client.get_session(app_name, user_id, session_id, recent=0)
-        except RpcError as exc:
-            if errors.is_session_not_found(exc):
-                return stripped
-            raise
-        return session_id
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
@@ -302,7 +283,7 @@ class StreamdSessionService(BaseSessionService):
         # Not made again after a lost connection: a delete that went through
         # could, made again, delete a session another writer had made anew.
         client = await self._client()
-        stored_as = await self._stored_id(client, app_name, user_id, session_id)
+        stored_as = await self._loader.stored_id(client, app_name, user_id, session_id)
         if stored_as is not None:
             await client.delete_session(app_name, user_id, stored_as)
 
@@ -332,7 +313,8 @@ class StreamdSessionService(BaseSessionService):
         # Checked once: made again, the append expects what the first try
         # expected (a copy without our marker, checked again by its last
         # event, would find the event the first try stored, and be stale).
-        expected = await self._again_if_lost(lambda client: self._expected_seq(client, session))
+        expected = await self._again_if_lost(
+            lambda client: self._loader.expected_seq(client, session))
 
         async def append(client: Client) -> AppendResult:
             try:
@@ -377,7 +359,7 @@ class StreamdSessionService(BaseSessionService):
         # durable append is answered the same: a duplicate is checked first).
         held = self._held.find(session, event.id)
         if held is not None:
-            if _stored_alike(held, event):
+            if codec.stored_alike(held, event):
                 return event  # a re-delivery of an event this copy already holds
             # As the log answers a durable append of it (event_conflict).
             raise EventConflictError(
@@ -394,7 +376,7 @@ class StreamdSessionService(BaseSessionService):
             if not (marker or "").isdigit():
                 await self._drain()
             expected = await self._again_if_lost(
-                lambda client: self._expected_seq(client, session))
+                lambda client: self._loader.expected_seq(client, session))
             self._copies[token] = weakref.ref(session)
         params = AppendParams(
             app=session.app_name,
@@ -549,29 +531,3 @@ class StreamdSessionService(BaseSessionService):
         for token in [t for t, r in self._refused.items()
                       if r.copy_gone() and t not in self._unreported]:
             del self._refused[token]
-
-    async def _expected_seq(self, client: Client, session: Session) -> int:
-        marker = session._storage_update_marker
-        if marker is not None:
-            try:
-                return int(marker)
-            except ValueError:
-                pass  # another service's marker: check as for a session built by hand
-        # A session without our marker is current when its last event is the
-        # stored last event (or neither has one): ADK's own fallback.
-        stored = await self._loader.load(
-            client, session.app_name, session.user_id, session.id, 1, None
-        )
-        if stored is None:
-            raise SessionNotFoundError(f"Session {session.id} not found.")
-        mine = session.events[-1].id if session.events else None
-        theirs = stored.events[-1].id if stored.events else None
-        if mine != theirs:
-            raise stale_error(f"its last event is {mine!r}, storage's is {theirs!r}")
-        return int(stored._storage_update_marker or 0)
-
-
-def _stored_alike(held: Event, event: Event) -> bool:
-    """Whether ``event`` is what the log stores for ``held`` (its content is the
-    whole event, its delta included): a re-delivery, not a conflict."""
-    return codec.log_event(held) == codec.log_event(event)
