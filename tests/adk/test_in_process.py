@@ -107,11 +107,14 @@ def said(text: str) -> Event:
 def test_a_log_restored_under_a_long_lived_service_is_read_as_restored(tmp_path: Path) -> None:
     # The service caches built events by seq; the restored file gives the
     # seqs after its own events to new ones, which must not be answered with
-    # the old file's events cached under the same seqs.
+    # the old file's events cached under the same seqs. The restore comes
+    # between two turns, each on an event loop of its own (ADK's Runner.run):
+    # the next turn's first call lets go of the old file and opens the
+    # restored one.
     db, backup = tmp_path / "events.db", tmp_path / "backup.db"
     service = StreamdSessionService(database=db)
 
-    async def scenario() -> None:
+    async def before_the_restore() -> None:
         session = await service.create_session(app_name="app", user_id="u", session_id="s")
         for i in range(3):
             await service.append_event(session, said(f"kept {i}"))
@@ -120,10 +123,8 @@ def test_a_log_restored_under_a_long_lived_service_is_read_as_restored(tmp_path:
             await service.append_event(session, said(f"old {i}"))
         loaded = await service.get_session(app_name="app", user_id="u", session_id="s")
         assert loaded is not None and len(loaded.events) == 6  # all six cached
-        await service.close()
-        backup.rename(db)
-        Path(f"{db}-wal").unlink(missing_ok=True)
-        Path(f"{db}-shm").unlink(missing_ok=True)
+
+    async def scenario() -> None:
         session = await service.get_session(app_name="app", user_id="u", session_id="s")
         assert session is not None
         for i in range(3):
@@ -137,6 +138,8 @@ def test_a_log_restored_under_a_long_lived_service_is_read_as_restored(tmp_path:
                 *(f"kept {i}" for i in range(3)), *(f"new {i}" for i in range(3))]
         await service.close()
 
+    asyncio.run(before_the_restore())
+    backup.rename(db)
     asyncio.run(scenario())
 
 

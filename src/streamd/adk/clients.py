@@ -15,6 +15,11 @@ and :meth:`LoopClients.lost` tells the service when a call failed for that
 reason and may be made again. A client the caller gave is the caller's: it is
 never replaced.
 
+Closed (:meth:`LoopClients.close`, the service's close), every loop's client
+is closed, each on its own loop, and none is opened again: a call that found
+its client closed under it used to connect anew, and held that connection
+(or the file) open past the close.
+
 A child forked from the process starts with none of the parent's clients
 (each would refuse it, ``forked``) and opens its own as the parent would; the
 parent's are kept aside, never closed there (:mod:`streamd.forks`).
@@ -29,6 +34,7 @@ import weakref
 from collections.abc import Sequence
 
 from streamd import errors, forks
+from streamd.adk.lifetime import service_closed
 from streamd.client.asyncio_client import AsyncClient
 from streamd.client.local import LocalClient
 from streamd.errors import RpcError
@@ -70,12 +76,16 @@ class LoopClients:
             weakref.WeakKeyDictionary()
         )
         self._lock = threading.Lock()
+        self._closed = False  # for good: nothing opens after
         self._parents: list[object] = []
         """In a forked child: what was the parent's, kept from its finalizers."""
         forks.in_child(self, LoopClients._forked)
 
     async def get(self) -> Client:
-        """The running loop's client, opened at its first call."""
+        """The running loop's client, opened at its first call; refused
+        once closed."""
+        if self._closed:
+            raise service_closed()
         if self._given is not None:
             return self._given
         loop = asyncio.get_running_loop()
@@ -98,7 +108,12 @@ class LoopClients:
                 self._forget_ended_loops()
                 client = await self._open()
                 with self._lock:
-                    self._owned[loop] = client
+                    closed = self._closed
+                    if not closed:
+                        self._owned[loop] = client
+                if closed:  # while it opened (a close on another loop)
+                    await client.aclose()
+                    raise service_closed()
         return client
 
     async def lost(self, client: Client, exc: RpcError) -> bool:
@@ -107,7 +122,7 @@ class LoopClients:
         a client this module opened: then it is dropped, and the next
         :meth:`get` connects anew. The call's outcome is unknown; only a call
         that is safe to make twice may be made again."""
-        if exc.code != errors.CLOSED or self._given is not None:
+        if exc.code != errors.CLOSED or self._given is not None or self._closed:
             return False
         if not isinstance(client, AsyncClient):
             return False  # the log in this process does not go away under it
@@ -118,14 +133,36 @@ class LoopClients:
         await client.aclose()
         return True
 
-    async def close(self) -> None:
-        """Close the client opened on the running loop (one given is the
-        caller's to close)."""
-        loop = asyncio.get_running_loop()
+    async def close(self, grace: float) -> None:
+        """Close every client this module opened, for good (one given is
+        the caller's to close), and open none after. Each closes on its own
+        loop: the running loop's here, a running one's there (waited for at
+        most ``grace`` seconds), an idle one's when it runs again (an
+        in-process log's at once: no thread runs that loop); those of loops
+        that have ended let go as they would at the next open."""
+        here = asyncio.get_running_loop()
         with self._lock:
-            client = self._owned.pop(loop, None)
-        if client is not None:
-            await client.aclose()
+            self._closed = True
+            owned = list(self._owned.items())
+            self._owned.clear()
+            self._opening.clear()
+        closing: list[asyncio.Future[None]] = []
+        for loop, client in owned:
+            if loop is here:
+                closing.append(asyncio.ensure_future(client.aclose()))
+            elif isinstance(client, LocalClient) and not loop.is_running():
+                client.abandon()  # its loop has ended, or no thread runs it
+            elif not loop.is_closed():
+                try:
+                    there = asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+                except RuntimeError:
+                    continue  # closed meanwhile: its transport goes with it
+                if loop.is_running():
+                    closing.append(asyncio.wrap_future(there))
+            # A daemon client of an ended loop: its socket closes with its
+            # transport, collected (nothing can run on that loop).
+        if closing:
+            await asyncio.wait(closing, timeout=grace)
 
     def _forked(self) -> None:
         """In a forked child (see the module docstring). Kept, not dropped:

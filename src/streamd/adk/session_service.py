@@ -64,6 +64,10 @@ How ADK's session model maps onto the log, and why:
   mutates session events in place (its request builder copies what it changes); code
   that does should turn the cache off.
 
+Closed, it is closed for good, on every loop: every later call is refused,
+a call in flight is waited for, what write-behind queued is sent (or said
+unsent), and no client is opened again (:mod:`~streamd.adk.lifetime`).
+
 The service talks to the daemon through :class:`streamd.client.AsyncClient`:
 given one, it uses it (on the loop that opened it); given none, it connects on
 first use, one client per event loop (``Runner.run`` runs its own loop in a
@@ -76,11 +80,13 @@ the same store and rules, the file shared with any daemon serving it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import os
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import msgspec
 from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -94,10 +100,11 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 
 from streamd import errors
-from streamd.adk import codec
+from streamd.adk import codec, lifetime
 from streamd.adk.clients import Client, LoopClients
 from streamd.adk.errors import EventConflictError, adk_error
 from streamd.adk.held import HeldEvents
+from streamd.adk.lifetime import Lifetime, unsent
 from streamd.adk.loading import DEFAULT_EVENT_CACHE, ListedSession, SessionLoader, adk_session
 from streamd.adk.write_behind import PENDING, Pipeline, Queued, Refusal, encode
 from streamd.client.transport import START_TIMEOUT
@@ -109,6 +116,19 @@ __all__ = ["StreamdSessionService"]
 
 _LIST_PAGE = 1000
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+def _one_call(
+    method: Callable[Concatenate[StreamdSessionService, _P], Coroutine[Any, Any, _T]],
+) -> Callable[Concatenate[StreamdSessionService, _P], Coroutine[Any, Any, _T]]:
+    """A public method as one call of the service (:meth:`Lifetime.run`)."""
+
+    @functools.wraps(method)
+    async def call(self: StreamdSessionService, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return await self._life.run(method(self, *args, **kwargs))
+
+    return call
 
 
 class StreamdSessionService(BaseSessionService):
@@ -153,6 +173,7 @@ class StreamdSessionService(BaseSessionService):
         self._loader = SessionLoader(event_cache)
         self._held = HeldEvents()  # each copy's events by id (write-behind)
         self._pid = os.getpid()  # the process whose queues the tables above are
+        self._life = Lifetime()
 
     # -- the client --
 
@@ -174,19 +195,51 @@ class StreamdSessionService(BaseSessionService):
         return await call(await self._client())
 
     async def close(self) -> None:
-        """Close the client this service opened on the running loop (a client
-        it was given is the caller's to close). With write-behind, what is
-        queued is sent first, and a refusal not raised yet is raised here, as
-        :meth:`flush` does."""
+        """Close the service for good, from any loop (see
+        :mod:`~streamd.adk.lifetime`): later calls are refused, calls in
+        flight are waited for, then the clients it opened on every loop are
+        closed (a client it was given is the caller's to close). With
+        write-behind, what is queued is sent first, and a refusal not raised
+        yet is raised here, as :meth:`flush` does; what could not be sent is
+        said (``data.unsent``). A second close waits for the first."""
+        if not self._life.begin_close():
+            await self._life.first_close_done()
+            return
         try:
-            await self._drain()
+            await self._life.calls_ended(lifetime.CLOSE_GRACE)
+            await self._send_before_close()
         finally:
-            await self._clients.close()
+            try:
+                await self._clients.close(lifetime.CLOSE_GRACE)
+            finally:
+                self._life.closed()
         if self._unreported:
             raise self._refused[self._unreported.pop(0)].error()
 
+    async def _send_before_close(self) -> None:
+        """What write-behind queued, sent before the clients close: a send
+        under way on another loop ends there (the queues are one loop's at a
+        time), the rest is sent from this one."""
+        here = asyncio.get_running_loop()
+        for pipe in list(self._pipes.values()):
+            task = pipe.task
+            if task is None or task.done() or task.get_loop() is here:
+                continue
+            if task.get_loop().is_running():
+                ended = asyncio.run_coroutine_threadsafe(asyncio.wait([task]), task.get_loop())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.wrap_future(ended), lifetime.CLOSE_GRACE)
+        try:
+            await self._drain()
+        except Exception as exc:
+            left = sum(len(p.queue) + len(p.sending) for p in self._pipes.values())
+            if left:
+                raise unsent(left, exc) from exc
+            raise
+
     # -- sessions --
 
+    @_one_call
     async def create_session(
         self,
         *,
@@ -220,6 +273,7 @@ class StreamdSessionService(BaseSessionService):
             raise SessionNotFoundError(f"Session {created.session} not found.")
         return loaded
 
+    @_one_call
     async def get_session(
         self,
         *,
@@ -246,6 +300,7 @@ class StreamdSessionService(BaseSessionService):
 
         return await self._again_if_lost(read)
 
+    @_one_call
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
@@ -276,6 +331,7 @@ class StreamdSessionService(BaseSessionService):
         found.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=found)
 
+    @_one_call
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         if not codec.named(app_name, user_id):
             return
@@ -287,6 +343,7 @@ class StreamdSessionService(BaseSessionService):
         if stored_as is not None:
             await client.delete_session(app_name, user_id, stored_as)
 
+    @_one_call
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         if not codec.named(app_name, user_id):
             return {}
@@ -296,6 +353,7 @@ class StreamdSessionService(BaseSessionService):
 
     # -- events --
 
+    @_one_call
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
             return event
@@ -517,6 +575,7 @@ class StreamdSessionService(BaseSessionService):
                     " loop, or the durable default)")
         return loop
 
+    @_one_call
     async def flush(self) -> None:
         """Wait until every queued event is stored; raise the first refusal
         not raised yet (ADK's ``StaleSessionError``, ``SessionNotFoundError``).
