@@ -167,3 +167,67 @@ def test_a_forked_child_keeps_refusing_a_path_with_the_old_wal_beside_it(
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "old_wal_left"
+
+
+BUSY_SCRIPT = r"""
+import asyncio, json, os, signal, sys, threading
+from streamd.client.local import LocalClient
+from streamd.eventlog.model import Event
+
+folder, forks = sys.argv[1], int(sys.argv[2])
+loop = asyncio.new_event_loop()
+threading.Thread(target=loop.run_forever, daemon=True).start()
+stop, appending = threading.Event(), threading.Event()
+
+async def busy():
+    # The parent's own log, appended to on a loop in a thread all along the
+    # forks: its worker and its loop's inline calls are in SQLite most of
+    # the time.
+    client = await LocalClient.open(os.path.join(folder, "parent.db"), synchronous="NORMAL")
+    i = 0
+    while not stop.is_set():
+        await client.append("app", "u", "s", Event(id=f"p{i}", author="a", content=None))
+        if i % 50 == 0:
+            await client.get_session("app", "u", "s", recent=20)
+        i += 1
+        appending.set()
+        await asyncio.sleep(0)
+    await client.aclose()
+    return i
+
+running = asyncio.run_coroutine_threadsafe(busy(), loop)
+assert appending.wait(60)
+served = 0
+for k in range(forks):
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # a child that waits on a lock SQLite came across with ends here
+        async def child():
+            own = await LocalClient.open(os.path.join(folder, f"child{k}.db"),
+                                         synchronous="NORMAL")
+            await own.append("app", "u", "s", Event(id="c0", author="a", content=None))
+            await own.aclose()
+        asyncio.run(child())
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        break  # hung: one is enough
+    served += 1
+stop.set()
+appended = running.result(60)
+print(json.dumps({"served": served, "parent_appended": appended > 0}), flush=True)
+"""
+
+
+def test_children_forked_while_the_parent_appends_in_process_each_open_a_log_of_their_own(
+    tmp_path: Path,
+) -> None:
+    # A thread of the parent inside SQLite at the fork held SQLite's own
+    # locks (its allocator's, its table of open files'), and the child's
+    # first open waited for ever: 21 of 300 children. A fork now waits until
+    # no call of an in-process log is inside SQLite.
+    done = subprocess.run([sys.executable, "-c", BUSY_SCRIPT, str(tmp_path), "200"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "served": 200, "parent_appended": True}

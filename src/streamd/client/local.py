@@ -382,7 +382,7 @@ class LocalClient(calls.AwaitedEventLogMethods):
         gate = log.inline_closed_until
         if small and log.outstanding == 0 and time.monotonic() >= gate[writes]:
             started = time.monotonic()
-            ran, value = log.store.try_without_waiting(op)
+            ran, value = log.try_inline(op)
             if ran:
                 slow = inline.SLOW_WRITE_S if writes else inline.SLOW_READ_S
                 if time.monotonic() - started > slow:
