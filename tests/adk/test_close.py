@@ -202,6 +202,49 @@ def test_a_close_from_another_loops_thread_closes_the_service_on_every_loop(
         turn.close()
 
 
+def test_a_write_behind_close_from_another_loop_lets_that_loops_send_end_and_stores_it(
+    setup: Setup,
+) -> None:
+    """A turn's loop (in a thread) queued an event and is busy when the main
+    thread's loop closes the service: the close lets the turn's send end on
+    its own loop, and the event is stored. Before, the close raised
+    RuntimeError (write-behind used from two loops at once) and left the
+    turn's client open."""
+    service = setup.service(write_behind=True)
+    turn = asyncio.new_event_loop()
+    thread = threading.Thread(target=turn.run_forever, daemon=True)
+    thread.start()
+    busy, free = threading.Event(), threading.Event()
+
+    async def queue_then_hold_the_loop() -> None:
+        s = await service.create_session(app_name="a", user_id="u", session_id="s")
+        await service.append_event(s, said("queued on the turn's loop"))
+        busy.set()
+        free.wait(60)  # the loop's thread is held: its send task has not run
+
+    try:
+        before = setup.open_now()
+        held = asyncio.run_coroutine_threadsafe(queue_then_hold_the_loop(), turn)
+        assert busy.wait(60)
+
+        async def close() -> None:
+            async with asyncio.timeout(60):
+                closing = asyncio.create_task(service.close())
+                await asyncio.sleep(0)  # the close waits for the turn's send
+                free.set()
+                await closing
+
+        asyncio.run(close())
+        held.result(60)
+        assert setup.open_now() == before
+        assert asyncio.run(setup.stored()) == ["queued on the turn's loop"]
+    finally:
+        free.set()
+        turn.call_soon_threadsafe(turn.stop)
+        thread.join(30)
+        turn.close()
+
+
 def test_a_second_close_returns_once_the_first_has_closed_everything(setup: Setup) -> None:
     service = setup.service()
 
