@@ -1,5 +1,6 @@
 """Connecting to PostgreSQL: the address, the options, the setup of each
-connection, and the schema's migrations.
+connection, and the schema's version (its migrations are
+:mod:`~streamd.eventlog.postgres.migrate`).
 
 Nothing here writes a secret: the database is named by :func:`describe` (its
 keywords without secrets) and every driver message is :func:`scrub`-bed of
@@ -20,13 +21,7 @@ from psycopg.types.string import TextLoader
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
 from streamd.eventlog.dbtarget import DbTarget, DbTargetError, postgres_target
-from streamd.eventlog.postgres.schema import (
-    APPLICATION,
-    MIGRATION_LOCK,
-    SCHEMA_VERSION,
-    describe_foreign,
-    migration_sql,
-)
+from streamd.eventlog.postgres.schema import APPLICATION, SCHEMA_VERSION, describe_foreign
 from streamd.eventlog.store.backend import Synchronous
 from streamd.eventlog.store.outages import scrub
 
@@ -37,7 +32,6 @@ __all__ = [
     "connect",
     "connect_params",
     "describe",
-    "migrate_schema",
     "refuse_newer",
     "schema_version",
     "scrub",
@@ -208,40 +202,6 @@ def schema_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
         f" {describe_foreign(tables)}); refusing to open it, and it was not changed",
         {"schema": schema},
     )
-
-
-def migrate_schema(conn: psycopg.Connection[Any], schema: str) -> None:
-    """Bring our schema to :data:`SCHEMA_VERSION`, creating it when absent; one
-    transaction, serialized against other openers by an advisory lock."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-        version = schema_version(conn, schema)
-        ident = pgsql.Identifier(schema)
-        if version is None:
-            exists = conn.execute(
-                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
-            ).fetchone()
-            if exists is None:
-                conn.execute(pgsql.SQL("CREATE SCHEMA {}").format(ident))
-            conn.execute(
-                pgsql.SQL(
-                    "CREATE TABLE {}.streamd_meta (one boolean PRIMARY KEY DEFAULT true"
-                    " CHECK (one), application text NOT NULL, version integer NOT NULL)"
-                ).format(ident)
-            )
-            conn.execute(
-                pgsql.SQL("INSERT INTO {}.streamd_meta (application, version) VALUES (%s, 0)")
-                .format(ident),
-                (APPLICATION,),
-            )
-            version = 0
-        refuse_newer(version)
-        if version == SCHEMA_VERSION:
-            return
-        conn.execute(pgsql.SQL("SET LOCAL search_path = {}").format(ident))
-        for v in range(version, SCHEMA_VERSION):
-            conn.execute(migration_sql(v).encode())
-        conn.execute("UPDATE streamd_meta SET version = %s", (SCHEMA_VERSION,))
 
 
 def refuse_newer(version: int) -> None:

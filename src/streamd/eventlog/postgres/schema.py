@@ -3,11 +3,13 @@
 The same concepts as the SQLite schema (:mod:`~streamd.eventlog.sqlite.schema`):
 sessions, events, leases, boots, state (current and its history), retention
 policies, one migration per entry of :data:`MIGRATIONS`, each in one
-transaction. Everything lives in its own PostgreSQL schema, ``streamd`` by
-default, so the log can share a database with other applications; the version
-is a row of ``streamd_meta`` (PostgreSQL has no ``user_version``), and a schema
-of that name that has tables but no such row is someone else's and is refused
-before anything in it changes. A database written by a newer streamd is refused.
+transaction but an index added to a table that may be large, which is built
+concurrently (:mod:`~streamd.eventlog.postgres.migrate`). Everything lives in
+its own PostgreSQL schema, ``streamd`` by default, so the log can share a
+database with other applications; the version is a row of ``streamd_meta``
+(PostgreSQL has no ``user_version``), and a schema of that name that has
+tables but no such row is someone else's and is refused before anything in it
+changes. A database written by a newer streamd is refused.
 
 What differs from SQLite, and why
 ---------------------------------
@@ -40,6 +42,8 @@ What differs from SQLite, and why
 from __future__ import annotations
 
 from typing import Any
+
+from streamd.eventlog.store.online_index import OnlineIndex
 
 __all__ = [
     "APPLICATION",
@@ -77,7 +81,10 @@ def notify_channel(schema: str) -> str:
     import hashlib
 
     return f"{NOTIFY_CHANNEL}#" + hashlib.blake2b(schema.encode(), digest_size=16).hexdigest()
-# Serializes migrations of concurrent openers (two daemons starting at once).
+
+
+# Serializes migrations of concurrent openers (two daemons starting at once):
+# an advisory lock, held by the migrating session (see postgres/migrate.py).
 MIGRATION_LOCK = 0x53544D44  # "STMD"
 
 _V1 = """
@@ -222,20 +229,22 @@ INSERT INTO removal_order DEFAULT VALUES;
 # app after its cursor (or all of ``events_by_session_time``): at a million
 # events a step that found none took 0.1-0.3 s, and every compaction of an
 # app under such a policy ends with one. ``seq`` last: the step reads the
-# index alone to choose its rows.
-_V5 = """
-CREATE INDEX events_by_app_time ON events (app_name, event_time, seq);
-"""
+# index alone to choose its rows. Built concurrently on a log that exists
+# (:mod:`~streamd.eventlog.postgres.migrate`).
+_V5 = OnlineIndex("events_by_app_time", "events", ("app_name", "event_time", "seq"))
 
-# Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+# Never change what a shipped entry makes; append a new one.
+MIGRATIONS: tuple[str | OnlineIndex, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def migration_sql(version: int) -> str:
-    """Migration ``version`` (0-based), to run with ``search_path`` set to our
-    schema."""
-    return MIGRATIONS[version]
+    """Migration ``version`` (0-based) as one transaction's SQL, to run with
+    ``search_path`` set to our schema; an index step as a plain ``CREATE
+    INDEX``, which only a log created in the same transaction may run (see
+    :mod:`~streamd.eventlog.postgres.migrate`)."""
+    step = MIGRATIONS[version]
+    return step.create() if isinstance(step, OnlineIndex) else step
 
 
 def describe_foreign(tables: list[Any]) -> str:

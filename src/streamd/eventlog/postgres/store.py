@@ -79,12 +79,12 @@ from streamd.eventlog.postgres.connection import (
     connect,
     connect_params,
     describe,
-    migrate_schema,
     refuse_newer,
     schema_version,
     scrub,
     target_of,
 )
+from streamd.eventlog.postgres.migrate import migrate_schema
 from streamd.eventlog.postgres.schema import NOTIFY_CHANNEL, SCHEMA_VERSION, notify_channel
 from streamd.eventlog.postgres.sql import DB_NOW_US, PgSql
 from streamd.eventlog.store import rows, rules
