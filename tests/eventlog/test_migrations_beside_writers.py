@@ -1,17 +1,22 @@
 """A newer streamd migrating a server log that other hosts are appending to.
 
-The migrations that add an index to ``events`` (PostgreSQL's version 5, and
-any added since) are run on a log rolled back to before them. Each build is
-stopped where it waits for the transactions open on the table, by one of the
-test's own kept open on events (PostgreSQL's concurrent build waits for
-writers' transactions before it reads the table); the server is polled until
-it shows that wait, and only then is the transaction let go. What is asserted
-is what the server says meanwhile: whether an append on another connection
-went through or waits for a lock, the schema's version, the index.
+The migrations that add an index to ``events`` (PostgreSQL's version 5,
+MySQL's 4, and any added since) are run on a log rolled back to before them.
+Each build is stopped where it waits for the transactions open on the table,
+by one of the test's own kept open on events (PostgreSQL's concurrent build
+waits for writers' transactions before it reads the table; MariaDB's ALTER
+waits for any transaction on it where it needs the table to itself: before
+an online build, after a copy); the server is polled until it shows that
+wait, and only then is the transaction let go. What is asserted is what the
+server says meanwhile: whether an append on another connection went through
+or waits for a lock (PostgreSQL), which lock the build holds on the table
+(MariaDB: the one it builds or copies under), the schema's version, the
+index.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -173,3 +178,154 @@ def test_an_invalid_index_a_cut_short_build_left_is_built_again_on_postgresql(
     # Before: "relation events_by_app_time already exists", at every open.
     PostgresStore.open(postgres_db).close()
     current_pg(postgres_db)
+
+
+# --- MariaDB ------------------------------------------------------------------------
+
+HOLD_EVENTS_MY = "SELECT seq FROM events LIMIT 1"
+"""A read transaction left open: it holds the table's metadata lock (shared)."""
+
+
+def my(url: str, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    from streamd.eventlog.mysql.store import MysqlOptions, connect
+    from streamd.eventlog.mysql.url import parse
+
+    db = connect(parse(url), MysqlOptions())
+    try:
+        cur = db.cursor()
+        cur.execute(sql, args or None)  # none: a % is a percent sign
+        return list(cur.fetchall() or ())
+    finally:
+        db.close()
+
+
+def older_log_my(url: str) -> None:
+    """The log as a streamd of schema version 3 left it."""
+    my(url, "DROP INDEX events_by_app_time ON events")
+    for (name,) in my(url, "SELECT DISTINCT index_name FROM information_schema.statistics"
+                           " WHERE table_schema = database() AND index_name = 'events_by_author'"):
+        my(url, f"DROP INDEX {name} ON events")
+    my(url, "UPDATE streamd_meta SET version = 3")
+
+
+def building_my(url: str) -> int | None:
+    """The connection whose index build waits for the table's metadata lock."""
+    found = my(url, "SELECT id FROM information_schema.processlist WHERE state ="
+               " 'Waiting for table metadata lock' AND info LIKE '%events_by_app_time%'")
+    return int(found[0][0]) if found else None
+
+
+def current_my(url: str) -> None:
+    from streamd.eventlog.mysql.schema import SCHEMA_VERSION
+
+    assert my(url, "SELECT version FROM streamd_meta") == [(SCHEMA_VERSION,)]
+    indexes = {name for name, in my(url, "SELECT index_name FROM information_schema.statistics"
+                                         " WHERE table_schema = database()"
+                                         " AND table_name = 'events'")}
+    assert "events_by_app_time" in indexes
+
+
+@pytest.fixture
+def copying_server(mysql_server: Any) -> Iterator[None]:
+    """The server set to change tables by copying them (MariaDB's
+    ``alter_algorithm``, for new sessions), and able to show who holds which
+    metadata lock (the ``metadata_lock_info`` plugin, shipped with it)."""
+    if not mysql_server.sql("SELECT 1 FROM information_schema.plugins"
+                            " WHERE plugin_name = 'METADATA_LOCK_INFO'"):
+        mysql_server.sql("INSTALL SONAME 'metadata_lock_info'")
+    mysql_server.sql("SET GLOBAL alter_algorithm = 'COPY'")
+    try:
+        yield
+    finally:
+        mysql_server.sql("SET GLOBAL alter_algorithm = DEFAULT")
+
+
+def test_a_mariadb_index_build_lets_writes_through_where_the_server_copies_tables(
+    request: pytest.FixtureRequest, mysql_db: str, copying_server: None,
+) -> None:
+    from streamd.eventlog.mysql.store import MysqlStore
+
+    MysqlStore.open(mysql_db).close()
+    older_log_my(mysql_db)
+    outcomes: dict[str, Any] = {}
+    with holding(request, "mysql", HOLD_EVENTS_MY):
+        migration = started(outcomes, "open", lambda: MysqlStore.open(mysql_db))
+        until(lambda: building_my(mysql_db) is not None, "the build waiting for the table")
+        modes = {mode for mode, in my(
+            mysql_db, "SELECT lock_mode FROM information_schema.metadata_lock_info"
+            " WHERE thread_id = %s AND table_name = 'events'", (building_my(mysql_db),))}
+        # Before: MDL_SHARED_NO_WRITE, taken before the copy's first row and
+        # held past its last: every host's appends waited for the whole copy.
+        # Online, the build runs under MDL_SHARED_UPGRADABLE, which excludes
+        # no write.
+        assert modes == {"MDL_SHARED_UPGRADABLE"}
+    migration.join(60)
+    opened(outcomes, "open")
+    current_my(mysql_db)
+
+
+def test_a_mariadb_migration_killed_mid_build_is_finished_by_the_next_open(
+    request: pytest.FixtureRequest, mysql_db: str,
+) -> None:
+    from streamd.eventlog.mysql.store import MysqlStore
+
+    MysqlStore.open(mysql_db).close()
+    older_log_my(mysql_db)
+    outcomes: dict[str, Any] = {}
+    with holding(request, "mysql", HOLD_EVENTS_MY):
+        migration = started(outcomes, "open", lambda: MysqlStore.open(mysql_db))
+        until(lambda: building_my(mysql_db) is not None, "the build waiting for the table")
+        my(mysql_db, f"KILL {building_my(mysql_db)}")
+        migration.join(60)
+    assert isinstance(outcomes["open"], RpcError), outcomes["open"]
+    assert my(mysql_db, "SELECT version FROM streamd_meta") == [(3,)]
+    MysqlStore.open(mysql_db).close()
+    current_my(mysql_db)
+
+
+def test_a_server_that_cannot_add_an_index_online_fails_the_open_naming_it() -> None:
+    """No MariaDB or MySQL 8 table of the log's refuses an online index, so
+    the refusal is the driver's error as the server would raise it."""
+    import MySQLdb
+
+    from streamd.eventlog.mysql.migrate import migrate_schema
+    from streamd.eventlog.mysql.schema import APPLICATION, NOPAD_COLLATIONS
+
+    class Server:
+        """A log at version 3 on a server that builds no index online."""
+
+        def __init__(self) -> None:
+            self.statements: list[str] = []
+            self._rows: list[tuple[Any, ...]] = []
+
+        rowcount = 0
+
+        def cursor(self) -> Server:
+            return self
+
+        def execute(self, sql: str, args: Any = None) -> int:
+            self.statements.append(sql)
+            if "ADD INDEX" in sql:
+                raise MySQLdb.OperationalError(
+                    1846, "LOCK=NONE is not supported. Reason: the engine's. Try LOCK=SHARED.")
+            self._rows = ([(1,)] if "GET_LOCK" in sql or "RELEASE_LOCK" in sql
+                          or "table_name = 'streamd_meta'" in sql
+                          else [(APPLICATION, 3)] if "FROM streamd_meta" in sql
+                          else [(NOPAD_COLLATIONS[0],)] if "collations" in sql else [])
+            self.rowcount = len(self._rows)
+            return self.rowcount
+
+        def fetchone(self) -> tuple[Any, ...] | None:
+            return self._rows[0] if self._rows else None
+
+        def fetchall(self) -> list[tuple[Any, ...]]:
+            return self._rows
+
+    server = Server()
+    with pytest.raises(RpcError) as refused:
+        migrate_schema(server, "log")
+    message = refused.value.message
+    assert "events_by_app_time" in message and "LOCK=NONE is not supported" in message
+    assert "ALTER TABLE events ADD INDEX events_by_app_time (app_name, event_time)" in message
+    assert not any("UPDATE streamd_meta" in s for s in server.statements)
+    assert not any("LOCK=SHARED" in s or "ALGORITHM=COPY" in s for s in server.statements)

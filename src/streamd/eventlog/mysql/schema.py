@@ -12,7 +12,8 @@ What differs from PostgreSQL, and why
   Concurrent openers take ``GET_LOCK`` (named for the database) around it;
   every statement of a migration may be run again (``IF NOT EXISTS``), and
   the version row moves only after the last, so a migration cut short is
-  finished by the next opener.
+  finished by the next opener. An index is added online
+  (:mod:`~streamd.eventlog.mysql.migrate`).
 * **Keys are ``VARCHAR`` of a binary collation that pads nothing.** An index
   cannot hold ``TEXT``, so keys have lengths (what is longer is refused with
   -32602 naming the field, never cut). ``utf8mb4_bin`` would ignore trailing
@@ -36,9 +37,10 @@ What differs from PostgreSQL, and why
 
 from __future__ import annotations
 
+from streamd.eventlog.store.online_index import OnlineIndex
+
 __all__ = [
     "APPLICATION",
-    "DUPLICATE_KEY_NAME",
     "KEY_LENGTHS",
     "MIGRATIONS",
     "NOPAD_COLLATIONS",
@@ -49,9 +51,6 @@ __all__ = [
 APPLICATION = "streamd event log"
 NOPAD_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin")
 """Binary, no-pad utf8mb4 collations: MariaDB's, then MySQL 8's."""
-
-DUPLICATE_KEY_NAME = 1061
-"""The error of an index created again: the statement was done before."""
 
 KEY_LENGTHS = {
     "app_name": 255,
@@ -180,20 +179,17 @@ INSERT IGNORE INTO removal_order (one) VALUES (1)
 # there); here the step read every event of the app after its cursor, content
 # and all (2.6-2.9 s at a million events, on the writer's connection, so
 # appends waited for it). InnoDB appends the primary key (``seq``) to the
-# index. Run again after a cut-short migration, it finds the index there
-# (``DUPLICATE_KEY_NAME``): MySQL 8 has no ``CREATE INDEX IF NOT EXISTS``.
-_V4 = """
-CREATE INDEX events_by_app_time ON events (app_name, event_time)
-"""
+# index. Added online (:mod:`~streamd.eventlog.mysql.migrate`).
+_V4 = OnlineIndex("events_by_app_time", "events", ("app_name", "event_time"))
 
-# Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+# Never change what a shipped entry makes; append a new one.
+MIGRATIONS: tuple[str | OnlineIndex, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def migration_statements(version: int, collation: str) -> list[str]:
-    """Migration ``version`` (0-based) as statements, its tables in
-    ``collation`` (one of :data:`NOPAD_COLLATIONS`)."""
+def migration_statements(text: str, collation: str) -> list[str]:
+    """A migration's SQL as statements, its tables in ``collation`` (one of
+    :data:`NOPAD_COLLATIONS`)."""
     table_options = f"ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={collation}"
-    text = MIGRATIONS[version].replace("ENGINE=InnoDB", table_options)
+    text = text.replace("ENGINE=InnoDB", table_options)
     return [s.strip() for s in text.split(";\n") if s.strip()]

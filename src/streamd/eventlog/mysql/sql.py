@@ -25,7 +25,7 @@ from streamd.eventlog.model import Filter
 from streamd.eventlog.mysql import packets
 from streamd.eventlog.store.sql import Args, Row, Rows, paged
 
-__all__ = ["DB_NOW_US", "DUPLICATE_ENTRY", "READ_PAGE", "MySql", "placeholders"]
+__all__ = ["DB_NOW_US", "DUPLICATE_ENTRY", "READ_PAGE", "MySql", "error_code", "placeholders"]
 
 DB_NOW_US = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
 """The database's clock in microseconds (the session's time zone is UTC, so no
@@ -35,6 +35,12 @@ READ_PAGE = 1000
 DUPLICATE_ENTRY = 1062
 
 _DIALECT = filters.MYSQL.marked("?")
+
+
+def error_code(exc: BaseException) -> int:
+    """The error number of a driver error (the server's, or the client's own
+    2xxx); 0 when it has none."""
+    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
 
 
 def placeholders(values: Sequence[object]) -> str:

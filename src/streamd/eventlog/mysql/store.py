@@ -47,10 +47,11 @@ from typing import Any, Literal, TypeVar
 import MySQLdb
 from MySQLdb.constants import CLIENT
 
-from streamd.errors import SOURCE_UNAVAILABLE, RpcError, invalid_params
+from streamd.errors import RpcError, invalid_params
 from streamd.eventlog.model import AppendParams
 from streamd.eventlog.mysql import packets, schema
-from streamd.eventlog.mysql.sql import DB_NOW_US, READ_PAGE, MySql, placeholders
+from streamd.eventlog.mysql.migrate import check_version, migrate_schema, version_is_current
+from streamd.eventlog.mysql.sql import DB_NOW_US, READ_PAGE, MySql, error_code, placeholders
 from streamd.eventlog.mysql.url import MysqlUrl, connect_kwargs, parse
 from streamd.eventlog.store import outages, rows, rules
 from streamd.eventlog.store.backend import AppendGroup, CommitOutcome, Synchronous, closed_error
@@ -130,8 +131,7 @@ def connect(url: MysqlUrl, opts: MysqlOptions, *, within_s: int | None = None) -
     return conn
 
 
-def _code(exc: BaseException) -> int:
-    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+_code = error_code
 
 
 def _store_link(store: MysqlStore) -> Reconnecting[Any]:
@@ -193,9 +193,9 @@ class MysqlStore(SqlOperations):
             conn = store._connect()
             try:
                 if migrate:
-                    _migrate(conn, store._url.database)
+                    migrate_schema(conn, store._url.database)
                 else:
-                    _check_version(conn, store._where)
+                    check_version(conn, store._where)
             except BaseException:
                 conn.close()
                 raise
@@ -362,7 +362,7 @@ class MysqlStore(SqlOperations):
         """A real, bounded read: the schema version and the newest seq."""
         sql = self._sql()
         with sql.snapshot():
-            _version_is_current(sql, self._where)
+            version_is_current(sql, self._where)
             sql.rows("SELECT seq FROM events ORDER BY seq DESC LIMIT 1")
 
     def change_counter(self) -> int:
@@ -481,94 +481,3 @@ def _refuse_too_long(item: rows.Prepared) -> None:
                 f"event rejected by the database: {name} is {len(value)} characters long,"
                 f" longer than the {limits[column]} a MySQL log holds"
             )
-
-
-# --- the schema -----------------------------------------------------------------
-
-
-def _migrate(conn: Any, database: str) -> None:
-    """Bring the schema to :data:`~schema.SCHEMA_VERSION` under ``GET_LOCK``
-    (see :mod:`~streamd.eventlog.mysql.schema` for why not a transaction)."""
-    sql = MySql(conn, str, True)
-    lock = f"streamd-migrate:{database}"[:64]
-    row = sql.one("SELECT GET_LOCK(?, 60)", (lock,))
-    if row is None or row[0] != 1:
-        raise RpcError(SOURCE_UNAVAILABLE,
-                       "another process held the event log's migration lock for 60 s")
-    try:
-        version = _version(sql)
-        if version is None:
-            tables = sql.rows("SELECT table_name FROM information_schema.tables"
-                              " WHERE table_schema = DATABASE()")
-            if tables:
-                names = ", ".join(sorted(str(t[0]) for t in tables)[:5])
-                raise RpcError(SOURCE_UNAVAILABLE,
-                               f"the database holds tables that are not an event log's"
-                               f" ({names}); refusing to write to it")
-            sql.run("CREATE TABLE streamd_meta (one TINYINT PRIMARY KEY, application"
-                    " VARCHAR(64) NOT NULL, version INT NOT NULL) ENGINE=InnoDB")
-            sql.run("INSERT INTO streamd_meta VALUES (1, ?, 0)", (schema.APPLICATION,))
-            version = 0
-        _refuse_newer(version)
-        collation = _nopad_collation(sql)
-        for v in range(version, schema.SCHEMA_VERSION):
-            for statement in schema.migration_statements(v, collation):
-                try:
-                    sql.run(statement)
-                except MySQLdb.OperationalError as exc:
-                    # A migration cut short after its index was made.
-                    if _code(exc) != schema.DUPLICATE_KEY_NAME:
-                        raise
-            sql.run("UPDATE streamd_meta SET version = ?", (v + 1,))
-    finally:
-        sql.one("SELECT RELEASE_LOCK(?)", (lock,))
-
-
-def _version(sql: MySql) -> int | None:
-    row = sql.one("SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE()"
-                  " AND table_name = 'streamd_meta'")
-    if row is None:
-        return None
-    found = sql.one("SELECT application, version FROM streamd_meta")
-    if found is None or found[0] != schema.APPLICATION:
-        raise RpcError(SOURCE_UNAVAILABLE,
-                       "the database's streamd_meta is not an event log's; refusing it")
-    return int(found[1])
-
-
-def _refuse_newer(version: int) -> None:
-    if version > schema.SCHEMA_VERSION:
-        raise RpcError(
-            SOURCE_UNAVAILABLE,
-            f"event log database has schema version {version}, newer than this streamd"
-            f" understands ({schema.SCHEMA_VERSION}); refusing to open it",
-        )
-
-
-def _check_version(conn: Any, where: str) -> None:
-    _version_is_current(MySql(conn, str, True), where)
-
-
-def _version_is_current(sql: MySql, where: str) -> None:
-    version = _version(sql) or 0
-    _refuse_newer(version)
-    if version != schema.SCHEMA_VERSION:
-        raise RpcError(
-            SOURCE_UNAVAILABLE,
-            f"the event log schema in the {where} is at version {version}, expected"
-            f" {schema.SCHEMA_VERSION}; open it as a writer first",
-        )
-
-
-def _nopad_collation(sql: MySql) -> str:
-    found = {r[0] for r in sql.rows(
-        "SELECT collation_name FROM information_schema.collations WHERE collation_name IN"
-        f" ({placeholders(schema.NOPAD_COLLATIONS)})", schema.NOPAD_COLLATIONS)}
-    for name in schema.NOPAD_COLLATIONS:
-        if name in found:
-            return name
-    raise RpcError(
-        SOURCE_UNAVAILABLE,
-        "the server has no binary no-pad utf8mb4 collation (utf8mb4_nopad_bin,"
-        " MariaDB 10.2 and later; utf8mb4_0900_bin, MySQL 8): the log needs one",
-    )
