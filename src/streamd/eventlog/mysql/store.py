@@ -411,9 +411,16 @@ class _MysqlWrite:
         ids = event_ids(items)
         for start in range(0, len(ids), READ_PAGE):
             part = ids[start:start + READ_PAGE]
+            # FOR UPDATE: the table's metadata lock in the mode the insert
+            # will need (SHARED_WRITE), not SHARED_READ. A transaction that
+            # asked for the stronger after the weaker, while DDL waited to
+            # have the table to itself (an index a migration adds), waited for
+            # the DDL that waited for it, and the server failed the append
+            # ("Deadlock found"). The rows it finds, retried events, are
+            # locked too; READ COMMITTED takes no gap locks for those absent.
             for event_id, seq, digest in sql.rows(
                 "SELECT event_id, seq, digest FROM events WHERE event_id IN"
-                f" ({placeholders(part)})", part,
+                f" ({placeholders(part)}) FOR UPDATE", part,
             ):
                 known[event_id] = (seq, bytes(digest))
         session_seq: dict[tuple[str, str, str], int | None] = dict.fromkeys(
