@@ -363,7 +363,8 @@ def test_a_log_of_another_schema_version_is_refused_naming_what_to_run(tmp_path:
     # if it were older.
     db = tmp_path / "old.db"
     build_log(db, 3)
-    _sql(db, "DROP INDEX events_by_app_time", "PRAGMA user_version = 6")
+    _sql(db, "DROP INDEX events_by_app_time", "DROP INDEX events_by_author",
+         "PRAGMA user_version = 6")
     refused = streamd_log(db, "verify")
     assert refused.returncode != 0 and refused.stdout == ""
     assert f"`streamd log --db {db} ping` upgrades it" in refused.stderr

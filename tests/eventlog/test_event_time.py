@@ -111,7 +111,7 @@ def test_a_version_4_database_migrates_with_each_sessions_newest_event_time(
     db.close()
     store = SqliteStore.open(path)
     try:
-        assert store.connection.pragma("user_version") == SCHEMA_VERSION == 7
+        assert store.connection.pragma("user_version") == SCHEMA_VERSION == 8
         times = {s.session: s.last_event_time for s in store.list_sessions("app", None)}
         # The newest event's time; no event (ever, or left): the last write.
         assert times == {"s": at(T0 - HOUR), "empty": at(T0 + 60), "gone": at(T0 + 70)}

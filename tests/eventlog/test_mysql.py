@@ -164,8 +164,9 @@ def test_openers_that_start_at_once_leave_one_schema_at_the_current_version(mysq
         cur.execute("SELECT version FROM streamd_meta")
         # Version 2 added the deletion signal (removed_events), version 3 the
         # row deleters lock so that its marks commit in order (removal_order),
-        # version 4 an app's events by time (events_by_app_time).
-        assert cur.fetchall() == ((4,),)
+        # version 4 an app's events by time (events_by_app_time), version 5
+        # events by author (events_by_author).
+        assert cur.fetchall() == ((5,),)
         cur.execute("SELECT count(*) FROM seq_counter")
         assert cur.fetchall() == ((1,),)
         cur.execute("SELECT count(*) FROM removal_order")

@@ -122,6 +122,7 @@ def test_a_postgresql_log_at_version_4_gets_the_index_when_opened(open_store: An
     store = open_store()
     db = store.connection
     db.execute("DROP INDEX events_by_app_time")
+    db.execute("DROP INDEX events_by_author")  # version 6's
     db.execute("UPDATE streamd_meta SET version = 4")
     store.close()
     again = open_store()
@@ -173,12 +174,13 @@ def test_a_sqlite_log_at_version_6_gets_the_index_when_opened(tmp_path: Path) ->
     SqliteStore.open(path).close()
     db = apsw.Connection(path)
     db.execute("DROP INDEX IF EXISTS events_by_app_time")
+    db.execute("DROP INDEX IF EXISTS events_by_author")  # version 8's
     db.pragma("user_version", 6)
     db.close()
     store = SqliteStore.open(path)
     try:
         db = store.connection
-        assert db.pragma("user_version") == SCHEMA_VERSION == 7
+        assert db.pragma("user_version") == SCHEMA_VERSION == 8
         names = {n for n, in db.execute(
             "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'events'")}
         assert "events_by_app_time" in names

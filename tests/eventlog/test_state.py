@@ -252,7 +252,7 @@ def test_a_version_2_database_migrates_keeping_state_and_finding_last_seqs(
             )
     db.close()
     store = SqliteStore.open(path)
-    assert store.connection.pragma("user_version") == SCHEMA_VERSION == 7
+    assert store.connection.pragma("user_version") == SCHEMA_VERSION == 8
     got = store.get_session(SessionGetParams(app="app", user="u", session="s"))
     assert (got.state, got.last_seq) == ({"kept": True}, 3)
     assert store.get_session(SessionGetParams(app="app", user="u", session="empty")).last_seq == 0

@@ -59,7 +59,7 @@ def test_a_version_1_database_migrates_and_its_leases_keep_the_default_window(
         )
     db.close()
     store = SqliteStore.open(path)
-    assert store.connection.pragma("user_version") == SCHEMA_VERSION == 7
+    assert store.connection.pragma("user_version") == SCHEMA_VERSION == 8
     (info,) = store.list_leases()
     assert (info.holder, info.stale_after_ms) == ("old/1/aaaaaaaa", 30_000)
     with pytest.raises(RpcError) as raised:

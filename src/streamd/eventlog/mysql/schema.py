@@ -182,8 +182,14 @@ INSERT IGNORE INTO removal_order (one) VALUES (1)
 # index. Added online (:mod:`~streamd.eventlog.mysql.migrate`).
 _V4 = OnlineIndex("events_by_app_time", "events", ("app_name", "event_time"))
 
+# Version 5: events by author, as in SQLite's version 8 (see there): a read by
+# an author no event has read the whole table, 0.27-0.34 s at 200,000 events
+# (2.4-2.6 s at a million), and now 0.3 ms; appends cost the same with it,
+# within the spread of pairs that differ in nothing. InnoDB appends ``seq``.
+_V5 = OnlineIndex("events_by_author", "events", ("author",))
+
 # Never change what a shipped entry makes; append a new one.
-MIGRATIONS: tuple[str | OnlineIndex, ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[str | OnlineIndex, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

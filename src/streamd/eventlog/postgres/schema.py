@@ -233,8 +233,16 @@ INSERT INTO removal_order DEFAULT VALUES;
 # (:mod:`~streamd.eventlog.postgres.migrate`).
 _V5 = OnlineIndex("events_by_app_time", "events", ("app_name", "event_time", "seq"))
 
+# Version 6: events by author, as in SQLite's version 8 (see there): a read by
+# an author no event has read the whole table, 118-133 ms in process at a
+# million events (0.3-0.4 s through the daemon), and now 0.3-0.6 ms; appends
+# cost the same with it.
+# ``seq`` last: an author's entries come in seq order, ready for ``ORDER BY
+# seq LIMIT``.
+_V6 = OnlineIndex("events_by_author", "events", ("author", "seq"))
+
 # Never change what a shipped entry makes; append a new one.
-MIGRATIONS: tuple[str | OnlineIndex, ...] = (_V1, _V2, _V3, _V4, _V5)
+MIGRATIONS: tuple[str | OnlineIndex, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

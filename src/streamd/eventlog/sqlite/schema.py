@@ -228,8 +228,21 @@ _V7 = """
 CREATE INDEX events_by_app_time ON events (app_name, event_time, user_id, session_id);
 """
 
+# Version 8: events by author, for reads filtered by one (``since``,
+# ``watch``, ``latest_seq``). Without it such a read walked the primary key
+# and tested every event: for an author no event has, the whole log, 150-170
+# ms at a million events (and it holds the reader). With it, 0.09 ms. Decided
+# by measurement (docs/measurements-eventlog.md): durable appends cost the
+# same with it as without, 2,113 against 2,116 a second in ten alternated
+# pairs, inside what pairs that differ in nothing spread over. The seq is the
+# rowid, in every index: an author's entries are in seq order. An author
+# suffix (``substr``) cannot use it. Building it at a million events: 0.5 s.
+_V8 = """
+CREATE INDEX events_by_author ON events (author);
+"""
+
 # Never edit a shipped entry; append a new one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
