@@ -8,7 +8,7 @@ imports ``MySQLdb``, which is an optional extra (``recall-streamd[mysql]``).
 * :class:`MysqlOptions`.
 
 Inside: :mod:`.url` (the ``mysql://`` URL, read without the driver),
-:mod:`.schema`, :mod:`.sql`, :mod:`.store`, :mod:`.runner`, :mod:`.changes`.
+:mod:`.schema`, :mod:`.migrate`, :mod:`.sql`, :mod:`.store`, :mod:`.runner`, :mod:`.changes`.
 Names are imported on first use (PEP 562), so the database target can read a
 URL with no driver installed. Tested on MariaDB; MySQL 8 is written for
 (no MariaDB-only syntax) but untested.

@@ -11,9 +11,10 @@ The public face is the backend's three seams and its options:
 
 Inside: :mod:`.conninfo` (libpq connection strings, parsed without the
 driver where it can), :mod:`.schema` (the schema and its migrations),
-:mod:`.store`, :mod:`.runner`, :mod:`.changes`. The names are imported on
-first use (PEP 562), so that importing :mod:`.conninfo` (which the database
-target does for every log) needs no psycopg. The storage rules both backends
+:mod:`.migrate` (how they are run beside other hosts' writes), :mod:`.store`,
+:mod:`.runner`, :mod:`.changes`. The names are imported on first use (PEP
+562), so that importing :mod:`.conninfo` (which the database target does for
+every log) needs no psycopg. The storage rules both backends
 share are in :mod:`streamd.eventlog.store`.
 """
 

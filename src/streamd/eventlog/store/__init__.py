@@ -18,6 +18,8 @@ Nothing here imports a driver or a backend; the backends import this.
   total on damaged rows; :mod:`~streamd.eventlog.store.rules` - the checks and
   errors every backend gives alike; :mod:`~streamd.eventlog.store.storable` -
   text no database can store (a surrogate code point), refused before any SQL.
+* :mod:`~streamd.eventlog.store.online_index` - a migration step that adds an
+  index to a table others write, which each server backend builds online.
 
 The backends are :mod:`streamd.eventlog.sqlite` and
 :mod:`streamd.eventlog.postgres`, each the only importer of its driver.
