@@ -151,7 +151,6 @@ def test_every_call_after_close_is_refused_and_opens_nothing(setup: Setup) -> No
                 lambda: service.get_user_state(app_name="a", user_id="u"),
                 lambda: service.append_event(s, said("late")),
                 lambda: service.delete_session(app_name="a", user_id="u", session_id="s"),
-                service.flush,
             ]
             for call in calls:
                 with pytest.raises(RpcError) as refused:
@@ -257,6 +256,34 @@ def test_a_second_close_returns_once_the_first_has_closed_everything(setup: Setu
             await service.close()
             assert setup.open_now() == before
             await first
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("write_behind", [False, True], ids=["durable", "write-behind"])
+def test_a_runner_closed_after_its_service_closes_and_the_appends_are_stored(
+    setup: Setup, write_behind: bool
+) -> None:
+    """ADK's ``Runner.close`` flushes its service: closing the service first
+    (as an application's own teardown may) must not make the runner's close
+    raise. Before: the flush was refused as a call after close."""
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+
+    service = setup.service(write_behind=write_behind)
+    runner = Runner(app_name="a", agent=LlmAgent(name="helper", model="scripted"),
+                    session_service=service)
+
+    async def main() -> None:
+        async with asyncio.timeout(60):
+            before = setup.open_now()
+            s = await service.create_session(app_name="a", user_id="u", session_id="s")
+            await service.append_event(s, said("queued at close"))
+            await service.close()
+            await runner.close()
+            await service.flush()  # and a flush of our own, as often
+            assert setup.open_now() == before
+            assert await setup.stored() == ["queued at close"]
 
     asyncio.run(main())
 

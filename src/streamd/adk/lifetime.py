@@ -7,7 +7,9 @@ any of them while calls run on the others. The rules:
 * **Once close has begun, every call is refused** (``closed``, ``data.reason``
   :data:`SERVICE_CLOSED`), on every loop, and nothing is opened again: the
   call that used to find its client closed connected anew (or opened the file
-  again), and held that connection or file past the close.
+  again), and held that connection or file past the close. A flush is the
+  exception: close does its work, so a flush after it returns once the close
+  has (:meth:`Lifetime.run_unless_closing`).
 * **A call in flight when close begins is waited for** (for at most
   :data:`CLOSE_GRACE` seconds), so an append in flight is answered and
   stored, as if close had come after it. One that the grace cuts short (a
@@ -102,13 +104,33 @@ class Lifetime:
         """``call``, one call of the service: refused once close has begun
         (never started), waited for by a close that begins while it runs,
         and, cut short by that close, saying its outcome is unknown."""
-        with self._lock:
-            refused = self._closing
-            if not refused:
-                self._calls += 1
-        if refused:
+        if not self._admitted():
             call.close()
             raise service_closed()
+        return await self._counted(call)
+
+    async def run_unless_closing(self, call: Coroutine[Any, Any, None]) -> None:
+        """``call`` as :meth:`run`; once close has begun, not run, and this
+        returns when that close has: for a call whose work the close does
+        itself (a flush: close sends what is queued, and says what it could
+        not), so that the order of the two does not matter (ADK's
+        ``Runner.close`` flushes its service, which may be closed already)."""
+        if not self._admitted():
+            call.close()
+            await self.first_close_done()
+            return
+        await self._counted(call)
+
+    def _admitted(self) -> bool:
+        """Counted in flight, unless close has begun."""
+        with self._lock:
+            if self._closing:
+                return False
+            self._calls += 1
+            return True
+
+    async def _counted(self, call: Coroutine[Any, Any, _T]) -> _T:
+        """``call``, admitted: counted until it ends (see :meth:`run`)."""
         try:
             return await call
         except RpcError as exc:

@@ -64,9 +64,10 @@ How ADK's session model maps onto the log, and why:
   mutates session events in place (its request builder copies what it changes); code
   that does should turn the cache off.
 
-Closed, it is closed for good, on every loop: every later call is refused,
-a call in flight is waited for, what write-behind queued is sent (or said
-unsent), and no client is opened again (:mod:`~streamd.adk.lifetime`).
+Closed, it is closed for good, on every loop: every later call is refused
+(a flush returns: close did its work), a call in flight is waited for, what
+write-behind queued is sent (or said unsent), and no client is opened again
+(:mod:`~streamd.adk.lifetime`).
 
 The service talks to the daemon through :class:`streamd.client.AsyncClient`:
 given one, it uses it (on the loop that opened it); given none, it connects on
@@ -575,11 +576,16 @@ class StreamdSessionService(BaseSessionService):
                     " loop, or the durable default)")
         return loop
 
-    @_one_call
     async def flush(self) -> None:
         """Wait until every queued event is stored; raise the first refusal
         not raised yet (ADK's ``StaleSessionError``, ``SessionNotFoundError``).
-        In a forked child, what the parent queued is the parent's to flush."""
+        In a forked child, what the parent queued is the parent's to flush.
+        Once the service is closed, nothing: close sent what was queued, or
+        said what it could not (``Runner.close`` flushes a service its
+        caller may have closed first)."""
+        await self._life.run_unless_closing(self._flush())
+
+    async def _flush(self) -> None:
         await self._drain()
         if self._unreported:
             raise self._refused[self._unreported.pop(0)].error()
