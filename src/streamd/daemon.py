@@ -197,6 +197,12 @@ class Daemon:
         under it), if it did; a restart is the recovery."""
         return None if self._eventlog is None else self._eventlog.fault
 
+    @property
+    def eventlog_connecting_s(self) -> float | None:
+        """How long the event log has waited for a connect to its server, if
+        one is under way (see :attr:`EventLog.connecting_s`)."""
+        return None if self._eventlog is None else self._eventlog.connecting_s
+
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Daemon]:
         """Host the shared event log for the duration of the block; close it on exit."""

@@ -32,42 +32,13 @@ from typing import Any
 
 import pytest
 import trio
-from support.black_hole import BlackHole, Holder, Proxy
+from support.black_hole import BOUND_S, TIMEOUTS, BlackHole, Proxy, bounded, hole_url
 from support.eventlog import ev, thread_event
 from support.hosts import REPO, Host
 
 from streamd.errors import RpcError, is_closed
 from streamd.eventlog import EventLog
 from streamd.eventlog.model import Filter
-
-BOUND_S = 30.0
-
-TIMEOUTS = {"finite": "300", "none": "0"}
-"""``connect_timeout`` in the URL: one no test waits out, and no limit."""
-
-
-@contextmanager
-def bounded(*holders: Holder, seconds: float = BOUND_S) -> Iterator[None]:
-    """``trio.fail_after``; past it the held connections are let go too: a
-    connect nothing can leave (the fault these tests pin) would otherwise
-    outlast the bound, for ever with no connect timeout."""
-    timer = threading.Timer(seconds, lambda: [h.let_go() for h in holders])
-    timer.start()
-    try:
-        with trio.fail_after(seconds):
-            yield
-    finally:
-        timer.cancel()
-
-
-def hole_url(backend: str, port: int, timeout: str) -> str:
-    if backend == "postgres":
-        pytest.importorskip("psycopg")
-        return (f"postgresql://agent@127.0.0.1:{port}/events?connect_timeout={timeout}"
-                "&sslmode=disable&gssencmode=disable")
-    pytest.importorskip("MySQLdb")
-    return f"mysql://agent@127.0.0.1:{port}/events?connect_timeout={timeout}"
-
 
 backends = pytest.mark.parametrize("backend", ["postgres", "mysql"])
 timeouts = pytest.mark.parametrize("timeout", list(TIMEOUTS))

@@ -426,3 +426,30 @@ def test_the_event_log_is_served_and_shared_by_every_connection(world: World) ->
         page = b.result("eventlog/since", from_seq=0)
         assert [e["event"]["id"] for e in page["entries"]] == ["e1"]
     assert (world.state / "streamd" / "events.db").exists()
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "mysql"])
+def test_status_shows_a_connect_the_server_never_answers_and_never_the_password(
+    world: World, scheme: str,
+) -> None:
+    # No attempt has failed yet (none ends, with connect_timeout=0), so no
+    # db_fault: before, status showed a healthy daemon while every event-log
+    # call waited.
+    pytest.importorskip("psycopg" if scheme == "postgresql" else "MySQLdb")
+    from support.black_hole import BlackHole
+
+    with BlackHole() as hole:
+        db = f"{scheme}://agent:hunter2@127.0.0.1:{hole.port}/events?connect_timeout=0"
+        world.start_daemon(env={"STREAMD_DB": db})
+        with world.connect() as conn:
+            conn.send(req(1, "eventlog/ping"))
+            assert hole.wait_held_blocking(1)
+            status = conn.result("streamd/status")
+            assert status["db_fault"] is None
+            # Its presence and shape: how long is the machine's business.
+            assert isinstance(status["db_connecting_s"], float | int)
+            assert status["db_connecting_s"] >= 0
+            text = world.run("status")
+            assert text.returncode == 0, text.stderr
+            assert f"connecting to {scheme}://agent@127.0.0.1:{hole.port}/events" in text.stdout
+            assert "hunter2" not in text.stdout + world.run("status", "--json").stdout

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import trio
 
-__all__ = ["BlackHole", "Holder", "Proxy"]
+__all__ = ["BOUND_S", "TIMEOUTS", "BlackHole", "Holder", "Proxy", "bounded", "hole_url"]
 
 
 class Holder:
@@ -45,9 +48,14 @@ class Holder:
             self._held.append(conn)
             self._changed.notify_all()
 
-    def _wait(self, count: int) -> None:
+    def _wait(self, count: int, timeout: float | None = None) -> bool:
         with self._changed:
-            self._changed.wait_for(lambda: len(self._held) >= count)
+            return self._changed.wait_for(lambda: len(self._held) >= count, timeout)
+
+    def wait_held_blocking(self, count: int = 1, timeout: float = 30) -> bool:
+        """Until ``count`` connections are held, for a test without Trio:
+        whether they were, within ``timeout``."""
+        return self._wait(count, timeout)
 
     async def wait_held(self, count: int = 1) -> None:
         """Until ``count`` connections are held (bound it with ``trio.fail_after``)."""
@@ -193,3 +201,31 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
     except OSError:
         pass
 
+
+BOUND_S = 30.0
+
+TIMEOUTS = {"finite": "300", "none": "0"}
+"""``connect_timeout`` in the URL: one no test waits out, and no limit."""
+
+
+@contextmanager
+def bounded(*holders: Holder, seconds: float = BOUND_S) -> Iterator[None]:
+    """``trio.fail_after``; past it the held connections are let go too: a
+    connect nothing can leave (the fault these tests pin) would otherwise
+    outlast the bound, for ever with no connect timeout."""
+    timer = threading.Timer(seconds, lambda: [h.let_go() for h in holders])
+    timer.start()
+    try:
+        with trio.fail_after(seconds):
+            yield
+    finally:
+        timer.cancel()
+
+
+def hole_url(backend: str, port: int, timeout: str) -> str:
+    if backend == "postgres":
+        pytest.importorskip("psycopg")
+        return (f"postgresql://agent@127.0.0.1:{port}/events?connect_timeout={timeout}"
+                "&sslmode=disable&gssencmode=disable")
+    pytest.importorskip("MySQLdb")
+    return f"mysql://agent@127.0.0.1:{port}/events?connect_timeout={timeout}"

@@ -283,6 +283,15 @@ class EventLog(KeywordApi):
         return self._opener.fault
 
     @property
+    def connecting_s(self) -> float | None:
+        """How long the oldest connect to the log's server under way has run
+        (Trio's clock), None while none runs: calls wait for it, and a server
+        that accepts and never answers makes that no fault until it fails
+        (never, with ``connect_timeout=0``)."""
+        since = self._opener.connecting_since
+        return None if since is None else trio.current_time() - since
+
+    @property
     def opened(self) -> bool:
         """Whether the database has been opened (it is opened by the first call)."""
         return self.connections.opened

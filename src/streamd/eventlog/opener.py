@@ -68,6 +68,13 @@ class Opener(Protocol):
         while it serves."""
         ...
 
+    @property
+    def connecting_since(self) -> float | None:
+        """When (Trio's clock) the oldest connect under way began, None while
+        none is: a server that accepts and never answers holds one, and every
+        call waiting for it, with no fault yet to show (none has failed)."""
+        ...
+
     def abandon(self) -> None:
         """The log is closing: opens under way end at once with ``closed``,
         as every later one does, rather than wait out a connect (a server
@@ -107,6 +114,10 @@ class SqliteOpener:
     @property
     def fault(self) -> str | None:
         return None if self._guard is None else self._guard.fault
+
+    @property
+    def connecting_since(self) -> float | None:
+        return None  # a file has no server to wait for
 
     def abandon(self) -> None:
         pass  # a file opens in its own time: the close waits for it
@@ -159,7 +170,9 @@ class _ServerOpener:
             role: Backoff(_RETRY_MIN_S, _RETRY_MAX_S) for role in ("writer", "reader")}
         # The connections opened, whose stores reconnect on their own.
         self._opened: weakref.WeakSet[ServerRunner] = weakref.WeakSet()
-        self._connecting: set[trio.CancelScope] = set()  # the opens under way
+        # The opens under way, and when each began: abandon() cancels them,
+        # and the oldest is how long calls have waited for a connection.
+        self._connecting: dict[trio.CancelScope, float] = {}
         self._abandoned = False
 
     @property
@@ -171,6 +184,10 @@ class _ServerOpener:
         if failure is None:
             return None
         return f"{failure} (tried again at the next call)"
+
+    @property
+    def connecting_since(self) -> float | None:
+        return min(self._connecting.values(), default=None)
 
     async def _connected(self, role: Role, connect: Callable[[], Awaitable[Runner]]) -> Runner:
         """A connection, by ``connect``; after one that failed, none is tried
@@ -195,14 +212,14 @@ class _ServerOpener:
             )
         runner: Runner | None = None
         with trio.CancelScope() as scope:  # abandon() cancels it
-            self._connecting.add(scope)
+            self._connecting[scope] = now
             try:
                 runner = await connect()
             except RpcError as exc:
                 self._backoff[role].failed(trio.current_time(), exc.message)
                 raise
             finally:
-                self._connecting.discard(scope)
+                del self._connecting[scope]
         if runner is None:
             raise closed_error()
         self._backoff[role].succeeded()

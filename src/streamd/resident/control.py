@@ -9,8 +9,10 @@ Recall session and has no daemon to control):
 
 * ``streamd/hello {client_version}`` -> ``{version, pid, started_at}``
 * ``streamd/status {}`` -> ``{version, pid, uptime_s, connections, sources,
-  socket, db, log, db_fault}`` (``db_fault``: why the event log stopped
-  serving, or why it cannot now: a server it cannot reach; null while it serves)
+  socket, db, log, db_fault, db_connecting_s}`` (``db_fault``: why the event
+  log stopped serving, or why it cannot now: a server it cannot reach; null
+  while it serves; ``db_connecting_s``: how long a connect to its server has
+  been under way, null while none is)
 * ``streamd/stop {}`` -> ``{}``, then the daemon winds down as on SIGTERM
 * ``streamd/retire {}`` -> ``{}`` once it has stopped listening and released its
   socket and lock; it serves its current connections to their end, then exits
@@ -375,6 +377,10 @@ def _directory(opts: dict[str, Any]) -> str:
     return opts["runtime_dir"] or paths.runtime_dir()
 
 
+def _connecting(db: str, seconds: float) -> str:
+    return f"connecting to {db} for {int(seconds)} s (no answer yet; calls wait for it)"
+
+
 def _uptime(seconds: float) -> str:
     s = int(seconds)
     days, s = divmod(s, 86400)
@@ -532,7 +538,8 @@ def status_main(argv: Sequence[str]) -> int:
     _say(f"  socket       {result['socket']}")
     _say(f"  clients      {result['connections']} connected, "
           f"{result['sources']} Recall sources open")
-    _say(f"  event log    {result['db']}")
+    waited = result.get("db_connecting_s")  # calls wait for that connect
+    _say(f"  event log    {result['db'] if waited is None else _connecting(result['db'], waited)}")
     if result.get("db_fault"):
         _say(f"  EVENT LOG FAULT  {result['db_fault']}")
     _say(f"  daemon log   {result['log']}")

@@ -116,6 +116,10 @@ class Status(msgspec.Struct):
     db: str
     log: str
     db_fault: str | None = None  # why the event log stopped serving, if it did
+    # How long a connect to the event log's server has been under way (calls
+    # wait for it), if one is: a server that never answers shows here before
+    # any fault does. Seconds, rounded to milliseconds.
+    db_connecting_s: float | None = None
 
 
 class ResidentDaemon:
@@ -333,6 +337,7 @@ class ResidentDaemon:
             db=dbtarget.describe(self.daemon.config.db),
             log=self.options.log_file,
             db_fault=self.daemon.eventlog_fault,
+            db_connecting_s=_rounded(self.daemon.eventlog_connecting_s),
         )
 
     async def _stop_method(self, p: NoParams, req: Request) -> dict[str, Any]:
@@ -431,3 +436,7 @@ def _only_broken(exc: BaseException) -> bool:
 
 def _rfc3339(wall: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
