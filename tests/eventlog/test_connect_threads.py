@@ -16,9 +16,23 @@ import trio
 import trio.testing
 from support.black_hole import TIMEOUTS, BlackHole, bounded, hole_url
 
-from streamd.eventlog import EventLog
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError, is_closed
+from streamd.eventlog import EventLog, handoff
 
 backends = pytest.mark.parametrize("backend", ["postgres", "mysql"])
+timeouts = pytest.mark.parametrize("timeout", list(TIMEOUTS))
+
+OPENS = 41
+"""One more than Trio's default thread limiter holds."""
+
+
+@pytest.fixture
+def left_running(monkeypatch: pytest.MonkeyPatch) -> handoff.LeftRunning:
+    """A count of connects left running of this test's own: other tests'
+    connects, which end when their sockets close, do not count in it."""
+    fresh = handoff.LeftRunning()
+    monkeypatch.setattr(handoff, "left_running", fresh)
+    return fresh
 
 
 @backends
@@ -39,3 +53,57 @@ async def test_a_connect_under_way_shows_how_long_calls_have_waited_for_it(
             assert log.connecting_s == 12  # the connect goes on: the log still waits
             await log.aclose()
             assert log.connecting_s is None
+
+
+async def _open_and_close(url: str) -> RpcError | None:
+    """A log opened, a call sent, and the log closed once its connect is under
+    way (or once the call was refused): the call's error, if not ``closed``."""
+    async with EventLog(url) as log:
+        answers: list[RpcError] = []
+
+        async def ping() -> None:
+            try:
+                await log.ping()
+            except RpcError as exc:
+                answers.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ping)
+            await trio.testing.wait_all_tasks_blocked()
+            if log.connecting_s is not None:
+                await log.aclose()
+    assert len(answers) == 1
+    return None if is_closed(answers[0]) else answers[0]
+
+
+@backends
+@timeouts
+async def test_logs_closed_while_their_connects_go_unanswered_take_no_thread_of_the_process(
+        backend: str, timeout: str, left_running: handoff.LeftRunning) -> None:
+    default = trio.to_thread.current_default_thread_limiter()
+    with BlackHole() as hole, bounded(hole):
+        url = hole_url(backend, hole.port, TIMEOUTS[timeout])
+        for _ in range(OPENS):
+            await _open_and_close(url)
+            # Before: one token more each time, and the 41st open, like every
+            # trio.to_thread.run_sync of the process after it, waited for ever.
+            assert default.borrowed_tokens == 0
+        assert await trio.to_thread.run_sync(lambda: "a thread") == "a thread"
+
+
+@backends
+@timeouts
+async def test_past_the_bound_of_connects_left_running_an_open_is_refused_at_once_by_name(
+        backend: str, timeout: str, left_running: handoff.LeftRunning) -> None:
+    with BlackHole() as hole, bounded(hole):
+        url = hole_url(backend, hole.port, TIMEOUTS[timeout])
+        for _ in range(handoff.MAX_LEFT):
+            assert await _open_and_close(url) is None
+        await hole.wait_held(handoff.MAX_LEFT)
+        refused = await _open_and_close(url)
+        # Before: one more thread stacked on the others, waiting as long.
+        assert refused is not None and refused.code == SOURCE_UNAVAILABLE
+        assert f"127.0.0.1:{hole.port}" in refused.message
+        assert f"{handoff.MAX_LEFT} connects" in refused.message
+        assert hole.held == left_running.count == handoff.MAX_LEFT
+    # The sockets closed, the connects fail and their threads end.

@@ -10,6 +10,16 @@ there when it is made, since nobody is left to take it. Whichever of the two
 comes second, the connect's end or the caller's leaving, closes it: a
 connection is never left open, and never closed while its thread still uses
 it.
+
+A connect left running keeps its thread, and the thread kept a token of
+Trio's default thread limiter (40 for the whole process) until the driver
+gave up: a process that opened and closed logs against such a server 40
+times had every later ``trio.to_thread.run_sync`` of it (any log's reads,
+anything) wait for ever. So connects take tokens of a limiter of their own
+(:data:`CONNECTS` per run), and the connects left running are counted
+process-wide (:class:`LeftRunning`): past :data:`MAX_LEFT` of them, a connect
+is refused at once, naming the server, rather than stacking another thread
+(nor, past the limiter's tokens, waiting for one that may never come back).
 """
 
 from __future__ import annotations
@@ -20,44 +30,137 @@ from typing import Generic, TypeVar
 
 import trio
 
-__all__ = ["made_on_thread"]
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError
+
+__all__ = ["CONNECTS", "MAX_LEFT", "LeftRunning", "left_running", "made_on_thread"]
 
 _C = TypeVar("_C")
 
+MAX_LEFT = 16
+"""Connects left running (their callers gone) the process keeps at most: one
+thread each, until the server answers or the connect times out."""
 
-async def made_on_thread(make: Callable[[], _C], close: Callable[[_C], None]) -> _C:
-    """``make()`` on a worker thread; cancelled (or interrupted), the caller
-    returns at once and ``close`` is called on what ``make`` returns, when it
-    does. ``make``'s error is the caller's, if it still waits."""
-    handoff = _Handoff(make, close)
+CONNECTS = 40
+"""Connects running at once in one Trio run: :data:`MAX_LEFT` left running at
+most, and the rest for the connects someone still waits for."""
+
+_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("streamd_connects")
+
+
+def _connect_limiter() -> trio.CapacityLimiter:
+    # Per run, as Trio's default one is: a token held by a thread that
+    # outlives its run would otherwise be lost to every later run.
     try:
-        return await trio.to_thread.run_sync(handoff.make, abandon_on_cancel=True)
+        return _limiter.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(CONNECTS)
+        _limiter.set(limiter)
+        return limiter
+
+
+class LeftRunning:
+    """The connects whose callers left while the driver still connects, by
+    server (its description: never a password); any thread."""
+
+    def __init__(self, limit: int = MAX_LEFT) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._by_server: dict[str, int] = {}
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return sum(self._by_server.values())
+
+    def check(self, where: str) -> None:
+        """Refuse a connect to ``where`` while :attr:`limit` are left running."""
+        with self._lock:
+            total = sum(self._by_server.values())
+            here = self._by_server.get(where, 0)
+        if total >= self.limit:
+            raise RpcError(
+                SOURCE_UNAVAILABLE,
+                f"not connecting to {where}: {total} connects whose callers left still wait"
+                f" for a server that does not answer ({here} of them for this one); each"
+                " ends when its connect times out, if it ever does",
+                {"reason": "connects_left_running", "left_running": total},
+            )
+
+    def add(self, where: str) -> None:
+        with self._lock:
+            self._by_server[where] = self._by_server.get(where, 0) + 1
+
+    def remove(self, where: str) -> None:
+        with self._lock:
+            left = self._by_server[where] - 1
+            if left:
+                self._by_server[where] = left
+            else:
+                del self._by_server[where]
+
+
+left_running = LeftRunning()
+"""The process's: its threads are the process's, whichever run left them."""
+
+
+async def made_on_thread(make: Callable[[], _C], close: Callable[[_C], None], where: str) -> _C:
+    """``make()`` (a connect to ``where``, a description without secrets) on a
+    worker thread; cancelled (or interrupted), the caller returns at once and
+    ``close`` is called on what ``make`` returns, when it does. ``make``'s
+    error is the caller's, if it still waits. Refused (RpcError) while
+    :data:`MAX_LEFT` connects are left running."""
+    running = left_running  # the one counted in, whatever replaces it meanwhile
+    running.check(where)
+    handoff = _Handoff(make, close, running, where)
+    try:
+        return await trio.to_thread.run_sync(
+            handoff.make, abandon_on_cancel=True, limiter=_connect_limiter())
     except BaseException:
         handoff.leave()
         raise
 
 
 class _Handoff(Generic[_C]):
-    def __init__(self, make: Callable[[], _C], close: Callable[[_C], None]) -> None:
+    def __init__(self, make: Callable[[], _C], close: Callable[[_C], None],
+                 running: LeftRunning, where: str) -> None:
         self._make, self._close = make, close
+        self._running, self._where = running, where
         self._lock = threading.Lock()
         self._made: list[_C] = []  # made, and not yet taken by the caller
         self._left = False
+        self._ended = False  # make() has returned or raised
+        self._counted = False  # in self._running: left while make() ran
 
     def make(self) -> _C:
         """On the thread: the value, closed here if the caller has left."""
-        made = self._make()
+        try:
+            made = self._make()
+        except BaseException:
+            self._end()
+            raise
         with self._lock:
             if not self._left:
                 self._made.append(made)
+                self._ended = True
                 return made
         self._close(made)
+        self._end()
         return made
+
+    def _end(self) -> None:
+        with self._lock:
+            self._ended = True
+            counted, self._counted = self._counted, False
+        if counted:
+            self._running.remove(self._where)
 
     def leave(self) -> None:
         """The caller stops waiting: a value already made is closed here."""
         with self._lock:
             self._left = True
             made, self._made = self._made, []
+            if not self._ended and not self._counted:
+                self._counted = True
+                self._running.add(self._where)
         for value in made:
             self._close(value)

@@ -274,7 +274,8 @@ class PostgresOpener(_ServerOpener):
         except ImportError as exc:
             raise _missing_driver("PostgreSQL", "psycopg", "postgres", exc) from None
         return await self._connected(role, lambda: PostgresRunner.open(
-            self._url(), self._options(), migrate=role == "writer"))
+            self._url(), self._options(), migrate=role == "writer",
+            where=self._target.description))
 
     def changes(self, poll: Poll) -> AbstractAsyncContextManager[ChangeSource]:
         """LISTEN for every host's commits; while that connection is down, poll
@@ -301,7 +302,8 @@ class MysqlOpener(_ServerOpener):
         except ImportError as exc:
             raise _missing_driver("MySQL", "mysqlclient", "mysql", exc) from None
         return await self._connected(role, lambda: MysqlRunner.open(
-            self._url(), MysqlOptions(synchronous=self._synchronous), migrate=role == "writer"
+            self._url(), MysqlOptions(synchronous=self._synchronous), migrate=role == "writer",
+            where=self._target.description,
         ))
 
     def changes(self, poll: Poll) -> AbstractAsyncContextManager[ChangeSource]:

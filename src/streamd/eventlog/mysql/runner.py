@@ -22,13 +22,15 @@ class MysqlRunner(ServerRunner):
 
     @classmethod
     async def open(
-        cls, url: str, options: MysqlOptions | None = None, *, migrate: bool = True
+        cls, url: str, options: MysqlOptions | None = None, *, migrate: bool = True,
+        where: str = "a MySQL database",
     ) -> MysqlRunner:
         # A caller that leaves (a close, a Ctrl-C) does not wait for a server
         # that accepts and never answers: the connect's thread closes what it
-        # makes (see :mod:`~streamd.eventlog.handoff`).
+        # makes (see :mod:`~streamd.eventlog.handoff`). ``where`` names the
+        # database in its refusal, never with its password.
         store = await made_on_thread(
-            lambda: MysqlStore.open(url, options, migrate=migrate), MysqlStore.close
+            lambda: MysqlStore.open(url, options, migrate=migrate), MysqlStore.close, where
         )
         return cls(store)
 

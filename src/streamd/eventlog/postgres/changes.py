@@ -186,7 +186,7 @@ class PgChanges:
         try:
             # A cancel (a close) leaves the connect to its thread: see the
             # module docstring.
-            conn = await made_on_thread(self._connect_and_listen, _close)
+            conn = await made_on_thread(self._connect_and_listen, _close, self._where)
         except Exception as exc:  # any failure to listen: poll, and keep trying
             self._poll_because(exc)
             return

@@ -38,13 +38,16 @@ class PostgresRunner(ServerRunner):
 
     @classmethod
     async def open(
-        cls, conninfo: str, options: PostgresOptions | None = None, *, migrate: bool = True
+        cls, conninfo: str, options: PostgresOptions | None = None, *, migrate: bool = True,
+        where: str = "a PostgreSQL database",
     ) -> PostgresRunner:
         # A caller that leaves (a close, a Ctrl-C) does not wait for a server
         # that accepts and never answers: the connect's thread closes what it
-        # makes (see :mod:`~streamd.eventlog.handoff`).
+        # makes (see :mod:`~streamd.eventlog.handoff`). ``where`` names the
+        # database in its refusal, never with its password.
         store = await made_on_thread(
-            lambda: PostgresStore.open(conninfo, options, migrate=migrate), PostgresStore.close
+            lambda: PostgresStore.open(conninfo, options, migrate=migrate), PostgresStore.close,
+            where,
         )
         return cls(store)
 
