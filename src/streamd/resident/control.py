@@ -377,10 +377,6 @@ def _directory(opts: dict[str, Any]) -> str:
     return opts["runtime_dir"] or paths.runtime_dir()
 
 
-def _connecting(db: str, seconds: float) -> str:
-    return f"connecting to {db} for {int(seconds)} s (no answer yet; calls wait for it)"
-
-
 def _uptime(seconds: float) -> str:
     s = int(seconds)
     days, s = divmod(s, 86400)
@@ -538,8 +534,10 @@ def status_main(argv: Sequence[str]) -> int:
     _say(f"  socket       {result['socket']}")
     _say(f"  clients      {result['connections']} connected, "
           f"{result['sources']} Recall sources open")
-    waited = result.get("db_connecting_s")  # calls wait for that connect
-    _say(f"  event log    {result['db'] if waited is None else _connecting(result['db'], waited)}")
+    db, waited = result["db"], result.get("db_connecting_s")  # calls wait for that connect
+    if waited is not None:
+        db = f"connecting to {db} for {int(waited)} s (no answer yet; calls wait for it)"
+    _say(f"  event log    {db}")
     if result.get("db_fault"):
         _say(f"  EVENT LOG FAULT  {result['db_fault']}")
     _say(f"  daemon log   {result['log']}")
