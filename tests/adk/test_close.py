@@ -33,6 +33,8 @@ from support.frozen import freeze
 from support.resident import World, make_world, point_clients_at
 
 from streamd.adk import StreamdSessionService, lifetime
+from streamd.client.asyncio_client import AsyncClient
+from streamd.client.local import LocalClient
 from streamd.errors import CLOSED, RpcError
 
 pytestmark = pytest.mark.subprocess
@@ -390,3 +392,84 @@ def test_two_services_on_one_file_close_in_either_order_and_the_other_serves_on(
 
     assert asyncio.run(main()) == [
         "first, second", "after the other's close", "second, first", "after the other's close"]
+
+
+def _held_sends(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """From now on each ``append_batch`` of the mode's client says it is
+    sending (the first event), then waits for the second before it goes on."""
+    kind: Any = LocalClient if setup.mode == "in-process" else AsyncClient
+    real = kind.append_batch  # the method table's row: bound below
+    sending, go_on = asyncio.Event(), asyncio.Event()
+
+    async def held(self: Any, appends: Any) -> Any:
+        sending.set()
+        await go_on.wait()
+        return await real.__get__(self, kind)(appends)
+
+    monkeypatch.setattr(kind, "append_batch", held)
+    return sending, go_on
+
+
+def test_a_close_cancelled_while_it_sends_still_stores_what_write_behind_acknowledged(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close's caller is cancelled (an asyncio.timeout around close, a
+    Ctrl-C in a teardown) while close sends what write-behind queued: the
+    send goes on, shielded, the two events are stored, then the cancellation
+    is raised, with nothing left open. Before: the cancelled close closed its
+    clients under the send, and both events were lost without a word."""
+    service = setup.service(write_behind=True)
+
+    async def main() -> list[str]:
+        async with asyncio.timeout(60):
+            before = setup.open_now()
+            s = await service.create_session(app_name="a", user_id="u", session_id="s")
+            sending, go_on = _held_sends(setup, monkeypatch)
+            await service.append_event(s, said("one"))
+            await service.append_event(s, said("two"))
+            closing = asyncio.create_task(service.close())
+            await sending.wait()
+            closing.cancel()
+            await asyncio.sleep(0)  # the close sees its cancellation first
+            go_on.set()
+            with pytest.raises(asyncio.CancelledError):
+                await closing
+            assert setup.open_now() == before
+            return await setup.stored()
+
+    assert asyncio.run(main()) == ["one", "two"]
+
+
+def test_a_cancelled_close_that_cannot_send_in_its_grace_says_how_many_are_lost(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The send never ends (a log that does not answer): a cancelled close
+    gives it the close's grace, then closes everything, logs at error level
+    how many acknowledged events are not stored, and its CancelledError says
+    so too. Before: they were dropped without a word."""
+    monkeypatch.setattr(lifetime, "CLOSE_GRACE", 0.2)
+    service = setup.service(write_behind=True)
+
+    async def main() -> None:
+        async with asyncio.timeout(60):
+            before = setup.open_now()
+            s = await service.create_session(app_name="a", user_id="u", session_id="s")
+            sending, _never = _held_sends(setup, monkeypatch)
+            for text in ("one", "two", "three"):
+                await service.append_event(s, said(text))
+            closing = asyncio.create_task(service.close())
+            await sending.wait()
+            closing.cancel()
+            with pytest.raises(asyncio.CancelledError) as cancelled:
+                await closing
+            assert setup.open_now() == before
+            assert any("3 queued events" in note for note in cancelled.value.__notes__)
+
+    with caplog.at_level("ERROR", logger="streamd.adk"):
+        asyncio.run(main())
+    lost = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(lost) == 1 and "3 queued events" in lost[0].getMessage()
+    assert "not stored" in lost[0].getMessage()
+

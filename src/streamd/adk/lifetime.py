@@ -17,6 +17,14 @@ any of them while calls run on the others. The rules:
   (:func:`cut_short`): an append may have been stored without its answer.
 * **A second close waits for the first**, from any loop, and returns once
   every client is closed.
+* **A cancelled close still closes** (:func:`close_shielded`): cancelling
+  its caller (``asyncio.timeout`` around it, Ctrl-C in a teardown) used to
+  close the clients under write-behind's send, and drop without a word the
+  events ``append_event`` had acknowledged. The close goes on, shielded, for
+  at most :data:`CLOSE_GRACE` seconds more; then its sends are stopped, the
+  clients closed, and what was not stored is logged at error level with its
+  count (and noted on the ``CancelledError``). The cancellation is raised
+  once the close has ended.
 
 This module counts the calls in flight and tells closes apart; the service
 closes its clients (:mod:`~streamd.adk.clients`) and its queues.
@@ -26,14 +34,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from streamd import errors, forks
+from streamd.adk import write_behind
 from streamd.errors import RpcError
 
-__all__ = ["CLOSE_GRACE", "SERVICE_CLOSED", "Lifetime", "cut_short", "service_closed", "unsent"]
+__all__ = [
+    "CLOSE_GRACE", "SERVICE_CLOSED", "Lifetime", "close_shielded", "cut_short", "service_closed",
+    "unsent",
+]
+
+log = logging.getLogger("streamd.adk")
 
 _T = TypeVar("_T")
 
@@ -79,6 +94,35 @@ def unsent(count: int, exc: Exception) -> RpcError:
         f" event{'' if count == 1 else 's'} it could not send ({exc}): not stored",
         {"reason": SERVICE_CLOSED, "unsent": count},
     )
+
+
+async def close_shielded(
+    close: Coroutine[Any, Any, None], pipes: Callable[[], Iterable[write_behind.Pipeline]],
+) -> None:
+    """``close``, the first close's work, run to its end even when the
+    caller is cancelled (see the module docstring); ``pipes``, write-behind's
+    queues. Only a second cancellation stops the waiting; the close still
+    ends on its own, as bounded as before."""
+    here = asyncio.get_running_loop()
+    closing = asyncio.ensure_future(close)
+    try:
+        await asyncio.shield(closing)
+    except asyncio.CancelledError as cancelled:
+        done, _ = await asyncio.wait([closing], timeout=CLOSE_GRACE)
+        if not done:
+            write_behind.stop_sending(pipes(), here)  # their runs go back in line
+            await asyncio.wait([closing])
+        failed = None if closing.cancelled() else closing.exception()
+        left = write_behind.unsent(pipes())
+        if left:
+            said = (f"a cancelled close of a StreamdSessionService gave up on {left} queued"
+                    f" event{'' if left == 1 else 's'} after {CLOSE_GRACE} seconds: not stored")
+            log.error("%s", said)
+            cancelled.add_note(said)
+        elif failed is not None:  # raised by the close, which no one awaits now
+            log.error("a cancelled close of a StreamdSessionService failed: %s", failed)
+            cancelled.add_note(f"the close failed: {failed}")
+        raise
 
 
 class Lifetime:

@@ -81,7 +81,6 @@ the same store and rules, the file shared with any daemon serving it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
 import uuid
@@ -101,7 +100,7 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 
 from streamd import errors
-from streamd.adk import codec, lifetime
+from streamd.adk import codec, lifetime, write_behind
 from streamd.adk.clients import Client, LoopClients
 from streamd.adk.errors import EventConflictError, adk_error
 from streamd.adk.held import HeldEvents
@@ -202,10 +201,14 @@ class StreamdSessionService(BaseSessionService):
         closed (a client it was given is the caller's to close). With
         write-behind, what is queued is sent first, and a refusal not raised
         yet is raised here, as :meth:`flush` does; what could not be sent is
-        said (``data.unsent``). A second close waits for the first."""
+        said (``data.unsent``). Cancelled, it still closes, and logs what it could
+        not store. A second close waits for the first."""
         if not self._life.begin_close():
             await self._life.first_close_done()
             return
+        await lifetime.close_shielded(self._close_for_good(), lambda: self._pipes.values())
+
+    async def _close_for_good(self) -> None:
         try:
             await self._life.calls_ended(lifetime.CLOSE_GRACE)
             await self._send_before_close()
@@ -221,20 +224,11 @@ class StreamdSessionService(BaseSessionService):
         """What write-behind queued, sent before the clients close: a send
         under way on another loop ends there (the queues are one loop's at a
         time), the rest is sent from this one."""
-        here = asyncio.get_running_loop()
-        for pipe in list(self._pipes.values()):
-            task = pipe.task
-            if task is None or task.done() or task.get_loop() is here:
-                continue
-            if task.get_loop().is_running():
-                ended = asyncio.run_coroutine_threadsafe(asyncio.wait([task]), task.get_loop())
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.wrap_future(ended), lifetime.CLOSE_GRACE)
+        await write_behind.others_ended(list(self._pipes.values()), lifetime.CLOSE_GRACE)
         try:
             await self._drain()
         except Exception as exc:
-            left = sum(len(p.queue) + len(p.sending) for p in self._pipes.values())
-            if left:
+            if left := write_behind.unsent(self._pipes.values()):
                 raise unsent(left, exc) from exc
             raise
 

@@ -1,14 +1,17 @@
 """Write-behind for the ADK session service: one session's queued appends,
 and how they are cut into ordered, all-or-none ``eventlog/append_batch`` runs.
 
-Values only: the task that sends a pipeline's runs is
-:class:`~streamd.adk.session_service.StreamdSessionService`'s.
+Values, and the few steps a close takes on the pipelines (wait for another
+loop's send, stop this loop's, count what is left): the task that sends a
+pipeline's runs is :class:`~streamd.adk.session_service.StreamdSessionService`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
+from collections.abc import Iterable
 
 import msgspec
 from google.adk.sessions.session import Session
@@ -104,3 +107,32 @@ class Pipeline:
         del self.queue[: len(run)]
         self.sending = run
         return run
+
+
+def unsent(pipes: Iterable[Pipeline]) -> int:
+    """How many queued events are not known stored."""
+    return sum(len(p.queue) + len(p.sending) for p in pipes)
+
+
+def stop_sending(pipes: Iterable[Pipeline], loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the sends running on ``loop``: each puts its run back first in
+    line (a cancelled close that gave up; see :mod:`~streamd.adk.lifetime`)."""
+    for pipe in pipes:
+        task = pipe.task
+        if task is not None and task.get_loop() is loop and not task.done():
+            task.cancel()
+
+
+async def others_ended(pipes: Iterable[Pipeline], grace: float) -> None:
+    """Once the sends running on other loops have ended there (each loop's
+    own, as the queues are one loop's at a time), waiting at most ``grace``
+    seconds for each; those of loops no thread runs are left as they are."""
+    here = asyncio.get_running_loop()
+    for pipe in pipes:
+        task = pipe.task
+        if task is None or task.done() or task.get_loop() is here:
+            continue
+        if task.get_loop().is_running():
+            ended = asyncio.run_coroutine_threadsafe(asyncio.wait([task]), task.get_loop())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.wrap_future(ended), grace)
