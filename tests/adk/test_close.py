@@ -15,6 +15,7 @@ same; either held that connection or file past the close, for good.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import threading
@@ -472,4 +473,38 @@ def test_a_cancelled_close_that_cannot_send_in_its_grace_says_how_many_are_lost(
     lost = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(lost) == 1 and "3 queued events" in lost[0].getMessage()
     assert "not stored" in lost[0].getMessage()
+
+
+def test_a_client_whose_close_fails_leaves_no_unretrieved_exception(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client's close raises (its connection broke under it): the
+    service's close still ends, closed for good, the failure is logged once
+    as a warning, and asyncio reports no exception that nobody read. Before:
+    "Task exception was never retrieved"."""
+    service = setup.service()
+    unread: list[dict[str, Any]] = []
+
+    async def broken(self: Any) -> None:
+        raise OSError("the connection broke")
+
+    async def main() -> None:
+        async with asyncio.timeout(60):
+            asyncio.get_running_loop().set_exception_handler(lambda _, c: unread.append(c))
+            s = await service.create_session(app_name="a", user_id="u", session_id="s")
+            kind: Any = LocalClient if setup.mode == "in-process" else AsyncClient
+            real = kind.aclose
+            monkeypatch.setattr(kind, "aclose", broken)
+            await service.close()
+            monkeypatch.setattr(kind, "aclose", real)
+            gc.collect()  # a task dropped unread reports it as it goes
+            with pytest.raises(RpcError) as refused:
+                await service.append_event(s, said("after"))
+            assert _refused_as_closed(refused.value)
+
+    with caplog.at_level("WARNING", logger="streamd.adk"):
+        asyncio.run(main())
+    assert unread == []
+    failed = [r for r in caplog.records if r.name == "streamd.adk"]
+    assert len(failed) == 1 and "the connection broke" in failed[0].getMessage()
 

@@ -28,6 +28,7 @@ parent's are kept aside, never closed there (:mod:`streamd.forks`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import weakref
@@ -41,6 +42,8 @@ from streamd.errors import RpcError
 from streamd.eventlog.store.backend import Synchronous
 
 __all__ = ["Client", "LoopClients"]
+
+log = logging.getLogger("streamd.adk")
 
 Client = AsyncClient | LocalClient
 """The daemon's client, or the log in this process (the same methods)."""
@@ -163,6 +166,14 @@ class LoopClients:
             # transport, collected (nothing can run on that loop).
         if closing:
             await asyncio.wait(closing, timeout=grace)
+        for each in closing:
+            # Read, or asyncio reports it unread: a client whose close failed
+            # (its connection broke under it) is let go of all the same, and
+            # the service is closed; one still closing is read when it ends.
+            if each.done():
+                _close_failed(each)
+            else:
+                each.add_done_callback(_close_failed)
 
     def _forked(self) -> None:
         """In a forked child (see the module docstring). Kept, not dropped:
@@ -197,6 +208,11 @@ class LoopClients:
         for client in gone:
             if isinstance(client, LocalClient):
                 client.abandon()
+
+
+def _close_failed(closed: asyncio.Future[None]) -> None:
+    if not closed.cancelled() and (exc := closed.exception()) is not None:
+        log.warning("closing a StreamdSessionService's client failed (let go of): %s", exc)
 
 
 def _ended(client: Client) -> bool:
