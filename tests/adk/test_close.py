@@ -357,6 +357,39 @@ def test_an_append_that_the_close_cut_short_says_its_outcome_is_unknown(
     asyncio.run(main())
 
 
+def test_a_write_behind_close_against_a_daemon_that_stopped_answering_ends_in_its_grace(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon stops answering (SIGSTOP) with two write-behind events
+    queued: close gives their send its grace, then closes, saying how many
+    were not stored. Before: it waited for as long as the daemon did."""
+    monkeypatch.setattr(lifetime, "CLOSE_GRACE", 0.5)
+    service = StreamdSessionService(
+        daemon_args=["--db", str(tmp_path / "events.db"), "--synchronous", "NORMAL"],
+        write_behind=True)
+    setup = Setup("daemon", tmp_path / "events.db", world)
+
+    async def main() -> None:
+        async with asyncio.timeout(60):
+            before = setup.open_now()
+            s = await service.create_session(app_name="a", user_id="u", session_id="s")
+            pid = world.daemon_pid()
+            freeze(pid)
+            try:
+                await service.append_event(s, said("one"))
+                await service.append_event(s, said("two"))
+                with pytest.raises(RpcError) as unsent:
+                    async with asyncio.timeout(20):  # the grace is 0.5 s
+                        await service.close()
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert unsent.value.code == CLOSED
+            assert unsent.value.data["unsent"] == 2, unsent.value.data
+            assert setup.open_now() == before
+
+    asyncio.run(main())
+
+
 def test_two_services_on_one_file_close_in_either_order_and_the_other_serves_on(
     tmp_path: Path,
 ) -> None:

@@ -223,10 +223,17 @@ class StreamdSessionService(BaseSessionService):
     async def _send_before_close(self) -> None:
         """What write-behind queued, sent before the clients close: a send
         under way on another loop ends there (the queues are one loop's at a
-        time), the rest is sent from this one."""
+        time), the rest is sent from this one, within the close's grace (a
+        daemon that stopped answering held the close for as long as it did)."""
         await write_behind.others_ended(list(self._pipes.values()), lifetime.CLOSE_GRACE)
         try:
-            await self._drain()
+            async with asyncio.timeout(lifetime.CLOSE_GRACE):
+                await self._drain()
+        except TimeoutError:
+            write_behind.stop_sending(self._pipes.values(), asyncio.get_running_loop())
+            if left := write_behind.unsent(self._pipes.values()):
+                silent = TimeoutError(f"the daemon did not answer in {lifetime.CLOSE_GRACE} s")
+                raise unsent(left, silent) from None
         except Exception as exc:
             if left := write_behind.unsent(self._pipes.values()):
                 raise unsent(left, exc) from exc
