@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import signal
 import threading
@@ -31,7 +32,7 @@ from google.adk.events.event import Event
 from google.genai import types
 from support.adk import event
 from support.frozen import freeze
-from support.resident import World, make_world, point_clients_at
+from support.resident import World, make_world, point_clients_at, wait_for
 
 from streamd.adk import StreamdSessionService, lifetime
 from streamd.client.asyncio_client import AsyncClient
@@ -388,6 +389,46 @@ def test_a_write_behind_close_against_a_daemon_that_stopped_answering_ends_in_it
             assert setup.open_now() == before
 
     asyncio.run(main())
+
+
+def test_a_daemon_connection_of_an_idle_loop_ends_before_close_returns(
+    world: World, tmp_path: Path
+) -> None:
+    """The service was used on a loop no thread runs now (run turn by turn
+    with run_until_complete, idle between): close hangs up that loop's
+    connection before it returns, and the daemon sees it end. Before: its
+    close was queued on that loop, and the connection stayed up until the
+    loop ran again. When it does, nothing of the client is left open."""
+    service = StreamdSessionService(
+        daemon_args=["--db", str(tmp_path / "events.db"), "--synchronous", "NORMAL"])
+    setup = Setup("daemon", tmp_path / "events.db", world)
+
+    def connected() -> int:
+        return int(json.loads(world.run("status", "--json").stdout)["connections"])
+
+    turn = asyncio.new_event_loop()
+    try:
+        before = setup.open_now()
+        turn.run_until_complete(
+            service.create_session(app_name="a", user_id="u", session_id="s"))
+        assert connected() == 1
+
+        async def close() -> None:
+            async with asyncio.timeout(60):
+                await service.close()
+
+        asyncio.run(close())
+        wait_for(lambda: connected() == 0, 30, "the daemon to see the connection end")
+
+        async def tidy() -> None:  # the turn's loop runs again: its close ends
+            async with asyncio.timeout(60):
+                here = asyncio.current_task()
+                await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not here))
+
+        turn.run_until_complete(tidy())
+        assert setup.open_now() == before
+    finally:
+        turn.close()
 
 
 def test_two_services_on_one_file_close_in_either_order_and_the_other_serves_on(

@@ -140,8 +140,9 @@ class LoopClients:
         """Close every client this module opened, for good (one given is
         the caller's to close), and open none after. Each closes on its own
         loop: the running loop's here, a running one's there (waited for at
-        most ``grace`` seconds), an idle one's when it runs again (an
-        in-process log's at once: no thread runs that loop); those of loops
+        most ``grace`` seconds), an idle one's when it runs again, its
+        daemon connection hung up at once from here (an in-process log's let
+        go of at once: no thread runs that loop); those of loops
         that have ended let go as they would at the next open."""
         here = asyncio.get_running_loop()
         with self._lock:
@@ -156,6 +157,10 @@ class LoopClients:
             elif isinstance(client, LocalClient) and not loop.is_running():
                 client.abandon()  # its loop has ended, or no thread runs it
             elif not loop.is_closed():
+                if isinstance(client, AsyncClient) and not loop.is_running():
+                    # Idle (run turn by turn): its connection ends now; the
+                    # close queued below lets go of the rest when it runs.
+                    client.hang_up()
                 try:
                     there = asyncio.run_coroutine_threadsafe(client.aclose(), loop)
                 except RuntimeError:

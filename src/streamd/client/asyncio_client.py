@@ -17,9 +17,11 @@ never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -88,6 +90,11 @@ class _Pipe:
 
     def abort(self) -> None:
         """Close at once, dropping what is still queued."""
+        raise NotImplementedError
+
+    def hang_up(self) -> None:
+        """End the connection from any thread while no thread runs the loop
+        (see :meth:`AsyncClient.hang_up`)."""
         raise NotImplementedError
 
 
@@ -179,6 +186,14 @@ class _SocketProtocol(asyncio.BufferedProtocol, _Pipe):
         if self._transport is not None:
             self._transport.abort()
 
+    def hang_up(self) -> None:
+        # A shutdown, not a close: the descriptor stays the transport's, to
+        # close on its loop (closed here, its number could be reused first).
+        sock = None if self._transport is None else self._transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # closed, or the peer gone already
+                sock.shutdown(socket.SHUT_RDWR)
+
     def _end(self) -> None:
         if self.ended.done():
             return
@@ -244,6 +259,9 @@ class _Streams(_Pipe):
 
     def abort(self) -> None:
         self._writer.transport.abort()
+
+    def hang_up(self) -> None:
+        pass  # a process of this client's own: its close, on its loop, ends it
 
 
 class AsyncClient(AwaitableCalls["AsyncLease"]):
@@ -361,6 +379,15 @@ class AsyncClient(AwaitableCalls["AsyncLease"]):
         except TimeoutError:
             self._pipe.abort()
             await asyncio.shield(self._pipe.ended)
+
+    def hang_up(self) -> None:
+        """End the daemon's connection now, from any thread, while no thread
+        runs this client's loop (a loop run turn by turn, idle between): an
+        :meth:`aclose` queued on that loop would leave the connection up until
+        the loop ran again. The daemon sees the end at once (its leases of
+        this connection are released); the descriptor is let go of when the
+        loop runs the close. Not while the loop runs: call :meth:`aclose`."""
+        self._pipe.hang_up()
 
     @property
     def closed(self) -> bool:
