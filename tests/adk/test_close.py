@@ -18,7 +18,6 @@ import asyncio
 import gc
 import json
 import os
-import signal
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,7 +30,7 @@ pytest.importorskip("google.adk")
 from google.adk.events.event import Event
 from google.genai import types
 from support.adk import event
-from support.frozen import freeze
+from support.frozen import stopped
 from support.resident import World, make_world, point_clients_at, wait_for
 
 from streamd.adk import StreamdSessionService, lifetime
@@ -332,22 +331,17 @@ def test_an_append_that_the_close_cut_short_says_its_outcome_is_unknown(
     have been stored (the daemon may still read it), instead of connecting
     anew behind the close."""
     monkeypatch.setattr(lifetime, "CLOSE_GRACE", 0.5)
-    service = StreamdSessionService(
-        daemon_args=["--db", str(tmp_path / "events.db"), "--synchronous", "NORMAL"])
     setup = Setup("daemon", tmp_path / "events.db", world)
+    service = setup.service()
 
     async def main() -> None:
         async with asyncio.timeout(60):
             before = setup.open_now()
             s = await service.create_session(app_name="a", user_id="u", session_id="s")
-            pid = world.daemon_pid()
-            freeze(pid)
-            try:
+            with stopped([world.daemon_pid()]):
                 appending = asyncio.create_task(service.append_event(s, said("cut")))
                 await asyncio.sleep(0)  # its request is in the frozen daemon's socket
                 await service.close()
-            finally:
-                os.kill(pid, signal.SIGCONT)
             with pytest.raises(RpcError) as cut:
                 await appending
             assert cut.value.code == CLOSED
@@ -365,25 +359,19 @@ def test_a_write_behind_close_against_a_daemon_that_stopped_answering_ends_in_it
     queued: close gives their send its grace, then closes, saying how many
     were not stored. Before: it waited for as long as the daemon did."""
     monkeypatch.setattr(lifetime, "CLOSE_GRACE", 0.5)
-    service = StreamdSessionService(
-        daemon_args=["--db", str(tmp_path / "events.db"), "--synchronous", "NORMAL"],
-        write_behind=True)
     setup = Setup("daemon", tmp_path / "events.db", world)
+    service = setup.service(write_behind=True)
 
     async def main() -> None:
         async with asyncio.timeout(60):
             before = setup.open_now()
             s = await service.create_session(app_name="a", user_id="u", session_id="s")
-            pid = world.daemon_pid()
-            freeze(pid)
-            try:
+            with stopped([world.daemon_pid()]):
                 await service.append_event(s, said("one"))
                 await service.append_event(s, said("two"))
                 with pytest.raises(RpcError) as unsent:
                     async with asyncio.timeout(20):  # the grace is 0.5 s
                         await service.close()
-            finally:
-                os.kill(pid, signal.SIGCONT)
             assert unsent.value.code == CLOSED
             assert unsent.value.data["unsent"] == 2, unsent.value.data
             assert setup.open_now() == before
@@ -399,9 +387,8 @@ def test_a_daemon_connection_of_an_idle_loop_ends_before_close_returns(
     connection before it returns, and the daemon sees it end. Before: its
     close was queued on that loop, and the connection stayed up until the
     loop ran again. When it does, nothing of the client is left open."""
-    service = StreamdSessionService(
-        daemon_args=["--db", str(tmp_path / "events.db"), "--synchronous", "NORMAL"])
     setup = Setup("daemon", tmp_path / "events.db", world)
+    service = setup.service()
 
     def connected() -> int:
         return int(json.loads(world.run("status", "--json").stdout)["connections"])
