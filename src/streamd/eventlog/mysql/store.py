@@ -131,9 +131,6 @@ def connect(url: MysqlUrl, opts: MysqlOptions, *, within_s: int | None = None) -
     return conn
 
 
-_code = error_code
-
-
 def _store_link(store: MysqlStore) -> Reconnecting[Any]:
     return store._link
 
@@ -167,7 +164,7 @@ class MysqlStore(SqlOperations):
             # A connection that failed is dropped by _translate; one held is usable.
             usable=lambda c: True,
             alive=lambda c: c.ping(),
-            gone=lambda c, exc: _code(exc) in _LOST or isinstance(exc, MySQLdb.InterfaceError),
+            gone=lambda c, exc: error_code(exc) in _LOST or isinstance(exc, MySQLdb.InterfaceError),
             fileno=lambda c: self._fd,
             close=lambda c: c.close(),
             refused=self._connect_refused,
@@ -286,7 +283,7 @@ class MysqlStore(SqlOperations):
         return outages.scrub(str(text), self._secrets)
 
     def _translate(self, exc: MySQLdb.Error, connecting: bool = False) -> RpcError:
-        code = _code(exc)
+        code = error_code(exc)
         data = {"mysql_error": code}
         link = self._link
         if not connecting and link.cut():
@@ -464,7 +461,7 @@ class _MysqlWrite:
     def refusal(self, exc: BaseException) -> bool:
         if isinstance(exc, RpcError | MySQLdb.DataError | MySQLdb.IntegrityError):
             return True
-        return isinstance(exc, MySQLdb.Error) and _code(exc) in _VALUE_REFUSED
+        return isinstance(exc, MySQLdb.Error) and error_code(exc) in _VALUE_REFUSED
 
     def describe(self, exc: BaseException) -> str:
         return self._sql.describe(exc)
