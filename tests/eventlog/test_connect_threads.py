@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from support.black_hole import TIMEOUTS, BlackHole, bounded, hole_url
+from support.black_hole import TIMEOUTS, BlackHole, bounded, hole_url, ping_into
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError, is_closed
 from streamd.eventlog import EventLog, handoff
@@ -61,14 +61,8 @@ async def _open_and_close(url: str) -> RpcError | None:
     async with EventLog(url) as log:
         answers: list[RpcError] = []
 
-        async def ping() -> None:
-            try:
-                await log.ping()
-            except RpcError as exc:
-                answers.append(exc)
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(ping)
+            nursery.start_soon(ping_into, log, answers)
             await trio.testing.wait_all_tasks_blocked()
             if log.connecting_s is not None:
                 await log.aclose()

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 import trio
-from support.black_hole import BOUND_S, TIMEOUTS, BlackHole, Proxy, bounded, hole_url
+from support.black_hole import BOUND_S, TIMEOUTS, BlackHole, Proxy, bounded, hole_url, ping_into
 from support.eventlog import ev, thread_event
 from support.hosts import REPO, Host
 
@@ -53,19 +53,12 @@ async def test_a_log_closes_at_once_while_its_first_connect_goes_unanswered(
         backend: str, timeout: str) -> None:
     answers: list[RpcError] = []
     with BlackHole() as hole, bounded(hole):
-        async with EventLog(hole_url(backend, hole.port, TIMEOUTS[timeout])) as log:
-
-            async def ping() -> None:
-                try:
-                    await log.ping()
-                except RpcError as exc:
-                    answers.append(exc)
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(ping)
-                await hole.wait_held(1)
-                # Before: the close waited for the open, and so for the connect.
-                await log.aclose()
+        async with (EventLog(hole_url(backend, hole.port, TIMEOUTS[timeout])) as log,
+                    trio.open_nursery() as nursery):
+            nursery.start_soon(ping_into, log, answers)
+            await hole.wait_held(1)
+            # Before: the close waited for the open, and so for the connect.
+            await log.aclose()
     assert len(answers) == 1 and is_closed(answers[0])
 
 

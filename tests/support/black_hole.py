@@ -24,11 +24,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
-__all__ = ["BOUND_S", "TIMEOUTS", "BlackHole", "Holder", "Proxy", "bounded", "hole_url"]
+__all__ = [
+    "BOUND_S", "TIMEOUTS", "BlackHole", "Holder", "Proxy", "bounded", "hole_url", "ping_into",
+]
 
 
 class Holder:
@@ -229,3 +232,14 @@ def hole_url(backend: str, port: int, timeout: str) -> str:
                 "&sslmode=disable&gssencmode=disable")
     pytest.importorskip("MySQLdb")
     return f"mysql://agent@127.0.0.1:{port}/events?connect_timeout={timeout}"
+
+
+async def ping_into(log: Any, answers: list[Any]) -> None:
+    """``log.ping()``, its refusal (an RpcError) kept in ``answers``: for a
+    ping left waiting on a connect while the test closes the log."""
+    from streamd.errors import RpcError
+
+    try:
+        await log.ping()
+    except RpcError as exc:
+        answers.append(exc)
