@@ -11,13 +11,13 @@ import pytest
 
 _HOLD_AND_ASK = """
 import fcntl, os, sys
-from streamd.resident import control, paths
+from streamd.resident import lock, paths
 directory = sys.argv[1]
 fd = os.open(paths.lock_path(directory), os.O_RDWR | os.O_CREAT, 0o600)
 fcntl.flock(fd, fcntl.LOCK_EX)
 os.write(fd, f"{os.getpid()}\\n".encode())
-print(os.getpid(), control.lock_holder(directory),
-      control.lock_holder(directory, confirmed=True))
+print(os.getpid(), lock.lock_holder(directory),
+      lock.lock_holder(directory, confirmed=True))
 """
 
 

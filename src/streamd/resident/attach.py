@@ -65,11 +65,10 @@ from streamd.resident.control import (
     NotAccepting,
     Refused,
     hello,
-    lock_holder,
-    process_state,
     version_key,
 )
 from streamd.resident.ending import SessionEnd, last_line
+from streamd.resident.lock import lock_holder, process_state
 
 # How long a started daemon gets to answer before attach gives up. It needs
 # about 0.4 s (imports, then the socket); the rest is room for a loaded machine.

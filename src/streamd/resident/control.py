@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 from streamd import __version__, errors
 from streamd.resident import paths, stopmark
+from streamd.resident.lock import lock_holder, pid_alive
 
 # Not `from typing import TYPE_CHECKING`: importing typing costs milliseconds
 # on every spawn.
@@ -289,22 +290,6 @@ def _timeval(seconds: float) -> bytes:
     return struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie counts as gone)."""
-    state = process_state(pid)
-    return state is not None and state not in ("Z", "X")
-
-
-def process_state(pid: int) -> str | None:
-    """The state letter of ``/proc/PID/stat`` (``R``, ``S``, ``T`` stopped,
-    ``Z`` zombie...), or None when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError, UnicodeDecodeError):
-        return None
-
-
 # --- streamd status / streamd stop -------------------------------------------
 
 _RUNTIME_DIR_HELP = (
@@ -389,85 +374,6 @@ def _uptime(seconds: float) -> str:
         parts.append(f"{minutes}m")
     parts.append(f"{s}s")
     return " ".join(parts)
-
-
-def lock_holder(directory: str, *, confirmed: bool = False) -> int | None:
-    """The pid the lock file names, if that process holds the file's lock.
-    Read only: taking the lock, even briefly, could make a daemon starting
-    right then give up. The kernel's table of locks says who holds it; a pid
-    merely alive could be another process's, given the number after the
-    daemon was killed (kill -9 leaves its pid in the file). Where there is no
-    table to ask (no /proc, or one of another pid namespace) a live pid is
-    taken for the holder, unless ``confirmed`` is asked for: a pid about to be
-    sent a signal must be the holder, never a stranger given its number."""
-    try:
-        fd = paths.open_regular(paths.lock_path(directory), os.O_RDONLY)
-        try:
-            inode = os.fstat(fd).st_ino
-            pid = int(os.read(fd, 32).split()[0])
-        finally:
-            os.close(fd)
-    except (OSError, ValueError, IndexError):
-        return None  # a FIFO there (StrayFile) included: nobody holds a lock on it
-    if not _proc_is_ours():
-        # A /proc of another pid namespace (a sandbox that made one without
-        # mounting its own): its lock table and its /proc/PID number processes
-        # as that namespace does, never matching the pid the daemon wrote.
-        # The pid's life, asked of the kernel in our namespace, is all we know.
-        return pid if not confirmed and _signalable(pid) else None
-    held = flock_holders(inode)
-    if held is None:  # no table to read (no /proc): the pid's life is all we know
-        return pid if not confirmed and pid_alive(pid) else None
-    return pid if pid in held else None
-
-
-def _proc_is_ours() -> bool:
-    """Whether ``/proc`` numbers processes as this process's pid namespace
-    does (``/proc/self`` is named by its pid there); True without a /proc."""
-    try:
-        return int(os.readlink("/proc/self")) == os.getpid()
-    except FileNotFoundError:
-        return True
-    except (OSError, ValueError):
-        return False
-
-
-def _signalable(pid: int) -> bool:
-    """Whether ``pid`` is a process of this pid namespace (a zombie too)."""
-    if pid <= 0:
-        return False  # not one process: kill would ask about a group
-    try:
-        os.kill(pid, 0)
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
-
-
-def flock_holders(inode: int) -> set[int] | None:
-    """The pids holding a flock on a file of inode number ``inode``, from
-    ``/proc/locks``; None when it cannot be read. Matched on the inode alone:
-    the device number there is the superblock's, which ``stat`` does not
-    always give (btrfs subvolumes, overlays); the caller also wants the pid
-    its file names, which makes another file of the same number harmless."""
-    try:
-        with open("/proc/locks", "rb") as f:
-            table = f.read()
-    except OSError:
-        return None
-    holders: set[int] = set()
-    for line in table.splitlines():
-        # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:56789 0 EOF"; a waiter's line has "->".
-        fields = line.split()
-        if len(fields) < 6 or fields[1] != b"FLOCK":
-            continue
-        try:
-            if int(fields[5].rsplit(b":", 1)[1]) == inode:
-                holders.add(int(fields[4]))
-        except (ValueError, IndexError):
-            continue
-    return holders
 
 
 def _json_line(value: dict[str, Any]) -> str:
