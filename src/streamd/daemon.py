@@ -203,6 +203,12 @@ class Daemon:
         one is under way (see :attr:`EventLog.connecting_s`)."""
         return None if self._eventlog is None else self._eventlog.connecting_s
 
+    @property
+    def eventlog_reconnecting_s(self) -> float | None:
+        """How long the event log has been trying to reach its server again,
+        after losing it, if it is (see :attr:`EventLog.reconnecting_s`)."""
+        return None if self._eventlog is None else self._eventlog.reconnecting_s
+
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Daemon]:
         """Host the shared event log for the duration of the block; close it on exit."""

@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
-from streamd.eventlog.store.reconnecting import Backoff, Reconnecting, newest_outage
+from streamd.eventlog.store.reconnecting import (
+    Backoff,
+    Reconnecting,
+    newest_outage,
+    reconnecting_s,
+)
 
 
 class Gone(Exception):
@@ -175,14 +180,66 @@ def test_the_outage_is_the_newest_failure_unless_a_connection_was_made_since() -
     every = [writer, reader, opener]
     assert newest_outage(every) is None
     opener.succeeded()
-    writer.failed(0.0, "writer: cannot connect")
+    writer.failed("writer: cannot connect")
     assert newest_outage(every) == "writer: cannot connect"
-    reader.failed(0.0, "reader: cannot connect")
+    reader.failed("reader: cannot connect")
     assert newest_outage(every) == "reader: cannot connect"
     # The reader reached the server: the writer's failure is older news,
     # though the writer has not tried since.
     reader.succeeded()
     assert writer.error == "writer: cannot connect"
     assert newest_outage(every) is None
-    writer.failed(1.0, "writer: refused again")
+    writer.failed("writer: refused again")
     assert newest_outage(every) == "writer: refused again"
+
+
+def test_an_outage_lasts_from_the_first_attempt_through_failures_until_a_connection_is_back(
+        ) -> None:
+    # What streamd status shows as db_reconnecting_s, and db_connecting_s.
+    now = [0.0]
+    writer, reader, opener = (Backoff(0.25, 5.0, clock=lambda: now[0]) for _ in range(3))
+    opener.succeeded()  # the log's first connections
+    assert reconnecting_s([writer, reader], [opener]) is None
+    writer.began()  # the writer's connection broke; the server does not answer
+    now[0] = 3.0
+    assert writer.attempt_s() == 3.0 and reconnecting_s([writer, reader], [opener]) == 3.0
+    writer.failed("cannot connect")
+    now[0] = 10.0
+    # No attempt under way between two, and the outage goes on through them.
+    assert writer.attempt_s() is None and reconnecting_s([writer, reader], [opener]) == 10.0
+    writer.began()
+    writer.ended()  # closed under it: says nothing of the server
+    assert writer.attempt_s() is None and reconnecting_s([writer, reader], [opener]) == 10.0
+    reader.began()
+    reader.succeeded()  # the server is back, though the writer has not tried since
+    assert reconnecting_s([writer, reader], [opener]) is None
+    assert writer.trying_s() == 10.0  # until it tries again, and fails or not
+
+
+def test_a_reconnect_cut_once_the_server_answered_ends_the_outage() -> None:
+    # A cancelled call's reconnect is cut while it connects: the connection
+    # it makes is closed unused, and still says that the server is back.
+    answers = False
+    link: Reconnecting[object]
+
+    def connect() -> object:
+        if not answers:
+            raise Gone("connection refused")
+        assert link.cut_if_connecting()  # the call's cancel, meanwhile
+        return object()
+
+    link = Reconnecting(
+        connect=connect, usable=lambda c: True, alive=lambda c: None,
+        gone=lambda c, exc: False, fileno=lambda c: -1, close=lambda c: None,
+        refused=lambda exc: RpcError(SOURCE_UNAVAILABLE, f"cannot connect: {exc}"),
+        errors=(Gone,), where="test server", data_key="test_error",
+        min_s=0.0, max_s=0.0,  # no wait between attempts
+    )
+    with pytest.raises(RpcError):
+        link.get()
+    assert reconnecting_s([link.attempts]) is not None
+    answers = True
+    with pytest.raises(RpcError) as cut:
+        link.get()
+    assert cut.value.data == {"test_error": "cut"}
+    assert reconnecting_s([link.attempts]) is None and link.attempts.error is None

@@ -360,3 +360,41 @@ async def test_a_log_whose_writer_reconnects_into_silence_closes_and_loses_nothi
     async with EventLog(served.direct, synchronous="NORMAL") as log:
         ids = [e.event.id for e in (await log.since(0)).entries]
     assert set(acknowledged) <= set(ids) <= {"e0", "e1"}
+
+
+@timeouts
+async def test_a_reconnect_the_server_leaves_unanswered_shows_how_long_the_log_has_been_without_it(
+        served: Served, timeout: str) -> None:
+    # What streamd status shows (db_connecting_s, db_reconnecting_s): the log
+    # connected, then its connections broke and the server left their
+    # reconnects unanswered. No attempt failed (none ends, with no connect
+    # timeout), and the connect under way was a connection's own, not one the
+    # log opens: before, nothing at all showed.
+    refused: list[RpcError] = []
+    with served.proxy(timeout) as (url, proxy), bounded(proxy):
+        async with EventLog(url, synchronous="NORMAL") as log:
+            await log.append("a", "u", "s", ev("e0"))
+            assert log.connecting_s is None
+            proxy.hold_new()
+            proxy.cut_forwarded()
+
+            async def ping() -> None:
+                # The first may fail on the broken connection; a later one
+                # reconnects, until that attempt fails.
+                while not any("cannot connect" in e.message for e in refused):
+                    await ping_into(log, refused)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ping)
+                await proxy.wait_held(1)
+                waited = log.connecting_s
+                assert waited is not None and waited >= 0
+                lost = log.reconnecting_s
+                assert lost is not None and lost >= waited
+                assert log.fault is None
+                proxy.let_go()  # the attempt fails at once
+            # Failed, it is the log's fault, and the outage goes on through it.
+            assert log.fault is not None and "cannot connect" in log.fault
+            later = log.reconnecting_s
+            assert later is not None and later >= lost
+            assert log.connecting_s is None  # none under way between attempts

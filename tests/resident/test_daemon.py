@@ -453,3 +453,84 @@ def test_status_shows_a_connect_the_server_never_answers_and_never_the_password(
             assert text.returncode == 0, text.stderr
             assert f"connecting to {scheme}://agent@127.0.0.1:{hole.port}/events" in text.stdout
             assert "hunter2" not in text.stdout + world.run("status", "--json").stdout
+
+
+@pytest.mark.parametrize("backend", ["postgres", "mysql"])
+def test_status_shows_a_reconnect_the_server_never_answers_and_never_the_password(
+    world: World, backend: str, request: pytest.FixtureRequest,
+) -> None:
+    # The daemon reached its server, then lost its connections, and the
+    # server left their reconnects unanswered: no attempt failed, and the
+    # connect under way was a connection's own. Before: status showed a
+    # healthy daemon (db_connecting_s null, no fault) and had no word for an
+    # outage. The password holds what a URL escapes, and is written escaped.
+    import tempfile
+    import threading
+    from pathlib import Path
+    from urllib.parse import quote
+
+    from support.black_hole import Proxy
+
+    secret = "p@ss?w#rd%&"
+    escaped = quote(secret, safe="")
+    with tempfile.TemporaryDirectory(prefix="bh") as short:  # a socket path fits 108 bytes
+        if backend == "postgres":
+            pytest.importorskip("psycopg")
+            from psycopg.conninfo import conninfo_to_dict
+            from support import pg_cluster
+
+            cluster = request.getfixturevalue("postgres_cluster")
+            name = conninfo_to_dict(request.getfixturevalue("postgres_db"))["dbname"]
+            upstream = cluster.socket_dir / f".s.PGSQL.{pg_cluster.PORT}"
+            proxied = Path(short) / upstream.name
+            db = (f"postgresql://{pg_cluster.SUPERUSER}:{escaped}@/{name}?host={short}"
+                  f"&port={pg_cluster.PORT}&connect_timeout=0")
+        else:
+            pytest.importorskip("MySQLdb")
+            server = request.getfixturevalue("mysql_server")
+            name = request.getfixturevalue("mysql_db").split("/")[3].split("?")[0]
+            server.sql(f"CREATE USER IF NOT EXISTS 'streamd_esc'@'localhost' IDENTIFIED BY"
+                       f" '{secret}'")
+            server.sql("GRANT ALL ON *.* TO 'streamd_esc'@'localhost'")
+            upstream, proxied = server.socket, Path(short) / "mysqld.sock"
+            db = f"mysql://streamd_esc:{escaped}@/{name}?unix_socket={proxied}&connect_timeout=0"
+        stuck = threading.Event()
+
+        def ping_until_answered_no_more() -> None:
+            # The first ping may meet the broken connection; a later one
+            # reconnects, and waits until the proxy lets its connect go.
+            try:
+                with world.connect() as pinger:
+                    while "cannot connect" not in json.dumps(pinger.call("eventlog/ping")):
+                        pass
+            except (OSError, AssertionError):
+                pass  # the daemon gone first
+            finally:
+                stuck.set()
+
+        with Proxy(upstream, proxied) as proxy:
+            world.start_daemon(env={"STREAMD_DB": db})
+            with world.connect() as conn:
+                assert "result" in conn.call("eventlog/ping")
+            proxy.hold_new()
+            proxy.cut_forwarded()
+            pinger = threading.Thread(target=ping_until_answered_no_more, daemon=True)
+            pinger.start()
+            assert proxy.wait_held_blocking(1)
+            with world.connect() as conn:
+                status = conn.result("streamd/status")
+            waited = status["db_connecting_s"]
+            assert isinstance(waited, float | int) and waited >= 0
+            lost = status["db_reconnecting_s"]
+            assert isinstance(lost, float | int) and lost >= waited
+            assert status["db_fault"] is None
+            text = world.run("status")
+            assert text.returncode == 0, text.stderr
+            assert f"reconnecting to {status['db']} for " in text.stdout
+            assert "an attempt unanswered for" in text.stdout
+            shown = text.stdout + world.run("status", "--json").stdout
+        assert stuck.wait(30)  # the proxy gone, the attempt failed
+        pinger.join(30)
+    shown += world.log.read_text() if world.log.exists() else ""
+    for form in (secret, escaped, quote(secret)):
+        assert form not in shown

@@ -284,12 +284,20 @@ class EventLog(KeywordApi):
 
     @property
     def connecting_s(self) -> float | None:
-        """How long the oldest connect to the log's server under way has run
-        (Trio's clock), None while none runs: calls wait for it, and a server
-        that accepts and never answers makes that no fault until it fails
-        (never, with ``connect_timeout=0``)."""
-        since = self._opener.connecting_since
-        return None if since is None else trio.current_time() - since
+        """How long the oldest connect to the log's server under way has run,
+        None while none runs: calls wait for it, and a server that accepts
+        and never answers makes that no fault until it fails (never, with
+        ``connect_timeout=0``). A reconnect counts as much as a first connect."""
+        return self._opener.connecting_s
+
+    @property
+    def reconnecting_s(self) -> float | None:
+        """How long the log has been trying to reach its server again after
+        losing a connection to it, None while it is not (see
+        :attr:`~streamd.eventlog.opener.Opener.reconnecting_s`): an outage's
+        length, which the newest failure (:attr:`fault`) does not tell, nor
+        a connect under way (:attr:`connecting_s`) between two attempts."""
+        return self._opener.reconnecting_s
 
     @property
     def opened(self) -> bool:

@@ -31,7 +31,7 @@ from streamd.eventlog.sqlite.connection import prepare_file
 from streamd.eventlog.sqlite.file_identity import DatabaseFile
 from streamd.eventlog.sqlite.runner import ConnectionRunner, ThreadRunner
 from streamd.eventlog.store import ChangeSource, Role, Runner, closed_error
-from streamd.eventlog.store.reconnecting import Backoff, newest_outage
+from streamd.eventlog.store.reconnecting import Backoff, newest_outage, reconnecting_s
 
 if TYPE_CHECKING:
     from streamd.eventlog.postgres.store import PostgresOptions
@@ -69,10 +69,20 @@ class Opener(Protocol):
         ...
 
     @property
-    def connecting_since(self) -> float | None:
-        """When (Trio's clock) the oldest connect under way began, None while
-        none is: a server that accepts and never answers holds one, and every
-        call waiting for it, with no fault yet to show (none has failed)."""
+    def connecting_s(self) -> float | None:
+        """How long the oldest connect under way has run, None while none
+        does: a server that accepts and never answers holds one, and every
+        call waiting for it, with no fault yet to show (none has failed). A
+        connection the log opens and one of its connections making itself
+        again (reconnecting) alike."""
+        ...
+
+    @property
+    def reconnecting_s(self) -> float | None:
+        """How long the log's connections, made once and lost since (a server
+        gone away, restarted or no longer answering), have been trying to
+        reach their server again, None while they are not: through failed
+        attempts and the waits between them, until one reaches it."""
         ...
 
     def abandon(self) -> None:
@@ -116,8 +126,12 @@ class SqliteOpener:
         return None if self._guard is None else self._guard.fault
 
     @property
-    def connecting_since(self) -> float | None:
+    def connecting_s(self) -> float | None:
         return None  # a file has no server to wait for
+
+    @property
+    def reconnecting_s(self) -> float | None:
+        return None
 
     def abandon(self) -> None:
         pass  # a file opens in its own time: the close waits for it
@@ -167,7 +181,8 @@ class _ServerOpener:
         # By role: the writer's connection can be made when the reader's is
         # refused (a full max_connections, say).
         self._backoff: dict[Role, Backoff] = {
-            role: Backoff(_RETRY_MIN_S, _RETRY_MAX_S) for role in ("writer", "reader")}
+            role: Backoff(_RETRY_MIN_S, _RETRY_MAX_S, clock=trio.current_time)
+            for role in ("writer", "reader")}
         # The connections opened, whose stores reconnect on their own.
         self._opened: weakref.WeakSet[ServerRunner] = weakref.WeakSet()
         # The opens under way, and when each began: abandon() cancels them,
@@ -186,8 +201,17 @@ class _ServerOpener:
         return f"{failure} (tried again at the next call)"
 
     @property
-    def connecting_since(self) -> float | None:
-        return min(self._connecting.values(), default=None)
+    def connecting_s(self) -> float | None:
+        opening = min(self._connecting.values(), default=None)
+        waits = [s for r in list(self._opened) if (s := r.store.attempts.attempt_s()) is not None]
+        if opening is not None:
+            waits.append(trio.current_time() - opening)
+        return max(waits, default=None)
+
+    @property
+    def reconnecting_s(self) -> float | None:
+        return reconnecting_s(
+            [r.store.attempts for r in list(self._opened)], self._backoff.values())
 
     async def _connected(self, role: Role, connect: Callable[[], Awaitable[Runner]]) -> Runner:
         """A connection, by ``connect``; after one that failed, none is tried
@@ -202,8 +226,8 @@ class _ServerOpener:
         # Any role's: the log needs both, and the writer's connection (and its
         # schema check) is not worth making while the reader's is refused.
         now = trio.current_time()
-        failing = max(self._backoff.values(), key=lambda b: b.wait(now))
-        wait = failing.wait(now)
+        failing = max(self._backoff.values(), key=lambda b: b.wait())
+        wait = failing.wait()
         if wait > 0:
             raise RpcError(
                 SOURCE_UNAVAILABLE,
@@ -216,7 +240,7 @@ class _ServerOpener:
             try:
                 runner = await connect()
             except RpcError as exc:
-                self._backoff[role].failed(trio.current_time(), exc.message)
+                self._backoff[role].failed(exc.message)
                 raise
             finally:
                 del self._connecting[scope]

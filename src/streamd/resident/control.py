@@ -9,10 +9,12 @@ Recall session and has no daemon to control):
 
 * ``streamd/hello {client_version}`` -> ``{version, pid, started_at}``
 * ``streamd/status {}`` -> ``{version, pid, uptime_s, connections, sources,
-  socket, db, log, db_fault, db_connecting_s}`` (``db_fault``: why the event
-  log stopped serving, or why it cannot now: a server it cannot reach; null
-  while it serves; ``db_connecting_s``: how long a connect to its server has
-  been under way, null while none is)
+  socket, db, log, db_fault, db_connecting_s, db_reconnecting_s}``
+  (``db_fault``: why the event log stopped serving, or why it cannot now: a
+  server it cannot reach; null while it serves; ``db_connecting_s``: how long
+  a connect to its server has been under way, a reconnect's too, null while
+  none is; ``db_reconnecting_s``: how long it has been trying to reach its
+  server again after losing it, null while it is not)
 * ``streamd/stop {}`` -> ``{}``, then the daemon winds down as on SIGTERM
 * ``streamd/retire {}`` -> ``{}`` once it has stopped listening and released its
   socket and lock; it serves its current connections to their end, then exits
@@ -440,14 +442,27 @@ def status_main(argv: Sequence[str]) -> int:
     _say(f"  socket       {result['socket']}")
     _say(f"  clients      {result['connections']} connected, "
           f"{result['sources']} Recall sources open")
-    db, waited = result["db"], result.get("db_connecting_s")  # calls wait for that connect
-    if waited is not None:
-        db = f"connecting to {db} for {int(waited)} s (no answer yet; calls wait for it)"
-    _say(f"  event log    {db}")
+    _say(f"  event log    {_event_log(result)}")
     if result.get("db_fault"):
         _say(f"  EVENT LOG FAULT  {result['db_fault']}")
     _say(f"  daemon log   {result['log']}")
     return 0
+
+
+def _event_log(status: dict[str, Any]) -> str:
+    """The event log's database, and the connect its calls wait for: the
+    first one (a server that never answers fails no attempt, so no fault
+    shows), or the ones after it lost its server (how long it has been
+    without it, which the newest failure alone does not say)."""
+    db, waited = status["db"], status.get("db_connecting_s")
+    lost = status.get("db_reconnecting_s")
+    if lost is not None:
+        now = ("no attempt under way" if waited is None
+               else f"an attempt unanswered for {int(waited)} s; calls wait for it")
+        return f"reconnecting to {db} for {int(lost)} s ({now})"
+    if waited is not None:
+        return f"connecting to {db} for {int(waited)} s (no answer yet; calls wait for it)"
+    return str(db)
 
 
 def stop_main(argv: Sequence[str]) -> int:

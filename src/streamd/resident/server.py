@@ -118,8 +118,12 @@ class Status(msgspec.Struct):
     db_fault: str | None = None  # why the event log stopped serving, if it did
     # How long a connect to the event log's server has been under way (calls
     # wait for it), if one is: a server that never answers shows here before
-    # any fault does. Seconds, rounded to milliseconds.
+    # any fault does. A reconnect's too. Seconds, rounded to milliseconds.
     db_connecting_s: float | None = None
+    # How long the event log has been trying to reach its server again after
+    # losing it, if it is: the outage so far, through failed attempts (the
+    # newest one's error is db_fault) and the waits between them.
+    db_reconnecting_s: float | None = None
 
 
 class ResidentDaemon:
@@ -338,6 +342,7 @@ class ResidentDaemon:
             log=self.options.log_file,
             db_fault=self.daemon.eventlog_fault,
             db_connecting_s=_rounded(self.daemon.eventlog_connecting_s),
+            db_reconnecting_s=_rounded(self.daemon.eventlog_reconnecting_s),
         )
 
     async def _stop_method(self, p: NoParams, req: Request) -> dict[str, Any]:

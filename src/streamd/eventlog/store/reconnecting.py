@@ -12,7 +12,10 @@ keeping it, written once for PostgreSQL and MySQL:
 * made on first use and made again after it broke; while the server stays
   unreachable, attempts back off (``min_s`` doubling to ``max_s``) and calls in
   between fail at once with ``source_unavailable`` saying when the next attempt
-  is, instead of each waiting out a connect timeout;
+  is, instead of each waiting out a connect timeout. How long the attempt under
+  way has run, and since when the connection has been tried again, are kept
+  (:class:`Backoff`) for ``streamd status``: a reconnect that the server never
+  answers fails no attempt, and showed nothing at all;
 * :meth:`sever` cuts the connection under a call that a server no longer
   answers (callable from any thread, never blocking): its socket is shut down
   on a duplicate of its descriptor, so the driver's own stays valid, and the
@@ -44,7 +47,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog.store.backend import closed_error
 
-__all__ = ["Backoff", "Reconnecting", "boundary", "newest_outage"]
+__all__ = ["Backoff", "Reconnecting", "boundary", "newest_outage", "reconnecting_s"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,37 +64,79 @@ _outcomes = itertools.count(1)
 class Backoff:
     """Attempts that fail back off: after a failure none is made for
     ``min_s``, doubling with each failure in a row up to ``max_s``; a success
-    starts over. Times are the caller's clock's."""
+    starts over. Times are ``clock``'s (its owner's: Trio's for the opener,
+    the monotonic clock for a connection's worker thread), and only this
+    object compares them: they are read, as durations, by any thread."""
 
-    def __init__(self, min_s: float, max_s: float) -> None:
+    def __init__(
+        self, min_s: float, max_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._min_s, self._max_s = min_s, max_s
+        self._clock = clock
         self.failures = 0
         """Failed attempts in a row."""
         self._retry_at = 0.0
         self._error = ""
+        self._trying_since: float | None = None
+        """When the first attempt since the last success began (None: none since)."""
+        self._attempt_since: float | None = None
+        """When the attempt under way began (None: none is)."""
         self.failed_at = 0
         """The order number of the last failed attempt (0: none yet)."""
         self.succeeded_at = 0
         """The order number of the last attempt that succeeded (0: none yet)."""
+        self.tried_at = 0
+        """The order number of the newest attempt's beginning or failure (0: none yet)."""
 
     @property
     def error(self) -> str | None:
         """The last attempt's error while attempts fail, else None."""
         return self._error if self.failures else None
 
-    def wait(self, now: float) -> float:
+    def wait(self) -> float:
         """How long until the next attempt is due (0 or less: now)."""
-        return self._retry_at - now if self.failures else 0.0
+        return self._retry_at - self._clock() if self.failures else 0.0
 
-    def failed(self, now: float, error: str) -> None:
+    def began(self) -> None:
+        """An attempt begins (its end is :meth:`failed`, :meth:`succeeded`
+        or, for one that came to neither, :meth:`ended`)."""
+        now = self._clock()
+        self._attempt_since = now
+        if self._trying_since is None:
+            self._trying_since = now
+        self.tried_at = next(_outcomes)
+
+    def failed(self, error: str) -> None:
+        now = self._clock()
         self.failures += 1
         self._retry_at = now + min(self._max_s, self._min_s * 2 ** (self.failures - 1))
         self._error = error
-        self.failed_at = next(_outcomes)
+        self._attempt_since = None
+        if self._trying_since is None:
+            self._trying_since = now
+        self.failed_at = self.tried_at = next(_outcomes)
 
     def succeeded(self) -> None:
         self.failures = 0
+        self._trying_since = self._attempt_since = None
         self.succeeded_at = next(_outcomes)
+
+    def ended(self) -> None:
+        """The attempt under way came to nothing either way (the store closed
+        under it): it no longer runs, and says nothing of the server."""
+        self._attempt_since = None
+
+    def attempt_s(self) -> float | None:
+        """How long the attempt under way has run, None while none runs."""
+        since = self._attempt_since
+        return None if since is None else self._clock() - since
+
+    def trying_s(self) -> float | None:
+        """How long since the first attempt after the last success began,
+        None when there has been none: through failed attempts, the waits
+        between them, and one under way."""
+        since = self._trying_since
+        return None if since is None else self._clock() - since
 
 
 def newest_outage(attempts: Iterable[Backoff]) -> str | None:
@@ -104,6 +149,22 @@ def newest_outage(attempts: Iterable[Backoff]) -> str | None:
     back_at = max((a.succeeded_at for a in every), default=0)
     failing = [a for a in every if a.error is not None and a.failed_at > back_at]
     return max(failing, key=lambda a: a.failed_at).error if failing else None
+
+
+def reconnecting_s(lost: Iterable[Backoff], others: Iterable[Backoff] = ()) -> float | None:
+    """How long the connections ``lost`` (connections that were made, and
+    are being made again) have been trying to reach their server: since the
+    first attempt of the oldest run of attempts still unanswered, through its
+    failures and the waits between them. None while none tries, or once any
+    connection to the server (``others`` too) has reached it since that
+    run's newest attempt: the server is then back, as for
+    :func:`newest_outage`. A connect that never answers is no failure, so
+    an outage seen only through errors began to show when the connect timed
+    out, never with ``connect_timeout=0``."""
+    links = list(lost)
+    back_at = max((a.succeeded_at for a in [*links, *others]), default=0)
+    trying = [s for a in links if a.tried_at > back_at and (s := a.trying_s()) is not None]
+    return max(trying, default=None)
 
 
 def boundary(
@@ -172,8 +233,10 @@ class Reconnecting(Generic[C]):
     @property
     def attempts(self) -> Backoff:
         """Its connection attempts: the last one's error while the server stays
-        unreachable, and when attempts last failed and succeeded (for
-        :func:`newest_outage`). Read, never changed, by others."""
+        unreachable, when attempts last failed and succeeded (for
+        :func:`newest_outage`), and how long the one under way and the run
+        since the last success have taken (for :func:`reconnecting_s`). Read,
+        never changed, by others."""
         return self._backoff
 
     def cut_if_connecting(self) -> bool:
@@ -209,7 +272,7 @@ class Reconnecting(Generic[C]):
             return conn
         if conn is not None:
             self.drop()
-        wait = self._backoff.wait(time.monotonic())
+        wait = self._backoff.wait()
         if wait > 0:
             raise RpcError(
                 SOURCE_UNAVAILABLE,
@@ -220,15 +283,17 @@ class Reconnecting(Generic[C]):
         caught: tuple[type[Exception], ...] = (*self._errors, RpcError)
         with self._lock:
             self._connecting, self._connect_cut = True, False
+        self._backoff.began()
         try:
             conn = self._connect()
         except BaseException as exc:
             with self._lock:
                 self._connecting = False
             if not isinstance(exc, caught):
+                self._backoff.ended()
                 raise
             error = exc if isinstance(exc, RpcError) else self._refused(exc)
-            self._backoff.failed(time.monotonic(), error.message)
+            self._backoff.failed(error.message)
             raise error from None
         # One hold of the lock from the connect's end to the connection's
         # adoption: a sever() lands either before (the cut is seen here) or
@@ -236,9 +301,13 @@ class Reconnecting(Generic[C]):
         with self._lock:
             self._connecting = False
             if self.closed:
+                self._backoff.ended()
                 self._close_quietly(conn)
                 raise closed_error()
             if self._connect_cut:
+                # The server answered: the outage is over, though this
+                # call's connection is closed unused.
+                self._backoff.succeeded()
                 self._close_quietly(conn)
                 raise RpcError(
                     SOURCE_UNAVAILABLE,
