@@ -398,3 +398,59 @@ async def test_a_reconnect_the_server_leaves_unanswered_shows_how_long_the_log_h
             later = log.reconnecting_s
             assert later is not None and later >= lost
             assert log.connecting_s is None  # none under way between attempts
+
+
+@timeouts
+async def test_cancels_the_server_leaves_unanswered_hold_none_of_the_threads_other_work_needs(
+        served: Served, timeout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As many calls cancelled at once as Trio's default limiter has threads,
+    # each cancel's own connection (PostgreSQL's cancel request, MySQL's KILL
+    # QUERY) left unanswered. Before: the cancels held all 40 tokens for
+    # their 2 s, and any trio.to_thread.run_sync of the process (another
+    # log's close, a Recall build) waited that long.
+    from streamd.eventlog.server_runner import ServerRunner
+
+    if served.store_cls.__name__ == "PostgresStore":
+        from streamd.eventlog.postgres.runner import PostgresRunner as runner_cls
+    else:
+        from streamd.eventlog.mysql.runner import MysqlRunner as runner_cls  # type: ignore[assignment]
+    default = trio.to_thread.current_default_thread_limiter()
+    count = int(default.total_tokens)
+    running = threading.Semaphore(0)
+    finish = threading.Event()
+
+    def statement(self: Any) -> None:
+        running.release()
+        finish.wait(BOUND_S)
+
+    monkeypatch.setattr(served.store_cls, "statement", statement, raising=False)
+    own = trio.CapacityLimiter(1)  # the test's waits take no token of the default limiter
+    with served.proxy(timeout) as (url, proxy), bounded(proxy):
+        stores = [await trio.to_thread.run_sync(served.store_cls.open, url) for _ in range(count)]
+        try:
+            runners: list[ServerRunner] = [runner_cls(s) for s in stores]
+            proxy.hold_new()
+            scopes = [trio.CancelScope() for _ in runners]
+
+            async def call(runner: ServerRunner, scope: trio.CancelScope) -> None:
+                with scope:
+                    await runner.run(lambda store: store.statement())
+
+            async with trio.open_nursery() as nursery:
+                for runner, scope in zip(runners, scopes, strict=True):
+                    nursery.start_soon(call, runner, scope)
+                for _ in range(count):
+                    assert await trio.to_thread.run_sync(running.acquire, True, BOUND_S,
+                                                         limiter=own)
+                for scope in scopes:
+                    scope.cancel()
+                assert await trio.to_thread.run_sync(proxy.wait_held_blocking, count,
+                                                     limiter=own)
+                assert default.borrowed_tokens == 0
+                assert await trio.to_thread.run_sync(lambda: "other work") == "other work"
+                finish.set()
+            assert all(scope.cancelled_caught for scope in scopes)
+        finally:
+            finish.set()
+            for store in stores:
+                store.close()

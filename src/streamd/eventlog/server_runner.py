@@ -11,6 +11,9 @@ partitioned) is not waited out either: a cancelled or interrupted call still
 running ``grace_s`` after the cancel request was sent has its connection cut
 (:meth:`ServerStore.sever`), so it returns at once with an error saying a write
 in flight may or may not have committed, and close never hangs on the database.
+The cancel request has a thread of the cancels' own, never one of Trio's
+default limiter, which the rest of the process shares
+(:mod:`~streamd.eventlog.cancels`).
 
 A call cancelled while it is inside the driver's connect (reconnecting; a
 server that accepts and never answers holds it for the whole connect timeout)
@@ -42,6 +45,7 @@ from typing import Any, Protocol, TypeVar
 import outcome
 import trio
 
+from streamd.eventlog import cancels
 from streamd.eventlog.store.reconnecting import Backoff
 
 __all__ = ["ServerRunner", "ServerStore"]
@@ -69,7 +73,8 @@ class ServerStore(Protocol):
         ...
 
     def interrupt(self) -> None:
-        """For close: abort what runs; every later call fails with ``closed``."""
+        """For close: every later call fails with ``closed``; never blocks (the
+        statement running, if any, is the runner's to cancel)."""
         ...
 
     def close(self) -> None: ...
@@ -85,8 +90,9 @@ class ServerRunner:
     """A server backend's store opened for the Trio layer (a
     :class:`~streamd.eventlog.store.backend.Runner`)."""
 
-    def __init__(self, store: ServerStore, grace_s: float) -> None:
+    def __init__(self, store: ServerStore, grace_s: float, where: str = "database server") -> None:
         self._store = store
+        self._where = where  # the database in words, never its password
         self._limiter = trio.CapacityLimiter(1)
         self._grace = grace_s
         self._idle = threading.Event()  # no call on the worker thread now
@@ -170,14 +176,14 @@ class ServerRunner:
                 # the connection its connect makes is closed unused.
                 raise
             with trio.CancelScope(shield=True):
-                delivered = False
+                settled = False  # no cancel request on its way
                 with trio.move_on_at(self._cut_by()):
-                    await trio.to_thread.run_sync(
-                        self._store.cancel_running, abandon_on_cancel=True
-                    )
-                    delivered = True
+                    # Sent, or not at all while too many earlier ones wait
+                    # for a server that does not answer (see cancels).
+                    await cancels.send(self._store.cancel_running, self._where)
+                    settled = True
                     await done.wait()
-                if not done.is_set() or not delivered:
+                if not done.is_set() or not settled:
                     # No answer, or a cancel request still on its way (it
                     # could hit the next statement): this connection is done.
                     self._store.sever()
@@ -204,13 +210,14 @@ class ServerRunner:
     def interrupt(self) -> None:
         """For close (on the Trio thread): every later call fails with
         ``closed``, and the running statement (if any) is cancelled, from a
-        thread of its own so the event loop never waits on the network; a call
-        still running at the close's deadline has its connection cut
+        thread nobody waits for, so the event loop never waits on the network
+        (:func:`~streamd.eventlog.cancels.send_unwaited`); a call still
+        running at the close's deadline has its connection cut
         (:meth:`ServerStore.sever`)."""
         left = max(0.0, self.expect_close() - trio.current_time())
-        threading.Thread(target=self._store.interrupt, name="streamd-pg-cancel",
-                         daemon=True).start()
+        self._store.interrupt()
         if not self._idle.is_set():
+            cancels.send_unwaited(self._store.cancel_running, self._where)
             threading.Thread(target=self._sever_unless_idle, args=(left,),
                              name="streamd-pg-sever", daemon=True).start()
 

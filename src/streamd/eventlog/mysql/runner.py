@@ -17,7 +17,7 @@ class MysqlRunner(ServerRunner):
     """A :class:`MysqlStore` opened for the Trio layer."""
 
     def __init__(self, store: MysqlStore) -> None:
-        super().__init__(store, store.options.unresponsive_s)
+        super().__init__(store, store.options.unresponsive_s, store.where)
         self._mysql = store
 
     @classmethod

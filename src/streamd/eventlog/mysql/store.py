@@ -225,8 +225,9 @@ class MysqlStore(SqlOperations):
         return self._link.get()
 
     def interrupt(self) -> None:
+        """For close: every later call fails with ``closed``; never blocks
+        (the runner sends :meth:`cancel_running` from a thread of its own)."""
         self._link.abort()
-        self.cancel_running()
 
     def cancel_running(self) -> None:
         """Kill the statement running on the connection now, if any, from a

@@ -33,7 +33,7 @@ class PostgresRunner(ServerRunner):
     """A :class:`PostgresStore` opened for the Trio layer."""
 
     def __init__(self, store: PostgresStore) -> None:
-        super().__init__(store, store.options.unresponsive_s)
+        super().__init__(store, store.options.unresponsive_s, store.where)
         self._pg = store
 
     @classmethod

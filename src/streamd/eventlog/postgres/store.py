@@ -200,11 +200,10 @@ class PostgresStore(SqlOperations):
         return store
 
     def interrupt(self) -> None:
-        """Abort what the connection is doing, for close; callable from any
-        thread and never blocking it: the cancel request goes out from a thread
-        of its own. Every later call fails with ``closed``."""
+        """For close: every later call fails with ``closed``. Never blocks:
+        the statement running is cancelled by :meth:`cancel_running`, which
+        the runner sends from a thread of its own."""
         self._link.abort()
-        self.cancel_running()
 
     def cancel_running(self) -> None:
         """Ask the server to cancel the statement running now, if any (for a

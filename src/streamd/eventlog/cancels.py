@@ -1,0 +1,155 @@
+"""Requests to cancel a statement on a database server, on threads of their own.
+
+A cancelled call's statement is cancelled on the server by a request that goes
+out on a connection of its own (PostgreSQL's cancel request, MySQL's ``KILL
+QUERY``), from a worker thread. A server that accepts that connection and
+never answers it (stopped, a hung host) holds the thread for the request's
+whole timeout: 2 s, or the grace the call is given (``unresponsive_s``). They
+ran on Trio's default thread limiter, whose 40 tokens every
+``trio.to_thread.run_sync`` of the process shares (Recall's builds, the stdio
+transport's reads, a connection's close, every other log's work): 40 calls
+cancelled at once on such a server (a stop of a daemon hosting several logs,
+clients' deadlines passing together) took all 40 for those 2 s, and unrelated
+work waited as long (measured: a ``trio.to_thread.run_sync(lambda: None)``
+waited 2.0 s behind 40 cancels to a PostgreSQL server that did not answer
+them, none behind 39); a 41st cancel did not get a thread before its grace
+ran out, and was never sent.
+
+So cancels take tokens of a limiter of their own (:data:`CANCELS` per run,
+as :mod:`~streamd.eventlog.handoff` does for connects). A cancel whose caller
+stops waiting (its grace ran out: the call's connection is cut then anyway)
+leaves its thread to end on its own, and so does a close's, which nobody
+waits for; such threads are counted process-wide (:data:`left_running`), and
+while :data:`MAX_LEFT` of them still wait for a server, a cancel is not sent
+at all: the call is left to the cut at the end of its grace, which needs no
+thread, rather than another thread stacked on a server that answers none.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import trio
+
+from streamd.eventlog.handoff import LeftRunning
+
+__all__ = ["CANCELS", "MAX_LEFT", "left_running", "send", "send_unwaited"]
+
+logger = logging.getLogger(__name__)
+
+MAX_LEFT = 16
+"""Cancel requests left running (their callers gone, or a close's) the process
+keeps at most: one thread each, until the server answers or the request times out."""
+
+CANCELS = 40
+"""Cancel requests running at once in one Trio run (as many as Trio's default
+limiter lends): :data:`MAX_LEFT` left running at most, and the rest for those
+a cancelled call still waits for."""
+
+_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("streamd_cancels")
+
+left_running = LeftRunning(MAX_LEFT)
+"""The process's: its threads are the process's, whichever run left them."""
+
+
+def _cancel_limiter() -> trio.CapacityLimiter:
+    # Per run, as Trio's default one is: a token held by a thread that
+    # outlives its run would otherwise be lost to every later run.
+    try:
+        return _limiter.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(CANCELS)
+        _limiter.set(limiter)
+        return limiter
+
+
+def _refused(running: LeftRunning, where: str) -> bool:
+    """Whether a cancel to ``where`` is not to be sent (logged when so)."""
+    if running.count < running.limit:
+        return False
+    logger.warning(
+        "not sending a cancel to the %s: %d cancels sent earlier still wait for a server"
+        " that does not answer; the call is cut at the end of its grace instead",
+        where, running.count)
+    return True
+
+
+async def send(cancel: Callable[[], None], where: str) -> bool:
+    """``cancel()`` (a request to the server ``where``, a description without
+    secrets) on a thread of the cancels' limiter; True once it returned.
+    Cancelled, the caller leaves at once and the thread, left to end on its
+    own, is counted in :data:`left_running` until it does. False, with nothing
+    sent, while :data:`MAX_LEFT` are."""
+    running = left_running  # the one counted in, whatever replaces it meanwhile
+    if _refused(running, where):
+        return False
+    request = _Request(cancel, running, where)
+    try:
+        await trio.to_thread.run_sync(
+            request.run, abandon_on_cancel=True, limiter=_cancel_limiter())
+    except BaseException:
+        request.leave()
+        raise
+    return True
+
+
+def send_unwaited(cancel: Callable[[], None], where: str) -> bool:
+    """``cancel()`` on a thread that nobody waits for (a close's, from the
+    Trio thread, which must never wait on the network), counted in
+    :data:`left_running` from the start; False, with nothing sent, while
+    :data:`MAX_LEFT` are."""
+    running = left_running
+    if _refused(running, where):
+        return False
+    running.add(where)
+
+    def run() -> None:
+        try:
+            cancel()
+        finally:
+            running.remove(where)
+
+    try:
+        threading.Thread(target=run, name="streamd-cancel", daemon=True).start()
+    except BaseException:
+        running.remove(where)
+        raise
+    return True
+
+
+class _Request:
+    """One cancel's thread, and whether its caller still waits for it."""
+
+    def __init__(self, cancel: Callable[[], None], running: LeftRunning, where: str) -> None:
+        self._cancel, self._running, self._where = cancel, running, where
+        self._lock = threading.Lock()
+        self._started = False
+        self._ended = False
+        self._left = False  # the caller stopped waiting
+        self._counted = False  # in self._running: left while the request runs
+
+    def run(self) -> None:
+        """On the thread. A request whose caller left before it began is not
+        sent: the call it was for has been cut, or is being."""
+        with self._lock:
+            if self._left:
+                return
+            self._started = True
+        try:
+            self._cancel()
+        finally:
+            with self._lock:
+                self._ended = True
+                counted, self._counted = self._counted, False
+            if counted:
+                self._running.remove(self._where)
+
+    def leave(self) -> None:
+        """The caller stops waiting: a request under way is counted until it ends."""
+        with self._lock:
+            self._left = True
+            if self._started and not self._ended and not self._counted:
+                self._counted = True
+                self._running.add(self._where)
