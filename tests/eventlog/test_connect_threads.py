@@ -11,6 +11,8 @@ nothing ends fails the test rather than hangs it.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import trio
 import trio.testing
@@ -101,3 +103,36 @@ async def test_past_the_bound_of_connects_left_running_an_open_is_refused_at_onc
         assert f"{handoff.MAX_LEFT} connects" in refused.message
         assert hole.held == left_running.count == handoff.MAX_LEFT
     # The sockets closed, the connects fail and their threads end.
+
+
+async def test_a_connect_cancelled_while_it_waits_for_a_thread_is_not_counted_left_running(
+        left_running: handoff.LeftRunning) -> None:
+    # Every thread for connects taken by connects a frozen server holds; one
+    # more is cancelled while it waits for a thread, so it never began.
+    # Before: it was counted as left running, and never counted out (no
+    # thread was ever to end it): sixteen such and every later open in the
+    # process was refused for good.
+    inside = threading.Semaphore(0)
+    thawed = threading.Event()
+
+    def connect() -> str:
+        inside.release()
+        thawed.wait(30)
+        return "connection"
+
+    own = trio.CapacityLimiter(1)  # the test's waits take no thread for connects
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for _ in range(handoff.CONNECTS):
+                    nursery.start_soon(handoff.made_on_thread, connect, lambda c: None, "frozen")
+                for _ in range(handoff.CONNECTS):
+                    assert await trio.to_thread.run_sync(inside.acquire, True, 30, limiter=own)
+                with trio.CancelScope() as waiting:
+                    waiting.cancel()  # while it waits for a thread: none is free
+                    await handoff.made_on_thread(connect, lambda c: None, "frozen")
+                assert waiting.cancelled_caught
+                thawed.set()
+        assert left_running.count == 0
+    finally:
+        thawed.set()

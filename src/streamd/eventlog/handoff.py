@@ -128,11 +128,17 @@ class _Handoff(Generic[_C]):
         self._lock = threading.Lock()
         self._made: list[_C] = []  # made, and not yet taken by the caller
         self._left = False
+        self._started = False  # make() has begun
         self._ended = False  # make() has returned or raised
         self._counted = False  # in self._running: left while make() ran
 
     def make(self) -> _C:
         """On the thread: the value, closed here if the caller has left."""
+        with self._lock:
+            self._started = True
+            if self._left and not self._counted:  # it left before the thread began
+                self._counted = True
+                self._running.add(self._where)
         try:
             made = self._make()
         except BaseException:
@@ -159,7 +165,10 @@ class _Handoff(Generic[_C]):
         with self._lock:
             self._left = True
             made, self._made = self._made, []
-            if not self._ended and not self._counted:
+            # Not before make() begins, which then counts itself: a caller
+            # cancelled while it waited for a token has no thread to come,
+            # and would stay counted for good.
+            if self._started and not self._ended and not self._counted:
                 self._counted = True
                 self._running.add(self._where)
         for value in made:
