@@ -12,12 +12,15 @@
 //! * [`tokenize`]: identifier-run tokens, Go lowercasing and folding;
 //! * [`postings`]: the segment arrays;
 //! * [`events`]: an event-log row as a record (`recall/eventlog/project.py`);
-//! * [`rank`]: a search's scores and its top-k cut (`recall/query/rank.py`).
+//! * [`rank`]: a search's scores and its top-k cut (`recall/query/rank.py`);
+//! * [`checksum`]: the CRC-32 of a segment file's arrays, read without a mapping
+//!   (`recall/index/checksum.py`).
 //!
 //! The Python module (`streamd._native`, feature `python`) is a thin layer
 //! in [`python`]: it releases the GIL for the work and turns a panic into a
 //! Python exception instead of letting it cross the FFI boundary.
 
+pub mod checksum;
 pub mod events;
 pub mod gotime;
 pub mod hashes;

@@ -20,6 +20,7 @@ use crate::gotime::Instant;
 use crate::postings::{Builder, Origin, Sealed};
 use crate::{json, lines, postings, tokenize, unicode};
 
+mod checksum;
 mod entry;
 mod inode;
 mod lent;
@@ -361,6 +362,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // (`eventlog/sqlite/inode.py`).
     m.add("INODE_INTERFACE", 1)?;
     m.add_function(wrap_pyfunction!(inode::devices_and_inodes, m)?)?;
+    // Bumped whenever `crc32` or `file_crc32` change their call or values
+    // (`recall/index/checksum.py`).
+    m.add("CHECKSUM_INTERFACE", 1)?;
+    m.add_function(wrap_pyfunction!(checksum::crc32, m)?)?;
+    m.add_function(wrap_pyfunction!(checksum::file_crc32, m)?)?;
     rebuild::register(m)?;
     Ok(())
 }

@@ -12,6 +12,7 @@ INTERFACE: Final[int]
 REBUILD_INTERFACE: Final[int]
 ENTRY_INTERFACE: Final[int]
 INODE_INTERFACE: Final[int]
+CHECKSUM_INTERFACE: Final[int]
 UNICODE_VERSION: Final[str]
 MAX_LINE_BYTES: Final[int]
 HOLD_LIMIT: Final[int]
@@ -57,6 +58,8 @@ def read_event_page(db: int, sql: str, from_seq: int, limit: int) -> EventPage |
 def encode_entry(row: tuple[Any, ...], /) -> bytes | None: ...
 def sqlite_extension_loaded() -> bool: ...
 def devices_and_inodes(paths: list[bytes], /) -> list[tuple[int, int] | int | None]: ...
+def crc32(data: memoryview | bytes, value: int = 0) -> int: ...
+def file_crc32(fd: int, spans: list[tuple[int, int]]) -> list[int]: ...
 
 class _Record(TypedDict):
     schema: int
