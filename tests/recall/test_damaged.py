@@ -1,37 +1,32 @@
 """A segment file damaged on disk (bytes flipped, arrays overwritten) is not
-adopted: the restart indexes the files anew and answers as a fresh build
-does, where it used to fail every request (``index build failed``) until a
-full refresh, raise out of ``streamd search``, or answer wrong. What is not
-looked for: damage to the postings (they are not read at a restart) and
-damage that leaves a table plausible (a flipped low bit of a hash): segment
-files carry no checksum. A saturated count without its exact value still
-does not fail a search."""
+adopted: the restart says so in its log, indexes the files anew and answers
+as a fresh build does, where it used to fail every request (``index build
+failed``) until a full refresh, raise out of ``streamd search``, or answer
+wrong. Each array's checksum (in the file's header) catches what the
+tables' plausibility checks cannot: damage to the postings, and damage that
+leaves a table plausible (a flipped low bit of a hash). A file written
+before checksums is still adopted, on its plausibility alone. A saturated
+count without its exact value still does not fail a search."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.native import path_taken
+from support.segments import array_span, flip_low_bit, flip_posting, without_checksums
 
-from streamd.recall.index import segment as seg
+from streamd.recall.index import native
+
+needs_native = pytest.mark.skipif(native._native is None, reason="streamd._native is not built")
 
 
 def stream(w) -> None:
     w.write("a.jsonl", *(w.rec(f"r{i:04d}", title=f"alpha {i % 7}", text="beta " * (i % 70),
                                ref=f"T-{i % 13}") for i in range(400)))
-
-
-def array_span(path: Path, name: str) -> tuple[np.dtype, int, int]:
-    """(dtype, count, byte offset) of array ``name`` in a segment file."""
-    data = path.read_bytes()
-    size = int.from_bytes(data[8:16], "little")
-    header = json.loads(data[16:16 + size])
-    head = (16 + size + 7) // 8 * 8
-    spec = next(a for a in header["arrays"] if a["name"] == name)
-    dtype = seg.COLUMNS if name == "columns" else np.dtype(spec["dtype"])
-    return dtype, spec["len"], head + spec["offset"]
 
 
 def damage(path: Path, name: str, how: str) -> None:
@@ -121,4 +116,77 @@ def test_a_segment_whose_header_length_is_damaged_is_not_adopted(recall_world) -
     restarted = w.adapter()
     assert answers(w, restarted) == expected
     assert restarted.generation is not None and restarted.generation.indexed == 400
+    assert not segment.exists()
+
+
+ARRAYS = ["term_hash", "term_local", "starts", "recs", "meta", "big_pos", "big_count",
+          "ident_hash", "ident_rec", "columns", "ids"]
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_native)],
+                         ids=["plain", "compiled"])
+@pytest.mark.parametrize("name", ARRAYS)
+def test_one_plausible_flipped_bit_in_any_array_is_caught_at_restart_and_indexed_anew(
+        recall_world, caplog, name: str, compiled: bool) -> None:
+    # Damage the plausibility checks pass: a posting's record number one
+    # off, a hash one off, an id's digit changed. The segment used to be
+    # adopted, and its searches answered wrong for as long as the workdir
+    # lived (a record missing, or another in its place).
+    w = recall_world
+    with path_taken(compiled):
+        stream(w)
+        expected = answers(w, w.adapter())
+        (segment,) = (w.work / "index").glob("seg-*")
+        flip_low_bit(segment, name)
+        with caplog.at_level(logging.WARNING, logger="streamd.recall"):
+            restarted = w.adapter()
+            assert answers(w, restarted) == expected
+    assert restarted.generation is not None and restarted.generation.indexed == 400
+    assert not segment.exists()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(f"{segment}: its {name} do not match their checksums" in m
+               and "indexing anew" in m for m in warned), warned
+
+
+def test_a_posting_flipped_to_the_next_record_is_caught_at_restart(recall_world) -> None:
+    # The fault in full: one bit of one posting list, and the record that
+    # holds a term was answered with its neighbour, restart after restart.
+    w = recall_world
+    w.write("a.jsonl", *(w.rec(f"r{i:04d}", title=f"alpha {i}",
+                               text="zebra" if i == 100 else "beta") for i in range(400)))
+
+    def found(adapter) -> list[str]:
+        return [c["source_record_id"] for c in w.search(adapter, "zebra")["candidates"]]
+
+    assert found(w.adapter()) == ["r0100"]
+    (segment,) = (w.work / "index").glob("seg-*")
+    flip_posting(segment, "zebra")
+    assert found(w.adapter()) == ["r0100"]
+
+
+def test_a_segment_written_before_checksums_is_adopted(recall_world, caplog) -> None:
+    # An upgrade must not rebuild every workdir: such a file is checked for
+    # plausibility only, as it was when it was written.
+    w = recall_world
+    stream(w)
+    expected = answers(w, w.adapter())
+    (segment,) = (w.work / "index").glob("seg-*")
+    without_checksums(segment)
+    with caplog.at_level(logging.WARNING, logger="streamd.recall"):
+        restarted = w.adapter()
+        assert answers(w, restarted) == expected
+    assert segment.exists()  # adopted: a rebuild would have written another
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_header_with_checksums_for_some_arrays_only_is_damaged(recall_world) -> None:
+    # A file is written whole: a header that lost one checksum is damaged,
+    # not one written before checksums (whose arrays would go unchecked).
+    w = recall_world
+    stream(w)
+    expected = answers(w, w.adapter())
+    (segment,) = (w.work / "index").glob("seg-*")
+    without_checksums(segment, {"recs"})
+    restarted = w.adapter()
+    assert answers(w, restarted) == expected
     assert not segment.exists()

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from support.segments import flip_low_bit
 
 from streamd.recall.index import segfile
 from streamd.recall.index import segment as seg
@@ -140,3 +141,16 @@ def test_a_rebased_segment_numbers_its_records_from_the_new_base_wrapping_as_uin
     assert sorted(set(high.recs.tolist()))[:2] == [0, 1]
     down = seg.rebased(s, 0, kinds)
     assert (down.recs.astype(np.int64) == s.recs.astype(np.int64) - 100).all()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/pagemap"), reason="Linux's /proc")
+def test_the_check_at_adoption_reads_every_array_yet_leaves_none_mapped(tmp_path):
+    disk = _on_disk(tmp_path, _built())
+    seg.check(disk)
+    for name, arr in disk.arrays().items():
+        assert _resident_pages(arr) == 0, name
+    # What it read was the postings too: one flipped bit there is seen.
+    path = tmp_path / "s.seg"
+    flip_low_bit(path, "recs")
+    with pytest.raises(seg.Damaged, match="its recs do not match their checksums"):
+        seg.check(seg.read(str(path)))

@@ -426,11 +426,11 @@ class StreamAdapter(Answers):
         """Resume from the index a previous process saved in the workdir."""
         if self.durable is None:
             return None, gotime.ZERO_TIME, {}, False
-        loaded, rewritten = self.durable.load(self.paths)
-        if loaded is None:
-            return None, gotime.ZERO_TIME, {}, rewritten
-        index = Index(self.durable.sink)
         try:
+            loaded, rewritten = self.durable.load(self.paths)
+            if loaded is None:
+                return None, gotime.ZERO_TIME, {}, rewritten
+            index = Index(self.durable.sink)
             index.adopt(loaded.segments, loaded.kinds)
         except Damaged as exc:
             log.warning("the saved index is damaged (%s): indexing anew", exc)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import trio
 from support.recall import FAR, req
+from support.segments import flip_posting
 
 from .conftest import call, expand, ids, init, result, say, search, served
 
@@ -179,6 +181,29 @@ async def test_a_restart_adopts_the_saved_index_and_reads_only_what_came_after(t
             assert h["index_generation"] == "gen-3"
             assert h["diagnostics"] == {"seq": 3}
             assert sorted(ids(await result(peer, search(3, "restart")))) == ["e1", "e2", "e3"]
+
+
+async def test_a_saved_index_with_a_flipped_posting_is_indexed_again_at_restart(
+        tmp_path, caplog):
+    # One bit of a posting list, and a search for "zebra" answered e2 (the
+    # event next to the one that holds it) at every restart.
+    db, work = tmp_path / "events.db", tmp_path / "work"
+    work.mkdir()
+    with trio.fail_after(20):
+        async with served(db) as (peer, log):
+            await say(log, "e1", "zebra crossing")
+            await say(log, "e2", "yak shaving")
+            await result(peer, init(db, work))
+            assert ids(await result(peer, search(2, "zebra"))) == ["e1"]
+        (segment,) = (work / "index").glob("seg-*")
+        flip_posting(segment, "zebra")
+        with caplog.at_level(logging.WARNING, logger="streamd.recall.eventlog"):
+            async with served(db) as (peer, log):
+                await result(peer, init(db, work))
+                assert ids(await result(peer, search(2, "zebra"))) == ["e1"]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("the saved event-log index is damaged" in m and "its recs do not match" in m
+               for m in warned), warned
 
 
 async def test_a_round_that_indexes_many_events_trims_the_heap(tmp_path, monkeypatch):

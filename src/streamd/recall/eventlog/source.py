@@ -330,7 +330,11 @@ class LogSource:
         still this log's."""
         if self.settings.debug_seed:
             await self._seed(self.settings.debug_seed)
-        loaded = await self.offload(self.durable.load_position)
+        try:
+            loaded = await self.offload(self.durable.load_position)
+        except Damaged as exc:
+            loaded = None
+            log.warning("the saved event-log index is damaged (%s): indexing it again", exc)
         self._started = True
         if loaded is None or "eventlog" not in loaded.position:
             return

@@ -44,6 +44,9 @@ Rules:
   reads per segment and term, each a system call and a few Python steps.
 * The tiny arrays every lookup of a saturated count needs are read once,
   when the file is opened.
+* A new process adopting a segment checks its arrays against the checksums
+  in its header (``unmatched``) by reading the file, never through the
+  mapping (``checksum``).
 * The file stays open as long as the segment is referenced: a merged or
   rewritten index removes files that an older published View may still be
   reading, and an open descriptor keeps an unlinked file readable, as the
@@ -59,6 +62,8 @@ import threading
 from collections.abc import Iterable
 
 import numpy as np
+
+from streamd.recall.index import checksum
 
 # A term's postings in a segment shorter than this are read (``read``), not
 # mapped: 32 KB of record numbers.
@@ -113,12 +118,15 @@ class SegmentFile:
     """The open file of one segment and where each of its arrays lies."""
 
     def __init__(self, path: str, layout: dict[str, tuple[np.dtype, int, int]],
-                 mapped: mmap.mmap) -> None:
+                 mapped: mmap.mmap, sums: dict[str, int] | None = None) -> None:
         # Unbuffered: every read is one pread of exactly what was asked.
         self._file = open(path, "rb", buffering=0)  # noqa: SIM115 (lives with the segment)
         self._fd = self._file.fileno()
         self._layout = layout
         self._mapped = mapped
+        # Each array's CRC-32 as the header gives it; None in a file written
+        # before segment files had checksums.
+        self._sums = sums
         self.big_pos = self.read("big_pos")
         self.big_count = self.read("big_count")
         # Where postings lie, looked up once (``postings`` is a search's
@@ -141,6 +149,18 @@ class SegmentFile:
         if len(data) != (hi - lo) * size:
             raise OSError(f"{self._file.name} is shorter than its header says")
         return np.frombuffer(data, dtype=dtype)
+
+    def unmatched(self) -> list[str] | None:
+        """The arrays whose bytes in the file are not those their checksums
+        were taken of, read in bounded chunks and never mapped; None for a
+        file that holds no checksums (which is adopted unchecked)."""
+        if self._sums is None:
+            return None
+        names = list(self._layout)
+        spans = [(at, count * dtype.itemsize)
+                 for dtype, count, at in (self._layout[n] for n in names)]
+        found = checksum.file_crc32(self._fd, spans)
+        return [n for n, crc in zip(names, found, strict=True) if crc != self._sums[n]]
 
     def postings(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """Record numbers and metadata of postings ``[lo, hi)`` (``read``'s

@@ -13,6 +13,10 @@ needs no vocabulary object in memory and opens from disk with one ``mmap``:
 * ``ident_hash`` / ``ident_rec``: hashes of folded ids, refs and correlations,
   sorted, for the exact-identifier partition
 
+The header gives each array's CRC-32 (``checksum``), taken as the segment
+is written and checked when a new process adopts it (``check``); a file
+written before checksums has none, and is adopted unchecked.
+
 A 64-bit hash collision between two distinct terms is possible in principle
 (about one in 10^7 for a billion-term store) and would add a spurious
 posting; we accept that rather than hold every term string in memory.
@@ -33,7 +37,7 @@ from dataclasses import dataclass, replace
 import msgspec
 import numpy as np
 
-from streamd.recall.index import streamfile
+from streamd.recall.index import checksum, streamfile
 from streamd.recall.index.segfile import READ_POSTINGS, SegmentFile
 
 COUNT_CAP = 63
@@ -362,30 +366,36 @@ def rebased(s: Segment, base: int, kind_map: np.ndarray) -> Segment:
 
 def encode(seg: Segment) -> Iterator[bytes | memoryview]:
     """One file per segment: a JSON header, then the arrays, 8-byte aligned.
-    The bytes come in pieces (one array at a time, each a view of the
-    array's own memory) so a segment is never copied on its way to the
-    file; ``durable`` writes them atomically."""
+    The header gives each array's CRC-32, taken over the bytes written (in
+    memory: the file is never read back for it). The bytes come in pieces
+    (one array at a time, each a view of the array's own memory) so a
+    segment is never copied on its way to the file; ``durable`` writes them
+    atomically."""
     arrays = {name: np.ascontiguousarray(arr) for name, arr in seg.arrays().items()}
+    pieces = {name: arr.view(np.uint8).data for name, arr in arrays.items()}
     layout = []
     offset = 0
     for name, arr in arrays.items():
-        layout.append({"name": name, "dtype": arr.dtype.str, "len": len(arr), "offset": offset})
+        layout.append({"name": name, "dtype": arr.dtype.str, "len": len(arr), "offset": offset,
+                       "crc32": checksum.crc32(pieces[name])})
         offset += (arr.nbytes + 7) // 8 * 8
     header = json.dumps({"base": seg.base, "count": seg.count, "arrays": layout}).encode()
     head = _MAGIC + len(header).to_bytes(8, "little") + header
     yield head + b"\0" * ((len(head) + 7) // 8 * 8 - len(head))
-    for arr in arrays.values():
-        yield arr.view(np.uint8).data
-        yield b"\0" * ((arr.nbytes + 7) // 8 * 8 - arr.nbytes)
+    for piece in pieces.values():
+        yield piece
+        yield b"\0" * (-len(piece) % 8)
 
 
 def check(s: Segment) -> None:
     """Raise :class:`Damaged` unless a segment read back has the shape of one
     that was written: its arrays' lengths, and the values of those a lookup
     trusts (the sorted hashes, distinct for terms, the local ids, the posting starts, the exact
-    counts' places, the identifiers' records): tables of a size with the
-    terms and the records, never the postings, so damage to those stays for
-    a search to meet (segment files carry no checksum)."""
+    counts' places, the identifiers' records); then unless every array's
+    bytes, the postings too, have the checksums its header gives. A file
+    written before checksums passes on its shape alone, so damage to its
+    postings, or damage that leaves a table plausible, stays for a search to
+    meet."""
     terms, postings = len(s.term_hash), len(s.recs)
 
     def sorted_(a: np.ndarray, strict: bool = False) -> bool:
@@ -413,6 +423,9 @@ def check(s: Segment) -> None:
         s.file.drop(*_ARRAYS)
     if not sound:
         raise Damaged(f"{s.path} is damaged")
+    unmatched = s.file.unmatched() if s.file is not None else None
+    if unmatched:
+        raise Damaged(f"{s.path}: its {', '.join(unmatched)} do not match their checksums")
 
 
 def read(path: str) -> Segment:
@@ -442,7 +455,20 @@ def read(path: str) -> Segment:
         )
         layout[spec["name"]] = (dtype, spec["len"], head_len + spec["offset"])
     return Segment(base=header["base"], count=header["count"], path=path,
-                   file=SegmentFile(path, layout, mapped), **arrays)
+                   file=SegmentFile(path, layout, mapped, _sums(path, header["arrays"])),
+                   **arrays)
+
+
+def _sums(path: str, specs: list[dict]) -> dict[str, int] | None:
+    """Each array's checksum from a header's array specs; None for a file
+    written before checksums (no spec has one). A header with some but not
+    all, or one that is not a CRC-32, is damaged: a file is written whole."""
+    found = [spec.get("crc32") for spec in specs]
+    if all(v is None for v in found):
+        return None
+    if not all(type(v) is int and 0 <= v < 1 << 32 for v in found):
+        raise Damaged(f"{path}: its header's checksums are damaged")
+    return {spec["name"]: spec["crc32"] for spec in specs}
 
 
 __all__ = ["Segment", "SegmentBuilder", "encode", "hashes", "merge", "read", "term_hash"]

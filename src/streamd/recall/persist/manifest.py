@@ -151,7 +151,9 @@ class DurableIndex:
     def load(self, paths: list[str]) -> tuple[Loaded | None, bool]:
         """The last saved index if it is still valid for these files, and
         whether a file it read was rewritten since (shorter than what was
-        consumed, or a consumed head that no longer matches)."""
+        consumed, or a consumed head that no longer matches). Raises
+        :class:`~streamd.recall.index.segment.Damaged` for a segment file
+        that is not as it was written (``segment.check``)."""
         body = self._body()
         if body is None:
             return None, False
@@ -174,7 +176,8 @@ class DurableIndex:
 
     def load_position(self) -> Loaded | None:
         """The last index :meth:`save_position` saved, whole, with its
-        ``position`` for the caller to judge; None when there is none."""
+        ``position`` for the caller to judge; None when there is none. Raises
+        :class:`~streamd.recall.index.segment.Damaged` as :meth:`load` does."""
         body = self._body()
         return self._segments(body) if body is not None else None
 
@@ -196,8 +199,10 @@ class DurableIndex:
         try:
             segments = [seg.read(os.path.join(self.dir, n)) for n in body["segments"]]
             for s in segments:
-                seg.check(s)  # raises Damaged, a ValueError
+                seg.check(s)
             records, kinds, latest = int(body["records"]), list(body["kinds"]), int(body["latest"])
+        except seg.Damaged:
+            raise  # a ValueError, but one the caller reports before indexing anew
         except _UNREADABLE:
             return None
         expected = 0
