@@ -26,11 +26,16 @@ pub fn crc32(value: u32, data: &[u8]) -> u32 {
     hasher.finalize()
 }
 
-/// CRC-32 of each `(offset, length)` span of `file`, read in chunks. A span
-/// that runs past the end of the file is an `UnexpectedEof` error.
-pub fn spans_crc32(file: &File, spans: &[(u64, u64)]) -> io::Result<Vec<u32>> {
-    let largest = spans.iter().map(|&(_, len)| len).max().unwrap_or(0);
-    let mut buf = vec![0u8; largest.min(CHUNK as u64) as usize];
+/// The buffer [`spans_crc32`] needs for `spans`: the longest, up to [`CHUNK`].
+pub fn scratch_len(spans: &[(u64, u64)]) -> usize {
+    spans.iter().map(|&(_, len)| len).max().unwrap_or(0).min(CHUNK as u64) as usize
+}
+
+/// CRC-32 of each `(offset, length)` span of `file`, read in chunks into
+/// `buf` ([`scratch_len`] bytes or more). A span that runs past the end of
+/// the file is an `UnexpectedEof` error.
+pub fn spans_crc32(file: &File, spans: &[(u64, u64)], buf: &mut [u8]) -> io::Result<Vec<u32>> {
+    assert!(buf.len() >= scratch_len(spans), "a scratch buffer too small for the spans");
     spans
         .iter()
         .map(|&(offset, len)| {
@@ -73,13 +78,14 @@ mod tests {
         File::create(&path).unwrap().write_all(&data).unwrap();
         let file = File::open(&path).unwrap();
         let spans = [(0, data.len() as u64), (5, 0), (CHUNK as u64 - 3, CHUNK as u64 + 9)];
-        let sums = spans_crc32(&file, &spans).unwrap();
+        let mut buf = vec![0u8; scratch_len(&spans)];
+        let sums = spans_crc32(&file, &spans, &mut buf).unwrap();
         let expected: Vec<u32> = spans
             .iter()
             .map(|&(at, len)| crc32(0, &data[at as usize..(at + len) as usize]))
             .collect();
         assert_eq!(sums, expected);
-        let past = spans_crc32(&file, &[(data.len() as u64 - 4, 8)]).unwrap_err();
+        let past = spans_crc32(&file, &[(data.len() as u64 - 4, 8)], &mut buf).unwrap_err();
         assert_eq!(past.kind(), io::ErrorKind::UnexpectedEof);
         std::fs::remove_file(&path).unwrap();
     }

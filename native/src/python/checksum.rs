@@ -40,6 +40,59 @@ pub fn file_crc32(py: Python<'_>, fd: i32, spans: Vec<(u64, u64)>) -> PyResult<V
     // SAFETY: the caller owns `fd` and keeps it open for the call;
     // ManuallyDrop keeps this borrowed File from closing it.
     let file = ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
-    let result = py.allow_threads(|| guarded("file_crc32", || checksum::spans_crc32(&file, &spans)))?;
+    let result = py.allow_threads(|| {
+        guarded("file_crc32", || {
+            let mut scratch = Scratch::new(checksum::scratch_len(&spans))?;
+            checksum::spans_crc32(&file, &spans, scratch.bytes())
+        })
+    })?;
     Ok(result?)
+}
+
+/// A buffer in an anonymous mapping of its own, unmapped when dropped. The
+/// daemon's allocator takes a megabyte from a thread's heap (`heap.py` maps
+/// only blocks of 32 MiB apart), where the buffers of a restart's checks,
+/// one a segment, kept freed memory resident: 5 MB more after adopting a
+/// 1M-record index (`segment.check` says what else it took).
+struct Scratch {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Scratch {
+    fn new(len: usize) -> std::io::Result<Scratch> {
+        if len == 0 {
+            return Ok(Scratch { ptr: std::ptr::NonNull::dangling().as_ptr(), len });
+        }
+        // SAFETY: a fresh private anonymous mapping, owned by this Scratch alone.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if at == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Scratch { ptr: at.cast(), len })
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes mapped readable and writable (or none, at a
+        // dangling but aligned pointer), borrowed mutably through `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: the mapping `new` made, unmapped once.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
 }
