@@ -253,9 +253,11 @@ class LogSource:
 
     async def _round(self) -> LogGeneration:
         self.rounds += 1
-        requests, index = self.requests, self.index
         if not self._started:
+            # First: a saved index found damaged there is replaced by a fresh
+            # one, which is the one this round must build.
             await self._start()
+        requests, index = self.requests, self.index
         newest, removal_max, removal_min = await requests.index_position()
         replaced = self._replaced(newest, removal_max, removal_min)
         if not replaced and index.seq:
@@ -353,6 +355,7 @@ class LogSource:
             return
         try:
             self.index.adopt(loaded.segments, loaded.kinds, at)
+            await self.offload(loaded.verified)
         except Damaged as exc:
             log.warning("the saved event-log index is damaged (%s): indexing it again", exc)
             self.index = LogIndex(self.settings, self.clock, self.durable.sink)

@@ -14,8 +14,9 @@ needs no vocabulary object in memory and opens from disk with one ``mmap``:
   sorted, for the exact-identifier partition
 
 The header gives each array's CRC-32 (``checksum``), taken as the segment
-is written and checked when a new process adopts it (``check``); a file
-written before checksums has none, and is adopted unchecked.
+is written and checked when a new process adopts it (``verify``); a file
+written before checksums has none, and is adopted on its shape alone
+(``check``).
 
 A 64-bit hash collision between two distinct terms is possible in principle
 (about one in 10^7 for a billion-term store) and would add a spurious
@@ -388,21 +389,15 @@ def encode(seg: Segment) -> Iterator[bytes | memoryview]:
 
 
 def check(s: Segment) -> None:
-    """Raise :class:`Damaged` unless a segment read back is one that was
-    written: every array's bytes, the postings too, have the checksums its
-    header gives; and it has the shape of one: its arrays' lengths, and the
-    values of those a lookup trusts (the sorted hashes, distinct for terms,
-    the local ids, the posting starts, the exact counts' places, the
-    identifiers' records). A file written before checksums passes on its
-    shape alone, so damage to its postings, or damage that leaves a table
-    plausible, stays for a search to meet."""
-    # The checksums first, before this check's temporaries grow the thread's
-    # heap: checked after them, the daemon kept 5 MB more of that heap
-    # resident after a 1M restart (free memory under the small blocks the
-    # check left higher up; its buffer is mapped apart for the same reason).
-    unmatched = s.file.unmatched() if s.file is not None else None
-    if unmatched:
-        raise Damaged(f"{s.path}: its {', '.join(unmatched)} do not match their checksums")
+    """Raise :class:`Damaged` unless a segment read back has the shape of one
+    that was written: its arrays' lengths, and the values of those a lookup
+    trusts (the sorted hashes, distinct for terms, the local ids, the posting
+    starts, the exact counts' places, the identifiers' records): what a
+    lookup would trip on. The bytes themselves, the postings too, are held
+    to the checksums in the header by ``verify``, beside the adoption; a
+    file written before checksums has its shape checked alone, so damage to
+    its postings, or damage that leaves a table plausible, stays for a
+    search to meet."""
     terms, postings = len(s.term_hash), len(s.recs)
 
     def sorted_(a: np.ndarray, strict: bool = False) -> bool:
