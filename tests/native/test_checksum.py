@@ -15,7 +15,6 @@ from support.segments import flip_low_bit
 
 from streamd.recall.index import checksum, native
 from streamd.recall.index import segment as seg
-from streamd.recall.index.verify import Verification
 from streamd.recall.persist.atomic import write_atomic
 
 needs_native = pytest.mark.skipif(native._native is None, reason="streamd._native is not built")
@@ -87,6 +86,6 @@ def test_a_segment_file_is_the_same_and_refused_the_same_on_both_paths(tmp_path:
         refusals = []
         for compiled in (False, True):
             with path_taken(compiled), pytest.raises(seg.Damaged) as refused:
-                Verification([seg.read(str(path))]).wait()
+                seg.check(seg.read(str(path)))
             refusals.append(str(refused.value))
         assert refusals[0] == refusals[1] == f"{path}: its {name} do not match their checksums"

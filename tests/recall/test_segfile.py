@@ -12,7 +12,6 @@ from support.segments import flip_low_bit
 from streamd.recall.index import segfile
 from streamd.recall.index import segment as seg
 from streamd.recall.index.index import Index
-from streamd.recall.index.verify import Verification
 from streamd.recall.persist.atomic import write_atomic
 
 
@@ -148,21 +147,20 @@ def test_a_rebased_segment_numbers_its_records_from_the_new_base_wrapping_as_uin
 def test_the_checks_at_adoption_read_every_array_yet_leave_none_mapped(tmp_path):
     disk = _on_disk(tmp_path, _built())
     seg.check(disk)
-    Verification([disk]).wait()
     for name, arr in disk.arrays().items():
         assert _resident_pages(arr) == 0, name
     # What it read was the postings too: one flipped bit there is seen.
     path = tmp_path / "s.seg"
     flip_low_bit(path, "recs")
     with pytest.raises(seg.Damaged, match="its recs do not match their checksums"):
-        Verification([seg.read(str(path))]).wait()
+        seg.check(seg.read(str(path)))
 
 
 def test_a_segment_cut_short_after_it_was_opened_is_damaged_not_an_error(tmp_path):
     # The checksums are read after the file was opened and mapped: a file
-    # shortened meanwhile is damage for the caller to report, not an OSError
-    # out of the thread that checks it.
+    # shortened meanwhile is damage for the caller to report (an OSError was
+    # not: the index was built anew without a word).
     disk = _on_disk(tmp_path, _built())
     os.truncate(tmp_path / "s.seg", os.path.getsize(tmp_path / "s.seg") // 2)
     with pytest.raises(seg.Damaged, match="cannot be read to check it"):
-        Verification([disk]).wait()
+        seg.check(disk)

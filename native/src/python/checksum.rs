@@ -50,10 +50,10 @@ pub fn file_crc32(py: Python<'_>, fd: i32, spans: Vec<(u64, u64)>) -> PyResult<V
 }
 
 /// A buffer in an anonymous mapping of its own, unmapped when dropped. The
-/// daemon's allocator serves a megabyte from the calling thread's heap
-/// (`heap.py` maps only blocks of 32 MiB apart), where it stays resident
-/// once freed: with the checks run in the adopting thread, the daemon kept
-/// 5 MB more after a 1M-record restart.
+/// daemon's allocator serves it from the calling thread's heap (`heap.py`
+/// maps only blocks of 32 MiB apart), where what the checks freed stayed
+/// resident: 5 MB more after a 1M-record restart (`segment.check` says what
+/// else that took).
 struct Scratch {
     ptr: *mut u8,
     len: usize,

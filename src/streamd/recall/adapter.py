@@ -432,7 +432,6 @@ class StreamAdapter(Answers):
                 return None, gotime.ZERO_TIME, {}, rewritten
             index = Index(self.durable.sink)
             index.adopt(loaded.segments, loaded.kinds)
-            loaded.verified()
         except Damaged as exc:
             log.warning("the saved index is damaged (%s): indexing anew", exc)
             return None, gotime.ZERO_TIME, {}, False

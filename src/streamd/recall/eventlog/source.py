@@ -355,7 +355,6 @@ class LogSource:
             return
         try:
             self.index.adopt(loaded.segments, loaded.kinds, at)
-            await self.offload(loaded.verified)
         except Damaged as exc:
             log.warning("the saved event-log index is damaged (%s): indexing it again", exc)
             self.index = LogIndex(self.settings, self.clock, self.durable.sink)

@@ -37,9 +37,10 @@ from streamd import plain
 
 __all__ = ["CHUNK", "crc32", "file_crc32"]
 
-# The most a check reads at once: the system calls cost nothing beside the
-# copying, and the buffer stays in the CPU's caches (the compiled core's too).
-CHUNK = 1 << 20
+# The most a check reads at once: each chunk is summed while it is still in
+# the CPU's cache. Checking a 1M index took 44 ms of CPU in 256 KiB chunks,
+# 52 in 1 MiB ones (the compiled core's, which has its own CHUNK).
+CHUNK = 1 << 18
 
 # The compiled checksums' interface (its CHECKSUM_INTERFACE).
 CHECKSUM_INTERFACE = 1

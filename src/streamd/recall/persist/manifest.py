@@ -46,7 +46,6 @@ from streamd.recall.index import streamfile
 from streamd.recall.index.fingerprint import fingerprint
 from streamd.recall.index.segment import Segment
 from streamd.recall.index.streamfile import Cursor
-from streamd.recall.index.verify import Verification
 from streamd.recall.persist import cursors
 from streamd.recall.persist.atomic import write_atomic
 
@@ -68,16 +67,6 @@ class Loaded:
     # What a source other than stream files saved of where it stands
     # (``save_position``): the event log's seq and removal mark.
     position: dict[str, Any] = field(default_factory=dict)
-    # The segments' checksums, checked while the caller adopts them.
-    checksums: Verification | None = None
-
-    def verified(self) -> None:
-        """Wait for the segments' checksums; raises
-        :class:`~streamd.recall.index.segment.Damaged` for a segment whose
-        bytes are not those that were written. An index adopted from these
-        segments must not answer anything before this returns."""
-        if self.checksums is not None:
-            self.checksums.wait()
 
 
 def _print(c: Cursor, prints: dict[str, str] | None) -> str:
@@ -164,8 +153,7 @@ class DurableIndex:
         whether a file it read was rewritten since (shorter than what was
         consumed, or a consumed head that no longer matches). Raises
         :class:`~streamd.recall.index.segment.Damaged` for a segment file
-        whose tables are not as they were written (``segment.check``); its
-        checksums are the caller's to wait for (``Loaded.verified``)."""
+        that is not as it was written (``segment.check``)."""
         body = self._body()
         if body is None:
             return None, False
@@ -226,7 +214,7 @@ class DurableIndex:
             return None
         known = {"format", "config", "records", "latest", "kinds", "segments", "files"}
         position = {k: v for k, v in body.items() if k not in known}
-        return Loaded(segments, [], kinds, latest, expected, position, Verification(segments))
+        return Loaded(segments, [], kinds, latest, expected, position)
 
     def _remove_unlisted(self, keep: set[str], keep_manifest: bool = False) -> None:
         try:
