@@ -7,7 +7,7 @@ import logging
 
 import trio
 from support.recall import FAR, req
-from support.segments import flip_posting
+from support.segments import array_span, flip_posting, without_checksums
 
 from .conftest import call, expand, ids, init, result, say, search, served
 
@@ -204,6 +204,37 @@ async def test_a_saved_index_with_a_flipped_posting_is_indexed_again_at_restart(
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("the saved event-log index is damaged" in m and "its recs do not match" in m
                for m in warned), warned
+
+
+async def test_a_saved_index_refused_half_way_through_its_adoption_is_not_built_on(tmp_path):
+    # Segments written before checksums, the second one's ids damaged: the
+    # adoption took the first segment's records before it refused the index
+    # and replaced it, and the round went on with the half-adopted one it
+    # had taken first: 3 events indexed as 5, each id of the first segment
+    # twice, beside postings that knew them once.
+    db, work = tmp_path / "events.db", tmp_path / "work"
+    work.mkdir()
+    with trio.fail_after(20):
+        async with served(db) as (peer, log):
+            await say(log, "e1", "zebra crossing")
+            await say(log, "e2", "yak shaving")
+            await result(peer, init(db, work))
+            await result(peer, search(2, "zebra"))
+            await say(log, "e3", "zebra again")
+            await result(peer, req(3, "recall/refresh", deadline=FAR))
+        segments = sorted((work / "index").glob("seg-*"))
+        assert len(segments) == 2
+        for segment in segments:
+            without_checksums(segment)
+        _, _, at = array_span(segments[1], "ids")
+        data = bytearray(segments[1].read_bytes())
+        data[at] = 0  # its ids no longer decode
+        segments[1].write_bytes(bytes(data))
+        async with served(db) as (peer, log):
+            await result(peer, init(db, work))
+            found = await result(peer, search(2, "zebra"))
+            assert found["diagnostics"]["indexed"] == 3
+            assert ids(found) == ["e3", "e1"]
 
 
 async def test_a_round_that_indexes_many_events_trims_the_heap(tmp_path, monkeypatch):

@@ -255,7 +255,8 @@ class LogSource:
         self.rounds += 1
         if not self._started:
             # First: a saved index found damaged there is replaced by a fresh
-            # one, which is the one this round must build.
+            # one, which is the one this round must build (taken before, the
+            # half-adopted one was built on: 3 events counted as 5).
             await self._start()
         requests, index = self.requests, self.index
         newest, removal_max, removal_min = await requests.index_position()
