@@ -282,6 +282,20 @@ def test_limits_longer_than_all_time_cut_off_at_the_earliest_time_and_remove_not
     assert ids(fx) == ["e1"]
 
 
+def test_a_policy_keeping_more_events_than_any_session_holds_trims_nothing_and_fails_nothing(
+    fx: Fixture,
+) -> None:
+    # max_events takes any count up to 2**63 - 1. Finding where a session is
+    # cut walks its newest max_events + 1 entries: a LIMIT of 2**63, which no
+    # backend's integer holds, so every compaction of the app failed, and
+    # with it the policies of every app after it.
+    for i in range(3):
+        fx.store.append(ap(ev(f"e{i}"), session="s"), T0)
+    step = fx.store.trim_sessions("app", MAX_INT, None, T0, None, B)
+    assert (step.events, step.more) == (0, False)
+    assert ids(fx) == ["e0", "e1", "e2"]
+
+
 async def test_a_policy_longer_than_all_time_neither_fails_compact_nor_stops_the_log(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -216,7 +216,10 @@ def trim_sessions(
             # limit: charged max_events + 1 each, a log within a generous
             # policy took a step, a committed transaction, per session
             # (10,000 steps, 26 s on PostgreSQL at a million events).
-            want = max_events + 1
+            # A policy may keep up to 2**63 - 1 events, and one more is no
+            # 64-bit LIMIT (SQLite's driver overflowed, PostgreSQL's bigint
+            # too, failing every compaction); no session holds that many.
+            want = min(max_events, MAX_SEQ - 1) + 1
             cap = want if not walked else min(want, bounds.events - walked)
             if cap <= 0:
                 cursor = (user, session)
