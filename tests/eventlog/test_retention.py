@@ -162,6 +162,23 @@ def test_nothing_after_what_a_watch_has_been_given_is_removed(fx: Fixture) -> No
     assert fx.store.drop_idle_sessions("app", now + DAY, seqs[3], now, None, B) == Step(0, 0)
 
 
+def test_an_idle_session_holding_nothing_a_watch_needs_goes_though_its_last_seq_is_past_it(
+    fx: Fixture,
+) -> None:
+    # A watch needs the events after what it was sent, not a session's
+    # history. The session's events went by age (no watch was open then);
+    # judged by its last_seq, past the watch's 1, it stayed empty and idle
+    # for as long as the watch lagged behind.
+    watched = fx.store.append(ap(ev("e0"), session="watched"), T0).seq
+    fx.store.append(ap(ev("e1", timestamp=at(T0 - 10 * DAY)), session="aged"), T0)
+    assert fx.store.drop_old_events("app", T0 - DAY, None, T0, None, B).events == 1
+    now = T0 + 2 * DAY
+    assert fx.store.drop_idle_sessions("app", now - DAY, watched - 1, now, None, B) == Step(
+        events=0, rows=0, sessions=1
+    )
+    assert [s.session for s in fx.store.list_sessions("app", None)] == ["watched"]
+
+
 def test_seqs_are_never_given_again_after_the_newest_events_are_compacted(fx: Fixture) -> None:
     last = [fx.store.append(ap(ev(f"e{i}", timestamp=at(T0))), T0).seq for i in range(5)][-1]
     fx.store.drop_old_events("app", T0 + DAY, None, T0 + DAY, None, B)

@@ -91,6 +91,18 @@ def drop_idle_sessions(
     after = 0
     with db.write(removes=True):
         keep = _keep(keep_after_seq)
+        # A watch needs the events it has not been sent, not the session's
+        # history: judged by last_seq, a session whose newest events an
+        # older policy had removed stayed, empty and idle, for as long as a
+        # watch lagged behind that seq.
+        watched = ""
+        wargs: tuple[int, ...] = ()
+        if keep < MAX_SEQ:
+            watched = (
+                f" AND NOT EXISTS (SELECT 1 FROM {by_session} WHERE app_name = s.app_name"
+                " AND user_id = s.user_id AND session_id = s.session_id AND seq > ?)"
+            )
+            wargs = (keep,)
         # Locked (a server's): another daemon's append to one of them waits
         # for this step, or this step for it, and a session appended to
         # meanwhile is idle no longer, and skipped. Without the lock the
@@ -98,9 +110,9 @@ def drop_idle_sessions(
         # had committed and acknowledged since this one chose its sessions.
         idle = db.rows(
             "SELECT user_id, session_id FROM sessions s WHERE app_name = ?"
-            f" AND updated_at < ? AND last_seq <= ? AND NOT {leased}"
+            f" AND updated_at < ?{watched} AND NOT {leased}"
             f" ORDER BY user_id, session_id LIMIT ?{db.dialect.for_update}",
-            (app, cutoff_us, keep, *largs, bounds.sessions),
+            (app, cutoff_us, *wargs, *largs, bounds.sessions),
         )
         for user, session in idle:
             key = (app, user, session)
