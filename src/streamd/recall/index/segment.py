@@ -14,9 +14,9 @@ needs no vocabulary object in memory and opens from disk with one ``mmap``:
   sorted, for the exact-identifier partition
 
 The header gives each array's CRC-32 (``checksum``), taken as the segment
-is written and checked when a new process adopts it (``verify``); a file
-written before checksums has none, and is adopted on its shape alone
-(``check``).
+is written and checked when a new process adopts it, before the shape
+(``check``); a file written before checksums has none, and is adopted on
+its shape alone.
 
 A 64-bit hash collision between two distinct terms is possible in principle
 (about one in 10^7 for a billion-term store) and would add a spurious
