@@ -162,23 +162,6 @@ def test_nothing_after_what_a_watch_has_been_given_is_removed(fx: Fixture) -> No
     assert fx.store.drop_idle_sessions("app", now + DAY, seqs[3], now, None, B) == Step(0, 0)
 
 
-def test_an_idle_session_holding_nothing_a_watch_needs_goes_though_its_last_seq_is_past_it(
-    fx: Fixture,
-) -> None:
-    # A watch needs the events after what it was sent, not a session's
-    # history. The session's events went by age (no watch was open then);
-    # judged by its last_seq, past the watch's 1, it stayed empty and idle
-    # for as long as the watch lagged behind.
-    watched = fx.store.append(ap(ev("e0"), session="watched"), T0).seq
-    fx.store.append(ap(ev("e1", timestamp=at(T0 - 10 * DAY)), session="aged"), T0)
-    assert fx.store.drop_old_events("app", T0 - DAY, None, T0, None, B).events == 1
-    now = T0 + 2 * DAY
-    assert fx.store.drop_idle_sessions("app", now - DAY, watched - 1, now, None, B) == Step(
-        events=0, rows=0, sessions=1
-    )
-    assert [s.session for s in fx.store.list_sessions("app", None)] == ["watched"]
-
-
 def test_seqs_are_never_given_again_after_the_newest_events_are_compacted(fx: Fixture) -> None:
     last = [fx.store.append(ap(ev(f"e{i}", timestamp=at(T0))), T0).seq for i in range(5)][-1]
     fx.store.drop_old_events("app", T0 + DAY, None, T0 + DAY, None, B)
@@ -297,20 +280,6 @@ def test_limits_longer_than_all_time_cut_off_at_the_earliest_time_and_remove_not
     assert fx.store.drop_idle_sessions("app", earliest, None, T0, None, B).sessions == 0
     assert fx.store.drop_old_events("app", earliest, None, T0, None, B).events == 0
     assert ids(fx) == ["e1"]
-
-
-def test_a_policy_keeping_more_events_than_any_session_holds_trims_nothing_and_fails_nothing(
-    fx: Fixture,
-) -> None:
-    # max_events takes any count up to 2**63 - 1. Finding where a session is
-    # cut walks its newest max_events + 1 entries: a LIMIT of 2**63, which no
-    # backend's integer holds, so every compaction of the app failed, and
-    # with it the policies of every app after it.
-    for i in range(3):
-        fx.store.append(ap(ev(f"e{i}"), session="s"), T0)
-    step = fx.store.trim_sessions("app", MAX_INT, None, T0, None, B)
-    assert (step.events, step.more) == (0, False)
-    assert ids(fx) == ["e0", "e1", "e2"]
 
 
 async def test_a_policy_longer_than_all_time_neither_fails_compact_nor_stops_the_log(
