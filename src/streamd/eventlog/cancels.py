@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 import trio
 
-from streamd.eventlog.handoff import LeftRunning
+from streamd.eventlog.handoff import Abandonable, LeftRunning, run_limiter
 
 __all__ = ["CANCELS", "MAX_LEFT", "left_running", "send", "send_unwaited"]
 
@@ -52,17 +52,6 @@ _limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("str
 
 left_running = LeftRunning(MAX_LEFT)
 """The process's: its threads are the process's, whichever run left them."""
-
-
-def _cancel_limiter() -> trio.CapacityLimiter:
-    # Per run, as Trio's default one is: a token held by a thread that
-    # outlives its run would otherwise be lost to every later run.
-    try:
-        return _limiter.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(CANCELS)
-        _limiter.set(limiter)
-        return limiter
 
 
 def _refused(running: LeftRunning, where: str) -> bool:
@@ -88,7 +77,7 @@ async def send(cancel: Callable[[], None], where: str) -> bool:
     request = _Request(cancel, running, where)
     try:
         await trio.to_thread.run_sync(
-            request.run, abandon_on_cancel=True, limiter=_cancel_limiter())
+            request.run, abandon_on_cancel=True, limiter=run_limiter(_limiter, CANCELS))
     except BaseException:
         request.leave()
         raise
@@ -119,16 +108,12 @@ def send_unwaited(cancel: Callable[[], None], where: str) -> bool:
     return True
 
 
-class _Request:
+class _Request(Abandonable):
     """One cancel's thread, and whether its caller still waits for it."""
 
     def __init__(self, cancel: Callable[[], None], running: LeftRunning, where: str) -> None:
-        self._cancel, self._running, self._where = cancel, running, where
-        self._lock = threading.Lock()
-        self._started = False
-        self._ended = False
-        self._left = False  # the caller stopped waiting
-        self._counted = False  # in self._running: left while the request runs
+        super().__init__(running, where)
+        self._cancel = cancel
 
     def run(self) -> None:
         """On the thread. A request whose caller left before it began is not
@@ -140,16 +125,9 @@ class _Request:
         try:
             self._cancel()
         finally:
-            with self._lock:
-                self._ended = True
-                counted, self._counted = self._counted, False
-            if counted:
-                self._running.remove(self._where)
+            self._end()
 
     def leave(self) -> None:
         """The caller stops waiting: a request under way is counted until it ends."""
         with self._lock:
-            self._left = True
-            if self._started and not self._ended and not self._counted:
-                self._counted = True
-                self._running.add(self._where)
+            self._count_left()

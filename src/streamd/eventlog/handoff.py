@@ -32,7 +32,15 @@ import trio
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 
-__all__ = ["CONNECTS", "MAX_LEFT", "LeftRunning", "left_running", "made_on_thread"]
+__all__ = [
+    "CONNECTS",
+    "MAX_LEFT",
+    "Abandonable",
+    "LeftRunning",
+    "left_running",
+    "made_on_thread",
+    "run_limiter",
+]
 
 _C = TypeVar("_C")
 
@@ -47,14 +55,17 @@ most, and the rest for the connects someone still waits for."""
 _limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("streamd_connects")
 
 
-def _connect_limiter() -> trio.CapacityLimiter:
-    # Per run, as Trio's default one is: a token held by a thread that
-    # outlives its run would otherwise be lost to every later run.
+def run_limiter(
+    var: trio.lowlevel.RunVar[trio.CapacityLimiter], tokens: int
+) -> trio.CapacityLimiter:
+    """``var``'s limiter of ``tokens`` in this run, made at its first use.
+    Per run, as Trio's default one is: a token held by a thread that
+    outlives its run would otherwise be lost to every later run."""
     try:
-        return _limiter.get()
+        return var.get()
     except LookupError:
-        limiter = trio.CapacityLimiter(CONNECTS)
-        _limiter.set(limiter)
+        limiter = trio.CapacityLimiter(tokens)
+        var.set(limiter)
         return limiter
 
 
@@ -114,23 +125,49 @@ async def made_on_thread(make: Callable[[], _C], close: Callable[[_C], None], wh
     handoff = _Handoff(make, close, running, where)
     try:
         return await trio.to_thread.run_sync(
-            handoff.make, abandon_on_cancel=True, limiter=_connect_limiter())
+            handoff.make, abandon_on_cancel=True, limiter=run_limiter(_limiter, CONNECTS))
     except BaseException:
         handoff.leave()
         raise
 
 
-class _Handoff(Generic[_C]):
-    def __init__(self, make: Callable[[], _C], close: Callable[[_C], None],
-                 running: LeftRunning, where: str) -> None:
-        self._make, self._close = make, close
+class Abandonable:
+    """One worker thread's work, and whether its caller still waits for it:
+    work a caller left while it ran is counted in ``running`` until it ends,
+    and work that never began is never counted (a caller cancelled while it
+    waited for a token has no thread to come and count it out). Subclasses
+    hold what else the caller and the thread hand over, under the same lock."""
+
+    def __init__(self, running: LeftRunning, where: str) -> None:
         self._running, self._where = running, where
         self._lock = threading.Lock()
+        self._left = False  # the caller stopped waiting
+        self._started = False  # the work has begun on its thread
+        self._ended = False  # the work has returned or raised
+        self._counted = False  # in self._running: left while the work ran
+
+    def _end(self) -> None:
+        """On the thread, the work over: counted out if it was counted in."""
+        with self._lock:
+            self._ended = True
+            counted, self._counted = self._counted, False
+        if counted:
+            self._running.remove(self._where)
+
+    def _count_left(self) -> None:
+        """Holding the lock, as the caller leaves: work under way is counted."""
+        self._left = True
+        if self._started and not self._ended and not self._counted:
+            self._counted = True
+            self._running.add(self._where)
+
+
+class _Handoff(Abandonable, Generic[_C]):
+    def __init__(self, make: Callable[[], _C], close: Callable[[_C], None],
+                 running: LeftRunning, where: str) -> None:
+        super().__init__(running, where)
+        self._make, self._close = make, close
         self._made: list[_C] = []  # made, and not yet taken by the caller
-        self._left = False
-        self._started = False  # make() has begun
-        self._ended = False  # make() has returned or raised
-        self._counted = False  # in self._running: left while make() ran
 
     def make(self) -> _C:
         """On the thread: the value, closed here if the caller has left."""
@@ -153,23 +190,10 @@ class _Handoff(Generic[_C]):
         self._end()
         return made
 
-    def _end(self) -> None:
-        with self._lock:
-            self._ended = True
-            counted, self._counted = self._counted, False
-        if counted:
-            self._running.remove(self._where)
-
     def leave(self) -> None:
         """The caller stops waiting: a value already made is closed here."""
         with self._lock:
-            self._left = True
             made, self._made = self._made, []
-            # Not before make() begins, which then counts itself: a caller
-            # cancelled while it waited for a token has no thread to come,
-            # and would stay counted for good.
-            if self._started and not self._ended and not self._counted:
-                self._counted = True
-                self._running.add(self._where)
+            self._count_left()
         for value in made:
             self._close(value)
