@@ -40,13 +40,16 @@ __all__ = ["CANCELS", "MAX_LEFT", "left_running", "send", "send_unwaited"]
 logger = logging.getLogger(__name__)
 
 MAX_LEFT = 16
-"""Cancel requests left running (their callers gone, or a close's) the process
-keeps at most: one thread each, until the server answers or the request times out."""
+"""Cancel requests left running (their callers gone, or a close's) from which
+on none is sent: one thread each, until the server answers or the request
+times out. Those already sent when it is reached may still be left, so the
+process keeps up to :data:`CANCELS` of them from one run (40 calls cancelled
+at once on a frozen server, all 40 left when their graces run out), and
+fewer than :data:`MAX_LEFT` more from the runs before it."""
 
 CANCELS = 40
 """Cancel requests running at once in one Trio run (as many as Trio's default
-limiter lends): :data:`MAX_LEFT` left running at most, and the rest for those
-a cancelled call still waits for."""
+limiter lends), whether their callers still wait for them or not."""
 
 _limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("streamd_cancels")
 

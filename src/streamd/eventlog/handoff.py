@@ -45,12 +45,14 @@ __all__ = [
 _C = TypeVar("_C")
 
 MAX_LEFT = 16
-"""Connects left running (their callers gone) the process keeps at most: one
-thread each, until the server answers or the connect times out."""
+"""Connects left running (their callers gone) from which on a connect is
+refused: one thread each, until the server answers or the connect times out.
+Connects already under way when it is reached may still be left, up to
+:data:`CONNECTS` from one run."""
 
 CONNECTS = 40
-"""Connects running at once in one Trio run: :data:`MAX_LEFT` left running at
-most, and the rest for the connects someone still waits for."""
+"""Connects running at once in one Trio run, whether their callers still
+wait for them or not."""
 
 _limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("streamd_connects")
 
