@@ -136,3 +136,49 @@ async def test_a_connect_cancelled_while_it_waits_for_a_thread_is_not_counted_le
         assert left_running.count == 0
     finally:
         thawed.set()
+
+
+class _Signalled(handoff.LeftRunning):
+    """A count that says when a connect is counted out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counted_out = threading.Event()
+
+    def remove(self, where: str) -> None:
+        super().remove(where)
+        self.counted_out.set()
+
+
+async def test_a_connect_left_running_is_counted_out_even_when_closing_what_it_made_fails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: the close's error skipped the count-out, and the connect stayed
+    # counted for good; sixteen such and every later open was refused.
+    left = _Signalled()
+    monkeypatch.setattr(handoff, "left_running", left)
+    began, thawed, closed = threading.Event(), threading.Event(), threading.Event()
+
+    def connect() -> str:
+        began.set()
+        assert thawed.wait(30)
+        return "connection"
+
+    def close(conn: str) -> None:
+        closed.set()
+        raise OSError("the socket went away under the close")
+
+    own = trio.CapacityLimiter(1)  # the test's waits take no thread for connects
+    try:
+        with trio.fail_after(30):
+            with trio.CancelScope() as caller:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(handoff.made_on_thread, connect, close, "frozen")
+                    assert await trio.to_thread.run_sync(began.wait, 30, limiter=own)
+                    caller.cancel()
+            assert left.count == 1  # left while its connect runs
+            thawed.set()
+            assert await trio.to_thread.run_sync(closed.wait, 30, limiter=own)
+            assert await trio.to_thread.run_sync(left.counted_out.wait, 10, limiter=own)
+        assert left.count == 0
+    finally:
+        thawed.set()

@@ -188,8 +188,11 @@ class _Handoff(Abandonable, Generic[_C]):
                 self._made.append(made)
                 self._ended = True
                 return made
-        self._close(made)
-        self._end()
+        try:
+            self._close(made)
+        finally:
+            # Counted out even when the close fails: else counted for good.
+            self._end()
         return made
 
     def leave(self) -> None:
