@@ -176,7 +176,7 @@ class ServerRunner:
                 # the connection its connect makes is closed unused.
                 raise
             with trio.CancelScope(shield=True):
-                settled = False  # no cancel request on its way
+                settled = False  # True once no cancel request is on its way
                 with trio.move_on_at(self._cut_by()):
                     # Sent, or not at all while too many earlier ones wait
                     # for a server that does not answer (see cancels).
