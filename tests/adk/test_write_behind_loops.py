@@ -216,7 +216,7 @@ def test_a_redelivery_leaves_no_copy_behind(tmp_path: Path) -> None:
         await service.flush()
         for _ in range(20):
             assert await service.append_event(s, first) is first
-        assert not service._copies  # every copy's appends are stored: none is kept
+        assert not service._ledger.copies  # every copy's appends are stored: none is kept
         await service.close()
 
     asyncio.run(scenario())

@@ -106,7 +106,7 @@ from streamd.adk.errors import EventConflictError, adk_error
 from streamd.adk.held import HeldEvents
 from streamd.adk.lifetime import Lifetime, unsent
 from streamd.adk.loading import DEFAULT_EVENT_CACHE, ListedSession, SessionLoader, adk_session
-from streamd.adk.write_behind import PENDING, Pipeline, Queued, Refusal, encode
+from streamd.adk.write_behind import PENDING, Ledger, Pipeline, Queued, encode
 from streamd.client.transport import START_TIMEOUT
 from streamd.errors import RpcError
 from streamd.eventlog.model import AppendParams, AppendResult, SessionKey
@@ -165,11 +165,7 @@ class StreamdSessionService(BaseSessionService):
         )
         self._write_behind = write_behind
         self._pipes: dict[tuple[str, str, str], Pipeline] = {}
-        self._owed: dict[str, int] = {}  # queued appends, by session copy (token)
-        self._acked: dict[str, int] = {}  # the seq of each copy's last stored append
-        self._copies: dict[str, weakref.ref[Session]] = {}  # the copy of each token
-        self._refused: dict[str, Refusal] = {}  # a copy's refusal, raised at each append
-        self._unreported: list[str] = []  # copies whose refusal no append has raised yet
+        self._ledger = Ledger()  # each session copy's queued appends and refusal
         self._loader = SessionLoader(event_cache)
         self._held = HeldEvents()  # each copy's events by id (write-behind)
         self._pid = os.getpid()  # the process whose queues the tables above are
@@ -217,8 +213,8 @@ class StreamdSessionService(BaseSessionService):
                 await self._clients.close(lifetime.CLOSE_GRACE)
             finally:
                 self._life.closed()
-        if self._unreported:
-            raise self._refused[self._unreported.pop(0)].error()
+        if self._ledger.unreported:
+            raise self._ledger.refused[self._ledger.unreported.pop(0)].error()
 
     async def _send_before_close(self) -> None:
         """What write-behind queued, sent before the clients close: a send
@@ -410,10 +406,10 @@ class StreamdSessionService(BaseSessionService):
         delta = codec.split_state(event.actions.state_delta if event.actions else {})
         marker = session._storage_update_marker
         token = marker[len(PENDING):] if marker and marker.startswith(PENDING) else None
-        refused = self._refused.get(token) if token is not None else None
+        refused = self._ledger.refused.get(token) if token is not None else None
         if refused is not None:  # this copy is stale for good: reload it
-            if token in self._unreported:
-                self._unreported.remove(token)
+            if token in self._ledger.unreported:
+                self._ledger.unreported.remove(token)
             raise refused.error()
         # Before a token is made for the copy: nothing is queued for these (a
         # durable append is answered the same: a duplicate is checked first).
@@ -427,8 +423,8 @@ class StreamdSessionService(BaseSessionService):
                 " event id names one event; nothing was queued",
                 event_id=event.id, seq=None)
         expected: int | None = None  # behind this copy's queued appends
-        if token is None or not self._owed.get(token):
-            # A copy whose appends are all stored carries their seq (_settle).
+        if token is None or not self._ledger.owed.get(token):
+            # A copy whose appends are all stored carries their seq (Ledger.settle).
             # One without such a marker is checked against storage: what this
             # service queued for the session must be there first, or the
             # copy's own events would make it look stale.
@@ -437,7 +433,7 @@ class StreamdSessionService(BaseSessionService):
                 await self._drain()
             expected = await self._again_if_lost(
                 lambda client: self._loader.expected_seq(client, session))
-            self._copies[token] = weakref.ref(session)
+            self._ledger.copies[token] = weakref.ref(session)
         params = AppendParams(
             app=session.app_name,
             user=session.user_id,
@@ -450,7 +446,7 @@ class StreamdSessionService(BaseSessionService):
         if pipe is None:
             pipe = self._pipes[key] = Pipeline()
         pipe.queue.append(Queued(token, params, expected, len(encode(params))))
-        self._owed[token] = self._owed.get(token, 0) + 1
+        self._ledger.owed[token] = self._ledger.owed.get(token, 0) + 1
         session._storage_update_marker = PENDING + token
         session.last_update_time = codec.stored_time(event.timestamp)
         self._commit_event_to_session(session, event)
@@ -468,7 +464,7 @@ class StreamdSessionService(BaseSessionService):
                 first = run[0]
                 expected = first.expected
                 if expected is None:
-                    expected = self._acked[first.token]
+                    expected = self._ledger.acked[first.token]
                 appends = [msgspec.structs.replace(first.params, expected_seq=expected)]
                 appends += [q.params for q in run[1:]]
                 try:
@@ -497,24 +493,14 @@ class StreamdSessionService(BaseSessionService):
                             raise
                         lost = True
                         continue
-                    # What this copy queued after the refused run was computed on
-                    # it: dropped, and the refusal raised at its next append.
-                    pipe.sending = []
-                    pipe.queue = [q for q in pipe.queue if q.token != first.token]
-                    self._owed.pop(first.token, None)
-                    self._acked.pop(first.token, None)
-                    copy = self._copies.pop(first.token, None)
-                    self._forget_refusals()
-                    self._refused[first.token] = Refusal(
-                        exc, first.params.session, expected, copy)
-                    self._unreported.append(first.token)
+                    self._ledger.refuse(pipe, first, exc, expected)
                     continue
                 pipe.sending = []
                 lost = False
-                self._acked[first.token] = results[-1].seq
-                self._owed[first.token] -= len(run)
-                if not self._owed[first.token]:
-                    self._settle(first.token)
+                self._ledger.acked[first.token] = results[-1].seq
+                self._ledger.owed[first.token] -= len(run)
+                if not self._ledger.owed[first.token]:
+                    self._ledger.settle(first.token)
         finally:
             # Not when this is a task abandoned with its closed loop, ended by the
             # collector later: the pipeline may have another task by then.
@@ -522,17 +508,6 @@ class StreamdSessionService(BaseSessionService):
                 pipe.task = None
             if pipe.task is None and not pipe.queue and self._pipes.get(key) is pipe:
                 del self._pipes[key]  # a session's pipeline lives while it has work
-
-    def _settle(self, token: str) -> None:
-        """A copy's queued appends are all stored: its marker becomes the seq
-        of the last, as a durable append leaves it (so the copy equals the
-        session read back), and the token is forgotten."""
-        self._owed.pop(token, None)
-        seq = self._acked.pop(token)
-        ref = self._copies.pop(token, None)
-        copy = ref() if ref is not None else None
-        if copy is not None and copy._storage_update_marker == PENDING + token:
-            copy._storage_update_marker = str(seq)
 
     def _forget_parents_queues(self) -> None:
         """In a process forked from the one that queued, start with no queue:
@@ -543,8 +518,7 @@ class StreamdSessionService(BaseSessionService):
         if os.getpid() == self._pid:
             return
         self._pid = os.getpid()
-        self._pipes, self._owed, self._acked, self._copies = {}, {}, {}, {}
-        self._refused, self._unreported = {}, []
+        self._pipes, self._ledger = {}, Ledger()
         self._held = HeldEvents()
 
     async def _drain(self) -> None:
@@ -588,12 +562,5 @@ class StreamdSessionService(BaseSessionService):
 
     async def _flush(self) -> None:
         await self._drain()
-        if self._unreported:
-            raise self._refused[self._unreported.pop(0)].error()
-
-    def _forget_refusals(self) -> None:
-        """Drop the refusals of copies that are gone and were reported: no
-        append of theirs can come, and ``flush`` has raised them."""
-        for token in [t for t, r in self._refused.items()
-                      if r.copy_gone() and t not in self._unreported]:
-            del self._refused[token]
+        if self._ledger.unreported:
+            raise self._ledger.refused[self._ledger.unreported.pop(0)].error()

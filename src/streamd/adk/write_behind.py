@@ -1,9 +1,10 @@
 """Write-behind for the ADK session service: one session's queued appends,
 and how they are cut into ordered, all-or-none ``eventlog/append_batch`` runs.
 
-Values, and the few steps a close takes on the pipelines (wait for another
-loop's send, stop this loop's, count what is left): the task that sends a
-pipeline's runs is :class:`~streamd.adk.session_service.StreamdSessionService`'s.
+Values, the ledger of the session copies that queued, and the few steps a
+close takes on the pipelines (wait for another loop's send, stop this loop's,
+count what is left): the task that sends a pipeline's runs is
+:class:`~streamd.adk.session_service.StreamdSessionService`'s.
 """
 
 from __future__ import annotations
@@ -66,6 +67,53 @@ class Refusal:
 
     def copy_gone(self) -> bool:
         return self.copy is None or self.copy() is None
+
+
+class Ledger:
+    """Each session copy's standing in write-behind, by the token its marker
+    carries while it has appends queued: how many are queued and not stored,
+    the seq its last stored run was stored at, the copy itself (weakly), and the
+    refusal a run of its met, kept while the copy lives (each of its appends
+    raises it) and raised once by ``flush`` unless an append raised it first."""
+
+    def __init__(self) -> None:
+        self.owed: dict[str, int] = {}
+        self.acked: dict[str, int] = {}
+        self.copies: dict[str, weakref.ref[Session]] = {}
+        self.refused: dict[str, Refusal] = {}
+        self.unreported: list[str] = []
+        """Copies whose refusal neither an append nor a flush has raised yet."""
+
+    def refuse(self, pipe: Pipeline, first: Queued, exc: RpcError, expected: int) -> None:
+        """The run ``first`` began was refused: what its copy queued after it
+        was computed on it, so it is dropped, and the refusal is raised at the
+        copy's next append (or by ``flush``)."""
+        pipe.sending = []
+        pipe.queue = [q for q in pipe.queue if q.token != first.token]
+        self.owed.pop(first.token, None)
+        self.acked.pop(first.token, None)
+        copy = self.copies.pop(first.token, None)
+        self._forget_refusals()
+        self.refused[first.token] = Refusal(exc, first.params.session, expected, copy)
+        self.unreported.append(first.token)
+
+    def settle(self, token: str) -> None:
+        """A copy's queued appends are all stored: its marker becomes the seq
+        of the last, as a durable append leaves it (so the copy equals the
+        session read back), and the token is forgotten."""
+        self.owed.pop(token, None)
+        seq = self.acked.pop(token)
+        ref = self.copies.pop(token, None)
+        copy = ref() if ref is not None else None
+        if copy is not None and copy._storage_update_marker == PENDING + token:
+            copy._storage_update_marker = str(seq)
+
+    def _forget_refusals(self) -> None:
+        """Drop the refusals of copies that are gone and were reported: no
+        append of theirs can come, and ``flush`` has raised them."""
+        for token in [t for t, r in self.refused.items()
+                      if r.copy_gone() and t not in self.unreported]:
+            del self.refused[token]
 
 
 class Pipeline:
