@@ -198,3 +198,16 @@ def stored_alike(held: Event, event: Event) -> bool:
     """Whether ``event`` is what the log stores for ``held`` (its content is the
     whole event, its delta included): a re-delivery, not a conflict."""
     return log_event(held) == log_event(event)
+
+
+def without_temp(event: Event) -> Event:
+    """``event`` as the log stores it: without the ``temp:`` keys of its delta
+    (ADK's base class trims them before storing). A copy when it has any (the
+    fields themselves shared): the caller's event keeps them until the append
+    is accepted, so that a refused one leaves the event as it was."""
+    actions = event.actions
+    delta = actions.state_delta if actions else None
+    if not delta or not any(key.startswith(State.TEMP_PREFIX) for key in delta):
+        return event
+    kept = {k: v for k, v in delta.items() if not k.startswith(State.TEMP_PREFIX)}
+    return event.model_copy(update={"actions": actions.model_copy(update={"state_delta": kept})})

@@ -357,14 +357,14 @@ class StreamdSessionService(BaseSessionService):
             return event
         if not codec.named(session.app_name, session.user_id):
             raise codec.unnamed_error(session.app_name, session.user_id)
-        # Temp keys go to the in-memory session for this invocation, and out of
-        # the event before it is stored (ADK's base class rules).
-        self._apply_temp_state(session, event)
-        event = self._trim_temp_delta_state(event)
+        # Stored without its temp keys (ADK's base class rules); they go to the
+        # session object, and out of the caller's event, once the append is
+        # accepted: a refused append leaves both as they were.
+        trimmed = codec.without_temp(event)
         if self._write_behind:
-            return await self._append_behind(session, event)
-        stored = codec.log_event(event)
-        delta = codec.split_state(event.actions.state_delta if event.actions else {})
+            return await self._append_behind(session, event, trimmed)
+        stored = codec.log_event(trimmed)
+        delta = codec.split_state(trimmed.actions.state_delta if trimmed.actions else {})
 
         # Checked once: made again, the append expects what the first try
         # expected (a copy without our marker, checked again by its last
@@ -386,12 +386,19 @@ class StreamdSessionService(BaseSessionService):
             return event  # a re-delivery: stored and applied already
         if not result.duplicate or result.seq > expected:
             session._storage_update_marker = str(result.seq)
+        return self._accepted(session, event)
+
+    def _accepted(self, session: Session, event: Event) -> Event:
+        """ADK's base class steps for an append accepted: the event's temp keys
+        to the session object and out of the event, the event to the object."""
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
         session.last_update_time = codec.stored_time(event.timestamp)
         return self._commit_event_to_session(session, event)
 
     # -- write-behind --
 
-    async def _append_behind(self, session: Session, event: Event) -> Event:
+    async def _append_behind(self, session: Session, event: Event, trimmed: Event) -> Event:
         """Queue the event behind this session copy's earlier ones and return.
 
         Each session object (copy) gets a token in its marker; the pipeline of
@@ -402,8 +409,8 @@ class StreamdSessionService(BaseSessionService):
         stale, with everything it queued after, and nothing of it is merged."""
         self._own_write_behind()
         # Refused here if the log cannot hold it, before anything is queued.
-        stored = codec.log_event(event)
-        delta = codec.split_state(event.actions.state_delta if event.actions else {})
+        stored = codec.log_event(trimmed)
+        delta = codec.split_state(trimmed.actions.state_delta if trimmed.actions else {})
         marker = session._storage_update_marker
         token = marker[len(PENDING):] if marker and marker.startswith(PENDING) else None
         refused = self._ledger.refused.get(token) if token is not None else None
@@ -415,7 +422,7 @@ class StreamdSessionService(BaseSessionService):
         # durable append is answered the same: a duplicate is checked first).
         held = self._held.find(session, event.id)
         if held is not None:
-            if codec.stored_alike(held, event):
+            if codec.stored_alike(held, trimmed):
                 return event  # a re-delivery of an event this copy already holds
             # As the log answers a durable append of it (event_conflict).
             raise EventConflictError(
@@ -448,8 +455,7 @@ class StreamdSessionService(BaseSessionService):
         pipe.queue.append(Queued(token, params, expected, len(encode(params))))
         self._ledger.owed[token] = self._ledger.owed.get(token, 0) + 1
         session._storage_update_marker = PENDING + token
-        session.last_update_time = codec.stored_time(event.timestamp)
-        self._commit_event_to_session(session, event)
+        self._accepted(session, event)
         if pipe.task is None:
             pipe.task = asyncio.get_running_loop().create_task(self._send(key, pipe))
         return event
