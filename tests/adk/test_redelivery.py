@@ -1,7 +1,16 @@
-"""What an append that is refused leaves in the session object it went
-through, and in the caller's event: both as they were. Its ``temp:`` keys
-reached the object's state, and left the event's delta, before the log
-refused it (found comparing call sequences with ADK's in-memory service).
+"""What an append that is refused, or that the log answers as stored already,
+leaves in the session object it went through (found by the differential test
+against ADK's in-memory service, test_against_in_memory.py):
+
+* a refused append leaves the session object and the caller's event as they
+  were: its ``temp:`` keys reached the object's state, and left the event's
+  delta, before the log refused it;
+* an event stored before, appended again through an object that lacks it, is
+  taken into the object only when it is the session's next event after the
+  object's own (a retry of an append whose answer was lost); anywhere else it
+  was put at the object's end: a stale object passed for current, its next
+  append stored on a view that missed events, and an object read with fewer
+  events got an old event at its end, and the state that event set.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ import pytest
 pytest.importorskip("google.adk")
 
 from google.adk.errors import StaleSessionError
+from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 from support.adk import Service, event, run
 
@@ -23,6 +33,12 @@ pytestmark = pytest.mark.subprocess
 
 def said(text: str, **kw: object) -> object:
     return event(content=types.Content(role="user", parts=[types.Part(text=text)]), **kw)
+
+
+async def _texts(svc: Service, session_id: str) -> list[str]:
+    got = await svc.get_session(app_name="app", user_id="u", session_id=session_id)
+    assert got is not None
+    return [e.content.parts[0].text for e in got.events]  # type: ignore[union-attr,index]
 
 
 @pytest.mark.parametrize("write_behind", [False, True], ids=["durable", "write-behind"])
@@ -59,3 +75,64 @@ def test_a_refused_append_leaves_the_session_object_and_the_event_as_they_were(
         assert late.actions.state_delta == {}  # type: ignore[attr-defined]
 
     run(tmp_path, body, write_behind=write_behind)
+
+
+def test_an_event_appended_again_through_a_stale_copy_leaves_it_stale(tmp_path: Path) -> None:
+    async def body(svc: Service) -> None:
+        ahead = await svc.create_session(app_name="app", user_id="u", session_id="s")
+        behind = await svc.get_session(app_name="app", user_id="u", session_id="s")
+        assert behind is not None
+        await svc.append_event(ahead, said("x"))
+        e = said("e")
+        await svc.append_event(ahead, e)
+        # Stored already, not right after the copy's seq: the copy is left as it is.
+        assert await svc.append_event(behind, e.model_copy(deep=True)) is not None
+        assert behind.events == []
+        with pytest.raises(StaleSessionError):  # it was taken for current, and stored
+            await svc.append_event(behind, said("computed without x"))
+        assert await _texts(svc, "s") == ["x", "e"]
+
+    run(tmp_path, body)
+
+
+def test_an_event_appended_again_through_a_windowed_copy_leaves_it_as_it_was(
+    tmp_path: Path,
+) -> None:
+    async def body(svc: Service) -> None:
+        s = await svc.create_session(app_name="app", user_id="u", session_id="s")
+        first = said("first", delta={"n": 1})
+        await svc.append_event(s, first)
+        await svc.append_event(s, said("second", delta={"n": 2}))
+        window = await svc.get_session(app_name="app", user_id="u", session_id="s",
+                                       config=GetSessionConfig(num_recent_events=1))
+        assert window is not None and window.state == {"n": 2}
+        await svc.append_event(window, first.model_copy(deep=True))
+        # Not put at its end, and its delta not applied over the newer one.
+        assert [e.content.parts[0].text for e in window.events] == ["second"]  # type: ignore[union-attr,index]
+        assert window.state == {"n": 2}
+        await svc.append_event(window, said("third"))  # still current
+        assert await _texts(svc, "s") == ["first", "second", "third"]
+
+    run(tmp_path, body)
+
+
+def test_write_behind_a_copy_whose_event_was_stored_elsewhere_is_refused_as_stale(
+    tmp_path: Path,
+) -> None:
+    async def body(svc: Service) -> None:
+        ahead = await svc.create_session(app_name="app", user_id="u", session_id="s")
+        behind = await svc.get_session(app_name="app", user_id="u", session_id="s")
+        assert behind is not None
+        await svc.append_event(ahead, said("x"))
+        e = said("e")
+        await svc.append_event(ahead, e)
+        await svc.flush()
+        await svc.append_event(behind, e.model_copy(deep=True))
+        with pytest.raises(StaleSessionError):
+            await svc.flush()
+        with pytest.raises(StaleSessionError):  # it was taken for current, and stored
+            await svc.append_event(behind, said("computed without x"))
+        await svc.flush()
+        assert await _texts(svc, "s") == ["x", "e"]
+
+    run(tmp_path, body, write_behind=True)

@@ -184,6 +184,26 @@ class SessionLoader:
             raise stale_error(f"its last event is {mine!r}, storage's is {theirs!r}")
         return int(stored._storage_update_marker or 0)
 
+    async def follows(
+        self, client: Client, key: tuple[str, str, str], after: int, seqs: list[int]
+    ) -> bool:
+        """Whether the session's next events after its event at ``after`` (its
+        first ones, for 0) are those at ``seqs``, in order: a seqs-only read of
+        the session from ``after`` on (its first answer is enough), made only
+        for appends the log answered as duplicates."""
+        if not seqs or seqs[0] <= after:
+            return False
+        app_name, user_id, session_id = key
+        try:
+            part = await client.call(calls.get_session(
+                app_name, user_id, session_id, after_seq=max(after - 1, 0), content=False))
+        except RpcError as exc:
+            if errors.is_session_not_found(exc):
+                return False
+            raise
+        want = seqs if after == 0 else [after, *seqs]
+        return [e.seq for e in part.events[: len(want)]] == want
+
     async def _read(
         self,
         client: Client,

@@ -22,7 +22,10 @@ How ADK's session model maps onto the log, and why:
   sends it as ``expected_seq``, so an append computed on a session that moved on
   since it was read raises ADK's ``StaleSessionError`` and writes nothing. A
   session built by hand (no marker) is checked the way ADK's database service
-  checks one: it is current if its last event is the stored last event.
+  checks one: it is current if its last event is the stored last event. An
+  event the log holds already is answered as stored, whatever the seq: a copy
+  takes it only as the session's next event after its own (a retry whose
+  answer was lost), and is otherwise left as it is.
 * **Ids and times follow ADK's contract.** Session ids are stripped of
   surrounding whitespace and a blank one is none (see
   :func:`~streamd.adk.codec.session_id`); ``last_update_time`` is the log's
@@ -382,10 +385,10 @@ class StreamdSessionService(BaseSessionService):
                 raise adk_error(exc, session.id, expected) from None
 
         result = await self._again_if_lost(append)
-        if result.duplicate and any(e.id == event.id for e in session.events):
-            return event  # a re-delivery: stored and applied already
-        if not result.duplicate or result.seq > expected:
-            session._storage_update_marker = str(result.seq)
+        if result.duplicate and not await self._takes_duplicate(
+                session, event.id, expected, result.seq):
+            return event
+        session._storage_update_marker = str(result.seq)
         return self._accepted(session, event)
 
     def _accepted(self, session: Session, event: Event) -> Event:
@@ -395,6 +398,18 @@ class StreamdSessionService(BaseSessionService):
         event = self._trim_temp_delta_state(event)
         session.last_update_time = codec.stored_time(event.timestamp)
         return self._commit_event_to_session(session, event)
+
+    async def _takes_duplicate(
+        self, session: Session, event_id: str, expected: int, seq: int
+    ) -> bool:
+        """Whether an object takes an event the log answered as stored (at
+        ``seq``): only as the session's next after its own (``expected``).
+        Elsewhere, it would make a stale object pass for current, or add an
+        old event to one read with fewer: it is left as it is, as ADK's is."""
+        if any(e.id == event_id for e in session.events):
+            return False
+        return await self._again_if_lost(lambda client: self._loader.follows(
+            client, (session.app_name, session.user_id, session.id), expected, [seq]))
 
     # -- write-behind --
 
@@ -503,6 +518,19 @@ class StreamdSessionService(BaseSessionService):
                     continue
                 pipe.sending = []
                 lost = False
+                # An event stored before, not right after the copy's seq (a duplicate
+                # is answered whatever the seq): the copy is not the session's view
+                # (or, the read failing, not known to be), refused as stale from here.
+                try:
+                    moved = any(r.duplicate for r in results) and not await self._loader.follows(
+                        client, key, expected, [r.seq for r in results])
+                except RpcError:
+                    moved = True
+                if moved:
+                    self._ledger.refuse(pipe, first, RpcError(
+                        errors.STALE_SESSION, "a queued event was stored before, elsewhere in"
+                        " the session", {"expected_seq": expected}), expected)
+                    continue
                 self._ledger.acked[first.token] = results[-1].seq
                 self._ledger.owed[first.token] -= len(run)
                 if not self._ledger.owed[first.token]:
