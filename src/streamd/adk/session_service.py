@@ -433,8 +433,8 @@ class StreamdSessionService(BaseSessionService):
             if token in self._ledger.unreported:
                 self._ledger.unreported.remove(token)
             raise refused.error()
-        # Before a token is made for the copy: nothing is queued for these (a
-        # durable append is answered the same: a duplicate is checked first).
+        # Answered by the copy, before a token is made for it: nothing is queued
+        # for these, and the log is not asked (a session deleted since is not seen).
         held = self._held.find(session, event.id)
         if held is not None:
             if codec.stored_alike(held, trimmed):
