@@ -183,6 +183,13 @@ async def test_a_restart_adopts_the_saved_index_and_reads_only_what_came_after(t
             assert sorted(ids(await result(peer, search(3, "restart")))) == ["e1", "e2", "e3"]
 
 
+async def _zebra_and_yak_indexed(peer, log, db, work):
+    """Two events, one holding "zebra", and the source initialized over them."""
+    await say(log, "e1", "zebra crossing")
+    await say(log, "e2", "yak shaving")
+    await result(peer, init(db, work))
+
+
 async def test_a_saved_index_with_a_flipped_posting_is_indexed_again_at_restart(
         tmp_path, caplog):
     # One bit of a posting list, and a search for "zebra" answered e2 (the
@@ -191,9 +198,7 @@ async def test_a_saved_index_with_a_flipped_posting_is_indexed_again_at_restart(
     work.mkdir()
     with trio.fail_after(20):
         async with served(db) as (peer, log):
-            await say(log, "e1", "zebra crossing")
-            await say(log, "e2", "yak shaving")
-            await result(peer, init(db, work))
+            await _zebra_and_yak_indexed(peer, log, db, work)
             assert ids(await result(peer, search(2, "zebra"))) == ["e1"]
         (segment,) = (work / "index").glob("seg-*")
         flip_posting(segment, "zebra")
@@ -216,9 +221,7 @@ async def test_a_saved_index_refused_half_way_through_its_adoption_is_not_built_
     work.mkdir()
     with trio.fail_after(20):
         async with served(db) as (peer, log):
-            await say(log, "e1", "zebra crossing")
-            await say(log, "e2", "yak shaving")
-            await result(peer, init(db, work))
+            await _zebra_and_yak_indexed(peer, log, db, work)
             await result(peer, search(2, "zebra"))
             await say(log, "e3", "zebra again")
             await result(peer, req(3, "recall/refresh", deadline=FAR))
