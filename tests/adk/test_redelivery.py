@@ -16,6 +16,7 @@ against ADK's in-memory service, test_against_in_memory.py):
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,14 +78,21 @@ def test_a_refused_append_leaves_the_session_object_and_the_event_as_they_were(
     run(tmp_path, body, write_behind=write_behind)
 
 
+async def _behind_by_two(svc: Service) -> tuple[Any, Any]:
+    """A copy of a session read before another copy appended "x" then "e"
+    to it, and the event "e"."""
+    ahead = await svc.create_session(app_name="app", user_id="u", session_id="s")
+    behind = await svc.get_session(app_name="app", user_id="u", session_id="s")
+    assert behind is not None
+    await svc.append_event(ahead, said("x"))
+    e = said("e")
+    await svc.append_event(ahead, e)
+    return behind, e
+
+
 def test_an_event_appended_again_through_a_stale_copy_leaves_it_stale(tmp_path: Path) -> None:
     async def body(svc: Service) -> None:
-        ahead = await svc.create_session(app_name="app", user_id="u", session_id="s")
-        behind = await svc.get_session(app_name="app", user_id="u", session_id="s")
-        assert behind is not None
-        await svc.append_event(ahead, said("x"))
-        e = said("e")
-        await svc.append_event(ahead, e)
+        behind, e = await _behind_by_two(svc)
         # Stored already, not right after the copy's seq: the copy is left as it is.
         assert await svc.append_event(behind, e.model_copy(deep=True)) is not None
         assert behind.events == []
@@ -120,12 +128,7 @@ def test_write_behind_a_copy_whose_event_was_stored_elsewhere_is_refused_as_stal
     tmp_path: Path,
 ) -> None:
     async def body(svc: Service) -> None:
-        ahead = await svc.create_session(app_name="app", user_id="u", session_id="s")
-        behind = await svc.get_session(app_name="app", user_id="u", session_id="s")
-        assert behind is not None
-        await svc.append_event(ahead, said("x"))
-        e = said("e")
-        await svc.append_event(ahead, e)
+        behind, e = await _behind_by_two(svc)
         await svc.flush()
         await svc.append_event(behind, e.model_copy(deep=True))
         with pytest.raises(StaleSessionError):
