@@ -139,3 +139,21 @@ def test_write_behind_a_copy_whose_event_was_stored_elsewhere_is_refused_as_stal
         assert await _texts(svc, "s") == ["x", "e"]
 
     run(tmp_path, body, write_behind=True)
+
+
+def test_write_behind_what_a_stale_copy_queues_behind_a_stored_event_is_not_stored(
+    tmp_path: Path,
+) -> None:
+    async def body(svc: Service) -> None:
+        behind, e = await _behind_by_two(svc)
+        await svc.flush()
+        # Queued together, so that they go in one batch: the event stored
+        # already (elsewhere than right after the copy's seq), then one the
+        # copy computed without "x".
+        await svc.append_event(behind, e.model_copy(deep=True))
+        await svc.append_event(behind, said("computed without x"))
+        with pytest.raises(StaleSessionError):
+            await svc.flush()
+        assert await _texts(svc, "s") == ["x", "e"]
+
+    run(tmp_path, body, write_behind=True)

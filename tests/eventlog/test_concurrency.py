@@ -9,6 +9,7 @@ Trio API under contention and the wire.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -23,6 +24,7 @@ from streamd.errors import (
 )
 from streamd.eventlog import EventLog
 from streamd.eventlog.model import (
+    AppendParams,
     AppendResult,
     SessionCreateParams,
     SessionGetParams,
@@ -187,6 +189,59 @@ def test_a_batch_with_one_refused_append_writes_none_of_it_and_names_which(fx: F
     (stale,) = fx.store.append_batch([AppendGroup([ap(ev("x"), expected_seq=1), ap(ev("y"))])], T0)
     assert isinstance(stale, RpcError) and is_stale_session(stale)
     assert stale.data == {"expected_seq": 1, "last_seq": 2, "index": 0}
+
+
+def _batch(fx: Fixture, *items: AppendParams | list[AppendParams]) -> list[Any]:
+    """``append_batch`` of the items, a list standing for one ordered group."""
+    from streamd.eventlog.store import AppendGroup
+
+    return fx.store.append_batch(
+        [AppendGroup(i) if isinstance(i, list) else i for i in items], T0)
+
+
+def _ids(fx: Fixture) -> list[str]:
+    return [e.event.id for e in fx.store.since(SinceParams(from_seq=0, limit=100)).entries]
+
+
+def test_a_batch_behind_a_duplicate_stored_elsewhere_is_refused_as_stale(fx: Fixture) -> None:
+    # The writer read the session at "a" (seq 1); another wrote "x", then "e".
+    fx.store.create_session(SessionCreateParams(app="app", user="u", session="s"), T0)
+    _batch(fx, ap(ev("a"), expected_seq=0), ap(ev("x")), ap(ev("e")))
+    # Its batch sends "e" again, then an event computed without "x".
+    (refused,) = _batch(fx, [ap(ev("e"), expected_seq=1), ap(ev("y"))])
+    assert isinstance(refused, RpcError) and is_stale_session(refused)
+    assert refused.data == {"expected_seq": 1, "last_seq": 3, "index": 1}
+    assert _ids(fx) == ["a", "x", "e"]
+
+
+def test_a_batch_sent_again_after_its_answer_was_lost_is_stored_after_its_own_first(
+    fx: Fixture,
+) -> None:
+    fx.store.create_session(SessionCreateParams(app="app", user="u", session="s"), T0)
+    fx.store.append(ap(ev("a"), expected_seq=0), T0)
+    fx.store.append(ap(ev("b"), expected_seq=1), T0)  # stored; its answer lost
+    (results,) = _batch(fx, [ap(ev("b"), expected_seq=1), ap(ev("c")), ap(ev("d"))])
+    assert [(r.seq, r.duplicate) for r in results] == [(2, True), (3, False), (4, False)]
+    # An event the writer's view holds already leaves the view where it was.
+    (results,) = _batch(fx, [ap(ev("a"), expected_seq=4), ap(ev("f"))])
+    assert [(r.seq, r.duplicate) for r in results] == [(1, True), (5, False)]
+    assert _ids(fx) == ["a", "b", "c", "d", "f"]
+
+
+def test_a_duplicate_of_an_event_of_the_same_transaction_is_judged_where_that_went(
+    fx: Fixture,
+) -> None:
+    # One call, one transaction: the earlier items are written (or, on a server
+    # backend, planned) when the group reads where the session's next event is.
+    fx.store.create_session(SessionCreateParams(app="app", user="u", session="s"), T0)
+    fx.store.append(ap(ev("a"), expected_seq=0), T0)
+    first, group = _batch(fx, ap(ev("b")), [ap(ev("b"), expected_seq=1), ap(ev("c"))])
+    assert first.seq == 2 and [(r.seq, r.duplicate) for r in group] == [(2, True), (3, False)]
+    *_, refused = _batch(fx, ap(ev("x")), ap(ev("e")),
+                         [ap(ev("e"), expected_seq=3), ap(ev("y"))])
+    assert isinstance(refused, RpcError) and is_stale_session(refused)
+    assert refused.data == {"expected_seq": 3, "last_seq": 5, "index": 1}
+    assert _ids(fx) == ["a", "b", "c", "x", "e"]
 
 
 async def test_pipelined_batches_over_the_wire_keep_their_order(daemon: Daemonish) -> None:

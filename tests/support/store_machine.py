@@ -25,7 +25,7 @@ from streamd.eventlog.retention import Bounds, StepOp, apply
 from streamd.eventlog.store import AppendGroup, LeaseKey
 from support import store_model_draws as draw
 from support.store_contract import Fixture
-from support.store_model import Append, Duplicate, Log, New, Policy, Refused
+from support.store_model import Append, Duplicate, GroupViews, Log, New, Policy, Refused
 
 __all__ = ["StoreMachine", "outcome", "same_refusal"]
 
@@ -133,10 +133,13 @@ class StoreMachine(RuleBasedStateMachine):
         ("data adds its index"): the first append invalid in itself, if
         any ("refused before any append of the batch meets the log"), else
         the first the log refuses, which the model finds on a copy."""
+        views = GroupViews()
         if isinstance(got, list):
             assert len(got) == len(group), (where, got)
             for i, (a, one) in enumerate(zip(group, got, strict=True)):
+                a = views.expecting(a)
                 self._judge(a, one, f"{where}[{i}]")
+                views.took(self.log, a, one.seq, one.duplicate)
             return
         event("append: a group refused")
         invalid = [i for i, a in enumerate(group) if self.log.invalid(a)]
@@ -145,6 +148,7 @@ class StoreMachine(RuleBasedStateMachine):
             return
         trial = self.log.copy()
         for i, a in enumerate(group):
+            a = views.expecting(a)
             want = trial.plan(a)
             if isinstance(want, Refused):
                 same_refusal(got, Refused(want.code, {"index": i}), where)
@@ -153,6 +157,9 @@ class StoreMachine(RuleBasedStateMachine):
                 return
             if isinstance(want, New):
                 trial.commit(a, trial.newest + 1, self.now)
+                views.took(trial, a, trial.newest, duplicate=False)
+            else:
+                views.took(trial, a, want.seq, duplicate=True)
         raise AssertionError(f"{where}: the store refused {got!r}; the model takes every append")
 
     @initialize(data=st.data())
@@ -175,7 +182,7 @@ class StoreMachine(RuleBasedStateMachine):
         items: list[Append | list[Append]] = []
         for _ in range(data.draw(st.integers(1, 5))):
             if data.draw(st.booleans()):
-                items.append([self._append(data) for _ in range(data.draw(st.integers(1, 3)))])
+                items.append([self._in_group(data) for _ in range(data.draw(st.integers(1, 3)))])
             else:
                 items.append(self._append(data))
         batch = [AppendGroup([draw.params(a) for a in item]) if isinstance(item, list)
@@ -187,6 +194,17 @@ class StoreMachine(RuleBasedStateMachine):
                 self._judge_group(item, one, f"batch[{i}]")
             else:
                 self._judge(item, one, f"batch[{i}]")
+
+    def _in_group(self, data: st.DataObject) -> Append:
+        """An append of a group; now and then one stored before, sent again
+        with an expectation of its own or none: a duplicate that the group's
+        later appends of its session are judged behind."""
+        if not self.log.by_id or data.draw(st.integers(0, 3)):
+            return self._append(data)
+        a = self.sent[data.draw(st.sampled_from(sorted(self.log.by_id)))]
+        last = self._last_seqs().get((a.app, a.user, a.session), 0)
+        expected = data.draw(st.none() | st.just(last) | self._seqs(0))
+        return Append(**{**a.__dict__, "expected_seq": expected})
 
     @rule(data=st.data(), expected=st.sampled_from([None, 0, 1]))
     def retry(self, data: st.DataObject, expected: int | None) -> None:

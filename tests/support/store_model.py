@@ -249,6 +249,37 @@ Outcome = New | Duplicate | Refused
 
 
 @dataclass
+class GroupViews:
+    """The seq each session's appends of one group were computed from
+    (wire.md: "each later append of the same session in the group, sent
+    without an ``expected_seq`` of its own, expects the session where the
+    group's earlier appends left it"): a new append leaves it at its own seq;
+    a duplicate at or before the expectation leaves it there; a duplicate
+    after it, at its own seq when it is "the session's next event after that
+    expectation", else where it was."""
+
+    views: dict[Key, int] = field(default_factory=dict)
+
+    def expecting(self, a: Append) -> Append:
+        key = (a.app, a.user, a.session)
+        if a.expected_seq is None and key in self.views:
+            return Append(**{**a.__dict__, "expected_seq": self.views[key]})
+        return a
+
+    def took(self, log: Log, a: Append, seq: int, duplicate: bool) -> None:
+        """``a`` (as :meth:`expecting` gave it) was answered with ``seq``,
+        ``log`` holding it and the group's earlier appends."""
+        if a.expected_seq is None:
+            return
+        key = (a.app, a.user, a.session)
+        after = [s for s, e in log.events.items() if e.key == key and s > a.expected_seq]
+        if not duplicate or (seq > a.expected_seq and min(after) == seq):
+            self.views[key] = seq
+        else:
+            self.views[key] = a.expected_seq
+
+
+@dataclass
 class Log:
     """Everything a client has caused, as the spec says it is kept."""
 

@@ -59,6 +59,7 @@ from streamd.eventlog.store.operations import SqlOperations
 from streamd.eventlog.store.plan import (
     Known,
     Planned,
+    SessionKey,
     commit_planned,
     event_ids,
     expected_sessions,
@@ -430,6 +431,12 @@ class _MysqlWrite:
             if row is not None and key in session_seq:
                 session_seq[key] = row[0]
         return known, session_seq
+
+    def first_after(self, key: SessionKey, seq: int) -> int | None:
+        row = self._sql.one(
+            "SELECT min(seq) FROM events WHERE app_name = ? AND user_id = ?"
+            " AND session_id = ? AND seq > ?", (*key, seq))
+        return None if row is None else row[0]
 
     def write(self, events: list[Planned], now_us: int) -> None:
         if not events:

@@ -93,6 +93,7 @@ from streamd.eventlog.store.operations import SqlOperations
 from streamd.eventlog.store.plan import (
     Known,
     Planned,
+    SessionKey,
     commit_planned,
     event_ids,
     expected_sessions,
@@ -439,6 +440,12 @@ class _PgWrite:
                 if (app, user, session) in session_seq:
                     session_seq[(app, user, session)] = last
         return known, session_seq
+
+    def first_after(self, key: SessionKey, seq: int) -> int | None:
+        row = self._db.execute(
+            "SELECT min(seq) FROM events WHERE app_name = %s AND user_id = %s"
+            " AND session_id = %s AND seq > %s", (*key, seq)).fetchone()
+        return None if row is None else row[0]
 
     def write(self, events: list[Planned], now_us: int) -> None:
         """Insert the planned events with their sessions, then fold their state

@@ -21,6 +21,7 @@ from streamd.errors import (
 from streamd.eventlog.model import AppendResult
 from streamd.eventlog.sqlite.sql import SqliteSql
 from streamd.eventlog.store import rows, rules
+from streamd.eventlog.store.chain import Chain, SessionKey
 from streamd.eventlog.store.state import apply_delta
 
 __all__ = ["append_items", "append_one"]
@@ -49,8 +50,7 @@ def append_items(
             continue
         if not careful:
             if isinstance(item, list):
-                out.append([_in_group(sql, one, i, now_us, added, upserted)
-                            for i, one in enumerate(item)])
+                out.append(_group(sql, item, now_us, added, upserted))
             else:
                 out.append(append_one(sql, item, now_us, added, upserted))
             continue
@@ -61,8 +61,7 @@ def append_items(
             with db:
                 if isinstance(item, list):
                     in_group = set(upserted)
-                    out.append([_in_group(sql, one, i, now_us, pending, in_group)
-                                for i, one in enumerate(item)])
+                    out.append(_group(sql, item, now_us, pending, in_group))
                     upserted = in_group
                 else:
                     out.append(append_one(sql, item, now_us, pending, upserted))
@@ -159,6 +158,32 @@ def _check_expected(db: apsw.Connection, app: str, user: str, session: str, expe
         raise rules.not_found(app, user, session)
     if found[0] != expected:
         raise rules.stale(session, expected, found[0])
+
+
+def _group(
+    sql: SqliteSql,
+    group: list[rows.Prepared],
+    now_us: int,
+    added: list[tuple[Any, ...]] | None,
+    upserted: set[tuple[str, str, str]],
+) -> list[AppendResult]:
+    """A group's appends in order, each later append of a session expecting
+    it where the earlier ones left it (:mod:`~streamd.eventlog.store.chain`)."""
+    chain = Chain()
+    out = []
+    for i, one in enumerate(group):
+        one = chain.expecting(one)
+        result = _in_group(sql, one, i, now_us, added, upserted)
+        chain.took(one, result, lambda key, seq: _first_after(sql.connection, key, seq))
+        out.append(result)
+    return out
+
+
+def _first_after(db: apsw.Connection, key: SessionKey, seq: int) -> int | None:
+    row = db.execute(
+        "SELECT min(seq) FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
+        " AND seq > ?", (*key, seq)).fetchone()
+    return None if row is None else row[0]
 
 
 def _in_group(

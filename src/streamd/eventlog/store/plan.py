@@ -36,12 +36,13 @@ from streamd.errors import RpcError, invalid_params
 from streamd.eventlog.model import AppendResult, StateDelta
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import CommitOutcome
+from streamd.eventlog.store.chain import Chain, FirstAfter, SessionKey
 from streamd.eventlog.store.sql import Sql
 from streamd.eventlog.store.state import apply_delta
 
 __all__ = [
     "Check", "Known", "Plan", "Planned", "PlannedWrite", "Prepared", "SessionKey",
-    "commit_planned", "event_ids", "expected_sessions", "fold_deltas", "in_group",
+    "commit_planned", "event_ids", "expected_sessions", "fold_deltas", "group",
     "session_heads", "sessions_to_lock",
 ]
 
@@ -81,8 +82,22 @@ class Plan:
     session_seq: dict[tuple[str, str, str], int | None]
     """sessions.last_seq of the sessions ``expected_seq`` asks about (None: no
     such session), moved along by the planned events."""
+    first_stored_after: FirstAfter
+    """The database's read of a session's first stored seq after a given one."""
     events: list[Planned] = field(default_factory=list)
     _undo: list[tuple[dict[Any, Any], Any, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stored_up_to = self.last_seq  # planned seqs are all after it
+
+    def first_after(self, key: SessionKey, seq: int) -> int | None:
+        """The session's first seq after ``seq``, stored or planned."""
+        if seq < self._stored_up_to:
+            found = self.first_stored_after(key, seq)
+            if found is not None:
+                return found
+        return next((e.row[0] for e in self.events
+                     if e.row[0] > seq and (e.row[1], e.row[2], e.row[3]) == key), None)
 
     def mark(self) -> tuple[int, int, int]:
         return self.last_seq, len(self.events), len(self._undo)
@@ -129,16 +144,24 @@ class Plan:
         return AppendResult(seq=seq, duplicate=False)
 
 
-def in_group(plan: Plan, item: rows.Prepared, index: int) -> AppendResult:
-    try:
-        return plan.add(item)
-    except RpcError as exc:
-        raise rules.refused_in_group(exc, index) from None
+def group(plan: Plan, items: list[rows.Prepared]) -> list[AppendResult]:
+    """A group's appends planned in order, each later append of a session
+    expecting it where the earlier ones left it
+    (:mod:`~streamd.eventlog.store.chain`); the first refusal names its index."""
+    chain = Chain()
+    out = []
+    for index, item in enumerate(items):
+        item = chain.expecting(item)
+        try:
+            result = plan.add(item)
+        except RpcError as exc:
+            raise rules.refused_in_group(exc, index) from None
+        chain.took(item, result, plan.first_after)
+        out.append(result)
+    return out
 
 
 # --- what every backend's statements derive from a plan ---------------------------
-
-SessionKey = tuple[str, str, str]
 
 
 def event_ids(items: list[rows.Prepared]) -> list[str]:
@@ -195,6 +218,10 @@ class PlannedWrite(Protocol):
 
     def known(self, items: list[rows.Prepared]) -> Known:
         """What the plan needs from the database about these appends."""
+        ...
+
+    def first_after(self, key: SessionKey, seq: int) -> int | None:
+        """The session's first stored event seq after ``seq`` (None: none)."""
         ...
 
     def write(self, events: list[Planned], now_us: int) -> None:
@@ -269,7 +296,7 @@ def _commit(
         before = db.locked_seq()
         items = [one for item in prepared if not isinstance(item, RpcError)
                  for one in (item if isinstance(item, list) else [item])]
-        plan = Plan(before, *db.known(items))
+        plan = Plan(before, *db.known(items), first_stored_after=db.first_after)
         for item in prepared:
             if isinstance(item, RpcError):
                 out.append(item)
@@ -277,8 +304,7 @@ def _commit(
             mark = plan.mark()
             try:
                 result: AppendResult | list[AppendResult] = (
-                    [in_group(plan, one, i) for i, one in enumerate(item)]
-                    if isinstance(item, list) else plan.add(item)
+                    group(plan, item) if isinstance(item, list) else plan.add(item)
                 )
                 if one_by_one:
                     _write_alone(db, plan.events[mark[1]:], now_us, isinstance(item, list))

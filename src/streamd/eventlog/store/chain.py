@@ -1,0 +1,76 @@
+"""The expectation a batch's appends of one session carry after the first.
+
+A writer that pipelines a session's events sends them as one ordered batch
+and gives ``expected_seq`` to the first only: the others were computed from
+the session as the batch's earlier appends leave it. Within one transaction
+nobody else writes, so a new append always leaves the session right after
+itself; the one way the writer's view and the log part is an append
+answered as a duplicate: the event was stored before, and where it was
+stored is where the session is, not where the writer put it.
+
+So, per session, a group keeps the seq its appends were computed from (the
+"view"). An append without an ``expected_seq`` of its own, after one that had
+(or inherited) one, inherits the view, and is refused ``stale_session`` like
+any append when the session's last seq is elsewhere. After an append:
+
+* new, stored at ``seq``: the view is ``seq``;
+* a duplicate at or before the view: the view had it, and stays;
+* a duplicate after the view: the view moves to it only when it is the
+  session's next event after the view (a retry whose answer was lost);
+  otherwise the view stays where it was, behind events the writer never saw,
+  and the next new append of the session is refused as stale.
+
+A duplicate itself is answered as such whatever it expected, as a lone
+append's is. Backends apply this with :class:`Chain`; ``first_after`` is the
+one read it may need, the session's first seq after a given one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from streamd.eventlog.model import AppendResult
+from streamd.eventlog.store import rows
+
+__all__ = ["Chain", "FirstAfter", "SessionKey"]
+
+SessionKey = tuple[str, str, str]
+FirstAfter = Callable[[SessionKey, int], "int | None"]
+"""The session's first event seq after the given one (None: no such event),
+as the writing transaction sees it."""
+
+
+class Chain:
+    """The views of one group's sessions (see the module docstring)."""
+
+    __slots__ = ("_views",)
+
+    def __init__(self) -> None:
+        self._views: dict[SessionKey, int] = {}
+
+    def expecting(self, item: rows.Prepared) -> rows.Prepared:
+        """``item`` with the expectation it carries or inherits."""
+        p = item.params
+        if p.expected_seq is not None or not self._views:
+            return item
+        view = self._views.get((p.app, p.user, p.session))
+        if view is None:
+            return item
+        return msgspec.structs.replace(
+            item, params=msgspec.structs.replace(p, expected_seq=view))
+
+    def took(self, item: rows.Prepared, result: AppendResult, first_after: FirstAfter) -> None:
+        """Move the view of ``item``'s session past its append (``item`` as
+        :meth:`expecting` gave it)."""
+        p = item.params
+        view = p.expected_seq
+        if view is None:
+            return
+        key = (p.app, p.user, p.session)
+        # A new append, or a duplicate that is the session's next event after
+        # the view (a retry whose answer was lost), moves the view to itself.
+        moved = not result.duplicate or (
+            result.seq > view and first_after(key, view) == result.seq)
+        self._views[key] = result.seq if moved else view
