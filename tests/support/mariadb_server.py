@@ -66,11 +66,17 @@ class Server:
     data: Path = field(init=False)
     socket: Path = field(init=False)
     log: Path = field(init=False)
+    tmp: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.data = self.root / "data"
         self.socket = self.root / "mysqld.sock"
         self.log = self.root / "server.log"
+        # The server's temporary files in a directory of its own: in the shared
+        # /tmp, a bootstrap beside other servers and test runs failed on its
+        # internal temporary tables ("Error on delete of
+        # '/tmp/#sql-temptable-...MAI'"), and every MySQL test was skipped.
+        self.tmp = self.root / "tmp"
 
     def _as_server(self) -> dict[str, object]:
         if self.user is None:
@@ -78,10 +84,12 @@ class Server:
         return {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []}
 
     def init(self) -> None:
+        self.tmp.mkdir(exist_ok=True)
         if self.user is not None:
             os.chown(self.root, self.user.pw_uid, self.user.pw_gid)
+            os.chown(self.tmp, self.user.pw_uid, self.user.pw_gid)
         done = subprocess.run(
-            [self.install_db, "--no-defaults", f"--datadir={self.data}",
+            [self.install_db, "--no-defaults", f"--datadir={self.data}", f"--tmpdir={self.tmp}",
              "--auth-root-authentication-method=normal", "--skip-test-db",
              "--skip-name-resolve"],
             capture_output=True, text=True, cwd=self.root, **self._as_server(),  # type: ignore[call-overload]
@@ -91,7 +99,8 @@ class Server:
 
     def start(self) -> None:
         argv = [
-            self.binary, "--no-defaults", f"--datadir={self.data}", f"--socket={self.socket}",
+            self.binary, "--no-defaults", f"--datadir={self.data}", f"--tmpdir={self.tmp}",
+            f"--socket={self.socket}",
             "--skip-networking", f"--pid-file={self.root / 'mysqld.pid'}",
             f"--log-error={self.log}", "--innodb-flush-log-at-trx-commit=1",
             "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=48M",
