@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 
 from streamd.recall.index import segment as seg
 
+# A segment file's magic with a header checksum, and without (older files).
+_CHECKED, _UNCHECKED = b"STRMSEG2", b"STRMSEG1"
 # The arrays a lookup binary-searches: damage must keep them sorted to be
 # plausible (the other arrays hold any value in range).
 _SORTED = {"term_hash", "starts", "big_pos", "ident_hash"}
@@ -17,7 +20,21 @@ _SORTED = {"term_hash", "starts", "big_pos", "ident_hash"}
 def _header(data: bytes) -> tuple[dict, int]:
     """A segment file's header, and where its arrays begin."""
     size = int.from_bytes(data[8:16], "little")
-    return json.loads(data[16:16 + size]), (16 + size + 7) // 8 * 8
+    at = _json_at(data)
+    return json.loads(data[at:at + size]), (at + size + 7) // 8 * 8
+
+
+def _json_at(data: bytes) -> int:
+    """Where a segment file's header JSON begins: after the header's own
+    checksum in a file that has one."""
+    return 20 if data[:8] == _CHECKED else 16
+
+
+def _unchecked(header: dict, arrays: bytes) -> bytes:
+    """A segment file as a streamd wrote it before headers had checksums."""
+    body = json.dumps(header).encode()
+    start = _UNCHECKED + len(body).to_bytes(8, "little") + body
+    return start + b"\0" * (-len(start) % 8) + arrays
 
 
 def array_span(path: Path, name: str) -> tuple[np.dtype, int, int]:
@@ -70,15 +87,56 @@ def flip_posting(path: Path, term: str) -> None:
 
 def without_checksums(path: Path, names: set[str] | None = None) -> None:
     """Rewrite a segment file's header without the checksums of arrays
-    ``names`` (all: the file as a streamd before checksums wrote it). The
-    arrays' bytes are kept; the header's length changes, which their
-    offsets (from the end of the header) allow."""
+    ``names`` (all: the file as a streamd before checksums wrote it), and
+    without its own. The arrays' bytes are kept; the header's length
+    changes, which their offsets (from the end of the header) allow."""
     data = path.read_bytes()
     header, head = _header(data)
     for spec in header["arrays"]:
         assert "crc32" in spec, "this streamd writes no checksums"
         if names is None or spec["name"] in names:
             del spec["crc32"]
-    body = json.dumps(header).encode()
-    start = data[:8] + len(body).to_bytes(8, "little") + body
-    path.write_bytes(start + b"\0" * (-len(start) % 8) + data[head:])
+    path.write_bytes(_unchecked(header, data[head:]))
+
+
+def without_header_checksum(path: Path) -> None:
+    """Rewrite a segment file as a streamd wrote it before its header had a
+    checksum of its own (its arrays' checksums kept)."""
+    data = path.read_bytes()
+    header, head = _header(data)
+    path.write_bytes(_unchecked(header, data[head:]))
+
+
+def header_fields(path: Path) -> list[tuple[str, str]]:
+    """(array name or "", key) of every field of a segment file's header
+    whose value :func:`flip_header_bit` can flip: base, count, and each
+    array's dtype, len, offset and crc32 (those it has)."""
+    header, _ = _header(path.read_bytes())
+    return [("", "base"), ("", "count")] + [
+        (spec["name"], key) for spec in header["arrays"]
+        for key in ("dtype", "len", "offset", "crc32") if key in spec]
+
+
+def flip_header_bit(path: Path, array: str, key: str) -> str:
+    """Flip one bit of a header field's value (``array`` "" for the
+    segment's own fields) so that the JSON still parses, to a value of the
+    same kind: a number's last digit by one (its lowest bit), an element
+    type's byte order (``'<'`` to ``'>'``, ``'|'`` to ``'<'``). Returns the
+    field's text after the flip."""
+    data = bytearray(path.read_bytes())
+    at = _json_at(data)
+    size = int.from_bytes(data[8:16], "little")
+    text = bytes(data[at:at + size])
+    start = re.search(rb'"name":\s*"%s"' % array.encode(), text).start() if array else 0
+    key_at = re.compile(rb'"%s":\s*' % key.encode()).search(text, start).end()
+    end = min(i for i in (text.find(b",", key_at), text.find(b"}", key_at)) if i >= 0)
+    if key == "dtype":
+        i = at + key_at + 1
+        data[i] ^= 0x02 if data[i] == ord("<") else 0x40
+    else:
+        i = at + end - 1
+        data[i] ^= 1
+    flipped = bytes(data[at:at + size])
+    json.loads(flipped)  # still parses
+    path.write_bytes(bytes(data))
+    return flipped[key_at:end].decode()

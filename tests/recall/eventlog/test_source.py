@@ -7,7 +7,7 @@ import logging
 
 import trio
 from support.recall import FAR, req
-from support.segments import array_span, flip_posting, without_checksums
+from support.segments import array_span, flip_header_bit, flip_posting, without_checksums
 
 from .conftest import call, expand, ids, init, result, say, search, served
 
@@ -210,6 +210,30 @@ async def test_a_saved_index_with_a_flipped_posting_is_indexed_again_at_restart(
     assert any("the saved event-log index is damaged" in m and "its recs do not match" in m
                for m in warned), warned
 
+
+
+async def test_a_saved_index_with_a_flipped_bit_in_a_header_is_indexed_again_at_restart(
+        tmp_path, caplog):
+    # The record numbers' element type read '>u4' for '<u4': the index was
+    # adopted and every posting read byte-swapped, from bytes that match
+    # their checksum (record 0 is the same either way; record 1 is not).
+    db, work = tmp_path / "events.db", tmp_path / "work"
+    work.mkdir()
+    with trio.fail_after(20):
+        async with served(db) as (peer, log):
+            await _zebra_and_yak_indexed(peer, log, db, work)
+            assert ids(await result(peer, search(2, "yak"))) == ["e2"]
+        (segment,) = (work / "index").glob("seg-*")
+        flip_header_bit(segment, "recs", "dtype")
+        with caplog.at_level(logging.WARNING, logger="streamd.recall.eventlog"):
+            async with served(db) as (peer, log):
+                await result(peer, init(db, work))
+                found = await result(peer, search(2, "yak"))
+                assert ids(found) == ["e2"] and found["candidates"][0]["relevance"] > 0
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("the saved event-log index is damaged" in m
+               and f"{segment}: its header does not match its checksum" in m
+               for m in warned), warned
 
 async def test_a_saved_index_refused_half_way_through_its_adoption_is_not_built_on(tmp_path):
     # Segments written before checksums, the second one's ids damaged: the

@@ -4,6 +4,8 @@
   from a cursor (regular files only, never blocking), and lines by offset.
 * :mod:`~streamd.recall.index.segment` - immutable posting segments and
   their on-disk encoding.
+* :mod:`~streamd.recall.index.segheader` - a segment file's header and its
+  own checksum.
 * :mod:`~streamd.recall.index.index` - records, columns and segments; the
   published :class:`~streamd.recall.index.index.View` of a generation.
 * :mod:`~streamd.recall.index.idorder` - record ids in order, for ties.

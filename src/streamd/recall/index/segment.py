@@ -16,7 +16,9 @@ needs no vocabulary object in memory and opens from disk with one ``mmap``:
 The header gives each array's CRC-32 (``checksum``), taken as the segment
 is written and checked when a new process adopts it, before the shape
 (``check``); a file written before checksums has none, and is adopted on
-its shape alone.
+its shape alone. The header has a CRC-32 of its own (``segheader``),
+checked as the file is opened; a file written before that is adopted on
+the checks it had then.
 
 A 64-bit hash collision between two distinct terms is possible in principle
 (about one in 10^7 for a billion-term store) and would add a spurious
@@ -29,21 +31,19 @@ and everything per token after that is numpy.
 from __future__ import annotations
 
 import hashlib
-import json
 import mmap
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import msgspec
 import numpy as np
 
-from streamd.recall.index import checksum, streamfile
+from streamd.recall.index import checksum, segheader, streamfile
 from streamd.recall.index.segfile import READ_POSTINGS, SegmentFile
+from streamd.recall.index.segheader import Damaged as Damaged
 
 COUNT_CAP = 63
 _FIELD_CODES = np.array([1, 2, 3], dtype=np.uint8)  # text, short fields, title
-_MAGIC = b"STRMSEG1"
 
 
 # Terms repeat across passes (Zipf), so their hashes are cached; the cache is
@@ -64,11 +64,6 @@ def term_hash(term: str) -> int:
 
 def hashes(terms: list[str]) -> np.ndarray:
     return np.fromiter(map(term_hash, terms), dtype=np.uint64, count=len(terms))
-
-
-class Damaged(ValueError):
-    """A segment read back is not one that was written (the file was damaged):
-    an index holding it is not adopted, and is built anew."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -179,6 +174,15 @@ COLUMNS = np.dtype([
     ("schema", "<i4"), ("kind", "<i4"), ("file", "<i4"), ("offset", "<i8"),
     ("line_len", "<i4"), ("length", "<i4"),
 ])
+
+# Each array's element type, as every builder (plain, compiled, merged)
+# makes it and ``encode`` writes it.
+_DTYPES: dict[str, np.dtype] = {
+    "term_hash": np.dtype("<u8"), "term_local": np.dtype("<i4"), "starts": np.dtype("<i8"),
+    "recs": np.dtype("<u4"), "meta": np.dtype("|u1"), "big_pos": np.dtype("<i8"),
+    "big_count": np.dtype("<i8"), "ident_hash": np.dtype("<u8"), "ident_rec": np.dtype("<i8"),
+    "columns": COLUMNS, "ids": np.dtype("|u1"),
+}
 
 
 class SegmentBuilder:
@@ -366,9 +370,9 @@ def rebased(s: Segment, base: int, kind_map: np.ndarray) -> Segment:
 
 
 def encode(seg: Segment) -> Iterator[bytes | memoryview]:
-    """One file per segment: a JSON header, then the arrays, 8-byte aligned.
-    The header gives each array's CRC-32, taken over the bytes written (in
-    memory: the file is never read back for it). The bytes come in pieces
+    """One file per segment: a header (``segheader``), then the arrays,
+    8-byte aligned. The header gives each array's CRC-32, taken over the
+    bytes written (in memory: the file is never read back for it). The bytes come in pieces
     (one array at a time, each a view of the array's own memory) so a
     segment is never copied on its way to the file; ``durable`` writes them
     atomically."""
@@ -377,12 +381,10 @@ def encode(seg: Segment) -> Iterator[bytes | memoryview]:
     layout = []
     offset = 0
     for name, arr in arrays.items():
-        layout.append({"name": name, "dtype": arr.dtype.str, "len": len(arr), "offset": offset,
-                       "crc32": checksum.crc32(pieces[name])})
+        layout.append(segheader.Array(name, arr.dtype.str, len(arr), offset,
+                                      checksum.crc32(pieces[name])))
         offset += (arr.nbytes + 7) // 8 * 8
-    header = json.dumps({"base": seg.base, "count": seg.count, "arrays": layout}).encode()
-    head = _MAGIC + len(header).to_bytes(8, "little") + header
-    yield head + b"\0" * ((len(head) + 7) // 8 * 8 - len(head))
+    yield segheader.encode(segheader.Header(seg.base, seg.count, layout))
     for piece in pieces.values():
         yield piece
         yield b"\0" * (-len(piece) % 8)
@@ -439,44 +441,45 @@ def check(s: Segment) -> None:
 def read(path: str) -> Segment:
     """Map a segment file, and open it for searches' reads of postings
     (``segfile``). The header is read from the file, not the mapping, which
-    would map the first of the term table's pages with it."""
+    would map the first of the term table's pages with it. Raises
+    :class:`Damaged` for a header that is not as it was written."""
     with streamfile.open_regular(path) as f:  # a FIFO named there must not block
-        head = f.read(len(_MAGIC) + 8)
-        if head[: len(_MAGIC)] != _MAGIC:
-            raise ValueError(f"{path} is not a segment file")
-        size = int.from_bytes(head[len(_MAGIC):], "little")
-        if size > os.fstat(f.fileno()).st_size - len(head):
-            # A damaged length: read as asked, it is a MemoryError (a
-            # failure of every build, not a segment found damaged).
-            raise ValueError(f"{path}: its header runs past the end of the file")
-        header = json.loads(f.read(size))
+        header, head_len = segheader.read(path, f)
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    head_len = (len(_MAGIC) + 8 + size + 7) // 8 * 8
+    specs = {spec.name: spec for spec in header.arrays}
+    if len(specs) != len(header.arrays) or specs.keys() != set(_ARRAYS):
+        raise Damaged(f"{path}: its header does not name each array once")
     arrays = {}
     layout = {}
-    for spec in header["arrays"]:
-        dtype = np.dtype(spec["dtype"])
-        if spec["name"] == "columns":
-            dtype = COLUMNS
-        arrays[spec["name"]] = np.frombuffer(
-            mapped, dtype=dtype, count=spec["len"], offset=head_len + spec["offset"]
-        )
-        layout[spec["name"]] = (dtype, spec["len"], head_len + spec["offset"])
-    return Segment(base=header["base"], count=header["count"], path=path,
-                   file=SegmentFile(path, layout, mapped, _sums(path, header["arrays"])),
+    for spec in header.arrays:
+        if spec.dtype != _DTYPES[spec.name].str:
+            # Checked in a header without a checksum of its own: a '<'
+            # flipped to '>' there read every element byte-swapped, from
+            # bytes that match their checksum.
+            raise Damaged(f"{path}: its {spec.name} are not of type {_DTYPES[spec.name].str}")
+        dtype = _DTYPES[spec.name]
+        try:
+            arrays[spec.name] = np.frombuffer(
+                mapped, dtype=dtype, count=spec.len, offset=head_len + spec.offset)
+        except ValueError:
+            raise Damaged(f"{path}: its {spec.name} run past the end of the file") from None
+        layout[spec.name] = (dtype, spec.len, head_len + spec.offset)
+    return Segment(base=header.base, count=header.count, path=path,
+                   file=SegmentFile(path, layout, mapped, _sums(path, header.arrays)),
                    **arrays)
 
 
-def _sums(path: str, specs: list[dict]) -> dict[str, int] | None:
+def _sums(path: str, specs: list[segheader.Array]) -> dict[str, int] | None:
     """Each array's checksum from a header's array specs; None for a file
     written before checksums (no spec has one). A header with some but not
-    all, or one that is not a CRC-32, is damaged: a file is written whole."""
-    found = [spec.get("crc32") for spec in specs]
-    if all(v is None for v in found):
+    all is damaged: a file is written whole."""
+    found = {spec.name: spec.crc32 for spec in specs}
+    if all(v is None for v in found.values()):
         return None
-    if not all(type(v) is int and 0 <= v < 1 << 32 for v in found):
+    sums = {name: v for name, v in found.items() if v is not None}
+    if len(sums) != len(found):
         raise Damaged(f"{path}: its header's checksums are damaged")
-    return {spec["name"]: spec["crc32"] for spec in specs}
+    return sums
 
 
 __all__ = ["Segment", "SegmentBuilder", "encode", "hashes", "merge", "read", "term_hash"]
