@@ -235,6 +235,32 @@ async def test_a_saved_index_with_a_flipped_bit_in_a_header_is_indexed_again_at_
                and f"{segment}: its header does not match its checksum" in m
                for m in warned), warned
 
+
+async def test_a_saved_position_with_a_flipped_bit_in_its_removed_mask_is_not_adopted(
+        tmp_path, caplog):
+    # The mask of removed events is saved in the manifest, base64: its
+    # first letter's case flipped ('A' to 'a') marked e2 removed, and the
+    # adopted index no longer found it (the position's other checks, its
+    # seq and the id of the event there, do not read the mask).
+    db, work = tmp_path / "events.db", tmp_path / "work"
+    work.mkdir()
+    with trio.fail_after(20):
+        async with served(db) as (peer, log):
+            await _zebra_and_yak_indexed(peer, log, db, work)
+            assert ids(await result(peer, search(2, "yak"))) == ["e2"]
+        manifest = work / "index" / "manifest.json"
+        data = manifest.read_bytes()
+        at = data.index(b'"removed": "') + len(b'"removed": "')
+        assert data[at:at + 1] == b"A"  # no event removed
+        manifest.write_bytes(data[:at] + b"a" + data[at + 1:])
+        with caplog.at_level(logging.WARNING, logger="streamd.recall.eventlog"):
+            async with served(db) as (peer, log):
+                await result(peer, init(db, work))
+                assert ids(await result(peer, search(2, "yak"))) == ["e2"]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("the saved event-log index is damaged" in m
+               and f"{manifest} does not match its checksum" in m for m in warned), warned
+
 async def test_a_saved_index_refused_half_way_through_its_adoption_is_not_built_on(tmp_path):
     # Segments written before checksums, the second one's ids damaged: the
     # adoption took the first segment's records before it refused the index

@@ -23,6 +23,11 @@ file of the last good save as it was (``write_atomic``); the segments it
 could not write stay in memory and are written by the next save, so the
 index is whole on disk again as soon as there is room (see ``index.Index``).
 
+The manifest carries a CRC-32 of its own bytes (``summed``), checked before
+it is read: one that does not match is damage (the log names it and the
+files are indexed anew). One written before it had a checksum (format 2) is
+read as it was then.
+
 A manifest is adopted only if every file it read is at least as long as what
 was consumed and still holds the same bytes at both ends of it (its
 ``fingerprint``, which a running process also checks at every catch-up);
@@ -35,7 +40,6 @@ the whole stream on every start.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -46,10 +50,13 @@ from streamd.recall.index import streamfile
 from streamd.recall.index.fingerprint import fingerprint
 from streamd.recall.index.segment import Segment
 from streamd.recall.index.streamfile import Cursor
-from streamd.recall.persist import cursors
+from streamd.recall.persist import cursors, summed
 from streamd.recall.persist.atomic import write_atomic
 
-FORMAT = 2
+FORMAT = 3
+# A manifest written before manifests had a checksum (``summed``): adopted
+# as it was then.
+FORMAT_UNSUMMED = 2
 MANIFEST = "manifest.json"
 # What reading a manifest that is not ours to trust may raise: it is then not
 # adopted. OverflowError is ``int()`` of a number JSON reads as infinity
@@ -143,8 +150,7 @@ class DurableIndex:
             **position,
         }
         # The directory fsync covers the segments' renames too.
-        write_atomic(os.path.join(self.dir, MANIFEST), [json.dumps(body).encode()],
-                     sync_dir=True)
+        write_atomic(os.path.join(self.dir, MANIFEST), [summed.dumps(body)], sync_dir=True)
         self._seen = self._stamp()
         self._remove_unlisted(set(names), keep_manifest=True)
 
@@ -182,16 +188,28 @@ class DurableIndex:
         return self._segments(body) if body is not None else None
 
     def _body(self) -> dict[str, Any] | None:
+        """The manifest, None if there is none of this format and config.
+        Raises :class:`~streamd.recall.index.segment.Damaged` for one that
+        does not match its checksum, or should have one and has none."""
         self._seen = self._stamp()
+        path = os.path.join(self.dir, MANIFEST)
         try:
             # Regular files only: a FIFO in its place would block the build.
-            with streamfile.open_regular(os.path.join(self.dir, MANIFEST)) as f:
-                body = json.load(f)
+            with streamfile.open_regular(path) as f:
+                data = f.read()
+            body, checked = summed.loads(data, path)
+        except seg.Damaged:
+            raise
         except (OSError, ValueError):
             return None
         if not isinstance(body, dict):
             return None
-        if body.get("format") != FORMAT or body.get("config") != self.config:
+        if not checked and (body.get("format") == FORMAT or "crc32" in body):
+            # Its checksum's own place damaged: the rest of it is unchecked.
+            raise seg.Damaged(f"{path} has lost its checksum")
+        if body.get("format") != (FORMAT if checked else FORMAT_UNSUMMED):
+            return None
+        if body.get("config") != self.config:
             return None
         return body
 
