@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.manifests import flip_manifest_bit
 
 from streamd.cli import main
 
@@ -121,6 +122,19 @@ def test_a_workdir_of_other_files_is_refused_without_rebuild(world, capsys):
     assert code == 0 and "stream:v2/b1" in out[0]
     assert run(capsys, "search", "beta", b, "--workdir", work)[0] == 0  # now it is b's
 
+
+
+def test_a_manifest_naming_other_files_only_because_it_is_damaged_is_no_refusal(
+        world, capsys):
+    # One bit of the manifest's path flipped ("a.jsonm"): the workdir was
+    # refused as another file set's until --rebuild. The manifest fails its
+    # checksum, the checkpoint names the files, and the index is built anew.
+    work = world.root / "work"
+    a = world.path("a.jsonl")
+    assert run(capsys, "index", a, "--workdir", work)[0] == 0
+    flip_manifest_bit(work / "index" / "manifest.json", "files.path", "value")
+    code, out, err = run(capsys, "search", "alpha", a, "--workdir", work)
+    assert code == 0 and "stream:v2/r1" in "".join(out), err
 
 def test_the_same_files_reuse_the_workdir_without_full(world, capsys):
     work = world.root / "work"

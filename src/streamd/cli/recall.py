@@ -249,9 +249,8 @@ def prepare_workdir(workdir: str | None, paths: list[str], rebuild: bool) -> Non
 
 def _indexed_files(workdir: str) -> list[str]:
     """The files a workdir's saved index (or checkpoint) covers, in order."""
-    import json
-
     from streamd import regular_files
+    from streamd.recall.persist import summed
 
     for name in (os.path.join("index", "manifest.json"), "cursor.json"):
         try:
@@ -259,7 +258,10 @@ def _indexed_files(workdir: str) -> list[str]:
             # good (and with it `streamd index` and `search --workdir`).
             fd = regular_files.open_fd(os.path.join(workdir, name), os.O_RDONLY)
             with os.fdopen(fd, "rb") as f:
-                files = json.load(f).get("files") or []
+                # A manifest that fails its checksum (a Damaged, so a
+                # ValueError) names nothing: one flipped bit of a path
+                # refused the workdir as another file set's.
+                files = summed.loads(f.read(), name)[0].get("files") or []
             return [str(c["path"]) for c in files]
         except (OSError, ValueError, AttributeError, KeyError, TypeError):
             continue
