@@ -372,10 +372,10 @@ def rebased(s: Segment, base: int, kind_map: np.ndarray) -> Segment:
 def encode(seg: Segment) -> Iterator[bytes | memoryview]:
     """One file per segment: a header (``segheader``), then the arrays,
     8-byte aligned. The header gives each array's CRC-32, taken over the
-    bytes written (in memory: the file is never read back for it). The bytes come in pieces
-    (one array at a time, each a view of the array's own memory) so a
-    segment is never copied on its way to the file; ``durable`` writes them
-    atomically."""
+    bytes written (in memory: the file is never read back for it). The
+    bytes come in pieces (one array at a time, each a view of the array's
+    own memory) so a segment is never copied on its way to the file;
+    ``durable`` writes them atomically."""
     arrays = {name: np.ascontiguousarray(arr) for name, arr in seg.arrays().items()}
     pieces = {name: arr.view(np.uint8).data for name, arr in arrays.items()}
     layout = []
