@@ -179,3 +179,22 @@ def test_such_a_segment_still_has_its_arrays_checked_against_their_checksums(
     assert any(f"{segment}: its recs do not match their checksums" in m
                for m in _warnings(caplog))
 
+
+
+@needs_native
+@pytest.mark.parametrize(("written", "read"), [(False, True), (True, False)],
+                         ids=["plain-then-compiled", "compiled-then-plain"])
+def test_an_index_saved_on_either_path_is_adopted_on_the_other(
+        recall_world, caplog, written: bool, read: bool) -> None:
+    # The headers' and the manifest's checksums are the same CRC-32 on both
+    # paths: a restart that takes the other path must not rebuild.
+    w = recall_world
+    with path_taken(written):
+        stream(w)
+        expected = answers(w, w.adapter())
+    (segment,) = (w.work / "index").glob("seg-*")
+    with path_taken(read), caplog.at_level(logging.WARNING, logger="streamd.recall"):
+        restarted = w.adapter()
+        assert answers(w, restarted) == expected
+    assert segment.exists()
+    assert not _warnings(caplog)
