@@ -109,3 +109,21 @@ def test_a_batch_that_holds_a_refusal_commits_the_rest_as_one_without_would(stor
         "a",
         "b",
     ]
+
+
+def test_a_group_pipelined_behind_one_expected_seq_reads_the_session_once(store) -> None:
+    from support.sqlite_cost import statements
+
+    def group(tag: str, expected: int | None) -> AppendGroup:
+        appends = [params(f"{tag}{i}", "s") for i in range(100)]
+        appends[0] = msgspec.structs.replace(appends[0], expected_seq=expected)
+        return AppendGroup(appends)
+
+    store.append_batch([params("first", "s")], NOW)
+    (free,), plain = statements(store, lambda: store.append_batch([group("p", None)], NOW))
+    (checked,), pipelined = statements(
+        store, lambda: store.append_batch([group("c", free[-1].seq)], NOW))
+    assert not any(r.duplicate for r in checked) and checked[0].seq == free[-1].seq + 1
+    # The first append's expectation is one read; its later appends follow
+    # new events of the same transaction, where the session is for certain.
+    assert pipelined == plain + 1

@@ -42,3 +42,16 @@ def vm_steps(store: SqliteStore, read: Callable[[], _T]) -> tuple[_T, int]:
     finally:
         db.trace_v2(0, None)
     return answer, sum(steps)
+
+
+def statements(store: SqliteStore, op: Callable[[], _T]) -> tuple[_T, int]:
+    """What ``op`` answers, and how many statements it ran on the store's
+    connection (each execution once)."""
+    ran: list[None] = []
+    db = store.connection
+    db.trace_v2(apsw.SQLITE_TRACE_PROFILE, lambda event: ran.append(None))
+    try:
+        answer = op()
+    finally:
+        db.trace_v2(0, None)
+    return answer, len(ran)

@@ -21,8 +21,18 @@ any append when the session's last seq is elsewhere. After an append:
   and the next new append of the session is refused as stale.
 
 A duplicate itself is answered as such whatever it expected, as a lone
-append's is. Backends apply this with :class:`Chain`; ``first_after`` is the
-one read it may need, the session's first seq after a given one.
+append's is.
+
+A view set by a new append of this transaction is the session's last seq
+for certain (nobody else writes meanwhile, and a duplicate never moves it):
+an append inheriting it is not checked again. Checked, each later append of
+a pipelined batch read the session's row once more, on SQLite a statement
+per append: a group of 100 appends of one session ran 305 statements where
+the same group without ``expected_seq`` ran 205, and a group of 1000 took
+a sixth to a third longer.
+
+Backends apply this with :class:`Chain`; ``first_after`` is the one read it
+may need, the session's first seq after a given one.
 """
 
 from __future__ import annotations
@@ -45,18 +55,22 @@ as the writing transaction sees it."""
 class Chain:
     """The views of one group's sessions (see the module docstring)."""
 
-    __slots__ = ("_views",)
+    __slots__ = ("_at_head", "_views")
 
     def __init__(self) -> None:
         self._views: dict[SessionKey, int] = {}
+        self._at_head: set[SessionKey] = set()
+        """Sessions whose view a new append of this group set: their last seq."""
 
     def expecting(self, item: rows.Prepared) -> rows.Prepared:
-        """``item`` with the expectation it carries or inherits."""
+        """``item`` with the expectation it carries or inherits (none to
+        check when its session is at the view for certain)."""
         p = item.params
         if p.expected_seq is not None or not self._views:
             return item
-        view = self._views.get((p.app, p.user, p.session))
-        if view is None:
+        key = (p.app, p.user, p.session)
+        view = self._views.get(key)
+        if view is None or key in self._at_head:
             return item
         return msgspec.structs.replace(
             item, params=msgspec.structs.replace(p, expected_seq=view))
@@ -65,12 +79,20 @@ class Chain:
         """Move the view of ``item``'s session past its append (``item`` as
         :meth:`expecting` gave it)."""
         p = item.params
-        view = p.expected_seq
+        key = (p.app, p.user, p.session)
+        view = p.expected_seq if p.expected_seq is not None else self._views.get(key)
         if view is None:
             return
-        key = (p.app, p.user, p.session)
-        # A new append, or a duplicate that is the session's next event after
-        # the view (a retry whose answer was lost), moves the view to itself.
-        moved = not result.duplicate or (
-            result.seq > view and first_after(key, view) == result.seq)
-        self._views[key] = result.seq if moved else view
+        if not result.duplicate:
+            self._views[key] = result.seq
+            self._at_head.add(key)
+            return
+        # A duplicate that is the session's next event after the view (a retry
+        # whose answer was lost) moves the view to itself; the session may
+        # hold events after it, so the view is checked again.
+        if result.seq > view and first_after(key, view) == result.seq:
+            self._views[key] = result.seq
+            self._at_head.discard(key)
+        elif self._views.get(key) != view:  # an expectation of its own, kept
+            self._views[key] = view
+            self._at_head.discard(key)
