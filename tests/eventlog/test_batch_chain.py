@@ -1,0 +1,79 @@
+"""How a batch's later appends of a session are judged (wire.md, append_batch:
+"each later append of the same session in the batch, sent without an
+``expected_seq`` of its own, expects the session where the batch's earlier
+appends left it"), on every backend: sessions interleaved in one group, and
+an ``expected_seq`` of a later append's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support.store_contract import T0, Fixture, ap, ev, ids
+
+from streamd.errors import RpcError, is_stale_session
+from streamd.eventlog.model import AppendParams, SessionCreateParams
+from streamd.eventlog.store import AppendGroup
+
+
+def group(fx: Fixture, *appends: AppendParams) -> Any:
+    (got,) = fx.store.append_batch([AppendGroup(list(appends))], T0)
+    return got
+
+
+def in_(session: str, event_id: str, **kw: Any) -> AppendParams:
+    return ap(ev(event_id), session=session, **kw)
+
+
+def made(fx: Fixture, *sessions: str) -> None:
+    for s in sessions:
+        fx.store.create_session(SessionCreateParams(app="app", user="u", session=s), T0)
+
+
+def test_interleaved_sessions_of_a_group_each_follow_their_own_appends(fx: Fixture) -> None:
+    made(fx, "s", "t")
+    a = fx.store.append(in_("s", "a", expected_seq=0), T0).seq
+    b = fx.store.append(in_("t", "b", expected_seq=0), T0).seq
+    got = group(fx, in_("s", "c", expected_seq=a), in_("t", "d", expected_seq=b),
+                in_("s", "e"), in_("t", "f"), in_("s", "g"))
+    assert [r.seq for r in got] == [b + 1, b + 2, b + 3, b + 4, b + 5]
+    assert ids(fx.store) == ["a", "b", "c", "d", "e", "f", "g"]
+
+
+def test_a_duplicate_stored_elsewhere_in_one_session_refuses_that_sessions_next_append_only(
+    fx: Fixture,
+) -> None:
+    made(fx, "s", "t")
+    a = fx.store.append(in_("s", "a", expected_seq=0), T0).seq
+    b = fx.store.append(in_("t", "b", expected_seq=0), T0).seq
+    fx.store.append(in_("t", "x"), T0)  # another writer, unseen by this one
+    e = fx.store.append(in_("t", "e"), T0).seq
+    # The copy's view of "t" is at "b": "e" went in elsewhere, so its next
+    # append of "t" is refused; its appends of "s" are judged on their own.
+    refused = group(fx, in_("s", "c", expected_seq=a), in_("t", "e", expected_seq=b),
+                    in_("s", "d"), in_("t", "y"))
+    assert isinstance(refused, RpcError) and is_stale_session(refused)
+    assert refused.data == {"expected_seq": b, "last_seq": e, "index": 3}
+    assert ids(fx.store) == ["a", "b", "x", "e"]
+    got = group(fx, in_("s", "c", expected_seq=a), in_("t", "e", expected_seq=b), in_("s", "d"))
+    assert [r.duplicate for r in got] == [False, True, False]
+
+
+def test_an_expected_seq_of_a_later_appends_own_is_the_one_it_is_judged_by(fx: Fixture) -> None:
+    made(fx, "s")
+    a = fx.store.append(in_("s", "a", expected_seq=0), T0).seq
+    # Its own, behind the group's earlier append: refused, as it says.
+    refused = group(fx, in_("s", "b", expected_seq=a), in_("s", "c", expected_seq=a))
+    assert isinstance(refused, RpcError) and is_stale_session(refused)
+    assert refused.data == {"expected_seq": a, "last_seq": a + 1, "index": 1}
+    x = fx.store.append(in_("s", "x"), T0).seq
+    e = fx.store.append(in_("s", "e"), T0).seq
+    # A writer that learnt of "x" and "e" after sending "e" again says so:
+    # its next append goes in, and the one after follows it.
+    got = group(fx, in_("s", "e", expected_seq=a), in_("s", "y", expected_seq=e), in_("s", "z"))
+    assert [(r.seq, r.duplicate) for r in got] == [(e, True), (e + 1, False), (e + 2, False)]
+    # And one that says the group's own new append is where the session is.
+    got = group(fx, in_("s", "f", expected_seq=e + 2), in_("s", "g", expected_seq=e + 3),
+                in_("s", "h"))
+    assert [r.seq for r in got] == [e + 3, e + 4, e + 5]
+    assert ids(fx.store) == ["a", "x", "e", "y", "z", "f", "g", "h"]
+    assert x == a + 1
