@@ -77,3 +77,24 @@ def test_an_expected_seq_of_a_later_appends_own_is_the_one_it_is_judged_by(fx: F
     assert [r.seq for r in got] == [e + 3, e + 4, e + 5]
     assert ids(fx.store) == ["a", "x", "e", "y", "z", "f", "g", "h"]
     assert x == a + 1
+
+
+def test_a_group_beside_a_refused_append_is_judged_as_alone(fx: Fixture) -> None:
+    # A refused append in the same call sends SQLite's batch down its careful
+    # path (a savepoint per item); a server backend rolls it out of the plan.
+    made(fx, "s")
+    a = fx.store.append(in_("s", "a", expected_seq=0), T0).seq
+    fx.store.append(in_("t", "taken"), T0)
+    clash = ap(ev("taken", content="other"), session="t")
+    b = fx.store.append(in_("s", "b", expected_seq=a), T0).seq  # its answer lost
+    retried = fx.store.append_batch(
+        [clash, AppendGroup([in_("s", "b", expected_seq=a), in_("s", "c")])], T0)
+    assert isinstance(retried[0], RpcError)
+    assert [(r.seq, r.duplicate) for r in retried[1]] == [(b, True), (b + 1, False)]
+    fx.store.append(in_("s", "x"), T0)
+    e = fx.store.append(in_("s", "e"), T0).seq
+    stale = fx.store.append_batch(
+        [clash, AppendGroup([in_("s", "e", expected_seq=b + 1), in_("s", "y")])], T0)
+    assert isinstance(stale[1], RpcError) and is_stale_session(stale[1])
+    assert stale[1].data == {"expected_seq": b + 1, "last_seq": e, "index": 1}
+    assert ids(fx.store) == ["a", "taken", "b", "c", "x", "e"]
