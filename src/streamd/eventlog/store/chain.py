@@ -29,7 +29,8 @@ an append inheriting it is not checked again. Checked, each later append of
 a pipelined batch read the session's row once more, on SQLite a statement
 per append: a group of 100 appends of one session ran 305 statements where
 the same group without ``expected_seq`` ran 205, and a group of 1000 took
-a sixth to a third longer.
+a tenth longer (40.8 ms against 36.6, the median of six processes' best of
+40 batches; with this, 35.1, as without the chain).
 
 Backends apply this with :class:`Chain`; ``first_after`` is the one read it
 may need, the session's first seq after a given one.
