@@ -1,6 +1,8 @@
 """A writer's ``eventlog/append_batch`` over a real Unix socket, on every
 backend: a batch sent again on a new connection after the first one was lost
-is stored once, where the first put it; a stale copy of a batch is refused.
+is stored once, where the first put it, and so is one sent twice at once (the
+group commit takes both into one transaction as often as not); a stale copy
+of a batch is refused.
 
 The daemon is :func:`streamd.daemon.serve_socket` run in this process on the
 test's database (a SQLite file, or a fresh PostgreSQL or MariaDB database of
@@ -128,3 +130,24 @@ async def test_a_stale_copy_of_a_batch_is_refused_and_nothing_of_it_is_stored(
             gone = await c.error("eventlog/sessions.get",
                                  {"app": "app", "user": "u", "session": "other"})
             assert gone["code"] == SESSION_NOT_FOUND  # not made by the refused batch
+
+
+async def test_a_batch_and_its_copy_sent_at_once_are_stored_once_and_answered_alike(
+    db: str, tmp_path: Path,
+) -> None:
+    # Both frames are read before either commits: the writer takes them into
+    # one transaction as often as not, the copy judged on the batch's own
+    # planned (or written) events; in two, on the stored ones.
+    with trio.fail_after(60):
+        async with serving(db, tmp_path) as path:
+            c = await connect(path)
+            view = await read_at_a(c)
+            batch = pipelined(view, "b", "c", "d")
+            first = await c.start("eventlog/append_batch", batch)
+            copy = await c.start("eventlog/append_batch", batch)
+            answers = [(await c.response(i))["result"]["results"] for i in (first, copy)]
+            new, again = sorted(answers, key=lambda r: r[0]["duplicate"])
+            assert [s for s, _ in seqs(new)] == [s for s, _ in seqs(again)]
+            assert [d for _, d in seqs(new)] == [False] * 4
+            assert [d for _, d in seqs(again)] == [True] * 4
+            assert await ids(c) == ["a", "b", "c", "d"]
