@@ -2,12 +2,18 @@
 "each later append of the same session in the batch, sent without an
 ``expected_seq`` of its own, expects the session where the batch's earlier
 appends left it"), on every backend: sessions interleaved in one group, and
-an ``expected_seq`` of a later append's own."""
+an ``expected_seq`` of a later append's own, a refused append beside the
+group, and a server backend's one-by-one rewrite of a batch."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
+from support import store_contract as contract
 from support.store_contract import T0, Fixture, ap, ev, ids
 
 from streamd.errors import RpcError, is_stale_session
@@ -98,3 +104,65 @@ def test_a_group_beside_a_refused_append_is_judged_as_alone(fx: Fixture) -> None
     assert isinstance(stale[1], RpcError) and is_stale_session(stale[1])
     assert stale[1].data == {"expected_seq": b + 1, "last_seq": e, "index": 1}
     assert ids(fx.store) == ["a", "taken", "b", "c", "x", "e"]
+
+
+@pytest.fixture(params=["postgres", "mysql"])
+def server_fx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fixture]:
+    yield from contract.BACKENDS[request.param](request, tmp_path)
+
+
+class _BulkRefused(Exception):
+    """What the database says of a value it cannot store, met by the bulk write."""
+
+
+def written_one_by_one(fx: Fixture, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every bulk write of ``fx``'s server backend refused, so its group
+    commits take the one-by-one path (each event in a savepoint of its own,
+    each item's events written before the next item is planned); the sizes
+    of the bulk writes refused."""
+    module = sys.modules[type(fx.store).__module__]
+    real = module.commit_planned
+    refused: list[int] = []
+
+    class RefusingBulk:
+        def __init__(self, db: Any) -> None:
+            self.db = db
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.db, name)
+
+        def write(self, events: list[Any], now_us: int) -> None:
+            if len(events) > 1:
+                refused.append(len(events))
+                raise _BulkRefused
+            self.db.write(events, now_us)
+
+        def refusal(self, exc: BaseException) -> bool:
+            return isinstance(exc, _BulkRefused) or bool(self.db.refusal(exc))
+
+    monkeypatch.setattr(module, "commit_planned",
+                        lambda db, *a, **kw: real(RefusingBulk(db), *a, **kw))
+    return refused
+
+
+def test_a_group_written_one_by_one_is_judged_as_one_written_in_bulk(
+    server_fx: Fixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fx = server_fx
+    made(fx, "s")
+    a = fx.store.append(in_("s", "a", expected_seq=0), T0).seq
+    bulk = written_one_by_one(fx, monkeypatch)
+    # "b" stored by the call's first item, written before the group is planned.
+    b, retried = fx.store.append_batch(
+        [in_("s", "b"), AppendGroup([in_("s", "b", expected_seq=a), in_("s", "c"),
+                                     in_("s", "d")])], T0)
+    assert [(r.seq, r.duplicate) for r in retried] == [
+        (b.seq, True), (b.seq + 1, False), (b.seq + 2, False)]
+    assert bulk == [3]  # "b", "c" and "d", written again one by one
+    fx.store.append(in_("s", "x"), T0)
+    e = fx.store.append(in_("s", "e"), T0).seq
+    (stale,) = fx.store.append_batch(
+        [AppendGroup([in_("s", "e", expected_seq=b.seq + 2), in_("s", "y")])], T0)
+    assert isinstance(stale, RpcError) and is_stale_session(stale)
+    assert stale.data == {"expected_seq": b.seq + 2, "last_seq": e, "index": 1}
+    assert ids(fx.store) == ["a", "b", "c", "d", "x", "e"]
