@@ -166,3 +166,42 @@ def test_a_group_written_one_by_one_is_judged_as_one_written_in_bulk(
     assert isinstance(stale, RpcError) and is_stale_session(stale)
     assert stale.data == {"expected_seq": b.seq + 2, "last_seq": e, "index": 1}
     assert ids(fx.store) == ["a", "b", "c", "d", "x", "e"]
+
+
+def test_a_duplicate_is_not_taken_as_next_once_retention_removed_the_event_it_follows(
+    fx: Fixture,
+) -> None:
+    from streamd.eventlog.retention import DEFAULT_BOUNDS
+
+    made(fx, "s")
+    a = fx.store.append(in_("s", "a", expected_seq=0), T0).seq
+    fx.store.append(in_("s", "x"), T0)  # another writer, unseen by this one
+    e = fx.store.append(in_("s", "e"), T0).seq
+    copy = [in_("s", "e", expected_seq=a), in_("s", "y")]
+    assert is_stale_session(group(fx, *copy))
+    # Retention keeps the newest event, "e": "a" and "x" are gone, and "e"
+    # is the session's first event after seq "a" had. Before, the copy's
+    # batch then went in, "y" behind "x", which it never saw.
+    assert fx.store.trim_sessions("app", 1, None, T0, None, DEFAULT_BOUNDS).events == 2
+    refused = group(fx, *copy)
+    assert isinstance(refused, RpcError) and is_stale_session(refused)
+    assert refused.data == {"expected_seq": a, "last_seq": e, "index": 1}
+    assert ids(fx.store) == ["e"]
+
+
+def test_a_batch_sent_again_after_retention_removed_events_before_its_view_goes_through(
+    fx: Fixture,
+) -> None:
+    from streamd.eventlog.retention import DEFAULT_BOUNDS
+
+    made(fx, "s")
+    for i in range(3):
+        fx.store.append(in_("s", f"old{i}"), T0)
+    view = fx.store.append(in_("s", "a"), T0).seq
+    sent = [in_("s", "b", expected_seq=view), in_("s", "c")]
+    first = group(fx, *sent)  # stored; its answer lost
+    assert fx.store.trim_sessions("app", 3, None, T0, None, DEFAULT_BOUNDS).events == 3
+    again = group(fx, *sent, in_("s", "d"))
+    assert [(r.seq, r.duplicate) for r in again] == [
+        (first[0].seq, True), (first[1].seq, True), (first[1].seq + 1, False)]
+    assert ids(fx.store) == ["a", "b", "c", "d"]

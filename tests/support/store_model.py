@@ -256,7 +256,8 @@ class GroupViews:
     group's earlier appends left it"): a new append leaves it at its own seq;
     a duplicate at or before the expectation leaves it there; a duplicate
     after it, at its own seq when it is "the session's next event after that
-    expectation", else where it was."""
+    expectation" and the session still holds its event at the expectation
+    ("the event at that seq still held"), else where it was."""
 
     views: dict[Key, int] = field(default_factory=dict)
 
@@ -273,7 +274,9 @@ class GroupViews:
             return
         key = (a.app, a.user, a.session)
         after = [s for s, e in log.events.items() if e.key == key and s > a.expected_seq]
-        if not duplicate or (seq > a.expected_seq and min(after) == seq):
+        at = log.events.get(a.expected_seq)
+        held = a.expected_seq == 0 or (at is not None and at.key == key)
+        if not duplicate or (seq > a.expected_seq and held and min(after) == seq):
             self.views[key] = seq
         else:
             self.views[key] = a.expected_seq

@@ -432,11 +432,10 @@ class _MysqlWrite:
                 session_seq[key] = row[0]
         return known, session_seq
 
-    def first_after(self, key: SessionKey, seq: int) -> int | None:
-        row = self._sql.one(
-            "SELECT min(seq) FROM events WHERE app_name = ? AND user_id = ?"
-            " AND session_id = ? AND seq > ?", (*key, seq))
-        return None if row is None else row[0]
+    def from_seq(self, key: SessionKey, seq: int) -> list[int]:
+        return [row[0] for row in self._sql.rows(
+            "SELECT seq FROM events WHERE app_name = ? AND user_id = ?"
+            " AND session_id = ? AND seq >= ? ORDER BY seq LIMIT 2", (*key, seq))]
 
     def write(self, events: list[Planned], now_us: int) -> None:
         if not events:

@@ -441,11 +441,10 @@ class _PgWrite:
                     session_seq[(app, user, session)] = last
         return known, session_seq
 
-    def first_after(self, key: SessionKey, seq: int) -> int | None:
-        row = self._db.execute(
-            "SELECT min(seq) FROM events WHERE app_name = %s AND user_id = %s"
-            " AND session_id = %s AND seq > %s", (*key, seq)).fetchone()
-        return None if row is None else row[0]
+    def from_seq(self, key: SessionKey, seq: int) -> list[int]:
+        return [row[0] for row in self._db.execute(
+            "SELECT seq FROM events WHERE app_name = %s AND user_id = %s"
+            " AND session_id = %s AND seq >= %s ORDER BY seq LIMIT 2", (*key, seq))]
 
     def write(self, events: list[Planned], now_us: int) -> None:
         """Insert the planned events with their sessions, then fold their state

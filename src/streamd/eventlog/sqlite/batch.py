@@ -174,16 +174,15 @@ def _group(
     for i, one in enumerate(group):
         one = chain.expecting(one)
         result = _in_group(sql, one, i, now_us, added, upserted)
-        chain.took(one, result, lambda key, seq: _first_after(sql.connection, key, seq))
+        chain.took(one, result, lambda key, seq: _from_seq(sql.connection, key, seq))
         out.append(result)
     return out
 
 
-def _first_after(db: apsw.Connection, key: SessionKey, seq: int) -> int | None:
-    row = db.execute(
-        "SELECT min(seq) FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
-        " AND seq > ?", (*key, seq)).fetchone()
-    return None if row is None else row[0]
+def _from_seq(db: apsw.Connection, key: SessionKey, seq: int) -> list[int]:
+    return [row[0] for row in db.execute(
+        "SELECT seq FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
+        " AND seq >= ? ORDER BY seq LIMIT 2", (*key, seq))]
 
 
 def _in_group(

@@ -20,6 +20,15 @@ any append when the session's last seq is elsewhere. After an append:
   otherwise the view stays where it was, behind events the writer never saw,
   and the next new append of the session is refused as stale.
 
+"Next" is read from the events the session still holds, and retention
+removes a session's events from the oldest (``max_events``, an idle
+session's drop): once it has removed the event at the view, it may have
+removed events after it that the writer never saw, and the duplicate would
+pass for the next. So the duplicate is the next only while the event at the
+view is held (at view 0, the session's first event: nothing tells there); a
+retry whose session was cut past its view is refused as stale, as the ADK
+session service's own check (``SessionLoader.follows``) refuses it.
+
 A duplicate itself is answered as such whatever it expected, as a lone
 append's is.
 
@@ -32,8 +41,8 @@ the same group without ``expected_seq`` ran 205, and a group of 1000 took
 a tenth longer (40.8 ms against 36.6, the median of six processes' best of
 40 batches; with this, 35.1, as without the chain).
 
-Backends apply this with :class:`Chain`; ``first_after`` is the one read it
-may need, the session's first seq after a given one.
+Backends apply this with :class:`Chain`; ``from_seq`` is the one read it
+may need: the session's first two seqs from a given one on.
 """
 
 from __future__ import annotations
@@ -45,12 +54,21 @@ import msgspec
 from streamd.eventlog.model import AppendResult
 from streamd.eventlog.store import rows
 
-__all__ = ["Chain", "FirstAfter", "SessionKey"]
+__all__ = ["Chain", "FromSeq", "SessionKey", "next_after"]
 
 SessionKey = tuple[str, str, str]
-FirstAfter = Callable[[SessionKey, int], "int | None"]
-"""The session's first event seq after the given one (None: no such event),
-as the writing transaction sees it."""
+FromSeq = Callable[[SessionKey, int], list[int]]
+"""The session's first two event seqs at or after the given one, in order
+(fewer when it holds fewer), as the writing transaction sees them."""
+
+
+def next_after(view: int, held: list[int]) -> int | None:
+    """The seq of the session's next event after its event at ``view``, from
+    ``held`` (what :data:`FromSeq` read at ``view``); None when there is none
+    or the event at ``view`` is gone (see the module docstring)."""
+    if view == 0:
+        return held[0] if held else None
+    return held[1] if len(held) == 2 and held[0] == view else None
 
 
 class Chain:
@@ -76,7 +94,7 @@ class Chain:
         return msgspec.structs.replace(
             item, params=msgspec.structs.replace(p, expected_seq=view))
 
-    def took(self, item: rows.Prepared, result: AppendResult, first_after: FirstAfter) -> None:
+    def took(self, item: rows.Prepared, result: AppendResult, from_seq: FromSeq) -> None:
         """Move the view of ``item``'s session past its append (``item`` as
         :meth:`expecting` gave it)."""
         p = item.params
@@ -91,7 +109,7 @@ class Chain:
         # A duplicate that is the session's next event after the view (a retry
         # whose answer was lost) moves the view to itself; the session may
         # hold events after it, so the view is checked again.
-        if result.seq > view and first_after(key, view) == result.seq:
+        if result.seq > view and next_after(view, from_seq(key, view)) == result.seq:
             self._views[key] = result.seq
             self._at_head.discard(key)
         elif self._views.get(key) != view:  # an expectation of its own, kept

@@ -36,7 +36,7 @@ from streamd.errors import RpcError, invalid_params
 from streamd.eventlog.model import AppendResult, StateDelta
 from streamd.eventlog.store import rows, rules
 from streamd.eventlog.store.backend import CommitOutcome
-from streamd.eventlog.store.chain import Chain, FirstAfter, SessionKey
+from streamd.eventlog.store.chain import Chain, FromSeq, SessionKey
 from streamd.eventlog.store.sql import Sql
 from streamd.eventlog.store.state import apply_delta
 
@@ -82,22 +82,24 @@ class Plan:
     session_seq: dict[tuple[str, str, str], int | None]
     """sessions.last_seq of the sessions ``expected_seq`` asks about (None: no
     such session), moved along by the planned events."""
-    first_stored_after: FirstAfter
-    """The database's read of a session's first stored seq after a given one."""
+    stored_from: FromSeq
+    """The database's read of a session's first two stored seqs from a given one."""
     events: list[Planned] = field(default_factory=list)
     _undo: list[tuple[dict[Any, Any], Any, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._stored_up_to = self.last_seq  # planned seqs are all after it
 
-    def first_after(self, key: SessionKey, seq: int) -> int | None:
-        """The session's first seq after ``seq``, stored or planned."""
-        if seq < self._stored_up_to:
-            found = self.first_stored_after(key, seq)
-            if found is not None:
-                return found
-        return next((e.row[0] for e in self.events
-                     if e.row[0] > seq and (e.row[1], e.row[2], e.row[3]) == key), None)
+    def from_seq(self, key: SessionKey, seq: int) -> list[int]:
+        """The session's first two seqs from ``seq`` on, stored or planned (a
+        planned event may be written already: the one-by-one path)."""
+        held = set(self.stored_from(key, seq)) if seq <= self._stored_up_to else set()
+        for e in self.events:
+            if len(held) > 2:
+                break
+            if e.row[0] >= seq and (e.row[1], e.row[2], e.row[3]) == key:
+                held.add(e.row[0])
+        return sorted(held)[:2]
 
     def mark(self) -> tuple[int, int, int]:
         return self.last_seq, len(self.events), len(self._undo)
@@ -156,7 +158,7 @@ def group(plan: Plan, items: list[rows.Prepared]) -> list[AppendResult]:
             result = plan.add(item)
         except RpcError as exc:
             raise rules.refused_in_group(exc, index) from None
-        chain.took(item, result, plan.first_after)
+        chain.took(item, result, plan.from_seq)
         out.append(result)
     return out
 
@@ -220,8 +222,8 @@ class PlannedWrite(Protocol):
         """What the plan needs from the database about these appends."""
         ...
 
-    def first_after(self, key: SessionKey, seq: int) -> int | None:
-        """The session's first stored event seq after ``seq`` (None: none)."""
+    def from_seq(self, key: SessionKey, seq: int) -> list[int]:
+        """The session's first two stored event seqs from ``seq`` on."""
         ...
 
     def write(self, events: list[Planned], now_us: int) -> None:
@@ -296,7 +298,7 @@ def _commit(
         before = db.locked_seq()
         items = [one for item in prepared if not isinstance(item, RpcError)
                  for one in (item if isinstance(item, list) else [item])]
-        plan = Plan(before, *db.known(items), first_stored_after=db.first_after)
+        plan = Plan(before, *db.known(items), stored_from=db.from_seq)
         for item in prepared:
             if isinstance(item, RpcError):
                 out.append(item)
