@@ -27,6 +27,7 @@ one event per savepoint so that event fails alone. A backend gives it a
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -94,10 +95,16 @@ class Plan:
         """The session's first two seqs from ``seq`` on, stored or planned (a
         planned event may be written already: the one-by-one path)."""
         held = set(self.stored_from(key, seq)) if seq <= self._stored_up_to else set()
-        for e in self.events:
-            if len(held) > 2:
+        # Planned events are in seq order: looked for from ``seq`` on, not from
+        # the first. From the first, a writer's group of 1000 sent again while
+        # the first was still queued (both in one commit) looked at 500,000
+        # planned events to judge its duplicates, 15-30 ms of the writer's time.
+        for i in range(bisect.bisect_left(self.events, seq, key=lambda e: e.row[0]),
+                       len(self.events)):
+            e = self.events[i]
+            if len(held) >= 2 and e.row[0] > sorted(held)[1]:
                 break
-            if e.row[0] >= seq and (e.row[1], e.row[2], e.row[3]) == key:
+            if (e.row[1], e.row[2], e.row[3]) == key:
                 held.add(e.row[0])
         return sorted(held)[:2]
 
