@@ -16,7 +16,7 @@ import pytest
 from support import store_contract as contract
 from support.store_contract import T0, Fixture, ap, ev, ids
 
-from streamd.errors import RpcError, is_stale_session
+from streamd.errors import EVENT_CONFLICT, RpcError, is_stale_session
 from streamd.eventlog.model import AppendParams, SessionCreateParams
 from streamd.eventlog.store import AppendGroup
 
@@ -205,3 +205,16 @@ def test_a_batch_sent_again_after_retention_removed_events_before_its_view_goes_
     assert [(r.seq, r.duplicate) for r in again] == [
         (first[0].seq, True), (first[1].seq, True), (first[1].seq + 1, False)]
     assert ids(fx.store) == ["a", "b", "c", "d"]
+
+
+def test_an_event_id_stored_in_another_session_refuses_the_group_as_a_conflict(
+    fx: Fixture,
+) -> None:
+    # Event ids are the log's, not a session's: the same id and content sent
+    # to another session is other content, never a duplicate to judge.
+    made(fx, "s", "t")
+    fx.store.append(in_("s", "e"), T0)
+    refused = group(fx, in_("t", "e", expected_seq=0), in_("t", "y"))
+    assert isinstance(refused, RpcError) and refused.code == EVENT_CONFLICT
+    assert refused.data["index"] == 0
+    assert ids(fx.store) == ["e"]
