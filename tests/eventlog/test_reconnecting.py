@@ -208,7 +208,7 @@ def test_an_outage_lasts_from_the_first_attempt_through_failures_until_a_connect
     # No attempt under way between two, and the outage goes on through them.
     assert writer.attempt_s() is None and reconnecting_s([writer, reader], [opener]) == 10.0
     writer.began()
-    writer.ended()  # closed under it: says nothing of the server
+    writer.ended()  # interrupted: says nothing of the server
     assert writer.attempt_s() is None and reconnecting_s([writer, reader], [opener]) == 10.0
     reader.began()
     reader.succeeded()  # the server is back, though the writer has not tried since
@@ -243,3 +243,49 @@ def test_a_reconnect_cut_once_the_server_answered_ends_the_outage() -> None:
         link.get()
     assert cut.value.data == {"test_error": "cut"}
     assert reconnecting_s([link.attempts]) is None and link.attempts.error is None
+
+
+@pytest.mark.parametrize("end", ["close", "abort"])
+def test_a_link_closed_while_it_reconnects_no_longer_counts_an_outage(end: str) -> None:
+    # A store closed between two failed attempts (a log closed, a daemon
+    # switching stores): before, its outage clock ran on, and status showed
+    # a reconnect time growing for a connection nobody would make again.
+    def refused() -> object:
+        raise Gone("connection refused")
+
+    link = Reconnecting(
+        connect=refused, usable=lambda c: True, alive=lambda c: None,
+        gone=lambda c, exc: False, fileno=lambda c: -1, close=lambda c: None,
+        refused=lambda exc: RpcError(SOURCE_UNAVAILABLE, f"cannot connect: {exc}"),
+        errors=(Gone,), where="test server", data_key="test_error", min_s=0.0, max_s=0.0,
+    )
+    with pytest.raises(RpcError):
+        link.get()
+    assert link.attempts.trying_s() is not None
+    getattr(link, end)()
+    assert link.attempts.trying_s() is None and link.attempts.attempt_s() is None
+    assert reconnecting_s([link.attempts]) is None
+
+
+@pytest.mark.parametrize("outcome", ["fails", "connects"])
+def test_a_link_closed_under_its_reconnect_no_longer_counts_an_outage_whatever_the_connect_does(
+        outcome: str) -> None:
+    # Closed while the driver connects: the connect may still fail after the
+    # close (a server that refuses at last), which must not start the clock again.
+    link: Reconnecting[object]
+
+    def connect() -> object:
+        link.abort()  # the log closes under the connect
+        if outcome == "fails":
+            raise Gone("connection refused")
+        return object()
+
+    link = Reconnecting(
+        connect=connect, usable=lambda c: True, alive=lambda c: None,
+        gone=lambda c, exc: False, fileno=lambda c: -1, close=lambda c: None,
+        refused=lambda exc: RpcError(SOURCE_UNAVAILABLE, f"cannot connect: {exc}"),
+        errors=(Gone,), where="test server", data_key="test_error", min_s=0.0, max_s=0.0,
+    )
+    with pytest.raises(RpcError):
+        link.get()
+    assert link.attempts.trying_s() is None and reconnecting_s([link.attempts]) is None

@@ -25,7 +25,8 @@ keeping it, written once for PostgreSQL and MySQL:
   and the call fails before any statement, so nothing it was to write is
   written after its caller was told it was cancelled;
 * :meth:`close`, and :meth:`abort` for a close that interrupts, end it for good:
-  every later :meth:`get` raises ``closed``.
+  every later :meth:`get` raises ``closed``, and its attempts no longer count
+  as a connect under way nor as an outage (:meth:`Backoff.stop`).
 
 What a driver's error means stays with the backend: it gives how to connect,
 whether a connection still works, its descriptor, and its words for a failed
@@ -81,6 +82,8 @@ class Backoff:
         """When the first attempt since the last success began (None: none since)."""
         self._attempt_since: float | None = None
         """When the attempt under way began (None: none is)."""
+        self._stopped = False
+        """Its connection closed for good: no clock runs from then on."""
         self.failed_at = 0
         """The order number of the last failed attempt (0: none yet)."""
         self.succeeded_at = 0
@@ -122,21 +125,31 @@ class Backoff:
         self.succeeded_at = next(_outcomes)
 
     def ended(self) -> None:
-        """The attempt under way came to nothing either way (the store closed
-        under it): it no longer runs, and says nothing of the server."""
+        """The attempt under way came to nothing either way (interrupted): it
+        no longer runs, and says nothing of the server."""
         self._attempt_since = None
+
+    def stop(self) -> None:
+        """Its connection is closed for good (the store closed, even under an
+        attempt): nothing tries any more, so no attempt and no outage is under
+        way, whatever an attempt still running later does. A store closed
+        between two failed attempts otherwise showed an outage growing for
+        ever, of a connection nobody would make again. What failed stays
+        known (:attr:`error`): it was the server's answer."""
+        self._stopped = True
+        self._attempt_since = self._trying_since = None
 
     def attempt_s(self) -> float | None:
         """How long the attempt under way has run, None while none runs."""
         since = self._attempt_since
-        return None if since is None else self._clock() - since
+        return None if since is None or self._stopped else self._clock() - since
 
     def trying_s(self) -> float | None:
         """How long since the first attempt after the last success began,
         None when there has been none: through failed attempts, the waits
         between them, and one under way."""
         since = self._trying_since
-        return None if since is None else self._clock() - since
+        return None if since is None or self._stopped else self._clock() - since
 
 
 def newest_outage(attempts: Iterable[Backoff]) -> str | None:
@@ -301,7 +314,6 @@ class Reconnecting(Generic[C]):
         with self._lock:
             self._connecting = False
             if self.closed:
-                self._backoff.ended()
                 self._close_quietly(conn)
                 raise closed_error()
             if self._connect_cut:
@@ -380,9 +392,11 @@ class Reconnecting(Generic[C]):
         """End it for a close while a call may still run on the connection
         (which is left to that call, or to :meth:`sever`)."""
         self.closed = True
+        self._backoff.stop()
 
     def close(self) -> None:
         self.closed = True
+        self._backoff.stop()
         with self._lock:
             conn, self._conn = self._conn, None
             self._severed = None
