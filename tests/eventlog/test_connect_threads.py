@@ -12,6 +12,7 @@ nothing ends fails the test rather than hangs it.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 import trio
@@ -57,16 +58,20 @@ async def test_a_connect_under_way_shows_how_long_calls_have_waited_for_it(
             assert log.connecting_s is None
 
 
-async def _open_and_close(url: str) -> RpcError | None:
-    """A log opened, a call sent, and the log closed once its connect is under
-    way (or once the call was refused): the call's error, if not ``closed``."""
+async def _open_and_close(url: str, hole: BlackHole) -> RpcError | None:
+    """A log opened, a call sent, and the log closed once the server holds its
+    connect (or once the call was refused): the call's error, if not ``closed``."""
     async with EventLog(url) as log:
         answers: list[RpcError] = []
+        held = hole.held
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ping_into, log, answers)
             await trio.testing.wait_all_tasks_blocked()
             if log.connecting_s is not None:
+                # Not before: a connect whose caller left before its thread
+                # began is never made.
+                await hole.wait_held(held + 1)
                 await log.aclose()
     assert len(answers) == 1
     return None if is_closed(answers[0]) else answers[0]
@@ -80,7 +85,7 @@ async def test_logs_closed_while_their_connects_go_unanswered_take_no_thread_of_
     with BlackHole() as hole, bounded(hole):
         url = hole_url(backend, hole.port, TIMEOUTS[timeout])
         for _ in range(OPENS):
-            await _open_and_close(url)
+            await _open_and_close(url, hole)
             # Before: one token more each time, and the 41st open, like every
             # trio.to_thread.run_sync of the process after it, waited for ever.
             assert default.borrowed_tokens == 0
@@ -94,9 +99,9 @@ async def test_past_the_bound_of_connects_left_running_an_open_is_refused_at_onc
     with BlackHole() as hole, bounded(hole):
         url = hole_url(backend, hole.port, TIMEOUTS[timeout])
         for _ in range(handoff.MAX_LEFT):
-            assert await _open_and_close(url) is None
+            assert await _open_and_close(url, hole) is None
         await hole.wait_held(handoff.MAX_LEFT)
-        refused = await _open_and_close(url)
+        refused = await _open_and_close(url, hole)
         # Before: one more thread stacked on the others, waiting as long.
         assert refused is not None and refused.code == SOURCE_UNAVAILABLE
         assert f"127.0.0.1:{hole.port}" in refused.message
@@ -182,3 +187,48 @@ async def test_a_connect_left_running_is_counted_out_even_when_closing_what_it_m
         assert left.count == 0
     finally:
         thawed.set()
+
+
+async def test_a_connect_whose_caller_left_before_its_thread_began_never_connects(
+        left_running: handoff.LeftRunning, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A connect's thread may begin late (a loaded machine, a new thread to
+    # start), after its caller was cancelled. Before: it connected all the
+    # same, to close the connection at once, and counted itself left running
+    # meanwhile: against a frozen server, one more thread held for the whole
+    # connect timeout, for nobody.
+    original = trio.to_thread.run_sync
+    queued, go, over = threading.Event(), threading.Event(), threading.Event()
+    connected: list[str] = []
+    closed: list[str] = []
+
+    async def begins_late(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        def late() -> Any:
+            queued.set()
+            try:
+                assert go.wait(30)
+                return fn(*args)
+            finally:
+                over.set()
+
+        return await original(late, **kwargs)
+
+    def connect() -> str:
+        connected.append("connection")
+        return "connection"
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", begins_late)
+    own = trio.CapacityLimiter(1)  # the test's waits take no thread for connects
+    try:
+        with trio.fail_after(30):
+            with trio.CancelScope() as caller:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(handoff.made_on_thread, connect, closed.append, "frozen")
+                    assert await original(queued.wait, 30, limiter=own)
+                    caller.cancel()
+            assert caller.cancelled_caught
+            go.set()  # the thread begins now, its caller gone
+            assert await original(over.wait, 30, limiter=own)
+        assert connected == [] and closed == []
+        assert left_running.count == 0
+    finally:
+        go.set()

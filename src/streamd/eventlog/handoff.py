@@ -137,7 +137,8 @@ class Abandonable:
     """One worker thread's work, and whether its caller still waits for it:
     work a caller left while it ran is counted in ``running`` until it ends,
     and work that never began is never counted (a caller cancelled while it
-    waited for a token has no thread to come and count it out). Subclasses
+    waited for a token has no thread to come and count it out), nor done: a
+    thread that begins after its caller left returns at once. Subclasses
     hold what else the caller and the thread hand over, under the same lock."""
 
     def __init__(self, running: LeftRunning, where: str) -> None:
@@ -172,12 +173,16 @@ class _Handoff(Abandonable, Generic[_C]):
         self._made: list[_C] = []  # made, and not yet taken by the caller
 
     def make(self) -> _C:
-        """On the thread: the value, closed here if the caller has left."""
+        """On the thread: the value, closed here if the caller has left. A
+        caller that left before the thread began (a thread started late, on
+        a loaded machine) has nothing made: a connect for nobody would hold
+        its thread as long as the server leaves it unanswered, then close
+        what it made."""
         with self._lock:
+            if self._left:
+                raise RpcError(SOURCE_UNAVAILABLE, f"not connecting to {self._where}: the"
+                               " caller left before the connect began")  # seen by nobody
             self._started = True
-            if self._left and not self._counted:  # it left before the thread began
-                self._counted = True
-                self._running.add(self._where)
         try:
             made = self._make()
         except BaseException:
