@@ -400,6 +400,49 @@ async def test_a_reconnect_the_server_leaves_unanswered_shows_how_long_the_log_h
             assert log.connecting_s is None  # none under way between attempts
 
 
+def _listener_ended(direct: str) -> bool:
+    """The log's listening connection ended by the server (as an idle
+    session timeout or an operator would): whether one was found."""
+    import psycopg
+
+    with psycopg.connect(direct, autocommit=True) as conn:
+        return bool(conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query LIKE 'LISTEN %'").fetchall())
+
+
+@timeouts
+async def test_a_watchs_listening_connection_reconnecting_alone_shows_in_status(
+        served: Served, timeout: str) -> None:
+    # The connection a PostgreSQL watch listens on, ended, and its reconnect
+    # left unanswered, while the log's own connections still work: watches no
+    # longer hear other hosts' appends but by polling. Before: status said
+    # nothing (db_connecting_s and db_reconnecting_s null).
+    if served.store_cls.__name__ != "PostgresStore":
+        pytest.skip("only PostgreSQL listens; MySQL's watches poll on the reader")
+    with served.proxy(timeout) as (url, proxy), bounded(proxy):
+        async with (EventLog(url, synchronous="NORMAL", watch_interval=0.05) as log,
+                    log.watch(0) as watch):
+            await log.append("a", "u", "s", ev("e0"))
+            assert (await watch.__anext__()).event.id == "e0"
+            proxy.hold_new()
+            while not await trio.to_thread.run_sync(_listener_ended, served.direct):
+                await trio.sleep(0.01)  # the watch's LISTEN not yet made
+            await proxy.wait_held(1)  # the listener's reconnect, unanswered
+            assert await log.latest_seq() == 1  # the log's own connections serve
+            waited, lost = log.connecting_s, log.reconnecting_s
+            assert waited is not None and lost is not None and lost >= waited
+            assert log.fault is None  # no attempt has failed
+            proxy.let_go()  # the attempt fails at once
+            while log.fault is None:
+                await trio.sleep(0.01)  # the listener's thread reporting back
+            assert "cannot" in log.fault and log.connecting_s is None
+            later = log.reconnecting_s
+            assert later is not None and later >= lost
+        # Closed with the watch: its attempts no longer count.
+        assert log.reconnecting_s is None and log.connecting_s is None
+
+
 @timeouts
 async def test_cancels_the_server_leaves_unanswered_hold_none_of_the_threads_other_work_needs(
         served: Served, timeout: str, monkeypatch: pytest.MonkeyPatch) -> None:

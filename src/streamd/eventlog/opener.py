@@ -74,7 +74,7 @@ class Opener(Protocol):
         does: a server that accepts and never answers holds one, and every
         call waiting for it, with no fault yet to show (none has failed). A
         connection the log opens and one of its connections making itself
-        again (reconnecting) alike."""
+        again (reconnecting) alike, a watch's listening one included."""
         ...
 
     @property
@@ -82,7 +82,9 @@ class Opener(Protocol):
         """How long the log's connections, made once and lost since (a server
         gone away, restarted or no longer answering), have been trying to
         reach their server again, None while they are not: through failed
-        attempts and the waits between them, until one reaches it."""
+        attempts and the waits between them, until one reaches it. A watch's
+        listening connection (PostgreSQL's LISTEN) is one of them: while it
+        is lost, watches hear other hosts' appends only by polling."""
         ...
 
     def abandon(self) -> None:
@@ -90,6 +92,14 @@ class Opener(Protocol):
         as every later one does, rather than wait out a connect (a server
         backend's: what such a connect makes is closed when it is made)."""
         ...
+
+
+class Listening(Protocol):
+    """A change source that keeps a connection of its own (PostgreSQL's
+    LISTEN), whose attempts to make it are the log's to show."""
+
+    @property
+    def attempts(self) -> Backoff: ...
 
 
 def opener_for(
@@ -185,17 +195,33 @@ class _ServerOpener:
             for role in ("writer", "reader")}
         # The connections opened, whose stores reconnect on their own.
         self._opened: weakref.WeakSet[ServerRunner] = weakref.WeakSet()
+        # The change sources that connect on their own (PostgreSQL's LISTEN).
+        self._listeners: weakref.WeakSet[Listening] = weakref.WeakSet()
         # The opens under way, and when each began: abandon() cancels them,
         # and the oldest is how long calls have waited for a connection.
         self._connecting: dict[trio.CancelScope, float] = {}
         self._abandoned = False
 
+    def _links(self) -> list[Backoff]:
+        """The attempts of the connections that connect on their own: those
+        it opened, which reconnect, and the listening ones of watches. A
+        watch that cannot listen hears other hosts' appends only by polling:
+        its outage is the log's to show, even while the others serve."""
+        return [*self._reconnects(), *(c.attempts for c in list(self._listeners))]
+
+    def _reconnects(self) -> list[Backoff]:
+        """The attempts of the connections that were made and are lost when
+        they try again: those it opened (made by it, so their own attempts
+        are all reconnects), and the listeners that listened once (a first
+        one's attempts show in connecting_s alone)."""
+        return [*(r.store.attempts for r in list(self._opened)),
+                *(a for c in list(self._listeners) if (a := c.attempts).succeeded_at)]
+
     @property
     def fault(self) -> str | None:
         # The opener's attempts and those of the connections it made, which
         # reconnect on their own: all reach the same server.
-        failure = newest_outage(
-            [*self._backoff.values(), *(r.store.attempts for r in list(self._opened))])
+        failure = newest_outage([*self._backoff.values(), *self._links()])
         if failure is None:
             return None
         return f"{failure} (tried again at the next call)"
@@ -203,15 +229,14 @@ class _ServerOpener:
     @property
     def connecting_s(self) -> float | None:
         opening = min(self._connecting.values(), default=None)
-        waits = [s for r in list(self._opened) if (s := r.store.attempts.attempt_s()) is not None]
+        waits = [s for a in self._links() if (s := a.attempt_s()) is not None]
         if opening is not None:
             waits.append(trio.current_time() - opening)
         return max(waits, default=None)
 
     @property
     def reconnecting_s(self) -> float | None:
-        return reconnecting_s(
-            [r.store.attempts for r in list(self._opened)], self._backoff.values())
+        return reconnecting_s(self._reconnects(), [*self._backoff.values(), *self._links()])
 
     async def _connected(self, role: Role, connect: Callable[[], Awaitable[Runner]]) -> Runner:
         """A connection, by ``connect``; after one that failed, none is tried
@@ -306,12 +331,14 @@ class PostgresOpener(_ServerOpener):
         the newest seq on the reader (see :mod:`~streamd.eventlog.postgres.changes`)."""
         from streamd.eventlog.postgres.changes import PgChanges
 
-        return PgChanges(
+        changes = PgChanges(
             str(self._target.target),
             fallback_interval=self._watch_interval,
             poll=poll,
             options=self._options(),
         )
+        self._listeners.add(changes)  # its attempts are the log's to show
+        return changes
 
 
 class MysqlOpener(_ServerOpener):

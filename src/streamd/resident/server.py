@@ -118,7 +118,8 @@ class Status(msgspec.Struct):
     db_fault: str | None = None  # why the event log stopped serving, if it did
     # How long a connect to the event log's server has been under way (calls
     # wait for it), if one is: a server that never answers shows here before
-    # any fault does. A reconnect's too. Seconds, rounded to milliseconds.
+    # any fault does. A reconnect's too, and a watch's listening connection's
+    # (PostgreSQL). Seconds, rounded to milliseconds.
     db_connecting_s: float | None = None
     # How long the event log has been trying to reach its server again after
     # losing it, if it is: the outage so far, through failed attempts (the

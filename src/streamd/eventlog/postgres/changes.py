@@ -27,6 +27,12 @@ allowed, spurious ones are.**
   Reconnected, it listens again and returns once more (what committed between
   the last poll and the new ``LISTEN`` is covered by the caller's
   confirmation read).
+* **Its attempts show.** Each attempt to listen is kept (:attr:`PgChanges.attempts`)
+  for ``streamd status``, as the log's own connections' are: a watcher that
+  cannot listen hears other hosts' appends only by polling, a degraded service
+  an operator must see, and an outage that only this connection sees (its
+  connection ended while the log's others still serve, or seen by it first,
+  while the log is idle) showed nowhere before.
 * **A close does not wait for a connect.** A server that accepts and never
   answers (stopped, partitioned away) holds the listener's connect for its
   whole connect timeout, for ever with none; a cancel leaves the connect to
@@ -55,6 +61,7 @@ from streamd.eventlog.postgres.store import (
     scrub,
     target_of,
 )
+from streamd.eventlog.store.reconnecting import Backoff
 
 __all__ = ["PgChanges"]
 
@@ -92,6 +99,8 @@ class PgChanges:
         self._polled: int | None = None  # None: the next poll counts as moved
         self._backoff = fallback_interval
         self._next_listen: float | None = None  # when to try LISTEN again, while away
+        # Its own timing is _backoff's: this one only keeps what status shows.
+        self._attempts = Backoff(fallback_interval, self._reconnect_max, clock=trio.current_time)
         self.newest_notified = 0
         """The highest seq any notification carried (0 before the first)."""
         self.reason = ""
@@ -100,6 +109,14 @@ class PgChanges:
     @property
     def mode(self) -> Mode:
         return "listen" if self._conn is not None else "poll"
+
+    @property
+    def attempts(self) -> Backoff:
+        """Its attempts to listen: the one under way, the run since it last
+        listened, and the newest failure (for
+        :func:`~streamd.eventlog.store.reconnecting.reconnecting_s`). Read,
+        never changed, by others."""
+        return self._attempts
 
     @property
     def backend_pid(self) -> int | None:
@@ -116,6 +133,7 @@ class PgChanges:
             await self._listen()
         except BaseException:
             self._state = "closed"
+            self._attempts.stop()
             self._close()
             raise
         return self
@@ -127,6 +145,7 @@ class PgChanges:
         tb: TracebackType | None,
     ) -> None:
         self._state = "closed"
+        self._attempts.stop()
         self._close()
 
     def expect_commit(self) -> None:
@@ -183,16 +202,22 @@ class PgChanges:
 
     async def _listen(self) -> None:
         """Connect and LISTEN; failing that, poll (and owe a wake)."""
+        self._attempts.began()
         try:
             # A cancel (a close) leaves the connect to its thread: see the
             # module docstring.
             conn = await made_on_thread(self._connect_and_listen, _close, self._where)
         except Exception as exc:  # any failure to listen: poll, and keep trying
             self._poll_because(exc)
+            self._attempts.failed(f"a watch cannot listen on the {self._where}: {self.reason}")
             return
+        except BaseException:
+            self._attempts.ended()
+            raise
         if self._state != "open":
             conn.close()
             return
+        self._attempts.succeeded()
         self._conn = conn
         self._polled = None  # when it next polls, the first poll is a wake
         if self.reason:
