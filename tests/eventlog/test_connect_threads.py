@@ -150,9 +150,10 @@ class _Signalled(handoff.LeftRunning):
         super().__init__()
         self.counted_out = threading.Event()
 
-    def remove(self, where: str) -> None:
-        super().remove(where)
-        self.counted_out.set()
+    def finish(self, where: str, counted: bool) -> None:
+        super().finish(where, counted)
+        if counted:
+            self.counted_out.set()
 
 
 async def test_a_connect_left_running_is_counted_out_even_when_closing_what_it_made_fails(
@@ -232,3 +233,100 @@ async def test_a_connect_whose_caller_left_before_its_thread_began_never_connect
         assert left_running.count == 0
     finally:
         go.set()
+
+
+class _Frozen:
+    """Connects to a server that never answers them, until thawed; counted
+    as they begin (a thread handshake)."""
+
+    def __init__(self) -> None:
+        self.inside = threading.Semaphore(0)
+        self.thawed = threading.Event()
+
+    def connect(self) -> str:
+        self.inside.release()
+        assert self.thawed.wait(30)
+        return "connection"
+
+    async def until_inside(self, count: int, own: trio.CapacityLimiter) -> None:
+        for _ in range(count):
+            assert await trio.to_thread.run_sync(self.inside.acquire, True, 30, limiter=own)
+
+
+async def test_connects_abandoned_together_to_a_frozen_server_leave_at_most_max_left_threads(
+        left_running: handoff.LeftRunning, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Forty connects at once (as many as the old limiter lent), all left
+    # unanswered, then all their callers gone at once (a daemon's stop).
+    # Before: each had its thread, all forty stayed on the server, counted
+    # left running, though MAX_LEFT (16) was the bound the docs gave.
+    original = trio.to_thread.run_sync
+    limiters: set[trio.CapacityLimiter] = set()
+
+    async def noting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        limiters.add(kwargs["limiter"])  # the connects' limiter, as the code chose it
+        return await original(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", noting)
+    server, own = _Frozen(), trio.CapacityLimiter(1)
+    try:
+        with trio.fail_after(30):
+            with trio.CancelScope() as callers:
+                async with trio.open_nursery() as nursery:
+                    for _ in range(40):
+                        nursery.start_soon(handoff.made_on_thread, server.connect,
+                                           lambda c: None, "frozen")
+                    await trio.testing.wait_all_tasks_blocked()
+                    (limiter,) = limiters
+                    started = int(limiter.borrowed_tokens)  # threads started, each to connect
+                    await server.until_inside(started, own)
+                    callers.cancel()
+            assert left_running.count == started
+            assert left_running.count <= handoff.MAX_LEFT
+    finally:
+        server.thawed.set()
+
+
+async def test_connects_left_by_an_earlier_trio_run_count_against_the_bound_of_a_later_one(
+        left_running: handoff.LeftRunning) -> None:
+    # A process that runs Trio more than once (one run after another, or
+    # several at once on threads) has a limiter of connects per run. Before:
+    # a run that found fewer than MAX_LEFT connects left running started as
+    # many as its own limiter lent, whatever the earlier runs had left.
+    server, own = _Frozen(), trio.CapacityLimiter(1)
+    earlier = 10
+
+    async def leave(count: int) -> None:
+        with trio.CancelScope() as callers:
+            async with trio.open_nursery() as nursery:
+                for _ in range(count):
+                    nursery.start_soon(handoff.made_on_thread, server.connect,
+                                       lambda c: None, "frozen")
+                await server.until_inside(count, trio.CapacityLimiter(1))
+                callers.cancel()
+
+    refused: list[RpcError] = []
+    all_refused = trio.Event()
+
+    async def connect() -> None:
+        try:
+            await handoff.made_on_thread(server.connect, lambda c: None, "frozen")
+        except RpcError as exc:
+            refused.append(exc)
+            if len(refused) == earlier:
+                all_refused.set()
+
+    try:
+        with trio.fail_after(30):
+            await trio.to_thread.run_sync(trio.run, leave, earlier, limiter=own)
+            assert left_running.count == earlier
+            with trio.CancelScope() as callers:
+                async with trio.open_nursery() as nursery:
+                    for _ in range(handoff.MAX_LEFT):
+                        nursery.start_soon(connect)
+                    await server.until_inside(handoff.MAX_LEFT - earlier, own)
+                    await all_refused.wait()  # the rest: before, they connected too
+                    callers.cancel()
+            assert left_running.count <= handoff.MAX_LEFT
+            assert all(e.data and e.data.get("reason") == "connects_left_running" for e in refused)
+    finally:
+        server.thawed.set()

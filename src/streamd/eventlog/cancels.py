@@ -23,6 +23,10 @@ waits for; such threads are counted process-wide (:data:`left_running`), and
 while :data:`MAX_LEFT` of them still wait for a server, a cancel is not sent
 at all: the call is left to the cut at the end of its grace, which needs no
 thread, rather than another thread stacked on a server that answers none.
+As for connects, the bound is on the threads sending (left or not, of every
+run): 40 calls cancelled together on a frozen server kept 40 threads on it,
+with 40 tokens a run. A cancel past the bound waits for a token, or is not
+sent when the bound is other runs' threads'.
 """
 
 from __future__ import annotations
@@ -40,16 +44,15 @@ __all__ = ["CANCELS", "MAX_LEFT", "left_running", "send", "send_unwaited"]
 logger = logging.getLogger(__name__)
 
 MAX_LEFT = 16
-"""Cancel requests left running (their callers gone, or a close's) from which
-on none is sent: one thread each, until the server answers or the request
-times out. Those already sent when it is reached may still be left, so the
-process keeps up to :data:`CANCELS` of them from one run (40 calls cancelled
-at once on a frozen server, all 40 left when their graces run out), and
-fewer than :data:`MAX_LEFT` more from the runs before it."""
+"""Cancel requests on their way at once in the process, whether their
+callers still wait for them or not, and so the most threads a server that
+never answers can hold (one each, until it answers or the request times
+out). From this many left running (their callers gone, or a close's) on,
+none is sent."""
 
-CANCELS = 40
-"""Cancel requests running at once in one Trio run (as many as Trio's default
-limiter lends), whether their callers still wait for them or not."""
+CANCELS = MAX_LEFT
+"""Cancel requests running at once in one Trio run: a run's own cancels past
+the bound wait for a token rather than go unsent."""
 
 _limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("streamd_cancels")
 
@@ -73,27 +76,29 @@ async def send(cancel: Callable[[], None], where: str) -> bool:
     secrets) on a thread of the cancels' limiter; True once it returned.
     Cancelled, the caller leaves at once and the thread, left to end on its
     own, is counted in :data:`left_running` until it does. False, with nothing
-    sent, while :data:`MAX_LEFT` are."""
+    sent, while :data:`MAX_LEFT` are left, or on their way (other runs')."""
     running = left_running  # the one counted in, whatever replaces it meanwhile
     if _refused(running, where):
         return False
     request = _Request(cancel, running, where)
     try:
-        await trio.to_thread.run_sync(
+        return await trio.to_thread.run_sync(
             request.run, abandon_on_cancel=True, limiter=run_limiter(_limiter, CANCELS))
     except BaseException:
         request.leave()
         raise
-    return True
 
 
 def send_unwaited(cancel: Callable[[], None], where: str) -> bool:
     """``cancel()`` on a thread that nobody waits for (a close's, from the
     Trio thread, which must never wait on the network), counted in
     :data:`left_running` from the start; False, with nothing sent, while
-    :data:`MAX_LEFT` are."""
+    :data:`MAX_LEFT` are left, or on their way."""
     running = left_running
     if _refused(running, where):
+        return False
+    if not running.begin():
+        _unsent(running, where)
         return False
     running.add(where)
 
@@ -101,14 +106,20 @@ def send_unwaited(cancel: Callable[[], None], where: str) -> bool:
         try:
             cancel()
         finally:
-            running.remove(where)
+            running.finish(where, counted=True)
 
     try:
         threading.Thread(target=run, name="streamd-cancel", daemon=True).start()
     except BaseException:
-        running.remove(where)
+        running.finish(where, counted=True)
         raise
     return True
+
+
+def _unsent(running: LeftRunning, where: str) -> None:
+    logger.warning(
+        "not sending a cancel to the %s: %d cancels of the process are on their way already;"
+        " the call is cut at the end of its grace instead", where, running.busy)
 
 
 class _Request(Abandonable):
@@ -118,17 +129,21 @@ class _Request(Abandonable):
         super().__init__(running, where)
         self._cancel = cancel
 
-    def run(self) -> None:
-        """On the thread. A request whose caller left before it began is not
-        sent: the call it was for has been cut, or is being."""
+    def run(self) -> bool:
+        """On the thread: whether it was sent. A request whose caller left
+        before it began is not: the call it was for has been cut, or is
+        being; nor is one past the process's bound (other runs' requests)."""
         with self._lock:
-            if self._left:
-                return
-            self._started = True
+            left, began = self._left, self._begin()
+        if not began:
+            if not left:
+                _unsent(self._running, self._where)
+            return False
         try:
             self._cancel()
         finally:
             self._end()
+        return True
 
     def leave(self) -> None:
         """The caller stops waiting: a request under way is counted until it ends."""

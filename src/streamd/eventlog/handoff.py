@@ -20,6 +20,17 @@ anything) wait for ever. So connects take tokens of a limiter of their own
 process-wide (:class:`LeftRunning`): past :data:`MAX_LEFT` of them, a connect
 is refused at once, naming the server, rather than stacking another thread
 (nor, past the limiter's tokens, waiting for one that may never come back).
+
+That refusal alone did not bound the threads: it looks at connects already
+left, and every connect under way may be left next (a daemon's stop leaves
+them all at once). With 40 tokens per run, 40 connects abandoned together to
+a frozen server kept 40 threads, and a later Trio run of the process (or one
+beside it on another thread), finding fewer than 16 left, started 40 more. So
+the bound is on the threads themselves: a thread connects only while fewer
+than :data:`MAX_LEFT` threads of the process are connecting
+(:meth:`LeftRunning.begin`), and a run lends no more tokens than that, so its
+own connects wait for one another rather than be refused. Threads left on a
+frozen server are therefore :data:`MAX_LEFT` at most, whatever the runs.
 """
 
 from __future__ import annotations
@@ -45,14 +56,14 @@ __all__ = [
 _C = TypeVar("_C")
 
 MAX_LEFT = 16
-"""Connects left running (their callers gone) from which on a connect is
-refused: one thread each, until the server answers or the connect times out.
-Connects already under way when it is reached may still be left, up to
-:data:`CONNECTS` from one run."""
+"""Threads connecting at once in the process, whether their callers still
+wait for them or not, and so the most a server that never answers can hold
+(one thread each, until it answers or the connect times out). From this many
+left running (their callers gone) on, a connect is refused at once."""
 
-CONNECTS = 40
-"""Connects running at once in one Trio run, whether their callers still
-wait for them or not."""
+CONNECTS = MAX_LEFT
+"""Connects running at once in one Trio run: more could only be refused on
+their threads, where a run's own connects are better queued."""
 
 _limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("streamd_connects")
 
@@ -72,18 +83,47 @@ def run_limiter(
 
 
 class LeftRunning:
-    """The connects whose callers left while the driver still connects, by
-    server (its description: never a password); any thread."""
+    """The threads of one kind of work on servers (connects, cancel
+    requests), process-wide; any thread. :attr:`limit` bounds those in the
+    work at once (:meth:`begin`), and of them, those whose callers left are
+    counted by server (its description: never a password)."""
 
     def __init__(self, limit: int = MAX_LEFT) -> None:
         self.limit = limit
         self._lock = threading.Lock()
         self._by_server: dict[str, int] = {}
+        self._busy = 0  # threads in the work, left or not
 
     @property
     def count(self) -> int:
+        """Threads whose callers left, still in the work."""
         with self._lock:
             return sum(self._by_server.values())
+
+    @property
+    def busy(self) -> int:
+        """Threads in the work, whether their callers wait or not."""
+        with self._lock:
+            return self._busy
+
+    def begin(self) -> bool:
+        """On a thread, as its work begins: whether it may (fewer than
+        :attr:`limit` are in such work); if so it is in it until
+        :meth:`finish`. Checked and taken in one step, so threads of runs
+        that share no limiter cannot overshoot it together."""
+        with self._lock:
+            if self._busy >= self.limit:
+                return False
+            self._busy += 1
+            return True
+
+    def finish(self, where: str, counted: bool) -> None:
+        """The work :meth:`begin` let in is over; ``counted``: it had been
+        counted left running (:meth:`add`), and is counted out."""
+        with self._lock:
+            self._busy -= 1
+            if counted:
+                self._drop(where)
 
     def check(self, where: str) -> None:
         """Refuse a connect to ``where`` while :attr:`limit` are left running."""
@@ -103,13 +143,25 @@ class LeftRunning:
         with self._lock:
             self._by_server[where] = self._by_server.get(where, 0) + 1
 
-    def remove(self, where: str) -> None:
+    def _drop(self, where: str) -> None:
+        left = self._by_server[where] - 1
+        if left:
+            self._by_server[where] = left
+        else:
+            del self._by_server[where]
+
+    def busy_error(self, where: str) -> RpcError:
+        """A connect to ``where`` refused on its thread: :attr:`limit`
+        threads of the process are connecting."""
         with self._lock:
-            left = self._by_server[where] - 1
-            if left:
-                self._by_server[where] = left
-            else:
-                del self._by_server[where]
+            busy, total = self._busy, sum(self._by_server.values())
+        return RpcError(
+            SOURCE_UNAVAILABLE,
+            f"not connecting to {where}: {busy} connects of the process are under way"
+            f" ({total} of them left by their callers, waiting for a server that does not"
+            " answer); each ends when its server answers or its connect times out",
+            {"reason": "connects_left_running", "left_running": total},
+        )
 
 
 left_running = LeftRunning()
@@ -121,7 +173,8 @@ async def made_on_thread(make: Callable[[], _C], close: Callable[[_C], None], wh
     worker thread; cancelled (or interrupted), the caller returns at once and
     ``close`` is called on what ``make`` returns, when it does. ``make``'s
     error is the caller's, if it still waits. Refused (RpcError) while
-    :data:`MAX_LEFT` connects are left running."""
+    :data:`MAX_LEFT` connects are left running, and on its thread while
+    :data:`MAX_LEFT` of the process's threads are connecting (other runs')."""
     running = left_running  # the one counted in, whatever replaces it meanwhile
     running.check(where)
     handoff = _Handoff(make, close, running, where)
@@ -149,13 +202,21 @@ class Abandonable:
         self._ended = False  # the work has returned or raised
         self._counted = False  # in self._running: left while the work ran
 
+    def _begin(self) -> bool:
+        """On the thread, holding the lock: whether the work begins (its
+        caller still waits, and the process has room for one more thread in
+        such work); if so it has."""
+        if self._left or not self._running.begin():
+            return False
+        self._started = True
+        return True
+
     def _end(self) -> None:
         """On the thread, the work over: counted out if it was counted in."""
         with self._lock:
             self._ended = True
             counted, self._counted = self._counted, False
-        if counted:
-            self._running.remove(self._where)
+        self._running.finish(self._where, counted)
 
     def _count_left(self) -> None:
         """Holding the lock, as the caller leaves: work under way is counted."""
@@ -179,20 +240,26 @@ class _Handoff(Abandonable, Generic[_C]):
         its thread as long as the server leaves it unanswered, then close
         what it made."""
         with self._lock:
-            if self._left:
+            left, began = self._left, self._begin()
+        if not began:
+            if left:
                 raise RpcError(SOURCE_UNAVAILABLE, f"not connecting to {self._where}: the"
                                " caller left before the connect began")  # seen by nobody
-            self._started = True
+            raise self._running.busy_error(self._where)
         try:
             made = self._make()
         except BaseException:
             self._end()
             raise
         with self._lock:
-            if not self._left:
+            kept = not self._left
+            if kept:
+                # Ended as far as a leave is concerned: it closes what it takes.
                 self._made.append(made)
                 self._ended = True
-                return made
+        if kept:
+            self._running.finish(self._where, counted=False)
+            return made
         try:
             self._close(made)
         finally:
