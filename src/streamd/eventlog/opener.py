@@ -207,7 +207,8 @@ class _ServerOpener:
         it opened, which reconnect, and the listening ones of watches. A
         watch that cannot listen hears other hosts' appends only by polling:
         its outage is the log's to show, even while the others serve."""
-        return [*self._reconnects(), *(c.attempts for c in list(self._listeners))]
+        return [*(r.store.attempts for r in list(self._opened)),
+                *(c.attempts for c in list(self._listeners))]
 
     def _reconnects(self) -> list[Backoff]:
         """The attempts of the connections that were made and are lost when
