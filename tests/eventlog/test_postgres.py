@@ -386,6 +386,50 @@ async def test_a_listener_left_connecting_is_not_waited_for_and_its_connection_i
     assert await trio.to_thread.run_sync(closed.wait, 10)
 
 
+async def test_a_listener_away_keeps_one_connect_under_way_however_often_its_wait_is_cut_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The log cuts its wait on the change source short every SAFETY_POLL (5 s)
+    # to read the newest seq anyway. Before: a cut that came while the
+    # listener was connecting to a server that never answers left that
+    # connect to its thread, and the next wait started another: one thread
+    # more each cut, until the 16 connects the process leaves running were
+    # all this watch's, and every open of every log in the process was refused.
+    # Scaled down 50x on the real clock (the connects run in threads); the
+    # count is the verdict: one attempt, never ending, however many cuts.
+    from streamd.eventlog import handoff
+
+    left = handoff.LeftRunning()
+    monkeypatch.setattr(handoff, "left_running", left)
+    frozen = threading.Event()
+    connects = 0
+
+    def connect(self: PgChanges) -> Any:
+        nonlocal connects
+        connects += 1
+        if connects == 1:
+            raise psycopg.OperationalError("refused at entry")
+        assert frozen.wait(30), "the test never thawed the server"
+        raise psycopg.OperationalError("the server gave up")
+
+    monkeypatch.setattr(PgChanges, "_connect_and_listen", connect)
+
+    async def unchanged() -> int:
+        return 7
+
+    try:
+        with trio.fail_after(60):
+            async with PgChanges("host=/nowhere dbname=events", fallback_interval=0.01,
+                                 reconnect_max=0.05, poll=unchanged) as changes:
+                for _ in range(20):
+                    with trio.move_on_after(0.1):  # as the log's safety poll does
+                        await changes.wait()
+                assert changes.mode == "poll"
+                assert connects == 2 and left.count == 0  # the one attempt, still its own
+    finally:
+        frozen.set()
+
+
 # --- one channel per schema ------------------------------------------------------------
 
 

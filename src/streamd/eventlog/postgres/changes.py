@@ -37,6 +37,13 @@ allowed, spurious ones are.**
   answers (stopped, partitioned away) holds the listener's connect for its
   whole connect timeout, for ever with none; a cancel leaves the connect to
   its thread, which closes what it makes.
+* **One reconnect at a time, whatever cuts a wait short.** An attempt to
+  listen again runs in a task of its own, and ``wait()`` polls beside it: the
+  log cuts every wait short after ``SAFETY_POLL`` (5 s), and a cut that came
+  while the attempt was connecting to a server that never answers left that
+  connect to its thread while the next wait started another, one thread more
+  each cut, until the process's bound of connects left running (16) was all
+  this watch's and every open of every log in the process was refused.
 * **A dead peer is noticed.** Over TCP, keepalives (set by
   :func:`~streamd.eventlog.postgres.store.connect` unless the conninfo sets
   its own) turn a silently vanished server into a socket error within about
@@ -47,6 +54,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Literal
 
@@ -99,6 +107,9 @@ class PgChanges:
         self._polled: int | None = None  # None: the next poll counts as moved
         self._backoff = fallback_interval
         self._next_listen: float | None = None  # when to try LISTEN again, while away
+        self._reconnecting: trio.Event | None = None  # set when the attempt under way ends
+        self._tasks = AsyncExitStack()  # holds the nursery the attempts run in
+        self._nursery: trio.Nursery | None = None
         # Its own timing is _backoff's: this one only keeps what status shows.
         self._attempts = Backoff(fallback_interval, self._reconnect_max, clock=trio.current_time)
         self.newest_notified = 0
@@ -130,11 +141,10 @@ class PgChanges:
         await trio.lowlevel.checkpoint()
         self._state = "open"
         try:
+            self._nursery = await self._tasks.enter_async_context(trio.open_nursery())
             await self._listen()
         except BaseException:
-            self._state = "closed"
-            self._attempts.stop()
-            self._close()
+            await self._end()
             raise
         return self
 
@@ -144,9 +154,17 @@ class PgChanges:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        await self._end()
+
+    async def _end(self) -> None:
         self._state = "closed"
         self._attempts.stop()
         self._close()
+        if self._nursery is not None:
+            # Its own cancel: an attempt under way leaves its connect to the
+            # thread (see made_on_thread), and nothing reaches the caller.
+            self._nursery.cancel_scope.cancel()
+        await self._tasks.aclose()
 
     def expect_commit(self) -> None:
         """Nothing to do: a NOTIFY is delivered at its transaction's commit, so
@@ -248,24 +266,43 @@ class PgChanges:
         )
 
     async def _while_away(self) -> None:
-        """One step without a connection: wait, poll, and try to listen again
-        when the backoff allows. The time of the next try is kept on the
-        instance: a wait() that returns for a poll's wake, or is cancelled by
-        its caller's timeout, must not push it back, or a watcher under steady
-        foreign commits (or a caller that checks every few seconds) would
-        never listen again."""
-        if self._next_listen is None:
-            self._next_listen = trio.current_time() + self._backoff
-        while trio.current_time() < self._next_listen:
-            await trio.sleep(min(self._interval, self._next_listen - trio.current_time()))
-            if self._poll is not None and await self._poll_moved():
-                self._pending = True
-                return
-        self._next_listen = None
-        self._backoff = min(self._backoff * 2, self._reconnect_max)
-        await self._listen()
-        if self._conn is not None:
-            self._pending = True  # the gap between the last poll and LISTEN
+        """One step without a connection: start an attempt to listen again
+        when the backoff allows, wait one poll interval (or until the
+        attempt ends), and poll. The time of the next try is kept on the
+        instance, and the attempt runs in a task of its own: a wait() that
+        returns for a poll's wake, or is cancelled by its caller's timeout,
+        must neither push the next try back (a watcher under steady foreign
+        commits, or a caller that checks every few seconds, would never
+        listen again) nor abandon the try under way and start another (see
+        the module docstring)."""
+        now = trio.current_time()
+        if self._reconnecting is None:
+            if self._next_listen is None:
+                self._next_listen = now + self._backoff
+            if now >= self._next_listen:
+                self._next_listen = None
+                self._backoff = min(self._backoff * 2, self._reconnect_max)
+                self._reconnecting = trio.Event()
+                assert self._nursery is not None
+                self._nursery.start_soon(self._reconnect, self._reconnecting)
+        if (attempt := self._reconnecting) is not None:
+            with trio.move_on_after(self._interval):
+                await attempt.wait()
+        else:
+            assert self._next_listen is not None
+            await trio.sleep(min(self._interval, self._next_listen - now))
+        if self._conn is None and self._poll is not None and await self._poll_moved():
+            self._pending = True
+
+    async def _reconnect(self, done: trio.Event) -> None:
+        """One attempt to listen again, in the nursery's task."""
+        try:
+            await self._listen()
+            if self._conn is not None:
+                self._pending = True  # the gap between the last poll and LISTEN
+        finally:
+            self._reconnecting = None
+            done.set()
 
     async def _poll_moved(self) -> bool:
         assert self._poll is not None
