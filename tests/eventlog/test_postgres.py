@@ -430,6 +430,40 @@ async def test_a_listener_away_keeps_one_connect_under_way_however_often_its_wai
         frozen.set()
 
 
+async def test_a_listener_whose_first_connect_goes_unanswered_polls_beside_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before: entering waited for the first connect, for the whole connect
+    # timeout (for ever with connect_timeout=0): the log's watches heard no
+    # other host's commit meanwhile, not even by polling.
+    from streamd.eventlog import handoff
+
+    monkeypatch.setattr(handoff, "left_running", handoff.LeftRunning())
+    frozen = threading.Event()
+
+    def connect(self: PgChanges) -> Any:
+        assert frozen.wait(30), "the test never thawed the server"
+        raise psycopg.OperationalError("the server gave up")
+
+    monkeypatch.setattr(PgChanges, "_connect_and_listen", connect)
+    newest = 7
+
+    async def poll() -> int:
+        return newest
+
+    try:
+        with trio.fail_after(10):
+            async with PgChanges("host=/nowhere dbname=events", fallback_interval=0.01,
+                                 reconnect_max=0.1, poll=poll) as changes:
+                assert changes.mode == "poll" and changes.attempts.attempt_s() is not None
+                await changes.wait()  # the first poll: a commit may have come before it
+                newest = 8  # another host commits
+                await changes.wait()
+                assert changes.attempts.attempt_s() is not None  # the connect goes on
+    finally:
+        frozen.set()
+
+
 # --- one channel per schema ------------------------------------------------------------
 
 

@@ -33,10 +33,13 @@ allowed, spurious ones are.**
   an operator must see, and an outage that only this connection sees (its
   connection ended while the log's others still serve, or seen by it first,
   while the log is idle) showed nowhere before.
-* **A close does not wait for a connect.** A server that accepts and never
-  answers (stopped, partitioned away) holds the listener's connect for its
-  whole connect timeout, for ever with none; a cancel leaves the connect to
-  its thread, which closes what it makes.
+* **Neither entry nor a close waits for a connect.** A server that accepts
+  and never answers (stopped, partitioned away) holds the listener's connect
+  for its whole connect timeout, for ever with none. Entry waits for the
+  first attempt ``reconnect_max`` at most, then polls beside it as it does
+  while away (the first poll is a wake, and so is the ``LISTEN`` when it
+  comes); a cancel leaves the connect to its thread, which closes what it
+  makes.
 * **One reconnect at a time, whatever cuts a wait short.** An attempt to
   listen again runs in a task of its own, and ``wait()`` polls beside it: the
   log cuts every wait short after ``SAFETY_POLL`` (5 s), and a cut that came
@@ -142,10 +145,19 @@ class PgChanges:
         self._state = "open"
         try:
             self._nursery = await self._tasks.enter_async_context(trio.open_nursery())
-            await self._listen()
+            # The first attempt too runs as a task: a server that never
+            # answers held the entry for the whole connect timeout (for ever
+            # with none), and the log's watches with it, polling nothing.
+            first = self._reconnecting = trio.Event()
+            self._nursery.start_soon(self._reconnect, first)
+            with trio.move_on_after(self._reconnect_max):
+                await first.wait()
         except BaseException:
             await self._end()
             raise
+        if first.is_set():
+            # Listening (or not) before the caller's first read: no gap to cover.
+            self._pending = False
         return self
 
     async def __aexit__(
