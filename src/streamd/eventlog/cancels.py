@@ -26,7 +26,8 @@ thread, rather than another thread stacked on a server that answers none.
 As for connects, the bound is on the threads sending (left or not, of every
 run): 40 calls cancelled together on a frozen server kept 40 threads on it,
 with 40 tokens a run. A cancel past the bound waits for a token, or is not
-sent when the bound is other runs' threads'.
+sent when the bound is held by threads outside this run's limiter: other
+runs' cancels, or a close's (:func:`send_unwaited`, this run's too).
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ out). From this many left running (their callers gone, or a close's) on,
 none is sent."""
 
 CANCELS = MAX_LEFT
-"""Cancel requests running at once in one Trio run: a run's own cancels past
-the bound wait for a token rather than go unsent."""
+"""Cancel requests running at once in one Trio run: a run's own waited
+cancels past the bound wait for a token rather than go unsent (a close's
+take none, and count against the process's bound all the same)."""
 
 _limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("streamd_cancels")
 
@@ -76,7 +78,8 @@ async def send(cancel: Callable[[], None], where: str) -> bool:
     secrets) on a thread of the cancels' limiter; True once it returned.
     Cancelled, the caller leaves at once and the thread, left to end on its
     own, is counted in :data:`left_running` until it does. False, with nothing
-    sent, while :data:`MAX_LEFT` are left, or on their way (other runs')."""
+    sent, while :data:`MAX_LEFT` are left, or on their way outside this
+    run's limiter (other runs', closes')."""
     running = left_running  # the one counted in, whatever replaces it meanwhile
     if _refused(running, where):
         return False
@@ -132,7 +135,8 @@ class _Request(Abandonable):
     def run(self) -> bool:
         """On the thread: whether it was sent. A request whose caller left
         before it began is not: the call it was for has been cut, or is
-        being; nor is one past the process's bound (other runs' requests)."""
+        being; nor is one past the process's bound (held by other runs'
+        requests, or by closes' unwaited ones)."""
         with self._lock:
             left, began = self._left, self._begin()
         if not began:
