@@ -1,9 +1,9 @@
 """How a batch's later appends of a session are judged (wire.md, append_batch:
-"each later append of the same session in the batch, sent without an
-``expected_seq`` of its own, expects the session where the batch's earlier
-appends left it"), on every backend: sessions interleaved in one group, and
-an ``expected_seq`` of a later append's own, a refused append beside the
-group, and a server backend's one-by-one rewrite of a batch."""
+"each later append of that session sent without one of its own expects the
+session where the batch's earlier appends left it"), on every backend:
+sessions interleaved in one group, and an ``expected_seq`` of a later
+append's own, a refused append beside the group, and a server backend's
+one-by-one rewrite of a batch."""
 
 from __future__ import annotations
 

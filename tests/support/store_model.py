@@ -251,13 +251,13 @@ Outcome = New | Duplicate | Refused
 @dataclass
 class GroupViews:
     """The seq each session's appends of one group were computed from
-    (wire.md: "each later append of the same session in the group, sent
-    without an ``expected_seq`` of its own, expects the session where the
-    group's earlier appends left it"): a new append leaves it at its own seq;
-    a duplicate at or before the expectation leaves it there; a duplicate
-    after it, at its own seq when it is "the session's next event after that
-    expectation" and the session still holds its event at the expectation
-    ("the event at that seq still held"), else where it was."""
+    (wire.md: "each later append of that session sent without one of its own
+    expects the session where the batch's earlier appends left it"): a new
+    append leaves it at its own seq; a duplicate at or before the expectation
+    leaves it there; a duplicate after it, at its own seq when it is "the
+    session's next event after that expectation" and the session still holds
+    its event at the expectation ("only while it holds its event at the
+    expectation"), else where it was."""
 
     views: dict[Key, int] = field(default_factory=dict)
 

@@ -211,7 +211,6 @@ async def test_a_saved_index_with_a_flipped_posting_is_indexed_again_at_restart(
                for m in warned), warned
 
 
-
 async def test_a_saved_index_with_a_flipped_bit_in_a_header_is_indexed_again_at_restart(
         tmp_path, caplog):
     # The record numbers' element type read '>u4' for '<u4': the index was
@@ -260,6 +259,7 @@ async def test_a_saved_position_with_a_flipped_bit_in_its_removed_mask_is_not_ad
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("the saved event-log index is damaged" in m
                and f"{manifest} does not match its checksum" in m for m in warned), warned
+
 
 async def test_a_saved_index_refused_half_way_through_its_adoption_is_not_built_on(tmp_path):
     # Segments written before checksums, the second one's ids damaged: the
