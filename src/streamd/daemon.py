@@ -204,6 +204,12 @@ class Daemon:
         return None if self._eventlog is None else self._eventlog.connecting_s
 
     @property
+    def eventlog_calls_wait(self) -> bool:
+        """Whether the event log's calls wait for a connect under way (see
+        :attr:`EventLog.calls_wait`)."""
+        return self._eventlog is not None and self._eventlog.calls_wait
+
+    @property
     def eventlog_reconnecting_s(self) -> float | None:
         """How long the event log has been trying to reach its server again,
         after losing it, if it is (see :attr:`EventLog.reconnecting_s`)."""

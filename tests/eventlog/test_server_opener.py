@@ -2,9 +2,12 @@
 (``eventlog.opener``): the writer's and the reader's connections are made in
 turn, and a reader refused while the writer connects (a full
 ``max_connections``, say) must not make and close a writer connection, with its
-schema check, a few times a second for as long as it lasts."""
+schema check, a few times a second for as long as it lasts. And what it says
+of a watch's listening connection's connect under way: no call waits for it."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 import trio
@@ -52,3 +55,36 @@ async def test_a_reader_refused_beside_a_writer_that_connects_backs_off_for_both
     # 0.25 s doubling to 5 s: attempts at 0, 0.25, 0.75, 1.75, 3.75, 7.75 s.
     assert writers <= 7
     assert opener.fault is not None and "too many clients" in opener.fault
+
+
+async def test_a_watchs_listening_connect_left_unanswered_shows_and_holds_no_call(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A watch's listening connection whose connect the server never answers:
+    # it is a connect under way (db_connecting_s), and no call waits for it,
+    # the watches polling beside it. Before: status said calls waited for it.
+    psycopg = pytest.importorskip("psycopg")
+    from streamd.eventlog import handoff
+    from streamd.eventlog.postgres.changes import PgChanges
+
+    monkeypatch.setattr(handoff, "left_running", handoff.LeftRunning())
+    frozen = threading.Event()
+
+    def connect(self: PgChanges) -> object:
+        assert frozen.wait(30), "the test never thawed the server"
+        raise psycopg.OperationalError("the server gave up")
+
+    monkeypatch.setattr(PgChanges, "_connect_and_listen", connect)
+    opener = PostgresOpener(dbtarget.classify("postgresql://streamd@127.0.0.1/events"),
+                            SqliteOptions(), 0.05)
+
+    async def newest() -> int:
+        return 0
+
+    try:
+        with trio.fail_after(60):
+            async with opener.changes(newest):
+                assert opener.connecting_s is not None and opener.connecting_s > 0
+                assert not opener.calls_wait
+    finally:
+        frozen.set()

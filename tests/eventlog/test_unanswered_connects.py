@@ -391,6 +391,7 @@ async def test_a_reconnect_the_server_leaves_unanswered_shows_how_long_the_log_h
                 assert waited is not None and waited >= 0
                 lost = log.reconnecting_s
                 assert lost is not None and lost >= waited
+                assert log.calls_wait  # the ping's, which waits for it
                 assert log.fault is None
                 proxy.let_go()  # the attempt fails at once
             # Failed, it is the log's fault, and the outage goes on through it.

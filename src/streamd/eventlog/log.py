@@ -285,10 +285,18 @@ class EventLog(KeywordApi):
     @property
     def connecting_s(self) -> float | None:
         """How long the oldest connect to the log's server under way has run,
-        None while none runs: calls wait for it, and a server that accepts
-        and never answers makes that no fault until it fails (never, with
-        ``connect_timeout=0``). A reconnect counts as much as a first connect."""
+        None while none runs: a server that accepts and never answers makes
+        that no fault until it fails (never, with ``connect_timeout=0``). A
+        reconnect counts as much as a first connect, and a watch's listening
+        connection as much as the log's own (whether calls wait for it:
+        :attr:`calls_wait`)."""
         return self._opener.connecting_s
+
+    @property
+    def calls_wait(self) -> bool:
+        """Whether calls wait for a connect under way (see
+        :attr:`~streamd.eventlog.opener.Opener.calls_wait`)."""
+        return self._opener.calls_wait
 
     @property
     def reconnecting_s(self) -> float | None:

@@ -74,7 +74,16 @@ class Opener(Protocol):
         does: a server that accepts and never answers holds one, and every
         call waiting for it, with no fault yet to show (none has failed). A
         connection the log opens and one of its connections making itself
-        again (reconnecting) alike, a watch's listening one included."""
+        again (reconnecting) alike, a watch's listening one included (which
+        no call waits for: :attr:`calls_wait`)."""
+        ...
+
+    @property
+    def calls_wait(self) -> bool:
+        """Whether a connect under way is one the log's calls wait for (an
+        open, or a connection making itself again); False while none is, or
+        while the one under way is a watch's listening connection's alone,
+        which holds no call: watches poll beside it."""
         ...
 
     @property
@@ -138,6 +147,10 @@ class SqliteOpener:
     @property
     def connecting_s(self) -> float | None:
         return None  # a file has no server to wait for
+
+    @property
+    def calls_wait(self) -> bool:
+        return False
 
     @property
     def reconnecting_s(self) -> float | None:
@@ -234,6 +247,11 @@ class _ServerOpener:
         if opening is not None:
             waits.append(trio.current_time() - opening)
         return max(waits, default=None)
+
+    @property
+    def calls_wait(self) -> bool:
+        return bool(self._connecting) or any(
+            r.store.attempts.attempt_s() is not None for r in list(self._opened))
 
     @property
     def reconnecting_s(self) -> float | None:

@@ -9,12 +9,14 @@ Recall session and has no daemon to control):
 
 * ``streamd/hello {client_version}`` -> ``{version, pid, started_at}``
 * ``streamd/status {}`` -> ``{version, pid, uptime_s, connections, sources,
-  socket, db, log, db_fault, db_connecting_s, db_reconnecting_s}``
+  socket, db, log, db_fault, db_connecting_s, db_calls_wait, db_reconnecting_s}``
   (``db_fault``: why the event log stopped serving, or why it cannot now: a
   server it cannot reach; null while it serves; ``db_connecting_s``: how long
   a connect to its server has been under way, a reconnect's too, null while
-  none is; ``db_reconnecting_s``: how long it has been trying to reach its
-  server again after losing it, null while it is not)
+  none is; ``db_calls_wait``: whether calls wait for it, false when it is a
+  watch's listening connection's alone; ``db_reconnecting_s``: how long it
+  has been trying to reach its server again after losing it, null while it
+  is not)
 * ``streamd/stop {}`` -> ``{}``, then the daemon winds down as on SIGTERM
 * ``streamd/retire {}`` -> ``{}`` once it has stopped listening and released its
   socket and lock; it serves its current connections to their end, then exits
@@ -442,26 +444,33 @@ def status_main(argv: Sequence[str]) -> int:
     _say(f"  socket       {result['socket']}")
     _say(f"  clients      {result['connections']} connected, "
           f"{result['sources']} Recall sources open")
-    _say(f"  event log    {_event_log(result)}")
+    _say(f"  event log    {event_log_line(result)}")
     if result.get("db_fault"):
         _say(f"  EVENT LOG FAULT  {result['db_fault']}")
     _say(f"  daemon log   {result['log']}")
     return 0
 
 
-def _event_log(status: dict[str, Any]) -> str:
+def event_log_line(status: dict[str, Any]) -> str:
     """The event log's database, and the connect its calls wait for: the
     first one (a server that never answers fails no attempt, so no fault
     shows), or the ones after it lost its server (how long it has been
-    without it, which the newest failure alone does not say)."""
+    without it, which the newest failure alone does not say). A watch's
+    listening connection's connect holds no call: said so, not that calls
+    wait."""
     db, waited = status["db"], status.get("db_connecting_s")
     lost = status.get("db_reconnecting_s")
+    # A daemon from before the field: its connects were all calls'.
+    calls = status.get("db_calls_wait", True)
     if lost is not None:
         now = ("no attempt under way" if waited is None
-               else f"an attempt unanswered for {int(waited)} s; calls wait for it")
+               else f"an attempt unanswered for {int(waited)} s; calls wait for it" if calls
+               else f"a watch's attempt unanswered for {int(waited)} s; watches poll meanwhile")
         return f"reconnecting to {db} for {int(lost)} s ({now})"
-    if waited is not None:
+    if waited is not None and calls:
         return f"connecting to {db} for {int(waited)} s (no answer yet; calls wait for it)"
+    if waited is not None:
+        return f"{db} (a watch's connect unanswered for {int(waited)} s; watches poll meanwhile)"
     return str(db)
 
 

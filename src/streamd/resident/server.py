@@ -121,6 +121,9 @@ class Status(msgspec.Struct):
     # any fault does. A reconnect's too, and a watch's listening connection's
     # (PostgreSQL). Seconds, rounded to milliseconds.
     db_connecting_s: float | None = None
+    # Whether the event log's calls wait for that connect: false while the one
+    # under way is a watch's listening connection's alone (watches poll).
+    db_calls_wait: bool = False
     # How long the event log has been trying to reach its server again after
     # losing it, if it is: the outage so far, through failed attempts (the
     # newest one's error is db_fault) and the waits between them.
@@ -343,6 +346,7 @@ class ResidentDaemon:
             log=self.options.log_file,
             db_fault=self.daemon.eventlog_fault,
             db_connecting_s=_rounded(self.daemon.eventlog_connecting_s),
+            db_calls_wait=self.daemon.eventlog_calls_wait,
             db_reconnecting_s=_rounded(self.daemon.eventlog_reconnecting_s),
         )
 
