@@ -7,6 +7,7 @@ call then waited out a whole connect timeout, and a close with it)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -59,6 +60,16 @@ def link_to(server: Server) -> Reconnecting[object]:
         min_s=0.05, max_s=0.1, idle_check_s=0.0,  # every call comes "after an idle second"
     )
 
+
+def connecting_by(connect: Callable[[], object]) -> Reconnecting[object]:
+    """A link that makes its connection with ``connect``, every attempt at
+    once (no wait between them), its connections never checked."""
+    return Reconnecting(
+        connect=connect, usable=lambda c: True, alive=lambda c: None,
+        gone=lambda c, exc: False, fileno=lambda c: -1, close=lambda c: None,
+        refused=lambda exc: RpcError(SOURCE_UNAVAILABLE, f"cannot connect: {exc}"),
+        errors=(Gone,), where="test server", data_key="test_error", min_s=0.0, max_s=0.0,
+    )
 
 def test_an_idle_connection_that_answers_is_kept() -> None:
     server = Server()
@@ -228,13 +239,7 @@ def test_a_reconnect_cut_once_the_server_answered_ends_the_outage() -> None:
         assert link.cut_if_connecting()  # the call's cancel, meanwhile
         return object()
 
-    link = Reconnecting(
-        connect=connect, usable=lambda c: True, alive=lambda c: None,
-        gone=lambda c, exc: False, fileno=lambda c: -1, close=lambda c: None,
-        refused=lambda exc: RpcError(SOURCE_UNAVAILABLE, f"cannot connect: {exc}"),
-        errors=(Gone,), where="test server", data_key="test_error",
-        min_s=0.0, max_s=0.0,  # no wait between attempts
-    )
+    link = connecting_by(connect)
     with pytest.raises(RpcError):
         link.get()
     assert reconnecting_s([link.attempts]) is not None
@@ -253,12 +258,7 @@ def test_a_link_closed_while_it_reconnects_no_longer_counts_an_outage(end: str) 
     def refused() -> object:
         raise Gone("connection refused")
 
-    link = Reconnecting(
-        connect=refused, usable=lambda c: True, alive=lambda c: None,
-        gone=lambda c, exc: False, fileno=lambda c: -1, close=lambda c: None,
-        refused=lambda exc: RpcError(SOURCE_UNAVAILABLE, f"cannot connect: {exc}"),
-        errors=(Gone,), where="test server", data_key="test_error", min_s=0.0, max_s=0.0,
-    )
+    link = connecting_by(refused)
     with pytest.raises(RpcError):
         link.get()
     assert link.attempts.trying_s() is not None
@@ -280,12 +280,7 @@ def test_a_link_closed_under_its_reconnect_no_longer_counts_an_outage_whatever_t
             raise Gone("connection refused")
         return object()
 
-    link = Reconnecting(
-        connect=connect, usable=lambda c: True, alive=lambda c: None,
-        gone=lambda c, exc: False, fileno=lambda c: -1, close=lambda c: None,
-        refused=lambda exc: RpcError(SOURCE_UNAVAILABLE, f"cannot connect: {exc}"),
-        errors=(Gone,), where="test server", data_key="test_error", min_s=0.0, max_s=0.0,
-    )
+    link = connecting_by(connect)
     with pytest.raises(RpcError):
         link.get()
     assert link.attempts.trying_s() is None and reconnecting_s([link.attempts]) is None
