@@ -79,9 +79,16 @@ class Server:
         self.tmp = self.root / "tmp"
 
     def _as_server(self) -> dict[str, object]:
+        # An environment of its own, not the test's that happened to start it
+        # (the server lives for the whole run): a resident-daemon test's
+        # teardown kills every process whose environment names its world, and
+        # a server started inside such a test carried that name, and was
+        # stopped under every later MySQL test of the run.
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "TZ": "UTC"}
         if self.user is None:
-            return {}
-        return {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []}
+            return {"env": env}
+        return {"env": env, "user": self.user.pw_uid, "group": self.user.pw_gid,
+                "extra_groups": []}
 
     def init(self) -> None:
         self.tmp.mkdir(exist_ok=True)
