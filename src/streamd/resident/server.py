@@ -116,10 +116,11 @@ class Status(msgspec.Struct):
     db: str
     log: str
     db_fault: str | None = None  # why the event log stopped serving, if it did
-    # How long a connect to the event log's server has been under way (calls
-    # wait for it), if one is: a server that never answers shows here before
-    # any fault does. A reconnect's too, and a watch's listening connection's
-    # (PostgreSQL). Seconds, rounded to milliseconds.
+    # How long a connect to the event log's server has been under way, if one
+    # is (whether calls wait for it: db_calls_wait): a server that never
+    # answers shows here before any fault does. A reconnect's too, and a
+    # watch's listening connection's (PostgreSQL). Seconds, rounded to
+    # milliseconds.
     db_connecting_s: float | None = None
     # Whether the event log's calls wait for that connect: false while the one
     # under way is a watch's listening connection's alone (watches poll).
