@@ -11,6 +11,9 @@ before headers had checksums is still adopted, on the checks it had."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from support.native import path_taken
@@ -41,28 +44,54 @@ def _warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
 
 
+def _restarted_after(w, caplog, damage: Callable[[Path], object]) -> tuple[Path, Any, list[str]]:
+    """The world's stream indexed into one segment, ``damage`` done to it,
+    and a restart, which answers as the index did before: the segment, the
+    restarted adapter and the warnings it logged."""
+    stream(w)
+    expected = answers(w, w.adapter())
+    (segment,) = (w.work / "index").glob("seg-*")
+    damage(segment)
+    with caplog.at_level(logging.WARNING, logger="streamd.recall"):
+        restarted = w.adapter()
+        assert answers(w, restarted) == expected
+    return segment, restarted, _warnings(caplog)
+
+
+def _unchecked(then: Callable[[Path], object]) -> Callable[[Path], None]:
+    """A segment's header made an older streamd's (no checksum of its own),
+    then ``then`` done to it."""
+    def damage(segment: Path) -> None:
+        without_header_checksum(segment)
+        then(segment)
+    return damage
+
+
+def _flip_byte(byte: int) -> Callable[[Path], None]:
+    def damage(segment: Path) -> None:
+        data = bytearray(segment.read_bytes())
+        data[byte] ^= 1
+        segment.write_bytes(bytes(data))
+    return damage
+
+
 @pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_native)],
                          ids=["plain", "compiled"])
 @pytest.mark.parametrize("field", _fields())
 def test_one_flipped_bit_in_any_header_field_is_caught_at_restart_and_indexed_anew(
         recall_world, caplog, field: str, compiled: bool) -> None:
-    w = recall_world
     array, _, key = field.rpartition(".")
-    with path_taken(compiled):
-        stream(w)
-        expected = answers(w, w.adapter())
-        (segment,) = (w.work / "index").glob("seg-*")
+
+    def damage(segment: Path) -> None:
         assert (array, key) in header_fields(segment)
         flip_header_bit(segment, array, key)
-        with caplog.at_level(logging.WARNING, logger="streamd.recall"):
-            restarted = w.adapter()
-            assert answers(w, restarted) == expected
+
+    with path_taken(compiled):
+        segment, restarted, warned = _restarted_after(recall_world, caplog, damage)
     assert restarted.generation is not None and restarted.generation.indexed == 400
     assert not segment.exists()
-    warned = _warnings(caplog)
     assert any(f"{segment}: its header does not match its checksum" in m
                and "indexing anew" in m for m in warned), warned
-
 
 
 @pytest.mark.parametrize("byte", [0, 7, 8, 15, 16, 19],
@@ -72,19 +101,10 @@ def test_one_flipped_bit_of_the_header_start_is_caught_at_restart(
         recall_world, caplog, byte: int) -> None:
     # The magic, the JSON's length, the header's own checksum: a flipped
     # magic or length was refused without a word in the log.
-    w = recall_world
-    stream(w)
-    expected = answers(w, w.adapter())
-    (segment,) = (w.work / "index").glob("seg-*")
-    data = bytearray(segment.read_bytes())
-    data[byte] ^= 1
-    segment.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="streamd.recall"):
-        restarted = w.adapter()
-        assert answers(w, restarted) == expected
+    segment, _, warned = _restarted_after(recall_world, caplog, _flip_byte(byte))
     assert not segment.exists()
-    assert any(f"the saved index is damaged ({segment}" in m for m in _warnings(caplog)), \
-        _warnings(caplog)
+    assert any(f"the saved index is damaged ({segment}" in m for m in warned), warned
+
 
 def test_record_numbers_read_in_the_wrong_byte_order_are_not_adopted(
         recall_world, caplog) -> None:
@@ -92,17 +112,11 @@ def test_record_numbers_read_in_the_wrong_byte_order_are_not_adopted(
     # '<u4' flipped to '>u4' read every posting byte-swapped from bytes that
     # match their checksum. It was adopted, and every search answered its
     # records with relevance 0, restart after restart.
-    w = recall_world
-    stream(w)
-    expected = answers(w, w.adapter())
-    (segment,) = (w.work / "index").glob("seg-*")
-    without_header_checksum(segment)
-    assert flip_header_bit(segment, "recs", "dtype") == '">u4"'
-    with caplog.at_level(logging.WARNING, logger="streamd.recall"):
-        restarted = w.adapter()
-        assert answers(w, restarted) == expected
+    def byte_order(segment: Path) -> None:
+        assert flip_header_bit(segment, "recs", "dtype") == '">u4"'
+
+    segment, _, warned = _restarted_after(recall_world, caplog, _unchecked(byte_order))
     assert not segment.exists()
-    warned = _warnings(caplog)
     assert any(f"{segment}: its recs are not of type <u4" in m for m in warned), warned
 
 
@@ -111,37 +125,27 @@ def test_an_element_type_numpy_reads_as_fields_is_damage_not_an_error(
     # '<i8' with its '<' flipped to ',' is ',i8': numpy parses it as a list
     # of fields and raised SyntaxError out of the adoption, a traceback
     # from `streamd search` at every run until the workdir was removed.
-    w = recall_world
-    stream(w)
-    expected = answers(w, w.adapter())
-    (segment,) = (w.work / "index").glob("seg-*")
-    without_header_checksum(segment)
-    data = bytearray(segment.read_bytes())
-    at = data.index(b'"starts", "dtype": "<i8"') + len(b'"starts", "dtype": "')
-    data[at] ^= ord("<") ^ ord(",")  # one bit
-    segment.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="streamd.recall"):
-        restarted = w.adapter()
-        assert answers(w, restarted) == expected
+    def fields(segment: Path) -> None:
+        data = bytearray(segment.read_bytes())
+        at = data.index(b'"starts", "dtype": "<i8"') + len(b'"starts", "dtype": "')
+        data[at] ^= ord("<") ^ ord(",")  # one bit
+        segment.write_bytes(bytes(data))
+
+    segment, _, warned = _restarted_after(recall_world, caplog, _unchecked(fields))
     assert not segment.exists()
-    assert any(f"{segment}: its starts are not of type <i8" in m for m in _warnings(caplog))
+    assert any(f"{segment}: its starts are not of type <i8" in m for m in warned), warned
 
 
 def test_an_unchecked_header_that_does_not_decode_is_named_in_the_log(
         recall_world, caplog) -> None:
     # A key's name damaged in an older streamd's header: the file was
     # refused (a KeyError) and indexed anew without a word in the log.
-    w = recall_world
-    stream(w)
-    expected = answers(w, w.adapter())
-    (segment,) = (w.work / "index").glob("seg-*")
-    without_header_checksum(segment)
-    segment.write_bytes(segment.read_bytes().replace(b'"count"', b'"coune"', 1))
-    with caplog.at_level(logging.WARNING, logger="streamd.recall"):
-        restarted = w.adapter()
-        assert answers(w, restarted) == expected
+    def key(segment: Path) -> None:
+        segment.write_bytes(segment.read_bytes().replace(b'"count"', b'"coune"', 1))
+
+    segment, _, warned = _restarted_after(recall_world, caplog, _unchecked(key))
     assert not segment.exists()
-    assert any(f"{segment}: its header does not decode" in m for m in _warnings(caplog))
+    assert any(f"{segment}: its header does not decode" in m for m in warned), warned
 
 
 @pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_native)],
@@ -150,35 +154,20 @@ def test_a_segment_written_before_headers_had_checksums_is_adopted(
         recall_world, caplog, compiled: bool) -> None:
     # An upgrade must not rebuild every workdir: the header is checked as
     # it was when it was written, and the arrays against their checksums.
-    w = recall_world
     with path_taken(compiled):
-        stream(w)
-        expected = answers(w, w.adapter())
-        (segment,) = (w.work / "index").glob("seg-*")
-        without_header_checksum(segment)
-        with caplog.at_level(logging.WARNING, logger="streamd.recall"):
-            restarted = w.adapter()
-            assert answers(w, restarted) == expected
+        segment, _, warned = _restarted_after(
+            recall_world, caplog, without_header_checksum)
     assert segment.exists()  # adopted: a rebuild would have written another
-    assert not _warnings(caplog)
+    assert not warned
 
 
 def test_such_a_segment_still_has_its_arrays_checked_against_their_checksums(
         recall_world, caplog) -> None:
     # Only its header goes unchecked: a posting's bit flipped is still caught.
-    w = recall_world
-    stream(w)
-    expected = answers(w, w.adapter())
-    (segment,) = (w.work / "index").glob("seg-*")
-    without_header_checksum(segment)
-    flip_low_bit(segment, "recs")
-    with caplog.at_level(logging.WARNING, logger="streamd.recall"):
-        restarted = w.adapter()
-        assert answers(w, restarted) == expected
+    segment, _, warned = _restarted_after(
+        recall_world, caplog, _unchecked(lambda segment: flip_low_bit(segment, "recs")))
     assert not segment.exists()
-    assert any(f"{segment}: its recs do not match their checksums" in m
-               for m in _warnings(caplog))
-
+    assert any(f"{segment}: its recs do not match their checksums" in m for m in warned)
 
 
 @needs_native
