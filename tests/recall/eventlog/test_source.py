@@ -190,23 +190,40 @@ async def _zebra_and_yak_indexed(peer, log, db, work):
     await result(peer, init(db, work))
 
 
-async def test_a_saved_index_with_a_flipped_posting_is_indexed_again_at_restart(
-        tmp_path, caplog):
-    # One bit of a posting list, and a search for "zebra" answered e2 (the
-    # event next to the one that holds it) at every restart.
+async def _searched_after_damage(tmp_path, caplog, term: str, damage):
+    """Two events indexed (:func:`_zebra_and_yak_indexed`) and ``term``
+    searched; ``damage(work)`` done to the saved index (it gives the file it
+    damaged); the source served again over it and ``term`` searched. The
+    file, the hits before, the answer after and the warnings logged."""
     db, work = tmp_path / "events.db", tmp_path / "work"
     work.mkdir()
     with trio.fail_after(20):
         async with served(db) as (peer, log):
             await _zebra_and_yak_indexed(peer, log, db, work)
-            assert ids(await result(peer, search(2, "zebra"))) == ["e1"]
-        (segment,) = (work / "index").glob("seg-*")
-        flip_posting(segment, "zebra")
+            before = ids(await result(peer, search(2, term)))
+        damaged = damage(work)
         with caplog.at_level(logging.WARNING, logger="streamd.recall.eventlog"):
             async with served(db) as (peer, log):
                 await result(peer, init(db, work))
-                assert ids(await result(peer, search(2, "zebra"))) == ["e1"]
+                after = await result(peer, search(2, term))
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    return damaged, before, after, warned
+
+
+def _segment(work):
+    (segment,) = (work / "index").glob("seg-*")
+    return segment
+
+
+async def test_a_saved_index_with_a_flipped_posting_is_indexed_again_at_restart(
+        tmp_path, caplog):
+    # One bit of a posting list, and a search for "zebra" answered e2 (the
+    # event next to the one that holds it) at every restart.
+    def posting(work):
+        flip_posting(_segment(work), "zebra")
+
+    _, before, after, warned = await _searched_after_damage(tmp_path, caplog, "zebra", posting)
+    assert before == ids(after) == ["e1"]
     assert any("the saved event-log index is damaged" in m and "its recs do not match" in m
                for m in warned), warned
 
@@ -216,20 +233,13 @@ async def test_a_saved_index_with_a_flipped_bit_in_a_header_is_indexed_again_at_
     # The record numbers' element type read '>u4' for '<u4': the index was
     # adopted and every posting read byte-swapped, from bytes that match
     # their checksum (record 0 is the same either way; record 1 is not).
-    db, work = tmp_path / "events.db", tmp_path / "work"
-    work.mkdir()
-    with trio.fail_after(20):
-        async with served(db) as (peer, log):
-            await _zebra_and_yak_indexed(peer, log, db, work)
-            assert ids(await result(peer, search(2, "yak"))) == ["e2"]
-        (segment,) = (work / "index").glob("seg-*")
-        flip_header_bit(segment, "recs", "dtype")
-        with caplog.at_level(logging.WARNING, logger="streamd.recall.eventlog"):
-            async with served(db) as (peer, log):
-                await result(peer, init(db, work))
-                found = await result(peer, search(2, "yak"))
-                assert ids(found) == ["e2"] and found["candidates"][0]["relevance"] > 0
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    def byte_order(work):
+        flip_header_bit(segment := _segment(work), "recs", "dtype")
+        return segment
+
+    segment, before, after, warned = await _searched_after_damage(
+        tmp_path, caplog, "yak", byte_order)
+    assert before == ids(after) == ["e2"] and after["candidates"][0]["relevance"] > 0
     assert any("the saved event-log index is damaged" in m
                and f"{segment}: its header does not match its checksum" in m
                for m in warned), warned
@@ -241,22 +251,16 @@ async def test_a_saved_position_with_a_flipped_bit_in_its_removed_mask_is_not_ad
     # first letter's case flipped ('A' to 'a') marked e2 removed, and the
     # adopted index no longer found it (the position's other checks, its
     # seq and the id of the event there, do not read the mask).
-    db, work = tmp_path / "events.db", tmp_path / "work"
-    work.mkdir()
-    with trio.fail_after(20):
-        async with served(db) as (peer, log):
-            await _zebra_and_yak_indexed(peer, log, db, work)
-            assert ids(await result(peer, search(2, "yak"))) == ["e2"]
+    def mask(work):
         manifest = work / "index" / "manifest.json"
         data = manifest.read_bytes()
         at = data.index(b'"removed": "') + len(b'"removed": "')
         assert data[at:at + 1] == b"A"  # no event removed
         manifest.write_bytes(data[:at] + b"a" + data[at + 1:])
-        with caplog.at_level(logging.WARNING, logger="streamd.recall.eventlog"):
-            async with served(db) as (peer, log):
-                await result(peer, init(db, work))
-                assert ids(await result(peer, search(2, "yak"))) == ["e2"]
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        return manifest
+
+    manifest, before, after, warned = await _searched_after_damage(tmp_path, caplog, "yak", mask)
+    assert before == ids(after) == ["e2"]
     assert any("the saved event-log index is damaged" in m
                and f"{manifest} does not match its checksum" in m for m in warned), warned
 
