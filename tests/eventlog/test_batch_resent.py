@@ -4,9 +4,10 @@ is stored once, where the first put it, and so is one sent twice at once (the
 group commit takes both into one transaction as often as not); a stale copy
 of a batch is refused.
 
-The daemon is :func:`streamd.daemon.serve_socket` run in this process on the
-test's database (a SQLite file, or a fresh PostgreSQL or MariaDB database of
-the servers the fixtures start).
+The daemon is :func:`streamd.daemon.serve_socket` run in this process
+(:func:`support.serve_socket.in_process`) on the test's database (a SQLite
+file, or a fresh PostgreSQL or MariaDB database of the servers the fixtures
+start).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typing import Any
 import pytest
 import trio
 from support.rpc_client import Client
+from support.serve_socket import connect, in_process
 from support.service import append
 
-from streamd.daemon import Config, Daemon, serve_socket
 from streamd.errors import SESSION_NOT_FOUND, STALE_SESSION
 
 SERVER_DBS = {"postgres": "postgres_db", "mysql": "mysql_db"}
@@ -32,20 +33,6 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "events.db")
     return str(request.getfixturevalue(SERVER_DBS[request.param]))
-
-
-@asynccontextmanager
-async def serving(db: str, tmp_path: Path) -> AsyncIterator[str]:
-    path = str(tmp_path / "streamd.sock")
-    daemon = Daemon(Config(db=db, synchronous="NORMAL"))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(serve_socket, daemon, path)
-        yield path
-        nursery.cancel_scope.cancel()
-
-
-async def connect(path: str) -> Client:
-    return Client(await trio.open_unix_socket(path))
 
 
 async def ids(c: Client, session: str = "s") -> list[str]:
@@ -64,7 +51,7 @@ async def writer_at_a(db: str, tmp_path: Path) -> AsyncIterator[tuple[str, Clien
     """A daemon serving ``db``, a writer connected to it, and the writer's
     view once "a" is stored (:func:`read_at_a`); bounded."""
     with trio.fail_after(60):
-        async with serving(db, tmp_path) as path:
+        async with in_process(tmp_path, db, synchronous="NORMAL") as path:
             c = await connect(path)
             yield path, c, await read_at_a(c)
 

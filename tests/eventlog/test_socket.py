@@ -21,6 +21,8 @@ import pytest
 import trio
 from support.faulty_disk import FaultyVFS
 from support.rpc_client import Client
+from support.serve_socket import connect
+from support.serve_socket import in_process as socket_server
 
 from streamd.daemon import Config, Daemon, serve_socket
 from streamd.eventlog import EventLog
@@ -42,21 +44,6 @@ def append(event_id: str, session: str = "s") -> dict[str, Any]:
         "session": session,
         "event": {"id": event_id, "author": "agent", "content": event_id},
     }
-
-
-@asynccontextmanager
-async def socket_server(tmp_path: Path, **config: Any) -> AsyncIterator[str]:
-    """``serve_socket`` running in this process; yields its path."""
-    path = str(tmp_path / "streamd.sock")
-    daemon = Daemon(Config(db=str(tmp_path / "events.db"), **config))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(serve_socket, daemon, path)
-        yield path
-        nursery.cancel_scope.cancel()
-
-
-async def connect(path: str) -> Client:
-    return Client(await trio.open_unix_socket(path))
 
 
 async def test_two_clients_at_once_append_into_one_log(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""A ``streamd serve --socket`` process for a test: started, waited for, ended."""
+"""A ``streamd serve --socket`` for a test: a process started, waited for and
+ended, or :func:`streamd.daemon.serve_socket` run in the test's own process."""
 
 from __future__ import annotations
 
@@ -7,8 +8,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
+
+import trio
+
+from streamd.daemon import Config, Daemon, serve_socket
+from support.rpc_client import Client
 
 
 def wait_connectable(path: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
@@ -40,3 +47,19 @@ def serving(sock: str, db: Path, *args: str) -> Iterator[subprocess.Popen[bytes]
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@contextlib.asynccontextmanager
+async def in_process(tmp_path: Path, db: str | None = None, **config: Any) -> AsyncIterator[str]:
+    """``serve_socket`` running in this process on ``db`` (by default a new
+    SQLite file in ``tmp_path``); yields its path."""
+    path = str(tmp_path / "streamd.sock")
+    daemon = Daemon(Config(db=db or str(tmp_path / "events.db"), **config))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_socket, daemon, path)
+        yield path
+        nursery.cancel_scope.cancel()
+
+
+async def connect(path: str) -> Client:
+    return Client(await trio.open_unix_socket(path))
