@@ -13,8 +13,8 @@ alone.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
@@ -126,20 +126,30 @@ async def _cancelled(runner: ServerRunner, scope: trio.CancelScope) -> None:
         await runner.run(lambda store: store.call())
 
 
+@asynccontextmanager
+async def _cancelled_together(
+        server: Frozen, count: int) -> AsyncIterator[tuple[list[Store], list[trio.CancelScope]]]:
+    """``count`` calls on ``server``, each with a long grace, cancelled all
+    at once when the server holds them; the block runs as their cancels go
+    out, and the calls end with it. Their stores and cancel scopes."""
+    stores = [Store(server) for _ in range(count)]
+    runners = [ServerRunner(s, grace_s=600.0) for s in stores]
+    scopes = [trio.CancelScope() for _ in runners]
+    async with trio.open_nursery() as nursery:
+        for runner, scope in zip(runners, scopes, strict=True):
+            nursery.start_soon(_cancelled, runner, scope)
+        await server.until(lambda s: s.calls == count)
+        for scope in scopes:
+            scope.cancel()
+        yield stores, scopes
+
+
 async def test_calls_cancelled_at_once_on_a_frozen_server_leave_the_process_its_threads(
         left_running: LeftRunning) -> None:
     default = trio.to_thread.current_default_thread_limiter()
     count = int(default.total_tokens)  # as many cancels as it has threads to lend
     with frozen() as server, trio.fail_after(BOUND_S):
-        stores = [Store(server) for _ in range(count)]
-        runners = [ServerRunner(s, grace_s=600.0) for s in stores]
-        scopes = [trio.CancelScope() for _ in runners]
-        async with trio.open_nursery() as nursery:
-            for runner, scope in zip(runners, scopes, strict=True):
-                nursery.start_soon(_cancelled, runner, scope)
-            await server.until(lambda s: s.calls == count)
-            for scope in scopes:
-                scope.cancel()
+        async with _cancelled_together(server, count) as (stores, scopes):
             # As many as the process sends at once; the rest wait for them.
             sent = min(count, cancels.MAX_LEFT)
             await server.until(lambda s: s.cancels == sent)
@@ -168,19 +178,14 @@ async def test_calls_cancelled_together_on_a_frozen_server_hold_at_most_max_left
     monkeypatch.setattr(trio.to_thread, "run_sync", noting)
     count = 40
     with frozen() as server, trio.fail_after(BOUND_S):
-        runners = [ServerRunner(Store(server), grace_s=600.0) for _ in range(count)]
-        scopes = [trio.CancelScope() for _ in runners]
-        async with trio.open_nursery() as nursery:
-            for runner, scope in zip(runners, scopes, strict=True):
-                nursery.start_soon(_cancelled, runner, scope)
-            await server.until(lambda s: s.calls == count)
-            for scope in scopes:
-                scope.cancel()
+        async with _cancelled_together(server, count):
             try:
                 await server.until(lambda s: s.cancels >= cancels.MAX_LEFT)
                 await trio.testing.wait_all_tasks_blocked()
                 (sending,) = [lim for lim in limiters if lim.total_tokens > 1]
                 assert sending.borrowed_tokens <= cancels.MAX_LEFT  # threads started to send
+                # And what the server saw, whatever lent the threads.
+                assert server.cancels_sent <= cancels.MAX_LEFT
             finally:
                 server.thaw()  # the calls, and the cancels, end
 

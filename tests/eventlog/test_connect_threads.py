@@ -242,8 +242,12 @@ class _Frozen:
     def __init__(self) -> None:
         self.inside = threading.Semaphore(0)
         self.thawed = threading.Event()
+        self._count = threading.Lock()
+        self.entered = 0  # connects that reached it
 
     def connect(self) -> str:
+        with self._count:
+            self.entered += 1
         self.inside.release()
         assert self.thawed.wait(30)
         return "connection"
@@ -282,6 +286,8 @@ async def test_connects_abandoned_together_to_a_frozen_server_leave_at_most_max_
                     callers.cancel()
             assert left_running.count == started
             assert left_running.count <= handoff.MAX_LEFT
+            # And what the server saw, whatever lent the threads.
+            assert server.entered == started
     finally:
         server.thawed.set()
 
