@@ -20,6 +20,7 @@ import pytest
 import trio
 import trio.testing
 from support.commit_order import race_writers_and_a_reader
+from support.frozen import unanswered_listener
 from support.postgres_store import HOUR, KEY, T0, ap
 
 from streamd.errors import SESSION_LOCKED, SESSION_NOT_FOUND, RpcError, is_closed
@@ -444,16 +445,7 @@ async def test_a_listener_whose_first_connect_goes_unanswered_polls_beside_it(
     # Before: entering waited for the first connect, for the whole connect
     # timeout (for ever with connect_timeout=0): the log's watches heard no
     # other host's commit meanwhile, not even by polling.
-    from streamd.eventlog import handoff
-
-    monkeypatch.setattr(handoff, "left_running", handoff.LeftRunning())
-    frozen = threading.Event()
-
-    def connect(self: PgChanges) -> Any:
-        assert frozen.wait(30), "the test never thawed the server"
-        raise psycopg.OperationalError("the server gave up")
-
-    monkeypatch.setattr(PgChanges, "_connect_and_listen", connect)
+    frozen = unanswered_listener(monkeypatch)
     newest = 7
 
     async def poll() -> int:

@@ -7,11 +7,10 @@ of a watch's listening connection's connect under way: no call waits for it."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import trio
 import trio.testing
+from support.frozen import unanswered_listener
 
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import dbtarget
@@ -63,18 +62,8 @@ async def test_a_watchs_listening_connect_left_unanswered_shows_and_holds_no_cal
     # A watch's listening connection whose connect the server never answers:
     # it is a connect under way (db_connecting_s), and no call waits for it,
     # the watches polling beside it. Before: status said calls waited for it.
-    psycopg = pytest.importorskip("psycopg")
-    from streamd.eventlog import handoff
-    from streamd.eventlog.postgres.changes import PgChanges
-
-    monkeypatch.setattr(handoff, "left_running", handoff.LeftRunning())
-    frozen = threading.Event()
-
-    def connect(self: PgChanges) -> object:
-        assert frozen.wait(30), "the test never thawed the server"
-        raise psycopg.OperationalError("the server gave up")
-
-    monkeypatch.setattr(PgChanges, "_connect_and_listen", connect)
+    pytest.importorskip("psycopg")
+    frozen = unanswered_listener(monkeypatch)
     opener = PostgresOpener(dbtarget.classify("postgresql://streamd@127.0.0.1/events"),
                             SqliteOptions(), 0.05)
 

@@ -1,4 +1,5 @@
-"""A database server that stops answering: its processes stopped (SIGSTOP)."""
+"""A database server that stops answering: its processes stopped (SIGSTOP),
+or a PostgreSQL watch's listening connect that the server never answers."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import signal
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
-__all__ = ["freeze", "stopped"]
+import pytest
+
+__all__ = ["freeze", "stopped", "unanswered_listener"]
 
 
 def freeze(pid: int, timeout: float = 30.0) -> None:
@@ -70,3 +74,23 @@ def stopped(pids: Sequence[int], most: float = 15.0) -> Iterator[None]:
     finally:
         watchdog.cancel()
         send(signal.SIGCONT)
+
+
+def unanswered_listener(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Every PostgreSQL watch's connect to listen (``PgChanges``) left
+    unanswered until the event returned is set, then failed as a server
+    that gave up fails it; connects left running counted afresh."""
+    import psycopg
+
+    from streamd.eventlog import handoff
+    from streamd.eventlog.postgres.changes import PgChanges
+
+    monkeypatch.setattr(handoff, "left_running", handoff.LeftRunning())
+    thawed = threading.Event()
+
+    def connect(self: PgChanges) -> Any:
+        assert thawed.wait(30), "the test never thawed the server"
+        raise psycopg.OperationalError("the server gave up")
+
+    monkeypatch.setattr(PgChanges, "_connect_and_listen", connect)
+    return thawed
