@@ -171,10 +171,14 @@ def _group(
     it where the earlier ones left it (:mod:`~streamd.eventlog.store.chain`)."""
     chain = Chain()
     out = []
+
+    def from_seq(key: SessionKey, seq: int) -> list[int]:
+        return _from_seq(sql.connection, key, seq)
+
     for i, one in enumerate(group):
         one = chain.expecting(one)
         result = _in_group(sql, one, i, now_us, added, upserted)
-        chain.took(one, result, lambda key, seq: _from_seq(sql.connection, key, seq))
+        chain.took(one, result, from_seq)
         out.append(result)
     return out
 
