@@ -273,13 +273,15 @@ class GroupViews:
         if a.expected_seq is None:
             return
         key = (a.app, a.user, a.session)
-        after = [s for s, e in log.events.items() if e.key == key and s > a.expected_seq]
+        if not duplicate:
+            self.views[key] = seq
+            return
         at = log.events.get(a.expected_seq)
         held = a.expected_seq == 0 or (at is not None and at.key == key)
-        if not duplicate or (seq > a.expected_seq and held and min(after) == seq):
-            self.views[key] = seq
-        else:
-            self.views[key] = a.expected_seq
+        following = min((s for s, e in log.events.items() if e.key == key and s > a.expected_seq),
+                        default=None)
+        moved = seq > a.expected_seq and held and following == seq
+        self.views[key] = seq if moved else a.expected_seq
 
 
 @dataclass
