@@ -163,9 +163,6 @@ class Segment:
         return {name: getattr(self, name) for name in _ARRAYS}
 
 
-_ARRAYS = ("term_hash", "term_local", "starts", "recs", "meta", "big_pos", "big_count",
-           "ident_hash", "ident_rec", "columns", "ids")
-
 # What is kept per record besides its postings: event and observed time as
 # (seconds, nanoseconds), schema, kind code, file number, byte offset and
 # length of its line, and its length in tokens.
@@ -183,6 +180,7 @@ _DTYPES: dict[str, np.dtype] = {
     "big_count": np.dtype("<i8"), "ident_hash": np.dtype("<u8"), "ident_rec": np.dtype("<i8"),
     "columns": COLUMNS, "ids": np.dtype("|u1"),
 }
+_ARRAYS = tuple(_DTYPES)  # in the order a file holds them
 
 
 class SegmentBuilder:
