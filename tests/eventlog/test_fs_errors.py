@@ -123,3 +123,30 @@ def test_a_log_on_a_read_only_file_system_is_named_as_that(read_only_mount: Path
         " `streamd log backup` can copy it from there (SQLite said: unable to open database"
         " file)")
     assert info.value.data == {"sqlite_error": "CantOpenError", "errno": "EROFS"}
+
+
+def test_a_full_disk_under_a_batch_is_named_not_hidden_by_the_rollback(
+    tmp_path: Path, faulty_disk: FaultyVFS
+) -> None:
+    # A batch larger than SQLite's page cache writes pages to the -wal before
+    # its commit; the disk refusing one of those ends the transaction inside
+    # SQLite, and the rollback on the way out then failed in turn. Its error
+    # was the one reported: "cannot rollback - no transaction is active".
+    store = SqliteStore.open(str(tmp_path / "events.db"))
+    try:
+        store.append(_event("before"), 1)
+        faulty_disk.full = True
+        batch = [AppendParams(app="app", user="u", session="s",
+                              event=Event(id=f"b{i}", author="a", content="x" * 20_000))
+                 for i in range(200)]
+        with pytest.raises(RpcError) as info:
+            store.append_batch(batch, 2)
+        assert info.value.code == -32000
+        assert "database or disk is full" in info.value.message, info.value.message
+        faulty_disk.full = False
+        read = store.since(SinceParams(from_seq=0, limit=1000))
+        assert [e.event.id for e in read.entries] == ["before"]
+        assert store.append_batch(batch[:2], 3)[1].seq == 3
+    finally:
+        faulty_disk.full = False
+        store.close()

@@ -46,6 +46,20 @@ def system_errno(db: apsw.Connection | None, exc: apsw.Error) -> int:
     return value if isinstance(value, int) else 0
 
 
+def first_failure(exc: apsw.Error) -> apsw.Error:
+    """The error a transaction failed with, where the rollback on the way out
+    failed after it. On some errors SQLite ends the transaction itself (a full
+    disk, or an I/O error, while a large write spills pages before its
+    commit); the ``with db:`` rollback then finds none and raises "cannot
+    rollback - no transaction is active", which was the error reported, the
+    disk's hidden behind it."""
+    inner = exc.__context__
+    if (isinstance(exc, apsw.SQLError) and isinstance(inner, apsw.Error)
+            and "no transaction is active" in str(exc)):
+        return inner
+    return exc
+
+
 def probe_errno(path: str | None) -> int:
     """What the operating system says when the database file's header is read
     (0: it reads, or there is no file to read). For a failure to open, where

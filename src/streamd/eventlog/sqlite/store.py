@@ -136,7 +136,7 @@ def _translated(
         except apsw.Error as exc:
             if store._busy.aborted:
                 raise closed_error() from exc
-            raise _translate(exc, store._db) from exc
+            raise _translate(sqlite_errors.first_failure(exc), store._db) from exc
         except OSError as exc:
             raise sqlite_errors.translate_os(exc) from exc
         # Before the caller hears of it: a commit into a file that is no
