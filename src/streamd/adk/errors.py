@@ -16,7 +16,7 @@ from google.adk.errors.session_not_found_error import SessionNotFoundError
 from streamd import errors
 from streamd.errors import RpcError
 
-__all__ = ["EventConflictError", "adk_error", "stale_error"]
+__all__ = ["EventConflictError", "adk_error", "refuses_the_events", "stale_error"]
 
 _STALE = (
     "The session has been modified in storage since it was loaded ({detail}). Reload it"
@@ -44,6 +44,16 @@ def stale_error(detail: str) -> StaleSessionError:
     """ADK's stale-session error, saying what ADK's database service says, and
     ``detail``: what tells the copy from storage."""
     return StaleSessionError(_STALE.format(detail=detail))
+
+
+def refuses_the_events(exc: RpcError) -> bool:
+    """Whether the log's answer to an append refuses what was sent (a stale
+    copy, a session gone, an id taken, a value it cannot hold): sent again,
+    it would be refused again. Any other error (a full disk, an I/O error, a
+    write lock held past the busy timeout) says the log could not store it
+    now, and nothing of the events themselves."""
+    return (errors.is_stale_session(exc) or errors.is_session_not_found(exc)
+            or errors.is_event_conflict(exc) or exc.code == errors.INVALID_PARAMS)
 
 
 def adk_error(exc: RpcError, session_id: str, expected: int | None) -> Exception:

@@ -105,7 +105,7 @@ from google.adk.sessions.session import Session
 from streamd import errors
 from streamd.adk import codec, lifetime, write_behind
 from streamd.adk.clients import Client, LoopClients
-from streamd.adk.errors import EventConflictError, adk_error
+from streamd.adk.errors import EventConflictError, adk_error, refuses_the_events
 from streamd.adk.held import HeldEvents
 from streamd.adk.lifetime import Lifetime, unsent
 from streamd.adk.loading import DEFAULT_EVENT_CACHE, ListedSession, SessionLoader, adk_session
@@ -472,7 +472,7 @@ class StreamdSessionService(BaseSessionService):
         session._storage_update_marker = PENDING + token
         self._accepted(session, event)
         if pipe.task is None:
-            pipe.task = asyncio.get_running_loop().create_task(self._send(key, pipe))
+            pipe.task = write_behind.start(asyncio.get_running_loop(), self._send(key, pipe))
         return event
 
     async def _send(self, key: tuple[str, str, str], pipe: Pipeline) -> None:
@@ -499,22 +499,21 @@ class StreamdSessionService(BaseSessionService):
                     pipe.sending = []
                     raise
                 except RpcError as exc:
-                    if exc.code == errors.CLOSED:
-                        # The connection or the log ended with the run's
-                        # outcome unknown: not a refusal, so nothing is
-                        # dropped. The run goes back first in line and is sent
-                        # again on a new connection when the client is ours
-                        # (a stored event comes back a duplicate); a second
-                        # loss in a row, or a client the caller gave, ends the
-                        # task with the queue kept, raised by the drain that
-                        # waits for it.
-                        pipe.queue[:0] = run
-                        pipe.sending = []
-                        if lost or not await self._clients.lost(client, exc):
-                            raise
-                        lost = True
+                    if refuses_the_events(exc):
+                        self._ledger.refuse(pipe, first, exc, expected)
                         continue
-                    self._ledger.refuse(pipe, first, exc, expected)
+                    # Not a refusal, so nothing is dropped: the run's outcome
+                    # is unknown (closed), or the log could not store it now
+                    # (a full disk). It goes back first in line, sent again
+                    # on a new connection if ours was lost (a stored event
+                    # comes back a duplicate); else the task ends with the
+                    # queue kept, raised by the drain that waits for it.
+                    pipe.queue[:0] = run
+                    pipe.sending = []
+                    if (exc.code != errors.CLOSED or lost
+                            or not await self._clients.lost(client, exc)):
+                        raise
+                    lost = True
                     continue
                 pipe.sending = []
                 lost = False
@@ -564,7 +563,7 @@ class StreamdSessionService(BaseSessionService):
         loop = self._own_write_behind()
         for key, pipe in list(self._pipes.items()):
             if pipe.task is None and pipe.queue:
-                pipe.task = loop.create_task(self._send(key, pipe))
+                pipe.task = write_behind.start(loop, self._send(key, pipe))
             while pipe.task is not None:
                 await asyncio.shield(pipe.task)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
+from typing import Any
 
 import msgspec
 from google.adk.sessions.session import Session
@@ -155,6 +156,24 @@ class Pipeline:
         del self.queue[: len(run)]
         self.sending = run
         return run
+
+
+def start(
+    loop: asyncio.AbstractEventLoop, send: Coroutine[Any, Any, None]
+) -> asyncio.Task[None]:
+    """The task sending a pipeline's runs. Its error (the log's, or a lost
+    connection's) is raised by the drain that waits for it; one started by an
+    append may have none waiting, and is marked read here, or asyncio logged
+    "Task exception was never retrieved" for each: the queue it kept is sent,
+    and its error raised, by the next drain."""
+    task = loop.create_task(send)
+    task.add_done_callback(_read_error)
+    return task
+
+
+def _read_error(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def unsent(pipes: Iterable[Pipeline]) -> int:
