@@ -6,6 +6,7 @@ Values in, values out; no I/O. How each maps, and why, is in
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import math
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import msgspec
 from google.adk.events.event import Event
 from google.adk.sessions.state import State
+from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from streamd.eventlog.model import Event as LogEvent
@@ -162,10 +164,34 @@ def split_state(state: dict[str, Any]) -> StateDelta:
 def _jsonable(values: dict[str, Any], prefix: str) -> dict[str, Any]:
     if not values:
         return values
-    out: dict[str, Any] = to_jsonable_python(values, serialize_unknown=True)
+    try:
+        out: dict[str, Any] = to_jsonable_python(values, serialize_unknown=True)
+    except UnicodeDecodeError:
+        # Bytes that are not UTF-8 somewhere in it: stored as ADK's persistent
+        # services store them (``make_json_safe_state``), as base64 text; the
+        # event's own delta holds the same (ADK's serializer of it does this).
+        out = to_jsonable_python(_text_of_bytes(values), serialize_unknown=True)
     for key, value in out.items():
         _refuse_non_finite(value, prefix + key)
     return out
+
+
+def _text_of_bytes(value: Any) -> Any:
+    """``value`` with every bytes value as the text ADK's persistent services
+    store for it: its UTF-8 text, or else its base64 (not restored to bytes
+    on read, by them or by the log); models as their fields, as ADK does."""
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(value).decode("ascii")
+    if isinstance(value, BaseModel):
+        return _text_of_bytes(value.model_dump(mode="python"))
+    if isinstance(value, dict):
+        return {_text_of_bytes(k): _text_of_bytes(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_text_of_bytes(v) for v in value]
+    return value
 
 
 def _refuse_non_finite(value: Any, where: str) -> None:
