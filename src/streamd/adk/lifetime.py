@@ -33,9 +33,11 @@ closes its clients (:mod:`~streamd.adk.clients`) and its queues.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -44,8 +46,8 @@ from streamd.adk import write_behind
 from streamd.errors import RpcError
 
 __all__ = [
-    "CLOSE_GRACE", "SERVICE_CLOSED", "Lifetime", "close_shielded", "cut_short", "service_closed",
-    "unsent",
+    "CLOSE_GRACE", "SERVICE_CLOSED", "Lifetime", "close_shielded", "cut_short", "said_at_exit",
+    "service_closed", "unsent",
 ]
 
 log = logging.getLogger("streamd.adk")
@@ -238,3 +240,31 @@ class Lifetime:
 def _done(idle: asyncio.Future[None]) -> None:
     if not idle.done():
         idle.set_result(None)
+
+
+# Write-behind's services, each with how to count its queued events it has
+# not seen stored (weakly: registering keeps no service alive).
+_queues: weakref.WeakKeyDictionary[Lifetime, tuple[weakref.ref[Any], Callable[[Any], int]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def said_at_exit(life: Lifetime, service: weakref.ref[_T], queued: Callable[[_T], int]) -> None:
+    """At the process's exit, log at error level what a write-behind service
+    still holds (``queued(service)``, its events not known stored) unless it
+    was closed. A script that ends its loop without ``close`` or ``flush`` (no
+    ``Runner.close``) lost what the loop's end cut short (a run bigger than
+    one batch, or one whose send had not gone out) without a word."""
+    _queues[life] = (service, queued)
+
+
+@atexit.register
+def _say_unsent() -> None:
+    for life, (ref, queued) in list(_queues.items()):
+        service = ref()
+        if life.closing or service is None or not (count := queued(service)):
+            continue  # closed: its close sent the queue, or said what it could not
+        log.error(
+            "a StreamdSessionService(write_behind=True) was not closed, and the process exits"
+            " with %d queued event%s not known to be stored (append_event returned; no flush"
+            " saw them stored): await service.flush() or close() (runner.close()) before"
+            " the event loop ends", count, "" if count == 1 else "s")

@@ -173,6 +173,12 @@ class StreamdSessionService(BaseSessionService):
         self._held = HeldEvents()  # each copy's events by id (write-behind)
         self._pid = os.getpid()  # the process whose queues the tables above are
         self._life = Lifetime()
+        if write_behind:
+            lifetime.said_at_exit(self._life, weakref.ref(self), StreamdSessionService._queued)
+
+    def _queued(self) -> int:
+        """Queued events not known stored; none of a parent's, in a forked child."""
+        return write_behind.unsent(self._pipes.values()) if os.getpid() == self._pid else 0
 
     # -- the client --
 
