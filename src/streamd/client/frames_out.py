@@ -111,6 +111,7 @@ class FrameWriter:
     def __init__(self, outlet: Outlet) -> None:
         self._send, self._writable = outlet
         self._turn = threading.Lock()  # held by the one thread writing
+        self._writing: int | None = None  # that thread's ident, while it holds the turn
         self._lock = threading.Lock()  # guards the queue and the count
         self._queue = bytearray()  # bytes owed to the stream, whole frames' worth
         self._written = 0  # bytes written so far; the queue's first is the next
@@ -123,10 +124,20 @@ class FrameWriter:
         An interruption (KeyboardInterrupt) leaves the stream the same way.
         OSError when the connection is broken (the request is not withdrawn:
         the connection's end answers it)."""
+        if self._writing == threading.get_ident():
+            # This thread is inside a write already: a signal handler's call,
+            # run between two of its steps. Waiting for the turn would wait
+            # for the interrupted write, which cannot go on until the handler
+            # returns: for ever.
+            withdrawn()
+            raise RuntimeError(
+                "a call made while this thread's own call writes its request (from a signal"
+                " handler?) would wait for itself: refused, nothing was sent")
         left = _left(deadline)
         if not self._turn.acquire(timeout=-1 if left is None else left):
             withdrawn()
             raise TimeoutError("another thread's request was still being written")
+        self._writing = threading.get_ident()
         start = end = -1
         written = 0
         broken = False
@@ -148,6 +159,7 @@ class FrameWriter:
             written = self._settle(start, end)
             if written == 0 and not broken:
                 withdrawn()
+            self._writing = None
             self._turn.release()
         self._flush_left()
         if written == 0:
@@ -200,11 +212,13 @@ class FrameWriter:
                     return
             if not self._turn.acquire(blocking=False):
                 return  # the holder's own _flush_left will see it
+            self._writing = threading.get_ident()
             try:
                 before = self._written
                 self._flush(time.monotonic(), None)
                 progressed = self._written != before
             finally:
+                self._writing = None
                 self._turn.release()
             if not progressed:
                 return
