@@ -87,6 +87,6 @@ async def test_a_saved_index_of_another_log_is_not_adopted(tmp_path: Path):
             nursery.start_soon(source.run)
             with trio.fail_after(10):
                 generation = await source.current()
-            assert generation.view.index.ids == ["b1", "b2"]
-            assert generation.gen == 1  # built, not adopted
+            assert generation.view.index.ids == ["b1", "b2"]  # built, not adopted
+            assert generation.gen == 2  # named after the saved gen-1, never gen-1 again
             nursery.cancel_scope.cancel()

@@ -333,6 +333,13 @@ class LogSource:
         still this log's."""
         if self.settings.debug_seed:
             await self._seed(self.settings.debug_seed)
+        # Whatever becomes of the saved index (adopted, or not this log's,
+        # built under other settings, damaged), the names go on from its
+        # generation, as they do when a log is replaced under a running
+        # source: each not adopted started again at gen-1, and the first
+        # builds after it reused names the saved one's answers had given.
+        saved_gen = await self.offload(self._saved_generation)
+        self.index.gen = saved_gen
         try:
             loaded = await self.offload(self.durable.load_position)
         except Damaged as exc:
@@ -359,8 +366,15 @@ class LogSource:
         except Damaged as exc:
             log.warning("the saved event-log index is damaged (%s): indexing it again", exc)
             self.index = LogIndex(self.settings, self.clock, self.durable.sink)
+            self.index.gen = saved_gen
             return
         log.info("adopted the saved event-log index at seq %d", at.seq)
+
+    def _saved_generation(self) -> int:
+        """The generation the workdir's last save published (0 for none), in a thread."""
+        saved = self.durable.saved_position().get("eventlog")
+        gen = saved.get("gen") if isinstance(saved, dict) else None
+        return gen if type(gen) is int and gen > 0 else 0
 
     async def _seed(self, path: str) -> None:
         decode = msgspec.json.Decoder(AppendParams).decode

@@ -62,6 +62,8 @@ MANIFEST = "manifest.json"
 # adopted. OverflowError is ``int()`` of a number JSON reads as infinity
 # (``1e400``, a damaged or hand-edited file), which failed every build.
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, OverflowError)
+# The manifest's own keys; any other is a source's position (``save_position``).
+_STRUCTURE = frozenset({"format", "config", "records", "latest", "kinds", "segments", "files"})
 
 
 @dataclass(slots=True)
@@ -187,9 +189,24 @@ class DurableIndex:
         body = self._body()
         return self._segments(body) if body is not None else None
 
-    def _body(self) -> dict[str, Any] | None:
-        """The manifest, None if there is none of this format and config.
-        Raises :class:`~streamd.recall.index.segment.Damaged` for one that
+    def saved_position(self) -> dict[str, Any]:
+        """The ``position`` of the last manifest saved here, whichever
+        settings or tokenizer it was built under and whatever became of its
+        segments (empty when there is none, or it is damaged): a source that
+        does not adopt that index still continues its generation names, so
+        that one name never means two builds of a workdir."""
+        try:
+            body = self._body(any_config=True)
+        except seg.Damaged:
+            return {}
+        if body is None:
+            return {}
+        return {k: v for k, v in body.items() if k not in _STRUCTURE}
+
+    def _body(self, any_config: bool = False) -> dict[str, Any] | None:
+        """The manifest, None if there is none of this format and config
+        (of any config with ``any_config``). Raises
+        :class:`~streamd.recall.index.segment.Damaged` for one that
         does not match its checksum, or should have one and has none."""
         self._seen = self._stamp()
         path = os.path.join(self.dir, MANIFEST)
@@ -209,7 +226,7 @@ class DurableIndex:
             raise seg.Damaged(f"{path} has lost its checksum")
         if body.get("format") != (FORMAT if checked else FORMAT_UNSUMMED):
             return None
-        if body.get("config") != self.config:
+        if body.get("config") != self.config and not any_config:
             return None
         return body
 
@@ -230,8 +247,7 @@ class DurableIndex:
             expected += s.count
         if expected != records:
             return None
-        known = {"format", "config", "records", "latest", "kinds", "segments", "files"}
-        position = {k: v for k, v in body.items() if k not in known}
+        position = {k: v for k, v in body.items() if k not in _STRUCTURE}
         return Loaded(segments, [], kinds, latest, expected, position)
 
     def _remove_unlisted(self, keep: set[str], keep_manifest: bool = False) -> None:
