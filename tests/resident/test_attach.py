@@ -315,6 +315,19 @@ def test_attach_refuses_a_stray_argument(world: World) -> None:
                           timeout=30).returncode == 0
 
 
+def test_attach_help_keeps_its_exit_code_when_nobody_reads_it(world: World) -> None:
+    # `streamd attach --help | head -1`: a BrokenPipeError traceback, exit 1
+    # (or "Exception ignored", 120), where `status --help` exits 0 silently.
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        done = subprocess.run(world.argv("attach", "--help"), env=world.env, stdout=write_end,
+                              stderr=subprocess.PIPE, timeout=30)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, b"")
+
+
 def test_a_frame_of_many_chunks_is_relayed_whole_and_unchanged(world: World) -> None:
     world.start_daemon()
     content = "x" * (3 << 20)  # an answer of ~3 MiB arrives in many reads

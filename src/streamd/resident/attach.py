@@ -65,6 +65,7 @@ from streamd.resident.control import (
     NotAccepting,
     Refused,
     hello,
+    say,
     version_key,
 )
 from streamd.resident.ending import SessionEnd, last_line
@@ -108,7 +109,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"streamd: {exc} (see 'streamd attach --help')", file=sys.stderr)
         return 2
     if opts is None:
-        print(USAGE)
+        say(USAGE)  # its reader may be gone (`| head -1`): exit 0 all the same
         return 0
     directory, timeout, daemon_args, recall_source = opts
     if any(a == "--db" or a.startswith("--db=") for a in daemon_args):

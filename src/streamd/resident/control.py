@@ -329,7 +329,7 @@ def _parse(argv: Sequence[str], usage: str, flags: Sequence[str]) -> dict[str, A
     while args:
         arg = args.pop(0)
         if arg in ("-h", "--help"):
-            _say(usage)
+            say(usage)
             return 0
         if arg == "--json" and "--json" in flags:
             opts["json"] = True
@@ -344,7 +344,7 @@ def _parse(argv: Sequence[str], usage: str, flags: Sequence[str]) -> dict[str, A
     return opts
 
 
-def _say(text: str) -> None:
+def say(text: str) -> None:
     """A line on stdout, whose reader may be gone (``streamd status | head -1``):
     then the rest goes to /dev/null, and the exit status, which is what
     ``status`` means, is still the one the daemon's state gives."""
@@ -411,17 +411,17 @@ def status_main(argv: Sequence[str]) -> int:
                 # It runs, and serves as many clients as it takes.
                 pid = conn.peer_pid()
                 if opts["json"]:
-                    _say(_json_line({"running": True, "socket": sock, "pid": pid,
+                    say(_json_line({"running": True, "socket": sock, "pid": pid,
                                       "refused": exc.message}))
                 else:
-                    _say(f"streamd daemon: running, pid {pid}, but it refused this"
+                    say(f"streamd daemon: running, pid {pid}, but it refused this"
                           f" connection: {exc.message}")
                 return 0
             finally:
                 conn.close()
     except (ControlError, paths.UnsafeDirectory, OSError) as exc:
         if opts["json"]:
-            _say(_json_line({"running": False, "socket": sock, "error": str(exc)}))
+            say(_json_line({"running": False, "socket": sock, "error": str(exc)}))
         elif isinstance(exc, paths.UnsafeDirectory):  # no daemon was asked anything
             print(f"streamd status: {exc}", file=sys.stderr)
         else:
@@ -430,24 +430,24 @@ def status_main(argv: Sequence[str]) -> int:
     if result is None:
         holder = lock_holder(directory)
         if opts["json"]:
-            _say(_json_line({"running": False, "socket": sock, "lock_holder": holder}))
+            say(_json_line({"running": False, "socket": sock, "lock_holder": holder}))
         elif holder is not None:
-            _say(f"streamd daemon: not answering on {sock}, though pid {holder} holds its lock")
+            say(f"streamd daemon: not answering on {sock}, though pid {holder} holds its lock")
         else:
-            _say(f"streamd daemon: not running (socket {sock})")
+            say(f"streamd daemon: not running (socket {sock})")
         return 1 if holder is not None else 3
     if opts["json"]:
-        _say(_json_line({"running": True, **result}))
+        say(_json_line({"running": True, **result}))
         return 0
-    _say(f"streamd daemon {result['version']}: running, pid {result['pid']}, "
+    say(f"streamd daemon {result['version']}: running, pid {result['pid']}, "
           f"up {_uptime(result['uptime_s'])}")
-    _say(f"  socket       {result['socket']}")
-    _say(f"  clients      {result['connections']} connected, "
+    say(f"  socket       {result['socket']}")
+    say(f"  clients      {result['connections']} connected, "
           f"{result['sources']} Recall sources open")
-    _say(f"  event log    {event_log_line(result)}")
+    say(f"  event log    {event_log_line(result)}")
     if result.get("db_fault"):
-        _say(f"  EVENT LOG FAULT  {result['db_fault']}")
-    _say(f"  daemon log   {result['log']}")
+        say(f"  EVENT LOG FAULT  {result['db_fault']}")
+    say(f"  daemon log   {result['log']}")
     return 0
 
 
@@ -493,7 +493,7 @@ def stop_main(argv: Sequence[str]) -> int:
             # every daemon a client starts from serving. SIGTERM stops it.
             pid = lock_holder(directory, confirmed=True) or 0
             if not pid:
-                _say(f"streamd daemon: not running (socket {sock}); nothing to stop")
+                say(f"streamd daemon: not running (socket {sock}); nothing to stop")
                 return 0
             print(f"streamd stop: the daemon (pid {pid}) holds the lock but nothing listens"
                   f" on {sock}; sending it SIGTERM", file=sys.stderr)
@@ -525,5 +525,5 @@ def stop_main(argv: Sequence[str]) -> int:
                   f"{STOP_WAIT:g} s", file=sys.stderr)
             return 1
         time.sleep(0.01)
-    _say(f"streamd daemon: stopped (pid {pid})")
+    say(f"streamd daemon: stopped (pid {pid})")
     return 0
