@@ -94,14 +94,18 @@ def test_a_page_with_unusual_values_is_read_through_apsw(store: SqliteStore, cha
     assert type(store.event_page(0, 4)).__name__ == "EventPage"
 
 
-@pytest.mark.parametrize("bad", ["x'c3'", "x'61ff'"])
-def test_text_that_is_not_utf8_fails_as_apsw_fails_it(store: SqliteStore, bad: str) -> None:
+@pytest.mark.parametrize(("bad", "read"), [("x'c3'", "\ufffd"), ("x'61ff'", "a\ufffd")])
+def test_text_that_is_not_utf8_reads_as_apsw_reads_it(
+        store: SqliteStore, bad: str, read: str) -> None:
+    # The compiled core declines such a page; the store's read of it through
+    # APSW then decodes each bad byte as U+FFFD (``lossy_text``), where both
+    # raised UnicodeDecodeError alike before.
     _fill(store, 10)
     store.connection.execute(f"UPDATE events SET invocation_id = CAST({bad} AS TEXT) WHERE seq = 5")
-    with pytest.raises(UnicodeDecodeError):
-        store.event_rows(0, 100)
-    with pytest.raises(UnicodeDecodeError):
-        store.event_page(0, 100)
+    rows = store.event_rows(0, 100)
+    assert rows[4][5] == read
+    page = store.event_page(0, 100)
+    assert isinstance(page, list) and page == rows
 
 
 def test_fields_cut_inside_a_character_are_not_taken_for_text(store: SqliteStore) -> None:
@@ -110,8 +114,8 @@ def test_fields_cut_inside_a_character_are_not_taken_for_text(store: SqliteStore
     store.connection.execute(
         "UPDATE events SET author = CAST(x'c3' AS TEXT), branch = CAST(x'a9' AS TEXT) "
         "WHERE seq = 2")
-    with pytest.raises(UnicodeDecodeError):
-        store.event_page(0, 100)
+    page = store.event_page(0, 100)
+    assert isinstance(page, list) and (page[1][6], page[1][7]) == ("\ufffd", "\ufffd")
 
 
 def test_the_plain_path_reads_through_apsw(store: SqliteStore) -> None:

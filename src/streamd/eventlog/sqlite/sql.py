@@ -10,13 +10,14 @@ cannot wait for the write lock. The one writer at a time is also why
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from typing import Any
 
 import apsw
 
 from streamd.eventlog import filters
 from streamd.eventlog.model import Filter
+from streamd.eventlog.sqlite import lossy_text
 from streamd.eventlog.store.sql import Args, Row, Rows
 
 __all__ = ["SqliteSql", "indexed_by", "newest_seq"]
@@ -60,7 +61,7 @@ def newest_seq(db: apsw.Connection) -> int:
 class SqliteSql:
     """One APSW connection behind the storage rules' protocol."""
 
-    __slots__ = ("_db",)
+    __slots__ = ("_db", "_lossy")
 
     dialect = filters.SQLITE
     duplicate_key: tuple[type[BaseException], ...] = (apsw.ConstraintError,)
@@ -68,16 +69,34 @@ class SqliteSql:
 
     def __init__(self, db: apsw.Connection) -> None:
         self._db = db
+        # Set for a store call run again after it met text that is not
+        # UTF-8 (:meth:`lossy`): reads decode it with U+FFFD.
+        self._lossy = False
 
     @property
     def connection(self) -> apsw.Connection:
         """The connection itself, for the store's own statements."""
         return self._db
 
+    @contextmanager
+    def lossy(self) -> Iterator[None]:
+        """Within it, text that is not UTF-8 is read with U+FFFD for each bad
+        byte (:mod:`.lossy_text`), where APSW raises ``UnicodeDecodeError``."""
+        self._lossy = True
+        try:
+            yield
+        finally:
+            self._lossy = False
+
     def rows(self, sql: str, args: Args = ()) -> list[Row]:
+        if self._lossy:
+            return list(lossy_text.rows(self._db, sql, args))
         return self._db.execute(sql, args).fetchall()
 
     def one(self, sql: str, args: Args = ()) -> Row | None:
+        if self._lossy:
+            with closing(lossy_text.rows(self._db, sql, args)) as found:
+                return next(found, None)
         return self._db.execute(sql, args).fetchone()
 
     def run(self, sql: str, args: Args = ()) -> int:
@@ -136,6 +155,8 @@ class SqliteSql:
     def scan(self, sql: str, args: Args = ()) -> Rows:
         # The cursor itself: iterated in C, and closed by the consumer when it
         # stops, so rows past a cut are never read.
+        if self._lossy:
+            return lossy_text.rows(self._db, sql, args)
         return self._db.execute(sql, args)
 
     def scan_events(

@@ -70,6 +70,7 @@ from typing import Concatenate, Literal, ParamSpec, TypeVar
 import apsw
 
 from streamd.errors import (
+    INTERNAL_ERROR,
     SOURCE_UNAVAILABLE,
     RpcError,
 )
@@ -97,11 +98,51 @@ __all__ = ["SqliteStore"]
 
 logger = logging.getLogger(__name__)
 
+# The files whose text that is not UTF-8 the log has warned of (``_tolerating_bad_text``).
+_SAID_NOT_UTF8: set[str] = set()
+
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
 # --- error translation -----------------------------------------------------
+
+
+def _tolerating_bad_text(
+    store: SqliteStore, fn: Callable[Concatenate[SqliteStore, _P], _T],
+    /, *args: _P.args, **kwargs: _P.kwargs,
+) -> _T:
+    """``fn``, run again reading text that is not UTF-8 with U+FFFD
+    (:mod:`.lossy_text`) if it met some; only a call that wrote nothing is
+    run again (its transaction was rolled back, or it only read), since a
+    write run twice would write twice. Either way no UnicodeDecodeError
+    leaves the store: the log said only "index round failed", the command
+    line a traceback."""
+    db = store._db
+    before = db.total_changes()
+    try:
+        return fn(store, *args, **kwargs)
+    except UnicodeDecodeError as exc:
+        if db.total_changes() != before or not db.get_autocommit():
+            raise _not_utf8(exc) from None
+        # Said once a file: every answer that shows the row meets it again.
+        level = logging.DEBUG if db.filename in _SAID_NOT_UTF8 else logging.WARNING
+        _SAID_NOT_UTF8.add(db.filename)
+        logger.log(level, "the log at %s holds text that is not UTF-8 (another program wrote "
+                   "it, or the disk damaged it): read with U+FFFD for each such byte (%s)",
+                   db.filename, exc)
+    with store._sql.lossy():
+        try:
+            return fn(store, *args, **kwargs)
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(exc) from None
+
+
+def _not_utf8(exc: UnicodeDecodeError) -> RpcError:
+    return RpcError(INTERNAL_ERROR, "the event log holds text that is not UTF-8 (another "
+                    "program wrote it, or the disk damaged it), which this call cannot read: "
+                    f"{exc}")
+
 
 
 def _translate(
@@ -132,7 +173,7 @@ def _translated(
         # -wal is no longer the one it shares; see file_identity).
         _check_file(store)
         try:
-            result = fn(store, *args, **kwargs)
+            result = _tolerating_bad_text(store, fn, *args, **kwargs)
         except apsw.Error as exc:
             if store._busy.aborted:
                 raise closed_error() from exc
