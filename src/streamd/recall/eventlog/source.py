@@ -223,9 +223,13 @@ class LogSource:
                 result, error = None, exc
             except Exception as exc:
                 # A bug in a round must not take the source down: the
-                # published generation still answers.
+                # published generation still answers. What the index holds
+                # is unknown (its seq had moved past a page it never
+                # indexed, and the next round published it without that
+                # page's events, complete), so the next round starts over.
                 log.exception("event-log index round failed")
                 result, error = None, RpcError(INTERNAL_ERROR, f"index round failed: {exc}")
+                self._full_requested = True
             self.error = error
             self._publish_requested = False
             for ask in batch:
