@@ -49,6 +49,16 @@ def _seq_of(row: EventRow) -> int:
     return row[0]
 
 
+# An event row's types as streamd writes them (``state_delta`` may be NULL).
+# A SQLite column holds any type, so another program or a damaged page can
+# leave text in ``event_time`` or a blob in ``content``: both projections
+# raised on such a row (a TypeError), which failed the whole round.
+_ROW_TYPES = frozenset({
+    (int, str, str, str, str, str, str, str, int, str, str),
+    (int, str, str, str, str, str, str, str, int, str, type(None)),
+})
+
+
 class SavedPosition(msgspec.Struct, kw_only=True):
     """What a saved index says of where it stood (in the workdir's manifest)."""
 
@@ -159,6 +169,10 @@ class LogIndex:
             return
         last = rows[len(rows) - 1]
         self.seq, self.last_id, self.dirty = last[0], last[4], True
+        if isinstance(rows, list):
+            # Read through the driver, which gives what the column holds (a
+            # page the compiled core read holds the written types only).
+            rows, start = self._well_typed(rows, start)
         compiled = native.enabled()
         if compiled and self.settings.admits_all:
             # A page the compiled core read stays in its buffer.
@@ -172,6 +186,16 @@ class LogIndex:
         else:
             for row in admitted:
                 self._consume_plain(project(row))
+
+    def _well_typed(self, rows: list[EventRow], start: int) -> tuple[list[EventRow], int]:
+        """``rows`` from ``start`` without those of types streamd never
+        writes, each counted as a failed record (as a stream's line that is
+        not a record is), so that the rest of the page is indexed."""
+        odd = {i for i in range(start, len(rows)) if tuple(map(type, rows[i])) not in _ROW_TYPES}
+        if not odd:
+            return rows, start
+        self.failed += len(odd)
+        return [rows[i] for i in range(start, len(rows)) if i not in odd], 0
 
     def _consume_compiled(self, rows: EventRows, start: int) -> None:
         # The compiled core projects and indexes whole runs of rows; a row it
