@@ -81,3 +81,16 @@ async def test_the_lossy_read_keeps_each_reads_order(tmp_path: Path, flt: Filter
     assert [e.seq for e in lossy.entries] == [e.seq for e in plain.entries]
     assert lossy == plain
     assert [r[0] for r in at] == [7, 20, 50] and [r[0] for r in after] == [11, 12, 13, 14, 15]
+
+
+def test_log_verify_names_text_that_is_not_utf8_as_a_problem_instead_of_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "events.db"
+    trio.run(_three_events, db)
+    conn = apsw.Connection(str(db))
+    conn.execute("UPDATE sessions SET state = CAST(? AS TEXT)", (b'{"k": "caf\xe9"}',))
+    conn.close()
+    code = main(["--db", str(db), "verify"])
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    assert "state: could not be checked: 'utf-8' codec can't decode" in out

@@ -15,6 +15,9 @@ __all__ = ["verify"]
 def verify(store: SqliteStore) -> checks.Report:
     db = store.connection
     try:
-        return checks.verify(db.execute, "sqlite", (apsw.Error,))
+        # Text that is not UTF-8 (another program's, or a damaged page's),
+        # which APSW refuses to decode, is a check's finding as the driver's
+        # errors are: it ended verify in a traceback.
+        return checks.verify(db.execute, "sqlite", (apsw.Error, UnicodeDecodeError))
     except apsw.Error as exc:
         raise checks.unreadable(exc) from None
