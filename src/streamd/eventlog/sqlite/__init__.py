@@ -15,7 +15,8 @@ Inside: :mod:`.connection` (opening a file, the busy handler, setup),
 :mod:`.schema` (migrations), :mod:`.store`, :mod:`.runner`, :mod:`.changes`,
 :mod:`.errors` (driver errors to RPC errors), :mod:`.file_identity` (no answer
 from a file that is no longer at the path), :mod:`.backup` and :mod:`.frozen`
-(a log on a read-only file system, read as the snapshot it is).
+(a log on a read-only file system, read as the snapshot it is), :mod:`.lossy_text`
+(text that is not UTF-8, read with U+FFFD).
 The storage rules both backends share are in :mod:`streamd.eventlog.store`.
 """
 
