@@ -115,6 +115,17 @@ def _require_utf8(conn: psycopg.Connection[Any], opts: PostgresOptions) -> None:
         )
 
 
+def _read_committed(conn: psycopg.Connection[Any], opts: PostgresOptions) -> None:
+    # A write transaction is a plain BEGIN, whose isolation a role's or
+    # database's default_transaction_isolation would set: under REPEATABLE READ
+    # or SERIALIZABLE, an append waiting for the seq counter that another
+    # writer moved failed "could not serialize access" (half the appends of two
+    # daemons on one log). Every rule here is written for READ COMMITTED: the
+    # counter's row lock orders the writers and each reads the row as committed.
+    # A snapshot names its own level (PgSql.snapshot).
+    conn.execute("SET default_transaction_isolation = 'read committed'")
+
+
 def _set_search_path(conn: psycopg.Connection[Any], opts: PostgresOptions) -> None:
     # Our tables first; pg_catalog is always searched.
     conn.execute(pgsql.SQL("SET search_path = {}").format(pgsql.Identifier(opts.schema)))
@@ -131,6 +142,7 @@ def _set_synchronous_commit(conn: psycopg.Connection[Any], opts: PostgresOptions
 CONNECTION_SETUP: tuple[Callable[[psycopg.Connection[Any], PostgresOptions], None], ...] = (
     _load_json_as_text,
     _require_utf8,
+    _read_committed,
     _set_search_path,
     _set_synchronous_commit,
 )

@@ -1,0 +1,65 @@
+"""A PostgreSQL log under the defaults a database or role may carry
+(``ALTER DATABASE ... SET``, ``ALTER ROLE ... SET``), which every new
+connection takes before streamd says a word: the log behaves as it does
+under the server's own defaults.
+
+Each test sets the default on its own database and opens the stores after
+it, as a daemon that connects to a database so configured would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from support.postgres_store import T0, ap
+from support.server_locks import lock_waits, started, until
+
+from streamd.eventlog.postgres.store import PostgresStore
+from streamd.eventlog.store import CommitOutcome
+
+
+def database_default(conninfo: str, setting: str, value: str) -> None:
+    """``ALTER DATABASE`` (the test's own) ``SET setting = value``: what every
+    connection opened after it starts with."""
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        name = admin.execute("SELECT current_database()").fetchone()
+        assert name is not None
+        admin.execute(psycopg.sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+            psycopg.sql.Identifier(name[0]), psycopg.sql.Identifier(setting),
+            psycopg.sql.Literal(value)))
+
+
+@pytest.mark.parametrize("level", ["repeatable read", "serializable"])
+def test_an_append_waiting_for_another_writers_commit_succeeds_under_any_default_isolation(
+    request: pytest.FixtureRequest,
+    postgres_db: str,
+    open_store: Callable[..., PostgresStore],
+    level: str,
+) -> None:
+    # Before: a write transaction was a plain BEGIN, so it ran at the
+    # database's default level, and an append that waited for the seq counter
+    # while another host's append moved it failed "could not serialize access
+    # due to concurrent update" (two daemons appending at once: half their
+    # appends failed). The other host is a connection of the test's own that
+    # moves the counter and commits once the append waits for it.
+    database_default(postgres_db, "default_transaction_isolation", level)
+    store = open_store()
+    waits = lock_waits(request, "postgres")
+    outcomes: dict[str, Any] = {}
+    with psycopg.connect(postgres_db) as other:  # not autocommit: one transaction
+        other.execute("SET search_path = streamd")
+        other.execute("UPDATE seq_counter SET seq = seq")
+        thread = started(outcomes, "append", lambda: store.append_commit(
+            [ap("e1")], T0, capture=False))
+        until(lambda: waits() >= 1, "the append waiting for the seq counter")
+        other.commit()
+    thread.join(60)
+    assert not thread.is_alive(), "the append still waits after the counter was let go"
+    outcome = outcomes["append"]
+    assert isinstance(outcome, CommitOutcome), outcome
+    assert (outcome.before_seq, outcome.after_seq) == (0, 1)
+    assert store.newest_seq() == 1
+
