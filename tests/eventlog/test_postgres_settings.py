@@ -17,6 +17,7 @@ import pytest
 from support.postgres_store import T0, ap
 from support.server_locks import lock_waits, started, until
 
+from streamd.eventlog.model import AppendParams, Event, SinceParams
 from streamd.eventlog.postgres.store import PostgresStore
 from streamd.eventlog.store import CommitOutcome
 
@@ -63,3 +64,23 @@ def test_an_append_waiting_for_another_writers_commit_succeeds_under_any_default
     assert (outcome.before_seq, outcome.after_seq) == (0, 1)
     assert store.newest_seq() == 1
 
+
+def test_text_outside_latin1_is_written_and_read_under_a_latin1_client_encoding(
+    postgres_db: str, open_store: Callable[..., PostgresStore],
+) -> None:
+    # Before: psycopg encodes what it sends in the connection's client
+    # encoding, which the database's default set to LATIN1: an append holding
+    # a character outside it was refused as a bad value (-32602, "'latin-1'
+    # codec can't encode"), and an event stored by a connection opened before
+    # the default changed could not be read back (the server cannot convert
+    # it). The log's text is UTF-8 whatever a client of the database speaks.
+    before = open_store()
+    before.append_commit([ap("e1", content={"t": "日本 ✓"})], T0, capture=False)
+    database_default(postgres_db, "client_encoding", "LATIN1")
+    after = open_store()
+    wide = AppendParams(app="app", user="u", session="séance-日本",
+                        event=Event(id="e2", author="agent", content={"t": "Ωmega"}))
+    outcome = after.append_commit([wide], T0, capture=False)
+    assert outcome.after_seq == 2
+    read = [(e.session, e.event.content) for e in after.since(SinceParams()).entries]
+    assert read == [("s", {"t": "日本 ✓"}), ("séance-日本", {"t": "Ωmega"})]

@@ -115,6 +115,14 @@ def _require_utf8(conn: psycopg.Connection[Any], opts: PostgresOptions) -> None:
         )
 
 
+def _speak_utf8(conn: psycopg.Connection[Any], opts: PostgresOptions) -> None:
+    # A role's or database's client_encoding (ALTER ROLE ... SET client_encoding
+    # = 'LATIN1') is what psycopg encodes every string to: an event holding a
+    # character outside it was refused as a bad value (-32602), and a stored one
+    # could not be read back. The database is UTF8 (above), so UTF8 converts nothing.
+    conn.execute("SET client_encoding = 'UTF8'")
+
+
 def _read_committed(conn: psycopg.Connection[Any], opts: PostgresOptions) -> None:
     # A write transaction is a plain BEGIN, whose isolation a role's or
     # database's default_transaction_isolation would set: under REPEATABLE READ
@@ -142,6 +150,7 @@ def _set_synchronous_commit(conn: psycopg.Connection[Any], opts: PostgresOptions
 CONNECTION_SETUP: tuple[Callable[[psycopg.Connection[Any], PostgresOptions], None], ...] = (
     _load_json_as_text,
     _require_utf8,
+    _speak_utf8,
     _read_committed,
     _set_search_path,
     _set_synchronous_commit,
