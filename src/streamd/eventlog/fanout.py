@@ -17,6 +17,14 @@ seen by the log's change watcher), means entries exist that memory never saw:
 every watch is *dropped* and reads the store from its cursor, which holds
 them all, before it joins again. Dropping is always safe and only costs a
 query; handing over is done only when it is provably complete.
+
+The tail also tells when the log went *back*: a log's newest seq never
+decreases (a deleted event's seq still counts), so a newest seq read after
+every entry up to the tail had committed, and found below it, is another
+log's, or this one's restored from an older copy, whose next seqs will name
+other events than those already handed over. No watch can continue from
+its cursor then: the hub ends them, and :meth:`Fanout.rewind` starts the
+tail again.
 """
 
 from __future__ import annotations
@@ -88,6 +96,15 @@ class Fanout:
         fanned out: anything past the tail is not ours."""
         if self.tail is None or newest_seq > self.tail:
             self._advance(newest_seq)
+
+    def rewind(self, newest_seq: int) -> None:
+        """The log went back to ``newest_seq`` (see the module's text): what was
+        handed over is no longer the log's, so every watch leaves the live
+        stream and the tail starts again from there."""
+        self.tail = newest_seq
+        subs, self._subscribers = self._subscribers, set()
+        for sub in subs:
+            sub.dropped()
 
     def _advance(self, newest_seq: int) -> None:
         self.tail = newest_seq if self.tail is None else max(self.tail, newest_seq)

@@ -118,6 +118,7 @@ from streamd.eventlog.model import (
 )
 from streamd.eventlog.store import Committed, ReadShape
 from streamd.eventlog.watch import Watch
+from streamd.eventlog.watch_hub import LOG_WENT_BACK
 from streamd.rpc import Connection, Method, Request, encode_notification
 from streamd.rpc.methods import Reply
 from streamd.rpc.protocol import RequestId
@@ -498,6 +499,10 @@ def _resumable(exc: RpcError, last_seq: int) -> RpcError:
     data = exc.data if isinstance(exc.data, dict) else {}
     if "last_seq" in data:
         return exc
+    if data.get("reason") == LOG_WENT_BACK:
+        # Where it got to, but no place to resume: the log holds other
+        # events there now (the message says to read it again).
+        return RpcError(exc.code, exc.message, {**data, "last_seq": last_seq})
     return RpcError(
         exc.code,
         f"{exc.message}; the watch has ended, resume with from_seq={last_seq}",

@@ -289,6 +289,21 @@ class Watch:
         self._end()
         self.gave_way.set()
 
+    def fail(self, error: RpcError) -> None:
+        """End the watch with ``error`` at once, nothing handed over after it
+        (the log it followed went back, say): its consumer is given what it
+        had taken, then the error. The producer stops; what is buffered goes."""
+        if self._ended:
+            return
+        self._error = error
+        self._buffer.clear()
+        self._charge(-self._held)
+        self._held = 0
+        if self._fanout is not None:
+            self._fanout.unsubscribe(self)
+        self._scope.cancel()
+        self._end()
+
     def _charge(self, n: int) -> None:
         if self._shared is not None:
             self._shared.add(n)

@@ -9,6 +9,14 @@ commit and its fan-out (:meth:`WatchHub.committing`), the poller waits before
 it calls a seq it read another process's, so no commit of ours reaches a
 watcher twice or not at all. The hub also keeps the budget all of the log's
 watches share (:mod:`~streamd.eventlog.watch_budget`).
+
+A log that went back under its watches (a PostgreSQL or MySQL database
+restored from an older dump while the daemon ran: its next seqs name other
+events than the ones already handed over) is seen by the fan-out's tail
+(:mod:`~streamd.eventlog.fanout`), at this process's next
+commit or the poller's next read; every open watch then ends with
+``log_went_back`` rather than go on from a cursor the log has passed again
+and skip what it holds there.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, context
 
 import trio
 
-from streamd.errors import RpcError, is_closed
+from streamd.errors import SOURCE_UNAVAILABLE, RpcError, is_closed
 from streamd.eventlog.fanout import Fanout
 from streamd.eventlog.model import WatchParams
 from streamd.eventlog.sqlite.changes import SETTLE_HORIZON
@@ -28,13 +36,30 @@ from streamd.eventlog.store import Backend, ChangeSource, CommitOutcome, StoreCa
 from streamd.eventlog.watch import Watch
 from streamd.eventlog.watch_budget import WatchBudget
 
-__all__ = ["SAFETY_POLL", "WatchHub", "change_state"]
+__all__ = ["LOG_WENT_BACK", "SAFETY_POLL", "WatchHub", "change_state", "went_back"]
 
 logger = logging.getLogger(__name__)
 
 SAFETY_POLL = SETTLE_HORIZON
 """The longest the poller waits on its change source before it reads the newest
 seq anyway: a commit whose fsync outlasts the source's rechecks is still seen."""
+
+
+LOG_WENT_BACK = "log_went_back"
+"""``data.reason`` of the error that ends a watch whose log went back."""
+
+
+def went_back(seen: int, newest: int) -> RpcError:
+    """The end of a watch of a log that had reached ``seen`` and whose newest
+    seq is now ``newest``. No ``last_seq`` to resume from: there is none."""
+    return RpcError(
+        SOURCE_UNAVAILABLE,
+        f"the event log went back: its newest seq is {newest}, below seq {seen} it had"
+        f" reached (restored from an older copy, or another database); seqs after"
+        f" {newest} will name other events than the ones this watch was given, so it"
+        f" has ended: read the log again from a seq it still holds",
+        {"reason": LOG_WENT_BACK, "newest_seq": newest, "seen_seq": seen},
+    )
 
 
 class _Horizon:
@@ -100,6 +125,7 @@ class WatchHub:
         # it reads inside its transaction (see retention_step).
         self._step: trio.Event | None = None
         self._horizon: _Horizon | None = None
+        self._rewinds = 0  # times the log was seen to go back (_went_back)
 
     @property
     def watching(self) -> bool:
@@ -188,6 +214,11 @@ class WatchHub:
     def committed(self, outcome: CommitOutcome) -> None:
         """The outcome of the commit :meth:`committing` is around, for the
         fan-out, in the step the commit returned in."""
+        # Read under the seq's lock after every commit handed over: a seq
+        # below the tail is the log's own, gone back.
+        tail = self.fanout.tail
+        if tail is not None and outcome.before_seq < tail:
+            self._went_back(tail, outcome.before_seq)
         self.fanout.committed(outcome)
         self._fanned_out = self._begun
 
@@ -253,7 +284,13 @@ class WatchHub:
     async def _confirm(self, last: int | None) -> int:
         """Read the change counter and the newest seq (one small read);
         returns the counter, to compare the next reading with."""
+        # What had committed before the read: a commit handed over while the
+        # read ran may be past what it saw, and is no sign of a log gone back;
+        # nor is a read begun before the log was seen to go back.
+        tail, rewinds = self.fanout.tail, self._rewinds
         version, newest = await self._read_change_state()
+        if tail is not None and newest < tail and rewinds == self._rewinds:
+            self._went_back(tail, newest)
         if version != last:
             # Our own writer moves the counter too: the newest seq tells whose
             # commit it was, once ours up to it are fanned out. The first
@@ -262,6 +299,18 @@ class WatchHub:
             await self._settled()
             self.fanout.external(newest)
         return version
+
+    def _went_back(self, seen: int, newest: int) -> None:
+        """The log's newest seq, read after every entry up to ``seen`` had
+        committed, is ``newest``, below it: end every watch."""
+        self._rewinds += 1
+        logger.error(
+            "EVENT LOG WENT BACK: its newest seq is %s, below seq %s this process had"
+            " seen (restored from an older copy?); %s open watch(es) ended", newest, seen,
+            len(self._watches))
+        self.fanout.rewind(newest)
+        for w in list(self._watches):
+            w.fail(went_back(seen, newest))
 
     async def _covered(self) -> bool:
         """Whether, now that the change source woke the poller, a commit of this
