@@ -189,6 +189,9 @@ class MysqlStore(SqlOperations):
         store = cls(url, options)
         try:
             conn = store._connect()
+        except MySQLdb.Error as exc:
+            raise store._translate(exc, connecting=True) from None
+        try:
             try:
                 if migrate:
                     migrate_schema(conn, store._url.database)
@@ -198,7 +201,8 @@ class MysqlStore(SqlOperations):
                 conn.close()
                 raise
         except MySQLdb.Error as exc:
-            raise store._translate(exc, connecting=True) from None
+            raise outages.cannot_set_up(
+                store._where, store._scrub(exc), {"mysql_error": error_code(exc)}) from None
         store._link.adopt(conn)
         return store
 

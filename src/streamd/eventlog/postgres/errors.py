@@ -12,7 +12,10 @@ from streamd.errors import RpcError
 from streamd.eventlog.filters import POSTGRES
 from streamd.eventlog.store import outages, rows, rules
 
-__all__ = ["cannot_connect", "connection_lost", "database_error", "refuse_nul", "unresponsive"]
+__all__ = [
+    "cannot_connect", "cannot_set_up", "connection_lost", "database_error", "refuse_nul",
+    "unresponsive",
+]
 
 
 def unresponsive(where: str) -> RpcError:
@@ -25,6 +28,10 @@ def connection_lost(where: str, detail: str, state: str) -> RpcError:
 
 def cannot_connect(where: str, detail: str, state: str) -> RpcError:
     return outages.cannot_connect(where, detail, {"postgres_error": state})
+
+
+def cannot_set_up(where: str, detail: str, state: str) -> RpcError:
+    return outages.cannot_set_up(where, detail, {"postgres_error": state})
 
 
 def database_error(detail: str, state: str) -> RpcError:

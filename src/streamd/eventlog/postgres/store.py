@@ -179,6 +179,9 @@ class PostgresStore(SqlOperations):
         store = cls(conninfo, options)
         try:
             conn = connect(conninfo, store._opts)
+        except psycopg.Error as exc:
+            raise store._translate(exc, connecting=True) from None
+        try:
             try:
                 if migrate:
                     migrate_schema(conn, store._opts.schema)
@@ -196,7 +199,8 @@ class PostgresStore(SqlOperations):
                 conn.close()
                 raise
         except psycopg.Error as exc:
-            raise store._translate(exc, connecting=True) from None
+            state = getattr(exc, "sqlstate", None) or type(exc).__name__
+            raise pg_errors.cannot_set_up(store._where, store._scrub(exc), state) from None
         store._link.adopt(conn)
         return store
 

@@ -14,7 +14,8 @@ from typing import Any
 from streamd.errors import SOURCE_UNAVAILABLE, RpcError
 
 __all__ = [
-    "RETRY_IS_SAFE", "cannot_connect", "connection_lost", "database_error", "scrub", "unresponsive",
+    "RETRY_IS_SAFE", "cannot_connect", "cannot_set_up", "connection_lost", "database_error",
+    "scrub", "unresponsive",
 ]
 
 RETRY_IS_SAFE = (
@@ -55,6 +56,19 @@ def connection_lost(where: str, detail: str, data: dict[str, Any]) -> RpcError:
 def cannot_connect(where: str, detail: str, data: dict[str, Any]) -> RpcError:
     return RpcError(
         SOURCE_UNAVAILABLE, f"cannot connect to the event log's {where}: {detail}", data
+    )
+
+
+def cannot_set_up(where: str, detail: str, data: dict[str, Any]) -> RpcError:
+    """The server took the connection and then refused the open's own work
+    (reading the schema's version, creating or migrating it): said so, since
+    "cannot connect" sends an operator to the network and the credentials
+    rather than to the grant the first writer needs (``CREATE``)."""
+    return RpcError(
+        SOURCE_UNAVAILABLE,
+        f"connected to the event log's {where}, but could not check or set up its"
+        f" schema: {detail}",
+        data,
     )
 
 
