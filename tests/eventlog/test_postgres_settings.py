@@ -15,9 +15,10 @@ from typing import Any
 import psycopg
 import pytest
 from support.postgres_store import T0, ap
-from support.server_locks import lock_waits, started, until
+from support.server_locks import holding, lock_waits, started, until
 
 from streamd.eventlog.model import AppendParams, Event, SinceParams
+from streamd.eventlog.postgres.schema import SCHEMA_VERSION
 from streamd.eventlog.postgres.store import PostgresStore
 from streamd.eventlog.store import CommitOutcome
 
@@ -84,3 +85,48 @@ def test_text_outside_latin1_is_written_and_read_under_a_latin1_client_encoding(
     assert outcome.after_seq == 2
     read = [(e.session, e.event.content) for e in after.since(SinceParams()).entries]
     assert read == [("s", {"t": "日本 ✓"}), ("séance-日本", {"t": "Ωmega"})]
+
+
+def test_a_migration_outlasts_the_databases_statement_and_lock_timeouts(
+    request: pytest.FixtureRequest, postgres_db: str,
+) -> None:
+    # Before: the migration's CREATE INDEX CONCURRENTLY ran under the
+    # database's statement_timeout and lock_timeout (an application's role
+    # often has them), so a build longer than they allow (a big log, or
+    # another transaction it must wait out) was cancelled at every open:
+    # the invalid index dropped and built again, and cancelled again, and
+    # the newer streamd could never open the log. The build here waits for
+    # a writer's transaction of the test's own, held until the server shows
+    # the build waiting for five times the timeouts.
+    with psycopg.connect(postgres_db, autocommit=True) as admin:
+        admin.execute("SET search_path = streamd")
+        admin.execute("DROP INDEX events_by_author")  # version 6's
+        admin.execute("UPDATE streamd_meta SET version = 5")
+    database_default(postgres_db, "statement_timeout", "100ms")
+    database_default(postgres_db, "lock_timeout", "100ms")
+    outcomes: dict[str, Any] = {}
+
+    def build_waited_500_ms() -> bool:
+        with psycopg.connect(postgres_db, autocommit=True) as db:
+            row = db.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND query LIKE 'CREATE INDEX CONCURRENTLY%' AND wait_event_type = 'Lock'"
+                " AND clock_timestamp() - query_start > interval '500 ms'").fetchone()
+            return bool(row and row[0])
+
+    with holding(request, "postgres", "DELETE FROM events WHERE seq < 0"):
+        thread = started(outcomes, "open", lambda: PostgresStore.open(postgres_db))
+        until(lambda: "open" in outcomes or build_waited_500_ms(),
+              "the migration's build waiting for the writer's transaction")
+    thread.join(60)
+    assert not thread.is_alive(), "the open still waits after the transaction ended"
+    opened = outcomes["open"]
+    assert isinstance(opened, PostgresStore), opened
+    try:
+        db = opened.connection
+        assert db.execute("SELECT version FROM streamd_meta").fetchone() == (SCHEMA_VERSION,)
+        # The connection's limits are the database's again once migrated.
+        assert db.execute("SHOW statement_timeout").fetchone() == ("100ms",)
+        assert db.execute("SHOW lock_timeout").fetchone() == ("100ms",)
+    finally:
+        opened.close()

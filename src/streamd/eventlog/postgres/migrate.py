@@ -28,6 +28,12 @@ it: a migration cut short is taken up at the step where it stopped.
   built plainly: nobody can see its tables before it commits, and a
   concurrent build would only wait for every older transaction in the
   database, which may be another application's.
+* **A migration has no time limit of the database's.** A role's or
+  database's ``statement_timeout`` or ``lock_timeout`` (an application's role
+  often has them) cancelled a build that outlasted it (a big log, an older
+  transaction to wait out) at every open: built again, cancelled again, the
+  log never opened. The migration's session sets both to 0, and back to the
+  database's once it ends, for the calls the connection then serves.
 * An opener that finds the schema current takes no lock and writes nothing.
 """
 
@@ -73,7 +79,7 @@ def migrate_schema(conn: psycopg.Connection[Any], schema: str, pause: Pause = ti
         refuse_newer(version)
         if version == SCHEMA_VERSION:
             return
-    with _turn(conn, pause):
+    with _no_time_limits(conn), _turn(conn, pause):
         version = _created(conn, schema)
         refuse_newer(version)
         ident = pgsql.Identifier(schema)
@@ -90,6 +96,20 @@ def migrate_schema(conn: psycopg.Connection[Any], schema: str, pause: Pause = ti
                 conn.execute(
                     pgsql.SQL("UPDATE {}.streamd_meta SET version = %s").format(ident), (v + 1,)
                 )
+
+
+@contextmanager
+def _no_time_limits(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """The session without the database's statement and lock timeouts
+    (see the module's text), until the block ends."""
+    conn.execute("SET statement_timeout = 0")
+    conn.execute("SET lock_timeout = 0")
+    try:
+        yield
+    finally:
+        if not conn.broken and not conn.closed:
+            conn.execute("RESET statement_timeout")
+            conn.execute("RESET lock_timeout")
 
 
 @contextmanager
