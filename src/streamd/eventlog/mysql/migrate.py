@@ -22,10 +22,19 @@ new writes queueing behind it meanwhile (see docs/mysql.md).
 An index build that is killed leaves no index (InnoDB rolls the DDL back):
 the next opener builds it again; one that finds it made (the version row had
 not moved) goes on.
+
+**No statement time limit of the server's.** MariaDB's ``max_statement_time``
+(global, or a user's ``MAX_STATEMENT_TIME``) interrupted a build that
+outlasted it at every open, so a newer streamd could never open the log; the
+migration's session lifts it and puts the session's own value back after.
+The wait for the table's metadata lock (``lock_wait_timeout``) stays the
+server's: that wait holds up every host's appends queued behind it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import MySQLdb
@@ -54,31 +63,61 @@ def migrate_schema(conn: Any, database: str) -> None:
         raise RpcError(SOURCE_UNAVAILABLE,
                        "another process held the event log's migration lock for 60 s")
     try:
-        version = _version(sql)
-        if version is None:
-            tables = sql.rows("SELECT table_name FROM information_schema.tables"
-                              " WHERE table_schema = DATABASE()")
-            if tables:
-                names = ", ".join(sorted(str(t[0]) for t in tables)[:5])
-                raise RpcError(SOURCE_UNAVAILABLE,
-                               f"the database holds tables that are not an event log's"
-                               f" ({names}); refusing to write to it")
-            sql.run("CREATE TABLE streamd_meta (one TINYINT PRIMARY KEY, application"
-                    " VARCHAR(64) NOT NULL, version INT NOT NULL) ENGINE=InnoDB")
-            sql.run("INSERT INTO streamd_meta VALUES (1, ?, 0)", (schema.APPLICATION,))
-            version = 0
-        _refuse_newer(version)
-        collation = _nopad_collation(sql)
-        for v in range(version, schema.SCHEMA_VERSION):
-            step = schema.MIGRATIONS[v]
-            if isinstance(step, OnlineIndex):
-                _add_online(sql, step)
-            else:
-                for statement in schema.migration_statements(step, collation):
-                    sql.run(statement)
-            sql.run("UPDATE streamd_meta SET version = ?", (v + 1,))
+        with _no_statement_time_limit(sql):
+            _migrate(sql)
     finally:
         sql.one("SELECT RELEASE_LOCK(?)", (lock,))
+
+
+UNKNOWN_SYSTEM_VARIABLE = 1193
+"""MySQL has no ``max_statement_time`` (its ``max_execution_time`` limits only
+a SELECT)."""
+
+
+@contextmanager
+def _no_statement_time_limit(sql: MySql) -> Iterator[None]:
+    """The session without MariaDB's ``max_statement_time`` until the block
+    ends, then with its own value again (see the module's text)."""
+    try:
+        row = sql.one("SELECT @@SESSION.max_statement_time")
+    except MySQLdb.Error as exc:
+        if error_code(exc) != UNKNOWN_SYSTEM_VARIABLE:
+            raise
+        row = None
+    if row is None:
+        yield
+        return
+    sql.run("SET SESSION max_statement_time = 0")
+    yield
+    # Not after a failure: the open closes that connection.
+    sql.run("SET SESSION max_statement_time = ?", (row[0],))
+
+
+def _migrate(sql: MySql) -> None:
+    """The migration itself, under the lock."""
+    version = _version(sql)
+    if version is None:
+        tables = sql.rows("SELECT table_name FROM information_schema.tables"
+                          " WHERE table_schema = DATABASE()")
+        if tables:
+            names = ", ".join(sorted(str(t[0]) for t in tables)[:5])
+            raise RpcError(SOURCE_UNAVAILABLE,
+                           f"the database holds tables that are not an event log's"
+                           f" ({names}); refusing to write to it")
+        sql.run("CREATE TABLE streamd_meta (one TINYINT PRIMARY KEY, application"
+                " VARCHAR(64) NOT NULL, version INT NOT NULL) ENGINE=InnoDB")
+        sql.run("INSERT INTO streamd_meta VALUES (1, ?, 0)", (schema.APPLICATION,))
+        version = 0
+    _refuse_newer(version)
+    collation = _nopad_collation(sql)
+    for v in range(version, schema.SCHEMA_VERSION):
+        step = schema.MIGRATIONS[v]
+        if isinstance(step, OnlineIndex):
+            _add_online(sql, step)
+        else:
+            for statement in schema.migration_statements(step, collation):
+                sql.run(statement)
+        sql.run("UPDATE streamd_meta SET version = ?", (v + 1,))
 
 
 def _add_online(sql: MySql, step: OnlineIndex) -> None:
