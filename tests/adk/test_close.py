@@ -27,9 +27,7 @@ import pytest
 
 pytest.importorskip("google.adk")
 
-from google.adk.events.event import Event
-from google.genai import types
-from support.adk import event
+from support.adk import said, texts
 from support.frozen import stopped
 from support.resident import World, make_world, point_clients_at, wait_for
 
@@ -74,7 +72,7 @@ class Setup:
         finally:
             await reader.close()
         assert got is not None
-        return _texts(got)
+        return texts(got)
 
 
 @pytest.fixture(params=["daemon", "in-process"])
@@ -87,14 +85,6 @@ def setup(
     for w in make_world():
         point_clients_at(w, monkeypatch)
         yield Setup("daemon", tmp_path / "events.db", w)
-
-
-def said(text: str) -> Event:
-    return event(content=types.Content(role="user", parts=[types.Part(text=text)]))
-
-
-def _texts(session: Any) -> list[str]:
-    return [e.content.parts[0].text for e in session.events]
 
 
 def _refused_as_closed(exc: BaseException) -> bool:
@@ -130,8 +120,8 @@ def test_calls_in_flight_at_close_are_answered_and_stored_and_nothing_is_left_op
             assert setup.open_now() == before
             got = await reading
             appended = await appending
-            assert got is not None and _texts(got)[0] == "first"
-            assert _texts(copy)[-1] == "in flight" and appended.id == copy.events[-1].id
+            assert got is not None and texts(got)[0] == "first"
+            assert texts(copy)[-1] == "in flight" and appended.id == copy.events[-1].id
             assert setup.open_now() == before  # nothing opened again after
             return await setup.stored()
 
@@ -444,13 +434,13 @@ def test_two_services_on_one_file_close_in_either_order_and_the_other_serves_on(
                 await other.append_event(got, said("after the other's close"))
                 await other.close()
             after = StreamdSessionService(database=db, synchronous="NORMAL")
-            texts = []
+            seen = []
             for order in ("first, second", "second, first"):
                 got = await after.get_session(app_name="a", user_id="u", session_id=order)
                 assert got is not None
-                texts += _texts(got)
+                seen += texts(got)
             await after.close()
-            return texts
+            return seen
 
     assert asyncio.run(main()) == [
         "first, second", "after the other's close", "second, first", "after the other's close"]

@@ -16,9 +16,7 @@ import pytest
 
 pytest.importorskip("google.adk")
 
-from google.adk.events.event import Event
-from google.genai import types
-from support.adk import event
+from support.adk import said, texts
 from support.frozen import freeze
 from support.resident import World, make_world, pid_alive, point_clients_at, wait_for
 
@@ -49,14 +47,6 @@ def _stop(world: World, sig: signal.Signals = signal.SIGTERM) -> int:
     return pid
 
 
-def said(text: str) -> Event:
-    return event(content=types.Content(role="user", parts=[types.Part(text=text)]))
-
-
-def _texts(session: Any) -> list[str]:
-    return [e.content.parts[0].text for e in session.events]
-
-
 @pytest.mark.parametrize("write_behind", [False, True], ids=["durable", "write-behind"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["stopped", "killed"])
 def test_the_call_after_the_daemon_ended_connects_anew(
@@ -82,7 +72,7 @@ def test_the_call_after_the_daemon_ended_connects_anew(
             ).get_session(app_name="a", user_id="u", session_id="s")
             await service.close()
             assert again is not None
-            return _texts(again)
+            return texts(again)
 
     assert asyncio.run(main()) == ["before", "after"]
 
@@ -114,7 +104,7 @@ def test_an_append_in_flight_when_the_daemon_dies_is_sent_again(
             got = await service.get_session(app_name="a", user_id="u", session_id="s")
             await service.close()
             assert got is not None
-            return _texts(got)
+            return texts(got)
 
     assert asyncio.run(main()) == ["in flight"]
 
@@ -147,7 +137,7 @@ def test_write_behind_keeps_its_queue_while_no_daemon_answers(
             got = await service.get_session(app_name="a", user_id="u", session_id="s")
             await service.close()
             assert got is not None
-            return _texts(got)
+            return texts(got)
 
     assert asyncio.run(main()) == ["one", "two", "three"]
 
@@ -208,6 +198,6 @@ def test_an_append_stored_before_its_answer_was_lost_is_not_stale_on_a_copy_with
             await service.close()
             assert got is not None
             assert copy._storage_update_marker == got._storage_update_marker
-            return _texts(got)
+            return texts(got)
 
     assert asyncio.run(main()) == ["before", "once"]

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("google.adk")
 
 from google.adk.events.event import Event
-from google.genai import types
+from support.adk import said
 from support.faulty_disk import FaultyVFS
 from support.local_files import backup_of, descriptors_on, local_workers
 
@@ -64,14 +64,7 @@ def test_a_full_disk_fails_append_event_and_the_session_goes_on_when_space_retur
     """The event that found the disk full is refused, the session object is
     left as it was (ADK adds an event only once it is stored), nothing stored
     is lost, and the next append after space returns continues the session."""
-    from google.adk.events.event import Event
-    from google.genai import types
-
     from streamd.errors import RpcError
-
-    def said(text: str) -> Event:
-        return Event(author="user", invocation_id="i",
-                     content=types.Content(role="user", parts=[types.Part(text=text)]))
 
     async def main() -> None:
         service = StreamdSessionService(database=tmp_path / "events.db")
@@ -97,11 +90,6 @@ def test_a_full_disk_fails_append_event_and_the_session_goes_on_when_space_retur
             await service.close()
 
     asyncio.run(main())
-
-
-def said(text: str) -> Event:
-    return Event(author="user", invocation_id="inv-1",
-                 content=types.Content(role="user", parts=[types.Part(text=text)]))
 
 
 def test_a_log_restored_under_a_long_lived_service_is_read_as_restored(tmp_path: Path) -> None:

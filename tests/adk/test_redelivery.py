@@ -24,16 +24,11 @@ pytest.importorskip("google.adk")
 
 from google.adk.errors import StaleSessionError
 from google.adk.sessions.base_session_service import GetSessionConfig
-from google.genai import types
-from support.adk import Service, event, run
+from support.adk import Service, run, said
 
 from streamd.adk import EventConflictError
 
 pytestmark = pytest.mark.subprocess
-
-
-def said(text: str, **kw: object) -> object:
-    return event(content=types.Content(role="user", parts=[types.Part(text=text)]), **kw)
 
 
 async def _texts(svc: Service, session_id: str) -> list[str]:

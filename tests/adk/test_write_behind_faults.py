@@ -19,23 +19,13 @@ import pytest
 
 pytest.importorskip("google.adk")
 
-from google.adk.events.event import Event
-from google.genai import types
+from support.adk import said, texts
 from support.faulty_disk import FaultyVFS
 
 from streamd import errors
 from streamd.adk import StreamdSessionService
 from streamd.client import AsyncClient
 from streamd.errors import RpcError
-
-
-def said(text: str) -> Event:
-    return Event(author="user", invocation_id="i",
-                 content=types.Content(role="user", parts=[types.Part(text=text)]))
-
-
-def _texts(session: Any) -> list[str]:
-    return [e.content.parts[0].text for e in session.events]
 
 
 async def _stored(db: Path) -> list[str]:
@@ -45,7 +35,7 @@ async def _stored(db: Path) -> list[str]:
     finally:
         await fresh.close()
     assert got is not None
-    return _texts(got)
+    return texts(got)
 
 
 def test_a_full_disk_under_write_behind_keeps_the_queue_for_the_next_flush(
@@ -74,7 +64,7 @@ def test_a_full_disk_under_write_behind_keeps_the_queue_for_the_next_flush(
                 await service.append_event(s, said("after"))
                 await service.flush()
                 want = ["before", "queued 0", "queued 1", "queued 2", "queued while full", "after"]
-                assert _texts(s) == want
+                assert texts(s) == want
                 assert await _stored(db) == want
                 got = await service.get_session(app_name="a", user_id="u", session_id="s")
                 assert got == s  # the object is current: its marker is the last seq
@@ -115,9 +105,9 @@ def test_a_database_error_from_the_daemon_keeps_the_queue_for_the_next_flush(
                     await service.flush()
                 await service.append_event(s, said("three"))
                 await service.flush()
-                assert _texts(s) == ["one", "two", "three"]
+                assert texts(s) == ["one", "two", "three"]
                 got = await service.get_session(app_name="a", user_id="u", session_id="s")
-                assert got is not None and _texts(got) == ["one", "two", "three"]
+                assert got is not None and texts(got) == ["one", "two", "three"]
                 assert got == s
             finally:
                 await service.close()

@@ -25,19 +25,10 @@ pytest.importorskip("google.adk")
 
 from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
-from google.genai import types
+from support.adk import said, texts
 
 from streamd.adk import EventConflictError, StreamdSessionService
 from streamd.client.local import LocalClient
-
-
-def said(text: str) -> Event:
-    return Event(author="user", invocation_id="inv-1",
-                 content=types.Content(role="user", parts=[types.Part(text=text)]))
-
-
-def texts(session: Any) -> list[str]:
-    return [e.content.parts[0].text for e in session.events]
 
 
 def stored(db: Path) -> list[str]:

@@ -16,9 +16,7 @@ import pytest
 
 pytest.importorskip("google.adk")
 
-from google.adk.events.event import Event
-from google.genai import types
-from support.adk import event
+from support.adk import said, texts
 from support.resident import World, make_world, point_clients_at
 
 from streamd.adk import StreamdSessionService
@@ -42,14 +40,6 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "events.db")
     return str(request.getfixturevalue(SERVER_DBS[request.param]))
-
-
-def said(text: str) -> Event:
-    return event(content=types.Content(role="user", parts=[types.Part(text=text)]))
-
-
-def _texts(session: Any) -> list[str]:
-    return [e.content.parts[0].text for e in session.events]
 
 
 def test_write_behind_sends_a_run_again_after_its_answer_was_lost_with_what_was_queued_since(
@@ -88,7 +78,7 @@ def test_write_behind_sends_a_run_again_after_its_answer_was_lost_with_what_was_
             await service.close()
             assert got is not None
             assert s._storage_update_marker == got._storage_update_marker
-            assert _texts(got) == [
+            assert texts(got) == [
                 "first run", "second run, 1", "second run, 2", "queued meanwhile", "after"]
 
     asyncio.run(main())

@@ -10,6 +10,7 @@ from typing import Any
 
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
+from google.genai import types
 
 from streamd.adk import StreamdSessionService
 from streamd.adk.clients import Client
@@ -77,4 +78,14 @@ def event(author: str = "user", *, ts: float | None = None, delta: dict[str, Any
     if delta is not None:
         fields["actions"] = EventActions(state_delta=delta)
     return Event(**fields)
+
+
+def said(text: str, **kw: Any) -> Event:
+    """A user's event saying ``text`` (``kw`` as for :func:`event`)."""
+    return event(content=types.Content(role="user", parts=[types.Part(text=text)]), **kw)
+
+
+def texts(session: Any) -> list[str]:
+    """What each of ``session``'s events says, in order."""
+    return [e.content.parts[0].text for e in session.events]
 
