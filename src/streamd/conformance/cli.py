@@ -69,9 +69,12 @@ def main(argv: list[str]) -> int:
         from streamd.conformance.cancel.cli import main as cancel_main
 
         return cancel_main(argv[1:])
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE)  # asked for: the answer, on stdout
+        return 0
     if not argv or argv[0] not in ("verify", "record"):
         print(USAGE, file=sys.stderr)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+        return 2
     action = argv[0]
     parser = argparse.ArgumentParser(
         prog=f"streamd conformance {action}",
