@@ -48,7 +48,7 @@ from streamd.recall.wire import (
     SearchResult,
 )
 
-__all__ = ["CONTEXT_TURNS", "ExpandPlan", "LogAnswers", "same_session"]
+__all__ = ["CONTEXT_TURNS", "ExpandPlan", "LogAnswers", "same_session", "unavailable"]
 
 CONTEXT_TURNS = 3
 _SCHEMA = 2  # every projected record's
@@ -250,18 +250,23 @@ class LogAnswers:
     def unhealthy(self, err: RpcError, now: int, generation: LogGeneration | None) -> Health:
         """An unreachable log is unavailable, never an empty success; the
         generation that would answer is still named."""
-        h = Health(
-            status="unavailable",
-            checked_at=gotime.format_nano(now),
-            coverage="unknown",
-            diagnostics=FailureDiagnostics(reason=failure_reason(err)),
-        )
+        h = unavailable(err, now)
         if generation is not None:
             h.last_success_at = gotime.format_nano(generation.built_at)
             h.index_watermark = generation.watermark
             h.index_generation = generation.name
             h.indexed_count = generation.indexed or UNSET
         return h
+
+
+def unavailable(err: RpcError, now: int) -> Health:
+    """A probe that found no log to answer from (``err`` says why)."""
+    return Health(
+        status="unavailable",
+        checked_at=gotime.format_nano(now),
+        coverage="unknown",
+        diagnostics=FailureDiagnostics(reason=failure_reason(err)),
+    )
 
 
 def same_session(row: EventRow, other: EventRow) -> bool:

@@ -34,7 +34,7 @@ from streamd.eventlog.dbtarget import DbTarget
 from streamd.eventlog.requests import LogRequests
 from streamd.recall.answer_size import AnswerTooLarge
 from streamd.recall.answers import check_protocol
-from streamd.recall.eventlog.answers import LogAnswers
+from streamd.recall.eventlog.answers import LogAnswers, unavailable
 from streamd.recall.eventlog.context import context_rows
 from streamd.recall.eventlog.settings import LogSettings, manifest, parse_settings
 from streamd.recall.eventlog.source import LogSource
@@ -278,7 +278,12 @@ class LogRecallService:
             return answers.expansion(generation, p, plan, row, around)
 
     async def health(self, p: HealthParams, req: Request) -> Health:
-        source, answers = self._session()
+        try:
+            source, answers = self._session()
+        except RpcError as exc:
+            # A probe is answered before the handshake too, as the stream
+            # adapter and the reference answer it: unavailable, not an error.
+            return unavailable(exc, self.clock())
         try:
             generation = await source.settled(deadline=req.scope.deadline)
         except RpcError as exc:
