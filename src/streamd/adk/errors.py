@@ -46,14 +46,23 @@ def stale_error(detail: str) -> StaleSessionError:
     return StaleSessionError(_STALE.format(detail=detail))
 
 
+# What says nothing of the events sent: the log could not store them now (a
+# full disk, an I/O error, a write lock held past the busy timeout, a server
+# gone: source_unavailable), or the call's outcome is unknown (the connection
+# or the log closed under it; the daemon cancelled it as it stopped).
+_NOT_A_REFUSAL = frozenset({errors.SOURCE_UNAVAILABLE, errors.CLOSED, errors.DEADLINE_EXCEEDED})
+
+
 def refuses_the_events(exc: RpcError) -> bool:
-    """Whether the log's answer to an append refuses what was sent (a stale
-    copy, a session gone, an id taken, a value it cannot hold): sent again,
-    it would be refused again. Any other error (a full disk, an I/O error, a
-    write lock held past the busy timeout) says the log could not store it
-    now, and nothing of the events themselves."""
-    return (errors.is_stale_session(exc) or errors.is_session_not_found(exc)
-            or errors.is_event_conflict(exc) or exc.code == errors.INVALID_PARAMS)
+    """Whether the answer to an append refuses what was sent: sent again, it
+    would be refused again. Everything but :data:`_NOT_A_REFUSAL` is: not only
+    the log's refusals (a stale copy, a session gone, an id taken, a value it
+    cannot hold) but a request the client or the daemon refuses whole (a run
+    over the frame limit, -32600) or an error nobody classified (-32603). Kept
+    as unsendable, such a run was sent again by every drain, the session's
+    later events queued behind it for ever, and every read of the service
+    (which waits for the queues) raised it."""
+    return exc.code not in _NOT_A_REFUSAL
 
 
 def adk_error(exc: RpcError, session_id: str, expected: int | None) -> Exception:
