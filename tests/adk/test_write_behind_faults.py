@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("google.adk")
 
-from support.adk import said, texts
+from support.adk import run, said, texts
 from support.faulty_disk import FaultyVFS
 
 from streamd import errors
@@ -126,28 +126,20 @@ def test_a_run_the_client_refuses_whole_is_a_refusal_not_a_queue_kept_for_ever(
     every read of the service (get_session waits for the queues) raised it,
     and the session's later events, through a reloaded copy too, were never
     stored."""
-    db = tmp_path / "events.db"
+    async def body(service: StreamdSessionService) -> None:
+        s = await service.create_session(app_name="a", user_id="u", session_id="s")
+        await service.append_event(s, said("x" * (9 << 20)))
+        with pytest.raises(RpcError) as info:
+            await service.flush()
+        assert info.value.code == errors.INVALID_REQUEST
+        assert "frame limit" in info.value.message, info.value.message
+        await service.flush()  # said once, as a refusal is
+        fresh = await service.get_session(app_name="a", user_id="u", session_id="s")
+        assert fresh is not None and texts(fresh) == []
+        await service.append_event(fresh, said("after"))
+        await service.flush()
+        got = await service.get_session(app_name="a", user_id="u", session_id="s")
+        assert got is not None and texts(got) == ["after"]
+        await service.close()
 
-    async def main() -> None:
-        async with asyncio.timeout(60):
-            client = await AsyncClient.spawn(["--db", str(db), "--synchronous", "NORMAL"])
-            service = StreamdSessionService(client, write_behind=True)
-            try:
-                s = await service.create_session(app_name="a", user_id="u", session_id="s")
-                await service.append_event(s, said("x" * (9 << 20)))
-                with pytest.raises(RpcError) as info:
-                    await service.flush()
-                assert info.value.code == errors.INVALID_REQUEST
-                assert "frame limit" in info.value.message, info.value.message
-                await service.flush()  # said once, as a refusal is
-                fresh = await service.get_session(app_name="a", user_id="u", session_id="s")
-                assert fresh is not None and texts(fresh) == []
-                await service.append_event(fresh, said("after"))
-                await service.flush()
-                got = await service.get_session(app_name="a", user_id="u", session_id="s")
-                assert got is not None and texts(got) == ["after"]
-            finally:
-                await service.close()
-                await client.aclose()
-
-    asyncio.run(main())
+    run(tmp_path, body, write_behind=True)  # through a daemon: the client's frame limit
