@@ -113,11 +113,13 @@ def _tolerating_bad_text(
     /, *args: _P.args, **kwargs: _P.kwargs,
 ) -> _T:
     """``fn``, run again reading text that is not UTF-8 with U+FFFD
-    (:mod:`.lossy_text`) if it met some; only a call that wrote nothing is
-    run again (its transaction was rolled back, or it only read), since a
-    write run twice would write twice. Either way no UnicodeDecodeError
-    leaves the store: the log said only "index round failed", the command
-    line a traceback."""
+    (:mod:`.lossy_text`) if it met some; only a call that only read is run
+    again, since a write run twice would write twice. "Only read" is judged
+    by the connection's change count, which a rolled-back write still moved:
+    a call that wrote and was rolled back is not run again either (its
+    caller gets the -32603), the safe side of what the count cannot tell.
+    Either way no UnicodeDecodeError leaves the store: the log said only
+    "index round failed", the command line a traceback."""
     db = store._db
     before = db.total_changes()
     try:
