@@ -460,6 +460,19 @@ PLANTED = {
         ),
         "session: event seq 4 belongs to a session that does not exist",
     ),
+    # Text that is not UTF-8 (a byte flipped on the disk, or written by hand
+    # with CAST(x'..' AS TEXT)): every read of the row fails, yet verify said
+    # ok of the first and died with a traceback on the second.
+    "content not UTF-8": (
+        lambda db: _sql(db, "UPDATE events SET content = CAST(x'7b2274223a2287227d' AS TEXT)"
+                        " WHERE seq = 9"),
+        "text: event seq 9: content is not UTF-8",
+    ),
+    "session state not UTF-8": (
+        lambda db: _sql(db, "UPDATE sessions SET state = CAST(x'7b2274223a2287227d' AS TEXT)"
+                        " WHERE session_id = 's1'"),
+        "text: session app/u/s1: state is not UTF-8",
+    ),
     "damaged page": (_damage_an_index_page, "integrity: "),
     # A copy cut short (a full disk): SQLite will not even open it.
     "file cut short": (

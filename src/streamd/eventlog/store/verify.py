@@ -14,6 +14,11 @@ differ are in :data:`_DIALECT`); each finding is one line of text:
 * **state**: each scope's current state (a session's, a user's, an app's)
   equals its recorded deltas folded in order, and each event's own
   ``state_delta`` is among the deltas recorded at its seq.
+* **text** (SQLite): every stored text is UTF-8. SQLite keeps the bytes it
+  is given and checksums no page, so a byte flipped on the disk, or a row
+  another program wrote with ``CAST(x'..' AS TEXT)``, passes the integrity
+  check, and the store can only read the row with U+FFFD in place of its bad
+  bytes (``sqlite/lossy_text``). Read as bytes here, so the row is named.
 
 At most :data:`PER_CHECK` findings of one kind are listed, then a count of the
 rest: a badly damaged file must not print a million lines.
@@ -87,6 +92,24 @@ _CURRENT = {
 
 Key = tuple[str, str, str, str]  # scope, app, user, session
 
+# Every table's text columns, read as bytes by the text check: (table, what a
+# row is called, the columns that name it, its text columns).
+_TEXT: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("events", "event seq", ("seq",), ("app_name", "user_id", "session_id", "event_id",
+                                       "invocation_id", "author", "branch", "content",
+                                       "metadata", "state_delta")),
+    ("sessions", "session", ("app_name", "user_id", "session_id"),
+     ("app_name", "user_id", "session_id", "state")),
+    ("app_states", "app", ("app_name",), ("app_name", "state")),
+    ("user_states", "user", ("app_name", "user_id"), ("app_name", "user_id", "state")),
+    ("state_deltas", "state delta rev", ("rev",),
+     ("scope", "app_name", "user_id", "session_id", "delta")),
+    ("leases", "lease", ("app_name", "user_id", "session_id"),
+     ("app_name", "user_id", "session_id", "holder")),
+    ("boots", "boot", ("id",), ("attempted",)),
+    ("retention", "retention policy", ("app_name",), ("app_name",)),
+)
+
 
 @dataclass
 class Report:
@@ -136,6 +159,7 @@ def verify(
     ]
     if dialect == "sqlite":
         checks.insert(0, ("integrity", lambda: _integrity(query, report)))
+        checks.append(("text", lambda: _text(query, report)))
     try:
         for kind, check in checks:
             try:
@@ -261,6 +285,37 @@ def _state(query: Query, report: Report) -> None:
                     " which is not among the deltas recorded at its seq"
                 )
     found.close()
+
+
+def _text(query: Query, report: Report) -> None:
+    found = _Findings(report, "text")
+    for table, what, key, columns in _TEXT:
+        named = ", ".join(f"CAST({c} AS BLOB)" for c in key + columns)
+        for row in query(f"SELECT {named} FROM {table}"):
+            bad = [c for c, v in zip(columns, row[len(key):], strict=True) if not _utf8(v)]
+            if bad:
+                name = "/".join(_shown(v) for v in row[: len(key)])
+                found.add(
+                    f"text: {what} {name}: {', '.join(bad)} {'is' if len(bad) == 1 else 'are'}"
+                    " not UTF-8 (reads show U+FFFD for its bad bytes until it is restored"
+                    " from a backup or rewritten)"
+                )
+    found.close()
+
+
+def _utf8(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        bytes(value).decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _shown(value: Any) -> str:
+    """A name read as bytes, printable whatever it holds."""
+    return bytes(value).decode(errors="backslashreplace") if value is not None else ""
 
 
 def _scopes(app: str, user: str, session: str) -> Iterator[tuple[str, Key]]:
