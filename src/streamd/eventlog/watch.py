@@ -140,7 +140,7 @@ class Watch:
         # A batch taken with given_later, held by the consumer until given up
         # to its last seq: its bytes, and that seq.
         self._in_hand = 0
-        self._in_hand_until = from_seq
+        self._in_hand_from = self._in_hand_until = from_seq
         # The log's budget over all its watches, while this one counts there.
         self._shared = shared
         if shared is not None:
@@ -174,6 +174,8 @@ class Watch:
         if given_later:
             # Still held, by the consumer now, until given.
             self._held -= batch.nbytes
+            if not self._in_hand:
+                self._in_hand_from = batch.entries[0].seq
             self._in_hand += batch.nbytes
             self._in_hand_until = batch.entries[-1].seq
             self._took()
@@ -238,6 +240,27 @@ class Watch:
     def error(self) -> RpcError | None:
         """Why the watch ended, once it has (raised again by the iterator)."""
         return self._error
+
+    @property
+    def keeps_after(self) -> int:
+        """The seq after which retention must keep every entry for this watch.
+
+        What its consumer was given (:attr:`last_seq`) is the floor, but not
+        the answer: a filtered watch gives only what matches, and a watch of
+        one quiet session, placed at what it had given, held back retention
+        of every app for as long as it stayed open. What it has read (the
+        cursor, which the fan-out moves past a live commit it has looked
+        through) holds nothing more for it beyond what it holds unsent, so
+        the position is the cursor, or just before the first entry it still
+        holds (buffered, in its consumer's hand, or collected while joining)."""
+        keep = self._cursor
+        if self._buffer:
+            keep = min(keep, self._buffer[0].seq - 1)
+        if self._pending:
+            keep = min(keep, self._pending[0].seq - 1)
+        if self._in_hand:
+            keep = min(keep, self._in_hand_from - 1)
+        return max(self.last_seq, keep)
 
     @property
     def buffered(self) -> int:
@@ -373,6 +396,14 @@ class Watch:
             self._held += size
             self._cursor = c.seq
             took += size
+        else:
+            # Looked through whole: the fan-out hands over a commit only when
+            # every entry before it was (its tail), so nothing up to its last
+            # seq is left for this watch but what it took. A filter that
+            # matched none of it moves the cursor on all the same, so that a
+            # read of the store after a drop starts here and retention is
+            # not held back for entries the watch will never send.
+            self._cursor = max(self._cursor, entries[-1].seq)
         if took:
             self._arrived.set()
             self._charge(took)

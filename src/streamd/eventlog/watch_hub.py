@@ -135,7 +135,7 @@ class WatchHub:
     def oldest_position(self) -> int | None:
         """The oldest position an open watch has reached: events after it are
         what some watch (or a client resuming it) has still to be given."""
-        return min((w.last_seq for w in self._watches), default=None)
+        return min((w.keeps_after for w in self._watches), default=None)
 
     @asynccontextmanager
     async def retention_step(self) -> AsyncIterator[Callable[[], int | None]]:
