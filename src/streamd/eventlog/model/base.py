@@ -21,8 +21,9 @@ REPLY_BUDGET_BYTES = 4 << 20
 carry on the wire: half the 8 MiB frame limit (``streamd.rpc.framing``), so a reply
 is always a frame a client can read. A reply that stops at the budget says how
 to continue (``since``: ``caught_up`` false and ``next_seq``; ``sessions.get``:
-``truncated`` and ``next_seq``). At least one entry is always returned, so a
-reader makes progress even past an entry bigger than the budget."""
+``truncated`` and ``next_seq``; ``sessions.list``: ``next``). At least one entry
+is always returned, so a reader makes progress even past an entry bigger than
+the budget."""
 MAX_STATE_BYTES = 1 << 20
 """How large one scope's state (the app's, a user's, a session's) may grow, as
 stored JSON. A session read carries its state, and with ``scoped_state`` the

@@ -19,6 +19,7 @@ from typing import Any
 from streamd.errors import INVALID_PARAMS, RpcError, invalid_params
 from streamd.eventlog import filters
 from streamd.eventlog.model import (
+    REPLY_BUDGET_BYTES,
     Session,
     SessionCreateParams,
     SessionGetParams,
@@ -328,22 +329,48 @@ def page_query(
     )
 
 
-def list_sessions_page(db: Sql, p: SessionListParams) -> SessionListResult:
+def list_sessions_page(
+    db: Sql, p: SessionListParams, max_bytes: int = REPLY_BUDGET_BYTES
+) -> SessionListResult:
     """One page of sessions after the cursor, read as one range of the
-    sessions' primary key; ``next`` is null on the last page."""
+    sessions' primary key; ``next`` is null on the last page.
+
+    The page also ends before ``max_bytes`` of sessions and shared states
+    (always with one session): a session's state may be 1 MiB, and ten such
+    made every read of the app's list an answer over the frame limit (refused
+    -32603 each time, the ADK service's ``list_sessions`` too). Rows are read
+    as they are taken, so the rows a page leaves out are never loaded."""
     app, user, limit = p.app, p.user, p.limit
     rules.check_limit(limit)
     sql, args = page_query(db.dialect, app, user, limit, p.after)
+    page: list[Session] = []
+    more = False
+    app_state: dict[str, Any] | None = None
+    user_states: dict[str, dict[str, Any]] | None = None
     with db.snapshot():
-        page = [rows.to_session(r) for r in db.rows(sql, args)]
-        more = len(page) > limit
-        page = page[:limit]
-        app_state = user_states = None
+        used = 0
         if p.scoped_state:
             app_state, _ = shared_state(db, app, None)
             user_states = {}
-            for u in dict.fromkeys(s.user for s in page):
-                user_states[u] = shared_state(db, app, u)[1] or {}
+            used = wire_size(app_state)
+        with closing(db.scan(sql, args)) as found:
+            for row in found:
+                if len(page) == limit:
+                    more = True
+                    break
+                session = rows.to_session(row)
+                size = wire_size(session) + 1
+                user_state = None
+                if user_states is not None and session.user not in user_states:
+                    user_state = shared_state(db, app, session.user)[1] or {}
+                    size += wire_size(user_state) + wire_size(session.user) + 2
+                if page and used + size > max_bytes:
+                    more = True
+                    break
+                used += size
+                page.append(session)
+                if user_state is not None and user_states is not None:
+                    user_states[session.user] = user_state
     last = page[-1] if more else None
     return SessionListResult(
         sessions=page,
