@@ -9,10 +9,14 @@ one item so that a reader gets past any item.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import trio
+import trio.testing
 from support.service import Daemonish
+
+from streamd.client import TrioClient
 
 # 0.9 MB of state (a scope may hold 1 MiB): four fit the 4 MiB budget, five
 # do not, and ten are past the 8 MiB frame.
@@ -52,3 +56,52 @@ async def test_a_sessions_list_page_stops_before_4_mib_and_continues_from_next(
         assert got["next"] == {"user": "u", "session": "s1"}
         assert got["app_state"] == {"a": BIG} and got["user_states"] == {"u": {"u": BIG}}
 
+
+def _attempted(boot: int) -> list[str]:
+    """0.9 MB of session ids (a daemon resuming 9,000 sessions)."""
+    return [f"b{boot}-{i:04}-" + "s" * 90 for i in range(9000)]
+
+
+async def test_boot_recent_stops_before_4_mib_and_continues_after_the_last_boot(
+    daemon: Daemonish,
+) -> None:
+    # Boots are never removed: a daemon restarted often, each time naming the
+    # sessions it resumed, made boot.recent since before them -32603 for
+    # good (20,000 boots of ten ids each took it to 9 MB), with no way to ask
+    # for less.
+    with trio.fail_after(60):
+        c = await daemon.connect()
+        for i in range(10):
+            at = f"2026-01-01T00:00:{i // 2:02}Z"  # two boots at each time
+            await c.result("eventlog/boot.record", {"at": at, "attempted": _attempted(i)})
+        pages: list[list[int]] = []
+        params: dict[str, Any] = {"since": "2025-01-01T00:00:00Z"}
+        while True:
+            got = await c.result("eventlog/boot.recent", params)
+            pages.append([b["id"] for b in got["boots"]])
+            assert all(b["attempted"] == _attempted(b["id"] - 1) for b in got["boots"])
+            if "next" not in got:
+                break
+            params = {**params, "after": got["next"]}
+        assert pages == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
+        # A page that holds them all has the shape it always had.
+        assert set(got) == {"boots"}
+        late = await c.result("eventlog/boot.recent", {"since": "2026-01-01T00:00:04Z"})
+        assert late == {"boots": late["boots"]} and [b["id"] for b in late["boots"]] == [9, 10]
+        # The client reads them whole, page after page.
+        client_end, server_end = trio.testing.memory_stream_pair()
+        daemon.nursery.start_soon(daemon.server.serve, server_end, server_end)
+        async with TrioClient.over(client_end) as client:
+            whole = await client.recent_boots(dt.datetime(2025, 1, 1, tzinfo=dt.UTC))
+        assert [b.id for b in whole.boots] == list(range(1, 11))
+
+
+async def test_boot_recent_after_a_boot_that_does_not_exist_is_refused(
+    daemon: Daemonish,
+) -> None:
+    with trio.fail_after(10):
+        c = await daemon.connect()
+        got = await c.response(await c.start(
+            "eventlog/boot.recent", {"since": "2025-01-01T00:00:00Z", "after": 7}
+        ))
+        assert got["error"]["code"] == -32602 and "no boot with id 7" in got["error"]["message"]

@@ -296,3 +296,18 @@ def test_boot_with_unparseable_attempted_is_returned_with_null_not_dropped(fx: F
     fx.raw("UPDATE boots SET attempted = '{not json' WHERE id = ?", (bad,))
     got = fx.store.recent_boots(0)
     assert [(x.id, x.attempted) for x in got] == [(good, ["s1"]), (bad, None)]
+
+
+def test_a_page_of_boots_continues_after_a_boot_in_time_then_id_order(fx: Fixture) -> None:
+    # The cursor of boot.recent's pages: a boot id, placed by its boot_at and
+    # id, so boots recorded at one time (a crash loop) are neither repeated
+    # nor skipped between pages.
+    late = fx.store.record_boot(T0 + SECOND, ["late"])
+    same = [fx.store.record_boot(T0, [f"s{i}"]) for i in range(3)]
+    page = fx.store.recent_boots_page(0, same[0])
+    assert [b.id for b in page.boots] == [same[1], same[2], late] and page.next is None
+    assert [b.id for b in fx.store.recent_boots_page(0, late).boots] == []
+    assert [b.id for b in fx.store.recent_boots_page(T0 + SECOND, None).boots] == [late]
+    with pytest.raises(RpcError) as info:
+        fx.store.recent_boots_page(0, late + 100)
+    assert info.value.code == INVALID_PARAMS

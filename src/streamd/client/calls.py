@@ -26,6 +26,7 @@ from streamd.eventlog.model import (
     AppendBatchResult,
     AppendParams,
     AppendResult,
+    Boot,
     BootRecentParams,
     BootRecentResult,
     BootRecordParams,
@@ -66,6 +67,7 @@ from streamd.eventlog.model import (
 __all__ = [
     "AwaitedEventLogMethods",
     "AwaitingCaller",
+    "BootsAssembler",
     "EventLogMethods",
     "SessionAssembler",
     "SyncCaller",
@@ -281,8 +283,31 @@ def update_boot(boot_id: int, attempted: Sequence[str]) -> Call[Empty]:
     )
 
 
-def recent_boots(since: _dt.datetime) -> Call[BootRecentResult]:
-    return Call("eventlog/boot.recent", BootRecentParams(since=since), BootRecentResult)
+def recent_boots(since: _dt.datetime, *, after: int | None = None) -> Call[BootRecentResult]:
+    """One page of boots (``next``: where the following one starts); the
+    clients' ``recent_boots`` reads them all (:class:`BootsAssembler`)."""
+    params = BootRecentParams(since=since, after=after)
+    return Call("eventlog/boot.recent", params, BootRecentResult)
+
+
+class BootsAssembler:
+    """Every boot since a time, from the pages the reply budget cuts them
+    into: feed it each answer; it returns the call for the next page, or
+    None when :attr:`result` holds them all. The pages are not one snapshot:
+    a boot recorded meanwhile at a time before the cursor is not among them
+    (``boot_at`` is the recorder's to say)."""
+
+    def __init__(self, since: _dt.datetime) -> None:
+        self._since = since
+        self._boots: list[Boot] = []
+        self.result: BootRecentResult | None = None
+
+    def feed(self, page: BootRecentResult) -> Call[BootRecentResult] | None:
+        self._boots += page.boots
+        if page.next is not None:
+            return recent_boots(self._since, after=page.next)
+        self.result = BootRecentResult(boots=self._boots)
+        return None
 
 
 def ping() -> Call[Empty]:
@@ -421,7 +446,6 @@ class EventLogMethods:
     get_state = method(get_state)
     record_boot = method(record_boot)
     update_boot = method(update_boot)
-    recent_boots = method(recent_boots)
     ping = method(ping)
     set_retention = method(set_retention)
     retention = method(retention)
@@ -456,6 +480,16 @@ class AwaitedEventLogMethods(EventLogMethods):
         )
         whole = SessionAssembler(first)
         call: Call[SessionWithEvents] | None = first
+        while call is not None:
+            call = whole.feed(await self.call(call))
+        assert whole.result is not None
+        return whole.result
+
+    async def recent_boots(self, since: _dt.datetime) -> BootRecentResult:
+        """Every boot at or after ``since``, oldest first (the pages the
+        reply budget cuts them into, read one after another)."""
+        whole = BootsAssembler(since)
+        call: Call[BootRecentResult] | None = recent_boots(since)
         while call is not None:
             call = whole.feed(await self.call(call))
         assert whole.result is not None

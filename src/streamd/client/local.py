@@ -76,7 +76,6 @@ from streamd.eventlog.model import (
     AppendBatchResult,
     AppendParams,
     BootRecentParams,
-    BootRecentResult,
     BootRecordParams,
     BootRecordResult,
     BootUpdateParams,
@@ -255,7 +254,7 @@ _METHODS: dict[str, _Method] = {
     ),
     "eventlog/boot.recent": _Method(
         BootRecentParams,
-        lambda p, now: lambda store: BootRecentResult(boots=store.recent_boots(to_us(p.since))),
+        lambda p, now: lambda store: store.recent_boots_page(to_us(p.since), p.after),
         _never, writes=False,
     ),
     "eventlog/ping": _Method(

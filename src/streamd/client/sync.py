@@ -55,6 +55,7 @@ from streamd.client.transport import (
 from streamd.errors import RpcError
 from streamd.eventlog.model import (
     DEFAULT_STALE_AFTER_MS,
+    BootRecentResult,
     Entry,
     Filter,
     SessionWithEvents,
@@ -381,6 +382,16 @@ class Client(calls.EventLogMethods):
         )
         whole = calls.SessionAssembler(first)
         call: Call[SessionWithEvents] | None = first
+        while call is not None:
+            call = whole.feed(self.call(call))
+        assert whole.result is not None
+        return whole.result
+
+    def recent_boots(self, since: _dt.datetime) -> BootRecentResult:
+        """Every boot at or after ``since``, oldest first (the pages the
+        reply budget cuts them into, read one after another)."""
+        whole = calls.BootsAssembler(since)
+        call: Call[BootRecentResult] | None = calls.recent_boots(since)
         while call is not None:
             call = whole.feed(self.call(call))
         assert whole.result is not None

@@ -30,6 +30,7 @@ from streamd.eventlog.model import (
     AppendResult,
     Boot,
     BootRecentParams,
+    BootRecentResult,
     BootRecordParams,
     BootUpdateParams,
     BranchesParams,
@@ -231,6 +232,10 @@ class LogRequests:
     async def recent_boots(self, p: BootRecentParams) -> list[Boot]:
         since_us = to_us(p.since)
         return await self._read(lambda store: store.recent_boots(since_us))
+
+    async def recent_boots_page(self, p: BootRecentParams) -> BootRecentResult:
+        since_us = to_us(p.since)
+        return await self._read(lambda store: store.recent_boots_page(since_us, p.after))
 
     # -- health --
 

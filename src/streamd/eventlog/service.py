@@ -368,7 +368,7 @@ class _Service:
         return Empty()
 
     async def boot_recent(self, p: BootRecentParams, request: Request) -> BootRecentResult:
-        return BootRecentResult(boots=await (await self.log()).requests.recent_boots(p))
+        return await (await self.log()).requests.recent_boots_page(p)
 
     async def ping(self, p: PingParams, request: Request) -> Empty:
         await (await self.log()).ping()

@@ -30,8 +30,12 @@ class BootUpdateParams(Params):
     attempted: list[str]
 
 
-class BootRecentParams(Params):
+class BootRecentParams(Params, kw_only=True):
+    """The boots at or after ``since``, oldest first (by ``boot_at``, then
+    id); ``after``: the previous page's ``next``, a boot id."""
+
     since: UtcTime
+    after: Annotated[int, msgspec.Meta(ge=-MAX_INT - 1, le=MAX_INT)] | None = None
 
 
 class Boot(Result):
@@ -44,5 +48,11 @@ class Boot(Result):
     attempted: list[str] | None
 
 
-class BootRecentResult(Result):
+class BootRecentResult(Result, omit_defaults=True):
+    """One page: the boots that fit the reply budget (always one), and,
+    when more follow, ``next``, the boot id to pass as ``after``. Absent on
+    the last page, so an answer that holds them all has the one key it
+    always had."""
+
     boots: list[Boot]
+    next: int | None = None

@@ -31,6 +31,7 @@ from streamd.eventlog.model import (
     AppendParams,
     AppendResult,
     Boot,
+    BootRecentResult,
     Filter,
     LeaseAcquireParams,
     LeaseInfo,
@@ -369,6 +370,11 @@ class Backend(Protocol):
     def update_boot(self, boot_id: int, attempted: Sequence[str]) -> None: ...
 
     def recent_boots(self, since_us: int) -> list[Boot]: ...
+
+    def recent_boots_page(self, since_us: int, after: int | None) -> BootRecentResult:
+        """One page of :meth:`recent_boots` after boot ``after``, cut by the
+        reply budget (``next`` when more follow)."""
+        ...
 
     def ping(self) -> None: ...
 

@@ -24,6 +24,7 @@ from streamd.eventlog.model import (
     AppendParams,
     AppendResult,
     Boot,
+    BootRecentResult,
     Filter,
     LeaseAcquireParams,
     LeaseInfo,
@@ -274,3 +275,6 @@ class SqlOperations:
 
     def recent_boots(self, since_us: int) -> list[Boot]:
         return self._call(lambda db: boots.recent_boots(db, since_us))
+
+    def recent_boots_page(self, since_us: int, after: int | None) -> BootRecentResult:
+        return self._call(lambda db: boots.recent_boots_page(db, since_us, after))
