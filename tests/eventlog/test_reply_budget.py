@@ -105,3 +105,44 @@ async def test_boot_recent_after_a_boot_that_does_not_exist_is_refused(
             "eventlog/boot.recent", {"since": "2025-01-01T00:00:00Z", "after": 7}
         ))
         assert got["error"]["code"] == -32602 and "no boot with id 7" in got["error"]["message"]
+
+
+async def test_sessions_get_many_leaves_what_does_not_fit_to_be_asked_again(
+    daemon: Daemonish,
+) -> None:
+    # The budget counted events only: ten sessions of 0.9 MB state (or a few
+    # with the shared states, which every session of the answer carries)
+    # answered -32603 each time, whatever the caller asked again.
+    with trio.fail_after(60):
+        c = await daemon.connect()
+        for i in range(10):
+            await c.result(
+                "eventlog/sessions.create",
+                {"app": "app", "user": "u", "session": f"s{i}", "state": {"k": BIG}},
+            )
+        keys = [{"user": "u", "session": f"s{i}"} for i in range(10)]
+        pages: list[list[str]] = []
+        while keys:
+            got = await c.result("eventlog/sessions.get_many", {"app": "app", "sessions": keys})
+            pages.append([s["session"] for s in got["sessions"]])
+            assert all(s["state"] == {"k": BIG} for s in got["sessions"])
+            assert got["missing"] == []
+            keys = got.get("unread", [])
+        # Beside the events' 4 MiB, the states have the room of one
+        # sessions.get's three (3 MiB): three sessions of 0.9 MB a page.
+        assert pages == [["s0", "s1", "s2"], ["s3", "s4", "s5"], ["s6", "s7", "s8"], ["s9"]]
+        # An answer that holds them all has the keys it always had.
+        assert set(got) == {"sessions", "missing"}
+        await c.result("eventlog/sessions.create", {
+            "app": "app", "user": "v", "session": "t", "app_state": {"a": BIG},
+        })
+        got = await c.result("eventlog/sessions.get_many", {
+            "app": "app", "scoped_state": True,
+            "sessions": [{"user": "v", "session": "t"}, {"user": "u", "session": "s0"},
+                         {"user": "u", "session": "nope"}, {"user": "u", "session": "s1"}],
+        })
+        assert [s["session"] for s in got["sessions"]] == ["t", "s0"]
+        # A key never written costs nothing; from the first session that does
+        # not fit on, the keys are left unread, in the order asked.
+        assert got["missing"] == [{"user": "u", "session": "nope"}]
+        assert got["unread"] == [{"user": "u", "session": "s1"}]

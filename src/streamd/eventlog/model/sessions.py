@@ -152,16 +152,19 @@ class SessionsGetParams(Params, kw_only=True):
     event_time: bool = False
 
 
-class SessionsResult(Result):
+class SessionsResult(Result, omit_defaults=True):
     """The sessions found, in the order asked, and the keys of those never
     written (``missing``). One snapshot: every session is read as of the same
     state of the log. All of it fits the reply budget: a session whose events
     do not fit is ``truncated`` with ``next_seq`` (possibly with no events at
     all, once the budget is spent); ask again for those sessions with
-    ``after_seq: next_seq``."""
+    ``after_seq: next_seq``. From the first session whose state (with the
+    shared states it carries) does not fit what is left, the keys asked for
+    are ``unread`` (absent when there are none): ask again for them."""
 
     sessions: list[SessionWithEvents]
     missing: list[SessionKey]
+    unread: list[SessionKey] | None = None
 
 
 class SessionDeleteParams(Params, kw_only=True):

@@ -19,6 +19,7 @@ from typing import Any
 from streamd.errors import INVALID_PARAMS, RpcError, invalid_params
 from streamd.eventlog import filters
 from streamd.eventlog.model import (
+    MAX_STATE_BYTES,
     REPLY_BUDGET_BYTES,
     Session,
     SessionCreateParams,
@@ -163,9 +164,12 @@ def session_with_events(
     max_bytes: int | None,
     min_one: bool,
     scoped_state: bool,
+    room: StateRoom | None = None,
 ) -> SessionWithEvents | None:
     """One session and its events within ``bounds`` (None if never written),
-    inside the caller's snapshot; at most ``max_bytes`` on the wire in all."""
+    inside the caller's snapshot; at most ``max_bytes`` on the wire in all.
+    ``room``: a bulk read's room for sessions and shared states, which this
+    one takes its share of, or raises :class:`NoRoom`."""
     if db.dialect.cannot_hold(app, user, session):
         return None
     row = db.one(
@@ -182,6 +186,9 @@ def session_with_events(
         budget = max_bytes - wire_size(base)
         if scoped_state:
             budget -= wire_size([app_state, user_state])
+    if room is not None:
+        size = wire_size(base) + (wire_size([app_state, user_state]) if scoped_state else 0)
+        room.take(size)
     key = (app, user, session)
     start = bounds.after_seq
     events: list[Any] = []
@@ -242,6 +249,28 @@ def get_session(db: Sql, p: SessionGetParams, shape: ReadShape) -> SessionWithEv
     return got
 
 
+class NoRoom(Exception):
+    """A session of a bulk read that its answer has no room left for."""
+
+
+@dataclass
+class StateRoom:
+    """What the sessions of a bulk read, with the shared states each carries,
+    may take of its answer beside the events' budget: the states one
+    ``sessions.get`` may carry (three scopes at :data:`MAX_STATE_BYTES`),
+    so the answer stays a frame a client can read. The first session always
+    fits; a session's row is small, so only states fill it."""
+
+    left: int = 3 * MAX_STATE_BYTES
+    first: bool = True
+
+    def take(self, size: int) -> None:
+        if size > self.left and not self.first:
+            raise NoRoom
+        self.left -= size
+        self.first = False
+
+
 def get_sessions(db: Sql, p: SessionsGetParams, shape: ReadShape) -> SessionsResult:
     """Many sessions with their events, in one snapshot, in the order asked.
 
@@ -249,27 +278,37 @@ def get_sessions(db: Sql, p: SessionsGetParams, shape: ReadShape) -> SessionsRes
     left. The first entry of the whole answer is always taken (a reader
     gets past any entry); after that a session whose next entry does not
     fit is ``truncated`` where it stands, with no events if need be, and
-    ``next_seq`` says where to continue it."""
+    ``next_seq`` says where to continue it. A session whose own state (and
+    the shared states it carries) does not fit the room the states have
+    (:class:`StateRoom`) is not read, and neither is any key after it: they
+    are ``unread``, to be asked again (the first session always comes back).
+    Counting events alone, ten sessions of 0.9 MB state made an answer over
+    the frame limit for good."""
     rules.check_recent(p.recent)
     found: list[SessionWithEvents] = []
     missing: list[SessionKey] = []
     left = shape.max_bytes
     after_time_us = _us_or_none(p.after_time)
     taken_any = False
+    room = StateRoom() if left is not None else None
     with db.snapshot():
-        for key in p.sessions:
+        for i, key in enumerate(p.sessions):
             bounds = EventBounds(key.after_seq, p.recent, after_time_us)
-            got = session_with_events(
-                db,
-                p.app,
-                key.user,
-                key.session,
-                bounds,
-                shape.entries,
-                left,
-                not taken_any,
-                p.scoped_state,
-            )
+            try:
+                got = session_with_events(
+                    db,
+                    p.app,
+                    key.user,
+                    key.session,
+                    bounds,
+                    shape.entries,
+                    left,
+                    not taken_any,
+                    p.scoped_state,
+                    room,
+                )
+            except NoRoom:
+                return SessionsResult(sessions=found, missing=missing, unread=p.sessions[i:])
             if got is None:
                 missing.append(key)
                 continue
