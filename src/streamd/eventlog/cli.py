@@ -47,24 +47,28 @@ import trio
 
 from streamd.cli import args as cliargs
 from streamd.cli.args import command, count, instant_utc, nonempty, positive, text
-from streamd.cli.terminal import printable
 from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError, is_session_not_found
 from streamd.eventlog import dbtarget, maintenance
 from streamd.eventlog.log import EventLog
 from streamd.eventlog.model import (
-    Boot,
     Entry,
     Event,
     Filter,
-    LeaseInfo,
-    Session,
     SessionTree,
+)
+from streamd.eventlog.printing import (
+    CONTENT_WIDTH,
+    boot_line,
+    entry_line,
+    json_line,
+    lease_line,
+    out,
+    print_session,
+    session_line,
 )
 
 __all__ = ["build_parser", "main"]
 
-_encode = msgspec.json.Encoder().encode
-_CONTENT_WIDTH = 160
 _SHAPE = "a session is given as --app A --user U --session S"
 
 
@@ -218,7 +222,7 @@ def build_parser(prog: str = "streamd log") -> argparse.ArgumentParser:
 
 def _no_truncate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-truncate", action="store_true",
-                   help=f"print long content whole (default: cut at {_CONTENT_WIDTH} "
+                   help=f"print long content whole (default: cut at {CONTENT_WIDTH} "
                    "characters); --json never cuts")
     cliargs.renamed(p, "--full", "--no-truncate")
 
@@ -342,13 +346,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         return await handler(log, args)
 
 
-def _out(line: str) -> None:
-    """A line for people: stored text in it cannot drive the terminal."""
-    sys.stdout.write(printable(line) + "\n")
 
 
-def _json(value: Any) -> None:
-    sys.stdout.write(_encode(value).decode() + "\n")
 
 
 # --- commands ---------------------------------------------------------------------------
@@ -370,9 +369,9 @@ async def _append(log: EventLog, args: argparse.Namespace) -> int:
     )
     result = await log.append(args.app, args.user, args.session, event, metadata)
     if args.json:
-        _json(result)
+        json_line(result)
     else:
-        _out(f"seq {result.seq}" + (" (duplicate: already appended)" if result.duplicate else ""))
+        out(f"seq {result.seq}" + (" (duplicate: already appended)" if result.duplicate else ""))
     return 0
 
 
@@ -425,10 +424,10 @@ async def _cancel_on_signal(signals: Any, scope: trio.CancelScope, got: list[int
 async def _branches(log: EventLog, args: argparse.Namespace) -> int:
     branches = await log.branches(_filter_from(args), args.limit)
     if args.json:
-        _json({"branches": branches})
+        json_line({"branches": branches})
     else:
         for branch in branches:
-            _out(branch)
+            out(branch)
     return 0
 
 
@@ -437,48 +436,43 @@ async def _sessions(log: EventLog, args: argparse.Namespace) -> int:
     if action == "list":
         sessions = await log.list_sessions(args.app, args.user)
         if args.json:
-            _json({"sessions": sessions})
+            json_line({"sessions": sessions})
         else:
             for s in sessions:
-                _out(_session_line(s))
+                out(session_line(s))
     elif action == "get":
-        got = await log.get_session(args.app, args.user, args.session, args.after_seq, args.recent)
-        if args.json:
-            _json(got)
-        else:
-            _out(_session_line(got) + f"  state {_encode(got.state).decode()}")
-            for entry in got.events:
-                _print_entry(entry, args)
+        await print_session(log, args.app, args.user, args.session, args.after_seq,
+                            args.recent, as_json=args.json, full=args.no_truncate)
     elif action == "create":
         state = _parse_json(args.state, "--state") if args.state is not None else None
         if state is not None and not isinstance(state, dict):
             raise cliargs.UsageError("--state must be a JSON object")
         created = await log.create_session(args.app, args.user, args.session, state)
         if args.json:
-            _json(created)
+            json_line(created)
         else:
-            _out(_session_line(created))
+            out(session_line(created))
     else:
         # The log's delete is idempotent (a retry must not fail); a person who
         # names a session that never existed has made a typo, and is told so.
         await log.get_session(args.app, args.user, args.session, recent=1)
         await log.delete_session(args.app, args.user, args.session)
         if args.json:
-            _json({"deleted": True, "app": args.app, "user": args.user,
+            json_line({"deleted": True, "app": args.app, "user": args.user,
                    "session": args.session})
         else:
-            _out(f"deleted {args.app}/{args.user}/{args.session}")
+            out(f"deleted {args.app}/{args.user}/{args.session}")
     return 0
 
 
 async def _list_leases(log: EventLog, args: argparse.Namespace) -> int:
     leases = await log.list_locks(args.app, args.user)
     if args.json:
-        _json({"locks": leases})
+        json_line({"locks": leases})
         return 0
     now = dt.datetime.now(dt.UTC)
     for lease in leases:
-        _out(_lease_line(lease, now))
+        out(lease_line(lease, now))
     return 0
 
 
@@ -486,10 +480,10 @@ async def _boots(log: EventLog, args: argparse.Namespace) -> int:
     since = args.since or dt.datetime.now(dt.UTC) - dt.timedelta(hours=24)
     boots = await log.recent_boots(since)
     if args.json:
-        _json({"boots": boots})
+        json_line({"boots": boots})
     else:
         for boot in boots:
-            _out(_boot_line(boot))
+            out(boot_line(boot))
     return 0
 
 
@@ -497,9 +491,9 @@ async def _ping(log: EventLog, args: argparse.Namespace) -> int:
     await log.ping()
     latest = await log.latest_seq()
     if args.json:
-        _json({"ok": True, "db": log.where, "latest_seq": latest})
+        json_line({"ok": True, "db": log.where, "latest_seq": latest})
     else:
-        _out(f"ok: {log.where} (latest seq {latest})")
+        out(f"ok: {log.where} (latest seq {latest})")
     return 0
 
 
@@ -544,56 +538,23 @@ def _filter_from(args: argparse.Namespace) -> Filter | None:
     return None if flt == Filter() else flt
 
 
-def _when(t: dt.datetime | None) -> str:
-    if t is None:
-        return "(unreadable time)"  # a damaged row: see streamd.eventlog.model
-    t = t.astimezone(dt.UTC)
-    return t.strftime("%Y-%m-%d %H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
-def _content(content: Any, full: bool) -> str:
-    text = content if isinstance(content, str) else _encode(content).decode()
-    text = text.replace("\n", "\\n")
-    if not full and len(text) > _CONTENT_WIDTH:
-        text = text[: _CONTENT_WIDTH - 1] + "…"
-    return text
+
+
+
+
+
+
+
+
 
 
 def _print_entry(entry: Entry, args: argparse.Namespace) -> None:
     if args.json:
-        _json(entry)
-        return
-    ev = entry.event
-    branch = f" [{ev.branch}]" if ev.branch else ""
-    meta = ""
-    if entry.metadata:
-        meta = "  {" + ", ".join(f"{k}={v}" for k, v in sorted(entry.metadata.items())) + "}"
-    _out(
-        f"{entry.seq:>7}  {_when(ev.timestamp)}  "
-        f"{entry.app}/{entry.user}/{entry.session}{branch}  "
-        f"{ev.author}: {_content(ev.content, getattr(args, 'no_truncate', False))}{meta}"
-    )
-
-
-def _session_line(s: Session) -> str:
-    return (
-        f"{s.app}/{s.user}/{s.session}  created {_when(s.created_at)}  "
-        f"updated {_when(s.updated_at)}"
-    )
-
-
-def _lease_line(lease: LeaseInfo, now: dt.datetime) -> str:
-    beat = lease.heartbeat_at
-    age = f"{(now - beat).total_seconds():.1f}s ago" if beat is not None else _when(beat)
-    return (
-        f"{lease.app}/{lease.user}/{lease.session}  held by {lease.holder}  "
-        f"since {_when(lease.acquired_at)}  heartbeat {age}"
-    )
-
-
-def _boot_line(boot: Boot) -> str:
-    attempted = "(unreadable)" if boot.attempted is None else ", ".join(boot.attempted) or "-"
-    return f"{boot.id:>5}  {_when(boot.boot_at)}  attempted: {attempted}"
+        json_line(entry)
+    else:
+        out(entry_line(entry, getattr(args, "no_truncate", False)))
 
 
 if __name__ == "__main__":  # pragma: no cover
