@@ -177,8 +177,9 @@ class StreamdSessionService(BaseSessionService):
             lifetime.said_at_exit(self._life, weakref.ref(self), StreamdSessionService._queued)
 
     def _queued(self) -> int:
-        """Queued events not known stored; none of a parent's, in a forked child."""
-        return write_behind.unsent(self._pipes.values()) if os.getpid() == self._pid else 0
+        """Queued events not known stored; none of a parent's, in a forked child.
+        (At exit a daemon thread's loop may still add a pipeline: copied at once.)"""
+        return write_behind.unsent(list(self._pipes.values())) if os.getpid() == self._pid else 0
 
     # -- the client --
 
@@ -501,8 +502,7 @@ class StreamdSessionService(BaseSessionService):
                     # of a turn's tasks) with the run's outcome unknown: first in
                     # line again, for the next loop that uses the service to send
                     # (the log answers an event stored already as a duplicate).
-                    pipe.queue[:0] = run
-                    pipe.sending = []
+                    pipe.put_back(run)
                     raise
                 except RpcError as exc:
                     if refuses_the_events(exc):
@@ -514,8 +514,7 @@ class StreamdSessionService(BaseSessionService):
                     # on a new connection if ours was lost (a stored event
                     # comes back a duplicate); else the task ends with the
                     # queue kept, raised by the drain that waits for it.
-                    pipe.queue[:0] = run
-                    pipe.sending = []
+                    pipe.put_back(run)
                     if (exc.code != errors.CLOSED or lost
                             or not await self._clients.lost(client, exc)):
                         raise
@@ -536,10 +535,7 @@ class StreamdSessionService(BaseSessionService):
                         errors.STALE_SESSION, "a queued event was stored before, elsewhere in"
                         " the session", {"expected_seq": expected}), expected)
                     continue
-                self._ledger.acked[first.token] = results[-1].seq
-                self._ledger.owed[first.token] -= len(run)
-                if not self._ledger.owed[first.token]:
-                    self._ledger.settle(first.token)
+                self._ledger.stored(first.token, len(run), results[-1].seq)
         finally:
             # Not when this is a task abandoned with its closed loop, ended by the
             # collector later: the pipeline may have another task by then.

@@ -98,6 +98,14 @@ class Ledger:
         self.refused[first.token] = Refusal(exc, first.params.session, expected, copy)
         self.unreported.append(first.token)
 
+    def stored(self, token: str, count: int, last_seq: int) -> None:
+        """``count`` of a copy's queued appends were stored, the last at
+        ``last_seq``; settled once none is owed."""
+        self.acked[token] = last_seq
+        self.owed[token] -= count
+        if not self.owed[token]:
+            self.settle(token)
+
     def settle(self, token: str) -> None:
         """A copy's queued appends are all stored: its marker becomes the seq
         of the last, as a durable append leaves it (so the copy equals the
@@ -135,8 +143,7 @@ class Pipeline:
         task = self.task
         if task is None or task.done() or not task.get_loop().is_closed():
             return False
-        self.queue[:0] = self.sending
-        self.sending = []
+        self.put_back(self.sending)
         self.task = None
         return True
 
@@ -156,6 +163,12 @@ class Pipeline:
         del self.queue[: len(run)]
         self.sending = run
         return run
+
+    def put_back(self, run: list[Queued]) -> None:
+        """``run``, taken and not known stored, first in line again: sent
+        again, an event stored already comes back a duplicate."""
+        self.queue[:0] = run
+        self.sending = []
 
 
 def start(
