@@ -7,6 +7,7 @@ three meanings of ``--full`` each have a name of their own."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,33 @@ def test_rebuild_and_no_truncate_do_what_full_did(stream: Path, tmp_path: Path, 
     run(capsys, "log", "--db", db, "append", *AT, "--author", "me", "--text", "x" * 400)
     assert run(capsys, "log", "--db", db, "since")[1][0].endswith("x…")
     assert run(capsys, "log", "--db", db, "since", "--no-truncate")[1][0].endswith("x" * 400)
+
+
+def _shown(after: str) -> list[str]:
+    """The lines of the first code block of docs/cli.md after ``after``."""
+    page = (REPO / "docs" / "cli.md").read_text().split(after, 1)[1]
+    return page.split("```\n", 2)[1].splitlines()
+
+
+def _keys(line: str) -> list[str]:
+    return re.findall(r'"(\w+)":', line)
+
+
+@pytest.mark.parametrize(("after", "argv", "stream"), [
+    ("`streamd search --json`: ", ["search", "transcripts", "signals.jsonl", "--json"],
+     (REPO / "src" / "streamd" / "data" / "sample.jsonl").read_text()),
+    ("`streamd check --json`: ", ["check", "mine.jsonl", "--json"],
+     '{"schema": 1, "id": "n1", "event_time": "2026-05-02T09:00:00Z"}\nnot JSON\n'),
+])  # fmt: skip
+def test_the_json_lines_cli_md_shows_are_what_the_command_prints(
+        after, argv, stream, tmp_path: Path, monkeypatch, capsys):
+    # A shown line may leave keys out ("..."), never show one the command
+    # does not print, nor in another order.
+    (tmp_path / argv[1 if argv[0] == "check" else 2]).write_text(stream)
+    monkeypatch.chdir(tmp_path)
+    _, out, _ = run(capsys, *argv)
+    printed = {compact(line)["type"]: line for line in out}
+    for line in _shown(after):
+        got = _keys(printed[json.loads(line.split(",", 1)[0] + "}")["type"]])
+        keys = iter(got)
+        assert all(key in keys for key in _keys(line)), (line, got)
