@@ -293,7 +293,10 @@ def _split_globals(argv: list[str]) -> tuple[list[str], str | None, list[str]] |
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:  # the process's own command line: the process is ours
         from streamd import blas
+        from streamd.cli import output
 
+        # Before anything opens a file, which would take a closed one's number.
+        output.open_standard_descriptors()
         blas.one_thread()  # before anything loads numpy
     argv = list(sys.argv[1:] if argv is None else argv)
     # The resident daemon's clients come first and import only the stdlib.
@@ -393,6 +396,7 @@ def _own_parser(command: str, argv: list[str]) -> int:
 
 def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] | None) -> int:
     from streamd.cli.args import UsageError, fail
+    from streamd.cli.output import OutputFailed
 
     parser = build_parser()
     try:
@@ -445,6 +449,8 @@ def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] 
             return run(args)
     except UsageError as exc:
         return fail(str(exc), 2)
+    except OutputFailed as exc:
+        return fail(f"cannot write to stdout: {exc}", 2)
     except BrokenPipeError:
         # The reader went away (`| head`): not an error. Point stdout at
         # /dev/null so the interpreter's final flush does not complain.

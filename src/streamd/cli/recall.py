@@ -31,6 +31,7 @@ import threading
 from collections.abc import Iterator
 
 from streamd.cli.args import ERROR, NOT_FOUND, OK, UsageError, command, renamed
+from streamd.cli.output import Stdout
 from streamd.cli.terminal import printable
 
 TYPE_CHECKING = False
@@ -337,13 +338,14 @@ def search(args: argparse.Namespace) -> int:
     except RpcError as exc:
         return fail(exc.message)
     hits = len(result["candidates"])
+    out = Stdout()
     if args.json:
         for candidate in result.pop("candidates"):
-            print(_dumps({"type": "hit", **candidate}))
-        print(_dumps({"type": "summary", "hits": hits, **result}))
-        sys.stdout.flush()
+            out.line(_dumps({"type": "hit", **candidate}))
+        out.line(_dumps({"type": "summary", "hits": hits, **result}))
+        out.flush()
     else:
-        _print_hits(result, unsaved=_unsaved(adapter) if args.workdir is not None else "")
+        _print_hits(out, result, unsaved=_unsaved(adapter) if args.workdir is not None else "")
     say_failures(generation, paths)
     return OK if hits else NOT_FOUND
 
@@ -356,7 +358,7 @@ def _unsaved(adapter: StreamAdapter) -> str:
     return f"the index was not saved: {why}" if why else "the index was not saved"
 
 
-def _print_hits(result: dict, unsaved: str = "") -> None:
+def _print_hits(out: Stdout, result: dict, unsaved: str = "") -> None:
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     err_color = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
 
@@ -370,12 +372,12 @@ def _print_hits(result: dict, unsaved: str = "") -> None:
         # From the records: nothing in them may drive the terminal.
         excerpt, title, locator = (printable(excerpt), printable(c["title"]),
                                    printable(c["locator"]))
-        print(
+        out.line(
             f"{paint('1', str(c['local_rank']).rjust(3))}  {paint('36', locator)}  "
             f"{c['event_time']}  {paint('1', title)}"
             + (f"  {paint('2', excerpt)}" if excerpt else "")
         )
-    sys.stdout.flush()
+    out.flush()
     print(_summary(result, unsaved, lambda code, text: paint(code, text, err_color)),
           file=sys.stderr)
 
@@ -438,8 +440,10 @@ def expand(args: argparse.Namespace) -> int:
     except RpcError as exc:
         return fail(exc.message, NOT_FOUND if exc.code in (LOCATOR_UNKNOWN, LOCATOR_EXPIRED)
                     else ERROR)
+    out = Stdout()
     if args.json:
-        print(_dumps(result))
+        out.line(_dumps(result))
+        out.flush()
         return OK
     content = result["content"]
     if sys.stdout.isatty():
@@ -448,10 +452,11 @@ def expand(args: argparse.Namespace) -> int:
         content = printable(content, lines=True)
     if result["truncated"]:
         # The marker is on a line of its own, so a cut line still reads as cut.
-        print(f"{content}…")
-        print(f"[truncated at --budget {args.budget} bytes; --budget 0 prints it all]")
+        out.line(f"{content}…")
+        out.line(f"[truncated at --budget {args.budget} bytes; --budget 0 prints it all]")
     else:
-        print(content)
+        out.line(content)
+    out.flush()
     return OK
 
 
@@ -530,9 +535,10 @@ def index(args: argparse.Namespace) -> int:
     missing = (f"{gone} missing file{'s' if gone != 1 else ''}"
                + (f" ({', '.join(generation.missing)})" if generation.missing else ""))
     indexed = f"{generation.indexed} record{'s' if generation.indexed != 1 else ''}"
-    print(f"{generation.name}: {indexed} indexed, {generation.failed} failed, "
-          f"{missing}; {generation.watermark}")
-    sys.stdout.flush()
+    out = Stdout()
+    out.line(f"{generation.name}: {indexed} indexed, {generation.failed} failed, "
+             f"{missing}; {generation.watermark}")
+    out.flush()
     if unsaved := _unsaved(adapter):
         return fail(f"--workdir {args.workdir}: {unsaved}")
     if generation.missing:  # each was checked before: it went away while being read
@@ -560,15 +566,20 @@ def check(args: argparse.Namespace) -> int:
     if unreadable(args.paths):
         return ERROR
     tallies = []
+    out = Stdout()
     for path in args.paths:
         tally = Tally(path)
         try:
             for failure in scan(path, path, tally):
                 if args.json:
-                    print(_dumps({"type": "failure", "path": failure.path,
-                                  "line": failure.line, "reason": failure.reason}))
+                    out.line(_dumps({"type": "failure", "path": failure.path,
+                                     "line": failure.line, "reason": failure.reason}))
                 else:
-                    print(failure)
+                    out.line(str(failure))
+                if out.reader_gone:
+                    # `check big.jsonl | head -1`: nobody reads the rest, and
+                    # a line was printed, so some line is not a record.
+                    return NOT_FOUND
         except FileNotFoundError:
             return fail(f"{path}: no such file (it went away while being read)")
         except OSError as exc:
@@ -577,15 +588,18 @@ def check(args: argparse.Namespace) -> int:
             return fail(f"{path}: {exc.message}")
         tallies.append(tally)
         if not args.json:
-            sys.stdout.flush()
+            out.flush()  # this file's failures before its count on stderr
+            if out.reader_gone:
+                return NOT_FOUND  # only failures are printed: one was
             print(_tally_line(tally), file=sys.stderr)
     failed = sum(t.failed for t in tallies)
     if args.json:
-        print(_dumps({
+        out.line(_dumps({
             "type": "summary", "records": sum(t.records for t in tallies), "failed": failed,
             "files": [{"path": t.path, "lines": t.lines, "records": t.records,
                        "blank": t.blank, "failed": t.failed} for t in tallies],
         }))
+    out.flush()
     return NOT_FOUND if failed else OK
 
 

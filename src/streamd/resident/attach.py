@@ -57,6 +57,7 @@ import time
 from collections.abc import Sequence
 
 from streamd import __version__
+from streamd.cli import output
 from streamd.resident import launch, paths
 from streamd.resident.control import (
     ControlError,
@@ -102,7 +103,11 @@ class AttachError(Exception):
 
 def main(argv: Sequence[str]) -> int:
     _exit_on_signals()
-    _open_standard_descriptors()
+    # Left closed, the daemon socket would take the lowest free number: as
+    # descriptor 0 the relay reads its own socket for input and waits for
+    # ever; as 1 the answers go back to the daemon (and with 2 closed a
+    # message for stderr would go to stdout, among the frames).
+    output.open_standard_descriptors()
     try:
         opts = _parse(argv)
     except AttachError as exc:
@@ -167,26 +172,6 @@ def _parse(argv: Sequence[str]) -> tuple[str, float, list[str], str] | None:
     # Where the daemon it starts will serve: a --runtime-dir after -- too.
     directory = launch.runtime_dir_of(daemon_args, launch.caller_cwd())
     return directory or paths.runtime_dir(), timeout, daemon_args, recall_source
-
-
-def _open_standard_descriptors() -> None:
-    """Open /dev/null on each of descriptors 0, 1 and 2 the spawner left
-    closed (Rust's runtime does the same for ``streamd-attach``). Otherwise
-    the daemon socket takes the lowest free number: as descriptor 0 the relay
-    reads its own socket for input and waits forever; as 1 the answers go back
-    to the daemon. And with 2 closed, ``sys.stderr`` is None, so a message
-    printed to it would go to stdout, among the frames."""
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
-            os.set_inheritable(fd, True)
-    if sys.stderr is None:
-        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - lives as long as the process
 
 
 def _exit_on_signals() -> None:
