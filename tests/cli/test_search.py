@@ -6,11 +6,14 @@ zero hits exit 1; a cut expansion says so."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from support.manifests import flip_manifest_bit
 
 from streamd.cli import main
+from streamd.recall.persist.lock import WorkdirLock
 
 
 def lines(text: str) -> list[str]:
@@ -122,6 +125,40 @@ def test_a_workdir_of_other_files_is_refused_without_rebuild(world, capsys):
     assert code == 0 and "stream:v2/b1" in out[0]
     assert run(capsys, "search", "beta", b, "--workdir", work)[0] == 0  # now it is b's
 
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("command", [["index"], ["search", "beta"]])
+def test_a_workdir_another_command_fills_with_other_files_while_this_one_waits_is_refused(
+        world, capsys, monkeypatch, command):
+    # `streamd index a.jsonl --workdir w & streamd index b.jsonl --workdir w`:
+    # both found w empty, the second waited for the first's lock, then built
+    # b over a's index (exit 0 for both, a's index gone, never said).
+    work = world.root / "work"
+    a, b = world.path("a.jsonl"), world.path("b.jsonl")
+    first = []
+
+    def held_by_another(lock: WorkdirLock) -> bool:
+        if not first:
+            # Another process holds the lock: the other command, which
+            # builds a.jsonl's index meanwhile.
+            first.append(subprocess.run(
+                [sys.executable, "-m", "streamd", "index", str(a), "--workdir", str(work)],
+                capture_output=True, timeout=120))
+            return False
+        return try_acquire(lock)
+
+    try_acquire = WorkdirLock.try_acquire
+    monkeypatch.setattr(WorkdirLock, "try_acquire", held_by_another)
+    code, out, err = run(capsys, *command, b, "--workdir", work)
+    assert first[0].returncode == 0, first[0].stderr
+    assert (code, out) == (2, [])
+    assert err[-1] == (f"streamd: --workdir {work} holds the index of other files "
+                       "(a.jsonl); give --rebuild to replace it")
+    manifest = json.loads((work / "index" / "manifest.json").read_bytes())
+    assert [f["path"] for f in manifest["files"]] == [str(a)]
+    monkeypatch.undo()
+    assert run(capsys, "search", "-e", "r1", a, "--workdir", work)[0] == 0
 
 
 def test_a_manifest_naming_other_files_only_because_it_is_damaged_is_no_refusal(

@@ -231,7 +231,9 @@ def _plain_path_notice() -> None:
 
 def prepare_workdir(workdir: str | None, paths: list[str], rebuild: bool) -> None:
     """Create the workdir, and refuse one holding the index of other files
-    unless ``--rebuild`` says to replace it (it would be, silently, otherwise)."""
+    unless ``--rebuild`` says to replace it (it would be, silently, otherwise).
+    Said at once here; the build looks again once it holds the workdir's
+    lock (:func:`refuse_other_files`), as another command may fill it meanwhile."""
     if workdir is None:
         return
     try:
@@ -240,6 +242,12 @@ def prepare_workdir(workdir: str | None, paths: list[str], rebuild: bool) -> Non
         raise _Runtime(f"--workdir {workdir}: exists and is not a directory") from None
     except OSError as exc:
         raise _Runtime(f"--workdir {workdir}: cannot create it: {exc.strerror or exc}") from None
+    refuse_other_files(workdir, paths, rebuild)
+
+
+def refuse_other_files(workdir: str, paths: list[str], rebuild: bool) -> None:
+    """Raise ``_Runtime`` when ``workdir`` holds the index of files other
+    than ``paths`` and ``--rebuild`` was not given."""
     held = _indexed_files(workdir)
     wanted = [os.path.abspath(p) for p in paths]
     if held and held != wanted and not rebuild:
@@ -274,7 +282,11 @@ def _open(paths: list[str], args: argparse.Namespace) -> tuple[StreamAdapter, Ge
 
     prepare_workdir(args.workdir, paths, args.rebuild)
     _plain_path_notice()
-    return oneshot.open_adapter(paths, args.workdir, full=args.rebuild)
+    workdir = args.workdir
+    return oneshot.open_adapter(
+        paths, workdir, full=args.rebuild,
+        locked_check=None if workdir is None else
+        lambda: refuse_other_files(workdir, paths, args.rebuild))
 
 
 def say_failures(generation: Generation, paths: list[str]) -> None:
@@ -497,7 +509,8 @@ def index(args: argparse.Namespace) -> int:
     if unreadable(args.paths):
         return ERROR
     files = [os.path.abspath(p) for p in args.paths]
-    adapter = StreamAdapter()
+    adapter = StreamAdapter(
+        locked_check=lambda: refuse_other_files(args.workdir, files, args.rebuild))
     progress = Progress(sum(max(catchup_size(p), 0) for p in files), sys.stderr)
     try:
         prepare_workdir(args.workdir, files, args.rebuild)

@@ -161,10 +161,17 @@ def not_initialized() -> RpcError:
 
 
 class StreamAdapter(Answers):
-    def __init__(self, clock: Callable[[], int] = time.time_ns, persist: bool = True) -> None:
-        """``persist=False`` keeps the index in memory only (one-shot CLI use)."""
+    def __init__(self, clock: Callable[[], int] = time.time_ns, persist: bool = True,
+                 locked_check: Callable[[], None] | None = None) -> None:
+        """``persist=False`` keeps the index in memory only (one-shot CLI use).
+        ``locked_check`` runs at the start of every build, once the workdir's
+        lock is held, and may refuse the workdir by raising: a command for
+        people that refuses an index of other files must look again there,
+        since the workdir it looked at before may have been filled by the
+        process it then waited for."""
         self.clock = clock
         self.persist = persist
+        self.locked_check = locked_check
         self.durable: DurableIndex | None = None
         self.building: Consumer | None = None  # the pass in progress, for progress reports
         self.ready = False
@@ -262,6 +269,8 @@ class StreamAdapter(Answers):
                 yield None
         before = self.generation.indexed if self.generation is not None else 0
         try:
+            if self.locked_check is not None:
+                self.locked_check()
             generation = yield from self._build(full)
         finally:
             if lock is not None:

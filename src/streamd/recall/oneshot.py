@@ -26,12 +26,13 @@ from streamd.recall.wire import (
 
 def open_adapter(
     paths: list[str], workdir: str | None, tick: Callable[[], None] | None = None,
-    full: bool = False,
+    full: bool = False, locked_check: Callable[[], None] | None = None,
 ) -> tuple[StreamAdapter, Generation]:
     """An adapter over ``paths``, caught up: in memory, or resuming the durable
     index in ``workdir`` (the one ``streamd index`` builds), so repeated runs
-    read only what was appended; ``full`` rebuilds it from scratch."""
-    adapter = StreamAdapter(persist=workdir is not None)
+    read only what was appended; ``full`` rebuilds it from scratch.
+    ``locked_check``: see :class:`StreamAdapter`."""
+    adapter = StreamAdapter(persist=workdir is not None, locked_check=locked_check)
     files = [os.path.abspath(p) for p in paths]
     adapter.initialize(
         InitializeParams(
