@@ -3,7 +3,10 @@
 * :mod:`~streamd.cli.commands` - the top-level parser and dispatch: global
   options, the daemon, the resident daemon's clients, ``demo``, exit codes.
 * :mod:`~streamd.cli.recall` - the Recall commands (``search``, ``expand``,
-  ``index``, ``check``, ...), each one adapter run in the calling process.
+  ``index``), each one adapter run in the calling process, and the parsers of
+  those and ``check``; :mod:`~streamd.cli.check` - ``check``.
+* :mod:`~streamd.cli.output` - where a command's output goes, and what a
+  write that fails there means.
 * :mod:`~streamd.cli.args` - the rules every command's options share: one-line
   errors, exit codes, typed option values.
 * :mod:`~streamd.cli.timeinput` - times as people type them, one parser.

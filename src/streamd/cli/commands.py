@@ -441,10 +441,11 @@ def _run_parsed(argv: list[str], split: tuple[list[str], str | None, list[str]] 
             from streamd.demo import run_demo
 
             return run_demo()
+        from streamd.cli import check as cli_check
         from streamd.cli import recall as cli_recall
 
         run = {"search": cli_recall.search, "expand": cli_recall.expand,
-               "index": cli_recall.index, "check": cli_recall.check}.get(args.command)
+               "index": cli_recall.index, "check": cli_check.check}.get(args.command)
         if run is not None:
             return run(args)
     except UsageError as exc:

@@ -1,5 +1,6 @@
 """``streamd search``, ``expand``, ``index`` and ``check``: the Recall adapter
-for people, on stream files named on the command line, without a daemon.
+for people, on stream files named on the command line, without a daemon
+(``check`` runs in :mod:`streamd.cli.check`; its parser is here with the others).
 
 The rules they share, after :mod:`streamd.cli.args`:
 
@@ -564,62 +565,3 @@ def catchup_size(path: str) -> int:
     from streamd.recall.index.streamfile import file_size
 
     return file_size(path) or 0
-
-
-# --- check --------------------------------------------------------------------------------
-
-
-def check(args: argparse.Namespace) -> int:
-    from streamd.cli.args import fail
-    from streamd.errors import RpcError
-    from streamd.recall.check import Tally, scan
-
-    if not args.paths:
-        raise UsageError("check needs at least one PATH (see 'streamd check --help')")
-    if unreadable(args.paths):
-        return ERROR
-    tallies = []
-    out = Stdout()
-    for path in args.paths:
-        tally = Tally(path)
-        try:
-            for failure in scan(path, path, tally):
-                if args.json:
-                    out.line(_dumps({"type": "failure", "path": failure.path,
-                                     "line": failure.line, "reason": failure.reason}))
-                else:
-                    out.line(str(failure))
-                if out.reader_gone:
-                    # `check big.jsonl | head -1`: nobody reads the rest, and
-                    # a line was printed, so some line is not a record.
-                    return NOT_FOUND
-        except FileNotFoundError:
-            return fail(f"{path}: no such file (it went away while being read)")
-        except OSError as exc:
-            return fail(f"{path}: {(exc.strerror or str(exc)).lower()}")
-        except RpcError as exc:
-            return fail(f"{path}: {exc.message}")
-        tallies.append(tally)
-        if not args.json:
-            out.flush()  # this file's failures before its count on stderr
-            if out.reader_gone:
-                return NOT_FOUND  # only failures are printed: one was
-            print(_tally_line(tally), file=sys.stderr)
-    failed = sum(t.failed for t in tallies)
-    if args.json:
-        out.line(_dumps({
-            "type": "summary", "records": sum(t.records for t in tallies), "failed": failed,
-            "files": [{"path": t.path, "lines": t.lines, "records": t.records,
-                       "blank": t.blank, "failed": t.failed} for t in tallies],
-        }))
-    out.flush()
-    return NOT_FOUND if failed else OK
-
-
-def _tally_line(t) -> str:
-    def n(count: int, what: str) -> str:
-        return f"{count:,} {what}{'s' if count != 1 else ''}"
-
-    failed = f"{n(t.failed, 'line')} not records" if t.failed else "every line a record"
-    blank = f", {n(t.blank, 'blank line')}" if t.blank else ""
-    return f"{t.path}: {n(t.records, 'record')}, {failed}{blank}"
