@@ -56,3 +56,18 @@ def test_attach_that_starts_the_daemon_imports_nothing_heavy(world: World) -> No
     assert world.daemons() == []
     assert heavy_modules(world, "attach") == ""
     assert len(world.daemons()) == 1  # it did start one, in another process
+
+
+def test_a_daemon_that_finds_the_lock_taken_exits_before_importing_the_daemon(
+    world: World,
+) -> None:
+    # Clients racing to start the daemon each spawn one, and all but one lose
+    # the lock. A loser that imported Trio, numpy and the daemon first (0.4 s
+    # of CPU each) slowed the winner: 50 attaches at once on two cores, 11
+    # failed their 5 s start timeout. The claim now comes before those imports.
+    # (Its option parser reads --db with streamd.eventlog.dbtarget, which is
+    # light: the standard library's URL parsing.)
+    first = world.start_daemon()
+    loaded = heavy_modules(world, "daemon").split(",")
+    assert [m for m in loaded if m and not m.startswith("streamd.eventlog")] == []
+    assert world.daemons() == [first.pid]

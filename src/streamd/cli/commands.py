@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import argparse
 
     from streamd.daemon import Config
+    from streamd.resident.claim import Claim
 
 DESCRIPTION = (
     "streamd: a Recall stream adapter and a durable event log over newline-delimited "
@@ -510,7 +511,27 @@ def _resident(args: argparse.Namespace) -> int:
 
     A second daemon, or an unsafe directory, is one line on stderr and exit 1,
     before any logging is set up: that is all a losing racer ever prints (its
-    stderr is /dev/null when attach started it)."""
+    stderr is /dev/null when attach started it). The claim comes before the
+    daemon's imports, so a loser never pays for them (:mod:`streamd.resident.claim`)."""
+    from streamd.resident import paths
+    from streamd.resident.claim import Claim
+    from streamd.resident.lock import AlreadyRunning
+    from streamd.resident.stopmark import StoppedSinceSpawn
+
+    directory = os.path.abspath(args.runtime_dir) if args.runtime_dir else paths.runtime_dir()
+    claim = Claim(directory)
+    try:
+        claim.take()
+    except (AlreadyRunning, StoppedSinceSpawn, paths.UnsafeDirectory, OSError) as exc:
+        print(f"streamd daemon: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return _serve_claimed(args, claim)
+    finally:
+        claim.release()
+
+
+def _serve_claimed(args: argparse.Namespace, claim: Claim) -> int:
     import logging
 
     import trio
@@ -519,27 +540,19 @@ def _resident(args: argparse.Namespace) -> int:
     from streamd.daemon import Daemon
     from streamd.recall.sources import SourceRegistry
     from streamd.resident import launch, paths
-    from streamd.resident.lock import AlreadyRunning
     from streamd.resident.server import ResidentDaemon, ResidentOptions
-    from streamd.resident.stopmark import StoppedSinceSpawn
 
-    directory = os.path.abspath(args.runtime_dir) if args.runtime_dir else paths.runtime_dir()
     log_file = args.log_file or paths.log_path()
     verbose = getattr(args, "verbose", False)
 
     sources = SourceRegistry(idle_close=args.source_idle, max_open=args.max_sources)
-    options = ResidentOptions(runtime_dir=directory, idle_exit=args.idle_exit,
+    options = ResidentOptions(runtime_dir=claim.runtime_dir, idle_exit=args.idle_exit,
                               log_file="(stderr)" if log_file == "-" else log_file)
     if args.announce_version:
         options.version = args.announce_version
     config = _config(args)
     config.max_connections = args.max_connections
-    resident = ResidentDaemon(Daemon(config, sources=sources), options, sources)
-    try:
-        resident.claim()
-    except (AlreadyRunning, StoppedSinceSpawn, paths.UnsafeDirectory, OSError) as exc:
-        print(f"streamd daemon: {exc}", file=sys.stderr)
-        return 1
+    resident = ResidentDaemon(Daemon(config, sources=sources), options, claim, sources)
     try:
         if log_file == "-":
             logsink.install(_log_level(verbose), sys.stderr, DAEMON_LOG_FORMAT)
@@ -549,7 +562,6 @@ def _resident(args: argparse.Namespace) -> int:
             logsink.install_file(_log_level(verbose), log_file, DAEMON_LOG_FORMAT,
                                  make_directory=not args.log_file)
     except OSError as exc:
-        resident.release()
         parent = os.path.dirname(os.path.abspath(log_file))
         why = (f"there is no directory {parent}" if isinstance(exc, FileNotFoundError)
                and not os.path.isdir(parent) else exc.strerror or exc)

@@ -8,6 +8,8 @@ rather than the imports and the index loading of a whole daemon.
 * :mod:`~streamd.resident.paths` - where the socket, lock and log live; the
   private-directory rule (stdlib).
 * :mod:`~streamd.resident.lock` - one daemon per directory: the flock (stdlib).
+* :mod:`~streamd.resident.claim` - a daemon's claim on its directory: the lock,
+  then the socket, taken before the daemon's imports (stdlib).
 * :mod:`~streamd.resident.control` - a blocking client of the control methods
   (``streamd/hello``, ``status``, ``stop``, ``retire``) and ``streamd status`` /
   ``streamd stop`` (stdlib).

@@ -5,12 +5,12 @@ methods, every connection its own session) plus the control methods of
 :mod:`.control`, on the per-user socket of :mod:`.paths`. The rules:
 
 * **One per user (per socket directory).** The directory is created 0700 and
-  refused if it is anyone else's or open to others. The daemon takes the
-  exclusive flock of :mod:`.lock` before it touches the socket, so a second
-  daemon fails at once, and the lock holder may replace any socket file it
-  finds (a daemon killed with -9 leaves one). It removes the socket only while
-  the file is still the one it bound, and binds it again if the file vanishes
-  while it serves (a cleaner of /tmp) and its lock file is still there.
+  refused if it is anyone else's or open to others. The daemon's
+  :class:`~.claim.Claim` (the exclusive flock of :mod:`.lock`, then the
+  socket), taken before the daemon's imports, makes a second daemon fail at
+  once. It removes the socket only while the file is still the one it
+  bound, and binds it again if the file vanishes while it serves (a cleaner
+  of /tmp) and its lock file is still there.
 * **Peers of this uid only.** Every accepted connection's SO_PEERCRED is read
   before a byte is: another uid is closed unanswered (and logged). The
   socket's 0600 mode already keeps others out; this holds even when someone
@@ -37,7 +37,6 @@ import logging
 import os
 import signal
 import socket as pysocket
-import stat
 import struct
 import time
 from dataclasses import dataclass
@@ -52,12 +51,12 @@ from streamd.errors import INVALID_PARAMS, SOURCE_UNAVAILABLE, RpcError
 from streamd.eventlog import dbtarget
 from streamd.resident import paths, stopmark
 from streamd.resident.dbmatch import db_mismatch
-from streamd.resident.lock import InstanceLock
 from streamd.rpc import Connection, Method, MethodTable, Request, Server
 from streamd.rpc.accept import accept_forever
 
 if TYPE_CHECKING:
     from streamd.recall.sources import SourceRegistry
+    from streamd.resident.claim import Claim
 
 log = logging.getLogger("streamd.resident")
 
@@ -135,13 +134,16 @@ class ResidentDaemon:
     """Owns the socket directory, the lock, the listener and the daemon's life."""
 
     def __init__(
-        self, daemon: Daemon, options: ResidentOptions, sources: SourceRegistry | None = None
+        self, daemon: Daemon, options: ResidentOptions, claim: Claim,
+        sources: SourceRegistry | None = None,
     ) -> None:
+        """``claim``: taken (:meth:`Claim.take`) before the daemon's imports,
+        so that a daemon losing a race to start costs little (:mod:`.claim`)."""
         self.daemon = daemon
         self.options = options
         self.sources = sources
-        self.socket_path = paths.socket_path(options.runtime_dir)
-        self.lock = InstanceLock(paths.lock_path(options.runtime_dir))
+        self.claim = claim
+        self.socket_path = claim.socket_path
         self.server = Server(self._methods_for,
                              max_connections=daemon.config.max_connections,
                              max_held_bytes=daemon.config.max_held_bytes)
@@ -152,85 +154,15 @@ class ResidentDaemon:
         self._changed = trio.Event()  # pulsed whenever connections or retired change
         self._stop = trio.Event()
         self._listening = trio.CancelScope()
-        self._sock: pysocket.socket | None = None  # bound and listening, from claim()
-        self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of our socket file
         # The accept loops, one a bound socket (see ``_keep_name``); within ``_listening``.
         self._listeners: trio.Nursery | None = None
-
-    # --- claiming the name ---------------------------------------------------
-
-    def claim(self) -> None:
-        """Make (or check) the private directory, take the lock and bind the
-        socket: everything that can refuse to start happens here, before any
-        logging or event loop. Raises
-        :class:`~streamd.resident.paths.UnsafeDirectory`,
-        :class:`~streamd.resident.lock.AlreadyRunning`,
-        :class:`~streamd.resident.stopmark.StoppedSinceSpawn` (a client
-        spawned it before the last stop: see :mod:`.stopmark`) or OSError."""
-        paths.check_socket_path(self.socket_path)
-        paths.ensure_private_dir(self.options.runtime_dir)
-        self.lock.acquire()
-        if stopmark.stopped_since(self.options.runtime_dir, os.environ):
-            self.lock.release()
-            raise stopmark.StoppedSinceSpawn
-        try:
-            self._sock = self._bind()
-        except BaseException:
-            self.lock.release()
-            raise
-
-    def _bind(self) -> pysocket.socket:
-        try:
-            st = os.lstat(self.socket_path)
-        except FileNotFoundError:
-            pass
-        else:
-            if not stat.S_ISSOCK(st.st_mode):
-                raise paths.UnsafeDirectory(f"{self.socket_path} exists and is not a socket")
-            # We hold the lock, so whoever bound it is gone.
-            os.unlink(self.socket_path)
-        sock = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
-        old_umask = os.umask(0o177)
-        try:
-            sock.bind(self.socket_path)
-            st = os.lstat(self.socket_path)
-            sock.listen(128)
-        except BaseException:
-            sock.close()
-            raise
-        finally:
-            os.umask(old_umask)
-        self._bound = (st.st_dev, st.st_ino)
-        return sock
-
-    def release(self) -> None:
-        """Give up a claim without serving (the CLI, when it cannot go on)."""
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        self._release_name()
-
-    def _release_name(self) -> None:
-        """Remove our socket file (only if it still is ours) and drop the lock."""
-        bound, self._bound = self._bound, None
-        if bound is not None:
-            try:
-                st = os.lstat(self.socket_path)
-                if (st.st_dev, st.st_ino) == bound:
-                    os.unlink(self.socket_path)
-            except OSError:
-                pass
-        self.lock.release()
 
     # --- serving -------------------------------------------------------------
 
     async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve until stopped, idle or retired and drained. :meth:`claim` first."""
-        if self._sock is None:
-            raise RuntimeError("claim() the socket directory before serve()")
+        """Serve until stopped, idle or retired and drained."""
         try:
-            listener = trio.SocketListener(trio.socket.from_stdlib_socket(self._sock))
-            self._sock = None
+            listener = trio.SocketListener(trio.socket.from_stdlib_socket(self.claim.listener()))
             self._started = trio.current_time()
             log.info("streamd daemon %s started: pid %d, socket %s, idle exit %s",
                      self.options.version, os.getpid(), self.socket_path,
@@ -242,7 +174,7 @@ class ResidentDaemon:
                 n.start_soon(self._accept, listener, n)
                 task_status.started(self.socket_path)
         finally:
-            self._release_name()
+            self.claim.release()
             log.info("streamd daemon exited")
 
     async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
@@ -260,18 +192,18 @@ class ResidentDaemon:
         serving, for as long as we run. Holding the lock, we own the name, so
         we take it back; unless the lock file went too (a daemon may then
         hold a new one, and the name is its), or another file is there."""
-        while self._bound is not None and not self.retired:
+        while self.claim.bound and not self.retired:
             await trio.sleep(NAME_CHECK)
-            if self._bound is None or self.retired or os.path.lexists(self.socket_path):
+            if not self.claim.bound or self.retired or os.path.lexists(self.socket_path):
                 continue
-            if not self.lock.still_named():
+            if not self.claim.lock.still_named():
                 log.warning("the socket file %s and the lock file are gone: not binding "
                             "again (a daemon started since may hold a new lock)",
                             self.socket_path)
                 return
             log.warning("the socket file %s is gone: binding it again", self.socket_path)
             try:
-                sock = self._bind()
+                sock = self.claim.bind()
             except (OSError, paths.UnsafeDirectory) as exc:
                 log.error("cannot bind %s again: %s", self.socket_path, exc)
                 continue
@@ -364,7 +296,7 @@ class ResidentDaemon:
                      self.connections)
             self.retired = True
             self._listening.cancel()
-            self._release_name()
+            self.claim.release()
             self._pulse()
         return {}
 
