@@ -72,6 +72,25 @@ def test_status_and_stop_say_the_directory_is_refused_not_that_a_daemon_is_silen
         assert (done.returncode, done.stdout, done.stderr) == (1, "", f"streamd {command}: {why}\n")
 
 
+def test_status_and_stop_say_a_socket_path_too_long_is_one_no_daemon_can_serve(
+    world: World,
+) -> None:
+    # One byte past what sun_path holds: attach and the daemon named the path
+    # and the fix; status said "not answering on ...: AF_UNIX path too long",
+    # as if a daemon hung there, and stop said only "AF_UNIX path too long".
+    runtime = world.root / ("r" * (108 - len(f"{world.root}/") - len("/streamd.sock")))
+    runtime.mkdir(mode=0o700)
+    sock = runtime / "streamd.sock"
+    assert len(os.fsencode(sock)) == 108
+    why = (f"socket path {sock} is longer than the 107 bytes a Unix socket address can "
+           "hold; set STREAMD_RUNTIME_DIR to a shorter directory")
+    env = {"STREAMD_RUNTIME_DIR": str(runtime)}
+    for command in ("status", "stop", "daemon"):
+        done = world.run(command, env=env)
+        assert (done.returncode, done.stdout, done.stderr) == (1, "", f"streamd {command}: {why}\n")
+    assert json.loads(world.run("status", "--json", env=env).stdout)["error"] == why
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a peer as another uid")
 def test_a_peer_of_another_uid_is_closed_without_an_answer(world: World) -> None:
     world.start_daemon()

@@ -399,6 +399,9 @@ def status_main(argv: Sequence[str]) -> int:
     sock = paths.socket_path(directory)
     try:
         paths.check_private_dir(directory)
+        # A path no daemon can bind is said as attach and the daemon say it,
+        # not as a daemon that does not answer.
+        paths.check_socket_path(sock)
         conn = DaemonConnection.open(sock)
         if conn is None:
             result = None
@@ -481,6 +484,7 @@ def stop_main(argv: Sequence[str]) -> int:
     directory = _directory(opts)
     sock = paths.socket_path(directory)
     try:
+        paths.check_socket_path(sock)
         if paths.check_private_dir(directory):
             # First: daemons that racing clients spawned may still be starting,
             # none serving yet; whoever of them takes the lock later must not
