@@ -23,6 +23,15 @@ from streamd.client import TrioClient
 BIG = "x" * 900_000
 
 
+async def _ten_big_sessions(c: Any) -> None:
+    """Sessions s0..s9 of app/u, each holding :data:`BIG` as its state."""
+    for i in range(10):
+        await c.result(
+            "eventlog/sessions.create",
+            {"app": "app", "user": "u", "session": f"s{i}", "state": {"k": BIG}},
+        )
+
+
 async def test_a_sessions_list_page_stops_before_4_mib_and_continues_from_next(
     daemon: Daemonish,
 ) -> None:
@@ -31,11 +40,7 @@ async def test_a_sessions_list_page_stops_before_4_mib_and_continues_from_next(
     # list_sessions, which reads them page by page, for good.
     with trio.fail_after(60):
         c = await daemon.connect()
-        for i in range(10):
-            await c.result(
-                "eventlog/sessions.create",
-                {"app": "app", "user": "u", "session": f"s{i}", "state": {"k": BIG}},
-            )
+        await _ten_big_sessions(c)
         pages: list[list[str]] = []
         params: dict[str, Any] = {"app": "app"}
         while True:
@@ -115,11 +120,7 @@ async def test_sessions_get_many_leaves_what_does_not_fit_to_be_asked_again(
     # answered -32603 each time, whatever the caller asked again.
     with trio.fail_after(60):
         c = await daemon.connect()
-        for i in range(10):
-            await c.result(
-                "eventlog/sessions.create",
-                {"app": "app", "user": "u", "session": f"s{i}", "state": {"k": BIG}},
-            )
+        await _ten_big_sessions(c)
         keys = [{"user": "u", "session": f"s{i}"} for i in range(10)]
         pages: list[list[str]] = []
         while keys:
