@@ -215,11 +215,13 @@ def test_daemon_options_reach_the_config_before_or_after_serve(
 
 
 def test_the_held_bytes_limit_reaches_the_daemons_servers(tmp_path: Path) -> None:
+    from streamd.resident.claim import Claim
     from streamd.resident.server import ResidentDaemon, ResidentOptions
 
     daemon = Daemon(Config(max_held_bytes=256 << 20))
     assert daemon.server().held.limit == 256 << 20
-    resident = ResidentDaemon(daemon, ResidentOptions(runtime_dir=str(tmp_path)))
+    resident = ResidentDaemon(daemon, ResidentOptions(runtime_dir=str(tmp_path)),
+                              Claim(str(tmp_path)))
     assert resident.server.held.limit == 256 << 20
 
 
