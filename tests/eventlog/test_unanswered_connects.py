@@ -436,7 +436,12 @@ async def test_a_watchs_listening_connection_reconnecting_alone_shows_in_status(
             while log.reconnecting_s is None:
                 await proxy.wait_held(proxy.held + 1)
             waited, lost = log.connecting_s, log.reconnecting_s
-            assert waited is not None and lost is not None and lost >= waited
+            assert waited is not None and lost is not None
+            if proxy.held == 1:
+                # The listener's connect alone: the outage holds it. (A
+                # reader's open held first is the oldest connect, and older
+                # than the outage: under load it came first.)
+                assert lost >= waited
             assert log.fault is None  # no attempt has failed
             assert await log.latest_seq() == 1  # the log's own connections serve
             proxy.let_go()  # the attempts fail at once
