@@ -177,8 +177,7 @@ class StreamdSessionService(BaseSessionService):
             lifetime.said_at_exit(self._life, weakref.ref(self), StreamdSessionService._queued)
 
     def _queued(self) -> int:
-        """Queued events not known stored; none of a parent's, in a forked child.
-        (At exit a daemon thread's loop may still add a pipeline: copied at once.)"""
+        """Queued events not known stored, none of a parent's; at exit too (hence the copy)."""
         return write_behind.unsent(list(self._pipes.values())) if os.getpid() == self._pid else 0
 
     # -- the client --
